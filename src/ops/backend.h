@@ -1,0 +1,51 @@
+// The op catalogue: every op the V4 forward uses, listed once. Backends (ref, cpu, cuda) implement all of
+// it; the model calls only these. Each method runs check(args) before touching memory.
+#pragma once
+
+#include <string_view>
+
+#include "core/tensor.h"
+#include "ops/attention.h"
+#include "ops/compressor.h"
+#include "ops/elementwise.h"
+#include "ops/indexer.h"
+#include "ops/linear.h"
+#include "ops/mhc.h"
+#include "ops/moe.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace di::ops {
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual std::string_view name() const = 0;
+
+    // Memory on the backend's device.
+    virtual Allocator& allocator() = 0;
+    // dst <- src; both contiguous, same dtype and element count, either device.
+    virtual void copy(const TensorView& dst, const TensorView& src) = 0;
+    virtual void fill_zero(const TensorView& dst) = 0;
+    virtual void synchronize() {}
+    // A label for what runs next ("layer 3 / attention"); used by compare mode and profilers.
+    virtual void set_scope(std::string_view) {}
+
+    virtual void embed(const EmbedArgs& a) = 0;
+    virtual void add(const AddArgs& a) = 0;
+    virtual void swiglu(const SwigluArgs& a) = 0;
+    virtual void linear(const LinearArgs& a) = 0;
+    virtual void rms_norm(const RmsNormArgs& a) = 0;
+    virtual void rope(const RopeArgs& a) = 0;
+    virtual void compress(const CompressArgs& a) = 0;
+    virtual void indexer_topk(const IndexerTopkArgs& a) = 0;
+    virtual void attention(const AttentionArgs& a) = 0;
+    virtual void window_store(const WindowStoreArgs& a) = 0;
+    virtual void mhc_pre(const MhcPreArgs& a) = 0;
+    virtual void mhc_post(const MhcPostArgs& a) = 0;
+    virtual void hc_head(const HcHeadArgs& a) = 0;
+    virtual void route(const RouteArgs& a) = 0;
+    virtual void moe(const MoeArgs& a) = 0;
+};
+
+}  // namespace di::ops

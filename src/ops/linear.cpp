@@ -1,0 +1,47 @@
+#include "ops/linear.h"
+
+namespace di::ops {
+
+QWeight QWeight::rows(int64_t begin, int64_t n) const {
+    DI_CHECK(begin >= 0 && begin + n <= out_dim, "weight rows({}, {}) of {} rows", begin, n, out_dim);
+    QWeight r = *this;
+    r.data = data.rows(begin, n);
+    r.out_dim = n;
+    if (format == WeightFormat::kFp8Block) {
+        DI_CHECK(begin % kFp8Block == 0 && (n % kFp8Block == 0 || begin + n == out_dim),
+                 "fp8 row slice {}+{} not on a 128-row block", begin, n);
+        r.scale = scale.rows(begin / kFp8Block, (n + kFp8Block - 1) / kFp8Block);
+    } else if (format == WeightFormat::kFp4Group) {
+        r.scale = scale.rows(begin, n);
+    }
+    return r;
+}
+
+static float load_scale(const TensorView& s, int64_t r, int64_t c) {
+    const int64_t i = r * s.stride[0] + c * s.stride[1];
+    return s.dtype == DType::kE8M0 ? e8m0_to_f32(s.ptr<uint8_t>()[i]) : s.ptr<float>()[i];
+}
+
+float QWeight::at(int64_t o, int64_t i) const {
+    switch (format) {
+        case WeightFormat::kDense: return load_float(data.data, data.dtype, o * data.stride[0] + i);
+        case WeightFormat::kFp8Block:
+            return fp8_e4m3_to_f32(data.ptr<uint8_t>()[o * data.stride[0] + i]) *
+                   load_scale(scale, o / kFp8Block, i / kFp8Block);
+        case WeightFormat::kFp4Group:
+            return fp4_at(data.ptr<uint8_t>() + o * data.stride[0], i) * load_scale(scale, o, i / kFp4Group);
+    }
+    return 0.0f;
+}
+
+void check(const LinearArgs& a) {
+    check_rows(a.x, 2, "linear.x");
+    check_rows(a.y, 2, "linear.y");
+    check_dtype(a.x, DType::kF32, "linear.x");
+    check_dtype(a.y, DType::kF32, "linear.y");
+    DI_CHECK(a.x.shape[0] == a.y.shape[0], "linear: x rows {} != y rows {}", a.x.shape[0], a.y.shape[0]);
+    DI_CHECK(a.x.shape[1] == a.w.in_dim && a.y.shape[1] == a.w.out_dim, "linear: x {} y {} vs weight [{}, {}]",
+             a.x.describe(), a.y.describe(), a.w.out_dim, a.w.in_dim);
+}
+
+}  // namespace di::ops

@@ -1,0 +1,42 @@
+// Linear layers and quantised weight formats.  y[n, o] = sum_i x[n, i] * W[o, i]  (no bias in V4).
+// W is read in its checkpoint format and dequantised inside the op:
+//   fp8 block:  W[o, i] = fp8(q[o, i]) * scale[o / 128, i / 128]   (scale e8m0 or f32)
+//   fp4 group:  W[o, i] = fp4(q[o, i]) * scale[o, i / 32]          (two values per byte, low nibble first)
+#pragma once
+
+#include "ops/op_common.h"
+
+namespace di::ops {
+
+enum class WeightFormat : uint8_t { kDense, kFp8Block, kFp4Group };
+
+inline constexpr int64_t kFp8Block = 128;
+inline constexpr int64_t kFp4Group = 32;
+
+struct QWeight {
+    WeightFormat format = WeightFormat::kDense;
+    TensorView data;   // dense f32|bf16|f16 [out, in]; fp8 f8_e4m3 [out, in]; fp4 fp4x2 [out, in/2]
+    TensorView scale;  // fp8 e8m0|f32 [ceil(out/128), ceil(in/128)]; fp4 e8m0|f32 [out, in/32]; dense: empty
+    int64_t out_dim = 0;
+    int64_t in_dim = 0;
+
+    bool empty() const { return data.empty(); }
+    // Output rows [begin, begin + n); fp8 needs begin and n on 128-row block boundaries (or n reaching the end).
+    QWeight rows(int64_t begin, int64_t n) const;
+    // Dequantised element, f32 (reference path and tests).
+    float at(int64_t o, int64_t i) const;
+};
+
+struct LinearArgs {
+    TensorView x;  // f32 [n, in], unit last stride, any row stride
+    QWeight w;     // [out, in]
+    TensorView y;  // f32 [n, out], unit last stride, any row stride
+    template <class F>
+    void visit(F&& f) {
+        DI_VISIT(f, x, Role::kIn);
+        DI_VISIT(f, y, Role::kOut);
+    }
+};
+void check(const LinearArgs& a);
+
+}  // namespace di::ops

@@ -1,0 +1,61 @@
+// Mixture of experts: routing and the routed experts.
+//   route (score-routed): s = phi(logits); ids = top-k of (s + bias); w = s[ids] / (sum + 1e-20) * scaling
+//   route (hash-routed):  ids = tid2eid[token];                        w likewise from s = phi(logits)
+//   phi = sqrt(softplus) | sigmoid.  Tie rule for top-k: lower expert id first.
+//   moe: out[t] = sum over slots j of w[t, j] * W2_e (swiglu(W1_e x, W3_e x)),  e = ids[t, j], summed in slot order
+// ref: transformers 5.17 DeepseekV4TopKRouter / DeepseekV4HashRouter / DeepseekV4Experts (grouped_mm).
+#pragma once
+
+#include "ops/linear.h"
+#include "ops/op_common.h"
+
+namespace di::ops {
+
+enum class ScoreFunc : uint8_t { kSqrtSoftplus, kSigmoid };
+
+struct RouteArgs {
+    TensorView logits;   // f32 [n, n_experts]
+    TensorView bias;     // f32 [n_experts] selection bias (score-routed), or empty
+    TensorView tid2eid;  // i64|i32 [vocab_size, n_experts_active] (hash-routed), or empty
+    TensorView tokens;   // i32 [n] (hash-routed)
+    TensorView ids;      // i32 [n, n_experts_active] out
+    TensorView weights;  // f32 [n, n_experts_active] out
+    ScoreFunc func = ScoreFunc::kSqrtSoftplus;
+    float scaling = 1.0f;  // routed_scaling_factor
+    template <class F>
+    void visit(F&& f) {
+        DI_VISIT(f, logits, Role::kIn);
+        DI_VISIT(f, bias, Role::kIn);
+        DI_VISIT(f, tid2eid, Role::kIn);
+        DI_VISIT(f, tokens, Role::kIn);
+        DI_VISIT(f, ids, Role::kOut);
+        DI_VISIT(f, weights, Role::kOut);
+    }
+};
+void check(const RouteArgs& a);
+
+struct ExpertWeights {
+    QWeight w1;  // gate [moe_dim, hidden_dim]
+    QWeight w3;  // up   [moe_dim, hidden_dim]
+    QWeight w2;  // down [hidden_dim, moe_dim]
+};
+
+struct MoeArgs {
+    TensorView x;                         // f32 [n, hidden_dim]
+    TensorView ids;                       // i32 [n, k]
+    TensorView weights;                   // f32 [n, k]
+    const ExpertWeights* experts = nullptr;  // host array [n_experts] of views on the backend's device
+    int64_t n_experts = 0;
+    TensorView out;                       // f32 [n, hidden_dim]
+    float limit = 0;                      // swiglu_limit
+    template <class F>
+    void visit(F&& f) {
+        DI_VISIT(f, x, Role::kIn);
+        DI_VISIT(f, ids, Role::kIn);
+        DI_VISIT(f, weights, Role::kIn);
+        DI_VISIT(f, out, Role::kOut);
+    }
+};
+void check(const MoeArgs& a);
+
+}  // namespace di::ops
