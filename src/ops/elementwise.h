@@ -1,7 +1,7 @@
 // Small element-wise ops: embedding gather, add, clamped SwiGLU.
 //   embed:  out[t, :] = table[tokens[t], :]
 //   add:    out = a + b
-//   swiglu: out = silu(min(gate, L)) * clamp(up, -L, L)      (L = swiglu_limit; L <= 0 disables the clamp)
+//   swiglu: out = silu(min(gate, L)) * clamp(up, -L, L)      (L = swiglu_limit; +inf disables the clamp)
 #pragma once
 
 #include "ops/op_common.h"

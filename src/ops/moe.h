@@ -47,7 +47,7 @@ struct MoeArgs {
     const ExpertWeights* experts = nullptr;  // host array [n_experts] of views on the backend's device
     int64_t n_experts = 0;
     TensorView out;                       // f32 [n, hidden_dim]
-    float limit = 0;                      // swiglu_limit
+    float limit = 0;                      // swiglu_limit (+inf: no clamp)
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, x, Role::kIn);

@@ -1,0 +1,90 @@
+// Reference MoE: routing (hash / score top-k) and the routed experts with clamped SwiGLU.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "ops/ref/ref_backend_impl.h"
+
+namespace di::ops {
+namespace {
+
+double score_fn(ScoreFunc f, double x) {
+    if (f == ScoreFunc::kSigmoid) return 1.0 / (1.0 + std::exp(-x));
+    const double softplus = x > 20.0 ? x : std::log1p(std::exp(x));  // torch softplus threshold 20
+    return std::sqrt(softplus);
+}
+
+}  // namespace
+
+// ref: transformers 5.17 DeepseekV4TopKRouter / DeepseekV4HashRouter
+void RefBackend::route(const RouteArgs& a) {
+    check(a);
+    const int64_t n = a.logits.shape[0], E = a.logits.shape[1], k = a.ids.shape[1];
+    std::vector<double> score(size_t(E)), key(size_t(E));
+    std::vector<int64_t> order(size_t(E));
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t e = 0; e < E; ++e) {
+            score[size_t(e)] = float(score_fn(a.func, row_f32(a.logits, t)[e]));
+            key[size_t(e)] = float(score[size_t(e)] + (a.bias.empty() ? 0.0f : a.bias.ptr<float>()[e]));
+        }
+        int32_t* ids = a.ids.ptr<int32_t>() + t * a.ids.stride[0];
+        if (!a.tid2eid.empty()) {
+            const int64_t tok = a.tokens.ptr<int32_t>()[t];
+            DI_CHECK(tok >= 0 && tok < a.tid2eid.shape[0], "token {} outside tid2eid rows {}", tok,
+                     a.tid2eid.shape[0]);
+            for (int64_t j = 0; j < k; ++j) {
+                const int64_t i = tok * a.tid2eid.stride[0] + j;
+                const int64_t e = a.tid2eid.dtype == DType::kI64 ? a.tid2eid.ptr<int64_t>()[i]
+                                                                  : a.tid2eid.ptr<int32_t>()[i];
+                DI_CHECK(e >= 0 && e < E, "tid2eid[{}] = {} outside {} experts", tok, e, E);
+                ids[j] = int32_t(e);
+            }
+        } else {
+            std::iota(order.begin(), order.end(), 0);
+            std::stable_sort(order.begin(), order.end(),
+                             [&](int64_t x, int64_t y) { return key[size_t(x)] > key[size_t(y)]; });
+            for (int64_t j = 0; j < k; ++j) ids[j] = int32_t(order[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += score[size_t(ids[j])];
+        float* w = a.weights.ptr<float>() + t * a.weights.stride[0];
+        for (int64_t j = 0; j < k; ++j) w[j] = float(score[size_t(ids[j])] / (sum + 1e-20) * a.scaling);
+    }
+}
+
+// ref: transformers 5.17 DeepseekV4Experts: per (token, slot) down(swiglu(gate, up)) * w, summed in slot order
+void RefBackend::moe(const MoeArgs& a) {
+    check(a);
+    const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1];
+    for (int64_t t = 0; t < n; ++t) {
+        std::vector<double> acc(size_t(D), 0.0);
+        const float* x = row_f32(a.x, t);
+        for (int64_t j = 0; j < k; ++j) {
+            const int32_t e = a.ids.ptr<int32_t>()[t * a.ids.stride[0] + j];
+            DI_CHECK(e >= 0 && e < a.n_experts, "expert id {} outside {}", e, a.n_experts);
+            const ExpertWeights& ew = a.experts[e];
+            const int64_t I = ew.w1.out_dim;
+            std::vector<float> h(size_t(I));
+            for (int64_t r = 0; r < I; ++r) {
+                double g = 0, u = 0;
+                for (int64_t c = 0; c < D; ++c) {
+                    g += double(x[c]) * ew.w1.at(r, c);
+                    u += double(x[c]) * ew.w3.at(r, c);
+                }
+                const float gc = std::min(float(g), a.limit), uc = std::clamp(float(u), -a.limit, a.limit);
+                h[size_t(r)] = float(double(gc) / (1.0 + std::exp(-double(gc))) * double(uc));
+            }
+            const double w = a.weights.ptr<float>()[t * a.weights.stride[0] + j];
+            for (int64_t c = 0; c < D; ++c) {
+                double d = 0;
+                for (int64_t r = 0; r < I; ++r) d += double(h[size_t(r)]) * ew.w2.at(c, r);
+                acc[size_t(c)] += float(d) * w;
+            }
+        }
+        float* out = row_f32(a.out, t);
+        for (int64_t c = 0; c < D; ++c) out[c] = float(acc[size_t(c)]);
+    }
+}
+
+}  // namespace di::ops
