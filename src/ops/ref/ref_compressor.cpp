@@ -19,7 +19,7 @@ void RefBackend::compress(const CompressArgs& a) {
         logit = gate[c] + row_f32(a.bias, q % rate)[c];
     };
     const int64_t n_slots = a.overlap ? 2 * rate : rate;
-    std::vector<float> val(size_t(n_slots)), logit(size_t(n_slots));
+    std::vector<float> val(static_cast<size_t>(n_slots)), logit(static_cast<size_t>(n_slots));
     for (int64_t e = 0; e < n_new; ++e) {
         const int64_t w = first_w + e;
         for (int64_t c = 0; c < d; ++c) {
