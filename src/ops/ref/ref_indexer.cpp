@@ -13,8 +13,8 @@ void RefBackend::indexer_topk(const IndexerTopkArgs& a) {
     check(a);
     const int64_t L = a.q.shape[0], H = a.q.shape[1], dim = a.q.shape[2], T = a.keys.shape[0];
     const int64_t k = a.picks.shape[1];
-    std::vector<double> score(size_t(T));
-    std::vector<int64_t> order(size_t(T));
+    std::vector<double> score(static_cast<size_t>(T));
+    std::vector<int64_t> order(static_cast<size_t>(T));
     for (int64_t t = 0; t < L; ++t) {
         const int64_t visible = (a.pos0 + t + 1) / a.rate;
         for (int64_t w = 0; w < T; ++w) {

@@ -8,7 +8,7 @@ namespace di::ops {
 void RefBackend::linear(const LinearArgs& a) {
     check(a);
     const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
-    std::vector<float> wrow(size_t(in));
+    std::vector<float> wrow(static_cast<size_t>(in));
     for (int64_t o = 0; o < out; ++o) {
         for (int64_t i = 0; i < in; ++i) wrow[size_t(i)] = a.w.at(o, i);
         for (int64_t r = 0; r < n; ++r) {

@@ -47,7 +47,7 @@ void RefBackend::mhc_pre(const MhcPreArgs& a) {
     const float* scale = a.scale.ptr<float>();
     for (int64_t t = 0; t < a.streams.shape[0]; ++t) {
         const std::vector<double> mix = hc_mix(a.streams, t, a.fn, a.norm_eps);
-        std::vector<double> pre(size_t(hc));
+        std::vector<double> pre(static_cast<size_t>(hc));
         for (int64_t i = 0; i < hc; ++i) {
             pre[size_t(i)] = float(sigmoid(mix[size_t(i)] * scale[0] + base[i]) + a.hc_eps);
             a.post.ptr<float>()[t * a.post.stride[0] + i] =
@@ -114,7 +114,7 @@ void RefBackend::hc_head(const HcHeadArgs& a) {
     const int64_t hc = a.streams.shape[1];
     for (int64_t t = 0; t < a.streams.shape[0]; ++t) {
         const std::vector<double> mix = hc_mix(a.streams, t, a.fn, a.norm_eps);
-        std::vector<double> pre(size_t(hc));
+        std::vector<double> pre(static_cast<size_t>(hc));
         for (int64_t i = 0; i < hc; ++i)
             pre[size_t(i)] = float(sigmoid(mix[size_t(i)] * a.scale.ptr<float>()[0] + a.base.ptr<float>()[i]) + a.hc_eps);
         collapse(a.streams, t, pre, row_f32(a.out, t));

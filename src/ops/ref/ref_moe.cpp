@@ -21,8 +21,8 @@ double score_fn(ScoreFunc f, double x) {
 void RefBackend::route(const RouteArgs& a) {
     check(a);
     const int64_t n = a.logits.shape[0], E = a.logits.shape[1], k = a.ids.shape[1];
-    std::vector<double> score(size_t(E)), key(size_t(E));
-    std::vector<int64_t> order(size_t(E));
+    std::vector<double> score(static_cast<size_t>(E)), key(static_cast<size_t>(E));
+    std::vector<int64_t> order(static_cast<size_t>(E));
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t e = 0; e < E; ++e) {
             score[size_t(e)] = float(score_fn(a.func, row_f32(a.logits, t)[e]));
@@ -65,7 +65,7 @@ void RefBackend::moe(const MoeArgs& a) {
             DI_CHECK(e >= 0 && e < a.n_experts, "expert id {} outside {}", e, a.n_experts);
             const ExpertWeights& ew = a.experts[e];
             const int64_t I = ew.w1.out_dim;
-            std::vector<float> h(size_t(I));
+            std::vector<float> h(static_cast<size_t>(I));
             for (int64_t r = 0; r < I; ++r) {
                 double g = 0, u = 0;
                 for (int64_t c = 0; c < D; ++c) {
