@@ -1,0 +1,21 @@
+// JSON text -> nlohmann::json as a Result: a parse error becomes a one-line message naming the source.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace di::io {
+
+// Parses `text`; errors read "<source>: invalid JSON: <parser message>". When `duplicate_top_key` is given,
+// the first key that occurs twice in the top-level object is stored there (the parse itself keeps the last).
+Result<nlohmann::json> parse_json_text(std::string_view text, const std::string& source,
+                                       std::string* duplicate_top_key = nullptr);
+
+// Short description of a JSON value's type and value for error messages: "integer 5", "string \"x\"".
+std::string describe_json(const nlohmann::json& v);
+
+}  // namespace di::io
