@@ -1,0 +1,287 @@
+// DeepSeek-V4 forward (spec section 3; ref: transformers 5.17 DeepseekV4Model). Reads top to bottom:
+// embed -> per layer (mHC, attention, mHC, MoE) -> hc head -> norm -> lm head.
+#include "model/deepseek_v4.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace di::model {
+
+using namespace di::ops;
+
+struct DeepseekV4::Step {
+    std::span<const SeqChunk> chunks;
+    int64_t n = 0;                 // tokens in the step
+    std::vector<int64_t> row0;     // first row of each chunk
+    std::vector<int64_t> len;      // tokens of each chunk
+    std::vector<int64_t> pos0;     // position of each chunk's first token
+    TensorView tokens;             // i32 [n]
+    TensorView positions;          // i32 [n]
+    TensorView streams, spare;     // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
+    TensorView x, post, comb;      // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
+};
+
+namespace {
+
+TensorView upload_i32(Workspace& ws, Backend& be, const std::vector<int32_t>& host) {
+    TensorView dst = ws.take(DType::kI32, {int64_t(host.size())});
+    TensorView src = TensorView::contiguous(const_cast<int32_t*>(host.data()), DType::kI32, {int64_t(host.size())});
+    be.copy(dst, src);
+    return dst;
+}
+
+// Columns [c0, c0 + width) of a 2-d row-major view.
+TensorView columns(const TensorView& v, int64_t c0, int64_t width) {
+    TensorView r = v;
+    r.data = static_cast<char*>(v.data) + c0 * int64_t(dtype_size(v.dtype));
+    r.shape[1] = width;
+    return r;
+}
+
+TensorView as3d(const TensorView& v, int64_t a, int64_t b, int64_t c) { return v.reshape({a, b, c}); }
+
+}  // namespace
+
+DeepseekV4::DeepseekV4(ModelConfig cfg, ModelWeights weights, Backend& backend)
+    : cfg_(std::move(cfg)), w_(std::move(weights)), be_(&backend), ws_(backend.allocator()) {
+    auto table = [&](const RopeTable& t, Tensor& dst, float& mscale) {
+        RopeFreqs f = rope_freqs(t, cfg_.rope_dim, cfg_.max_position_embeddings);
+        dst = Tensor(be_->allocator(), DType::kF32, {int64_t(f.inv_freq.size())});
+        be_->copy(dst.view(), TensorView::contiguous(f.inv_freq.data(), DType::kF32, {int64_t(f.inv_freq.size())}));
+        mscale = f.mscale;
+    };
+    table(cfg_.rope_main, inv_freq_main_, mscale_main_);
+    table(cfg_.rope_compress, inv_freq_compress_, mscale_compress_);
+}
+
+std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
+    const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult, V = cfg_.vocab_size;
+    const float eps = float(cfg_.rms_norm_eps);
+    ws_.reset();
+    Step s;
+    s.chunks = chunks;
+    std::vector<int32_t> tokens, positions;
+    for (const SeqChunk& c : chunks) {
+        s.row0.push_back(s.n);
+        s.len.push_back(int64_t(c.tokens.size()));
+        s.pos0.push_back(c.state->n_tokens());
+        DI_CHECK(c.state->n_tokens() + int64_t(c.tokens.size()) <= c.state->capacity(), "sequence over capacity {}",
+                 c.state->capacity());
+        for (size_t i = 0; i < c.tokens.size(); ++i) {
+            tokens.push_back(c.tokens[i]);
+            positions.push_back(int32_t(c.state->n_tokens() + int64_t(i)));
+        }
+        s.n += int64_t(c.tokens.size());
+    }
+    s.tokens = upload_i32(ws_, *be_, tokens);
+    s.positions = upload_i32(ws_, *be_, positions);
+    s.streams = ws_.take(DType::kF32, {s.n, hc, D});
+    s.spare = ws_.take(DType::kF32, {s.n, hc, D});
+    s.x = ws_.take(DType::kF32, {s.n, D});
+    s.post = ws_.take(DType::kF32, {s.n, hc});
+    s.comb = ws_.take(DType::kF32, {s.n, hc, hc});
+
+    be_->set_scope("embed");
+    for (int64_t j = 0; j < hc; ++j) {  // every stream starts as the embedding
+        TensorView stream_j = s.streams.reshape({s.n, hc * D});
+        be_->embed({s.tokens, w_.embed, columns(stream_j, j * D, D)});
+    }
+    for (int l = 0; l < int(cfg_.n_layers); ++l) {
+        attention_layer(l, s);
+        ffn_layer(l, s);
+    }
+
+    be_->set_scope("head");
+    TensorView h = ws_.take(DType::kF32, {s.n, D});
+    be_->hc_head({s.streams, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, h, eps, float(cfg_.hc_eps)});
+    be_->rms_norm({h, w_.norm, h, eps});
+    std::vector<int64_t> rows;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+        if (chunks[c].all_logits)
+            for (int64_t i = 0; i < s.len[c]; ++i) rows.push_back(s.row0[c] + i);
+        else if (s.len[c] > 0)
+            rows.push_back(s.row0[c] + s.len[c] - 1);
+    }
+    const int64_t m = int64_t(rows.size());
+    TensorView sel = h;
+    if (m != s.n) {
+        sel = ws_.take(DType::kF32, {m, D});
+        for (int64_t i = 0; i < m; ++i) be_->copy(sel.rows(i, 1), h.rows(rows[size_t(i)], 1));
+    }
+    TensorView logits = ws_.take(DType::kF32, {m, V});
+    be_->linear({sel, w_.head, logits});
+    std::vector<float> out(size_t(m * V));
+    be_->copy(TensorView::contiguous(out.data(), DType::kF32, {m, V}), logits);
+    be_->synchronize();
+    for (size_t c = 0; c < chunks.size(); ++c) chunks[c].state->advance(s.len[c]);
+    return out;
+}
+
+void DeepseekV4::compress_into(const CompressorWeights& cw, int l, bool index, Step& s, const TensorView& y,
+                               int64_t rate, bool overlap, int64_t d, const RopeArgs& rope_proto,
+                               std::vector<int64_t>& n_entries) {
+    const int64_t width = overlap ? 2 * d : d;
+    TensorView kv = ws_.take(DType::kF32, {s.n, width});
+    TensorView gate = ws_.take(DType::kF32, {s.n, width});
+    be_->linear({y, cw.wkv, kv});
+    be_->linear({y, cw.wgate, gate});
+    n_entries.assign(s.chunks.size(), 0);
+    for (size_t c = 0; c < s.chunks.size(); ++c) {
+        LayerState& ls = s.chunks[c].state->layer(l);
+        CompressorState& st = index ? ls.index : ls.comp;
+        const int64_t L = s.len[c], pos0 = s.pos0[c], before = pos0 / rate;
+        const int64_t n_new = CompressArgs::n_new(pos0, L, rate);
+        TensorView out = st.entries.rows(before, n_new);
+        be_->compress({kv.rows(s.row0[c], L), gate.rows(s.row0[c], L), cw.ape, st.buf_kv, st.buf_gate, st.ovl_kv,
+                       st.ovl_gate, out, pos0, rate, overlap});
+        n_entries[c] = before + n_new;
+        if (n_new == 0) continue;
+        be_->rms_norm({out, cw.norm, out, float(cfg_.rms_norm_eps)});
+        std::vector<int32_t> entry_pos;  // an entry sits at the first position of its window
+        for (int64_t i = 0; i < n_new; ++i) entry_pos.push_back(int32_t((before + i) * rate));
+        RopeArgs r = rope_proto;
+        r.x = as3d(out, n_new, 1, d);
+        r.positions = upload_i32(ws_, *be_, entry_pos);
+        be_->rope(r);
+    }
+}
+
+void DeepseekV4::attention_layer(int l, Step& s) {
+    const LayerWeights& lw = w_.layers[size_t(l)];
+    const AttentionWeights& aw = lw.attn;
+    const AttnType type = cfg_.attn_types[size_t(l)];
+    const int64_t n = s.n, D = cfg_.hidden_dim, H = cfg_.n_heads, hd = cfg_.head_dim;
+    const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank;
+    const float eps = float(cfg_.rms_norm_eps);
+    const bool sliding = type == AttnType::kSliding, csa = type == AttnType::kCsa;
+    const RopeArgs rope_proto = sliding ? RopeArgs{{}, s.positions, inv_freq_main_, mscale_main_, false}
+                                        : RopeArgs{{}, s.positions, inv_freq_compress_, mscale_compress_, false};
+
+    be_->set_scope(fmt::format("layer {} / attention", l));
+    be_->mhc_pre({s.streams, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, s.x, s.post, s.comb, eps,
+                  float(cfg_.hc_eps), int(cfg_.hc_sinkhorn_iters)});
+    TensorView y = ws_.take(DType::kF32, {n, D});
+    be_->rms_norm({s.x, lw.attn_norm, y, eps});
+    TensorView qr = ws_.take(DType::kF32, {n, cfg_.q_lora_rank});  // q residual, also feeds the indexer
+    be_->linear({y, aw.wq_a, qr});
+    be_->rms_norm({qr, aw.q_norm, qr, eps});
+    TensorView q = ws_.take(DType::kF32, {n, H * hd});
+    be_->linear({qr, aw.wq_b, q});
+    be_->rms_norm({q.reshape({n * H, hd}), {}, q.reshape({n * H, hd}), eps});  // per head, unweighted
+    RopeArgs rq = rope_proto;
+    rq.x = as3d(q, n, H, hd);  // [n, H, hd]
+    be_->rope(rq);
+    TensorView kv = ws_.take(DType::kF32, {n, hd});
+    be_->linear({y, aw.wkv, kv});
+    be_->rms_norm({kv, aw.kv_norm, kv, eps});
+    RopeArgs rkv = rope_proto;
+    rkv.x = as3d(kv, n, 1, hd);
+    be_->rope(rkv);
+
+    std::vector<int64_t> n_comp(s.chunks.size(), 0), n_index;
+    std::vector<TensorView> picks(s.chunks.size());
+    if (!sliding) {
+        be_->set_scope(fmt::format("layer {} / compressor", l));
+        compress_into(aw.compressor, l, false, s, y, cfg_.compress_rate(l), csa, hd, rope_proto, n_comp);
+    }
+    if (csa) {
+        be_->set_scope(fmt::format("layer {} / indexer", l));
+        const int64_t nIH = cfg_.index_heads, ihd = cfg_.index_dim;
+        compress_into(aw.index_compressor, l, true, s, y, cfg_.csa_rate, true, ihd, rope_proto, n_index);
+        TensorView qi = ws_.take(DType::kF32, {n, nIH * ihd});
+        be_->linear({qr, aw.index_wq_b, qi});
+        RopeArgs ri = rope_proto;
+        ri.x = as3d(qi, n, nIH, ihd);
+        be_->rope(ri);
+        TensorView iw = ws_.take(DType::kF32, {n, nIH});
+        be_->linear({y, aw.index_weights_proj, iw});
+        for (size_t c = 0; c < s.chunks.size(); ++c) {
+            const int64_t T = n_index[c], L = s.len[c];
+            if (T == 0 || L == 0) continue;
+            picks[c] = ws_.take(DType::kI32, {L, std::min(cfg_.index_topk, T)});
+            const TensorView keys = s.chunks[c].state->layer(l).index.entries.rows(0, T);
+            be_->indexer_topk({as3d(qi, n, nIH, ihd).rows(s.row0[c], L), iw.rows(s.row0[c], L), keys, picks[c],
+                               s.pos0[c], cfg_.csa_rate, float(1.0 / std::sqrt(double(nIH))),
+                               float(1.0 / std::sqrt(double(ihd)))});
+        }
+    }
+
+    be_->set_scope(fmt::format("layer {} / attention", l));
+    TensorView o = ws_.take(DType::kF32, {n, H, hd});
+    const TensorView q3 = as3d(q, n, H, hd);
+    for (size_t c = 0; c < s.chunks.size(); ++c) {
+        const int64_t L = s.len[c], pos0 = s.pos0[c];
+        if (L == 0) continue;
+        LayerState& ls = s.chunks[c].state->layer(l);
+        AttentionArgs a;
+        a.q = q3.rows(s.row0[c], L);
+        a.ring = ls.ring;
+        a.kv = kv.rows(s.row0[c], L);
+        a.sinks = aw.sinks;
+        a.out = o.rows(s.row0[c], L);
+        a.pos0 = pos0;
+        a.n_cached = std::min(pos0, cfg_.window - 1);
+        a.window = cfg_.window;
+        a.scale = float(1.0 / std::sqrt(double(hd)));
+        if (n_comp[c] > 0) {
+            a.comp = ls.comp.entries.rows(0, n_comp[c]);
+            a.comp_mask = csa ? CompMask::kPicks : CompMask::kCausal;
+            a.rate = cfg_.compress_rate(l);
+            if (csa) a.picks = picks[c];
+            if (csa && picks[c].empty()) a.comp_mask = CompMask::kNone;
+        }
+        be_->attention(a);
+        be_->window_store({a.kv, ls.ring, pos0});
+    }
+    RopeArgs ro = rope_proto;  // inverse rotation of the output at the query positions
+    ro.x = o;
+    ro.inverse = true;
+    be_->rope(ro);
+
+    // Grouped low-rank output projection: group g's (H/G)*hd channels -> R, then wo_b.
+    TensorView o2 = o.reshape({n, H * hd});
+    TensorView u = ws_.take(DType::kF32, {n, G * R});
+    const int64_t gw = H * hd / G;
+    for (int64_t g = 0; g < G; ++g) be_->linear({columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)});
+    TensorView a = ws_.take(DType::kF32, {n, D});
+    be_->linear({u, aw.wo_b, a});
+    be_->mhc_post({s.streams, a, s.post, s.comb, s.spare});
+    std::swap(s.streams, s.spare);
+}
+
+void DeepseekV4::ffn_layer(int l, Step& s) {
+    const LayerWeights& lw = w_.layers[size_t(l)];
+    const FfnWeights& fw = lw.ffn;
+    const int64_t n = s.n, D = cfg_.hidden_dim, I = cfg_.moe_dim, k = cfg_.n_experts_active;
+    const float eps = float(cfg_.rms_norm_eps);
+    const float limit = cfg_.swiglu_limit > 0 ? float(cfg_.swiglu_limit) : std::numeric_limits<float>::infinity();
+
+    be_->set_scope(fmt::format("layer {} / moe", l));
+    be_->mhc_pre({s.streams, lw.hc_ffn.fn, lw.hc_ffn.base, lw.hc_ffn.scale, s.x, s.post, s.comb, eps,
+                  float(cfg_.hc_eps), int(cfg_.hc_sinkhorn_iters)});
+    TensorView y = ws_.take(DType::kF32, {n, D});
+    be_->rms_norm({s.x, lw.ffn_norm, y, eps});
+    TensorView logits = ws_.take(DType::kF32, {n, cfg_.n_experts});
+    be_->linear({y, fw.gate, logits});
+    TensorView ids = ws_.take(DType::kI32, {n, k});
+    TensorView weights = ws_.take(DType::kF32, {n, k});
+    const bool hash = cfg_.moe_types[size_t(l)] == MoeType::kHash;
+    be_->route({logits, hash ? TensorView{} : fw.gate_bias, hash ? fw.tid2eid : TensorView{}, s.tokens, ids, weights,
+                cfg_.score_func == ScoreFunc::kSigmoid ? ops::ScoreFunc::kSigmoid : ops::ScoreFunc::kSqrtSoftplus,
+                float(cfg_.routed_scaling_factor)});
+    TensorView routed = ws_.take(DType::kF32, {n, D});
+    be_->moe({y, ids, weights, fw.experts.data(), int64_t(fw.experts.size()), routed, limit});
+    TensorView gate = ws_.take(DType::kF32, {n, I});
+    TensorView up = ws_.take(DType::kF32, {n, I});
+    be_->linear({y, fw.shared.w1, gate});
+    be_->linear({y, fw.shared.w3, up});
+    be_->swiglu({gate, up, gate, limit});
+    TensorView shared = ws_.take(DType::kF32, {n, D});
+    be_->linear({gate, fw.shared.w2, shared});
+    be_->add({routed, shared, routed});
+    be_->mhc_post({s.streams, routed, s.post, s.comb, s.spare});
+    std::swap(s.streams, s.spare);
+}
+
+}  // namespace di::model

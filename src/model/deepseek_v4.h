@@ -1,0 +1,53 @@
+// The DeepSeek-V4 forward pass, written once against ops::Backend. A step runs one chunk of tokens for
+// each of several sequences: every chunk is appended to its sequence's state (full prefill, chunked
+// prefill and decode are the same code), linears and MoE run batched over all tokens of the step.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/config.h"
+#include "model/seq_state.h"
+#include "model/weights.h"
+#include "model/workspace.h"
+#include "ops/backend.h"
+
+namespace di::model {
+
+struct SeqChunk {
+    SeqState* state = nullptr;
+    std::span<const int32_t> tokens;  // appended at positions state->n_tokens() ...
+    bool all_logits = false;          // logits for every token, else only for the last one
+};
+
+class DeepseekV4 {
+public:
+    DeepseekV4(ModelConfig cfg, ModelWeights weights, ops::Backend& backend);
+
+    const ModelConfig& config() const { return cfg_; }
+    const ModelWeights& weights() const { return w_; }
+    ops::Backend& backend() { return *be_; }
+
+    // Runs one step. Returns host f32 logits [rows, vocab_size]: for each chunk in order, all of its tokens
+    // or just its last. Token ids must be in range and chunks must fit their states (checked by callers).
+    std::vector<float> forward(std::span<const SeqChunk> chunks);
+
+private:
+    struct Step;  // per-step views (defined in the .cpp)
+    void attention_layer(int l, Step& s);
+    void ffn_layer(int l, Step& s);
+    // Projects, pools and stores compressed entries for every chunk; n_entries[c] = entries after the step.
+    void compress_into(const CompressorWeights& cw, int layer, bool index, Step& s, const TensorView& y,
+                       int64_t rate, bool overlap, int64_t d, const ops::RopeArgs& rope_proto,
+                       std::vector<int64_t>& n_entries);
+
+    ModelConfig cfg_;
+    ModelWeights w_;
+    ops::Backend* be_;
+    Workspace ws_;
+    Tensor inv_freq_main_, inv_freq_compress_;  // f32 [rope_dim / 2] on the device
+    float mscale_main_ = 1.0f, mscale_compress_ = 1.0f;
+};
+
+}  // namespace di::model

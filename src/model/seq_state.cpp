@@ -1,0 +1,65 @@
+#include "model/seq_state.h"
+
+namespace di::model {
+namespace {
+
+// Calls f(view_slot, rows, cols) for every tensor of one sequence's state in a fixed order.
+template <class F>
+void for_each_tensor(const ModelConfig& c, int64_t capacity, std::vector<LayerState>* layers, F&& f) {
+    for (int l = 0; l < int(c.n_layers); ++l) {
+        LayerState* ls = layers ? &(*layers)[size_t(l)] : nullptr;
+        f(ls ? &ls->ring : nullptr, c.window - 1, c.head_dim);
+        const AttnType t = c.attn_types[size_t(l)];
+        if (t == AttnType::kSliding) continue;
+        const bool csa = t == AttnType::kCsa;
+        const int64_t rate = c.compress_rate(l);
+        auto compressor = [&](CompressorState* s, int64_t d) {
+            const int64_t width = csa ? 2 * d : d;
+            f(s ? &s->buf_kv : nullptr, rate, width);
+            f(s ? &s->buf_gate : nullptr, rate, width);
+            if (csa) {
+                f(s ? &s->ovl_kv : nullptr, rate, d);
+                f(s ? &s->ovl_gate : nullptr, rate, d);
+            }
+            f(s ? &s->entries : nullptr, capacity / rate, d);
+        };
+        compressor(ls ? &ls->comp : nullptr, c.head_dim);
+        if (csa) compressor(ls ? &ls->index : nullptr, c.index_dim);
+    }
+}
+
+}  // namespace
+
+int64_t StateSize::bytes_for(int64_t capacity) const { return fixed_bytes + int64_t(bytes_per_token * double(capacity)); }
+
+StateSize state_size(const ModelConfig& c) {
+    StateSize s;
+    const int64_t probe = 1 << 20;  // entries scale exactly with capacity / rate
+    int64_t at0 = 0, at_probe = 0;
+    for_each_tensor(c, 0, nullptr, [&](TensorView*, int64_t r, int64_t col) { at0 += r * col * 4; });
+    for_each_tensor(c, probe, nullptr, [&](TensorView*, int64_t r, int64_t col) { at_probe += r * col * 4; });
+    s.fixed_bytes = at0;
+    s.bytes_per_token = double(at_probe - at0) / double(probe);
+    return s;
+}
+
+SeqState::SeqState(const ModelConfig& c, ops::Backend& backend, int64_t capacity)
+    : layers_(size_t(c.n_layers)), backend_(&backend), capacity_(capacity) {
+    int64_t floats = 0;
+    for_each_tensor(c, capacity, nullptr, [&](TensorView*, int64_t r, int64_t col) { floats += r * col; });
+    bytes_ = floats * 4;
+    mem_ = Tensor(backend.allocator(), DType::kF32, {floats});
+    float* p = mem_.view().ptr<float>();
+    for_each_tensor(c, capacity, &layers_, [&](TensorView* v, int64_t r, int64_t col) {
+        *v = TensorView::contiguous(p, DType::kF32, {r, col}, mem_.view().device);
+        p += r * col;
+    });
+    reset();
+}
+
+void SeqState::reset() {
+    n_tokens_ = 0;
+    backend_->fill_zero(mem_.view());
+}
+
+}  // namespace di::model

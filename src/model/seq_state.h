@@ -1,0 +1,54 @@
+// Per-sequence state of DeepSeek-V4 (spec section 7): per layer the sliding-window K=V ring (window - 1
+// rows), and for compressed layers the open-window compressor buffers, the CSA overlap, the compressed
+// entries and, for CSA, the same four items of the lightning indexer. One allocation per sequence, sized
+// for `capacity` tokens: fixed bytes + capacity / rate entries, never O(capacity) full KV.
+#pragma once
+
+#include <vector>
+
+#include "model/config.h"
+#include "ops/backend.h"
+
+namespace di::model {
+
+struct CompressorState {
+    TensorView buf_kv, buf_gate;  // f32 [rate, width]
+    TensorView ovl_kv, ovl_gate;  // f32 [rate, d] (CSA only)
+    TensorView entries;           // f32 [capacity / rate, d]
+};
+
+struct LayerState {
+    TensorView ring;           // f32 [window - 1, head_dim]
+    CompressorState comp;      // CSA, HCA
+    CompressorState index;     // CSA
+};
+
+// Byte accounting of one sequence's state.
+struct StateSize {
+    int64_t fixed_bytes = 0;      // independent of length: rings, buffers, overlaps
+    double bytes_per_token = 0;   // compressed entries (amortised: d * 4 / rate per compressed layer)
+    int64_t bytes_for(int64_t capacity) const;
+};
+StateSize state_size(const ModelConfig& cfg);
+
+class SeqState {
+public:
+    SeqState(const ModelConfig& cfg, ops::Backend& backend, int64_t capacity);
+    int64_t n_tokens() const { return n_tokens_; }
+    int64_t capacity() const { return capacity_; }
+    int64_t bytes() const { return bytes_; }
+    LayerState& layer(int i) { return layers_[size_t(i)]; }
+    void advance(int64_t n) { n_tokens_ += n; }
+    // Forget everything (state memory is reused).
+    void reset();
+
+private:
+    Tensor mem_;
+    std::vector<LayerState> layers_;
+    ops::Backend* backend_;
+    int64_t n_tokens_ = 0;
+    int64_t capacity_ = 0;
+    int64_t bytes_ = 0;
+};
+
+}  // namespace di::model

@@ -1,0 +1,312 @@
+// Weight binding: finds each tensor under any accepted name, validates shape and dtype, and places it on the
+// backend's device (host backends use the mmap directly; small f32-only tensors are converted once).
+#include "model/weights.h"
+
+#include <set>
+
+#include <fmt/ranges.h>
+
+#include "model/weight_names.h"
+
+namespace di::model {
+namespace {
+
+using ops::QWeight;
+using ops::WeightFormat;
+using Shape = std::vector<int64_t>;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+class Binder {
+public:
+    Binder(std::shared_ptr<io::Checkpoint> ck, const ModelConfig& cfg, ops::Backend& be, ModelWeights& mw)
+        : ck_(std::move(ck)), cfg_(cfg), be_(be), mw_(mw) {}
+
+    // Looks a tensor up under all candidate names; nullptr when absent.
+    const io::TensorEntry* lookup(const std::string& official) {
+        for (const auto& n : candidate_names(official))
+            if (const io::TensorEntry* e = ck_->find(n)) {
+                used_.insert(e->name);
+                return e;
+            }
+        return nullptr;
+    }
+
+    Result<const io::TensorEntry*> require(const std::string& official) {
+        if (const io::TensorEntry* e = lookup(official)) return e;
+        return make_error(ErrorCode::kFormat, "checkpoint {}: missing tensor '{}' (looked for {})", ck_->dir(),
+                          official, fmt::join(candidate_names(official), ", "));
+    }
+
+    Status check_shape(const io::TensorEntry& e, const Shape& want) {
+        if (e.shape != want)
+            return make_error(ErrorCode::kFormat, "{}: tensor '{}' has shape [{}], expected [{}]", e.file, e.name,
+                              fmt::join(e.shape, ", "), fmt::join(want, ", "));
+        return ok_status();
+    }
+
+    Result<DType> dtype_of(const io::TensorEntry& e, std::initializer_list<DType> allowed) {
+        DI_TRY(DType t, io::safetensors_dtype(e.st_dtype, e.name, e.file));
+        for (DType a : allowed)
+            if (a == t) return t;
+        std::vector<std::string_view> names;
+        for (DType a : allowed) names.push_back(dtype_name(a));
+        return make_error(ErrorCode::kFormat, "{}: tensor '{}' has dtype {}, expected {}", e.file, e.name,
+                          e.st_dtype, fmt::join(names, " or "));
+    }
+
+    // A view of `e` (interpreted as `dtype`, logical `shape`) on the backend's device.
+    TensorView place(const io::TensorEntry& e, DType dtype, const Shape& shape, bool is_param = true) {
+        TensorView host = make_view(const_cast<uint8_t*>(e.data), dtype, shape);
+        count(e, shape, is_param);
+        if (be_.allocator().device() == Device::kHost) return host;
+        Tensor t = alloc(dtype, shape);
+        be_.copy(t.view(), host);
+        mw_.owned.push_back(std::move(t));
+        return make_view(mw_.owned.back().view().data, dtype, shape);
+    }
+
+    // Float tensor converted to f32 (exact) for ops that take f32 parameters.
+    Result<TensorView> f32_param(const std::string& official, const Shape& shape) {
+        DI_TRY(const io::TensorEntry* e, require(official));
+        DI_TRY_STATUS(check_shape(*e, shape));
+        DI_TRY(DType t, dtype_of(*e, {DType::kF32, DType::kBF16, DType::kF16}));
+        if (t == DType::kF32) return place(*e, t, shape);
+        count(*e, shape, true);
+        Tensor host = Tensor(host_allocator(), DType::kF32, {int64_t(e->nbytes / dtype_size(t))});
+        for (size_t i = 0; i < e->nbytes / dtype_size(t); ++i) host.view().ptr<float>()[i] = load_float(e->data, t, int64_t(i));
+        TensorView hv = make_view(host.view().data, DType::kF32, shape);
+        if (be_.allocator().device() == Device::kHost) {
+            mw_.owned.push_back(std::move(host));
+            return hv;
+        }
+        Tensor dev = alloc(DType::kF32, shape);
+        be_.copy(dev.view(), hv);
+        mw_.owned.push_back(std::move(dev));
+        return make_view(mw_.owned.back().view().data, DType::kF32, shape);
+    }
+
+    // Float tensor in its stored dtype (norm weights, embeddings).
+    Result<TensorView> float_tensor(const std::string& official, const Shape& shape) {
+        DI_TRY(const io::TensorEntry* e, require(official));
+        DI_TRY_STATUS(check_shape(*e, shape));
+        DI_TRY(DType t, dtype_of(*e, {DType::kF32, DType::kBF16, DType::kF16}));
+        return place(*e, t, shape);
+    }
+
+    Result<TensorView> index_tensor(const std::string& official, const Shape& shape) {
+        DI_TRY(const io::TensorEntry* e, require(official));
+        DI_TRY_STATUS(check_shape(*e, shape));
+        DI_TRY(DType t, dtype_of(*e, {DType::kI64, DType::kI32}));
+        return place(*e, t, shape);
+    }
+
+    // Linear weight `base`.weight [out, in] in dense, FP8 block or FP4 group format, with its scale.
+    Result<QWeight> linear(const std::string& base, int64_t out, int64_t in) {
+        DI_TRY(const io::TensorEntry* e, require(base + ".weight"));
+        DI_TRY(DType t, dtype_of(*e, {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kI8, DType::kU8}));
+        QWeight w;
+        w.out_dim = out;
+        w.in_dim = in;
+        if (dtype_is_float(t)) {
+            DI_TRY_STATUS(check_shape(*e, {out, in}));
+            w.data = place(*e, t, {out, in});
+            return w;
+        }
+        const bool fp8 = t == DType::kF8E4M3;
+        w.format = fp8 ? WeightFormat::kFp8Block : WeightFormat::kFp4Group;
+        if (!fp8 && in % ops::kFp4Group != 0)
+            return make_error(ErrorCode::kFormat, "{}: fp4 tensor '{}' has {} inputs, not a multiple of 32", e->file,
+                              e->name, in);
+        DI_TRY_STATUS(check_shape(*e, fp8 ? Shape{out, in} : Shape{out, in / 2}));
+        const io::TensorEntry* s = lookup(base + ".scale");
+        if (!s) s = lookup(base + ".weight_scale_inv");
+        if (!s)
+            return make_error(ErrorCode::kFormat, "checkpoint {}: quantized tensor '{}' has no '{}.scale'", ck_->dir(),
+                              e->name, base);
+        const Shape sshape = fp8 ? Shape{ceil_div(out, ops::kFp8Block), ceil_div(in, ops::kFp8Block)}
+                                 : Shape{out, in / ops::kFp4Group};
+        DI_TRY_STATUS(check_shape(*s, sshape));
+        DI_TRY(DType st, dtype_of(*s, {DType::kE8M0, DType::kF32}));
+        w.data = place(*e, fp8 ? DType::kF8E4M3 : DType::kFP4x2, fp8 ? Shape{out, in} : Shape{out, in / 2});
+        w.scale = place(*s, st, sshape, /*is_param=*/false);
+        if (!fp8) mw_.stats.params += out * in / 2;  // place() counted bytes; fp4 holds two values per byte
+        return w;
+    }
+
+    Status check_unused() {
+        for (const auto& [name, e] : ck_->tensors()) {
+            if (used_.count(name)) continue;
+            if (is_ignored_tensor(name)) {
+                ++mw_.stats.skipped_tensors;
+                continue;
+            }
+            return make_error(ErrorCode::kFormat, "{}: unexpected tensor '{}' (not part of this DeepseekV4 config)",
+                              e.file, name);
+        }
+        return ok_status();
+    }
+
+private:
+    static TensorView make_view(void* data, DType dtype, const Shape& shape) {
+        TensorView v;
+        v.data = data;
+        v.dtype = dtype;
+        v.ndim = int(shape.size());
+        int64_t st = 1;
+        for (int d = v.ndim - 1; d >= 0; --d) {
+            v.shape[size_t(d)] = shape[size_t(d)];
+            v.stride[size_t(d)] = st;
+            st *= shape[size_t(d)];
+        }
+        return v;
+    }
+    Tensor alloc(DType dtype, const Shape& shape) {
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        Tensor t(be_.allocator(), dtype, {n});
+        return t;
+    }
+    void count(const io::TensorEntry& e, const Shape& shape, bool is_param) {
+        ++mw_.stats.n_tensors;
+        ++mw_.stats.tensors_by_dtype[e.st_dtype];
+        mw_.stats.bytes += int64_t(e.nbytes);
+        if (!is_param) return;  // block scales are not parameters
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        mw_.stats.params += n;
+    }
+
+    std::shared_ptr<io::Checkpoint> ck_;
+    const ModelConfig& cfg_;
+    ops::Backend& be_;
+    ModelWeights& mw_;
+    std::set<std::string> used_;
+};
+
+}  // namespace
+
+namespace {
+
+Result<CompressorWeights> bind_compressor(Binder& b, const std::string& p, int64_t d, int64_t rate, bool overlap,
+                                          int64_t hidden) {
+    const int64_t width = overlap ? 2 * d : d;
+    CompressorWeights c;
+    DI_TRY(c.wkv, b.linear(p + "wkv", width, hidden));
+    DI_TRY(c.wgate, b.linear(p + "wgate", width, hidden));
+    DI_TRY(c.ape, b.f32_param(p + "ape", {rate, width}));
+    DI_TRY(c.norm, b.float_tensor(p + "norm.weight", {d}));
+    return c;
+}
+
+Result<HcWeights> bind_hc(Binder& b, const std::string& p, int64_t mix, int64_t width, int64_t n_scale) {
+    HcWeights h;
+    DI_TRY(h.fn, b.f32_param(p + "fn", {mix, width}));
+    DI_TRY(h.base, b.f32_param(p + "base", {mix}));
+    DI_TRY(h.scale, b.f32_param(p + "scale", {n_scale}));
+    return h;
+}
+
+Result<AttentionWeights> bind_attention(Binder& b, const ModelConfig& c, int layer) {
+    const std::string p = fmt::format("layers.{}.attn.", layer);
+    const int64_t D = c.hidden_dim, H = c.n_heads, hd = c.head_dim;
+    AttentionWeights a;
+    DI_TRY(a.wq_a, b.linear(p + "wq_a", c.q_lora_rank, D));
+    DI_TRY(a.q_norm, b.float_tensor(p + "q_norm.weight", {c.q_lora_rank}));
+    DI_TRY(a.wq_b, b.linear(p + "wq_b", H * hd, c.q_lora_rank));
+    DI_TRY(a.wkv, b.linear(p + "wkv", hd, D));
+    DI_TRY(a.kv_norm, b.float_tensor(p + "kv_norm.weight", {hd}));
+    DI_TRY(a.wo_a, b.linear(p + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups));
+    DI_TRY(a.wo_b, b.linear(p + "wo_b", D, c.o_groups * c.o_lora_rank));
+    DI_TRY(a.sinks, b.f32_param(p + "attn_sink", {H}));
+    const AttnType t = c.attn_types[size_t(layer)];
+    if (t == AttnType::kSliding) return a;
+    const bool csa = t == AttnType::kCsa;
+    DI_TRY(a.compressor, bind_compressor(b, p + "compressor.", hd, c.compress_rate(layer), csa, D));
+    if (!csa) return a;
+    DI_TRY(a.index_compressor, bind_compressor(b, p + "indexer.compressor.", c.index_dim, c.csa_rate, true, D));
+    DI_TRY(a.index_wq_b, b.linear(p + "indexer.wq_b", c.index_heads * c.index_dim, c.q_lora_rank));
+    DI_TRY(a.index_weights_proj, b.linear(p + "indexer.weights_proj", c.index_heads, D));
+    return a;
+}
+
+// Routed experts: per-expert tensors (official / save_pretrained) or transformers' fused [E, 2I, D] / [E, D, I].
+Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfig& c, int layer) {
+    const int64_t E = c.n_experts, I = c.moe_dim, D = c.hidden_dim;
+    std::vector<ops::ExpertWeights> ex(static_cast<size_t>(E));
+    const std::string fused = fmt::format("model.layers.{}.mlp.experts.", layer);
+    if (b.lookup(fmt::format("layers.{}.ffn.experts.0.w1.weight", layer)) == nullptr) {
+        DI_TRY(TensorView gu, b.float_tensor(fused + "gate_up_proj", {E, 2 * I, D}));
+        DI_TRY(TensorView dn, b.float_tensor(fused + "down_proj", {E, D, I}));
+        for (int64_t e = 0; e < E; ++e) {
+            ops::QWeight g{ops::WeightFormat::kDense, gu, {}, 2 * I, D};
+            g.data.ndim = 2;
+            g.data.data = static_cast<char*>(gu.data) + e * 2 * I * D * int64_t(dtype_size(gu.dtype));
+            g.data.shape = {2 * I, D, 0, 0};
+            g.data.stride = {D, 1, 0, 0};
+            ex[size_t(e)].w1 = g.rows(0, I);
+            ex[size_t(e)].w3 = g.rows(I, I);
+            ops::QWeight d{ops::WeightFormat::kDense, dn, {}, D, I};
+            d.data.ndim = 2;
+            d.data.data = static_cast<char*>(dn.data) + e * D * I * int64_t(dtype_size(dn.dtype));
+            d.data.shape = {D, I, 0, 0};
+            d.data.stride = {I, 1, 0, 0};
+            ex[size_t(e)].w2 = d;
+        }
+        return ex;
+    }
+    for (int64_t e = 0; e < E; ++e) {
+        const std::string p = fmt::format("layers.{}.ffn.experts.{}.", layer, e);
+        DI_TRY(ex[size_t(e)].w1, b.linear(p + "w1", I, D));
+        DI_TRY(ex[size_t(e)].w3, b.linear(p + "w3", I, D));
+        DI_TRY(ex[size_t(e)].w2, b.linear(p + "w2", D, I));
+    }
+    return ex;
+}
+
+Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer) {
+    const std::string p = fmt::format("layers.{}.ffn.", layer);
+    const int64_t D = c.hidden_dim, I = c.moe_dim;
+    FfnWeights f;
+    DI_TRY(f.gate, b.linear(p + "gate", c.n_experts, D));
+    if (c.moe_types[size_t(layer)] == MoeType::kHash) {
+        DI_TRY(f.tid2eid, b.index_tensor(p + "gate.tid2eid", {c.vocab_size, c.n_experts_active}));
+    } else {
+        DI_TRY(f.gate_bias, b.f32_param(p + "gate.bias", {c.n_experts}));
+    }
+    DI_TRY(f.experts, bind_experts(b, c, layer));
+    DI_TRY(f.shared.w1, b.linear(p + "shared_experts.w1", I, D));
+    DI_TRY(f.shared.w3, b.linear(p + "shared_experts.w3", I, D));
+    DI_TRY(f.shared.w2, b.linear(p + "shared_experts.w2", D, I));
+    return f;
+}
+
+}  // namespace
+
+Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const ModelConfig& c, ops::Backend& backend) {
+    ModelWeights mw;
+    mw.checkpoint = ckpt;
+    Binder b(ckpt, c, backend, mw);
+    const int64_t D = c.hidden_dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+    DI_TRY(mw.embed, b.float_tensor("embed.weight", {c.vocab_size, D}));
+    DI_TRY(mw.head, b.linear("head", c.vocab_size, D));
+    DI_TRY(mw.norm, b.float_tensor("norm.weight", {D}));
+    DI_TRY(mw.hc_head, bind_hc(b, "hc_head_", hc, hc * D, 1));
+    for (int l = 0; l < int(c.n_layers); ++l) {
+        LayerWeights lw;
+        const std::string p = fmt::format("layers.{}.", l);
+        DI_TRY(lw.attn_norm, b.float_tensor(p + "attn_norm.weight", {D}));
+        DI_TRY(lw.ffn_norm, b.float_tensor(p + "ffn_norm.weight", {D}));
+        DI_TRY(lw.hc_attn, bind_hc(b, p + "hc_attn_", mix, hc * D, 3));
+        DI_TRY(lw.hc_ffn, bind_hc(b, p + "hc_ffn_", mix, hc * D, 3));
+        DI_TRY(lw.attn, bind_attention(b, c, l));
+        DI_TRY(lw.ffn, bind_ffn(b, c, l));
+        mw.layers.push_back(std::move(lw));
+    }
+    DI_TRY_STATUS(b.check_unused());
+    const int64_t expert_params = 3 * c.moe_dim * D;
+    mw.stats.active_params = mw.stats.params - c.n_layers * (c.n_experts - c.n_experts_active) * expert_params;
+    return mw;
+}
+
+}  // namespace di::model

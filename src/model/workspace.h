@@ -1,0 +1,28 @@
+// Activation arena for one forward step: bump allocation from one device block, reset every step. When a
+// step needs more than the block holds, overflow blocks are used and the next reset() replaces everything
+// by one block of the high-water size, so steady-state decoding allocates nothing.
+#pragma once
+
+#include <initializer_list>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace di::model {
+
+class Workspace {
+public:
+    explicit Workspace(Allocator& alloc) : alloc_(&alloc) {}
+    void reset();
+    TensorView take(DType dtype, std::initializer_list<int64_t> shape);
+    size_t capacity() const { return capacity_; }
+
+private:
+    Allocator* alloc_;
+    std::vector<Tensor> blocks_;
+    size_t capacity_ = 0;  // bytes of blocks_[0]
+    size_t used_ = 0;      // bytes taken this step, all blocks
+    size_t offset_ = 0;    // bytes taken from the current block
+};
+
+}  // namespace di::model
