@@ -1,0 +1,70 @@
+// CudaBackend: memory, stream and weight-format helpers; the op methods are in cuda_ops.cpp.
+#include <cuda_runtime.h>
+
+#include "ops/cuda/cuda_backend_impl.h"
+
+namespace di::ops {
+namespace cuda_impl {
+
+Fdt fdt(DType t, std::string_view what) {
+    switch (t) {
+        case DType::kF32: return Fdt::kF32;
+        case DType::kBF16: return Fdt::kBF16;
+        case DType::kF16: return Fdt::kF16;
+        default: DI_CHECK(false, "{}: dtype {} is not a float type", what, dtype_name(t));
+    }
+    return Fdt::kF32;
+}
+
+void on_device(const TensorView& v, std::string_view what) {
+    DI_CHECK(v.empty() || v.device == Device::kCuda, "{}: view {} is not on the CUDA device", what, v.describe());
+}
+
+WeightRef weight_ref(const QWeight& w, std::string_view what) {
+    on_device(w.data, what);
+    on_device(w.scale, what);
+    WeightRef r;
+    r.data = w.data.data;
+    r.ld = w.data.stride[0];
+    r.out_dim = w.out_dim;
+    r.in_dim = w.in_dim;
+    DI_CHECK(w.data.ndim == 2 && w.data.stride[1] == 1, "{}: weight data {} needs unit last stride", what,
+             w.data.describe());
+    switch (w.format) {
+        case WeightFormat::kDense:
+            r.format = 0;
+            r.dense_dt = fdt(w.data.dtype, what);
+            return r;
+        case WeightFormat::kFp8Block:
+            r.format = 1;
+            DI_CHECK(w.data.dtype == DType::kF8E4M3, "{}: fp8 weight dtype {}", what, dtype_name(w.data.dtype));
+            break;
+        case WeightFormat::kFp4Group:
+            r.format = 2;
+            DI_CHECK(w.data.dtype == DType::kFP4x2, "{}: fp4 weight dtype {}", what, dtype_name(w.data.dtype));
+            break;
+    }
+    DI_CHECK(w.scale.ndim == 2 && w.scale.stride[1] == 1, "{}: scale {} needs unit last stride", what,
+             w.scale.describe());
+    DI_CHECK(w.scale.dtype == DType::kE8M0 || w.scale.dtype == DType::kF32, "{}: scale dtype {}", what,
+             dtype_name(w.scale.dtype));
+    r.scale = w.scale.data;
+    r.ld_scale = w.scale.stride[0];
+    r.scale_e8m0 = w.scale.dtype == DType::kE8M0;
+    return r;
+}
+
+}  // namespace cuda_impl
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda_impl::CudaBackend>(device); }
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+}  // namespace di::ops

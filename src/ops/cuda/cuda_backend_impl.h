@@ -1,0 +1,136 @@
+// CudaBackend's declaration and the helpers shared by cuda_backend.cpp (memory, stream) and cuda_ops.cpp
+// (one method per op: check, convert Args to kernel params, launch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ops/cuda/cuda_allocator.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/kernels.h"
+
+#define DI_CUDA_OK(expr)                                                                     \
+    do {                                                                                     \
+        const cudaError_t e_ = (expr);                                                       \
+        DI_CHECK(e_ == cudaSuccess, "CUDA error in {}: {}", #expr, cudaGetErrorString(e_)); \
+    } while (0)
+
+namespace di::ops::cuda_impl {
+
+using cuda::Fdt;
+using cuda::WeightRef;
+
+Fdt fdt(DType t, std::string_view what);
+void on_device(const TensorView& v, std::string_view what);
+WeightRef weight_ref(const QWeight& w, std::string_view what);
+
+template <class A>
+void args_on_device(A& a, std::string_view op) {
+    a.visit([&](const char* field, const TensorView& v, Role) { on_device(v, std::string(op) + "." + field); });
+}
+
+class DeviceScratch final : public cuda::Scratch {
+public:
+    explicit DeviceScratch(Allocator& a) : alloc_(a) {}
+    ~DeviceScratch() override {
+        for (auto& s : slots_) alloc_.deallocate(s.p);
+    }
+    void* get(int slot, size_t bytes) override {
+        DI_CHECK(slot >= 0 && slot < int(slots_.size()), "scratch slot {}", slot);
+        Slot& s = slots_[size_t(slot)];
+        if (bytes > s.bytes) {  // grow only: a steady decode loop stops allocating after its first step
+            alloc_.deallocate(s.p);
+            s.p = alloc_.allocate(bytes);
+            s.bytes = bytes;
+        }
+        return s.p;
+    }
+
+private:
+    struct Slot {
+        void* p = nullptr;
+        size_t bytes = 0;
+    };
+    Allocator& alloc_;
+    std::array<Slot, 8> slots_{};
+};
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int device) : device_(device), alloc_(device), scratch_(alloc_) {
+        int n = 0;
+        DI_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && device >= 0 && device < n,
+                 "CUDA device {} not available ({} devices)", device, n);
+        DI_CUDA_OK(cudaSetDevice(device));
+        cudaStream_t s;
+        DI_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        stream_ = s;
+    }
+    ~CudaBackend() override {
+        cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+        for (auto& [k, t] : expert_tables_) alloc_.deallocate(t.device);
+        cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+    }
+
+    std::string_view name() const override { return "cuda"; }
+    Allocator& allocator() override { return alloc_; }
+    void set_scope(std::string_view s) override { scope_ = s; }
+
+    void copy(const TensorView& dst, const TensorView& src) override {
+        DI_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.nbytes() == src.nbytes(), "copy {} <- {}",
+                 dst.describe(), src.describe());
+        if (dst.nbytes() == 0) return;
+        DI_CUDA_OK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, stream()));
+        if (dst.device == Device::kHost || src.device == Device::kHost) synchronize();
+    }
+    void fill_zero(const TensorView& dst) override {
+        DI_CHECK(dst.is_contiguous(), "fill_zero of non-contiguous {}", dst.describe());
+        on_device(dst, "fill_zero");
+        DI_CUDA_OK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), stream()));
+    }
+    void synchronize() override {
+        const cudaError_t e = cudaStreamSynchronize(stream());
+        DI_CHECK(e == cudaSuccess, "CUDA error (scope '{}'): {}", scope_, cudaGetErrorString(e));
+    }
+
+    void embed(const EmbedArgs& a) override;
+    void add(const AddArgs& a) override;
+    void swiglu(const SwigluArgs& a) override;
+    void linear(const LinearArgs& a) override;
+    void rms_norm(const RmsNormArgs& a) override;
+    void rope(const RopeArgs& a) override;
+    void compress(const CompressArgs& a) override;
+    void indexer_topk(const IndexerTopkArgs& a) override;
+    void attention(const AttentionArgs& a) override;
+    void window_store(const WindowStoreArgs& a) override;
+    void mhc_pre(const MhcPreArgs& a) override;
+    void mhc_post(const MhcPostArgs& a) override;
+    void hc_head(const HcHeadArgs& a) override;
+    void route(const RouteArgs& a) override;
+    void moe(const MoeArgs& a) override;
+
+private:
+    cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_); }
+    void launched(std::string_view op) {
+        const char* err = cuda::last_launch_error();
+        DI_CHECK(err == nullptr, "CUDA launch of {} failed (scope '{}'): {}", op, scope_, err);
+    }
+    const WeightRef* expert_table(const MoeArgs& a);
+
+    struct ExpertTable {
+        std::vector<WeightRef> host;
+        void* device = nullptr;
+    };
+    int device_;
+    cuda_impl::CachingAllocator alloc_;
+    DeviceScratch scratch_;
+    void* stream_ = nullptr;
+    std::string scope_;
+    std::unordered_map<const ExpertWeights*, ExpertTable> expert_tables_;
+};
+
+}  // namespace di::ops::cuda_impl

@@ -1,0 +1,235 @@
+// CudaBackend op methods: check(args) first, then the device check, then the launch with plain params.
+#include "ops/cuda/cuda_backend_impl.h"
+
+namespace di::ops::cuda_impl {
+namespace {
+
+template <class A>
+void device_args(const A& a, std::string_view op) {
+    A c = a;
+    args_on_device(c, op);
+}
+const float* f32(const TensorView& v) { return v.empty() ? nullptr : v.ptr<const float>(); }
+float* f32m(const TensorView& v) { return v.ptr<float>(); }
+int64_t ld(const TensorView& v) { return v.empty() ? 0 : v.stride[0]; }
+void need_f32_rows(const TensorView& v, std::string_view what) {
+    if (v.empty()) return;
+    check_dtype(v, DType::kF32, what);
+    DI_CHECK(v.stride[v.ndim - 1] == 1, "{}: {} needs unit last stride", what, v.describe());
+}
+
+}  // namespace
+
+void CudaBackend::embed(const EmbedArgs& a) {
+    check(a);
+    device_args(a, "embed");
+    DI_CHECK(a.tokens.is_contiguous() && a.table.stride[1] == 1, "embed: tokens/table layout");
+    cuda::launch_embed(a.tokens.ptr<int32_t>(), a.tokens.numel(), a.table.data, fdt(a.table.dtype, "embed.table"),
+                       a.table.stride[0], a.table.shape[0], a.table.shape[1], f32m(a.out), ld(a.out), stream_);
+    launched("embed");
+}
+
+void CudaBackend::add(const AddArgs& a) {
+    check(a);
+    device_args(a, "add");
+    need_f32_rows(a.a, "add.a"), need_f32_rows(a.b, "add.b"), need_f32_rows(a.out, "add.out");
+    cuda::launch_add(f32(a.a), ld(a.a), f32(a.b), ld(a.b), f32m(a.out), ld(a.out), a.a.shape[0], a.a.shape[1], stream_);
+    launched("add");
+}
+
+void CudaBackend::swiglu(const SwigluArgs& a) {
+    check(a);
+    device_args(a, "swiglu");
+    need_f32_rows(a.gate, "swiglu.gate"), need_f32_rows(a.up, "swiglu.up"), need_f32_rows(a.out, "swiglu.out");
+    cuda::launch_swiglu(f32(a.gate), ld(a.gate), f32(a.up), ld(a.up), f32m(a.out), ld(a.out), a.gate.shape[0],
+                        a.gate.shape[1], a.limit, stream_);
+    launched("swiglu");
+}
+
+void CudaBackend::linear(const LinearArgs& a) {
+    check(a);
+    device_args(a, "linear");
+    cuda::launch_linear(f32(a.x), ld(a.x), weight_ref(a.w, "linear.w"), f32m(a.y), ld(a.y), a.x.shape[0], stream_);
+    launched("linear");
+}
+
+void CudaBackend::rms_norm(const RmsNormArgs& a) {
+    check(a);
+    device_args(a, "rms_norm");
+    need_f32_rows(a.x, "rms_norm.x"), need_f32_rows(a.y, "rms_norm.y");
+    DI_CHECK(a.weight.empty() || a.weight.is_contiguous(), "rms_norm.weight {}", a.weight.describe());
+    cuda::launch_rms_norm(f32(a.x), ld(a.x), a.weight.data,
+                          a.weight.empty() ? Fdt::kF32 : fdt(a.weight.dtype, "rms_norm.weight"), f32m(a.y), ld(a.y),
+                          a.x.shape[0], a.x.shape[1], a.eps, stream_);
+    launched("rms_norm");
+}
+
+void CudaBackend::rope(const RopeArgs& a) {
+    check(a);
+    device_args(a, "rope");
+    need_f32_rows(a.x, "rope.x");
+    DI_CHECK(a.positions.is_contiguous() && a.inv_freq.is_contiguous(), "rope: positions/inv_freq layout");
+    cuda::RopeParams p{f32m(a.x), a.x.stride[0], a.x.stride[1], a.x.shape[0], a.x.shape[1], a.x.shape[2],
+                       a.positions.ptr<int32_t>(), f32(a.inv_freq), a.inv_freq.numel(), a.mscale, a.inverse};
+    cuda::launch_rope(p, stream_);
+    launched("rope");
+}
+
+void CudaBackend::compress(const CompressArgs& a) {
+    check(a);
+    device_args(a, "compress");
+    for (const TensorView* v : {&a.kv, &a.gate, &a.bias, &a.buf_kv, &a.buf_gate, &a.ovl_kv, &a.ovl_gate, &a.out})
+        need_f32_rows(*v, "compress");
+    cuda::CompressParams p{f32(a.kv), ld(a.kv), f32(a.gate), ld(a.gate), f32(a.bias), ld(a.bias),
+                           f32m(a.buf_kv), ld(a.buf_kv), f32m(a.buf_gate), ld(a.buf_gate),
+                           a.overlap ? f32m(a.ovl_kv) : nullptr, ld(a.ovl_kv),
+                           a.overlap ? f32m(a.ovl_gate) : nullptr, ld(a.ovl_gate),
+                           a.out.empty() ? nullptr : f32m(a.out), ld(a.out),
+                           a.kv.shape[0], a.kv.shape[1], a.out.shape[1], a.out.shape[0], a.pos0, a.rate, a.overlap};
+    cuda::launch_compress(p, stream_);
+    launched("compress");
+}
+
+void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
+    check(a);
+    device_args(a, "indexer_topk");
+    need_f32_rows(a.q, "indexer.q"), need_f32_rows(a.weights, "indexer.weights"), need_f32_rows(a.keys, "indexer.keys");
+    DI_CHECK(a.picks.shape[1] <= cuda::indexer_max_topk(), "indexer_topk: k {} above the kernel's {}",
+             a.picks.shape[1], cuda::indexer_max_topk());
+    cuda::IndexerParams p{f32(a.q), a.q.stride[0], a.q.stride[1], f32(a.weights), ld(a.weights), f32(a.keys),
+                          ld(a.keys), a.picks.ptr<int32_t>(), ld(a.picks), a.q.shape[0], a.q.shape[1], a.q.shape[2],
+                          a.keys.shape[0], a.picks.shape[1], a.pos0, a.rate, a.weight_scale, a.score_scale};
+    cuda::launch_indexer_topk(p, scratch_, stream_);
+    launched("indexer_topk");
+}
+
+void CudaBackend::attention(const AttentionArgs& a) {
+    check(a);
+    device_args(a, "attention");
+    need_f32_rows(a.q, "attention.q"), need_f32_rows(a.out, "attention.out"), need_f32_rows(a.kv, "attention.kv");
+    need_f32_rows(a.ring, "attention.ring");
+    DI_CHECK(a.q.shape[2] <= cuda::attention_max_head_dim(), "attention: head_dim {} above the kernel's {}",
+             a.q.shape[2], cuda::attention_max_head_dim());
+    const bool comp = a.comp_mask != CompMask::kNone;
+    const bool picks = a.comp_mask == CompMask::kPicks;
+    cuda::AttentionParams p{f32(a.q), a.q.stride[0], a.q.stride[1], f32(a.ring), ld(a.ring), f32(a.kv), ld(a.kv),
+                            comp ? f32(a.comp) : nullptr, comp ? ld(a.comp) : 0, comp && !a.comp.empty() ? a.comp.shape[0] : 0,
+                            picks ? a.picks.ptr<int32_t>() : nullptr, picks ? ld(a.picks) : 0,
+                            picks ? a.picks.shape[1] : 0, f32(a.sinks), f32m(a.out), a.out.stride[0], a.out.stride[1],
+                            a.q.shape[0], a.q.shape[1], a.q.shape[2], a.pos0, a.n_cached, a.window,
+                            int(a.comp_mask), a.rate, a.scale};
+    cuda::launch_attention(p, stream_);
+    launched("attention");
+}
+
+void CudaBackend::window_store(const WindowStoreArgs& a) {
+    check(a);
+    device_args(a, "window_store");
+    need_f32_rows(a.kv, "window_store.kv"), need_f32_rows(a.ring, "window_store.ring");
+    cuda::launch_window_store(f32(a.kv), ld(a.kv), a.kv.shape[0], a.kv.shape[1], f32m(a.ring), ld(a.ring),
+                              a.ring.shape[0], a.pos0, stream_);
+    launched("window_store");
+}
+
+void CudaBackend::mhc_pre(const MhcPreArgs& a) {
+    check(a);
+    device_args(a, "mhc_pre");
+    const int64_t hc = a.streams.shape[1];
+    DI_CHECK(hc <= cuda::mhc_max_hc(), "mhc_pre: hc_mult {} above {}", hc, cuda::mhc_max_hc());
+    DI_CHECK(a.comb.stride[1] == hc && a.comb.stride[2] == 1, "mhc_pre.comb {} rows must be contiguous",
+             a.comb.describe());
+    cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.x), ld(a.x),
+                      f32m(a.post), ld(a.post), f32m(a.comb), ld(a.comb), a.streams.shape[0], hc, a.streams.shape[2],
+                      a.norm_eps, a.hc_eps, a.sinkhorn_iters, false};
+    cuda::launch_mhc_pre(p, stream_);
+    launched("mhc_pre");
+}
+
+void CudaBackend::mhc_post(const MhcPostArgs& a) {
+    check(a);
+    device_args(a, "mhc_post");
+    DI_CHECK(a.streams.is_contiguous() && a.out.is_contiguous(), "mhc_post: streams/out must be contiguous");
+    const int64_t hc = a.streams.shape[1];
+    DI_CHECK(a.comb.stride[1] == hc && a.comb.stride[2] == 1, "mhc_post.comb {}", a.comb.describe());
+    cuda::launch_mhc_post(f32(a.streams), f32(a.a), ld(a.a), f32(a.post), ld(a.post), f32(a.comb), ld(a.comb),
+                          f32m(a.out), a.streams.shape[0], hc, a.streams.shape[2], stream_);
+    launched("mhc_post");
+}
+
+void CudaBackend::hc_head(const HcHeadArgs& a) {
+    check(a);
+    device_args(a, "hc_head");
+    const int64_t hc = a.streams.shape[1];
+    DI_CHECK(hc <= cuda::mhc_max_hc() && a.streams.is_contiguous(), "hc_head: streams {}", a.streams.describe());
+    cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.out), ld(a.out),
+                      nullptr, 0, nullptr, 0, a.streams.shape[0], hc, a.streams.shape[2], a.norm_eps, a.hc_eps, 0, true};
+    cuda::launch_mhc_pre(p, stream_);
+    launched("hc_head");
+}
+
+void CudaBackend::route(const RouteArgs& a) {
+    check(a);
+    device_args(a, "route");
+    DI_CHECK(a.ids.shape[1] <= 64, "route: k {} above 64", a.ids.shape[1]);
+    const bool hash = !a.tid2eid.empty();
+    if (hash)
+        DI_CHECK(a.tid2eid.dtype == DType::kI64 || a.tid2eid.dtype == DType::kI32, "route.tid2eid dtype {}",
+                 dtype_name(a.tid2eid.dtype));
+    cuda::RouteParams p{f32(a.logits), ld(a.logits), a.bias.empty() ? nullptr : f32(a.bias),
+                        hash ? a.tid2eid.data : nullptr, hash && a.tid2eid.dtype == DType::kI64, ld(a.tid2eid),
+                        hash ? a.tid2eid.shape[0] : 0, hash ? a.tokens.ptr<int32_t>() : nullptr,
+                        a.ids.ptr<int32_t>(), ld(a.ids), f32m(a.weights), ld(a.weights), a.logits.shape[0],
+                        a.logits.shape[1], a.ids.shape[1], a.func == ScoreFunc::kSigmoid, a.scaling};
+    cuda::launch_route(p, stream_);
+    launched("route");
+}
+
+// The experts' WeightRefs live in device memory; rebuilt (one host->device copy) only when they change.
+const WeightRef* CudaBackend::expert_table(const MoeArgs& a) {
+    std::vector<WeightRef> host(size_t(3 * a.n_experts));
+    for (int64_t e = 0; e < a.n_experts; ++e) {
+        host[size_t(3 * e)] = weight_ref(a.experts[e].w1, "moe.w1");
+        host[size_t(3 * e + 1)] = weight_ref(a.experts[e].w3, "moe.w3");
+        host[size_t(3 * e + 2)] = weight_ref(a.experts[e].w2, "moe.w2");
+    }
+    ExpertTable& t = expert_tables_[a.experts];
+    const size_t bytes = host.size() * sizeof(WeightRef);
+    bool same = t.host.size() == host.size();
+    for (size_t i = 0; same && i < host.size(); ++i) {
+        const WeightRef &x = t.host[i], &y = host[i];
+        same = x.data == y.data && x.scale == y.scale && x.ld == y.ld && x.ld_scale == y.ld_scale &&
+               x.out_dim == y.out_dim && x.in_dim == y.in_dim && x.format == y.format && x.dense_dt == y.dense_dt &&
+               x.scale_e8m0 == y.scale_e8m0;
+    }
+    if (!same) {
+        if (t.device == nullptr || t.host.size() != host.size()) {
+            alloc_.deallocate(t.device);
+            t.device = alloc_.allocate(bytes);
+        }
+        DI_CUDA_OK(cudaMemcpyAsync(t.device, host.data(), bytes, cudaMemcpyHostToDevice, stream()));
+        DI_CUDA_OK(cudaStreamSynchronize(stream()));
+        t.host = std::move(host);
+    }
+    return static_cast<const WeightRef*>(t.device);
+}
+
+void CudaBackend::moe(const MoeArgs& a) {
+    check(a);
+    device_args(a, "moe");
+    const int64_t n = a.x.shape[0], k = a.ids.shape[1], D = a.x.shape[1];
+    const int64_t I = a.experts[0].w1.out_dim;
+    for (int64_t e = 0; e < a.n_experts; ++e) {
+        const ExpertWeights& w = a.experts[e];
+        DI_CHECK(w.w1.out_dim == I && w.w3.out_dim == I && w.w1.in_dim == D && w.w3.in_dim == D &&
+                     w.w2.out_dim == D && w.w2.in_dim == I,
+                 "moe: expert {} shapes w1 [{}, {}] w3 [{}, {}] w2 [{}, {}] for hidden {} moe_dim {}", e,
+                 w.w1.out_dim, w.w1.in_dim, w.w3.out_dim, w.w3.in_dim, w.w2.out_dim, w.w2.in_dim, D, I);
+    }
+    DI_CHECK(n * k <= 65535, "moe: {} (token, slot) pairs above the launch limit 65535", n * k);
+    cuda::MoeParams p{f32(a.x), ld(a.x), a.ids.ptr<int32_t>(), ld(a.ids), f32(a.weights), ld(a.weights),
+                      expert_table(a), a.n_experts, f32m(a.out), ld(a.out), n, k, D, I, a.limit};
+    cuda::launch_moe(p, scratch_, stream_);
+    launched("moe");
+}
+
+}  // namespace di::ops::cuda_impl

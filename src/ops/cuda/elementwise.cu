@@ -1,0 +1,149 @@
+// Element-wise and row-wise kernels: embed, add, swiglu, rms_norm, rope, window_store, mhc_post.
+// All memory-bound: one pass over the inputs, f32 math (double where the reference rounds through double).
+#include "ops/cuda/device_util.cuh"
+
+namespace di::cuda {
+namespace {
+
+__global__ void embed_kernel(const int32_t* tokens, const void* table, Fdt dt, int64_t ld_table, int64_t vocab,
+                             int64_t dim, float* out, int64_t ld_out) {
+    const int64_t t = blockIdx.x;
+    int32_t id = tokens[t];
+    if (id < 0 || id >= vocab) id = 0;  // the host checked ids when it could; never read out of bounds
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < dim; c += int64_t(gridDim.y) * blockDim.x)
+        out[t * ld_out + c] = load_f(table, dt, id * ld_table + c);
+}
+
+__global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo,
+                           int64_t d) {
+    const int64_t r = blockIdx.x;
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d; c += int64_t(gridDim.y) * blockDim.x)
+        out[r * ldo + c] = a[r * lda + c] + b[r * ldb + c];
+}
+
+__device__ __forceinline__ float swiglu1(float g, float u, float limit) {
+    if (limit > 0) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return float(double(g) / (1.0 + exp(-double(g))) * double(u));
+}
+
+__global__ void swiglu_kernel(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo,
+                              int64_t d, float limit) {
+    const int64_t r = blockIdx.x;
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d; c += int64_t(gridDim.y) * blockDim.x)
+        out[r * ldo + c] = swiglu1(g[r * ldg + c], u[r * ldu + c], limit);
+}
+
+// One block per row; sum of squares in double (as the reference) with a fixed reduction tree.
+__global__ void rms_norm_kernel(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy,
+                                int64_t d, float eps) {
+    __shared__ double red[32];
+    const int64_t r = blockIdx.x;
+    const float* xr = x + r * ldx;
+    double ss = 0;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) ss += double(xr[c]) * xr[c];
+    ss = block_sum_d(ss, red);
+    const float inv = float(1.0 / sqrt(ss / double(d) + double(eps)));
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+        y[r * ldy + c] = xr[c] * inv * (w ? load_f(w, wdt, c) : 1.0f);
+}
+
+// One thread per (row, head, pair).
+__global__ void rope_kernel(RopeParams p) {
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    const int64_t total = p.n * p.heads * p.half;
+    if (i >= total) return;
+    const int64_t pair = i % p.half, h = (i / p.half) % p.heads, t = i / (p.half * p.heads);
+    const float angle = float(p.pos[t]) * p.inv_freq[pair];
+    const float cs = float(cos(double(angle))) * p.mscale;
+    float sn = float(sin(double(angle))) * p.mscale;
+    if (p.inverse) sn = -sn;
+    float* x = p.x + t * p.s0 + h * p.s1 + (p.hd - 2 * p.half) + 2 * pair;
+    const float u = x[0], v = x[1];
+    x[0] = __fsub_rn(__fmul_rn(u, cs), __fmul_rn(v, sn));  // no FMA: the reference rounds each product
+    x[1] = __fadd_rn(__fmul_rn(v, cs), __fmul_rn(u, sn));
+}
+
+__global__ void window_store_kernel(const float* kv, int64_t ld_kv, int64_t t0, int64_t hd, float* ring,
+                                    int64_t ld_ring, int64_t ring_len, int64_t pos0) {
+    const int64_t t = t0 + blockIdx.x;
+    float* dst = ring + ((pos0 + t) % ring_len) * ld_ring;
+    for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) dst[c] = kv[t * ld_kv + c];
+}
+
+// out[t, k, c] = post[t, k] a[t, c] + sum_j comb[t, j, k] streams[t, j, c], in double as the reference.
+__global__ void mhc_post_kernel(const float* streams, const float* a, int64_t ld_a, const float* post,
+                                int64_t ld_post, const float* comb, int64_t ld_comb, float* out, int64_t hc,
+                                int64_t D) {
+    const int64_t t = blockIdx.x;
+    const float* st = streams + t * hc * D;
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < D; c += int64_t(gridDim.y) * blockDim.x) {
+        const double sub = a[t * ld_a + c];
+        for (int64_t k = 0; k < hc; ++k) {
+            double acc = double(post[t * ld_post + k]) * sub;
+            for (int64_t j = 0; j < hc; ++j) acc += double(comb[t * ld_comb + j * hc + k]) * st[j * D + c];
+            out[t * hc * D + k * D + c] = float(acc);
+        }
+    }
+}
+
+dim3 row_grid(int64_t rows, int64_t d, int threads) {
+    return dim3(unsigned(rows), unsigned(std::min<int64_t>((d + threads - 1) / threads, 64)));
+}
+
+}  // namespace
+
+void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table, int64_t vocab,
+                  int64_t dim, float* out, int64_t ld_out, Stream s) {
+    if (n == 0) return;
+    embed_kernel<<<row_grid(n, dim, 256), 256, 0, as_stream(s)>>>(tokens, table, dt, ld_table, vocab, dim, out,
+                                                                   ld_out);
+}
+
+void launch_add(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo, int64_t n,
+                int64_t d, Stream s) {
+    if (n == 0 || d == 0) return;
+    add_kernel<<<row_grid(n, d, 256), 256, 0, as_stream(s)>>>(a, lda, b, ldb, out, ldo, d);
+}
+
+void launch_swiglu(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo, int64_t n,
+                   int64_t d, float limit, Stream s) {
+    if (n == 0 || d == 0) return;
+    swiglu_kernel<<<row_grid(n, d, 256), 256, 0, as_stream(s)>>>(g, ldg, u, ldu, out, ldo, d, limit);
+}
+
+void launch_rms_norm(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy, int64_t n,
+                     int64_t d, float eps, Stream s) {
+    if (n == 0) return;
+    rms_norm_kernel<<<unsigned(n), 256, 0, as_stream(s)>>>(x, ldx, w, wdt, y, ldy, d, eps);
+}
+
+void launch_rope(const RopeParams& p, Stream s) {
+    const int64_t total = p.n * p.heads * p.half;
+    if (total == 0) return;
+    rope_kernel<<<blocks_for(total, 256), 256, 0, as_stream(s)>>>(p);
+}
+
+void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, float* ring, int64_t ld_ring,
+                         int64_t ring_len, int64_t pos0, Stream s) {
+    const int64_t t0 = L > ring_len ? L - ring_len : 0;  // only the last ring_len rows survive
+    if (L - t0 <= 0) return;
+    window_store_kernel<<<dim3(unsigned(L - t0)), 256, 0, as_stream(s)>>>(kv, ld_kv, t0, hd, ring, ld_ring,
+                                                                             ring_len, pos0);
+}
+
+void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
+                     const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s) {
+    if (n == 0) return;
+    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, as_stream(s)>>>(streams, a, ld_a, post, ld_post, comb, ld_comb,
+                                                                    out, hc, D);
+}
+
+const char* last_launch_error() {
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+}
+
+}  // namespace di::cuda

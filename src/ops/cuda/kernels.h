@@ -1,0 +1,152 @@
+// Launchers of the CUDA kernels, with plain-old-data parameters. This header is shared by the host code
+// (.cpp, which fills the params from the ops Args) and the device code (.cu, which must not include core/
+// or ops/ headers: nvcc rejects fmt's consteval format strings). Strides are in elements, last dim unit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace di::cuda {
+
+using Stream = void*;  // cudaStream_t
+
+// Float element types of small inputs (tables, norm weights).
+enum class Fdt : uint8_t { kF32, kBF16, kF16 };
+
+// Device scratch memory handed to launchers that need temporaries; grows, never shrinks.
+class Scratch {
+public:
+    virtual ~Scratch() = default;
+    // A buffer of at least `bytes` for slot `slot` (0..7), valid until the next get of the same slot.
+    virtual void* get(int slot, size_t bytes) = 0;
+};
+
+// A weight matrix [out, in] in its checkpoint format (see ops/linear.h).
+struct WeightRef {
+    const void* data = nullptr;   // dense f32/bf16/f16, fp8 e4m3 bytes, or fp4 pairs
+    const void* scale = nullptr;  // fp8 [ceil(out/128), ld_scale]; fp4 [out, ld_scale]; e8m0 bytes or f32
+    int64_t ld = 0;               // row stride of data: elements (dense, fp8) or bytes (fp4)
+    int64_t ld_scale = 0;         // row stride of scale in elements
+    int64_t out_dim = 0, in_dim = 0;
+    uint8_t format = 0;           // 0 dense, 1 fp8 block, 2 fp4 group
+    Fdt dense_dt = Fdt::kF32;
+    bool scale_e8m0 = true;
+};
+
+void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table, int64_t vocab,
+                  int64_t dim, float* out, int64_t ld_out, Stream s);
+void launch_add(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo, int64_t n,
+                int64_t d, Stream s);
+void launch_swiglu(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo, int64_t n,
+                   int64_t d, float limit, Stream s);
+void launch_rms_norm(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy, int64_t n,
+                     int64_t d, float eps, Stream s);
+
+struct RopeParams {
+    float* x;              // [n, heads, hd]
+    int64_t s0, s1;        // strides of dims 0 and 1
+    int64_t n, heads, hd;
+    const int32_t* pos;    // [n]
+    const float* inv_freq; // [half]
+    int64_t half;
+    float mscale;
+    bool inverse;
+};
+void launch_rope(const RopeParams& p, Stream s);
+
+// y[n, out] = x[n, in] . W^T, W dequantised in the kernel.
+void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
+
+void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, float* ring, int64_t ld_ring,
+                         int64_t ring_len, int64_t pos0, Stream s);
+
+struct AttentionParams {
+    const float* q;  int64_t q_s0, q_s1;      // [L, H, hd]
+    const float* ring; int64_t ld_ring;       // [window - 1, hd]
+    const float* kv; int64_t ld_kv;           // [L, hd]
+    const float* comp; int64_t ld_comp; int64_t n_comp;  // [T, hd]
+    const int32_t* picks; int64_t ld_picks; int64_t k;   // [L, k]
+    const float* sinks;                       // [H]
+    float* out; int64_t o_s0, o_s1;           // [L, H, hd]
+    int64_t L, H, hd;
+    int64_t pos0, n_cached, window;
+    int comp_mask;                            // 0 none, 1 causal, 2 picks
+    int64_t rate;
+    float scale;
+};
+void launch_attention(const AttentionParams& p, Stream s);
+int attention_max_head_dim();
+
+struct CompressParams {
+    const float* kv; int64_t ld_kv;           // [L, width]
+    const float* gate; int64_t ld_gate;       // [L, width]
+    const float* bias; int64_t ld_bias;       // [rate, width]
+    float* buf_kv; int64_t ld_buf_kv;         // [rate, width]
+    float* buf_gate; int64_t ld_buf_gate;     // [rate, width]
+    float* ovl_kv; int64_t ld_ovl_kv;         // [rate, d]
+    float* ovl_gate; int64_t ld_ovl_gate;     // [rate, d]
+    float* out; int64_t ld_out;               // [n_new, d]
+    int64_t L, width, d, n_new, pos0, rate;
+    bool overlap;
+};
+void launch_compress(const CompressParams& p, Stream s);
+
+struct IndexerParams {
+    const float* q; int64_t q_s0, q_s1;       // [L, H, dim]
+    const float* w; int64_t ld_w;             // [L, H]
+    const float* keys; int64_t ld_keys;       // [T, dim]
+    int32_t* picks; int64_t ld_picks;         // [L, k]
+    int64_t L, H, dim, T, k, pos0, rate;
+    float weight_scale, score_scale;
+};
+void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s);
+int indexer_max_topk();
+
+struct MhcParams {
+    const float* streams;                     // [n, hc, D] contiguous
+    const float* fn; int64_t ld_fn;           // [M, hc * D]
+    const float* base;                        // [M]
+    const float* scale;                       // [3] (pre) or [1] (head)
+    float* x; int64_t ld_x;                   // [n, D] collapsed output
+    float* post; int64_t ld_post;             // [n, hc] (pre only)
+    float* comb; int64_t ld_comb;             // [n, hc * hc] (pre only)
+    int64_t n, hc, D;
+    float norm_eps, hc_eps;
+    int sinkhorn_iters;
+    bool head;                                // hc_head: only pre weights, M = hc
+};
+void launch_mhc_pre(const MhcParams& p, Stream s);
+int mhc_max_hc();
+void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
+                     const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s);
+
+struct RouteParams {
+    const float* logits; int64_t ld_logits;   // [n, E]
+    const float* bias;                        // [E] or null
+    const void* tid2eid; bool tid_i64; int64_t ld_tid; int64_t vocab;  // [vocab, k] or null
+    const int32_t* tokens;                    // [n]
+    int32_t* ids; int64_t ld_ids;             // [n, k]
+    float* weights; int64_t ld_weights;       // [n, k]
+    int64_t n, E, k;
+    bool sigmoid;
+    float scaling;
+};
+void launch_route(const RouteParams& p, Stream s);
+
+// Experts' weight refs in device memory: table[3 * e + {0: w1, 1: w3, 2: w2}].
+struct MoeParams {
+    const float* x; int64_t ld_x;             // [n, D]
+    const int32_t* ids; int64_t ld_ids;       // [n, k]
+    const float* w; int64_t ld_w;             // [n, k]
+    const WeightRef* table;                   // device [3 * n_experts]
+    int64_t n_experts;
+    float* out; int64_t ld_out;               // [n, D]
+    int64_t n, k, D, I;
+    float limit;                              // swiglu_limit (<= 0: no clamp)
+};
+void launch_moe(const MoeParams& p, Scratch& scratch, Stream s);
+
+// Last launch error as text, or nullptr (checked by the host after each launch).
+const char* last_launch_error();
+
+}  // namespace di::cuda

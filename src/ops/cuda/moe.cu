@@ -1,0 +1,167 @@
+// Routing (one block per token: scores in double as the reference, then k rounds of a block arg-max with the
+// lower-id tie rule) and the routed experts. The experts run per (token, slot) with the expert id read on
+// the device, so no host sync is needed on the decode path:
+//   h[t, j] = swiglu(W1_e x_t, W3_e x_t)   one warp per row of W1/W3
+//   y[t, j] = W2_e h[t, j]                 one warp per row of W2
+//   out[t]  = sum_j w[t, j] y[t, j]        in slot order (deterministic)
+// Each (token, slot) reads its expert's weights once: decode is bound by k expert matrices per token.
+#include "ops/cuda/device_util.cuh"
+
+namespace di::cuda {
+namespace {
+
+__device__ __forceinline__ double score_fn(bool sigmoid, double x) {
+    if (sigmoid) return 1.0 / (1.0 + exp(-x));
+    return sqrt(x > 20.0 ? x : log1p(exp(x)));  // torch softplus threshold 20
+}
+
+// Dynamic smem: score [E] f32-rounded doubles, key [E].
+__global__ void __launch_bounds__(256) route_kernel(RouteParams p) {
+    extern __shared__ double rs[];
+    double* score = rs;
+    double* key = rs + p.E;
+    __shared__ double best_v[32];
+    __shared__ int best_i[32];
+    __shared__ int chosen[64];
+    const int64_t t = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int64_t e = threadIdx.x; e < p.E; e += blockDim.x) {
+        score[e] = double(float(score_fn(p.sigmoid, p.logits[t * p.ld_logits + e])));
+        key[e] = double(float(score[e] + (p.bias ? p.bias[e] : 0.0f)));
+    }
+    __syncthreads();
+    for (int64_t j = 0; j < p.k; ++j) {
+        if (p.tid2eid) {
+            if (threadIdx.x == 0) {
+                int32_t tok = p.tokens[t];
+                tok = tok < 0 || tok >= p.vocab ? 0 : tok;
+                const int64_t i = tok * p.ld_tid + j;
+                int64_t e = p.tid_i64 ? static_cast<const int64_t*>(p.tid2eid)[i] : static_cast<const int32_t*>(p.tid2eid)[i];
+                chosen[j] = int(e < 0 || e >= p.E ? 0 : e);
+            }
+            continue;
+        }
+        double bv = -INFINITY;
+        int bi = int(p.E);
+        for (int64_t e = threadIdx.x; e < p.E; e += blockDim.x) {
+            bool taken = false;
+            for (int64_t i = 0; i < j; ++i) taken |= chosen[i] == e;
+            if (!taken && (key[e] > bv || (key[e] == bv && e < bi))) { bv = key[e]; bi = int(e); }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+        if (lane == 0) { best_v[warp] = bv; best_i[warp] = bi; }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int i = 1; i < nw; ++i)
+                if (best_v[i] > bv || (best_v[i] == bv && best_i[i] < bi)) { bv = best_v[i]; bi = best_i[i]; }
+            chosen[j] = bi;
+        }
+        __syncthreads();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = 0;
+        for (int64_t j = 0; j < p.k; ++j) sum += score[chosen[j]];
+        for (int64_t j = 0; j < p.k; ++j) {
+            p.ids[t * p.ld_ids + j] = chosen[j];
+            p.weights[t * p.ld_weights + j] = float(score[chosen[j]] / (sum + 1e-20) * p.scaling);
+        }
+    }
+}
+
+// Dot of W[o, :] with x (a warp); vectorised when the weight allows it.
+__device__ __forceinline__ float warp_dot(const WeightRef& w, int64_t o, const float* x, bool vec, int lane) {
+    float acc = 0.0f;
+    if (vec) {
+        for (int64_t i = int64_t(lane) * 8; i < w.in_dim; i += 256) {
+            float v[8];
+            weight_at8(w, o, i, v);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc += x[i + j] * v[j];
+        }
+    } else {
+        for (int64_t i = lane; i < w.in_dim; i += 32) acc += x[i] * weight_at(w, o, i);
+    }
+    return warp_sum(acc);
+}
+
+__device__ __forceinline__ bool vec_ok(const WeightRef& w) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(w.data);
+    if (w.in_dim % 8 != 0) return false;
+    if (w.format == 1) return base % 8 == 0 && w.ld % 8 == 0;
+    if (w.format == 2) return base % 4 == 0 && w.ld % 4 == 0;
+    const int64_t es = w.dense_dt == Fdt::kF32 ? 4 : 2;
+    return base % 16 == 0 && (w.ld * es) % 16 == 0;
+}
+
+__device__ __forceinline__ int expert_of(const MoeParams& p, int64_t pair) {
+    int e = p.ids[(pair / p.k) * p.ld_ids + pair % p.k];
+    return e < 0 || e >= p.n_experts ? -1 : e;
+}
+
+// grid (ceil(I / 8), n * k): h[pair, r]
+__global__ void __launch_bounds__(256) moe_up_kernel(MoeParams p, float* h) {
+    const int64_t pair = blockIdx.y, r = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= p.I) return;
+    const int e = expert_of(p, pair);
+    float out = 0.0f;
+    if (e >= 0) {
+        const WeightRef w1 = p.table[3 * e], w3 = p.table[3 * e + 1];
+        const float* x = p.x + (pair / p.k) * p.ld_x;
+        float g = warp_dot(w1, r, x, vec_ok(w1), lane), u = warp_dot(w3, r, x, vec_ok(w3), lane);
+        if (p.limit > 0) {
+            g = fminf(g, p.limit);
+            u = fminf(fmaxf(u, -p.limit), p.limit);
+        }
+        out = float(double(g) / (1.0 + exp(-double(g))) * double(u));
+    }
+    if (lane == 0) h[pair * p.I + r] = out;
+}
+
+// grid (ceil(D / 8), n * k): y[pair, c]
+__global__ void __launch_bounds__(256) moe_down_kernel(MoeParams p, const float* h, float* y) {
+    const int64_t pair = blockIdx.y, c = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (c >= p.D) return;
+    const int e = expert_of(p, pair);
+    float out = 0.0f;
+    if (e >= 0) {
+        const WeightRef w2 = p.table[3 * e + 2];
+        out = warp_dot(w2, c, h + pair * p.I, vec_ok(w2), lane);
+    }
+    if (lane == 0) y[pair * p.D + c] = out;
+}
+
+__global__ void moe_combine_kernel(MoeParams p, const float* y) {
+    const int64_t t = blockIdx.x;
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < p.D; c += int64_t(gridDim.y) * blockDim.x) {
+        double acc = 0;
+        for (int64_t j = 0; j < p.k; ++j) acc += double(y[(t * p.k + j) * p.D + c]) * p.w[t * p.ld_w + j];
+        p.out[t * p.ld_out + c] = float(acc);
+    }
+}
+
+}  // namespace
+
+void launch_route(const RouteParams& p, Stream s) {
+    if (p.n == 0) return;
+    route_kernel<<<unsigned(p.n), 256, size_t(2 * p.E) * sizeof(double), as_stream(s)>>>(p);
+}
+
+void launch_moe(const MoeParams& p, Scratch& scratch, Stream s) {
+    if (p.n == 0) return;
+    const int64_t pairs = p.n * p.k;
+    float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
+    float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
+    moe_up_kernel<<<dim3(blocks_for(p.I, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h);
+    moe_down_kernel<<<dim3(blocks_for(p.D, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h, y);
+    moe_combine_kernel<<<dim3(unsigned(p.n), unsigned(std::min<int64_t>(blocks_for(p.D, 256), 64))), 256, 0,
+                         as_stream(s)>>>(p, y);
+}
+
+}  // namespace di::cuda

@@ -1,0 +1,177 @@
+// route, moe, mhc_pre, mhc_post and hc_head on CUDA vs ref. Expert ids must match exactly (lower id first on
+// ties); everything else within f32-vs-double accumulation error.
+#include <algorithm>
+#include <numeric>
+
+#include "gpu_test_util.h"
+
+namespace di::gputest {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+struct RouteCase {
+    const char* name;
+    int64_t n, E, k;
+    ops::ScoreFunc func;
+    bool bias, hash, i64, ties;
+};
+
+const RouteCase kRoute[] = {
+    {"flash_sqrt_softplus_bias", 5, 256, 6, ops::ScoreFunc::kSqrtSoftplus, true, false, false, false},
+    {"sigmoid_no_bias", 3, 64, 4, ops::ScoreFunc::kSigmoid, false, false, false, false},
+    {"ties_lower_id_first", 4, 256, 6, ops::ScoreFunc::kSqrtSoftplus, false, false, false, true},
+    {"hash_i64", 6, 256, 6, ops::ScoreFunc::kSqrtSoftplus, false, true, true, false},
+    {"hash_i32_one_token", 1, 16, 2, ops::ScoreFunc::kSigmoid, false, true, false, false},
+};
+
+class CudaRoute : public ::testing::TestWithParam<RouteCase> {};
+
+TEST_P(CudaRoute, IdsExactWeightsClose) {
+    SKIP_WITHOUT_GPU();
+    const RouteCase& c = GetParam();
+    auto& b = backends();
+    const int64_t vocab = 50;
+    Pair logits(DType::kF32, {c.n, c.E}), bias(DType::kF32, {c.E}), ids(DType::kI32, {c.n, c.k});
+    Pair weights(DType::kF32, {c.n, c.k}), tokens(DType::kI32, {c.n});
+    Pair tid(c.i64 ? DType::kI64 : DType::kI32, {vocab, c.k});
+    fill_uniform(logits, -4, 4), fill_uniform(bias, -0.5f, 0.5f);
+    if (c.ties)  // 4 distinct values: many equal scores at the k-th place
+        for (int64_t i = 0; i < logits.hv().numel(); ++i) logits.hv().ptr<float>()[i] = float(rng()() % 4);
+    logits.upload();
+    for (int64_t t = 0; t < c.n; ++t) tokens.hv().ptr<int32_t>()[t] = int32_t(rng()() % vocab);
+    for (int64_t v = 0; v < vocab; ++v) {
+        std::vector<int> perm(size_t(c.E));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng());
+        for (int64_t j = 0; j < c.k; ++j) {
+            if (c.i64) tid.hv().ptr<int64_t>()[v * c.k + j] = perm[size_t(j)];
+            else tid.hv().ptr<int32_t>()[v * c.k + j] = perm[size_t(j)];
+        }
+    }
+    tokens.upload(), tid.upload(), ids.poison(), weights.poison();
+    auto make = [&](bool d) {
+        ops::RouteArgs a;
+        a.logits = d ? logits.dv() : logits.hv();
+        if (c.bias) a.bias = d ? bias.dv() : bias.hv();
+        if (c.hash) a.tid2eid = d ? tid.dv() : tid.hv(), a.tokens = d ? tokens.dv() : tokens.hv();
+        a.ids = d ? ids.dv() : ids.hv();
+        a.weights = d ? weights.dv() : weights.hv();
+        a.func = c.func, a.scaling = 1.5f;
+        return a;
+    };
+    b.ref->route(make(false));
+    b.gpu->route(make(true));
+    const auto got = ids.device_as<int32_t>();
+    for (int64_t i = 0; i < c.n * c.k; ++i) EXPECT_EQ(got[size_t(i)], ids.hv().ptr<int32_t>()[i]) << c.name << " slot " << i;
+    expect_close(weights, 1e-6, c.name);  // double math on both sides, rounded to f32
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaRoute, ::testing::ValuesIn(kRoute),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+struct MoeCase {
+    const char* name;
+    int64_t n, E, k, D, I;
+    ops::WeightFormat fmt;
+};
+
+const MoeCase kMoe[] = {
+    {"flash_fp4_256_experts", 2, 256, 6, 4096, 2048, ops::WeightFormat::kFp4Group},
+    {"fp8_experts", 5, 8, 2, 256, 256, ops::WeightFormat::kFp8Block},
+    {"dense_odd", 9, 4, 2, 65, 40, ops::WeightFormat::kDense},
+};
+
+class CudaMoe : public ::testing::TestWithParam<MoeCase> {};
+
+// f32 dot products of length D and I vs double: 2e-5
+TEST_P(CudaMoe, MatchesRef) {
+    SKIP_WITHOUT_GPU();
+    const MoeCase& c = GetParam();
+    auto& b = backends();
+    std::vector<Pair> data, scale;
+    auto make_w = [&](int64_t out, int64_t in) {
+        if (c.fmt == ops::WeightFormat::kDense) {
+            data.emplace_back(DType::kF32, std::initializer_list<int64_t>{out, in});
+            fill_uniform(data.back(), -0.1f, 0.1f);
+            scale.emplace_back();
+        } else if (c.fmt == ops::WeightFormat::kFp8Block) {
+            data.emplace_back(DType::kF8E4M3, std::initializer_list<int64_t>{out, in});
+            fill_fp8(data.back());
+            scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{(out + 127) / 128, (in + 127) / 128});
+            fill_e8m0(scale.back());
+        } else {
+            data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
+            fill_uniform(data.back());
+            scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
+            fill_e8m0(scale.back());
+        }
+    };
+    data.reserve(size_t(3 * c.E)), scale.reserve(size_t(3 * c.E));
+    for (int64_t e = 0; e < c.E; ++e) make_w(c.I, c.D), make_w(c.I, c.D), make_w(c.D, c.I);
+    auto experts = [&](bool d) {
+        std::vector<ops::ExpertWeights> v(size_t(c.E));
+        for (int64_t e = 0; e < c.E; ++e) {
+            ops::QWeight* ws[3] = {&v[size_t(e)].w1, &v[size_t(e)].w3, &v[size_t(e)].w2};
+            for (int j = 0; j < 3; ++j) {
+                const size_t i = size_t(3 * e + j);
+                ws[j]->format = c.fmt;
+                ws[j]->data = d ? data[i].dv() : data[i].hv();
+                if (c.fmt != ops::WeightFormat::kDense) ws[j]->scale = d ? scale[i].dv() : scale[i].hv();
+                ws[j]->out_dim = j == 2 ? c.D : c.I;
+                ws[j]->in_dim = j == 2 ? c.I : c.D;
+            }
+        }
+        return v;
+    };
+    const auto ew_h = experts(false), ew_d = experts(true);
+    Pair x(DType::kF32, {c.n, c.D}), ids(DType::kI32, {c.n, c.k}), w(DType::kF32, {c.n, c.k}), out(DType::kF32, {c.n, c.D});
+    fill_uniform(x), fill_uniform(w, 0.1f, 1.0f), out.poison();
+    for (int64_t t = 0; t < c.n; ++t) {
+        std::vector<int> perm(size_t(c.E));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng());
+        for (int64_t j = 0; j < c.k; ++j) ids.hv().ptr<int32_t>()[t * c.k + j] = perm[size_t(j)];
+    }
+    ids.upload();
+    b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), 10.0f});
+    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), 10.0f});
+    expect_close(out, 2e-5, c.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe, ::testing::ValuesIn(kMoe),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.
+TEST(CudaMhc, PrePostHead) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    struct C { int64_t n, hc, D; };
+    for (C c : {C{3, 4, 4096}, C{1, 4, 4096}, C{5, 2, 7}}) {
+        const int64_t M = (2 + c.hc) * c.hc;
+        Pair st(DType::kF32, {c.n, c.hc, c.D}), fn(DType::kF32, {M, c.hc * c.D}), base(DType::kF32, {M});
+        Pair scale(DType::kF32, {3}), x(DType::kF32, {c.n, c.D}), post(DType::kF32, {c.n, c.hc});
+        Pair comb(DType::kF32, {c.n, c.hc, c.hc}), sub(DType::kF32, {c.n, c.D}), out(DType::kF32, {c.n, c.hc, c.D});
+        Pair hfn(DType::kF32, {c.hc, c.hc * c.D}), hbase(DType::kF32, {c.hc}), hscale(DType::kF32, {1});
+        fill_uniform(st), fill_uniform(fn, -0.05f, 0.05f), fill_uniform(base), fill_uniform(scale, 0.5f, 2.0f);
+        fill_uniform(sub), fill_uniform(hfn, -0.05f, 0.05f), fill_uniform(hbase), fill_uniform(hscale, 0.5f, 2.0f);
+        x.poison(), post.poison(), comb.poison(), out.poison();
+        b.ref->mhc_pre({st.hv(), fn.hv(), base.hv(), scale.hv(), x.hv(), post.hv(), comb.hv(), 1e-6f, 1e-6f, 20});
+        b.gpu->mhc_pre({st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20});
+        expect_close(x, 1e-6, "mhc_pre.x"), expect_close(post, 1e-6, "mhc_pre.post");
+        expect_close(comb, 1e-6, "mhc_pre.comb");
+        // mhc_post on the same (ref-computed) post/comb for both sides
+        post.upload(), comb.upload();
+        b.ref->mhc_post({st.hv(), sub.hv(), post.hv(), comb.hv(), out.hv()});
+        b.gpu->mhc_post({st.dv(), sub.dv(), post.dv(), comb.dv(), out.dv()});
+        expect_close(out, 1e-6, "mhc_post");
+        x.poison();
+        b.ref->hc_head({st.hv(), hfn.hv(), hbase.hv(), hscale.hv(), x.hv(), 1e-6f, 1e-6f});
+        b.gpu->hc_head({st.dv(), hfn.dv(), hbase.dv(), hscale.dv(), x.dv(), 1e-6f, 1e-6f});
+        expect_close(x, 1e-6, "hc_head");
+    }
+}
+
+}  // namespace
+}  // namespace di::gputest

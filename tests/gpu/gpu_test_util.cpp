@@ -1,0 +1,10 @@
+#include "gpu_test_util.h"
+
+namespace di::gputest {
+
+Backends& backends() {
+    static Backends b;
+    return b;
+}
+
+}  // namespace di::gputest

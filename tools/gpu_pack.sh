@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs from a CUDA build into a small folder that the device tool can carry
+# (the whole build directory is far over its 64 MiB limit): the gpu test and benchmark binaries plus the
+# shared libraries they need that the GPU image lacks (today only libfmt).
+#   tools/gpu_pack.sh [build-dir=build-cuda] [out=build-cuda-carry]
+set -euo pipefail
+build=${1:-build-cuda}
+out=${2:-build-cuda-carry}
+rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
+for b in tests/gpu/cuda_ops_test bench/cuda_ops_bench; do
+  [ -x "$build/$b" ] && cp "$build/$b" "$out/bin/"
+done
+for f in "$out"/bin/*; do
+  ldd "$f" | awk '/libfmt/ {print $3}' | sort -u | xargs -r -I{} cp -L {} "$out/lib/"
+done
+strip "$out"/bin/* 2>/dev/null || true
+du -sh "$out"
+for f in "$out"/bin/*; do echo "== $f"; ldd "$f" | awk '{print "   " $1}'; done
