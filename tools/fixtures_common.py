@@ -3,6 +3,7 @@
 Configs of spec section 12, the weight recipe, and the reference runs on transformers 5.17.0
 (CPU): full forward with captured discrete decisions, tie margins, chunked decode, greedy.
 """
+import copy
 import json
 import math
 
@@ -85,7 +86,8 @@ def rope_nested(cfg, factor):
 
 
 def hf_config(cfg_dict):
-    kw = {k: v for k, v in cfg_dict.items() if k not in ("architectures", "model_type")}
+    # deep copy: DeepseekV4Config edits the rope dicts it is given in place
+    kw = {k: copy.deepcopy(v) for k, v in cfg_dict.items() if k not in ("architectures", "model_type")}
     return DeepseekV4Config(**kw)
 
 
