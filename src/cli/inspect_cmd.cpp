@@ -1,0 +1,74 @@
+// deepinfer inspect: the parsed config, the layer schedule, tensor statistics, parameter counts and the
+// per-sequence state size of a model directory.
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "model/seq_state.h"
+#include "runtime/backend_factory.h"
+#include "runtime/model_loader.h"
+
+namespace di::cli {
+namespace {
+
+std::string human(double bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+    return fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+void print_rope(const char* name, const model::RopeTable& t) {
+    fmt::print("  rope {:<8}       {} theta={} partial_rotary_factor={}", name, t.type, t.theta, t.partial_rotary_factor);
+    if (t.type == "yarn")
+        fmt::print(" factor={} original_max_position={} beta_fast={} beta_slow={} attention_factor={}", t.factor,
+                   t.original_max_position, t.beta_fast, t.beta_slow,
+                   t.has_attention_factor ? fmt::format("{}", t.attention_factor) : std::string("default"));
+    fmt::print("\n");
+}
+
+int run_inspect(const std::string& dir) {
+    auto backend = runtime::make_backend("ref");
+    auto model = runtime::load_model(dir, **backend);
+    if (!model) return fail(model.error().message);
+    const model::ModelConfig& c = (*model)->config();
+    const model::WeightStats& s = (*model)->weights().stats;
+    fmt::print("model {}\n  architecture       {}\n", dir, c.architecture);
+    fmt::print("  vocab_size {}  hidden_dim {}  n_layers {}  n_heads {}  head_dim {}  rope_dim {}\n", c.vocab_size,
+               c.hidden_dim, c.n_layers, c.n_heads, c.head_dim, c.rope_dim);
+    fmt::print("  q_lora_rank {}  o_groups {}  o_lora_rank {}  window {}  csa_rate {}  hca_rate {}\n", c.q_lora_rank,
+               c.o_groups, c.o_lora_rank, c.window, c.csa_rate, c.hca_rate);
+    fmt::print("  index_heads {}  index_dim {}  index_topk {}  hc_mult {}  sinkhorn_iters {}  hc_eps {}\n",
+               c.index_heads, c.index_dim, c.index_topk, c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps);
+    fmt::print("  n_experts {}  n_experts_active {}  moe_dim {}  score_func {}  routed_scaling {}  swiglu_limit {}\n",
+               c.n_experts, c.n_experts_active, c.moe_dim,
+               c.score_func == model::ScoreFunc::kSigmoid ? "sigmoid" : "sqrtsoftplus", c.routed_scaling_factor,
+               c.swiglu_limit);
+    print_rope("main", c.rope_main);
+    print_rope("compress", c.rope_compress);
+    fmt::print("layers\n");
+    for (int l = 0; l < int(c.n_layers); ++l)
+        fmt::print("  {:>3}  {:<30} {}\n", l, model::attn_type_name(c.attn_types[size_t(l)]),
+                   model::moe_type_name(c.moe_types[size_t(l)]));
+    fmt::print("tensors {} ({} skipped)\n", s.n_tensors, s.skipped_tensors);
+    for (const auto& [dt, n] : s.tensors_by_dtype) fmt::print("  {:<8} {}\n", dt, n);
+    fmt::print("bytes {} ({})\n", s.bytes, human(double(s.bytes)));
+    fmt::print("parameters {} ({:.3f} B), active per token {} ({:.3f} B)\n", s.params, double(s.params) / 1e9,
+               s.active_params, double(s.active_params) / 1e9);
+    const model::StateSize st = model::state_size(c);
+    fmt::print("sequence state (f32): {} fixed + {:.1f} bytes/token; 4096 tokens: {}, 1M tokens: {}\n",
+               human(double(st.fixed_bytes)), st.bytes_per_token, human(double(st.bytes_for(4096))),
+               human(double(st.bytes_for(1 << 20))));
+    return 0;
+}
+
+std::function<int()> setup(CLI::App& app) {
+    auto dir = std::make_shared<std::string>();
+    app.add_option("--model", *dir, "model directory (config.json + safetensors)")->required();
+    return [dir] { return run_inspect(*dir); };
+}
+
+}  // namespace
+
+DI_COMMAND("inspect", "Print a model's config, layer schedule, tensors, parameters and state size", setup);
+
+}  // namespace di::cli

@@ -1,0 +1,29 @@
+#include "runtime/backend_factory.h"
+
+#include <fmt/ranges.h>
+
+#include "ops/ref/ref_backend.h"
+#ifdef DEEPINFER_WITH_CUDA
+#include "ops/cuda/cuda_backend.h"
+#endif
+
+namespace di::runtime {
+
+std::vector<std::string> backend_names() {
+    std::vector<std::string> names{"ref"};
+#ifdef DEEPINFER_WITH_CUDA
+    names.push_back("cuda");
+#endif
+    return names;
+}
+
+Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& name) {
+    if (name == "ref") return ops::make_ref_backend();
+#ifdef DEEPINFER_WITH_CUDA
+    if (name == "cuda") return ops::make_cuda_backend(0);
+#endif
+    return make_error(ErrorCode::kUnsupported, "unknown backend '{}' (this build has: {})", name,
+                      fmt::join(backend_names(), ", "));
+}
+
+}  // namespace di::runtime

@@ -1,0 +1,23 @@
+#include "runtime/model_loader.h"
+
+#include "io/safetensors.h"
+
+namespace di::runtime {
+
+Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend) {
+    DI_TRY(model::ModelConfig cfg, model::load_config(dir));
+    DI_TRY(io::Checkpoint ckpt, io::Checkpoint::open(dir));
+    auto shared = std::make_shared<io::Checkpoint>(std::move(ckpt));
+    DI_TRY(model::ModelWeights w, model::bind_weights(shared, cfg, backend));
+    return std::make_unique<model::DeepseekV4>(std::move(cfg), std::move(w), backend);
+}
+
+Status check_tokens(const std::vector<int32_t>& tokens, int64_t vocab_size) {
+    for (size_t i = 0; i < tokens.size(); ++i)
+        if (tokens[i] < 0 || tokens[i] >= vocab_size)
+            return make_error(ErrorCode::kOutOfRange, "token id {} at index {} is outside the vocabulary ({})",
+                              tokens[i], i, vocab_size);
+    return ok_status();
+}
+
+}  // namespace di::runtime

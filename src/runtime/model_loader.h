@@ -1,0 +1,17 @@
+// Loads a DeepSeek-V4 model directory (config.json + safetensors) onto a backend.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "model/deepseek_v4.h"
+
+namespace di::runtime {
+
+Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend);
+
+// Checks token ids against the vocabulary: "token id 300 at index 4 is outside the vocabulary (256)".
+Status check_tokens(const std::vector<int32_t>& tokens, int64_t vocab_size);
+
+}  // namespace di::runtime
