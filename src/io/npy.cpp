@@ -2,6 +2,7 @@
 // then a Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded to 64 bytes.
 #include "io/npy.h"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstring>
@@ -84,8 +85,10 @@ Status write_npy_f32(const std::string& path, const float* data, const std::vect
         numel *= size_t(d);
     }
     std::string dict = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", shape_literal(shape));
-    const size_t unpadded = 10 + dict.size() + 1;  // magic(6) + version(2) + length(2) + dict + '\n'
-    dict.append((64 - unpadded % 64) % 64, ' ');
+    // As numpy.save: spare room to grow axis 0 in place, then spaces so the data starts at a multiple of 64.
+    if (!shape.empty()) dict.append(size_t(std::max<int>(0, 21 - int(std::to_string(shape[0]).size()))), ' ');
+    const size_t hlen = dict.size() + 1;  // + '\n'
+    dict.append(64 - (10 + hlen) % 64, ' ');
     dict += '\n';
     if (dict.size() > 65535) return make_error(ErrorCode::kInvalidArgument, "{}: npy header too long", path);
 

@@ -27,6 +27,9 @@ struct RopeTable {
     bool has_attention_factor = false;
     double attention_factor = 1.0;
     double mscale = 0, mscale_all_dim = 0;  // 0 = absent
+    // `factor` was null in the file: YaRN then uses max_position_embeddings / original_max_position
+    // (resolved by rope_freqs; `factor` holds 0 in that case).
+    bool factor_from_positions = false;
 };
 
 struct ModelConfig {
@@ -56,9 +59,9 @@ struct ModelConfig {
     int64_t moe_dim = 0;            // moe_intermediate_size
     ScoreFunc score_func = ScoreFunc::kSqrtSoftplus;
     double routed_scaling_factor = 1.0;
-    double swiglu_limit = 0;        // 0 = no clamp
+    double swiglu_limit = 0;        // always > 0 after parse_config (HF clamps unconditionally)
     int64_t max_position_embeddings = 0;
-    int64_t bos_token_id = 0;
+    int64_t bos_token_id = 0;       // -1 when null in config.json
     std::vector<int64_t> eos_token_ids;
     bool tie_word_embeddings = false;
     std::vector<AttnType> attn_types;  // n_layers
@@ -69,6 +72,8 @@ struct ModelConfig {
     std::string torch_dtype;        // "bfloat16", "float32", ...
     bool fp8_quantized = false;     // quantization_config.quant_method == "fp8"
     std::string expert_dtype;       // "fp4" | "fp8" | "" (dense)
+    std::vector<int64_t> weight_block_size;  // quantization_config.weight_block_size [out, in], e.g. {128, 128}
+    std::string scale_fmt;          // quantization_config.scale_fmt, e.g. "ue8m0" (scales stored as F8_E8M0)
     int64_t n_mtp_layers = 0;       // num_nextn_predict_layers
 
     int64_t compress_rate(int layer) const;  // 0 for sliding layers
