@@ -24,7 +24,7 @@ __device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_
 __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
     extern __shared__ float smem[];
     float* tile = smem;                                                // [kTile][hd]
-    int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);   // [k] deduplicated picks
+    int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);   // [2k] picks, then keep flags
     __shared__ int n_list;
     const int64_t t = blockIdx.x, pos = p.pos0 + t;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -36,17 +36,22 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
     if (p.comp_mask == 1) {
         n_comp = min(p.n_comp, (pos + 1) / p.rate);
     } else if (p.comp_mask == 2) {
-        // keep the first occurrence of each valid pick, in pick order
+        // keep the first occurrence of each valid pick, in pick order: flags in parallel, compaction serial
+        const int32_t* pk = p.picks + t * p.ld_picks;
+        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) list[j] = pk[j];
+        __syncthreads();
+        int32_t* keep = list + p.k;
+        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+            const int32_t w = list[j];
+            bool ok = w >= 0 && w < p.n_comp;
+            for (int64_t i = 0; i < j && ok; ++i) ok = list[i] != w;
+            keep[j] = ok;
+        }
+        __syncthreads();
         if (threadIdx.x == 0) {
             int cnt = 0;
-            const int32_t* pk = p.picks + t * p.ld_picks;
-            for (int64_t j = 0; j < p.k; ++j) {
-                const int32_t w = pk[j];
-                if (w < 0 || w >= p.n_comp) continue;
-                bool dup = false;
-                for (int64_t i = 0; i < j && !dup; ++i) dup = pk[i] == w;
-                if (!dup) list[cnt++] = w;
-            }
+            for (int64_t j = 0; j < p.k; ++j)
+                if (keep[j]) list[cnt++] = list[j];
             n_list = cnt;
         }
         __syncthreads();
@@ -108,7 +113,7 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
 
 void launch_attention(const AttentionParams& p, Stream s) {
     if (p.L == 0) return;
-    const size_t smem = size_t(kTile * p.hd) * sizeof(float) + size_t(p.comp_mask == 2 ? p.k : 0) * sizeof(int32_t);
+    const size_t smem = size_t(kTile * p.hd) * sizeof(float) + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t);
     static size_t raised = 48 * 1024;
     if (smem > raised) {
         DI_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

@@ -141,7 +141,7 @@ void CudaBackend::mhc_pre(const MhcPreArgs& a) {
     cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.x), ld(a.x),
                       f32m(a.post), ld(a.post), f32m(a.comb), ld(a.comb), a.streams.shape[0], hc, a.streams.shape[2],
                       a.norm_eps, a.hc_eps, a.sinkhorn_iters, false};
-    cuda::launch_mhc_pre(p, stream_);
+    cuda::launch_mhc_pre(p, scratch_, stream_);
     launched("mhc_pre");
 }
 
@@ -163,7 +163,7 @@ void CudaBackend::hc_head(const HcHeadArgs& a) {
     DI_CHECK(hc <= cuda::mhc_max_hc() && a.streams.is_contiguous(), "hc_head: streams {}", a.streams.describe());
     cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.out), ld(a.out),
                       nullptr, 0, nullptr, 0, a.streams.shape[0], hc, a.streams.shape[2], a.norm_eps, a.hc_eps, 0, true};
-    cuda::launch_mhc_pre(p, stream_);
+    cuda::launch_mhc_pre(p, scratch_, stream_);
     launched("hc_head");
 }
 

@@ -115,7 +115,7 @@ struct MhcParams {
     int sinkhorn_iters;
     bool head;                                // hc_head: only pre weights, M = hc
 };
-void launch_mhc_pre(const MhcParams& p, Stream s);
+void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s);

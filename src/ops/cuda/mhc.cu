@@ -1,6 +1,6 @@
-// mHC pre (and the hc head): one block per token. The norm and the (2 + hc) * hc mixing dot products are
-// block reductions in double with a fixed tree (deterministic, as the reference); the tiny sigmoid /
-// softmax / Sinkhorn step runs on one thread in double; then the block collapses the streams.
+// mHC pre (and the hc head). The norm and the (2 + hc) * hc mixing dot products are block reductions in
+// double with a fixed tree (deterministic, as the reference), one block per (mix row, token); the tiny
+// sigmoid / softmax / Sinkhorn step runs on one thread per token in double; then that block collapses.
 // Reads fn once per token: (2 + hc) * hc * hc * D * 4 bytes (1.5 MB for V4-Flash), L2-resident across tokens.
 #include "ops/cuda/device_util.cuh"
 
@@ -11,24 +11,31 @@ constexpr int kMaxHc = 8;
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-__global__ void __launch_bounds__(256) mhc_pre_kernel(MhcParams p) {
+// grid (M, n): block (m, t) computes mix[t, m] = fn[m] . rms(streams[t]); every block recomputes the token's
+// norm (hc * D * 4 bytes, L2-resident) so that a single token still spreads over M blocks.
+__global__ void __launch_bounds__(256) mhc_mix_kernel(MhcParams p, double* mix_out) {
     __shared__ double red[32];
-    __shared__ double mix[(2 + kMaxHc) * kMaxHc];
-    __shared__ float pre[kMaxHc];
-    const int64_t t = blockIdx.x, width = p.hc * p.D;
-    const int64_t M = p.head ? p.hc : (2 + p.hc) * p.hc;
+    const int64_t m = blockIdx.x, t = blockIdx.y, width = p.hc * p.D, M = gridDim.x;
     const float* v = p.streams + t * width;
     double ss = 0;
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += double(v[i]) * v[i];
     ss = block_sum_d(ss, red);
     const float inv = float(1.0 / sqrt(ss / double(width) + double(p.norm_eps)));
-    for (int64_t m = 0; m < M; ++m) {
-        const float* f = p.fn + m * p.ld_fn;
-        double acc = 0;
-        for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += double(v[i] * inv) * f[i];
-        acc = block_sum_d(acc, red);
-        if (threadIdx.x == 0) mix[m] = acc;
-    }
+    const float* f = p.fn + m * p.ld_fn;
+    double acc = 0;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += double(v[i] * inv) * f[i];
+    acc = block_sum_d(acc, red);
+    if (threadIdx.x == 0) mix_out[t * M + m] = acc;
+}
+
+// One block per token: pre / post / comb from the mixes, then the collapse.
+__global__ void __launch_bounds__(256) mhc_finish_kernel(MhcParams p, const double* mix_in) {
+    __shared__ double mix[(2 + kMaxHc) * kMaxHc];
+    __shared__ float pre[kMaxHc];
+    const int64_t t = blockIdx.x, width = p.hc * p.D;
+    const int64_t M = p.head ? p.hc : (2 + p.hc) * p.hc;
+    const float* v = p.streams + t * width;
+    for (int64_t m = threadIdx.x; m < M; m += blockDim.x) mix[m] = mix_in[t * M + m];
     __syncthreads();
     if (threadIdx.x == 0) {
         const int64_t hc = p.hc;
@@ -70,9 +77,12 @@ __global__ void __launch_bounds__(256) mhc_pre_kernel(MhcParams p) {
 
 int mhc_max_hc() { return kMaxHc; }
 
-void launch_mhc_pre(const MhcParams& p, Stream s) {
+void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s) {
     if (p.n == 0) return;
-    mhc_pre_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p);
+    const int64_t M = p.head ? p.hc : (2 + p.hc) * p.hc;
+    double* mix = static_cast<double*>(scratch.get(3, size_t(p.n * M) * sizeof(double)));
+    mhc_mix_kernel<<<dim3(unsigned(M), unsigned(p.n)), 256, 0, as_stream(s)>>>(p, mix);
+    mhc_finish_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, mix);
 }
 
 }  // namespace di::cuda
