@@ -1,0 +1,124 @@
+// Public Tokenizer: added-token split -> regex pre-tokenization -> byte-level BPE, with a per-call word
+// cache (text repeats words heavily; a per-call cache needs no locking across threads).
+#include "deepinfer/tokenizer.h"
+
+#include <unordered_map>
+
+#include "tokenizer/tokenizer_model.h"
+#include "tokenizer/utf8.h"
+
+namespace di {
+
+namespace {
+
+constexpr size_t kCacheMaxWord = 64;  // longer pieces are rare and not worth hashing
+
+struct CachedIds {
+    uint32_t offset, count;
+};
+
+}  // namespace
+
+Result<Tokenizer> Tokenizer::load(const std::string& path) {
+    DI_TRY(tok::TokenizerModel m, tok::load_tokenizer_model(path));
+    return Tokenizer(std::make_shared<const tok::TokenizerModel>(std::move(m)));
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const { return encode(text, model_->add_bos); }
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
+    const tok::TokenizerModel& m = *model_;
+    std::string sanitized;
+    if (!tok::utf8_valid(text)) {
+        sanitized = tok::utf8_sanitize(text);
+        text = sanitized;
+    }
+    std::vector<int32_t> ids;
+    ids.reserve(text.size() / 3 + 4);
+    if (add_bos && m.bos_id >= 0) ids.push_back(m.bos_id);
+
+    std::vector<tok::Segment> segments;
+    tok::split_added_tokens(text, m.added_raw, m.added_normalized, segments);
+    auto scratch = m.pretokenizer.make_scratch();
+    std::vector<std::string_view> pieces;
+    std::unordered_map<std::string_view, CachedIds> cache;
+    std::vector<int32_t> pool;
+    for (const tok::Segment& seg : segments) {
+        if (seg.id >= 0) {
+            ids.push_back(seg.id);
+            continue;
+        }
+        pieces.clear();
+        m.pretokenizer.split(seg.text, pieces, *scratch);
+        for (std::string_view piece : pieces) {
+            if (piece.size() > kCacheMaxWord) {
+                m.bpe.encode_word(piece, ids);
+                continue;
+            }
+            auto it = cache.find(piece);
+            if (it == cache.end()) {
+                const auto offset = static_cast<uint32_t>(pool.size());
+                m.bpe.encode_word(piece, pool);
+                it = cache.emplace(piece, CachedIds{offset, static_cast<uint32_t>(pool.size() - offset)}).first;
+            }
+            ids.insert(ids.end(), pool.begin() + it->second.offset, pool.begin() + it->second.offset + it->second.count);
+        }
+    }
+    return ids;
+}
+
+Result<std::string> Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+    std::string bytes;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const int32_t id = ids[i];
+        if (id < 0 || id >= vocab_size())
+            return make_error(ErrorCode::kOutOfRange, "detokenize: token #{} has id {}, outside [0, {})", i, id, vocab_size());
+        if (skip_special && model_->special[id]) continue;
+        bytes += model_->bytes[id];
+    }
+    return tok::utf8_sanitize(bytes);
+}
+
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(model_->text.size()); }
+int32_t Tokenizer::bos_id() const { return model_->bos_id; }
+int32_t Tokenizer::eos_id() const { return model_->eos_id; }
+bool Tokenizer::add_bos() const { return model_->add_bos; }
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
+    const std::string key(token);
+    if (auto it = model_->added_by_text.find(key); it != model_->added_by_text.end()) return it->second;
+    if (auto it = model_->vocab_by_text.find(key); it != model_->vocab_by_text.end()) return it->second;
+    return std::nullopt;
+}
+
+std::string_view Tokenizer::token_text(int32_t id) const {
+    return id >= 0 && id < vocab_size() ? std::string_view(model_->text[id]) : std::string_view();
+}
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+    return id >= 0 && id < vocab_size() ? std::string_view(model_->bytes[id]) : std::string_view();
+}
+
+bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < vocab_size() && model_->special[id]; }
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
+    : tokenizer_(tokenizer), skip_special_(skip_special) {}
+
+Result<std::string> StreamDecoder::push(int32_t id) {
+    if (id < 0 || id >= tokenizer_.vocab_size())
+        return make_error(ErrorCode::kOutOfRange, "detokenize: id {} outside [0, {})", id, tokenizer_.vocab_size());
+    if (skip_special_ && tokenizer_.is_special(id)) return std::string();
+    pending_ += tokenizer_.token_bytes(id);
+    const size_t n = tok::utf8_complete_prefix(pending_);
+    std::string out = tok::utf8_sanitize(std::string_view(pending_).substr(0, n));
+    pending_.erase(0, n);
+    return out;
+}
+
+std::string StreamDecoder::finish() {
+    std::string out = tok::utf8_sanitize(pending_);
+    pending_.clear();
+    return out;
+}
+
+}  // namespace di
