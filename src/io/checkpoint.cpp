@@ -31,12 +31,12 @@ Result<std::map<std::string, std::string>> read_weight_map(const std::string& in
     std::map<std::string, std::string> out;
     for (const auto& [name, shard] : wm.items()) {
         if (!shard.is_string())
-            return make_error(ErrorCode::kFormat, "{}: weight_map['{}'] must be a file name string, got {}",
-                              index_path, name, describe_json(shard));
+            return make_error(ErrorCode::kFormat, "{}: weight_map[{}] must be a file name string, got {}",
+                              index_path, io::quoted(name), describe_json(shard));
         const std::string s = shard.get<std::string>();
         if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos)
-            return make_error(ErrorCode::kFormat, "{}: weight_map['{}'] = '{}' is not a plain file name", index_path,
-                              name, s);
+            return make_error(ErrorCode::kFormat, "{}: weight_map[{}] = {} is not a plain file name", index_path,
+                              io::quoted(name), io::quoted(s));
         out.emplace(name, s);
     }
     if (out.empty()) return make_error(ErrorCode::kFormat, "{}: weight_map is empty", index_path);
@@ -76,8 +76,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
             if (!fs::is_regular_file(fs::path(dir) / s, ec)) {
                 const auto it = std::find_if(weight_map.begin(), weight_map.end(),
                                              [&](const auto& kv) { return kv.second == s; });
-                return make_error(ErrorCode::kNotFound, "{}: shard '{}' (holding '{}') does not exist in {}",
-                                  index_path, s, it->first, dir);
+                return make_error(ErrorCode::kNotFound, "{}: shard {} (holding {}) does not exist in {}",
+                                  index_path, io::quoted(s), io::quoted(it->first), dir);
             }
     } else if (fs::is_regular_file(fs::path(dir) / kSingleName, ec)) {
         shards.push_back(kSingleName);
@@ -98,7 +98,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
         for (auto& e : entries) {
             const auto [it, inserted] = ck.tensors_.emplace(e.name, e);
             if (!inserted)
-                return make_error(ErrorCode::kFormat, "{}: tensor '{}' is in both {} and {}", dir, e.name,
+                return make_error(ErrorCode::kFormat, "{}: tensor {} is in both {} and {}", dir, io::quoted(e.name),
                                   it->second.file, e.file);
         }
         ck.files_.push_back(std::move(file));
@@ -107,8 +107,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
         const TensorEntry* e = ck.find(name);
         const std::string want = (fs::path(dir) / shard).string();
         if (e == nullptr || e->file != want)
-            return make_error(ErrorCode::kFormat, "{}: tensor '{}' is listed in shard '{}' but {}", index_path, name,
-                              shard, e == nullptr ? "no shard holds it" : "it is in " + e->file);
+            return make_error(ErrorCode::kFormat, "{}: tensor {} is listed in shard {} but {}", index_path, io::quoted(name),
+                              io::quoted(shard), e == nullptr ? "no shard holds it" : "it is in " + e->file);
     }
     return ck;
 }

@@ -49,4 +49,16 @@ std::string describe_json(const nlohmann::json& v) {
     }
 }
 
+std::string quoted(std::string_view text) {
+    std::string out = "'";
+    for (const char ch : text) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '\n') out += "\\n";
+        else if (c == '\\' || c == '\'') out += std::string("\\") + ch;
+        else if (c < 0x20 || c >= 0x7f) out += fmt::format("\\x{:02x}", c);
+        else out += ch;
+    }
+    return out + "'";
+}
+
 }  // namespace di::io

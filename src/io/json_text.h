@@ -18,4 +18,8 @@ Result<nlohmann::json> parse_json_text(std::string_view text, const std::string&
 // Short description of a JSON value's type and value for error messages: "integer 5", "string \"x\"".
 std::string describe_json(const nlohmann::json& v);
 
+// 'text' in single quotes with control and non-ASCII bytes escaped (\n, \x1f), so a name taken from a file
+// keeps an error message on one line.
+std::string quoted(std::string_view text);
+
 }  // namespace di::io

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "io/json_text.h"
 #include "io/mmap_file.h"
 
 namespace di::io {
@@ -141,7 +142,7 @@ Result<NpyArray> read_npy(const std::string& path) {
             if (!p.tuple(arr.shape)) return bad_header(path, "shape must be a tuple of non-negative integers");
             have_shape = true;
         } else {
-            return bad_header(path, fmt::format("unknown key '{}'", key));
+            return bad_header(path, fmt::format("unknown key {}", io::quoted(key)));
         }
         if (!p.eat(',')) {
             if (!p.eat('}')) return bad_header(path, "expected ',' or '}'");
@@ -155,7 +156,7 @@ Result<NpyArray> read_npy(const std::string& path) {
     if (descr == "<f4") item = 4;
     else if (descr == "<i4") item = 4;
     else if (descr == "<i8") item = 8;
-    else return bad_header(path, fmt::format("dtype '{}' not supported (expected '<f4', '<i4' or '<i8')", descr));
+    else return bad_header(path, fmt::format("dtype {} not supported (expected '<f4', '<i4' or '<i8')", io::quoted(descr)));
 
     uint64_t numel = 1;
     for (int64_t d : arr.shape)

@@ -46,11 +46,11 @@ struct ParsedEntry {
 
 Result<ParsedEntry> parse_entry(const std::string& name, const json& v, uint64_t data_bytes,
                                 const std::string& path) {
-    const std::string where = fmt::format("tensor '{}'", name);
+    const std::string where = "tensor " + io::quoted(name);
     if (!v.is_object()) return format_error(path, fmt::format("{}: expected an object, got {}", where, describe_json(v)));
     for (const auto& [key, _] : v.items())
         if (key != "dtype" && key != "shape" && key != "data_offsets")
-            return format_error(path, fmt::format("{}: unknown field '{}'", where, key));
+            return format_error(path, fmt::format("{}: unknown field {}", where, io::quoted(key)));
     for (const char* key : {"dtype", "shape", "data_offsets"})
         if (!v.contains(key)) return format_error(path, fmt::format("{}: missing field '{}'", where, key));
 
@@ -61,7 +61,7 @@ Result<ParsedEntry> parse_entry(const std::string& name, const json& v, uint64_t
     if (!dt.is_string()) return format_error(path, fmt::format("{}: dtype must be a string, got {}", where, describe_json(dt)));
     e.st_dtype = dt.get<std::string>();
     const size_t elem = st_dtype_size(e.st_dtype);
-    if (elem == 0) return format_error(path, fmt::format("{}: unknown dtype '{}'", where, e.st_dtype));
+    if (elem == 0) return format_error(path, fmt::format("{}: unknown dtype {}", where, io::quoted(e.st_dtype)));
 
     const json& shape = v["shape"];
     if (!shape.is_array()) return format_error(path, fmt::format("{}: shape must be an array, got {}", where, describe_json(shape)));
@@ -105,7 +105,7 @@ Status check_metadata(const json& v, const std::string& path) {
         return format_error(path, fmt::format("__metadata__ must be an object, got {}", describe_json(v)));
     for (const auto& [key, val] : v.items())
         if (!val.is_string())
-            return format_error(path, fmt::format("__metadata__['{}'] must be a string, got {}", key, describe_json(val)));
+            return format_error(path, fmt::format("__metadata__[{}] must be a string, got {}", io::quoted(key), describe_json(val)));
     return ok_status();
 }
 
@@ -121,14 +121,14 @@ Status check_coverage(const std::vector<ParsedEntry>& entries, uint64_t data_byt
     for (const ParsedEntry* p : order) {
         const uint64_t b = p->begin, e = b + p->entry.nbytes;
         if (b < covered)
-            return format_error(path, fmt::format("tensor '{}': data_offsets [{}, {}] overlap {} (ends at {})",
-                                                  p->entry.name, b, e, covered_by, covered));
+            return format_error(path, fmt::format("tensor {}: data_offsets [{}, {}] overlap {} (ends at {})",
+                                                  io::quoted(p->entry.name), b, e, covered_by, covered));
         if (b > covered)
-            return format_error(path, fmt::format("tensor '{}': data_offsets [{}, {}] leave a hole of {} bytes after {}",
-                                                  p->entry.name, b, e, b - covered, covered_by));
+            return format_error(path, fmt::format("tensor {}: data_offsets [{}, {}] leave a hole of {} bytes after {}",
+                                                  io::quoted(p->entry.name), b, e, b - covered, covered_by));
         if (e > covered) {
             covered = e;
-            covered_by = "tensor '" + p->entry.name + "'";
+            covered_by = "tensor " + io::quoted(p->entry.name);
         }
     }
     if (covered != data_bytes)
@@ -156,7 +156,7 @@ Result<std::vector<TensorEntry>> parse_safetensors(const uint8_t* data, size_t f
     DI_TRY(json header, parse_json_text(text, path + ": safetensors header", &dup));
     if (!header.is_object())
         return format_error(path, fmt::format("header must be a JSON object, got {}", describe_json(header)));
-    if (!dup.empty()) return format_error(path, fmt::format("tensor '{}' appears twice in the header", dup));
+    if (!dup.empty()) return format_error(path, fmt::format("tensor {} appears twice in the header", io::quoted(dup)));
 
     std::vector<ParsedEntry> parsed;
     parsed.reserve(header.size());
@@ -187,8 +187,8 @@ Result<DType> safetensors_dtype(const std::string& st_dtype, const std::string& 
     for (const auto& [s, t] : kMap)
         if (s == st_dtype) return t;
     return make_error(ErrorCode::kUnsupported,
-                      "{}: tensor '{}' has dtype {}, expected one of F32, BF16, F16, F8_E4M3, F8_E8M0, I8, U8, I32, I64",
-                      file, name, st_dtype);
+                      "{}: tensor {} has dtype {}, expected one of F32, BF16, F16, F8_E4M3, F8_E8M0, I8, U8, I32, I64",
+                      file, io::quoted(name), io::quoted(st_dtype));
 }
 
 }  // namespace di::io

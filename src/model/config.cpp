@@ -18,6 +18,7 @@ using detail::ConfigFields;
 constexpr const char* kCsa = "compressed_sparse_attention";
 constexpr const char* kHca = "heavily_compressed_attention";
 constexpr const char* kSliding = "sliding_attention";
+constexpr int64_t kMaxLayers = 100000;
 
 Status check_architecture(const ConfigFields& f) {
     DI_TRY(std::optional<std::string> model_type, f.opt_string("model_type"));
@@ -34,9 +35,9 @@ Status check_architecture(const ConfigFields& f) {
         if (n == "DeepseekV4ForCausalLM") return ok_status();
     if (model_type == "deepseek_v4") return ok_status();
     return make_error(ErrorCode::kUnsupported,
-                      "{}: unknown architecture: architectures {} with model_type '{}' (expected "
+                      "{}: unknown architecture: architectures {} with model_type {} (expected "
                       "DeepseekV4ForCausalLM or model_type deepseek_v4)",
-                      f.source(), archs ? archs->dump() : "(absent)", model_type.value_or("(absent)"));
+                      f.source(), archs ? archs->dump() : "(absent)", model_type ? io::quoted(*model_type) : "(absent)");
 }
 
 // A list field of strings (layer_types / mlp_layer_types); nullopt when absent or null.
@@ -85,7 +86,7 @@ Status fold_layer_types(const ConfigFields& f, ModelConfig& cfg) {
         if (t == kSliding) cfg.attn_types.push_back(AttnType::kSliding);
         else if (t == kCsa) cfg.attn_types.push_back(AttnType::kCsa);
         else if (t == kHca) cfg.attn_types.push_back(AttnType::kHca);
-        else return f.error("layer_types", fmt::format("entry {} is '{}', expected {}, {} or {}", i, t, kSliding, kCsa, kHca));
+        else return f.error("layer_types", fmt::format("entry {} is {}, expected {}, {} or {}", i, io::quoted(t), kSliding, kCsa, kHca));
     }
     return ok_status();
 }
@@ -108,7 +109,7 @@ Status fold_mlp_types(const ConfigFields& f, ModelConfig& cfg) {
         const std::string& t = (*types)[i];
         if (t == "hash_moe") cfg.moe_types.push_back(MoeType::kHash);
         else if (t == "moe") cfg.moe_types.push_back(MoeType::kScore);
-        else return f.error("mlp_layer_types", fmt::format("entry {} is '{}', expected hash_moe or moe", i, t));
+        else return f.error("mlp_layer_types", fmt::format("entry {} is {}, expected hash_moe or moe", i, io::quoted(t)));
     }
     return ok_status();
 }
@@ -171,10 +172,10 @@ Status read_storage(const ConfigFields& f, ModelConfig& cfg) {
         const ConfigFields qf(*q, f.source(), "quantization_config.");
         DI_TRY(std::string method, qf.string("quant_method", ""));
         if (method != "fp8")
-            return qf.error("quant_method", fmt::format("'{}' is not supported (expected 'fp8')", method));
+            return qf.error("quant_method", fmt::format("{} is not supported (expected 'fp8')", io::quoted(method)));
         cfg.fp8_quantized = true;
         DI_TRY(std::string fmt_name, qf.string("fmt", "e4m3"));
-        if (fmt_name != "e4m3") return qf.error("fmt", fmt::format("'{}' is not supported (expected 'e4m3')", fmt_name));
+        if (fmt_name != "e4m3") return qf.error("fmt", fmt::format("{} is not supported (expected 'e4m3')", io::quoted(fmt_name)));
         DI_TRY(cfg.scale_fmt, qf.string("scale_fmt", ""));
         if (const json* bs = qf.find("weight_block_size"); bs != nullptr && !bs->is_null()) {
             if (!bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer() ||
@@ -185,7 +186,7 @@ Status read_storage(const ConfigFields& f, ModelConfig& cfg) {
     }
     DI_TRY(std::optional<std::string> expert, f.opt_string("expert_dtype"));
     if (expert && *expert != "fp4" && *expert != "fp8")
-        return f.error("expert_dtype", fmt::format("'{}' is not supported (expected 'fp4' or 'fp8')", *expert));
+        return f.error("expert_dtype", fmt::format("{} is not supported (expected 'fp4' or 'fp8')", io::quoted(*expert)));
     cfg.expert_dtype = expert.value_or(cfg.fp8_quantized ? "fp8" : "");  // the FP8 loader's default is fp8
     return ok_status();
 }
@@ -214,6 +215,9 @@ Result<ModelConfig> parse_config(const std::string& json_text, const std::string
     DI_TRY(c.vocab_size, f.positive("vocab_size", 129280));
     DI_TRY(c.hidden_dim, f.positive("hidden_size", 4096));
     DI_TRY(c.n_layers, f.positive("num_hidden_layers", 43));
+    // Per-layer lists are built from this count: bound it so a corrupt file cannot exhaust memory.
+    if (c.n_layers > kMaxLayers)
+        return f.error("num_hidden_layers", fmt::format("{} exceeds the supported maximum {}", c.n_layers, kMaxLayers));
     DI_TRY(c.n_heads, f.positive("num_attention_heads", 64));
     DI_TRY(c.head_dim, f.positive("head_dim", 512));
     DI_TRY(c.q_lora_rank, f.positive("q_lora_rank", 1024));
@@ -247,9 +251,9 @@ Result<ModelConfig> parse_config(const std::string& json_text, const std::string
     DI_TRY(std::string scoring, f.string("scoring_func", "sqrtsoftplus"));
     if (scoring == "sqrtsoftplus") c.score_func = ScoreFunc::kSqrtSoftplus;
     else if (scoring == "sigmoid") c.score_func = ScoreFunc::kSigmoid;
-    else return f.error("scoring_func", fmt::format("'{}' is not supported (expected sqrtsoftplus or sigmoid)", scoring));
+    else return f.error("scoring_func", fmt::format("{} is not supported (expected sqrtsoftplus or sigmoid)", io::quoted(scoring)));
     DI_TRY(std::string act, f.string("hidden_act", "silu"));
-    if (act != "silu") return f.error("hidden_act", fmt::format("'{}' is not supported (expected silu)", act));
+    if (act != "silu") return f.error("hidden_act", fmt::format("{} is not supported (expected silu)", io::quoted(act)));
 
     DI_TRY_STATUS(fold_layer_types(f, c));
     DI_TRY_STATUS(fold_mlp_types(f, c));

@@ -29,7 +29,7 @@ Result<RopeTable> to_table(const json& d, const std::string& label, const Config
     RopeTable t;
     DI_TRY(t.type, f.string("rope_type", "default"));
     if (t.type != "default" && t.type != "yarn")
-        return f.error("rope_type", fmt::format("'{}' is not supported (expected 'default' or 'yarn')", t.type));
+        return f.error("rope_type", fmt::format("{} is not supported (expected 'default' or 'yarn')", io::quoted(t.type)));
     const json* theta = f.find("rope_theta");
     if (theta == nullptr || !theta->is_number()) return f.type_error("rope_theta", "a number", theta ? *theta : json());
     t.theta = theta->get<double>();
