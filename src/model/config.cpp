@@ -266,12 +266,13 @@ Result<ModelConfig> parse_config(const std::string& json_text, const std::string
     DI_TRY(rin.pf_explicit, f.opt_real("partial_rotary_factor"));
     DI_TRY(std::optional<double> qk_rope, f.opt_number("qk_rope_head_dim"));
     rin.pf = rin.pf_explicit ? *rin.pf_explicit : qk_rope ? *qk_rope / double(c.head_dim) : 64.0 / 512.0;
-    c.rope_dim = int64_t(double(c.head_dim) * rin.pf);
+    const double rope_dims = double(c.head_dim) * rin.pf;  // int() truncation below, as in transformers
     const std::string pf_field = rin.pf_explicit || !qk_rope ? "partial_rotary_factor" : "qk_rope_head_dim";
+    c.rope_dim = rope_dims >= 0 && rope_dims < double(c.head_dim) + 1 ? int64_t(rope_dims) : -1;
     if (c.rope_dim <= 0 || c.rope_dim % 2 != 0 || c.rope_dim > c.head_dim)
         return f.error(pf_field, fmt::format("head_dim {} * partial_rotary_factor {} gives {} rotary dims; need an "
                                              "even number in [2, head_dim]",
-                                             c.head_dim, rin.pf, c.rope_dim));
+                                             c.head_dim, rin.pf, rope_dims));
     if (c.rope_dim > c.index_dim)
         return f.error("index_head_dim", fmt::format("{} is smaller than the {} rotary dims", c.index_dim, c.rope_dim));
     DI_TRY(rin.rope_theta, f.number("rope_theta", 10000.0));

@@ -35,12 +35,12 @@ Result<RopeTable> to_table(const json& d, const std::string& label, const Config
     t.theta = theta->get<double>();
     if (!(t.theta > 1.0)) return f.error("rope_theta", fmt::format("must be > 1, got {}", t.theta));
     DI_TRY(t.partial_rotary_factor, f.number("partial_rotary_factor", 1.0));  // the init functions' default
-    const int64_t dim = int64_t(double(in.head_dim) * t.partial_rotary_factor);
-    if (dim != in.rope_dim)
+    const double dims = double(in.head_dim) * t.partial_rotary_factor;
+    if (!(dims >= 0 && dims < double(in.head_dim) + 1) || int64_t(dims) != in.rope_dim)
         return f.error("partial_rotary_factor",
                        fmt::format("{} gives {} rotary dims for head_dim {}, but the model uses {} (write it "
                                    "explicitly in nested rope_parameters)",
-                                   t.partial_rotary_factor, dim, in.head_dim, in.rope_dim));
+                                   t.partial_rotary_factor, dims, in.head_dim, in.rope_dim));
     if (t.type == "default") return t;
 
     // YaRN: `factor` and `original_max_position_embeddings` are required keys (validate_yarn_rope_parameters).

@@ -93,6 +93,8 @@ TEST(ConfigErrors, Consistency) {
     expect_error(with(base(), "num_experts_per_tok", 9), {"'num_experts_per_tok'", "9", "8"});
     expect_error(with(base(), "qk_rope_head_dim", 7), {"'qk_rope_head_dim'", "7 rotary dims"});
     expect_error(with(base(), "partial_rotary_factor", 2.0), {"'partial_rotary_factor'", "128 rotary dims"});
+    expect_error(with(base(), "partial_rotary_factor", 1e300), {"'partial_rotary_factor'", "1e+300"});  // fuzz find
+    expect_error(with(base(), "partial_rotary_factor", -0.5), {"'partial_rotary_factor'", "-32 rotary dims"});
     expect_error(with(base(), "index_head_dim", 4), {"'index_head_dim'", "4", "8 rotary dims"});
     expect_error(with(base(), "layer_types", json::array({"sliding_attention", "moe", "sliding_attention",
                                                            "sliding_attention"})),
