@@ -1,0 +1,108 @@
+// deepinfer run (one chat turn) and deepinfer chat (interactive, with history, /reset, Ctrl-C stops the
+// current answer). Prompts use DeepSeek-V4's chat encoding.
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "cli/generate_common.h"
+
+namespace di::cli {
+namespace {
+
+struct Options : GenOptions {
+    std::string prompt, system;
+    bool thinking = false;
+};
+
+Result<std::vector<int32_t>> encode_turns(const Tokenizer& tok, const std::vector<ChatMessage>& msgs, bool thinking) {
+    ChatOptions co;
+    co.thinking = thinking;
+    DI_TRY(std::string text, encode_chat(msgs, co));
+    return tok.encode(text, false);
+}
+
+void add_chat_options(CLI::App& app, Options& o) {
+    add_model_options(app, o);
+    app.add_option("--system", o.system, "system prompt");
+    app.add_flag("--thinking", o.thinking, "thinking mode (the model reasons before answering)");
+    add_sampling_options(app, o);
+}
+
+int run_once(Options& o) {
+    install_interrupt_handler();
+    auto lm = load_for_generation(o);
+    if (!lm) return fail(lm.error().message);
+    if (!lm->tokenizer) return fail("run needs a tokenizer.json in the model directory");
+    std::vector<ChatMessage> msgs;
+    if (!o.system.empty()) msgs.push_back({.role = "system", .content = o.system});
+    msgs.push_back({.role = "user", .content = o.prompt});
+    auto prompt = encode_turns(*lm->tokenizer, msgs, o.thinking);
+    if (!prompt) return fail(prompt.error().message);
+    auto r = stream_generation(*lm, *prompt, o);
+    if (!r) return fail(r.error().message);
+    std::printf("\n");
+    return 0;
+}
+
+int run_chat(Options& o) {
+    install_interrupt_handler();
+    auto lm = load_for_generation(o);
+    if (!lm) return fail(lm.error().message);
+    if (!lm->tokenizer) return fail("chat needs a tokenizer.json in the model directory");
+    std::vector<ChatMessage> history;
+    if (!o.system.empty()) history.push_back({.role = "system", .content = o.system});
+    std::fprintf(stderr, "chat: type a message; /reset clears the history, /exit (or Ctrl-D) quits, "
+                         "Ctrl-C stops an answer\n");
+    std::string line;
+    while (true) {
+        std::fprintf(stderr, "> ");
+        std::fflush(stderr);
+        interrupt_flag().store(false);
+        if (!std::getline(std::cin, line)) {
+            if (interrupt_flag().load()) {  // Ctrl-C at the prompt: clear the line, keep going
+                std::cin.clear();
+                std::fprintf(stderr, "\n");
+                continue;
+            }
+            break;
+        }
+        if (line == "/exit" || line == "/quit") break;
+        if (line == "/reset") {
+            history.resize(o.system.empty() ? 0 : 1);
+            std::fprintf(stderr, "(history cleared)\n");
+            continue;
+        }
+        if (line.empty()) continue;
+        history.push_back({.role = "user", .content = line});
+        auto prompt = encode_turns(*lm->tokenizer, history, o.thinking);
+        if (!prompt) return fail(prompt.error().message);
+        auto r = stream_generation(*lm, *prompt, o);
+        if (!r) return fail(r.error().message);
+        std::printf("\n");
+        if (r->finish == runtime::FinishReason::kCancelled) std::fprintf(stderr, "(stopped)\n");
+        history.push_back({.role = "assistant", .content = r->text});
+    }
+    return 0;
+}
+
+std::function<int()> setup_run(CLI::App& app) {
+    auto o = std::make_shared<Options>();
+    app.add_option("--prompt", o->prompt, "the user message")->required();
+    add_chat_options(app, *o);
+    return [o] { return run_once(*o); };
+}
+
+std::function<int()> setup_chat(CLI::App& app) {
+    auto o = std::make_shared<Options>();
+    add_chat_options(app, *o);
+    return [o] { return run_chat(*o); };
+}
+
+}  // namespace
+
+DI_COMMAND("run", "Answer one chat message (built-in demo model when no --model)", setup_run);
+DI_COMMAND("chat", "Interactive chat with history (built-in demo model when no --model)", setup_chat);
+
+}  // namespace di::cli

@@ -1,0 +1,50 @@
+// Shared by generate / run / chat: model resolution (embedded demo when no --model), sampling options,
+// and streaming one generation to the terminal with stop strings and Ctrl-C.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "deepinfer/tokenizer.h"
+#include "model/deepseek_v4.h"
+#include "runtime/generator.h"
+
+namespace di::cli {
+
+struct GenOptions {
+    std::string model, backend = "ref", output = "text";
+    int64_t max_new_tokens = 256, min_new_tokens = 0;
+    runtime::SamplingParams sampling;
+    std::vector<std::string> stop;
+};
+
+void add_model_options(CLI::App& app, GenOptions& o);
+void add_sampling_options(CLI::App& app, GenOptions& o);
+
+struct LoadedModel {
+    std::unique_ptr<ops::Backend> backend;
+    std::unique_ptr<model::DeepseekV4> model;
+    std::optional<Tokenizer> tokenizer;  // absent when the model directory has none
+};
+// Loads --model (or the demo model, printing kDemoNotice to stderr).
+Result<LoadedModel> load_for_generation(const GenOptions& o);
+
+// Ctrl-C sets this instead of killing the process while a generation runs.
+std::atomic<bool>& interrupt_flag();
+void install_interrupt_handler();
+
+struct StreamedGeneration {
+    std::vector<int32_t> tokens;
+    std::string text;  // decoded text, up to (excluding) a matched stop string
+    runtime::FinishReason finish = runtime::FinishReason::kLength;
+};
+// Generates from `prompt`, printing per o.output ("text": streamed text, "jsonl": one object per token,
+// "ids": one JSON array at the end).
+Result<StreamedGeneration> stream_generation(LoadedModel& lm, const std::vector<int32_t>& prompt, const GenOptions& o);
+
+}  // namespace di::cli

@@ -1,0 +1,229 @@
+// The demo checkpoint: official DeepSeek names and formats, deterministic random weights (fixed seed).
+#include "runtime/demo_model.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "io/safetensors_writer.h"
+
+#ifndef DEEPINFER_ASSET_DIR
+#define DEEPINFER_ASSET_DIR "assets"
+#endif
+
+namespace di::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kVersion = "1";  // bump when the demo weights or config change
+constexpr int64_t kVocab = 129280, kHidden = 256, kLayers = 4, kHeads = 4, kHeadDim = 128, kQLora = 128;
+constexpr int64_t kGroups = 2, kOLora = 128, kIndexHeads = 4, kIndexDim = 64, kExperts = 16, kActive = 2;
+constexpr int64_t kMoe = 128, kHc = 4;
+
+class Rng {  // splitmix64 + Box-Muller: identical everywhere
+public:
+    explicit Rng(uint64_t seed) : s_(seed) {}
+    uint64_t next() {
+        uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return double(next() >> 11) * 0x1.0p-53; }
+    double normal() { return std::sqrt(-2.0 * std::log(1.0 - uniform())) * std::cos(6.283185307179586 * uniform()); }
+
+private:
+    uint64_t s_;
+};
+
+uint8_t encode_e4m3(float x) {
+    static const std::vector<float> pos = [] {  // codes 0x00..0x7e, increasing
+        std::vector<float> v;
+        for (int b = 0; b < 0x7f; ++b) v.push_back(fp8_e4m3_to_f32(uint8_t(b)));
+        return v;
+    }();
+    const float a = std::min(std::fabs(x), 448.0f);
+    auto it = std::lower_bound(pos.begin(), pos.end(), a);
+    size_t i = size_t(it - pos.begin());
+    if (i == pos.size() || (i > 0 && a - pos[i - 1] < pos[i] - a)) i = i == 0 ? 0 : i - 1;
+    return uint8_t(i) | (x < 0 ? 0x80 : 0);
+}
+
+uint8_t encode_fp4(float x) {
+    int best = 0;
+    for (int i = 1; i < 8; ++i)
+        if (std::fabs(std::fabs(x) - kFp4Values[i]) < std::fabs(std::fabs(x) - kFp4Values[best])) best = i;
+    return uint8_t(best | (x < 0 ? 8 : 0));
+}
+
+template <class T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+    std::vector<uint8_t> b(v.size() * sizeof(T));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+}
+
+struct Writer {
+    Rng rng{20261130};
+    std::vector<io::TensorToWrite> out;
+
+    void f32(const std::string& name, std::vector<int64_t> shape, double mean, double sd) {
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float& x : v) x = float(mean + sd * rng.normal());
+        out.push_back({name, "F32", shape, bytes_of(v)});
+    }
+    void bf16(const std::string& name, std::vector<int64_t> shape, double mean, double sd) {
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        std::vector<uint16_t> v(static_cast<size_t>(n));
+        for (uint16_t& x : v) x = f32_to_bf16(float(mean + sd * rng.normal()));
+        out.push_back({name, "BF16", shape, bytes_of(v)});
+    }
+    // FP8 e4m3 [o, i] with 128x128 UE8M0 block scales; weights ~ N(0, 1/i).
+    void fp8(const std::string& base, int64_t o, int64_t i) {
+        const int exp = int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / 16.0)));  // fp8 values ~ N(0, 16^2)
+        std::vector<uint8_t> w(size_t(o * i));
+        for (uint8_t& b : w) b = encode_e4m3(float(16.0 * rng.normal()));
+        std::vector<uint8_t> s(size_t(((o + 127) / 128) * ((i + 127) / 128)), uint8_t(127 + exp));
+        out.push_back({base + ".weight", "F8_E4M3", {o, i}, w});
+        out.push_back({base + ".scale", "F8_E8M0", {(o + 127) / 128, (i + 127) / 128}, s});
+    }
+    // FP4 e2m1 [o, i] packed two per byte (low nibble first) with per-32 UE8M0 scales.
+    void fp4(const std::string& base, int64_t o, int64_t i) {
+        const int exp = int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / 2.0)));
+        std::vector<uint8_t> w(size_t(o * i / 2));
+        for (uint8_t& b : w) b = uint8_t(encode_fp4(float(2.0 * rng.normal())) | (encode_fp4(float(2.0 * rng.normal())) << 4));
+        std::vector<uint8_t> s(size_t(o * i / 32), uint8_t(127 + exp));
+        out.push_back({base + ".weight", "I8", {o, i / 2}, w});
+        out.push_back({base + ".scale", "F8_E8M0", {o, i / 32}, s});
+    }
+    void compressor(const std::string& p, int64_t d, int64_t rate, bool overlap) {
+        const int64_t width = overlap ? 2 * d : d;
+        bf16(p + "wkv.weight", {width, kHidden}, 0, 1.0 / std::sqrt(double(kHidden)));
+        bf16(p + "wgate.weight", {width, kHidden}, 0, 1.0 / std::sqrt(double(kHidden)));
+        f32(p + "ape", {rate, width}, 0, 0.5);
+        bf16(p + "norm.weight", {d}, 1, 0.1);
+    }
+};
+
+const std::vector<int> kRatios = {0, 4, 128, 4};  // sliding, CSA, HCA, CSA
+
+nlohmann::ordered_json demo_config() {
+    std::vector<int> ratios = kRatios;
+    ratios.push_back(0);  // the MTP entry of the official list
+    return {{"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"vocab_size", kVocab},
+            {"hidden_size", kHidden}, {"num_hidden_layers", kLayers}, {"num_attention_heads", kHeads},
+            {"num_key_value_heads", 1}, {"head_dim", kHeadDim}, {"qk_rope_head_dim", 64}, {"q_lora_rank", kQLora},
+            {"o_groups", kGroups}, {"o_lora_rank", kOLora}, {"sliding_window", 128}, {"compress_ratios", ratios},
+            {"num_hash_layers", 1}, {"index_n_heads", kIndexHeads}, {"index_head_dim", kIndexDim},
+            {"index_topk", 64}, {"n_routed_experts", kExperts}, {"n_shared_experts", 1},
+            {"num_experts_per_tok", kActive}, {"moe_intermediate_size", kMoe}, {"scoring_func", "sqrtsoftplus"},
+            {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"hc_mult", kHc}, {"hc_sinkhorn_iters", 20},
+            {"hc_eps", 1e-6}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"compress_rope_theta", 160000.0},
+            {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
+                              {"beta_fast", 32}, {"beta_slow", 1}}},
+            {"max_position_embeddings", 1048576}, {"bos_token_id", 0}, {"eos_token_id", 1},
+            {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"}, {"num_nextn_predict_layers", 0},
+            {"expert_dtype", "fp4"},
+            {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
+                                     {"weight_block_size", {128, 128}}, {"activation_scheme", "dynamic"}}}};
+}
+
+std::vector<io::TensorToWrite> demo_tensors() {
+    Writer w;
+    const double sd_emb = 1.0, sd_in = 1.0 / std::sqrt(double(kHidden));
+    const int64_t mix = (2 + kHc) * kHc;
+    w.bf16("embed.weight", {kVocab, kHidden}, 0, sd_emb);
+    w.bf16("head.weight", {kVocab, kHidden}, 0, sd_in);
+    w.bf16("norm.weight", {kHidden}, 1, 0.1);
+    w.f32("hc_head_fn", {kHc, kHc * kHidden}, 0, 0.05);
+    w.f32("hc_head_base", {kHc}, 0, 0.5);
+    w.f32("hc_head_scale", {1}, 1, 0.2);
+    for (int64_t l = 0; l < kLayers; ++l) {
+        const std::string p = "layers." + std::to_string(l) + ".";
+        w.bf16(p + "attn_norm.weight", {kHidden}, 1, 0.1);
+        w.bf16(p + "ffn_norm.weight", {kHidden}, 1, 0.1);
+        for (const char* site : {"hc_attn_", "hc_ffn_"}) {
+            w.f32(p + site + "fn", {mix, kHc * kHidden}, 0, 0.05);
+            w.f32(p + site + "base", {mix}, 0, 0.5);
+            w.f32(p + site + "scale", {3}, 1, 0.2);
+        }
+        w.f32(p + "attn.attn_sink", {kHeads}, 0, 1);
+        w.fp8(p + "attn.wq_a", kQLora, kHidden);
+        w.bf16(p + "attn.q_norm.weight", {kQLora}, 1, 0.1);
+        w.fp8(p + "attn.wq_b", kHeads * kHeadDim, kQLora);
+        w.fp8(p + "attn.wkv", kHeadDim, kHidden);
+        w.bf16(p + "attn.kv_norm.weight", {kHeadDim}, 1, 0.1);
+        w.fp8(p + "attn.wo_a", kGroups * kOLora, kHeads * kHeadDim / kGroups);
+        w.fp8(p + "attn.wo_b", kHidden, kGroups * kOLora);
+        const int ratio = kRatios[size_t(l)];
+        if (ratio != 0) w.compressor(p + "attn.compressor.", kHeadDim, ratio, ratio == 4);
+        if (ratio == 4) {
+            w.compressor(p + "attn.indexer.compressor.", kIndexDim, 4, true);
+            w.fp8(p + "attn.indexer.wq_b", kIndexHeads * kIndexDim, kQLora);
+            w.bf16(p + "attn.indexer.weights_proj.weight", {kIndexHeads, kHidden}, 0, sd_in);
+        }
+        w.bf16(p + "ffn.gate.weight", {kExperts, kHidden}, 0, sd_in);
+        if (l == 0) {  // hash-routed: distinct random experts per token
+            std::vector<int64_t> t2e;
+            for (int64_t t = 0; t < kVocab; ++t) {
+                const int64_t a = int64_t(w.rng.next() % kExperts);
+                const int64_t b = (a + 1 + int64_t(w.rng.next() % (kExperts - 1))) % kExperts;
+                t2e.push_back(a);
+                t2e.push_back(b);
+            }
+            w.out.push_back({p + "ffn.gate.tid2eid", "I64", {kVocab, kActive}, bytes_of(t2e)});
+        } else {
+            w.f32(p + "ffn.gate.bias", {kExperts}, 0, 0.3);
+        }
+        for (int64_t e = 0; e < kExperts; ++e) {
+            const std::string x = p + "ffn.experts." + std::to_string(e) + ".";
+            w.fp4(x + "w1", kMoe, kHidden);
+            w.fp4(x + "w3", kMoe, kHidden);
+            w.fp4(x + "w2", kHidden, kMoe);
+        }
+        w.fp8(p + "ffn.shared_experts.w1", kMoe, kHidden);
+        w.fp8(p + "ffn.shared_experts.w3", kMoe, kHidden);
+        w.fp8(p + "ffn.shared_experts.w2", kHidden, kMoe);
+    }
+    return std::move(w.out);
+}
+
+std::string cache_root() {
+    if (const char* c = std::getenv("DEEPINFER_CACHE")) return c;
+    if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/deepinfer";
+    return "/tmp/deepinfer-cache";
+}
+
+std::string asset_dir() {
+    if (const char* a = std::getenv("DEEPINFER_ASSETS")) return a;
+    return DEEPINFER_ASSET_DIR;
+}
+
+}  // namespace
+
+Result<std::string> ensure_demo_model() {
+    const fs::path dir = fs::path(cache_root()) / (std::string("demo-v4-") + kVersion);
+    if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "tokenizer.json")) return dir.string();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return make_error(ErrorCode::kIo, "cannot create demo model directory '{}': {}", dir.string(), ec.message());
+    const fs::path tok = fs::path(asset_dir()) / "tokenizer";
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+        fs::copy_file(tok / f, dir / f, fs::copy_options::overwrite_existing, ec);
+        if (ec)
+            return make_error(ErrorCode::kIo, "cannot copy the V4 tokenizer '{}' into '{}': {}", (tok / f).string(),
+                              dir.string(), ec.message());
+    }
+    std::ofstream(dir / "config.json") << demo_config().dump(1) << "\n";
+    DI_TRY_STATUS(io::write_safetensors((dir / "model.safetensors").string(), demo_tensors()));
+    return dir.string();
+}
+
+}  // namespace di::runtime

@@ -1,0 +1,47 @@
+// Token sampling from one sequence's logits: penalties, temperature, top-k, top-p, min-p, seeded RNG.
+// Each sequence owns its Sampler (and RNG), so its tokens never depend on other sequences in a batch.
+// Temperature 0 is greedy (ties: lowest token id).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace di::runtime {
+
+struct SamplingParams {
+    float temperature = 1.0f;
+    int top_k = 0;             // 0 = off
+    float top_p = 1.0f;        // 1 = off
+    float min_p = 0.0f;        // 0 = off
+    float repetition_penalty = 1.0f;  // transformers' rule: logit / p if > 0 else logit * p, on seen tokens
+    float presence_penalty = 0.0f;    // OpenAI: - presence * [count > 0] on generated tokens
+    float frequency_penalty = 0.0f;   // OpenAI: - frequency * count on generated tokens
+    uint64_t seed = 0;
+    int top_logprobs = 0;      // how many alternatives to report (0-20)
+};
+
+struct SampledToken {
+    int32_t id = 0;
+    float logprob = 0;  // log-softmax of the raw logits (before penalties and temperature)
+    std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
+};
+
+class Sampler {
+public:
+    explicit Sampler(const SamplingParams& p);
+    // logits: [vocab]. context: prompt + generated ids (repetition penalty); generated: generated ids only
+    // (presence/frequency penalties). suppressed: ids that must not be sampled (e.g. EOS before min tokens).
+    SampledToken sample(std::span<const float> logits, std::span<const int32_t> context,
+                        std::span<const int32_t> generated, std::span<const int32_t> suppressed = {});
+    const SamplingParams& params() const { return p_; }
+
+private:
+    double uniform();  // [0, 1), identical on every platform for a given seed
+    SamplingParams p_;
+    std::mt19937_64 rng_;
+};
+
+}  // namespace di::runtime
