@@ -1,0 +1,80 @@
+// Continuous-batching policy, without tensors: which sequences join the running batch (FCFS, by exact
+// state-memory accounting) and which tokens each runs in the next step (every decode, then prefill chunks
+// under a per-step token budget). The engine (mechanism) executes a StepPlan and reports back.
+//
+// Prefill chunk boundaries are multiples of `prefill_chunk` counted from the start of each prompt, whatever
+// else is running: a sequence's arithmetic is then a function of that sequence alone (batch invariance even
+// where chunked and one-shot prefill round differently).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "core/error.h"
+
+namespace di::runtime {
+
+struct SchedulerConfig {
+    int64_t memory_budget_bytes = 0;  // state memory shared by all running sequences
+    int max_running = 64;             // sequences in the batch at once
+    int64_t step_token_budget = 512;  // tokens per step (a decode counts 1); one prefill chunk always fits
+    int64_t prefill_chunk = 256;      // prefill chunk length (boundaries at its multiples)
+    size_t max_waiting = 256;         // bounded queue; add() answers kCapacity beyond it
+};
+
+struct SeqDemand {
+    uint64_t id = 0;
+    int64_t n_prompt = 0;   // tokens to prefill (>= 1)
+    int64_t bytes = 0;      // state memory the sequence holds from admission to finish
+};
+
+struct ScheduledChunk {
+    uint64_t id = 0;
+    int64_t start = 0;     // position of the first fed token in the sequence
+    int64_t n_tokens = 0;  // prefill: chunk length; decode: 1
+    bool decode = false;
+    bool samples = false;  // the step's last logits row of this chunk is sampled (decode or final chunk)
+};
+
+struct StepPlan {
+    std::vector<uint64_t> admitted;       // joined the batch this step (allocate their state first)
+    std::vector<ScheduledChunk> chunks;   // in batch order
+    int64_t n_tokens() const;
+    bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+public:
+    explicit Scheduler(const SchedulerConfig& cfg);
+
+    // Queues a sequence. kOutOfRange when it could never fit the memory budget, kCapacity when the waiting
+    // queue is full.
+    Status add(const SeqDemand& d);
+    // Decides the next step. Admits waiting sequences first (FCFS, stops at the first that does not fit).
+    StepPlan plan();
+    // Records that `plan` ran: every chunk's tokens are now in its sequence's state.
+    void complete(const StepPlan& plan);
+    // Removes a sequence (finished, cancelled, failed), waiting or running, and frees its memory.
+    // Returns false when it is unknown.
+    bool remove(uint64_t id);
+
+    int n_running() const { return int(running_.size()); }
+    int n_waiting() const { return int(waiting_.size()); }
+    int64_t bytes_in_use() const { return bytes_in_use_; }
+    const SchedulerConfig& config() const { return cfg_; }
+    bool idle() const { return running_.empty() && waiting_.empty(); }
+
+private:
+    struct Seq {
+        SeqDemand d;
+        int64_t n_fed = 0;  // tokens in the sequence's state
+        bool decoding() const { return n_fed >= d.n_prompt; }
+    };
+    SchedulerConfig cfg_;
+    std::deque<Seq> waiting_;
+    std::vector<Seq> running_;  // admission order
+    int64_t bytes_in_use_ = 0;
+};
+
+}  // namespace di::runtime
