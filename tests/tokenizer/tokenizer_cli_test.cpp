@@ -1,0 +1,50 @@
+// `deepinfer tokenize` / `detokenize` through the real binary.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "test_paths.h"
+
+namespace di {
+namespace {
+
+std::string run(const std::string& args, int* status) {
+    std::string out;
+    FILE* p = popen((std::string(DI_BINARY) + " " + args + " 2>&1").c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    *status = pclose(p);
+    return out;
+}
+
+TEST(TokenizerCli, TokenizeAndDetokenize) {
+    int status = 0;
+    const std::string dir = test::tokenizer_dir();
+    std::string out = run("tokenize --tokenizer " + dir + " --text 'Hello! 毕老师！<think>'", &status);
+    ASSERT_EQ(status, 0) << out;
+    const auto ids = nlohmann::json::parse(out).get<std::vector<int32_t>>();
+    EXPECT_EQ(ids, test::v4_tokenizer().encode("Hello! 毕老师！<think>"));
+    out = run("tokenize --tokenizer " + dir + "/tokenizer.json --text 'Hello!' --output tokens", &status);
+    EXPECT_EQ(nlohmann::json::parse(out), nlohmann::json::parse(R"(["Hello", "!"])"));
+    out = run("detokenize --tokenizer " + dir + " --tokens '[19923, 3, 128821]'", &status);
+    ASSERT_EQ(status, 0);
+    EXPECT_EQ(out, "Hello!<think>\n");
+    out = run("detokenize --tokenizer " + dir + " --tokens 19923,3", &status);
+    EXPECT_EQ(out, "Hello!\n");
+}
+
+TEST(TokenizerCli, ErrorsAreOneLine) {
+    int status = 0;
+    std::string out = run("tokenize --tokenizer /nonexistent --text x", &status);
+    EXPECT_NE(status, 0);
+    EXPECT_NE(out.find("/nonexistent"), std::string::npos);
+    out = run("detokenize --tokenizer " + test::tokenizer_dir() + " --tokens '1, 999999999'", &status);
+    EXPECT_NE(status, 0);
+    EXPECT_NE(out.find("999999999"), std::string::npos);
+    out = run("detokenize --tokenizer " + test::tokenizer_dir() + " --tokens 'a,b'", &status);
+    EXPECT_NE(status, 0);
+}
+
+}  // namespace
+}  // namespace di
