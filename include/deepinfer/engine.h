@@ -1,0 +1,90 @@
+// deepinfer engine: one loop thread owns the model and runs every request in a continuously changing batch
+// (requests join and leave at every step, prompts are prefilled in chunks under a per-step token budget,
+// admission is by exact state-memory accounting). submit() is thread-safe and never blocks on the model.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "deepinfer/request.h"
+#include "deepinfer/tokenizer.h"
+
+namespace di {
+
+struct EngineOptions {
+    std::string model_dir;                 // config.json + safetensors
+    std::string backend = "ref";           // see runtime::backend_names()
+    std::string tokenizer_path;            // "": model_dir; a model without tokenizer.json runs on ids only
+    int64_t state_memory_bytes = int64_t(2) << 30;  // sequence state shared by all running requests
+    int max_running = 64;                  // requests in the batch at once
+    int64_t step_token_budget = 256;       // tokens per step (each decode counts 1)
+    int64_t prefill_chunk = 128;           // prompt tokens per prefill chunk
+    size_t max_waiting = 256;              // requests queued for admission; more are refused (kCapacity)
+    int64_t max_context = 0;               // prompt + max_tokens limit; 0: the model's max_position_embeddings
+    std::chrono::milliseconds default_timeout{600000};
+};
+
+struct ModelInfo {
+    std::string name;           // model directory's last component
+    int64_t vocab_size = 0;
+    int64_t max_context = 0;
+    std::vector<int32_t> eos_ids;
+    int64_t state_fixed_bytes = 0;       // per request
+    double state_bytes_per_token = 0;    // per request and token of capacity (prompt + max_tokens)
+};
+
+// Cumulative histogram in Prometheus' layout: counts[i] observations <= bounds[i], the last is +Inf.
+struct Histogram {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;  // bounds.size() + 1, per bucket (not cumulative)
+    double sum = 0;
+    uint64_t count = 0;
+    static Histogram latency_seconds();
+    void observe(double v);
+};
+
+struct EngineStats {
+    uint64_t requests_submitted = 0, requests_rejected = 0;
+    uint64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_timeout = 0,
+             finished_error = 0;
+    uint64_t prompt_tokens = 0, generation_tokens = 0, steps = 0;
+    int n_running = 0, n_waiting = 0;
+    int64_t state_bytes_allocated = 0;   // held by live sequence states now
+    int64_t state_bytes_reserved = 0;    // reserved by admitted requests (>= allocated)
+    int64_t state_bytes_budget = 0;
+    Histogram ttft_seconds = Histogram::latency_seconds();   // submit -> first token
+    Histogram itl_seconds = Histogram::latency_seconds();    // between consecutive tokens
+    Histogram batch_size = {{1, 2, 4, 8, 16, 32, 64, 128}, std::vector<uint64_t>(9, 0), 0, 0};
+};
+
+class Engine {
+public:
+    static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
+    ~Engine();  // stops the loop; unfinished requests end with kCancelled
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Validates and queues a request. Errors: kInvalidArgument / kOutOfRange (bad request, prompt over the
+    // context limit, a request that could never fit the state memory), kCapacity (queue full), kUnsupported
+    // (engine stopping). The stream's last event says how it finished.
+    Result<std::shared_ptr<RequestStream>> submit(Request request);
+
+    EngineStats stats() const;
+    const ModelInfo& info() const;
+    const Tokenizer* tokenizer() const;  // null when the model has none
+    const EngineOptions& options() const;
+    // Bytes of state a request with this capacity (prompt + max_tokens) reserves.
+    int64_t state_bytes_for(int64_t capacity) const;
+
+    struct Impl;
+
+private:
+    explicit Engine(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace di

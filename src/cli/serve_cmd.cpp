@@ -1,0 +1,109 @@
+// deepinfer serve: the OpenAI-compatible HTTP server over the continuous-batching engine. Without --model
+// it serves the embedded demo model. Stops cleanly on SIGINT/SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <pthread.h>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "deepinfer/engine.h"
+#include "runtime/backend_factory.h"
+#include "runtime/demo_model.h"
+#include "server/http_server.h"
+
+namespace di::cli {
+namespace {
+
+struct ServeOptions {
+    EngineOptions engine;
+    server::ServerOptions server;
+    int64_t state_memory_mib = 2048;
+    double request_timeout_s = 600;
+};
+
+int run_serve(ServeOptions o) {
+    if (o.engine.model_dir.empty()) {
+        auto demo = runtime::ensure_demo_model();
+        if (!demo) return fail(demo.error().message);
+        std::fprintf(stderr, "%s\n", runtime::kDemoNotice);
+        o.engine.model_dir = *demo;
+    }
+    if (o.state_memory_mib <= 0) return fail(fmt::format("--state-memory-mib {} must be positive", o.state_memory_mib));
+    if (o.request_timeout_s <= 0) return fail(fmt::format("--request-timeout {} must be positive", o.request_timeout_s));
+    if (o.server.port < 0 || o.server.port > 65535) return fail(fmt::format("--port {} is not a port", o.server.port));
+    if (o.server.default_max_tokens < 1)
+        return fail(fmt::format("--default-max-tokens {} must be at least 1", o.server.default_max_tokens));
+    o.engine.state_memory_bytes = o.state_memory_mib << 20;
+    o.engine.default_timeout = std::chrono::milliseconds(int64_t(o.request_timeout_s * 1000));
+
+    // Block SIGINT/SIGTERM in every thread (the engine's and the server's inherit the mask); one thread
+    // waits for them and stops the server.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+    auto engine = Engine::create(o.engine);
+    if (!engine) return fail(engine.error().message);
+    server::HttpServer http(**engine, o.server);
+    if (auto st = http.bind(); !st) return fail(st.error().message);
+    const ModelInfo& mi = (*engine)->info();
+    std::fprintf(stderr,
+                 "deepinfer: serving model '%s' (backend %s, context %lld tokens, state memory %lld MiB) on "
+                 "http://%s:%d\n",
+                 (o.server.served_model_name.empty() ? mi.name : o.server.served_model_name).c_str(),
+                 o.engine.backend.c_str(), (long long)mi.max_context, (long long)o.state_memory_mib,
+                 o.server.host.c_str(), http.port());
+    std::fflush(stderr);
+
+    std::thread waiter([&] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        if (sig != 0) std::fprintf(stderr, "deepinfer: signal %d, shutting down\n", sig);
+        http.stop();
+    });
+    const Status st = http.run();
+    pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter if the server stopped by itself
+    waiter.join();
+    if (!st) return fail(st.error().message);
+    return 0;
+}
+
+std::function<int()> setup(CLI::App& app) {
+    auto o = std::make_shared<ServeOptions>();
+    app.add_option("--model", o->engine.model_dir, "model directory (default: the built-in demo model)");
+    app.add_option("--backend", o->engine.backend, "compute backend")->capture_default_str();
+    app.add_option("--tokenizer", o->engine.tokenizer_path, "tokenizer.json or its directory (default: the model's)");
+    app.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
+    app.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
+    app.add_option("--served-model-name", o->server.served_model_name, "model id clients use (default: directory name)");
+    app.add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'");
+    app.add_option("--state-memory-mib", o->state_memory_mib, "sequence-state memory for all requests")
+        ->capture_default_str();
+    app.add_option("--max-running", o->engine.max_running, "requests in the batch at once")->capture_default_str();
+    app.add_option("--step-tokens", o->engine.step_token_budget, "token budget per engine step")->capture_default_str();
+    app.add_option("--prefill-chunk", o->engine.prefill_chunk, "prompt tokens per prefill chunk")->capture_default_str();
+    app.add_option("--max-waiting", o->engine.max_waiting, "queued requests before answering 429")->capture_default_str();
+    app.add_option("--max-context", o->engine.max_context, "prompt + max_tokens limit (0: the model's)")
+        ->capture_default_str();
+    app.add_option("--default-max-tokens", o->server.default_max_tokens, "max_tokens when a request gives none")
+        ->capture_default_str();
+    app.add_option("--request-timeout", o->request_timeout_s, "seconds before a request is stopped")
+        ->capture_default_str();
+    app.add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")->capture_default_str();
+    app.add_option("--read-timeout", o->server.read_timeout_s, "seconds a client may take to send its request")
+        ->capture_default_str();
+    app.add_option("--write-timeout", o->server.write_timeout_s, "seconds a client may stall reading a reply")
+        ->capture_default_str();
+    app.add_option("--threads", o->server.n_threads, "connections served at once")->capture_default_str();
+    return [o] { return run_serve(*o); };
+}
+
+}  // namespace
+
+DI_COMMAND("serve", "OpenAI-compatible HTTP server (chat, completions, streaming) with continuous batching", setup);
+
+}  // namespace di::cli

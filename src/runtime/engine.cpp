@@ -1,0 +1,275 @@
+// The engine's mechanism: the loop thread asks the Scheduler for a step, allocates state for newly admitted
+// requests, runs one model forward over all scheduled chunks, samples and streams tokens, and retires
+// finished, cancelled and timed-out requests. Everything shared with submit()/stats() is under `mu`.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "deepinfer/engine.h"
+#include "runtime/backend_factory.h"
+#include "runtime/engine_sequence.h"
+#include "runtime/model_loader.h"
+#include "runtime/scheduler.h"
+
+namespace di {
+
+using runtime::Clock;
+using runtime::EngineSequence;
+
+struct Engine::Impl {
+    EngineOptions opt;
+    std::unique_ptr<ops::Backend> backend;
+    std::unique_ptr<model::DeepseekV4> model;
+    std::optional<Tokenizer> tokenizer;
+    model::StateSize state_size;
+    ModelInfo info;
+    std::vector<int32_t> eos_ids;
+
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    runtime::Scheduler sched;
+    std::unordered_map<uint64_t, std::unique_ptr<EngineSequence>> seqs;
+    EngineStats st;
+    uint64_t next_id = 1;
+    bool stopping = false;
+    std::mt19937_64 seed_rng{std::random_device{}()};
+    std::thread loop;
+
+    explicit Impl(const runtime::SchedulerConfig& sc) : sched(sc) {}
+    void run();
+    bool step();
+    void retire_locked(EngineSequence& s);
+};
+
+namespace {
+
+runtime::SchedulerConfig scheduler_config(const EngineOptions& o) {
+    runtime::SchedulerConfig c;
+    c.memory_budget_bytes = o.state_memory_bytes;
+    c.max_running = o.max_running;
+    c.step_token_budget = o.step_token_budget;
+    c.prefill_chunk = o.prefill_chunk;
+    c.max_waiting = o.max_waiting;
+    return c;
+}
+
+Status check_options(const EngineOptions& o) {
+    if (o.max_running < 1) return make_error(ErrorCode::kInvalidArgument, "max_running {} must be >= 1", o.max_running);
+    if (o.prefill_chunk < 1)
+        return make_error(ErrorCode::kInvalidArgument, "prefill_chunk {} must be >= 1", o.prefill_chunk);
+    if (o.step_token_budget < 1)
+        return make_error(ErrorCode::kInvalidArgument, "step_token_budget {} must be >= 1", o.step_token_budget);
+    if (o.state_memory_bytes < 1)
+        return make_error(ErrorCode::kInvalidArgument, "state memory {} bytes must be positive", o.state_memory_bytes);
+    if (o.max_context < 0) return make_error(ErrorCode::kInvalidArgument, "max_context {} is negative", o.max_context);
+    return ok_status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
+    DI_TRY_STATUS(check_options(o));
+    auto impl = std::make_unique<Impl>(scheduler_config(o));
+    impl->opt = o;
+    DI_TRY(impl->backend, runtime::make_backend(o.backend));
+    DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend));
+    const model::ModelConfig& cfg = impl->model->config();
+    const std::string tok_path = o.tokenizer_path.empty() ? o.model_dir : o.tokenizer_path;
+    const bool has_tok = std::filesystem::exists(std::filesystem::path(tok_path) / "tokenizer.json") ||
+                         std::filesystem::is_regular_file(tok_path);
+    if (has_tok) {
+        DI_TRY(Tokenizer t, Tokenizer::load(tok_path));
+        if (t.vocab_size() > cfg.vocab_size)
+            return make_error(ErrorCode::kFormat, "tokenizer {} has {} ids, more than the model's vocab_size {}",
+                              tok_path, t.vocab_size(), cfg.vocab_size);
+        impl->tokenizer.emplace(std::move(t));
+    } else if (!o.tokenizer_path.empty()) {
+        return make_error(ErrorCode::kNotFound, "tokenizer: no tokenizer.json at {}", o.tokenizer_path);
+    }
+    for (int64_t e : cfg.eos_token_ids) impl->eos_ids.push_back(int32_t(e));
+    if (impl->tokenizer && impl->tokenizer->eos_id() >= 0 &&
+        std::find(impl->eos_ids.begin(), impl->eos_ids.end(), impl->tokenizer->eos_id()) == impl->eos_ids.end())
+        impl->eos_ids.push_back(impl->tokenizer->eos_id());
+
+    impl->state_size = model::state_size(cfg);
+    ModelInfo& mi = impl->info;
+    mi.name = std::filesystem::path(o.model_dir).filename().string();
+    if (mi.name.empty()) mi.name = std::filesystem::path(o.model_dir).parent_path().filename().string();
+    mi.vocab_size = cfg.vocab_size;
+    mi.max_context = o.max_context > 0 ? o.max_context : cfg.max_position_embeddings;
+    mi.eos_ids = impl->eos_ids;
+    mi.state_fixed_bytes = impl->state_size.fixed_bytes;
+    mi.state_bytes_per_token = impl->state_size.bytes_per_token;
+    impl->st.state_bytes_budget = o.state_memory_bytes;
+
+    Impl* raw = impl.get();
+    impl->loop = std::thread([raw] { raw->run(); });
+    return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+    {
+        std::lock_guard lk(impl_->mu);
+        impl_->stopping = true;
+    }
+    impl_->cv.notify_all();
+    impl_->loop.join();
+}
+
+const ModelInfo& Engine::info() const { return impl_->info; }
+const Tokenizer* Engine::tokenizer() const { return impl_->tokenizer ? &*impl_->tokenizer : nullptr; }
+const EngineOptions& Engine::options() const { return impl_->opt; }
+
+int64_t Engine::state_bytes_for(int64_t capacity) const {
+    // Rounded up: entries are floor(capacity / rate) per layer, never more than the amortised rate.
+    return impl_->state_size.fixed_bytes + int64_t(std::ceil(impl_->state_size.bytes_per_token * double(capacity)));
+}
+
+EngineStats Engine::stats() const {
+    std::lock_guard lk(impl_->mu);
+    EngineStats s = impl_->st;
+    s.n_running = impl_->sched.n_running();
+    s.n_waiting = impl_->sched.n_waiting();
+    s.state_bytes_reserved = impl_->sched.bytes_in_use();
+    return s;
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
+    Impl& m = *impl_;
+    const int64_t n_prompt = int64_t(r.prompt.size());
+    if (n_prompt == 0) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
+    DI_TRY_STATUS(runtime::check_tokens(r.prompt, m.info.vocab_size));
+    if (r.stop.max_tokens < 1)
+        return make_error(ErrorCode::kInvalidArgument, "max_tokens {} must be at least 1", r.stop.max_tokens);
+    if (n_prompt + r.stop.max_tokens > m.info.max_context)
+        return make_error(ErrorCode::kOutOfRange,
+                          "the prompt ({} tokens) plus max_tokens ({}) exceeds the context limit of {} tokens",
+                          n_prompt, r.stop.max_tokens, m.info.max_context);
+    if (!r.stop.stop.empty() && !m.tokenizer)
+        return make_error(ErrorCode::kUnsupported, "stop strings need a tokenizer; this model has none");
+    if (r.sampling.top_logprobs < 0 || r.sampling.top_logprobs > 20)
+        return make_error(ErrorCode::kInvalidArgument, "top_logprobs {} must be in [0, 20]", r.sampling.top_logprobs);
+    DI_TRY_STATUS(runtime::check_tokens(r.stop.stop_token_ids, m.info.vocab_size));
+
+    std::vector<int32_t> stop_ids = r.stop.stop_token_ids;
+    if (!r.stop.ignore_eos) stop_ids.insert(stop_ids.end(), m.eos_ids.begin(), m.eos_ids.end());
+    const int64_t bytes = state_bytes_for(n_prompt + r.stop.max_tokens);
+    const auto timeout = r.timeout.count() > 0 ? r.timeout : m.opt.default_timeout;
+
+    std::unique_lock lk(m.mu);
+    if (m.stopping) return make_error(ErrorCode::kUnsupported, "the engine is shutting down");
+    if (!r.sampling.seed) r.sampling.seed = m.seed_rng();
+    const uint64_t id = m.next_id++;
+    if (auto st = m.sched.add(runtime::SeqDemand{id, n_prompt, bytes}); !st) {
+        ++m.st.requests_rejected;
+        return st.error();
+    }
+    auto stream = std::make_shared<RequestStream>(id);
+    m.seqs.emplace(id, std::make_unique<EngineSequence>(id, std::move(r), stream,
+                                                        m.tokenizer ? &*m.tokenizer : nullptr, std::move(stop_ids),
+                                                        bytes, Clock::now() + timeout));
+    ++m.st.requests_submitted;
+    m.st.prompt_tokens += uint64_t(n_prompt);
+    lk.unlock();
+    m.cv.notify_all();
+    return stream;
+}
+
+void Engine::Impl::retire_locked(EngineSequence& s) {
+    switch (s.reason()) {
+        case FinishReason::kStop: ++st.finished_stop; break;
+        case FinishReason::kLength: ++st.finished_length; break;
+        case FinishReason::kCancelled: ++st.finished_cancelled; break;
+        case FinishReason::kTimeout: ++st.finished_timeout; break;
+        default: ++st.finished_error; break;
+    }
+    st.state_bytes_allocated -= s.state_bytes();
+    sched.remove(s.id());
+    seqs.erase(s.id());
+}
+
+void Engine::Impl::run() {
+    for (;;) {
+        {
+            std::unique_lock lk(mu);
+            // Wake at least every 50 ms to notice cancels and deadlines of queued requests.
+            cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return stopping || !sched.idle(); });
+            if (stopping) break;
+        }
+        step();
+    }
+    std::lock_guard lk(mu);
+    while (!seqs.empty()) {
+        EngineSequence& s = *seqs.begin()->second;
+        s.finish(FinishReason::kCancelled, "the engine shut down");
+        retire_locked(s);
+    }
+}
+
+// One engine step; returns false when there was nothing to run.
+bool Engine::Impl::step() {
+    runtime::StepPlan plan;
+    std::vector<EngineSequence*> chunk_seqs, admitted;
+    {
+        std::lock_guard lk(mu);
+        const Clock::time_point now = Clock::now();
+        std::vector<EngineSequence*> done;
+        for (auto& [id, s] : seqs) {
+            if (s->stream().cancel_requested())
+                s->finish(FinishReason::kCancelled, "cancelled");
+            else if (now > s->deadline())
+                s->finish(FinishReason::kTimeout, "the request timed out");
+            if (s->finished()) done.push_back(s.get());
+        }
+        for (EngineSequence* s : done) retire_locked(*s);
+        plan = sched.plan();
+        if (plan.empty()) return false;
+        for (uint64_t id : plan.admitted) admitted.push_back(seqs.at(id).get());
+        for (const auto& c : plan.chunks) chunk_seqs.push_back(seqs.at(c.id).get());
+    }
+    // State allocation happens outside the lock: submit() and stats() never wait for it.
+    int64_t allocated = 0;
+    for (EngineSequence* s : admitted) {
+        s->set_state(std::make_unique<model::SeqState>(model->config(), *backend, s->capacity()));
+        DI_CHECK(s->state_bytes() <= s->reserved_bytes(), "request {}: state {} bytes, reserved {}", s->id(),
+                 s->state_bytes(), s->reserved_bytes());
+        allocated += s->state_bytes();
+    }
+    std::vector<model::SeqChunk> chunks;
+    chunks.reserve(plan.chunks.size());
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        const auto& c = plan.chunks[i];
+        chunks.push_back(model::SeqChunk{chunk_seqs[i]->state(), chunk_seqs[i]->tokens(c.start, c.n_tokens), false});
+    }
+    const std::vector<float> logits = model->forward(chunks);
+    const int64_t vocab = model->config().vocab_size;
+    DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab, "forward returned {} logits for {} chunks",
+             logits.size(), chunks.size());
+
+    // Sampling and detokenising run outside the lock too; only the loop thread touches sequences.
+    EngineSequence::StepMetrics sm;
+    for (size_t i = 0; i < plan.chunks.size(); ++i)
+        if (plan.chunks[i].samples)
+            chunk_seqs[i]->on_logits(std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)), sm);
+
+    std::lock_guard lk(mu);
+    st.state_bytes_allocated += allocated;
+    ++st.steps;
+    st.generation_tokens += sm.generated;
+    for (double v : sm.ttft) st.ttft_seconds.observe(v);
+    for (double v : sm.itl) st.itl_seconds.observe(v);
+    st.batch_size.observe(double(plan.chunks.size()));
+    sched.complete(plan);
+    for (EngineSequence* s : chunk_seqs)
+        if (s->finished() && seqs.count(s->id())) retire_locked(*s);
+    return true;
+}
+
+}  // namespace di

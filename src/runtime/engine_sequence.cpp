@@ -1,0 +1,109 @@
+#include "runtime/engine_sequence.h"
+
+#include "core/check.h"
+
+namespace di::runtime {
+namespace {
+
+SamplingParams to_params(const SamplingOptions& s) {
+    SamplingParams p;
+    p.temperature = s.temperature;
+    p.top_k = s.top_k;
+    p.top_p = s.top_p;
+    p.min_p = s.min_p;
+    p.repetition_penalty = s.repetition_penalty;
+    p.presence_penalty = s.presence_penalty;
+    p.frequency_penalty = s.frequency_penalty;
+    p.seed = s.seed.value_or(0);
+    p.top_logprobs = s.logprobs ? s.top_logprobs : 0;
+    return p;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+EngineSequence::EngineSequence(uint64_t id, Request req, std::shared_ptr<RequestStream> stream,
+                               const Tokenizer* tokenizer, std::vector<int32_t> stop_ids, int64_t reserved_bytes,
+                               Clock::time_point deadline)
+    : id_(id),
+      req_(std::move(req)),
+      stream_(std::move(stream)),
+      tokens_(req_.prompt),
+      n_prompt_(int64_t(req_.prompt.size())),
+      reserved_bytes_(reserved_bytes),
+      sampler_(to_params(req_.sampling)),
+      matcher_(req_.stop.stop),
+      token_stop_(std::move(stop_ids), req_.stop.max_tokens),
+      submitted_(Clock::now()),
+      last_token_(submitted_),
+      deadline_(deadline) {
+    DI_CHECK(req_.sampling.seed.has_value(), "request {} reached the engine without a seed", id);
+    if (tokenizer) decoder_.emplace(*tokenizer, req_.stop.skip_special);
+    tokens_.reserve(size_t(capacity()));
+}
+
+std::span<const int32_t> EngineSequence::tokens(int64_t start, int64_t n) const {
+    DI_CHECK(start >= 0 && start + n <= int64_t(tokens_.size()), "request {}: chunk [{}, {}) beyond {} tokens", id_,
+             start, start + n, tokens_.size());
+    return std::span<const int32_t>(tokens_).subspan(size_t(start), size_t(n));
+}
+
+void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
+    if (finished()) return;
+    const std::span<const int32_t> all(tokens_);
+    const SampledToken t = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)));
+    tokens_.push_back(t.id);
+    ++n_generated_;
+    const Clock::time_point now = Clock::now();
+    if (n_generated_ == 1)
+        m.ttft.push_back(seconds(now - submitted_));
+    else
+        m.itl.push_back(seconds(now - last_token_));
+    last_token_ = now;
+    ++m.generated;
+
+    RequestEvent e;
+    GeneratedToken g{t.id, 0, {}};
+    if (req_.sampling.logprobs) {
+        g.logprob = t.logprob;
+        g.top = t.top;
+    }
+    e.tokens.push_back(std::move(g));
+    const StopKind k = token_stop_.on_token(t.id, n_generated_);
+    if (k == StopKind::kStopToken) {  // a stop token adds no text
+        reason_ = FinishReason::kStop;
+    } else if (decoder_) {
+        auto piece = decoder_->push(t.id);
+        DI_CHECK(piece.ok(), "request {}: sampled token {} outside the tokenizer: {}", id_, t.id,
+                 piece.ok() ? "" : piece.error().message);
+        auto matched = matcher_.push(*piece);
+        e.text = std::move(matched.text);
+        if (matched.stopped) reason_ = FinishReason::kStop;
+    }
+    if (reason_ == FinishReason::kNone && k == StopKind::kLength) reason_ = FinishReason::kLength;
+    if (reason_ != FinishReason::kNone) {
+        e.finished = true;
+        e.reason = reason_;
+        if (decoder_ && !matcher_.stopped()) e.text += matcher_.push(decoder_->finish()).text + matcher_.finish();
+    }
+    send(std::move(e));
+}
+
+void EngineSequence::finish(FinishReason reason, std::string error) {
+    if (finished()) return;
+    reason_ = reason;
+    RequestEvent e;
+    e.finished = true;
+    e.reason = reason;
+    e.error = std::move(error);
+    send(std::move(e));
+}
+
+void EngineSequence::send(RequestEvent e) {
+    e.prompt_tokens = n_prompt_;
+    e.completion_tokens = n_generated_;
+    stream_->push(std::move(e));
+}
+
+}  // namespace di::runtime

@@ -1,0 +1,70 @@
+// One request inside the engine: its sequence state, sampler, detokenizer and stop checks. Turns each
+// sampled token into a RequestEvent on the request's stream. Owned and used by the engine's loop thread only.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "deepinfer/engine.h"
+#include "deepinfer/request.h"
+#include "deepinfer/tokenizer.h"
+#include "model/seq_state.h"
+#include "runtime/sampler.h"
+#include "runtime/stop_conditions.h"
+
+namespace di::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+class EngineSequence {
+public:
+    EngineSequence(uint64_t id, Request req, std::shared_ptr<RequestStream> stream, const Tokenizer* tokenizer,
+                   std::vector<int32_t> stop_ids, int64_t reserved_bytes, Clock::time_point deadline);
+
+    uint64_t id() const { return id_; }
+    int64_t n_prompt() const { return n_prompt_; }
+    int64_t capacity() const { return n_prompt_ + req_.stop.max_tokens; }
+    int64_t reserved_bytes() const { return reserved_bytes_; }
+    Clock::time_point deadline() const { return deadline_; }
+    bool finished() const { return reason_ != FinishReason::kNone; }
+    FinishReason reason() const { return reason_; }
+    int64_t n_generated() const { return n_generated_; }
+    RequestStream& stream() { return *stream_; }
+
+    // Tokens to feed for the chunk [start, start + n): prompt positions, or the last sampled token.
+    std::span<const int32_t> tokens(int64_t start, int64_t n) const;
+    model::SeqState* state() { return state_.get(); }
+    void set_state(std::unique_ptr<model::SeqState> s) { state_ = std::move(s); }
+    int64_t state_bytes() const { return state_ ? state_->bytes() : 0; }
+
+    // Samples the next token from `logits` [vocab] and sends it. Records TTFT/ITL in `m`.
+    struct StepMetrics {
+        std::vector<double> ttft, itl;
+        uint64_t generated = 0;
+    };
+    void on_logits(std::span<const float> logits, StepMetrics& m);
+    // Ends the request (no-op when already finished) and sends the final event.
+    void finish(FinishReason reason, std::string error = {});
+
+private:
+    void send(RequestEvent e);
+
+    uint64_t id_;
+    Request req_;
+    std::shared_ptr<RequestStream> stream_;
+    std::vector<int32_t> tokens_;  // prompt + generated
+    int64_t n_prompt_ = 0;
+    int64_t n_generated_ = 0;
+    int64_t reserved_bytes_ = 0;
+    std::unique_ptr<model::SeqState> state_;
+    Sampler sampler_;
+    std::optional<StreamDecoder> decoder_;
+    StopStringMatcher matcher_;
+    TokenStopCheck token_stop_;
+    Clock::time_point submitted_, last_token_, deadline_;
+    FinishReason reason_ = FinishReason::kNone;
+};
+
+}  // namespace di::runtime

@@ -1,0 +1,37 @@
+#include "server/api_error.h"
+
+namespace di::server {
+
+std::string ApiError::type() const {
+    switch (status) {
+        case 401: return "authentication_error";
+        case 404: return "not_found_error";
+        case 408: case 504: return "timeout_error";
+        case 413: return "invalid_request_error";
+        case 429: return "rate_limit_error";
+        case 503: return "service_unavailable_error";
+        default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+nlohmann::json ApiError::to_json() const {
+    nlohmann::json e = {{"message", message}, {"type", type()}, {"param", nullptr}, {"code", nullptr}};
+    if (!param.empty()) e["param"] = param;
+    if (!code.empty()) e["code"] = code;
+    return nlohmann::json{{"error", e}};
+}
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+    return ApiError{400, std::move(message), std::move(param), std::move(code)};
+}
+
+ApiError from_engine_error(const Error& e) {
+    switch (e.code) {
+        case ErrorCode::kCapacity: return ApiError{429, e.message, "", "queue_full"};
+        case ErrorCode::kUnsupported: return ApiError{503, e.message, "", "unavailable"};
+        case ErrorCode::kOutOfRange: return ApiError{400, e.message, "messages", "context_length_exceeded"};
+        default: return ApiError{400, e.message, "", ""};
+    }
+}
+
+}  // namespace di::server

@@ -1,0 +1,139 @@
+// POST /v1/completions: raw prompts (text or token ids) -> engine -> text, whole or as server-sent events.
+#include <fmt/format.h>
+
+#include "server/generation.h"
+#include "server/openai_response.h"
+#include "server/server_context.h"
+
+namespace di::server {
+namespace {
+
+struct TextChoice {
+    std::string text;
+    json logprobs = empty_completion_logprobs();
+    int64_t text_offset = 0;
+    FinishReason reason = FinishReason::kNone;
+    int64_t completion_tokens = 0;
+};
+
+bool failed(FinishReason r) { return r != FinishReason::kStop && r != FinishReason::kLength; }
+
+Reply error_reply(const ApiError& e) { return Reply{e.status, e.to_json().dump(), nullptr}; }
+
+class CompletionStream : public SseProducer {
+public:
+    CompletionStream(ServerContext& ctx, Generation gen, const CompletionRequest& r)
+        : ctx_(ctx), gen_(std::move(gen)), choices_(gen_.n_choices()), id_(make_id("cmpl")),
+          created_(unix_time()), logprobs_(r.p.sampling.logprobs), include_usage_(r.p.include_usage) {
+        ++ctx_.counters.streams_open;
+    }
+    ~CompletionStream() override { --ctx_.counters.streams_open; }
+
+    bool pump(std::string& out, std::chrono::milliseconds wait) override {
+        if (done_) return false;
+        for (ChoiceUpdate& u : gen_.poll(wait)) {
+            TextChoice& c = choices_[u.choice];
+            if (u.event.finished && failed(u.event.reason)) {
+                gen_.cancel();
+                out += sse(finish_error(u.event).to_json());
+                return finish(out);
+            }
+            c.completion_tokens = u.event.completion_tokens;
+            json lp = nullptr;
+            if (logprobs_) {
+                lp = empty_completion_logprobs();
+                append_completion_logprobs(lp, ctx_.engine.tokenizer(), u.event.tokens, c.text_offset);
+            }
+            json reason = nullptr;
+            if (u.event.finished) reason = api_finish_reason(u.event.reason, false);
+            json j = base();
+            j["choices"] = json::array({json{{"index", u.choice}, {"text", u.event.text}, {"logprobs", lp},
+                                             {"finish_reason", reason}}});
+            if (include_usage_) j["usage"] = nullptr;
+            out += sse(j);
+        }
+        if (!gen_.done()) return true;
+        if (include_usage_) {
+            int64_t completion = 0;
+            for (const auto& c : choices_) completion += c.completion_tokens;
+            json u = base();
+            u["choices"] = json::array();
+            u["usage"] = usage_json(gen_.prompt_tokens(), completion);
+            out += sse(u);
+        }
+        return finish(out);
+    }
+
+private:
+    bool finish(std::string& out) {
+        out += kSseDone;
+        done_ = true;
+        return false;
+    }
+    json base() const {
+        return json{{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", ctx_.model_name}};
+    }
+
+    ServerContext& ctx_;
+    Generation gen_;
+    std::vector<TextChoice> choices_;
+    std::string id_;
+    int64_t created_;
+    bool logprobs_, include_usage_;
+    bool done_ = false;
+};
+
+Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r, const ClientGone& gone) {
+    std::vector<TextChoice> choices(gen.n_choices());
+    while (!gen.done()) {
+        if (gone()) {
+            gen.cancel();
+            ++ctx.counters.client_disconnects;
+            return error_reply(ApiError{499, "client closed the connection", "", "client_closed"});
+        }
+        for (ChoiceUpdate& u : gen.poll(std::chrono::milliseconds(100))) {
+            if (u.event.finished && failed(u.event.reason)) return error_reply(finish_error(u.event));
+            TextChoice& c = choices[u.choice];
+            c.text += u.event.text;
+            c.completion_tokens = u.event.completion_tokens;
+            if (u.event.finished) c.reason = u.event.reason;
+            if (r.p.sampling.logprobs)
+                append_completion_logprobs(c.logprobs, ctx.engine.tokenizer(), u.event.tokens, c.text_offset);
+        }
+    }
+    json arr = json::array();
+    int64_t completion = 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+        const TextChoice& c = choices[i];
+        arr.push_back(json{{"index", i}, {"text", c.text},
+                           {"logprobs", r.p.sampling.logprobs ? c.logprobs : json(nullptr)},
+                           {"finish_reason", api_finish_reason(c.reason, false)}});
+        completion += c.completion_tokens;
+    }
+    json out = {{"id", make_id("cmpl")}, {"object", "text_completion"}, {"created", unix_time()},
+                {"model", ctx.model_name}, {"choices", arr}, {"usage", usage_json(gen.prompt_tokens(), completion)}};
+    return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr};
+}
+
+}  // namespace
+
+Reply handle_completion(ServerContext& ctx, const std::string& body, const ClientGone& gone) {
+    auto parsed = parse_completion_request(body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
+    CompletionRequest& r = std::get<CompletionRequest>(parsed);
+    if (r.p.model != ctx.model_name)
+        return error_reply(ApiError{404, fmt::format("the model '{}' does not exist; this server serves '{}'",
+                                                     r.p.model, ctx.model_name), "model", "model_not_found"});
+    const Tokenizer* tok = ctx.engine.tokenizer();
+    std::vector<std::vector<int32_t>> prompts = r.prompt_token_ids;
+    if (!r.prompt_texts.empty() && !tok)
+        return error_reply(bad_request("this model has no tokenizer: give the prompt as token ids", "prompt"));
+    for (const auto& t : r.prompt_texts) prompts.push_back(tok->encode(t));
+    auto gen = Generation::start(ctx, r.p, prompts);
+    if (auto* e = std::get_if<ApiError>(&gen)) return error_reply(*e);
+    Generation& g = std::get<Generation>(gen);
+    if (r.p.stream) return Reply{200, {}, std::make_unique<CompletionStream>(ctx, std::move(g), r)};
+    return run_to_end(ctx, g, r, gone);
+}
+
+}  // namespace di::server

@@ -1,0 +1,49 @@
+// The engine requests behind one API call (n choices x prompts): submission with per-choice seeds, the
+// context-limit and max_tokens rules, polling all streams, and cancelling whatever is unfinished.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepinfer/engine.h"
+#include "server/api_error.h"
+#include "server/openai_request.h"
+#include "server/server_context.h"
+
+namespace di::server {
+
+struct ChoiceUpdate {
+    size_t choice = 0;
+    RequestEvent event;
+};
+
+class Generation {
+public:
+    Generation() = default;
+    Generation(Generation&&) = default;
+    ~Generation();  // cancels unfinished requests (a disconnected client frees its state)
+
+    // Submits one request per prompt and choice (choice index = prompt * n + i; seeded choices get seed + i).
+    static ApiResult<Generation> start(ServerContext& ctx, const CommonParams& p,
+                                       const std::vector<std::vector<int32_t>>& prompts);
+
+    // Waits up to `wait` for news from any unfinished choice.
+    std::vector<ChoiceUpdate> poll(std::chrono::milliseconds wait);
+    bool done() const;
+    void cancel();
+    size_t n_choices() const { return streams_.size(); }
+    int64_t prompt_tokens() const { return prompt_tokens_; }
+
+private:
+    std::vector<std::shared_ptr<RequestStream>> streams_;
+    std::vector<bool> finished_;
+    int64_t prompt_tokens_ = 0;
+    size_t rr_ = 0;
+};
+
+// Maps a failed finish (timeout, shutdown, engine error) to the API error a client sees.
+ApiError finish_error(const RequestEvent& e);
+
+}  // namespace di::server

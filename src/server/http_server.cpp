@@ -1,0 +1,187 @@
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/http.h"
+#include "server/metrics.h"
+
+namespace di::server {
+namespace {
+
+using json = nlohmann::json;
+constexpr auto kPumpWait = std::chrono::milliseconds(100);
+
+void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(e.to_json().dump(), "application/json");
+}
+
+std::string status_message(int status, size_t max_body) {
+    switch (status) {
+        case 400: return "malformed HTTP request";
+        case 404: return "no such endpoint";
+        case 405: return "method not allowed on this endpoint";
+        case 408: return "the request was not received in time";
+        case 413: return fmt::format("the request body exceeds the limit of {} bytes", max_body);
+        case 414: return "the request URI is too long";
+        case 431: return "the request headers are too large";
+        default: return fmt::format("HTTP error {}", status);
+    }
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+    ServerContext ctx;
+    httplib::Server svr;
+    int port = -1;
+    int64_t started = 0;
+
+    Impl(Engine& e, ServerOptions o, std::string name) : ctx{e, std::move(o), std::move(name), {}} {}
+    void routes();
+    bool authorized(const httplib::Request& req, httplib::Response& res);
+    void serve_generation(const httplib::Request& req, httplib::Response& res,
+                          Reply (*handler)(ServerContext&, const std::string&, const ClientGone&));
+};
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options) {
+    std::string name = options.served_model_name.empty() ? engine.info().name : options.served_model_name;
+    impl_ = std::make_unique<Impl>(engine, std::move(options), std::move(name));
+    impl_->routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response& res) {
+    if (ctx.opt.api_key.empty()) return true;
+    if (req.get_header_value("Authorization") == "Bearer " + ctx.opt.api_key) return true;
+    send_error(res, ApiError{401, "missing or wrong API key (Authorization: Bearer ...)", "", "invalid_api_key"});
+    return false;
+}
+
+void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Response& res,
+                                        Reply (*handler)(ServerContext&, const std::string&, const ClientGone&)) {
+    if (!authorized(req, res)) return;
+    ClientGone gone = [&req] { return req.is_connection_closed(); };
+    Reply r = handler(ctx, req.body, gone);
+    if (!r.stream) {
+        res.status = r.status;
+        res.set_content(r.body, "application/json");
+        return;
+    }
+    // The provider owns the producer: when the response goes away (done, or the client left) the producer's
+    // destructor cancels unfinished requests, which frees their state at the engine's next step.
+    std::shared_ptr<SseProducer> producer(std::move(r.stream));
+    ServerCounters* counters = &ctx.counters;
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [producer, counters](size_t, httplib::DataSink& sink) {
+            std::string out;
+            const bool more = producer->pump(out, kPumpWait);
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+                ++counters->client_disconnects;
+                return false;
+            }
+            if (!more) sink.done();
+            return true;
+        },
+        [producer, counters](bool success) {
+            if (!success) ++counters->client_disconnects;
+        });
+}
+
+void HttpServer::Impl::routes() {
+    started = std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch()).count();
+    const ServerOptions& o = ctx.opt;
+    const int n_threads = std::max(4, o.n_threads);
+    svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
+    svr.set_payload_max_length(o.max_body_bytes);
+    svr.set_read_timeout(o.read_timeout_s, 0);
+    svr.set_write_timeout(o.write_timeout_s, 0);
+    svr.set_keep_alive_timeout(5);
+
+    svr.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+        ++ctx.counters.http_requests;
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    svr.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+        if (res.status >= 400) ++ctx.counters.http_errors;
+    });
+    const size_t max_body = o.max_body_bytes;
+    svr.set_error_handler([max_body](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already JSON
+        send_error(res, ApiError{res.status, status_message(res.status, max_body), "", ""});
+        return httplib::Server::HandlerResponse::Handled;
+    });
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown";
+        try {
+            if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        send_error(res, ApiError{500, "internal error: " + what, "", "internal_error"});
+    });
+
+    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+        res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(render_metrics(ctx.engine.stats(), ctx.counters), "text/plain; version=0.0.4");
+    });
+    auto model_json = [this] {
+        return json{{"id", ctx.model_name}, {"object", "model"}, {"created", started}, {"owned_by", "deepinfer"},
+                    {"max_model_len", ctx.engine.info().max_context}};
+    };
+    svr.Get("/v1/models", [this, model_json](const httplib::Request& req, httplib::Response& res) {
+        if (!authorized(req, res)) return;
+        res.set_content(json{{"object", "list"}, {"data", json::array({model_json()})}}.dump(), "application/json");
+    });
+    svr.Get(R"(/v1/models/(.+))", [this, model_json](const httplib::Request& req, httplib::Response& res) {
+        if (!authorized(req, res)) return;
+        if (req.matches[1] != ctx.model_name)
+            return send_error(res, ApiError{404, fmt::format("the model '{}' does not exist", req.matches[1].str()),
+                                            "model", "model_not_found"});
+        res.set_content(model_json().dump(), "application/json");
+    });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        serve_generation(req, res, &handle_chat);
+    });
+    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        serve_generation(req, res, &handle_completion);
+    });
+}
+
+Status HttpServer::bind() {
+    const ServerOptions& o = impl_->ctx.opt;
+    if (o.port == 0) {
+        impl_->port = impl_->svr.bind_to_any_port(o.host);
+        if (impl_->port < 0) return make_error(ErrorCode::kIo, "serve: cannot bind {} on any port", o.host);
+    } else {
+        if (!impl_->svr.bind_to_port(o.host, o.port))
+            return make_error(ErrorCode::kIo, "serve: cannot bind {}:{} (in use, or not a local address?)", o.host,
+                              o.port);
+        impl_->port = o.port;
+    }
+    return ok_status();
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+Status HttpServer::run() {
+    if (impl_->port < 0) DI_TRY_STATUS(bind());
+    if (!impl_->svr.listen_after_bind()) return make_error(ErrorCode::kIo, "serve: the listener failed");
+    return ok_status();
+}
+
+void HttpServer::stop() {
+    if (impl_) impl_->svr.stop();
+}
+
+}  // namespace di::server

@@ -1,0 +1,13 @@
+// GET /metrics: engine and server counters in the Prometheus text exposition format (version 0.0.4).
+#pragma once
+
+#include <string>
+
+#include "deepinfer/engine.h"
+#include "server/server_context.h"
+
+namespace di::server {
+
+std::string render_metrics(const EngineStats& s, const ServerCounters& c);
+
+}  // namespace di::server

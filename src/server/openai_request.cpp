@@ -1,0 +1,398 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace di::server {
+namespace {
+
+using json = nlohmann::json;
+using MaybeError = std::optional<ApiError>;
+
+#define DI_API_TRY(expr)                   \
+    do {                                   \
+        if (MaybeError e_ = (expr)) return *e_; \
+    } while (0)
+
+std::string type_name(const json& v) {
+    if (v.is_boolean()) return "boolean";
+    if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+    if (v.is_number()) return "number";
+    if (v.is_string()) return "string";
+    if (v.is_array()) return "array";
+    if (v.is_object()) return "object";
+    return "null";
+}
+
+ApiError wrong_type(const std::string& key, const char* want, const json& v) {
+    return bad_request(fmt::format("'{}' must be {}, got {}", key, want, type_name(v)), key);
+}
+
+// A JSON object's fields, read once each; leftover keys are refused by finish().
+class Fields {
+public:
+    Fields(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
+
+    // Present and non-null field, else nullptr. null means "absent", as OpenAI clients send it.
+    const json* get(const std::string& key) {
+        seen_.insert(key);
+        auto it = obj_.find(key);
+        return it == obj_.end() || it->is_null() ? nullptr : &*it;
+    }
+    MaybeError number(const std::string& key, double lo, double hi, float& out) {
+        const json* v = get(key);
+        if (!v) return std::nullopt;
+        if (!v->is_number()) return wrong_type(key, "a number", *v);
+        const double d = v->get<double>();
+        if (!(d >= lo && d <= hi))
+            return bad_request(fmt::format("'{}' is {}, expected a value in [{}, {}]", key, d, lo, hi), key);
+        out = float(d);
+        return std::nullopt;
+    }
+    MaybeError integer(const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t>& out) {
+        const json* v = get(key);
+        if (!v) return std::nullopt;
+        int64_t i = 0;
+        if (v->is_number_integer()) {
+            i = v->get<int64_t>();
+        } else if (v->is_number_unsigned()) {
+            i = v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(v->get<uint64_t>());
+        } else if (v->is_number_float() && std::nearbyint(v->get<double>()) == v->get<double>() &&
+                   std::fabs(v->get<double>()) < 9e18) {
+            i = int64_t(v->get<double>());
+        } else {
+            return wrong_type(key, "an integer", *v);
+        }
+        if (i < lo || i > hi)
+            return bad_request(fmt::format("'{}' is {}, expected an integer in [{}, {}]", key, i, lo, hi), key);
+        out = i;
+        return std::nullopt;
+    }
+    MaybeError boolean(const std::string& key, bool& out) {
+        const json* v = get(key);
+        if (!v) return std::nullopt;
+        if (!v->is_boolean()) return wrong_type(key, "a boolean", *v);
+        out = v->get<bool>();
+        return std::nullopt;
+    }
+    MaybeError string(const std::string& key, std::string& out) {
+        const json* v = get(key);
+        if (!v) return std::nullopt;
+        if (!v->is_string()) return wrong_type(key, "a string", *v);
+        out = v->get<std::string>();
+        return std::nullopt;
+    }
+    // Accepted but meaningless here (metadata): read and dropped.
+    void ignore(const std::string& key) { seen_.insert(key); }
+    MaybeError finish() const {
+        for (auto it = obj_.begin(); it != obj_.end(); ++it)
+            if (!seen_.count(it.key()))
+                return bad_request(fmt::format("{}'{}' is not supported by this server", where_, it.key()),
+                                   it.key(), "unsupported_parameter");
+        return std::nullopt;
+    }
+
+private:
+    const json& obj_;
+    std::string where_;
+    std::set<std::string> seen_;
+};
+
+MaybeError parse_stop(Fields& f, CommonParams& p) {
+    const json* v = f.get("stop");
+    if (!v) return std::nullopt;
+    if (v->is_string()) {
+        p.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+        if (v->size() > 16) return bad_request(fmt::format("'stop' has {} entries, at most 16", v->size()), "stop");
+        for (const json& s : *v) {
+            if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
+            p.stop.push_back(s.get<std::string>());
+        }
+    } else {
+        return wrong_type("stop", "a string or an array of strings", *v);
+    }
+    for (const auto& s : p.stop)
+        if (s.empty()) return bad_request("'stop' strings must not be empty", "stop");
+    return std::nullopt;
+}
+
+MaybeError parse_token_ids(const json& v, const std::string& key, std::vector<int32_t>& out) {
+    if (!v.is_array()) return wrong_type(key, "an array of token ids", v);
+    for (const json& t : v) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+            return bad_request(fmt::format("'{}' must hold non-negative integer token ids, got {}", key, t.dump()),
+                               key);
+        out.push_back(int32_t(t.get<int64_t>()));
+    }
+    return std::nullopt;
+}
+
+// Fields shared by both endpoints.
+MaybeError parse_common(Fields& f, CommonParams& p, bool chat) {
+    DI_API_TRY(f.string("model", p.model));
+    if (p.model.empty()) return bad_request("'model' is required", "model");
+    std::optional<int64_t> i;
+    DI_API_TRY(f.integer("max_tokens", INT64_MIN, INT64_MAX, i));
+    if (chat) DI_API_TRY(f.integer("max_completion_tokens", INT64_MIN, INT64_MAX, i));
+    if (i && *i <= 0)
+        return bad_request(fmt::format("max_tokens is {}, it must be at least 1", *i), "max_tokens");
+    p.max_tokens = i;
+    SamplingOptions& s = p.sampling;
+    DI_API_TRY(f.number("temperature", 0, 2, s.temperature));
+    DI_API_TRY(f.number("top_p", 0, 1, s.top_p));
+    if (s.top_p <= 0) return bad_request("'top_p' must be greater than 0", "top_p");
+    std::optional<int64_t> top_k;
+    DI_API_TRY(f.integer("top_k", -1, 1 << 20, top_k));
+    if (top_k) s.top_k = *top_k < 0 ? 0 : int(*top_k);  // -1 = off (vLLM)
+    DI_API_TRY(f.number("min_p", 0, 1, s.min_p));
+    DI_API_TRY(f.number("presence_penalty", -2, 2, s.presence_penalty));
+    DI_API_TRY(f.number("frequency_penalty", -2, 2, s.frequency_penalty));
+    DI_API_TRY(f.number("repetition_penalty", 0.01, 10, s.repetition_penalty));
+    std::optional<int64_t> seed;
+    DI_API_TRY(f.integer("seed", INT64_MIN, INT64_MAX, seed));
+    if (seed) s.seed = uint64_t(*seed);
+    DI_API_TRY(parse_stop(f, p));
+    if (const json* v = f.get("stop_token_ids")) DI_API_TRY(parse_token_ids(*v, "stop_token_ids", p.stop_token_ids));
+    DI_API_TRY(f.boolean("ignore_eos", p.ignore_eos));
+    DI_API_TRY(f.boolean("skip_special_tokens", p.skip_special_tokens));
+    std::optional<int64_t> n;
+    DI_API_TRY(f.integer("n", 1, 16, n));
+    if (n) p.n = int(*n);
+    std::optional<int64_t> best_of;
+    DI_API_TRY(f.integer("best_of", 1, 16, best_of));
+    if (best_of && *best_of != p.n) return bad_request("'best_of' other than n is not supported", "best_of");
+    DI_API_TRY(f.boolean("stream", p.stream));
+    if (const json* so = f.get("stream_options")) {
+        if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
+        if (!p.stream) return bad_request("'stream_options' is only allowed with stream: true", "stream_options");
+        Fields g(*so, "stream_options.");
+        DI_API_TRY(g.boolean("include_usage", p.include_usage));
+        g.ignore("continuous_usage_stats");
+        DI_API_TRY(g.finish());
+    }
+    if (const json* lb = f.get("logit_bias"))
+        if (!lb->is_object() || !lb->empty()) return bad_request("'logit_bias' is not supported", "logit_bias");
+    f.ignore("user");
+    f.ignore("metadata");
+    f.ignore("store");
+    return std::nullopt;
+}
+
+MaybeError parse_content(const json& v, const std::string& key, std::string& out) {
+    if (v.is_string()) {
+        out = v.get<std::string>();
+        return std::nullopt;
+    }
+    if (!v.is_array()) return wrong_type(key, "a string or an array of text parts", v);
+    for (const json& part : v) {
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+            return bad_request(fmt::format("'{}': only parts of type 'text' with a string 'text' are supported", key),
+                               key);
+        out += part["text"].get<std::string>();
+    }
+    return std::nullopt;
+}
+
+MaybeError parse_tool_calls(const json& v, const std::string& key, std::vector<ChatToolCall>& out) {
+    if (!v.is_array()) return wrong_type(key, "an array", v);
+    for (size_t i = 0; i < v.size(); ++i) {
+        const json& c = v[i];
+        const std::string k = fmt::format("{}[{}]", key, i);
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+            return bad_request(fmt::format("'{}' must be an object with a 'function' object", k), k);
+        const json& fn = c["function"];
+        if (!fn.contains("name") || !fn["name"].is_string())
+            return bad_request(fmt::format("'{}.function.name' must be a string", k), k);
+        ChatToolCall tc;
+        tc.name = fn["name"].get<std::string>();
+        if (c.contains("id") && c["id"].is_string()) tc.id = c["id"].get<std::string>();
+        if (fn.contains("arguments")) {
+            if (fn["arguments"].is_string())
+                tc.arguments = fn["arguments"].get<std::string>();
+            else if (fn["arguments"].is_object())
+                tc.arguments = fn["arguments"].dump();
+            else
+                return wrong_type(k + ".function.arguments", "a JSON string", fn["arguments"]);
+        } else {
+            tc.arguments = "{}";
+        }
+        out.push_back(std::move(tc));
+    }
+    return std::nullopt;
+}
+
+MaybeError parse_message(const json& m, size_t index, ChatMessage& out) {
+    const std::string key = fmt::format("messages[{}]", index);
+    if (!m.is_object()) return wrong_type(key, "an object", m);
+    Fields f(m, key + ".");
+    DI_API_TRY(f.string("role", out.role));
+    static const std::set<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
+    if (!roles.count(out.role))
+        return bad_request(fmt::format("'{}.role' is '{}', expected system, developer, user, assistant or tool",
+                                       key, out.role), key + ".role");
+    if (const json* c = f.get("content")) DI_API_TRY(parse_content(*c, key + ".content", out.content));
+    f.ignore("name");
+    if (out.role == "assistant") {
+        DI_API_TRY(f.string("reasoning_content", out.reasoning_content));
+        if (const json* tc = f.get("tool_calls")) DI_API_TRY(parse_tool_calls(*tc, key + ".tool_calls", out.tool_calls));
+        f.ignore("refusal");
+    }
+    if (out.role == "tool") {
+        DI_API_TRY(f.string("tool_call_id", out.tool_call_id));
+        if (out.tool_call_id.empty())
+            return bad_request(fmt::format("'{}.tool_call_id' is required for a tool message", key), key);
+    }
+    return f.finish();
+}
+
+MaybeError parse_tools(Fields& f, ChatRequest& r) {
+    const json* tools = f.get("tools");
+    std::string choice = "auto";
+    if (const json* tc = f.get("tool_choice")) {
+        if (tc->is_string()) {
+            choice = tc->get<std::string>();
+        } else if (tc->is_object()) {
+            return bad_request("a named 'tool_choice' is not supported (use \"auto\" or \"none\")", "tool_choice");
+        } else {
+            return wrong_type("tool_choice", "a string", *tc);
+        }
+        if (choice == "required")
+            return bad_request("tool_choice \"required\" is not supported (use \"auto\" or \"none\")", "tool_choice");
+        if (choice != "auto" && choice != "none")
+            return bad_request(fmt::format("tool_choice '{}' is not one of \"auto\", \"none\"", choice), "tool_choice");
+    }
+    bool parallel = true;
+    DI_API_TRY(f.boolean("parallel_tool_calls", parallel));
+    if (!parallel) return bad_request("'parallel_tool_calls': false is not supported", "parallel_tool_calls");
+    if (!tools) return std::nullopt;
+    if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
+    for (size_t i = 0; i < tools->size(); ++i) {
+        const json& t = (*tools)[i];
+        const std::string k = fmt::format("tools[{}]", i);
+        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+            !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
+            return bad_request(fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", k),
+                               k);
+        if (choice != "none") r.tools.push_back(t.dump());
+    }
+    return std::nullopt;
+}
+
+MaybeError parse_thinking(Fields& f, ChatRequest& r) {
+    if (const json* t = f.get("thinking")) {
+        if (t->is_boolean()) {
+            r.thinking = t->get<bool>();
+        } else if (t->is_object() && t->contains("type") && (*t)["type"].is_string()) {
+            const std::string type = (*t)["type"].get<std::string>();
+            if (type != "enabled" && type != "disabled")
+                return bad_request("'thinking.type' must be \"enabled\" or \"disabled\"", "thinking");
+            r.thinking = type == "enabled";
+        } else {
+            return wrong_type("thinking", "a boolean or {\"type\": \"enabled\"|\"disabled\"}", *t);
+        }
+    }
+    if (const json* k = f.get("chat_template_kwargs")) {
+        if (!k->is_object()) return wrong_type("chat_template_kwargs", "an object", *k);
+        Fields g(*k, "chat_template_kwargs.");
+        DI_API_TRY(g.boolean("thinking", r.thinking));
+        DI_API_TRY(g.finish());
+    }
+    DI_API_TRY(f.string("reasoning_effort", r.reasoning_effort));
+    if (!r.reasoning_effort.empty() && r.reasoning_effort != "high" && r.reasoning_effort != "max")
+        return bad_request(fmt::format("reasoning_effort '{}' is not supported (\"high\" or \"max\")",
+                                       r.reasoning_effort), "reasoning_effort");
+    return std::nullopt;
+}
+
+ApiResult<json> parse_body(std::string_view body) {
+    json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return bad_request("the request body is not valid JSON", "", "invalid_json");
+    if (!j.is_object()) return bad_request("the request body must be a JSON object", "", "invalid_json");
+    return j;
+}
+
+}  // namespace
+
+ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
+    auto parsed = parse_body(body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+    const json& j = std::get<json>(parsed);
+    Fields f(j, "");
+    ChatRequest r;
+    DI_API_TRY(parse_common(f, r.p, true));
+    bool logprobs = false;
+    DI_API_TRY(f.boolean("logprobs", logprobs));
+    std::optional<int64_t> top;
+    DI_API_TRY(f.integer("top_logprobs", 0, 20, top));
+    if (top && !logprobs) return bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    r.p.sampling.logprobs = logprobs;
+    r.p.sampling.top_logprobs = int(top.value_or(0));
+    const json* msgs = f.get("messages");
+    if (!msgs) return bad_request("'messages' is required", "messages");
+    if (!msgs->is_array()) return wrong_type("messages", "an array", *msgs);
+    if (msgs->empty()) return bad_request("'messages' must not be empty", "messages");
+    for (size_t i = 0; i < msgs->size(); ++i) {
+        ChatMessage m;
+        DI_API_TRY(parse_message((*msgs)[i], i, m));
+        r.messages.push_back(std::move(m));
+    }
+    DI_API_TRY(parse_tools(f, r));
+    DI_API_TRY(parse_thinking(f, r));
+    if (const json* rf = f.get("response_format"))
+        if (!rf->is_object() || rf->value("type", "") != "text")
+            return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
+    DI_API_TRY(f.finish());
+    return r;
+}
+
+ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
+    auto parsed = parse_body(body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+    const json& j = std::get<json>(parsed);
+    Fields f(j, "");
+    CompletionRequest r;
+    DI_API_TRY(parse_common(f, r.p, false));
+    std::optional<int64_t> lp;
+    DI_API_TRY(f.integer("logprobs", 0, 20, lp));
+    r.p.sampling.logprobs = lp.has_value();
+    r.p.sampling.top_logprobs = int(lp.value_or(0));
+    bool echo = false;
+    DI_API_TRY(f.boolean("echo", echo));
+    if (echo) return bad_request("'echo': true is not supported", "echo");
+    std::string suffix;
+    DI_API_TRY(f.string("suffix", suffix));
+    if (!suffix.empty()) return bad_request("'suffix' is not supported", "suffix");
+    const json* p = f.get("prompt");
+    if (!p) return bad_request("'prompt' is required", "prompt");
+    if (p->is_string()) {
+        r.prompt_texts.push_back(p->get<std::string>());
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_string()) {
+        for (const json& s : *p) {
+            if (!s.is_string()) return wrong_type("prompt", "an array of strings", s);
+            r.prompt_texts.push_back(s.get<std::string>());
+        }
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_array()) {
+        for (const json& ids : *p) DI_API_TRY(parse_token_ids(ids, "prompt", r.prompt_token_ids.emplace_back()));
+    } else if (p->is_array() && !p->empty()) {
+        DI_API_TRY(parse_token_ids(*p, "prompt", r.prompt_token_ids.emplace_back()));
+    } else if (p->is_array()) {
+        return bad_request("'prompt' must not be empty", "prompt");
+    } else {
+        return wrong_type("prompt", "a string, an array of strings or an array of token ids", *p);
+    }
+    for (const auto& t : r.prompt_texts)
+        if (t.empty()) return bad_request("'prompt' must not be empty", "prompt");
+    for (const auto& t : r.prompt_token_ids)
+        if (t.empty()) return bad_request("'prompt' must not be empty", "prompt");
+    if (r.prompt_texts.size() + r.prompt_token_ids.size() > 16)
+        return bad_request("at most 16 prompts per request", "prompt");
+    DI_API_TRY(f.finish());
+    return r;
+}
+
+}  // namespace di::server

@@ -1,0 +1,47 @@
+// Parsing and validation of OpenAI request bodies (/v1/chat/completions, /v1/completions). Pure functions
+// of the body text: every field is type- and range-checked, and a field this server does not implement
+// is refused with a 400 naming it, never silently ignored. Fuzzed by tests/server/fuzz_openai_request.cpp.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "deepinfer/request.h"
+#include "deepinfer/tokenizer.h"
+#include "server/api_error.h"
+
+namespace di::server {
+
+struct CommonParams {
+    std::string model;
+    std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens
+    SamplingOptions sampling;           // logprobs / top_logprobs included
+    std::vector<std::string> stop;
+    std::vector<int32_t> stop_token_ids;
+    bool ignore_eos = false;
+    bool skip_special_tokens = true;
+    int n = 1;
+    bool stream = false;
+    bool include_usage = false;         // stream_options.include_usage
+};
+
+struct ChatRequest {
+    CommonParams p;
+    std::vector<ChatMessage> messages;
+    std::vector<std::string> tools;     // OpenAI tool objects as JSON text; empty when tool_choice is "none"
+    bool thinking = false;              // chat_template_kwargs.thinking or thinking.type == "enabled"
+    std::string reasoning_effort;       // "", "high", "max"
+};
+
+struct CompletionRequest {
+    CommonParams p;
+    std::vector<std::string> prompt_texts;               // one per prompt, or
+    std::vector<std::vector<int32_t>> prompt_token_ids;  // token-id prompts
+};
+
+ApiResult<ChatRequest> parse_chat_request(std::string_view body);
+ApiResult<CompletionRequest> parse_completion_request(std::string_view body);
+
+}  // namespace di::server

@@ -1,0 +1,36 @@
+// JSON pieces of OpenAI responses shared by the chat and completion routes: ids, usage, logprobs, SSE framing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/request.h"
+#include "deepinfer/tokenizer.h"
+
+namespace di::server {
+
+using json = nlohmann::json;
+
+std::string make_id(const char* prefix);  // "chatcmpl-<24 hex>", unique per process
+int64_t unix_time();
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+std::string sse(const json& j);  // "data: <json>\n\n"
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+// The text a token stands for in logprobs (its raw bytes, invalid UTF-8 replaced by U+FFFD).
+std::string token_piece(const Tokenizer* tok, int32_t id);
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]} entries for `tokens`.
+json chat_logprob_entries(const Tokenizer* tok, const std::vector<GeneratedToken>& tokens);
+
+// Completions: appends to {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+void append_completion_logprobs(json& lp, const Tokenizer* tok, const std::vector<GeneratedToken>& tokens,
+                                int64_t& text_offset);
+json empty_completion_logprobs();
+
+// OpenAI finish_reason for a finished event ("stop", "length"; "tool_calls" when `tool_calls`).
+const char* api_finish_reason(FinishReason r, bool tool_calls);
+
+}  // namespace di::server

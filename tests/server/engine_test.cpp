@@ -1,0 +1,251 @@
+// The engine on the tiny fp32 fixture (reference backend): greedy output equals transformers' greedy
+// continuation (tests/data/v4_tiny_fp32/greedy.json), requests are batch invariant (alone == among 32
+// concurrent ones), and admission, cancellation, timeouts and limits free every byte of state.
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/engine.h"
+
+namespace di {
+namespace {
+
+const std::string kModel = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
+
+struct Collected {
+    std::vector<int32_t> tokens;
+    std::vector<GeneratedToken> full;
+    RequestEvent last;
+};
+
+Collected collect(RequestStream& s) {
+    Collected c;
+    for (;;) {
+        auto e = s.next(std::chrono::milliseconds(60000));
+        if (!e) {
+            ADD_FAILURE() << "request " << s.id() << " produced nothing for 60 s";
+            return c;
+        }
+        for (auto& t : e->tokens) {
+            c.tokens.push_back(t.id);
+            c.full.push_back(t);
+        }
+        if (e->finished) {
+            c.last = std::move(*e);
+            return c;
+        }
+    }
+}
+
+EngineOptions options(int64_t prefill_chunk = 8) {
+    EngineOptions o;
+    o.model_dir = kModel;
+    o.prefill_chunk = prefill_chunk;
+    o.step_token_budget = 64;
+    o.max_running = 32;
+    o.state_memory_bytes = int64_t(1) << 30;
+    return o;
+}
+
+std::unique_ptr<Engine> make_engine(const EngineOptions& o) {
+    auto e = Engine::create(o);
+    EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
+    return e.ok() ? std::move(*e) : nullptr;
+}
+
+Request greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+    Request r;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0;
+    r.stop.max_tokens = max_tokens;
+    r.stop.ignore_eos = true;
+    return r;
+}
+
+void wait_idle(Engine& e) {
+    for (int i = 0; i < 200; ++i) {
+        EngineStats s = e.stats();
+        if (s.n_running == 0 && s.n_waiting == 0 && s.state_bytes_allocated == 0) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+}
+
+TEST(Engine, GreedyMatchesTransformersWithChunkedPrefill) {
+    std::ifstream f(kModel + "/greedy.json");
+    const auto j = nlohmann::json::parse(f);
+    const auto prompt = j["prompt"].get<std::vector<int32_t>>();
+    const auto want = j["continuation"].get<std::vector<int32_t>>();
+    auto engine = make_engine(options(8));  // 20-token prompt prefilled as 8 + 8 + 4
+    ASSERT_TRUE(engine);
+    const int64_t n = 32;
+    auto s = engine->submit(greedy(prompt, n));
+    ASSERT_TRUE(s.ok());
+    Collected c = collect(**s);
+    EXPECT_EQ(c.last.reason, FinishReason::kLength);
+    EXPECT_EQ(c.last.prompt_tokens, int64_t(prompt.size()));
+    EXPECT_EQ(c.last.completion_tokens, n);
+    EXPECT_EQ(c.tokens, std::vector<int32_t>(want.begin(), want.begin() + n));
+}
+
+// 32 requests with different prompts, greedy and seeded sampling: each alone, then all at once.
+TEST(Engine, BatchInvariantAmong32ConcurrentRequests) {
+    auto engine = make_engine(options(8));
+    ASSERT_TRUE(engine);
+    std::mt19937 rng(42);
+    std::vector<Request> reqs;
+    for (int i = 0; i < 32; ++i) {
+        std::vector<int32_t> prompt(3 + rng() % 30);
+        for (auto& t : prompt) t = int32_t(2 + rng() % 254);
+        Request r = greedy(prompt, 4 + int64_t(rng() % 5));
+        if (i % 2) {  // seeded sampling with every filter on
+            r.sampling.temperature = 0.9f;
+            r.sampling.top_p = 0.95f;
+            r.sampling.top_k = 50;
+            r.sampling.min_p = 0.01f;
+            r.sampling.presence_penalty = 0.5f;
+            r.sampling.seed = 1000 + uint64_t(i);
+        }
+        reqs.push_back(r);
+    }
+    std::vector<std::vector<int32_t>> alone;
+    for (const Request& r : reqs) {
+        auto s = engine->submit(r);
+        ASSERT_TRUE(s.ok());
+        alone.push_back(collect(**s).tokens);
+    }
+    const EngineStats before = engine->stats();
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const Request& r : reqs) {
+        auto s = engine->submit(r);
+        ASSERT_TRUE(s.ok());
+        streams.push_back(*s);
+    }
+    for (size_t i = 0; i < streams.size(); ++i) {
+        Collected c = collect(*streams[i]);
+        EXPECT_EQ(c.tokens, alone[i]) << "request " << i << " differs when batched";
+        EXPECT_EQ(c.last.completion_tokens, reqs[i].stop.max_tokens);
+    }
+    wait_idle(*engine);
+    EngineStats st = engine->stats();
+    const double mean_batch = (st.batch_size.sum - before.batch_size.sum) / double(st.batch_size.count - before.batch_size.count);
+    EXPECT_GT(mean_batch, 8.0) << "the concurrent run did not batch";
+    EXPECT_EQ(st.state_bytes_allocated, 0);
+    EXPECT_EQ(st.state_bytes_reserved, 0);
+}
+
+TEST(Engine, CancelFreesTheState) {
+    auto engine = make_engine(options());
+    ASSERT_TRUE(engine);
+    auto s = engine->submit(greedy({5, 6, 7}, 10000));
+    ASSERT_TRUE(s.ok());
+    auto first = (*s)->next(std::chrono::milliseconds(30000));
+    ASSERT_TRUE(first);
+    for (int i = 0; i < 100 && engine->stats().state_bytes_allocated == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_GT(engine->stats().state_bytes_allocated, 0);
+    (*s)->cancel();
+    Collected c = collect(**s);
+    EXPECT_EQ(c.last.reason, FinishReason::kCancelled);
+    wait_idle(*engine);
+    EngineStats st = engine->stats();
+    EXPECT_EQ(st.state_bytes_allocated, 0);
+    EXPECT_EQ(st.state_bytes_reserved, 0);
+    EXPECT_EQ(st.finished_cancelled, 1u);
+}
+
+TEST(Engine, AdmissionWaitsForMemoryAndRefusesWhatNeverFits) {
+    EngineOptions o = options();
+    auto probe = make_engine(o);
+    ASSERT_TRUE(probe);
+    const int64_t one = probe->state_bytes_for(4 + 8);
+    probe.reset();
+    o.state_memory_bytes = 2 * one;  // two requests of capacity 12 fit at once
+    o.max_waiting = 3;
+    o.max_context = 1 << 30;
+    auto engine = make_engine(o);
+    ASSERT_TRUE(engine);
+    // The smallest max_tokens whose state exceeds the whole budget.
+    const ModelInfo& mi = engine->info();
+    const int64_t huge = int64_t(double(o.state_memory_bytes - mi.state_fixed_bytes) / mi.state_bytes_per_token) + 64;
+    ASSERT_GT(engine->state_bytes_for(4 + huge), o.state_memory_bytes);
+    auto never = engine->submit(greedy({1, 2, 3, 4}, huge));
+    ASSERT_FALSE(never.ok());
+    EXPECT_EQ(never.error().code, ErrorCode::kOutOfRange);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 5; ++i) {
+        auto s = engine->submit(greedy({int32_t(10 + i), 2, 3, 4}, 8));
+        if (!s.ok()) {
+            EXPECT_EQ(s.error().code, ErrorCode::kCapacity);
+            continue;
+        }
+        streams.push_back(*s);
+    }
+    EXPECT_GE(streams.size(), 3u);
+    int max_running = 0;
+    for (auto& s : streams) {
+        max_running = std::max(max_running, engine->stats().n_running);
+        EXPECT_EQ(collect(*s).last.reason, FinishReason::kLength);
+    }
+    EXPECT_LE(max_running, 2);
+    wait_idle(*engine);
+    EXPECT_EQ(engine->stats().state_bytes_reserved, 0);
+}
+
+TEST(Engine, TimeoutEndsARequest) {
+    auto engine = make_engine(options());
+    ASSERT_TRUE(engine);
+    Request r = greedy({5, 6, 7}, 16000);
+    r.timeout = std::chrono::milliseconds(200);
+    auto s = engine->submit(r);
+    ASSERT_TRUE(s.ok());
+    Collected c = collect(**s);
+    EXPECT_EQ(c.last.reason, FinishReason::kTimeout);
+    wait_idle(*engine);
+    EXPECT_EQ(engine->stats().state_bytes_allocated, 0);
+}
+
+TEST(Engine, RejectsBadRequests) {
+    EngineOptions o = options();
+    o.max_context = 64;
+    auto engine = make_engine(o);
+    ASSERT_TRUE(engine);
+    EXPECT_EQ(engine->submit(greedy({}, 4)).error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(engine->submit(greedy({5, 300}, 4)).error().code, ErrorCode::kOutOfRange);
+    EXPECT_EQ(engine->submit(greedy({5}, 0)).error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(engine->submit(greedy(std::vector<int32_t>(60, 5), 5)).error().code, ErrorCode::kOutOfRange);
+    Request stop_str = greedy({5}, 4);
+    stop_str.stop.stop = {"x"};  // the fixture has no tokenizer
+    EXPECT_EQ(engine->submit(stop_str).error().code, ErrorCode::kUnsupported);
+}
+
+TEST(Engine, StopTokenAndLogprobs) {
+    auto engine = make_engine(options());
+    ASSERT_TRUE(engine);
+    std::ifstream f(kModel + "/greedy.json");
+    const auto j = nlohmann::json::parse(f);
+    const auto prompt = j["prompt"].get<std::vector<int32_t>>();
+    const auto want = j["continuation"].get<std::vector<int32_t>>();
+    Request r = greedy(prompt, 20);
+    r.stop.stop_token_ids = {want[4]};
+    r.sampling.logprobs = true;
+    r.sampling.top_logprobs = 3;
+    auto s = engine->submit(r);
+    ASSERT_TRUE(s.ok());
+    Collected c = collect(**s);
+    const auto first = std::find(want.begin(), want.end(), want[4]) - want.begin();
+    EXPECT_EQ(c.last.reason, FinishReason::kStop);
+    EXPECT_EQ(c.last.completion_tokens, first + 1);
+    for (const auto& t : c.full) {
+        ASSERT_EQ(t.top.size(), 3u);
+        EXPECT_EQ(t.top[0].first, t.id);  // greedy: the chosen token is the most likely
+        EXPECT_FLOAT_EQ(t.top[0].second, t.logprob);
+        EXPECT_LE(t.logprob, 0.0f);
+        EXPECT_GE(t.top[0].second, t.top[1].second);
+    }
+}
+
+}  // namespace
+}  // namespace di

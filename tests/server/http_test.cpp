@@ -1,0 +1,296 @@
+// The HTTP server in-process on loopback (tiny fixture + byte tokenizer): endpoints, OpenAI-style errors
+// for every kind of bad input, slow and vanishing clients, and no state left behind afterwards.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "server/http.h"
+#include "server/http_server.h"
+
+namespace di::server {
+namespace {
+
+using json = nlohmann::json;
+
+class HttpTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        EngineOptions eo;
+        eo.model_dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
+        eo.tokenizer_path = std::string(DI_SOURCE_DIR) + "/tests/e2e/data/tiny_tokenizer";
+        eo.max_context = 256;
+        eo.max_running = 4;
+        eo.max_waiting = 2;
+        auto e = Engine::create(eo);
+        ASSERT_TRUE(e.ok()) << e.error().message;
+        engine_ = std::move(*e).release();
+        ServerOptions so;
+        so.port = 0;
+        so.served_model_name = "tiny";
+        so.max_body_bytes = 64 * 1024;
+        so.read_timeout_s = 1;
+        so.default_max_tokens = 8;
+        server_ = new HttpServer(*engine_, so);
+        ASSERT_TRUE(server_->bind().ok());
+        thread_ = new std::thread([] { (void)server_->run(); });
+    }
+    static void TearDownTestSuite() {
+        server_->stop();
+        thread_->join();
+        delete thread_;
+        delete server_;
+        delete engine_;
+    }
+
+    httplib::Client client() {
+        httplib::Client c("127.0.0.1", server_->port());
+        c.set_read_timeout(60, 0);
+        return c;
+    }
+    httplib::Result post(const std::string& path, const std::string& body) {
+        return client().Post(path, body, "application/json");
+    }
+    // Waits until the engine holds no request and no state.
+    static bool engine_idle() {
+        for (int i = 0; i < 500; ++i) {
+            EngineStats s = engine_->stats();
+            if (s.n_running == 0 && s.n_waiting == 0 && s.state_bytes_allocated == 0 && s.state_bytes_reserved == 0)
+                return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return false;
+    }
+    static void expect_error(const httplib::Result& r, int status, const std::string& param = "?") {
+        ASSERT_TRUE(r) << "no response";
+        EXPECT_EQ(r->status, status) << r->body;
+        auto j = json::parse(r->body, nullptr, false);
+        ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+        EXPECT_TRUE(j["error"]["message"].is_string());
+        EXPECT_TRUE(j["error"]["type"].is_string());
+        if (param != "?") EXPECT_EQ(j["error"]["param"], param == "" ? json(nullptr) : json(param)) << r->body;
+    }
+    // A raw TCP connection, for clients that misbehave below HTTP.
+    static int connect_raw() {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(uint16_t(server_->port()));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        return fd;
+    }
+
+    static Engine* engine_;
+    static HttpServer* server_;
+    static std::thread* thread_;
+};
+
+Engine* HttpTest::engine_ = nullptr;
+HttpServer* HttpTest::server_ = nullptr;
+std::thread* HttpTest::thread_ = nullptr;
+
+const std::string kHello = R"({"model": "tiny", "messages": [{"role": "user", "content": "hello"}], )";
+
+TEST_F(HttpTest, HealthModelsMetrics) {
+    auto h = client().Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+    auto m = client().Get("/v1/models");
+    ASSERT_TRUE(m);
+    auto j = json::parse(m->body);
+    EXPECT_EQ(j["data"][0]["id"], "tiny");
+    EXPECT_EQ(j["data"][0]["max_model_len"], 256);
+    auto x = client().Get("/metrics");
+    ASSERT_TRUE(x);
+    for (const char* name : {"deepinfer_time_to_first_token_seconds_bucket", "deepinfer_inter_token_latency_seconds",
+                             "deepinfer_running_requests", "deepinfer_waiting_requests",
+                             "deepinfer_state_memory_bytes{kind=\"free\"}", "deepinfer_generation_tokens_total"})
+        EXPECT_NE(x->body.find(name), std::string::npos) << name;
+    expect_error(client().Get("/v1/nope"), 404);
+    expect_error(client().Get("/v1/models/other"), 404, "model");
+}
+
+TEST_F(HttpTest, ChatCompletionWholeAndUsage) {
+    auto r = post("/v1/chat/completions", kHello + R"("max_tokens": 5, "temperature": 0, "ignore_eos": true})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    auto j = json::parse(r->body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+    EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 5);
+    EXPECT_EQ(j["usage"]["total_tokens"].get<int>(),
+              j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+}
+
+TEST_F(HttpTest, CompletionTokenPromptMatchesTheEngine) {
+    // Same request through HTTP and directly through the engine: identical tokens (logprobs carry the ids'
+    // bytes, so compare the text the byte tokenizer gives for the engine's ids).
+    auto r = post("/v1/completions",
+                  R"({"model": "tiny", "prompt": [37, 5, 162, 57], "max_tokens": 6, "temperature": 0,
+                      "ignore_eos": true, "skip_special_tokens": false})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    auto j = json::parse(r->body);
+    Request q;
+    q.prompt = {37, 5, 162, 57};
+    q.sampling.temperature = 0;
+    q.stop.max_tokens = 6;
+    q.stop.ignore_eos = true;
+    q.stop.skip_special = false;
+    auto s = engine_->submit(q);
+    ASSERT_TRUE(s.ok());
+    std::vector<int32_t> ids;
+    for (;;) {
+        auto e = (*s)->next(std::chrono::milliseconds(30000));
+        ASSERT_TRUE(e);
+        for (auto& t : e->tokens) ids.push_back(t.id);
+        if (e->finished) break;
+    }
+    auto text = engine_->tokenizer()->decode(ids);
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(j["choices"][0]["text"].get<std::string>(), *text);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 4);
+}
+
+TEST_F(HttpTest, StreamingSendsChunksUsageAndDone) {
+    std::string body;
+    auto res = client().Post(
+        "/v1/chat/completions",
+        kHello + R"("max_tokens": 4, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})",
+        "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200);
+    EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+    std::vector<json> chunks;
+    size_t at = 0;
+    bool done = false;
+    while ((at = res->body.find("data: ", at)) != std::string::npos) {
+        const size_t end = res->body.find("\n\n", at);
+        const std::string data = res->body.substr(at + 6, end - at - 6);
+        at = end;
+        if (data == "[DONE]") {
+            done = true;
+            break;
+        }
+        chunks.push_back(json::parse(data));
+    }
+    EXPECT_TRUE(done);
+    ASSERT_GE(chunks.size(), 2u);
+    EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
+    EXPECT_TRUE(chunks.back()["choices"].empty());
+    EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 4);
+    EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(HttpTest, BadInputGetsOpenAiErrors) {
+    expect_error(post("/v1/chat/completions", "{not json"), 400, "");
+    expect_error(post("/v1/chat/completions", kHello + R"("temperature": "hot"})"), 400, "temperature");
+    expect_error(post("/v1/chat/completions", kHello + R"("max_tokens": 0})"), 400, "max_tokens");
+    expect_error(post("/v1/chat/completions", kHello + R"("max_tokens": -3})"), 400, "max_tokens");
+    expect_error(post("/v1/chat/completions", R"({"model": "tiny", "messages": []})"), 400, "messages");
+    expect_error(post("/v1/chat/completions", R"({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})"),
+                 404, "model");
+    expect_error(post("/v1/chat/completions", kHello + R"("logit_bias": {"3": 1}})"), 400, "logit_bias");
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1, 999]})"), 400);
+    // Over the context limit (256): a 300-byte prompt, and a short one asking for too many tokens.
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": ")" + std::string(300, 'a') + "\"}"), 400,
+                 "messages");
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": "abc", "max_tokens": 254})"), 400,
+                 "max_tokens");
+    // Over the body limit (64 KiB).
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": ")" + std::string(100000, 'a') + "\"}"), 413);
+    EXPECT_TRUE(engine_idle());
+    auto h = client().Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+}
+
+TEST_F(HttpTest, SlowClientIsDroppedAndServerStaysUp) {
+    const int fd = connect_raw();
+    const std::string part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo";
+    ASSERT_EQ(::send(fd, part.data(), part.size(), 0), ssize_t(part.size()));
+    // The read timeout is 1 s: the server gives up on the body and closes the connection.
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    const auto t0 = std::chrono::steady_clock::now();
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(n, 0) << "the server did not close the stalled connection";
+    EXPECT_LT(waited, 4.0);
+    ::close(fd);
+    auto h = client().Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+}
+
+TEST_F(HttpTest, DisconnectMidStreamCancelsAndFreesState) {
+    const uint64_t cancelled0 = engine_->stats().finished_cancelled;
+    const int fd = connect_raw();
+    const std::string body = R"({"model": "tiny", "prompt": "abc", "max_tokens": 200, "ignore_eos": true, "stream": true})";
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+    char buf[4096];
+    std::string got;
+    while (got.find("\"text\"") == std::string::npos) {  // wait for the first token chunk
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        ASSERT_GT(n, 0);
+        got.append(buf, size_t(n));
+    }
+    EXPECT_GT(engine_->stats().state_bytes_allocated, 0);
+    linger lg{1, 0};  // abrupt: RST, not FIN
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    ::close(fd);
+    EXPECT_TRUE(engine_idle()) << "state still held after the client vanished";
+    EXPECT_EQ(engine_->stats().finished_cancelled, cancelled0 + 1);
+    EXPECT_LT(engine_->stats().generation_tokens, 1000u);
+}
+
+TEST_F(HttpTest, DisconnectDuringNonStreamingRequestCancels) {
+    const uint64_t cancelled0 = engine_->stats().finished_cancelled;
+    const int fd = connect_raw();
+    const std::string body = R"({"model": "tiny", "prompt": "abc", "max_tokens": 250, "ignore_eos": true})";
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+    for (int i = 0; i < 500 && engine_->stats().n_running == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::close(fd);
+    EXPECT_TRUE(engine_idle());
+    EXPECT_EQ(engine_->stats().finished_cancelled, cancelled0 + 1);
+}
+
+TEST_F(HttpTest, FullQueueAnswers429) {
+    // max_running 4 + max_waiting 2: eight long requests at once leave at least two refused.
+    std::vector<std::thread> ts;
+    std::atomic<int> ok{0}, refused{0};
+    for (int i = 0; i < 8; ++i)
+        ts.emplace_back([&] {
+            auto r = client().Post("/v1/completions",
+                                   R"({"model": "tiny", "prompt": "abc", "max_tokens": 60, "ignore_eos": true})",
+                                   "application/json");
+            if (r && r->status == 200) ++ok;
+            if (r && r->status == 429) {
+                auto j = json::parse(r->body);
+                if (j["error"]["type"] == "rate_limit_error") ++refused;
+            }
+        });
+    for (auto& t : ts) t.join();
+    EXPECT_GE(refused.load(), 2);
+    EXPECT_EQ(ok.load() + refused.load(), 8);
+    EXPECT_TRUE(engine_idle());
+}
+
+}  // namespace
+}  // namespace di::server
