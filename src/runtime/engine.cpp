@@ -242,6 +242,10 @@ bool Engine::Impl::step() {
                  s->state_bytes(), s->reserved_bytes());
         allocated += s->state_bytes();
     }
+    if (allocated > 0) {  // visible in stats() before the first token of these requests is
+        std::lock_guard lk(mu);
+        st.state_bytes_allocated += allocated;
+    }
     std::vector<model::SeqChunk> chunks;
     chunks.reserve(plan.chunks.size());
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -260,7 +264,6 @@ bool Engine::Impl::step() {
             chunk_seqs[i]->on_logits(std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)), sm);
 
     std::lock_guard lk(mu);
-    st.state_bytes_allocated += allocated;
     ++st.steps;
     st.generation_tokens += sm.generated;
     for (double v : sm.ttft) st.ttft_seconds.observe(v);

@@ -73,7 +73,9 @@ protected:
         ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
         EXPECT_TRUE(j["error"]["message"].is_string());
         EXPECT_TRUE(j["error"]["type"].is_string());
-        if (param != "?") EXPECT_EQ(j["error"]["param"], param == "" ? json(nullptr) : json(param)) << r->body;
+        if (param != "?") {
+            EXPECT_EQ(j["error"]["param"], param == "" ? json(nullptr) : json(param)) << r->body;
+        }
     }
     // A raw TCP connection, for clients that misbehave below HTTP.
     static int connect_raw() {
