@@ -2,55 +2,13 @@
 // content and DSML tool calls (OpenAI tool_calls) by ChatOutputParser, whole or as server-sent events.
 #include <fmt/format.h>
 
+#include "server/chat_output.h"
 #include "server/generation.h"
 #include "server/openai_response.h"
 #include "server/server_context.h"
 
 namespace di::server {
 namespace {
-
-struct ChatChoice {
-    ChatOutputParser parser;
-    std::string content, reasoning;
-    json tool_calls = json::array();
-    json logprobs = json::array();
-    FinishReason reason = FinishReason::kNone;
-    int64_t completion_tokens = 0;
-    explicit ChatChoice(bool thinking) : parser(thinking) {}
-};
-
-// Folds one engine event into the choice; returns the delta it adds ({} when nothing visible).
-json apply_event(ChatChoice& c, const RequestEvent& e) {
-    std::vector<ChatEvent> evs = c.parser.push(e.text);
-    if (e.finished)
-        for (ChatEvent& ev : c.parser.finish()) evs.push_back(std::move(ev));
-    json delta = json::object();
-    for (const ChatEvent& ev : evs) {
-        switch (ev.kind) {
-            case ChatEvent::Kind::kReasoning:
-                c.reasoning += ev.text;
-                delta["reasoning_content"] = delta.value("reasoning_content", "") + ev.text;
-                break;
-            case ChatEvent::Kind::kContent:
-                c.content += ev.text;
-                delta["content"] = delta.value("content", "") + ev.text;
-                break;
-            case ChatEvent::Kind::kToolCall: {
-                json call = {{"id", make_id("call")},
-                             {"type", "function"},
-                             {"function", {{"name", ev.name}, {"arguments", ev.arguments}}}};
-                json streamed = call;
-                streamed["index"] = c.tool_calls.size();
-                c.tool_calls.push_back(std::move(call));
-                delta["tool_calls"].push_back(std::move(streamed));
-                break;
-            }
-        }
-    }
-    c.completion_tokens = e.completion_tokens;
-    if (e.finished) c.reason = e.reason;
-    return delta;
-}
 
 bool failed(FinishReason r) { return r != FinishReason::kStop && r != FinishReason::kLength; }
 
