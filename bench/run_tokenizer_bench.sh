@@ -8,6 +8,8 @@ py=${2:-/opt/refenv/bin/python}
 dir=$($py tools/tokenizer_bench_texts.py /tmp/tokbench)
 echo "machine: $(uname -m) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short HEAD)"
 for f in "$dir"/prose_code.txt "$dir"/mixed.txt; do
-    taskset -c 0 "$build"/bench/tokenizer_bench assets/tokenizer "$f" 5
-    taskset -c 0 "$py" tools/tokenizer_bench_hf.py assets/tokenizer/tokenizer.json "$f" 5
+    for mode in lines whole; do
+        taskset -c 0 "$build"/bench/tokenizer_bench assets/tokenizer "$f" 3 $mode
+        taskset -c 0 "$py" tools/tokenizer_bench_hf.py assets/tokenizer/tokenizer.json "$f" 3 $mode
+    done
 done

@@ -54,18 +54,27 @@ struct PreTokenizer::Stage {
     ~Stage() { pcre2_code_free(code); }
 };
 
-struct PreTokenizer::Scratch {
-    std::vector<pcre2_match_data*> match;  // one per stage
-    pcre2_match_context* context = nullptr;
-    pcre2_jit_stack* jit_stack = nullptr;
+// Per-thread match state, reused across calls (creating it costs more than encoding a short message).
+// A match data block may serve any pattern with at most kMaxPairs capture pairs.
+struct Scratch {
+    static constexpr uint32_t kMaxPairs = 16;
+    pcre2_match_data* match = pcre2_match_data_create(kMaxPairs, nullptr);
+    pcre2_match_context* context = pcre2_match_context_create(nullptr);
+    pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(kJitStackStart, kJitStackMax, nullptr);
     std::vector<std::string_view> a, b;
     std::string mapped;  // text with Unicode 16 stand-ins (unicode_classes.h)
+    Scratch() { pcre2_jit_stack_assign(context, nullptr, jit_stack); }
     ~Scratch() {
-        for (auto* m : match) pcre2_match_data_free(m);
+        pcre2_match_data_free(match);
         pcre2_match_context_free(context);
         pcre2_jit_stack_free(jit_stack);
     }
 };
+
+Scratch& thread_scratch() {
+    thread_local Scratch s;
+    return s;
+}
 
 PreTokenizer::PreTokenizer() = default;
 PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
@@ -94,18 +103,9 @@ Result<PreTokenizer> PreTokenizer::build(const std::vector<std::string>& pattern
     return pt;
 }
 
-void PreTokenizer::ScratchDeleter::operator()(Scratch* s) const { delete s; }
 
-PreTokenizer::ScratchPtr PreTokenizer::make_scratch() const {
-    ScratchPtr s(new Scratch);
-    for (const auto& st : stages_) s->match.push_back(pcre2_match_data_create_from_pattern(st->code, nullptr));
-    s->context = pcre2_match_context_create(nullptr);
-    s->jit_stack = pcre2_jit_stack_create(kJitStackStart, kJitStackMax, nullptr);
-    pcre2_jit_stack_assign(s->context, nullptr, s->jit_stack);
-    return s;
-}
-
-void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out, Scratch& scratch) const {
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out) const {
+    Scratch& scratch = thread_scratch();
     std::vector<std::string_view>& cur = scratch.a;
     std::vector<std::string_view>& next = scratch.b;
     const bool mapped = map_to_standins(text, scratch.mapped);
@@ -114,7 +114,7 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
     for (size_t k = 0; k < stages_.size(); ++k) {
         next.clear();
         pcre2_code* code = stages_[k]->code;
-        pcre2_match_data* md = scratch.match[k];
+        pcre2_match_data* md = scratch.match;
         for (std::string_view piece : cur) {
             const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
             size_t pos = 0, last = 0;

@@ -19,14 +19,8 @@ public:
     static Result<PreTokenizer> build(const std::vector<std::string>& patterns);
 
     // Appends the pieces of `text` (valid UTF-8) to `out`; pieces are views into `text`.
-    // Thread-safe: scratch state lives in the caller's Scratch.
-    struct Scratch;
-    struct ScratchDeleter {
-        void operator()(Scratch* s) const;
-    };
-    using ScratchPtr = std::unique_ptr<Scratch, ScratchDeleter>;
-    void split(std::string_view text, std::vector<std::string_view>& out, Scratch& scratch) const;
-    ScratchPtr make_scratch() const;
+    // Thread-safe: match buffers are thread_local and independent of the pattern.
+    void split(std::string_view text, std::vector<std::string_view>& out) const;
 
     PreTokenizer();
     PreTokenizer(PreTokenizer&&) noexcept;

@@ -11,11 +11,23 @@ namespace di {
 
 namespace {
 
-constexpr size_t kCacheMaxWord = 64;  // longer pieces are rare and not worth hashing
+constexpr size_t kCacheMaxWord = 64;        // longer pieces are rare and not worth hashing
+constexpr size_t kCacheMaxEntries = 1 << 17;  // ~10 MB per thread at most; cleared when full
 
-struct CachedIds {
-    uint32_t offset, count;
+// Per-thread word -> ids cache (no locks). `serial` ties it to one loaded model; a new model clears it.
+struct WordCache {
+    uint64_t serial = 0;
+    std::unordered_map<std::string, std::vector<int32_t>> words;
 };
+
+WordCache& thread_cache(uint64_t serial) {
+    thread_local WordCache cache;
+    if (cache.serial != serial || cache.words.size() >= kCacheMaxEntries) {
+        cache.words.clear();
+        cache.serial = serial;
+    }
+    return cache;
+}
 
 }  // namespace
 
@@ -39,29 +51,29 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
 
     std::vector<tok::Segment> segments;
     tok::split_added_tokens(text, m.added_raw, m.added_normalized, segments);
-    auto scratch = m.pretokenizer.make_scratch();
+    WordCache& cache = thread_cache(m.serial);
     std::vector<std::string_view> pieces;
-    std::unordered_map<std::string_view, CachedIds> cache;
-    std::vector<int32_t> pool;
+    std::string key;
     for (const tok::Segment& seg : segments) {
         if (seg.id >= 0) {
             ids.push_back(seg.id);
             continue;
         }
         pieces.clear();
-        m.pretokenizer.split(seg.text, pieces, *scratch);
+        m.pretokenizer.split(seg.text, pieces);
         for (std::string_view piece : pieces) {
             if (piece.size() > kCacheMaxWord) {
                 m.bpe.encode_word(piece, ids);
                 continue;
             }
-            auto it = cache.find(piece);
-            if (it == cache.end()) {
-                const auto offset = static_cast<uint32_t>(pool.size());
-                m.bpe.encode_word(piece, pool);
-                it = cache.emplace(piece, CachedIds{offset, static_cast<uint32_t>(pool.size() - offset)}).first;
+            key.assign(piece);
+            auto it = cache.words.find(key);
+            if (it == cache.words.end()) {
+                std::vector<int32_t> word;
+                m.bpe.encode_word(piece, word);
+                it = cache.words.emplace(key, std::move(word)).first;
             }
-            ids.insert(ids.end(), pool.begin() + it->second.offset, pool.begin() + it->second.offset + it->second.count);
+            ids.insert(ids.end(), it->second.begin(), it->second.end());
         }
     }
     return ids;

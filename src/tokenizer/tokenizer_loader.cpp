@@ -1,6 +1,7 @@
 // tokenizer.json / tokenizer_config.json loading. Only what DeepSeek's tokenizers use is accepted: an
 // identity normalizer, Split(Isolated) regex stages + ByteLevel(use_regex=false), byte-level BPE without
 // dropout/unk/byte-fallback, ByteLevel decoder. Anything else is a clear kUnsupported error.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -157,6 +158,8 @@ Result<TokenizerModel> parse_tokenizer_json_impl(std::string_view json_text, con
                           src, describe(post));
     DI_TRY_STATUS(load_vocab(m, j.value("model", json()), src));
     DI_TRY_STATUS(load_added(m, j.value("added_tokens", json()), src));
+    static std::atomic<uint64_t> next_serial{1};
+    m.serial = next_serial++;
     m.special.resize(m.text.size(), 0);
     m.bytes.resize(m.text.size());
     for (size_t id = 0; id < m.text.size(); ++id) m.bytes[id] = byte_level_decode_token(m.text[id]);

@@ -25,6 +25,7 @@ struct TokenizerModel {
     std::unordered_map<std::string, int32_t> vocab_by_text;
     int32_t bos_id = -1, eos_id = -1;
     bool add_bos = false;
+    uint64_t serial = 0;  // unique per loaded model (keys per-thread caches)
 };
 
 // Reads tokenizer.json (and tokenizer_config.json beside it, when present). `path`: file or directory.
