@@ -20,7 +20,7 @@ struct ServerOptions {
     int read_timeout_s = 30;           // a client slower than this sending its request is dropped
     int write_timeout_s = 30;          // a client not reading its response for this long is dropped
     int n_threads = 256;               // connections served at once (streams hold one each)
-    int64_t default_max_tokens = 1024; // when a request gives none (capped by the context)
+    int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
     std::string api_key;               // "": no authentication
 };
 
