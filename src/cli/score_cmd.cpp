@@ -5,6 +5,7 @@
 #include "cli/command.h"
 #include "runtime/token_list.h"
 #include "io/npy.h"
+#include "ops/compare/compare_backend.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
 
@@ -12,8 +13,9 @@ namespace di::cli {
 namespace {
 
 struct ScoreOptions {
-    std::string model, tokens, tokens_file, logits_out, backend = "ref";
+    std::string model, tokens, tokens_file, logits_out, backend = "ref", compare_with;
     int64_t chunk = 0;
+    double compare_tol = 1e-3;
 };
 
 int run_score(const ScoreOptions& o) {
@@ -21,14 +23,20 @@ int run_score(const ScoreOptions& o) {
     if (!tokens) return fail(tokens.error().message);
     auto backend = runtime::make_backend(o.backend);
     if (!backend) return fail(backend.error().message);
-    auto model = runtime::load_model(o.model, **backend);
+    std::unique_ptr<ops::CompareBackend> compare;
+    if (!o.compare_with.empty()) {
+        if (o.compare_with != "ref") return fail("--compare-with supports 'ref' only, not '" + o.compare_with + "'");
+        compare = std::make_unique<ops::CompareBackend>(**backend, o.compare_tol);
+    }
+    ops::Backend& be = compare ? *compare : **backend;
+    auto model = runtime::load_model(o.model, be);
     if (!model) return fail(model.error().message);
     const auto& cfg = (*model)->config();
     if (auto st = runtime::check_tokens(*tokens, cfg.vocab_size); !st) return fail(st.error().message);
     if (o.chunk < 0) return fail(fmt::format("--chunk {} must be positive", o.chunk));
 
     const int64_t n = int64_t(tokens->size());
-    model::SeqState state(cfg, **backend, n);
+    model::SeqState state(cfg, be, n);
     std::vector<float> logits;
     logits.reserve(size_t(n * cfg.vocab_size));
     const int64_t step = o.chunk > 0 ? o.chunk : n;
@@ -47,6 +55,15 @@ int run_score(const ScoreOptions& o) {
     for (int64_t v = 1; v < cfg.vocab_size; ++v)
         if (last[v] > last[best]) best = v;
     fmt::print("scored {} tokens on backend {}; next-token argmax {} (logit {:.4f})\n", n, o.backend, best, last[best]);
+    if (compare) {
+        fmt::print("compare with ref: {} ops, worst relative difference {:.3g} ({})\n", compare->ops_compared(),
+                   compare->worst_relative(), compare->worst_where());
+        if (compare->first_divergence()) {
+            fmt::print("first divergent op (tolerance {:.1g}): {}\n", o.compare_tol, compare->first_divergence()->describe());
+            return 3;
+        }
+        fmt::print("all ops agree within {:.1g}\n", o.compare_tol);
+    }
     return 0;
 }
 
@@ -59,6 +76,9 @@ std::function<int()> setup(CLI::App& app) {
     f->excludes(t);
     app.add_option("--logits-out", o->logits_out, "write float32 logits [n_tokens, vocab_size] to this .npy");
     app.add_option("--backend", o->backend, "ref | cuda");
+    app.add_option("--compare-with", o->compare_with, "run every op also on this backend (ref) and name the first "
+                   "op that diverges; exit code 3 if one does");
+    app.add_option("--compare-tol", o->compare_tol, "relative tolerance of --compare-with (default 1e-3)");
     app.add_option("--chunk", o->chunk, "run the sequence through the state in chunks of N tokens (1 = decode)");
     return [o] {
         if (o->tokens.empty() && o->tokens_file.empty()) return fail("score: give --tokens or --tokens-file");
