@@ -73,6 +73,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.rc = -9
+        self.proc.stdout.close()
         return False
 
     def get(self, path):
