@@ -22,12 +22,14 @@ Result<std::map<std::string, std::string>> read_weight_map(const std::string& in
     DI_TRY(std::string text, read_text_file(index_path));
     DI_TRY(json index, parse_json_text(text, index_path));
     if (!index.is_object())
-        return make_error(ErrorCode::kFormat, "{}: expected a JSON object, got {}", index_path, describe_json(index));
+        return make_error(ErrorCode::kFormat, "{}: expected a JSON object, got {}", index_path,
+                          describe_json(index));
     if (!index.contains("weight_map"))
         return make_error(ErrorCode::kFormat, "{}: missing field 'weight_map'", index_path);
     const json& wm = index["weight_map"];
     if (!wm.is_object())
-        return make_error(ErrorCode::kFormat, "{}: weight_map must be an object, got {}", index_path, describe_json(wm));
+        return make_error(ErrorCode::kFormat, "{}: weight_map must be an object, got {}", index_path,
+                          describe_json(wm));
     std::map<std::string, std::string> out;
     for (const auto& [name, shard] : wm.items()) {
         if (!shard.is_string())
@@ -35,8 +37,8 @@ Result<std::map<std::string, std::string>> read_weight_map(const std::string& in
                               index_path, io::quoted(name), describe_json(shard));
         const std::string s = shard.get<std::string>();
         if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos)
-            return make_error(ErrorCode::kFormat, "{}: weight_map[{}] = {} is not a plain file name", index_path,
-                              io::quoted(name), io::quoted(s));
+            return make_error(ErrorCode::kFormat, "{}: weight_map[{}] = {} is not a plain file name",
+                              index_path, io::quoted(name), io::quoted(s));
         out.emplace(name, s);
     }
     if (out.empty()) return make_error(ErrorCode::kFormat, "{}: weight_map is empty", index_path);
@@ -49,7 +51,8 @@ Result<std::vector<std::string>> list_safetensors(const std::string& dir) {
     std::vector<std::string> names;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
         const fs::path& p = it->path();
-        if (p.extension() == ".safetensors" && it->is_regular_file(ec)) names.push_back(p.filename().string());
+        if (p.extension() == ".safetensors" && it->is_regular_file(ec))
+            names.push_back(p.filename().string());
     }
     if (ec) return make_error(ErrorCode::kIo, "{}: cannot list directory: {}", dir, ec.message());
     std::sort(names.begin(), names.end());
@@ -98,8 +101,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
         for (auto& e : entries) {
             const auto [it, inserted] = ck.tensors_.emplace(e.name, e);
             if (!inserted)
-                return make_error(ErrorCode::kFormat, "{}: tensor {} is in both {} and {}", dir, io::quoted(e.name),
-                                  it->second.file, e.file);
+                return make_error(ErrorCode::kFormat, "{}: tensor {} is in both {} and {}", dir,
+                                  io::quoted(e.name), it->second.file, e.file);
         }
         ck.files_.push_back(std::move(file));
     }
@@ -107,8 +110,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
         const TensorEntry* e = ck.find(name);
         const std::string want = (fs::path(dir) / shard).string();
         if (e == nullptr || e->file != want)
-            return make_error(ErrorCode::kFormat, "{}: tensor {} is listed in shard {} but {}", index_path, io::quoted(name),
-                              io::quoted(shard), e == nullptr ? "no shard holds it" : "it is in " + e->file);
+            return make_error(ErrorCode::kFormat, "{}: tensor {} is listed in shard {} but {}", index_path,
+                              io::quoted(name), io::quoted(shard),
+                              e == nullptr ? "no shard holds it" : "it is in " + e->file);
     }
     return ck;
 }

@@ -37,15 +37,23 @@ std::string describe_json(const nlohmann::json& v) {
     std::string dumped = v.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
     if (dumped.size() > 60) dumped = dumped.substr(0, 57) + "...";
     switch (v.type()) {
-        case nlohmann::json::value_t::null: return "null";
-        case nlohmann::json::value_t::boolean: return "boolean " + dumped;
+        case nlohmann::json::value_t::null:
+            return "null";
+        case nlohmann::json::value_t::boolean:
+            return "boolean " + dumped;
         case nlohmann::json::value_t::number_integer:
-        case nlohmann::json::value_t::number_unsigned: return "integer " + dumped;
-        case nlohmann::json::value_t::number_float: return "float " + dumped;
-        case nlohmann::json::value_t::string: return "string " + dumped;
-        case nlohmann::json::value_t::array: return "array " + dumped;
-        case nlohmann::json::value_t::object: return "object " + dumped;
-        default: return dumped;
+        case nlohmann::json::value_t::number_unsigned:
+            return "integer " + dumped;
+        case nlohmann::json::value_t::number_float:
+            return "float " + dumped;
+        case nlohmann::json::value_t::string:
+            return "string " + dumped;
+        case nlohmann::json::value_t::array:
+            return "array " + dumped;
+        case nlohmann::json::value_t::object:
+            return "object " + dumped;
+        default:
+            return dumped;
     }
 }
 
@@ -53,10 +61,14 @@ std::string quoted(std::string_view text) {
     std::string out = "'";
     for (const char ch : text) {
         const auto c = static_cast<unsigned char>(ch);
-        if (c == '\n') out += "\\n";
-        else if (c == '\\' || c == '\'') out += std::string("\\") + ch;
-        else if (c < 0x20 || c >= 0x7f) out += fmt::format("\\x{:02x}", c);
-        else out += ch;
+        if (c == '\n')
+            out += "\\n";
+        else if (c == '\\' || c == '\'')
+            out += std::string("\\") + ch;
+        else if (c < 0x20 || c >= 0x7f)
+            out += fmt::format("\\x{:02x}", c);
+        else
+            out += ch;
     }
     return out + "'";
 }

@@ -1,10 +1,9 @@
 // JSON text -> nlohmann::json as a Result: a parse error becomes a one-line message naming the source.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 

@@ -81,11 +81,13 @@ Error bad_header(const std::string& path, std::string_view why) {
 Status write_npy_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
     size_t numel = 1;
     for (int64_t d : shape) {
-        if (d < 0) return make_error(ErrorCode::kInvalidArgument, "{}: npy shape {} has a negative dimension", path,
-                                     shape_literal(shape));
+        if (d < 0)
+            return make_error(ErrorCode::kInvalidArgument, "{}: npy shape {} has a negative dimension", path,
+                              shape_literal(shape));
         numel *= size_t(d);
     }
-    std::string dict = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", shape_literal(shape));
+    std::string dict =
+        fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", shape_literal(shape));
     // As numpy.save: spare room to grow axis 0 in place, then spaces so the data starts at a multiple of 64.
     if (!shape.empty()) dict.append(size_t(std::max<int>(0, 21 - int(std::to_string(shape[0]).size()))), ' ');
     const size_t hlen = dict.size() + 1;  // + '\n'
@@ -119,10 +121,12 @@ Result<NpyArray> read_npy(const std::string& path) {
         for (int k = 3; k >= 0; --k) header_len = (header_len << 8) | uint8_t(bytes[8 + k]);
         prefix = 12;
     } else {
-        return bad_header(path, fmt::format("unsupported format version {}.{}", major, int(uint8_t(bytes[7]))));
+        return bad_header(path,
+                          fmt::format("unsupported format version {}.{}", major, int(uint8_t(bytes[7]))));
     }
     if (header_len > bytes.size() - prefix)
-        return bad_header(path, fmt::format("header length {} exceeds file size {}", header_len, bytes.size()));
+        return bad_header(path,
+                          fmt::format("header length {} exceeds file size {}", header_len, bytes.size()));
 
     HeaderParser p{std::string_view(bytes).substr(prefix, header_len)};
     std::string descr;
@@ -136,10 +140,13 @@ Result<NpyArray> read_npy(const std::string& path) {
             if (!p.string(descr)) return bad_header(path, "descr must be a string");
             have_descr = true;
         } else if (key == "fortran_order") {
-            if (p.word("True")) fortran = true;
-            else if (!p.word("False")) return bad_header(path, "fortran_order must be True or False");
+            if (p.word("True"))
+                fortran = true;
+            else if (!p.word("False"))
+                return bad_header(path, "fortran_order must be True or False");
         } else if (key == "shape") {
-            if (!p.tuple(arr.shape)) return bad_header(path, "shape must be a tuple of non-negative integers");
+            if (!p.tuple(arr.shape))
+                return bad_header(path, "shape must be a tuple of non-negative integers");
             have_shape = true;
         } else {
             return bad_header(path, fmt::format("unknown key {}", io::quoted(key)));
@@ -153,10 +160,15 @@ Result<NpyArray> read_npy(const std::string& path) {
     if (fortran) return bad_header(path, "fortran_order True is not supported (need C order)");
 
     size_t item = 0;
-    if (descr == "<f4") item = 4;
-    else if (descr == "<i4") item = 4;
-    else if (descr == "<i8") item = 8;
-    else return bad_header(path, fmt::format("dtype {} not supported (expected '<f4', '<i4' or '<i8')", io::quoted(descr)));
+    if (descr == "<f4")
+        item = 4;
+    else if (descr == "<i4")
+        item = 4;
+    else if (descr == "<i8")
+        item = 8;
+    else
+        return bad_header(
+            path, fmt::format("dtype {} not supported (expected '<f4', '<i4' or '<i8')", io::quoted(descr)));
 
     uint64_t numel = 1;
     for (int64_t d : arr.shape)

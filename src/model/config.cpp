@@ -1,5 +1,6 @@
-// config.json -> ModelConfig, folded as transformers 5.17 DeepseekV4Config does (spec 1.2): legacy keys first,
-// then the layer schedules, partial_rotary_factor and the RoPE tables (config_rope.cpp); then consistency checks.
+// config.json -> ModelConfig, folded as transformers 5.17 DeepseekV4Config does (spec 1.2): legacy keys
+// first, then the layer schedules, partial_rotary_factor and the RoPE tables (config_rope.cpp); then
+// consistency checks.
 #include "model/config.h"
 
 #include <filesystem>
@@ -12,8 +13,8 @@
 namespace di::model {
 namespace {
 
-using nlohmann::json;
 using detail::ConfigFields;
+using nlohmann::json;
 
 constexpr const char* kCsa = "compressed_sparse_attention";
 constexpr const char* kHca = "heavily_compressed_attention";
@@ -37,7 +38,8 @@ Status check_architecture(const ConfigFields& f) {
     return make_error(ErrorCode::kUnsupported,
                       "{}: unknown architecture: architectures {} with model_type {} (expected "
                       "DeepseekV4ForCausalLM or model_type deepseek_v4)",
-                      f.source(), archs ? archs->dump() : "(absent)", model_type ? io::quoted(*model_type) : "(absent)");
+                      f.source(), archs ? archs->dump() : "(absent)",
+                      model_type ? io::quoted(*model_type) : "(absent)");
 }
 
 // A list field of strings (layer_types / mlp_layer_types); nullopt when absent or null.
@@ -48,7 +50,8 @@ Result<std::optional<std::vector<std::string>>> string_list(const ConfigFields& 
     std::vector<std::string> out;
     for (size_t i = 0; i < v->size(); ++i) {
         if (!(*v)[i].is_string())
-            return f.error(key, fmt::format("entry {} must be a string, got {}", i, io::describe_json((*v)[i])));
+            return f.error(key,
+                           fmt::format("entry {} must be a string, got {}", i, io::describe_json((*v)[i])));
         out.push_back((*v)[i].get<std::string>());
     }
     return std::optional<std::vector<std::string>>(std::move(out));
@@ -66,9 +69,10 @@ Status fold_layer_types(const ConfigFields& f, ModelConfig& cfg) {
             const json& r = (*ratios)[i];
             const double x = r.is_number() ? r.get<double>() : -1;
             if (!r.is_number() || (x != 0 && x != 4 && x != 128))
-                return f.error("compress_ratios", fmt::format("entry {} is {}; only 0, 4 and 128 are accepted (use "
-                                                              "layer_types + compress_rates for other rates)",
-                                                              i, io::describe_json(r)));
+                return f.error("compress_ratios",
+                               fmt::format("entry {} is {}; only 0, 4 and 128 are accepted (use "
+                                           "layer_types + compress_rates for other rates)",
+                                           i, io::describe_json(r)));
             types->push_back(x == 0 ? kSliding : x == 4 ? kCsa : kHca);
         }
     }
@@ -83,10 +87,15 @@ Status fold_layer_types(const ConfigFields& f, ModelConfig& cfg) {
                        fmt::format("has {} entries, but num_hidden_layers is {}", types->size(), n));
     for (size_t i = 0; i < types->size(); ++i) {
         const std::string& t = (*types)[i];
-        if (t == kSliding) cfg.attn_types.push_back(AttnType::kSliding);
-        else if (t == kCsa) cfg.attn_types.push_back(AttnType::kCsa);
-        else if (t == kHca) cfg.attn_types.push_back(AttnType::kHca);
-        else return f.error("layer_types", fmt::format("entry {} is {}, expected {}, {} or {}", i, io::quoted(t), kSliding, kCsa, kHca));
+        if (t == kSliding)
+            cfg.attn_types.push_back(AttnType::kSliding);
+        else if (t == kCsa)
+            cfg.attn_types.push_back(AttnType::kCsa);
+        else if (t == kHca)
+            cfg.attn_types.push_back(AttnType::kHca);
+        else
+            return f.error("layer_types", fmt::format("entry {} is {}, expected {}, {} or {}", i,
+                                                      io::quoted(t), kSliding, kCsa, kHca));
     }
     return ok_status();
 }
@@ -104,12 +113,17 @@ Status fold_mlp_types(const ConfigFields& f, ModelConfig& cfg) {
     }
     if (int64_t(types->size()) > n) types->resize(size_t(n));
     if (int64_t(types->size()) != n)
-        return f.error("mlp_layer_types", fmt::format("has {} entries, but num_hidden_layers is {}", types->size(), n));
+        return f.error("mlp_layer_types",
+                       fmt::format("has {} entries, but num_hidden_layers is {}", types->size(), n));
     for (size_t i = 0; i < types->size(); ++i) {
         const std::string& t = (*types)[i];
-        if (t == "hash_moe") cfg.moe_types.push_back(MoeType::kHash);
-        else if (t == "moe") cfg.moe_types.push_back(MoeType::kScore);
-        else return f.error("mlp_layer_types", fmt::format("entry {} is {}, expected hash_moe or moe", i, io::quoted(t)));
+        if (t == "hash_moe")
+            cfg.moe_types.push_back(MoeType::kHash);
+        else if (t == "moe")
+            cfg.moe_types.push_back(MoeType::kScore);
+        else
+            return f.error("mlp_layer_types",
+                           fmt::format("entry {} is {}, expected hash_moe or moe", i, io::quoted(t)));
     }
     return ok_status();
 }
@@ -122,13 +136,15 @@ Status fold_compress_rates(const ConfigFields& f, ModelConfig& cfg) {
         if (!rates->is_object()) return f.type_error("compress_rates", "an object", *rates);
         r = *rates;
     }
-    for (const auto& [legacy, key] : {std::pair{"compress_rate_csa", kCsa}, std::pair{"compress_rate_hca", kHca}}) {
+    for (const auto& [legacy, key] :
+         {std::pair{"compress_rate_csa", kCsa}, std::pair{"compress_rate_hca", kHca}}) {
         DI_TRY(std::optional<int64_t> v, f.opt_integer(legacy));
         if (v) r[key] = *v;
     }
-    for (const auto& [key, type, dst] : {std::tuple{kCsa, AttnType::kCsa, &cfg.csa_rate},
-                                         std::tuple{kHca, AttnType::kHca, &cfg.hca_rate}}) {
-        const bool used = std::find(cfg.attn_types.begin(), cfg.attn_types.end(), type) != cfg.attn_types.end();
+    for (const auto& [key, type, dst] :
+         {std::tuple{kCsa, AttnType::kCsa, &cfg.csa_rate}, std::tuple{kHca, AttnType::kHca, &cfg.hca_rate}}) {
+        const bool used =
+            std::find(cfg.attn_types.begin(), cfg.attn_types.end(), type) != cfg.attn_types.end();
         if (!r.contains(key)) {
             if (used) return f.error("compress_rates", fmt::format("missing '{}'", key));
             continue;
@@ -152,7 +168,8 @@ Status read_tokens(const ConfigFields& f, ModelConfig& cfg) {
         cfg.eos_token_ids = {1};
     } else if (eos->is_array()) {
         for (const auto& e : *eos) {
-            if (!e.is_number_integer()) return f.type_error("eos_token_id", "an integer or a list of integers", *eos);
+            if (!e.is_number_integer())
+                return f.type_error("eos_token_id", "an integer or a list of integers", *eos);
             cfg.eos_token_ids.push_back(e.get<int64_t>());
         }
     } else if (!eos->is_null()) {
@@ -172,30 +189,36 @@ Status read_storage(const ConfigFields& f, ModelConfig& cfg) {
         const ConfigFields qf(*q, f.source(), "quantization_config.");
         DI_TRY(std::string method, qf.string("quant_method", ""));
         if (method != "fp8")
-            return qf.error("quant_method", fmt::format("{} is not supported (expected 'fp8')", io::quoted(method)));
+            return qf.error("quant_method",
+                            fmt::format("{} is not supported (expected 'fp8')", io::quoted(method)));
         cfg.fp8_quantized = true;
         DI_TRY(std::string fmt_name, qf.string("fmt", "e4m3"));
-        if (fmt_name != "e4m3") return qf.error("fmt", fmt::format("{} is not supported (expected 'e4m3')", io::quoted(fmt_name)));
+        if (fmt_name != "e4m3")
+            return qf.error("fmt",
+                            fmt::format("{} is not supported (expected 'e4m3')", io::quoted(fmt_name)));
         DI_TRY(cfg.scale_fmt, qf.string("scale_fmt", ""));
         if (const json* bs = qf.find("weight_block_size"); bs != nullptr && !bs->is_null()) {
-            if (!bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer() ||
-                (*bs)[0].get<int64_t>() <= 0 || (*bs)[1].get<int64_t>() <= 0)
+            if (!bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() ||
+                !(*bs)[1].is_number_integer() || (*bs)[0].get<int64_t>() <= 0 || (*bs)[1].get<int64_t>() <= 0)
                 return qf.type_error("weight_block_size", "a list of 2 positive integers", *bs);
             cfg.weight_block_size = {(*bs)[0].get<int64_t>(), (*bs)[1].get<int64_t>()};
         }
     }
     DI_TRY(std::optional<std::string> expert, f.opt_string("expert_dtype"));
     if (expert && *expert != "fp4" && *expert != "fp8")
-        return f.error("expert_dtype", fmt::format("{} is not supported (expected 'fp4' or 'fp8')", io::quoted(*expert)));
+        return f.error("expert_dtype",
+                       fmt::format("{} is not supported (expected 'fp4' or 'fp8')", io::quoted(*expert)));
     cfg.expert_dtype = expert.value_or(cfg.fp8_quantized ? "fp8" : "");  // the FP8 loader's default is fp8
     return ok_status();
 }
 
 // Fields transformers type-checks but the engine does not use: same strict types, values ignored.
 Status check_unused_types(const ConfigFields& f) {
-    for (const char* k : {"router_aux_loss_coef", "router_jitter_noise", "initializer_range", "attention_dropout"})
+    for (const char* k :
+         {"router_aux_loss_coef", "router_jitter_noise", "initializer_range", "attention_dropout"})
         DI_TRY_STATUS(f.real(k, 0.0));
-    for (const char* k : {"norm_topk_prob", "output_router_logits", "use_cache", "attention_bias", "mlp_bias"})
+    for (const char* k :
+         {"norm_topk_prob", "output_router_logits", "use_cache", "attention_bias", "mlp_bias"})
         DI_TRY_STATUS(f.boolean(k, false));
     DI_TRY_STATUS(f.integer("num_key_value_heads", 1));
     return ok_status();
@@ -205,7 +228,9 @@ Status check_unused_types(const ConfigFields& f) {
 
 Result<ModelConfig> parse_config(const std::string& json_text, const std::string& source) {
     DI_TRY(json j, io::parse_json_text(json_text, source));
-    if (!j.is_object()) return make_error(ErrorCode::kFormat, "{}: expected a JSON object, got {}", source, io::describe_json(j));
+    if (!j.is_object())
+        return make_error(ErrorCode::kFormat, "{}: expected a JSON object, got {}", source,
+                          io::describe_json(j));
     const ConfigFields f(j, source);
     DI_TRY_STATUS(check_architecture(f));
 
@@ -217,7 +242,8 @@ Result<ModelConfig> parse_config(const std::string& json_text, const std::string
     DI_TRY(c.n_layers, f.positive("num_hidden_layers", 43));
     // Per-layer lists are built from this count: bound it so a corrupt file cannot exhaust memory.
     if (c.n_layers > kMaxLayers)
-        return f.error("num_hidden_layers", fmt::format("{} exceeds the supported maximum {}", c.n_layers, kMaxLayers));
+        return f.error("num_hidden_layers",
+                       fmt::format("{} exceeds the supported maximum {}", c.n_layers, kMaxLayers));
     DI_TRY(c.n_heads, f.positive("num_attention_heads", 64));
     DI_TRY(c.head_dim, f.positive("head_dim", 512));
     DI_TRY(c.q_lora_rank, f.positive("q_lora_rank", 1024));
@@ -245,15 +271,22 @@ Result<ModelConfig> parse_config(const std::string& json_text, const std::string
                                  std::pair{"swiglu_limit", c.swiglu_limit},
                                  std::pair{"routed_scaling_factor", c.routed_scaling_factor}})
         if (!(v > 0)) return f.error(key, fmt::format("must be > 0, got {}", v));
-    if (c.n_shared_experts < 0) return f.error("n_shared_experts", fmt::format("must be >= 0, got {}", c.n_shared_experts));
-    if (c.n_mtp_layers < 0) return f.error("num_nextn_predict_layers", fmt::format("must be >= 0, got {}", c.n_mtp_layers));
+    if (c.n_shared_experts < 0)
+        return f.error("n_shared_experts", fmt::format("must be >= 0, got {}", c.n_shared_experts));
+    if (c.n_mtp_layers < 0)
+        return f.error("num_nextn_predict_layers", fmt::format("must be >= 0, got {}", c.n_mtp_layers));
 
     DI_TRY(std::string scoring, f.string("scoring_func", "sqrtsoftplus"));
-    if (scoring == "sqrtsoftplus") c.score_func = ScoreFunc::kSqrtSoftplus;
-    else if (scoring == "sigmoid") c.score_func = ScoreFunc::kSigmoid;
-    else return f.error("scoring_func", fmt::format("{} is not supported (expected sqrtsoftplus or sigmoid)", io::quoted(scoring)));
+    if (scoring == "sqrtsoftplus")
+        c.score_func = ScoreFunc::kSqrtSoftplus;
+    else if (scoring == "sigmoid")
+        c.score_func = ScoreFunc::kSigmoid;
+    else
+        return f.error("scoring_func", fmt::format("{} is not supported (expected sqrtsoftplus or sigmoid)",
+                                                   io::quoted(scoring)));
     DI_TRY(std::string act, f.string("hidden_act", "silu"));
-    if (act != "silu") return f.error("hidden_act", fmt::format("{} is not supported (expected silu)", io::quoted(act)));
+    if (act != "silu")
+        return f.error("hidden_act", fmt::format("{} is not supported (expected silu)", io::quoted(act)));
 
     DI_TRY_STATUS(fold_layer_types(f, c));
     DI_TRY_STATUS(fold_mlp_types(f, c));
@@ -270,11 +303,13 @@ Result<ModelConfig> parse_config(const std::string& json_text, const std::string
     const std::string pf_field = rin.pf_explicit || !qk_rope ? "partial_rotary_factor" : "qk_rope_head_dim";
     c.rope_dim = rope_dims >= 0 && rope_dims < double(c.head_dim) + 1 ? int64_t(rope_dims) : -1;
     if (c.rope_dim <= 0 || c.rope_dim % 2 != 0 || c.rope_dim > c.head_dim)
-        return f.error(pf_field, fmt::format("head_dim {} * partial_rotary_factor {} gives {} rotary dims; need an "
-                                             "even number in [2, head_dim]",
-                                             c.head_dim, rin.pf, rope_dims));
+        return f.error(pf_field,
+                       fmt::format("head_dim {} * partial_rotary_factor {} gives {} rotary dims; need an "
+                                   "even number in [2, head_dim]",
+                                   c.head_dim, rin.pf, rope_dims));
     if (c.rope_dim > c.index_dim)
-        return f.error("index_head_dim", fmt::format("{} is smaller than the {} rotary dims", c.index_dim, c.rope_dim));
+        return f.error("index_head_dim",
+                       fmt::format("{} is smaller than the {} rotary dims", c.index_dim, c.rope_dim));
     DI_TRY(rin.rope_theta, f.number("rope_theta", 10000.0));
     DI_TRY(rin.compress_rope_theta, f.number("compress_rope_theta", 160000.0));
     rin.head_dim = c.head_dim;
@@ -283,9 +318,11 @@ Result<ModelConfig> parse_config(const std::string& json_text, const std::string
     DI_TRY_STATUS(detail::fold_rope(f, rin, c));
 
     if (c.n_heads % c.o_groups != 0)
-        return f.error("o_groups", fmt::format("num_attention_heads {} is not divisible by o_groups {}", c.n_heads, c.o_groups));
+        return f.error("o_groups", fmt::format("num_attention_heads {} is not divisible by o_groups {}",
+                                               c.n_heads, c.o_groups));
     if (c.n_experts_active > c.n_experts)
-        return f.error("num_experts_per_tok", fmt::format("{} exceeds n_routed_experts {}", c.n_experts_active, c.n_experts));
+        return f.error("num_experts_per_tok",
+                       fmt::format("{} exceeds n_routed_experts {}", c.n_experts_active, c.n_experts));
     return c;
 }
 
@@ -297,18 +334,24 @@ Result<ModelConfig> load_config(const std::string& model_dir) {
 
 int64_t ModelConfig::compress_rate(int layer) const {
     switch (attn_types.at(size_t(layer))) {
-        case AttnType::kSliding: return 0;
-        case AttnType::kCsa: return csa_rate;
-        case AttnType::kHca: return hca_rate;
+        case AttnType::kSliding:
+            return 0;
+        case AttnType::kCsa:
+            return csa_rate;
+        case AttnType::kHca:
+            return hca_rate;
     }
     return 0;
 }
 
 std::string_view attn_type_name(AttnType t) {
     switch (t) {
-        case AttnType::kSliding: return kSliding;
-        case AttnType::kCsa: return kCsa;
-        case AttnType::kHca: return kHca;
+        case AttnType::kSliding:
+            return kSliding;
+        case AttnType::kCsa:
+            return kCsa;
+        case AttnType::kHca:
+            return kHca;
     }
     return "?";
 }

@@ -47,8 +47,9 @@ Result<std::optional<double>> ConfigFields::opt_real(const std::string& key) con
     const json* v = find(key);
     if (v == nullptr || v->is_null()) return std::optional<double>();
     if (v->is_number_integer())  // transformers' strict dataclass rejects int for float fields
-        return error(key, fmt::format("expected a float, got {} (transformers rejects integers here; write {}.0)",
-                                      io::describe_json(*v), v->dump()));
+        return error(key,
+                     fmt::format("expected a float, got {} (transformers rejects integers here; write {}.0)",
+                                 io::describe_json(*v), v->dump()));
     if (!v->is_number_float()) return type_error(key, "a float", *v);
     return std::optional<double>(v->get<double>());
 }

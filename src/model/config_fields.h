@@ -4,17 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
 namespace di::model::detail {
 
 class ConfigFields {
-public:
+  public:
     ConfigFields(const nlohmann::json& obj, std::string source, std::string prefix = "")
         : obj_(obj), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
@@ -39,7 +38,7 @@ public:
 
     const std::string& source() const { return source_; }
 
-private:
+  private:
     const nlohmann::json& obj_;
     std::string source_;
     std::string prefix_;

@@ -29,11 +29,16 @@ Result<RopeTable> to_table(const json& d, const std::string& label, const Config
     RopeTable t;
     DI_TRY(t.type, f.string("rope_type", "default"));
     if (t.type != "default" && t.type != "yarn")
-        return f.error("rope_type", fmt::format("{} is not supported (expected 'default' or 'yarn')", io::quoted(t.type)));
+        return f.error("rope_type",
+                       fmt::format("{} is not supported (expected 'default' or 'yarn')", io::quoted(t.type)));
     const json* theta = f.find("rope_theta");
-    if (theta == nullptr || !theta->is_number()) return f.type_error("rope_theta", "a number", theta ? *theta : json());
+    if (theta == nullptr || !theta->is_number())
+        return f.type_error("rope_theta", "a number", theta ? *theta : json());
     t.theta = theta->get<double>();
-    if (!(t.theta > 1.0)) return f.error("rope_theta", fmt::format("must be > 1, got {}", t.theta));
+    // Both are used as f32 by the init functions: keep them finite there.
+    constexpr double kMaxF32 = 3.0e38;
+    if (!(t.theta > 1.0 && t.theta < kMaxF32))
+        return f.error("rope_theta", fmt::format("must be in (1, 3e38), got {}", t.theta));
     DI_TRY(t.partial_rotary_factor, f.number("partial_rotary_factor", 1.0));  // the init functions' default
     const double dims = double(in.head_dim) * t.partial_rotary_factor;
     if (!(dims >= 0 && dims < double(in.head_dim) + 1) || int64_t(dims) != in.rope_dim)
@@ -43,25 +48,29 @@ Result<RopeTable> to_table(const json& d, const std::string& label, const Config
                                    t.partial_rotary_factor, dims, in.head_dim, in.rope_dim));
     if (t.type == "default") return t;
 
-    // YaRN: `factor` and `original_max_position_embeddings` are required keys (validate_yarn_rope_parameters).
+    // YaRN: `factor` and `original_max_position_embeddings` are required keys
+    // (validate_yarn_rope_parameters).
     if (f.find("factor") == nullptr) return f.error("factor", "missing (required for rope_type 'yarn')");
     DI_TRY(std::optional<double> factor, f.opt_number("factor"));
     t.factor_from_positions = !factor.has_value();
     t.factor = factor.value_or(0.0);
-    if (factor && !(*factor > 0)) return f.error("factor", fmt::format("must be > 0, got {}", *factor));
+    if (factor && !(*factor > 0 && *factor < kMaxF32))
+        return f.error("factor", fmt::format("must be in (0, 3e38), got {}", *factor));
     const json* l0 = f.find("original_max_position_embeddings");
     if (l0 == nullptr || !l0->is_number())
         return f.type_error("original_max_position_embeddings", "a number", l0 ? *l0 : json());
     t.original_max_position = l0->get<double>();
     if (!(t.original_max_position > 0))
-        return f.error("original_max_position_embeddings", fmt::format("must be > 0, got {}", t.original_max_position));
+        return f.error("original_max_position_embeddings",
+                       fmt::format("must be > 0, got {}", t.original_max_position));
     DI_TRY(std::optional<double> beta_fast, f.opt_number("beta_fast"));
     DI_TRY(std::optional<double> beta_slow, f.opt_number("beta_slow"));
     // `get("beta_fast") or 32`: null and 0 both mean the default.
     t.beta_fast = beta_fast.value_or(0) != 0 ? *beta_fast : 32.0;
     t.beta_slow = beta_slow.value_or(0) != 0 ? *beta_slow : 1.0;
     if (!(t.beta_fast > 0) || !(t.beta_slow > 0))
-        return f.error("beta_fast", fmt::format("beta_fast {} and beta_slow {} must be > 0", t.beta_fast, t.beta_slow));
+        return f.error("beta_fast",
+                       fmt::format("beta_fast {} and beta_slow {} must be > 0", t.beta_fast, t.beta_slow));
     DI_TRY(std::optional<double> af, f.opt_number("attention_factor"));
     t.has_attention_factor = af.has_value();
     t.attention_factor = af.value_or(1.0);
@@ -90,12 +99,14 @@ Status fold_rope(const ConfigFields& top, const RopeFoldInputs& in, ModelConfig&
     if (!rp.contains("main") && !rp.contains("compress")) {
         // Flat (official) style: the whole dict describes `compress`; `main` is plain RoPE on rope_theta.
         set_default(rp, "rope_type", rp.contains("type") ? rp["type"] : json("default"));
-        if (needs_original_max(rp["rope_type"])) set_default(rp, "original_max_position_embeddings", in.max_position_embeddings);
+        if (needs_original_max(rp["rope_type"]))
+            set_default(rp, "original_max_position_embeddings", in.max_position_embeddings);
         main = {{"rope_type", "default"}, {"rope_theta", in.rope_theta}, {"partial_rotary_factor", in.pf}};
         compress = rp;
         compress["rope_theta"] = in.compress_rope_theta;
         compress["partial_rotary_factor"] = in.pf;
-        // transformers forces attention_factor = 1.0 for a flat YaRN compress table (V4 does not rescale cos/sin).
+        // transformers forces attention_factor = 1.0 for a flat YaRN compress table (V4 does not rescale
+        // cos/sin).
         if (compress["rope_type"] == "yarn") set_default(compress, "attention_factor", 1.0);
     } else {
         // Nested style: both sub-dicts are kept; defaults filled per sub-dict, no attention_factor injected.
@@ -103,13 +114,14 @@ Status fold_rope(const ConfigFields& top, const RopeFoldInputs& in, ModelConfig&
             const json* sub = rp.contains(label) ? &rp[label] : nullptr;
             if (sub == nullptr || !sub->is_object())
                 return top.error("rope_parameters",
-                                 fmt::format("nested style needs objects 'main' and 'compress'; '{}' is {}", label,
-                                             sub ? io::describe_json(*sub) : std::string("missing")));
+                                 fmt::format("nested style needs objects 'main' and 'compress'; '{}' is {}",
+                                             label, sub ? io::describe_json(*sub) : std::string("missing")));
             json d = *sub;
             set_default(d, "rope_type", d.contains("type") ? d["type"] : json("default"));
             set_default(d, "rope_theta", in.rope_theta);
             if (in.pf_explicit) set_default(d, "partial_rotary_factor", *in.pf_explicit);
-            if (needs_original_max(d["rope_type"])) set_default(d, "original_max_position_embeddings", in.max_position_embeddings);
+            if (needs_original_max(d["rope_type"]))
+                set_default(d, "original_max_position_embeddings", in.max_position_embeddings);
             (std::string(label) == "main" ? main : compress) = std::move(d);
         }
     }

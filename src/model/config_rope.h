@@ -1,10 +1,10 @@
 // RoPE folding of a config.json into the two tables `main` and `compress` (spec 1.2 rule 6), as transformers
-// 5.17 does it across convert_rope_params_to_dict, standardize_rope_params and DeepseekV4Config.__post_init__.
+// 5.17 does it across convert_rope_params_to_dict, standardize_rope_params and
+// DeepseekV4Config.__post_init__.
 #pragma once
 
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "model/config.h"
 #include "model/config_fields.h"
@@ -17,7 +17,7 @@ struct RopeFoldInputs {
     std::optional<double> pf_explicit;      // partial_rotary_factor as written in the file
     double pf = 0.125;                      // resolved partial_rotary_factor
     int64_t head_dim = 0;
-    int64_t rope_dim = 0;                   // int(head_dim * pf)
+    int64_t rope_dim = 0;  // int(head_dim * pf)
     int64_t max_position_embeddings = 0;
 };
 

@@ -15,7 +15,7 @@ inline std::string test_data_dir() { return std::string(DI_SOURCE_DIR) + "/tests
 
 // A fresh directory under the system temp dir, removed with its contents on destruction.
 class TempDir {
-public:
+  public:
     TempDir() {
         static std::atomic<int> counter{0};
         path_ = std::filesystem::temp_directory_path() /
@@ -31,7 +31,7 @@ public:
     std::string str() const { return path_.string(); }
     std::string file(const std::string& name) const { return (path_ / name).string(); }
 
-private:
+  private:
     std::filesystem::path path_;
 };
 

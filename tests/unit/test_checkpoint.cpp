@@ -30,7 +30,8 @@ void expect_matches_fixture(const Checkpoint& ck, const json& expected) {
         EXPECT_EQ(e->st_dtype, want["dtype"].get<std::string>()) << name;
         EXPECT_EQ(e->shape, want["shape"].get<std::vector<int64_t>>()) << name;
         EXPECT_EQ(hex(e->data, e->nbytes), want["hex"].get<std::string>()) << name;
-        EXPECT_EQ(std::filesystem::path(e->file).filename().string(), want["file"].get<std::string>()) << name;
+        EXPECT_EQ(std::filesystem::path(e->file).filename().string(), want["file"].get<std::string>())
+            << name;
         EXPECT_TRUE(safetensors_dtype(e->st_dtype, name, e->file).ok()) << name;
     }
 }
@@ -67,7 +68,8 @@ struct Shards {
                     make_safetensors(R"({"y":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", "cde"));
     }
     void index(const std::string& weight_map) {
-        write_bytes(dir.file("model.safetensors.index.json"), R"({"metadata":{},"weight_map":)" + weight_map + "}");
+        write_bytes(dir.file("model.safetensors.index.json"),
+                    R"({"metadata":{},"weight_map":)" + weight_map + "}");
     }
 };
 
@@ -76,7 +78,8 @@ void expect_open_error(const std::string& dir, std::initializer_list<std::string
     ASSERT_FALSE(ck.ok());
     const std::string& msg = ck.error().message;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+    for (const auto& p : parts)
+        EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
 }
 
 TEST(Checkpoint, IndexWithShards) {
@@ -112,7 +115,8 @@ TEST(Checkpoint, SingleModelFileWinsOverOthers) {
 TEST(Checkpoint, MissingShard) {
     Shards s;
     s.index(R"({"x":"a.safetensors","y":"model-00002.safetensors"})");
-    expect_open_error(s.dir.str(), {"model.safetensors.index.json", "model-00002.safetensors", "'y'", "does not exist"});
+    expect_open_error(s.dir.str(),
+                      {"model.safetensors.index.json", "model-00002.safetensors", "'y'", "does not exist"});
 }
 
 TEST(Checkpoint, IndexListsTensorTheShardLacks) {

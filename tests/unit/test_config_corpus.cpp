@@ -11,7 +11,8 @@ namespace di::model {
 namespace {
 
 TEST(ConfigCorpus, Replay) {
-    const std::filesystem::path dir = std::filesystem::path(DI_SOURCE_DIR) / "tests" / "fuzz" / "corpus_config";
+    const std::filesystem::path dir =
+        std::filesystem::path(DI_SOURCE_DIR) / "tests" / "fuzz" / "corpus_config";
     int n_ok = 0, n_bad = 0;
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
         const std::string name = entry.path().filename().string();

@@ -83,32 +83,50 @@ void expect_case(const json& c, int64_t* worst_ulp) {
     const ModelConfig& m = *r;
     const json& e = c["expect"];
     EXPECT_EQ(m.architecture, "DeepseekV4ForCausalLM");
-    const std::pair<const char*, int64_t> ints[] = {
-        {"vocab_size", m.vocab_size}, {"hidden_size", m.hidden_dim}, {"num_hidden_layers", m.n_layers},
-        {"num_attention_heads", m.n_heads}, {"head_dim", m.head_dim}, {"q_lora_rank", m.q_lora_rank},
-        {"o_groups", m.o_groups}, {"o_lora_rank", m.o_lora_rank}, {"sliding_window", m.window},
-        {"index_n_heads", m.index_heads}, {"index_head_dim", m.index_dim}, {"index_topk", m.index_topk},
-        {"hc_mult", m.hc_mult}, {"hc_sinkhorn_iters", m.hc_sinkhorn_iters}, {"n_routed_experts", m.n_experts},
-        {"num_experts_per_tok", m.n_experts_active}, {"n_shared_experts", m.n_shared_experts},
-        {"moe_intermediate_size", m.moe_dim}, {"max_position_embeddings", m.max_position_embeddings},
-        {"num_nextn_predict_layers", m.n_mtp_layers}, {"qk_rope_head_dim", m.rope_dim}};
+    const std::pair<const char*, int64_t> ints[] = {{"vocab_size", m.vocab_size},
+                                                    {"hidden_size", m.hidden_dim},
+                                                    {"num_hidden_layers", m.n_layers},
+                                                    {"num_attention_heads", m.n_heads},
+                                                    {"head_dim", m.head_dim},
+                                                    {"q_lora_rank", m.q_lora_rank},
+                                                    {"o_groups", m.o_groups},
+                                                    {"o_lora_rank", m.o_lora_rank},
+                                                    {"sliding_window", m.window},
+                                                    {"index_n_heads", m.index_heads},
+                                                    {"index_head_dim", m.index_dim},
+                                                    {"index_topk", m.index_topk},
+                                                    {"hc_mult", m.hc_mult},
+                                                    {"hc_sinkhorn_iters", m.hc_sinkhorn_iters},
+                                                    {"n_routed_experts", m.n_experts},
+                                                    {"num_experts_per_tok", m.n_experts_active},
+                                                    {"n_shared_experts", m.n_shared_experts},
+                                                    {"moe_intermediate_size", m.moe_dim},
+                                                    {"max_position_embeddings", m.max_position_embeddings},
+                                                    {"num_nextn_predict_layers", m.n_mtp_layers},
+                                                    {"qk_rope_head_dim", m.rope_dim}};
     for (const auto& [key, v] : ints) EXPECT_EQ(v, e[key].get<int64_t>()) << key;
-    const std::pair<const char*, double> reals[] = {{"hc_eps", m.hc_eps}, {"rms_norm_eps", m.rms_norm_eps},
+    const std::pair<const char*, double> reals[] = {{"hc_eps", m.hc_eps},
+                                                    {"rms_norm_eps", m.rms_norm_eps},
                                                     {"routed_scaling_factor", m.routed_scaling_factor},
                                                     {"swiglu_limit", m.swiglu_limit}};
     for (const auto& [key, v] : reals) EXPECT_EQ(v, e[key].get<double>()) << key;
     EXPECT_EQ(m.tie_word_embeddings, e["tie_word_embeddings"].get<bool>());
-    EXPECT_EQ(m.score_func == ScoreFunc::kSigmoid ? "sigmoid" : "sqrtsoftplus", e["scoring_func"].get<std::string>());
+    EXPECT_EQ(m.score_func == ScoreFunc::kSigmoid ? "sigmoid" : "sqrtsoftplus",
+              e["scoring_func"].get<std::string>());
     EXPECT_EQ(m.bos_token_id, e["bos_token_id"].is_null() ? -1 : e["bos_token_id"].get<int64_t>());
     std::vector<int64_t> eos;
-    if (e["eos_token_id"].is_array()) eos = e["eos_token_id"].get<std::vector<int64_t>>();
-    else if (!e["eos_token_id"].is_null()) eos = {e["eos_token_id"].get<int64_t>()};
+    if (e["eos_token_id"].is_array())
+        eos = e["eos_token_id"].get<std::vector<int64_t>>();
+    else if (!e["eos_token_id"].is_null())
+        eos = {e["eos_token_id"].get<int64_t>()};
     EXPECT_EQ(m.eos_token_ids, eos);
 
     ASSERT_EQ(m.attn_types.size(), e["layer_types"].size());
     for (size_t i = 0; i < m.attn_types.size(); ++i) {
         EXPECT_EQ(attn_type_name(m.attn_types[i]), e["layer_types"][i].get<std::string>()) << "layer " << i;
-        const int64_t rate = m.attn_types[i] == AttnType::kSliding ? 0 : e["compress_rates"][e["layer_types"][i].get<std::string>()].get<int64_t>();
+        const int64_t rate = m.attn_types[i] == AttnType::kSliding
+                                 ? 0
+                                 : e["compress_rates"][e["layer_types"][i].get<std::string>()].get<int64_t>();
         EXPECT_EQ(m.compress_rate(int(i)), rate) << "layer " << i;
     }
     ASSERT_EQ(m.moe_types.size(), e["mlp_layer_types"].size());
@@ -125,12 +143,14 @@ void expect_case(const json& c, int64_t* worst_ulp) {
         EXPECT_EQ(m.weight_block_size, q["weight_block_size"].get<std::vector<int64_t>>());
     }
     // expert_dtype: as written; the FP8 loader reads a missing one as "fp8".
-    const std::string expert = e["expert_dtype"].is_null() ? (m.fp8_quantized ? "fp8" : "") : e["expert_dtype"].get<std::string>();
+    const std::string expert =
+        e["expert_dtype"].is_null() ? (m.fp8_quantized ? "fp8" : "") : e["expert_dtype"].get<std::string>();
     EXPECT_EQ(m.expert_dtype, expert);
 
     expect_table(e["rope_parameters"]["main"], m.rope_main, "main");
     expect_table(e["rope_parameters"]["compress"], m.rope_compress, "compress");
-    expect_freqs(rope_freqs(m.rope_main, m.rope_dim, m.max_position_embeddings), e["tables"]["main"], "main inv_freq", worst_ulp);
+    expect_freqs(rope_freqs(m.rope_main, m.rope_dim, m.max_position_embeddings), e["tables"]["main"],
+                 "main inv_freq", worst_ulp);
     expect_freqs(rope_freqs(m.rope_compress, m.rope_dim, m.max_position_embeddings), e["tables"]["compress"],
                  "compress inv_freq", worst_ulp);
 }
@@ -141,7 +161,8 @@ TEST(ConfigVectors, MatchTransformers) {
     ASSERT_GE(v["cases"].size(), 10u);
     int64_t worst = 0;
     for (const auto& c : v["cases"]) expect_case(c, &worst);
-    std::printf("config vectors: %zu cases, worst inv_freq difference %lld ulp\n", v["cases"].size(), (long long)worst);
+    std::printf("config vectors: %zu cases, worst inv_freq difference %lld ulp\n", v["cases"].size(),
+                (long long)worst);
 }
 
 TEST(ConfigVectors, ErrorsNameTheField) {
@@ -149,7 +170,8 @@ TEST(ConfigVectors, ErrorsNameTheField) {
         const std::string name = c["name"];
         const std::string source = name + "/config.json";
         auto r = parse_config(c["config"].dump(), source);
-        ASSERT_FALSE(r.ok()) << name << " parsed, but should fail (transformers: " << c["transformers"] << ")";
+        ASSERT_FALSE(r.ok()) << name << " parsed, but should fail (transformers: " << c["transformers"]
+                             << ")";
         const std::string& msg = r.error().message;
         EXPECT_EQ(msg.rfind(source + ": ", 0), 0u) << msg;
         EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
@@ -174,8 +196,8 @@ TEST(ConfigVectors, ReleasedFlashSchedule) {
     EXPECT_EQ(r->expert_dtype, "fp4");
     // Spec 3.3 published fp32 values of the compress table.
     const RopeFreqs f = rope_freqs(r->rope_compress, r->rope_dim, r->max_position_embeddings);
-    const std::pair<int, float> published[] = {{0, 1.0f},         {1, 6.876560e-1f}, {2, 4.728708e-1f},
-                                               {3, 3.251725e-1f}, {15, 3.635539e-3f}, {16, 2.265625e-3f},
+    const std::pair<int, float> published[] = {{0, 1.0f},          {1, 6.876560e-1f},  {2, 4.728708e-1f},
+                                               {3, 3.251725e-1f},  {15, 3.635539e-3f}, {16, 2.265625e-3f},
                                                {24, 1.953125e-5f}, {25, 5.372313e-6f}, {31, 5.680529e-7f}};
     for (const auto& [i, v] : published) EXPECT_NEAR(f.inv_freq[size_t(i)], v, std::abs(v) * 2e-6) << i;
     EXPECT_EQ(f.mscale, 1.0f);

@@ -70,7 +70,8 @@ TEST(Npy, ReadsNumpyFixtures) {
                 EXPECT_TRUE(std::isinf(r->f32[i])) << name << "[" << i << "]";
             } else {
                 EXPECT_EQ(r->f32[i], float(vals[i].get<double>())) << name << "[" << i << "]";
-                EXPECT_EQ(std::signbit(r->f32[i]), std::signbit(vals[i].get<double>())) << name << "[" << i << "]";
+                EXPECT_EQ(std::signbit(r->f32[i]), std::signbit(vals[i].get<double>()))
+                    << name << "[" << i << "]";
             }
         }
     }

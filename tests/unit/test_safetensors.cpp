@@ -24,7 +24,8 @@ void expect_error(const std::string& bytes, std::initializer_list<std::string> p
     const std::string& msg = r.error().message;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     EXPECT_NE(msg.find(kPath), std::string::npos) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+    for (const auto& p : parts)
+        EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
 }
 
 std::string one(const std::string& dtype, const std::string& shape, const std::string& offsets) {
@@ -62,9 +63,9 @@ TEST(Safetensors, AcceptsEmptyHeaderScalarsAndZeroSizeTensors) {
 }
 
 TEST(Safetensors, DtypeSizesAreChecked) {
-    const std::pair<const char*, int> kSizes[] = {{"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I8", 1}, {"U8", 1},
-                                                  {"BF16", 2},    {"F16", 2},     {"F32", 4}, {"I32", 4},
-                                                  {"I64", 8}};
+    const std::pair<const char*, int> kSizes[] = {{"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I8", 1},
+                                                  {"U8", 1},      {"BF16", 2},    {"F16", 2},
+                                                  {"F32", 4},     {"I32", 4},     {"I64", 8}};
     for (const auto& [dt, size] : kSizes) {
         const int n = 3 * size;
         const std::string off = "[0," + std::to_string(n) + "]";
@@ -97,7 +98,7 @@ TEST(Safetensors, TruncatedFile) {
     const std::string good = make_safetensors(one("F32", "[4]", "[0,16]"), std::string(16, 'x'));
     ASSERT_TRUE(parse(good).ok());
     expect_error(good.substr(0, good.size() - 1), {"'t'", "[0, 16]", "15 bytes"});  // data cut
-    expect_error(good.substr(0, 20), {"header length"});                           // header cut
+    expect_error(good.substr(0, 20), {"header length"});                            // header cut
 }
 
 TEST(Safetensors, BadJson) {
@@ -162,9 +163,9 @@ TEST(Safetensors, DuplicateNamesAndMetadata) {
 
 TEST(Safetensors, DtypeMapping) {
     const std::pair<const char*, DType> kMap[] = {
-        {"F32", DType::kF32},       {"BF16", DType::kBF16}, {"F16", DType::kF16}, {"F8_E4M3", DType::kF8E4M3},
-        {"F8_E8M0", DType::kE8M0}, {"I8", DType::kI8},     {"U8", DType::kU8},   {"I32", DType::kI32},
-        {"I64", DType::kI64}};
+        {"F32", DType::kF32},        {"BF16", DType::kBF16},    {"F16", DType::kF16},
+        {"F8_E4M3", DType::kF8E4M3}, {"F8_E8M0", DType::kE8M0}, {"I8", DType::kI8},
+        {"U8", DType::kU8},          {"I32", DType::kI32},      {"I64", DType::kI64}};
     for (const auto& [s, t] : kMap) {
         auto r = safetensors_dtype(s, "w", "f.safetensors");
         ASSERT_TRUE(r.ok()) << s;

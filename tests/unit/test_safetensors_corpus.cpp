@@ -36,7 +36,8 @@ TEST(SafetensorsCorpus, Replay) {
             std::vector<uint8_t> prefix(data, data + len);  // own allocation so ASan sees overreads
             auto p = parse_safetensors(prefix.data(), len, name);
             if (!p.ok()) continue;
-            for (const auto& t : *p) EXPECT_LE(t.data + t.nbytes, prefix.data() + len) << name << " prefix " << len;
+            for (const auto& t : *p)
+                EXPECT_LE(t.data + t.nbytes, prefix.data() + len) << name << " prefix " << len;
         }
     }
     EXPECT_GE(n_ok, 3);
