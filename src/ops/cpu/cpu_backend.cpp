@@ -1,0 +1,41 @@
+// CpuBackend construction and the linear op: tiles of kTileRows weight rows, each dequantised once and
+// reused for every input row, spread over the pool by output rows.
+#include "ops/cpu/cpu_backend.h"
+
+#include "ops/cpu/cpu_kernels.h"
+#include "ops/ref/ref_backend.h"
+
+namespace di::ops {
+
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads), ref_(make_ref_backend()) {
+    scratch_.resize(size_t(pool_.size()));
+}
+
+CpuBackend::~CpuBackend() = default;
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+void CpuBackend::linear(const LinearArgs& a) {
+    if constexpr (!cpu_op_is_fast("linear")) return ref_->linear(a);
+    check(a);
+    const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
+    if (n == 0 || out == 0) return;
+    xrows_.resize(size_t(n));
+    for (int64_t r = 0; r < n; ++r) xrows_[size_t(r)] = a.x.ptr<float>() + r * a.x.stride[0];
+    const int64_t n_tiles = (out + cpu::kTileRows - 1) / cpu::kTileRows;
+    const int64_t grain = cpu::tiles_per_task(n_tiles, cpu::kTileRows * in * n, pool_.size());
+    pool_.parallel_for(n_tiles, grain, [&](int64_t t0, int64_t t1, int worker) {
+        CpuScratch& s = scratch_[size_t(worker)];
+        if (s.acc.size() < size_t(n * cpu::kTileRows)) s.acc.resize(size_t(n * cpu::kTileRows));
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t o0 = t * cpu::kTileRows, nw = std::min<int64_t>(cpu::kTileRows, out - o0);
+            cpu::weight_tile(a.w, o0, nw, xrows_.data(), n, s, s.acc.data());
+            for (int64_t r = 0; r < n; ++r) {
+                float* y = a.y.ptr<float>() + r * a.y.stride[0] + o0;
+                for (int64_t k = 0; k < nw; ++k) y[k] = s.acc[size_t(r * cpu::kTileRows + k)];
+            }
+        }
+    });
+}
+
+}  // namespace di::ops

@@ -1,0 +1,86 @@
+// The optimised CPU backend: float SIMD kernels spread over a thread pool, checked against ref
+// (tests/ops). Ops without a verified fast kernel run on an owned reference backend (kCpuFastOps is the
+// allow-list: an op runs fast only when it is listed, and it is listed only once its op tests pass).
+//
+// Determinism and batch invariance: every output element is computed by one thread with a summation order
+// fixed by the op's shape parameters that do not involve the number of rows/tokens n (dot products use 16
+// float lanes over the reduced dimension in index order, folded by a fixed tree; the tail goes into lanes
+// 0..r-1). So a row's bits never depend on the other rows in the batch, on its position in the batch, or on
+// the thread count. The module is built with -ffp-contract=off, so the AVX-512/AVX2/SSE clones of a kernel
+// (picked at load time) give the same bits too.
+// Accuracy vs ref: ref accumulates in double; here sums are float, error <~ (len/16 + 5) * 2^-24 * sum|terms|.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/backend.h"
+
+namespace di::ops {
+
+// Ops with a fast kernel (each has a case table in tests/ops/); every other op delegates to ref.
+inline constexpr std::string_view kCpuFastOps[] = {"linear", "moe"};
+
+constexpr bool cpu_op_is_fast(std::string_view op) {
+    for (std::string_view f : kCpuFastOps)
+        if (f == op) return true;
+    return false;
+}
+
+// Per-thread scratch memory, grown on demand and kept (no allocation once warm).
+struct CpuScratch {
+    std::vector<float> w;    // dequantised weight rows
+    std::vector<float> acc;  // tile results
+};
+
+class CpuBackend final : public Backend {
+public:
+    // n_threads <= 0: ThreadPool::default_threads() (DEEPINFER_THREADS or hardware_concurrency).
+    explicit CpuBackend(int n_threads = 0);
+    ~CpuBackend() override;
+
+    std::string_view name() const override { return "cpu"; }
+    int n_threads() const { return pool_.size(); }
+    Allocator& allocator() override { return host_allocator(); }
+    void copy(const TensorView& dst, const TensorView& src) override { ref_->copy(dst, src); }
+    void fill_zero(const TensorView& dst) override { ref_->fill_zero(dst); }
+
+    void embed(const EmbedArgs& a) override { ref_->embed(a); }
+    void add(const AddArgs& a) override { ref_->add(a); }
+    void swiglu(const SwigluArgs& a) override { ref_->swiglu(a); }
+    void linear(const LinearArgs& a) override;
+    void rms_norm(const RmsNormArgs& a) override { ref_->rms_norm(a); }
+    void rope(const RopeArgs& a) override { ref_->rope(a); }
+    void compress(const CompressArgs& a) override { ref_->compress(a); }
+    void indexer_topk(const IndexerTopkArgs& a) override { ref_->indexer_topk(a); }
+    void attention(const AttentionArgs& a) override { ref_->attention(a); }
+    void window_store(const WindowStoreArgs& a) override { ref_->window_store(a); }
+    void mhc_pre(const MhcPreArgs& a) override { ref_->mhc_pre(a); }
+    void mhc_post(const MhcPostArgs& a) override { ref_->mhc_post(a); }
+    void hc_head(const HcHeadArgs& a) override { ref_->hc_head(a); }
+    void route(const RouteArgs& a) override { ref_->route(a); }
+    void moe(const MoeArgs& a) override;
+
+private:
+    ThreadPool pool_;
+    std::unique_ptr<Backend> ref_;
+    std::vector<CpuScratch> scratch_;  // one per pool thread
+    std::vector<const float*> xrows_;  // input row pointers of the current op
+    // moe: token-slot pairs grouped by expert, and the intermediate activations.
+    struct MoeTask {
+        int32_t expert;
+        int64_t o0, o1;  // weight rows
+    };
+    std::vector<int64_t> moe_offsets_;  // [n_experts + 1] into moe_pairs_
+    std::vector<int64_t> moe_cursor_;   // [n_experts] fill position while grouping
+    std::vector<int64_t> moe_pairs_;    // token * k + slot, grouped by expert, token order within
+    std::vector<MoeTask> moe_tasks_;
+    std::vector<const float*> moe_hrows_;
+    std::vector<float> moe_h_, moe_d_;  // [n * k, moe_dim] swiglu output, [n * k, hidden_dim] expert output
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+
+}  // namespace di::ops

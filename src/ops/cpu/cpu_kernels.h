@@ -1,0 +1,36 @@
+// Inner kernels of the CPU backend: weight-row dequantisation and tiles of float dot products.
+// The summation order of every dot product is fixed by its length alone (see cpu_backend.h), so callers may
+// tile and thread the work freely without changing any output bit.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/cpu/cpu_backend.h"
+#include "ops/linear.h"
+
+namespace di::ops::cpu {
+
+inline constexpr int kTileRows = 4;  // weight rows per tile
+
+// Below this many multiply-adds a parallel_for costs more (wake-up ~10 us) than it saves.
+inline constexpr int64_t kMinParallelMacs = 1 << 16;
+
+// Tiles per pool task: about 8 tasks per thread for balance, all in one task when the op is tiny.
+inline int64_t tiles_per_task(int64_t n_tiles, int64_t macs_per_tile, int threads) {
+    if (n_tiles * macs_per_tile < kMinParallelMacs) return n_tiles;
+    return n_tiles / (8 * int64_t(threads)) > 1 ? n_tiles / (8 * int64_t(threads)) : 1;
+}
+
+// Writes the dequantised weight rows [o0, o0 + nrows) as f32 to dst (row stride ld >= in_dim). The values
+// equal QWeight::at bit for bit (the same f32 product of decoded value and scale).
+void dequant_rows(const QWeight& w, int64_t o0, int64_t nrows, float* dst, int64_t ld);
+
+// res[r * kTileRows + k] = dot(x[r], w[k]) over len elements, for r < nx and k < kTileRows.
+void dot_tile(const float* const* x, int64_t nx, const float* const* w, int64_t len, float* res);
+
+// One tile of a weight: rows [o0, o0 + nw) (nw <= kTileRows) against nx input rows; res as dot_tile
+// (columns k >= nw are unspecified). Dequantises into s.w unless the weight is dense f32.
+void weight_tile(const QWeight& w, int64_t o0, int64_t nw, const float* const* x, int64_t nx, CpuScratch& s,
+                 float* res);
+
+}  // namespace di::ops::cpu

@@ -1,0 +1,128 @@
+// Routed experts on the CPU: token-slot pairs grouped by expert, so each expert's rows are dequantised once
+// per call and reused for all its tokens. Phase 1: h = swiglu(W1 x, W3 x) per pair; phase 2: d = W2 h per
+// pair; phase 3: out[t] = sum over slots j (in slot order) of weights[t, j] * d[t, j].
+#include <algorithm>
+#include <cmath>
+
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/cpu_kernels.h"
+
+namespace di::ops {
+namespace {
+
+// As ref swiglu (transformers DeepseekV4Experts._apply_gate), from float gate/up sums.
+float swiglu_one(float g, float u, float limit) {
+    const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
+    return float(double(gc) / (1.0 + std::exp(-double(gc))) * double(uc));
+}
+
+}  // namespace
+
+void CpuBackend::moe(const MoeArgs& a) {
+    if constexpr (!cpu_op_is_fast("moe")) return ref_->moe(a);
+    check(a);
+    const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1], E = a.n_experts;
+    if (n == 0) return;
+    // Group the pairs p = t * k + j by expert (counting sort: token order within an expert).
+    moe_offsets_.assign(size_t(E + 1), 0);
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+            const int32_t e = a.ids.ptr<int32_t>()[t * a.ids.stride[0] + j];
+            DI_CHECK(e >= 0 && e < E, "expert id {} outside {}", e, E);
+            ++moe_offsets_[size_t(e + 1)];
+        }
+    for (int64_t e = 0; e < E; ++e) moe_offsets_[size_t(e + 1)] += moe_offsets_[size_t(e)];
+    moe_pairs_.resize(size_t(n * k));
+    xrows_.resize(size_t(n * k));
+    moe_hrows_.resize(size_t(n * k));
+    moe_cursor_.assign(moe_offsets_.begin(), moe_offsets_.end() - 1);
+    int64_t I = 0;  // widest moe_dim among the used experts: row stride of h
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+            const int32_t e = a.ids.ptr<int32_t>()[t * a.ids.stride[0] + j];
+            const int64_t slot = moe_cursor_[size_t(e)]++;
+            moe_pairs_[size_t(slot)] = t * k + j;
+            xrows_[size_t(slot)] = a.x.ptr<float>() + t * a.x.stride[0];
+            const ExpertWeights& ew = a.experts[e];
+            DI_CHECK(ew.w1.in_dim == D && ew.w3.in_dim == D && ew.w3.out_dim == ew.w1.out_dim &&
+                         ew.w2.out_dim == D && ew.w2.in_dim == ew.w1.out_dim,
+                     "moe: expert {} shapes w1 [{}, {}] w3 [{}, {}] w2 [{}, {}] for hidden {}", e, ew.w1.out_dim,
+                     ew.w1.in_dim, ew.w3.out_dim, ew.w3.in_dim, ew.w2.out_dim, ew.w2.in_dim, D);
+            I = std::max(I, ew.w1.out_dim);
+        }
+    moe_h_.resize(size_t(n * k * I));
+    moe_d_.resize(size_t(n * k * D));
+    for (int64_t s = 0; s < n * k; ++s) moe_hrows_[size_t(s)] = moe_h_.data() + moe_pairs_[size_t(s)] * I;
+
+    // Tasks: (expert, range of weight rows), about 8 per thread over all used experts.
+    auto make_tasks = [&](bool down) {
+        moe_tasks_.clear();
+        int64_t total_rows = 0;
+        for (int64_t e = 0; e < E; ++e)
+            if (moe_offsets_[size_t(e + 1)] > moe_offsets_[size_t(e)]) total_rows += down ? D : a.experts[e].w1.out_dim;
+        const int64_t chunk = std::max<int64_t>(
+            cpu::kTileRows, (total_rows / (8 * int64_t(pool_.size()))) / cpu::kTileRows * cpu::kTileRows);
+        for (int64_t e = 0; e < E; ++e) {
+            if (moe_offsets_[size_t(e + 1)] == moe_offsets_[size_t(e)]) continue;
+            const int64_t rows = down ? D : a.experts[e].w1.out_dim;
+            for (int64_t o = 0; o < rows; o += chunk) moe_tasks_.push_back({int32_t(e), o, std::min(rows, o + chunk)});
+        }
+    };
+    const int64_t macs = n * k * I * D;  // per phase
+    const int64_t grain = macs < cpu::kMinParallelMacs ? int64_t(1) << 40 : 1;
+
+    make_tasks(false);
+    pool_.parallel_for(int64_t(moe_tasks_.size()), grain, [&](int64_t b, int64_t end, int worker) {
+        CpuScratch& s = scratch_[size_t(worker)];
+        for (int64_t ti = b; ti < end; ++ti) {
+            const MoeTask& task = moe_tasks_[size_t(ti)];
+            const ExpertWeights& ew = a.experts[task.expert];
+            const int64_t p0 = moe_offsets_[size_t(task.expert)], np = moe_offsets_[size_t(task.expert + 1)] - p0;
+            if (s.acc.size() < size_t(2 * np * cpu::kTileRows)) s.acc.resize(size_t(2 * np * cpu::kTileRows));
+            float *g = s.acc.data(), *u = s.acc.data() + np * cpu::kTileRows;
+            for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
+                const int64_t nw = std::min<int64_t>(cpu::kTileRows, task.o1 - o0);
+                cpu::weight_tile(ew.w1, o0, nw, xrows_.data() + p0, np, s, g);
+                cpu::weight_tile(ew.w3, o0, nw, xrows_.data() + p0, np, s, u);
+                for (int64_t q = 0; q < np; ++q) {
+                    float* h = moe_h_.data() + moe_pairs_[size_t(p0 + q)] * I + o0;
+                    for (int64_t c = 0; c < nw; ++c)
+                        h[c] = swiglu_one(g[q * cpu::kTileRows + c], u[q * cpu::kTileRows + c], a.limit);
+                }
+            }
+        }
+    });
+
+    make_tasks(true);
+    pool_.parallel_for(int64_t(moe_tasks_.size()), grain, [&](int64_t b, int64_t end, int worker) {
+        CpuScratch& s = scratch_[size_t(worker)];
+        for (int64_t ti = b; ti < end; ++ti) {
+            const MoeTask& task = moe_tasks_[size_t(ti)];
+            const ExpertWeights& ew = a.experts[task.expert];
+            const int64_t p0 = moe_offsets_[size_t(task.expert)], np = moe_offsets_[size_t(task.expert + 1)] - p0;
+            if (s.acc.size() < size_t(np * cpu::kTileRows)) s.acc.resize(size_t(np * cpu::kTileRows));
+            for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
+                const int64_t nw = std::min<int64_t>(cpu::kTileRows, task.o1 - o0);
+                cpu::weight_tile(ew.w2, o0, nw, moe_hrows_.data() + p0, np, s, s.acc.data());
+                for (int64_t q = 0; q < np; ++q) {
+                    float* d = moe_d_.data() + moe_pairs_[size_t(p0 + q)] * D + o0;
+                    for (int64_t c = 0; c < nw; ++c) d[c] = s.acc[size_t(q * cpu::kTileRows + c)];
+                }
+            }
+        }
+    });
+
+    // Combine in slot order (float); rows are independent.
+    for (int64_t t = 0; t < n; ++t) {
+        float* out = a.out.ptr<float>() + t * a.out.stride[0];
+        const float* w = a.weights.ptr<float>() + t * a.weights.stride[0];
+        for (int64_t c = 0; c < D; ++c) out[c] = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+            const float* d = moe_d_.data() + (t * k + j) * D;
+#pragma omp simd
+            for (int64_t c = 0; c < D; ++c) out[c] += d[c] * w[j];
+        }
+    }
+}
+
+}  // namespace di::ops

@@ -1,0 +1,119 @@
+// linear on cpu vs ref: every weight format (f32, bf16, f16, fp8 with e8m0 and f32 scales, fp4), V4-Flash
+// shapes, odd sizes, 1 row, an empty batch, strided x and y rows and a row-sliced weight (the grouped output
+// projection). Bound per element: float_sum_tol(in) * sum_i |x_i w_i| (both sides dequantise exactly;
+// cpu sums in float lanes, ref in double), computed here in double from QWeight::at.
+#include "cpu_test_util.h"
+
+namespace di::cputest {
+namespace {
+
+using ops::WeightFormat;
+
+struct LinearCase {
+    const char* name;
+    int64_t n, in, out;
+    WeightFormat fmt;
+    DType dense_dt = DType::kBF16;
+    DType scale_dt = DType::kE8M0;
+    int64_t x_pad = 0, y_pad = 0;  // extra columns in x / y rows: row stride > width
+    int64_t w_row0 = 0;            // weight = rows [w_row0, w_row0 + out) of a taller weight
+};
+
+const LinearCase kCases[] = {
+    {"tiny_f32_odd", 3, 40, 23, WeightFormat::kDense, DType::kF32},
+    {"one_row_bf16", 1, 256, 130, WeightFormat::kDense, DType::kBF16},
+    {"f16_odd", 5, 70, 9, WeightFormat::kDense, DType::kF16},
+    {"empty_batch_bf16", 0, 64, 8, WeightFormat::kDense, DType::kBF16},
+    {"prefill_bf16_odd_rows", 37, 264, 70, WeightFormat::kDense, DType::kBF16},
+    {"demo_lm_head_bf16", 2, 256, 129280, WeightFormat::kDense, DType::kBF16},  // demo vocab x hidden
+    {"q_a_fp8_decode", 1, 4096, 1024, WeightFormat::kFp8Block},                 // V4-Flash hidden -> q_lora
+    {"q_a_fp8_rows", 6, 4096, 1024, WeightFormat::kFp8Block},
+    {"fp8_f32_scale_partial_block", 11, 200, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
+    {"fp8_one_column", 2, 1, 5, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
+    // V4-Flash o_a group: x is one group's columns of [n, 8 * 4096], y one group's columns of u, the weight
+    // rows of group 1 of wo_a.
+    {"o_a_group_strided", 5, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096, 7 * 1024,
+     1024},
+    {"expert_w1_fp4_decode", 1, 4096, 2048, WeightFormat::kFp4Group},           // V4-Flash hidden -> moe_dim
+    {"expert_w2_fp4_rows", 3, 2048, 4096, WeightFormat::kFp4Group},
+    {"fp4_f32_scale_odd", 9, 96, 41, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
+    {"fp4_partial_group", 4, 50, 7, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 3, 0, 2},
+};
+
+class CpuLinear : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(CpuLinear, MatchesRefWithinFloatSumBound) {
+    const LinearCase& c = GetParam();
+    TestWeight tw = make_weight(c.fmt, c.out + c.w_row0, c.in, c.dense_dt, c.scale_dt);
+    const ops::QWeight w = c.w_row0 ? tw.w.rows(c.w_row0, c.out) : tw.w;
+    Tensor x(host_allocator(), DType::kF32, {c.n, c.in + c.x_pad});
+    Tensor y_ref(host_allocator(), DType::kF32, {c.n, c.out + c.y_pad});
+    Tensor y_cpu(host_allocator(), DType::kF32, {c.n, c.out + c.y_pad});
+    fill_uniform(x);
+    poison(y_ref);
+    poison(y_cpu);
+    auto args = [&](const Tensor& y) {
+        ops::LinearArgs a;
+        a.x = x.view();
+        a.x.shape[1] = c.in;  // the first `in` columns; row stride stays in + x_pad
+        a.y = y.view();
+        a.y.shape[1] = c.out;
+        a.w = w;
+        return a;
+    };
+    backends().ref->linear(args(y_ref));
+    backends().cpu->linear(args(y_cpu));
+
+    std::vector<float> want, got;
+    std::vector<double> bound;
+    const double tol = float_sum_tol(c.in);
+    for (int64_t r = 0; r < c.n; ++r) {
+        const float* xr = x.view().ptr<float>() + r * (c.in + c.x_pad);
+        for (int64_t o = 0; o < c.out; ++o) {
+            double abs_sum = 0;
+            for (int64_t i = 0; i < c.in; ++i) abs_sum += std::fabs(double(xr[i]) * w.at(o, i));
+            want.push_back(y_ref.view().ptr<float>()[r * (c.out + c.y_pad) + o]);
+            got.push_back(y_cpu.view().ptr<float>()[r * (c.out + c.y_pad) + o]);
+            bound.push_back(tol * abs_sum);
+        }
+        // The padding columns of y are not the op's: they must stay untouched.
+        for (int64_t o = c.out; o < c.out + c.y_pad; ++o)
+            ASSERT_TRUE(std::isnan(y_cpu.view().ptr<float>()[r * (c.out + c.y_pad) + o])) << "wrote y pad " << o;
+    }
+    expect_within(want, got, bound, c.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CpuLinear, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<LinearCase>& i) { return std::string(i.param.name); });
+
+// The fast dequantisation must equal QWeight::at exactly (the tolerance above assumes it): checked
+// through a linear with one-hot x rows, which makes each output a single product 1 * w[o, i].
+TEST(CpuLinearDequant, OneHotRowsReturnExactWeights) {
+    const struct {
+        WeightFormat fmt;
+        DType dense_dt, scale_dt;
+    } kFormats[] = {{WeightFormat::kDense, DType::kBF16, DType::kE8M0}, {WeightFormat::kDense, DType::kF16, DType::kE8M0},
+                    {WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0}, {WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
+                    {WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0}, {WeightFormat::kFp4Group, DType::kBF16, DType::kF32}};
+    const int64_t in = 160, out = 130;
+    for (const auto& f : kFormats) {
+        TestWeight tw = make_weight(f.fmt, out, in, f.dense_dt, f.scale_dt);
+        if (f.fmt == WeightFormat::kFp8Block) {  // every e4m3 code except NaN, subnormals included
+            for (int64_t i = 0; i < out * in; ++i) tw.data.view().ptr<uint8_t>()[i] = uint8_t(i % 255 == 127 ? 0 : i % 255);
+        }
+        Tensor x = Tensor::zeros_host(DType::kF32, {in, in}), y(host_allocator(), DType::kF32, {in, out});
+        for (int64_t i = 0; i < in; ++i) x.view().ptr<float>()[i * in + i] = 1.0f;
+        backends().cpu->linear({x, tw.w, y});
+        int64_t bad = 0;
+        for (int64_t i = 0; i < in; ++i)
+            for (int64_t o = 0; o < out; ++o) {
+                const float got = y.view().ptr<float>()[i * out + o], want = tw.w.at(o, i);
+                if (!(got == want)) ++bad;  // == : a -0 weight sums to +0
+            }
+        EXPECT_EQ(bad, 0) << "format " << int(f.fmt) << " dtype " << dtype_name(f.dense_dt) << " scale "
+                          << dtype_name(f.scale_dt);
+    }
+}
+
+}  // namespace
+}  // namespace di::cputest
