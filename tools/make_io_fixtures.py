@@ -88,6 +88,8 @@ def write_npy():
         "f32_2x3": np.array([[1.5, -2.25, 3.0e-8], [np.inf, -0.0, 65504.0]], dtype="<f4"),
         "f32_scalar": np.array(7.25, dtype="<f4"),
         "f32_empty": np.zeros((0, 3), dtype="<f4"),
+        # Long shape text: numpy's spare header room for growing axis 0 pushes the header to 192 bytes.
+        "f32_empty_wide": np.zeros((0,) + (1,) * 15, dtype="<f4"),
         "i32_4": np.array([1, -2, 2 ** 31 - 1, -(2 ** 31)], dtype="<i4"),
         "i64_2x2": np.array([[2 ** 40, -1], [0, 123]], dtype="<i8"),
     }

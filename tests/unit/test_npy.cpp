@@ -44,7 +44,7 @@ TEST(Npy, RoundTrip) {
 TEST(Npy, WritesTheSameBytesAsNumpy) {
     // Re-writing numpy.save's own files must reproduce them byte for byte (header text, padding, data).
     TempDir dir;
-    for (const char* name : {"f32_2x3", "f32_scalar", "f32_empty"}) {
+    for (const char* name : {"f32_2x3", "f32_scalar", "f32_empty", "f32_empty_wide"}) {
         const std::string path = npy_dir() + "/" + name + ".npy";
         auto r = read_npy(path);
         ASSERT_TRUE(r.ok()) << r.error().message;
