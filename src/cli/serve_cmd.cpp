@@ -29,6 +29,8 @@ int run_serve(ServeOptions o) {
         if (!demo) return fail(demo.error().message);
         std::fprintf(stderr, "%s\n", runtime::kDemoNotice);
         o.engine.model_dir = *demo;
+        // A stable id for clients, whatever the demo's cache directory is called.
+        if (o.server.served_model_name.empty()) o.server.served_model_name = "demo";
     }
     if (o.state_memory_mib <= 0) return fail(fmt::format("--state-memory-mib {} must be positive", o.state_memory_mib));
     if (o.request_timeout_s <= 0) return fail(fmt::format("--request-timeout {} must be positive", o.request_timeout_s));
@@ -79,7 +81,7 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--tokenizer", o->engine.tokenizer_path, "tokenizer.json or its directory (default: the model's)");
     app.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
     app.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
-    app.add_option("--served-model-name", o->server.served_model_name, "model id clients use (default: directory name)");
+    app.add_option("--served-model-name", o->server.served_model_name, "model id clients use (default: the directory name; \"demo\" for the demo model)");
     app.add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'");
     app.add_option("--state-memory-mib", o->state_memory_mib, "sequence-state memory for all requests")
         ->capture_default_str();
