@@ -146,7 +146,7 @@ double correction_dim(double n_rot, int64_t dim, double base, double max_pos) {
 }  // namespace
 
 // The products and sums below are separate f32 roundings, as torch performs them (one op per kernel);
-// this file must not be built with FMA contraction across them (x86-64 baseline has no FMA).
+// the blend below is kept unfused whatever the compiler flags.
 RopeFreqs rope_freqs(const RopeTable& t, int64_t rope_dim, int64_t max_position_embeddings) {
     const int64_t half = rope_dim / 2;
     // pos_freqs = base ** (arange(0, dim, 2, f32) / dim): f32 exponent, f32 base. torch's vectorised powf
@@ -186,8 +186,9 @@ RopeFreqs rope_freqs(const RopeTable& t, int64_t rope_dim, int64_t max_position_
         const float interp = 1.0f / (factor_f * p);
         const float ramp = std::clamp((float(i) - low_f) / span, 0.0f, 1.0f);
         const float ef = 1.0f - ramp;  // extrapolation weight
-        const float a = interp * (1.0f - ef);
-        const float b = extrap * ef;
+        // volatile: each product is rounded to f32 on its own, never fused into an FMA with the sum.
+        const volatile float a = interp * (1.0f - ef);
+        const volatile float b = extrap * ef;
         out.inv_freq[size_t(i)] = a + b;
     }
     out.mscale = float(attention);
