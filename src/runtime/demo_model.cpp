@@ -19,10 +19,7 @@ namespace di::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kVersion = "1";  // bump when the demo weights or config change
-constexpr int64_t kVocab = 129280, kHidden = 256, kLayers = 4, kHeads = 4, kHeadDim = 128, kQLora = 128;
-constexpr int64_t kGroups = 2, kOLora = 128, kIndexHeads = 4, kIndexDim = 64, kExperts = 16, kActive = 2;
-constexpr int64_t kMoe = 128, kHc = 4;
+constexpr const char* kVersion = "2";  // bump when the demo weights or config change
 
 class Rng {  // splitmix64 + Box-Muller: identical everywhere
 public:
@@ -68,6 +65,7 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
 }
 
 struct Writer {
+    const RandomModelSpec& spec;
     Rng rng{20261130};
     std::vector<io::TensorToWrite> out;
 
@@ -105,26 +103,24 @@ struct Writer {
     }
     void compressor(const std::string& p, int64_t d, int64_t rate, bool overlap) {
         const int64_t width = overlap ? 2 * d : d;
-        bf16(p + "wkv.weight", {width, kHidden}, 0, 1.0 / std::sqrt(double(kHidden)));
-        bf16(p + "wgate.weight", {width, kHidden}, 0, 1.0 / std::sqrt(double(kHidden)));
+        bf16(p + "wkv.weight", {width, spec.hidden}, 0, 1.0 / std::sqrt(double(spec.hidden)));
+        bf16(p + "wgate.weight", {width, spec.hidden}, 0, 1.0 / std::sqrt(double(spec.hidden)));
         f32(p + "ape", {rate, width}, 0, 0.5);
         bf16(p + "norm.weight", {d}, 1, 0.1);
     }
 };
 
-const std::vector<int> kRatios = {0, 4, 128, 4};  // sliding, CSA, HCA, CSA
-
-nlohmann::ordered_json demo_config() {
-    std::vector<int> ratios = kRatios;
+nlohmann::ordered_json model_config(const RandomModelSpec& m) {
+    std::vector<int> ratios = m.compress_ratios;
     ratios.push_back(0);  // the MTP entry of the official list
-    return {{"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"vocab_size", kVocab},
-            {"hidden_size", kHidden}, {"num_hidden_layers", kLayers}, {"num_attention_heads", kHeads},
-            {"num_key_value_heads", 1}, {"head_dim", kHeadDim}, {"qk_rope_head_dim", 64}, {"q_lora_rank", kQLora},
-            {"o_groups", kGroups}, {"o_lora_rank", kOLora}, {"sliding_window", 128}, {"compress_ratios", ratios},
-            {"num_hash_layers", 1}, {"index_n_heads", kIndexHeads}, {"index_head_dim", kIndexDim},
-            {"index_topk", 64}, {"n_routed_experts", kExperts}, {"n_shared_experts", 1},
-            {"num_experts_per_tok", kActive}, {"moe_intermediate_size", kMoe}, {"scoring_func", "sqrtsoftplus"},
-            {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"hc_mult", kHc}, {"hc_sinkhorn_iters", 20},
+    return {{"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"vocab_size", m.vocab},
+            {"hidden_size", m.hidden}, {"num_hidden_layers", ratios.size() - 1}, {"num_attention_heads", m.heads},
+            {"num_key_value_heads", 1}, {"head_dim", m.head_dim}, {"qk_rope_head_dim", 64}, {"q_lora_rank", m.q_lora},
+            {"o_groups", m.o_groups}, {"o_lora_rank", m.o_lora}, {"sliding_window", 128}, {"compress_ratios", ratios},
+            {"num_hash_layers", 1}, {"index_n_heads", m.index_heads}, {"index_head_dim", m.index_dim},
+            {"index_topk", m.index_topk}, {"n_routed_experts", m.experts}, {"n_shared_experts", 1},
+            {"num_experts_per_tok", m.active}, {"moe_intermediate_size", m.moe}, {"scoring_func", "sqrtsoftplus"},
+            {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"hc_mult", 4}, {"hc_sinkhorn_iters", 20},
             {"hc_eps", 1e-6}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"compress_rope_theta", 160000.0},
             {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
                               {"beta_fast", 32}, {"beta_slow", 1}}},
@@ -135,8 +131,12 @@ nlohmann::ordered_json demo_config() {
                                      {"weight_block_size", {128, 128}}, {"activation_scheme", "dynamic"}}}};
 }
 
-std::vector<io::TensorToWrite> demo_tensors() {
-    Writer w;
+std::vector<io::TensorToWrite> model_tensors(const RandomModelSpec& m) {
+    Writer w{m};
+    const int64_t kVocab = m.vocab, kHidden = m.hidden, kHeads = m.heads, kHeadDim = m.head_dim, kQLora = m.q_lora;
+    const int64_t kGroups = m.o_groups, kOLora = m.o_lora, kIndexHeads = m.index_heads, kIndexDim = m.index_dim;
+    const int64_t kExperts = m.experts, kActive = m.active, kMoe = m.moe, kHc = 4;
+    const int64_t kLayers = int64_t(m.compress_ratios.size());
     const double sd_emb = 1.0, sd_in = 1.0 / std::sqrt(double(kHidden));
     const int64_t mix = (2 + kHc) * kHc;
     w.bf16("embed.weight", {kVocab, kHidden}, 0, sd_emb);
@@ -162,7 +162,7 @@ std::vector<io::TensorToWrite> demo_tensors() {
         w.bf16(p + "attn.kv_norm.weight", {kHeadDim}, 1, 0.1);
         w.fp8(p + "attn.wo_a", kGroups * kOLora, kHeads * kHeadDim / kGroups);
         w.fp8(p + "attn.wo_b", kHidden, kGroups * kOLora);
-        const int ratio = kRatios[size_t(l)];
+        const int ratio = m.compress_ratios[size_t(l)];
         if (ratio != 0) w.compressor(p + "attn.compressor.", kHeadDim, ratio, ratio == 4);
         if (ratio == 4) {
             w.compressor(p + "attn.indexer.compressor.", kIndexDim, 4, true);
@@ -173,10 +173,8 @@ std::vector<io::TensorToWrite> demo_tensors() {
         if (l == 0) {  // hash-routed: distinct random experts per token
             std::vector<int64_t> t2e;
             for (int64_t t = 0; t < kVocab; ++t) {
-                const int64_t a = int64_t(w.rng.next() % kExperts);
-                const int64_t b = (a + 1 + int64_t(w.rng.next() % (kExperts - 1))) % kExperts;
-                t2e.push_back(a);
-                t2e.push_back(b);
+                const int64_t a = int64_t(w.rng.next() % uint64_t(kExperts));
+                for (int64_t j = 0; j < kActive; ++j) t2e.push_back((a + j) % kExperts);  // distinct experts
             }
             w.out.push_back({p + "ffn.gate.tid2eid", "I64", {kVocab, kActive}, bytes_of(t2e)});
         } else {
@@ -208,6 +206,14 @@ std::string asset_dir() {
 
 }  // namespace
 
+Status write_random_model(const std::string& dir, const RandomModelSpec& spec) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return make_error(ErrorCode::kIo, "cannot create model directory '{}': {}", dir, ec.message());
+    std::ofstream(fs::path(dir) / "config.json") << model_config(spec).dump(1) << "\n";
+    return io::write_safetensors((fs::path(dir) / "model.safetensors").string(), model_tensors(spec));
+}
+
 Result<std::string> ensure_demo_model() {
     const fs::path dir = fs::path(cache_root()) / (std::string("demo-v4-") + kVersion);
     if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "tokenizer.json")) return dir.string();
@@ -221,8 +227,7 @@ Result<std::string> ensure_demo_model() {
             return make_error(ErrorCode::kIo, "cannot copy the V4 tokenizer '{}' into '{}': {}", (tok / f).string(),
                               dir.string(), ec.message());
     }
-    std::ofstream(dir / "config.json") << demo_config().dump(1) << "\n";
-    DI_TRY_STATUS(io::write_safetensors((dir / "model.safetensors").string(), demo_tensors()));
+    DI_TRY_STATUS(write_random_model(dir.string(), RandomModelSpec{}));
     return dir.string();
 }
 

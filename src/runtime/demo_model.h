@@ -4,11 +4,23 @@
 // checkpoint. Its output is meaningless text: callers say so to the user.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
 namespace di::runtime {
+
+// Shape of a random-weight V4 checkpoint (official names and formats). Defaults: the demo model.
+struct RandomModelSpec {
+    int64_t vocab = 129280, hidden = 256, heads = 4, head_dim = 128, q_lora = 128, o_groups = 2, o_lora = 128;
+    int64_t index_heads = 4, index_dim = 64, index_topk = 64, experts = 16, active = 2, moe = 128;
+    std::vector<int> compress_ratios = {0, 4, 128, 4};  // per layer: 0 sliding, 4 CSA, 128 HCA
+};
+
+// Writes config.json + model.safetensors of a deterministic random model into `dir`.
+Status write_random_model(const std::string& dir, const RandomModelSpec& spec);
 
 // Directory of the demo checkpoint ($DEEPINFER_CACHE or ~/.cache/deepinfer, then demo-v4-<version>/),
 // created if missing. Also holds tokenizer.json and tokenizer_config.json.
