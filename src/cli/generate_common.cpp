@@ -14,7 +14,7 @@ namespace di::cli {
 
 void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_option("--model", o.model, "model directory (default: the built-in demo model)");
-    app.add_option("--backend", o.backend, "ref | cuda");
+    app.add_option("--backend", o.backend, "cpu (default) | ref | cuda");
 }
 
 void add_sampling_options(CLI::App& app, GenOptions& o) {

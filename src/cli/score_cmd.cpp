@@ -75,7 +75,7 @@ std::function<int()> setup(CLI::App& app) {
     t->excludes(f);
     f->excludes(t);
     app.add_option("--logits-out", o->logits_out, "write float32 logits [n_tokens, vocab_size] to this .npy");
-    app.add_option("--backend", o->backend, "ref | cuda");
+    app.add_option("--backend", o->backend, "ref (default) | cpu | cuda");
     app.add_option("--compare-with", o->compare_with, "run every op also on this backend (ref) and name the first "
                    "op that diverges; exit code 3 if one does");
     app.add_option("--compare-tol", o->compare_tol, "relative tolerance of --compare-with (default 1e-3)");
