@@ -145,7 +145,13 @@ TEST(Engine, CancelFreesTheState) {
     ASSERT_TRUE(first);
     for (int i = 0; i < 100 && engine->stats().state_bytes_allocated == 0; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    EXPECT_GT(engine->stats().state_bytes_allocated, 0);
+    EngineStats held = engine->stats();
+    EXPECT_GT(held.state_bytes_allocated, 0);
+    // Exact accounting: the reservation exceeds the allocation only by the unfilled tail of each compressed
+    // layer's last entry (< one entry of head_dim + index_dim floats per layer).
+    EXPECT_EQ(held.state_bytes_reserved, engine->state_bytes_for(3 + 10000));
+    EXPECT_GE(held.state_bytes_reserved, held.state_bytes_allocated);
+    EXPECT_LT(held.state_bytes_reserved - held.state_bytes_allocated, 6 * (128 + 64) * 4);
     (*s)->cancel();
     Collected c = collect(**s);
     EXPECT_EQ(c.last.reason, FinishReason::kCancelled);
