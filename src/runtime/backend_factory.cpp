@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include "ops/cpu/cpu_backend.h"
 #include "ops/ref/ref_backend.h"
 #ifdef DEEPINFER_WITH_CUDA
 #include "ops/cuda/cuda_backend.h"
@@ -10,7 +11,7 @@
 namespace di::runtime {
 
 std::vector<std::string> backend_names() {
-    std::vector<std::string> names{"ref"};
+    std::vector<std::string> names{"ref", "cpu"};
 #ifdef DEEPINFER_WITH_CUDA
     names.push_back("cuda");
 #endif
@@ -19,6 +20,7 @@ std::vector<std::string> backend_names() {
 
 Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& name) {
     if (name == "ref") return ops::make_ref_backend();
+    if (name == "cpu") return ops::make_cpu_backend();
 #ifdef DEEPINFER_WITH_CUDA
     if (name == "cuda") return ops::make_cuda_backend(0);
 #endif

@@ -96,7 +96,16 @@ void expect_within(const std::vector<float>& want, const std::vector<float>& got
     EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " elements outside the bound; worst #"
                       << worst << " ref " << want[size_t(worst)] << " cpu " << got[size_t(worst)] << " bound "
                       << bound[size_t(worst)];
-    std::printf("%s: worst |cpu - ref| / bound = %.3g\n", what.c_str(), worst_ratio);
+    // Second, sharper check on the whole output: rounding errors of random sign grow like sqrt(terms) while
+    // the bounds above are worst cases; a systematic error (a wrong scale, a dropped term) shows up here.
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        const double e = double(got[i]) - double(want[i]);
+        num += e * e, den += double(want[i]) * want[i];
+    }
+    const double rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    EXPECT_LE(rel_l2, 1e-5) << what << ": relative L2 error";
+    std::printf("%s: worst |cpu - ref| / bound = %.3g, relative L2 error %.3g\n", what.c_str(), worst_ratio, rel_l2);
 }
 
 std::vector<float> to_vector(const TensorView& v) {

@@ -50,7 +50,8 @@ TestWeight make_weight(ops::WeightFormat fmt, int64_t out, int64_t in, DType den
 // u = 2^-24, 1% headroom for the second-order terms.
 inline double float_sum_tol(int64_t len) { return (double((len + 15) / 16) + 6.0) * 0x1p-24 * 1.01; }
 
-// Expects |got[i] - want[i]| <= bound[i] for all i (NaN never passes); reports the worst element.
+// Expects |got[i] - want[i]| <= bound[i] for all i (NaN never passes), and a relative L2 error <= 1e-5
+// (float rounding of random sign: ~sqrt(len/16) u |terms|/|sum| ~ 1e-6 here); reports the worst element.
 void expect_within(const std::vector<float>& want, const std::vector<float>& got, const std::vector<double>& bound,
                    const std::string& what);
 

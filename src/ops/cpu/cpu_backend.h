@@ -21,7 +21,7 @@
 namespace di::ops {
 
 // Ops with a fast kernel (each has a case table in tests/ops/); every other op delegates to ref.
-inline constexpr std::string_view kCpuFastOps[] = {"linear", "moe"};
+inline constexpr std::string_view kCpuFastOps[] = {"linear", "moe", "attention"};
 
 constexpr bool cpu_op_is_fast(std::string_view op) {
     for (std::string_view f : kCpuFastOps)
@@ -55,7 +55,7 @@ public:
     void rope(const RopeArgs& a) override { ref_->rope(a); }
     void compress(const CompressArgs& a) override { ref_->compress(a); }
     void indexer_topk(const IndexerTopkArgs& a) override { ref_->indexer_topk(a); }
-    void attention(const AttentionArgs& a) override { ref_->attention(a); }
+    void attention(const AttentionArgs& a) override;
     void window_store(const WindowStoreArgs& a) override { ref_->window_store(a); }
     void mhc_pre(const MhcPreArgs& a) override { ref_->mhc_pre(a); }
     void mhc_post(const MhcPostArgs& a) override { ref_->mhc_post(a); }
@@ -64,6 +64,8 @@ public:
     void moe(const MoeArgs& a) override;
 
 private:
+    void collect_keys(const AttentionArgs& a);  // fills att_keys_ / att_off_
+
     ThreadPool pool_;
     std::unique_ptr<Backend> ref_;
     std::vector<CpuScratch> scratch_;  // one per pool thread
@@ -78,7 +80,11 @@ private:
     std::vector<int64_t> moe_pairs_;    // token * k + slot, grouped by expert, token order within
     std::vector<MoeTask> moe_tasks_;
     std::vector<const float*> moe_hrows_;
-    std::vector<float> moe_h_, moe_d_;  // [n * k, moe_dim] swiglu output, [n * k, hidden_dim] expert output
+    std::vector<float> moe_h_, moe_d_;
+    // attention: visible key rows of query t are att_keys_[att_off_[t] .. att_off_[t + 1]).
+    std::vector<const float*> att_keys_;
+    std::vector<int64_t> att_off_;
+    std::vector<uint8_t> att_seen_;  // [n * k, moe_dim] swiglu output, [n * k, hidden_dim] expert output
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);

@@ -7,6 +7,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace di::ops::cpu {
 namespace {
 
@@ -36,7 +40,9 @@ typedef float v16 __attribute__((vector_size(kLanes * sizeof(float))));
 
 float load_scale(const TensorView& s, int64_t r, int64_t c) {
     const int64_t i = r * s.stride[0] + c * s.stride[1];
-    return s.dtype == DType::kE8M0 ? e8m0_to_f32(s.ptr<uint8_t>()[i]) : s.ptr<float>()[i];
+    if (s.dtype != DType::kE8M0) return s.ptr<float>()[i];
+    const uint32_t b = s.ptr<uint8_t>()[i];  // 2^(b - 127) as e8m0_to_f32, without ldexp
+    return b == 0 ? 0x1p-127f : b == 255 ? NAN : std::bit_cast<float>(b << 23);
 }
 
 const float* f16_table() {
@@ -48,25 +54,131 @@ const float* f16_table() {
     return t.data();
 }
 
-// e4m3 byte -> f32: put exponent and mantissa in f32 position, scale by 2^(127-7) (also right for the
-// subnormals, which land on f32 subnormals); 0x7f/0xff are NaN.
-DI_CPU_CLONES void dequant_fp8(const uint8_t* q, int64_t n, float s, float* d) {
-    for (int64_t i = 0; i < n; ++i) {
-        const uint32_t b = q[i];
-        float f = std::bit_cast<float>(((b & 0x80u) << 24) | ((b & 0x7fu) << 20)) * 0x1p120f;
-        f = (b & 0x7fu) == 0x7fu ? NAN : f;
-        d[i] = f * s;
+typedef uint32_t v16u __attribute__((vector_size(16 * sizeof(uint32_t))));
+typedef int32_t v16i __attribute__((vector_size(16 * sizeof(int32_t))));
+
+typedef uint32_t v4u __attribute__((vector_size(4 * sizeof(uint32_t))));
+
+// 16 bytes zero-extended to 16 x u32 (a word permute and per-lane shifts; GCC 12 lowers
+// __builtin_convertvector from bytes to scalar inserts).
+[[gnu::always_inline]] inline v16u load16b(const uint8_t* p) {
+    v4u w;
+    std::memcpy(&w, p, sizeof w);
+    const v16u x = __builtin_shufflevector(w, w, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const v16u shift = {0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24};
+    return (x >> shift) & 0xffu;
+}
+
+// e4m3 byte -> f32 bits by integer ops: normals rebias the exponent (+120); the subnormals m * 2^-9 go
+// through an exact int -> float conversion. No subnormal f32 is ever formed (each would cost a microcode
+// assist of ~100 cycles). 0x7f/0xff are NaN.
+[[gnu::always_inline]] inline v16 fp8_values(v16u b) {
+    const v16u e = (b >> 3) & 15u, m = b & 7u;
+    const v16u sub = (v16u)(__builtin_convertvector((v16i)m, v16) * 0x1p-9f);
+    const v16u mag = e != 0u ? ((e + 120u) << 23) | (m << 20) : sub;
+    const v16u nan = (v16u)(v16{} + NAN);
+    return (v16)((b & 0x7fu) == 0x7fu ? nan : mag | ((b & 0x80u) << 24));
+}
+
+// e2m1 nibble -> f32 bits the same way: normals rebias (+126), the one subnormal 0.5 is 0x3f000000.
+[[gnu::always_inline]] inline v16 fp4_values(v16u v) {
+    const v16u e = (v >> 1) & 3u, m = v & 1u;
+    const v16u zero_or_half = m != 0u ? v16u{} + 0x3f000000u : v16u{};
+    return (v16)((e != 0u ? ((e + 126u) << 23) | (m << 22) : zero_or_half) | ((v & 8u) << 28));
+}
+
+DI_CPU_CLONES void dequant_fp8_generic(const uint8_t* q, int64_t n, float s, float* d) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const v16 f = fp8_values(load16b(q + i)) * s;
+        std::memcpy(d + i, &f, sizeof f);
+    }
+    for (; i < n; ++i) d[i] = fp8_e4m3_to_f32(q[i]) * s;
+}
+
+// 16 bytes -> 32 values; the low nibble is the even column.
+DI_CPU_CLONES void dequant_fp4_generic(const uint8_t* q, int64_t n_bytes, float s, float* d) {
+    int64_t i = 0;
+    for (; i + 16 <= n_bytes; i += 16) {
+        const v16u b = load16b(q + i);
+        const v16 lo = fp4_values(b & 15u) * s, hi = fp4_values(b >> 4) * s;
+        const v16 first = __builtin_shufflevector(lo, hi, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const v16 second = __builtin_shufflevector(lo, hi, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        std::memcpy(d + 2 * i, &first, sizeof first);
+        std::memcpy(d + 2 * i + 16, &second, sizeof second);
+    }
+    for (; i < n_bytes; ++i) {
+        d[2 * i] = fp4_at(q, 2 * i) * s;
+        d[2 * i + 1] = fp4_at(q, 2 * i + 1) * s;
     }
 }
 
-// e2m1 nibble -> f32 the same way (2^(127-1)); low nibble is the even column.
-DI_CPU_CLONES void dequant_fp4(const uint8_t* q, int64_t n_bytes, float s, float* d) {
-    for (int64_t i = 0; i < n_bytes; ++i) {
-        const uint32_t lo = q[i] & 0xfu, hi = q[i] >> 4;
-        d[2 * i] = std::bit_cast<float>(((lo & 8u) << 28) | ((lo & 7u) << 22)) * 0x1p126f * s;
-        d[2 * i + 1] = std::bit_cast<float>(((hi & 8u) << 28) | ((hi & 7u) << 22)) * 0x1p126f * s;
+#if defined(__x86_64__) && !defined(__clang__)
+// AVX-512 versions of the two above (same bit manipulation, so the same values): GCC 12 lowers the
+// byte-widening of the generic versions through the stack, which stalls on store forwarding.
+#define DI_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in avx512fintrin.h
+
+DI_AVX512 __m512 fp8_values_avx512(__m128i bytes) {
+    const __m512i b = _mm512_cvtepu8_epi32(bytes);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(b, 3), _mm512_set1_epi32(15));
+    const __m512i m = _mm512_and_si512(b, _mm512_set1_epi32(7));
+    const __m512i normal = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
+                                           _mm512_slli_epi32(m, 20));
+    const __m512i sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f)));
+    __m512i bits = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(e, e), sub, normal);
+    bits = _mm512_or_si512(bits, _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24));
+    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
+    bits = _mm512_mask_blend_epi32(nan, bits, _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(bits);
+}
+
+DI_AVX512 void dequant_fp8_avx512(const uint8_t* q, int64_t n, float s, float* d) {
+    int64_t i = 0;
+    const __m512 vs = _mm512_set1_ps(s);
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_mul_ps(fp8_values_avx512(_mm_loadu_si128((const __m128i*)(q + i))), vs));
+    for (; i < n; ++i) d[i] = fp8_e4m3_to_f32(q[i]) * s;
+}
+
+// e2m1 through a 16-entry table permute (the table is kFp4Values, so the values are those of fp4_at).
+DI_AVX512 void dequant_fp4_avx512(const uint8_t* q, int64_t n_bytes, float s, float* d) {
+    const __m512 table = _mm512_loadu_ps(kFp4Values), vs = _mm512_set1_ps(s);
+    const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    int64_t i = 0;
+    for (; i + 16 <= n_bytes; i += 16) {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(q + i)));
+        const __m512 lo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)), table), vs);
+        const __m512 hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table), vs);
+        _mm512_storeu_ps(d + 2 * i, _mm512_permutex2var_ps(lo, first, hi));
+        _mm512_storeu_ps(d + 2 * i + 16, _mm512_permutex2var_ps(lo, second, hi));
+    }
+    for (; i < n_bytes; ++i) {
+        d[2 * i] = fp4_at(q, 2 * i) * s;
+        d[2 * i + 1] = fp4_at(q, 2 * i + 1) * s;
     }
 }
+
+#pragma GCC diagnostic pop
+
+bool has_avx512() {
+    static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl");
+    return ok;
+}
+
+void dequant_fp8(const uint8_t* q, int64_t n, float s, float* d) {
+    has_avx512() ? dequant_fp8_avx512(q, n, s, d) : dequant_fp8_generic(q, n, s, d);
+}
+void dequant_fp4(const uint8_t* q, int64_t n_bytes, float s, float* d) {
+    has_avx512() ? dequant_fp4_avx512(q, n_bytes, s, d) : dequant_fp4_generic(q, n_bytes, s, d);
+}
+#else
+void dequant_fp8(const uint8_t* q, int64_t n, float s, float* d) { dequant_fp8_generic(q, n, s, d); }
+void dequant_fp4(const uint8_t* q, int64_t n_bytes, float s, float* d) { dequant_fp4_generic(q, n_bytes, s, d); }
+#endif
 
 DI_CPU_CLONES void dequant_bf16(const uint16_t* q, int64_t n, float* d) {
     for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<float>(uint32_t(q[i]) << 16);
@@ -151,6 +263,16 @@ DI_CPU_CLONES void dot_tile(const float* const* x, int64_t nx, const float* cons
     int64_t r = 0;
     for (; r + 2 <= nx; r += 2) dots_2x4(x[r], x[r + 1], w, len, res + r * kTileRows, res + (r + 1) * kTileRows);
     if (r < nx) dots_1x4(x[r], w, len, res + r * kTileRows);
+}
+
+DI_CPU_CLONES void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len, float* out) {
+    for (int64_t c = 0; c < len; ++c) out[c] = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+        const float* r = rows[j];
+        const float pj = p[j];
+#pragma omp simd
+        for (int64_t c = 0; c < len; ++c) out[c] += pj * r[c];
+    }
 }
 
 void weight_tile(const QWeight& w, int64_t o0, int64_t nw, const float* const* x, int64_t nx, CpuScratch& s,

@@ -28,6 +28,9 @@ void dequant_rows(const QWeight& w, int64_t o0, int64_t nrows, float* dst, int64
 // res[r * kTileRows + k] = dot(x[r], w[k]) over len elements, for r < nx and k < kTileRows.
 void dot_tile(const float* const* x, int64_t nx, const float* const* w, int64_t len, float* res);
 
+// out[c] = sum_j p[j] * rows[j][c] for c < len, j summed in order 0..n-1 (float, vectorised over c).
+void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len, float* out);
+
 // One tile of a weight: rows [o0, o0 + nw) (nw <= kTileRows) against nx input rows; res as dot_tile
 // (columns k >= nw are unspecified). Dequantises into s.w unless the weight is dense f32.
 void weight_tile(const QWeight& w, int64_t o0, int64_t nw, const float* const* x, int64_t nx, CpuScratch& s,
