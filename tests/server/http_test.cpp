@@ -294,5 +294,37 @@ TEST_F(HttpTest, FullQueueAnswers429) {
     EXPECT_TRUE(engine_idle());
 }
 
+// A request past its deadline: 504 with an OpenAI error body, or, once streaming, an error event + [DONE].
+TEST(HttpTimeout, TimedOutRequestsEndWithAnError) {
+    EngineOptions eo;
+    eo.model_dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
+    eo.tokenizer_path = std::string(DI_SOURCE_DIR) + "/tests/e2e/data/tiny_tokenizer";
+    eo.default_timeout = std::chrono::milliseconds(300);
+    auto engine = Engine::create(eo);
+    ASSERT_TRUE(engine.ok()) << engine.error().message;
+    ServerOptions so;
+    so.port = 0;
+    so.served_model_name = "tiny";
+    HttpServer server(**engine, so);
+    ASSERT_TRUE(server.bind().ok());
+    std::thread t([&] { (void)server.run(); });
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(60, 0);
+    const std::string body = R"({"model": "tiny", "prompt": "abc", "max_tokens": 5000, "ignore_eos": true)";
+    auto r = c.Post("/v1/completions", body + "}", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 504) << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "timeout");
+    auto s = c.Post("/v1/completions", body + R"(, "stream": true})", "application/json");
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->status, 200);
+    const size_t err = s->body.find("data: {\"error\"");
+    EXPECT_NE(err, std::string::npos) << s->body.substr(0, 300);
+    EXPECT_NE(s->body.find("data: [DONE]", err == std::string::npos ? 0 : err), std::string::npos);
+    EXPECT_EQ((*engine)->stats().finished_timeout, 2u);
+    server.stop();
+    t.join();
+}
+
 }  // namespace
 }  // namespace di::server
