@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Whole-model checks of the CUDA backend on the GPU machine, from a carried folder made by
-# tools/gpu_pack.sh (bin/deepinfer, bin/model_bench, data/ with the golden fixtures):
+# tools/gpu_pack.sh (bin/deepinfer, bin/model_bench), reading the golden fixtures from tests/data:
 # golden logits, greedy continuation vs transformers, compare mode vs ref, determinism, and throughput.
 #   tools/gpu_e2e.sh [carry-dir=build-cuda-carry]      (results under $OUT, default ./gpu-e2e-out)
 set -uo pipefail
@@ -11,7 +11,7 @@ export LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}"
 di="$dir/bin/deepinfer"
 status=0
 for fx in v4_tiny_fp32 v4_tiny_fp32_nested v4_tiny_fp8 v4_tiny_bf16; do
-  m="$dir/data/$fx"
+  m="tests/data/$fx"
   golden="$m/logits.npy"; [ -f "$m/logits_fp32.npy" ] && golden="$m/logits_fp32.npy"
   "$di" score --backend cuda --model "$m" --tokens-file "$m/prompt.txt" --logits-out "$out/$fx.cuda.npy" || status=1
   "$di" score --backend cuda --model "$m" --tokens-file "$m/prompt.txt" --logits-out "$out/$fx.cuda2.npy" || status=1
@@ -22,14 +22,14 @@ for fx in v4_tiny_fp32 v4_tiny_fp32_nested v4_tiny_fp8 v4_tiny_bf16; do
   "$di" score --backend cuda --model "$m" --tokens-file "$m/prompt.txt" --compare-with ref --compare-tol 1e-3 | tail -3
 done
 for fx in v4_tiny_fp32 v4_tiny_fp32_nested; do
-  g="$dir/data/$fx/greedy.json"
+  g="tests/data/$fx/greedy.json"
   prompt=$(python3 -c "import json;print(','.join(map(str,json.load(open('$g'))['prompt'])))")
   want=$(python3 -c "import json;print(json.load(open('$g'))['continuation'])" | tr -d ' ')
-  got=$("$di" generate --backend cuda --model "$dir/data/$fx" --tokens "$prompt" --temperature 0 \
+  got=$("$di" generate --backend cuda --model "tests/data/$fx" --tokens "$prompt" --temperature 0 \
         --max-new-tokens 130 --min-new-tokens 130 --output ids | tr -d ' ')
   if [ "$got" == "$want" ]; then echo "$fx: greedy 130 tokens equal transformers"; else echo "$fx: greedy differs"; status=1; fi
 done
 "$dir/bin/model_bench" --backend cuda --preset mid --prompt 512 --decode 32 2>&1 | tee -a "$out/bench.txt"
 "$dir/bin/model_bench" --backend cuda --preset mid --prompt 64 --decode 8 2>&1 | tee -a "$out/bench.txt"
-"$dir/bin/model_bench" --backend ref --preset mid --prompt 64 --decode 8 2>&1 | tee -a "$out/bench.txt"
+"$dir/bin/model_bench" --backend cpu --preset mid --prompt 64 --decode 8 2>&1 | tee -a "$out/bench.txt"
 exit $status

@@ -63,7 +63,7 @@ public:
         Tensor t = alloc(dtype, shape);
         be_.copy(t.view(), host);
         mw_.owned.push_back(std::move(t));
-        return make_view(mw_.owned.back().view().data, dtype, shape);
+        return make_view(mw_.owned.back().view().data, dtype, shape, be_.allocator().device());
     }
 
     // Float tensor converted to f32 (exact) for ops that take f32 parameters.
@@ -83,7 +83,7 @@ public:
         Tensor dev = alloc(DType::kF32, shape);
         be_.copy(dev.view(), hv);
         mw_.owned.push_back(std::move(dev));
-        return make_view(mw_.owned.back().view().data, DType::kF32, shape);
+        return make_view(mw_.owned.back().view().data, DType::kF32, shape, be_.allocator().device());
     }
 
     // Float tensor in its stored dtype (norm weights, embeddings).
@@ -148,9 +148,10 @@ public:
     }
 
 private:
-    static TensorView make_view(void* data, DType dtype, const Shape& shape) {
+    static TensorView make_view(void* data, DType dtype, const Shape& shape, Device device = Device::kHost) {
         TensorView v;
         v.data = data;
+        v.device = device;
         v.dtype = dtype;
         v.ndim = int(shape.size());
         int64_t st = 1;
