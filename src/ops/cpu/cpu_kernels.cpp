@@ -87,19 +87,26 @@ typedef uint32_t v4u __attribute__((vector_size(4 * sizeof(uint32_t))));
     return (v16)((e != 0u ? ((e + 126u) << 23) | (m << 22) : zero_or_half) | ((v & 8u) << 28));
 }
 
-DI_CPU_CLONES void dequant_fp8_generic(const uint8_t* q, int64_t n, float s, float* d) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const v16 f = fp8_values(load16b(q + i)) * s;
-        std::memcpy(d + i, &f, sizeof f);
+// A whole row: element i has scale sc[i / kFp8Block].
+DI_CPU_CLONES void dequant_fp8_generic(const uint8_t* q, int64_t n, const float* sc, float* d) {
+    for (int64_t i0 = 0; i0 < n; i0 += kFp8Block) {
+        const int64_t i1 = std::min(n, i0 + kFp8Block);
+        const float s = sc[i0 / kFp8Block];
+        int64_t i = i0;
+        for (; i + 16 <= i1; i += 16) {
+            const v16 f = fp8_values(load16b(q + i)) * s;
+            std::memcpy(d + i, &f, sizeof f);
+        }
+        for (; i < i1; ++i) d[i] = fp8_e4m3_to_f32(q[i]) * s;
     }
-    for (; i < n; ++i) d[i] = fp8_e4m3_to_f32(q[i]) * s;
 }
 
-// 16 bytes -> 32 values; the low nibble is the even column.
-DI_CPU_CLONES void dequant_fp4_generic(const uint8_t* q, int64_t n_bytes, float s, float* d) {
+// A whole row of n_bytes (2 n_bytes values; the low nibble is the even column): byte i has scale
+// sc[2 i / kFp4Group]. A full group is 16 bytes -> 32 values.
+DI_CPU_CLONES void dequant_fp4_generic(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) {
     int64_t i = 0;
     for (; i + 16 <= n_bytes; i += 16) {
+        const float s = sc[2 * i / kFp4Group];
         const v16u b = load16b(q + i);
         const v16 lo = fp4_values(b & 15u) * s, hi = fp4_values(b >> 4) * s;
         const v16 first = __builtin_shufflevector(lo, hi, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -108,6 +115,7 @@ DI_CPU_CLONES void dequant_fp4_generic(const uint8_t* q, int64_t n_bytes, float 
         std::memcpy(d + 2 * i + 16, &second, sizeof second);
     }
     for (; i < n_bytes; ++i) {
+        const float s = sc[2 * i / kFp4Group];
         d[2 * i] = fp4_at(q, 2 * i) * s;
         d[2 * i + 1] = fp4_at(q, 2 * i + 1) * s;
     }
@@ -134,21 +142,23 @@ DI_AVX512 __m512 fp8_values_avx512(__m128i bytes) {
     return _mm512_castsi512_ps(bits);
 }
 
-DI_AVX512 void dequant_fp8_avx512(const uint8_t* q, int64_t n, float s, float* d) {
+DI_AVX512 void dequant_fp8_avx512(const uint8_t* q, int64_t n, const float* sc, float* d) {
     int64_t i = 0;
-    const __m512 vs = _mm512_set1_ps(s);
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(d + i, _mm512_mul_ps(fp8_values_avx512(_mm_loadu_si128((const __m128i*)(q + i))), vs));
-    for (; i < n; ++i) d[i] = fp8_e4m3_to_f32(q[i]) * s;
+    for (; i + 16 <= n; i += 16) {  // 16 divides kFp8Block: one scale per step
+        const __m512 f = fp8_values_avx512(_mm_loadu_si128((const __m128i*)(q + i)));
+        _mm512_storeu_ps(d + i, _mm512_mul_ps(f, _mm512_set1_ps(sc[i / kFp8Block])));
+    }
+    for (; i < n; ++i) d[i] = fp8_e4m3_to_f32(q[i]) * sc[i / kFp8Block];
 }
 
 // e2m1 through a 16-entry table permute (the table is kFp4Values, so the values are those of fp4_at).
-DI_AVX512 void dequant_fp4_avx512(const uint8_t* q, int64_t n_bytes, float s, float* d) {
-    const __m512 table = _mm512_loadu_ps(kFp4Values), vs = _mm512_set1_ps(s);
+DI_AVX512 void dequant_fp4_avx512(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) {
+    const __m512 table = _mm512_loadu_ps(kFp4Values);
     const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     int64_t i = 0;
-    for (; i + 16 <= n_bytes; i += 16) {
+    for (; i + 16 <= n_bytes; i += 16) {  // one full group
+        const __m512 vs = _mm512_set1_ps(sc[2 * i / kFp4Group]);
         const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(q + i)));
         const __m512 lo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)), table), vs);
         const __m512 hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table), vs);
@@ -156,6 +166,7 @@ DI_AVX512 void dequant_fp4_avx512(const uint8_t* q, int64_t n_bytes, float s, fl
         _mm512_storeu_ps(d + 2 * i + 16, _mm512_permutex2var_ps(lo, second, hi));
     }
     for (; i < n_bytes; ++i) {
+        const float s = sc[2 * i / kFp4Group];
         d[2 * i] = fp4_at(q, 2 * i) * s;
         d[2 * i + 1] = fp4_at(q, 2 * i + 1) * s;
     }
@@ -169,20 +180,22 @@ bool has_avx512() {
     return ok;
 }
 
-void dequant_fp8(const uint8_t* q, int64_t n, float s, float* d) {
-    has_avx512() ? dequant_fp8_avx512(q, n, s, d) : dequant_fp8_generic(q, n, s, d);
+void dequant_fp8(const uint8_t* q, int64_t n, const float* sc, float* d) {
+    has_avx512() ? dequant_fp8_avx512(q, n, sc, d) : dequant_fp8_generic(q, n, sc, d);
 }
-void dequant_fp4(const uint8_t* q, int64_t n_bytes, float s, float* d) {
-    has_avx512() ? dequant_fp4_avx512(q, n_bytes, s, d) : dequant_fp4_generic(q, n_bytes, s, d);
+void dequant_fp4(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) {
+    has_avx512() ? dequant_fp4_avx512(q, n_bytes, sc, d) : dequant_fp4_generic(q, n_bytes, sc, d);
 }
 #else
-void dequant_fp8(const uint8_t* q, int64_t n, float s, float* d) { dequant_fp8_generic(q, n, s, d); }
-void dequant_fp4(const uint8_t* q, int64_t n_bytes, float s, float* d) { dequant_fp4_generic(q, n_bytes, s, d); }
+void dequant_fp8(const uint8_t* q, int64_t n, const float* sc, float* d) { dequant_fp8_generic(q, n, sc, d); }
+void dequant_fp4(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) { dequant_fp4_generic(q, n_bytes, sc, d); }
 #endif
 
 DI_CPU_CLONES void dequant_bf16(const uint16_t* q, int64_t n, float* d) {
     for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<float>(uint32_t(q[i]) << 16);
 }
+
+constexpr int64_t kMaxScales = 4096;  // scale blocks per row: in_dim up to 131072 (fp4) / 524288 (fp8)
 
 void dequant_row(const QWeight& w, int64_t o, float* d) {
     const int64_t in = w.in_dim;
@@ -202,17 +215,20 @@ void dequant_row(const QWeight& w, int64_t o, float* d) {
             return;
         }
         case WeightFormat::kFp8Block: {
-            const uint8_t* q = w.data.ptr<uint8_t>() + o * w.data.stride[0];
-            for (int64_t i = 0; i < in; i += kFp8Block)
-                dequant_fp8(q + i, std::min(kFp8Block, in - i), load_scale(w.scale, o / kFp8Block, i / kFp8Block),
-                            d + i);
+            float sc[kMaxScales];
+            const int64_t nb = (in + kFp8Block - 1) / kFp8Block;
+            DI_CHECK(nb <= kMaxScales, "fp8 in_dim {} too wide", in);
+            for (int64_t b = 0; b < nb; ++b) sc[b] = load_scale(w.scale, o / kFp8Block, b);
+            dequant_fp8(w.data.ptr<uint8_t>() + o * w.data.stride[0], in, sc, d);
             return;
         }
         case WeightFormat::kFp4Group: {
             DI_CHECK(in % 2 == 0, "fp4 weight with odd in_dim {}", in);
-            const uint8_t* q = w.data.ptr<uint8_t>() + o * w.data.stride[0];
-            for (int64_t i = 0; i < in; i += kFp4Group)
-                dequant_fp4(q + i / 2, std::min(kFp4Group, in - i) / 2, load_scale(w.scale, o, i / kFp4Group), d + i);
+            float sc[kMaxScales];
+            const int64_t ng = (in + kFp4Group - 1) / kFp4Group;
+            DI_CHECK(ng <= kMaxScales, "fp4 in_dim {} too wide", in);
+            for (int64_t g = 0; g < ng; ++g) sc[g] = load_scale(w.scale, o, g);
+            dequant_fp4(w.data.ptr<uint8_t>() + o * w.data.stride[0], in / 2, sc, d);
             return;
         }
     }
