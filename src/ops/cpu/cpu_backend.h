@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -21,7 +22,7 @@
 namespace di::ops {
 
 // Ops with a fast kernel (each has a case table in tests/ops/); every other op delegates to ref.
-inline constexpr std::string_view kCpuFastOps[] = {"linear", "moe", "attention"};
+inline constexpr std::string_view kCpuFastOps[] = {"linear", "moe", "attention", "indexer_topk"};
 
 constexpr bool cpu_op_is_fast(std::string_view op) {
     for (std::string_view f : kCpuFastOps)
@@ -33,6 +34,11 @@ constexpr bool cpu_op_is_fast(std::string_view op) {
 struct CpuScratch {
     std::vector<float> w;    // dequantised weight rows
     std::vector<float> acc;  // tile results
+    // indexer_topk
+    std::vector<float> wt, score;
+    std::vector<const float*> qrows;
+    std::vector<int32_t> order;
+    std::vector<std::pair<double, int32_t>> exact;
 };
 
 class CpuBackend final : public Backend {
@@ -54,7 +60,7 @@ public:
     void rms_norm(const RmsNormArgs& a) override { ref_->rms_norm(a); }
     void rope(const RopeArgs& a) override { ref_->rope(a); }
     void compress(const CompressArgs& a) override { ref_->compress(a); }
-    void indexer_topk(const IndexerTopkArgs& a) override { ref_->indexer_topk(a); }
+    void indexer_topk(const IndexerTopkArgs& a) override;
     void attention(const AttentionArgs& a) override;
     void window_store(const WindowStoreArgs& a) override { ref_->window_store(a); }
     void mhc_pre(const MhcPreArgs& a) override { ref_->mhc_pre(a); }
@@ -65,6 +71,7 @@ public:
 
 private:
     void collect_keys(const AttentionArgs& a);  // fills att_keys_ / att_off_
+    void indexer_query(const IndexerTopkArgs& a, int64_t t, double kmax, CpuScratch& s);
 
     ThreadPool pool_;
     std::unique_ptr<Backend> ref_;
