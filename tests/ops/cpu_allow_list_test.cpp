@@ -9,7 +9,7 @@ namespace di::cputest {
 namespace {
 
 // Ops with case tables (cpu_<op>_test.cpp) in tests/ops.
-const std::set<std::string_view> kTestedOps = {"linear", "moe", "attention", "indexer_topk"};
+const std::set<std::string_view> kTestedOps = {"linear", "moe", "attention", "indexer_topk", "mhc_pre", "hc_head"};
 
 TEST(CpuAllowList, EveryFastOpHasCaseTable) {
     for (std::string_view op : ops::kCpuFastOps) EXPECT_TRUE(kTestedOps.count(op)) << op << " runs fast untested";

@@ -22,7 +22,7 @@
 namespace di::ops {
 
 // Ops with a fast kernel (each has a case table in tests/ops/); every other op delegates to ref.
-inline constexpr std::string_view kCpuFastOps[] = {"linear", "moe", "attention", "indexer_topk"};
+inline constexpr std::string_view kCpuFastOps[] = {"linear", "moe", "attention", "indexer_topk", "mhc_pre", "hc_head"};
 
 constexpr bool cpu_op_is_fast(std::string_view op) {
     for (std::string_view f : kCpuFastOps)
@@ -63,9 +63,9 @@ public:
     void indexer_topk(const IndexerTopkArgs& a) override;
     void attention(const AttentionArgs& a) override;
     void window_store(const WindowStoreArgs& a) override { ref_->window_store(a); }
-    void mhc_pre(const MhcPreArgs& a) override { ref_->mhc_pre(a); }
+    void mhc_pre(const MhcPreArgs& a) override;
     void mhc_post(const MhcPostArgs& a) override { ref_->mhc_post(a); }
-    void hc_head(const HcHeadArgs& a) override { ref_->hc_head(a); }
+    void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override { ref_->route(a); }
     void moe(const MoeArgs& a) override;
 

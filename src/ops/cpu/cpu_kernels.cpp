@@ -291,6 +291,44 @@ DI_CPU_CLONES void weighted_row_sum(const float* const* rows, const float* p, in
     }
 }
 
+typedef double v8d __attribute__((vector_size(8 * sizeof(double))));
+
+[[gnu::always_inline]] inline double fold8(v8d a) {
+    double t[8];
+    std::memcpy(t, &a, sizeof t);
+    for (int w = 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) t[j] += t[j + w];
+    return t[0];
+}
+
+[[gnu::always_inline]] inline v8d load8d(const float* p) {
+    v8d v;
+    for (int j = 0; j < 8; ++j) v[j] = p[j];
+    return v;
+}
+
+DI_CPU_CLONES void dot_rows_f64(const float* a, const float* const* rows, int64_t n_rows, int64_t len, double* res) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float* b = rows[r];
+        v8d acc{};
+        int64_t i = 0;
+        for (; i + 8 <= len; i += 8) acc += load8d(a + i) * load8d(b + i);
+        for (int64_t j = 0; i + j < len; ++j) acc[j] += double(a[i + j]) * double(b[i + j]);
+        res[r] = fold8(acc);
+    }
+}
+
+DI_CPU_CLONES double sumsq_f64(const float* a, int64_t len) {
+    v8d acc{};
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        const v8d x = load8d(a + i);
+        acc += x * x;
+    }
+    for (int64_t j = 0; i + j < len; ++j) acc[j] += double(a[i + j]) * double(a[i + j]);
+    return fold8(acc);
+}
+
 void weight_tile(const QWeight& w, int64_t o0, int64_t nw, const float* const* x, int64_t nx, CpuScratch& s,
                  float* res) {
     const int64_t in = w.in_dim;

@@ -31,6 +31,11 @@ void dot_tile(const float* const* x, int64_t nx, const float* const* w, int64_t 
 // out[c] = sum_j p[j] * rows[j][c] for c < len, j summed in order 0..n-1 (float, vectorised over c).
 void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len, float* out);
 
+// Double-precision dot products with a fixed order (8 double lanes, fixed fold; the tail into lanes 0..):
+// res[r] = sum_i a[i] * rows[r][i] for r < n_rows, and sumsq(a) = sum_i a[i]^2.
+void dot_rows_f64(const float* a, const float* const* rows, int64_t n_rows, int64_t len, double* res);
+double sumsq_f64(const float* a, int64_t len);
+
 // One tile of a weight: rows [o0, o0 + nw) (nw <= kTileRows) against nx input rows; res as dot_tile
 // (columns k >= nw are unspecified). Dequantises into s.w unless the weight is dense f32.
 void weight_tile(const QWeight& w, int64_t o0, int64_t nw, const float* const* x, int64_t nx, CpuScratch& s,

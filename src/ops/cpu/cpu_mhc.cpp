@@ -1,0 +1,113 @@
+// mHC pre and head on the CPU. The costly part, mix = fn . rms(streams) ((2 + hc) hc rows of hc * hidden),
+// runs as fixed-order 8-lane double dot products, tokens in parallel; everything after it (sigmoids, the
+// Sinkhorn iterations on hc x hc, the collapse) is ref's double arithmetic on a few values. The results
+// equal ref's up to the order of the double sums (~1e-16 relative), i.e. within an ulp of float.
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/cpu_kernels.h"
+
+namespace di::ops {
+namespace {
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// mix = fn . (v * inv), inv = rsqrt(mean(v^2) + eps) rounded to float as ref; v * inv in float as ref.
+void hc_mix(const TensorView& streams, int64_t t, const TensorView& fn, float eps, CpuScratch& s, double* mix) {
+    const int64_t width = streams.shape[1] * streams.shape[2];
+    const float* v = streams.ptr<float>() + t * width;
+    const float inv = float(1.0 / std::sqrt(cpu::sumsq_f64(v, width) / double(width) + double(eps)));
+    s.w.resize(size_t(width));
+    for (int64_t i = 0; i < width; ++i) s.w[size_t(i)] = v[i] * inv;
+    s.qrows.resize(size_t(fn.shape[0]));
+    for (int64_t m = 0; m < fn.shape[0]; ++m) s.qrows[size_t(m)] = fn.ptr<float>() + m * fn.stride[0];
+    cpu::dot_rows_f64(s.w.data(), s.qrows.data(), fn.shape[0], width, mix);
+}
+
+// out = sum_i pre_i * stream_i (ref's double sum over the hc streams).
+void collapse(const TensorView& streams, int64_t t, const double* pre, float* out) {
+    const int64_t hc = streams.shape[1], D = streams.shape[2];
+    const float* v = streams.ptr<float>() + t * hc * D;
+    for (int64_t c = 0; c < D; ++c) {
+        double acc = 0;
+        for (int64_t i = 0; i < hc; ++i) acc += pre[i] * v[i * D + c];
+        out[c] = float(acc);
+    }
+}
+
+// ref: transformers 5.17 DeepseekV4HyperConnection.forward, after the mix (as ref_mhc.cpp).
+void mhc_pre_token(const MhcPreArgs& a, int64_t t, const double* mix) {
+    const int64_t hc = a.streams.shape[1];
+    const float* base = a.base.ptr<float>();
+    const float* scale = a.scale.ptr<float>();
+    double pre[16], C[256];
+    for (int64_t i = 0; i < hc; ++i) {
+        pre[i] = float(sigmoid(mix[i] * scale[0] + base[i]) + a.hc_eps);
+        a.post.ptr<float>()[t * a.post.stride[0] + i] = float(2.0 * sigmoid(mix[hc + i] * scale[1] + base[hc + i]));
+    }
+    for (int64_t j = 0; j < hc; ++j) {
+        double m = -INFINITY, sum = 0;
+        for (int64_t k = 0; k < hc; ++k) {
+            const int64_t idx = 2 * hc + j * hc + k;
+            C[j * hc + k] = mix[idx] * scale[2] + base[idx];
+            m = std::max(m, C[j * hc + k]);
+        }
+        for (int64_t k = 0; k < hc; ++k) sum += (C[j * hc + k] = std::exp(C[j * hc + k] - m));
+        for (int64_t k = 0; k < hc; ++k) C[j * hc + k] = C[j * hc + k] / sum + a.hc_eps;
+    }
+    auto normalize = [&](bool cols) {
+        for (int64_t x = 0; x < hc; ++x) {
+            double sum = 0;
+            for (int64_t y = 0; y < hc; ++y) sum += cols ? C[y * hc + x] : C[x * hc + y];
+            for (int64_t y = 0; y < hc; ++y) (cols ? C[y * hc + x] : C[x * hc + y]) /= (sum + a.hc_eps);
+        }
+    };
+    normalize(true);
+    for (int it = 0; it < a.sinkhorn_iters - 1; ++it) {
+        normalize(false);
+        normalize(true);
+    }
+    float* comb = a.comb.ptr<float>() + t * a.comb.stride[0];
+    for (int64_t i = 0; i < hc * hc; ++i) comb[i] = float(C[i]);
+    collapse(a.streams, t, pre, a.x.ptr<float>() + t * a.x.stride[0]);
+}
+
+}  // namespace
+
+void CpuBackend::mhc_pre(const MhcPreArgs& a) {
+    if constexpr (!cpu_op_is_fast("mhc_pre")) return ref_->mhc_pre(a);
+    check(a);
+    const int64_t n = a.streams.shape[0], hc = a.streams.shape[1];
+    DI_CHECK(hc <= 16, "mhc_pre: hc_mult {} > 16", hc);
+    const int64_t work = a.fn.shape[0] * a.fn.shape[1];
+    pool_.parallel_for(n, work * n < cpu::kMinParallelMacs ? n : 1, [&](int64_t t0, int64_t t1, int worker) {
+        CpuScratch& s = scratch_[size_t(worker)];
+        double mix[16 * 18];
+        for (int64_t t = t0; t < t1; ++t) {
+            hc_mix(a.streams, t, a.fn, a.norm_eps, s, mix);
+            mhc_pre_token(a, t, mix);
+        }
+    });
+}
+
+// ref: transformers 5.17 DeepseekV4HyperHead.forward
+void CpuBackend::hc_head(const HcHeadArgs& a) {
+    if constexpr (!cpu_op_is_fast("hc_head")) return ref_->hc_head(a);
+    check(a);
+    const int64_t n = a.streams.shape[0], hc = a.streams.shape[1];
+    DI_CHECK(hc <= 16, "hc_head: hc_mult {} > 16", hc);
+    const int64_t work = a.fn.shape[0] * a.fn.shape[1];
+    pool_.parallel_for(n, work * n < cpu::kMinParallelMacs ? n : 1, [&](int64_t t0, int64_t t1, int worker) {
+        CpuScratch& s = scratch_[size_t(worker)];
+        double mix[16], pre[16];
+        for (int64_t t = t0; t < t1; ++t) {
+            hc_mix(a.streams, t, a.fn, a.norm_eps, s, mix);
+            for (int64_t i = 0; i < hc; ++i)
+                pre[i] = float(sigmoid(mix[i] * a.scale.ptr<float>()[0] + a.base.ptr<float>()[i]) + a.hc_eps);
+            collapse(a.streams, t, pre, a.out.ptr<float>() + t * a.out.stride[0]);
+        }
+    });
+}
+
+}  // namespace di::ops

@@ -1,0 +1,102 @@
+// mhc_pre and hc_head on cpu vs ref. The cpu kernels keep ref's double arithmetic and change only the
+// order of the two long double sums (mean square and fn . n), which moves the doubles by ~1e-15 relative:
+// each float output may then round the other way, so the bound is 2 ulp (2^-22 |ref|). For x (and the head
+// output), a 1-ulp change of a float pre_i adds up to 2^-23 pre_i |stream_i[c]| (pre_i <= 1 + hc_eps), so
+// the bound there is 2^-22 (|ref| + 1.1 sum_i |stream_i[c]|).
+#include "cpu_test_util.h"
+
+namespace di::cputest {
+namespace {
+
+struct MhcCase {
+    const char* name;
+    int64_t n, hc, D;
+    float hc_eps = 1e-6f;
+    int iters = 20;
+};
+
+const MhcCase kCases[] = {
+    {"v4flash_decode", 1, 4, 4096},
+    {"demo_prefill", 9, 4, 256},
+    {"odd_width_hc2", 3, 2, 37, 1e-2f, 3},
+    {"one_iter", 2, 3, 64, 1e-6f, 1},
+};
+
+struct MhcInputs {
+    Tensor streams, fn, base, scale, fn_head, base_head, scale_head;
+};
+
+MhcInputs make_inputs(const MhcCase& c) {
+    MhcInputs in;
+    const int64_t m = (2 + c.hc) * c.hc, width = c.hc * c.D;
+    in.streams = Tensor(host_allocator(), DType::kF32, {c.n, c.hc, c.D});
+    in.fn = Tensor(host_allocator(), DType::kF32, {m, width});
+    in.base = Tensor(host_allocator(), DType::kF32, {m});
+    in.scale = Tensor(host_allocator(), DType::kF32, {3});
+    in.fn_head = Tensor(host_allocator(), DType::kF32, {c.hc, width});
+    in.base_head = Tensor(host_allocator(), DType::kF32, {c.hc});
+    in.scale_head = Tensor(host_allocator(), DType::kF32, {1});
+    fill_uniform(in.streams, -3.0f, 3.0f);
+    const float a = 1.0f / std::sqrt(float(width));  // mix entries of order 1
+    fill_uniform(in.fn, -a, a);
+    fill_uniform(in.fn_head, -a, a);
+    fill_uniform(in.base, -1.0f, 1.0f);
+    fill_uniform(in.base_head, -1.0f, 1.0f);
+    fill_uniform(in.scale, 0.5f, 2.0f);
+    fill_uniform(in.scale_head, 0.5f, 2.0f);
+    return in;
+}
+
+// |ref| * 2^-22 per element, plus 2^-22 * 1.1 * sum_i |stream_i[c]| when `collapse`.
+std::vector<double> ulp_bound(const std::vector<float>& ref, const MhcCase& c, const Tensor* streams) {
+    std::vector<double> b(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+        b[i] = 0x1p-22 * std::fabs(ref[i]);
+        if (streams) {
+            const int64_t t = int64_t(i) / c.D, col = int64_t(i) % c.D;
+            for (int64_t s = 0; s < c.hc; ++s) b[i] += 0x1p-22 * 1.1 * std::fabs(streams->view().ptr<float>()[(t * c.hc + s) * c.D + col]);
+        }
+    }
+    return b;
+}
+
+class CpuMhc : public ::testing::TestWithParam<MhcCase> {};
+
+TEST_P(CpuMhc, PreMatchesRefWithinTwoUlp) {
+    const MhcCase& c = GetParam();
+    const MhcInputs in = make_inputs(c);
+    struct Out {
+        Tensor x, post, comb;
+    };
+    auto run = [&](ops::Backend& be) {
+        Out o{Tensor(host_allocator(), DType::kF32, {c.n, c.D}), Tensor(host_allocator(), DType::kF32, {c.n, c.hc}),
+              Tensor(host_allocator(), DType::kF32, {c.n, c.hc, c.hc})};
+        poison(o.x), poison(o.post), poison(o.comb);
+        be.mhc_pre({in.streams, in.fn, in.base, in.scale, o.x, o.post, o.comb, 1e-6f, c.hc_eps, c.iters});
+        return o;
+    };
+    const Out r = run(*backends().ref), p = run(*backends().cpu);
+    const std::vector<float> rx = to_vector(r.x), rp = to_vector(r.post), rc = to_vector(r.comb);
+    expect_within(rx, to_vector(p.x), ulp_bound(rx, c, &in.streams), std::string(c.name) + ".x");
+    expect_within(rp, to_vector(p.post), ulp_bound(rp, c, nullptr), std::string(c.name) + ".post");
+    expect_within(rc, to_vector(p.comb), ulp_bound(rc, c, nullptr), std::string(c.name) + ".comb");
+}
+
+TEST_P(CpuMhc, HeadMatchesRefWithinTwoUlp) {
+    const MhcCase& c = GetParam();
+    const MhcInputs in = make_inputs(c);
+    auto run = [&](ops::Backend& be) {
+        Tensor out(host_allocator(), DType::kF32, {c.n, c.D});
+        poison(out);
+        be.hc_head({in.streams, in.fn_head, in.base_head, in.scale_head, out, 1e-6f, c.hc_eps});
+        return to_vector(out);
+    };
+    const std::vector<float> r = run(*backends().ref);
+    expect_within(r, run(*backends().cpu), ulp_bound(r, c, &in.streams), std::string(c.name) + ".head");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CpuMhc, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<MhcCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace di::cputest
