@@ -52,8 +52,9 @@ int run_inspect(const std::string& dir) {
     fmt::print("tensors {} ({} skipped)\n", s.n_tensors, s.skipped_tensors);
     for (const auto& [dt, n] : s.tensors_by_dtype) fmt::print("  {:<8} {}\n", dt, n);
     fmt::print("bytes {} ({})\n", s.bytes, human(double(s.bytes)));
-    fmt::print("parameters {} ({:.3f} B), active per token {} ({:.3f} B)\n", s.params, double(s.params) / 1e9,
-               s.active_params, double(s.active_params) / 1e9);
+    auto count = [](int64_t n) { return n >= 1000000000 ? fmt::format("{:.2f} B", double(n) / 1e9) : fmt::format("{:.2f} M", double(n) / 1e6); };
+    fmt::print("parameters {} ({}), active per token {} ({})\n", s.params, count(s.params), s.active_params,
+               count(s.active_params));
     const model::StateSize st = model::state_size(c);
     fmt::print("sequence state (f32): {} fixed + {:.1f} bytes/token; 4096 tokens: {}, 1M tokens: {}\n",
                human(double(st.fixed_bytes)), st.bytes_per_token, human(double(st.bytes_for(4096))),
