@@ -2,7 +2,8 @@
 // many tokens over few experts, clamped and unclamped SwiGLU, strided rows, a repeated expert, an empty batch.
 // Bound per element, derived in double here from the case's own magnitudes (see moe_bound): the float
 // summation error of gate/up (float_sum_tol(hidden) * sum|x w|) carried through SwiGLU (|silu'| <= 1.1),
-// plus the float error of the down projection and of the slot-order combine.
+// the flush of SwiGLU outputs below FLT_MIN (2^-126 each), plus the float error of the down projection and
+// of the slot-order combine. The V4-Flash case's random gates reach -200, so its h has subnormals.
 #include <algorithm>
 #include <numeric>
 
@@ -63,6 +64,7 @@ std::vector<double> moe_bound(const ops::MoeArgs& a, int64_t t) {
             for (int64_t r = 0; r < I; ++r) {
                 const double w2 = std::fabs(ew.w2.at(c, r));
                 d += h[size_t(r)] * ew.w2.at(c, r), S += std::fabs(h[size_t(r)]) * w2, E += eh[size_t(r)] * w2;
+                E += 0x1p-126 * w2;  // cpu flushes h below FLT_MIN to 0
             }
             const double ed = E + float_sum_tol(I) * (S + E);
             bound[size_t(c)] += wj * ed;

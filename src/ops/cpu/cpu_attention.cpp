@@ -2,6 +2,7 @@
 // rows, compressed entries), then (query, head) pairs run in parallel: float scores via the 16-lane dot
 // kernel, softmax with the sink in float, and the weighted key sum in key order.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "ops/cpu/cpu_backend.h"
@@ -63,7 +64,12 @@ void CpuBackend::attention(const AttentionArgs& a) {
             float m = sink;
             for (int64_t j = 0; j < nk; ++j) m = std::max(m, z[j] *= a.scale);
             float denom = std::exp(sink - m);
-            for (int64_t j = 0; j < nk; ++j) denom += (z[j] = std::exp(z[j] - m));
+            // Weights below FLT_MIN are flushed (subnormal multipliers cost a microcode assist per vector);
+            // that moves out by < 2^-126 max|k| per key, far inside the float rounding of the sum.
+            for (int64_t j = 0; j < nk; ++j) {
+                const float p = std::exp(z[j] - m);
+                denom += (z[j] = p < FLT_MIN ? 0.0f : p);
+            }
             float* o = a.out.at<float>(t, h);
             cpu::weighted_row_sum(keys, z, nk, hd, o);
             for (int64_t c = 0; c < hd; ++c) o[c] /= denom;
