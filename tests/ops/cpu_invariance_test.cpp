@@ -67,5 +67,33 @@ TEST(CpuInvariance, MoeTokenBitsIndependentOfBatchAndThreads) {
         EXPECT_TRUE(same_bits(run(one, t, 1).data(), batch.data() + t * D, D)) << "token " << t << ": batch changed bits";
 }
 
+TEST(CpuInvariance, AttentionAndMhcBitsIndependentOfThreads) {
+    const int64_t L = 7, H = 16, hd = 264, window = 4, hc = 4, D = 520;  // big enough to run threaded
+    Tensor q(host_allocator(), DType::kF32, {L, H, hd}), kv(host_allocator(), DType::kF32, {L, hd}),
+        ring(host_allocator(), DType::kF32, {window - 1, hd}), sinks(host_allocator(), DType::kF32, {H});
+    Tensor streams(host_allocator(), DType::kF32, {L, hc, D}), fn(host_allocator(), DType::kF32, {(2 + hc) * hc, hc * D}),
+        base(host_allocator(), DType::kF32, {(2 + hc) * hc}), scale(host_allocator(), DType::kF32, {3});
+    for (const Tensor* t : {&q, &kv, &ring, &sinks, &streams, &base, &scale}) fill_uniform(*t);
+    fill_uniform(fn, -0.05f, 0.05f);
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 3}) {
+        ops::CpuBackend be(threads);
+        Tensor o(host_allocator(), DType::kF32, {L, H, hd}), x(host_allocator(), DType::kF32, {L, D}),
+            post(host_allocator(), DType::kF32, {L, hc}), comb(host_allocator(), DType::kF32, {L, hc, hc});
+        ops::AttentionArgs a;
+        a.q = q, a.ring = ring, a.kv = kv, a.sinks = sinks, a.out = o;
+        a.pos0 = 9, a.n_cached = window - 1, a.window = window, a.scale = 0.1f;
+        be.attention(a);
+        be.mhc_pre({streams, fn, base, scale, x, post, comb});
+        std::vector<float> all = to_vector(o);
+        for (const Tensor* t : {&x, &post, &comb}) {
+            const std::vector<float> v = to_vector(*t);
+            all.insert(all.end(), v.begin(), v.end());
+        }
+        outs.push_back(all);
+    }
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4), 0) << "thread count changed bits";
+}
+
 }  // namespace
 }  // namespace di::cputest

@@ -4,11 +4,15 @@
 //
 // Determinism and batch invariance: every output element is computed by one thread with a summation order
 // fixed by the op's shape parameters that do not involve the number of rows/tokens n (dot products use 16
-// float lanes over the reduced dimension in index order, folded by a fixed tree; the tail goes into lanes
-// 0..r-1). So a row's bits never depend on the other rows in the batch, on its position in the batch, or on
-// the thread count. The module is built with -ffp-contract=off, so the AVX-512/AVX2/SSE clones of a kernel
-// (picked at load time) give the same bits too.
-// Accuracy vs ref: ref accumulates in double; here sums are float, error <~ (len/16 + 5) * 2^-24 * sum|terms|.
+// float lanes, or 8 double lanes in mhc, over the reduced dimension in index order, folded by a fixed tree;
+// the tail goes into lanes 0..r-1; attention sums keys in ref's key order; moe combines slots in slot order).
+// So a row's bits never depend on the other rows in the batch, on its position in the batch, or on the
+// thread count. The module is built with -ffp-contract=off and dequantisation is exact, so the AVX-512 /
+// AVX2 / baseline variants of a kernel (picked at load time) give the same bits too.
+// Accuracy vs ref (tests/ops states a derived bound per case): linear/moe/attention sum in float, error
+// <= (ceil(len/16) + 6) 2^-24 sum|terms| per dot; moe SwiGLU outputs and attention weights below FLT_MIN
+// are flushed to 0; indexer_topk picks equal ref's exactly (near-ties are rescored in ref's double
+// arithmetic); mhc_pre / hc_head keep double sums (within 2 float ulp of ref).
 #pragma once
 
 #include <memory>
