@@ -6,7 +6,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -16,8 +15,19 @@ namespace di {
 class ThreadPool {
 public:
     // fn(begin, end, worker): process indices [begin, end); worker in [0, size()) identifies the thread
-    // (for per-thread scratch memory). 0 is the calling thread.
-    using ChunkFn = std::function<void(int64_t begin, int64_t end, int worker)>;
+    // (for per-thread scratch memory). 0 is the calling thread. A non-owning reference to the caller's
+    // callable (no allocation per call, unlike std::function): valid for the duration of parallel_for.
+    class ChunkFn {
+    public:
+        template <class F>
+        ChunkFn(const F& f)  // NOLINT: implicit from any callable
+            : obj_(&f), call_([](const void* o, int64_t b, int64_t e, int w) { (*static_cast<const F*>(o))(b, e, w); }) {}
+        void operator()(int64_t b, int64_t e, int w) const { call_(obj_, b, e, w); }
+
+    private:
+        const void* obj_;
+        void (*call_)(const void*, int64_t, int64_t, int);
+    };
 
     // n_threads <= 0 picks default_threads(). Starts n_threads - 1 workers.
     explicit ThreadPool(int n_threads = 0);
