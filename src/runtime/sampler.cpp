@@ -37,13 +37,16 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
     const double neg_inf = -std::numeric_limits<double>::infinity();
     for (int32_t t : suppressed) z[size_t(t)] = neg_inf;
 
-    std::vector<int32_t> order(V);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return z[size_t(a)] > z[size_t(b)]; });
-
-    if (p_.temperature <= 0.0f) {
-        out.id = order[0];
+    if (p_.temperature <= 0.0f) {  // greedy: first maximum, no sort
+        out.id = int32_t(std::max_element(z.begin(), z.end()) - z.begin());
     } else {
+        std::vector<int32_t> order(V);
+        std::iota(order.begin(), order.end(), 0);
+        auto better = [&](int32_t a, int32_t b) { return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b); };
+        if (p_.top_k > 0 && size_t(p_.top_k) < V)
+            std::partial_sort(order.begin(), order.begin() + p_.top_k, order.end(), better);
+        else
+            std::sort(order.begin(), order.end(), better);
         size_t keep = V;
         if (p_.top_k > 0) keep = std::min(keep, size_t(p_.top_k));
         std::vector<double> prob(keep);
