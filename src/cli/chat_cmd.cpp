@@ -16,6 +16,13 @@ struct Options : GenOptions {
     bool thinking = false;
 };
 
+ChatMessage message(const std::string& role, const std::string& content) {
+    ChatMessage m;
+    m.role = role;
+    m.content = content;
+    return m;
+}
+
 Result<std::vector<int32_t>> encode_turns(const Tokenizer& tok, const std::vector<ChatMessage>& msgs, bool thinking) {
     ChatOptions co;
     co.thinking = thinking;
@@ -36,8 +43,8 @@ int run_once(Options& o) {
     if (!lm) return fail(lm.error().message);
     if (!lm->tokenizer) return fail("run needs a tokenizer.json in the model directory");
     std::vector<ChatMessage> msgs;
-    if (!o.system.empty()) msgs.push_back({.role = "system", .content = o.system});
-    msgs.push_back({.role = "user", .content = o.prompt});
+    if (!o.system.empty()) msgs.push_back(message("system", o.system));
+    msgs.push_back(message("user", o.prompt));
     auto prompt = encode_turns(*lm->tokenizer, msgs, o.thinking);
     if (!prompt) return fail(prompt.error().message);
     auto r = stream_generation(*lm, *prompt, o);
@@ -52,7 +59,7 @@ int run_chat(Options& o) {
     if (!lm) return fail(lm.error().message);
     if (!lm->tokenizer) return fail("chat needs a tokenizer.json in the model directory");
     std::vector<ChatMessage> history;
-    if (!o.system.empty()) history.push_back({.role = "system", .content = o.system});
+    if (!o.system.empty()) history.push_back(message("system", o.system));
     std::fprintf(stderr, "chat: type a message; /reset clears the history, /exit (or Ctrl-D) quits, "
                          "Ctrl-C stops an answer\n");
     std::string line;
@@ -75,14 +82,14 @@ int run_chat(Options& o) {
             continue;
         }
         if (line.empty()) continue;
-        history.push_back({.role = "user", .content = line});
+        history.push_back(message("user", line));
         auto prompt = encode_turns(*lm->tokenizer, history, o.thinking);
         if (!prompt) return fail(prompt.error().message);
         auto r = stream_generation(*lm, *prompt, o);
         if (!r) return fail(r.error().message);
         std::printf("\n");
         if (r->finish == runtime::FinishReason::kCancelled) std::fprintf(stderr, "(stopped)\n");
-        history.push_back({.role = "assistant", .content = r->text});
+        history.push_back(message("assistant", r->text));
     }
     return 0;
 }

@@ -132,7 +132,7 @@ nlohmann::ordered_json model_config(const RandomModelSpec& m) {
 }
 
 std::vector<io::TensorToWrite> model_tensors(const RandomModelSpec& m) {
-    Writer w{m};
+    Writer w{m, Rng{20261130}, {}};
     const int64_t kVocab = m.vocab, kHidden = m.hidden, kHeads = m.heads, kHeadDim = m.head_dim, kQLora = m.q_lora;
     const int64_t kGroups = m.o_groups, kOLora = m.o_lora, kIndexHeads = m.index_heads, kIndexDim = m.index_dim;
     const int64_t kExperts = m.experts, kActive = m.active, kMoe = m.moe, kHc = 4;

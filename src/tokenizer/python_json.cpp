@@ -37,7 +37,7 @@ std::string python_float_repr(double v) {
         }
     } else {
         out = digits.substr(0, 1);
-        if (digits.size() > 1) out += "." + digits.substr(1);
+        if (digits.size() > 1) out.append(".").append(digits, 1);  // append: GCC 12 -Wrestrict false positive on "." + s
         const int x = decpt - 1;
         char eb[16];
         std::snprintf(eb, sizeof(eb), "e%c%02d", x < 0 ? '-' : '+', x < 0 ? -x : x);
