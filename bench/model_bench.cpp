@@ -1,7 +1,10 @@
 // End-to-end model benchmark: prefill tokens/s, decode tokens/s and per-token latency, and per-sequence
 // state memory as the sequence grows, for a model directory or a built-in random model ("demo", "mid").
-//   model_bench [--model DIR | --preset demo|mid] [--backend ref|cpu|cuda] [--prompt N] [--decode N]
+//   model_bench [--model DIR | --preset demo|mid|flash] [--backend ref|cpu|cuda] [--prompt N] [--decode N]
+//               [--batch B]   (B sequences: B prefills of N tokens in one step, then steps of B decodes)
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -36,6 +39,26 @@ runtime::RandomModelSpec mid_spec() {  // real V4 head and index shapes, reduced
     return s;
 }
 
+runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and formats, first 4 layers' types
+    runtime::RandomModelSpec s;
+    s.vocab = 129280;
+    s.hidden = 4096;
+    s.heads = 64;
+    s.head_dim = 512;
+    s.q_lora = 1024;
+    s.o_groups = 8;
+    s.o_lora = 1024;
+    s.index_heads = 64;
+    s.index_dim = 128;
+    s.index_topk = 512;
+    s.experts = 256;
+    s.active = 6;
+    s.moe = 2048;
+    s.compress_ratios = {0, 0, 4, 128};
+    s.fast_draws = true;
+    return s;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -44,7 +67,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
-    int64_t n_prompt = 256, n_decode = 16;
+    int64_t n_prompt = 256, n_decode = 16, batch = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--model") dir = v;
@@ -52,6 +75,7 @@ int main(int argc, char** argv) {
         else if (k == "--backend") backend_name = v;
         else if (k == "--prompt") n_prompt = std::stoll(v);
         else if (k == "--decode") n_decode = std::stoll(v);
+        else if (k == "--batch") batch = std::stoll(v);
     }
     if (dir.empty()) {
         if (preset == "demo") {
@@ -61,7 +85,7 @@ int main(int argc, char** argv) {
         } else {
             dir = (std::filesystem::temp_directory_path() / ("deepinfer-bench-" + preset)).string();
             if (!std::filesystem::exists(dir + "/model.safetensors"))
-                if (auto st = runtime::write_random_model(dir, mid_spec()); !st)
+                if (auto st = runtime::write_random_model(dir, preset == "flash" ? flash_spec() : mid_spec()); !st)
                     return std::fprintf(stderr, "%s\n", st.error().message.c_str()), 1;
         }
     }
@@ -74,28 +98,34 @@ int main(int argc, char** argv) {
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int64_t i = 0; i < n_prompt; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % cfg.vocab_size);
 
-    model::SeqState st(cfg, model.backend(), n_prompt + n_decode);
+    std::vector<std::unique_ptr<model::SeqState>> states;
+    std::vector<model::SeqChunk> chunks;
+    for (int64_t b = 0; b < batch; ++b) {
+        states.push_back(std::make_unique<model::SeqState>(cfg, model.backend(), n_prompt + n_decode));
+        chunks.push_back({states.back().get(), prompt, false});
+    }
     auto t0 = std::chrono::steady_clock::now();
-    model::SeqChunk c{&st, prompt, false};
-    std::vector<float> logits = model.forward(std::span<const model::SeqChunk>(&c, 1));
+    std::vector<float> logits = model.forward(chunks);
     const double prefill = seconds_since(t0);
+    std::vector<int32_t> next(static_cast<size_t>(batch));
     t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n_decode; ++i) {
-        int32_t next = 0;
-        for (int64_t v = 1; v < cfg.vocab_size; ++v)
-            if (logits[size_t(v)] > logits[size_t(next)]) next = int32_t(v);
-        model::SeqChunk d{&st, std::span<const int32_t>(&next, 1), false};
-        logits = model.forward(std::span<const model::SeqChunk>(&d, 1));
+        for (int64_t b = 0; b < batch; ++b) {  // greedy per sequence
+            const float* l = logits.data() + b * cfg.vocab_size;
+            next[size_t(b)] = int32_t(std::max_element(l, l + cfg.vocab_size) - l);
+            chunks[size_t(b)] = {states[size_t(b)].get(), std::span<const int32_t>(&next[size_t(b)], 1), false};
+        }
+        logits = model.forward(chunks);
     }
     const double decode = seconds_since(t0);
     const auto& ws = model.weights().stats;
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
-    fmt::print("backend {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} tokens in {:.3f} s = {:.2f} "
-               "tokens/s, {:.1f} ms/token\n",
-               backend_name, n_prompt, prefill, double(n_prompt) / prefill, n_decode, decode,
-               double(n_decode) / decode, 1e3 * decode / double(std::max<int64_t>(n_decode, 1)));
+    fmt::print("backend {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = "
+               "{:.2f} tokens/s, {:.1f} ms/step\n",
+               backend_name, batch, batch * n_prompt, prefill, double(batch * n_prompt) / prefill, n_decode, decode,
+               double(batch * n_decode) / decode, 1e3 * decode / double(std::max<int64_t>(n_decode, 1)));
     const model::StateSize ss = model::state_size(cfg);
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,
                ss.bytes_per_token);

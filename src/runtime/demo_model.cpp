@@ -80,14 +80,23 @@ struct Writer {
         int64_t n = 1;
         for (int64_t s : shape) n *= s;
         std::vector<uint16_t> v(static_cast<size_t>(n));
-        for (uint16_t& x : v) x = f32_to_bf16(float(mean + sd * rng.normal()));
+        const double half_width = sd * std::sqrt(3.0);  // uniform law with the same standard deviation
+        for (uint16_t& x : v)
+            x = f32_to_bf16(float(mean + (spec.fast_draws ? half_width * (2 * rng.uniform() - 1) : sd * rng.normal())));
         out.push_back({name, "BF16", shape, bytes_of(v)});
     }
     // FP8 e4m3 [o, i] with 128x128 UE8M0 block scales; weights ~ N(0, 1/i).
     void fp8(const std::string& base, int64_t o, int64_t i) {
-        const int exp = int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / 16.0)));  // fp8 values ~ N(0, 16^2)
+        const int exp = int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / (spec.fast_draws ? 1.0 : 16.0))));
         std::vector<uint8_t> w(size_t(o * i));
-        for (uint8_t& b : w) b = encode_e4m3(float(16.0 * rng.normal()));
+        if (spec.fast_draws) {  // exponent field <= 7: |x| < 2, never NaN; scale keeps sd ~ 1/sqrt(i)
+            for (size_t k = 0; k < w.size(); k += 8) {
+                uint64_t r = rng.next();
+                for (size_t j = k; j < std::min(w.size(), k + 8); ++j, r >>= 8) w[j] = uint8_t(r) & 0xBF;
+            }
+        } else {
+            for (uint8_t& b : w) b = encode_e4m3(float(16.0 * rng.normal()));
+        }
         std::vector<uint8_t> s(size_t(((o + 127) / 128) * ((i + 127) / 128)), uint8_t(127 + exp));
         out.push_back({base + ".weight", "F8_E4M3", {o, i}, w});
         out.push_back({base + ".scale", "F8_E8M0", {(o + 127) / 128, (i + 127) / 128}, s});
@@ -96,7 +105,14 @@ struct Writer {
     void fp4(const std::string& base, int64_t o, int64_t i) {
         const int exp = int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / 2.0)));
         std::vector<uint8_t> w(size_t(o * i / 2));
-        for (uint8_t& b : w) b = uint8_t(encode_fp4(float(2.0 * rng.normal())) | (encode_fp4(float(2.0 * rng.normal())) << 4));
+        if (spec.fast_draws) {
+            for (size_t k = 0; k < w.size(); k += 8) {
+                uint64_t r = rng.next();
+                for (size_t j = k; j < std::min(w.size(), k + 8); ++j, r >>= 8) w[j] = uint8_t(r);
+            }
+        } else {
+            for (uint8_t& b : w) b = uint8_t(encode_fp4(float(2.0 * rng.normal())) | (encode_fp4(float(2.0 * rng.normal())) << 4));
+        }
         std::vector<uint8_t> s(size_t(o * i / 32), uint8_t(127 + exp));
         out.push_back({base + ".weight", "I8", {o, i / 2}, w});
         out.push_back({base + ".scale", "F8_E8M0", {o, i / 32}, s});

@@ -17,6 +17,9 @@ struct RandomModelSpec {
     int64_t vocab = 129280, hidden = 256, heads = 4, head_dim = 128, q_lora = 128, o_groups = 2, o_lora = 128;
     int64_t index_heads = 4, index_dim = 64, index_topk = 64, experts = 16, active = 2, moe = 128;
     std::vector<int> compress_ratios = {0, 4, 128, 4};  // per layer: 0 sliding, 4 CSA, 128 HCA
+    // Benchmark models: draw FP8/FP4 codes as random bits and BF16 from a uniform law (seconds instead of
+    // minutes for V4-Flash-sized tensors). The demo model keeps normal draws.
+    bool fast_draws = false;
 };
 
 // Writes config.json + model.safetensors of a deterministic random model into `dir`.
