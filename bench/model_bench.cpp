@@ -15,6 +15,7 @@
 #include "runtime/backend_factory.h"
 #include "runtime/demo_model.h"
 #include "runtime/model_loader.h"
+#include "runtime/throughput.h"
 
 using namespace di;
 
@@ -59,9 +60,6 @@ runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and for
     return s;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 }  // namespace
 
@@ -95,37 +93,15 @@ int main(int argc, char** argv) {
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
     auto& model = **m;
     const auto& cfg = model.config();
-    std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
-    for (int64_t i = 0; i < n_prompt; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % cfg.vocab_size);
-
-    std::vector<std::unique_ptr<model::SeqState>> states;
-    std::vector<model::SeqChunk> chunks;
-    for (int64_t b = 0; b < batch; ++b) {
-        states.push_back(std::make_unique<model::SeqState>(cfg, model.backend(), n_prompt + n_decode));
-        chunks.push_back({states.back().get(), prompt, false});
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> logits = model.forward(chunks);
-    const double prefill = seconds_since(t0);
-    std::vector<int32_t> next(static_cast<size_t>(batch));
-    t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < n_decode; ++i) {
-        for (int64_t b = 0; b < batch; ++b) {  // greedy per sequence
-            const float* l = logits.data() + b * cfg.vocab_size;
-            next[size_t(b)] = int32_t(std::max_element(l, l + cfg.vocab_size) - l);
-            chunks[size_t(b)] = {states[size_t(b)].get(), std::span<const int32_t>(&next[size_t(b)], 1), false};
-        }
-        logits = model.forward(chunks);
-    }
-    const double decode = seconds_since(t0);
+    const runtime::Throughput t = runtime::measure_throughput(model, n_prompt, n_decode, batch);
     const auto& ws = model.weights().stats;
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
     fmt::print("backend {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = "
                "{:.2f} tokens/s, {:.1f} ms/step\n",
-               backend_name, batch, batch * n_prompt, prefill, double(batch * n_prompt) / prefill, n_decode, decode,
-               double(batch * n_decode) / decode, 1e3 * decode / double(std::max<int64_t>(n_decode, 1)));
+               backend_name, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(), n_decode,
+               t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
     const model::StateSize ss = model::state_size(cfg);
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,
                ss.bytes_per_token);

@@ -1,0 +1,42 @@
+#include "runtime/throughput.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+namespace di::runtime {
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_t n_decode, int64_t batch) {
+    const auto& cfg = model.config();
+    std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+    for (int64_t i = 0; i < n_prompt; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % cfg.vocab_size);
+    std::vector<std::unique_ptr<model::SeqState>> states;
+    std::vector<model::SeqChunk> chunks;
+    for (int64_t b = 0; b < batch; ++b) {
+        states.push_back(std::make_unique<model::SeqState>(cfg, model.backend(), n_prompt + n_decode));
+        chunks.push_back({states.back().get(), prompt, false});
+    }
+    Throughput t{batch, n_prompt, n_decode};
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> logits = model.forward(chunks);
+    t.prefill_seconds = seconds_since(t0);
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n_decode; ++i) {
+        for (int64_t b = 0; b < batch; ++b) {  // greedy per sequence
+            const float* l = logits.data() + b * cfg.vocab_size;
+            next[size_t(b)] = int32_t(std::max_element(l, l + cfg.vocab_size) - l);
+            chunks[size_t(b)] = {states[size_t(b)].get(), std::span<const int32_t>(&next[size_t(b)], 1), false};
+        }
+        logits = model.forward(chunks);
+    }
+    t.decode_seconds = seconds_since(t0);
+    return t;
+}
+
+}  // namespace di::runtime

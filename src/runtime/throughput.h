@@ -1,0 +1,21 @@
+// Throughput measurement shared by `deepinfer bench` and bench/model_bench: B sequences prefilled with one
+// prompt of N tokens in one step, then D steps of B greedy single-token decodes.
+#pragma once
+
+#include <cstdint>
+
+#include "model/deepseek_v4.h"
+
+namespace di::runtime {
+
+struct Throughput {
+    int64_t batch = 1, prompt_tokens = 0, decode_steps = 0;
+    double prefill_seconds = 0, decode_seconds = 0;
+    double prefill_tokens_per_s() const { return double(batch * prompt_tokens) / prefill_seconds; }
+    double decode_tokens_per_s() const { return double(batch * decode_steps) / decode_seconds; }
+    double ms_per_step() const { return 1e3 * decode_seconds / double(decode_steps > 0 ? decode_steps : 1); }
+};
+
+Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_t n_decode, int64_t batch);
+
+}  // namespace di::runtime
