@@ -53,15 +53,9 @@ public:
             out += sse(j);
         }
         if (!gen_.done()) return true;
-        if (include_usage_) {
-            int64_t completion = 0;
-            for (const auto& c : choices_) completion += c.completion_tokens;
-            json u = base();
-            u["choices"] = json::array();
-            u["usage"] = usage_json(gen_.prompt_tokens(), completion);
-            out += sse(u);
-        }
-        return finish(out);
+        out += sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_));
+        done_ = true;
+        return false;
     }
 
 private:

@@ -25,6 +25,16 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
                 {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+std::string sse_stream_end(json base, bool include_usage, int64_t prompt_tokens, int64_t completion_tokens) {
+    std::string out;
+    if (include_usage) {
+        base["choices"] = json::array();
+        base["usage"] = usage_json(prompt_tokens, completion_tokens);
+        out = sse(base);
+    }
+    return out + kSseDone;
+}
+
 std::string sse(const json& j) {
     return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }

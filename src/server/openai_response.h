@@ -19,6 +19,17 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 std::string sse(const json& j);  // "data: <json>\n\n"
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
+// End of an SSE stream: with include_usage a chunk of `base` with empty choices and the usage, then [DONE].
+std::string sse_stream_end(json base, bool include_usage, int64_t prompt_tokens, int64_t completion_tokens);
+
+// Sum of completion_tokens over a request's choices.
+template <class Choice>
+int64_t total_completion_tokens(const std::vector<Choice>& choices) {
+    int64_t n = 0;
+    for (const auto& c : choices) n += c.completion_tokens;
+    return n;
+}
+
 // The text a token stands for in logprobs (its raw bytes, invalid UTF-8 replaced by U+FFFD).
 std::string token_piece(const Tokenizer* tok, int32_t id);
 

@@ -1,3 +1,5 @@
+// Vendored, unmodified upstream cpp-httplib v0.53.1 (MIT, see LICENSE.httplib) apart from these two lines: a single-header
+// third-party library, kept whole on purpose (README.md here says why it is vendored).
 //
 //  httplib.h
 //
