@@ -26,6 +26,7 @@ struct EngineOptions {
     size_t max_waiting = 256;              // requests queued for admission; more are refused (kCapacity)
     int64_t max_context = 0;               // prompt + max_tokens limit; 0: the model's max_position_embeddings
     std::chrono::milliseconds default_timeout{600000};
+    bool check_weights = false;            // scan every float weight for NaN/infinity at load
 };
 
 struct ModelInfo {
@@ -64,7 +65,10 @@ struct EngineStats {
 class Engine {
 public:
     static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
-    ~Engine();  // stops the loop; unfinished requests end with kCancelled
+    ~Engine();  // shutdown()
+    // Stops the loop: every unfinished request, running or queued, ends with kCancelled ("the engine shut
+    // down"), and submit() answers kUnsupported from then on. Idempotent; thread-safe.
+    void shutdown();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
 

@@ -34,6 +34,17 @@ public:
     // Without `add_bos`, BOS is prepended when tokenizer_config.json says add_bos_token (V4: false).
     std::vector<int32_t> encode(std::string_view text) const;
     std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
+    // As encode(text, add_bos), but special tokens whose text overlaps one of `plain` (byte ranges of
+    // `text`) are encoded as ordinary text, like Hugging Face's split_special_tokens restricted to those
+    // ranges; non-special added tokens still match. For invalid UTF-8 every special token is plain.
+    struct TextRange {
+        size_t begin = 0, end = 0;
+    };
+    std::vector<int32_t> encode(std::string_view text, bool add_bos, std::span<const TextRange> plain) const;
+    // Offset of the first byte of `text` that is not valid UTF-8, or nullopt. encode() replaces such bytes
+    // by U+FFFD (as Python's bytes.decode(errors="replace")), since the reference tokenizer only takes
+    // valid strings; callers that must not change the text refuse it with this offset instead.
+    static std::optional<size_t> invalid_utf8_offset(std::string_view text);
 
     // Ids -> text. Fails on an id outside [0, vocab_size()). With skip_special, special tokens are left
     // out (what OpenAI-style responses show); otherwise they appear as their text.

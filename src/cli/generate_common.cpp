@@ -15,6 +15,7 @@ namespace di::cli {
 void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_option("--model", o.model, "model directory (default: the built-in demo model)");
     app.add_option("--backend", o.backend, "cpu (default) | ref | cuda");
+    app.add_flag("--check-weights", o.check_weights, "scan every weight for NaN/infinity at load");
 }
 
 void add_sampling_options(CLI::App& app, GenOptions& o) {
@@ -40,7 +41,7 @@ Result<LoadedModel> load_for_generation(const GenOptions& o) {
         DI_TRY(dir, runtime::ensure_demo_model());
     }
     DI_TRY(lm.backend, runtime::make_backend(o.backend));
-    DI_TRY(lm.model, runtime::load_model(dir, *lm.backend));
+    DI_TRY(lm.model, runtime::load_model(dir, *lm.backend, o.check_weights));
     if (std::FILE* f = std::fopen((dir + "/tokenizer.json").c_str(), "r")) {
         std::fclose(f);
         DI_TRY(Tokenizer t, Tokenizer::load(dir));

@@ -21,6 +21,7 @@ struct GenOptions {
     int64_t max_new_tokens = 256, min_new_tokens = 0;
     runtime::SamplingParams sampling;
     std::vector<std::string> stop;
+    bool check_weights = false;
 };
 
 void add_model_options(CLI::App& app, GenOptions& o);

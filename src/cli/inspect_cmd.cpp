@@ -26,9 +26,9 @@ void print_rope(const char* name, const model::RopeTable& t) {
     fmt::print("\n");
 }
 
-int run_inspect(const std::string& dir) {
+int run_inspect(const std::string& dir, bool check_weights) {
     auto backend = runtime::make_backend("ref");
-    auto model = runtime::load_model(dir, **backend);
+    auto model = runtime::load_model(dir, **backend, check_weights);
     if (!model) return fail(model.error().message);
     const model::ModelConfig& c = (*model)->config();
     const model::WeightStats& s = (*model)->weights().stats;
@@ -64,8 +64,10 @@ int run_inspect(const std::string& dir) {
 
 std::function<int()> setup(CLI::App& app) {
     auto dir = std::make_shared<std::string>();
+    auto check = std::make_shared<bool>(false);
     app.add_option("--model", *dir, "model directory (config.json + safetensors)")->required();
-    return [dir] { return run_inspect(*dir); };
+    app.add_flag("--check-weights", *check, "scan every weight for NaN/infinity (reported as the error)");
+    return [dir, check] { return run_inspect(*dir, *check); };
 }
 
 }  // namespace

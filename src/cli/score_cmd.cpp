@@ -1,5 +1,7 @@
 // deepinfer score: runs a token sequence through the model (one prefill, or chunks of --chunk tokens
 // through the per-sequence state) and writes the logits of every position as float32 .npy.
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "cli/command.h"
@@ -8,6 +10,7 @@
 #include "ops/compare/compare_backend.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
+#include "runtime/sampler.h"
 
 namespace di::cli {
 namespace {
@@ -15,6 +18,7 @@ namespace {
 struct ScoreOptions {
     std::string model, tokens, tokens_file, logits_out, backend = "ref", compare_with;
     int64_t chunk = 0;
+    bool check_weights = false;
     double compare_tol = 1e-3;
 };
 
@@ -29,13 +33,15 @@ int run_score(const ScoreOptions& o) {
         compare = std::make_unique<ops::CompareBackend>(**backend, o.compare_tol);
     }
     ops::Backend& be = compare ? *compare : **backend;
-    auto model = runtime::load_model(o.model, be);
+    auto model = runtime::load_model(o.model, be, o.check_weights);
     if (!model) return fail(model.error().message);
     const auto& cfg = (*model)->config();
     if (auto st = runtime::check_tokens(*tokens, cfg.vocab_size); !st) return fail(st.error().message);
     if (o.chunk < 0) return fail(fmt::format("--chunk {} must be positive", o.chunk));
 
     const int64_t n = int64_t(tokens->size());
+    if (n > cfg.max_position_embeddings)
+        return fail(fmt::format("{} tokens exceed the model's context of {} tokens", n, cfg.max_position_embeddings));
     model::SeqState state(cfg, be, n);
     std::vector<float> logits;
     logits.reserve(size_t(n * cfg.vocab_size));
@@ -49,6 +55,13 @@ int run_score(const ScoreOptions& o) {
     if (!o.logits_out.empty()) {
         if (auto st = io::write_npy_f32(o.logits_out, logits.data(), {n, cfg.vocab_size}); !st)
             return fail(st.error().message);
+    }
+    if (const int64_t bad = runtime::first_non_finite(logits); bad >= 0) {
+        int64_t n_bad = 0;
+        for (const float l : logits) n_bad += !std::isfinite(l);
+        fmt::print(stderr, "warning: {} of {} logits are non-finite, the first ({}) at position {} token id {}: the "
+                   "checkpoint's weights or a kernel are broken (try --check-weights)\n", n_bad, logits.size(),
+                   logits[size_t(bad)], bad / cfg.vocab_size, bad % cfg.vocab_size);
     }
     const float* last = logits.data() + (n - 1) * cfg.vocab_size;
     int64_t best = 0;
@@ -79,6 +92,7 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--compare-with", o->compare_with, "run every op also on this backend (ref) and name the first "
                    "op that diverges; exit code 3 if one does");
     app.add_option("--compare-tol", o->compare_tol, "relative tolerance of --compare-with (default 1e-3)");
+    app.add_flag("--check-weights", o->check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--chunk", o->chunk, "run the sequence through the state in chunks of N tokens (1 = decode)");
     return [o] {
         if (o->tokens.empty() && o->tokens_file.empty()) return fail("score: give --tokens or --tokens-file");

@@ -21,6 +21,7 @@ struct ServeOptions {
     server::ServerOptions server;
     int64_t state_memory_mib = 2048;
     double request_timeout_s = 600;
+    int64_t max_body_bytes = int64_t(1) << 20;
 };
 
 int run_serve(ServeOptions o) {
@@ -32,8 +33,19 @@ int run_serve(ServeOptions o) {
         // A stable id for clients, whatever the demo's cache directory is called.
         if (o.server.served_model_name.empty()) o.server.served_model_name = "demo";
     }
-    if (o.state_memory_mib <= 0) return fail(fmt::format("--state-memory-mib {} must be positive", o.state_memory_mib));
-    if (o.request_timeout_s <= 0) return fail(fmt::format("--request-timeout {} must be positive", o.request_timeout_s));
+    // Every option checked here, before anything starts: written as "inside the range" so NaN fails too.
+    if (!(o.state_memory_mib > 0 && o.state_memory_mib <= (int64_t(1) << 30)))
+        return fail(fmt::format("--state-memory-mib {} must be in [1, 2^30]", o.state_memory_mib));
+    if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 1e7))
+        return fail(fmt::format("--request-timeout {} must be a number of seconds in (0, 1e7]", o.request_timeout_s));
+    if (!(o.max_body_bytes >= 64 && o.max_body_bytes <= (int64_t(1) << 32)))
+        return fail(fmt::format("--max-body-bytes {} must be in [64, 2^32]", o.max_body_bytes));
+    o.server.max_body_bytes = size_t(o.max_body_bytes);
+    for (const auto& [name, v] : {std::pair{"--read-timeout", o.server.read_timeout_s},
+                                  std::pair{"--write-timeout", o.server.write_timeout_s}})
+        if (v < 1 || v > 86400) return fail(fmt::format("{} {} must be in [1, 86400] seconds", name, v));
+    if (o.server.n_threads < 4 || o.server.n_threads > 4096)
+        return fail(fmt::format("--threads {} must be in [4, 4096]", o.server.n_threads));
     if (o.server.port < 0 || o.server.port > 65535) return fail(fmt::format("--port {} is not a port", o.server.port));
     if (o.server.default_max_tokens < 1)
         return fail(fmt::format("--default-max-tokens {} must be at least 1", o.server.default_max_tokens));
@@ -65,7 +77,9 @@ int run_serve(ServeOptions o) {
         int sig = 0;
         sigwait(&sigs, &sig);
         if (sig != 0) std::fprintf(stderr, "deepinfer: signal %d, shutting down\n", sig);
-        http.stop();
+        // Requests end first (streams get an error event and [DONE], queued ones a 503), then the listener.
+        (*engine)->shutdown();
+        http.drain_and_stop(std::chrono::seconds(10));
     });
     const Status st = http.run();
     pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter if the server stopped by itself
@@ -95,7 +109,8 @@ std::function<int()> setup(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--request-timeout", o->request_timeout_s, "seconds before a request is stopped")
         ->capture_default_str();
-    app.add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body")->capture_default_str();
+    app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body")->capture_default_str();
+    app.add_flag("--check-weights", o->engine.check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--read-timeout", o->server.read_timeout_s, "seconds a client may take to send its request")
         ->capture_default_str();
     app.add_option("--write-timeout", o->server.write_timeout_s, "seconds a client may stall reading a reply")

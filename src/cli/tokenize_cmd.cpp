@@ -1,9 +1,11 @@
 // `deepinfer tokenize` (text -> JSON array of ids or token strings) and `deepinfer detokenize` (ids -> text).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -15,7 +17,7 @@ namespace {
 
 struct TokenizeArgs {
     std::string tokenizer, text, text_file, output = "ids";
-    bool bos = false, no_bos = false;
+    bool bos = false, no_bos = false, split_special = false;
 };
 
 int run_tokenize(const TokenizeArgs& a) {
@@ -23,14 +25,26 @@ int run_tokenize(const TokenizeArgs& a) {
     if (!tok) return fail(tok.error().message);
     std::string text = a.text;
     if (!a.text_file.empty()) {
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(a.text_file, ec))
+            return fail("tokenize: --text-file '" + a.text_file + "' is not a regular file");
         std::ifstream f(a.text_file, std::ios::binary);
         if (!f) return fail("tokenize: cannot open --text-file '" + a.text_file + "'");
         std::ostringstream ss;
         ss << f.rdbuf();
+        if (!f && !f.eof()) return fail("tokenize: cannot read --text-file '" + a.text_file + "'");
         text = ss.str();
     }
+    // Refused rather than replaced: Hugging Face tokenizers only encode valid strings, so no reference ids
+    // exist for other bytes, and a silent U+FFFD would change the text.
+    if (auto bad = Tokenizer::invalid_utf8_offset(text))
+        return fail(fmt::format("tokenize: {} is not valid UTF-8 at byte {} (0x{:02x})",
+                                a.text_file.empty() ? std::string("--text") : "'" + a.text_file + "'", *bad,
+                                static_cast<unsigned char>(text[*bad])));
     const bool add_bos = a.bos ? true : a.no_bos ? false : tok->add_bos();
-    const std::vector<int32_t> ids = tok->encode(text, add_bos);
+    const Tokenizer::TextRange whole{0, text.size()};
+    const std::vector<int32_t> ids =
+        a.split_special ? tok->encode(text, add_bos, std::span(&whole, 1)) : tok->encode(text, add_bos);
     nlohmann::json out = nlohmann::json::array();
     for (int32_t id : ids) {
         if (a.output == "tokens") out.push_back(std::string(tok->token_text(id)));
@@ -80,6 +94,8 @@ std::function<int()> setup_tokenize(CLI::App& sub) {
     sub.add_option("--output", a->output, "ids (default) or tokens")->check(CLI::IsMember({"ids", "tokens"}));
     sub.add_flag("--bos", a->bos, "prepend BOS (default: tokenizer_config.json add_bos_token)");
     sub.add_flag("--no-bos", a->no_bos, "never prepend BOS");
+    sub.add_flag("--split-special-tokens", a->split_special,
+                 "encode special-token text as ordinary text (default: it becomes the special token)");
     return [a, text, file]() -> int {
         if (text->count() == 0 && file->count() == 0) return fail("tokenize: give --text or --text-file");
         return run_tokenize(*a);

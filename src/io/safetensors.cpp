@@ -171,12 +171,15 @@ Result<std::vector<TensorEntry>> parse_safetensors(const uint8_t* data, size_t f
     const uint64_t data_bytes = file_size - 8 - header_len;
     const std::string_view text(reinterpret_cast<const char*>(data + 8), size_t(header_len));
 
-    std::string dup;
+    std::vector<std::string> dup;
     DI_TRY(json header, parse_json_text(text, path + ": safetensors header", &dup));
     if (!header.is_object())
         return format_error(path, fmt::format("header must be a JSON object, got {}", describe_json(header)));
-    if (!dup.empty())
-        return format_error(path, fmt::format("tensor {} appears twice in the header", io::quoted(dup)));
+    if (dup.size() == 1)
+        return format_error(path, fmt::format("tensor {} appears twice in the header", io::quoted(dup[0])));
+    if (dup.size() >= 2)
+        return format_error(path, fmt::format("tensor {}: key {} appears twice", io::quoted(dup[0]),
+                                              io::quoted(dup.back())));
 
     std::vector<ParsedEntry> parsed;
     parsed.reserve(header.size());

@@ -224,6 +224,49 @@ Status check_unused_types(const ConfigFields& f) {
     return ok_status();
 }
 
+// Upper bounds on every size the kernels and allocations are computed from, so that a config that loads
+// never overflows a byte count or asks for an absurd allocation later. Each is far above DeepSeek-V4-Pro
+// (hidden 7168, vocab 129280, 384 experts, window 128, 1M positions).
+Status check_bounds(const ConfigFields& f, const ModelConfig& c) {
+    struct Bound {
+        const char* field;
+        int64_t value, lo, hi;
+    };
+    const Bound bounds[] = {
+        {"vocab_size", c.vocab_size, 1, int64_t(1) << 24},
+        {"hidden_size", c.hidden_dim, 1, int64_t(1) << 16},
+        {"num_attention_heads", c.n_heads, 1, 1024},
+        {"head_dim", c.head_dim, 1, int64_t(1) << 14},
+        {"q_lora_rank", c.q_lora_rank, 1, int64_t(1) << 16},
+        {"o_lora_rank", c.o_lora_rank, 1, int64_t(1) << 16},
+        // The attention kernels keep window - 1 rows of cache besides the current tokens.
+        {"sliding_window", c.window, 2, int64_t(1) << 16},
+        {"index_n_heads", c.index_heads, 1, 1024},
+        {"index_head_dim", c.index_dim, 1, int64_t(1) << 14},
+        {"index_topk", c.index_topk, 1, int64_t(1) << 20},
+        {"hc_mult", c.hc_mult, 1, 64},
+        {"hc_sinkhorn_iters", c.hc_sinkhorn_iters, 1, 10000},
+        {"n_routed_experts", c.n_experts, 1, 65536},
+        {"moe_intermediate_size", c.moe_dim, 1, int64_t(1) << 16},
+        {"n_shared_experts", c.n_shared_experts, 0, 64},
+        {"num_nextn_predict_layers", c.n_mtp_layers, 0, kMaxLayers},
+        {"max_position_embeddings", c.max_position_embeddings, 1, int64_t(1) << 32},
+        {"compress_rates.compressed_sparse_attention", c.csa_rate, 1, int64_t(1) << 16},
+        {"compress_rates.heavily_compressed_attention", c.hca_rate, 1, int64_t(1) << 16},
+    };
+    for (const Bound& b : bounds)
+        if (b.value < b.lo || b.value > b.hi)
+            return f.error(b.field, fmt::format("{} is outside the supported range [{}, {}]", b.value, b.lo, b.hi));
+    // Token ids the engine compares with sampled ids or feeds back: inside the vocabulary.
+    if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size)
+        return f.error("bos_token_id", fmt::format("{} is outside the vocabulary [0, {})", c.bos_token_id,
+                                                   c.vocab_size));
+    for (const int64_t e : c.eos_token_ids)
+        if (e < 0 || e >= c.vocab_size)
+            return f.error("eos_token_id", fmt::format("{} is outside the vocabulary [0, {})", e, c.vocab_size));
+    return ok_status();
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_config(const std::string& json_text, const std::string& source) {
@@ -323,6 +366,7 @@ Result<ModelConfig> parse_config(const std::string& json_text, const std::string
     if (c.n_experts_active > c.n_experts)
         return f.error("num_experts_per_tok",
                        fmt::format("{} exceeds n_routed_experts {}", c.n_experts_active, c.n_experts));
+    DI_TRY_STATUS(check_bounds(f, c));
     return c;
 }
 

@@ -2,6 +2,7 @@
 // backend's device (host backends use the mmap directly; small f32-only tensors are converted once).
 #include "model/weights.h"
 
+#include <cstring>
 #include <set>
 
 #include <fmt/ranges.h>
@@ -94,10 +95,25 @@ public:
         return place(*e, t, shape);
     }
 
-    Result<TensorView> index_tensor(const std::string& official, const Shape& shape) {
+    // Integer tensor whose every value must lie in [0, limit): the kernels index with it unchecked.
+    Result<TensorView> index_tensor(const std::string& official, const Shape& shape, int64_t limit) {
         DI_TRY(const io::TensorEntry* e, require(official));
         DI_TRY_STATUS(check_shape(*e, shape));
         DI_TRY(DType t, dtype_of(*e, {DType::kI64, DType::kI32}));
+        const int64_t n = int64_t(e->nbytes / dtype_size(t));
+        for (int64_t i = 0; i < n; ++i) {
+            int64_t v = 0;
+            if (t == DType::kI64) {
+                std::memcpy(&v, e->data + i * 8, 8);
+            } else {
+                int32_t v32 = 0;
+                std::memcpy(&v32, e->data + i * 4, 4);
+                v = v32;
+            }
+            if (v < 0 || v >= limit)
+                return make_error(ErrorCode::kFormat, "{}: tensor '{}' holds {} at flat index {}, outside [0, {})",
+                                  e->file, e->name, v, i, limit);
+        }
         return place(*e, t, shape);
     }
 
@@ -271,7 +287,7 @@ Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer) {
     FfnWeights f;
     DI_TRY(f.gate, b.linear(p + "gate", c.n_experts, D));
     if (c.moe_types[size_t(layer)] == MoeType::kHash) {
-        DI_TRY(f.tid2eid, b.index_tensor(p + "gate.tid2eid", {c.vocab_size, c.n_experts_active}));
+        DI_TRY(f.tid2eid, b.index_tensor(p + "gate.tid2eid", {c.vocab_size, c.n_experts_active}, c.n_experts));
     } else {
         DI_TRY(f.gate_bias, b.f32_param(p + "gate.bias", {c.n_experts}));
     }

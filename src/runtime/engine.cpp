@@ -39,6 +39,7 @@ struct Engine::Impl {
     bool stopping = false;
     std::mt19937_64 seed_rng{std::random_device{}()};
     std::thread loop;
+    std::mutex join_mu;  // shutdown() may be called from several threads
 
     explicit Impl(const runtime::SchedulerConfig& sc) : sched(sc) {}
     void run();
@@ -77,7 +78,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     auto impl = std::make_unique<Impl>(scheduler_config(o));
     impl->opt = o;
     DI_TRY(impl->backend, runtime::make_backend(o.backend));
-    DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend));
+    DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend, o.check_weights));
     const model::ModelConfig& cfg = impl->model->config();
     const std::string tok_path = o.tokenizer_path.empty() ? o.model_dir : o.tokenizer_path;
     const bool has_tok = std::filesystem::exists(std::filesystem::path(tok_path) / "tokenizer.json") ||
@@ -114,13 +115,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Engine::~Engine() {
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
     {
         std::lock_guard lk(impl_->mu);
         impl_->stopping = true;
     }
     impl_->cv.notify_all();
-    impl_->loop.join();
+    std::lock_guard join_lk(impl_->join_mu);
+    if (impl_->loop.joinable()) impl_->loop.join();
 }
 
 const ModelInfo& Engine::info() const { return impl_->info; }
@@ -129,7 +133,10 @@ const EngineOptions& Engine::options() const { return impl_->opt; }
 
 int64_t Engine::state_bytes_for(int64_t capacity) const {
     // Rounded up: entries are floor(capacity / rate) per layer, never more than the amortised rate.
-    return impl_->state_size.fixed_bytes + int64_t(std::ceil(impl_->state_size.bytes_per_token * double(capacity)));
+    // Saturates at INT64_MAX (a demand no budget meets) instead of overflowing for huge capacities.
+    const double bytes = double(impl_->state_size.fixed_bytes) +
+                         std::ceil(impl_->state_size.bytes_per_token * double(std::max<int64_t>(capacity, 0)));
+    return bytes >= 9.2e18 ? INT64_MAX : int64_t(bytes);
 }
 
 EngineStats Engine::stats() const {
@@ -148,7 +155,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     DI_TRY_STATUS(runtime::check_tokens(r.prompt, m.info.vocab_size));
     if (r.stop.max_tokens < 1)
         return make_error(ErrorCode::kInvalidArgument, "max_tokens {} must be at least 1", r.stop.max_tokens);
-    if (n_prompt + r.stop.max_tokens > m.info.max_context)
+    // Written as a difference: prompt + max_tokens can overflow for a client's max_tokens near 2^63.
+    if (n_prompt > m.info.max_context || r.stop.max_tokens > m.info.max_context - n_prompt)
         return make_error(ErrorCode::kOutOfRange,
                           "the prompt ({} tokens) plus max_tokens ({}) exceeds the context limit of {} tokens",
                           n_prompt, r.stop.max_tokens, m.info.max_context);

@@ -1,5 +1,7 @@
 #include "runtime/engine_sequence.h"
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 
 namespace di::runtime {
@@ -51,6 +53,11 @@ std::span<const int32_t> EngineSequence::tokens(int64_t start, int64_t n) const 
 
 void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
     if (finished()) return;
+    if (const int64_t bad = first_non_finite(logits); bad >= 0)
+        return finish(FinishReason::kError,
+                      fmt::format("the model produced a non-finite logit ({} for token id {}) at position {}: the "
+                                  "checkpoint's weights or a kernel are broken (try --check-weights)",
+                                  logits[size_t(bad)], bad, tokens_.size() - 1));
     const std::span<const int32_t> all(tokens_);
     const SampledToken t = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)));
     tokens_.push_back(t.id);

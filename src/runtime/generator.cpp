@@ -27,7 +27,12 @@ Result<GenerateResult> generate(model::DeepseekV4& m, const std::vector<int32_t>
         if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
             return make_error(ErrorCode::kOutOfRange, "token id {} at index {} is outside the vocabulary ({})",
                               prompt[i], i, cfg.vocab_size);
-    model::SeqState state(cfg, m.backend(), int64_t(prompt.size()) + o.max_new_tokens);
+    const int64_t n_prompt = int64_t(prompt.size()), n_ctx = cfg.max_position_embeddings;
+    if (n_prompt > n_ctx || o.max_new_tokens > n_ctx - n_prompt)  // a difference: the sum can overflow
+        return make_error(ErrorCode::kOutOfRange,
+                          "the prompt ({} tokens) plus max_new_tokens ({}) exceeds the model's context of {} tokens",
+                          n_prompt, o.max_new_tokens, n_ctx);
+    model::SeqState state(cfg, m.backend(), n_prompt + o.max_new_tokens);
     Sampler sampler(o.sampling);
     GenerateResult r;
     std::vector<int32_t> context = prompt;
@@ -45,6 +50,11 @@ Result<GenerateResult> generate(model::DeepseekV4& m, const std::vector<int32_t>
             r.finish = FinishReason::kCancelled;
             break;
         }
+        if (const int64_t bad = first_non_finite(logits); bad >= 0)
+            return make_error(ErrorCode::kFormat,
+                              "the model produced a non-finite logit ({} for token id {}) at position {}: the "
+                              "checkpoint's weights or a kernel are broken (try --check-weights)",
+                              logits[size_t(bad)], bad, context.size() - 1);
         const bool hold_eos = int64_t(r.tokens.size()) < o.min_new_tokens;
         const SampledToken tok = sampler.sample(logits, context, r.tokens,
                                                 hold_eos ? std::span<const int32_t>(o.eos_ids) : std::span<const int32_t>{});

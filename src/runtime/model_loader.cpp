@@ -1,12 +1,15 @@
 #include "runtime/model_loader.h"
 
+#include "io/finite_scan.h"
 #include "io/safetensors.h"
 
 namespace di::runtime {
 
-Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend) {
+Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
+                                                      bool check_weights) {
     DI_TRY(model::ModelConfig cfg, model::load_config(dir));
     DI_TRY(io::Checkpoint ckpt, io::Checkpoint::open(dir));
+    if (check_weights) DI_TRY_STATUS(io::check_checkpoint_finite(ckpt));
     auto shared = std::make_shared<io::Checkpoint>(std::move(ckpt));
     DI_TRY(model::ModelWeights w, model::bind_weights(shared, cfg, backend));
     return std::make_unique<model::DeepseekV4>(std::move(cfg), std::move(w), backend);

@@ -9,7 +9,10 @@
 
 namespace di::runtime {
 
-Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend);
+// check_weights: scan every float tensor for NaN/infinity first (`--check-weights`; one pass over the
+// checkpoint's bytes).
+Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
+                                                      bool check_weights = false);
 
 // Checks token ids against the vocabulary: "token id 300 at index 4 is outside the vocabulary (256)".
 Status check_tokens(const std::vector<int32_t>& tokens, int64_t vocab_size);

@@ -10,6 +10,16 @@ namespace di::runtime {
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
+int64_t first_non_finite(std::span<const float> logits) {
+    // Branch-free scan (vectorises): NaN and +-inf are the values with every exponent bit set.
+    bool bad = false;
+    for (const float l : logits) bad |= !std::isfinite(l);
+    if (!bad) return -1;
+    for (size_t i = 0; i < logits.size(); ++i)
+        if (!std::isfinite(logits[i])) return int64_t(i);
+    return -1;
+}
+
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
 SampledToken Sampler::sample(std::span<const float> logits, std::span<const int32_t> context,

@@ -29,6 +29,10 @@ struct SampledToken {
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
 };
 
+// Index of the first NaN or infinite logit, or -1. A broken checkpoint or kernel shows up here: sampling
+// from such a row would return an arbitrary token, so every caller stops with an error instead.
+int64_t first_non_finite(std::span<const float> logits);
+
 class Sampler {
 public:
     explicit Sampler(const SamplingParams& p);

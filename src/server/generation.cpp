@@ -32,7 +32,7 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
         int64_t max_tokens = 0;
         if (p.max_tokens) {
             max_tokens = *p.max_tokens;
-            if (n_prompt + max_tokens > info.max_context)
+            if (max_tokens > info.max_context - n_prompt)  // a difference: the sum can overflow
                 return bad_request(fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceeds the context "
                                                "limit of {} tokens",
                                                n_prompt, max_tokens, info.max_context),

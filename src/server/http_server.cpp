@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <thread>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -65,7 +67,9 @@ void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Re
                                         Reply (*handler)(ServerContext&, const std::string&, const ClientGone&)) {
     if (!authorized(req, res)) return;
     ClientGone gone = [&req] { return req.is_connection_closed(); };
+    ++ctx.counters.generations_in_flight;
     Reply r = handler(ctx, req.body, gone);
+    --ctx.counters.generations_in_flight;
     if (!r.stream) {
         res.status = r.status;
         res.set_content(r.body, "application/json");
@@ -178,6 +182,14 @@ Status HttpServer::run() {
     if (impl_->port < 0) DI_TRY_STATUS(bind());
     if (!impl_->svr.listen_after_bind()) return make_error(ErrorCode::kIo, "serve: the listener failed");
     return ok_status();
+}
+
+void HttpServer::drain_and_stop(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    const ServerCounters& c = impl_->ctx.counters;
+    while ((c.streams_open > 0 || c.generations_in_flight > 0) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stop();
 }
 
 void HttpServer::stop() {

@@ -20,6 +20,9 @@ public:
     // Serves until stop() (from another thread or a signal handler thread).
     Status run();
     void stop();
+    // Graceful shutdown, after Engine::shutdown() has ended every request: waits (at most `limit`) until
+    // every reply, error events and `[DONE]` included, has been handed to its client, then stop().
+    void drain_and_stop(std::chrono::milliseconds limit);
 
 private:
     struct Impl;

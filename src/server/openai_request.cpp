@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "io/json_text.h"
+
 namespace di::server {
 namespace {
 
@@ -310,6 +312,9 @@ MaybeError parse_thinking(Fields& f, ChatRequest& r) {
 }
 
 ApiResult<json> parse_body(std::string_view body) {
+    if (io::json_nesting_depth(body) > io::kMaxJsonDepth)
+        return bad_request(fmt::format("the request body nests JSON deeper than {} levels", io::kMaxJsonDepth),
+                           "", "invalid_json");
     json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return bad_request("the request body is not valid JSON", "", "invalid_json");
     if (!j.is_object()) return bad_request("the request body must be a JSON object", "", "invalid_json");

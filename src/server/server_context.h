@@ -26,6 +26,7 @@ struct ServerOptions {
 
 struct ServerCounters {
     std::atomic<uint64_t> http_requests{0}, http_errors{0}, streams_open{0}, client_disconnects{0};
+    std::atomic<int64_t> generations_in_flight{0};  // generation handlers running (drain waits for 0)
 };
 
 struct ServerContext {

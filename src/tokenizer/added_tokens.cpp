@@ -48,18 +48,24 @@ TokenMatcher::Match TokenMatcher::find(std::string_view text, size_t from) const
 
 namespace {
 
-void split_one(std::string_view text, const TokenMatcher& m, std::vector<Segment>& out) {
+// `base` is the offset of `text` in the whole input (what `keep` is told).
+void split_one(std::string_view text, size_t base, const TokenMatcher& m, const MatchFilter& keep,
+               std::vector<Segment>& out) {
     if (m.empty()) {
         out.push_back({text, -1});
         return;
     }
-    size_t pos = 0;
-    while (pos < text.size()) {
-        const TokenMatcher::Match hit = m.find(text, pos);
+    size_t pos = 0, search = 0;  // pos: start of the pending plain text; search: where to look next
+    while (search < text.size()) {
+        const TokenMatcher::Match hit = m.find(text, search);
         if (hit.id < 0) break;
+        if (keep && !keep(base + hit.begin, base + hit.end, hit.id)) {
+            search = hit.begin + 1;  // a refused match is plain text; a later or shorter one may still count
+            continue;
+        }
         if (hit.begin > pos) out.push_back({text.substr(pos, hit.begin - pos), -1});
         out.push_back({text.substr(hit.begin, hit.end - hit.begin), hit.id});
-        pos = hit.end;
+        pos = search = hit.end;
     }
     if (pos < text.size()) out.push_back({text.substr(pos), -1});
 }
@@ -67,14 +73,14 @@ void split_one(std::string_view text, const TokenMatcher& m, std::vector<Segment
 }  // namespace
 
 void split_added_tokens(std::string_view text, const TokenMatcher& first, const TokenMatcher& second,
-                        std::vector<Segment>& out) {
+                        std::vector<Segment>& out, const MatchFilter& keep) {
     std::vector<Segment> stage;
-    split_one(text, first, stage);
+    split_one(text, 0, first, keep, stage);
     for (const Segment& s : stage) {
         if (s.id >= 0) {
             out.push_back(s);
         } else {
-            split_one(s.text, second, out);
+            split_one(s.text, size_t(s.text.data() - text.data()), second, keep, out);
         }
     }
 }

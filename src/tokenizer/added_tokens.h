@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,8 +40,12 @@ struct Segment {
     int32_t id = -1;
 };
 
+// Decides whether a match [begin, end) (offsets in the whole text) of token `id` counts; a refused match
+// stays plain text. Empty: every match counts.
+using MatchFilter = std::function<bool(size_t begin, size_t end, int32_t id)>;
+
 // Splits `text` with `first` (non-normalized tokens), then the gaps with `second`.
 void split_added_tokens(std::string_view text, const TokenMatcher& first, const TokenMatcher& second,
-                        std::vector<Segment>& out);
+                        std::vector<Segment>& out, const MatchFilter& keep = {});
 
 }  // namespace di::tok

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/tokenizer.h"
+#include "io/json_text.h"
 #include "tokenizer/python_json.h"
 
 namespace di {
@@ -80,6 +81,9 @@ struct Msg {
 };
 
 Result<ojson> parse_json(const std::string& text, const std::string& what) {
+    if (io::json_nesting_depth(text) > io::kMaxJsonDepth)
+        return make_error(ErrorCode::kInvalidArgument, "chat: {} nests JSON deeper than {} levels", what,
+                          io::kMaxJsonDepth);
     ojson j = ojson::parse(text, nullptr, false);
     if (j.is_discarded()) return make_error(ErrorCode::kInvalidArgument, "chat: {} is not valid JSON: {}", what, text.substr(0, 80));
     return j;
@@ -102,6 +106,10 @@ Result<std::string> render_tools(const std::vector<std::string>& tools, size_t m
 // encode_arguments_to_dsml. Unparsable argument text becomes one "arguments" string parameter, as in
 // DeepSeek's original encoder.
 Result<std::string> render_arguments(const ChatToolCall& tc, size_t msg_index) {
+    if (io::json_nesting_depth(tc.arguments) > io::kMaxJsonDepth)
+        return make_error(ErrorCode::kInvalidArgument,
+                          "chat: messages[{}] tool call '{}' arguments nest JSON deeper than {} levels", msg_index,
+                          tc.name, io::kMaxJsonDepth);
     ojson args = ojson::parse(tc.arguments, nullptr, false);
     if (args.is_discarded()) args = ojson{{"arguments", tc.arguments}};
     if (!args.is_object())

@@ -38,19 +38,38 @@ Result<Tokenizer> Tokenizer::load(const std::string& path) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const { return encode(text, model_->add_bos); }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const { return encode(text, add_bos, {}); }
+
+std::optional<size_t> Tokenizer::invalid_utf8_offset(std::string_view text) {
+    const size_t at = tok::utf8_first_invalid(text);
+    if (at == std::string_view::npos) return std::nullopt;
+    return at;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, std::span<const TextRange> plain) const {
     const tok::TokenizerModel& m = *model_;
     std::string sanitized;
+    bool all_plain = false;
     if (!tok::utf8_valid(text)) {
         sanitized = tok::utf8_sanitize(text);
         text = sanitized;
+        all_plain = !plain.empty();  // offsets moved: no special token may come from the caller's ranges
     }
+    tok::MatchFilter keep;
+    if (!plain.empty())
+        keep = [&](size_t begin, size_t end, int32_t id) {
+            if (!m.special[size_t(id)]) return true;
+            if (all_plain) return false;
+            for (const TextRange& r : plain)
+                if (begin < r.end && r.begin < end) return false;
+            return true;
+        };
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 4);
     if (add_bos && m.bos_id >= 0) ids.push_back(m.bos_id);
 
     std::vector<tok::Segment> segments;
-    tok::split_added_tokens(text, m.added_raw, m.added_normalized, segments);
+    tok::split_added_tokens(text, m.added_raw, m.added_normalized, segments, keep);
     WordCache& cache = thread_cache(m.serial);
     std::vector<std::string_view> pieces;
     std::string key;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_text.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_model.h"
 
@@ -141,6 +142,7 @@ Status load_added(TokenizerModel& m, const json& added, const std::string& src) 
 namespace {
 
 Result<TokenizerModel> parse_tokenizer_json_impl(std::string_view json_text, const std::string& src) {
+    DI_TRY_STATUS(io::check_json_depth(json_text, src));
     json j = json::parse(json_text, nullptr, false);
     if (j.is_discarded() || !j.is_object())
         return make_error(ErrorCode::kFormat, "{}: not a JSON object", src);
@@ -170,6 +172,7 @@ Result<TokenizerModel> parse_tokenizer_json_impl(std::string_view json_text, con
 }
 
 Status apply_tokenizer_config_impl(TokenizerModel& m, std::string_view json_text, const std::string& src) {
+    DI_TRY_STATUS(io::check_json_depth(json_text, src));
     json j = json::parse(json_text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return make_error(ErrorCode::kFormat, "{}: not a JSON object", src);
     auto token_of = [&](const char* key, int32_t& out) -> Status {

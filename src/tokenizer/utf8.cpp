@@ -50,7 +50,9 @@ size_t utf8_sequence(std::string_view s, size_t* bad_len, bool* truncated) {
     return n;
 }
 
-bool utf8_valid(std::string_view s) {
+bool utf8_valid(std::string_view s) { return utf8_first_invalid(s) == std::string_view::npos; }
+
+size_t utf8_first_invalid(std::string_view s) {
     size_t i = 0;
     while (i < s.size()) {
         if (static_cast<unsigned char>(s[i]) < 0x80) {
@@ -59,10 +61,10 @@ bool utf8_valid(std::string_view s) {
         }
         size_t bad = 0;
         const size_t n = utf8_sequence(s.substr(i), &bad);
-        if (n == 0) return false;
+        if (n == 0) return i;
         i += n;
     }
-    return true;
+    return std::string_view::npos;
 }
 
 std::string utf8_sanitize(std::string_view s) {

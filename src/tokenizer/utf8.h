@@ -19,6 +19,8 @@ size_t utf8_sequence(std::string_view s, size_t* bad_len, bool* truncated = null
 
 // True when `s` is entirely valid UTF-8.
 bool utf8_valid(std::string_view s);
+// Offset of the first byte that does not start a valid UTF-8 sequence, or npos when `s` is valid.
+size_t utf8_first_invalid(std::string_view s);
 
 // Copy of `s` with each maximal invalid subpart replaced by U+FFFD.
 std::string utf8_sanitize(std::string_view s);
