@@ -2,6 +2,8 @@
 // state memory as the sequence grows, for a model directory or a built-in random model ("demo", "mid").
 //   model_bench [--model DIR | --preset demo|mid|flash] [--backend ref|cpu|cuda] [--prompt N] [--decode N]
 //               [--batch B]   (B sequences: B prefills of N tokens in one step, then steps of B decodes)
+//               [--profile 1] (per-op time, bytes and GB/s of the prefill and of the decode steps; every op
+//                              synchronised, so the totals exceed the unprofiled times by the launch gaps)
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "model/seq_state.h"
+#include "ops/compare/profile_backend.h"
 #include "runtime/backend_factory.h"
 #include "runtime/demo_model.h"
 #include "runtime/model_loader.h"
@@ -66,6 +69,7 @@ runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and for
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
     int64_t n_prompt = 256, n_decode = 16, batch = 1;
+    bool profile = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--model") dir = v;
@@ -74,6 +78,7 @@ int main(int argc, char** argv) {
         else if (k == "--prompt") n_prompt = std::stoll(v);
         else if (k == "--decode") n_decode = std::stoll(v);
         else if (k == "--batch") batch = std::stoll(v);
+        else if (k == "--profile") profile = v != "0";
     }
     if (dir.empty()) {
         if (preset == "demo") {
@@ -89,11 +94,19 @@ int main(int argc, char** argv) {
     }
     auto be = runtime::make_backend(backend_name);
     if (!be) return std::fprintf(stderr, "%s\n", be.error().message.c_str()), 1;
-    auto m = runtime::load_model(dir, **be);
+    std::unique_ptr<ops::ProfileBackend> prof;
+    if (profile) prof = std::make_unique<ops::ProfileBackend>(**be);
+    ops::Backend& run_on = prof ? *prof : **be;
+    auto m = runtime::load_model(dir, run_on);
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
     auto& model = **m;
     const auto& cfg = model.config();
-    const runtime::Throughput t = runtime::measure_throughput(model, n_prompt, n_decode, batch);
+    const runtime::Throughput t = runtime::measure_throughput(model, n_prompt, n_decode, batch, [&] {
+        if (!prof) return;
+        fmt::print("profile of the prefill ({} x {} tokens, one step):\n{}\n", batch, n_prompt, prof->markdown());
+        prof->reset();
+    });
+    if (prof) fmt::print("profile of {} decode steps (batch {}):\n{}\n", n_decode, batch, prof->markdown());
     const auto& ws = model.weights().stats;
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,

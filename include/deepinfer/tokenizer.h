@@ -34,9 +34,10 @@ public:
     // Without `add_bos`, BOS is prepended when tokenizer_config.json says add_bos_token (V4: false).
     std::vector<int32_t> encode(std::string_view text) const;
     std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
-    // As encode(text, add_bos), but special tokens whose text overlaps one of `plain` (byte ranges of
-    // `text`) are encoded as ordinary text, like Hugging Face's split_special_tokens restricted to those
-    // ranges; non-special added tokens still match. For invalid UTF-8 every special token is plain.
+    // As encode(text, add_bos), but added tokens whose text overlaps one of `plain` (byte ranges of `text`)
+    // are encoded as ordinary text. Unlike Hugging Face's split_special_tokens this covers every added
+    // token, not only those marked special: V4 marks its chat markers (<｜User｜>, <think>) non-special, and
+    // user text must not be able to produce them. For invalid UTF-8 no added token matches in any range.
     struct TextRange {
         size_t begin = 0, end = 0;
     };

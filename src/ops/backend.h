@@ -2,7 +2,9 @@
 // it; the model calls only these. Each method runs check(args) before touching memory.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/attention.h"
@@ -30,6 +32,11 @@ public:
     virtual void synchronize() {}
     // A label for what runs next ("layer 3 / attention"); used by compare mode and profilers.
     virtual void set_scope(std::string_view) {}
+    // Kernel variants (DESIGN.md section 4): the names this backend has for `op` (empty: one kernel), and
+    // forcing one of them for every later call of the op ("" restores the default dispatch), so a test or
+    // benchmark can run each. False, and nothing changes, for an unknown op or variant.
+    virtual std::vector<std::string> variants(std::string_view) const { return {}; }
+    virtual bool force_variant(std::string_view, std::string_view variant) { return variant.empty(); }
 
     virtual void embed(const EmbedArgs& a) = 0;
     virtual void add(const AddArgs& a) = 0;

@@ -11,7 +11,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
-Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_t n_decode, int64_t batch) {
+Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
+                              const std::function<void()>& after_prefill) {
     const auto& cfg = model.config();
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int64_t i = 0; i < n_prompt; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % cfg.vocab_size);
@@ -25,6 +26,7 @@ Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_
     auto t0 = std::chrono::steady_clock::now();
     std::vector<float> logits = model.forward(chunks);
     t.prefill_seconds = seconds_since(t0);
+    if (after_prefill) after_prefill();
     std::vector<int32_t> next(static_cast<size_t>(batch));
     t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n_decode; ++i) {

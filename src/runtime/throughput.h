@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "model/deepseek_v4.h"
 
@@ -16,6 +17,8 @@ struct Throughput {
     double ms_per_step() const { return 1e3 * decode_seconds / double(decode_steps > 0 ? decode_steps : 1); }
 };
 
-Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_t n_decode, int64_t batch);
+// `after_prefill` (optional) runs between the prefill and the first decode step (a profiler's split).
+Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
+                              const std::function<void()>& after_prefill = {});
 
 }  // namespace di::runtime

@@ -57,8 +57,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, std:
     }
     tok::MatchFilter keep;
     if (!plain.empty())
-        keep = [&](size_t begin, size_t end, int32_t id) {
-            if (!m.special[size_t(id)]) return true;
+        keep = [&](size_t begin, size_t end, int32_t) {
             if (all_plain) return false;
             for (const TextRange& r : plain)
                 if (begin < r.end && r.begin < end) return false;

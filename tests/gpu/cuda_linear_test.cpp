@@ -1,4 +1,5 @@
-// linear on CUDA vs ref: every weight format, decode (n <= 8) and prefill (tiled) paths, odd sizes, strided x.
+// linear on CUDA vs ref: every weight format, every variant (stream_gemv, warp_gemv, tiled and the default
+// dispatch) on every case it applies to, odd sizes, strided x.
 // Tolerance 2e-5 relative L2: both dequantise exactly; the GPU accumulates in f32 (error ~ 1e-7 sqrt(K)),
 // the reference in double.
 #include "gpu_test_util.h"
@@ -30,13 +31,48 @@ const LinearCase kCases[] = {
     {"expert_w1_fp4_decode", 1, 4096, 2048, WeightFormat::kFp4Group},
     {"expert_w2_fp4_prefill", 20, 2048, 4096, WeightFormat::kFp4Group},
     {"fp4_f32_scale", 9, 96, 40, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
+    // decode shapes of V4-Flash at the batch sizes the streaming GEMV takes
+    {"q_a_fp8_n2", 2, 4096, 1024, WeightFormat::kFp8Block},
+    {"q_b_fp8_n3", 3, 1024, 64 * 512, WeightFormat::kFp8Block},
+    {"o_b_fp8_n4", 4, 8 * 1024, 4096, WeightFormat::kFp8Block},
+    {"expert_w2_fp4_n7", 7, 2048, 4096, WeightFormat::kFp4Group},
+    {"kv_bf16_n16", 16, 4096, 512, WeightFormat::kDense, DType::kBF16},
+    {"head_like_bf16_n1_odd_out", 1, 4096, 12929, WeightFormat::kDense, DType::kBF16},
+    {"f16_n5", 5, 512, 77, WeightFormat::kDense, DType::kF16},
+    {"f32_n8_strided", 8, 1024, 300, WeightFormat::kDense, DType::kF32, DType::kE8M0, 4},
+    {"fp8_n1_small_k", 1, 128, 256, WeightFormat::kFp8Block},
 };
 
-class CudaLinear : public ::testing::TestWithParam<LinearCase> {};
+struct LinearRun {
+    LinearCase c;
+    const char* variant;  // "" = default dispatch
+};
+std::vector<LinearRun> linear_runs() {
+    std::vector<LinearRun> v;
+    for (const LinearCase& c : kCases)
+        for (const char* var : {"", "stream_gemv", "warp_gemv", "tiled"}) v.push_back({c, var});
+    return v;
+}
+
+// Whether the streaming GEMV takes the case (its unit sizes and 16-byte rows; see gemv.cu).
+bool stream_gemv_applies(const LinearCase& c) {
+    const int64_t elems = c.fmt == WeightFormat::kFp8Block   ? 16
+                          : c.fmt == WeightFormat::kFp4Group ? 32
+                          : c.dense_dt == DType::kF32        ? 4
+                                                             : 8;
+    const int64_t row_bytes = c.fmt == WeightFormat::kDense ? c.in * int64_t(dtype_size(c.dense_dt))
+                              : c.fmt == WeightFormat::kFp8Block ? c.in
+                                                                 : c.in / 2;
+    return c.n <= 16 && c.in % elems == 0 && row_bytes % 16 == 0 && (c.in + c.x_pad) % 4 == 0;
+}
+
+class CudaLinear : public ::testing::TestWithParam<LinearRun> {};
 
 TEST_P(CudaLinear, MatchesRef) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    const LinearCase& c = GetParam();
+    const LinearCase& c = GetParam().c;
+    const std::string variant = GetParam().variant;
+    if (variant == "stream_gemv" && !stream_gemv_applies(c)) GTEST_SKIP() << "stream_gemv does not take this case";
     auto& b = backends();
     Pair x(DType::kF32, {c.n, c.in + c.x_pad}), y(DType::kF32, {c.n, c.out});
     fill_uniform(x);
@@ -71,14 +107,28 @@ TEST_P(CudaLinear, MatchesRef) {
         a.w.in_dim = c.in;
         return a;
     };
+    ASSERT_TRUE(b.gpu->force_variant("linear", variant)) << variant;
     b.ref->linear(make(false));
     b.gpu->linear(make(true));
     b.gpu->synchronize();
     expect_close(y, 2e-5, c.name);
+    if (variant == "stream_gemv" && c.n > 1) {  // batch invariance: row 0 alone is bit-identical
+        Pair y1(DType::kF32, {1, c.out});
+        y1.poison();
+        ops::LinearArgs one = make(true);
+        one.x = one.x.rows(0, 1);
+        one.y = y1.dv();
+        b.gpu->linear(one);
+        const std::vector<float> all = y.device_f32(), alone = y1.device_f32();
+        EXPECT_EQ(0, std::memcmp(all.data(), alone.data(), size_t(c.out) * sizeof(float))) << c.name;
+    }
+    ASSERT_TRUE(b.gpu->force_variant("linear", ""));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear, ::testing::ValuesIn(kCases),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear, ::testing::ValuesIn(linear_runs()), [](const auto& info) {
+    const std::string v = info.param.variant;
+    return std::string(info.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
+});
 
 }  // namespace
 }  // namespace di::gputest

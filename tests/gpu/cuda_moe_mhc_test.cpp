@@ -79,16 +79,35 @@ struct MoeCase {
 
 const MoeCase kMoe[] = {
     {"flash_fp4_256_experts", 2, 256, 6, 4096, 2048, ops::WeightFormat::kFp4Group},
+    {"flash_fp4_one_token", 1, 256, 6, 4096, 2048, ops::WeightFormat::kFp4Group},
+    {"flash_fp4_batch_8", 8, 256, 6, 4096, 2048, ops::WeightFormat::kFp4Group},
+    {"fp4_shared_experts_9_tokens_each", 18, 4, 2, 512, 256, ops::WeightFormat::kFp4Group},
     {"fp8_experts", 5, 8, 2, 256, 256, ops::WeightFormat::kFp8Block},
     {"dense_odd", 9, 4, 2, 65, 40, ops::WeightFormat::kDense},
 };
 
-class CudaMoe : public ::testing::TestWithParam<MoeCase> {};
+// Every moe variant of the CUDA backend on every case it applies to ("" = the default dispatch).
+struct MoeRun {
+    MoeCase c;
+    const char* variant;
+};
+std::vector<MoeRun> moe_runs() {
+    std::vector<MoeRun> v;
+    for (const MoeCase& c : kMoe)
+        for (const char* var : {"", "grouped", "per_pair"}) v.push_back({c, var});
+    return v;
+}
 
-// f32 dot products of length D and I vs double: 2e-5
+class CudaMoe : public ::testing::TestWithParam<MoeRun> {};
+
+// f32 dot products of length D and I vs double: 2e-5. The grouped variant must also be batch-invariant:
+// token 0 computed alone equals its row in the batch, bit for bit.
 TEST_P(CudaMoe, MatchesRef) {
     SKIP_WITHOUT_GPU();
-    const MoeCase& c = GetParam();
+    const MoeCase& c = GetParam().c;
+    const std::string variant = GetParam().variant;
+    const bool applies = c.fmt != ops::WeightFormat::kDense || variant != "grouped";  // D = 65: no 16-byte rows
+    if (!applies) GTEST_SKIP() << "grouped needs 16-byte weight rows";
     auto& b = backends();
     std::vector<Pair> data, scale;
     auto make_w = [&](int64_t out, int64_t in) {
@@ -135,13 +154,31 @@ TEST_P(CudaMoe, MatchesRef) {
         for (int64_t j = 0; j < c.k; ++j) ids.hv().ptr<int32_t>()[t * c.k + j] = perm[size_t(j)];
     }
     ids.upload();
+    if (c.E <= 8)  // few experts: many tokens share each one (several token passes per expert)
+        for (int64_t i = 0; i < c.n * c.k; ++i) ids.hv().ptr<int32_t>()[i] = int32_t((i * 7 + i / c.k) % c.E);
+    for (int64_t t = 0; t < c.n && c.E <= 8; ++t)  // distinct experts within a token, as routing gives
+        if (ids.hv().ptr<int32_t>()[t * c.k] == ids.hv().ptr<int32_t>()[t * c.k + 1])
+            ids.hv().ptr<int32_t>()[t * c.k + 1] = (ids.hv().ptr<int32_t>()[t * c.k] + 1) % int32_t(c.E);
+    ids.upload();
+    ASSERT_TRUE(b.gpu->force_variant("moe", variant)) << variant;
     b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), 10.0f});
     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), 10.0f});
     expect_close(out, 2e-5, c.name);
+    if (variant == "grouped" && c.n > 1) {  // token 0 alone
+        Pair one(DType::kF32, {1, c.D});
+        one.poison();
+        b.gpu->moe({x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(), 10.0f});
+        const std::vector<float> all = out.device_f32(), alone = one.device_f32();
+        EXPECT_EQ(0, std::memcmp(all.data(), alone.data(), size_t(c.D) * sizeof(float))) << c.name << ": token 0 "
+            "alone differs from its row in the batch";
+    }
+    ASSERT_TRUE(b.gpu->force_variant("moe", ""));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe, ::testing::ValuesIn(kMoe),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe, ::testing::ValuesIn(moe_runs()), [](const auto& info) {
+    const std::string v = info.param.variant;
+    return std::string(info.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
+});
 
 // mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.
 TEST(CudaMhc, PrePostHead) {

@@ -2,7 +2,9 @@
 // line on stderr naming the offending file, tensor, field or value -- never a crash or garbage output.
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -129,6 +131,57 @@ TEST_F(BadCheckpoint, InconsistentConfig) {
 TEST_F(BadCheckpoint, TokenOutOfRange) { expect_error("token id 256 at index 1 is outside the vocabulary (256)", "5,256"); }
 
 TEST_F(BadCheckpoint, MalformedTokenList) { expect_error("'x7' is not a token id", "5,x7"); }
+
+TEST_F(BadCheckpoint, ConfigValuesThatAbortedAtRequestTime) {
+    edit_config([](auto& j) { j["sliding_window"] = 1; });
+    expect_error("field 'sliding_window': 1 is outside the supported range [2, 65536]");
+    edit_config([](auto& j) { j["sliding_window"] = 1000000000; });
+    expect_error("field 'sliding_window': 1000000000 is outside the supported range");
+    edit_config([](auto& j) { j["eos_token_id"] = 256; });
+    expect_error("field 'eos_token_id': 256 is outside the vocabulary [0, 256)");
+    edit_config([](auto& j) { j["eos_token_id"] = -3; });
+    expect_error("field 'eos_token_id': -3 is outside the vocabulary");
+}
+
+TEST_F(BadCheckpoint, ExpertIdsOutsideTheRange) {
+    rewrite([](auto& ts) {
+        for (auto& t : ts)
+            if (t.name == "model.layers.1.ffn.gate.tid2eid") {
+                const int64_t bad = 9999;
+                std::memcpy(t.bytes.data() + 8 * 37, &bad, 8);
+            }
+    });
+    expect_error("tensor 'model.layers.1.ffn.gate.tid2eid' holds 9999 at flat index 37, outside [0, ");
+}
+
+// A NaN weight: score warns and still writes, generate stops with an error, --check-weights names it.
+TEST_F(BadCheckpoint, NonFiniteWeights) {
+    rewrite([](auto& ts) {
+        for (auto& t : ts)
+            if (t.name == "model.norm.weight") {
+                const float nan = std::nanf("");
+                std::memcpy(t.bytes.data() + 4 * 5, &nan, 4);
+            }
+    });
+    const CliResult score = run_cli("score --model " + dir_.string() + " --tokens 1,2,3");
+    EXPECT_EQ(score.rc, 0) << score.err;
+    EXPECT_NE(score.err.find("warning: 768 of 768 logits are non-finite"), std::string::npos) << score.err;
+    const CliResult gen = run_cli("generate --model " + dir_.string() + " --tokens 1,2,3 --max-new-tokens 4");
+    EXPECT_EQ(gen.rc, 1) << gen.err;
+    EXPECT_NE(gen.err.find("the model produced a non-finite logit (nan for token id 0) at position 2"),
+              std::string::npos) << gen.err;
+    const CliResult checked = run_cli("score --check-weights --model " + dir_.string() + " --tokens 1,2,3");
+    EXPECT_EQ(checked.rc, 1) << checked.err;
+    EXPECT_NE(checked.err.find("tensor 'model.norm.weight' (F32) holds a NaN or infinity at flat index 5"),
+              std::string::npos) << checked.err;
+}
+
+TEST_F(BadCheckpoint, HugeGenerationLengthIsRefused) {
+    const CliResult r = run_cli("generate --model " + dir_.string() + " --tokens 1,2 --max-new-tokens "
+                                "9223372036854775807");
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_NE(r.err.find("exceeds the model's context"), std::string::npos) << r.err;
+}
 
 TEST_F(BadCheckpoint, MissingModelDirectory) {
     const CliResult r = run_cli("score --model /nonexistent/model --tokens 1");

@@ -225,6 +225,35 @@ TEST(Engine, RejectsBadRequests) {
     Request stop_str = greedy({5}, 4);
     stop_str.stop.stop = {"x"};  // the fixture has no tokenizer
     EXPECT_EQ(engine->submit(stop_str).error().code, ErrorCode::kUnsupported);
+    // prompt + max_tokens used to overflow past the context check and abort in the scheduler
+    for (int64_t huge : {INT64_MAX, INT64_MAX - 2, int64_t(1) << 62}) {
+        auto r = engine->submit(greedy({1, 2, 3}, huge));
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.error().code, ErrorCode::kOutOfRange);
+        EXPECT_NE(r.error().message.find("exceeds the context limit of 64 tokens"), std::string::npos);
+    }
+    EXPECT_EQ(engine->state_bytes_for(INT64_MAX), INT64_MAX);  // saturates instead of overflowing
+    EXPECT_EQ(engine->stats().n_waiting + engine->stats().n_running, 0);
+}
+
+TEST(Engine, ShutdownEndsRunningAndQueuedRequestsAndRefusesNewOnes) {
+    EngineOptions o = options();
+    o.max_running = 1;  // the second request waits in the queue
+    auto engine = make_engine(o);
+    ASSERT_TRUE(engine);
+    auto a = engine->submit(greedy({1, 2, 3}, 200));
+    auto b = engine->submit(greedy({4, 5, 6}, 200));
+    ASSERT_TRUE(a.ok() && b.ok());
+    engine->shutdown();
+    for (auto* s : {&*a, &*b}) {
+        const Collected c = collect(**s);
+        EXPECT_EQ(c.last.reason, FinishReason::kCancelled);
+        EXPECT_EQ(c.last.error, "the engine shut down");
+    }
+    auto late = engine->submit(greedy({1}, 2));
+    ASSERT_FALSE(late.ok());
+    EXPECT_EQ(late.error().code, ErrorCode::kUnsupported);
+    engine->shutdown();  // idempotent
 }
 
 TEST(Engine, StopTokenAndLogprobs) {

@@ -215,6 +215,36 @@ TEST_F(HttpTest, BadInputGetsOpenAiErrors) {
     EXPECT_EQ(h->status, 200);
 }
 
+// Requests that once took the server down: sizes that overflow the admission arithmetic, JSON nested
+// hundreds of thousands of levels deep (inside the body limit), tool arguments that nest too deep.
+TEST_F(HttpTest, HostileRequestsAreRefusedAndTheServerStaysUp) {
+    const std::string huge = "9223372036854775807";
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1, 2, 3], "max_tokens": )" + huge + "}"), 400,
+                 "max_tokens");
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1, 2, 3], "stream": true, "max_tokens": )" +
+                                             huge + "}"),
+                 400, "max_tokens");
+    expect_error(post("/v1/chat/completions", kHello + R"("max_completion_tokens": )" + huge + "}"), 400, "max_tokens");
+    const int depth = 30000;  // 60 KB, under the 64 KiB body limit
+    const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": )" + deep + "}"), 400, "");
+    expect_error(post("/v1/chat/completions", kHello + R"("tools": [{"type": "function", "function": {"name": "f", )"
+                                                           R"("parameters": )" + deep + "}}]}"),
+                 400, "");
+    std::string args = std::string(2000, '[') + std::string(2000, ']');
+    args = "{\\\"a\\\": " + args + "}";  // {\"a\": [[...]]} inside a JSON string
+    expect_error(post("/v1/chat/completions",
+                      R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", )"
+                      R"("content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", )"
+                      R"("arguments": ")" + args + R"("}}]}, {"role": "tool", "tool_call_id": "c1", "content": "r"}, )"
+                      R"({"role": "user", "content": "go"}]})"),
+                 400);
+    EXPECT_TRUE(engine_idle());
+    auto h = client().Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+}
+
 TEST_F(HttpTest, SlowClientIsDroppedAndServerStaysUp) {
     const int fd = connect_raw();
     const std::string part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo";
@@ -324,6 +354,56 @@ TEST(HttpTimeout, TimedOutRequestsEndWithAnError) {
     EXPECT_EQ((*engine)->stats().finished_timeout, 2u);
     server.stop();
     t.join();
+}
+
+}  // namespace
+}  // namespace di::server
+
+namespace di::server {
+namespace {
+
+// Graceful shutdown (what `serve` does on SIGINT): the engine ends every request first, so an open stream
+// gets an error event and [DONE], a queued request a 503, and only then does the listener stop.
+TEST(HttpShutdown, OpenStreamsEndWithAnErrorEventAndDone) {
+    EngineOptions eo;
+    eo.model_dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
+    eo.tokenizer_path = std::string(DI_SOURCE_DIR) + "/tests/e2e/data/tiny_tokenizer";
+    eo.max_running = 1;
+    auto engine = Engine::create(eo);
+    ASSERT_TRUE(engine.ok()) << engine.error().message;
+    ServerOptions so;
+    so.port = 0;
+    so.served_model_name = "tiny";
+    HttpServer server(**engine, so);
+    ASSERT_TRUE(server.bind().ok());
+    std::thread t([&] { (void)server.run(); });
+    const std::string body = R"({"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 5000, "ignore_eos": true, )";
+    std::string streamed;
+    int queued_status = 0;
+    std::thread stream([&] {
+        httplib::Client c("127.0.0.1", server.port());
+        c.set_read_timeout(60, 0);
+        auto r = c.Post("/v1/completions", body + R"("stream": true})", "application/json");
+        if (r) streamed = r->body;
+    });
+    std::thread queued([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        httplib::Client c("127.0.0.1", server.port());
+        c.set_read_timeout(60, 0);
+        auto r = c.Post("/v1/completions", body + R"("stream": false})", "application/json");
+        if (r) queued_status = r->status;
+    });
+    for (int i = 0; i < 500 && (*engine)->stats().n_waiting == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_EQ((*engine)->stats().n_waiting, 1);
+    (*engine)->shutdown();
+    server.drain_and_stop(std::chrono::seconds(10));
+    stream.join();
+    queued.join();
+    t.join();
+    EXPECT_NE(streamed.find(R"("code":"cancelled")"), std::string::npos) << streamed.substr(0, 300);
+    EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos) << streamed.substr(streamed.size() > 300 ? streamed.size() - 300 : 0);
+    EXPECT_EQ(queued_status, 503);
 }
 
 }  // namespace

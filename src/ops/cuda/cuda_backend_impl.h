@@ -112,6 +112,8 @@ public:
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
     void moe(const MoeArgs& a) override;
+    std::vector<std::string> variants(std::string_view op) const override;
+    bool force_variant(std::string_view op, std::string_view variant) override;
 
 private:
     cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_); }
@@ -119,12 +121,15 @@ private:
         const char* err = cuda::last_launch_error();
         DI_CHECK(err == nullptr, "CUDA launch of {} failed (scope '{}'): {}", op, scope_, err);
     }
-    const WeightRef* expert_table(const MoeArgs& a);
 
     struct ExpertTable {
         std::vector<WeightRef> host;
         void* device = nullptr;
+        int gemv_format = -1;  // shared gemv_format() of every expert matrix, or -1
     };
+    const ExpertTable& expert_table(const MoeArgs& a);
+    cuda::LinearVariant linear_variant_ = cuda::LinearVariant::kAuto;
+    cuda::MoeVariant moe_variant_ = cuda::MoeVariant::kAuto;
     int device_;
     cuda_impl::CachingAllocator alloc_;
     DeviceScratch scratch_;

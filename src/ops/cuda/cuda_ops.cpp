@@ -49,7 +49,12 @@ void CudaBackend::swiglu(const SwigluArgs& a) {
 void CudaBackend::linear(const LinearArgs& a) {
     check(a);
     device_args(a, "linear");
-    cuda::launch_linear(f32(a.x), ld(a.x), weight_ref(a.w, "linear.w"), f32m(a.y), ld(a.y), a.x.shape[0], stream_);
+    const WeightRef w = weight_ref(a.w, "linear.w");
+    DI_CHECK(linear_variant_ != cuda::LinearVariant::kStreamGemv ||
+                 cuda::gemv_supported(f32(a.x), ld(a.x), w, a.x.shape[0]),
+             "linear: variant 'stream_gemv' forced on an unsupported case (n {}, weight {}x{})", a.x.shape[0],
+             w.out_dim, w.in_dim);
+    cuda::launch_linear(f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, linear_variant_);
     launched("linear");
 }
 
@@ -185,7 +190,7 @@ void CudaBackend::route(const RouteArgs& a) {
 }
 
 // The experts' WeightRefs live in device memory; rebuilt (one host->device copy) only when they change.
-const WeightRef* CudaBackend::expert_table(const MoeArgs& a) {
+const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
     std::vector<WeightRef> host(size_t(3 * a.n_experts));
     for (int64_t e = 0; e < a.n_experts; ++e) {
         host[size_t(3 * e)] = weight_ref(a.experts[e].w1, "moe.w1");
@@ -209,8 +214,11 @@ const WeightRef* CudaBackend::expert_table(const MoeArgs& a) {
         DI_CUDA_OK(cudaMemcpyAsync(t.device, host.data(), bytes, cudaMemcpyHostToDevice, stream()));
         DI_CUDA_OK(cudaStreamSynchronize(stream()));
         t.host = std::move(host);
+        t.gemv_format = cuda::gemv_format(t.host[0]);
+        for (const WeightRef& w : t.host)
+            if (cuda::gemv_format(w) != t.gemv_format) t.gemv_format = -1;
     }
-    return static_cast<const WeightRef*>(t.device);
+    return t;
 }
 
 void CudaBackend::moe(const MoeArgs& a) {
@@ -226,10 +234,46 @@ void CudaBackend::moe(const MoeArgs& a) {
                  w.w1.out_dim, w.w1.in_dim, w.w3.out_dim, w.w3.in_dim, w.w2.out_dim, w.w2.in_dim, D, I);
     }
     DI_CHECK(n * k <= 65535, "moe: {} (token, slot) pairs above the launch limit 65535", n * k);
+    const ExpertTable& table = expert_table(a);
     cuda::MoeParams p{f32(a.x), ld(a.x), a.ids.ptr<int32_t>(), ld(a.ids), f32(a.weights), ld(a.weights),
-                      expert_table(a), a.n_experts, f32m(a.out), ld(a.out), n, k, D, I, a.limit};
-    cuda::launch_moe(p, scratch_, stream_);
+                      static_cast<const WeightRef*>(table.device), a.n_experts, f32m(a.out), ld(a.out), n, k, D, I,
+                      a.limit, table.gemv_format};
+    DI_CHECK(moe_variant_ != cuda::MoeVariant::kGrouped || cuda::moe_grouped_supported(p),
+             "moe: variant 'grouped' forced where it does not apply ({} pairs, expert format {})", n * k,
+             table.gemv_format);
+    cuda::launch_moe(p, scratch_, stream_, moe_variant_);
     launched("moe");
+}
+
+namespace {
+constexpr std::pair<std::string_view, cuda::LinearVariant> kLinearVariants[] = {
+    {"stream_gemv", cuda::LinearVariant::kStreamGemv},
+    {"warp_gemv", cuda::LinearVariant::kWarpGemv},
+    {"tiled", cuda::LinearVariant::kTiled}};
+constexpr std::pair<std::string_view, cuda::MoeVariant> kMoeVariants[] = {{"grouped", cuda::MoeVariant::kGrouped},
+                                                                        {"per_pair", cuda::MoeVariant::kPerPair}};
+}  // namespace
+
+std::vector<std::string> CudaBackend::variants(std::string_view op) const {
+    std::vector<std::string> out;
+    if (op == "linear")
+        for (const auto& [name, v] : kLinearVariants) out.emplace_back(name);
+    if (op == "moe")
+        for (const auto& [name, v] : kMoeVariants) out.emplace_back(name);
+    return out;
+}
+
+bool CudaBackend::force_variant(std::string_view op, std::string_view variant) {
+    if (op == "linear") {
+        if (variant.empty()) return linear_variant_ = cuda::LinearVariant::kAuto, true;
+        for (const auto& [name, v] : kLinearVariants)
+            if (name == variant) return linear_variant_ = v, true;
+    } else if (op == "moe") {
+        if (variant.empty()) return moe_variant_ = cuda::MoeVariant::kAuto, true;
+        for (const auto& [name, v] : kMoeVariants)
+            if (name == variant) return moe_variant_ = v, true;
+    }
+    return false;
 }
 
 }  // namespace di::ops::cuda_impl

@@ -54,8 +54,22 @@ struct RopeParams {
 };
 void launch_rope(const RopeParams& p, Stream s);
 
-// y[n, out] = x[n, in] . W^T, W dequantised in the kernel.
-void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
+// y[n, out] = x[n, in] . W^T, W dequantised in the kernel. Variants (each forceable by the tests):
+//   kStreamGemv  n <= kGemvMaxRows, 16-byte weight units (gemv.cu); needs gemv_supported()
+//   kWarpGemv    n <= 8, one warp per output row (the first decode kernel, kept as the fallback)
+//   kTiled       any n, 64x64 f32 FMA tiles
+// kAuto picks kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
+enum class LinearVariant { kAuto, kStreamGemv, kWarpGemv, kTiled };
+inline constexpr int64_t kGemvMaxRows = 16;
+void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
+                   LinearVariant v = LinearVariant::kAuto);
+bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
+// gemv.cuh's format code of w when its layout can be streamed in 16-byte units, else -1.
+int gemv_format(const WeightRef& w);
+// Warps sharing one row group of `rows_per_group` rows (1, 2, 4 or 8) for a row of `units` 16-byte units.
+int gemv_warps_per_row(int64_t units, int64_t out_dim, int rows_per_group);
+int sm_count();
+void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
 
 void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, float* ring, int64_t ld_ring,
                          int64_t ring_len, int64_t pos0, Stream s);
@@ -143,8 +157,18 @@ struct MoeParams {
     float* out; int64_t ld_out;               // [n, D]
     int64_t n, k, D, I;
     float limit;                              // swiglu_limit (<= 0: no clamp)
+    int gemv_format = -1;                     // every expert matrix's gemv_format(), or -1 if they differ
 };
-void launch_moe(const MoeParams& p, Scratch& scratch, Stream s);
+// Variants: kGrouped (moe_grouped.cu: each selected expert's weights streamed once per step for all the
+// tokens that chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an
+// expert's weights per (token, slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
+enum class MoeVariant { kAuto, kGrouped, kPerPair };
+inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
+void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
+bool moe_grouped_supported(const MoeParams& p);
+void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s);
+// out[t] = sum_j w[t, j] * y[t * k + j] in slot order (double accumulation): both variants end with it.
+void launch_moe_combine(const MoeParams& p, const float* y, Stream s);
 
 // Last launch error as text, or nullptr (checked by the host after each launch).
 const char* last_launch_error();

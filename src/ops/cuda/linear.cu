@@ -1,7 +1,8 @@
 // Linear y = x W^T with W dequantised inside the kernel (dense f32/bf16/f16, fp8 128x128 blocks, fp4 per-32).
-// Two f32 paths, deterministic (fixed accumulation order, no atomics):
-//   n <= 8 rows (decode): one warp per output row, weight read once -> bound by weight bytes
-//   n > 8 (prefill): 64x64 output tiles, 32-wide K slices dequantised into shared memory, f32 FMA
+// f32 paths, deterministic (fixed accumulation order, no atomics):
+//   n <= 16 rows (decode): the streaming GEMV of gemv.cu (16-byte weight units)
+//   warp GEMV: one warp per output row (the first decode kernel; the fallback where gemv.cu does not apply)
+//   n > 16 (prefill): 64x64 output tiles, 32-wide K slices dequantised into shared memory, f32 FMA
 // Batch invariance: a row's result depends on which path n selects (the K order differs between them).
 #include "ops/cuda/device_util.cuh"
 
@@ -114,10 +115,22 @@ __global__ void __launch_bounds__(256) tiled_kernel(const float* x, int64_t ldx,
 
 }  // namespace
 
-void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s) {
+void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
+                   LinearVariant v) {
     if (n == 0 || w.out_dim == 0) return;
+    if (v == LinearVariant::kAuto)
+        v = gemv_supported(x, ldx, w, n) ? LinearVariant::kStreamGemv
+            : n <= kGemvRows             ? LinearVariant::kWarpGemv
+                                         : LinearVariant::kTiled;
+    if (v == LinearVariant::kStreamGemv) {
+        if (!gemv_supported(x, ldx, w, n)) {
+            std::fprintf(stderr, "deepinfer: linear variant stream_gemv forced on an unsupported shape\n");
+            std::abort();
+        }
+        return launch_gemv(x, ldx, w, y, ldy, n, s);
+    }
     const bool vec = weight_vec8_ok(w);
-    if (n <= kGemvRows) {
+    if (v == LinearVariant::kWarpGemv) {  // any n: the kernel walks the rows 8 at a time
         // float4 loads of x need 16-byte aligned rows as well
         const bool xvec = vec && reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
         const dim3 grid(blocks_for(w.out_dim, 8));

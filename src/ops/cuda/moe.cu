@@ -153,13 +153,25 @@ void launch_route(const RouteParams& p, Stream s) {
     route_kernel<<<unsigned(p.n), 256, size_t(2 * p.E) * sizeof(double), as_stream(s)>>>(p);
 }
 
-void launch_moe(const MoeParams& p, Scratch& scratch, Stream s) {
+void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     if (p.n == 0) return;
+    if (v == MoeVariant::kAuto) v = moe_grouped_supported(p) ? MoeVariant::kGrouped : MoeVariant::kPerPair;
+    if (v == MoeVariant::kGrouped) {
+        if (!moe_grouped_supported(p)) {
+            std::fprintf(stderr, "deepinfer: moe variant grouped forced where it does not apply\n");
+            std::abort();
+        }
+        return launch_moe_grouped(p, scratch, s);
+    }
     const int64_t pairs = p.n * p.k;
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
     float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
     moe_up_kernel<<<dim3(blocks_for(p.I, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h);
     moe_down_kernel<<<dim3(blocks_for(p.D, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h, y);
+    launch_moe_combine(p, y, s);
+}
+
+void launch_moe_combine(const MoeParams& p, const float* y, Stream s) {
     moe_combine_kernel<<<dim3(unsigned(p.n), unsigned(std::min<int64_t>(blocks_for(p.D, 256), 64))), 256, 0,
                          as_stream(s)>>>(p, y);
 }

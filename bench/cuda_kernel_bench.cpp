@@ -1,0 +1,290 @@
+// Decode kernels timed on their own, every variant: the linear GEMVs (V4-Flash shapes, n = 1..16) and the
+// routed experts (n = 1, 8, 64), against the copy bandwidth measured in the same run. Each timing is a
+// CUDA graph of back-to-back launches replayed (no host launch cost), rotating over enough weight copies
+// (or expert choices) that the data cannot sit in the 50 MB L2: what the kernel costs inside a captured
+// decode step.
+//   cuda_kernel_bench [--out results.md] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_roofline.h"
+#include "ops/cuda/kernels.h"
+
+namespace di::bench {
+namespace {
+
+using namespace di::cuda;
+
+#define KCHECK(x)                                                                  \
+    do {                                                                           \
+        cudaError_t e_ = (x);                                                      \
+        if (e_ != cudaSuccess) {                                                   \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            std::exit(1);                                                          \
+        }                                                                          \
+    } while (0)
+
+std::mt19937_64 g_rng(11);
+
+// Device buffer of random bytes; `kind` keeps values finite: 0 any byte but fp8 NaN, 1 e8m0 near 2^-6,
+// 2 floats in [-1, 1], 3 bf16 in [-0.1, 0.1].
+void* random_device(size_t bytes, int kind) {
+    std::vector<uint8_t> h(bytes);
+    if (kind == 2) {
+        std::uniform_real_distribution<float> u(-1, 1);
+        for (size_t i = 0; i + 4 <= bytes; i += 4) {
+            const float f = u(g_rng);
+            std::memcpy(&h[i], &f, 4);
+        }
+    } else if (kind == 3) {
+        std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+        for (size_t i = 0; i + 2 <= bytes; i += 2) {
+            const float f = u(g_rng);
+            uint32_t b;
+            std::memcpy(&b, &f, 4);
+            const uint16_t v = uint16_t(b >> 16);
+            std::memcpy(&h[i], &v, 2);
+        }
+    } else {
+        for (size_t i = 0; i < bytes; i += 8) {
+            uint64_t r = g_rng();
+            std::memcpy(&h[i], &r, std::min<size_t>(8, bytes - i));
+        }
+        for (auto& b : h) {
+            if (kind == 1) b = uint8_t(118 + b % 8);
+            else if ((b & 0x7f) == 0x7f) b = 0x3c;
+        }
+    }
+    void* d = nullptr;
+    KCHECK(cudaMalloc(&d, bytes));
+    KCHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+// Median time of one launch: `launch(i)` for i in [0, reps) captured as one graph, replayed 7 times.
+double graph_us(cudaStream_t s, int reps, const std::function<void(int)>& launch) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    KCHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < reps; ++i) launch(i);
+    KCHECK(cudaStreamEndCapture(s, &g));
+    KCHECK(cudaGraphInstantiate(&ge, g, 0));
+    KCHECK(cudaGraphLaunch(ge, s));  // warm-up
+    KCHECK(cudaStreamSynchronize(s));
+    cudaEvent_t a, b;
+    KCHECK(cudaEventCreate(&a));
+    KCHECK(cudaEventCreate(&b));
+    std::vector<float> t;
+    for (int k = 0; k < 7; ++k) {
+        KCHECK(cudaEventRecord(a, s));
+        KCHECK(cudaGraphLaunch(ge, s));
+        KCHECK(cudaEventRecord(b, s));
+        KCHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        KCHECK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+    std::sort(t.begin(), t.end());
+    return 1000.0 * t[t.size() / 2] / reps;
+}
+
+struct Row {
+    std::string name, variant;
+    double us, bytes;
+};
+
+struct WeightSet {
+    std::vector<WeightRef> copies;
+    double bytes = 0;  // one copy, data + scales
+};
+
+// fmt: 0 bf16, 1 fp8 block, 2 fp4 group. Enough copies that they span >= 256 MB.
+WeightSet make_weights(int fmt, int64_t out, int64_t in) {
+    WeightSet ws;
+    const size_t data = fmt == 0 ? size_t(out * in * 2) : fmt == 1 ? size_t(out * in) : size_t(out * in / 2);
+    const int64_t sr = fmt == 1 ? (out + 127) / 128 : out, sc = fmt == 1 ? (in + 127) / 128 : in / 32;
+    const size_t scale = fmt == 0 ? 0 : size_t(sr * sc);
+    ws.bytes = double(data + scale);
+    const int n = int(std::max<double>(2, std::ceil(256e6 / ws.bytes)));
+    for (int c = 0; c < n; ++c) {
+        WeightRef w;
+        w.data = random_device(data, fmt == 0 ? 3 : 0);
+        w.scale = fmt == 0 ? nullptr : random_device(scale, 1);
+        w.ld = fmt == 2 ? in / 2 : in;
+        w.ld_scale = fmt == 0 ? 0 : sc;
+        w.out_dim = out, w.in_dim = in;
+        w.format = uint8_t(fmt == 0 ? 0 : fmt == 1 ? 1 : 2);
+        w.dense_dt = Fdt::kBF16;
+        w.scale_e8m0 = true;
+        ws.copies.push_back(w);
+    }
+    return ws;
+}
+
+void free_weights(WeightSet& ws) {
+    for (auto& w : ws.copies) cudaFree(const_cast<void*>(w.data)), cudaFree(const_cast<void*>(w.scale));
+}
+
+void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int fmt, int64_t out, int64_t in,
+                  const std::vector<int64_t>& ns) {
+    WeightSet ws = make_weights(fmt, out, in);
+    const int64_t nmax = *std::max_element(ns.begin(), ns.end());
+    float* x = static_cast<float*>(random_device(size_t(nmax * in) * 4, 2));
+    float* y = nullptr;
+    KCHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
+    for (int64_t n : ns) {
+        for (auto [vname, v] : {std::pair{"stream_gemv", LinearVariant::kStreamGemv},
+                                std::pair{"warp_gemv", LinearVariant::kWarpGemv}}) {
+            if (v == LinearVariant::kStreamGemv && !gemv_supported(x, in, ws.copies[0], n)) continue;
+            const int reps = int(ws.copies.size()) * std::max(1, int(20 / ws.copies.size()));
+            const double us = graph_us(s, reps, [&](int i) {
+                launch_linear(x, in, ws.copies[size_t(i) % ws.copies.size()], y, out, n, s, v);
+            });
+            KCHECK(cudaGetLastError());
+            rows.push_back({std::string(name) + ", n=" + std::to_string(n), vname, us,
+                            ws.bytes + 4.0 * n * (in + out)});
+        }
+    }
+    cudaFree(x), cudaFree(y);
+    free_weights(ws);
+}
+
+class BenchScratch final : public Scratch {
+public:
+    ~BenchScratch() override {
+        for (auto& [p, b] : slots_) cudaFree(p);
+    }
+    void* get(int slot, size_t bytes) override {
+        auto& [p, b] = slots_[size_t(slot)];
+        if (bytes > b) {
+            cudaFree(p);
+            KCHECK(cudaMalloc(&p, bytes));
+            b = bytes;
+        }
+        return p;
+    }
+
+private:
+    std::pair<void*, size_t> slots_[8] = {};
+};
+
+void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t>& ns) {
+    const int64_t E = 256, D = 4096, I = 2048, k = 6;
+    std::vector<WeightRef> table;
+    for (int64_t e = 0; e < E; ++e)
+        for (auto [o, i] : {std::pair{I, D}, std::pair{I, D}, std::pair{D, I}}) {
+            WeightRef r;
+            r.data = random_device(size_t(o * i / 2), 0);
+            r.scale = random_device(size_t(o * i / 32), 1);
+            r.ld = i / 2, r.ld_scale = i / 32, r.out_dim = o, r.in_dim = i, r.format = 2, r.scale_e8m0 = true;
+            table.push_back(r);
+        }
+    WeightRef* dtable = nullptr;
+    KCHECK(cudaMalloc(&dtable, table.size() * sizeof(WeightRef)));
+    KCHECK(cudaMemcpy(dtable, table.data(), table.size() * sizeof(WeightRef), cudaMemcpyHostToDevice));
+    const double per_expert = 3.0 * (double(I) * D / 2 + double(I) * D / 32);
+    BenchScratch scratch;
+    for (int64_t n : ns) {
+        constexpr int kSets = 8;  // different expert choices per launch: the L2 cannot keep them
+        std::vector<int32_t*> ids(kSets);
+        double distinct = 0;
+        for (int set = 0; set < kSets; ++set) {
+            std::vector<int32_t> h(size_t(n * k));
+            for (int64_t t = 0; t < n; ++t) {
+                std::vector<int32_t> perm(E);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), g_rng);
+                std::copy(perm.begin(), perm.begin() + k, h.begin() + t * k);
+            }
+            std::vector<int32_t> u = h;
+            std::sort(u.begin(), u.end());
+            distinct += double(std::unique(u.begin(), u.end()) - u.begin()) / kSets;
+            KCHECK(cudaMalloc(&ids[size_t(set)], h.size() * 4));
+            KCHECK(cudaMemcpy(ids[size_t(set)], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+        }
+        float* x = static_cast<float*>(random_device(size_t(n * D) * 4, 2));
+        float* w = static_cast<float*>(random_device(size_t(n * k) * 4, 2));
+        float* out = nullptr;
+        KCHECK(cudaMalloc(&out, size_t(n * D) * 4));
+        MoeParams p{x, D, nullptr, k, w, k, dtable, E, out, D, n, k, D, I, 10.0f, gemv_format(table[0])};
+        for (auto [vname, v] : {std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
+            p.ids = ids[0];
+            if (v == MoeVariant::kGrouped && !moe_grouped_supported(p)) continue;
+            scratch.get(1, size_t(n * k * I) * 4), scratch.get(2, size_t(n * k * D) * 4);  // before capture
+            scratch.get(3, size_t(2 + 2 * std::min<int64_t>(n * k, E) + n * k) * 4);
+            const double us = graph_us(s, 2 * kSets, [&](int i) {
+                MoeParams q = p;
+                q.ids = ids[size_t(i % kSets)];
+                launch_moe(q, scratch, s, v);
+            });
+            KCHECK(cudaGetLastError());
+            rows.push_back({"moe fp4 n=" + std::to_string(n) + ", 256 experts, k=6 (" +
+                                std::to_string(int(distinct + 0.5)) + " experts read)",
+                            vname, us, distinct * per_expert + 4.0 * n * D * 2});
+        }
+        for (auto* d : ids) cudaFree(d);
+        cudaFree(x), cudaFree(w), cudaFree(out);
+    }
+    for (auto& r : table) cudaFree(const_cast<void*>(r.data)), cudaFree(const_cast<void*>(r.scale));
+    cudaFree(dtable);
+}
+
+}  // namespace
+}  // namespace di::bench
+
+int main(int argc, char** argv) {
+    using namespace di::bench;
+    std::string out_path;
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+        else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    }
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        std::fprintf(stderr, "cuda_kernel_bench: no CUDA device\n");
+        return 1;
+    }
+    const Roofline r = measure_roofline();
+    (void)sm_count();  // cached before any capture
+    cudaStream_t s;
+    KCHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::vector<Row> rows;
+    const std::vector<int64_t> ns = quick ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1, 2, 4, 8, 16};
+    bench_linear(rows, s, "fp8 q_a 4096->1024", 1, 1024, 4096, ns);
+    bench_linear(rows, s, "fp8 q_b 1024->32768", 1, 32768, 1024, ns);
+    bench_linear(rows, s, "fp8 o_b 8192->4096", 1, 4096, 8192, ns);
+    bench_linear(rows, s, "fp8 shared w1 4096->2048", 1, 2048, 4096, ns);
+    bench_linear(rows, s, "bf16 kv 4096->512", 0, 512, 4096, ns);
+    bench_linear(rows, s, "bf16 head 4096->129280", 0, 129280, 4096, {1, 4, 16});
+    bench_linear(rows, s, "fp4 expert w1 4096->2048", 2, 2048, 4096, ns);
+    bench_linear(rows, s, "fp4 expert w2 2048->4096", 2, 4096, 2048, ns);
+    bench_moe(rows, s, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
+
+    std::string md;
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "Copy bandwidth measured in this run: %.0f GB/s (read + write, 2 GiB).\n\n",
+                  r.copy_gbps);
+    md += buf;
+    md += "| kernel (V4-Flash shape) | variant | time us | bytes | GB/s | % copy BW |\n|---|---|---:|---:|---:|---:|\n";
+    for (const Row& x : rows) {
+        const double gbps = x.bytes / (x.us * 1e-6) / 1e9;
+        std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.3g | %.0f | %.1f%% |\n", x.name.c_str(),
+                      x.variant.c_str(), x.us, x.bytes, gbps, 100.0 * gbps / r.copy_gbps);
+        md += buf;
+    }
+    std::fputs(md.c_str(), stdout);
+    if (!out_path.empty())
+        if (FILE* f = std::fopen(out_path.c_str(), "w")) std::fputs(md.c_str(), f), std::fclose(f);
+    return 0;
+}

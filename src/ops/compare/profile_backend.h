@@ -1,0 +1,70 @@
+// Profile mode: runs every op on a subject backend with a synchronize before and after it, and adds up per
+// op the wall time, the calls and the bytes the op must move (activations in and out, weights in their
+// packed format, for moe the selected experts' weights), so a step's time can be split by op and each op
+// set against the bandwidth. The synchronisations add a few microseconds per op on a GPU (stated beside
+// the table); the op mix and the large ops' times are what it is for.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ops/backend.h"
+
+namespace di::ops {
+
+struct OpProfile {
+    std::string op;
+    int64_t calls = 0;
+    double seconds = 0;
+    double bytes = 0;
+};
+
+class ProfileBackend final : public Backend {
+public:
+    explicit ProfileBackend(Backend& subject) : subject_(subject) {}
+
+    std::string_view name() const override { return subject_.name(); }
+    Allocator& allocator() override { return subject_.allocator(); }
+    void copy(const TensorView& dst, const TensorView& src) override { subject_.copy(dst, src); }
+    void fill_zero(const TensorView& dst) override { subject_.fill_zero(dst); }
+    void synchronize() override { subject_.synchronize(); }
+    void set_scope(std::string_view s) override { subject_.set_scope(s); }
+    std::vector<std::string> variants(std::string_view op) const override { return subject_.variants(op); }
+    bool force_variant(std::string_view op, std::string_view v) override { return subject_.force_variant(op, v); }
+
+    void embed(const EmbedArgs& a) override;
+    void add(const AddArgs& a) override;
+    void swiglu(const SwigluArgs& a) override;
+    void linear(const LinearArgs& a) override;
+    void rms_norm(const RmsNormArgs& a) override;
+    void rope(const RopeArgs& a) override;
+    void compress(const CompressArgs& a) override;
+    void indexer_topk(const IndexerTopkArgs& a) override;
+    void attention(const AttentionArgs& a) override;
+    void window_store(const WindowStoreArgs& a) override;
+    void mhc_pre(const MhcPreArgs& a) override;
+    void mhc_post(const MhcPostArgs& a) override;
+    void hc_head(const HcHeadArgs& a) override;
+    void route(const RouteArgs& a) override;
+    void moe(const MoeArgs& a) override;
+
+    // Ops by total time, largest first; reset() starts a new measurement.
+    std::vector<OpProfile> table() const;
+    void reset() { ops_.clear(); }
+    // A markdown table: op, calls, ms, share, bytes, GB/s (and % of `copy_gbps` when it is > 0).
+    std::string markdown(double copy_gbps = 0) const;
+
+private:
+    template <class Args, class Fn>
+    void timed(const char* op, Args a, double weight_bytes, Fn&& run);
+
+    Backend& subject_;
+    std::map<std::string, OpProfile> ops_;
+};
+
+// Bytes of a weight in its stored format (data and scales).
+double weight_bytes(const QWeight& w);
+
+}  // namespace di::ops

@@ -1,0 +1,169 @@
+// Bandwidth-bound dot products of weight rows with a few f32 token rows (decode GEMV and the MoE experts).
+// A weight row is read in 16-byte units (f32: 4 elements, bf16/f16: 8, fp8: 16, fp4: 32), so every load is
+// 128 bits wide and coalesced across the threads that share a row; each thread keeps R rows' loads in
+// flight and reuses every x element it loads for all R rows. Quantised units are accumulated unscaled and
+// multiplied by their scale once (one scale per unit: fp8 units sit inside one 128x128 block, an fp4 unit
+// is one 32-group), which is exact for power-of-two (UE8M0) scales up to the f32 rounding of the sums.
+// Accumulation order per (row, token) depends only on K and the thread layout, never on how many tokens
+// share the pass: results are batch-invariant among the n that use this path.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include "ops/cuda/device_util.cuh"
+
+namespace di::cuda::gemv {
+
+enum Format : int { kF32 = 0, kBF16 = 1, kF16 = 2, kFp8 = 3, kFp4 = 4 };
+
+template <int F>
+struct UnitOf {
+    static constexpr int kElems = F == kF32 ? 4 : F == kFp8 ? 16 : F == kFp4 ? 32 : 8;
+};
+
+__device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+
+// acc[t] += sum_j v[j] * x_t[j] for 8 consecutive elements; x_t = xs[t] (16-byte aligned).
+template <int NT>
+__device__ __forceinline__ void fma8(const float v[8], const float* const xs[NT], int nt, int64_t k, float acc[NT]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t >= nt) break;
+        const float4 a = ldg4(xs[t] + k), b = ldg4(xs[t] + k + 4);
+        float s = acc[t];
+        s = fmaf(v[0], a.x, s);
+        s = fmaf(v[1], a.y, s);
+        s = fmaf(v[2], a.z, s);
+        s = fmaf(v[3], a.w, s);
+        s = fmaf(v[4], b.x, s);
+        s = fmaf(v[5], b.y, s);
+        s = fmaf(v[6], b.z, s);
+        s = fmaf(v[7], b.w, s);
+        acc[t] = s;
+    }
+}
+
+// Eight fp4 e2m1 values (one 32-bit word, element 2j = low nibble of byte j) as f32 times 2^-14: each
+// nibble's 3 magnitude bits become f16 exponent+mantissa bits, which is exact; the caller multiplies by
+// 2^14 together with the group scale.
+__device__ __forceinline__ void fp4x8_to_f(uint32_t q, float v[8]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const uint32_t b = (q >> (8 * j)) & 0xffu;
+        const uint32_t x = (b | (b << 12)) & 0x000f000fu;
+        const uint32_t h = ((x & 0x00070007u) << 9) | ((x & 0x00080008u) << 12);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        v[2 * j] = f.x;
+        v[2 * j + 1] = f.y;
+    }
+}
+
+// Four fp8 e4m3 values (one word, byte j = element j) as f32, exact (e4m3 -> f16 -> f32).
+__device__ __forceinline__ void fp8x4_to_f(uint32_t q, float v[4]) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(q & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(q >> 16), __NV_E4M3);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+// Unscaled dot of one 16-byte unit `q` (elements k .. k + kElems) with each token row: part[t] = sum.
+template <int F, int NT>
+__device__ __forceinline__ void unit_dot(uint4 q, const float* const xs[NT], int nt, int64_t k, float part[NT]) {
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int t = 0; t < NT; ++t) part[t] = 0.0f;
+    if constexpr (F == kF32) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= nt) break;
+            const float4 a = ldg4(xs[t] + k);
+            float s = 0.0f;
+            s = fmaf(__uint_as_float(w[0]), a.x, s);
+            s = fmaf(__uint_as_float(w[1]), a.y, s);
+            s = fmaf(__uint_as_float(w[2]), a.z, s);
+            s = fmaf(__uint_as_float(w[3]), a.w, s);
+            part[t] = s;
+        }
+    } else if constexpr (F == kBF16 || F == kF16) {
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if constexpr (F == kBF16) {
+                v[2 * j] = __uint_as_float(w[j] << 16);
+                v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+            } else {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+                v[2 * j] = f.x, v[2 * j + 1] = f.y;
+            }
+        }
+        fma8<NT>(v, xs, nt, k, part);
+    } else if constexpr (F == kFp8) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float v[8];
+            fp8x4_to_f(w[2 * h], v);
+            fp8x4_to_f(w[2 * h + 1], v + 4);
+            fma8<NT>(v, xs, nt, k + 8 * h, part);
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            float v[8];
+            fp4x8_to_f(w[h], v);
+            fma8<NT>(v, xs, nt, k + 8 * h, part);
+        }
+    }
+}
+
+// Scale of the unit at (row o, element k): 1 for dense; fp4 folds in the 2^14 of fp4x8_to_f.
+template <int F>
+__device__ __forceinline__ float unit_scale(const WeightRef& w, int64_t o, int64_t k) {
+    if constexpr (F == kFp8) return weight_scale(w, o >> 7, k >> 7);
+    if constexpr (F == kFp4) return weight_scale(w, o, k >> 5) * 16384.0f;
+    return 1.0f;
+}
+
+// Row stride of w in bytes (WeightRef::ld counts elements for dense and fp8, bytes for fp4).
+template <int F>
+__host__ __device__ __forceinline__ int64_t row_bytes(const WeightRef& w) {
+    return F == kF32 ? w.ld * 4 : (F == kBF16 || F == kF16) ? w.ld * 2 : w.ld;
+}
+
+template <int F>
+__device__ __forceinline__ uint4 load_unit(const WeightRef& w, int64_t o, int64_t unit) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + o * row_bytes<F>(w);
+    return __ldg(reinterpret_cast<const uint4*>(row) + unit);
+}
+
+// This thread's partial dots of rows o0 .. o0+R (rows >= out_dim skipped) with NT token rows, over the
+// units u = first, first + stride, ... of a row. acc[r][t] accumulates scale * unit sum in unit order.
+template <int F, int NT, int R>
+__device__ __forceinline__ void rows_partial(const WeightRef& w, int64_t o0, const float* const xs[NT], int nt,
+                                             int64_t first, int64_t stride, float acc[R][NT]) {
+    constexpr int E = UnitOf<F>::kElems;
+    const int64_t units = w.in_dim / E;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+    for (int64_t u = first; u < units; u += stride) {
+        uint4 q[R];
+        float sc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {  // all R loads issued before the first use
+            const bool ok = o0 + r < w.out_dim;
+            q[r] = ok ? load_unit<F>(w, o0 + r, u) : make_uint4(0, 0, 0, 0);
+            sc[r] = ok ? unit_scale<F>(w, o0 + r, u * E) : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float part[NT];
+            unit_dot<F, NT>(q[r], xs, nt, u * E, part);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(sc[r], part[t], acc[r][t]);
+        }
+    }
+}
+
+}  // namespace di::cuda::gemv
