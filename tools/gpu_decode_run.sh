@@ -7,6 +7,7 @@ dir=${1:-build-cuda-carry}
 what=${2:-all}
 OUT=${OUT:-/tmp/gpu_decode_out}
 mkdir -p "$OUT"
+[[ -d $dir ]] || tar xJf build-cuda-xz/carry.tar.xz  # what tools/gpu_pack.sh packed
 export LD_LIBRARY_PATH="$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 git log -1 --format='commit %h %s' 2>/dev/null | tee -a "$OUT/gpu.txt"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs from a CUDA build into a small folder that the device tool can carry
 # (the whole build directory is far over its 64 MiB limit): the gpu test and benchmark binaries plus the
-# shared libraries they need that the GPU image lacks (today only libfmt).
+# shared libraries they need that the GPU image lacks (today only libfmt), and the same as one xz tarball
+# ($out.tar.xz, ~2 MB: the tracked tree alone is ~57 MB of the 64 MiB a call may carry). On the GPU
+# machine: tar xJf build-cuda-xz/carry.tar.xz (tools/gpu_decode_run.sh does it).
 #   tools/gpu_pack.sh [build-dir=build-cuda] [out=build-cuda-carry]
 set -euo pipefail
 build=${1:-build-cuda}
@@ -16,3 +18,6 @@ done
 strip "$out"/bin/* 2>/dev/null || true
 du -sh "$out"
 for f in "$out"/bin/*; do echo "== $f"; ldd "$f" | awk '{print "   " $1}'; done
+mkdir -p build-cuda-xz
+tar cf - "$out" | xz -9 -T2 > build-cuda-xz/carry.tar.xz
+ls -la build-cuda-xz/carry.tar.xz

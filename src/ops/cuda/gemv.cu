@@ -1,7 +1,8 @@
 // Decode linear (n <= 16 token rows): y = x W^T with the weight streamed once in 16-byte units
-// (gemv.cuh). A block of 8 warps covers 8 / W row groups of R = 4 rows; the W warps of a group split K
-// and their partial sums are added in warp order, so the result is deterministic. Tokens are taken NT at a
-// time; the weight is re-read for each pass (from L1/L2 for the rows just read).
+// (gemv.cuh). Each warp owns R whole rows (R = 4, 2 or 1: the most that still leaves 16 warps per
+// multiprocessor), so no cross-warp sum is needed and the result is deterministic; lanes keep U units of
+// every row in flight (more when R is small, so a warp always has 8-16 loads outstanding). Tokens are taken NT at a time; the weight is
+// re-read for each pass (from L1/L2 for the rows just read).
 //   bytes: out * in * bytes/weight + x + y  -> bound by the weight read for n <= 4
 #include "ops/cuda/gemv.cuh"
 
@@ -10,7 +11,7 @@ namespace {
 
 using namespace gemv;
 
-constexpr int kRows = 4, kWarps = 8;
+constexpr int kWarps = 8;
 
 struct GemvParams {
     const float* x;
@@ -19,39 +20,27 @@ struct GemvParams {
     float* y;
     int64_t ldy;
     int64_t n;
-    int warps_per_row;  // W: 1, 2, 4 or 8
 };
 
-template <int F, int NT>
+template <int F, int NT, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
-    __shared__ float red[kWarps][kRows][NT];
+    // Fewer units in flight when the token passes hold more registers; more when the warp has one row.
+    constexpr int U = NT == 4 ? 2 : NT == 2 ? 4 : R == 1 ? 8 : 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int W = p.warps_per_row, group = warp / W, wi = warp % W;
-    const int64_t o0 = (int64_t(blockIdx.x) * (kWarps / W) + group) * kRows;
+    const int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
+    if (o0 >= p.w.out_dim) return;  // whole warp; no block-wide barrier below
     for (int64_t t0 = 0; t0 < p.n; t0 += NT) {
         const int nt = int(min(int64_t(NT), p.n - t0));
         const float* xs[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) xs[t] = p.x + (t0 + min(t, nt - 1)) * p.ldx;
-        float acc[kRows][NT];
-        rows_partial<F, NT, kRows>(p.w, o0, xs, nt, int64_t(wi) * 32 + lane, int64_t(W) * 32, acc);
+        float acc[R][NT];
+        warp_rows<F, NT, R, U>(p.w, o0, xs, nt, acc);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                const float v = warp_sum(acc[r][t]);
-                if (lane == 0) red[warp][r][t] = v;
-            }
-        __syncthreads();
-        if (wi == 0 && lane < kRows * NT) {
-            const int r = lane / NT, t = lane % NT;
-            if (t < nt && o0 + r < p.w.out_dim) {
-                float s = 0.0f;
-                for (int i = 0; i < W; ++i) s += red[group * W + i][r][t];
-                p.y[(t0 + t) * p.ldy + o0 + r] = s;
-            }
-        }
-        __syncthreads();
+            for (int t = 0; t < NT; ++t)
+                if (lane == r * NT + t && t < nt && o0 + r < p.w.out_dim) p.y[(t0 + t) * p.ldy + o0 + r] = acc[r][t];
     }
 }
 
@@ -65,6 +54,11 @@ int sm_count() {
         return v;
     }();
     return n;
+}
+
+int gemv_rows_per_warp(int64_t out_dim) {
+    const int64_t want = 16 * int64_t(sm_count()) * kWarps / 8;  // 16 warps per multiprocessor
+    return out_dim >= 4 * want ? 4 : out_dim >= 2 * want ? 2 : 1;
 }
 
 namespace {
@@ -81,11 +75,21 @@ int64_t bytes_per_row(const WeightRef& w, int f) {
     return f == kF32 ? w.ld * 4 : (f == kBF16 || f == kF16) ? w.ld * 2 : w.ld;
 }
 
+template <int F, int R>
+void launch_fr(const GemvParams& p, cudaStream_t s) {
+    const unsigned blocks = unsigned((p.w.out_dim + int64_t(R) * kWarps - 1) / (int64_t(R) * kWarps));
+    if (p.n == 1) gemv_kernel<F, 1, R><<<blocks, 256, 0, s>>>(p);
+    else if (p.n == 2) gemv_kernel<F, 2, R><<<blocks, 256, 0, s>>>(p);
+    else gemv_kernel<F, 4, R><<<blocks, 256, 0, s>>>(p);
+}
+
 template <int F>
-void launch_f(const GemvParams& p, unsigned blocks, cudaStream_t s) {
-    if (p.n == 1) gemv_kernel<F, 1><<<blocks, 256, 0, s>>>(p);
-    else if (p.n == 2) gemv_kernel<F, 2><<<blocks, 256, 0, s>>>(p);
-    else gemv_kernel<F, 4><<<blocks, 256, 0, s>>>(p);
+void launch_f(const GemvParams& p, cudaStream_t s) {
+    switch (gemv_rows_per_warp(p.w.out_dim)) {
+        case 4: return launch_fr<F, 4>(p, s);
+        case 2: return launch_fr<F, 2>(p, s);
+        default: return launch_fr<F, 1>(p, s);
+    }
 }
 
 }  // namespace
@@ -102,27 +106,14 @@ bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n) 
            ldx % 4 == 0;
 }
 
-int gemv_warps_per_row(int64_t units, int64_t out_dim, int rows_per_group) {
-    auto blocks = [&](int W) { return (out_dim + int64_t(rows_per_group) * (8 / W) - 1) / (int64_t(rows_per_group) * (8 / W)); };
-    // Enough threads per row that every thread has a unit; fewer when rows alone fill the GPU twice over
-    // (then each thread streams several units and the cross-warp sum is cheaper).
-    int W = 8;
-    while (W > 1 && units < 32 * W) W /= 2;
-    while (W > 1 && blocks(W / 2) >= 2 * sm_count() && units < 64 * W) W /= 2;
-    return W;
-}
-
 void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s) {
-    const int f = format_of(w);
-    const int W = gemv_warps_per_row(w.in_dim / elems_of(f), w.out_dim, kRows);
-    const GemvParams p{x, ldx, w, y, ldy, n, W};
-    const unsigned grid = unsigned((w.out_dim + kRows * (kWarps / W) - 1) / (kRows * (kWarps / W)));
-    switch (f) {
-        case kF32: launch_f<kF32>(p, grid, as_stream(s)); break;
-        case kBF16: launch_f<kBF16>(p, grid, as_stream(s)); break;
-        case kF16: launch_f<kF16>(p, grid, as_stream(s)); break;
-        case kFp8: launch_f<kFp8>(p, grid, as_stream(s)); break;
-        default: launch_f<kFp4>(p, grid, as_stream(s)); break;
+    const GemvParams p{x, ldx, w, y, ldy, n};
+    switch (format_of(w)) {
+        case kF32: launch_f<kF32>(p, as_stream(s)); break;
+        case kBF16: launch_f<kBF16>(p, as_stream(s)); break;
+        case kF16: launch_f<kF16>(p, as_stream(s)); break;
+        case kFp8: launch_f<kFp8>(p, as_stream(s)); break;
+        default: launch_f<kFp4>(p, as_stream(s)); break;
     }
 }
 

@@ -1,11 +1,11 @@
 // Bandwidth-bound dot products of weight rows with a few f32 token rows (decode GEMV and the MoE experts).
 // A weight row is read in 16-byte units (f32: 4 elements, bf16/f16: 8, fp8: 16, fp4: 32), so every load is
-// 128 bits wide and coalesced across the threads that share a row; each thread keeps R rows' loads in
+// 128 bits wide and coalesced across the warp that owns the row; each lane keeps U units of R rows in
 // flight and reuses every x element it loads for all R rows. Quantised units are accumulated unscaled and
 // multiplied by their scale once (one scale per unit: fp8 units sit inside one 128x128 block, an fp4 unit
 // is one 32-group), which is exact for power-of-two (UE8M0) scales up to the f32 rounding of the sums.
-// Accumulation order per (row, token) depends only on K and the thread layout, never on how many tokens
-// share the pass: results are batch-invariant among the n that use this path.
+// Accumulation order per (row, token) depends only on K and R, never on how many tokens share the pass:
+// results are batch-invariant among the n that use this path with the same R.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -136,34 +136,48 @@ __device__ __forceinline__ uint4 load_unit(const WeightRef& w, int64_t o, int64_
     return __ldg(reinterpret_cast<const uint4*>(row) + unit);
 }
 
-// This thread's partial dots of rows o0 .. o0+R (rows >= out_dim skipped) with NT token rows, over the
-// units u = first, first + stride, ... of a row. acc[r][t] accumulates scale * unit sum in unit order.
-template <int F, int NT, int R>
-__device__ __forceinline__ void rows_partial(const WeightRef& w, int64_t o0, const float* const xs[NT], int nt,
-                                             int64_t first, int64_t stride, float acc[R][NT]) {
+// A warp's dots of rows o0 .. o0+R (rows >= out_dim skipped) with NT token rows: lane l takes the units
+// l, l + 32, ... of every row, U at a time with all U * R loads issued before the first use, then the lanes'
+// partials are summed by a fixed butterfly. Every lane returns the totals in acc[r][t].
+template <int F, int NT, int R, int U>
+__device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const float* const xs[NT], int nt,
+                                          float acc[R][NT]) {
     constexpr int E = UnitOf<F>::kElems;
+    const int lane = threadIdx.x & 31;
     const int64_t units = w.in_dim / E;
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-    for (int64_t u = first; u < units; u += stride) {
-        uint4 q[R];
-        float sc[R];
+    for (int64_t u0 = lane; u0 < units; u0 += 32 * U) {
+        uint4 q[U][R];
+        float sc[U][R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {  // all R loads issued before the first use
-            const bool ok = o0 + r < w.out_dim;
-            q[r] = ok ? load_unit<F>(w, o0 + r, u) : make_uint4(0, 0, 0, 0);
-            sc[r] = ok ? unit_scale<F>(w, o0 + r, u * E) : 0.0f;
-        }
+        for (int j = 0; j < U; ++j)
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            float part[NT];
-            unit_dot<F, NT>(q[r], xs, nt, u * E, part);
+            for (int r = 0; r < R; ++r) {
+                const int64_t u = u0 + 32 * j;
+                const bool ok = u < units && o0 + r < w.out_dim;
+                q[j][r] = ok ? load_unit<F>(w, o0 + r, u) : make_uint4(0, 0, 0, 0);
+                sc[j][r] = ok ? unit_scale<F>(w, o0 + r, u * E) : 0.0f;
+            }
 #pragma unroll
-            for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(sc[r], part[t], acc[r][t]);
+        for (int j = 0; j < U; ++j) {
+            const int64_t u = u0 + 32 * j;
+            if (u >= units) break;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float part[NT];
+                unit_dot<F, NT>(q[j][r], xs, nt, u * E, part);
+#pragma unroll
+                for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(sc[j][r], part[t], acc[r][t]);
+            }
         }
     }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
 }
 
 }  // namespace di::cuda::gemv

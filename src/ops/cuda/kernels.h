@@ -66,8 +66,8 @@ void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, in
 bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
 // gemv.cuh's format code of w when its layout can be streamed in 16-byte units, else -1.
 int gemv_format(const WeightRef& w);
-// Warps sharing one row group of `rows_per_group` rows (1, 2, 4 or 8) for a row of `units` 16-byte units.
-int gemv_warps_per_row(int64_t units, int64_t out_dim, int rows_per_group);
+// Rows each warp of the streaming GEMV owns for a matrix of `out_dim` rows (1, 2 or 4).
+int gemv_rows_per_warp(int64_t out_dim);
 int sm_count();
 void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
 

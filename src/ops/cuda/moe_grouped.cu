@@ -2,7 +2,7 @@
 //   plan:    the step's (token, slot) pairs grouped by expert: active experts in ascending id, each with
 //            its pairs in pair order (one block; a fixed order, so deterministic)
 //   up:      h[pair, r] = swiglu(W1_e[r] . x_t, W3_e[r] . x_t) for every pair of expert e, W1/W3 rows read
-//            once for all of them (gemv.cuh row groups; grid.y = active expert slot)
+//            once for all of them (gemv.cuh warp rows; grid.y = active expert slot)
 //   down:    y[pair, c] = W2_e[c] . h[pair]
 //   combine: out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
 // A pair's arithmetic is the same whatever else chose its expert: batch-invariant and deterministic.
@@ -14,7 +14,10 @@ namespace {
 
 using namespace gemv;
 
-constexpr int kRows = 4, kWarps = 8, kNT = 4;
+constexpr int kRows = 2, kWarps = 8;
+// Units in flight per row: fewer with 4 token passes (their accumulators hold the registers).
+template <int NT>
+constexpr int kUnits = NT == 1 ? 4 : 2;
 
 struct Plan {
     int32_t* n_active;    // [1]
@@ -60,81 +63,64 @@ __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
     }
 }
 
-// Reduces acc over the W warps of each row group (warp order) into red; returns after a barrier.
-template <int NT>
-__device__ __forceinline__ void reduce_rows(float acc[kRows][NT], float (*red)[kRows][NT], int warp, int lane) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const float v = warp_sum(acc[r][t]);
-            if (lane == 0) red[warp][r][t] = v;
-        }
-    __syncthreads();
-}
-
-template <int F>
-__global__ void __launch_bounds__(256) moe_up_grouped(MoeParams p, Plan plan, int W, float* h) {
-    __shared__ float red1[kWarps][kRows][kNT], red3[kWarps][kRows][kNT];
+// grid (ceil(I / (8 R)), max_active): warp w of block (bx, a) owns rows [(bx * 8 + w) * R, +R) of W1 and W3
+// of active expert a, for all of its pairs, NT at a time.
+template <int F, int NT>
+__global__ void __launch_bounds__(256) moe_up_grouped(MoeParams p, Plan plan, float* h) {
     const int a = blockIdx.y;
-    if (a >= *plan.n_active) return;  // whole block: no barrier is skipped by part of it
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = warp / W, wi = warp % W;
+    if (a >= *plan.n_active) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * kRows;
+    if (o0 >= p.I) return;
     const int e = plan.expert[a];
     const WeightRef w1 = p.table[3 * e], w3 = p.table[3 * e + 1];
-    const int64_t o0 = (int64_t(blockIdx.x) * (kWarps / W) + group) * kRows;
     const int32_t b = plan.begin[a], cnt = plan.begin[a + 1] - b;
-    for (int32_t i0 = 0; i0 < cnt; i0 += kNT) {
-        const int nt = min(kNT, cnt - i0);
-        const float* xs[kNT];
+    for (int32_t i0 = 0; i0 < cnt; i0 += NT) {
+        const int nt = min(NT, cnt - i0);
+        const float* xs[NT];
 #pragma unroll
-        for (int t = 0; t < kNT; ++t) xs[t] = p.x + (plan.pairs[b + i0 + min(t, nt - 1)] / p.k) * p.ld_x;
-        float g[kRows][kNT], u[kRows][kNT];
-        rows_partial<F, kNT, kRows>(w1, o0, xs, nt, int64_t(wi) * 32 + lane, int64_t(W) * 32, g);
-        rows_partial<F, kNT, kRows>(w3, o0, xs, nt, int64_t(wi) * 32 + lane, int64_t(W) * 32, u);
-        reduce_rows<kNT>(g, red1, warp, lane);
-        reduce_rows<kNT>(u, red3, warp, lane);
-        if (wi == 0 && lane < kRows * kNT) {
-            const int r = lane / kNT, t = lane % kNT;
-            if (t < nt && o0 + r < p.I) {
-                float gs = 0.0f, us = 0.0f;
-                for (int j = 0; j < W; ++j) gs += red1[group * W + j][r][t], us += red3[group * W + j][r][t];
+        for (int t = 0; t < NT; ++t) xs[t] = p.x + (plan.pairs[b + i0 + min(t, nt - 1)] / p.k) * p.ld_x;
+        float g[kRows][NT], u[kRows][NT];
+        warp_rows<F, NT, kRows, kUnits<NT>>(w1, o0, xs, nt, g);
+        warp_rows<F, NT, kRows, kUnits<NT>>(w3, o0, xs, nt, u);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (lane != r * NT + t || t >= nt || o0 + r >= p.I) continue;
+                float gs = g[r][t], us = u[r][t];
                 if (p.limit > 0) {  // clamped SwiGLU, as moe.cu and the reference
                     gs = fminf(gs, p.limit);
                     us = fminf(fmaxf(us, -p.limit), p.limit);
                 }
                 h[int64_t(plan.pairs[b + i0 + t]) * p.I + o0 + r] = float(double(gs) / (1.0 + exp(-double(gs))) * double(us));
             }
-        }
-        __syncthreads();
     }
 }
 
-template <int F>
-__global__ void __launch_bounds__(256) moe_down_grouped(MoeParams p, Plan plan, int W, const float* h, float* y) {
-    __shared__ float red[kWarps][kRows][kNT];
+// grid (ceil(D / (8 R)), max_active): rows of W2 against h of each pair.
+template <int F, int NT>
+__global__ void __launch_bounds__(256) moe_down_grouped(MoeParams p, Plan plan, const float* h, float* y) {
     const int a = blockIdx.y;
     if (a >= *plan.n_active) return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = warp / W, wi = warp % W;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * kRows;
+    if (o0 >= p.D) return;
     const WeightRef w2 = p.table[3 * plan.expert[a] + 2];
-    const int64_t o0 = (int64_t(blockIdx.x) * (kWarps / W) + group) * kRows;
     const int32_t b = plan.begin[a], cnt = plan.begin[a + 1] - b;
-    for (int32_t i0 = 0; i0 < cnt; i0 += kNT) {
-        const int nt = min(kNT, cnt - i0);
-        const float* xs[kNT];
+    for (int32_t i0 = 0; i0 < cnt; i0 += NT) {
+        const int nt = min(NT, cnt - i0);
+        const float* xs[NT];
 #pragma unroll
-        for (int t = 0; t < kNT; ++t) xs[t] = h + int64_t(plan.pairs[b + i0 + min(t, nt - 1)]) * p.I;
-        float acc[kRows][kNT];
-        rows_partial<F, kNT, kRows>(w2, o0, xs, nt, int64_t(wi) * 32 + lane, int64_t(W) * 32, acc);
-        reduce_rows<kNT>(acc, red, warp, lane);
-        if (wi == 0 && lane < kRows * kNT) {
-            const int r = lane / kNT, t = lane % kNT;
-            if (t < nt && o0 + r < p.D) {
-                float s = 0.0f;
-                for (int j = 0; j < W; ++j) s += red[group * W + j][r][t];
-                y[int64_t(plan.pairs[b + i0 + t]) * p.D + o0 + r] = s;
-            }
-        }
-        __syncthreads();
+        for (int t = 0; t < NT; ++t) xs[t] = h + int64_t(plan.pairs[b + i0 + min(t, nt - 1)]) * p.I;
+        float acc[kRows][NT];
+        warp_rows<F, NT, kRows, kUnits<NT>>(w2, o0, xs, nt, acc);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+                if (lane == r * NT + t && t < nt && o0 + r < p.D)
+                    y[int64_t(plan.pairs[b + i0 + t]) * p.D + o0 + r] = acc[r][t];
     }
 }
 
@@ -148,12 +134,15 @@ int elems(int f) { return f == kF32 ? 4 : f == kFp8 ? 16 : f == kFp4 ? 32 : 8; }
 
 template <int F>
 void launch_f(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned max_active, cudaStream_t s) {
-    const int W_up = gemv_warps_per_row(p.D / elems(F), p.I, kRows);
-    const int W_dn = gemv_warps_per_row(p.I / elems(F), p.D, kRows);
-    const dim3 up(unsigned((p.I + kRows * (kWarps / W_up) - 1) / (kRows * (kWarps / W_up))), max_active);
-    const dim3 dn(unsigned((p.D + kRows * (kWarps / W_dn) - 1) / (kRows * (kWarps / W_dn))), max_active);
-    moe_up_grouped<F><<<up, 256, 0, s>>>(p, plan, W_up, h);
-    moe_down_grouped<F><<<dn, 256, 0, s>>>(p, plan, W_dn, h, y);
+    const dim3 up(unsigned((p.I + kRows * kWarps - 1) / (kRows * kWarps)), max_active);
+    const dim3 dn(unsigned((p.D + kRows * kWarps - 1) / (kRows * kWarps)), max_active);
+    if (p.n == 1) {  // one token: every expert has exactly one pair
+        moe_up_grouped<F, 1><<<up, 256, 0, s>>>(p, plan, h);
+        moe_down_grouped<F, 1><<<dn, 256, 0, s>>>(p, plan, h, y);
+    } else {
+        moe_up_grouped<F, 4><<<up, 256, 0, s>>>(p, plan, h);
+        moe_down_grouped<F, 4><<<dn, 256, 0, s>>>(p, plan, h, y);
+    }
 }
 
 }  // namespace
