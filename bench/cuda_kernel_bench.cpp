@@ -73,6 +73,8 @@ void* random_device(size_t bytes, int kind) {
 double graph_us(cudaStream_t s, int reps, const std::function<void(int)>& launch) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
+    launch(0);  // outside the capture: one-time setup (shared-memory limits, occupancy queries)
+    KCHECK(cudaStreamSynchronize(s));
     KCHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < reps; ++i) launch(i);
     KCHECK(cudaStreamEndCapture(s, &g));

@@ -2,8 +2,12 @@
 // (gemv.cuh). Each warp owns R whole rows (R = 4, 2 or 1: the most that still leaves 16 warps per
 // multiprocessor), so no cross-warp sum is needed and the result is deterministic; lanes keep U units of
 // every row in flight (more when R is small, so a warp always has 8-16 loads outstanding). Tokens are taken NT at a time; the weight is
-// re-read for each pass (from L1/L2 for the rows just read).
+// re-read for each pass. The token rows of a pass sit in shared memory (gemv.cuh), staged once per
+// persistent block.
 //   bytes: out * in * bytes/weight + x + y  -> bound by the weight read for n <= 4
+#include <map>
+#include <mutex>
+
 #include "ops/cuda/gemv.cuh"
 
 namespace di::cuda {
@@ -22,25 +26,35 @@ struct GemvParams {
     int64_t n;
 };
 
+// Persistent blocks: each stages NT token rows in shared memory, then its warps walk the row groups
+// blockIdx.x * 8 + warp, + gridDim.x * 8, ...
 template <int F, int NT, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
+    extern __shared__ float4 smem4[];
+    float* xsm = reinterpret_cast<float*>(smem4);
     // Fewer units in flight when the token passes hold more registers; more when the warp has one row.
     constexpr int U = NT == 4 ? 2 : NT == 2 ? 4 : R == 1 ? 8 : 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
-    if (o0 >= p.w.out_dim) return;  // whole warp; no block-wide barrier below
+    const int64_t groups = (p.w.out_dim + R - 1) / R;
     for (int64_t t0 = 0; t0 < p.n; t0 += NT) {
         const int nt = int(min(int64_t(NT), p.n - t0));
-        const float* xs[NT];
+        const float* xg[NT];
 #pragma unroll
-        for (int t = 0; t < NT; ++t) xs[t] = p.x + (t0 + min(t, nt - 1)) * p.ldx;
-        float acc[R][NT];
-        warp_rows<F, NT, R, U>(p.w, o0, xs, nt, acc);
+        for (int t = 0; t < NT; ++t) xg[t] = p.x + (t0 + min(t, nt - 1)) * p.ldx;
+        if (t0 > 0) __syncthreads();  // every warp is done with the previous tokens
+        stage_x<F, NT>(xg, nt, p.w.in_dim, xsm);
+        __syncthreads();
+        for (int64_t g = int64_t(blockIdx.x) * kWarps + warp; g < groups; g += int64_t(gridDim.x) * kWarps) {
+            const int64_t o0 = g * R;
+            float acc[R][NT];
+            warp_rows<F, NT, R, U>(p.w, o0, xsm, nt, acc);
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int t = 0; t < NT; ++t)
-                if (lane == r * NT + t && t < nt && o0 + r < p.w.out_dim) p.y[(t0 + t) * p.ldy + o0 + r] = acc[r][t];
+                for (int t = 0; t < NT; ++t)
+                    if (lane == r * NT + t && t < nt && o0 + r < p.w.out_dim)
+                        p.y[(t0 + t) * p.ldy + o0 + r] = acc[r][t];
+        }
     }
 }
 
@@ -75,12 +89,33 @@ int64_t bytes_per_row(const WeightRef& w, int f) {
     return f == kF32 ? w.ld * 4 : (f == kBF16 || f == kF16) ? w.ld * 2 : w.ld;
 }
 
+// Blocks resident per multiprocessor for a kernel with `smem` bytes of dynamic shared memory (cached).
+template <class K>
+int resident_blocks(K kernel, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::pair<const void*, size_t>, int> cache;
+    std::lock_guard lk(mu);
+    const auto key = std::pair{reinterpret_cast<const void*>(kernel), smem};
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
+    int n = 0;
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, smem));
+    return cache[key] = std::max(n, 1);
+}
+
+template <int F, int NT, int R>
+void launch_k(const GemvParams& p, cudaStream_t s) {
+    const size_t smem = size_t(NT * staged_floats<F>(p.w.in_dim)) * sizeof(float);
+    const int64_t groups = (p.w.out_dim + R - 1) / R, wanted = (groups + kWarps - 1) / kWarps;
+    const int64_t resident = int64_t(resident_blocks(gemv_kernel<F, NT, R>, smem)) * sm_count();
+    gemv_kernel<F, NT, R><<<unsigned(std::min(wanted, resident)), 256, smem, s>>>(p);
+}
+
 template <int F, int R>
 void launch_fr(const GemvParams& p, cudaStream_t s) {
-    const unsigned blocks = unsigned((p.w.out_dim + int64_t(R) * kWarps - 1) / (int64_t(R) * kWarps));
-    if (p.n == 1) gemv_kernel<F, 1, R><<<blocks, 256, 0, s>>>(p);
-    else if (p.n == 2) gemv_kernel<F, 2, R><<<blocks, 256, 0, s>>>(p);
-    else gemv_kernel<F, 4, R><<<blocks, 256, 0, s>>>(p);
+    if (p.n == 1) launch_k<F, 1, R>(p, s);
+    else if (p.n == 2) launch_k<F, 2, R>(p, s);
+    else launch_k<F, 4, R>(p, s);
 }
 
 template <int F>
@@ -102,8 +137,11 @@ int gemv_format(const WeightRef& w) {
 }
 
 bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n) {
-    return n >= 1 && n <= kGemvMaxRows && gemv_format(w) >= 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-           ldx % 4 == 0;
+    const int f = gemv_format(w);
+    if (!(n >= 1 && n <= kGemvMaxRows && f >= 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0))
+        return false;
+    const int64_t nt = n == 1 ? 1 : n == 2 ? 2 : 4, e = elems_of(f);
+    return nt * (w.in_dim / e) * (e + 4) * int64_t(sizeof(float)) <= int64_t(kGemvMaxSmem);  // staged tokens
 }
 
 void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s) {

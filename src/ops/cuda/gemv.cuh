@@ -1,7 +1,9 @@
 // Bandwidth-bound dot products of weight rows with a few f32 token rows (decode GEMV and the MoE experts).
 // A weight row is read in 16-byte units (f32: 4 elements, bf16/f16: 8, fp8: 16, fp4: 32), so every load is
 // 128 bits wide and coalesced across the warp that owns the row; each lane keeps U units of R rows in
-// flight and reuses every x element it loads for all R rows. Quantised units are accumulated unscaled and
+// flight. The token rows are staged once per block in shared memory, one padded row of E + 4 floats per
+// unit: lane l reads the x of its own unit l + 32 j, which in global memory would touch a different cache
+// line per lane (32 lines per fp4 load), and the 16-byte pad keeps each quarter-warp on distinct banks. Quantised units are accumulated unscaled and
 // multiplied by their scale once (one scale per unit: fp8 units sit inside one 128x128 block, an fp4 unit
 // is one 32-group), which is exact for power-of-two (UE8M0) scales up to the f32 rounding of the sums.
 // Accumulation order per (row, token) depends only on K and R, never on how many tokens share the pass:
@@ -23,13 +25,14 @@ struct UnitOf {
 
 __device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 
-// acc[t] += sum_j v[j] * x_t[j] for 8 consecutive elements; x_t = xs[t] (16-byte aligned).
+// acc[t] += sum_j v[j] * x_t[j] for 8 consecutive elements at xs[t] + k (shared memory, 16-byte aligned).
 template <int NT>
-__device__ __forceinline__ void fma8(const float v[8], const float* const xs[NT], int nt, int64_t k, float acc[NT]) {
+__device__ __forceinline__ void fma8(const float v[8], const float* const xs[NT], int nt, int k, float acc[NT]) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         if (t >= nt) break;
-        const float4 a = ldg4(xs[t] + k), b = ldg4(xs[t] + k + 4);
+        const float4 a = *reinterpret_cast<const float4*>(xs[t] + k);
+        const float4 b = *reinterpret_cast<const float4*>(xs[t] + k + 4);
         float s = acc[t];
         s = fmaf(v[0], a.x, s);
         s = fmaf(v[1], a.y, s);
@@ -67,9 +70,10 @@ __device__ __forceinline__ void fp8x4_to_f(uint32_t q, float v[4]) {
     v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
 }
 
-// Unscaled dot of one 16-byte unit `q` (elements k .. k + kElems) with each token row: part[t] = sum.
+// Unscaled dot of one 16-byte unit `q` with each token's staged x of that unit (xs[t]: kElems floats).
 template <int F, int NT>
-__device__ __forceinline__ void unit_dot(uint4 q, const float* const xs[NT], int nt, int64_t k, float part[NT]) {
+__device__ __forceinline__ void unit_dot(uint4 q, const float* const xs[NT], int nt, float part[NT]) {
+    constexpr int k = 0;
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int t = 0; t < NT; ++t) part[t] = 0.0f;
@@ -77,7 +81,7 @@ __device__ __forceinline__ void unit_dot(uint4 q, const float* const xs[NT], int
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             if (t >= nt) break;
-            const float4 a = ldg4(xs[t] + k);
+            const float4 a = *reinterpret_cast<const float4*>(xs[t]);
             float s = 0.0f;
             s = fmaf(__uint_as_float(w[0]), a.x, s);
             s = fmaf(__uint_as_float(w[1]), a.y, s);
@@ -136,15 +140,38 @@ __device__ __forceinline__ uint4 load_unit(const WeightRef& w, int64_t o, int64_
     return __ldg(reinterpret_cast<const uint4*>(row) + unit);
 }
 
-// A warp's dots of rows o0 .. o0+R (rows >= out_dim skipped) with NT token rows: lane l takes the units
-// l, l + 32, ... of every row, U at a time with all U * R loads issued before the first use, then the lanes'
-// partials are summed by a fixed butterfly. Every lane returns the totals in acc[r][t].
+// Shared-memory floats one token's staged x takes: a padded row of E + 4 per unit.
+template <int F>
+__host__ __device__ constexpr int64_t staged_floats(int64_t in_dim) {
+    return in_dim / UnitOf<F>::kElems * (UnitOf<F>::kElems + 4);
+}
+
+// Stages token rows xg[0 .. nt) (in_dim floats each, 16-byte aligned) into xsm, token t at t * stride.
+// The whole block takes part; the caller synchronises before use.
+template <int F, int NT>
+__device__ __forceinline__ void stage_x(const float* const xg[NT], int nt, int64_t in_dim, float* xsm) {
+    constexpr int E = UnitOf<F>::kElems;
+    const int64_t stride = staged_floats<F>(in_dim);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {  // unrolled: xg stays in registers
+        if (t >= nt) break;
+        for (int64_t i = int64_t(threadIdx.x) * 4; i < in_dim; i += int64_t(blockDim.x) * 4) {
+            const float4 v = ldg4(xg[t] + i);
+            *reinterpret_cast<float4*>(xsm + t * stride + (i / E) * (E + 4) + i % E) = v;
+        }
+    }
+}
+
+// A warp's dots of rows o0 .. o0+R (rows >= out_dim skipped) with NT staged token rows (xsm, token t at
+// t * staged_floats): lane l takes the units l, l + 32, ... of every row, U at a time with all U * R loads
+// issued before the first use, then the lanes' partials are summed by a fixed butterfly. Every lane
+// returns the totals in acc[r][t].
 template <int F, int NT, int R, int U>
-__device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const float* const xs[NT], int nt,
+__device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const float* xsm, int nt,
                                           float acc[R][NT]) {
     constexpr int E = UnitOf<F>::kElems;
     const int lane = threadIdx.x & 31;
-    const int64_t units = w.in_dim / E;
+    const int64_t units = w.in_dim / E, stride = staged_floats<F>(w.in_dim);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -165,10 +192,13 @@ __device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const 
         for (int j = 0; j < U; ++j) {
             const int64_t u = u0 + 32 * j;
             if (u >= units) break;
+            const float* xs[NT];
+#pragma unroll
+            for (int t = 0; t < NT; ++t) xs[t] = xsm + min(t, nt - 1) * stride + u * (E + 4);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 float part[NT];
-                unit_dot<F, NT>(q[j][r], xs, nt, u * E, part);
+                unit_dot<F, NT>(q[j][r], xs, nt, part);
 #pragma unroll
                 for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(sc[j][r], part[t], acc[r][t]);
             }

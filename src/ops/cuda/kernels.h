@@ -61,6 +61,7 @@ void launch_rope(const RopeParams& p, Stream s);
 // kAuto picks kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
 enum class LinearVariant { kAuto, kStreamGemv, kWarpGemv, kTiled };
 inline constexpr int64_t kGemvMaxRows = 16;
+inline constexpr size_t kGemvMaxSmem = 200 * 1024;  // staged token rows per block (of the H200's 227 KB)
 void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
                    LinearVariant v = LinearVariant::kAuto);
 bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);

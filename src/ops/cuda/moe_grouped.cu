@@ -7,6 +7,8 @@
 //   combine: out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
 // A pair's arithmetic is the same whatever else chose its expert: batch-invariant and deterministic.
 //   bytes: the selected experts' weights once (+ x, h, y) -> bound by 3 * I * D / 2 bytes per active expert
+#include <algorithm>
+
 #include "ops/cuda/gemv.cuh"
 
 namespace di::cuda {
@@ -63,64 +65,79 @@ __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
     }
 }
 
-// grid (ceil(I / (8 R)), max_active): warp w of block (bx, a) owns rows [(bx * 8 + w) * R, +R) of W1 and W3
-// of active expert a, for all of its pairs, NT at a time.
+// grid (G, max_active): block (bx, a) stages NT pairs' x of active expert a in shared memory, then its warps
+// walk the row groups bx * 8 + warp, + G * 8, ... of W1 and W3 (R rows each).
 template <int F, int NT>
 __global__ void __launch_bounds__(256) moe_up_grouped(MoeParams p, Plan plan, float* h) {
+    extern __shared__ float4 smem4[];
+    float* xsm = reinterpret_cast<float*>(smem4);
     const int a = blockIdx.y;
-    if (a >= *plan.n_active) return;
+    if (a >= *plan.n_active) return;  // whole block
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * kRows;
-    if (o0 >= p.I) return;
     const int e = plan.expert[a];
     const WeightRef w1 = p.table[3 * e], w3 = p.table[3 * e + 1];
     const int32_t b = plan.begin[a], cnt = plan.begin[a + 1] - b;
+    const int64_t groups = (p.I + kRows - 1) / kRows;
     for (int32_t i0 = 0; i0 < cnt; i0 += NT) {
         const int nt = min(NT, cnt - i0);
-        const float* xs[NT];
+        const float* xg[NT];
 #pragma unroll
-        for (int t = 0; t < NT; ++t) xs[t] = p.x + (plan.pairs[b + i0 + min(t, nt - 1)] / p.k) * p.ld_x;
-        float g[kRows][NT], u[kRows][NT];
-        warp_rows<F, NT, kRows, kUnits<NT>>(w1, o0, xs, nt, g);
-        warp_rows<F, NT, kRows, kUnits<NT>>(w3, o0, xs, nt, u);
+        for (int t = 0; t < NT; ++t) xg[t] = p.x + (plan.pairs[b + i0 + min(t, nt - 1)] / p.k) * p.ld_x;
+        if (i0 > 0) __syncthreads();
+        stage_x<F, NT>(xg, nt, p.D, xsm);
+        __syncthreads();
+        for (int64_t g = int64_t(blockIdx.x) * kWarps + warp; g < groups; g += int64_t(gridDim.x) * kWarps) {
+            const int64_t o0 = g * kRows;
+            float gv[kRows][NT], uv[kRows][NT];
+            warp_rows<F, NT, kRows, kUnits<NT>>(w1, o0, xsm, nt, gv);
+            warp_rows<F, NT, kRows, kUnits<NT>>(w3, o0, xsm, nt, uv);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
+            for (int r = 0; r < kRows; ++r)
 #pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                if (lane != r * NT + t || t >= nt || o0 + r >= p.I) continue;
-                float gs = g[r][t], us = u[r][t];
-                if (p.limit > 0) {  // clamped SwiGLU, as moe.cu and the reference
-                    gs = fminf(gs, p.limit);
-                    us = fminf(fmaxf(us, -p.limit), p.limit);
+                for (int t = 0; t < NT; ++t) {
+                    if (lane != r * NT + t || t >= nt || o0 + r >= p.I) continue;
+                    float gs = gv[r][t], us = uv[r][t];
+                    if (p.limit > 0) {  // clamped SwiGLU, as moe.cu and the reference
+                        gs = fminf(gs, p.limit);
+                        us = fminf(fmaxf(us, -p.limit), p.limit);
+                    }
+                    h[int64_t(plan.pairs[b + i0 + t]) * p.I + o0 + r] =
+                        float(double(gs) / (1.0 + exp(-double(gs))) * double(us));
                 }
-                h[int64_t(plan.pairs[b + i0 + t]) * p.I + o0 + r] = float(double(gs) / (1.0 + exp(-double(gs))) * double(us));
-            }
+        }
     }
 }
 
-// grid (ceil(D / (8 R)), max_active): rows of W2 against h of each pair.
+// grid (G, max_active): rows of W2 against the staged h of each pair.
 template <int F, int NT>
 __global__ void __launch_bounds__(256) moe_down_grouped(MoeParams p, Plan plan, const float* h, float* y) {
+    extern __shared__ float4 smem4[];
+    float* xsm = reinterpret_cast<float*>(smem4);
     const int a = blockIdx.y;
     if (a >= *plan.n_active) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t o0 = (int64_t(blockIdx.x) * kWarps + warp) * kRows;
-    if (o0 >= p.D) return;
     const WeightRef w2 = p.table[3 * plan.expert[a] + 2];
     const int32_t b = plan.begin[a], cnt = plan.begin[a + 1] - b;
+    const int64_t groups = (p.D + kRows - 1) / kRows;
     for (int32_t i0 = 0; i0 < cnt; i0 += NT) {
         const int nt = min(NT, cnt - i0);
-        const float* xs[NT];
+        const float* xg[NT];
 #pragma unroll
-        for (int t = 0; t < NT; ++t) xs[t] = h + int64_t(plan.pairs[b + i0 + min(t, nt - 1)]) * p.I;
-        float acc[kRows][NT];
-        warp_rows<F, NT, kRows, kUnits<NT>>(w2, o0, xs, nt, acc);
+        for (int t = 0; t < NT; ++t) xg[t] = h + int64_t(plan.pairs[b + i0 + min(t, nt - 1)]) * p.I;
+        if (i0 > 0) __syncthreads();
+        stage_x<F, NT>(xg, nt, p.I, xsm);
+        __syncthreads();
+        for (int64_t g = int64_t(blockIdx.x) * kWarps + warp; g < groups; g += int64_t(gridDim.x) * kWarps) {
+            const int64_t o0 = g * kRows;
+            float acc[kRows][NT];
+            warp_rows<F, NT, kRows, kUnits<NT>>(w2, o0, xsm, nt, acc);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
+            for (int r = 0; r < kRows; ++r)
 #pragma unroll
-            for (int t = 0; t < NT; ++t)
-                if (lane == r * NT + t && t < nt && o0 + r < p.D)
-                    y[int64_t(plan.pairs[b + i0 + t]) * p.D + o0 + r] = acc[r][t];
+                for (int t = 0; t < NT; ++t)
+                    if (lane == r * NT + t && t < nt && o0 + r < p.D)
+                        y[int64_t(plan.pairs[b + i0 + t]) * p.D + o0 + r] = acc[r][t];
+        }
     }
 }
 
@@ -132,24 +149,42 @@ __global__ void zero_kernel(float* y, int64_t n) {
 
 int elems(int f) { return f == kF32 ? 4 : f == kFp8 ? 16 : f == kFp4 ? 32 : 8; }
 
+// Blocks per expert: about three resident waves over all active experts, at most one per 8 row groups.
+unsigned blocks_per_expert(int64_t rows, unsigned max_active) {
+    const int64_t most = (rows + kRows * kWarps - 1) / (kRows * kWarps);
+    return unsigned(std::clamp<int64_t>((3 * sm_count() + max_active - 1) / max_active, 1, most));
+}
+
+template <int F, int NT>
+void launch_fn(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned max_active, cudaStream_t s) {
+    const size_t smem_up = size_t(NT * staged_floats<F>(p.D)) * sizeof(float);
+    const size_t smem_dn = size_t(NT * staged_floats<F>(p.I)) * sizeof(float);
+    static const bool raised = [] {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_up_grouped<F, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(kGemvMaxSmem)));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_down_grouped<F, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(kGemvMaxSmem)));
+        return true;
+    }();
+    (void)raised;
+    moe_up_grouped<F, NT><<<dim3(blocks_per_expert(p.I, max_active), max_active), 256, smem_up, s>>>(p, plan, h);
+    moe_down_grouped<F, NT><<<dim3(blocks_per_expert(p.D, max_active), max_active), 256, smem_dn, s>>>(p, plan, h, y);
+}
+
 template <int F>
 void launch_f(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned max_active, cudaStream_t s) {
-    const dim3 up(unsigned((p.I + kRows * kWarps - 1) / (kRows * kWarps)), max_active);
-    const dim3 dn(unsigned((p.D + kRows * kWarps - 1) / (kRows * kWarps)), max_active);
-    if (p.n == 1) {  // one token: every expert has exactly one pair
-        moe_up_grouped<F, 1><<<up, 256, 0, s>>>(p, plan, h);
-        moe_down_grouped<F, 1><<<dn, 256, 0, s>>>(p, plan, h, y);
-    } else {
-        moe_up_grouped<F, 4><<<up, 256, 0, s>>>(p, plan, h);
-        moe_down_grouped<F, 4><<<dn, 256, 0, s>>>(p, plan, h, y);
-    }
+    if (p.n == 1) launch_fn<F, 1>(p, plan, h, y, max_active, s);  // one token: every expert has one pair
+    else launch_fn<F, 4>(p, plan, h, y, max_active, s);
 }
 
 }  // namespace
 
 bool moe_grouped_supported(const MoeParams& p) {
-    return p.gemv_format >= 0 && p.n * p.k <= kMoeGroupedMaxPairs && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-           p.ld_x % 4 == 0 && p.I % 4 == 0 && p.D % elems(p.gemv_format) == 0 && p.I % elems(p.gemv_format) == 0;
+    if (!(p.gemv_format >= 0 && p.n * p.k <= kMoeGroupedMaxPairs && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+          p.ld_x % 4 == 0 && p.I % 4 == 0 && p.D % elems(p.gemv_format) == 0 && p.I % elems(p.gemv_format) == 0))
+        return false;
+    const int64_t e = elems(p.gemv_format), nt = p.n == 1 ? 1 : 4;  // staged tokens must fit shared memory
+    return nt * std::max(p.D, p.I) / e * (e + 4) * int64_t(sizeof(float)) <= int64_t(kGemvMaxSmem);
 }
 
 void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s) {
