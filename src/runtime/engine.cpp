@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "deepinfer/engine.h"
+#include "runtime/admission.h"
 #include "runtime/backend_factory.h"
 #include "runtime/engine_sequence.h"
 #include "runtime/model_loader.h"
@@ -42,6 +43,9 @@ struct Engine::Impl {
     std::mutex join_mu;  // shutdown() may be called from several threads
 
     explicit Impl(const runtime::SchedulerConfig& sc) : sched(sc) {}
+    runtime::AdmissionLimits limits() const {
+        return {info.max_context, state_size.fixed_bytes, state_size.bytes_per_token};
+    }
     void run();
     bool step();
     void retire_locked(EngineSequence& s);
@@ -134,9 +138,7 @@ const EngineOptions& Engine::options() const { return impl_->opt; }
 int64_t Engine::state_bytes_for(int64_t capacity) const {
     // Rounded up: entries are floor(capacity / rate) per layer, never more than the amortised rate.
     // Saturates at INT64_MAX (a demand no budget meets) instead of overflowing for huge capacities.
-    const double bytes = double(impl_->state_size.fixed_bytes) +
-                         std::ceil(impl_->state_size.bytes_per_token * double(std::max<int64_t>(capacity, 0)));
-    return bytes >= 9.2e18 ? INT64_MAX : int64_t(bytes);
+    return runtime::state_bytes(impl_->limits(), capacity);
 }
 
 EngineStats Engine::stats() const {
@@ -151,15 +153,8 @@ EngineStats Engine::stats() const {
 Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     Impl& m = *impl_;
     const int64_t n_prompt = int64_t(r.prompt.size());
-    if (n_prompt == 0) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
+    DI_TRY(const int64_t bytes, runtime::admission_bytes(m.limits(), n_prompt, r.stop.max_tokens));
     DI_TRY_STATUS(runtime::check_tokens(r.prompt, m.info.vocab_size));
-    if (r.stop.max_tokens < 1)
-        return make_error(ErrorCode::kInvalidArgument, "max_tokens {} must be at least 1", r.stop.max_tokens);
-    // Written as a difference: prompt + max_tokens can overflow for a client's max_tokens near 2^63.
-    if (n_prompt > m.info.max_context || r.stop.max_tokens > m.info.max_context - n_prompt)
-        return make_error(ErrorCode::kOutOfRange,
-                          "the prompt ({} tokens) plus max_tokens ({}) exceeds the context limit of {} tokens",
-                          n_prompt, r.stop.max_tokens, m.info.max_context);
     if (!r.stop.stop.empty() && !m.tokenizer)
         return make_error(ErrorCode::kUnsupported, "stop strings need a tokenizer; this model has none");
     if (r.sampling.top_logprobs < 0 || r.sampling.top_logprobs > 20)
@@ -168,7 +163,6 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
 
     std::vector<int32_t> stop_ids = r.stop.stop_token_ids;
     if (!r.stop.ignore_eos) stop_ids.insert(stop_ids.end(), m.eos_ids.begin(), m.eos_ids.end());
-    const int64_t bytes = state_bytes_for(n_prompt + r.stop.max_tokens);
     const auto timeout = r.timeout.count() > 0 ? r.timeout : m.opt.default_timeout;
 
     std::unique_lock lk(m.mu);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
+#include "server/guarded_server.h"
 #include "server/http.h"
 #include "server/metrics.h"
 
@@ -17,7 +18,8 @@ constexpr auto kPumpWait = std::chrono::milliseconds(100);
 
 void send_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status;
-    res.set_content(e.to_json().dump(), "application/json");
+    // replace: a message may quote client bytes that are not UTF-8 (an undecodable path, say)
+    res.set_content(e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
 std::string status_message(int status, size_t max_body) {
@@ -37,11 +39,15 @@ std::string status_message(int status, size_t max_body) {
 
 struct HttpServer::Impl {
     ServerContext ctx;
-    httplib::Server svr;
+    GuardedServer svr;
     int port = -1;
     int64_t started = 0;
 
-    Impl(Engine& e, ServerOptions o, std::string name) : ctx{e, std::move(o), std::move(name), {}} {}
+    // Connections reading a request at once: a quarter of the workers, so slow or idle clients can never
+    // hold them all.
+    Impl(Engine& e, ServerOptions o, std::string name)
+        : ctx{e, std::move(o), std::move(name), {}},
+          svr(std::chrono::seconds(ctx.opt.read_timeout_s), size_t(std::max(8, ctx.opt.n_threads / 4))) {}
     void routes();
     bool authorized(const httplib::Request& req, httplib::Response& res);
     void serve_generation(const httplib::Request& req, httplib::Response& res,
@@ -65,6 +71,7 @@ bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response
 
 void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Response& res,
                                         Reply (*handler)(ServerContext&, const std::string&, const ClientGone&)) {
+    GuardedServer::handler_started();
     if (!authorized(req, res)) return;
     ClientGone gone = [&req] { return req.is_connection_closed(); };
     ++ctx.counters.generations_in_flight;
@@ -109,7 +116,10 @@ void HttpServer::Impl::routes() {
     svr.set_write_timeout(o.write_timeout_s, 0);
     svr.set_keep_alive_timeout(5);
 
-    svr.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+        // A body (POST) must follow within the read deadline; a GET has none and is answered at once.
+        if (req.method == "GET" || req.method == "HEAD") GuardedServer::handler_started();
+        else GuardedServer::headers_read();
         ++ctx.counters.http_requests;
         return httplib::Server::HandlerResponse::Unhandled;
     });

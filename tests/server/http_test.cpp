@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -243,6 +244,82 @@ TEST_F(HttpTest, HostileRequestsAreRefusedAndTheServerStaysUp) {
     auto h = client().Get("/health");
     ASSERT_TRUE(h);
     EXPECT_EQ(h->status, 200);
+}
+
+// Raw HTTP over one connection: sends `bytes`, reads until the server closes or `wait` passes.
+std::string exchange(int fd, const std::string& bytes, double wait_s = 5) {
+    EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), 0), ssize_t(bytes.size()));
+    timeval tv{0, 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string got;
+    char buf[65536];
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < wait_s) {
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n == 0) break;
+        if (n > 0) got.append(buf, size_t(n));
+    }
+    return got;
+}
+
+size_t count(const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+}
+
+// 300 connections that trickle a request line one byte at a time, faster than the per-read timeout (a
+// slowloris), must not keep /health from answering: the guard shuts down the oldest reading connections
+// beyond a quarter of the workers and any that read longer than the read deadline.
+TEST_F(HttpTest, SlowlorisDoesNotStarveHealth) {
+    std::vector<int> fds;
+    for (int i = 0; i < 300; ++i) fds.push_back(connect_raw());
+    std::atomic<bool> stop{false};
+    std::thread trickle([&] {
+        const std::string line = "GET /health HTTP/1.1\r\nX-Slow: " + std::string(4000, 'a');
+        for (size_t at = 0; !stop && at < line.size(); ++at) {
+            for (int fd : fds) (void)::send(fd, &line[at], 1, MSG_NOSIGNAL);
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));  // under the 1 s read timeout
+        }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // every worker had its chance to fill up
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = client();
+    c.set_read_timeout(10, 0);
+    auto h = c.Get("/health");
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stop = true;
+    trickle.join();
+    for (int fd : fds) ::close(fd);
+    ASSERT_TRUE(h) << "/health did not answer under the slowloris";
+    EXPECT_EQ(h->status, 200);
+    EXPECT_LT(took, 1.0);
+}
+
+TEST_F(HttpTest, LongUriPipeliningAndUndecodablePaths) {
+    {  // 100 KB URI: 414 with an OpenAI-style body, not a silent close
+        const int fd = connect_raw();
+        const std::string got =
+            exchange(fd, "GET /v1/models/" + std::string(100000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 3);
+        ::close(fd);
+        EXPECT_EQ(got.rfind("HTTP/1.1 414", 0), 0u) << got.substr(0, 200);
+        EXPECT_NE(got.find("the request URI is too long"), std::string::npos) << got.substr(0, 400);
+    }
+    {  // 20 pipelined requests in one write: 20 answers, in order
+        std::string req;
+        for (int i = 0; i < 20; ++i) req += "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        req += "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        const int fd = connect_raw();
+        const std::string got = exchange(fd, req, 5);
+        ::close(fd);
+        EXPECT_EQ(count(got, "HTTP/1.1 200"), 21u) << got.substr(0, 300);
+        EXPECT_EQ(count(got, R"({"status":"ok"})"), 20u);
+        EXPECT_GT(got.rfind(R"("object":"list")"), got.rfind(R"({"status":"ok"})"));  // the last one last
+    }
+    auto r = client().Get("/v1/models/%FF%FE");  // not UTF-8 once decoded: an unknown model, not a 500
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404) << r->body;
+    EXPECT_TRUE(json::parse(r->body, nullptr, false).is_object()) << r->body;
 }
 
 TEST_F(HttpTest, SlowClientIsDroppedAndServerStaysUp) {

@@ -10,9 +10,9 @@ namespace di::ops {
 double weight_bytes(const QWeight& w) { return double(w.data.nbytes()) + double(w.scale.nbytes()); }
 
 template <class Args, class Fn>
-void ProfileBackend::timed(const char* op, Args a, double wbytes, Fn&& run) {
+void ProfileBackend::timed(const char* op, Args a, double wbytes, Fn&& run, bool count_views) {
     double bytes = wbytes;
-    a.visit([&](const char*, const TensorView& v, Role) { bytes += double(v.nbytes()); });
+    if (count_views) a.visit([&](const char*, const TensorView& v, Role) { bytes += double(v.nbytes()); });
     subject_.synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     run();
@@ -25,9 +25,10 @@ void ProfileBackend::timed(const char* op, Args a, double wbytes, Fn&& run) {
 }
 
 void ProfileBackend::embed(const EmbedArgs& a) {
-    // one table row per token, not the whole table
+    // one table row per token read, not the whole table: ids in, rows read, rows written
     const double row = a.table.ndim == 2 ? double(a.table.shape[1]) * double(dtype_size(a.table.dtype)) : 0;
-    timed("embed", a, row * double(a.tokens.numel()), [&] { subject_.embed(a); });
+    const double bytes = double(a.tokens.nbytes()) + row * double(a.tokens.numel()) + double(a.out.nbytes());
+    timed("embed", a, bytes, [&] { subject_.embed(a); }, false);
 }
 void ProfileBackend::add(const AddArgs& a) { timed("add", a, 0, [&] { subject_.add(a); }); }
 void ProfileBackend::swiglu(const SwigluArgs& a) { timed("swiglu", a, 0, [&] { subject_.swiglu(a); }); }

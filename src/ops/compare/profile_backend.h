@@ -57,8 +57,9 @@ public:
     std::string markdown(double copy_gbps = 0) const;
 
 private:
+    // count_views: add every tensor the Args visit (in and out) to `weight_bytes`.
     template <class Args, class Fn>
-    void timed(const char* op, Args a, double weight_bytes, Fn&& run);
+    void timed(const char* op, Args a, double weight_bytes, Fn&& run, bool count_views = true);
 
     Backend& subject_;
     std::map<std::string, OpProfile> ops_;

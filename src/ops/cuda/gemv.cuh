@@ -162,32 +162,36 @@ __device__ __forceinline__ void stage_x(const float* const xg[NT], int nt, int64
     }
 }
 
-// A warp's dots of rows o0 .. o0+R (rows >= out_dim skipped) with NT staged token rows (xsm, token t at
-// t * staged_floats): lane l takes the units l, l + 32, ... of every row, U at a time with all U * R loads
-// issued before the first use, then the lanes' partials are summed by a fixed butterfly. Every lane
-// returns the totals in acc[r][t].
-template <int F, int NT, int R, int U>
-__device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const float* xsm, int nt,
-                                          float acc[R][NT]) {
+// A warp's dots of rows o0 .. o0+R (rows >= out_dim skipped) of M matrices of the same shape (the MoE's
+// W1 and W3 share one pass) with NT staged token rows (xsm, token t at t * staged_floats): lane l takes
+// the units l, l + 32, ... of every row, U at a time with all M * U * R loads issued before the first use,
+// then the lanes' partials are summed by a fixed butterfly. Every lane returns the totals in acc.
+template <int F, int NT, int R, int U, int M = 1>
+__device__ __forceinline__ void warp_rows_m(const WeightRef (&w)[M], int64_t o0, const float* xsm, int nt,
+                                            float acc[M][R][NT]) {
     constexpr int E = UnitOf<F>::kElems;
     const int lane = threadIdx.x & 31;
-    const int64_t units = w.in_dim / E, stride = staged_floats<F>(w.in_dim);
+    const int64_t units = w[0].in_dim / E, stride = staged_floats<F>(w[0].in_dim), out_dim = w[0].out_dim;
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m)
 #pragma unroll
-        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[m][r][t] = 0.0f;
     for (int64_t u0 = lane; u0 < units; u0 += 32 * U) {
-        uint4 q[U][R];
-        float sc[U][R];
+        uint4 q[M][U][R];
+        float sc[M][U][R];
 #pragma unroll
-        for (int j = 0; j < U; ++j)
+        for (int m = 0; m < M; ++m)
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const int64_t u = u0 + 32 * j;
-                const bool ok = u < units && o0 + r < w.out_dim;
-                q[j][r] = ok ? load_unit<F>(w, o0 + r, u) : make_uint4(0, 0, 0, 0);
-                sc[j][r] = ok ? unit_scale<F>(w, o0 + r, u * E) : 0.0f;
-            }
+            for (int j = 0; j < U; ++j)
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int64_t u = u0 + 32 * j;
+                    const bool ok = u < units && o0 + r < out_dim;
+                    q[m][j][r] = ok ? load_unit<F>(w[m], o0 + r, u) : make_uint4(0, 0, 0, 0);
+                    sc[m][j][r] = ok ? unit_scale<F>(w[m], o0 + r, u * E) : 0.0f;
+                }
 #pragma unroll
         for (int j = 0; j < U; ++j) {
             const int64_t u = u0 + 32 * j;
@@ -196,18 +200,30 @@ __device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const 
 #pragma unroll
             for (int t = 0; t < NT; ++t) xs[t] = xsm + min(t, nt - 1) * stride + u * (E + 4);
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float part[NT];
-                unit_dot<F, NT>(q[j][r], xs, nt, part);
+            for (int m = 0; m < M; ++m)
 #pragma unroll
-                for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(sc[j][r], part[t], acc[r][t]);
-            }
+                for (int r = 0; r < R; ++r) {
+                    float part[NT];
+                    unit_dot<F, NT>(q[m][j][r], xs, nt, part);
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) acc[m][r][t] = fmaf(sc[m][j][r], part[t], acc[m][r][t]);
+                }
         }
     }
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m)
 #pragma unroll
-        for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[m][r][t] = warp_sum(acc[m][r][t]);
+}
+
+// One matrix.
+template <int F, int NT, int R, int U>
+__device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const float* xsm, int nt,
+                                          float acc[R][NT]) {
+    const WeightRef ws[1] = {w};
+    warp_rows_m<F, NT, R, U, 1>(ws, o0, xsm, nt, reinterpret_cast<float(*)[R][NT]>(acc));
 }
 
 }  // namespace di::cuda::gemv

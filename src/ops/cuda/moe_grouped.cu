@@ -88,9 +88,11 @@ __global__ void __launch_bounds__(256) moe_up_grouped(MoeParams p, Plan plan, fl
         __syncthreads();
         for (int64_t g = int64_t(blockIdx.x) * kWarps + warp; g < groups; g += int64_t(gridDim.x) * kWarps) {
             const int64_t o0 = g * kRows;
-            float gv[kRows][NT], uv[kRows][NT];
-            warp_rows<F, NT, kRows, kUnits<NT>>(w1, o0, xsm, nt, gv);
-            warp_rows<F, NT, kRows, kUnits<NT>>(w3, o0, xsm, nt, uv);
+            float acc[2][kRows][NT];  // W1 and W3 rows in one pass: both matrices' loads in flight at once
+            const WeightRef w13[2] = {w1, w3};
+            warp_rows_m<F, NT, kRows, kUnits<NT>, 2>(w13, o0, xsm, nt, acc);
+            auto& gv = acc[0];
+            auto& uv = acc[1];
 #pragma unroll
             for (int r = 0; r < kRows; ++r)
 #pragma unroll

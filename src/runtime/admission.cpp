@@ -1,0 +1,23 @@
+#include "runtime/admission.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace di::runtime {
+
+int64_t state_bytes(const AdmissionLimits& l, int64_t capacity) {
+    const double bytes = double(l.fixed_bytes) + std::ceil(l.bytes_per_token * double(std::max<int64_t>(capacity, 0)));
+    return !(bytes < 9.2e18) ? INT64_MAX : int64_t(bytes);  // NaN too
+}
+
+Result<int64_t> admission_bytes(const AdmissionLimits& l, int64_t n_prompt, int64_t max_tokens) {
+    if (n_prompt < 1) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
+    if (max_tokens < 1) return make_error(ErrorCode::kInvalidArgument, "max_tokens {} must be at least 1", max_tokens);
+    if (n_prompt > l.max_context || max_tokens > l.max_context - n_prompt)
+        return make_error(ErrorCode::kOutOfRange,
+                          "the prompt ({} tokens) plus max_tokens ({}) exceeds the context limit of {} tokens",
+                          n_prompt, max_tokens, l.max_context);
+    return state_bytes(l, n_prompt + max_tokens);
+}
+
+}  // namespace di::runtime

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Soak: 12 rounds of mixed traffic against `deepinfer serve` (tiny fixture, reference backend), each round 24
+clients at once: streaming and whole completions, chat, streams dropped after the first chunk, bad requests
+(wrong types, hostile sizes, JSON nested 30,000 deep), and a raw connection that sends half a request and
+leaves. After every round the server must be back at baseline (nothing running, queued or allocated, no open
+stream) and its resident memory is recorded: the curve is printed, and after the warm-up rounds it must level
+off (rounds 7-12 within 8 MiB of round 6), so no round leaks."""
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_fixture as sf  # noqa: E402
+
+sf.require_openai()
+import openai  # noqa: E402
+
+ROUNDS, CLIENTS = 12, 24
+
+
+def post_raw(url, path, body):
+    req = urllib.request.Request(url + path, data=body.encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+async def client(c, url, i):
+    kind = i % 6
+    if kind == 0:  # whole completion
+        r = await c.completions.create(model="tiny", prompt=f"soak {i}", max_tokens=6, seed=i)
+        return r.choices[0].finish_reason in ("length", "stop")
+    if kind == 1:  # streamed completion with usage
+        s = await c.completions.create(model="tiny", prompt=f"soak {i}", max_tokens=6, stream=True,
+                                       stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        usage = None
+        async for ch in s:
+            usage = ch.usage or usage
+        return usage is not None and usage.completion_tokens == 6
+    if kind == 2:  # chat
+        r = await c.chat.completions.create(model="tiny", max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+        return r.usage.completion_tokens >= 1
+    if kind == 3:  # a stream the client drops after its first chunk
+        s = await c.completions.create(model="tiny", prompt="drop me", max_tokens=200, stream=True,
+                                       extra_body={"ignore_eos": True})
+        async for _ in s:
+            break
+        await s.close()
+        return True
+    if kind == 4:  # bad requests: each must be a 400, never a crash
+        deep = "[" * 30000 + "]" * 30000
+        bodies = ['{"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 9223372036854775807}',
+                  '{"model": "tiny", "prompt": ' + deep + '}',
+                  '{"model": "tiny", "prompt": "x", "temperature": "hot"}']
+        codes = await asyncio.gather(*(asyncio.to_thread(post_raw, url, "/v1/completions", b) for b in bodies))
+        return all(code == 400 for code in codes)
+    # half a request on a raw connection, then gone
+    host, port = url[len("http://"):].split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"mo")
+    return True
+
+
+async def one_round(url):
+    c = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    try:
+        return await asyncio.gather(*(client(c, url, i) for i in range(CLIENTS)))
+    finally:
+        await c.close()
+
+
+class SoakTest(unittest.TestCase):
+    def test_rss_levels_off(self):
+        with sf.Server(["--model", sf.TINY_MODEL, "--tokenizer", sf.TINY_TOKENIZER, "--served-model-name", "tiny",
+                        "--max-running", "32", "--read-timeout", "2"]) as server:
+            rss = []
+            for rnd in range(1, ROUNDS + 1):
+                t0 = time.perf_counter()
+                ok = asyncio.run(one_round(server.url))
+                self.assertTrue(all(ok), f"round {rnd}: clients {[i for i, v in enumerate(ok) if not v]} failed")
+                for _ in range(200):  # back to baseline
+                    m = server.metrics()
+                    if (m["deepinfer_running_requests"] == 0 and m["deepinfer_waiting_requests"] == 0 and
+                            m["deepinfer_open_streams"] == 0 and m['deepinfer_state_memory_bytes{kind="allocated"}'] == 0):
+                        break
+                    time.sleep(0.05)
+                self.assertEqual(m["deepinfer_running_requests"], 0)
+                self.assertEqual(m["deepinfer_open_streams"], 0)
+                self.assertEqual(m['deepinfer_state_memory_bytes{kind="reserved"}'], 0)
+                rss.append(server.rss_kib())
+                print(f"round {rnd:2d}: {time.perf_counter() - t0:5.2f} s, server RSS {rss[-1] / 1024:6.1f} MiB",
+                      flush=True)
+            print("RSS curve (MiB): " + json.dumps([round(x / 1024, 1) for x in rss]), flush=True)
+            self.assertLess(max(rss[6:]) - rss[5], 8 * 1024, f"RSS keeps growing after round 6: {rss}")
+        self.assertEqual(server.rc, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

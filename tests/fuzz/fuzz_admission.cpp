@@ -1,0 +1,69 @@
+// libFuzzer entry for the admission arithmetic and the scheduler fed with what it admits: limits and
+// requests read as raw int64/double from the input (any value, 2^63 - 1 and NaN included), then a random
+// sequence of plan / complete / remove. Nothing may abort, a granted reservation is never negative, and the
+// memory in use never exceeds the budget.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/admission.h"
+#include "runtime/scheduler.h"
+
+namespace {
+
+struct Reader {
+    const uint8_t* p;
+    size_t n;
+    template <class T>
+    T take() {
+        T v{};
+        const size_t k = std::min(sizeof(T), n);
+        std::memcpy(&v, p, k);
+        p += k, n -= k;
+        return v;
+    }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    using namespace di::runtime;
+    Reader r{data, size};
+    AdmissionLimits lim;
+    lim.max_context = r.take<int64_t>();
+    lim.fixed_bytes = std::abs(r.take<int32_t>());
+    lim.bytes_per_token = r.take<double>();
+    if (!(lim.bytes_per_token >= 0)) lim.bytes_per_token = std::fabs(lim.bytes_per_token);  // NaN stays NaN
+    SchedulerConfig cfg;
+    cfg.memory_budget_bytes = std::abs(r.take<int64_t>() % (int64_t(1) << 40));
+    cfg.max_running = 1 + r.take<uint8_t>() % 64;
+    cfg.step_token_budget = 1 + r.take<uint16_t>();
+    cfg.prefill_chunk = 1 + r.take<uint16_t>() % 512;
+    cfg.max_waiting = 1 + r.take<uint8_t>();
+    Scheduler s(cfg);
+    uint64_t id = 0;
+    while (r.n > 0) {
+        switch (r.take<uint8_t>() % 4) {
+            case 0: {  // a request: prompt length and max_tokens as a client could send them
+                const int64_t n_prompt = r.take<int64_t>(), max_tokens = r.take<int64_t>();
+                auto bytes = admission_bytes(lim, n_prompt, max_tokens);
+                if (!bytes.ok()) break;
+                if (*bytes < 0 || n_prompt < 1 || n_prompt > (int64_t(1) << 20)) {
+                    if (*bytes < 0) std::abort();
+                    break;  // a prompt this long cannot be fed below; the arithmetic was what mattered
+                }
+                (void)s.add(SeqDemand{id++, n_prompt, *bytes});
+                break;
+            }
+            case 1: {
+                const StepPlan p = s.plan();
+                s.complete(p);
+                break;
+            }
+            case 2: (void)s.remove(r.take<uint8_t>() % (id + 1)); break;
+            default: (void)state_bytes(lim, r.take<int64_t>()); break;
+        }
+        if (s.bytes_in_use() < 0 || s.bytes_in_use() > cfg.memory_budget_bytes) std::abort();
+    }
+    return 0;
+}
