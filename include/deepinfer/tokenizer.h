@@ -115,7 +115,18 @@ struct ChatOptions {
     bool add_bos = true;
     // OpenAI `tools`: like vLLM's V4 wrapper, they go into a system message inserted first.
     std::vector<std::string> tools;
+    // Message text (contents, reasoning, tool results) is encoded as plain text: spellings of added tokens
+    // in it do not become control tokens (`--split-special-tokens`). Default: they do, as in DeepSeek's
+    // encoder. Tool names, arguments and schemas are not covered.
+    bool split_special_tokens = false;
 };
+
+// A rendered prompt and the byte ranges of message text in it, for Tokenizer::encode(text, false, plain).
+struct ChatPrompt {
+    std::string text;
+    std::vector<Tokenizer::TextRange> plain;  // empty unless options.split_special_tokens
+};
+Result<ChatPrompt> encode_chat_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options);
 
 // Messages -> prompt text (tokenize it with encode(prompt, false)). Errors name the message and field.
 Result<std::string> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options);

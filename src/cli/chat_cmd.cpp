@@ -13,7 +13,7 @@ namespace {
 
 struct Options : GenOptions {
     std::string prompt, system;
-    bool thinking = false;
+    bool thinking = false, split_special = false;
 };
 
 ChatMessage message(const std::string& role, const std::string& content) {
@@ -23,17 +23,21 @@ ChatMessage message(const std::string& role, const std::string& content) {
     return m;
 }
 
-Result<std::vector<int32_t>> encode_turns(const Tokenizer& tok, const std::vector<ChatMessage>& msgs, bool thinking) {
+Result<std::vector<int32_t>> encode_turns(const Tokenizer& tok, const std::vector<ChatMessage>& msgs,
+                                          const Options& o) {
     ChatOptions co;
-    co.thinking = thinking;
-    DI_TRY(std::string text, encode_chat(msgs, co));
-    return tok.encode(text, false);
+    co.thinking = o.thinking;
+    co.split_special_tokens = o.split_special;
+    DI_TRY(ChatPrompt p, encode_chat_prompt(msgs, co));
+    return tok.encode(p.text, false, p.plain);
 }
 
 void add_chat_options(CLI::App& app, Options& o) {
     add_model_options(app, o);
     app.add_option("--system", o.system, "system prompt");
     app.add_flag("--thinking", o.thinking, "thinking mode (the model reasons before answering)");
+    app.add_flag("--split-special-tokens", o.split_special,
+                 "encode special-token text in messages as plain text (default: it becomes control tokens)");
     add_sampling_options(app, o);
 }
 
@@ -45,7 +49,7 @@ int run_once(Options& o) {
     std::vector<ChatMessage> msgs;
     if (!o.system.empty()) msgs.push_back(message("system", o.system));
     msgs.push_back(message("user", o.prompt));
-    auto prompt = encode_turns(*lm->tokenizer, msgs, o.thinking);
+    auto prompt = encode_turns(*lm->tokenizer, msgs, o);
     if (!prompt) return fail(prompt.error().message);
     auto r = stream_generation(*lm, *prompt, o);
     if (!r) return fail(r.error().message);
@@ -83,7 +87,7 @@ int run_chat(Options& o) {
         }
         if (line.empty()) continue;
         history.push_back(message("user", line));
-        auto prompt = encode_turns(*lm->tokenizer, history, o.thinking);
+        auto prompt = encode_turns(*lm->tokenizer, history, o);
         if (!prompt) return fail(prompt.error().message);
         auto r = stream_generation(*lm, *prompt, o);
         if (!r) return fail(r.error().message);

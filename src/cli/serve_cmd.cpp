@@ -111,6 +111,8 @@ std::function<int()> setup(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body")->capture_default_str();
     app.add_flag("--check-weights", o->engine.check_weights, "scan every weight for NaN/infinity at load");
+    app.add_flag("--split-special-tokens", o->server.split_special_tokens,
+                 "encode special-token text inside chat messages as plain text (default: control tokens)");
     app.add_option("--read-timeout", o->server.read_timeout_s, "seconds a client may take to send its request")
         ->capture_default_str();
     app.add_option("--write-timeout", o->server.write_timeout_s, "seconds a client may stall reading a reply")

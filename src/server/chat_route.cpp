@@ -133,9 +133,10 @@ Reply handle_chat(ServerContext& ctx, const std::string& body, const ClientGone&
     opts.thinking = r.thinking;
     opts.reasoning_effort = r.reasoning_effort;
     opts.tools = r.tools;
-    auto prompt = encode_chat(r.messages, opts);
+    opts.split_special_tokens = ctx.opt.split_special_tokens;
+    auto prompt = encode_chat_prompt(r.messages, opts);
     if (!prompt) return error_reply(bad_request(prompt.error().message, "messages"));
-    std::vector<std::vector<int32_t>> prompts{tok->encode(*prompt, false)};
+    std::vector<std::vector<int32_t>> prompts{tok->encode(prompt->text, false, prompt->plain)};
     auto gen = Generation::start(ctx, r.p, prompts);
     if (auto* e = std::get_if<ApiError>(&gen)) return error_reply(*e);
     Generation& g = std::get<Generation>(gen);

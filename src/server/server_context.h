@@ -22,6 +22,7 @@ struct ServerOptions {
     int n_threads = 256;               // connections served at once (streams hold one each)
     int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
     std::string api_key;               // "": no authentication
+    bool split_special_tokens = false;  // chat message text never becomes control tokens (ChatOptions)
 };
 
 struct ServerCounters {

@@ -61,6 +61,16 @@ constexpr std::string_view kReasoningEffortMax =
     "Explicitly write out your entire deliberation process, documenting every intermediate step, considered alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n"
     "\n";
 
+// With split_special_tokens, message text is wrapped in these two bytes while the prompt is assembled; they
+// can never occur in UTF-8, so encode_chat_prompt finds the ranges and removes them afterwards.
+constexpr char kPlainBegin = '\xff', kPlainEnd = '\xfe';
+thread_local bool t_mark_plain = false;
+
+std::string plain(const std::string& text) {
+    if (!t_mark_plain || text.empty()) return text;
+    return kPlainBegin + text + kPlainEnd;
+}
+
 struct Block {
     bool tool_result = false;
     std::string text;  // text, or the tool result content
@@ -239,32 +249,32 @@ Result<std::string> render_message(size_t index, const std::vector<Msg>& message
     };
 
     if (msg.role == "system") {
-        prompt += msg.content;
+        prompt += plain(msg.content);
         DI_TRY_STATUS(tools_and_format(prompt));
     } else if (msg.role == "developer") {
         if (msg.content.empty())
             return make_error(ErrorCode::kInvalidArgument, "chat: messages[{}] (developer) has empty content", index);
         prompt += kUser;
-        prompt += msg.content;
+        prompt += plain(msg.content);
         DI_TRY_STATUS(tools_and_format(prompt));
     } else if (msg.role == "user") {
         prompt += kUser;
         for (size_t i = 0; i < msg.blocks.size(); ++i) {
             if (i) prompt += "\n\n";
             const Block& b = msg.blocks[i];
-            prompt += b.tool_result ? "<tool_result>" + b.text + "</tool_result>" : b.text;
+            prompt += b.tool_result ? "<tool_result>" + plain(b.text) + "</tool_result>" : plain(b.text);
         }
     } else if (msg.role == "latest_reminder") {
         prompt += kLatestReminder;
-        prompt += msg.content;
+        prompt += plain(msg.content);
     } else if (msg.role == "assistant") {
         std::string tc;
         if (!msg.tool_calls.empty()) {
             DI_TRY(tc, render_tool_calls(msg.tool_calls, index));
         }
         if (thinking && (!drop_thinking || static_cast<int>(index) > last_user))
-            prompt += msg.reasoning + std::string(kThinkEnd);
-        prompt += msg.content + tc;
+            prompt += plain(msg.reasoning) + std::string(kThinkEnd);
+        prompt += plain(msg.content) + tc;
         if (!msg.wo_eos) prompt += kEos;
     } else {
         return make_error(ErrorCode::kInvalidArgument,
@@ -283,9 +293,7 @@ Result<std::string> render_message(size_t index, const std::vector<Msg>& message
     return prompt;
 }
 
-}  // namespace
-
-Result<std::string> encode_chat(const std::vector<ChatMessage>& input, const ChatOptions& options) {
+Result<std::string> encode_chat_text(const std::vector<ChatMessage>& input, const ChatOptions& options) {
     if (!options.reasoning_effort.empty() && options.reasoning_effort != "high" && options.reasoning_effort != "max")
         return make_error(ErrorCode::kInvalidArgument, "chat: reasoning_effort '{}' is not one of high, max",
                           options.reasoning_effort);
@@ -311,6 +319,41 @@ Result<std::string> encode_chat(const std::vector<ChatMessage>& input, const Cha
         prompt += part;
     }
     return prompt;
+}
+
+}  // namespace
+
+Result<ChatPrompt> encode_chat_prompt(const std::vector<ChatMessage>& messages, const ChatOptions& options) {
+    if (!options.split_special_tokens) {
+        DI_TRY(std::string text, encode_chat_text(messages, options));
+        return ChatPrompt{std::move(text), {}};
+    }
+    for (size_t i = 0; i < messages.size(); ++i)
+        for (const std::string* t : {&messages[i].content, &messages[i].reasoning_content})
+            if (t->find_first_of("\xff\xfe") != std::string::npos)
+                return make_error(ErrorCode::kInvalidArgument, "chat: messages[{}] is not valid UTF-8", i);
+    t_mark_plain = true;
+    auto text = encode_chat_text(messages, options);
+    t_mark_plain = false;
+    if (!text.ok()) return text.error();
+    ChatPrompt p;
+    p.text.reserve(text->size());
+    size_t begin = 0;
+    for (const char c : *text) {
+        if (c == kPlainBegin) {
+            begin = p.text.size();
+        } else if (c == kPlainEnd) {
+            p.plain.push_back({begin, p.text.size()});
+        } else {
+            p.text += c;
+        }
+    }
+    return p;
+}
+
+Result<std::string> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options) {
+    DI_TRY(ChatPrompt p, encode_chat_prompt(messages, options));
+    return std::move(p.text);
 }
 
 }  // namespace di
