@@ -27,6 +27,14 @@ struct EngineOptions {
     int64_t max_context = 0;               // prompt + max_tokens limit; 0: the model's max_position_embeddings
     std::chrono::milliseconds default_timeout{600000};
     bool check_weights = false;            // scan every float weight for NaN/infinity at load
+    std::string kernels_file;              // kernel allow-list (`deepinfer screen --out`); "": built-in
+};
+
+// A kernel variant of the engine's backend, whether the active allow-list lets it run, how often it ran.
+struct KernelUse {
+    std::string op, variant;
+    bool fallback = false, allowed = false;
+    int64_t dispatches = 0;
 };
 
 struct ModelInfo {
@@ -78,6 +86,7 @@ public:
     Result<std::shared_ptr<RequestStream>> submit(Request request);
 
     EngineStats stats() const;
+    std::vector<KernelUse> kernel_uses() const;
     const ModelInfo& info() const;
     const Tokenizer* tokenizer() const;  // null when the model has none
     const EngineOptions& options() const;

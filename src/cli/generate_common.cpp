@@ -8,6 +8,7 @@
 
 #include "runtime/backend_factory.h"
 #include "runtime/demo_model.h"
+#include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
 
 namespace di::cli {
@@ -16,6 +17,7 @@ void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_option("--model", o.model, "model directory (default: the built-in demo model)");
     app.add_option("--backend", o.backend, "cpu (default) | ref | cuda");
     app.add_flag("--check-weights", o.check_weights, "scan every weight for NaN/infinity at load");
+    app.add_option("--kernels", o.kernels, "kernel allow-list file (written by `deepinfer screen`)");
 }
 
 void add_sampling_options(CLI::App& app, GenOptions& o) {
@@ -41,6 +43,7 @@ Result<LoadedModel> load_for_generation(const GenOptions& o) {
         DI_TRY(dir, runtime::ensure_demo_model());
     }
     DI_TRY(lm.backend, runtime::make_backend(o.backend));
+    if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *lm.backend));
     DI_TRY(lm.model, runtime::load_model(dir, *lm.backend, o.check_weights));
     if (std::FILE* f = std::fopen((dir + "/tokenizer.json").c_str(), "r")) {
         std::fclose(f);

@@ -22,6 +22,7 @@ struct GenOptions {
     runtime::SamplingParams sampling;
     std::vector<std::string> stop;
     bool check_weights = false;
+    std::string kernels;  // allow-list file (`deepinfer screen --out`); "": the built-in list
 };
 
 void add_model_options(CLI::App& app, GenOptions& o);

@@ -4,7 +4,9 @@
 
 #include "cli/command.h"
 #include "model/seq_state.h"
+#include "io/mmap_file.h"
 #include "runtime/backend_factory.h"
+#include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
 
 namespace di::cli {
@@ -26,8 +28,32 @@ void print_rope(const char* name, const model::RopeTable& t) {
     fmt::print("\n");
 }
 
-int run_inspect(const std::string& dir, bool check_weights) {
-    auto backend = runtime::make_backend("ref");
+// The backend's kernel variants and whether the active list (built-in or --kernels) lets each run.
+int print_variants(ops::Backend& be, const std::string& kernels) {
+    ops::AllowList list = ops::AllowList::all_of(std::string(be.name()), be.kernel_variants());
+    if (!kernels.empty()) {
+        auto text = io::read_text_file(kernels);
+        if (!text) return fail(text.error().message);
+        auto l = runtime::parse_kernels_file(*text, kernels, be);
+        if (!l) return fail(l.error().message);
+        list = *l;
+    }
+    fmt::print("kernel variants on {} ({}):\n", be.name(), kernels.empty() ? "built-in list" : kernels);
+    std::string op;
+    for (const ops::KernelVariant& v : be.kernel_variants()) {
+        if (v.op != op) {
+            fmt::print("{}  {:<13}", op.empty() ? "" : "\n", v.op + ":");
+            op = v.op;
+        }
+        fmt::print(" {}{}", v.name, v.fallback ? " (fallback)" : list.allows(v.op, v.name) ? " (allowed)" : " (not allowed)");
+    }
+    fmt::print("\n");
+    return 0;
+}
+
+int run_inspect(const std::string& dir, bool check_weights, const std::string& backend_name, const std::string& kernels) {
+    auto backend = runtime::make_backend(backend_name);
+    if (!backend) return fail(backend.error().message);
     auto model = runtime::load_model(dir, **backend, check_weights);
     if (!model) return fail(model.error().message);
     const model::ModelConfig& c = (*model)->config();
@@ -59,15 +85,19 @@ int run_inspect(const std::string& dir, bool check_weights) {
     fmt::print("sequence state (f32): {} fixed + {:.1f} bytes/token; 4096 tokens: {}, 1M tokens: {}\n",
                human(double(st.fixed_bytes)), st.bytes_per_token, human(double(st.bytes_for(4096))),
                human(double(st.bytes_for(1 << 20))));
-    return 0;
+    return print_variants(**backend, kernels);
 }
 
 std::function<int()> setup(CLI::App& app) {
     auto dir = std::make_shared<std::string>();
     auto check = std::make_shared<bool>(false);
+    auto backend = std::make_shared<std::string>("ref"), kernels = std::make_shared<std::string>();
     app.add_option("--model", *dir, "model directory (config.json + safetensors)")->required();
     app.add_flag("--check-weights", *check, "scan every weight for NaN/infinity (reported as the error)");
-    return [dir, check] { return run_inspect(*dir, *check); };
+    app.add_option("--backend", *backend, "backend whose kernel variants to list (ref | cpu | cuda)")
+        ->capture_default_str();
+    app.add_option("--kernels", *kernels, "kernel allow-list file to show as active");
+    return [dir, check, backend, kernels] { return run_inspect(*dir, *check, *backend, *kernels); };
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
     CLI::App app{"deepinfer: DeepSeek-V4 inference engine"};
+    app.set_version_flag("--version", std::string("deepinfer ") + DEEPINFER_VERSION);
     app.require_subcommand(1);
     auto& cmds = di::cli::commands();
     std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });

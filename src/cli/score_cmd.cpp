@@ -9,6 +9,7 @@
 #include "io/npy.h"
 #include "ops/compare/compare_backend.h"
 #include "runtime/backend_factory.h"
+#include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
 #include "runtime/sampler.h"
 
@@ -19,6 +20,7 @@ struct ScoreOptions {
     std::string model, tokens, tokens_file, logits_out, backend = "ref", compare_with;
     int64_t chunk = 0;
     bool check_weights = false;
+    std::string kernels;
     double compare_tol = 1e-3;
 };
 
@@ -27,6 +29,8 @@ int run_score(const ScoreOptions& o) {
     if (!tokens) return fail(tokens.error().message);
     auto backend = runtime::make_backend(o.backend);
     if (!backend) return fail(backend.error().message);
+    if (!o.kernels.empty())
+        if (auto st = runtime::apply_kernels_file(o.kernels, **backend); !st) return fail(st.error().message);
     std::unique_ptr<ops::CompareBackend> compare;
     if (!o.compare_with.empty()) {
         if (o.compare_with != "ref") return fail("--compare-with supports 'ref' only, not '" + o.compare_with + "'");
@@ -93,6 +97,7 @@ std::function<int()> setup(CLI::App& app) {
                    "op that diverges; exit code 3 if one does");
     app.add_option("--compare-tol", o->compare_tol, "relative tolerance of --compare-with (default 1e-3)");
     app.add_flag("--check-weights", o->check_weights, "scan every weight for NaN/infinity at load");
+    app.add_option("--kernels", o->kernels, "kernel allow-list file (written by `deepinfer screen`)");
     app.add_option("--chunk", o->chunk, "run the sequence through the state in chunks of N tokens (1 = decode)");
     return [o] {
         if (o->tokens.empty() && o->tokens_file.empty()) return fail("score: give --tokens or --tokens-file");

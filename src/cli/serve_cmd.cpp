@@ -90,8 +90,9 @@ int run_serve(ServeOptions o) {
 
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
+    o->engine.backend = "cpu";  // the verified fast CPU kernels, as run/chat/generate; `ref` is the spec
     app.add_option("--model", o->engine.model_dir, "model directory (default: the built-in demo model)");
-    app.add_option("--backend", o->engine.backend, "compute backend")->capture_default_str();
+    app.add_option("--backend", o->engine.backend, "ref | cpu | cuda")->capture_default_str();
     app.add_option("--tokenizer", o->engine.tokenizer_path, "tokenizer.json or its directory (default: the model's)");
     app.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
     app.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
@@ -111,6 +112,7 @@ std::function<int()> setup(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body")->capture_default_str();
     app.add_flag("--check-weights", o->engine.check_weights, "scan every weight for NaN/infinity at load");
+    app.add_option("--kernels", o->engine.kernels_file, "kernel allow-list file (written by `deepinfer screen`)");
     app.add_flag("--split-special-tokens", o->server.split_special_tokens,
                  "encode special-token text inside chat messages as plain text (default: control tokens)");
     app.add_option("--read-timeout", o->server.read_timeout_s, "seconds a client may take to send its request")

@@ -11,6 +11,7 @@
 #include "ops/compressor.h"
 #include "ops/elementwise.h"
 #include "ops/indexer.h"
+#include "ops/kernel_variants.h"
 #include "ops/linear.h"
 #include "ops/mhc.h"
 #include "ops/moe.h"
@@ -18,6 +19,12 @@
 #include "ops/rope.h"
 
 namespace di::ops {
+
+// Largest sizes a backend's kernels take (0: no limit), so the model loader can refuse a config whose
+// kernels would abort at the first request.
+struct KernelLimits {
+    int64_t head_dim = 0, index_topk = 0, hc_mult = 0;
+};
 
 class Backend {
 public:
@@ -32,11 +39,15 @@ public:
     virtual void synchronize() {}
     // A label for what runs next ("layer 3 / attention"); used by compare mode and profilers.
     virtual void set_scope(std::string_view) {}
-    // Kernel variants (DESIGN.md section 4): the names this backend has for `op` (empty: one kernel), and
-    // forcing one of them for every later call of the op ("" restores the default dispatch), so a test or
-    // benchmark can run each. False, and nothing changes, for an unknown op or variant.
-    virtual std::vector<std::string> variants(std::string_view) const { return {}; }
+    // Kernel variants (ops/kernel_variants.h): every variant this backend has, the allow-list dispatch
+    // obeys (fallbacks are always allowed), and how often each variant ran (so a screen can tell that a
+    // candidate really ran). force_variant makes every later call of `op` take `variant` ("" restores
+    // the default dispatch), for tests, benchmarks and the screen; false for an unknown op or variant.
+    virtual std::vector<KernelVariant> kernel_variants() const { return {}; }
+    virtual void set_allow_list(const AllowList&) {}
+    virtual int64_t dispatch_count(std::string_view /*op*/, std::string_view /*variant*/) const { return 0; }
     virtual bool force_variant(std::string_view, std::string_view variant) { return variant.empty(); }
+    virtual KernelLimits kernel_limits() const { return {}; }
 
     virtual void embed(const EmbedArgs& a) = 0;
     virtual void add(const AddArgs& a) = 0;

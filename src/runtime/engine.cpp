@@ -12,7 +12,9 @@
 #include "core/check.h"
 #include "deepinfer/engine.h"
 #include "runtime/admission.h"
+#include "io/mmap_file.h"
 #include "runtime/backend_factory.h"
+#include "runtime/kernels_file.h"
 #include "runtime/engine_sequence.h"
 #include "runtime/model_loader.h"
 #include "runtime/scheduler.h"
@@ -41,6 +43,7 @@ struct Engine::Impl {
     std::mt19937_64 seed_rng{std::random_device{}()};
     std::thread loop;
     std::mutex join_mu;  // shutdown() may be called from several threads
+    ops::AllowList allow;  // the kernel variants dispatch may use
 
     explicit Impl(const runtime::SchedulerConfig& sc) : sched(sc) {}
     runtime::AdmissionLimits limits() const {
@@ -82,6 +85,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     auto impl = std::make_unique<Impl>(scheduler_config(o));
     impl->opt = o;
     DI_TRY(impl->backend, runtime::make_backend(o.backend));
+    impl->allow = ops::AllowList::all_of(std::string(impl->backend->name()), impl->backend->kernel_variants());
+    if (!o.kernels_file.empty()) {
+        DI_TRY(std::string text, io::read_text_file(o.kernels_file));
+        DI_TRY(impl->allow, runtime::parse_kernels_file(text, o.kernels_file, *impl->backend));
+        impl->backend->set_allow_list(impl->allow);
+    }
     DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend, o.check_weights));
     const model::ModelConfig& cfg = impl->model->config();
     const std::string tok_path = o.tokenizer_path.empty() ? o.model_dir : o.tokenizer_path;
@@ -139,6 +148,15 @@ int64_t Engine::state_bytes_for(int64_t capacity) const {
     // Rounded up: entries are floor(capacity / rate) per layer, never more than the amortised rate.
     // Saturates at INT64_MAX (a demand no budget meets) instead of overflowing for huge capacities.
     return runtime::state_bytes(impl_->limits(), capacity);
+}
+
+std::vector<KernelUse> Engine::kernel_uses() const {
+    std::lock_guard lk(impl_->mu);  // the loop thread counts dispatches under no lock; reads may lag a step
+    std::vector<KernelUse> out;
+    for (const ops::KernelVariant& v : impl_->backend->kernel_variants())
+        out.push_back({v.op, v.name, v.fallback, impl_->allow.allows(v.op, v.name),
+                       impl_->backend->dispatch_count(v.op, v.name)});
+    return out;
 }
 
 EngineStats Engine::stats() const {

@@ -1,5 +1,7 @@
 #include "runtime/model_loader.h"
 
+#include <tuple>
+
 #include "io/finite_scan.h"
 #include "io/safetensors.h"
 
@@ -8,6 +10,13 @@ namespace di::runtime {
 Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
                                                       bool check_weights) {
     DI_TRY(model::ModelConfig cfg, model::load_config(dir));
+    const ops::KernelLimits lim = backend.kernel_limits();
+    for (const auto& [field, value, most] : {std::tuple{"head_dim", cfg.head_dim, lim.head_dim},
+                                             std::tuple{"index_topk", cfg.index_topk, lim.index_topk},
+                                             std::tuple{"hc_mult", cfg.hc_mult, lim.hc_mult}})
+        if (most > 0 && value > most)
+            return make_error(ErrorCode::kUnsupported, "{}/config.json: field '{}': {} is above what the {} backend's "
+                              "kernels take ({})", dir, field, value, backend.name(), most);
     DI_TRY(io::Checkpoint ckpt, io::Checkpoint::open(dir));
     if (check_weights) DI_TRY_STATUS(io::check_checkpoint_finite(ckpt));
     auto shared = std::make_shared<io::Checkpoint>(std::move(ckpt));

@@ -74,9 +74,15 @@ void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Re
     GuardedServer::handler_started();
     if (!authorized(req, res)) return;
     ClientGone gone = [&req] { return req.is_connection_closed(); };
-    ++ctx.counters.generations_in_flight;
-    Reply r = handler(ctx, req.body, gone);
-    --ctx.counters.generations_in_flight;
+    struct InFlight {  // counted while the handler runs, exceptions included (drain_and_stop waits for 0)
+        std::atomic<int64_t>& n;
+        explicit InFlight(std::atomic<int64_t>& c) : n(c) { ++n; }
+        ~InFlight() { --n; }
+    };
+    Reply r = [&] {
+        InFlight counted(ctx.counters.generations_in_flight);
+        return handler(ctx, req.body, gone);
+    }();
     if (!r.stream) {
         res.status = r.status;
         res.set_content(r.body, "application/json");
@@ -147,7 +153,7 @@ void HttpServer::Impl::routes() {
         res.set_content(R"({"status":"ok"})", "application/json");
     });
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(render_metrics(ctx.engine.stats(), ctx.counters), "text/plain; version=0.0.4");
+        res.set_content(render_metrics(ctx.engine.stats(), ctx.counters, ctx.engine.kernel_uses()), "text/plain; version=0.0.4");
     });
     auto model_json = [this] {
         return json{{"id", ctx.model_name}, {"object", "model"}, {"created", started}, {"owned_by", "deepinfer"},

@@ -28,7 +28,7 @@ void histogram(std::string& out, const char* name, const char* help, const Histo
 
 }  // namespace
 
-std::string render_metrics(const EngineStats& s, const ServerCounters& c) {
+std::string render_metrics(const EngineStats& s, const ServerCounters& c, const std::vector<KernelUse>& kernels) {
     std::string o;
     metric(o, "deepinfer_requests_submitted_total", "counter", "Requests accepted by the engine.",
            s.requests_submitted);
@@ -61,6 +61,13 @@ std::string render_metrics(const EngineStats& s, const ServerCounters& c) {
     metric(o, "deepinfer_open_streams", "gauge", "Streaming replies in progress.", c.streams_open.load());
     metric(o, "deepinfer_client_disconnects_total", "counter", "Requests cancelled because the client left.",
            c.client_disconnects.load());
+    if (!kernels.empty()) {
+        header(o, "deepinfer_kernel_dispatches_total", "counter",
+               "Calls of each kernel variant; allowed: the active allow-list lets it run (fallbacks always).");
+        for (const KernelUse& k : kernels)
+            o += fmt::format("deepinfer_kernel_dispatches_total{{op=\"{}\",variant=\"{}\",allowed=\"{}\"}} {}\n", k.op,
+                             k.variant, k.allowed ? "true" : "false", k.dispatches);
+    }
     return o;
 }
 

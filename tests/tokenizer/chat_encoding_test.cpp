@@ -154,7 +154,9 @@ TEST(ChatEncoding, SplitSpecialTokensKeepsTheTextAndOnlyTheTemplateMarkers) {
         b.split_special_tokens = true;
         auto pa = encode_chat(messages, a), pb = encode_chat(messages, b);
         ASSERT_EQ(pa.ok(), pb.ok());
-        if (pa.ok()) EXPECT_EQ(*pa, *pb);
+        if (pa.ok()) {
+            EXPECT_EQ(*pa, *pb);
+        }
     }
 }
 

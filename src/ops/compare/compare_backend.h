@@ -32,6 +32,13 @@ public:
     void fill_zero(const TensorView& dst) override { subject_.fill_zero(dst); }
     void synchronize() override { subject_.synchronize(); }
     void set_scope(std::string_view s) override;
+    KernelLimits kernel_limits() const override { return subject_.kernel_limits(); }
+    std::vector<KernelVariant> kernel_variants() const override { return subject_.kernel_variants(); }
+    void set_allow_list(const AllowList& l) override { subject_.set_allow_list(l); }
+    int64_t dispatch_count(std::string_view op, std::string_view v) const override {
+        return subject_.dispatch_count(op, v);
+    }
+    bool force_variant(std::string_view op, std::string_view v) override { return subject_.force_variant(op, v); }
 
     void embed(const EmbedArgs& a) override;
     void add(const AddArgs& a) override;

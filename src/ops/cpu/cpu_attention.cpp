@@ -38,7 +38,7 @@ void CpuBackend::collect_keys(const AttentionArgs& a) {
 }
 
 void CpuBackend::attention(const AttentionArgs& a) {
-    if constexpr (!cpu_op_is_fast("attention")) return ref_->attention(a);
+    if (!take_fast(cpu_fast_index("attention"))) return ref_->attention(a);
     check(a);
     const int64_t L = a.q.shape[0], H = a.q.shape[1], hd = a.q.shape[2];
     if (L == 0) return;

@@ -15,8 +15,42 @@ CpuBackend::~CpuBackend() = default;
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
+namespace {
+constexpr std::string_view kAllOps[] = {"embed", "add", "swiglu", "linear", "rms_norm", "rope", "compress",
+                                        "indexer_topk", "attention", "window_store", "mhc_pre", "mhc_post",
+                                        "hc_head", "route", "moe"};
+}  // namespace
+
+std::vector<KernelVariant> CpuBackend::kernel_variants() const {
+    std::vector<KernelVariant> v;
+    for (std::string_view op : kAllOps) {
+        if (cpu_op_is_fast(op))
+            v.push_back({std::string(op), std::string(kCpuSimd), "any shape (case tables in tests/ops)", false});
+        v.push_back({std::string(op), std::string(kCpuRef), "any shape (the reference code)", true});
+    }
+    return v;
+}
+
+void CpuBackend::set_allow_list(const AllowList& l) {
+    for (size_t i = 0; i < fast_.size(); ++i) fast_[i].allowed = l.allows(kCpuFastOps[i], kCpuSimd);
+}
+
+int64_t CpuBackend::dispatch_count(std::string_view op, std::string_view variant) const {
+    const int i = cpu_fast_index(op);
+    if (i < 0) return 0;
+    return variant == kCpuSimd ? fast_[size_t(i)].n_simd.load() : variant == kCpuRef ? fast_[size_t(i)].n_ref.load() : 0;
+}
+
+bool CpuBackend::force_variant(std::string_view op, std::string_view variant) {
+    const int i = cpu_fast_index(op);
+    if (i < 0) return variant.empty() || variant == kCpuRef;
+    if (variant.empty()) return fast_[size_t(i)].forced = -1, true;
+    if (variant == kCpuSimd || variant == kCpuRef) return fast_[size_t(i)].forced = variant == kCpuSimd, true;
+    return false;
+}
+
 void CpuBackend::linear(const LinearArgs& a) {
-    if constexpr (!cpu_op_is_fast("linear")) return ref_->linear(a);
+    if (!take_fast(cpu_fast_index("linear"))) return ref_->linear(a);
     check(a);
     const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
     if (n == 0 || out == 0) return;

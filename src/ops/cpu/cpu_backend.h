@@ -15,6 +15,9 @@
 // arithmetic); mhc_pre / hc_head keep double sums (within 2 float ulp of ref).
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <iterator>
 #include <memory>
 #include <string_view>
 #include <utility>
@@ -33,6 +36,15 @@ constexpr bool cpu_op_is_fast(std::string_view op) {
         if (f == op) return true;
     return false;
 }
+
+constexpr int cpu_fast_index(std::string_view op) {
+    for (int i = 0; i < int(std::size(kCpuFastOps)); ++i)
+        if (kCpuFastOps[i] == op) return i;
+    return -1;
+}
+
+// Variant names: every fast op has its SIMD kernel and the reference code (the fallback).
+inline constexpr std::string_view kCpuSimd = "cpu_simd", kCpuRef = "ref";
 
 // Per-thread scratch memory, grown on demand and kept (no allocation once warm).
 struct CpuScratch {
@@ -73,7 +85,26 @@ public:
     void route(const RouteArgs& a) override { ref_->route(a); }
     void moe(const MoeArgs& a) override;
 
+    std::vector<KernelVariant> kernel_variants() const override;
+    void set_allow_list(const AllowList& l) override;
+    int64_t dispatch_count(std::string_view op, std::string_view variant) const override;
+    bool force_variant(std::string_view op, std::string_view variant) override;
+
 private:
+    // Whether fast op `i` (cpu_fast_index) runs its SIMD kernel this call, counting the dispatch.
+    bool take_fast(int i) {
+        FastOp& f = fast_[size_t(i)];
+        const bool simd = f.forced >= 0 ? f.forced == 1 : f.allowed;
+        (simd ? f.n_simd : f.n_ref).fetch_add(1, std::memory_order_relaxed);
+        return simd;
+    }
+    struct FastOp {
+        bool allowed = true;  // by the active allow-list (the built-in one allows every tested kernel)
+        int forced = -1;      // -1: dispatch by the list; 0: ref; 1: SIMD
+        std::atomic<int64_t> n_simd{0}, n_ref{0};  // read by /metrics while the engine runs
+    };
+    std::array<FastOp, std::size(kCpuFastOps)> fast_{};
+
     void collect_keys(const AttentionArgs& a);  // fills att_keys_ / att_off_
     void indexer_query(const IndexerTopkArgs& a, int64_t t, double kmax, CpuScratch& s);
 

@@ -39,7 +39,7 @@ double norm2(const float* v, int64_t n) {
 }  // namespace
 
 void CpuBackend::indexer_topk(const IndexerTopkArgs& a) {
-    if constexpr (!cpu_op_is_fast("indexer_topk")) return ref_->indexer_topk(a);
+    if (!take_fast(cpu_fast_index("indexer_topk"))) return ref_->indexer_topk(a);
     check(a);
     const int64_t L = a.q.shape[0], H = a.q.shape[1], dim = a.q.shape[2], T = a.keys.shape[0];
     if (L == 0) return;

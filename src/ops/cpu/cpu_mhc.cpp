@@ -76,7 +76,7 @@ void mhc_pre_token(const MhcPreArgs& a, int64_t t, const double* mix) {
 }  // namespace
 
 void CpuBackend::mhc_pre(const MhcPreArgs& a) {
-    if constexpr (!cpu_op_is_fast("mhc_pre")) return ref_->mhc_pre(a);
+    if (!take_fast(cpu_fast_index("mhc_pre"))) return ref_->mhc_pre(a);
     check(a);
     const int64_t n = a.streams.shape[0], hc = a.streams.shape[1];
     DI_CHECK(hc <= 16, "mhc_pre: hc_mult {} > 16", hc);
@@ -93,7 +93,7 @@ void CpuBackend::mhc_pre(const MhcPreArgs& a) {
 
 // ref: transformers 5.17 DeepseekV4HyperHead.forward
 void CpuBackend::hc_head(const HcHeadArgs& a) {
-    if constexpr (!cpu_op_is_fast("hc_head")) return ref_->hc_head(a);
+    if (!take_fast(cpu_fast_index("hc_head"))) return ref_->hc_head(a);
     check(a);
     const int64_t n = a.streams.shape[0], hc = a.streams.shape[1];
     DI_CHECK(hc <= 16, "hc_head: hc_mult {} > 16", hc);

@@ -24,7 +24,7 @@ float swiglu_one(float g, float u, float limit) {
 }  // namespace
 
 void CpuBackend::moe(const MoeArgs& a) {
-    if constexpr (!cpu_op_is_fast("moe")) return ref_->moe(a);
+    if (!take_fast(cpu_fast_index("moe"))) return ref_->moe(a);
     check(a);
     const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1], E = a.n_experts;
     if (n == 0) return;

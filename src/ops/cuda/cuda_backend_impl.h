@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <atomic>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -69,6 +70,9 @@ public:
         cudaStream_t s;
         DI_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         stream_ = s;
+        for (const char* op : {"embed", "add", "swiglu", "linear", "rms_norm", "rope", "compress", "indexer_topk",
+                               "attention", "window_store", "mhc_pre", "mhc_post", "hc_head", "route", "moe"})
+            launches_[op] = 0;
     }
     ~CudaBackend() override {
         cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
@@ -112,7 +116,12 @@ public:
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
     void moe(const MoeArgs& a) override;
-    std::vector<std::string> variants(std::string_view op) const override;
+    std::vector<KernelVariant> kernel_variants() const override;
+    void set_allow_list(const AllowList& l) override;
+    int64_t dispatch_count(std::string_view op, std::string_view variant) const override;
+    KernelLimits kernel_limits() const override {
+        return {cuda::attention_max_head_dim(), cuda::indexer_max_topk(), cuda::mhc_max_hc()};
+    }
     bool force_variant(std::string_view op, std::string_view variant) override;
 
 private:
@@ -120,6 +129,7 @@ private:
     void launched(std::string_view op) {
         const char* err = cuda::last_launch_error();
         DI_CHECK(err == nullptr, "CUDA launch of {} failed (scope '{}'): {}", op, scope_, err);
+        if (auto it = launches_.find(std::string(op)); it != launches_.end()) ++it->second;
     }
 
     struct ExpertTable {
@@ -128,8 +138,13 @@ private:
         int gemv_format = -1;  // shared gemv_format() of every expert matrix, or -1
     };
     const ExpertTable& expert_table(const MoeArgs& a);
-    cuda::LinearVariant linear_variant_ = cuda::LinearVariant::kAuto;
+    cuda::LinearVariant linear_variant_ = cuda::LinearVariant::kAuto;  // forced, or kAuto
     cuda::MoeVariant moe_variant_ = cuda::MoeVariant::kAuto;
+    bool allow_stream_gemv_ = true, allow_grouped_ = true;  // the built-in list allows every tested kernel
+    // Dispatches per variant (kLinearVariants / kMoeVariants order) and launches per op; atomics because
+    // /metrics reads them while the engine runs (launches_ gets every key in the constructor).
+    std::atomic<int64_t> linear_count_[3] = {}, moe_count_[2] = {};
+    std::unordered_map<std::string, std::atomic<int64_t>> launches_;
     int device_;
     cuda_impl::CachingAllocator alloc_;
     DeviceScratch scratch_;

@@ -54,7 +54,13 @@ void CudaBackend::linear(const LinearArgs& a) {
                  cuda::gemv_supported(f32(a.x), ld(a.x), w, a.x.shape[0]),
              "linear: variant 'stream_gemv' forced on an unsupported case (n {}, weight {}x{})", a.x.shape[0],
              w.out_dim, w.in_dim);
-    cuda::launch_linear(f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, linear_variant_);
+    cuda::LinearVariant v = linear_variant_;
+    if (v == cuda::LinearVariant::kAuto)  // the allow-list decides whether the streaming GEMV may run
+        v = allow_stream_gemv_ && cuda::gemv_supported(f32(a.x), ld(a.x), w, a.x.shape[0]) ? cuda::LinearVariant::kStreamGemv
+            : a.x.shape[0] <= 8                                                           ? cuda::LinearVariant::kWarpGemv
+                                                                                          : cuda::LinearVariant::kTiled;
+    ++linear_count_[v == cuda::LinearVariant::kStreamGemv ? 0 : v == cuda::LinearVariant::kWarpGemv ? 1 : 2];
+    cuda::launch_linear(f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, v);
     launched("linear");
 }
 
@@ -241,7 +247,11 @@ void CudaBackend::moe(const MoeArgs& a) {
     DI_CHECK(moe_variant_ != cuda::MoeVariant::kGrouped || cuda::moe_grouped_supported(p),
              "moe: variant 'grouped' forced where it does not apply ({} pairs, expert format {})", n * k,
              table.gemv_format);
-    cuda::launch_moe(p, scratch_, stream_, moe_variant_);
+    cuda::MoeVariant v = moe_variant_;
+    if (v == cuda::MoeVariant::kAuto)
+        v = allow_grouped_ && cuda::moe_grouped_supported(p) ? cuda::MoeVariant::kGrouped : cuda::MoeVariant::kPerPair;
+    ++moe_count_[v == cuda::MoeVariant::kGrouped ? 0 : 1];
+    cuda::launch_moe(p, scratch_, stream_, v);
     launched("moe");
 }
 
@@ -254,13 +264,37 @@ constexpr std::pair<std::string_view, cuda::MoeVariant> kMoeVariants[] = {{"grou
                                                                         {"per_pair", cuda::MoeVariant::kPerPair}};
 }  // namespace
 
-std::vector<std::string> CudaBackend::variants(std::string_view op) const {
-    std::vector<std::string> out;
+constexpr std::string_view kSingleOps[] = {"embed", "add", "swiglu", "rms_norm", "rope", "compress", "indexer_topk",
+                                           "attention", "window_store", "mhc_pre", "mhc_post", "hc_head", "route"};
+
+std::vector<KernelVariant> CudaBackend::kernel_variants() const {
+    std::vector<KernelVariant> v = {
+        {"linear", "stream_gemv", "n <= 16 rows; 16-byte weight rows; in_dim a multiple of the 16-byte unit; staged "
+         "rows within 200 KiB of shared memory", false},
+        {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
+        {"linear", "tiled", "any n", true},
+        {"moe", "grouped", "n * k <= 1024 pairs; every expert matrix in one format with 16-byte rows", false},
+        {"moe", "per_pair", "any n", true},
+    };
+    for (std::string_view op : kSingleOps) v.push_back({std::string(op), "cuda", "any shape (tests/gpu)", true});
+    return v;
+}
+
+void CudaBackend::set_allow_list(const AllowList& l) {
+    allow_stream_gemv_ = l.allows("linear", "stream_gemv");
+    allow_grouped_ = l.allows("moe", "grouped");
+}
+
+int64_t CudaBackend::dispatch_count(std::string_view op, std::string_view variant) const {
     if (op == "linear")
-        for (const auto& [name, v] : kLinearVariants) out.emplace_back(name);
+        for (size_t i = 0; i < std::size(kLinearVariants); ++i)
+            if (kLinearVariants[i].first == variant) return linear_count_[i].load();
     if (op == "moe")
-        for (const auto& [name, v] : kMoeVariants) out.emplace_back(name);
-    return out;
+        for (size_t i = 0; i < std::size(kMoeVariants); ++i)
+            if (kMoeVariants[i].first == variant) return moe_count_[i].load();
+    if (variant == "cuda")
+        if (auto it = launches_.find(std::string(op)); it != launches_.end()) return it->second.load();
+    return 0;
 }
 
 bool CudaBackend::force_variant(std::string_view op, std::string_view variant) {

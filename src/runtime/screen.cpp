@@ -1,0 +1,302 @@
+#include "runtime/screen.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "ops/ref/ref_backend.h"
+
+namespace di::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A buffer and a view of it with the shape of the view it was made from.
+struct Buf {
+    Tensor t;
+    TensorView v;
+};
+
+// A copy of contiguous `src` in memory of `alloc`.
+Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src) {
+    DI_CHECK(src.is_contiguous(), "screen: {} is not contiguous", src.describe());
+    Buf b{Tensor(alloc, src.dtype, {src.numel()}), src};
+    b.v.data = b.t.view().data;
+    b.v.device = alloc.device();
+    be.copy(b.v.reshape({src.numel()}), src.reshape({src.numel()}));
+    return b;
+}
+
+// `h` on be's device.
+Buf on_device(ops::Backend& be, const Tensor& h) { return copy_of(be, be.allocator(), h.view()); }
+
+Tensor host_tensor(DType t, std::initializer_list<int64_t> shape) { return Tensor(host_allocator(), t, shape); }
+
+std::vector<float> to_host_f32(ops::Backend& be, const TensorView& v) {
+    Tensor h = host_tensor(DType::kF32, {v.numel()});
+    be.copy(h.view(), v.reshape({v.numel()}));
+    const float* p = h.view().ptr<float>();
+    return std::vector<float>(p, p + v.numel());
+}
+
+void poison(ops::Backend& be, const TensorView& v) {
+    Tensor h = host_tensor(v.dtype, {v.numel()});
+    std::memset(h.view().data, 0xff, h.view().nbytes());  // NaN: an element the op does not write fails
+    be.copy(v.reshape({v.numel()}), h.view());
+}
+
+void fill_uniform(Tensor& t, std::mt19937_64& rng, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    float* p = t.view().ptr<float>();
+    for (int64_t i = 0; i < t.view().numel(); ++i) p[i] = u(rng);
+}
+
+// Relative L2 error; +inf when any element is not finite.
+double rel_l2(const std::vector<float>& got, const float* ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        const double d = double(got[i]) - double(ref[i]);
+        num += d * d;
+        den += double(ref[i]) * double(ref[i]);
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+double median_us(ops::Backend& be, const std::function<void()>& run) {
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+        be.synchronize();
+        const auto t0 = Clock::now();
+        run();
+        be.synchronize();
+        t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+void allow_only(ops::Backend& be, const ops::KernelVariant* v) {
+    ops::AllowList l = ops::AllowList::fallbacks_of(std::string(be.name()), be.kernel_variants());
+    if (v) l.allow(v->op, v->name);
+    be.set_allow_list(l);
+}
+
+std::string format_name(const ops::QWeight& w) {
+    switch (w.format) {
+        case ops::WeightFormat::kFp8Block: return "fp8";
+        case ops::WeightFormat::kFp4Group: return "fp4";
+        default: return std::string(dtype_name(w.data.dtype));
+    }
+}
+
+// The part every op shares: fallback, candidate, the checks and the times. `run(y)` computes the op into y
+// (on be's device) on the full batch; `run_one(y1)` on row 0 alone (nullptr: no batch-invariance check).
+ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape, const std::vector<float>& ref,
+                int64_t k_len, const TensorView& y, const std::function<void(const TensorView&)>& run,
+                const TensorView& y1, const std::function<void(const TensorView&)>& run_one) {
+    ScreenRow row{v.op, v.name, std::move(shape), "", 0, 0, 0, 0};
+    allow_only(be, nullptr);
+    poison(be, y);
+    run(y);
+    const double err_fb = rel_l2(to_host_f32(be, y), ref.data(), ref.size());
+    row.fallback_us = median_us(be, [&] { run(y); });
+    row.tolerance = std::max(2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)));
+    allow_only(be, &v);
+    const int64_t c0 = be.dispatch_count(v.op, v.name);
+    poison(be, y);
+    run(y);
+    be.synchronize();
+    if (be.dispatch_count(v.op, v.name) == c0) {
+        row.verdict = "skip: not dispatched (the fallback answered)";
+        return row;
+    }
+    const std::vector<float> got = to_host_f32(be, y);
+    row.error = rel_l2(got, ref.data(), ref.size());
+    if (!(row.error <= row.tolerance)) {
+        row.verdict = std::isfinite(row.error) ? fmt::format("fail: error {:.3g} above the tolerance", row.error)
+                                               : "fail: non-finite or unwritten outputs";
+        return row;
+    }
+    if (v.deterministic) {
+        poison(be, y);
+        run(y);
+        const std::vector<float> again = to_host_f32(be, y);
+        if (std::memcmp(again.data(), got.data(), got.size() * sizeof(float)) != 0) {
+            row.verdict = "fail: two runs differ (claims determinism)";
+            return row;
+        }
+    }
+    if (v.batch_invariant && run_one) {
+        poison(be, y1);
+        run_one(y1);
+        const std::vector<float> alone = to_host_f32(be, y1);
+        if (std::memcmp(alone.data(), got.data(), alone.size() * sizeof(float)) != 0) {
+            row.verdict = "fail: row 0 alone differs from its row in the batch (claims batch invariance)";
+            return row;
+        }
+    }
+    row.us = median_us(be, [&] { run(y); });
+    row.verdict = "pass";
+    return row;
+}
+
+}  // namespace
+
+HostWeight host_weight(ops::Backend& be, const ops::QWeight& w) {
+    HostWeight h;
+    h.w = w;
+    for (TensorView* v : {&h.w.data, &h.w.scale}) {
+        if (v->empty() || v->device == Device::kHost) continue;
+        Buf b = copy_of(be, host_allocator(), *v);
+        *v = b.v;
+        h.keep.push_back(std::move(b.t));
+    }
+    return h;
+}
+
+ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w, const ops::QWeight& host,
+                        int64_t n, std::mt19937_64& rng) {
+    const int64_t K = w.in_dim, O = w.out_dim;
+    Tensor xh = host_tensor(DType::kF32, {n, K});
+    fill_uniform(xh, rng, -1, 1);
+    Tensor yh = host_tensor(DType::kF32, {n, O});
+    ops::make_ref_backend()->linear({xh.view(), host, yh.view()});
+    const std::vector<float> ref(yh.view().ptr<float>(), yh.view().ptr<float>() + n * O);
+    const Buf xd = on_device(be, xh);
+    Tensor yd(be.allocator(), DType::kF32, {n, O}), y1(be.allocator(), DType::kF32, {1, O});
+    auto run = [&](const TensorView& y) { be.linear({xd.v, w, y}); };
+    auto run_one = [&](const TensorView& y) { be.linear({xd.v.rows(0, 1), w, y}); };
+    const std::string shape = fmt::format("{} {}x{}, n={}", format_name(w), O, K, n);
+    return judge(be, v, shape, ref, K, yd.view(), run, y1.view(),
+                 n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr);
+}
+
+namespace {
+
+ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v, const std::vector<ops::ExpertWeights>& experts,
+                     int64_t n, int64_t k, std::mt19937_64& rng) {
+    const int64_t E = int64_t(experts.size()), D = experts[0].w1.in_dim, I = experts[0].w1.out_dim;
+    Tensor xh = host_tensor(DType::kF32, {n, D}), wh = host_tensor(DType::kF32, {n, k});
+    Tensor idh = host_tensor(DType::kI32, {n, k});
+    fill_uniform(xh, rng, -1, 1);
+    fill_uniform(wh, rng, 0.1f, 1.0f);
+    std::set<int32_t> used;
+    for (int64_t t = 0; t < n; ++t) {  // distinct experts per token, as routing gives
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int64_t j = 0; j < k; ++j) used.insert(idh.view().ptr<int32_t>()[t * k + j] = perm[size_t(j)]);
+    }
+    // Host copies of the selected experts only; the others point at one of them (never read).
+    std::vector<HostWeight> keep;
+    std::vector<ops::ExpertWeights> host(static_cast<size_t>(E));
+    for (int32_t e : used) {
+        for (const ops::QWeight* q : {&experts[size_t(e)].w1, &experts[size_t(e)].w3, &experts[size_t(e)].w2})
+            keep.push_back(host_weight(be, *q));
+        host[size_t(e)] = {keep[keep.size() - 3].w, keep[keep.size() - 2].w, keep.back().w};
+    }
+    for (auto& h : host)
+        if (h.w1.empty()) h = host[size_t(*used.begin())];
+    Tensor yh = host_tensor(DType::kF32, {n, D});
+    const float limit = 10.0f;
+    ops::make_ref_backend()->moe({xh.view(), idh.view(), wh.view(), host.data(), E, yh.view(), limit});
+    const std::vector<float> ref(yh.view().ptr<float>(), yh.view().ptr<float>() + n * D);
+    const Buf xd = on_device(be, xh), wd = on_device(be, wh), idd = on_device(be, idh);
+    Tensor yd(be.allocator(), DType::kF32, {n, D}), y1(be.allocator(), DType::kF32, {1, D});
+    auto run = [&](const TensorView& y) { be.moe({xd.v, idd.v, wd.v, experts.data(), E, y, limit}); };
+    auto run_one = [&](const TensorView& y) {
+        be.moe({xd.v.rows(0, 1), idd.v.rows(0, 1), wd.v.rows(0, 1), experts.data(), E, y, limit});
+    };
+    const std::string shape = fmt::format("{} {} experts {}x{}, k={}, n={}", format_name(experts[0].w1), E, I, D, k, n);
+    return judge(be, v, shape, ref, std::max(D, I), yd.view(), run, y1.view(),
+                 n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr);
+}
+
+// Every distinct (format, dtype, out, in) linear weight of the model, in order of first use.
+std::vector<const ops::QWeight*> distinct_linears(const model::ModelWeights& w) {
+    std::vector<const ops::QWeight*> all;
+    for (const model::LayerWeights& l : w.layers) {
+        const model::AttentionWeights& a = l.attn;
+        for (const ops::QWeight* q : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.compressor.wkv, &a.compressor.wgate,
+                                      &a.index_compressor.wkv, &a.index_compressor.wgate, &a.index_wq_b,
+                                      &a.index_weights_proj, &l.ffn.gate, &l.ffn.shared.w1, &l.ffn.shared.w3,
+                                      &l.ffn.shared.w2})
+            all.push_back(q);
+    }
+    all.push_back(&w.head);
+    std::set<std::tuple<int, int, int64_t, int64_t>> seen;
+    std::vector<const ops::QWeight*> out;
+    for (const ops::QWeight* q : all)
+        if (!q->empty() && seen.insert({int(q->format), int(q->data.dtype), q->out_dim, q->in_dim}).second)
+            out.push_back(q);
+    return out;
+}
+
+}  // namespace
+
+ops::AllowList allow_list_from(const ops::Backend& be, const std::vector<ScreenRow>& rows) {
+    const std::vector<ops::KernelVariant> all = be.kernel_variants();
+    ops::AllowList l = ops::AllowList::fallbacks_of(std::string(be.name()), all);
+    std::map<std::pair<std::string, std::string>, std::pair<int, int>> tally;  // (passed, failed)
+    for (const ScreenRow& r : rows) {
+        auto& [pass, fail] = tally[{r.op, r.variant}];
+        if (r.passed()) ++pass;
+        else if (r.verdict.rfind("fail", 0) == 0) ++fail;
+    }
+    for (const auto& [key, t] : tally)
+        if (t.first > 0 && t.second == 0) l.allow(key.first, key.second);
+    return l;
+}
+
+ScreenReport screen_model(model::DeepseekV4& m, const ScreenOptions& o) {
+    const auto t0 = Clock::now();
+    ops::Backend& be = m.backend();
+    ScreenReport rep;
+    std::mt19937_64 rng(o.seed);
+    const std::vector<ops::KernelVariant> variants = be.kernel_variants();
+    auto wanted = [&](const std::string& op) { return std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end(); };
+    if (wanted("linear")) {
+        const auto linears = distinct_linears(m.weights());
+        std::vector<HostWeight> hosts;
+        for (const ops::QWeight* q : linears) hosts.push_back(host_weight(be, *q));
+        for (const ops::KernelVariant& v : variants)
+            if (v.op == "linear" && !v.fallback)
+                for (size_t i = 0; i < linears.size(); ++i)
+                    for (int64_t n : o.batches) rep.rows.push_back(screen_linear(be, v, *linears[i], hosts[i].w, n, rng));
+    }
+    if (wanted("moe")) {
+        const model::LayerWeights* layer = nullptr;
+        for (const auto& l : m.weights().layers)
+            if (!l.ffn.experts.empty()) layer = &l;
+        if (layer)
+            for (const ops::KernelVariant& v : variants)
+                if (v.op == "moe" && !v.fallback)
+                    for (int64_t n : o.batches)
+                        rep.rows.push_back(screen_moe(be, v, layer->ffn.experts, n, m.config().n_experts_active, rng));
+    }
+    be.set_allow_list(ops::AllowList::all_of(std::string(be.name()), variants));  // back to the built-in list
+    rep.allow = allow_list_from(be, rep.rows);
+    rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return rep;
+}
+
+std::string ScreenReport::table() const {
+    std::string md = "| op | variant | shape | result | error | tolerance | us | fallback us | speedup |\n"
+                     "|---|---|---|---|---:|---:|---:|---:|---:|\n";
+    for (const ScreenRow& r : rows)
+        md += fmt::format("| {} | {} | {} | {} | {:.2g} | {:.2g} | {:.1f} | {:.1f} | {} |\n", r.op, r.variant, r.shape,
+                          r.verdict, r.error, r.tolerance, r.us, r.fallback_us,
+                          r.passed() && r.us > 0 ? fmt::format("{:.2f}x", r.fallback_us / r.us) : std::string("-"));
+    return md;
+}
+
+}  // namespace di::runtime

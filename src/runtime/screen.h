@@ -1,0 +1,61 @@
+// `deepinfer screen`: every non-fallback kernel variant of a backend A/B-tested on a model's own shapes
+// (its distinct linear weights and its experts, at decode batches), and the allow-list of those that pass.
+// For each case: the reference result first, on host copies and the reference backend, before any candidate
+// runs; the candidate through the backend's own dispatch with only it and the fallbacks allowed, and its
+// dispatch count read back (the fallback answered: "skip: not dispatched", never "pass"); its error against
+// the tolerance; two runs bit-identical where it claims determinism; row 0 alone bit-identical to its row in
+// the batch where it claims batch invariance; its time against the fallback's.
+//
+// Tolerance (relative L2 error against the double-accumulating reference): max(2 x the fallback's own
+// error, 4 * 2^-24 * sqrt(K)): f32 sums of K terms drift by ~2^-24 sqrt(K) of the output norm, and a variant
+// may reorder them but must not be much worse than the verified kernel it replaces.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/deepseek_v4.h"
+#include "ops/backend.h"
+
+namespace di::runtime {
+
+struct ScreenRow {
+    std::string op, variant, shape;
+    std::string verdict;        // "pass", "fail: <why>", "skip: <why>"
+    double error = 0, tolerance = 0;
+    double us = 0, fallback_us = 0;
+    bool passed() const { return verdict == "pass"; }
+};
+
+struct ScreenOptions {
+    std::vector<std::string> ops = {"linear", "moe"};
+    std::vector<int64_t> batches = {1, 8, 64};
+    uint64_t seed = 1;
+};
+
+struct ScreenReport {
+    std::vector<ScreenRow> rows;
+    ops::AllowList allow;  // fallbacks + every variant that passed wherever it ran and ran somewhere
+    double seconds = 0;
+    std::string table() const;  // markdown
+};
+
+// Host copy of a weight that may live on `be`'s device (data and scales).
+struct HostWeight {
+    ops::QWeight w;
+    std::vector<Tensor> keep;
+};
+HostWeight host_weight(ops::Backend& be, const ops::QWeight& w);
+
+// One linear case: weight `w` (on be's device) and its host copy, n random rows.
+ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w, const ops::QWeight& host,
+                        int64_t n, std::mt19937_64& rng);
+
+// Collects the verdicts into the allow-list the report carries.
+ops::AllowList allow_list_from(const ops::Backend& be, const std::vector<ScreenRow>& rows);
+
+ScreenReport screen_model(model::DeepseekV4& m, const ScreenOptions& o);
+
+}  // namespace di::runtime

@@ -1,0 +1,150 @@
+// The kernel screen must be able to fail: planted wrong variants (an error of 100 ulp, a broadcast that
+// leaves rows unwritten, a nondeterministic sum, a result that depends on the batch, a variant that silently
+// lets the fallback answer) are each caught with the right reason and left out of the allow-list; a correct
+// variant passes. Also: the kernels file is parsed strictly and dispatch obeys it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "ops/cpu/cpu_backend.h"
+#include "ops/ref/ref_backend.h"
+#include "runtime/kernels_file.h"
+#include "runtime/screen.h"
+
+namespace di {
+namespace {
+
+// The reference backend with planted linear variants; dispatch takes the first allowed non-fallback one.
+class Planted final : public ops::Backend {
+public:
+    std::string_view name() const override { return "planted"; }
+    Allocator& allocator() override { return ref_->allocator(); }
+    void copy(const TensorView& d, const TensorView& s) override { ref_->copy(d, s); }
+    void fill_zero(const TensorView& d) override { ref_->fill_zero(d); }
+    std::vector<ops::KernelVariant> kernel_variants() const override {
+        std::vector<ops::KernelVariant> v = {{"linear", "ref", "any", true}};
+        for (const char* n : {"exact", "ulp100", "fewer_rows", "noisy", "batch_dependent", "silent"})
+            v.push_back({"linear", n, "any", false});
+        return v;
+    }
+    void set_allow_list(const ops::AllowList& l) override {
+        active_.clear();
+        for (const auto& v : kernel_variants())
+            if (!v.fallback && l.allows(v.op, v.name)) active_ = v.name;
+    }
+    int64_t dispatch_count(std::string_view, std::string_view v) const override {
+        auto it = counts_.find(std::string(v));
+        return it == counts_.end() ? 0 : it->second;
+    }
+    void linear(const ops::LinearArgs& a) override {
+        ref_->linear(a);
+        if (active_.empty() || active_ == "silent") return;  // "silent" claims to run but the fallback answered
+        ++counts_[active_];
+        const int64_t n = a.y.shape[0], o = a.y.shape[1];
+        for (int64_t r = 0; r < n; ++r)
+            for (int64_t c = 0; c < o; ++c) {
+                float& y = a.y.ptr<float>()[r * a.y.stride[0] + c];
+                if (active_ == "ulp100") y = std::nextafter(y, INFINITY), y *= 1.0f + 100 * 0x1p-23f;
+                if (active_ == "fewer_rows" && r == n - 1) std::memset(&y, 0xff, sizeof y);
+                if (active_ == "noisy" && rng_() % 2) y = std::nextafter(y, INFINITY);
+                if (active_ == "batch_dependent" && n > 1) y = std::nextafter(y, INFINITY);
+            }
+    }
+    void embed(const ops::EmbedArgs& a) override { ref_->embed(a); }
+    void add(const ops::AddArgs& a) override { ref_->add(a); }
+    void swiglu(const ops::SwigluArgs& a) override { ref_->swiglu(a); }
+    void rms_norm(const ops::RmsNormArgs& a) override { ref_->rms_norm(a); }
+    void rope(const ops::RopeArgs& a) override { ref_->rope(a); }
+    void compress(const ops::CompressArgs& a) override { ref_->compress(a); }
+    void indexer_topk(const ops::IndexerTopkArgs& a) override { ref_->indexer_topk(a); }
+    void attention(const ops::AttentionArgs& a) override { ref_->attention(a); }
+    void window_store(const ops::WindowStoreArgs& a) override { ref_->window_store(a); }
+    void mhc_pre(const ops::MhcPreArgs& a) override { ref_->mhc_pre(a); }
+    void mhc_post(const ops::MhcPostArgs& a) override { ref_->mhc_post(a); }
+    void hc_head(const ops::HcHeadArgs& a) override { ref_->hc_head(a); }
+    void route(const ops::RouteArgs& a) override { ref_->route(a); }
+    void moe(const ops::MoeArgs& a) override { ref_->moe(a); }
+
+private:
+    std::unique_ptr<ops::Backend> ref_ = ops::make_ref_backend();
+    std::string active_;
+    std::map<std::string, int64_t> counts_;
+    std::mt19937 rng_{5};
+};
+
+TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
+    Planted be;
+    Tensor wt(host_allocator(), DType::kF32, {48, 64});
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+    for (int64_t i = 0; i < wt.view().numel(); ++i) wt.view().ptr<float>()[i] = u(rng);
+    ops::QWeight w;
+    w.data = wt.view();
+    w.out_dim = 48, w.in_dim = 64;
+    const std::map<std::string, std::string> expect = {
+        {"exact", "pass"},
+        {"ulp100", "fail: error"},
+        {"fewer_rows", "fail: non-finite or unwritten outputs"},
+        {"noisy", "fail: two runs differ"},
+        {"batch_dependent", "fail: row 0 alone differs"},
+        {"silent", "skip: not dispatched"},
+    };
+    std::vector<runtime::ScreenRow> rows;
+    for (const ops::KernelVariant& v : be.kernel_variants()) {
+        if (v.fallback) continue;
+        const runtime::ScreenRow r = runtime::screen_linear(be, v, w, w, 8, rng);
+        EXPECT_EQ(r.verdict.rfind(expect.at(v.name), 0), 0u) << v.name << ": " << r.verdict;
+        rows.push_back(r);
+    }
+    const ops::AllowList l = runtime::allow_list_from(be, rows);
+    EXPECT_TRUE(l.allows("linear", "exact"));
+    EXPECT_TRUE(l.allows("linear", "ref"));  // fallbacks always
+    for (const char* bad : {"ulp100", "fewer_rows", "noisy", "batch_dependent", "silent"})
+        EXPECT_FALSE(l.allows("linear", bad)) << bad;
+}
+
+TEST(KernelsFile, StrictParsingAndDispatchObeysIt) {
+    auto be = ops::make_cpu_backend(1);
+    auto err = [&](const std::string& text) {
+        auto r = runtime::parse_kernels_file(text, "k.json", *be);
+        EXPECT_FALSE(r.ok()) << text;
+        return r.ok() ? std::string() : r.error().message;
+    };
+    EXPECT_NE(err("{").find("k.json: invalid JSON"), std::string::npos);
+    EXPECT_NE(err(R"({"backend": "cuda", "allow": []})").find("written for backend 'cuda', but this run uses 'cpu'"),
+              std::string::npos);
+    EXPECT_NE(err(R"({"backend": "cpu", "allow": [{"op": "convolve", "variant": "x"}]})").find("unknown op 'convolve'"),
+              std::string::npos);
+    EXPECT_NE(err(R"({"backend": "cpu", "allow": [{"op": "linear", "variant": "stream_gemv"}]})")
+                  .find("op 'linear' has no variant 'stream_gemv' on cpu (cpu_simd, ref)"),
+              std::string::npos);
+    EXPECT_NE(err(R"({"backend": "cpu", "allow": [5]})").find("allow[0]"), std::string::npos);
+
+    // Only the fallbacks allowed: linear runs the reference code, and the counters say so.
+    auto none = runtime::parse_kernels_file(R"({"backend": "cpu", "allow": []})", "k.json", *be);
+    ASSERT_TRUE(none.ok());
+    be->set_allow_list(*none);
+    Tensor x(host_allocator(), DType::kF32, {2, 32}), wt(host_allocator(), DType::kF32, {16, 32}),
+        y(host_allocator(), DType::kF32, {2, 16});
+    std::memset(x.view().data, 0, x.view().nbytes()), std::memset(wt.view().data, 0, wt.view().nbytes());
+    ops::QWeight w;
+    w.data = wt.view(), w.out_dim = 16, w.in_dim = 32;
+    be->linear({x.view(), w, y.view()});
+    EXPECT_EQ(be->dispatch_count("linear", "ref"), 1);
+    EXPECT_EQ(be->dispatch_count("linear", "cpu_simd"), 0);
+    auto simd = runtime::parse_kernels_file(R"({"backend": "cpu", "allow": [{"op": "linear", "variant": "cpu_simd"}]})",
+                                            "k.json", *be);
+    ASSERT_TRUE(simd.ok());
+    be->set_allow_list(*simd);
+    be->linear({x.view(), w, y.view()});
+    EXPECT_EQ(be->dispatch_count("linear", "cpu_simd"), 1);
+    // What screen writes reads back the same.
+    auto again = runtime::parse_kernels_file(runtime::kernels_file_text(*simd), "k.json", *be);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->pairs(), simd->pairs());
+}
+
+}  // namespace
+}  // namespace di
