@@ -25,14 +25,6 @@ struct ServeOptions {
 };
 
 int run_serve(ServeOptions o) {
-    if (o.engine.model_dir.empty()) {
-        auto demo = runtime::ensure_demo_model();
-        if (!demo) return fail(demo.error().message);
-        std::fprintf(stderr, "%s\n", runtime::kDemoNotice);
-        o.engine.model_dir = *demo;
-        // A stable id for clients, whatever the demo's cache directory is called.
-        if (o.server.served_model_name.empty()) o.server.served_model_name = "demo";
-    }
     // Every option checked here, before anything starts: written as "inside the range" so NaN fails too.
     if (!(o.state_memory_mib > 0 && o.state_memory_mib <= (int64_t(1) << 30)))
         return fail(fmt::format("--state-memory-mib {} must be in [1, 2^30]", o.state_memory_mib));
@@ -49,6 +41,14 @@ int run_serve(ServeOptions o) {
     if (o.server.port < 0 || o.server.port > 65535) return fail(fmt::format("--port {} is not a port", o.server.port));
     if (o.server.default_max_tokens < 1)
         return fail(fmt::format("--default-max-tokens {} must be at least 1", o.server.default_max_tokens));
+    if (o.engine.model_dir.empty()) {
+        auto demo = runtime::ensure_demo_model();
+        if (!demo) return fail(demo.error().message);
+        std::fprintf(stderr, "%s\n", runtime::kDemoNotice);
+        o.engine.model_dir = *demo;
+        // A stable id for clients, whatever the demo's cache directory is called.
+        if (o.server.served_model_name.empty()) o.server.served_model_name = "demo";
+    }
     o.engine.state_memory_bytes = o.state_memory_mib << 20;
     o.engine.default_timeout = std::chrono::milliseconds(int64_t(o.request_timeout_s * 1000));
 

@@ -125,9 +125,9 @@ TEST_P(CudaLinear, MatchesRef) {
     ASSERT_TRUE(b.gpu->force_variant("linear", ""));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear, ::testing::ValuesIn(linear_runs()), [](const auto& info) {
-    const std::string v = info.param.variant;
-    return std::string(info.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear, ::testing::ValuesIn(linear_runs()), [](const auto& tp) {
+    const std::string v = tp.param.variant;
+    return std::string(tp.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
 });
 
 }  // namespace

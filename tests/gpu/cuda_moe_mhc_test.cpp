@@ -182,9 +182,9 @@ TEST_P(CudaMoe, MatchesRef) {
     ASSERT_TRUE(b.gpu->force_variant("moe", ""));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe, ::testing::ValuesIn(moe_runs()), [](const auto& info) {
-    const std::string v = info.param.variant;
-    return std::string(info.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
+INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe, ::testing::ValuesIn(moe_runs()), [](const auto& tp) {
+    const std::string v = tp.param.variant;
+    return std::string(tp.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
 });
 
 // mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.

@@ -183,6 +183,21 @@ TEST_F(BadCheckpoint, HugeGenerationLengthIsRefused) {
     EXPECT_NE(r.err.find("exceeds the model's context"), std::string::npos) << r.err;
 }
 
+// serve checks every option before it starts: NaN, zero and negative values are one-line errors.
+TEST_F(BadCheckpoint, ServeRefusesBadOptions) {
+    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+             {"--request-timeout nan", "--request-timeout nan must be a number of seconds"},
+             {"--request-timeout -5", "--request-timeout -5 must be"},
+             {"--max-body-bytes 0", "--max-body-bytes 0 must be in [64, 2^32]"},
+             {"--max-body-bytes -1", "--max-body-bytes -1 must be in"},
+             {"--threads 1", "--threads 1 must be in [4, 4096]"},
+             {"--read-timeout 0", "--read-timeout 0 must be in [1, 86400] seconds"}}) {
+        const CliResult r = run_cli("serve --model " + dir_.string() + " " + args);
+        EXPECT_EQ(r.rc, 1) << args << ": " << r.err;
+        EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
+    }
+}
+
 TEST_F(BadCheckpoint, MissingModelDirectory) {
     const CliResult r = run_cli("score --model /nonexistent/model --tokens 1");
     EXPECT_EQ(r.rc, 1);
