@@ -1,6 +1,7 @@
 #include "cli/generate_common.h"
 
 #include <csignal>
+#include <random>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -14,7 +15,7 @@
 namespace di::cli {
 
 void add_model_options(CLI::App& app, GenOptions& o) {
-    app.add_option("--model", o.model, "model directory (default: the built-in demo model)");
+    app.add_option("-m,--model,model", o.model, "model directory (default: the built-in demo model)");
     app.add_option("--backend", o.backend, "cpu (default) | ref | cuda");
     app.add_flag("--check-weights", o.check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--kernels", o.kernels, "kernel allow-list file (written by `deepinfer screen`)");
@@ -31,7 +32,8 @@ void add_sampling_options(CLI::App& app, GenOptions& o) {
     app.add_option("--min-p", s.min_p, "drop tokens below min_p * p(best)")->check(CLI::Range(0.0, 1.0));
     app.add_option("--repetition-penalty", s.repetition_penalty, "transformers' repetition penalty")
         ->check(CLI::Range(0.01, 100.0));
-    app.add_option("--seed", s.seed, "sampling seed");
+    s.seed = std::random_device{}();  // two runs at temperature > 0 differ unless --seed fixes them
+    app.add_option("--seed", s.seed, "sampling seed (default: random)");
     app.add_option("--stop", o.stop, "stop when this text appears (repeatable)");
 }
 

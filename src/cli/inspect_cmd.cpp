@@ -92,7 +92,7 @@ std::function<int()> setup(CLI::App& app) {
     auto dir = std::make_shared<std::string>();
     auto check = std::make_shared<bool>(false);
     auto backend = std::make_shared<std::string>("ref"), kernels = std::make_shared<std::string>();
-    app.add_option("--model", *dir, "model directory (config.json + safetensors)")->required();
+    app.add_option("-m,--model,model", *dir, "model directory (config.json + safetensors)")->required();
     app.add_flag("--check-weights", *check, "scan every weight for NaN/infinity (reported as the error)");
     app.add_option("--backend", *backend, "backend whose kernel variants to list (ref | cpu | cuda)")
         ->capture_default_str();

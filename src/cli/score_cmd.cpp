@@ -86,7 +86,7 @@ int run_score(const ScoreOptions& o) {
 
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<ScoreOptions>();
-    app.add_option("--model", o->model, "model directory (config.json + safetensors)")->required();
+    app.add_option("-m,--model,model", o->model, "model directory (config.json + safetensors)")->required();
     auto* t = app.add_option("--tokens", o->tokens, "token ids, comma separated");
     auto* f = app.add_option("--tokens-file", o->tokens_file, "file of whitespace-separated token ids");
     t->excludes(f);

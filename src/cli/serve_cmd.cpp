@@ -91,7 +91,7 @@ int run_serve(ServeOptions o) {
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     o->engine.backend = "cpu";  // the verified fast CPU kernels, as run/chat/generate; `ref` is the spec
-    app.add_option("--model", o->engine.model_dir, "model directory (default: the built-in demo model)");
+    app.add_option("-m,--model,model", o->engine.model_dir, "model directory (default: the built-in demo model)");
     app.add_option("--backend", o->engine.backend, "ref | cpu | cuda")->capture_default_str();
     app.add_option("--tokenizer", o->engine.tokenizer_path, "tokenizer.json or its directory (default: the model's)");
     app.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
@@ -104,7 +104,8 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--step-tokens", o->engine.step_token_budget, "token budget per engine step")->capture_default_str();
     app.add_option("--prefill-chunk", o->engine.prefill_chunk, "prompt tokens per prefill chunk")->capture_default_str();
     app.add_option("--max-waiting", o->engine.max_waiting, "queued requests before answering 429")->capture_default_str();
-    app.add_option("--max-context", o->engine.max_context, "prompt + max_tokens limit (0: the model's)")
+    app.add_option("--max-context,--ctx-size,--max-model-len", o->engine.max_context,
+                   "prompt + max_tokens limit (0: the model's)")
         ->capture_default_str();
     app.add_option("--default-max-tokens", o->server.default_max_tokens, "max_tokens when a request gives none")
         ->capture_default_str();

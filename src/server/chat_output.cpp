@@ -20,7 +20,7 @@ json apply_event(ChatChoice& c, const RequestEvent& e) {
                 delta["content"] = delta.value("content", "") + ev.text;
                 break;
             case ChatEvent::Kind::kToolCall: {
-                json call = {{"id", make_id("call")},
+                json call = {{"id", make_id("call", '_')},
                              {"type", "function"},
                              {"function", {{"name", ev.name}, {"arguments", ev.arguments}}}};
                 json streamed = call;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "server/chat_output.h"
+#include "server/chat_prompt.h"
 #include "server/generation.h"
 #include "server/openai_response.h"
 #include "server/server_context.h"
@@ -118,25 +119,29 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, cons
 
 }  // namespace
 
-Reply handle_chat(ServerContext& ctx, const std::string& body, const ClientGone& gone) {
-    auto parsed = parse_chat_request(body);
-    if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
-    ChatRequest& r = std::get<ChatRequest>(parsed);
+ApiResult<std::vector<int32_t>> chat_prompt_ids(const ServerContext& ctx, const ChatRequest& r) {
     if (r.p.model != ctx.model_name)
-        return error_reply(ApiError{404, fmt::format("the model '{}' does not exist; this server serves '{}'",
-                                                     r.p.model, ctx.model_name), "model", "model_not_found"});
+        return ApiError{404, fmt::format("the model '{}' does not exist; this server serves '{}'", r.p.model,
+                                         ctx.model_name), "model", "model_not_found"};
     const Tokenizer* tok = ctx.engine.tokenizer();
-    if (!tok)
-        return error_reply(bad_request("this model has no tokenizer: use /v1/completions with token-id prompts",
-                                       "messages"));
+    if (!tok) return bad_request("this model has no tokenizer: use /v1/completions with token-id prompts", "messages");
     ChatOptions opts;
     opts.thinking = r.thinking;
     opts.reasoning_effort = r.reasoning_effort;
     opts.tools = r.tools;
     opts.split_special_tokens = ctx.opt.split_special_tokens;
     auto prompt = encode_chat_prompt(r.messages, opts);
-    if (!prompt) return error_reply(bad_request(prompt.error().message, "messages"));
-    std::vector<std::vector<int32_t>> prompts{tok->encode(prompt->text, false, prompt->plain)};
+    if (!prompt) return bad_request(prompt.error().message, "messages");
+    return tok->encode(prompt->text, false, prompt->plain);
+}
+
+Reply handle_chat(ServerContext& ctx, const std::string& body, const ClientGone& gone) {
+    auto parsed = parse_chat_request(body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
+    ChatRequest& r = std::get<ChatRequest>(parsed);
+    auto ids = chat_prompt_ids(ctx, r);
+    if (auto* e = std::get_if<ApiError>(&ids)) return error_reply(*e);
+    std::vector<std::vector<int32_t>> prompts{std::move(std::get<std::vector<int32_t>>(ids))};
     auto gen = Generation::start(ctx, r.p, prompts);
     if (auto* e = std::get_if<ApiError>(&gen)) return error_reply(*e);
     Generation& g = std::get<Generation>(gen);

@@ -176,6 +176,14 @@ void HttpServer::Impl::routes() {
     svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
         serve_generation(req, res, &handle_completion);
     });
+    for (auto [path, handler] : {std::pair{"/tokenize", &handle_tokenize}, std::pair{"/detokenize", &handle_detokenize}})
+        svr.Post(path, [this, handler](const httplib::Request& req, httplib::Response& res) {
+            GuardedServer::handler_started();
+            if (!authorized(req, res)) return;
+            const Reply r = handler(ctx, req.body);
+            res.status = r.status;
+            res.set_content(r.body, "application/json");
+        });
 }
 
 Status HttpServer::bind() {

@@ -178,9 +178,10 @@ MaybeError parse_common(Fields& f, CommonParams& p, bool chat) {
     }
     if (const json* lb = f.get("logit_bias"))
         if (!lb->is_object() || !lb->empty()) return bad_request("'logit_bias' is not supported", "logit_bias");
-    f.ignore("user");
-    f.ignore("metadata");
-    f.ignore("store");
+    // Metadata-only fields (they change nothing about the output here): accepted and ignored, as frameworks
+    // send them on every request.
+    for (const char* key : {"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
+        f.ignore(key);
     return std::nullopt;
 }
 

@@ -8,10 +8,10 @@
 
 namespace di::server {
 
-std::string make_id(const char* prefix) {
+std::string make_id(const char* prefix, char sep) {
     static std::atomic<uint64_t> counter{0};
     static const uint64_t salt = std::random_device{}();
-    return fmt::format("{}-{:016x}{:08x}", prefix, salt, counter.fetch_add(1) & 0xffffffffu);
+    return fmt::format("{}{}{:016x}{:08x}", prefix, sep, salt, counter.fetch_add(1) & 0xffffffffu);
 }
 
 int64_t unix_time() {

@@ -13,7 +13,8 @@ namespace di::server {
 
 using json = nlohmann::json;
 
-std::string make_id(const char* prefix);  // "chatcmpl-<24 hex>", unique per process
+// "chatcmpl-<24 hex>", unique per process; OpenAI spells tool-call ids "call_<hex>" (sep = '_').
+std::string make_id(const char* prefix, char sep = '-');
 int64_t unix_time();
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 std::string sse(const json& j);  // "data: <json>\n\n"

@@ -10,6 +10,7 @@
 #include "deepinfer/tokenizer.h"
 #include "io/json_text.h"
 #include "tokenizer/python_json.h"
+#include "tokenizer/utf8.h"
 
 namespace di {
 
@@ -328,9 +329,10 @@ Result<ChatPrompt> encode_chat_prompt(const std::vector<ChatMessage>& messages, 
         DI_TRY(std::string text, encode_chat_text(messages, options));
         return ChatPrompt{std::move(text), {}};
     }
+    // Valid UTF-8 never holds the two marker bytes, and plain ranges need unchanged offsets.
     for (size_t i = 0; i < messages.size(); ++i)
         for (const std::string* t : {&messages[i].content, &messages[i].reasoning_content})
-            if (t->find_first_of("\xff\xfe") != std::string::npos)
+            if (!tok::utf8_valid(*t))
                 return make_error(ErrorCode::kInvalidArgument, "chat: messages[{}] is not valid UTF-8", i);
     t_mark_plain = true;
     auto text = encode_chat_text(messages, options);

@@ -198,6 +198,13 @@ TEST_F(BadCheckpoint, ServeRefusesBadOptions) {
     }
 }
 
+// The model directory as the positional argument or -m, as other engines take it; --version.
+TEST_F(BadCheckpoint, ModelAsPositionalOrShortOption) {
+    EXPECT_EQ(run_cli("score " + dir_.string() + " --tokens 1,2,3").rc, 0);
+    EXPECT_EQ(run_cli("score -m " + dir_.string() + " --tokens 1,2,3").rc, 0);
+    EXPECT_EQ(run_cli("--version").rc, 0);
+}
+
 TEST_F(BadCheckpoint, MissingModelDirectory) {
     const CliResult r = run_cli("score --model /nonexistent/model --tokens 1");
     EXPECT_EQ(r.rc, 1);

@@ -57,6 +57,7 @@ TEST(ChatOutput, DsmlVectorsBecomeOpenAiFields) {
                 EXPECT_EQ(c.tool_calls[i]["function"]["arguments"], want["arguments"]);
                 EXPECT_EQ(streamed_calls[i]["index"], i);
                 EXPECT_EQ(streamed_calls[i]["id"], c.tool_calls[i]["id"]);
+                EXPECT_EQ(c.tool_calls[i]["id"].get<std::string>().rfind("call_", 0), 0u);  // OpenAI's spelling
                 EXPECT_EQ(streamed_calls[i]["function"], c.tool_calls[i]["function"]);
                 ++n_calls;
             }

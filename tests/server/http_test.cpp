@@ -322,6 +322,39 @@ TEST_F(HttpTest, LongUriPipeliningAndUndecodablePaths) {
     EXPECT_TRUE(json::parse(r->body, nullptr, false).is_object()) << r->body;
 }
 
+// /tokenize and /detokenize (vLLM's shapes): the prompt form, the chat form (the same ids a chat
+// completion's usage counts), the round trip, and errors.
+TEST_F(HttpTest, TokenizeAndDetokenize) {
+    auto r = post("/tokenize", R"({"model": "tiny", "prompt": "hello world", "add_special_tokens": false})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json t = json::parse(r->body);
+    EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), engine_->tokenizer()->encode("hello world", false));
+    EXPECT_EQ(t["count"], t["tokens"].size());
+    EXPECT_EQ(t["max_model_len"], 256);
+    auto d = post("/detokenize", json{{"model", "tiny"}, {"tokens", t["tokens"]}}.dump());
+    ASSERT_TRUE(d);
+    EXPECT_EQ(json::parse(d->body)["prompt"], "hello world");
+    const std::string msgs = R"("messages": [{"role": "user", "content": "hello"}])";
+    auto c = post("/tokenize", R"({"model": "tiny", )" + msgs + "}");
+    auto chat = post("/v1/chat/completions", R"({"model": "tiny", "max_tokens": 1, )" + msgs + "}");
+    ASSERT_TRUE(c && chat);
+    EXPECT_EQ(json::parse(c->body)["count"], json::parse(chat->body)["usage"]["prompt_tokens"]);
+    expect_error(post("/tokenize", R"({"model": "other", "prompt": "x"})"), 404, "model");
+    expect_error(post("/tokenize", R"({"prompt": 5})"), 400, "prompt");
+    expect_error(post("/detokenize", R"({"tokens": [1, 99999999]})"), 400, "tokens");
+    expect_error(post("/detokenize", R"({"tokens": "x"})"), 400, "tokens");
+}
+
+// Fields that change nothing about the output are accepted (frameworks always send them).
+TEST_F(HttpTest, MetadataFieldsAreAccepted) {
+    auto r = post("/v1/chat/completions", kHello + R"("max_tokens": 2, "service_tier": "auto", )"
+                                                   R"("prompt_cache_key": "k", "safety_identifier": "s", "user": "u", )"
+                                                   R"("metadata": {"a": "b"}, "store": false})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+}
+
 TEST_F(HttpTest, SlowClientIsDroppedAndServerStaysUp) {
     const int fd = connect_raw();
     const std::string part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo";
