@@ -1,23 +1,40 @@
 #!/usr/bin/env python3
 """Builds tests/data/tokenizer/chat_vectors.json (prompt encoding) and dsml_vectors.json (output parsing) with
-DeepSeek's V4 reference encoder, vendored verbatim as tools/tokenizer_dsv4_encoding.py from vLLM
-(vllm-project/vllm commit 4d51588e2381018348f1022dfa3a7698899805b7, "[Feat] DeepSeek V4 Rebased (#40860)",
-file vllm/tokenizers/deepseek_v4_encoding.py, Apache-2.0; DeepSeek's encoding_dsv4.py with the reasoning
-field named "reasoning").
+DeepSeek's V4 reference encoder as vLLM ships it (vllm-project/vllm commit
+4d51588e2381018348f1022dfa3a7698899805b7, "[Feat] DeepSeek V4 Rebased (#40860)", module
+vllm/tokenizers/deepseek_v4_encoding.py, Apache-2.0; DeepSeek's encoding_dsv4.py with the reasoning field named
+"reasoning"). It is not copied here: the module is imported from an installed vllm (PyPI) that has it, or
+loaded from --encoder PATH (that file from a vLLM checkout).
 
 Vectors use deepinfer's message schema (OpenAI names: reasoning_content, tool_calls[].function.arguments as
 JSON text, tool_call_id). `options.tools` follows vLLM's DeepSeek-V4 tokenizer wrapper
 (vllm/tokenizers/deepseek_v4.py): a system message carrying the tools is inserted first.
 
-Run: /opt/refenv/bin/python tools/tokenizer_make_chat_vectors.py
+Run: python tools/tokenizer_make_chat_vectors.py [--encoder PATH/TO/deepseek_v4_encoding.py]
 """
 import copy
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tokenizer_dsv4_encoding as ref  # noqa: E402
+
+def load_reference():
+    if "--encoder" in sys.argv:
+        import importlib.util
+        path = sys.argv[sys.argv.index("--encoder") + 1]
+        spec = importlib.util.spec_from_file_location("deepseek_v4_encoding", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    try:
+        from vllm.tokenizers import deepseek_v4_encoding  # noqa: E402
+        return deepseek_v4_encoding
+    except ImportError:
+        sys.exit("tokenizer_make_chat_vectors: install a vllm that has vllm/tokenizers/deepseek_v4_encoding.py, "
+                 "or pass --encoder PATH to that file")
+
+
+ref = load_reference()
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "tokenizer"
 

@@ -89,7 +89,7 @@ private:
 
 // ---------------------------------------------------------------------------------------------------------
 // Chat prompt encoding, byte-identical to DeepSeek's V4 reference encoder (encoding_dsv4.py, as vendored by
-// vLLM: tools/tokenizer_dsv4_encoding.py).
+// vLLM: vllm/tokenizers/deepseek_v4_encoding.py).
 
 struct ChatToolCall {
     std::string id;         // matches ChatMessage::tool_call_id of the result (orders results)

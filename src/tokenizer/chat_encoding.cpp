@@ -1,5 +1,5 @@
 // DeepSeek-V4 chat prompt encoding, a line-by-line port of the reference encoder
-// (tools/tokenizer_dsv4_encoding.py: encode_messages, merge_tool_messages, sort_tool_results_by_call_order,
+// (vLLM's vllm/tokenizers/deepseek_v4_encoding.py: encode_messages, merge_tool_messages, sort_tool_results_by_call_order,
 // _drop_thinking_messages, render_message). Quick-instruction "task" messages are internal to DeepSeek
 // and not supported. Test vectors: tests/data/tokenizer/chat_vectors.json.
 #include <algorithm>

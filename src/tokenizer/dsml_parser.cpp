@@ -1,6 +1,6 @@
 // Streaming parser of V4 model output: reasoning until "</think>", then content, DSML tool-call blocks
 // ("\n\n<｜DSML｜tool_calls>" ... "</｜DSML｜tool_calls>"), end at "<｜end▁of▁sentence｜>". The grammar of a
-// block follows the reference parse_tool_calls (tools/tokenizer_dsv4_encoding.py); each invoke is emitted as
+// block follows the reference parse_tool_calls (vllm/tokenizers/deepseek_v4_encoding.py); each invoke is emitted as
 // soon as its closing tag arrives. Anything that does not parse is passed on as content text.
 #include <optional>
 
