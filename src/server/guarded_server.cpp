@@ -30,7 +30,6 @@ void GuardedServer::shut_locked(Conn& c) {
     if (c.shut) return;
     c.shut = true;
     ::shutdown(c.sock, SHUT_RDWR);  // the worker's blocked read returns; it closes the socket itself
-    ++shut_;
 }
 
 void GuardedServer::arm(Conn& c, bool reading) {

@@ -7,7 +7,6 @@
 // Requests on one connection share one socket stream, so pipelined requests are answered in order.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -29,8 +28,6 @@ public:
     static void headers_read();
     static void handler_started();
 
-    size_t connections_shut() const { return shut_.load(); }
-
 private:
     struct Conn {
         socket_t sock;
@@ -50,7 +47,6 @@ private:
     std::map<uint64_t, Conn> conns_;  // by registration order: the oldest first
     uint64_t next_ = 0;
     bool stopping_ = false;
-    std::atomic<size_t> shut_{0};
     std::thread watcher_;
 };
 

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/ref/ref_backend.h"
+#include "ref_forwarding_backend.h"
 #include "runtime/kernels_file.h"
 #include "runtime/screen.h"
 
@@ -17,12 +17,9 @@ namespace di {
 namespace {
 
 // The reference backend with planted linear variants; dispatch takes the first allowed non-fallback one.
-class Planted final : public ops::Backend {
+class Planted final : public test::RefForwarding {
 public:
     std::string_view name() const override { return "planted"; }
-    Allocator& allocator() override { return ref_->allocator(); }
-    void copy(const TensorView& d, const TensorView& s) override { ref_->copy(d, s); }
-    void fill_zero(const TensorView& d) override { ref_->fill_zero(d); }
     std::vector<ops::KernelVariant> kernel_variants() const override {
         std::vector<ops::KernelVariant> v = {{"linear", "ref", "any", true}};
         for (const char* n : {"exact", "ulp100", "fewer_rows", "noisy", "batch_dependent", "silent"})
@@ -39,7 +36,7 @@ public:
         return it == counts_.end() ? 0 : it->second;
     }
     void linear(const ops::LinearArgs& a) override {
-        ref_->linear(a);
+        ref().linear(a);
         if (active_.empty() || active_ == "silent") return;  // "silent" claims to run but the fallback answered
         ++counts_[active_];
         const int64_t n = a.y.shape[0], o = a.y.shape[1];
@@ -52,23 +49,8 @@ public:
                 if (active_ == "batch_dependent" && n > 1) y = std::nextafter(y, INFINITY);
             }
     }
-    void embed(const ops::EmbedArgs& a) override { ref_->embed(a); }
-    void add(const ops::AddArgs& a) override { ref_->add(a); }
-    void swiglu(const ops::SwigluArgs& a) override { ref_->swiglu(a); }
-    void rms_norm(const ops::RmsNormArgs& a) override { ref_->rms_norm(a); }
-    void rope(const ops::RopeArgs& a) override { ref_->rope(a); }
-    void compress(const ops::CompressArgs& a) override { ref_->compress(a); }
-    void indexer_topk(const ops::IndexerTopkArgs& a) override { ref_->indexer_topk(a); }
-    void attention(const ops::AttentionArgs& a) override { ref_->attention(a); }
-    void window_store(const ops::WindowStoreArgs& a) override { ref_->window_store(a); }
-    void mhc_pre(const ops::MhcPreArgs& a) override { ref_->mhc_pre(a); }
-    void mhc_post(const ops::MhcPostArgs& a) override { ref_->mhc_post(a); }
-    void hc_head(const ops::HcHeadArgs& a) override { ref_->hc_head(a); }
-    void route(const ops::RouteArgs& a) override { ref_->route(a); }
-    void moe(const ops::MoeArgs& a) override { ref_->moe(a); }
 
 private:
-    std::unique_ptr<ops::Backend> ref_ = ops::make_ref_backend();
     std::string active_;
     std::map<std::string, int64_t> counts_;
     std::mt19937 rng_{5};

@@ -19,12 +19,18 @@ namespace {
 
 using json = nlohmann::json;
 
+// The tiny fp32 fixture with the byte tokenizer, as every server test here runs it.
+EngineOptions tiny_engine() {
+    EngineOptions eo;
+    eo.model_dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
+    eo.tokenizer_path = std::string(DI_SOURCE_DIR) + "/tests/e2e/data/tiny_tokenizer";
+    return eo;
+}
+
 class HttpTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        EngineOptions eo;
-        eo.model_dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
-        eo.tokenizer_path = std::string(DI_SOURCE_DIR) + "/tests/e2e/data/tiny_tokenizer";
+        EngineOptions eo = tiny_engine();
         eo.max_context = 256;
         eo.max_running = 4;
         eo.max_waiting = 2;
@@ -436,9 +442,7 @@ TEST_F(HttpTest, FullQueueAnswers429) {
 
 // A request past its deadline: 504 with an OpenAI error body, or, once streaming, an error event + [DONE].
 TEST(HttpTimeout, TimedOutRequestsEndWithAnError) {
-    EngineOptions eo;
-    eo.model_dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
-    eo.tokenizer_path = std::string(DI_SOURCE_DIR) + "/tests/e2e/data/tiny_tokenizer";
+    EngineOptions eo = tiny_engine();
     eo.default_timeout = std::chrono::milliseconds(300);
     auto engine = Engine::create(eo);
     ASSERT_TRUE(engine.ok()) << engine.error().message;
@@ -466,18 +470,12 @@ TEST(HttpTimeout, TimedOutRequestsEndWithAnError) {
     t.join();
 }
 
-}  // namespace
-}  // namespace di::server
 
-namespace di::server {
-namespace {
 
 // Graceful shutdown (what `serve` does on SIGINT): the engine ends every request first, so an open stream
 // gets an error event and [DONE], a queued request a 503, and only then does the listener stop.
 TEST(HttpShutdown, OpenStreamsEndWithAnErrorEventAndDone) {
-    EngineOptions eo;
-    eo.model_dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
-    eo.tokenizer_path = std::string(DI_SOURCE_DIR) + "/tests/e2e/data/tiny_tokenizer";
+    EngineOptions eo = tiny_engine();
     eo.max_running = 1;
     auto engine = Engine::create(eo);
     ASSERT_TRUE(engine.ok()) << engine.error().message;

@@ -83,12 +83,6 @@ int format_of(const WeightRef& w) {
     return w.dense_dt == Fdt::kF32 ? kF32 : w.dense_dt == Fdt::kBF16 ? kBF16 : kF16;
 }
 
-int elems_of(int f) { return f == kF32 ? 4 : f == kFp8 ? 16 : f == kFp4 ? 32 : 8; }
-
-int64_t bytes_per_row(const WeightRef& w, int f) {
-    return f == kF32 ? w.ld * 4 : (f == kBF16 || f == kF16) ? w.ld * 2 : w.ld;
-}
-
 // Blocks resident per multiprocessor for a kernel with `smem` bytes of dynamic shared memory (cached).
 template <class K>
 int resident_blocks(K kernel, size_t smem) {
@@ -131,8 +125,8 @@ void launch_f(const GemvParams& p, cudaStream_t s) {
 
 int gemv_format(const WeightRef& w) {
     const int f = format_of(w);
-    const bool ok = w.in_dim % elems_of(f) == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
-                    bytes_per_row(w, f) % 16 == 0;
+    const bool ok = w.in_dim % unit_elems(f) == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+                    row_bytes(w, f) % 16 == 0;
     return ok ? f : -1;
 }
 
@@ -140,7 +134,7 @@ bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n) 
     const int f = gemv_format(w);
     if (!(n >= 1 && n <= kGemvMaxRows && f >= 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0))
         return false;
-    const int64_t nt = n == 1 ? 1 : n == 2 ? 2 : 4, e = elems_of(f);
+    const int64_t nt = n == 1 ? 1 : n == 2 ? 2 : 4, e = unit_elems(f);
     return nt * (w.in_dim / e) * (e + 4) * int64_t(sizeof(float)) <= int64_t(kGemvMaxSmem);  // staged tokens
 }
 

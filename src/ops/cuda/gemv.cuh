@@ -18,9 +18,12 @@ namespace di::cuda::gemv {
 
 enum Format : int { kF32 = 0, kBF16 = 1, kF16 = 2, kFp8 = 3, kFp4 = 4 };
 
+// Elements in one 16-byte unit of format f (host and device).
+__host__ __device__ constexpr int unit_elems(int f) { return f == kF32 ? 4 : f == kFp8 ? 16 : f == kFp4 ? 32 : 8; }
+
 template <int F>
 struct UnitOf {
-    static constexpr int kElems = F == kF32 ? 4 : F == kFp8 ? 16 : F == kFp4 ? 32 : 8;
+    static constexpr int kElems = unit_elems(F);
 };
 
 __device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
@@ -129,14 +132,13 @@ __device__ __forceinline__ float unit_scale(const WeightRef& w, int64_t o, int64
 }
 
 // Row stride of w in bytes (WeightRef::ld counts elements for dense and fp8, bytes for fp4).
-template <int F>
-__host__ __device__ __forceinline__ int64_t row_bytes(const WeightRef& w) {
-    return F == kF32 ? w.ld * 4 : (F == kBF16 || F == kF16) ? w.ld * 2 : w.ld;
+__host__ __device__ __forceinline__ int64_t row_bytes(const WeightRef& w, int f) {
+    return f == kF32 ? w.ld * 4 : (f == kBF16 || f == kF16) ? w.ld * 2 : w.ld;
 }
 
 template <int F>
 __device__ __forceinline__ uint4 load_unit(const WeightRef& w, int64_t o, int64_t unit) {
-    const uint8_t* row = static_cast<const uint8_t*>(w.data) + o * row_bytes<F>(w);
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + o * row_bytes(w, F);
     return __ldg(reinterpret_cast<const uint4*>(row) + unit);
 }
 

@@ -149,8 +149,6 @@ __global__ void zero_kernel(float* y, int64_t n) {
         y[i] = 0.0f;
 }
 
-int elems(int f) { return f == kF32 ? 4 : f == kFp8 ? 16 : f == kFp4 ? 32 : 8; }
-
 // Blocks per expert: about three resident waves over all active experts, at most one per 8 row groups.
 unsigned blocks_per_expert(int64_t rows, unsigned max_active) {
     const int64_t most = (rows + kRows * kWarps - 1) / (kRows * kWarps);
@@ -182,10 +180,12 @@ void launch_f(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned
 }  // namespace
 
 bool moe_grouped_supported(const MoeParams& p) {
-    if (!(p.gemv_format >= 0 && p.n * p.k <= kMoeGroupedMaxPairs && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-          p.ld_x % 4 == 0 && p.I % 4 == 0 && p.D % elems(p.gemv_format) == 0 && p.I % elems(p.gemv_format) == 0))
+    if (p.gemv_format < 0) return false;
+    const int64_t units = unit_elems(p.gemv_format);
+    if (!(p.n * p.k <= kMoeGroupedMaxPairs && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.ld_x % 4 == 0 &&
+          p.I % 4 == 0 && p.D % units == 0 && p.I % units == 0))
         return false;
-    const int64_t e = elems(p.gemv_format), nt = p.n == 1 ? 1 : 4;  // staged tokens must fit shared memory
+    const int64_t e = units, nt = p.n == 1 ? 1 : 4;  // staged tokens must fit shared memory
     return nt * std::max(p.D, p.I) / e * (e + 4) * int64_t(sizeof(float)) <= int64_t(kGemvMaxSmem);
 }
 
