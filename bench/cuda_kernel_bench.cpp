@@ -2,7 +2,8 @@
 // routed experts (n = 1, 8, 64), against the copy bandwidth measured in the same run. Each timing is a
 // CUDA graph of back-to-back launches replayed (no host launch cost), rotating over enough weight copies
 // (or expert choices) that the data cannot sit in the 50 MB L2: what the kernel costs inside a captured
-// decode step.
+// decode step. Attention decode and mhc_pre are timed without rotation (their few MB stay in L2: an
+// optimistic figure for a step, where the previous layer has evicted them).
 //   cuda_kernel_bench [--out results.md] [--quick]
 #include <cuda_runtime.h>
 
@@ -241,6 +242,60 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
     cudaFree(dtable);
 }
 
+// Decode attention of one query, 64 heads x 512, window 128, over `entries` compressed entries: every
+// entry (HCA, causal) or top-512 picks (CSA). Bytes: the keys read once + q + out.
+void bench_attention(std::vector<Row>& rows, cudaStream_t s, const char* name, int mask, int64_t entries) {
+    const int64_t H = 64, hd = 512, window = 128, k = 512, pos0 = mask == 1 ? entries * 128 : entries * 4;
+    float* q = static_cast<float*>(random_device(size_t(H * hd) * 4, 2));
+    float* ring = static_cast<float*>(random_device(size_t((window - 1) * hd) * 4, 2));
+    float* kv = static_cast<float*>(random_device(size_t(hd) * 4, 2));
+    float* comp = static_cast<float*>(random_device(size_t(entries * hd) * 4, 2));
+    float* sinks = static_cast<float*>(random_device(size_t(H) * 4, 2));
+    float* out = nullptr;
+    KCHECK(cudaMalloc(&out, size_t(H * hd) * 4));
+    std::vector<int32_t> hp(static_cast<size_t>(k));
+    for (auto& v : hp) v = int32_t(g_rng() % uint64_t(entries));
+    int32_t* picks = nullptr;
+    KCHECK(cudaMalloc(&picks, size_t(k) * 4));
+    KCHECK(cudaMemcpy(picks, hp.data(), size_t(k) * 4, cudaMemcpyHostToDevice));
+    AttentionParams p{q, H * hd, hd, ring, hd, kv, hd, comp, hd, entries, mask == 2 ? picks : nullptr, k,
+                      mask == 2 ? k : 0, sinks, out, H * hd, hd, 1, H, hd, pos0, window - 1, window, mask, 128,
+                      0.044f};
+    const double keys = double(window + (mask == 2 ? k : entries));
+    BenchScratch scratch;
+    for (auto [vname, v] : {std::pair{"split_kv", AttentionVariant::kSplitKv},
+                            std::pair{"per_query", AttentionVariant::kPerQuery}}) {
+        launch_attention(p, scratch, s, v);  // scratch sized before the capture
+        const double us = graph_us(s, 20, [&](int) { launch_attention(p, scratch, s, v); });
+        KCHECK(cudaGetLastError());
+        rows.push_back({name, vname, us, keys * hd * 4 + 2.0 * H * hd * 4});
+    }
+    cudaFree(q), cudaFree(ring), cudaFree(kv), cudaFree(comp), cudaFree(sinks), cudaFree(out), cudaFree(picks);
+}
+
+// mhc_pre of n tokens, hc 4 x 4096: bytes = fn (24 x 16384 f32) + streams + x.
+void bench_mhc(std::vector<Row>& rows, cudaStream_t s, int64_t n) {
+    const int64_t hc = 4, D = 4096, M = (2 + hc) * hc;
+    float* st = static_cast<float*>(random_device(size_t(n * hc * D) * 4, 2));
+    float* fn = static_cast<float*>(random_device(size_t(M * hc * D) * 4, 2));
+    float* base = static_cast<float*>(random_device(size_t(M) * 4, 2));
+    float* scale = static_cast<float*>(random_device(3 * 4, 2));
+    float *x = nullptr, *post = nullptr, *comb = nullptr;
+    KCHECK(cudaMalloc(&x, size_t(n * D) * 4));
+    KCHECK(cudaMalloc(&post, size_t(n * hc) * 4));
+    KCHECK(cudaMalloc(&comb, size_t(n * hc * hc) * 4));
+    MhcParams p{st, fn, hc * D, base, scale, x, D, post, hc, comb, hc * hc, n, hc, D, 1e-6f, 1e-6f, 20, false};
+    BenchScratch scratch;
+    for (auto [vname, v] : {std::pair{"split_k", MhcVariant::kSplitK}, std::pair{"per_mix", MhcVariant::kPerMix}}) {
+        launch_mhc_pre(p, scratch, s, v);
+        const double us = graph_us(s, 20, [&](int) { launch_mhc_pre(p, scratch, s, v); });
+        KCHECK(cudaGetLastError());
+        rows.push_back({"mhc_pre hc 4 x 4096, n=" + std::to_string(n), vname, us,
+                        4.0 * (M * hc * D + n * hc * D + n * D)});
+    }
+    cudaFree(st), cudaFree(fn), cudaFree(base), cudaFree(scale), cudaFree(x), cudaFree(post), cudaFree(comb);
+}
+
 }  // namespace
 }  // namespace di::bench
 
@@ -272,6 +327,10 @@ int main(int argc, char** argv) {
     bench_linear(rows, s, "fp4 expert w1 4096->2048", 2, 2048, 4096, ns);
     bench_linear(rows, s, "fp4 expert w2 2048->4096", 2, 4096, 2048, ns);
     bench_moe(rows, s, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
+    bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)", 1, 512);
+    bench_attention(rows, s, "attention decode, window 128 + 512 CSA picks of 16384 (64K context)", 2, 16384);
+    bench_attention(rows, s, "attention decode, window 128 + all 8192 HCA entries (1M context)", 1, 8192);
+    for (int64_t n : {1, 4, 64}) bench_mhc(rows, s, n);
 
     std::string md;
     char buf[512];

@@ -1,6 +1,7 @@
 // attention, compress and indexer_topk on CUDA vs ref, on V4-Flash shapes (64 heads x 512, window 128,
 // CSA rate 4 / HCA rate 128, index 64 x 128, top-512) and small awkward ones.
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "gpu_test_util.h"
@@ -25,6 +26,9 @@ const AttnCase kAttn[] = {
     {"prefill_hca_small_rate", 40, 4, 128, 8, 10, 7, ops::CompMask::kCausal, 12, 4},
     {"decode_csa_picks_flash", 2, 64, 512, 128, 4000, 127, ops::CompMask::kPicks, 1000, 4, 512},
     {"odd_head_dim_partial_ring", 3, 3, 96, 5, 2, 2, ops::CompMask::kPicks, 9, 4, 6},
+    // split_kv takes S > 1 ranges here: duplicate picks across ranges, and a long HCA context
+    {"decode_picks_split_small", 1, 4, 64, 16, 300, 15, ops::CompMask::kPicks, 50, 4, 40},
+    {"decode_hca_flash_64k", 1, 64, 512, 128, 70000, 127, ops::CompMask::kCausal, 546, 128},
 };
 
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
@@ -56,12 +60,21 @@ TEST_P(CudaAttention, MatchesRef) {
         return a;
     };
     b.ref->attention(make(false));
-    b.gpu->attention(make(true));
-    expect_close(out, 1e-5, c.name);
+    const std::vector<float> want = out.host_f32();
+    for (const char* variant : {"split_kv", "per_query"}) {  // every variant against the same reference
+        out.poison();  // the device copy NaN, so a variant that skips an element cannot pass
+        std::memcpy(out.hv().data, want.data(), want.size() * sizeof(float));
+        ASSERT_TRUE(b.gpu->force_variant("attention", variant));
+        const int64_t before = b.gpu->dispatch_count("attention", variant);
+        b.gpu->attention(make(true));
+        EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << variant;
+        expect_close(out, 1e-5, std::string(c.name) + " " + variant);
+    }
+    ASSERT_TRUE(b.gpu->force_variant("attention", ""));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAttention, ::testing::ValuesIn(kAttn),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& tp) { return std::string(tp.param.name); });
 
 struct CompressCase {
     const char* name;
@@ -115,7 +128,7 @@ TEST_P(CudaCompress, MatchesRefIncludingState) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaCompress, ::testing::ValuesIn(kCompress),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& tp) { return std::string(tp.param.name); });
 
 struct IndexerCase {
     const char* name;
@@ -182,7 +195,7 @@ TEST_P(CudaIndexer, PicksMatchRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaIndexer, ::testing::ValuesIn(kIndexer),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& tp) { return std::string(tp.param.name); });
 
 }  // namespace
 }  // namespace di::gputest

@@ -1,5 +1,6 @@
 // route, moe, mhc_pre, mhc_post and hc_head on CUDA vs ref. Expert ids must match exactly (lower id first on
 // ties); everything else within f32-vs-double accumulation error.
+#include <cstring>
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -70,7 +71,7 @@ TEST_P(CudaRoute, IdsExactWeightsClose) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaRoute, ::testing::ValuesIn(kRoute),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& tp) { return std::string(tp.param.name); });
 
 struct MoeCase {
     const char* name;
@@ -200,20 +201,36 @@ TEST(CudaMhc, PrePostHead) {
         Pair hfn(DType::kF32, {c.hc, c.hc * c.D}), hbase(DType::kF32, {c.hc}), hscale(DType::kF32, {1});
         fill_uniform(st), fill_uniform(fn, -0.05f, 0.05f), fill_uniform(base), fill_uniform(scale, 0.5f, 2.0f);
         fill_uniform(sub), fill_uniform(hfn, -0.05f, 0.05f), fill_uniform(hbase), fill_uniform(hscale, 0.5f, 2.0f);
-        x.poison(), post.poison(), comb.poison(), out.poison();
-        b.ref->mhc_pre({st.hv(), fn.hv(), base.hv(), scale.hv(), x.hv(), post.hv(), comb.hv(), 1e-6f, 1e-6f, 20});
-        b.gpu->mhc_pre({st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20});
-        expect_close(x, 1e-6, "mhc_pre.x"), expect_close(post, 1e-6, "mhc_pre.post");
-        expect_close(comb, 1e-6, "mhc_pre.comb");
+        out.poison();
+        Pair rx(DType::kF32, {c.n, c.D}), rpost(DType::kF32, {c.n, c.hc}), rcomb(DType::kF32, {c.n, c.hc, c.hc});
+        b.ref->mhc_pre({st.hv(), fn.hv(), base.hv(), scale.hv(), rx.hv(), rpost.hv(), rcomb.hv(), 1e-6f, 1e-6f, 20});
+        for (const char* variant : {"split_k", "per_mix"}) {
+            x.poison(), post.poison(), comb.poison();
+            std::memcpy(x.hv().data, rx.hv().data, x.hv().nbytes());  // the reference's values, compared below
+            std::memcpy(post.hv().data, rpost.hv().data, post.hv().nbytes());
+            std::memcpy(comb.hv().data, rcomb.hv().data, comb.hv().nbytes());
+            ASSERT_TRUE(b.gpu->force_variant("mhc_pre", variant));
+            b.gpu->mhc_pre({st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20});
+            const std::string tag = std::string(variant) + " n " + std::to_string(c.n) + " hc " + std::to_string(c.hc);
+            expect_close(x, 1e-6, "mhc_pre.x " + tag), expect_close(post, 1e-6, "mhc_pre.post " + tag);
+            expect_close(comb, 1e-6, "mhc_pre.comb " + tag);
+        }
+        ASSERT_TRUE(b.gpu->force_variant("mhc_pre", ""));
         // mhc_post on the same (ref-computed) post/comb for both sides
+        std::memcpy(post.hv().data, rpost.hv().data, post.hv().nbytes());
+        std::memcpy(comb.hv().data, rcomb.hv().data, comb.hv().nbytes());
         post.upload(), comb.upload();
         b.ref->mhc_post({st.hv(), sub.hv(), post.hv(), comb.hv(), out.hv()});
         b.gpu->mhc_post({st.dv(), sub.dv(), post.dv(), comb.dv(), out.dv()});
         expect_close(out, 1e-6, "mhc_post");
-        x.poison();
-        b.ref->hc_head({st.hv(), hfn.hv(), hbase.hv(), hscale.hv(), x.hv(), 1e-6f, 1e-6f});
-        b.gpu->hc_head({st.dv(), hfn.dv(), hbase.dv(), hscale.dv(), x.dv(), 1e-6f, 1e-6f});
-        expect_close(x, 1e-6, "hc_head");
+        for (const char* variant : {"split_k", "per_mix"}) {
+            x.poison();
+            ASSERT_TRUE(b.gpu->force_variant("hc_head", variant));
+            b.ref->hc_head({st.hv(), hfn.hv(), hbase.hv(), hscale.hv(), x.hv(), 1e-6f, 1e-6f});
+            b.gpu->hc_head({st.dv(), hfn.dv(), hbase.dv(), hscale.dv(), x.dv(), 1e-6f, 1e-6f});
+            expect_close(x, 1e-6, std::string("hc_head ") + variant);
+        }
+        ASSERT_TRUE(b.gpu->force_variant("hc_head", ""));
     }
 }
 

@@ -1,7 +1,15 @@
 // Attention of one sequence's chunk over its window ring, its own kv rows and compressed entries, with sinks.
 // Block = (query t, 8 heads); warp = one head; keys are staged in shared memory in tiles of kTile rows and
-// shared by the block's heads. Online softmax in f32 that starts from the sink (m = sink, l = 1).
-// Per query: reads n_keys * hd * 4 bytes once per 8 heads; decode is bound by that (L2-resident) traffic.
+// shared by the block's heads. Two variants:
+//   per_query (the fallback): one block walks all keys of its query, online softmax in f32 that starts
+//             from the sink (m = sink, l = 1). A decode step (one query, 64 heads) is 8 blocks.
+//   split_kv:  the query's key slots (window, then causal entries or pick slots) split into S ranges, one
+//             block each, each writing its unnormalised (m, l, acc); a merge kernel folds the sink and the
+//             S partials in split order (deterministic; S depends only on the shapes). Picks are
+//             deduplicated per slot (kept iff valid and not equal to an earlier slot's pick), as per_query.
+// Per query: reads n_keys * hd * 4 bytes once per 8 heads (L2-resident at decode sizes).
+#include <algorithm>
+
 #include "ops/cuda/device_util.cuh"
 
 namespace di::cuda {
@@ -109,18 +117,170 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
     }
 }
 
+// Key slots of query t: the window (n_win), then causal entries or the k pick slots.
+struct Slots {
+    int64_t lo, n_win, n_comp_slots;
+};
+__device__ __forceinline__ Slots slots_of(const AttentionParams& p, int64_t t) {
+    const int64_t pos = p.pos0 + t;
+    const int64_t lo = max(pos - p.window + 1, p.pos0 - p.n_cached);
+    const int64_t n_comp = p.comp_mask == 1 ? min(p.n_comp, (pos + 1) / p.rate) : p.comp_mask == 2 ? p.k : 0;
+    return {lo, pos - lo + 1, n_comp};
+}
+
+// grid (L, ceil(H / 8), S): block (t, g, s) takes slots [s * chunk, (s + 1) * chunk) of query t and writes
+// part_ml[((t * H + h) * S + s) * 2 + {0, 1}] = (m, l) and part_acc[((t * H + h) * S + s) * hd + c].
+__global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p, float* part_ml, float* part_acc) {
+    extern __shared__ float smem[];
+    float* tile = smem;                                               // [kTile][hd]
+    int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);  // [k] picks row, then [chunk] kept ids
+    __shared__ int n_list;
+    const int64_t t = blockIdx.x, S = gridDim.z, sp = blockIdx.z;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t h = int64_t(blockIdx.y) * kHeadsPerBlock + warp;
+    const Slots sl = slots_of(p, t);
+    const int64_t n_slots = sl.n_win + sl.n_comp_slots, chunk = (n_slots + S - 1) / S;
+    const int64_t j0 = min(n_slots, sp * chunk), j1 = min(n_slots, j0 + chunk);
+    const int64_t w0 = min(j0, sl.n_win), w1 = min(j1, sl.n_win);   // window keys [w0, w1)
+    const int64_t c0 = max(j0, sl.n_win) - sl.n_win, c1 = max(j1, sl.n_win) - sl.n_win;  // comp slots
+    int64_t n_comp = c1 - c0;
+    int32_t* kept = list + (p.comp_mask == 2 ? p.k : 0);
+    if (p.comp_mask == 2 && n_comp > 0) {
+        const int32_t* pk = p.picks + t * p.ld_picks;
+        for (int64_t j = threadIdx.x; j < c1; j += blockDim.x) list[j] = pk[j];
+        __syncthreads();
+        for (int64_t j = c0 + threadIdx.x; j < c1; j += blockDim.x) {  // keep flags of this block's slots
+            const int32_t w = list[j];
+            bool ok = w >= 0 && w < p.n_comp;
+            for (int64_t i = 0; i < j && ok; ++i) ok = list[i] != w;
+            kept[j - c0] = ok ? w : -1;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int cnt = 0;
+            for (int64_t j = 0; j < n_comp; ++j)
+                if (kept[j] >= 0) kept[cnt++] = kept[j];
+            n_list = cnt;
+        }
+        __syncthreads();
+        n_comp = n_list;
+    }
+    const int64_t n_keys = (w1 - w0) + n_comp;
+
+    float q[kMaxPerLane], acc[kMaxPerLane];
+    const bool active = h < p.H;
+    const float* qh = p.q + t * p.q_s0 + (active ? h : 0) * p.q_s1;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+        const int64_t c = lane + 32 * i;
+        q[i] = (c < p.hd) ? qh[c] : 0.0f;
+        acc[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t k0 = 0; k0 < n_keys; k0 += kTile) {
+        const int nt = int(min(int64_t(kTile), n_keys - k0));
+        __syncthreads();
+        for (int r = 0; r < nt; ++r) {
+            const int64_t k = k0 + r;
+            const float* src;
+            if (k < w1 - w0) {
+                const int64_t pp = sl.lo + w0 + k;
+                src = pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
+            } else {
+                const int64_t c = k - (w1 - w0);
+                src = p.comp + (p.comp_mask == 1 ? c0 + c : int64_t(kept[c])) * p.ld_comp;
+            }
+            for (int64_t c = threadIdx.x; c < p.hd; c += blockDim.x) tile[r * p.hd + c] = src[c];
+        }
+        __syncthreads();
+        if (!active) continue;
+        for (int r = 0; r < nt; ++r) {
+            const float* kr = tile + r * p.hd;
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < kMaxPerLane; ++i) {
+                const int64_t c = lane + 32 * i;
+                if (c < p.hd) dot += q[i] * kr[c];
+            }
+            const float z = warp_sum(dot) * p.scale;
+            const float m_new = fmaxf(m, z);
+            const float corr = expf(m - m_new), pz = expf(z - m_new);  // m = -inf first: corr = 0
+            l = l * corr + pz;
+#pragma unroll
+            for (int i = 0; i < kMaxPerLane; ++i) {
+                const int64_t c = lane + 32 * i;
+                if (c < p.hd) acc[i] = acc[i] * corr + pz * kr[c];
+            }
+            m = m_new;
+        }
+    }
+    if (!active) return;
+    const int64_t slot = (t * p.H + h) * S + sp;
+    if (lane == 0) part_ml[2 * slot] = m, part_ml[2 * slot + 1] = l;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+        const int64_t c = lane + 32 * i;
+        if (c < p.hd) part_acc[slot * p.hd + c] = acc[i];
+    }
+}
+
+// grid (L, H), block 128: out = (sum_s e^{m_s - M} acc_s) / (e^{sink - M} + sum_s e^{m_s - M} l_s).
+__global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p, int64_t S, const float* part_ml,
+                                                              const float* part_acc) {
+    const int64_t t = blockIdx.x, h = blockIdx.y, base = (t * p.H + h) * S;
+    const float sink = p.sinks[h];
+    float M = sink;
+    for (int64_t s = 0; s < S; ++s) M = fmaxf(M, part_ml[2 * (base + s)]);
+    float l = expf(sink - M);
+    for (int64_t s = 0; s < S; ++s) l += part_ml[2 * (base + s) + 1] * expf(part_ml[2 * (base + s)] - M);
+    const float inv = 1.0f / l;
+    float* oh = p.out + t * p.o_s0 + h * p.o_s1;
+    for (int64_t c = threadIdx.x; c < p.hd; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t s = 0; s < S; ++s) acc += part_acc[(base + s) * p.hd + c] * expf(part_ml[2 * (base + s)] - M);
+        oh[c] = acc * inv;
+    }
+}
+
+// Raises a kernel's dynamic shared-memory limit once per new maximum (`raised` is the kernel's own).
+template <class K>
+void raise_smem(K kernel, size_t smem, size_t& raised) {
+    if (smem <= raised) return;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    raised = smem;
+}
+
 }  // namespace
 
-void launch_attention(const AttentionParams& p, Stream s) {
+int64_t attention_splits(const AttentionParams& p) {
+    const int64_t blocks = p.L * ((p.H + kHeadsPerBlock - 1) / kHeadsPerBlock);
+    const int64_t max_slots = std::min(p.window, p.pos0 + p.L) +
+                              (p.comp_mask == 1 ? p.n_comp : p.comp_mask == 2 ? p.k : 0);
+    // about two blocks per multiprocessor, each with at least 32 key slots
+    const int64_t want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
+    return std::clamp<int64_t>(std::min(want, (max_slots + 31) / 32), 1, 64);
+}
+
+void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, AttentionVariant v) {
     if (p.L == 0) return;
-    const size_t smem = size_t(kTile * p.hd) * sizeof(float) + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t);
-    static size_t raised = 48 * 1024;
-    if (smem > raised) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        raised = smem;
+    const size_t tile = size_t(kTile * p.hd) * sizeof(float);
+    if (v == AttentionVariant::kPerQuery) {
+        const size_t smem = tile + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t);
+        static size_t raised = 48 * 1024;
+        raise_smem(attention_kernel, smem, raised);
+        const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock));
+        attention_kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(p);
+        return;
     }
-    const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock));
-    attention_kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(p);
+    const int64_t S = attention_splits(p);
+    const size_t smem = tile + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t);
+    static size_t raised = 48 * 1024;
+    raise_smem(attention_split_kernel, smem, raised);
+    float* ml = static_cast<float*>(scratch.get(4, size_t(p.L * p.H * S * 2) * sizeof(float)));
+    float* acc = static_cast<float*>(scratch.get(5, size_t(p.L * p.H * S * p.hd) * sizeof(float)));
+    const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock), unsigned(S));
+    attention_split_kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(p, ml, acc);
+    attention_merge_kernel<<<dim3(unsigned(p.L), unsigned(p.H)), 128, 0, as_stream(s)>>>(p, S, ml, acc);
 }
 
 int attention_max_head_dim() { return 32 * kMaxPerLane; }

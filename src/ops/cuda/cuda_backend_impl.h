@@ -13,6 +13,7 @@
 #include "ops/cuda/cuda_allocator.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/op_variants.h"
 
 #define DI_CUDA_OK(expr)                                                                     \
     do {                                                                                     \
@@ -62,18 +63,7 @@ private:
 
 class CudaBackend final : public Backend {
 public:
-    explicit CudaBackend(int device) : device_(device), alloc_(device), scratch_(alloc_) {
-        int n = 0;
-        DI_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && device >= 0 && device < n,
-                 "CUDA device {} not available ({} devices)", device, n);
-        DI_CUDA_OK(cudaSetDevice(device));
-        cudaStream_t s;
-        DI_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        stream_ = s;
-        for (const char* op : {"embed", "add", "swiglu", "linear", "rms_norm", "rope", "compress", "indexer_topk",
-                               "attention", "window_store", "mhc_pre", "mhc_post", "hc_head", "route", "moe"})
-            launches_[op] = 0;
-    }
+    explicit CudaBackend(int device);
     ~CudaBackend() override {
         cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
         for (auto& [k, t] : expert_tables_) alloc_.deallocate(t.device);
@@ -138,12 +128,15 @@ private:
         int gemv_format = -1;  // shared gemv_format() of every expert matrix, or -1
     };
     const ExpertTable& expert_table(const MoeArgs& a);
-    cuda::LinearVariant linear_variant_ = cuda::LinearVariant::kAuto;  // forced, or kAuto
-    cuda::MoeVariant moe_variant_ = cuda::MoeVariant::kAuto;
-    bool allow_stream_gemv_ = true, allow_grouped_ = true;  // the built-in list allows every tested kernel
-    // Dispatches per variant (kLinearVariants / kMoeVariants order) and launches per op; atomics because
-    // /metrics reads them while the engine runs (launches_ gets every key in the constructor).
-    std::atomic<int64_t> linear_count_[3] = {}, moe_count_[2] = {};
+    // The ops with several kernels (cuda_ops.cpp lists them); the rest have one kernel each ("cuda"),
+    // counted in launches_.
+    OpVariants linear_v_, moe_v_, mhc_pre_v_, hc_head_v_, attention_v_;
+    OpVariants* variants_of(std::string_view op);
+    const OpVariants* variants_of(std::string_view op) const {
+        return const_cast<CudaBackend*>(this)->variants_of(op);
+    }
+    // Launches per op; atomics because /metrics reads them while the engine runs (every key is set in the
+    // constructor).
     std::unordered_map<std::string, std::atomic<int64_t>> launches_;
     int device_;
     cuda_impl::CachingAllocator alloc_;

@@ -18,7 +18,49 @@ void need_f32_rows(const TensorView& v, std::string_view what) {
     DI_CHECK(v.stride[v.ndim - 1] == 1, "{}: {} needs unit last stride", what, v.describe());
 }
 
+// The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
+// launcher's name for variant i.
+constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kStreamGemv, cuda::LinearVariant::kWarpGemv,
+                                               cuda::LinearVariant::kTiled};
+constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
+constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
+constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSplitKv,
+                                                     cuda::AttentionVariant::kPerQuery};
+
+std::vector<KernelVariant> mhc_variants(const char* op) {
+    return {{op, "split_k", "hc_mult <= 8; columns split over blocks, parallel Sinkhorn", false},
+            {op, "per_mix", "hc_mult <= 8", true}};
+}
+
 }  // namespace
+
+CudaBackend::CudaBackend(int device)
+    : linear_v_({{"linear", "stream_gemv",
+                  "n <= 16 rows; 16-byte weight rows; in_dim a multiple of the 16-byte unit; staged rows within "
+                  "200 KiB of shared memory",
+                  false},
+                 {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
+                 {"linear", "tiled", "any n", true}}),
+      moe_v_({{"moe", "grouped", "n * k <= 1024 pairs; every expert matrix in one format with 16-byte rows", false},
+              {"moe", "per_pair", "any n", true}}),
+      mhc_pre_v_(mhc_variants("mhc_pre")),
+      hc_head_v_(mhc_variants("hc_head")),
+      attention_v_({{"attention", "split_kv", "head_dim <= 512; keys split across blocks, merged with the sink", false},
+                    {"attention", "per_query", "head_dim <= 512", true}}),
+      device_(device),
+      alloc_(device),
+      scratch_(alloc_) {
+    int n = 0;
+    DI_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && device >= 0 && device < n,
+             "CUDA device {} not available ({} devices)", device, n);
+    DI_CUDA_OK(cudaSetDevice(device));
+    cudaStream_t s;
+    DI_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    stream_ = s;
+    for (const char* op : {"embed", "add", "swiglu", "linear", "rms_norm", "rope", "compress", "indexer_topk",
+                           "attention", "window_store", "mhc_pre", "mhc_post", "hc_head", "route", "moe"})
+        launches_[op] = 0;
+}
 
 void CudaBackend::embed(const EmbedArgs& a) {
     check(a);
@@ -50,17 +92,17 @@ void CudaBackend::linear(const LinearArgs& a) {
     check(a);
     device_args(a, "linear");
     const WeightRef w = weight_ref(a.w, "linear.w");
-    DI_CHECK(linear_variant_ != cuda::LinearVariant::kStreamGemv ||
-                 cuda::gemv_supported(f32(a.x), ld(a.x), w, a.x.shape[0]),
-             "linear: variant 'stream_gemv' forced on an unsupported case (n {}, weight {}x{})", a.x.shape[0],
-             w.out_dim, w.in_dim);
-    cuda::LinearVariant v = linear_variant_;
-    if (v == cuda::LinearVariant::kAuto)  // the allow-list decides whether the streaming GEMV may run
-        v = allow_stream_gemv_ && cuda::gemv_supported(f32(a.x), ld(a.x), w, a.x.shape[0]) ? cuda::LinearVariant::kStreamGemv
-            : a.x.shape[0] <= 8                                                           ? cuda::LinearVariant::kWarpGemv
-                                                                                          : cuda::LinearVariant::kTiled;
-    ++linear_count_[v == cuda::LinearVariant::kStreamGemv ? 0 : v == cuda::LinearVariant::kWarpGemv ? 1 : 2];
-    cuda::launch_linear(f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, v);
+    const int64_t n = a.x.shape[0];
+    const int v = linear_v_.choose(
+        [&](int i, bool forced) {
+            switch (kLinearEnum[i]) {
+                case cuda::LinearVariant::kStreamGemv: return cuda::gemv_supported(f32(a.x), ld(a.x), w, n);
+                case cuda::LinearVariant::kWarpGemv: return forced || n <= 8;  // forced: any n
+                default: return true;
+            }
+        },
+        [&] { return fmt::format("n {}, weight {}x{}", n, w.out_dim, w.in_dim); });
+    cuda::launch_linear(f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), n, stream_, kLinearEnum[v]);
     launched("linear");
 }
 
@@ -129,7 +171,8 @@ void CudaBackend::attention(const AttentionArgs& a) {
                             picks ? a.picks.shape[1] : 0, f32(a.sinks), f32m(a.out), a.out.stride[0], a.out.stride[1],
                             a.q.shape[0], a.q.shape[1], a.q.shape[2], a.pos0, a.n_cached, a.window,
                             int(a.comp_mask), a.rate, a.scale};
-    cuda::launch_attention(p, stream_);
+    const int v = attention_v_.choose([](int, bool) { return true; }, [] { return std::string(); });
+    cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
     launched("attention");
 }
 
@@ -152,7 +195,8 @@ void CudaBackend::mhc_pre(const MhcPreArgs& a) {
     cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.x), ld(a.x),
                       f32m(a.post), ld(a.post), f32m(a.comb), ld(a.comb), a.streams.shape[0], hc, a.streams.shape[2],
                       a.norm_eps, a.hc_eps, a.sinkhorn_iters, false};
-    cuda::launch_mhc_pre(p, scratch_, stream_);
+    const int v = mhc_pre_v_.choose([](int, bool) { return true; }, [] { return std::string(); });
+    cuda::launch_mhc_pre(p, scratch_, stream_, kMhcEnum[v]);
     launched("mhc_pre");
 }
 
@@ -174,7 +218,8 @@ void CudaBackend::hc_head(const HcHeadArgs& a) {
     DI_CHECK(hc <= cuda::mhc_max_hc() && a.streams.is_contiguous(), "hc_head: streams {}", a.streams.describe());
     cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.out), ld(a.out),
                       nullptr, 0, nullptr, 0, a.streams.shape[0], hc, a.streams.shape[2], a.norm_eps, a.hc_eps, 0, true};
-    cuda::launch_mhc_pre(p, scratch_, stream_);
+    const int v = hc_head_v_.choose([](int, bool) { return true; }, [] { return std::string(); });
+    cuda::launch_mhc_pre(p, scratch_, stream_, kMhcEnum[v]);
     launched("hc_head");
 }
 
@@ -244,70 +289,44 @@ void CudaBackend::moe(const MoeArgs& a) {
     cuda::MoeParams p{f32(a.x), ld(a.x), a.ids.ptr<int32_t>(), ld(a.ids), f32(a.weights), ld(a.weights),
                       static_cast<const WeightRef*>(table.device), a.n_experts, f32m(a.out), ld(a.out), n, k, D, I,
                       a.limit, table.gemv_format};
-    DI_CHECK(moe_variant_ != cuda::MoeVariant::kGrouped || cuda::moe_grouped_supported(p),
-             "moe: variant 'grouped' forced where it does not apply ({} pairs, expert format {})", n * k,
-             table.gemv_format);
-    cuda::MoeVariant v = moe_variant_;
-    if (v == cuda::MoeVariant::kAuto)
-        v = allow_grouped_ && cuda::moe_grouped_supported(p) ? cuda::MoeVariant::kGrouped : cuda::MoeVariant::kPerPair;
-    ++moe_count_[v == cuda::MoeVariant::kGrouped ? 0 : 1];
-    cuda::launch_moe(p, scratch_, stream_, v);
+    const int v = moe_v_.choose(
+        [&](int i, bool) { return kMoeEnum[i] != cuda::MoeVariant::kGrouped || cuda::moe_grouped_supported(p); },
+        [&] { return fmt::format("{} pairs, expert format {}", n * k, table.gemv_format); });
+    cuda::launch_moe(p, scratch_, stream_, kMoeEnum[v]);
     launched("moe");
 }
 
-namespace {
-constexpr std::pair<std::string_view, cuda::LinearVariant> kLinearVariants[] = {
-    {"stream_gemv", cuda::LinearVariant::kStreamGemv},
-    {"warp_gemv", cuda::LinearVariant::kWarpGemv},
-    {"tiled", cuda::LinearVariant::kTiled}};
-constexpr std::pair<std::string_view, cuda::MoeVariant> kMoeVariants[] = {{"grouped", cuda::MoeVariant::kGrouped},
-                                                                        {"per_pair", cuda::MoeVariant::kPerPair}};
-}  // namespace
-
 constexpr std::string_view kSingleOps[] = {"embed", "add", "swiglu", "rms_norm", "rope", "compress", "indexer_topk",
-                                           "attention", "window_store", "mhc_pre", "mhc_post", "hc_head", "route"};
+                                           "window_store", "mhc_post", "route"};
 
 std::vector<KernelVariant> CudaBackend::kernel_variants() const {
-    std::vector<KernelVariant> v = {
-        {"linear", "stream_gemv", "n <= 16 rows; 16-byte weight rows; in_dim a multiple of the 16-byte unit; staged "
-         "rows within 200 KiB of shared memory", false},
-        {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
-        {"linear", "tiled", "any n", true},
-        {"moe", "grouped", "n * k <= 1024 pairs; every expert matrix in one format with 16-byte rows", false},
-        {"moe", "per_pair", "any n", true},
-    };
+    std::vector<KernelVariant> v;
+    for (const OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
+        v.insert(v.end(), o->variants().begin(), o->variants().end());
     for (std::string_view op : kSingleOps) v.push_back({std::string(op), "cuda", "any shape (tests/gpu)", true});
     return v;
 }
 
+OpVariants* CudaBackend::variants_of(std::string_view op) {
+    for (OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
+        if (o->op() == op) return o;
+    return nullptr;
+}
+
 void CudaBackend::set_allow_list(const AllowList& l) {
-    allow_stream_gemv_ = l.allows("linear", "stream_gemv");
-    allow_grouped_ = l.allows("moe", "grouped");
+    for (OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_}) o->allow(l);
 }
 
 int64_t CudaBackend::dispatch_count(std::string_view op, std::string_view variant) const {
-    if (op == "linear")
-        for (size_t i = 0; i < std::size(kLinearVariants); ++i)
-            if (kLinearVariants[i].first == variant) return linear_count_[i].load();
-    if (op == "moe")
-        for (size_t i = 0; i < std::size(kMoeVariants); ++i)
-            if (kMoeVariants[i].first == variant) return moe_count_[i].load();
+    if (const OpVariants* o = variants_of(op)) return std::max<int64_t>(o->count(variant), 0);
     if (variant == "cuda")
         if (auto it = launches_.find(std::string(op)); it != launches_.end()) return it->second.load();
     return 0;
 }
 
 bool CudaBackend::force_variant(std::string_view op, std::string_view variant) {
-    if (op == "linear") {
-        if (variant.empty()) return linear_variant_ = cuda::LinearVariant::kAuto, true;
-        for (const auto& [name, v] : kLinearVariants)
-            if (name == variant) return linear_variant_ = v, true;
-    } else if (op == "moe") {
-        if (variant.empty()) return moe_variant_ = cuda::MoeVariant::kAuto, true;
-        for (const auto& [name, v] : kMoeVariants)
-            if (name == variant) return moe_variant_ = v, true;
-    }
-    return false;
+    OpVariants* o = variants_of(op);
+    return o != nullptr && o->force(variant);
 }
 
 }  // namespace di::ops::cuda_impl

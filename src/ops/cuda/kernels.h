@@ -89,7 +89,12 @@ struct AttentionParams {
     int64_t rate;
     float scale;
 };
-void launch_attention(const AttentionParams& p, Stream s);
+// kSplitKv: each query's keys split across blocks (flash-decoding), partials merged with the sink in a
+// fixed order; kPerQuery: one block per (query, 8 heads) over all its keys, the fallback.
+enum class AttentionVariant { kSplitKv, kPerQuery };
+void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, AttentionVariant v);
+// Key splits per query launch_attention uses for kSplitKv (1 for long chunks).
+int64_t attention_splits(const AttentionParams& p);
 int attention_max_head_dim();
 
 struct CompressParams {
@@ -130,7 +135,9 @@ struct MhcParams {
     int sinkhorn_iters;
     bool head;                                // hc_head: only pre weights, M = hc
 };
-void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s);
+// kSplitK: columns split over blocks, parallel Sinkhorn; kPerMix: one block per (mix row, token), the fallback.
+enum class MhcVariant { kSplitK, kPerMix };
+void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s);

@@ -1,7 +1,14 @@
-// mHC pre (and the hc head). The norm and the (2 + hc) * hc mixing dot products are block reductions in
-// double with a fixed tree (deterministic, as the reference), one block per (mix row, token); the tiny
-// sigmoid / softmax / Sinkhorn step runs on one thread per token in double; then that block collapses.
-// Reads fn once per token: (2 + hc) * hc * hc * D * 4 bytes (1.5 MB for V4-Flash), L2-resident across tokens.
+// mHC pre (and the hc head): the norm and the M = (2 + hc) * hc mixing dot products in double, then the
+// sigmoid / softmax / Sinkhorn step, then the collapse x = sum_i pre_i stream_i. Two variants:
+//   split_k:  the hc * D columns split over blocks of 128 (one column per thread), each block summing its
+//             columns' squares and M products for up to 8 tokens (fn columns L1-resident across them);
+//             a finish block per token adds the partials in split order, runs Sinkhorn with one lane per
+//             matrix element (each lane divides its own element: 2 * iters - 1 dependent divisions, not
+//             hc^2 times that), and collapses. mix = inv_rms * sum v fn (the reference rounds v * inv_rms
+//             to f32 first: a relative difference of ~1e-7 in mix).
+//   per_mix:  the first kernel, kept as the fallback: one block per (mix row, token), Sinkhorn on one
+//             thread (its double divisions in series dominate: ~100 us per call on V4-Flash).
+// Both deterministic (fixed reduction trees); fn is read once per token (1.5 MB for V4-Flash, from L2).
 #include "ops/cuda/device_util.cuh"
 
 namespace di::cuda {
@@ -73,13 +80,115 @@ __global__ void __launch_bounds__(256) mhc_finish_kernel(MhcParams p, const doub
     }
 }
 
+constexpr int kSplitCols = 128;   // columns per split block, one per thread
+constexpr int kSplitTokens = 8;   // tokens per split block
+constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
+
+// grid (splits, ceil(n / 8)), block 128: part[(t * splits + s) * (M + 1) + 0] = sum of squares of token t's
+// columns of split s, [.. + 1 + m] = sum v * fn[m] over them.
+__global__ void __launch_bounds__(kSplitCols) mhc_split_kernel(MhcParams p, int M, double* part) {
+    __shared__ double red[kSplitCols / 32][kMaxMix + 1];
+    const int64_t width = p.hc * p.D, splits = gridDim.x, s = blockIdx.x;
+    const int64_t col = s * kSplitCols + threadIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool in = col < width;
+    for (int64_t t = int64_t(blockIdx.y) * kSplitTokens; t < min(p.n, int64_t(blockIdx.y + 1) * kSplitTokens); ++t) {
+        const double v = in ? double(p.streams[t * width + col]) : 0.0;
+        double ss = warp_sum_d(v * v);
+        if (lane == 0) red[warp][0] = ss;
+        for (int m = 0; m < M; ++m) {
+            const double prod = in ? v * double(p.fn[m * p.ld_fn + col]) : 0.0;
+            const double w = warp_sum_d(prod);
+            if (lane == 0) red[warp][1 + m] = w;
+        }
+        __syncthreads();
+        for (int m = threadIdx.x; m <= M; m += blockDim.x) {
+            double acc = 0;
+            for (int w = 0; w < kSplitCols / 32; ++w) acc += red[w][m];
+            part[(t * splits + s) * (M + 1) + m] = acc;
+        }
+        __syncthreads();
+    }
+}
+
+// One block per token: the partials in split order, then pre / post / comb and the collapse.
+__global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int M, int64_t splits,
+                                                                const double* part) {
+    __shared__ double mix[kMaxMix + 1];
+    __shared__ double C[kMaxHc * kMaxHc];
+    __shared__ float pre[kMaxHc];
+    const int64_t t = blockIdx.x, width = p.hc * p.D;
+    const int hc = int(p.hc), lane = threadIdx.x & 31;
+    for (int m = threadIdx.x; m <= M; m += blockDim.x) {
+        double acc = 0;
+        for (int64_t s = 0; s < splits; ++s) acc += part[(t * splits + s) * (M + 1) + m];
+        mix[m] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const double inv = double(float(1.0 / sqrt(mix[0] / double(width) + double(p.norm_eps))));
+        if (lane < hc) pre[lane] = float(sigmoid_d(inv * mix[1 + lane] * p.scale[0] + p.base[lane]) + p.hc_eps);
+        if (!p.head) {
+            if (lane < hc)
+                p.post[t * p.ld_post + lane] =
+                    float(2.0 * sigmoid_d(inv * mix[1 + hc + lane] * p.scale[1] + p.base[hc + lane]));
+            const int hh = hc * hc;
+            // row softmax of the comb logits, + eps: lane j < hc owns row j
+            if (lane < hc) {
+                double mx = -INFINITY, sum = 0;
+                for (int k = 0; k < hc; ++k) {
+                    const int idx = 2 * hc + lane * hc + k;
+                    C[lane * hc + k] = inv * mix[1 + idx] * p.scale[2] + p.base[idx];
+                    mx = fmax(mx, C[lane * hc + k]);
+                }
+                for (int k = 0; k < hc; ++k) sum += (C[lane * hc + k] = exp(C[lane * hc + k] - mx));
+                for (int k = 0; k < hc; ++k) C[lane * hc + k] = C[lane * hc + k] / sum + p.hc_eps;
+            }
+            __syncwarp();
+            for (int it = 0; it < 2 * p.sinkhorn_iters - 1; ++it) {
+                const bool cols = (it % 2) == 0;  // columns first, then rows / columns alternate
+                double sums[2];
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const int e = lane + 32 * q, r = e / hc, c = e % hc;
+                    double s = 0;
+                    if (e < hh)
+                        for (int b = 0; b < hc; ++b) s += cols ? C[b * hc + c] : C[r * hc + b];
+                    sums[q] = s;
+                }
+                __syncwarp();
+#pragma unroll
+                for (int q = 0; q < 2; ++q)
+                    if (lane + 32 * q < hh) C[lane + 32 * q] /= (sums[q] + p.hc_eps);
+                __syncwarp();
+            }
+            for (int e = lane; e < hh; e += 32) p.comb[t * p.ld_comb + e] = float(C[e]);
+        }
+    }
+    __syncthreads();
+    const float* v = p.streams + t * width;
+    for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) {
+        double acc = 0;
+        for (int64_t i = 0; i < p.hc; ++i) acc += double(pre[i]) * v[i * p.D + c];
+        p.x[t * p.ld_x + c] = float(acc);
+    }
+}
+
 }  // namespace
 
 int mhc_max_hc() { return kMaxHc; }
 
-void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s) {
+void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v) {
     if (p.n == 0) return;
-    const int64_t M = p.head ? p.hc : (2 + p.hc) * p.hc;
+    const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
+    if (v == MhcVariant::kSplitK) {
+        const int64_t splits = (p.hc * p.D + kSplitCols - 1) / kSplitCols;
+        double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
+        mhc_split_kernel<<<dim3(unsigned(splits), blocks_for(p.n, kSplitTokens)), kSplitCols, 0, as_stream(s)>>>(
+            p, M, part);
+        mhc_split_finish_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, M, splits, part);
+        return;
+    }
     double* mix = static_cast<double*>(scratch.get(3, size_t(p.n * M) * sizeof(double)));
     mhc_mix_kernel<<<dim3(unsigned(M), unsigned(p.n)), 256, 0, as_stream(s)>>>(p, mix);
     mhc_finish_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, mix);
