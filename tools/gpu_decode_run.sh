@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for the decode kernels: op tests (every linear/moe variant vs ref), the kernel benchmark
 # (graph replay, copy bandwidth of the same run) and the V4-Flash-shaped model with the per-op profile.
-#   tools/gpu_decode_run.sh [carried-dir=build-cuda-carry] [tests|bench|model|all]
+#   tools/gpu_decode_run.sh [carried-dir=build-cuda-carry] [tests|bench|model|nsys|all]
 set -uo pipefail
 dir=${1:-build-cuda-carry}
 what=${2:-all}
@@ -29,4 +29,17 @@ if [[ $what == all || $what == model ]]; then
     echo "model_bench flash b1 profile $prof exit $?"
     if [[ $prof == 0 ]]; then grep -E "^backend" "$OUT/model_flash_b1_profile$prof.log"; else tail -40 "$OUT/model_flash_b1_profile$prof.log"; fi
   done
+fi
+if [[ $what == all || $what == nsys ]]; then
+  # per-kernel GPU time of a short decode run (no per-op synchronisation), where Nsight Systems is installed
+  if command -v nsys > /dev/null; then
+    timeout 240 nsys profile -o "$OUT/decode" --force-overwrite true "$dir/bin/model_bench" --preset flash \
+      --backend cuda --prompt 64 --decode 16 > "$OUT/nsys_run.log" 2>&1
+    echo "nsys profile exit $?"
+    nsys stats --report cuda_gpu_kern_sum --format csv --output "$OUT/kern" "$OUT/decode.nsys-rep" > /dev/null 2>&1
+    rm -f "$OUT/decode.nsys-rep" "$OUT/decode.sqlite"
+    head -40 "$OUT"/kern*.csv 2>/dev/null | cut -c1-220
+  else
+    echo "nsys not installed"; ls /usr/local/cuda/bin | head -50
+  fi
 fi

@@ -28,6 +28,7 @@ const AttnCase kAttn[] = {
     {"odd_head_dim_partial_ring", 3, 3, 96, 5, 2, 2, ops::CompMask::kPicks, 9, 4, 6},
     // split_kv takes S > 1 ranges here: duplicate picks across ranges, and a long HCA context
     {"decode_picks_split_small", 1, 4, 64, 16, 300, 15, ops::CompMask::kPicks, 50, 4, 40},
+    {"decode_head_dim_30_fallback_only", 1, 5, 30, 8, 40, 7, ops::CompMask::kPicks, 10, 4, 5},
     {"decode_hca_flash_64k", 1, 64, 512, 128, 70000, 127, ops::CompMask::kCausal, 546, 128},
 };
 
@@ -62,6 +63,7 @@ TEST_P(CudaAttention, MatchesRef) {
     b.ref->attention(make(false));
     const std::vector<float> want = out.host_f32();
     for (const char* variant : {"split_kv", "per_query"}) {  // every variant against the same reference
+        if (c.hd % 4 != 0 && std::string(variant) == "split_kv") continue;  // split_kv loads float4s
         out.poison();  // the device copy NaN, so a variant that skips an element cannot pass
         std::memcpy(out.hv().data, want.data(), want.size() * sizeof(float));
         ASSERT_TRUE(b.gpu->force_variant("attention", variant));

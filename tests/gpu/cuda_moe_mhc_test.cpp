@@ -193,7 +193,7 @@ TEST(CudaMhc, PrePostHead) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
     struct C { int64_t n, hc, D; };
-    for (C c : {C{3, 4, 4096}, C{1, 4, 4096}, C{5, 2, 7}}) {
+    for (C c : {C{3, 4, 4096}, C{1, 4, 4096}, C{9, 4, 4096}, C{2, 4, 100}, C{5, 2, 7}}) {
         const int64_t M = (2 + c.hc) * c.hc;
         Pair st(DType::kF32, {c.n, c.hc, c.D}), fn(DType::kF32, {M, c.hc * c.D}), base(DType::kF32, {M});
         Pair scale(DType::kF32, {3}), x(DType::kF32, {c.n, c.D}), post(DType::kF32, {c.n, c.hc});
@@ -204,7 +204,9 @@ TEST(CudaMhc, PrePostHead) {
         out.poison();
         Pair rx(DType::kF32, {c.n, c.D}), rpost(DType::kF32, {c.n, c.hc}), rcomb(DType::kF32, {c.n, c.hc, c.hc});
         b.ref->mhc_pre({st.hv(), fn.hv(), base.hv(), scale.hv(), rx.hv(), rpost.hv(), rcomb.hv(), 1e-6f, 1e-6f, 20});
+        const bool split_applies = c.hc * c.D % 4 == 0;  // split_k reads float4s
         for (const char* variant : {"split_k", "per_mix"}) {
+            if (!split_applies && std::string(variant) == "split_k") continue;
             x.poison(), post.poison(), comb.poison();
             std::memcpy(x.hv().data, rx.hv().data, x.hv().nbytes());  // the reference's values, compared below
             std::memcpy(post.hv().data, rpost.hv().data, post.hv().nbytes());
@@ -224,6 +226,7 @@ TEST(CudaMhc, PrePostHead) {
         b.gpu->mhc_post({st.dv(), sub.dv(), post.dv(), comb.dv(), out.dv()});
         expect_close(out, 1e-6, "mhc_post");
         for (const char* variant : {"split_k", "per_mix"}) {
+            if (!split_applies && std::string(variant) == "split_k") continue;
             x.poison();
             ASSERT_TRUE(b.gpu->force_variant("hc_head", variant));
             b.ref->hc_head({st.hv(), hfn.hv(), hbase.hv(), hscale.hv(), x.hv(), 1e-6f, 1e-6f});

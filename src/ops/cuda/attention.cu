@@ -30,7 +30,7 @@ __device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_
 }
 
 __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     float* tile = smem;                                                // [kTile][hd]
     int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);   // [2k] picks, then keep flags
     __shared__ int n_list;
@@ -131,7 +131,7 @@ __device__ __forceinline__ Slots slots_of(const AttentionParams& p, int64_t t) {
 // grid (L, ceil(H / 8), S): block (t, g, s) takes slots [s * chunk, (s + 1) * chunk) of query t and writes
 // part_ml[((t * H + h) * S + s) * 2 + {0, 1}] = (m, l) and part_acc[((t * H + h) * S + s) * hd + c].
 __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p, float* part_ml, float* part_acc) {
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     float* tile = smem;                                               // [kTile][hd]
     int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);  // [k] picks row, then [chunk] kept ids
     __shared__ int n_list;
@@ -177,42 +177,76 @@ __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p,
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
+    const int64_t nw_local = w1 - w0;
     for (int64_t k0 = 0; k0 < n_keys; k0 += kTile) {
         const int nt = int(min(int64_t(kTile), n_keys - k0));
         __syncthreads();
-        for (int r = 0; r < nt; ++r) {
+        // the tile in float4s, every load issued before the first store (one memory latency per tile)
+        constexpr int kPer = kTile * kMaxPerLane * 32 / 4 / 256;  // float4s per thread at hd = 512
+        const int hd4 = int(p.hd / 4);  // attention_split_supported: hd % 4 == 0, 16-byte rows
+        float4 v[kPer];
+        float4* tile4 = reinterpret_cast<float4*>(tile);
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+            const int e = int(threadIdx.x) + u * 256, r = e / hd4, c = e - r * hd4;
+            v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r >= nt) continue;
             const int64_t k = k0 + r;
             const float* src;
-            if (k < w1 - w0) {
+            if (k < nw_local) {
                 const int64_t pp = sl.lo + w0 + k;
                 src = pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
             } else {
-                const int64_t c = k - (w1 - w0);
-                src = p.comp + (p.comp_mask == 1 ? c0 + c : int64_t(kept[c])) * p.ld_comp;
+                const int64_t cc = k - nw_local;
+                src = p.comp + (p.comp_mask == 1 ? c0 + cc : int64_t(kept[cc])) * p.ld_comp;
             }
-            for (int64_t c = threadIdx.x; c < p.hd; c += blockDim.x) tile[r * p.hd + c] = src[c];
+            v[u] = __ldg(reinterpret_cast<const float4*>(src) + c);
+        }
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+            const int e = int(threadIdx.x) + u * 256;
+            if (e < nt * hd4) tile4[e] = v[u];
         }
         __syncthreads();
         if (!active) continue;
-        for (int r = 0; r < nt; ++r) {
-            const float* kr = tile + r * p.hd;
+        // all nt dot products first (independent chains), then one softmax rescale per tile
+        float z[kTile];
+#pragma unroll
+        for (int r = 0; r < kTile; ++r) {
             float dot = 0.0f;
+            if (r < nt) {
+                const float* kr = tile + r * p.hd;
 #pragma unroll
-            for (int i = 0; i < kMaxPerLane; ++i) {
-                const int64_t c = lane + 32 * i;
-                if (c < p.hd) dot += q[i] * kr[c];
+                for (int i = 0; i < kMaxPerLane; ++i) {
+                    const int64_t c = lane + 32 * i;
+                    if (c < p.hd) dot = fmaf(q[i], kr[c], dot);
+                }
             }
-            const float z = warp_sum(dot) * p.scale;
-            const float m_new = fmaxf(m, z);
-            const float corr = expf(m - m_new), pz = expf(z - m_new);  // m = -inf first: corr = 0
-            l = l * corr + pz;
-#pragma unroll
-            for (int i = 0; i < kMaxPerLane; ++i) {
-                const int64_t c = lane + 32 * i;
-                if (c < p.hd) acc[i] = acc[i] * corr + pz * kr[c];
-            }
-            m = m_new;
+            z[r] = dot;
         }
+#pragma unroll
+        for (int r = 0; r < kTile; ++r) z[r] = warp_sum(z[r]) * p.scale;
+        float mt = m;
+#pragma unroll
+        for (int r = 0; r < kTile; ++r)
+            if (r < nt) mt = fmaxf(mt, z[r]);
+        const float corr = expf(m - mt);  // m = -inf before the first tile: corr = 0
+        l *= corr;
+#pragma unroll
+        for (int i = 0; i < kMaxPerLane; ++i) acc[i] *= corr;
+#pragma unroll
+        for (int r = 0; r < kTile; ++r) {
+            if (r >= nt) break;
+            const float pz = expf(z[r] - mt);
+            l += pz;
+            const float* kr = tile + r * p.hd;
+#pragma unroll
+            for (int i = 0; i < kMaxPerLane; ++i) {
+                const int64_t c = lane + 32 * i;
+                if (c < p.hd) acc[i] = fmaf(pz, kr[c], acc[i]);
+            }
+        }
+        m = mt;
     }
     if (!active) return;
     const int64_t slot = (t * p.H + h) * S + sp;
@@ -224,21 +258,34 @@ __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p,
     }
 }
 
-// grid (L, H), block 128: out = (sum_s e^{m_s - M} acc_s) / (e^{sink - M} + sum_s e^{m_s - M} l_s).
+// grid (L, H), block 128: out = (sum_s e^{m_s - M} acc_s) / (e^{sink - M} + sum_s e^{m_s - M} l_s), the
+// weights computed once by warp 0 (S <= 64: two per lane, fixed butterfly order).
 __global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p, int64_t S, const float* part_ml,
                                                               const float* part_acc) {
+    __shared__ float wsm[64];
+    __shared__ float inv_l;
     const int64_t t = blockIdx.x, h = blockIdx.y, base = (t * p.H + h) * S;
-    const float sink = p.sinks[h];
-    float M = sink;
-    for (int64_t s = 0; s < S; ++s) M = fmaxf(M, part_ml[2 * (base + s)]);
-    float l = expf(sink - M);
-    for (int64_t s = 0; s < S; ++s) l += part_ml[2 * (base + s) + 1] * expf(part_ml[2 * (base + s)] - M);
-    const float inv = 1.0f / l;
+    const int lane = threadIdx.x & 31;
+    if (threadIdx.x < 32) {
+        const float sink = p.sinks[h];
+        const float m0 = lane < S ? part_ml[2 * (base + lane)] : -INFINITY;
+        const float m1 = lane + 32 < S ? part_ml[2 * (base + lane + 32)] : -INFINITY;
+        float M = fmaxf(sink, fmaxf(m0, m1));
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        const float e0 = lane < S ? expf(m0 - M) : 0.0f, e1 = lane + 32 < S ? expf(m1 - M) : 0.0f;
+        wsm[lane] = e0, wsm[lane + 32] = e1;
+        float l = (lane < S ? e0 * part_ml[2 * (base + lane) + 1] : 0.0f) +
+                  (lane + 32 < S ? e1 * part_ml[2 * (base + lane + 32) + 1] : 0.0f);
+        l = warp_sum(l);
+        if (lane == 0) inv_l = 1.0f / (l + expf(sink - M));
+    }
+    __syncthreads();
     float* oh = p.out + t * p.o_s0 + h * p.o_s1;
     for (int64_t c = threadIdx.x; c < p.hd; c += blockDim.x) {
         float acc = 0.0f;
-        for (int64_t s = 0; s < S; ++s) acc += part_acc[(base + s) * p.hd + c] * expf(part_ml[2 * (base + s)] - M);
-        oh[c] = acc * inv;
+#pragma unroll 8
+        for (int64_t s = 0; s < S; ++s) acc = fmaf(wsm[s], part_acc[(base + s) * p.hd + c], acc);
+        oh[c] = acc * inv_l;
     }
 }
 
@@ -252,12 +299,18 @@ void raise_smem(K kernel, size_t smem, size_t& raised) {
 
 }  // namespace
 
+bool attention_split_supported(const AttentionParams& p) {
+    auto aligned = [](const void* ptr, int64_t ld) { return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0); };
+    return p.hd % 4 == 0 && p.hd <= 32 * kMaxPerLane && aligned(p.ring, p.ld_ring) && aligned(p.kv, p.ld_kv) &&
+           aligned(p.comp, p.ld_comp);
+}
+
 int64_t attention_splits(const AttentionParams& p) {
     const int64_t blocks = p.L * ((p.H + kHeadsPerBlock - 1) / kHeadsPerBlock);
     const int64_t max_slots = std::min(p.window, p.pos0 + p.L) +
                               (p.comp_mask == 1 ? p.n_comp : p.comp_mask == 2 ? p.k : 0);
-    // about two blocks per multiprocessor, each with at least 32 key slots
-    const int64_t want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
+    // about four blocks per multiprocessor, each with at least 32 key slots
+    const int64_t want = (4 * int64_t(sm_count()) + blocks - 1) / blocks;
     return std::clamp<int64_t>(std::min(want, (max_slots + 31) / 32), 1, 64);
 }
 

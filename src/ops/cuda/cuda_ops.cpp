@@ -28,7 +28,7 @@ constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSp
                                                      cuda::AttentionVariant::kPerQuery};
 
 std::vector<KernelVariant> mhc_variants(const char* op) {
-    return {{op, "split_k", "hc_mult <= 8; columns split over blocks, parallel Sinkhorn", false},
+    return {{op, "split_k", "hc_mult <= 8, hc_mult * hidden a multiple of 4, 16-byte aligned rows; columns split over blocks, parallel Sinkhorn", false},
             {op, "per_mix", "hc_mult <= 8", true}};
 }
 
@@ -45,7 +45,7 @@ CudaBackend::CudaBackend(int device)
               {"moe", "per_pair", "any n", true}}),
       mhc_pre_v_(mhc_variants("mhc_pre")),
       hc_head_v_(mhc_variants("hc_head")),
-      attention_v_({{"attention", "split_kv", "head_dim <= 512; keys split across blocks, merged with the sink", false},
+      attention_v_({{"attention", "split_kv", "head_dim <= 512, a multiple of 4, 16-byte aligned key rows; keys split across blocks, merged with the sink", false},
                     {"attention", "per_query", "head_dim <= 512", true}}),
       device_(device),
       alloc_(device),
@@ -171,7 +171,9 @@ void CudaBackend::attention(const AttentionArgs& a) {
                             picks ? a.picks.shape[1] : 0, f32(a.sinks), f32m(a.out), a.out.stride[0], a.out.stride[1],
                             a.q.shape[0], a.q.shape[1], a.q.shape[2], a.pos0, a.n_cached, a.window,
                             int(a.comp_mask), a.rate, a.scale};
-    const int v = attention_v_.choose([](int, bool) { return true; }, [] { return std::string(); });
+    const int v = attention_v_.choose(
+        [&](int i, bool) { return kAttentionEnum[i] != cuda::AttentionVariant::kSplitKv || cuda::attention_split_supported(p); },
+        [&] { return fmt::format("head_dim {}, key rows not 16-byte aligned or head_dim % 4 != 0", p.hd); });
     cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
     launched("attention");
 }
@@ -195,7 +197,9 @@ void CudaBackend::mhc_pre(const MhcPreArgs& a) {
     cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.x), ld(a.x),
                       f32m(a.post), ld(a.post), f32m(a.comb), ld(a.comb), a.streams.shape[0], hc, a.streams.shape[2],
                       a.norm_eps, a.hc_eps, a.sinkhorn_iters, false};
-    const int v = mhc_pre_v_.choose([](int, bool) { return true; }, [] { return std::string(); });
+    const int v = mhc_pre_v_.choose(
+        [&](int i, bool) { return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p); },
+        [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", hc, p.D); });
     cuda::launch_mhc_pre(p, scratch_, stream_, kMhcEnum[v]);
     launched("mhc_pre");
 }
@@ -218,7 +222,9 @@ void CudaBackend::hc_head(const HcHeadArgs& a) {
     DI_CHECK(hc <= cuda::mhc_max_hc() && a.streams.is_contiguous(), "hc_head: streams {}", a.streams.describe());
     cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.out), ld(a.out),
                       nullptr, 0, nullptr, 0, a.streams.shape[0], hc, a.streams.shape[2], a.norm_eps, a.hc_eps, 0, true};
-    const int v = hc_head_v_.choose([](int, bool) { return true; }, [] { return std::string(); });
+    const int v = hc_head_v_.choose(
+        [&](int i, bool) { return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p); },
+        [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", hc, p.D); });
     cuda::launch_mhc_pre(p, scratch_, stream_, kMhcEnum[v]);
     launched("hc_head");
 }

@@ -5,9 +5,6 @@
 // re-read for each pass. The token rows of a pass sit in shared memory (gemv.cuh), staged once per
 // persistent block.
 //   bytes: out * in * bytes/weight + x + y  -> bound by the weight read for n <= 4
-#include <map>
-#include <mutex>
-
 #include "ops/cuda/gemv.cuh"
 
 namespace di::cuda {
@@ -81,20 +78,6 @@ int format_of(const WeightRef& w) {
     if (w.format == 1) return kFp8;
     if (w.format == 2) return kFp4;
     return w.dense_dt == Fdt::kF32 ? kF32 : w.dense_dt == Fdt::kBF16 ? kBF16 : kF16;
-}
-
-// Blocks resident per multiprocessor for a kernel with `smem` bytes of dynamic shared memory (cached).
-template <class K>
-int resident_blocks(K kernel, size_t smem) {
-    static std::mutex mu;
-    static std::map<std::pair<const void*, size_t>, int> cache;
-    std::lock_guard lk(mu);
-    const auto key = std::pair{reinterpret_cast<const void*>(kernel), smem};
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
-    int n = 0;
-    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, smem));
-    return cache[key] = std::max(n, 1);
 }
 
 template <int F, int NT, int R>

@@ -12,6 +12,11 @@
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "ops/cuda/device_util.cuh"
 
 namespace di::cuda::gemv {
@@ -149,31 +154,40 @@ __host__ __device__ constexpr int64_t staged_floats(int64_t in_dim) {
 }
 
 // Stages token rows xg[0 .. nt) (in_dim floats each, 16-byte aligned) into xsm, token t at t * stride.
-// The whole block takes part; the caller synchronises before use.
+// Four float4 loads per thread are issued before their stores (one memory latency per 4 KiB of a row,
+// not four). The whole block takes part; the caller synchronises before use.
 template <int F, int NT>
 __device__ __forceinline__ void stage_x(const float* const xg[NT], int nt, int64_t in_dim, float* xsm) {
-    constexpr int E = UnitOf<F>::kElems;
-    const int64_t stride = staged_floats<F>(in_dim);
+    constexpr int E = UnitOf<F>::kElems, kBatch = 4;
+    const int64_t stride = staged_floats<F>(in_dim), step = int64_t(blockDim.x) * 4;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {  // unrolled: xg stays in registers
         if (t >= nt) break;
-        for (int64_t i = int64_t(threadIdx.x) * 4; i < in_dim; i += int64_t(blockDim.x) * 4) {
-            const float4 v = ldg4(xg[t] + i);
-            *reinterpret_cast<float4*>(xsm + t * stride + (i / E) * (E + 4) + i % E) = v;
+        for (int64_t i0 = int64_t(threadIdx.x) * 4; i0 < in_dim; i0 += kBatch * step) {
+            float4 v[kBatch];
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b)
+                if (i0 + b * step < in_dim) v[b] = ldg4(xg[t] + i0 + b * step);
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int64_t i = i0 + b * step;
+                if (i < in_dim) *reinterpret_cast<float4*>(xsm + t * stride + (i / E) * (E + 4) + i % E) = v[b];
+            }
         }
     }
 }
 
 // A warp's dots of rows o0 .. o0+R (rows >= out_dim skipped) of M matrices of the same shape (the MoE's
-// W1 and W3 share one pass) with NT staged token rows (xsm, token t at t * staged_floats): lane l takes
-// the units l, l + 32, ... of every row, U at a time with all M * U * R loads issued before the first use,
-// then the lanes' partials are summed by a fixed butterfly. Every lane returns the totals in acc.
+// W1 and W3 share one pass) with NT staged token rows (xrow[t]: token t's staged row, padded as
+// staged_floats): lane l takes the units l, l + 32, ... of every row, U at a time with all M * U * R
+// loads issued before the first use, then the lanes' partials are summed by a fixed butterfly. Every
+// lane returns the totals in acc. A token's sums do not depend on NT, U or the other tokens.
 template <int F, int NT, int R, int U, int M = 1>
-__device__ __forceinline__ void warp_rows_m(const WeightRef (&w)[M], int64_t o0, const float* xsm, int nt,
-                                            float acc[M][R][NT]) {
+__device__ __forceinline__ void warp_rows_m(const WeightRef (&w)[M], int64_t o0, const float* const (&xrow)[NT],
+                                            int nt, float acc[M][R][NT]) {
     constexpr int E = UnitOf<F>::kElems;
     const int lane = threadIdx.x & 31;
-    const int64_t units = w[0].in_dim / E, stride = staged_floats<F>(w[0].in_dim), out_dim = w[0].out_dim;
+    const int64_t units = w[0].in_dim / E, out_dim = w[0].out_dim;
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -200,7 +214,7 @@ __device__ __forceinline__ void warp_rows_m(const WeightRef (&w)[M], int64_t o0,
             if (u >= units) break;
             const float* xs[NT];
 #pragma unroll
-            for (int t = 0; t < NT; ++t) xs[t] = xsm + min(t, nt - 1) * stride + u * (E + 4);
+            for (int t = 0; t < NT; ++t) xs[t] = xrow[min(t, nt - 1)] + u * (E + 4);
 #pragma unroll
             for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -220,12 +234,37 @@ __device__ __forceinline__ void warp_rows_m(const WeightRef (&w)[M], int64_t o0,
             for (int t = 0; t < NT; ++t) acc[m][r][t] = warp_sum(acc[m][r][t]);
 }
 
+// The same with token t staged at xsm + t * staged_floats(in_dim).
+template <int F, int NT, int R, int U, int M = 1>
+__device__ __forceinline__ void warp_rows_m(const WeightRef (&w)[M], int64_t o0, const float* xsm, int nt,
+                                            float acc[M][R][NT]) {
+    const float* xrow[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) xrow[t] = xsm + t * staged_floats<F>(w[0].in_dim);
+    warp_rows_m<F, NT, R, U, M>(w, o0, xrow, nt, acc);
+}
+
 // One matrix.
 template <int F, int NT, int R, int U>
 __device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const float* xsm, int nt,
                                           float acc[R][NT]) {
     const WeightRef ws[1] = {w};
     warp_rows_m<F, NT, R, U, 1>(ws, o0, xsm, nt, reinterpret_cast<float(*)[R][NT]>(acc));
+}
+
+// Blocks of 256 threads resident per multiprocessor for `kernel` with `smem` bytes of dynamic shared
+// memory (cached; raises the kernel's shared-memory limit to kGemvMaxSmem on first use).
+template <class K>
+int resident_blocks(K kernel, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::pair<const void*, size_t>, int> cache;
+    std::lock_guard lk(mu);
+    const auto key = std::pair{reinterpret_cast<const void*>(kernel), smem};
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
+    int n = 0;
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, smem));
+    return cache[key] = std::max(n, 1);
 }
 
 }  // namespace di::cuda::gemv

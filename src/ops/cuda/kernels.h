@@ -93,6 +93,8 @@ struct AttentionParams {
 // fixed order; kPerQuery: one block per (query, 8 heads) over all its keys, the fallback.
 enum class AttentionVariant { kSplitKv, kPerQuery };
 void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, AttentionVariant v);
+// kSplitKv loads keys in 16-byte units: head_dim % 4 == 0 and 16-byte aligned key rows.
+bool attention_split_supported(const AttentionParams& p);
 // Key splits per query launch_attention uses for kSplitKv (1 for long chunks).
 int64_t attention_splits(const AttentionParams& p);
 int attention_max_head_dim();
@@ -138,6 +140,8 @@ struct MhcParams {
 // kSplitK: columns split over blocks, parallel Sinkhorn; kPerMix: one block per (mix row, token), the fallback.
 enum class MhcVariant { kSplitK, kPerMix };
 void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v);
+// kSplitK reads float4s: hc * D % 4 == 0, 16-byte aligned streams and fn rows.
+bool mhc_split_supported(const MhcParams& p);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s);

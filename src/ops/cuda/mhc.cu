@@ -1,8 +1,8 @@
 // mHC pre (and the hc head): the norm and the M = (2 + hc) * hc mixing dot products in double, then the
 // sigmoid / softmax / Sinkhorn step, then the collapse x = sum_i pre_i stream_i. Two variants:
-//   split_k:  the hc * D columns split over blocks of 128 (one column per thread), each block summing its
+//   split_k:  the hc * D columns split over blocks of 512 (a float4 per thread), each block summing its
 //             columns' squares and M products for up to 8 tokens (fn columns L1-resident across them);
-//             a finish block per token adds the partials in split order, runs Sinkhorn with one lane per
+//             a finish block per token adds the partials (a warp per value, fixed tree), runs Sinkhorn with one lane per
 //             matrix element (each lane divides its own element: 2 * iters - 1 dependent divisions, not
 //             hc^2 times that), and collapses. mix = inv_rms * sum v fn (the reference rounds v * inv_rms
 //             to f32 first: a relative difference of ~1e-7 in mix).
@@ -80,31 +80,37 @@ __global__ void __launch_bounds__(256) mhc_finish_kernel(MhcParams p, const doub
     }
 }
 
-constexpr int kSplitCols = 128;   // columns per split block, one per thread
-constexpr int kSplitTokens = 8;   // tokens per split block
+constexpr int kSplitThreads = 128;
+constexpr int kSplitCols = 4 * kSplitThreads;  // columns per split block, four per thread (one float4)
+constexpr int kSplitTokens = 8;                // tokens per split block
 constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 
 // grid (splits, ceil(n / 8)), block 128: part[(t * splits + s) * (M + 1) + 0] = sum of squares of token t's
-// columns of split s, [.. + 1 + m] = sum v * fn[m] over them.
-__global__ void __launch_bounds__(kSplitCols) mhc_split_kernel(MhcParams p, int M, double* part) {
-    __shared__ double red[kSplitCols / 32][kMaxMix + 1];
+// columns of split s, [.. + 1 + m] = sum v * fn[m] over them. Needs hc * D % 4 == 0 and 16-byte rows.
+__global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, int M, double* part) {
+    __shared__ double red[kSplitThreads / 32][kMaxMix + 1];
     const int64_t width = p.hc * p.D, splits = gridDim.x, s = blockIdx.x;
-    const int64_t col = s * kSplitCols + threadIdx.x;
+    const int64_t col = s * kSplitCols + 4 * int64_t(threadIdx.x);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const bool in = col < width;
     for (int64_t t = int64_t(blockIdx.y) * kSplitTokens; t < min(p.n, int64_t(blockIdx.y + 1) * kSplitTokens); ++t) {
-        const double v = in ? double(p.streams[t * width + col]) : 0.0;
-        double ss = warp_sum_d(v * v);
+        const float4 v = in ? *reinterpret_cast<const float4*>(p.streams + t * width + col) : make_float4(0, 0, 0, 0);
+        const double vx = v.x, vy = v.y, vz = v.z, vw = v.w;
+        const double ss = warp_sum_d(vx * vx + vy * vy + vz * vz + vw * vw);
         if (lane == 0) red[warp][0] = ss;
         for (int m = 0; m < M; ++m) {
-            const double prod = in ? v * double(p.fn[m * p.ld_fn + col]) : 0.0;
+            double prod = 0;
+            if (in) {
+                const float4 f = __ldg(reinterpret_cast<const float4*>(p.fn + m * p.ld_fn + col));
+                prod = vx * f.x + vy * f.y + vz * f.z + vw * f.w;
+            }
             const double w = warp_sum_d(prod);
             if (lane == 0) red[warp][1 + m] = w;
         }
         __syncthreads();
         for (int m = threadIdx.x; m <= M; m += blockDim.x) {
             double acc = 0;
-            for (int w = 0; w < kSplitCols / 32; ++w) acc += red[w][m];
+            for (int w = 0; w < kSplitThreads / 32; ++w) acc += red[w][m];
             part[(t * splits + s) * (M + 1) + m] = acc;
         }
         __syncthreads();
@@ -119,10 +125,11 @@ __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int 
     __shared__ float pre[kMaxHc];
     const int64_t t = blockIdx.x, width = p.hc * p.D;
     const int hc = int(p.hc), lane = threadIdx.x & 31;
-    for (int m = threadIdx.x; m <= M; m += blockDim.x) {
+    for (int m = threadIdx.x >> 5; m <= M; m += blockDim.x >> 5) {  // a warp per value: lanes stride the splits
         double acc = 0;
-        for (int64_t s = 0; s < splits; ++s) acc += part[(t * splits + s) * (M + 1) + m];
-        mix[m] = acc;
+        for (int64_t s = lane; s < splits; s += 32) acc += part[(t * splits + s) * (M + 1) + m];
+        acc = warp_sum_d(acc);
+        if (lane == 0) mix[m] = acc;
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -178,13 +185,18 @@ __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int 
 
 int mhc_max_hc() { return kMaxHc; }
 
+bool mhc_split_supported(const MhcParams& p) {
+    return (p.hc * p.D) % 4 == 0 && p.ld_fn % 4 == 0 && reinterpret_cast<uintptr_t>(p.streams) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(p.fn) % 16 == 0;
+}
+
 void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v) {
     if (p.n == 0) return;
     const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
     if (v == MhcVariant::kSplitK) {
         const int64_t splits = (p.hc * p.D + kSplitCols - 1) / kSplitCols;
         double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
-        mhc_split_kernel<<<dim3(unsigned(splits), blocks_for(p.n, kSplitTokens)), kSplitCols, 0, as_stream(s)>>>(
+        mhc_split_kernel<<<dim3(unsigned(splits), blocks_for(p.n, kSplitTokens)), kSplitThreads, 0, as_stream(s)>>>(
             p, M, part);
         mhc_split_finish_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, M, splits, part);
         return;
