@@ -4,7 +4,7 @@
 // (or expert choices) that the data cannot sit in the 50 MB L2: what the kernel costs inside a captured
 // decode step. Attention decode and mhc_pre are timed without rotation (their few MB stay in L2: an
 // optimistic figure for a step, where the previous layer has evicted them).
-//   cuda_kernel_bench [--out results.md] [--quick]
+//   cuda_kernel_bench [--out results.md] [--quick] [--only linear|moe|attention|mhc]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -301,11 +301,12 @@ void bench_mhc(std::vector<Row>& rows, cudaStream_t s, int64_t n) {
 
 int main(int argc, char** argv) {
     using namespace di::bench;
-    std::string out_path;
+    std::string out_path, only;
     bool quick = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!std::strcmp(argv[i], "--quick")) quick = true;
+        else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -318,19 +319,25 @@ int main(int argc, char** argv) {
     KCHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     std::vector<Row> rows;
     const std::vector<int64_t> ns = quick ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1, 2, 4, 8, 16};
-    bench_linear(rows, s, "fp8 q_a 4096->1024", 1, 1024, 4096, ns);
-    bench_linear(rows, s, "fp8 q_b 1024->32768", 1, 32768, 1024, ns);
-    bench_linear(rows, s, "fp8 o_b 8192->4096", 1, 4096, 8192, ns);
-    bench_linear(rows, s, "fp8 shared w1 4096->2048", 1, 2048, 4096, ns);
-    bench_linear(rows, s, "bf16 kv 4096->512", 0, 512, 4096, ns);
-    bench_linear(rows, s, "bf16 head 4096->129280", 0, 129280, 4096, {1, 4, 16});
-    bench_linear(rows, s, "fp4 expert w1 4096->2048", 2, 2048, 4096, ns);
-    bench_linear(rows, s, "fp4 expert w2 2048->4096", 2, 4096, 2048, ns);
-    bench_moe(rows, s, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
-    bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)", 1, 512);
-    bench_attention(rows, s, "attention decode, window 128 + 512 CSA picks of 16384 (64K context)", 2, 16384);
-    bench_attention(rows, s, "attention decode, window 128 + all 8192 HCA entries (1M context)", 1, 8192);
-    for (int64_t n : {1, 4, 64}) bench_mhc(rows, s, n);
+    auto want = [&](const char* group) { return only.empty() || only == group; };
+    if (want("linear")) {
+        bench_linear(rows, s, "fp8 q_a 4096->1024", 1, 1024, 4096, ns);
+        bench_linear(rows, s, "fp8 q_b 1024->32768", 1, 32768, 1024, ns);
+        bench_linear(rows, s, "fp8 o_b 8192->4096", 1, 4096, 8192, ns);
+        bench_linear(rows, s, "fp8 shared w1 4096->2048", 1, 2048, 4096, ns);
+        bench_linear(rows, s, "bf16 kv 4096->512", 0, 512, 4096, ns);
+        bench_linear(rows, s, "bf16 head 4096->129280", 0, 129280, 4096, {1, 4, 16});
+        bench_linear(rows, s, "fp4 expert w1 4096->2048", 2, 2048, 4096, ns);
+        bench_linear(rows, s, "fp4 expert w2 2048->4096", 2, 4096, 2048, ns);
+    }
+    if (want("moe")) bench_moe(rows, s, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
+    if (want("attention")) {
+        bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)", 1, 512);
+        bench_attention(rows, s, "attention decode, window 128 + 512 CSA picks of 16384 (64K context)", 2, 16384);
+        bench_attention(rows, s, "attention decode, window 128 + all 8192 HCA entries (1M context)", 1, 8192);
+    }
+    if (want("mhc"))
+        for (int64_t n : {1, 4, 64}) bench_mhc(rows, s, n);
 
     std::string md;
     char buf[512];

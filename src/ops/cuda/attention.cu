@@ -130,6 +130,9 @@ __device__ __forceinline__ Slots slots_of(const AttentionParams& p, int64_t t) {
 
 // grid (L, ceil(H / 8), S): block (t, g, s) takes slots [s * chunk, (s + 1) * chunk) of query t and writes
 // part_ml[((t * H + h) * S + s) * 2 + {0, 1}] = (m, l) and part_acc[((t * H + h) * S + s) * hd + c].
+// kFull: head_dim == 512, lane l owning columns 128 g + 4 l .. + 3 (g < 4): float4 shared-memory reads and no
+// per-element guards (the generic path, one column per lane per 32, costs ~3x the instructions per key).
+template <bool kFull>
 __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p, float* part_ml, float* part_acc) {
     extern __shared__ __align__(16) float smem[];
     float* tile = smem;                                               // [kTile][hd]
@@ -167,13 +170,14 @@ __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p,
     }
     const int64_t n_keys = (w1 - w0) + n_comp;
 
+    // element i of a lane: column col(i)
+    auto col = [&](int i) -> int { return kFull ? 128 * (i / 4) + 4 * lane + i % 4 : lane + 32 * i; };
     float q[kMaxPerLane], acc[kMaxPerLane];
     const bool active = h < p.H;
     const float* qh = p.q + t * p.q_s0 + (active ? h : 0) * p.q_s1;
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
-        const int64_t c = lane + 32 * i;
-        q[i] = (c < p.hd) ? qh[c] : 0.0f;
+        q[i] = (kFull || col(i) < p.hd) ? qh[col(i)] : 0.0f;
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -216,10 +220,19 @@ __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p,
             float dot = 0.0f;
             if (r < nt) {
                 const float* kr = tile + r * p.hd;
+                if constexpr (kFull) {
 #pragma unroll
-                for (int i = 0; i < kMaxPerLane; ++i) {
-                    const int64_t c = lane + 32 * i;
-                    if (c < p.hd) dot = fmaf(q[i], kr[c], dot);
+                    for (int g = 0; g < 4; ++g) {
+                        const float4 k4 = *reinterpret_cast<const float4*>(kr + 128 * g + 4 * lane);
+                        dot = fmaf(q[4 * g], k4.x, dot);
+                        dot = fmaf(q[4 * g + 1], k4.y, dot);
+                        dot = fmaf(q[4 * g + 2], k4.z, dot);
+                        dot = fmaf(q[4 * g + 3], k4.w, dot);
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < kMaxPerLane; ++i)
+                        if (col(i) < p.hd) dot = fmaf(q[i], kr[col(i)], dot);
                 }
             }
             z[r] = dot;
@@ -240,10 +253,19 @@ __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p,
             const float pz = expf(z[r] - mt);
             l += pz;
             const float* kr = tile + r * p.hd;
+            if constexpr (kFull) {
 #pragma unroll
-            for (int i = 0; i < kMaxPerLane; ++i) {
-                const int64_t c = lane + 32 * i;
-                if (c < p.hd) acc[i] = fmaf(pz, kr[c], acc[i]);
+                for (int g = 0; g < 4; ++g) {
+                    const float4 k4 = *reinterpret_cast<const float4*>(kr + 128 * g + 4 * lane);
+                    acc[4 * g] = fmaf(pz, k4.x, acc[4 * g]);
+                    acc[4 * g + 1] = fmaf(pz, k4.y, acc[4 * g + 1]);
+                    acc[4 * g + 2] = fmaf(pz, k4.z, acc[4 * g + 2]);
+                    acc[4 * g + 3] = fmaf(pz, k4.w, acc[4 * g + 3]);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < kMaxPerLane; ++i)
+                    if (col(i) < p.hd) acc[i] = fmaf(pz, kr[col(i)], acc[i]);
             }
         }
         m = mt;
@@ -252,10 +274,8 @@ __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p,
     const int64_t slot = (t * p.H + h) * S + sp;
     if (lane == 0) part_ml[2 * slot] = m, part_ml[2 * slot + 1] = l;
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-        const int64_t c = lane + 32 * i;
-        if (c < p.hd) part_acc[slot * p.hd + c] = acc[i];
-    }
+    for (int i = 0; i < kMaxPerLane; ++i)
+        if (kFull || col(i) < p.hd) part_acc[slot * p.hd + col(i)] = acc[i];
 }
 
 // grid (L, H), block 128: out = (sum_s e^{m_s - M} acc_s) / (e^{sink - M} + sum_s e^{m_s - M} l_s), the
@@ -327,12 +347,14 @@ void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, Atte
     }
     const int64_t S = attention_splits(p);
     const size_t smem = tile + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t);
-    static size_t raised = 48 * 1024;
-    raise_smem(attention_split_kernel, smem, raised);
+    static size_t raised_full = 48 * 1024, raised_any = 48 * 1024;
+    const bool full = p.hd == 32 * kMaxPerLane;
+    auto kernel = full ? attention_split_kernel<true> : attention_split_kernel<false>;
+    raise_smem(kernel, smem, full ? raised_full : raised_any);
     float* ml = static_cast<float*>(scratch.get(4, size_t(p.L * p.H * S * 2) * sizeof(float)));
     float* acc = static_cast<float*>(scratch.get(5, size_t(p.L * p.H * S * p.hd) * sizeof(float)));
     const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock), unsigned(S));
-    attention_split_kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(p, ml, acc);
+    kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(p, ml, acc);
     attention_merge_kernel<<<dim3(unsigned(p.L), unsigned(p.H)), 128, 0, as_stream(s)>>>(p, S, ml, acc);
 }
 

@@ -98,14 +98,23 @@ __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, i
         const double vx = v.x, vy = v.y, vz = v.z, vw = v.w;
         const double ss = warp_sum_d(vx * vx + vy * vy + vz * vz + vw * vw);
         if (lane == 0) red[warp][0] = ss;
-        for (int m = 0; m < M; ++m) {
-            double prod = 0;
-            if (in) {
-                const float4 f = __ldg(reinterpret_cast<const float4*>(p.fn + m * p.ld_fn + col));
-                prod = vx * f.x + vy * f.y + vz * f.z + vw * f.w;
-            }
-            const double w = warp_sum_d(prod);
-            if (lane == 0) red[warp][1 + m] = w;
+        // eight fn rows at a time, their loads issued together (a loop of one load per row waited for
+        // each in turn: ~24 memory latencies per block)
+        for (int m0 = 0; m0 < M; m0 += 8) {
+            float4 f[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                f[j] = in && m0 + j < M ? __ldg(reinterpret_cast<const float4*>(p.fn + (m0 + j) * p.ld_fn + col))
+                                        : make_float4(0, 0, 0, 0);
+            double prod[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) prod[j] = vx * f[j].x + vy * f[j].y + vz * f[j].z + vw * f[j].w;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) prod[j] = warp_sum_d(prod[j]);
+            if (lane == 0)
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (m0 + j < M) red[warp][1 + m0 + j] = prod[j];
         }
         __syncthreads();
         for (int m = threadIdx.x; m <= M; m += blockDim.x) {
@@ -124,28 +133,57 @@ __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int 
     __shared__ double C[kMaxHc * kMaxHc];
     __shared__ float pre[kMaxHc];
     const int64_t t = blockIdx.x, width = p.hc * p.D;
-    const int hc = int(p.hc), lane = threadIdx.x & 31;
-    for (int m = threadIdx.x >> 5; m <= M; m += blockDim.x >> 5) {  // a warp per value: lanes stride the splits
-        double acc = 0;
-        for (int64_t s = lane; s < splits; s += 32) acc += part[(t * splits + s) * (M + 1) + m];
-        acc = warp_sum_d(acc);
-        if (lane == 0) mix[m] = acc;
+    const int hc = int(p.hc), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // warp 0's table values first, before any store: later loads could not move above the stores
+    double base_pre = 0, base_post = 0, base_comb[kMaxHc] = {}, sc[3] = {};
+    if (threadIdx.x < 32) {
+        sc[0] = p.scale[0];
+        if (!p.head) sc[1] = p.scale[1], sc[2] = p.scale[2];
+        if (lane < hc) {
+            base_pre = p.base[lane];
+            if (!p.head) {
+                base_post = p.base[hc + lane];
+#pragma unroll
+                for (int k = 0; k < kMaxHc; ++k)
+                    if (k < hc) base_comb[k] = p.base[2 * hc + lane * hc + k];
+            }
+        }
+    }
+    // a warp per four values, lanes striding the splits, all loads of a pass issued together
+    for (int m0 = warp; m0 <= M; m0 += 4 * (blockDim.x >> 5)) {
+        double acc[4] = {0, 0, 0, 0};
+        for (int64_t sp = lane; sp < splits; sp += 32)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int m = m0 + j * int(blockDim.x >> 5);
+                if (m <= M) acc[j] += part[(t * splits + sp) * (M + 1) + m];
+            }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[j] = warp_sum_d(acc[j]);
+        if (lane == 0)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int m = m0 + j * int(blockDim.x >> 5);
+                if (m <= M) mix[m] = acc[j];
+            }
     }
     __syncthreads();
     if (threadIdx.x < 32) {
         const double inv = double(float(1.0 / sqrt(mix[0] / double(width) + double(p.norm_eps))));
-        if (lane < hc) pre[lane] = float(sigmoid_d(inv * mix[1 + lane] * p.scale[0] + p.base[lane]) + p.hc_eps);
+        if (lane < hc) pre[lane] = float(sigmoid_d(inv * mix[1 + lane] * sc[0] + base_pre) + p.hc_eps);
         if (!p.head) {
             if (lane < hc)
                 p.post[t * p.ld_post + lane] =
-                    float(2.0 * sigmoid_d(inv * mix[1 + hc + lane] * p.scale[1] + p.base[hc + lane]));
+                    float(2.0 * sigmoid_d(inv * mix[1 + hc + lane] * sc[1] + base_post));
             const int hh = hc * hc;
             // row softmax of the comb logits, + eps: lane j < hc owns row j
             if (lane < hc) {
                 double mx = -INFINITY, sum = 0;
-                for (int k = 0; k < hc; ++k) {
+#pragma unroll
+                for (int k = 0; k < kMaxHc; ++k) {
+                    if (k >= hc) break;
                     const int idx = 2 * hc + lane * hc + k;
-                    C[lane * hc + k] = inv * mix[1 + idx] * p.scale[2] + p.base[idx];
+                    C[lane * hc + k] = inv * mix[1 + idx] * sc[2] + base_comb[k];
                     mx = fmax(mx, C[lane * hc + k]);
                 }
                 for (int k = 0; k < hc; ++k) sum += (C[lane * hc + k] = exp(C[lane * hc + k] - mx));
@@ -160,7 +198,9 @@ __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int 
                     const int e = lane + 32 * q, r = e / hc, c = e % hc;
                     double s = 0;
                     if (e < hh)
-                        for (int b = 0; b < hc; ++b) s += cols ? C[b * hc + c] : C[r * hc + b];
+#pragma unroll
+                        for (int b = 0; b < kMaxHc; ++b)
+                            if (b < hc) s += cols ? C[b * hc + c] : C[r * hc + b];
                     sums[q] = s;
                 }
                 __syncwarp();
@@ -174,9 +214,15 @@ __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int 
     }
     __syncthreads();
     const float* v = p.streams + t * width;
-    for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) {
+    double pr[kMaxHc];
+#pragma unroll
+    for (int i = 0; i < kMaxHc; ++i) pr[i] = i < hc ? double(pre[i]) : 0.0;
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) {  // read-only loads: free to run ahead of the stores
         double acc = 0;
-        for (int64_t i = 0; i < p.hc; ++i) acc += double(pre[i]) * v[i * p.D + c];
+#pragma unroll
+        for (int i = 0; i < kMaxHc; ++i)
+            if (i < hc) acc += pr[i] * double(__ldg(v + i * p.D + c));
         p.x[t * p.ld_x + c] = float(acc);
     }
 }

@@ -5,10 +5,6 @@
 //            once for all of them (gemv.cuh warp rows; grid.y = active expert slot)
 //   down:    y[pair, c] = W2_e[c] . h[pair]
 //   combine: out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
-// Decode sizes (every token's x, or every pair's h, fits shared memory at once) take the flat kernels:
-// persistent blocks stage all rows once, then their warps walk the (active expert, row group) items of
-// the whole step, so every multiprocessor streams weights from start to end instead of one short block
-// per expert slice. Their per-(pair, row) arithmetic is warp_rows_m's, as the per-expert kernels'.
 // A pair's arithmetic is the same whatever else chose its expert: batch-invariant and deterministic.
 //   bytes: the selected experts' weights once (+ x, h, y) -> bound by 3 * I * D / 2 bytes per active expert
 #include <algorithm>
@@ -147,104 +143,6 @@ __global__ void __launch_bounds__(256) moe_down_grouped(MoeParams p, Plan plan, 
     }
 }
 
-constexpr int kFlatMaxActive = 64;  // active experts the flat kernels keep in shared memory
-
-// The plan's active experts and their weight refs (matrices `mats` of each), copied to shared memory.
-struct FlatPlan {
-    int n_active;
-    int32_t begin[kFlatMaxActive + 1];
-    WeightRef w[kFlatMaxActive][2];
-};
-
-__device__ __forceinline__ void load_flat_plan(const MoeParams& p, const Plan& plan, int m0, int mats, FlatPlan& fp) {
-    if (threadIdx.x == 0) fp.n_active = min(*plan.n_active, kFlatMaxActive);
-    __syncthreads();
-    for (int a = threadIdx.x; a <= fp.n_active; a += blockDim.x) fp.begin[a] = plan.begin[a];
-    for (int i = threadIdx.x; i < fp.n_active * mats; i += blockDim.x)
-        fp.w[i / mats][i % mats] = p.table[3 * plan.expert[i / mats] + m0 + i % mats];
-}
-
-// Persistent: every token's x staged (token t at t * staged_floats(D)), then warps walk items (a, group).
-template <int F, int NT>
-__global__ void __launch_bounds__(256) moe_up_flat(MoeParams p, Plan plan, float* h) {
-    extern __shared__ float4 smem4[];
-    float* xsm = reinterpret_cast<float*>(smem4);
-    __shared__ FlatPlan fp;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t stride = staged_floats<F>(p.D);
-    for (int64_t t = 0; t < p.n; ++t) {
-        const float* xg[1] = {p.x + t * p.ld_x};
-        stage_x<F, 1>(xg, 1, p.D, xsm + t * stride);
-    }
-    load_flat_plan(p, plan, 0, 2, fp);
-    __syncthreads();
-    const int64_t groups = (p.I + kRows - 1) / kRows, items = int64_t(fp.n_active) * groups;
-    for (int64_t item = int64_t(blockIdx.x) * kWarps + warp; item < items; item += int64_t(gridDim.x) * kWarps) {
-        const int a = int(item / groups);
-        const int64_t o0 = (item % groups) * kRows;
-        const int32_t b = fp.begin[a], cnt = fp.begin[a + 1] - b;
-        const WeightRef w13[2] = {fp.w[a][0], fp.w[a][1]};
-        for (int32_t i0 = 0; i0 < cnt; i0 += NT) {
-            const int nt = min(NT, cnt - i0);
-            const float* xrow[NT];
-#pragma unroll
-            for (int t = 0; t < NT; ++t) xrow[t] = xsm + (plan.pairs[b + i0 + min(t, nt - 1)] / p.k) * stride;
-            float acc[2][kRows][NT];
-            warp_rows_m<F, NT, kRows, kUnits<NT>, 2>(w13, o0, xrow, nt, acc);
-#pragma unroll
-            for (int r = 0; r < kRows; ++r)
-#pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    if (lane != r * NT + t || t >= nt || o0 + r >= p.I) continue;
-                    float gs = acc[0][r][t], us = acc[1][r][t];
-                    if (p.limit > 0) {
-                        gs = fminf(gs, p.limit);
-                        us = fminf(fmaxf(us, -p.limit), p.limit);
-                    }
-                    h[int64_t(plan.pairs[b + i0 + t]) * p.I + o0 + r] =
-                        float(double(gs) / (1.0 + exp(-double(gs))) * double(us));
-                }
-        }
-    }
-}
-
-// Persistent: every pair's h staged (pair q at q * staged_floats(I)), then warps walk items (a, group) of W2.
-template <int F, int NT>
-__global__ void __launch_bounds__(256) moe_down_flat(MoeParams p, Plan plan, const float* h, float* y) {
-    extern __shared__ float4 smem4[];
-    float* hsm = reinterpret_cast<float*>(smem4);
-    __shared__ FlatPlan fp;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t stride = staged_floats<F>(p.I), pairs = p.n * p.k;
-    for (int64_t q = 0; q < pairs; ++q) {
-        const float* xg[1] = {h + q * p.I};
-        stage_x<F, 1>(xg, 1, p.I, hsm + q * stride);
-    }
-    load_flat_plan(p, plan, 2, 1, fp);
-    __syncthreads();
-    const int64_t groups = (p.D + kRows - 1) / kRows, items = int64_t(fp.n_active) * groups;
-    for (int64_t item = int64_t(blockIdx.x) * kWarps + warp; item < items; item += int64_t(gridDim.x) * kWarps) {
-        const int a = int(item / groups);
-        const int64_t o0 = (item % groups) * kRows;
-        const int32_t b = fp.begin[a], cnt = fp.begin[a + 1] - b;
-        const WeightRef w2[1] = {fp.w[a][0]};
-        for (int32_t i0 = 0; i0 < cnt; i0 += NT) {
-            const int nt = min(NT, cnt - i0);
-            const float* xrow[NT];
-#pragma unroll
-            for (int t = 0; t < NT; ++t) xrow[t] = hsm + plan.pairs[b + i0 + min(t, nt - 1)] * stride;
-            float acc[1][kRows][NT];
-            warp_rows_m<F, NT, kRows, kUnits<NT>, 1>(w2, o0, xrow, nt, acc);
-#pragma unroll
-            for (int r = 0; r < kRows; ++r)
-#pragma unroll
-                for (int t = 0; t < NT; ++t)
-                    if (lane == r * NT + t && t < nt && o0 + r < p.D)
-                        y[int64_t(plan.pairs[b + i0 + t]) * p.D + o0 + r] = acc[0][r][t];
-        }
-    }
-}
-
 // Pairs whose expert id is outside [0, E) take no part (their y stays 0), as in moe.cu.
 __global__ void zero_kernel(float* y, int64_t n) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -255,19 +153,6 @@ __global__ void zero_kernel(float* y, int64_t n) {
 unsigned blocks_per_expert(int64_t rows, unsigned max_active) {
     const int64_t most = (rows + kRows * kWarps - 1) / (kRows * kWarps);
     return unsigned(std::clamp<int64_t>((3 * sm_count() + max_active - 1) / max_active, 1, most));
-}
-
-// The flat kernels take the step when all its staged rows fit shared memory (decode sizes).
-int64_t flat_up_smem(const MoeParams& p, int f) { return p.n * (p.D / unit_elems(f)) * (unit_elems(f) + 4) * 4; }
-int64_t flat_down_smem(const MoeParams& p, int f) { return p.n * p.k * (p.I / unit_elems(f)) * (unit_elems(f) + 4) * 4; }
-bool flat_fits(int64_t smem, unsigned max_active) {
-    return smem <= int64_t(kGemvMaxSmem) - int64_t(sizeof(FlatPlan)) && max_active <= unsigned(kFlatMaxActive);
-}
-
-template <class K>
-unsigned flat_blocks(K kernel, size_t smem, int64_t rows, unsigned max_active) {
-    const int64_t wanted = (int64_t(max_active) * ((rows + kRows - 1) / kRows) + kWarps - 1) / kWarps;
-    return unsigned(std::min<int64_t>(wanted, int64_t(resident_blocks(kernel, smem)) * sm_count()));
 }
 
 template <int F, int NT>
@@ -282,17 +167,8 @@ void launch_fn(const MoeParams& p, const Plan& plan, float* h, float* y, unsigne
         return true;
     }();
     (void)raised;
-    if (const int64_t fs = flat_up_smem(p, F); flat_fits(fs, max_active))
-        moe_up_flat<F, NT><<<flat_blocks(moe_up_flat<F, NT>, size_t(fs), p.I, max_active), 256, size_t(fs), s>>>(
-            p, plan, h);
-    else
-        moe_up_grouped<F, NT><<<dim3(blocks_per_expert(p.I, max_active), max_active), 256, smem_up, s>>>(p, plan, h);
-    if (const int64_t fs = flat_down_smem(p, F); flat_fits(fs, max_active))
-        moe_down_flat<F, NT><<<flat_blocks(moe_down_flat<F, NT>, size_t(fs), p.D, max_active), 256, size_t(fs), s>>>(
-            p, plan, h, y);
-    else
-        moe_down_grouped<F, NT><<<dim3(blocks_per_expert(p.D, max_active), max_active), 256, smem_dn, s>>>(p, plan,
-                                                                                                           h, y);
+    moe_up_grouped<F, NT><<<dim3(blocks_per_expert(p.I, max_active), max_active), 256, smem_up, s>>>(p, plan, h);
+    moe_down_grouped<F, NT><<<dim3(blocks_per_expert(p.D, max_active), max_active), 256, smem_dn, s>>>(p, plan, h, y);
 }
 
 template <int F>
