@@ -50,6 +50,34 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const void* w, Fdt 
         y[r * ldy + c] = xr[c] * inv * (w ? load_f(w, wdt, c) : 1.0f);
 }
 
+// The same for rows of at most 256 * kPer elements, held in registers between the two passes: every load
+// (x and the weight) is issued before the first store, where the loop above re-reads x after each store
+// of an in-place norm and so waits a memory latency per element a thread owns. Same sums, same order.
+template <int kPer>
+__global__ void __launch_bounds__(256) rms_norm_reg_kernel(const float* x, int64_t ldx, const void* w, Fdt wdt,
+                                                           float* y, int64_t ldy, int64_t d, float eps) {
+    __shared__ double red[32];
+    const int64_t r = blockIdx.x;
+    const float* xr = x + r * ldx;
+    float v[kPer], wv[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int64_t c = threadIdx.x + 256 * int64_t(i);
+        v[i] = c < d ? __ldg(xr + c) : 0.0f;
+        wv[i] = w && c < d ? load_f(w, wdt, c) : 1.0f;
+    }
+    double ss = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) ss += double(v[i]) * v[i];
+    ss = block_sum_d(ss, red);
+    const float inv = float(1.0 / sqrt(ss / double(d) + double(eps)));
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int64_t c = threadIdx.x + 256 * int64_t(i);
+        if (c < d) y[r * ldy + c] = v[i] * inv * wv[i];
+    }
+}
+
 // One thread per (row, head, pair).
 __global__ void rope_kernel(RopeParams p) {
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -117,7 +145,10 @@ void launch_swiglu(const float* g, int64_t ldg, const float* u, int64_t ldu, flo
 void launch_rms_norm(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy, int64_t n,
                      int64_t d, float eps, Stream s) {
     if (n == 0) return;
-    rms_norm_kernel<<<unsigned(n), 256, 0, as_stream(s)>>>(x, ldx, w, wdt, y, ldy, d, eps);
+    const cudaStream_t st = as_stream(s);
+    if (d <= 256 * 4) rms_norm_reg_kernel<4><<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
+    else if (d <= 256 * 16) rms_norm_reg_kernel<16><<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
+    else rms_norm_kernel<<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
 }
 
 void launch_rope(const RopeParams& p, Stream s) {

@@ -126,6 +126,62 @@ __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, i
     }
 }
 
+// comb for hc = 4 on one warp: lane l < 16 owns element (l / 4, l % 4) in a register; row sums over lanes
+// xor 1, 2 and column sums over xor 4, 8, so an iteration is two shuffles and one division (lanes 16..31
+// mirror the work on garbage and are not written).
+__device__ __forceinline__ void comb_sinkhorn4(const MhcParams& p, int64_t t, double inv, double scale,
+                                               const double* logits) {
+    const int lane = threadIdx.x & 31, e = lane & 15;
+    double x = inv * logits[e] * scale + double(p.base[2 * 4 + e]);
+    double mx = fmax(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    x = exp(x - mx);
+    double sum = x + __shfl_xor_sync(0xffffffffu, x, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    x = x / sum + p.hc_eps;
+    for (int it = 0; it < 2 * p.sinkhorn_iters - 1; ++it) {
+        const int o = (it % 2) == 0 ? 4 : 1;  // columns first, then rows / columns alternate
+        double s = x + __shfl_xor_sync(0xffffffffu, x, o);
+        s += __shfl_xor_sync(0xffffffffu, s, 2 * o);
+        x /= (s + p.hc_eps);
+    }
+    if (lane < 16) p.comb[t * p.ld_comb + e] = float(x);
+}
+
+// comb for any hc <= 8 on one warp, the matrix in shared memory C: each lane divides its own elements.
+__device__ __forceinline__ void comb_sinkhorn_any(const MhcParams& p, int64_t t, double inv, double scale,
+                                                  const double* logits, const double* base_comb, double* C) {
+    const int hc = int(p.hc), hh = hc * hc, lane = threadIdx.x & 31;
+    if (lane < hc) {  // row softmax of the comb logits, + eps: lane j owns row j
+        double mx = -INFINITY, sum = 0;
+        for (int k = 0; k < hc; ++k) {
+            C[lane * hc + k] = inv * logits[lane * hc + k] * scale + base_comb[k];
+            mx = fmax(mx, C[lane * hc + k]);
+        }
+        for (int k = 0; k < hc; ++k) sum += (C[lane * hc + k] = exp(C[lane * hc + k] - mx));
+        for (int k = 0; k < hc; ++k) C[lane * hc + k] = C[lane * hc + k] / sum + p.hc_eps;
+    }
+    __syncwarp();
+    for (int it = 0; it < 2 * p.sinkhorn_iters - 1; ++it) {
+        const bool cols = (it % 2) == 0;
+        double sums[2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int e = lane + 32 * q, r = e / hc, c = e % hc;
+            double s = 0;
+            if (e < hh)
+                for (int b = 0; b < hc; ++b) s += cols ? C[b * hc + c] : C[r * hc + b];
+            sums[q] = s;
+        }
+        __syncwarp();
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+            if (lane + 32 * q < hh) C[lane + 32 * q] /= (sums[q] + p.hc_eps);
+        __syncwarp();
+    }
+    for (int e = lane; e < hh; e += 32) p.comb[t * p.ld_comb + e] = float(C[e]);
+}
+
 // One block per token: the partials in split order, then pre / post / comb and the collapse.
 __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int M, int64_t splits,
                                                                 const double* part) {
@@ -168,57 +224,24 @@ __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int 
             }
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
-        const double inv = double(float(1.0 / sqrt(mix[0] / double(width) + double(p.norm_eps))));
-        if (lane < hc) pre[lane] = float(sigmoid_d(inv * mix[1 + lane] * sc[0] + base_pre) + p.hc_eps);
+    const double inv = double(float(1.0 / sqrt(mix[0] / double(width) + double(p.norm_eps))));
+    if (threadIdx.x < hc) pre[lane] = float(sigmoid_d(inv * mix[1 + lane] * sc[0] + base_pre) + p.hc_eps);
+    __syncthreads();
+    if (warp == 0) {  // post and comb, while the other warps collapse
         if (!p.head) {
             if (lane < hc)
-                p.post[t * p.ld_post + lane] =
-                    float(2.0 * sigmoid_d(inv * mix[1 + hc + lane] * sc[1] + base_post));
-            const int hh = hc * hc;
-            // row softmax of the comb logits, + eps: lane j < hc owns row j
-            if (lane < hc) {
-                double mx = -INFINITY, sum = 0;
-#pragma unroll
-                for (int k = 0; k < kMaxHc; ++k) {
-                    if (k >= hc) break;
-                    const int idx = 2 * hc + lane * hc + k;
-                    C[lane * hc + k] = inv * mix[1 + idx] * sc[2] + base_comb[k];
-                    mx = fmax(mx, C[lane * hc + k]);
-                }
-                for (int k = 0; k < hc; ++k) sum += (C[lane * hc + k] = exp(C[lane * hc + k] - mx));
-                for (int k = 0; k < hc; ++k) C[lane * hc + k] = C[lane * hc + k] / sum + p.hc_eps;
-            }
-            __syncwarp();
-            for (int it = 0; it < 2 * p.sinkhorn_iters - 1; ++it) {
-                const bool cols = (it % 2) == 0;  // columns first, then rows / columns alternate
-                double sums[2];
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const int e = lane + 32 * q, r = e / hc, c = e % hc;
-                    double s = 0;
-                    if (e < hh)
-#pragma unroll
-                        for (int b = 0; b < kMaxHc; ++b)
-                            if (b < hc) s += cols ? C[b * hc + c] : C[r * hc + b];
-                    sums[q] = s;
-                }
-                __syncwarp();
-#pragma unroll
-                for (int q = 0; q < 2; ++q)
-                    if (lane + 32 * q < hh) C[lane + 32 * q] /= (sums[q] + p.hc_eps);
-                __syncwarp();
-            }
-            for (int e = lane; e < hh; e += 32) p.comb[t * p.ld_comb + e] = float(C[e]);
+                p.post[t * p.ld_post + lane] = float(2.0 * sigmoid_d(inv * mix[1 + hc + lane] * sc[1] + base_post));
+            if (hc == 4) comb_sinkhorn4(p, t, inv, sc[2], mix + 1 + 2 * hc);
+            else comb_sinkhorn_any(p, t, inv, sc[2], mix + 1 + 2 * hc, base_comb, C);
         }
+        return;
     }
-    __syncthreads();
     const float* v = p.streams + t * width;
     double pr[kMaxHc];
 #pragma unroll
     for (int i = 0; i < kMaxHc; ++i) pr[i] = i < hc ? double(pre[i]) : 0.0;
 #pragma unroll 4
-    for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) {  // read-only loads: free to run ahead of the stores
+    for (int64_t c = threadIdx.x - 32; c < p.D; c += blockDim.x - 32) {  // read-only loads run ahead of stores
         double acc = 0;
 #pragma unroll
         for (int i = 0; i < kMaxHc; ++i)

@@ -40,19 +40,37 @@ __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
         if (e >= 0 && e < p.n_experts) atomicAdd(&count[e], 1);  // integer counts: order-free
     }
     __syncthreads();
-    if (threadIdx.x == 0) {  // exclusive prefix over experts, active slots in ascending expert id
-        int32_t off = 0, a = 0;
-        for (int64_t e = 0; e < p.n_experts; ++e) {
-            start[e] = off;
-            if (count[e] > 0) {
-                plan.expert[a] = int32_t(e);
-                plan.begin[a] = off;
-                ++a;
-            }
-            off += count[e];
+    // exclusive prefix over experts (pair offsets and active-slot numbers, active slots in ascending
+    // expert id): each thread scans a run of consecutive experts, the runs' totals by a block scan
+    const int64_t per = (p.n_experts + blockDim.x - 1) / blockDim.x, e0 = threadIdx.x * per;
+    const int64_t e1 = min(p.n_experts, e0 + per);
+    int32_t pairs_run = 0, active_run = 0;
+    for (int64_t e = e0; e < e1; ++e) pairs_run += count[e], active_run += count[e] > 0;
+    __shared__ int32_t warp_tot[2][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    int32_t inc_p = pairs_run, inc_a = active_run;  // inclusive warp scans
+    for (int o = 1; o < 32; o <<= 1) {
+        const int32_t up_p = __shfl_up_sync(0xffffffffu, inc_p, o), up_a = __shfl_up_sync(0xffffffffu, inc_a, o);
+        if (lane >= o) inc_p += up_p, inc_a += up_a;
+    }
+    if (lane == 31) warp_tot[0][warp] = inc_p, warp_tot[1][warp] = inc_a;
+    __syncthreads();
+    int32_t off = inc_p - pairs_run, a = inc_a - active_run;
+    for (int w = 0; w < warp; ++w) off += warp_tot[0][w], a += warp_tot[1][w];
+    for (int64_t e = e0; e < e1; ++e) {
+        start[e] = off;
+        if (count[e] > 0) {
+            plan.expert[a] = int32_t(e);
+            plan.begin[a] = off;
+            ++a;
         }
-        plan.begin[a] = off;
-        *plan.n_active = a;
+        off += count[e];
+    }
+    if (threadIdx.x == blockDim.x - 1) {  // the last run ends at the totals
+        int32_t tot_p = 0, tot_a = 0;
+        for (int w = 0; w < nw; ++w) tot_p += warp_tot[0][w], tot_a += warp_tot[1][w];
+        plan.begin[tot_a] = tot_p;
+        *plan.n_active = tot_a;
     }
     __syncthreads();
     // Stable placement: a pair's rank among earlier pairs of the same expert (P <= kMoeGroupedMaxPairs).
