@@ -119,7 +119,8 @@ private:
     void launched(std::string_view op) {
         const char* err = cuda::last_launch_error();
         DI_CHECK(err == nullptr, "CUDA launch of {} failed (scope '{}'): {}", op, scope_, err);
-        if (auto it = launches_.find(std::string(op)); it != launches_.end()) ++it->second;
+        for (size_t i = 0; i < std::size(kOps); ++i)
+            if (kOps[i] == op) return void(++launches_[i]);
     }
 
     struct ExpertTable {
@@ -137,7 +138,10 @@ private:
     }
     // Launches per op; atomics because /metrics reads them while the engine runs (every key is set in the
     // constructor).
-    std::unordered_map<std::string, std::atomic<int64_t>> launches_;
+    static constexpr std::string_view kOps[] = {"embed",   "add",     "swiglu",  "linear",       "rms_norm",
+                                                "rope",    "compress", "indexer_topk", "attention", "window_store",
+                                                "mhc_pre", "mhc_post", "hc_head",      "route",     "moe"};
+    std::atomic<int64_t> launches_[std::size(kOps)] = {};
     int device_;
     cuda_impl::CachingAllocator alloc_;
     DeviceScratch scratch_;

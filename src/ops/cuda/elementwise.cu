@@ -64,7 +64,23 @@ __global__ void __launch_bounds__(256) rms_norm_reg_kernel(const float* x, int64
     for (int i = 0; i < kPer; ++i) {
         const int64_t c = threadIdx.x + 256 * int64_t(i);
         v[i] = c < d ? __ldg(xr + c) : 0.0f;
-        wv[i] = w && c < d ? load_f(w, wdt, c) : 1.0f;
+    }
+    // one loop per weight dtype: a dtype switch inside the loop would keep each load behind a branch
+    if (w == nullptr) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) wv[i] = 1.0f;
+    } else if (wdt == Fdt::kBF16) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+            const int64_t c = threadIdx.x + 256 * int64_t(i);
+            wv[i] = c < d ? __bfloat162float(static_cast<const __nv_bfloat16*>(w)[c]) : 1.0f;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+            const int64_t c = threadIdx.x + 256 * int64_t(i);
+            wv[i] = c < d ? load_f(w, wdt, c) : 1.0f;
+        }
     }
     double ss = 0;
 #pragma unroll

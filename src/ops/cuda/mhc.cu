@@ -126,8 +126,16 @@ __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, i
     }
 }
 
+// 1 / d for d > 0 from the f32 reciprocal and two Newton steps (to ~1 ulp of the double quotient): the
+// IEEE double division is a slow-path call, and Sinkhorn runs 39 of them back to back.
+__device__ __forceinline__ double recip_d(double d) {
+    double r = double(__frcp_rn(float(d)));
+    r = r * fma(-d, r, 2.0);
+    return r * fma(-d, r, 2.0);
+}
+
 // comb for hc = 4 on one warp: lane l < 16 owns element (l / 4, l % 4) in a register; row sums over lanes
-// xor 1, 2 and column sums over xor 4, 8, so an iteration is two shuffles and one division (lanes 16..31
+// xor 1, 2 and column sums over xor 4, 8, so an iteration is two shuffles and one reciprocal (lanes 16..31
 // mirror the work on garbage and are not written).
 __device__ __forceinline__ void comb_sinkhorn4(const MhcParams& p, int64_t t, double inv, double scale,
                                                const double* logits) {
@@ -143,7 +151,7 @@ __device__ __forceinline__ void comb_sinkhorn4(const MhcParams& p, int64_t t, do
         const int o = (it % 2) == 0 ? 4 : 1;  // columns first, then rows / columns alternate
         double s = x + __shfl_xor_sync(0xffffffffu, x, o);
         s += __shfl_xor_sync(0xffffffffu, s, 2 * o);
-        x /= (s + p.hc_eps);
+        x *= recip_d(s + p.hc_eps);
     }
     if (lane < 16) p.comb[t * p.ld_comb + e] = float(x);
 }
