@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
@@ -18,7 +19,7 @@ namespace di::cli {
 namespace {
 
 struct Options : GenOptions {
-    std::string ops = "linear,moe", batches = "1,8,64", out, markdown;
+    std::string ops = "linear,moe,attention,indexer_topk,mhc_pre,hc_head", batches = "1,8,64", out, markdown;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -32,9 +33,10 @@ std::vector<std::string> split(const std::string& s) {
 int run_screen(Options& o) {
     runtime::ScreenOptions so;
     so.ops = split(o.ops);
+    const runtime::ScreenOptions all;
     for (const std::string& op : so.ops)
-        if (op != "linear" && op != "moe")
-            return fail(fmt::format("screen: --ops: {} has no variants to screen (linear, moe)", op));
+        if (std::find(all.ops.begin(), all.ops.end(), op) == all.ops.end())
+            return fail(fmt::format("screen: --ops: {} has no variants to screen ({})", op, fmt::join(all.ops, ", ")));
     so.batches.clear();
     for (const std::string& b : split(o.batches)) {
         char* end = nullptr;
@@ -72,7 +74,7 @@ int run_screen(Options& o) {
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<Options>();
     add_model_options(app, *o);
-    app.add_option("--ops", o->ops, "ops to screen, comma separated (linear, moe)")->capture_default_str();
+    app.add_option("--ops", o->ops, "ops to screen, comma separated")->capture_default_str();
     app.add_option("--batches", o->batches, "token rows per case, comma separated")->capture_default_str();
     app.add_option("--out", o->out, "write the allow-list (kernels JSON) here");
     app.add_option("--markdown", o->markdown, "write the table here too");

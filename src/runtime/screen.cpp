@@ -13,17 +13,10 @@
 #include <fmt/format.h>
 
 #include "ops/ref/ref_backend.h"
+#include "runtime/screen_judge.h"
 
 namespace di::runtime {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// A buffer and a view of it with the shape of the view it was made from.
-struct Buf {
-    Tensor t;
-    TensorView v;
-};
+namespace screen_detail {
 
 // A copy of contiguous `src` in memory of `alloc`.
 Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src) {
@@ -35,11 +28,21 @@ Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src) {
     return b;
 }
 
-// `h` on be's device.
 Buf on_device(ops::Backend& be, const Tensor& h) { return copy_of(be, be.allocator(), h.view()); }
 
 Tensor host_tensor(DType t, std::initializer_list<int64_t> shape) { return Tensor(host_allocator(), t, shape); }
 
+void fill_uniform(Tensor& t, std::mt19937_64& rng, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    float* p = t.view().ptr<float>();
+    for (int64_t i = 0; i < t.view().numel(); ++i) p[i] = u(rng);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The output's bytes as floats (ids keep their bits).
 std::vector<float> to_host_f32(ops::Backend& be, const TensorView& v) {
     Tensor h = host_tensor(DType::kF32, {v.numel()});
     be.copy(h.view(), v.reshape({v.numel()}));
@@ -53,12 +56,6 @@ void poison(ops::Backend& be, const TensorView& v) {
     be.copy(v.reshape({v.numel()}), h.view());
 }
 
-void fill_uniform(Tensor& t, std::mt19937_64& rng, float lo, float hi) {
-    std::uniform_real_distribution<float> u(lo, hi);
-    float* p = t.view().ptr<float>();
-    for (int64_t i = 0; i < t.view().numel(); ++i) p[i] = u(rng);
-}
-
 // Relative L2 error; +inf when any element is not finite.
 double rel_l2(const std::vector<float>& got, const float* ref, size_t n) {
     double num = 0, den = 0;
@@ -69,6 +66,26 @@ double rel_l2(const std::vector<float>& got, const float* ref, size_t n) {
         den += double(ref[i]) * double(ref[i]);
     }
     return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The worst error of `got` against `ref` under `cmp`.
+double error_of(const std::vector<float>& got, const std::vector<float>& ref, const Compare& cmp) {
+    if (cmp.exact) {
+        size_t differ = 0;
+        for (size_t i = 0; i < ref.size(); ++i) differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+        return double(differ) / double(std::max<size_t>(ref.size(), 1));
+    }
+    if (cmp.segments.empty()) return rel_l2(got, ref.data(), ref.size());
+    double worst = 0;
+    for (const Segment& s : cmp.segments) {
+        std::vector<float> g(s.count), r(s.count);
+        for (size_t i = 0; i < s.count; ++i) {
+            const size_t at = s.first + (i / s.width) * s.period + i % s.width;
+            g[i] = got[at], r[i] = ref[at];
+        }
+        worst = std::max(worst, rel_l2(g, r.data(), s.count));
+    }
+    return worst;
 }
 
 double median_us(ops::Backend& be, const std::function<void()>& run) {
@@ -98,18 +115,18 @@ std::string format_name(const ops::QWeight& w) {
     }
 }
 
-// The part every op shares: fallback, candidate, the checks and the times. `run(y)` computes the op into y
-// (on be's device) on the full batch; `run_one(y1)` on row 0 alone (nullptr: no batch-invariance check).
+}  // namespace
+
 ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape, const std::vector<float>& ref,
                 int64_t k_len, const TensorView& y, const std::function<void(const TensorView&)>& run,
-                const TensorView& y1, const std::function<void(const TensorView&)>& run_one) {
+                const TensorView& y1, const std::function<void(const TensorView&)>& run_one, const Compare& cmp) {
     ScreenRow row{v.op, v.name, std::move(shape), "", 0, 0, 0, 0};
     allow_only(be, nullptr);
     poison(be, y);
     run(y);
-    const double err_fb = rel_l2(to_host_f32(be, y), ref.data(), ref.size());
+    const double err_fb = error_of(to_host_f32(be, y), ref, cmp);
     row.fallback_us = median_us(be, [&] { run(y); });
-    row.tolerance = std::max(2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)));
+    row.tolerance = cmp.exact ? 0.0 : std::max(2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)));
     allow_only(be, &v);
     const int64_t c0 = be.dispatch_count(v.op, v.name);
     poison(be, y);
@@ -120,10 +137,11 @@ ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape
         return row;
     }
     const std::vector<float> got = to_host_f32(be, y);
-    row.error = rel_l2(got, ref.data(), ref.size());
+    row.error = error_of(got, ref, cmp);
     if (!(row.error <= row.tolerance)) {
-        row.verdict = std::isfinite(row.error) ? fmt::format("fail: error {:.3g} above the tolerance", row.error)
-                                               : "fail: non-finite or unwritten outputs";
+        row.verdict = cmp.exact                  ? fmt::format("fail: {:.3g} of the ids differ", row.error)
+                      : std::isfinite(row.error) ? fmt::format("fail: error {:.3g} above the tolerance", row.error)
+                                                 : "fail: non-finite or unwritten outputs";
         return row;
     }
     if (v.deterministic) {
@@ -149,7 +167,9 @@ ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape
     return row;
 }
 
-}  // namespace
+}  // namespace screen_detail
+
+using namespace screen_detail;
 
 HostWeight host_weight(ops::Backend& be, const ops::QWeight& w) {
     HostWeight h;
@@ -282,6 +302,14 @@ ScreenReport screen_model(model::DeepseekV4& m, const ScreenOptions& o) {
                 if (v.op == "moe" && !v.fallback)
                     for (int64_t n : o.batches)
                         rep.rows.push_back(screen_moe(be, v, layer->ffn.experts, n, m.config().n_experts_active, rng));
+    }
+    if (wanted("attention")) screen_attention(be, variants, m.config(), o.batches, rng, rep.rows);
+    if (wanted("indexer_topk")) screen_indexer(be, variants, m.config(), o.batches, rng, rep.rows);
+    if (wanted("mhc_pre") || wanted("hc_head")) {
+        std::vector<ops::KernelVariant> mhc;
+        for (const ops::KernelVariant& v : variants)
+            if ((v.op == "mhc_pre" || v.op == "hc_head") && wanted(v.op)) mhc.push_back(v);
+        screen_mhc(be, mhc, m.config(), m.weights(), o.batches, rng, rep.rows);
     }
     be.set_allow_list(ops::AllowList::all_of(std::string(be.name()), variants));  // back to the built-in list
     rep.allow = allow_list_from(be, rep.rows);

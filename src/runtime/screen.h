@@ -1,5 +1,7 @@
 // `deepinfer screen`: every non-fallback kernel variant of a backend A/B-tested on a model's own shapes
-// (its distinct linear weights and its experts, at decode batches), and the allow-list of those that pass.
+// (its distinct linear weights and its experts at decode batches; attention and the indexer at a short and a
+// long context for every attention type it has; mhc_pre and hc_head with its own mixing weights), and the
+// allow-list of those that pass.
 // For each case: the reference result first, on host copies and the reference backend, before any candidate
 // runs; the candidate through the backend's own dispatch with only it and the fallbacks allowed, and its
 // dispatch count read back (the fallback answered: "skip: not dispatched", never "pass"); its error against
@@ -30,7 +32,7 @@ struct ScreenRow {
 };
 
 struct ScreenOptions {
-    std::vector<std::string> ops = {"linear", "moe"};
+    std::vector<std::string> ops = {"linear", "moe", "attention", "indexer_topk", "mhc_pre", "hc_head"};
     std::vector<int64_t> batches = {1, 8, 64};
     uint64_t seed = 1;
 };

@@ -11,6 +11,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ref_forwarding_backend.h"
 #include "runtime/kernels_file.h"
+#include "runtime/model_loader.h"
 #include "runtime/screen.h"
 
 namespace di {
@@ -85,6 +86,89 @@ TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
     EXPECT_TRUE(l.allows("linear", "ref"));  // fallbacks always
     for (const char* bad : {"ulp100", "fewer_rows", "noisy", "batch_dependent", "silent"})
         EXPECT_FALSE(l.allows("linear", bad)) << bad;
+}
+
+// Planted variants of the stateful and mHC ops, screened on the tiny fixture's own shapes: a correct one
+// passes; attention off by 100 ulp, a top-k with two ids swapped, an mhc_pre whose comb alone is off by
+// 3e-5 (x's norm hides that in one error over all outputs: checked by hand) and an hc_head that writes one row fewer
+// each fail with their reason.
+class PlantedOps final : public test::RefForwarding {
+public:
+    std::string_view name() const override { return "planted_ops"; }
+    std::vector<ops::KernelVariant> kernel_variants() const override {
+        std::vector<ops::KernelVariant> v;
+        for (const char* op : {"attention", "indexer_topk", "mhc_pre", "hc_head"}) {
+            v.push_back({op, "ref", "any", true});
+            v.push_back({op, "exact", "any", false});
+            v.push_back({op, "wrong", "any", false});
+        }
+        return v;
+    }
+    void set_allow_list(const ops::AllowList& l) override {
+        active_.clear();
+        for (const auto& v : kernel_variants())
+            if (!v.fallback && l.allows(v.op, v.name)) active_[v.op] = v.name;
+    }
+    int64_t dispatch_count(std::string_view op, std::string_view v) const override {
+        auto it = counts_.find(std::string(op) + "/" + std::string(v));
+        return it == counts_.end() ? 0 : it->second;
+    }
+    void attention(const ops::AttentionArgs& a) override {
+        ref().attention(a);
+        if (wrong("attention"))
+            for (int64_t i = 0; i < a.out.numel(); ++i) a.out.ptr<float>()[i] *= 1.0f + 100 * 0x1p-23f;
+    }
+    void indexer_topk(const ops::IndexerTopkArgs& a) override {
+        ref().indexer_topk(a);
+        if (wrong("indexer_topk") && a.picks.shape[1] > 1) std::swap(a.picks.ptr<int32_t>()[0], a.picks.ptr<int32_t>()[1]);
+    }
+    void mhc_pre(const ops::MhcPreArgs& a) override {
+        ref().mhc_pre(a);
+        if (wrong("mhc_pre"))
+            for (int64_t t = 0; t < a.comb.shape[0]; ++t) a.comb.ptr<float>()[t * a.comb.stride[0]] += 3e-5f;
+    }
+    void hc_head(const ops::HcHeadArgs& a) override {
+        ref().hc_head(a);
+        if (wrong("hc_head")) {
+            const int64_t n = a.out.shape[0];
+            std::memset(a.out.ptr<float>() + (n - 1) * a.out.stride[0], 0xff, size_t(a.out.shape[1]) * sizeof(float));
+        }
+    }
+
+private:
+    bool wrong(const std::string& op) {
+        auto it = active_.find(op);
+        if (it == active_.end()) return false;
+        ++counts_[op + "/" + it->second];
+        return it->second == "wrong";
+    }
+    std::map<std::string, std::string> active_;
+    std::map<std::string, int64_t> counts_;
+};
+
+TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
+    PlantedOps be;
+    auto m = runtime::load_model(std::string(DI_TEST_DATA) + "/v4_tiny_fp32", be);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    runtime::ScreenOptions o;
+    o.ops = {"attention", "indexer_topk", "mhc_pre", "hc_head"};
+    o.batches = {1, 3};
+    const runtime::ScreenReport rep = runtime::screen_model(**m, o);
+    std::map<std::string, int> seen;
+    for (const runtime::ScreenRow& r : rep.rows) {
+        ++seen[r.op + "/" + r.variant];
+        if (r.variant == "exact") {
+            EXPECT_EQ(r.verdict, "pass") << r.op << " " << r.shape;
+            continue;
+        }
+        const std::string want = r.op == "indexer_topk" ? "fail: " : r.op == "hc_head" ? "fail: non-finite" : "fail: error";
+        EXPECT_EQ(r.verdict.rfind(want, 0), 0u) << r.op << " " << r.shape << ": " << r.verdict;
+    }
+    for (const char* op : {"attention", "indexer_topk", "mhc_pre", "hc_head"}) {
+        EXPECT_GT(seen[std::string(op) + "/wrong"], 0) << op << " was not screened";
+        EXPECT_TRUE(rep.allow.allows(op, "exact")) << op;
+        EXPECT_FALSE(rep.allow.allows(op, "wrong")) << op;
+    }
 }
 
 TEST(KernelsFile, StrictParsingAndDispatchObeysIt) {

@@ -45,7 +45,10 @@ CudaBackend::CudaBackend(int device)
               {"moe", "per_pair", "any n", true}}),
       mhc_pre_v_(mhc_variants("mhc_pre")),
       hc_head_v_(mhc_variants("hc_head")),
-      attention_v_({{"attention", "split_kv", "head_dim <= 512, a multiple of 4, 16-byte aligned key rows; keys split across blocks, merged with the sink", false},
+      attention_v_({{"attention", "split_kv",
+                     "head_dim <= 512, a multiple of 4, 16-byte aligned key rows; keys split across blocks, merged "
+                     "with the sink; the split count depends on the chunk's query count, so not batch-invariant",
+                     false, true, false},
                     {"attention", "per_query", "head_dim <= 512", true}}),
       device_(device),
       alloc_(device),

@@ -1,0 +1,193 @@
+// Screen cases of the stateful and mHC ops, on the model's own dimensions: attention over the window and
+// the compressed entries (each attention type the model has, a short and a long context, chunks of each
+// batch size), the indexer's top-k (exact ids), mhc_pre with the model's own mixing weights (x, post and
+// comb each within tolerance) and hc_head. Each case's reference is computed once, on host copies and the
+// reference backend, before any candidate runs.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "ops/ref/ref_backend.h"
+#include "runtime/screen_judge.h"
+
+namespace di::runtime::screen_detail {
+namespace {
+
+using RunFn = std::function<void(const TensorView&)>;
+
+std::vector<const ops::KernelVariant*> candidates(const std::vector<ops::KernelVariant>& all, std::string_view op) {
+    std::vector<const ops::KernelVariant*> v;
+    for (const ops::KernelVariant& k : all)
+        if (k.op == op && !k.fallback) v.push_back(&k);
+    return v;
+}
+
+std::vector<float> floats_of(const Tensor& t) {
+    std::vector<float> v(size_t(t.view().numel()));
+    std::memcpy(v.data(), t.view().data, v.size() * sizeof(float));
+    return v;
+}
+
+// Context lengths (tokens before the chunk) the stateful ops are screened at: short, and long enough that
+// the compressed entries outnumber the window, within `max_position_embeddings`.
+std::vector<int64_t> contexts(const model::ModelConfig& cfg) {
+    std::vector<int64_t> c = {std::min<int64_t>(1024, cfg.max_position_embeddings / 2),
+                              std::min<int64_t>(16384, cfg.max_position_embeddings / 2)};
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    return c;
+}
+
+}  // namespace
+
+void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
+                      const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
+    const auto cands = candidates(variants, "attention");
+    if (cands.empty()) return;
+    const int64_t H = cfg.n_heads, hd = cfg.head_dim, window = cfg.window;
+    std::set<int64_t> rates;  // 0: sliding only; CSA and HCA rates of the model's layers
+    for (int l = 0; l < int(cfg.n_layers); ++l) rates.insert(cfg.compress_rate(l));
+    for (int64_t rate : rates)
+        for (int64_t ctx : contexts(cfg))
+            for (int64_t L : batches) {
+                const bool picks = rate == cfg.csa_rate && rate > 0, causal = rate > 0 && !picks;
+                const int64_t T = rate > 0 ? std::max<int64_t>((ctx + L) / rate, 1) : 1;
+                const int64_t k = picks ? std::min(cfg.index_topk, T) : 1;
+                Tensor q = host_tensor(DType::kF32, {L, H, hd}), ring = host_tensor(DType::kF32, {window - 1, hd});
+                Tensor kv = host_tensor(DType::kF32, {L, hd}), comp = host_tensor(DType::kF32, {T, hd});
+                Tensor sinks = host_tensor(DType::kF32, {H}), pk = host_tensor(DType::kI32, {L, k});
+                Tensor out = host_tensor(DType::kF32, {L, H, hd});
+                for (Tensor* t : {&q, &ring, &kv, &comp}) fill_uniform(*t, rng, -1, 1);
+                fill_uniform(sinks, rng, -2, 2);
+                for (int64_t i = 0; i < L * k; ++i)  // -1s and repeats included, as the op allows
+                    pk.view().ptr<int32_t>()[i] = int32_t(int64_t(rng() % uint64_t(T + 1)) - 1);
+                auto args = [&](const TensorView& qv, const TensorView& rv, const TensorView& kvv, const TensorView& cv,
+                                const TensorView& pv, const TensorView& sv, const TensorView& ov) {
+                    ops::AttentionArgs a;
+                    a.q = qv, a.ring = rv, a.kv = kvv, a.sinks = sv, a.out = ov;
+                    if (rate > 0) a.comp = cv;
+                    if (picks) a.picks = pv;
+                    a.pos0 = ctx, a.n_cached = std::min(ctx, window - 1), a.window = window;
+                    a.comp_mask = picks ? ops::CompMask::kPicks : causal ? ops::CompMask::kCausal : ops::CompMask::kNone;
+                    a.rate = rate > 0 ? rate : 1;
+                    a.scale = float(1.0 / std::sqrt(double(hd)));
+                    return a;
+                };
+                ops::make_ref_backend()->attention(
+                    args(q.view(), ring.view(), kv.view(), comp.view(), pk.view(), sinks.view(), out.view()));
+                const std::vector<float> ref = floats_of(out);
+                const Buf qd = on_device(be, q), rd = on_device(be, ring), kd = on_device(be, kv);
+                const Buf cd = on_device(be, comp), pd = on_device(be, pk), sd = on_device(be, sinks);
+                Tensor y(be.allocator(), DType::kF32, {L, H, hd}), y1(be.allocator(), DType::kF32, {1, H, hd});
+                const RunFn run = [&](const TensorView& o) { be.attention(args(qd.v, rd.v, kd.v, cd.v, pd.v, sd.v, o)); };
+                const RunFn one = [&](const TensorView& o) {
+                    be.attention(args(qd.v.rows(0, 1), rd.v, kd.v.rows(0, 1), cd.v, pd.v.rows(0, 1), sd.v, o));
+                };
+                const std::string shape =
+                    fmt::format("{} {} x {}, window {}, context {}, {} queries", picks ? "CSA" : causal ? "HCA" : "sliding",
+                                H, hd, window, ctx, L);
+                for (const ops::KernelVariant* v : cands)
+                    rows.push_back(judge(be, *v, shape, ref, std::max(hd, window + (picks ? k : T)), y.view(), run,
+                                         y1.view(), L > 1 ? one : nullptr));
+            }
+}
+
+void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
+                    const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
+    const auto cands = candidates(variants, "indexer_topk");
+    if (cands.empty() || cfg.index_topk <= 0 || cfg.index_heads <= 0) return;
+    const int64_t nH = cfg.index_heads, dim = cfg.index_dim, rate = cfg.csa_rate;
+    for (int64_t ctx : contexts(cfg))
+        for (int64_t L : batches) {
+            const int64_t T = std::max<int64_t>((ctx + L) / rate, 1), k = std::min(cfg.index_topk, T);
+            Tensor q = host_tensor(DType::kF32, {L, nH, dim}), w = host_tensor(DType::kF32, {L, nH});
+            Tensor keys = host_tensor(DType::kF32, {T, dim}), picks = host_tensor(DType::kI32, {L, k});
+            for (Tensor* t : {&q, &w, &keys}) fill_uniform(*t, rng, -1, 1);
+            auto args = [&](const TensorView& qv, const TensorView& wv, const TensorView& kv, const TensorView& pv) {
+                return ops::IndexerTopkArgs{qv, wv, kv, pv, ctx, rate, float(1.0 / std::sqrt(double(nH))),
+                                            float(1.0 / std::sqrt(double(dim)))};
+            };
+            ops::make_ref_backend()->indexer_topk(args(q.view(), w.view(), keys.view(), picks.view()));
+            const std::vector<float> ref = floats_of(picks);  // the ids' bits
+            const Buf qd = on_device(be, q), wd = on_device(be, w), kd = on_device(be, keys);
+            Tensor y(be.allocator(), DType::kI32, {L, k}), y1(be.allocator(), DType::kI32, {1, k});
+            const RunFn run = [&](const TensorView& o) { be.indexer_topk(args(qd.v, wd.v, kd.v, o)); };
+            const RunFn one = [&](const TensorView& o) { be.indexer_topk(args(qd.v.rows(0, 1), wd.v.rows(0, 1), kd.v, o)); };
+            const std::string shape = fmt::format("{} x {}, {} entries, top-{}, {} queries", nH, dim, T, k, L);
+            Compare exact;
+            exact.exact = true;
+            for (const ops::KernelVariant* v : cands)
+                rows.push_back(judge(be, *v, shape, ref, dim, y.view(), run, y1.view(), L > 1 ? one : nullptr, exact));
+        }
+}
+
+void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
+                const model::ModelWeights& w, const std::vector<int64_t>& batches, std::mt19937_64& rng,
+                std::vector<ScreenRow>& rows) {
+    const int64_t hc = cfg.hc_mult, D = cfg.hidden_dim;
+    const float eps = float(cfg.rms_norm_eps), hc_eps = float(cfg.hc_eps);
+    auto host = [&](const TensorView& v, std::vector<Buf>& keep) {
+        keep.push_back(copy_of(be, host_allocator(), v));
+        return keep.back().v;
+    };
+    std::vector<Buf> keep;
+    const auto pre_cands = candidates(variants, "mhc_pre"), head_cands = candidates(variants, "hc_head");
+    if (!w.layers.empty() && !pre_cands.empty()) {
+        const model::HcWeights& hw = w.layers[0].hc_attn;
+        const TensorView fn = host(hw.fn, keep), base = host(hw.base, keep), scale = host(hw.scale, keep);
+        const int64_t W = D + hc + hc * hc;  // one output row: x, post, comb side by side
+        // views of x, post and comb in the rows of `o` ([n, W])
+        auto args = [&](const TensorView& st, const TensorView& f, const TensorView& b, const TensorView& sc,
+                        const TensorView& o) {
+            const int64_t n = o.shape[0];
+            auto part = [&](int64_t col, std::initializer_list<int64_t> shape) {
+                TensorView v = TensorView::contiguous(o.ptr<float>() + col, DType::kF32, shape, o.device);
+                v.stride[0] = W;
+                return v;
+            };
+            return ops::MhcPreArgs{st, f, b, sc, part(0, {n, D}), part(D, {n, hc}), part(D + hc, {n, hc, hc}),
+                                   eps, hc_eps, int(cfg.hc_sinkhorn_iters)};
+        };
+        for (int64_t n : batches) {
+            Tensor st = host_tensor(DType::kF32, {n, hc, D}), out = host_tensor(DType::kF32, {n, W});
+            fill_uniform(st, rng, -1, 1);
+            ops::make_ref_backend()->mhc_pre(args(st.view(), fn, base, scale, out.view()));
+            const std::vector<float> ref = floats_of(out);
+            const Buf sd = on_device(be, st);
+            Tensor y(be.allocator(), DType::kF32, {n, W}), y1(be.allocator(), DType::kF32, {1, W});
+            const RunFn run = [&](const TensorView& o) { be.mhc_pre(args(sd.v, hw.fn, hw.base, hw.scale, o)); };
+            const RunFn one = [&](const TensorView& o) { be.mhc_pre(args(sd.v.rows(0, 1), hw.fn, hw.base, hw.scale, o)); };
+            Compare parts;  // x, post and comb each within the tolerance (x's norm would hide the others)
+            parts.segments = {{0, size_t(n * D), size_t(D), size_t(W)},
+                              {size_t(D), size_t(n * hc), size_t(hc), size_t(W)},
+                              {size_t(D + hc), size_t(n * hc * hc), size_t(hc * hc), size_t(W)}};
+            const std::string shape = fmt::format("hc {} x {}, n={}", hc, D, n);
+            for (const ops::KernelVariant* v : pre_cands)
+                rows.push_back(judge(be, *v, shape, ref, hc * D, y.view(), run, y1.view(), n > 1 ? one : nullptr, parts));
+        }
+    }
+    if (!head_cands.empty()) {
+        const TensorView fn = host(w.hc_head.fn, keep), base = host(w.hc_head.base, keep), scale = host(w.hc_head.scale, keep);
+        for (int64_t n : batches) {
+            Tensor st = host_tensor(DType::kF32, {n, hc, D}), out = host_tensor(DType::kF32, {n, D});
+            fill_uniform(st, rng, -1, 1);
+            ops::make_ref_backend()->hc_head({st.view(), fn, base, scale, out.view(), eps, hc_eps});
+            const std::vector<float> ref = floats_of(out);
+            const Buf sd = on_device(be, st);
+            Tensor y(be.allocator(), DType::kF32, {n, D}), y1(be.allocator(), DType::kF32, {1, D});
+            const RunFn run = [&](const TensorView& o) {
+                be.hc_head({sd.v, w.hc_head.fn, w.hc_head.base, w.hc_head.scale, o, eps, hc_eps});
+            };
+            const RunFn one = [&](const TensorView& o) {
+                be.hc_head({sd.v.rows(0, 1), w.hc_head.fn, w.hc_head.base, w.hc_head.scale, o, eps, hc_eps});
+            };
+            const std::string shape = fmt::format("hc {} x {}, n={}", hc, D, n);
+            for (const ops::KernelVariant* v : head_cands)
+                rows.push_back(judge(be, *v, shape, ref, hc * D, y.view(), run, y1.view(), n > 1 ? one : nullptr));
+        }
+    }
+}
+
+}  // namespace di::runtime::screen_detail

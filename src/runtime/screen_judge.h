@@ -1,0 +1,59 @@
+// Internals of the kernel screen shared by its case builders (screen.cpp: linear, moe and the checks;
+// screen_cases.cpp: attention, indexer_topk, mhc_pre, hc_head): host/device buffers and the judge that runs
+// the fallback and the candidate on one case and returns the row.
+#pragma once
+
+#include <functional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/backend.h"
+#include "runtime/screen.h"
+
+namespace di::runtime::screen_detail {
+
+// A buffer and a view of it with the shape of the view it was made from.
+struct Buf {
+    Tensor t;
+    TensorView v;
+};
+// A copy of contiguous `src` in memory of `alloc`.
+Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src);
+// Host tensor `h` on be's device.
+Buf on_device(ops::Backend& be, const Tensor& h);
+Tensor host_tensor(DType t, std::initializer_list<int64_t> shape);
+void fill_uniform(Tensor& t, std::mt19937_64& rng, float lo, float hi);
+
+// How a candidate's output is compared with the reference: relative L2 error per segment of the output
+// buffer (the worst counts; no segments = the whole buffer), or exact (ids): the fraction of 32-bit words
+// that differ, with tolerance 0. A segment's element i sits at first + (i / width) * period + i % width.
+struct Segment {
+    size_t first, count, width, period;
+};
+struct Compare {
+    std::vector<Segment> segments;
+    bool exact = false;
+};
+
+// Runs the fallback, then the candidate, on one case: `run(y)` computes the op into y (on be's device),
+// `run_one(y1)` its row 0 alone (nullptr: no batch-invariance check). `ref` holds y's reference values
+// (floats, or the ids' bits for an exact compare); `k_len` the longest sum (the tolerance's floor).
+ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape, const std::vector<float>& ref,
+                int64_t k_len, const TensorView& y, const std::function<void(const TensorView&)>& run,
+                const TensorView& y1, const std::function<void(const TensorView&)>& run_one,
+                const Compare& cmp = {});
+
+// The cases of the stateful and mHC ops for every non-fallback variant of `variants` (screen_cases.cpp).
+void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
+                      const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows);
+void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
+                    const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows);
+void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
+                const model::ModelWeights& w, const std::vector<int64_t>& batches, std::mt19937_64& rng,
+                std::vector<ScreenRow>& rows);
+
+}  // namespace di::runtime::screen_detail
