@@ -19,7 +19,7 @@ namespace di::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kVersion = "2";  // bump when the demo weights or config change
+constexpr const char* kVersion = "3";  // bump when the demo weights or config change
 
 class Rng {  // splitmix64 + Box-Muller: identical everywhere
 public:
@@ -136,6 +136,7 @@ nlohmann::ordered_json model_config(const RandomModelSpec& m) {
             {"num_hash_layers", 1}, {"index_n_heads", m.index_heads}, {"index_head_dim", m.index_dim},
             {"index_topk", m.index_topk}, {"n_routed_experts", m.experts}, {"n_shared_experts", 1},
             {"num_experts_per_tok", m.active}, {"moe_intermediate_size", m.moe}, {"scoring_func", "sqrtsoftplus"},
+            {"norm_topk_prob", true},  // as the released configs (read by other tools, e.g. llama.cpp's converter)
             {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"hc_mult", 4}, {"hc_sinkhorn_iters", 20},
             {"hc_eps", 1e-6}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"compress_rope_theta", 160000.0},
             {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Peer benchmark on the CPU: deepinfer's cpu backend against llama.cpp on the same checkpoint, the same
+# machine and thread counts, runs interleaved. llama.cpp comes from PyPI's llama-cpp-python source
+# distribution (which bundles it; fetched at run time into the work folder, never committed): its
+# llama-bench is built for this CPU and its own converter (run in a venv with its pinned requirements)
+# turns the checkpoint into GGUF (FP4 experts -> MXFP4, FP8 -> Q8_0, BF16 kept). A checkpoint whose
+# tokenizer is larger than its vocab_size (the "mid" bench model uses the demo tokenizer's first ids) gets a
+# tokenizer cut to vocab_size for the converter: the benchmark feeds token ids, the text side plays no part.
+#   bench/llama_cpp_peer.sh [--model DIR | --preset demo|mid] [--threads "1 2"] [--prompt 64] [--decode 16]
+#                           [--reps 3] [--work build-peer] [--deepinfer build-cpu]
+set -euo pipefail
+model="" preset=demo threads="1 2" prompt=64 decode=16 reps=3 work=build-peer bin=build-cpu
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --model) model=$2 ;; --preset) preset=$2 ;; --threads) threads=$2 ;; --prompt) prompt=$2 ;;
+    --decode) decode=$2 ;; --reps) reps=$2 ;; --work) work=$2 ;; --deepinfer) bin=$2 ;;
+    *) echo "llama_cpp_peer.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+version=0.3.36
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+
+# 1. llama.cpp from the registry, llama-bench built for this machine
+if [[ ! -x $src/build/bin/llama-bench ]]; then
+  [[ -d $src ]] || { pip download --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$work" &&
+                     tar xzf "$work/llama_cpp_python-$version.tar.gz" -C "$work"; }
+  cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > "$work/cmake.log"
+  cmake --build "$src/build" --target llama-bench -j"$(nproc)" > "$work/build.log"
+fi
+# 2. the converter's environment (its own requirements pins)
+if [[ ! -x $work/venv/bin/python ]]; then
+  python3 -m venv "$work/venv"
+  "$work/venv/bin/pip" install -q 'torch==2.11.0' 'numpy~=2.2.6' sentencepiece 'transformers==4.57.6' \
+    'protobuf>=4.21,<5' safetensors "$src/gguf-py"
+fi
+# 3. the checkpoint: a given one, or the bench preset deepinfer's model_bench writes
+if [[ -z $model ]]; then
+  if [[ $preset == demo ]]; then
+    "$bin/deepinfer" run --prompt Hi --max-new-tokens 1 > /dev/null 2>&1  # creates the demo model in the cache
+    model=$(ls -d "${DEEPINFER_CACHE:-$HOME/.cache/deepinfer}"/demo-v4-* | tail -1)
+  else
+    "$bin/bench/model_bench" --preset "$preset" --backend cpu --prompt 1 --decode 1 > /dev/null
+    model=${TMPDIR:-/tmp}/deepinfer-bench-$preset
+  fi
+fi
+name=$(basename "$model")
+stage="$work/hf-$name"
+mkdir -p "$stage"
+for f in "$model"/*; do ln -sf "$(realpath "$f")" "$stage/$(basename "$f")"; done
+if [[ ! -e $model/tokenizer.json ]]; then
+  demo=$(ls -d "${DEEPINFER_CACHE:-$HOME/.cache/deepinfer}"/demo-v4-* 2>/dev/null | tail -1)
+  [[ -n $demo ]] || "$bin/deepinfer" run --prompt Hi --max-new-tokens 1 > /dev/null 2>&1
+  demo=$(ls -d "${DEEPINFER_CACHE:-$HOME/.cache/deepinfer}"/demo-v4-* | tail -1)
+  rm -f "$stage/tokenizer.json" "$stage/tokenizer_config.json"
+  "$work/venv/bin/python" - "$demo/tokenizer.json" "$model/config.json" "$stage/tokenizer.json" <<'PY'
+import json, sys
+tok, cfg = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+v = cfg["vocab_size"]
+m = tok["model"]
+m["vocab"] = {t: i for t, i in m["vocab"].items() if i < v}
+keep = lambda s: s in m["vocab"]
+merges = [p for p in m["merges"] if all(keep(x) for x in (p.split(" ") if isinstance(p, str) else p))]
+m["merges"] = [p for p in merges if keep("".join(p.split(" ") if isinstance(p, str) else p))]
+tok["added_tokens"] = [a for a in tok.get("added_tokens", []) if a["id"] < v]
+json.dump(tok, open(sys.argv[3], "w"))
+PY
+  cp "$demo/tokenizer_config.json" "$stage/tokenizer_config.json"
+fi
+gguf="$work/$name.gguf"
+[[ -s $gguf ]] || "$work/venv/bin/python" "$src/convert_hf_to_gguf.py" "$stage" --outfile "$gguf" > "$work/convert-$name.log" 2>&1 ||
+  { tail -20 "$work/convert-$name.log"; exit 1; }
+
+# 4. both engines, interleaved, warm-up included (llama-bench warms up itself; model_bench's prefill is one)
+echo "model $model ($(du -shL "$model" | cut -f1)), gguf $(du -sh "$gguf" | cut -f1); prompt $prompt, decode $decode"
+printf "| threads | rep | deepinfer decode tok/s | llama.cpp decode tok/s | deepinfer prefill tok/s | llama.cpp prefill tok/s |\n"
+printf "|---:|---:|---:|---:|---:|---:|\n"
+for t in $threads; do
+  for r in $(seq "$reps"); do
+    di=$(DEEPINFER_THREADS=$t "$bin/bench/model_bench" --model "$model" --backend cpu --prompt "$prompt" --decode "$decode" |
+         sed -n 's/.*= \([0-9.]*\) tokens\/s; decode .* = \([0-9.]*\) tokens\/s.*/\1 \2/p')
+    lc=$("$src/build/bin/llama-bench" -m "$gguf" -t "$t" -p "$prompt" -n "$decode" -r 1 -o csv 2>/dev/null |
+         python3 -c 'import csv,sys; rows=list(csv.DictReader(sys.stdin)); d={("pp" if int(r["n_prompt"]) else "tg"): float(r["avg_ts"]) for r in rows}; print(d.get("pp",0), d.get("tg",0))')
+    read -r di_pp di_tg <<< "$di"
+    read -r lc_pp lc_tg <<< "$lc"
+    printf "| %s | %s | %s | %.2f | %s | %.1f |\n" "$t" "$r" "$di_tg" "$lc_tg" "$di_pp" "$lc_pp"
+  done
+done
