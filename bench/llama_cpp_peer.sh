@@ -3,10 +3,10 @@
 # machine and thread counts, runs interleaved. llama.cpp comes from PyPI's llama-cpp-python source
 # distribution (which bundles it; fetched at run time into the work folder, never committed): its
 # llama-bench is built for this CPU and its own converter (run in a venv with its pinned requirements)
-# turns the checkpoint into GGUF (FP4 experts -> MXFP4, FP8 -> Q8_0, BF16 kept). A checkpoint whose
-# tokenizer is larger than its vocab_size (the "mid" bench model uses the demo tokenizer's first ids) gets a
-# tokenizer cut to vocab_size for the converter: the benchmark feeds token ids, the text side plays no part.
-#   bench/llama_cpp_peer.sh [--model DIR | --preset demo|mid] [--threads "1 2"] [--prompt 64] [--decode 16]
+# turns the checkpoint into GGUF (FP4 experts -> MXFP4, FP8 -> Q8_0, BF16 kept). A random bench checkpoint
+# (no tokenizer) borrows the demo model's, so its vocabulary must be the tokenizer's 129,280 (`--preset
+# mid-fullvocab`): the converter takes only tokenizers it recognises.
+#   bench/llama_cpp_peer.sh [--model DIR | --preset demo|mid-fullvocab] [--threads "1 2"] [--prompt 64] [--decode 16]
 #                           [--reps 3] [--work build-peer] [--deepinfer build-cpu]
 set -euo pipefail
 model="" preset=demo threads="1 2" prompt=64 decode=16 reps=3 work=build-peer bin=build-cpu
@@ -51,24 +51,18 @@ name=$(basename "$model")
 stage="$work/hf-$name"
 mkdir -p "$stage"
 for f in "$model"/*; do ln -sf "$(realpath "$f")" "$stage/$(basename "$f")"; done
-if [[ ! -e $model/tokenizer.json ]]; then
+if [[ ! -e $model/tokenizer.json ]]; then  # a random bench model: the demo's tokenizer, if the vocabularies agree
   demo=$(ls -d "${DEEPINFER_CACHE:-$HOME/.cache/deepinfer}"/demo-v4-* 2>/dev/null | tail -1)
-  [[ -n $demo ]] || "$bin/deepinfer" run --prompt Hi --max-new-tokens 1 > /dev/null 2>&1
-  demo=$(ls -d "${DEEPINFER_CACHE:-$HOME/.cache/deepinfer}"/demo-v4-* | tail -1)
-  rm -f "$stage/tokenizer.json" "$stage/tokenizer_config.json"
-  "$work/venv/bin/python" - "$demo/tokenizer.json" "$model/config.json" "$stage/tokenizer.json" <<'PY'
-import json, sys
-tok, cfg = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-v = cfg["vocab_size"]
-m = tok["model"]
-m["vocab"] = {t: i for t, i in m["vocab"].items() if i < v}
-keep = lambda s: s in m["vocab"]
-merges = [p for p in m["merges"] if all(keep(x) for x in (p.split(" ") if isinstance(p, str) else p))]
-m["merges"] = [p for p in merges if keep("".join(p.split(" ") if isinstance(p, str) else p))]
-tok["added_tokens"] = [a for a in tok.get("added_tokens", []) if a["id"] < v]
-json.dump(tok, open(sys.argv[3], "w"))
-PY
-  cp "$demo/tokenizer_config.json" "$stage/tokenizer_config.json"
+  [[ -n $demo ]] || { "$bin/deepinfer" run --prompt Hi --max-new-tokens 1 > /dev/null 2>&1;
+                      demo=$(ls -d "${DEEPINFER_CACHE:-$HOME/.cache/deepinfer}"/demo-v4-* | tail -1); }
+  want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model/config.json")
+  if [[ $want != 129280 ]]; then
+    echo "llama_cpp_peer.sh: $model has no tokenizer and vocab_size $want; llama.cpp's converter needs a tokenizer" \
+         "it recognises (use --preset mid-fullvocab: the mid model with the tokenizer's 129,280 tokens)" >&2
+    exit 1
+  fi
+  ln -sf "$demo/tokenizer.json" "$stage/tokenizer.json"
+  ln -sf "$demo/tokenizer_config.json" "$stage/tokenizer_config.json"
 fi
 gguf="$work/$name.gguf"
 [[ -s $gguf ]] || "$work/venv/bin/python" "$src/convert_hf_to_gguf.py" "$stage" --outfile "$gguf" > "$work/convert-$name.log" 2>&1 ||

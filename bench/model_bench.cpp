@@ -86,9 +86,15 @@ int main(int argc, char** argv) {
             if (!d) return std::fprintf(stderr, "%s\n", d.error().message.c_str()), 1;
             dir = *d;
         } else {
+            if (preset != "flash" && preset != "mid" && preset != "mid-fullvocab")
+                return std::fprintf(stderr, "model_bench: unknown preset '%s' (demo, mid, mid-fullvocab, flash)\n",
+                                    preset.c_str()),
+                       2;
+            runtime::RandomModelSpec spec = preset == "flash" ? flash_spec() : mid_spec();
+            if (preset == "mid-fullvocab") spec.vocab = 129280;  // the tokenizer's vocabulary (peer benchmarks)
             dir = (std::filesystem::temp_directory_path() / ("deepinfer-bench-" + preset)).string();
             if (!std::filesystem::exists(dir + "/model.safetensors"))
-                if (auto st = runtime::write_random_model(dir, preset == "flash" ? flash_spec() : mid_spec()); !st)
+                if (auto st = runtime::write_random_model(dir, spec); !st)
                     return std::fprintf(stderr, "%s\n", st.error().message.c_str()), 1;
         }
     }
