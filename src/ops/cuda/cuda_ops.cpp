@@ -250,14 +250,20 @@ void CudaBackend::route(const RouteArgs& a) {
 const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
     if (auto it = expert_tables_.find(a.experts);
         it != expert_tables_.end() && it->second.host.size() == size_t(3 * a.n_experts)) {
-        // weights do not move once loaded: equal data and scale pointers mean the same table (checking
-        // them is 3 * E compares; rebuilding is 3 * E weight_refs and a host->device copy per MoE call)
+        // The same pointers, strides, shapes and formats mean the same table: comparing them is a few
+        // compares per matrix, rebuilding is 3 * E weight_refs and a host->device copy per MoE call.
+        auto same_as = [](const WeightRef& r, const QWeight& q) {
+            return r.data == q.data.data && r.scale == q.scale.data && r.ld == q.data.stride[0] &&
+                   r.out_dim == q.out_dim && r.in_dim == q.in_dim && r.format == uint8_t(q.format) &&
+                   (q.scale.empty() || r.ld_scale == q.scale.stride[0]) &&
+                   (q.format != WeightFormat::kDense || r.dense_dt == fdt(q.data.dtype, "moe.w")) &&
+                   (q.scale.empty() || r.scale_e8m0 == (q.scale.dtype == DType::kE8M0));
+        };
         bool same = true;
         for (int64_t e = 0; same && e < a.n_experts; ++e) {
             const ExpertWeights& w = a.experts[e];
             const WeightRef* r = &it->second.host[size_t(3 * e)];
-            same = r[0].data == w.w1.data.data && r[1].data == w.w3.data.data && r[2].data == w.w2.data.data &&
-                   r[0].scale == w.w1.scale.data && r[1].scale == w.w3.scale.data && r[2].scale == w.w2.scale.data;
+            same = same_as(r[0], w.w1) && same_as(r[1], w.w3) && same_as(r[2], w.w2);
         }
         if (same) return it->second;
     }
