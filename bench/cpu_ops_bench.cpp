@@ -3,6 +3,7 @@
 // ref vs cpu. Weights are cycled through enough replicas (>= 512 MiB) that they come from DRAM, not cache,
 // as in real decoding of a large model.
 //   cpu_ops_bench [--threads N] [--skip-e2e] [--decode N]
+//   cpu_ops_bench --read-bandwidth [--threads N]   (prints the parallel read bandwidth in GB/s and exits)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -97,6 +98,29 @@ double copy_bandwidth(ThreadPool& pool) {
         best = std::min(best, since(t));
     }
     return 2.0 * double(kColdBytes) / best;
+}
+
+// Read bandwidth (bytes read per second) of a parallel sum over `pool` of a buffer that does not fit the
+// caches, best of 5: the ceiling of a decode step that streams its weights once.
+double read_bandwidth(ThreadPool& pool) {
+    std::vector<uint64_t> src(kColdBytes / sizeof(uint64_t), 1);
+    const int64_t chunk = (1 << 20) / int64_t(sizeof(uint64_t)), n_chunks = int64_t(src.size()) / chunk;
+    std::vector<uint64_t> sums(size_t(pool.size()) * 8, 0);
+    double best = 1e9;
+    for (int rep = 0; rep < 5; ++rep) {
+        const auto t = Clock::now();
+        pool.parallel_for(n_chunks, 16, [&](int64_t b, int64_t e, int worker) {
+            uint64_t acc[4] = {0, 0, 0, 0};
+            for (const uint64_t* p = src.data() + b * chunk; p < src.data() + e * chunk; p += 4)
+                acc[0] += p[0], acc[1] += p[1], acc[2] += p[2], acc[3] += p[3];
+            sums[size_t(worker) * 8] += acc[0] + acc[1] + acc[2] + acc[3];
+        });
+        best = std::min(best, since(t));
+    }
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    if (total == 0) std::fprintf(stderr, "read_bandwidth: no data\n");  // keeps the sums alive
+    return double(kColdBytes) / best;
 }
 
 struct LinearCase {
@@ -232,17 +256,22 @@ DecodeResult demo_decode(ops::Backend& be, const std::string& dir, int64_t n_new
 
 int main(int argc, char** argv) {
     int threads = 0;
-    bool e2e = true;
+    bool e2e = true, read_only = false;
     int64_t n_decode = 32;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--threads" && i + 1 < argc) threads = std::stoi(argv[++i]);
         else if (a == "--skip-e2e") e2e = false;
         else if (a == "--decode" && i + 1 < argc) n_decode = std::stoll(argv[++i]);
+        else if (a == "--read-bandwidth") read_only = true;
     }
     ops::CpuBackend cpu(threads);
     auto ref = ops::make_ref_backend();
     ThreadPool pool(cpu.n_threads());
+    if (read_only) {  // for scripts: one number, GB/s
+        fmt::print("{:.2f}\n", read_bandwidth(pool) / 1e9);
+        return 0;
+    }
     const double copy_bw = copy_bandwidth(pool);
     std::string load = "?";
     if (FILE* f = std::fopen("/proc/loadavg", "r")) {  // shared machines: say how busy this one was

@@ -68,11 +68,23 @@ gguf="$work/$name.gguf"
 [[ -s $gguf ]] || "$work/venv/bin/python" "$src/convert_hf_to_gguf.py" "$stage" --outfile "$gguf" > "$work/convert-$name.log" 2>&1 ||
   { tail -20 "$work/convert-$name.log"; exit 1; }
 
-# 4. both engines, interleaved, warm-up included (llama-bench warms up itself; model_bench's prefill is one)
-echo "model $model ($(du -shL "$model" | cut -f1)), gguf $(du -sh "$gguf" | cut -f1); prompt $prompt, decode $decode"
-printf "| threads | rep | deepinfer decode tok/s | llama.cpp decode tok/s | deepinfer prefill tok/s | llama.cpp prefill tok/s |\n"
-printf "|---:|---:|---:|---:|---:|---:|\n"
+# 4. both engines, interleaved, warm-up included (llama-bench warms up itself; model_bench's prefill is one).
+# Bytes per decode step as ../shared/tools/v4_decode_bytes.py counts them for this config (where that tool
+# is present; the same count for both engines: the checkpoint's formats), against the read bandwidth of a
+# parallel sum measured before each thread count's runs.
+bytes_tool=${DEEPINFER_BYTES_TOOL:-$(dirname "$0")/../../shared/tools/v4_decode_bytes.py}
+mb=""
+if [[ -f $bytes_tool ]]; then
+  mb=$(python3 "$bytes_tool" --config "$model/config.json" --batch 1 --context $((prompt + decode / 2)) |
+       sed -n 's/ *total: *\([0-9.]*\) MB.*/\1/p')
+fi
+echo "model $model ($(du -shL "$model" | cut -f1)), gguf $(du -sh "$gguf" | cut -f1); prompt $prompt, decode $decode;" \
+     "bytes per decode step ${mb:-?} MB"
+printf "| threads | read GB/s | rep | deepinfer decode tok/s | %% of read BW | llama.cpp decode tok/s | %% of read BW | deepinfer prefill tok/s | llama.cpp prefill tok/s |\n"
+printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+pct() { [[ -n $mb ]] && python3 -c "print(f'{100 * $1 * $mb / 1e3 / $2:.0f}%')" || echo "?"; }
 for t in $threads; do
+  bw=$("$bin/bench/cpu_ops_bench" --read-bandwidth --threads "$t")
   for r in $(seq "$reps"); do
     di=$(DEEPINFER_THREADS=$t "$bin/bench/model_bench" --model "$model" --backend cpu --prompt "$prompt" --decode "$decode" |
          sed -n 's/.*= \([0-9.]*\) tokens\/s; decode .* = \([0-9.]*\) tokens\/s.*/\1 \2/p')
@@ -80,6 +92,7 @@ for t in $threads; do
          python3 -c 'import csv,sys; rows=list(csv.DictReader(sys.stdin)); d={("pp" if int(r["n_prompt"]) else "tg"): float(r["avg_ts"]) for r in rows}; print(d.get("pp",0), d.get("tg",0))')
     read -r di_pp di_tg <<< "$di"
     read -r lc_pp lc_tg <<< "$lc"
-    printf "| %s | %s | %s | %.2f | %s | %.1f |\n" "$t" "$r" "$di_tg" "$lc_tg" "$di_pp" "$lc_pp"
+    printf "| %s | %s | %s | %s | %s | %.2f | %s | %s | %.1f |\n" "$t" "$bw" "$r" "$di_tg" "$(pct "$di_tg" "$bw")" \
+      "$lc_tg" "$(pct "$lc_tg" "$bw")" "$di_pp" "$lc_pp"
   done
 done
