@@ -543,6 +543,51 @@ DI_AVX2 void fp8_dots_avx2(const float* const* x, const uint8_t* const* q, const
             res[r * kTileRows + k] = t[0];
         }
 }
+// 16 FP4 weights (8 bytes) of one row as dequant_fp4_avx2 makes them (the same values), in column order.
+DI_AVX2 inline void fp4_16_avx2(__m256 table, const uint8_t* q, float s, __m256& lo, __m256& hi) {
+    const __m256 vs = _mm256_set1_ps(s);
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)q));
+    const __m256 even = _mm256_mul_ps(fp4_values_avx2(table, b), vs);
+    const __m256 odd = _mm256_mul_ps(fp4_values_avx2(table, _mm256_srli_epi32(b, 4)), vs);
+    const __m256 a = _mm256_unpacklo_ps(even, odd), c = _mm256_unpackhi_ps(even, odd);
+    lo = _mm256_permute2f128_ps(a, c, 0x20), hi = _mm256_permute2f128_ps(a, c, 0x31);
+}
+
+// fp8_dots_avx2 for two FP4 rows q[0], q[1] with their own group scales sc[0], sc[1] (one per 32 columns).
+template <int R>
+DI_AVX2 void fp4_dots_avx2(const float* const* x, const uint8_t* const* q, const float* const* sc, int64_t len,
+                           float* res) {
+    const __m256 table = _mm256_loadu_ps(kFp4Values);
+    __m256 acc[R][2][2];
+    for (int r = 0; r < R; ++r)
+        for (int k = 0; k < 2; ++k) acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m256 wl[2], wh[2];
+        for (int k = 0; k < 2; ++k) fp4_16_avx2(table, q[k] + i / 2, sc[k][i / kFp4Group], wl[k], wh[k]);
+        for (int r = 0; r < R; ++r) {
+            const __m256 ul = _mm256_loadu_ps(x[r] + i), uh = _mm256_loadu_ps(x[r] + i + 8);
+            for (int k = 0; k < 2; ++k) {
+                acc[r][k][0] = _mm256_add_ps(acc[r][k][0], _mm256_mul_ps(ul, wl[k]));
+                acc[r][k][1] = _mm256_add_ps(acc[r][k][1], _mm256_mul_ps(uh, wh[k]));
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int k = 0; k < 2; ++k) {
+            alignas(32) float t[16];
+            _mm256_store_ps(t, acc[r][k][0]);
+            _mm256_store_ps(t + 8, acc[r][k][1]);
+            for (int64_t j = 0; i + j < len; ++j) {
+                const float wv = fp4_at(q[k], i + j) * sc[k][(i + j) / kFp4Group];
+                const float p = x[r][i + j] * wv;
+                t[j] = t[j] + p;
+            }
+            for (int h = 8; h >= 1; h /= 2)
+                for (int j = 0; j < h; ++j) t[j] += t[j + h];
+            res[r * kTileRows + k] = t[0];
+        }
+}
 #endif
 
 // FP8 tiles against one or two input rows on AVX2 without AVX-512: fused dequantisation (decode sizes).
@@ -566,11 +611,35 @@ bool fp8_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
 #endif
 }
 
+// The same for FP4 (the routed experts at decode: one pair per selected expert), two rows at a time, each
+// with its own group scales.
+bool fp4_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const* x, int64_t nx, float* res) {
+#if defined(__x86_64__) && !defined(__clang__)
+    if (w.format != WeightFormat::kFp4Group || nx > 2 || has_avx512() || !has_avx2()) return false;
+    const int64_t in = w.in_dim, ng = (in + kFp4Group - 1) / kFp4Group;
+    if (in % 2 != 0 || ng > kMaxScales / 2) return false;
+    const uint8_t* rows[kTileRows];
+    for (int64_t k = 0; k < kTileRows; ++k) rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
+    for (int k = 0; k < kTileRows; k += 2) {
+        float sc[2][kMaxScales / 2];
+        for (int j = 0; j < 2; ++j)
+            for (int64_t g = 0; g < ng; ++g) sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
+        const float* scp[2] = {sc[0], sc[1]};
+        if (nx == 2) fp4_dots_avx2<2>(x, rows + k, scp, in, res + k);
+        else fp4_dots_avx2<1>(x, rows + k, scp, in, res + k);
+    }
+    return true;
+#else
+    (void)w, (void)o0, (void)nw, (void)x, (void)nx, (void)res;
+    return false;
+#endif
+}
+
 }  // namespace
 
 void weight_tile(const QWeight& w, int64_t o0, int64_t nw, const float* const* x, int64_t nx, CpuScratch& s,
                  float* res) {
-    if (fp8_tile_fused(w, o0, nw, x, nx, res)) return;
+    if (fp8_tile_fused(w, o0, nw, x, nx, res) || fp4_tile_fused(w, o0, nw, x, nx, res)) return;
     const int64_t in = w.in_dim;
     const float* rows[kTileRows];
     if (w.format == WeightFormat::kDense && w.data.dtype == DType::kF32) {
