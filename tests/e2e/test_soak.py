@@ -99,7 +99,9 @@ class SoakTest(unittest.TestCase):
                 print(f"round {rnd:2d}: {time.perf_counter() - t0:5.2f} s, server RSS {rss[-1] / 1024:6.1f} MiB",
                       flush=True)
             print("RSS curve (MiB): " + json.dumps([round(x / 1024, 1) for x in rss]), flush=True)
-            self.assertLess(max(rss[6:]) - rss[5], 8 * 1024, f"RSS keeps growing after round 6: {rss}")
+            # Growth past the level of the first six rounds (their maximum: one sample can dip when the
+            # allocator trims, and a dip taken as the baseline made the check fail on a flat curve).
+            self.assertLess(max(rss[6:]) - max(rss[:6]), 8 * 1024, f"RSS keeps growing after round 6: {rss}")
         self.assertEqual(server.rc, 0)
 
 
