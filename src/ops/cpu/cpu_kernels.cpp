@@ -391,31 +391,33 @@ DI_CPU_CLONES void dot_tile_generic(const float* const* x, int64_t nx, const flo
 // -ffp-contract=off makes the generic code), the tail goes into lanes 0.. in order, and the fold is the
 // same tree. GCC's AVX2 clone of the generic kernels kept the 16-lane accumulators on the stack (32 ymm for
 // the 4 x 4 tile; AVX2 has 16): 49% of a mid-model decode step. Here R x K accumulator pairs stay in
-// registers (R, K <= 2: 8 ymm), so a 4-row weight tile is two passes of K = 2.
-template <int R, int K>
-DI_AVX2 void dots_avx2(const float* const* x, const float* const* w, int64_t len, float* res) {
-    __m256 acc[R][K][2];
+// registers (R <= 2 input rows x 2 weight rows: 8 ymm), so a 4-row weight tile is two passes.
+// `Rows` gives the two weight rows: chunk(k, i, lo, hi) their columns i .. i + 15 as f32, at(k, c) one
+// column (the tail); FloatRows here, Fp8Rows and Fp4Rows dequantise in registers (weight_tile's fused path).
+template <int R, class Rows>
+DI_AVX2 void dots_avx2(const float* const* x, const Rows& w, int64_t len, float* res) {
+    __m256 acc[R][2][2];
     for (int r = 0; r < R; ++r)
-        for (int k = 0; k < K; ++k) acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
+        for (int k = 0; k < 2; ++k) acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= len; i += 16) {
-        __m256 wl[K], wh[K];
-        for (int k = 0; k < K; ++k) wl[k] = _mm256_loadu_ps(w[k] + i), wh[k] = _mm256_loadu_ps(w[k] + i + 8);
+        __m256 wl[2], wh[2];
+        for (int k = 0; k < 2; ++k) w.chunk(k, i, wl[k], wh[k]);
         for (int r = 0; r < R; ++r) {
             const __m256 ul = _mm256_loadu_ps(x[r] + i), uh = _mm256_loadu_ps(x[r] + i + 8);
-            for (int k = 0; k < K; ++k) {
+            for (int k = 0; k < 2; ++k) {
                 acc[r][k][0] = _mm256_add_ps(acc[r][k][0], _mm256_mul_ps(ul, wl[k]));
                 acc[r][k][1] = _mm256_add_ps(acc[r][k][1], _mm256_mul_ps(uh, wh[k]));
             }
         }
     }
     for (int r = 0; r < R; ++r)
-        for (int k = 0; k < K; ++k) {
+        for (int k = 0; k < 2; ++k) {
             alignas(32) float t[16];
             _mm256_store_ps(t, acc[r][k][0]);
             _mm256_store_ps(t + 8, acc[r][k][1]);
             for (int64_t j = 0; i + j < len; ++j) {
-                const float p = x[r][i + j] * w[k][i + j];
+                const float p = x[r][i + j] * w.at(k, i + j);
                 t[j] = t[j] + p;
             }
             for (int h = 8; h >= 1; h /= 2)  // fold(): lane j += lane j + h
@@ -424,14 +426,22 @@ DI_AVX2 void dots_avx2(const float* const* x, const float* const* w, int64_t len
         }
 }
 
+struct FloatRows {
+    const float* const* w;
+    DI_AVX2 void chunk(int k, int64_t i, __m256& lo, __m256& hi) const {
+        lo = _mm256_loadu_ps(w[k] + i), hi = _mm256_loadu_ps(w[k] + i + 8);
+    }
+    float at(int k, int64_t c) const { return w[k][c]; }
+};
+
 static_assert(kTileRows % 2 == 0, "dot_tile_avx2 takes weight rows in pairs");
 
 DI_AVX2 void dot_tile_avx2(const float* const* x, int64_t nx, const float* const* w, int64_t len, float* res) {
     int64_t r = 0;
     for (; r + 2 <= nx; r += 2)
-        for (int k = 0; k < kTileRows; k += 2) dots_avx2<2, 2>(x + r, w + k, len, res + r * kTileRows + k);
+        for (int k = 0; k < kTileRows; k += 2) dots_avx2<2>(x + r, FloatRows{w + k}, len, res + r * kTileRows + k);
     if (r < nx)
-        for (int k = 0; k < kTileRows; k += 2) dots_avx2<1, 2>(x + r, w + k, len, res + r * kTileRows + k);
+        for (int k = 0; k < kTileRows; k += 2) dots_avx2<1>(x + r, FloatRows{w + k}, len, res + r * kTileRows + k);
 }
 #endif
 
@@ -508,41 +518,16 @@ DI_AVX2 inline void fp8_16_avx2(const uint8_t* q, float s, __m256& lo, __m256& h
     }
 }
 
-// dots_avx2<R, 2> with the two FP8 weight rows q[0], q[1] (scales sc per 128 columns, shared: the rows sit
-// in one 128-row block) dequantised in registers instead of through a buffer: the same weights, the same
-// sums, without writing and re-reading 4 x in_dim floats per tile (64 KiB at in_dim 4096, past L1).
-template <int R>
-DI_AVX2 void fp8_dots_avx2(const float* const* x, const uint8_t* const* q, const float* sc, int64_t len, float* res) {
-    __m256 acc[R][2][2];
-    for (int r = 0; r < R; ++r)
-        for (int k = 0; k < 2; ++k) acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= len; i += 16) {
-        __m256 wl[2], wh[2];
-        for (int k = 0; k < 2; ++k) fp8_16_avx2(q[k] + i, sc[i / kFp8Block], wl[k], wh[k]);
-        for (int r = 0; r < R; ++r) {
-            const __m256 ul = _mm256_loadu_ps(x[r] + i), uh = _mm256_loadu_ps(x[r] + i + 8);
-            for (int k = 0; k < 2; ++k) {
-                acc[r][k][0] = _mm256_add_ps(acc[r][k][0], _mm256_mul_ps(ul, wl[k]));
-                acc[r][k][1] = _mm256_add_ps(acc[r][k][1], _mm256_mul_ps(uh, wh[k]));
-            }
-        }
-    }
-    for (int r = 0; r < R; ++r)
-        for (int k = 0; k < 2; ++k) {
-            alignas(32) float t[16];
-            _mm256_store_ps(t, acc[r][k][0]);
-            _mm256_store_ps(t + 8, acc[r][k][1]);
-            for (int64_t j = 0; i + j < len; ++j) {
-                const float wv = fp8_e4m3_to_f32(q[k][i + j]) * sc[(i + j) / kFp8Block];
-                const float p = x[r][i + j] * wv;
-                t[j] = t[j] + p;
-            }
-            for (int h = 8; h >= 1; h /= 2)
-                for (int j = 0; j < h; ++j) t[j] += t[j + h];
-            res[r * kTileRows + k] = t[0];
-        }
-}
+// Two FP8 weight rows (scales sc per 128 columns, shared: the rows sit in one 128-row block) dequantised in
+// registers instead of through a buffer: the same weights and sums, without writing and re-reading 4 x
+// in_dim floats per tile (64 KiB at in_dim 4096, past L1).
+struct Fp8Rows {
+    const uint8_t* const* q;
+    const float* sc;
+    DI_AVX2 void chunk(int k, int64_t i, __m256& lo, __m256& hi) const { fp8_16_avx2(q[k] + i, sc[i / kFp8Block], lo, hi); }
+    float at(int k, int64_t c) const { return fp8_e4m3_to_f32(q[k][c]) * sc[c / kFp8Block]; }
+};
+
 // 16 FP4 weights (8 bytes) of one row as dequant_fp4_avx2 makes them (the same values), in column order.
 DI_AVX2 inline void fp4_16_avx2(__m256 table, const uint8_t* q, float s, __m256& lo, __m256& hi) {
     const __m256 vs = _mm256_set1_ps(s);
@@ -553,41 +538,15 @@ DI_AVX2 inline void fp4_16_avx2(__m256 table, const uint8_t* q, float s, __m256&
     lo = _mm256_permute2f128_ps(a, c, 0x20), hi = _mm256_permute2f128_ps(a, c, 0x31);
 }
 
-// fp8_dots_avx2 for two FP4 rows q[0], q[1] with their own group scales sc[0], sc[1] (one per 32 columns).
-template <int R>
-DI_AVX2 void fp4_dots_avx2(const float* const* x, const uint8_t* const* q, const float* const* sc, int64_t len,
-                           float* res) {
-    const __m256 table = _mm256_loadu_ps(kFp4Values);
-    __m256 acc[R][2][2];
-    for (int r = 0; r < R; ++r)
-        for (int k = 0; k < 2; ++k) acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= len; i += 16) {
-        __m256 wl[2], wh[2];
-        for (int k = 0; k < 2; ++k) fp4_16_avx2(table, q[k] + i / 2, sc[k][i / kFp4Group], wl[k], wh[k]);
-        for (int r = 0; r < R; ++r) {
-            const __m256 ul = _mm256_loadu_ps(x[r] + i), uh = _mm256_loadu_ps(x[r] + i + 8);
-            for (int k = 0; k < 2; ++k) {
-                acc[r][k][0] = _mm256_add_ps(acc[r][k][0], _mm256_mul_ps(ul, wl[k]));
-                acc[r][k][1] = _mm256_add_ps(acc[r][k][1], _mm256_mul_ps(uh, wh[k]));
-            }
-        }
+// Two FP4 weight rows with their own group scales sc[0], sc[1] (one per 32 columns), likewise.
+struct Fp4Rows {
+    const uint8_t* const* q;
+    const float* const* sc;
+    DI_AVX2 void chunk(int k, int64_t i, __m256& lo, __m256& hi) const {
+        fp4_16_avx2(_mm256_loadu_ps(kFp4Values), q[k] + i / 2, sc[k][i / kFp4Group], lo, hi);
     }
-    for (int r = 0; r < R; ++r)
-        for (int k = 0; k < 2; ++k) {
-            alignas(32) float t[16];
-            _mm256_store_ps(t, acc[r][k][0]);
-            _mm256_store_ps(t + 8, acc[r][k][1]);
-            for (int64_t j = 0; i + j < len; ++j) {
-                const float wv = fp4_at(q[k], i + j) * sc[k][(i + j) / kFp4Group];
-                const float p = x[r][i + j] * wv;
-                t[j] = t[j] + p;
-            }
-            for (int h = 8; h >= 1; h /= 2)
-                for (int j = 0; j < h; ++j) t[j] += t[j + h];
-            res[r * kTileRows + k] = t[0];
-        }
-}
+    float at(int k, int64_t c) const { return fp4_at(q[k], c) * sc[k][c / kFp4Group]; }
+};
 #endif
 
 // FP8 tiles against one or two input rows on AVX2 without AVX-512: fused dequantisation (decode sizes).
@@ -601,8 +560,8 @@ bool fp8_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
     const uint8_t* rows[kTileRows];
     for (int64_t k = 0; k < kTileRows; ++k) rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
     for (int k = 0; k < kTileRows; k += 2) {
-        if (nx == 2) fp8_dots_avx2<2>(x, rows + k, sc, in, res + k);
-        else fp8_dots_avx2<1>(x, rows + k, sc, in, res + k);
+        if (nx == 2) dots_avx2<2>(x, Fp8Rows{rows + k, sc}, in, res + k);
+        else dots_avx2<1>(x, Fp8Rows{rows + k, sc}, in, res + k);
     }
     return true;
 #else
@@ -625,8 +584,8 @@ bool fp4_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
         for (int j = 0; j < 2; ++j)
             for (int64_t g = 0; g < ng; ++g) sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
         const float* scp[2] = {sc[0], sc[1]};
-        if (nx == 2) fp4_dots_avx2<2>(x, rows + k, scp, in, res + k);
-        else fp4_dots_avx2<1>(x, rows + k, scp, in, res + k);
+        if (nx == 2) dots_avx2<2>(x, Fp4Rows{rows + k, scp}, in, res + k);
+        else dots_avx2<1>(x, Fp4Rows{rows + k, scp}, in, res + k);
     }
     return true;
 #else
