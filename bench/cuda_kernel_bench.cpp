@@ -146,8 +146,10 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
     float* y = nullptr;
     KCHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
     for (int64_t n : ns) {
-        for (auto [vname, v] : {std::pair{"stream_gemv", LinearVariant::kStreamGemv},
+        for (auto [vname, v] : {std::pair{"split_rows", LinearVariant::kSplitRows},
+                                std::pair{"stream_gemv", LinearVariant::kStreamGemv},
                                 std::pair{"warp_gemv", LinearVariant::kWarpGemv}}) {
+            if (v == LinearVariant::kSplitRows && !gemv_split_supported(x, in, ws.copies[0], n)) continue;
             if (v == LinearVariant::kStreamGemv && !gemv_supported(x, in, ws.copies[0], n)) continue;
             const int reps = int(ws.copies.size()) * std::max(1, int(20 / ws.copies.size()));
             const double us = graph_us(s, reps, [&](int i) {
@@ -220,8 +222,10 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
         float* out = nullptr;
         KCHECK(cudaMalloc(&out, size_t(n * D) * 4));
         MoeParams p{x, D, nullptr, k, w, k, dtable, E, out, D, n, k, D, I, 10.0f, gemv_format(table[0])};
-        for (auto [vname, v] : {std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
+        for (auto [vname, v] : {std::pair{"split_rows", MoeVariant::kSplitRows}, std::pair{"grouped", MoeVariant::kGrouped},
+                                std::pair{"per_pair", MoeVariant::kPerPair}}) {
             p.ids = ids[0];
+            if (v == MoeVariant::kSplitRows && !moe_split_supported(p)) continue;
             if (v == MoeVariant::kGrouped && !moe_grouped_supported(p)) continue;
             scratch.get(1, size_t(n * k * I) * 4), scratch.get(2, size_t(n * k * D) * 4);  // before capture
             scratch.get(3, size_t(2 + 2 * std::min<int64_t>(n * k, E) + n * k) * 4);

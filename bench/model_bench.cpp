@@ -4,6 +4,7 @@
 //               [--batch B]   (B sequences: B prefills of N tokens in one step, then steps of B decodes)
 //               [--profile 1] (per-op time, bytes and GB/s of the prefill and of the decode steps; every op
 //                              synchronised, so the totals exceed the unprofiled times by the launch gaps)
+//               [--profile host] (nothing synchronised: the host's time to issue each op)
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -69,7 +70,7 @@ runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and for
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
     int64_t n_prompt = 256, n_decode = 16, batch = 1;
-    bool profile = false;
+    std::string profile = "0";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--model") dir = v;
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
         else if (k == "--prompt") n_prompt = std::stoll(v);
         else if (k == "--decode") n_decode = std::stoll(v);
         else if (k == "--batch") batch = std::stoll(v);
-        else if (k == "--profile") profile = v != "0";
+        else if (k == "--profile") profile = v;
     }
     if (dir.empty()) {
         if (preset == "demo") {
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
     auto be = runtime::make_backend(backend_name);
     if (!be) return std::fprintf(stderr, "%s\n", be.error().message.c_str()), 1;
     std::unique_ptr<ops::ProfileBackend> prof;
-    if (profile) prof = std::make_unique<ops::ProfileBackend>(**be);
+    if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be, profile != "host");
     ops::Backend& run_on = prof ? *prof : **be;
     auto m = runtime::load_model(dir, run_on);
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;

@@ -22,8 +22,8 @@ if [[ $what == all || $what == bench ]]; then
   cat "$OUT/kernel_bench.md" 2>/dev/null || tail -5 "$OUT/kernel_bench.log"
 fi
 if [[ $what == all || $what == model ]]; then
-  # unprofiled first (the step time), then with the per-op profile (every op synchronised)
-  for prof in 0 1; do
+  # unprofiled first (the step time), the host's issue time per op, then the per-op profile (every op synchronised)
+  for prof in ${PROFILES:-0 host 1}; do
     timeout 300 "$dir/bin/model_bench" --preset flash --backend cuda --prompt 512 --decode 16 --profile $prof \
       > "$OUT/model_flash_b1_profile$prof.log" 2>&1
     echo "model_bench flash b1 profile $prof exit $?"

@@ -124,8 +124,8 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, int l, bool index, S
     const int64_t width = overlap ? 2 * d : d;
     TensorView kv = ws_.take(DType::kF32, {s.n, width});
     TensorView gate = ws_.take(DType::kF32, {s.n, width});
-    be_->linear({y, cw.wkv, kv});
-    be_->linear({y, cw.wgate, gate});
+    const LinearArgs proj[] = {{y, cw.wkv, kv}, {y, cw.wgate, gate}};
+    be_->linears(proj);
     n_entries.assign(s.chunks.size(), 0);
     for (size_t c = 0; c < s.chunks.size(); ++c) {
         LayerState& ls = s.chunks[c].state->layer(l);
@@ -164,7 +164,9 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     TensorView y = ws_.take(DType::kF32, {n, D});
     be_->rms_norm({s.x, lw.attn_norm, y, eps});
     TensorView qr = ws_.take(DType::kF32, {n, cfg_.q_lora_rank});  // q residual, also feeds the indexer
-    be_->linear({y, aw.wq_a, qr});
+    TensorView kv = ws_.take(DType::kF32, {n, hd});
+    const LinearArgs from_y[] = {{y, aw.wq_a, qr}, {y, aw.wkv, kv}};
+    be_->linears(from_y);
     be_->rms_norm({qr, aw.q_norm, qr, eps});
     TensorView q = ws_.take(DType::kF32, {n, H * hd});
     be_->linear({qr, aw.wq_b, q});
@@ -172,8 +174,6 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     RopeArgs rq = rope_proto;
     rq.x = as3d(q, n, H, hd);  // [n, H, hd]
     be_->rope(rq);
-    TensorView kv = ws_.take(DType::kF32, {n, hd});
-    be_->linear({y, aw.wkv, kv});
     be_->rms_norm({kv, aw.kv_norm, kv, eps});
     RopeArgs rkv = rope_proto;
     rkv.x = as3d(kv, n, 1, hd);
@@ -243,7 +243,9 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     TensorView o2 = o.reshape({n, H * hd});
     TensorView u = ws_.take(DType::kF32, {n, G * R});
     const int64_t gw = H * hd / G;
-    for (int64_t g = 0; g < G; ++g) be_->linear({columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)});
+    std::vector<LinearArgs> groups;
+    for (int64_t g = 0; g < G; ++g) groups.push_back({columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)});
+    be_->linears(groups);
     TensorView a = ws_.take(DType::kF32, {n, D});
     be_->linear({u, aw.wo_b, a});
     be_->mhc_post({s.streams, a, s.post, s.comb, s.spare});
@@ -274,8 +276,8 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
     be_->moe({y, ids, weights, fw.experts.data(), int64_t(fw.experts.size()), routed, limit});
     TensorView gate = ws_.take(DType::kF32, {n, I});
     TensorView up = ws_.take(DType::kF32, {n, I});
-    be_->linear({y, fw.shared.w1, gate});
-    be_->linear({y, fw.shared.w3, up});
+    const LinearArgs shared_up[] = {{y, fw.shared.w1, gate}, {y, fw.shared.w3, up}};
+    be_->linears(shared_up);
     be_->swiglu({gate, up, gate, limit});
     TensorView shared = ws_.take(DType::kF32, {n, D});
     be_->linear({gate, fw.shared.w2, shared});

@@ -2,6 +2,7 @@
 // it; the model calls only these. Each method runs check(args) before touching memory.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,11 @@ public:
     virtual void add(const AddArgs& a) = 0;
     virtual void swiglu(const SwigluArgs& a) = 0;
     virtual void linear(const LinearArgs& a) = 0;
+    // Independent linears (no job reads another's output): the same results as linear() on each, which
+    // is what this default does; a backend may run them in fewer launches.
+    virtual void linears(std::span<const LinearArgs> jobs) {
+        for (const LinearArgs& a : jobs) linear(a);
+    }
     virtual void rms_norm(const RmsNormArgs& a) = 0;
     virtual void rope(const RopeArgs& a) = 0;
     virtual void compress(const CompressArgs& a) = 0;

@@ -1,4 +1,4 @@
-// linear on CUDA vs ref: every weight format, every variant (stream_gemv, warp_gemv, tiled and the default
+// linear on CUDA vs ref: every weight format, every variant (split_rows, stream_gemv, warp_gemv, tiled and the default
 // dispatch) on every case it applies to, odd sizes, strided x.
 // Tolerance 2e-5 relative L2: both dequantise exactly; the GPU accumulates in f32 (error ~ 1e-7 sqrt(K)),
 // the reference in double.
@@ -41,6 +41,14 @@ const LinearCase kCases[] = {
     {"f16_n5", 5, 512, 77, WeightFormat::kDense, DType::kF16},
     {"f32_n8_strided", 8, 1024, 300, WeightFormat::kDense, DType::kF32, DType::kE8M0, 4},
     {"fp8_n1_small_k", 1, 128, 256, WeightFormat::kFp8Block},
+    // the shapes split_rows takes (n <= 2, in_dim 1024 .. 8192)
+    {"q_b_fp8_n1", 1, 1024, 64 * 512, WeightFormat::kFp8Block},
+    {"o_b_fp8_n2", 2, 8 * 1024, 4096, WeightFormat::kFp8Block},
+    {"o_a_fp8_n1_strided_x", 1, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096},
+    {"expert_w2_fp4_n2", 2, 2048, 4096, WeightFormat::kFp4Group},
+    {"f16_n1_k2048", 1, 2048, 100, WeightFormat::kDense, DType::kF16},
+    {"f32_n2_k1024_strided", 2, 1024, 50, WeightFormat::kDense, DType::kF32, DType::kE8M0, 4},
+    {"fp8_f32_scale_n2_k3072", 2, 3072, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
 };
 
 struct LinearRun {
@@ -50,7 +58,7 @@ struct LinearRun {
 std::vector<LinearRun> linear_runs() {
     std::vector<LinearRun> v;
     for (const LinearCase& c : kCases)
-        for (const char* var : {"", "stream_gemv", "warp_gemv", "tiled"}) v.push_back({c, var});
+        for (const char* var : {"", "split_rows", "stream_gemv", "warp_gemv", "tiled"}) v.push_back({c, var});
     return v;
 }
 
@@ -66,6 +74,11 @@ bool stream_gemv_applies(const LinearCase& c) {
     return c.n <= 16 && c.in % elems == 0 && row_bytes % 16 == 0 && (c.in + c.x_pad) % 4 == 0;
 }
 
+// Whether split_rows takes the case (gemv_split.cu): one or two rows, in_dim 1024, 2048, 4096 or 8192.
+bool split_rows_applies(const LinearCase& c) {
+    return stream_gemv_applies(c) && c.n <= 2 && (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
+}
+
 class CudaLinear : public ::testing::TestWithParam<LinearRun> {};
 
 TEST_P(CudaLinear, MatchesRef) {
@@ -73,6 +86,7 @@ TEST_P(CudaLinear, MatchesRef) {
     const LinearCase& c = GetParam().c;
     const std::string variant = GetParam().variant;
     if (variant == "stream_gemv" && !stream_gemv_applies(c)) GTEST_SKIP() << "stream_gemv does not take this case";
+    if (variant == "split_rows" && !split_rows_applies(c)) GTEST_SKIP() << "split_rows does not take this case";
     auto& b = backends();
     Pair x(DType::kF32, {c.n, c.in + c.x_pad}), y(DType::kF32, {c.n, c.out});
     fill_uniform(x);
@@ -112,7 +126,7 @@ TEST_P(CudaLinear, MatchesRef) {
     b.gpu->linear(make(true));
     b.gpu->synchronize();
     expect_close(y, 2e-5, c.name);
-    if (variant == "stream_gemv" && c.n > 1) {  // batch invariance: row 0 alone is bit-identical
+    if ((variant == "stream_gemv" || variant == "split_rows") && c.n > 1) {  // batch invariance: row 0 alone is bit-identical
         Pair y1(DType::kF32, {1, c.out});
         y1.poison();
         ops::LinearArgs one = make(true);
@@ -129,6 +143,88 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear, ::testing::ValuesIn(linear_runs()), 
     const std::string v = tp.param.variant;
     return std::string(tp.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
 });
+
+}  // namespace
+}  // namespace di::gputest
+
+namespace di::gputest {
+namespace {
+
+// linears(): the grouped output projection's eight FP8 jobs (strided column slices of one x and one y),
+// the shared expert's two FP4 jobs, a BF16 job of another in_dim and an n = 2 pair, all in one call; each
+// job's result against the reference's linear, and the jobs split_rows shares launches for counted.
+TEST(CudaLinears, GroupedJobsMatchRef) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto& b = backends();
+    struct Job {
+        int64_t n, in, out;
+        WeightFormat fmt;
+        int64_t col;  // column offset of x and y in their shared rows (0: own tensors)
+    };
+    std::vector<Job> spec;
+    for (int g = 0; g < 8; ++g) spec.push_back({1, 4096, 1024, WeightFormat::kFp8Block, g});
+    spec.push_back({1, 4096, 2048, WeightFormat::kFp4Group, -1});
+    spec.push_back({1, 4096, 2048, WeightFormat::kFp4Group, -1});
+    spec.push_back({1, 2048, 300, WeightFormat::kDense, -1});
+    spec.push_back({2, 1024, 4096, WeightFormat::kFp8Block, -1});
+    spec.push_back({2, 1024, 700, WeightFormat::kFp8Block, -1});
+    spec.push_back({3, 512, 64, WeightFormat::kFp8Block, -1});  // no split_rows: runs alone
+    Pair xs(DType::kF32, {1, 8 * 4096}), ys(DType::kF32, {1, 8 * 1024});
+    fill_uniform(xs);
+    ys.poison();
+    std::vector<Pair> x(spec.size()), y(spec.size()), data(spec.size()), scale(spec.size());
+    for (size_t i = 0; i < spec.size(); ++i) {
+        const Job& j = spec[i];
+        if (j.col < 0) {
+            x[i] = Pair(DType::kF32, {j.n, j.in}), y[i] = Pair(DType::kF32, {j.n, j.out});
+            fill_uniform(x[i]);
+            y[i].poison();
+        }
+        if (j.fmt == WeightFormat::kDense) {
+            data[i] = Pair(DType::kBF16, {j.out, j.in});
+            fill_uniform(data[i], -0.1f, 0.1f);
+        } else if (j.fmt == WeightFormat::kFp8Block) {
+            data[i] = Pair(DType::kF8E4M3, {j.out, j.in});
+            fill_fp8(data[i]);
+            scale[i] = Pair(DType::kE8M0, {(j.out + 127) / 128, (j.in + 127) / 128});
+            fill_e8m0(scale[i]);
+        } else {
+            data[i] = Pair(DType::kFP4x2, {j.out, j.in / 2});
+            fill_uniform(data[i]);
+            scale[i] = Pair(DType::kE8M0, {j.out, j.in / 32});
+            fill_e8m0(scale[i]);
+        }
+    }
+    auto make = [&](bool dev) {
+        std::vector<ops::LinearArgs> v;
+        for (size_t i = 0; i < spec.size(); ++i) {
+            const Job& j = spec[i];
+            ops::LinearArgs a;
+            if (j.col >= 0) {
+                TensorView xv = dev ? xs.dv() : xs.hv(), yv = dev ? ys.dv() : ys.hv();
+                xv.data = static_cast<float*>(xv.data) + j.col * j.in, xv.shape[1] = j.in;
+                yv.data = static_cast<float*>(yv.data) + j.col * j.out, yv.shape[1] = j.out;
+                a.x = xv, a.y = yv;
+            } else {
+                a.x = dev ? x[i].dv() : x[i].hv(), a.y = dev ? y[i].dv() : y[i].hv();
+            }
+            a.w.format = j.fmt;
+            a.w.data = dev ? data[i].dv() : data[i].hv();
+            if (j.fmt != WeightFormat::kDense) a.w.scale = dev ? scale[i].dv() : scale[i].hv();
+            a.w.out_dim = j.out, a.w.in_dim = j.in;
+            v.push_back(a);
+        }
+        return v;
+    };
+    const int64_t split_before = b.gpu->dispatch_count("linear", "split_rows");
+    for (const ops::LinearArgs& a : make(false)) b.ref->linear(a);
+    b.gpu->linears(make(true));
+    b.gpu->synchronize();
+    expect_close(ys, 2e-5, "grouped projection");
+    for (size_t i = 0; i < spec.size(); ++i)
+        if (spec[i].col < 0) expect_close(y[i], 2e-5, "job " + std::to_string(i));
+    EXPECT_EQ(b.gpu->dispatch_count("linear", "split_rows") - split_before, 12) << "jobs in shared launches";
+}
 
 }  // namespace
 }  // namespace di::gputest

@@ -86,6 +86,11 @@ const MoeCase kMoe[] = {
     {"fp4_shared_experts_9_tokens_each", 18, 4, 2, 512, 256, ops::WeightFormat::kFp4Group},
     {"fp8_experts", 5, 8, 2, 256, 256, ops::WeightFormat::kFp8Block},
     {"dense_odd", 9, 4, 2, 65, 40, ops::WeightFormat::kDense},
+    // split_rows shapes (hidden and moe_dim multiples of 1024): several pairs per expert (two-pair passes
+    // and a one-pair remainder), fp8 experts, one token with fp8
+    {"fp4_split_shared_experts", 7, 4, 2, 1024, 2048, ops::WeightFormat::kFp4Group},
+    {"fp8_split_experts", 3, 8, 2, 2048, 1024, ops::WeightFormat::kFp8Block},
+    {"fp8_split_one_token", 1, 8, 3, 1024, 1024, ops::WeightFormat::kFp8Block},
 };
 
 // Every moe variant of the CUDA backend on every case it applies to ("" = the default dispatch).
@@ -96,20 +101,24 @@ struct MoeRun {
 std::vector<MoeRun> moe_runs() {
     std::vector<MoeRun> v;
     for (const MoeCase& c : kMoe)
-        for (const char* var : {"", "grouped", "per_pair"}) v.push_back({c, var});
+        for (const char* var : {"", "split_rows", "grouped", "per_pair"}) v.push_back({c, var});
     return v;
 }
 
 class CudaMoe : public ::testing::TestWithParam<MoeRun> {};
 
-// f32 dot products of length D and I vs double: 2e-5. The grouped variant must also be batch-invariant:
-// token 0 computed alone equals its row in the batch, bit for bit.
+// f32 dot products of length D and I vs double: 2e-5. The grouped and split_rows variants must also be
+// batch-invariant: token 0 computed alone equals its row in the batch, bit for bit (for split_rows that
+// compares its one-token path, without a plan, with the planned path).
 TEST_P(CudaMoe, MatchesRef) {
     SKIP_WITHOUT_GPU();
     const MoeCase& c = GetParam().c;
     const std::string variant = GetParam().variant;
     const bool applies = c.fmt != ops::WeightFormat::kDense || variant != "grouped";  // D = 65: no 16-byte rows
     if (!applies) GTEST_SKIP() << "grouped needs 16-byte weight rows";
+    auto split_dim = [](int64_t d) { return d == 1024 || d == 2048 || d == 4096 || d == 8192; };
+    const bool split_ok = split_dim(c.D) && split_dim(c.I);
+    if (variant == "split_rows" && !split_ok) GTEST_SKIP() << "split_rows needs hidden and moe_dim of 1024, 2048, 4096 or 8192";
     auto& b = backends();
     // The experts of a case are drawn once and shared by its variants (256 FP4 experts take ~40 s to draw).
     static std::map<std::string, std::pair<std::vector<Pair>, std::vector<Pair>>> cache;
@@ -172,7 +181,7 @@ TEST_P(CudaMoe, MatchesRef) {
     b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), 10.0f});
     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), 10.0f});
     expect_close(out, 2e-5, c.name);
-    if (variant == "grouped" && c.n > 1) {  // token 0 alone
+    if ((variant == "grouped" || variant == "split_rows") && c.n > 1) {  // token 0 alone
         Pair one(DType::kF32, {1, c.D});
         one.poison();
         b.gpu->moe({x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(), 10.0f});

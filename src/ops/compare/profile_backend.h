@@ -2,7 +2,9 @@
 // op the wall time, the calls and the bytes the op must move (activations in and out, weights in their
 // packed format, for moe the selected experts' weights), so a step's time can be split by op and each op
 // set against the bandwidth. The synchronisations add a few microseconds per op on a GPU (stated beside
-// the table); the op mix and the large ops' times are what it is for.
+// the table); the op mix and the large ops' times are what it is for. With `synchronised` false nothing is
+// synchronised and the times are the host's cost of issuing each op (checks, argument set-up, the launch):
+// against the unprofiled step time it shows whether a step waits on the host.
 #pragma once
 
 #include <chrono>
@@ -23,7 +25,7 @@ struct OpProfile {
 
 class ProfileBackend final : public Backend {
 public:
-    explicit ProfileBackend(Backend& subject) : subject_(subject) {}
+    explicit ProfileBackend(Backend& subject, bool synchronised = true) : subject_(subject), sync_(synchronised) {}
 
     std::string_view name() const override { return subject_.name(); }
     Allocator& allocator() override { return subject_.allocator(); }
@@ -67,6 +69,7 @@ private:
     void timed(const char* op, Args a, double weight_bytes, Fn&& run, bool count_views = true);
 
     Backend& subject_;
+    bool sync_;
     std::map<std::string, OpProfile> ops_;
 };
 

@@ -95,6 +95,7 @@ public:
     void add(const AddArgs& a) override;
     void swiglu(const SwigluArgs& a) override;
     void linear(const LinearArgs& a) override;
+    void linears(std::span<const LinearArgs> jobs) override;
     void rms_norm(const RmsNormArgs& a) override;
     void rope(const RopeArgs& a) override;
     void compress(const CompressArgs& a) override;
@@ -129,6 +130,8 @@ private:
         int gemv_format = -1;  // shared gemv_format() of every expert matrix, or -1
     };
     const ExpertTable& expert_table(const MoeArgs& a);
+    // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.
+    int choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group);
     // The ops with several kernels (cuda_ops.cpp lists them); the rest have one kernel each ("cuda"),
     // counted in launches_.
     OpVariants linear_v_, moe_v_, mhc_pre_v_, hc_head_v_, attention_v_;

@@ -20,9 +20,11 @@ void need_f32_rows(const TensorView& v, std::string_view what) {
 
 // The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
 // launcher's name for variant i.
-constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kStreamGemv, cuda::LinearVariant::kWarpGemv,
+constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kSplitRows, cuda::LinearVariant::kStreamGemv,
+                                               cuda::LinearVariant::kWarpGemv,
                                                cuda::LinearVariant::kTiled};
-constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
+constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kSplitRows, cuda::MoeVariant::kGrouped,
+                                            cuda::MoeVariant::kPerPair};
 constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
 constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSplitKv,
                                                      cuda::AttentionVariant::kPerQuery};
@@ -35,13 +37,21 @@ std::vector<KernelVariant> mhc_variants(const char* op) {
 }  // namespace
 
 CudaBackend::CudaBackend(int device)
-    : linear_v_({{"linear", "stream_gemv",
+    : linear_v_({{"linear", "split_rows",
+                  "n <= 2 rows; in_dim 1024, 2048, 4096 or 8192; 16-byte weight rows; rows split over a "
+                  "block's threads, x in registers",
+                  false},
+                 {"linear", "stream_gemv",
                   "n <= 16 rows; 16-byte weight rows; in_dim a multiple of the 16-byte unit; staged rows within "
                   "200 KiB of shared memory",
                   false},
                  {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
                  {"linear", "tiled", "any n", true}}),
-      moe_v_({{"moe", "grouped", "n * k <= 1024 pairs; every expert matrix in one format with 16-byte rows", false},
+      moe_v_({{"moe", "split_rows",
+               "hidden and moe_dim each 1024, 2048, 4096 or 8192; n * k <= 1024 pairs; every expert matrix in one "
+               "format with 16-byte rows; rows split over a block's threads, x in registers",
+               false},
+              {"moe", "grouped", "n * k <= 1024 pairs; every expert matrix in one format with 16-byte rows", false},
               {"moe", "per_pair", "any n", true}}),
       mhc_pre_v_(mhc_variants("mhc_pre")),
       hc_head_v_(mhc_variants("hc_head")),
@@ -88,22 +98,79 @@ void CudaBackend::swiglu(const SwigluArgs& a) {
     launched("swiglu");
 }
 
-void CudaBackend::linear(const LinearArgs& a) {
-    check(a);
-    device_args(a, "linear");
-    const WeightRef w = weight_ref(a.w, "linear.w");
+// split_rows alone beats stream_gemv only on large matrices (H200: 33 MB q_b/o_b 12-13 us against 15-18;
+// 4-8 MB ones 5-7.6 us against 4-6.3); sharing a launch with other jobs, it takes any size.
+bool split_rows_pays(const WeightRef& w) {
+    const double bytes = double(w.out_dim) * double(w.in_dim) *
+                         (w.format == 1 ? 1.0 : w.format == 2 ? 0.5 : w.dense_dt == cuda::Fdt::kF32 ? 4.0 : 2.0);
+    return bytes >= 16e6;
+}
+
+int CudaBackend::choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group) {
     const int64_t n = a.x.shape[0];
-    const int v = linear_v_.choose(
+    return linear_v_.choose(
         [&](int i, bool forced) {
             switch (kLinearEnum[i]) {
+                case cuda::LinearVariant::kSplitRows:
+                    return cuda::gemv_split_supported(f32(a.x), ld(a.x), w, n) &&
+                           (forced || in_group || split_rows_pays(w));
                 case cuda::LinearVariant::kStreamGemv: return cuda::gemv_supported(f32(a.x), ld(a.x), w, n);
                 case cuda::LinearVariant::kWarpGemv: return forced || n <= 8;  // forced: any n
                 default: return true;
             }
         },
         [&] { return fmt::format("n {}, weight {}x{}", n, w.out_dim, w.in_dim); });
-    cuda::launch_linear(f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), n, stream_, kLinearEnum[v]);
+}
+
+void CudaBackend::linear(const LinearArgs& a) {
+    check(a);
+    device_args(a, "linear");
+    const WeightRef w = weight_ref(a.w, "linear.w");
+    const int v = choose_linear(a, w, false);
+    cuda::launch_linear(f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, kLinearEnum[v]);
     launched("linear");
+}
+
+void CudaBackend::linears(std::span<const LinearArgs> jobs) {
+    // Jobs split_rows can share a launch with (same format, in_dim and n) go together; the rest run alone.
+    std::vector<WeightRef> w(jobs.size());
+    std::vector<cuda::SplitJob> sj(jobs.size());
+    std::vector<int> peers(jobs.size(), 0);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        check(jobs[i]);
+        device_args(jobs[i], "linear");
+        w[i] = weight_ref(jobs[i].w, "linear.w");
+        const LinearArgs& a = jobs[i];
+        sj[i] = {f32(a.x), ld(a.x), w[i], f32m(a.y), ld(a.y)};
+        if (!cuda::gemv_split_supported(sj[i].x, sj[i].ldx, w[i], a.x.shape[0])) continue;
+        for (size_t j = 0; j < i; ++j)
+            if (peers[j] > 0 && jobs[j].x.shape[0] == a.x.shape[0] && cuda::gemv_split_same_launch(sj[j], sj[i]))
+                ++peers[j], ++peers[i];
+        ++peers[i];  // itself
+    }
+    cuda::SplitJobs batch;
+    int64_t batch_n = 0;
+    auto flush = [&] {
+        if (batch.count == 0) return;
+        cuda::launch_gemv_split(batch, batch_n, stream_);
+        launched("linear");
+        batch.count = 0;
+    };
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        const int64_t n = jobs[i].x.shape[0];
+        const int v = choose_linear(jobs[i], w[i], peers[i] > 1);
+        if (kLinearEnum[v] != cuda::LinearVariant::kSplitRows) {
+            cuda::launch_linear(sj[i].x, sj[i].ldx, w[i], sj[i].y, sj[i].ldy, n, stream_, kLinearEnum[v]);
+            launched("linear");
+            continue;
+        }
+        if (batch.count == cuda::kSplitMaxJobs ||
+            (batch.count > 0 && (n != batch_n || !cuda::gemv_split_same_launch(batch.job[0], sj[i]))))
+            flush();
+        batch.job[batch.count++] = sj[i];
+        batch_n = n;
+    }
+    flush();
 }
 
 void CudaBackend::rms_norm(const RmsNormArgs& a) {
@@ -315,7 +382,13 @@ void CudaBackend::moe(const MoeArgs& a) {
                       static_cast<const WeightRef*>(table.device), a.n_experts, f32m(a.out), ld(a.out), n, k, D, I,
                       a.limit, table.gemv_format};
     const int v = moe_v_.choose(
-        [&](int i, bool) { return kMoeEnum[i] != cuda::MoeVariant::kGrouped || cuda::moe_grouped_supported(p); },
+        [&](int i, bool) {
+            switch (kMoeEnum[i]) {
+                case cuda::MoeVariant::kSplitRows: return cuda::moe_split_supported(p);
+                case cuda::MoeVariant::kGrouped: return cuda::moe_grouped_supported(p);
+                default: return true;
+            }
+        },
         [&] { return fmt::format("{} pairs, expert format {}", n * k, table.gemv_format); });
     cuda::launch_moe(p, scratch_, stream_, kMoeEnum[v]);
     launched("moe");

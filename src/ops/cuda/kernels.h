@@ -55,11 +55,12 @@ struct RopeParams {
 void launch_rope(const RopeParams& p, Stream s);
 
 // y[n, out] = x[n, in] . W^T, W dequantised in the kernel. Variants (each forceable by the tests):
+//   kSplitRows   n <= 2, in_dim 1024, 2048, 4096 or 8192 (gemv_split.cu); needs gemv_split_supported()
 //   kStreamGemv  n <= kGemvMaxRows, 16-byte weight units (gemv.cu); needs gemv_supported()
 //   kWarpGemv    n <= 8, one warp per output row (the first decode kernel, kept as the fallback)
 //   kTiled       any n, 64x64 f32 FMA tiles
-// kAuto picks kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
-enum class LinearVariant { kAuto, kStreamGemv, kWarpGemv, kTiled };
+// kAuto picks kSplitRows, then kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
+enum class LinearVariant { kAuto, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
 inline constexpr int64_t kGemvMaxRows = 16;
 inline constexpr size_t kGemvMaxSmem = 200 * 1024;  // staged token rows per block (of the H200's 227 KB)
 void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
@@ -71,6 +72,22 @@ int gemv_format(const WeightRef& w);
 int gemv_rows_per_warp(int64_t out_dim);
 int sm_count();
 void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
+bool gemv_split_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
+void launch_gemv_split(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
+// Up to kSplitMaxJobs independent linears of the same n in one launch (each gemv_split_supported, all
+// gemv_split_same_launch as job 0).
+struct SplitJob {
+    const float* x; int64_t ldx;
+    WeightRef w;
+    float* y; int64_t ldy;
+};
+inline constexpr int kSplitMaxJobs = 8;
+struct SplitJobs {
+    SplitJob job[kSplitMaxJobs];
+    int count = 0;
+};
+bool gemv_split_same_launch(const SplitJob& a, const SplitJob& b);
+void launch_gemv_split(const SplitJobs& jobs, int64_t n, Stream s);
 
 void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, float* ring, int64_t ld_ring,
                          int64_t ring_len, int64_t pos0, Stream s);
@@ -171,14 +188,18 @@ struct MoeParams {
     float limit;                              // swiglu_limit (<= 0: no clamp)
     int gemv_format = -1;                     // every expert matrix's gemv_format(), or -1 if they differ
 };
-// Variants: kGrouped (moe_grouped.cu: each selected expert's weights streamed once per step for all the
+// Variants: kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I
+// each 1024, 2048, 4096 or 8192, n * k <= kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine
+// for one token), kGrouped (moe_grouped.cu: each selected expert's weights streamed once per step for all the
 // tokens that chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an
 // expert's weights per (token, slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
-enum class MoeVariant { kAuto, kGrouped, kPerPair };
+enum class MoeVariant { kAuto, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
 bool moe_grouped_supported(const MoeParams& p);
 void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s);
+bool moe_split_supported(const MoeParams& p);
+void launch_moe_split(const MoeParams& p, Scratch& scratch, Stream s);
 // out[t] = sum_j w[t, j] * y[t * k + j] in slot order (double accumulation): both variants end with it.
 void launch_moe_combine(const MoeParams& p, const float* y, Stream s);
 

@@ -119,9 +119,17 @@ void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, in
                    LinearVariant v) {
     if (n == 0 || w.out_dim == 0) return;
     if (v == LinearVariant::kAuto)
-        v = gemv_supported(x, ldx, w, n) ? LinearVariant::kStreamGemv
+        v = gemv_split_supported(x, ldx, w, n) ? LinearVariant::kSplitRows
+            : gemv_supported(x, ldx, w, n) ? LinearVariant::kStreamGemv
             : n <= kGemvRows             ? LinearVariant::kWarpGemv
                                          : LinearVariant::kTiled;
+    if (v == LinearVariant::kSplitRows) {
+        if (!gemv_split_supported(x, ldx, w, n)) {
+            std::fprintf(stderr, "deepinfer: linear variant split_rows forced on an unsupported shape\n");
+            std::abort();
+        }
+        return launch_gemv_split(x, ldx, w, y, ldy, n, s);
+    }
     if (v == LinearVariant::kStreamGemv) {
         if (!gemv_supported(x, ldx, w, n)) {
             std::fprintf(stderr, "deepinfer: linear variant stream_gemv forced on an unsupported shape\n");

@@ -6,6 +6,7 @@
 //   out[t]  = sum_j w[t, j] y[t, j]        in slot order (deterministic)
 // Each (token, slot) reads its expert's weights once: decode is bound by k expert matrices per token.
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/moe_plan.cuh"
 
 namespace di::cuda {
 namespace {
@@ -98,17 +99,12 @@ __device__ __forceinline__ bool vec_ok(const WeightRef& w) {
     return base % 16 == 0 && (w.ld * es) % 16 == 0;
 }
 
-__device__ __forceinline__ int expert_of(const MoeParams& p, int64_t pair) {
-    int e = p.ids[(pair / p.k) * p.ld_ids + pair % p.k];
-    return e < 0 || e >= p.n_experts ? -1 : e;
-}
-
 // grid (ceil(I / 8), n * k): h[pair, r]
 __global__ void __launch_bounds__(256) moe_up_kernel(MoeParams p, float* h) {
     const int64_t pair = blockIdx.y, r = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= p.I) return;
-    const int e = expert_of(p, pair);
+    const int e = moe_expert_of(p, pair);
     float out = 0.0f;
     if (e >= 0) {
         const WeightRef w1 = p.table[3 * e], w3 = p.table[3 * e + 1];
@@ -128,7 +124,7 @@ __global__ void __launch_bounds__(256) moe_down_kernel(MoeParams p, const float*
     const int64_t pair = blockIdx.y, c = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (c >= p.D) return;
-    const int e = expert_of(p, pair);
+    const int e = moe_expert_of(p, pair);
     float out = 0.0f;
     if (e >= 0) {
         const WeightRef w2 = p.table[3 * e + 2];
@@ -141,7 +137,10 @@ __global__ void moe_combine_kernel(MoeParams p, const float* y) {
     const int64_t t = blockIdx.x;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < p.D; c += int64_t(gridDim.y) * blockDim.x) {
         double acc = 0;
-        for (int64_t j = 0; j < p.k; ++j) acc += double(y[(t * p.k + j) * p.D + c]) * p.w[t * p.ld_w + j];
+        for (int64_t j = 0; j < p.k; ++j) {  // a pair with an id outside [0, E) adds 0 (its y is not read)
+            const float yv = moe_expert_of(p, t * p.k + j) < 0 ? 0.0f : y[(t * p.k + j) * p.D + c];
+            acc += double(yv) * p.w[t * p.ld_w + j];
+        }
         p.out[t * p.ld_out + c] = float(acc);
     }
 }
@@ -155,7 +154,17 @@ void launch_route(const RouteParams& p, Stream s) {
 
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     if (p.n == 0) return;
-    if (v == MoeVariant::kAuto) v = moe_grouped_supported(p) ? MoeVariant::kGrouped : MoeVariant::kPerPair;
+    if (v == MoeVariant::kAuto)
+        v = moe_split_supported(p)     ? MoeVariant::kSplitRows
+            : moe_grouped_supported(p) ? MoeVariant::kGrouped
+                                       : MoeVariant::kPerPair;
+    if (v == MoeVariant::kSplitRows) {
+        if (!moe_split_supported(p)) {
+            std::fprintf(stderr, "deepinfer: moe variant split_rows forced where it does not apply\n");
+            std::abort();
+        }
+        return launch_moe_split(p, scratch, s);
+    }
     if (v == MoeVariant::kGrouped) {
         if (!moe_grouped_supported(p)) {
             std::fprintf(stderr, "deepinfer: moe variant grouped forced where it does not apply\n");

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "ops/cuda/gemv.cuh"
+#include "ops/cuda/moe_plan.cuh"
 
 namespace di::cuda {
 namespace {
@@ -21,12 +22,7 @@ constexpr int kRows = 2, kWarps = 8;
 template <int NT>
 constexpr int kUnits = NT == 1 ? 4 : 2;
 
-struct Plan {
-    int32_t* n_active;    // [1]
-    int32_t* expert;      // [max_active] expert id of active slot a
-    int32_t* begin;       // [max_active + 1] first index into `pairs` of slot a
-    int32_t* pairs;       // [n * k] pair ids (t * k + j), grouped by expert
-};
+using Plan = MoePlan;
 
 __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
     extern __shared__ int32_t sm[];
@@ -197,6 +193,15 @@ void launch_f(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned
 
 }  // namespace
 
+MoePlan moe_plan_buffers(Scratch& scratch, int64_t pairs, unsigned max_active) {
+    int32_t* ints = static_cast<int32_t*>(scratch.get(3, size_t(2 + 2 * max_active + pairs) * sizeof(int32_t)));
+    return {ints, ints + 1, ints + 1 + max_active, ints + 2 + 2 * max_active};
+}
+
+void launch_moe_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s) {
+    moe_plan_kernel<<<1, 256, size_t(2 * p.n_experts) * sizeof(int32_t), s>>>(p, plan);
+}
+
 bool moe_grouped_supported(const MoeParams& p) {
     if (p.gemv_format < 0) return false;
     const int64_t units = unit_elems(p.gemv_format);
@@ -212,11 +217,10 @@ void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s) {
     const unsigned max_active = unsigned(std::min(pairs, p.n_experts));
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
     float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
-    int32_t* ints = static_cast<int32_t*>(scratch.get(3, size_t(2 + 2 * max_active + pairs) * sizeof(int32_t)));
-    const Plan plan{ints, ints + 1, ints + 1 + max_active, ints + 2 + 2 * max_active};
+    const Plan plan = moe_plan_buffers(scratch, pairs, max_active);
     const cudaStream_t st = as_stream(s);
     zero_kernel<<<unsigned(std::min<int64_t>(blocks_for(pairs * p.D, 256), 1024)), 256, 0, st>>>(y, pairs * p.D);
-    moe_plan_kernel<<<1, 256, size_t(2 * p.n_experts) * sizeof(int32_t), st>>>(p, plan);
+    launch_moe_plan(p, plan, st);
     switch (p.gemv_format) {
         case kF32: launch_f<kF32>(p, plan, h, y, max_active, st); break;
         case kBF16: launch_f<kBF16>(p, plan, h, y, max_active, st); break;

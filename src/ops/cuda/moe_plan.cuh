@@ -1,0 +1,27 @@
+// The step's (token, slot) pairs grouped by expert, on the device (moe_grouped.cu builds it; the grouped and
+// split_rows MoE kernels read it): active experts in ascending id, each with its pairs in pair order.
+#pragma once
+
+#include "ops/cuda/device_util.cuh"
+
+namespace di::cuda {
+
+struct MoePlan {
+    int32_t* n_active;  // [1]
+    int32_t* expert;    // [max_active] expert id of active slot a
+    int32_t* begin;     // [max_active + 1] first index into `pairs` of slot a
+    int32_t* pairs;     // [n * k] pair ids (t * k + j), grouped by expert
+};
+
+// The plan's arrays in scratch slot 3, for n * k pairs and at most max_active experts.
+MoePlan moe_plan_buffers(Scratch& scratch, int64_t pairs, unsigned max_active);
+// One block; a fixed order, so deterministic.
+void launch_moe_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s);
+
+// Expert of a pair, or -1 for ids outside [0, E) (such pairs take no part).
+__device__ __forceinline__ int moe_expert_of(const MoeParams& p, int64_t pair) {
+    const int e = p.ids[(pair / p.k) * p.ld_ids + pair % p.k];
+    return e < 0 || e >= p.n_experts ? -1 : e;
+}
+
+}  // namespace di::cuda
