@@ -193,8 +193,17 @@ ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops
     const std::vector<float> ref(yh.view().ptr<float>(), yh.view().ptr<float>() + n * O);
     const Buf xd = on_device(be, xh);
     Tensor yd(be.allocator(), DType::kF32, {n, O}), y1(be.allocator(), DType::kF32, {1, O});
-    auto run = [&](const TensorView& y) { be.linear({xd.v, w, y}); };
-    auto run_one = [&](const TensorView& y) { be.linear({xd.v.rows(0, 1), w, y}); };
+    Tensor twin(be.allocator(), DType::kF32, {n, O});
+    // As a pair of independent jobs (Backend::linears): a variant that shares launches between the linears
+    // of a step (cuda split_rows) runs here as the model runs it, whatever the size of one matrix.
+    auto run = [&](const TensorView& y) {
+        const ops::LinearArgs jobs[] = {{xd.v, w, y}, {xd.v, w, twin.view()}};
+        be.linears(jobs);
+    };
+    auto run_one = [&](const TensorView& y) {
+        const ops::LinearArgs jobs[] = {{xd.v.rows(0, 1), w, y}, {xd.v.rows(0, 1), w, twin.view().rows(0, 1)}};
+        be.linears(jobs);
+    };
     const std::string shape = fmt::format("{} {}x{}, n={}", format_name(w), O, K, n);
     return judge(be, v, shape, ref, K, yd.view(), run, y1.view(),
                  n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr);
