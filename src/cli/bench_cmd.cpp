@@ -1,35 +1,98 @@
-// deepinfer bench: prefill and decode throughput of a model (or the demo model) on a backend, and the
-// per-sequence state size at several lengths. Kernel-level benchmarks live in bench/.
+// deepinfer bench: prefill and decode throughput of a model (or the demo model) on a backend -- warm-up
+// runs, then repetitions reported as mean, sample standard deviation, min and max -- and the per-sequence
+// state size at several lengths; text or --json. Kernel-level benchmarks live in bench/.
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
 #include "model/seq_state.h"
+#include "runtime/backend_factory.h"
 #include "runtime/throughput.h"
 
 namespace di::cli {
 namespace {
 
 struct Options : GenOptions {
-    int64_t prompt = 256, decode = 16, batch = 1;
+    int64_t prompt = 256, decode = 16, batch = 1, warmup = 1, repetitions = 3;
+    bool json = false;
 };
 
+struct Spread {
+    double mean = 0, stddev = 0, min = 0, max = 0;
+    std::vector<double> runs;
+};
+
+Spread spread_of(std::vector<double> v) {
+    Spread s;
+    s.runs = v;
+    for (double x : v) s.mean += x / double(v.size());
+    for (double x : v) s.stddev += (x - s.mean) * (x - s.mean);
+    s.stddev = v.size() > 1 ? std::sqrt(s.stddev / double(v.size() - 1)) : 0.0;
+    s.min = *std::min_element(v.begin(), v.end());
+    s.max = *std::max_element(v.begin(), v.end());
+    return s;
+}
+
+nlohmann::json to_json(const Spread& s) {
+    return {{"mean", s.mean}, {"stddev", s.stddev}, {"min", s.min}, {"max", s.max}, {"runs", s.runs}};
+}
+
+std::string text_of(const Spread& s, int precision) {
+    return fmt::format("{:.{}f} +- {:.{}f} (min {:.{}f}, max {:.{}f})", s.mean, precision, s.stddev, precision, s.min,
+                       precision, s.max, precision);
+}
+
 int run_bench(const Options& o) {
-    if (o.prompt < 1 || o.decode < 0 || o.batch < 1) return fail("bench: --prompt and --batch must be >= 1, --decode >= 0");
+    if (o.prompt < 1 || o.decode < 1 || o.batch < 1 || o.warmup < 0 || o.repetitions < 1)
+        return fail("bench: --prompt, --decode, --batch and --repetitions must be >= 1, --warmup >= 0");
+    const runtime::BackendChoice backend = runtime::resolve_backend(o.backend);
     auto lm = load_for_generation(o);
     if (!lm) return fail(lm.error().message);
     const auto& cfg = lm->model->config();
     const auto& ws = lm->model->weights().stats;
-    const runtime::Throughput t = runtime::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
+    for (int64_t i = 0; i < o.warmup; ++i) runtime::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
+    std::vector<double> prefill, decode, ms;
+    for (int64_t i = 0; i < o.repetitions; ++i) {
+        const runtime::Throughput t = runtime::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
+        prefill.push_back(t.prefill_tokens_per_s());
+        decode.push_back(t.decode_tokens_per_s());
+        ms.push_back(t.ms_per_step());
+    }
+    const Spread p = spread_of(prefill), d = spread_of(decode), m = spread_of(ms);
+    const model::StateSize ss = model::state_size(cfg);
+    const int64_t lengths[] = {4096, 65536, 1048576};
+    if (o.json) {
+        nlohmann::json state = {{"fixed_bytes", ss.fixed_bytes}, {"bytes_per_token", ss.bytes_per_token}};
+        for (int64_t n : lengths) state["bytes_at"][std::to_string(n)] = ss.bytes_for(n);
+        const nlohmann::json j = {
+            {"model", {{"layers", cfg.n_layers}, {"hidden", cfg.hidden_dim}, {"params", ws.params},
+                       {"active_params", ws.active_params}, {"weight_bytes", ws.bytes}}},
+            {"backend", backend.name},
+            {"backend_reason", backend.why},
+            {"batch", o.batch},
+            {"prompt_tokens", o.prompt},
+            {"decode_steps", o.decode},
+            {"warmup", o.warmup},
+            {"repetitions", o.repetitions},
+            {"prefill_tokens_per_s", to_json(p)},
+            {"decode_tokens_per_s", to_json(d)},
+            {"ms_per_step", to_json(m)},
+            {"state", state}};
+        fmt::print("{}\n", j.dump(2));
+        return 0;
+    }
     fmt::print("model: {} layers, hidden {}, {:.1f} M params ({:.1f} M active), {:.1f} MiB weights\n", cfg.n_layers,
                cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6, double(ws.bytes) / 1048576.0);
-    fmt::print("backend {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = "
-               "{:.2f} tokens/s, {:.1f} ms/step\n",
-               o.backend, o.batch, o.batch * o.prompt, t.prefill_seconds, t.prefill_tokens_per_s(), o.decode,
-               t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
-    const model::StateSize ss = model::state_size(cfg);
+    fmt::print("backend {} ({}), batch {}, {} run(s) after {} warm-up run(s):\n", backend.name, backend.why, o.batch,
+               o.repetitions, o.warmup);
+    fmt::print("  prefill {} tokens: {} tokens/s\n", o.batch * o.prompt, text_of(p, 1));
+    fmt::print("  decode {} steps: {} tokens/s, {} ms/step\n", o.decode, text_of(d, 2), text_of(m, 2));
     fmt::print("state per sequence: {:.1f} KiB fixed + {:.1f} B/token", double(ss.fixed_bytes) / 1024, ss.bytes_per_token);
-    for (int64_t n : {4096, 65536, 1048576}) fmt::print("; {} tokens {:.2f} MiB", n, double(ss.bytes_for(n)) / 1048576.0);
+    for (int64_t n : lengths) fmt::print("; {} tokens {:.2f} MiB", n, double(ss.bytes_for(n)) / 1048576.0);
     fmt::print("\n");
     return 0;
 }
@@ -37,9 +100,12 @@ int run_bench(const Options& o) {
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<Options>();
     add_model_options(app, *o);
-    app.add_option("--prompt", o->prompt, "prompt tokens per sequence (prefilled in one step)");
-    app.add_option("--decode", o->decode, "greedy decode steps");
-    app.add_option("--batch", o->batch, "sequences per step");
+    app.add_option("--prompt", o->prompt, "prompt tokens per sequence (prefilled in one step)")->capture_default_str();
+    app.add_option("--decode", o->decode, "greedy decode steps")->capture_default_str();
+    app.add_option("--batch", o->batch, "sequences per step")->capture_default_str();
+    app.add_option("--warmup", o->warmup, "runs before the measured ones (not reported)")->capture_default_str();
+    app.add_option("-r,--repetitions", o->repetitions, "measured runs (mean, spread, min, max)")->capture_default_str();
+    app.add_flag("--json", o->json, "print one JSON object instead of text");
     return [o] { return run_bench(*o); };
 }
 

@@ -16,7 +16,7 @@ namespace di::cli {
 
 void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_option("-m,--model,model", o.model, "model directory (default: the built-in demo model)");
-    app.add_option("--backend", o.backend, "cpu (default) | ref | cuda");
+    app.add_option("--backend", o.backend, "auto (default: cuda where a GPU is present, else cpu) | cpu | cuda | ref");
     app.add_flag("--check-weights", o.check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--kernels", o.kernels, "kernel allow-list file (written by `deepinfer screen`)");
 }

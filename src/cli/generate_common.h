@@ -17,7 +17,7 @@
 namespace di::cli {
 
 struct GenOptions {
-    std::string model, backend = "cpu", output = "text";
+    std::string model, backend = "auto", output = "text";
     int64_t max_new_tokens = 256, min_new_tokens = 0;
     runtime::SamplingParams sampling;
     std::vector<std::string> stop;

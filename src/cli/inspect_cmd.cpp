@@ -1,6 +1,7 @@
-// deepinfer inspect: the parsed config, the layer schedule, tensor statistics, parameter counts and the
-// per-sequence state size of a model directory.
+// deepinfer inspect: the parsed config, the layer schedule, tensor statistics, parameter counts, the
+// per-sequence state size of a model directory and the backend's kernel variants; text or --json.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "model/seq_state.h"
@@ -28,16 +29,19 @@ void print_rope(const char* name, const model::RopeTable& t) {
     fmt::print("\n");
 }
 
-// The backend's kernel variants and whether the active list (built-in or --kernels) lets each run.
-int print_variants(ops::Backend& be, const std::string& kernels) {
-    ops::AllowList list = ops::AllowList::all_of(std::string(be.name()), be.kernel_variants());
-    if (!kernels.empty()) {
-        auto text = io::read_text_file(kernels);
-        if (!text) return fail(text.error().message);
-        auto l = runtime::parse_kernels_file(*text, kernels, be);
-        if (!l) return fail(l.error().message);
-        list = *l;
-    }
+// The active allow-list: the built-in one, or --kernels.
+Result<ops::AllowList> active_list(ops::Backend& be, const std::string& kernels) {
+    if (kernels.empty()) return ops::AllowList::all_of(std::string(be.name()), be.kernel_variants());
+    DI_TRY(std::string text, io::read_text_file(kernels));
+    return runtime::parse_kernels_file(text, kernels, be);
+}
+
+const char* status_of(const ops::KernelVariant& v, const ops::AllowList& list) {
+    return v.fallback ? "fallback" : list.allows(v.op, v.name) ? "allowed" : "not allowed";
+}
+
+// The backend's kernel variants and whether the active list lets each run.
+void print_variants(ops::Backend& be, const ops::AllowList& list, const std::string& kernels) {
     fmt::print("kernel variants on {} ({}):\n", be.name(), kernels.empty() ? "built-in list" : kernels);
     std::string op;
     for (const ops::KernelVariant& v : be.kernel_variants()) {
@@ -45,19 +49,60 @@ int print_variants(ops::Backend& be, const std::string& kernels) {
             fmt::print("{}  {:<13}", op.empty() ? "" : "\n", v.op + ":");
             op = v.op;
         }
-        fmt::print(" {}{}", v.name, v.fallback ? " (fallback)" : list.allows(v.op, v.name) ? " (allowed)" : " (not allowed)");
+        fmt::print(" {} ({})", v.name, status_of(v, list));
     }
     fmt::print("\n");
-    return 0;
 }
 
-int run_inspect(const std::string& dir, bool check_weights, const std::string& backend_name, const std::string& kernels) {
+nlohmann::json json_of(const std::string& dir, const model::ModelConfig& c, const model::WeightStats& s,
+                       ops::Backend& be, const ops::AllowList& list, const std::string& kernels) {
+    nlohmann::json layers = nlohmann::json::array(), variants = nlohmann::json::array();
+    for (int l = 0; l < int(c.n_layers); ++l)
+        layers.push_back({{"attention", model::attn_type_name(c.attn_types[size_t(l)])},
+                          {"ffn", model::moe_type_name(c.moe_types[size_t(l)])}});
+    for (const ops::KernelVariant& v : be.kernel_variants())
+        variants.push_back({{"op", v.op}, {"variant", v.name}, {"status", status_of(v, list)}, {"claims", v.claims},
+                            {"deterministic", v.deterministic}, {"batch_invariant", v.batch_invariant}});
+    const model::StateSize st = model::state_size(c);
+    return {{"model", dir},
+            {"architecture", c.architecture},
+            {"config",
+             {{"vocab_size", c.vocab_size}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
+              {"n_heads", c.n_heads}, {"head_dim", c.head_dim}, {"rope_dim", c.rope_dim},
+              {"q_lora_rank", c.q_lora_rank}, {"o_groups", c.o_groups}, {"o_lora_rank", c.o_lora_rank},
+              {"window", c.window}, {"csa_rate", c.csa_rate}, {"hca_rate", c.hca_rate},
+              {"index_heads", c.index_heads}, {"index_dim", c.index_dim}, {"index_topk", c.index_topk},
+              {"hc_mult", c.hc_mult}, {"hc_sinkhorn_iters", c.hc_sinkhorn_iters}, {"hc_eps", c.hc_eps},
+              {"n_experts", c.n_experts}, {"n_experts_active", c.n_experts_active}, {"moe_dim", c.moe_dim},
+              {"score_func", c.score_func == model::ScoreFunc::kSigmoid ? "sigmoid" : "sqrtsoftplus"},
+              {"routed_scaling_factor", c.routed_scaling_factor}, {"swiglu_limit", c.swiglu_limit},
+              {"max_position_embeddings", c.max_position_embeddings}}},
+            {"layers", layers},
+            {"tensors", {{"count", s.n_tensors}, {"skipped", s.skipped_tensors}, {"by_dtype", s.tensors_by_dtype}}},
+            {"bytes", s.bytes},
+            {"params", s.params},
+            {"active_params", s.active_params},
+            {"state", {{"fixed_bytes", st.fixed_bytes}, {"bytes_per_token", st.bytes_per_token},
+                       {"bytes_at_4096", st.bytes_for(4096)}, {"bytes_at_1m", st.bytes_for(1 << 20)}}},
+            {"backend", be.name()},
+            {"kernels", kernels.empty() ? "built-in list" : kernels},
+            {"kernel_variants", variants}};
+}
+
+int run_inspect(const std::string& dir, bool check_weights, const std::string& backend_name, const std::string& kernels,
+                bool json) {
     auto backend = runtime::make_backend(backend_name);
     if (!backend) return fail(backend.error().message);
     auto model = runtime::load_model(dir, **backend, check_weights);
     if (!model) return fail(model.error().message);
+    auto list = active_list(**backend, kernels);
+    if (!list) return fail(list.error().message);
     const model::ModelConfig& c = (*model)->config();
     const model::WeightStats& s = (*model)->weights().stats;
+    if (json) {
+        fmt::print("{}\n", json_of(dir, c, s, **backend, *list, kernels).dump(2));
+        return 0;
+    }
     fmt::print("model {}\n  architecture       {}\n", dir, c.architecture);
     fmt::print("  vocab_size {}  hidden_dim {}  n_layers {}  n_heads {}  head_dim {}  rope_dim {}\n", c.vocab_size,
                c.hidden_dim, c.n_layers, c.n_heads, c.head_dim, c.rope_dim);
@@ -85,19 +130,21 @@ int run_inspect(const std::string& dir, bool check_weights, const std::string& b
     fmt::print("sequence state (f32): {} fixed + {:.1f} bytes/token; 4096 tokens: {}, 1M tokens: {}\n",
                human(double(st.fixed_bytes)), st.bytes_per_token, human(double(st.bytes_for(4096))),
                human(double(st.bytes_for(1 << 20))));
-    return print_variants(**backend, kernels);
+    print_variants(**backend, *list, kernels);
+    return 0;
 }
 
 std::function<int()> setup(CLI::App& app) {
     auto dir = std::make_shared<std::string>();
-    auto check = std::make_shared<bool>(false);
-    auto backend = std::make_shared<std::string>("ref"), kernels = std::make_shared<std::string>();
+    auto check = std::make_shared<bool>(false), json = std::make_shared<bool>(false);
+    auto backend = std::make_shared<std::string>("auto"), kernels = std::make_shared<std::string>();
     app.add_option("-m,--model,model", *dir, "model directory (config.json + safetensors)")->required();
     app.add_flag("--check-weights", *check, "scan every weight for NaN/infinity (reported as the error)");
-    app.add_option("--backend", *backend, "backend whose kernel variants to list (ref | cpu | cuda)")
+    app.add_option("--backend", *backend, "backend whose kernel variants to list (auto (default) | cpu | cuda | ref)")
         ->capture_default_str();
     app.add_option("--kernels", *kernels, "kernel allow-list file to show as active");
-    return [dir, check, backend, kernels] { return run_inspect(*dir, *check, *backend, *kernels); };
+    app.add_flag("--json", *json, "print one JSON object instead of text");
+    return [dir, check, backend, kernels, json] { return run_inspect(*dir, *check, *backend, *kernels, *json); };
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace di::cli {
 namespace {
 
 struct ScoreOptions {
-    std::string model, tokens, tokens_file, logits_out, backend = "ref", compare_with;
+    std::string model, tokens, tokens_file, logits_out, backend = "auto", compare_with;
     int64_t chunk = 0;
     bool check_weights = false;
     std::string kernels;
@@ -71,7 +71,8 @@ int run_score(const ScoreOptions& o) {
     int64_t best = 0;
     for (int64_t v = 1; v < cfg.vocab_size; ++v)
         if (last[v] > last[best]) best = v;
-    fmt::print("scored {} tokens on backend {}; next-token argmax {} (logit {:.4f})\n", n, o.backend, best, last[best]);
+    fmt::print("scored {} tokens on backend {}; next-token argmax {} (logit {:.4f})\n", n,
+               runtime::resolve_backend(o.backend).name, best, last[best]);
     if (compare) {
         fmt::print("compare with ref: {} ops, worst relative difference {:.3g} ({})\n", compare->ops_compared(),
                    compare->worst_relative(), compare->worst_where());
@@ -92,7 +93,7 @@ std::function<int()> setup(CLI::App& app) {
     t->excludes(f);
     f->excludes(t);
     app.add_option("--logits-out", o->logits_out, "write float32 logits [n_tokens, vocab_size] to this .npy");
-    app.add_option("--backend", o->backend, "ref (default) | cpu | cuda");
+    app.add_option("--backend", o->backend, "auto (default: cuda where a GPU is present, else cpu) | cpu | cuda | ref");
     app.add_option("--compare-with", o->compare_with, "run every op also on this backend (ref) and name the first "
                    "op that diverges; exit code 3 if one does");
     app.add_option("--compare-tol", o->compare_tol, "relative tolerance of --compare-with (default 1e-3)");

@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
+#include "runtime/backend_factory.h"
 #include "runtime/kernels_file.h"
 #include "runtime/screen.h"
 
@@ -50,7 +51,7 @@ int run_screen(Options& o) {
     int pass = 0, failed = 0, skip = 0;
     for (const auto& r : rep.rows) (r.passed() ? pass : r.verdict.rfind("fail", 0) == 0 ? failed : skip)++;
     const std::string md = rep.table() + fmt::format("\n{} cases on backend {}: {} pass, {} fail, {} skip, {:.1f} s\n",
-                                                     rep.rows.size(), o.backend, pass, failed, skip, rep.seconds);
+                                                     rep.rows.size(), runtime::resolve_backend(o.backend).name, pass, failed, skip, rep.seconds);
     std::fputs(md.c_str(), stdout);
     std::string allowed;
     for (const auto& [op, v] : rep.allow.pairs()) allowed += fmt::format(" {}/{}", op, v);

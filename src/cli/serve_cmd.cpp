@@ -60,16 +60,18 @@ int run_serve(ServeOptions o) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+    const runtime::BackendChoice backend = runtime::resolve_backend(o.engine.backend);
+    o.engine.backend = backend.name;
     auto engine = Engine::create(o.engine);
     if (!engine) return fail(engine.error().message);
     server::HttpServer http(**engine, o.server);
     if (auto st = http.bind(); !st) return fail(st.error().message);
     const ModelInfo& mi = (*engine)->info();
     std::fprintf(stderr,
-                 "deepinfer: serving model '%s' (backend %s, context %lld tokens, state memory %lld MiB) on "
+                 "deepinfer: serving model '%s' (backend %s: %s; context %lld tokens, state memory %lld MiB) on "
                  "http://%s:%d\n",
                  (o.server.served_model_name.empty() ? mi.name : o.server.served_model_name).c_str(),
-                 o.engine.backend.c_str(), (long long)mi.max_context, (long long)o.state_memory_mib,
+                 o.engine.backend.c_str(), backend.why.c_str(), (long long)mi.max_context, (long long)o.state_memory_mib,
                  o.server.host.c_str(), http.port());
     std::fflush(stderr);
 
@@ -90,9 +92,10 @@ int run_serve(ServeOptions o) {
 
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
-    o->engine.backend = "cpu";  // the verified fast CPU kernels, as run/chat/generate; `ref` is the spec
+    o->engine.backend = "auto";  // the fastest verified backend here, as every model command; `ref` is the spec
     app.add_option("-m,--model,model", o->engine.model_dir, "model directory (default: the built-in demo model)");
-    app.add_option("--backend", o->engine.backend, "ref | cpu | cuda")->capture_default_str();
+    app.add_option("--backend", o->engine.backend, "auto (cuda where a GPU is present, else cpu) | cpu | cuda | ref")
+        ->capture_default_str();
     app.add_option("--tokenizer", o->engine.tokenizer_path, "tokenizer.json or its directory (default: the model's)");
     app.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
     app.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();

@@ -18,13 +18,24 @@ std::vector<std::string> backend_names() {
     return names;
 }
 
-Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& name) {
+BackendChoice resolve_backend(const std::string& name) {
+    if (name != "auto") return {name, "asked for"};
+#ifdef DEEPINFER_WITH_CUDA
+    if (ops::cuda_device_count() > 0) return {"cuda", "auto: a CUDA device is present"};
+    return {"cpu", "auto: no CUDA device found"};
+#else
+    return {"cpu", "auto: this build has no CUDA backend"};
+#endif
+}
+
+Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& requested) {
+    const std::string name = resolve_backend(requested).name;
     if (name == "ref") return ops::make_ref_backend();
     if (name == "cpu") return ops::make_cpu_backend();
 #ifdef DEEPINFER_WITH_CUDA
     if (name == "cuda") return ops::make_cuda_backend(0);
 #endif
-    return make_error(ErrorCode::kUnsupported, "unknown backend '{}' (this build has: {})", name,
+    return make_error(ErrorCode::kUnsupported, "unknown backend '{}' (this build has: {}, or auto)", name,
                       fmt::join(backend_names(), ", "));
 }
 

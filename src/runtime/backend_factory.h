@@ -1,4 +1,4 @@
-// Maps a backend name ("ref", "cuda") to an ops::Backend instance.
+// Maps a backend name ("ref", "cpu", "cuda", or "auto") to an ops::Backend instance.
 #pragma once
 
 #include <memory>
@@ -10,7 +10,14 @@
 
 namespace di::runtime {
 
-Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& name);
+// "auto": the fastest verified backend this machine runs: cuda where the build has it and a CUDA device is
+// present, else cpu; `why` says which condition decided. Any other name is returned as given.
+struct BackendChoice {
+    std::string name, why;
+};
+BackendChoice resolve_backend(const std::string& name);
+
+Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& name);  // "auto" resolved first
 std::vector<std::string> backend_names();  // those built into this binary
 
 }  // namespace di::runtime

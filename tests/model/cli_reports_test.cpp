@@ -1,0 +1,110 @@
+// The machine-readable reports of the CLI: `bench --json` (warm-up, repetitions, mean and spread of each
+// measure) and `inspect --json` (config, layers, kernel variants) on the tiny fixture, read back as JSON
+// and checked against the fixture's own config.json; and the default backend choice ("auto").
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace di::test {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixture = fs::path(DI_TEST_DATA) / "v4_tiny_fp32";
+
+struct CliRun {
+    int rc = -1;
+    std::string out, err;
+};
+
+CliRun run_cli(const std::string& args) {
+    const fs::path err_file = fs::temp_directory_path() / ("di_cli_reports_" + std::to_string(::getpid()) + ".err");
+    const std::string cmd = std::string(DI_BINARY) + " " + args + " 2>" + err_file.string();
+    CliRun r;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+    const int status = pclose(p);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::ifstream e(err_file);
+    r.err.assign(std::istreambuf_iterator<char>(e), {});
+    fs::remove(err_file);
+    return r;
+}
+
+nlohmann::json fixture_config() {
+    std::ifstream f(kFixture / "config.json");
+    return nlohmann::json::parse(f);
+}
+
+TEST(CliReports, BenchJsonHasEveryRunAndItsSpread) {
+    const CliRun r = run_cli("bench --model " + kFixture.string() + " --prompt 5 --decode 3 -r 3 --warmup 1 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);  // stdout is one JSON object, nothing else
+    EXPECT_EQ(j["repetitions"], 3);
+    EXPECT_EQ(j["warmup"], 1);
+    EXPECT_EQ(j["prompt_tokens"], 5);
+    EXPECT_EQ(j["decode_steps"], 3);
+    EXPECT_EQ(j["model"]["layers"], fixture_config()["num_hidden_layers"]);
+    EXPECT_EQ(j["model"]["hidden"], fixture_config()["hidden_size"]);
+    for (const char* m : {"prefill_tokens_per_s", "decode_tokens_per_s", "ms_per_step"}) {
+        const nlohmann::json& s = j[m];
+        ASSERT_EQ(s["runs"].size(), 3u) << m;
+        double lo = 1e300, hi = 0, sum = 0;
+        for (double v : s["runs"]) lo = std::min(lo, v), hi = std::max(hi, v), sum += v;
+        EXPECT_GT(lo, 0) << m;
+        EXPECT_DOUBLE_EQ(s["min"].get<double>(), lo) << m;
+        EXPECT_DOUBLE_EQ(s["max"].get<double>(), hi) << m;
+        EXPECT_NEAR(s["mean"].get<double>(), sum / 3, 1e-9 * sum) << m;
+        EXPECT_GE(s["stddev"].get<double>(), 0) << m;
+        EXPECT_LE(s["stddev"].get<double>(), hi - lo + 1e-12) << m;  // a sample stddev of 3 values never exceeds the range
+    }
+}
+
+TEST(CliReports, BenchRejectsZeroRepetitionsInOneLine) {
+    const CliRun r = run_cli("bench --model " + kFixture.string() + " -r 0");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("--repetitions must be >= 1"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(CliReports, InspectJsonMatchesTheConfig) {
+    const CliRun r = run_cli("inspect " + kFixture.string() + " --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const nlohmann::json cfg = fixture_config();
+    EXPECT_EQ(j["config"]["hidden_dim"], cfg["hidden_size"]);
+    EXPECT_EQ(j["config"]["vocab_size"], cfg["vocab_size"]);
+    EXPECT_EQ(j["config"]["n_experts"], cfg["n_routed_experts"]);
+    EXPECT_EQ(j["layers"].size(), cfg["num_hidden_layers"].get<size_t>());
+    EXPECT_GT(j["params"].get<int64_t>(), 0);
+    bool fallback = false;
+    for (const auto& v : j["kernel_variants"]) {
+        const std::string st = v["status"];
+        EXPECT_TRUE(st == "fallback" || st == "allowed" || st == "not allowed") << st;
+        fallback |= st == "fallback";
+    }
+    EXPECT_TRUE(fallback) << "every op has a fallback";
+}
+
+// Without --backend the fastest verified backend of the machine runs, and the report says why.
+TEST(CliReports, DefaultBackendIsChosenAndExplained) {
+    const CliRun r = run_cli("bench --model " + kFixture.string() + " --prompt 2 --decode 1 -r 1 --warmup 0 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const std::string backend = j["backend"], why = j["backend_reason"];
+    EXPECT_TRUE(backend == "cpu" || backend == "cuda") << backend;
+    EXPECT_EQ(why.rfind("auto: ", 0), 0u) << why;
+    const CliRun asked = run_cli("bench --model " + kFixture.string() + " --backend ref --prompt 2 --decode 1 -r 1 --warmup 0 --json");
+    ASSERT_EQ(asked.rc, 0) << asked.err;
+    EXPECT_EQ(nlohmann::json::parse(asked.out)["backend"], "ref");
+}
+
+}  // namespace
+}  // namespace di::test
