@@ -22,6 +22,7 @@ struct ServeOptions {
     int64_t state_memory_mib = 2048;
     double request_timeout_s = 600;
     int64_t max_body_bytes = int64_t(1) << 20;
+    std::string log_level = "info";
 };
 
 int run_serve(ServeOptions o) {
@@ -33,6 +34,9 @@ int run_serve(ServeOptions o) {
     if (!(o.max_body_bytes >= 64 && o.max_body_bytes <= (int64_t(1) << 32)))
         return fail(fmt::format("--max-body-bytes {} must be in [64, 2^32]", o.max_body_bytes));
     o.server.max_body_bytes = size_t(o.max_body_bytes);
+    const auto level = server::parse_log_level(o.log_level);
+    if (!level) return fail(fmt::format("--log-level '{}' must be error, warn, info or debug", o.log_level));
+    o.server.log_level = *level;
     for (const auto& [name, v] : {std::pair{"--read-timeout", o.server.read_timeout_s},
                                   std::pair{"--write-timeout", o.server.write_timeout_s}})
         if (v < 1 || v > 86400) return fail(fmt::format("{} {} must be in [1, 86400] seconds", name, v));
@@ -124,6 +128,10 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--write-timeout", o->server.write_timeout_s, "seconds a client may stall reading a reply")
         ->capture_default_str();
     app.add_option("--threads", o->server.n_threads, "connections served at once")->capture_default_str();
+    app.add_option("--log-level", o->log_level,
+                   "access lines on stderr: info (every request), warn (4xx/5xx), error (5xx), debug (also ignored "
+                   "request fields)")
+        ->capture_default_str();
     return [o] { return run_serve(*o); };
 }
 

@@ -23,6 +23,8 @@ public:
     }
     ~ChatStream() override { --ctx_.counters.streams_open; }
 
+    RequestUsage usage() const override { return gen_.usage(); }
+
     bool pump(std::string& out, std::chrono::milliseconds wait) override {
         if (done_) return false;
         if (!started_) {
@@ -114,7 +116,7 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, cons
     }
     out["choices"] = arr;
     out["usage"] = usage_json(gen.prompt_tokens(), completion);
-    return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr};
+    return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, gen.usage()};
 }
 
 }  // namespace

@@ -29,6 +29,8 @@ public:
     }
     ~CompletionStream() override { --ctx_.counters.streams_open; }
 
+    RequestUsage usage() const override { return gen_.usage(); }
+
     bool pump(std::string& out, std::chrono::milliseconds wait) override {
         if (done_) return false;
         for (ChoiceUpdate& u : gen_.poll(wait)) {
@@ -106,7 +108,7 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r
     }
     json out = {{"id", make_id("cmpl")}, {"object", "text_completion"}, {"created", unix_time()},
                 {"model", ctx.model_name}, {"choices", arr}, {"usage", usage_json(gen.prompt_tokens(), completion)}};
-    return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr};
+    return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, gen.usage()};
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "server/generation.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace di::server {
@@ -55,12 +57,14 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
         // Usage counts each prompt once, as OpenAI does for n > 1.
     }
     Generation g;
+    g.submitted_ = std::chrono::steady_clock::now();
     for (const auto& prompt : prompts) g.prompt_tokens_ += int64_t(prompt.size());
     for (Request& r : reqs) {
         auto s = ctx.engine.submit(std::move(r));
         if (!s) return from_engine_error(s.error());  // g's destructor cancels those already submitted
         g.streams_.push_back(*s);
         g.finished_.push_back(false);
+        g.completion_.push_back(0);
     }
     return g;
 }
@@ -72,6 +76,9 @@ std::vector<ChoiceUpdate> Generation::poll(std::chrono::milliseconds wait) {
         if (finished_[i]) return;
         if (auto e = streams_[i]->next(w)) {
             finished_[i] = e->finished;
+            completion_[i] = std::max(completion_[i], e->completion_tokens);
+            if (ttft_s_ < 0 && !e->tokens.empty())
+                ttft_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted_).count();
             out.push_back(ChoiceUpdate{i, std::move(*e)});
         }
     };
@@ -91,6 +98,15 @@ std::vector<ChoiceUpdate> Generation::poll(std::chrono::milliseconds wait) {
         take(rr_, std::chrono::milliseconds(5));
         if (!out.empty()) return out;
     }
+}
+
+RequestUsage Generation::usage() const {
+    RequestUsage u;
+    u.prompt_tokens = prompt_tokens_;
+    u.completion_tokens = 0;
+    for (int64_t c : completion_) u.completion_tokens += c;
+    u.ttft_s = ttft_s_;
+    return u;
 }
 
 ApiError finish_error(const RequestEvent& e) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "deepinfer/engine.h"
+#include "server/access_log.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/server_context.h"
@@ -35,12 +36,17 @@ public:
     void cancel();
     size_t n_choices() const { return streams_.size(); }
     int64_t prompt_tokens() const { return prompt_tokens_; }
+    // Tokens so far and the time from submission to the first generated token (the access log).
+    RequestUsage usage() const;
 
 private:
     std::vector<std::shared_ptr<RequestStream>> streams_;
     std::vector<bool> finished_;
+    std::vector<int64_t> completion_;  // per choice, generated so far
     int64_t prompt_tokens_ = 0;
     size_t rr_ = 0;
+    std::chrono::steady_clock::time_point submitted_{};
+    double ttft_s_ = -1;
 };
 
 // Maps a failed finish (timeout, shutdown, engine error) to the API error a client sees.

@@ -16,6 +16,45 @@ namespace {
 using json = nlohmann::json;
 constexpr auto kPumpWait = std::chrono::milliseconds(100);
 
+// The request a worker thread is serving: httplib runs routing, the handler, the response (a stream's
+// whole body included) and then the logger on one thread, so the access line is assembled here.
+struct RequestTrace {
+    std::string id;
+    std::chrono::steady_clock::time_point start{};
+    RequestUsage usage;
+    bool stream = false;  // a stream's line is written when its last event has gone out (the logger runs first)
+};
+thread_local RequestTrace t_trace;
+std::atomic<uint64_t> g_next_request{1};
+
+std::string next_request_id() { return fmt::format("req-{}", g_next_request.fetch_add(1)); }
+
+// A path as one printable line of bounded length (a 256 KiB request line, control bytes).
+std::string loggable(const std::string& path) {
+    std::string s = path.size() > 200 ? path.substr(0, 200) + "..." : path;
+    for (char& c : s)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return s;
+}
+
+std::string error_message_of(const std::string& body) {
+    const json j = json::parse(body, nullptr, false);
+    if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
+        j["error"]["message"].is_string())
+        return j["error"]["message"];
+    return "";
+}
+
+// Metadata-only request fields (accepted and ignored: openai_request.cpp) present in a JSON body.
+std::string ignored_fields_of(const std::string& body) {
+    const json j = json::parse(body, nullptr, false);
+    std::string out;
+    if (!j.is_object()) return out;
+    for (const char* key : {"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
+        if (j.contains(key)) out += (out.empty() ? "" : ", ") + std::string(key);
+    return out;
+}
+
 void send_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status;
     // replace: a message may quote client bytes that are not UTF-8 (an undecodable path, say)
@@ -39,6 +78,7 @@ std::string status_message(int status, size_t max_body) {
 
 struct HttpServer::Impl {
     ServerContext ctx;
+    AccessLog log;
     GuardedServer svr;
     int port = -1;
     int64_t started = 0;
@@ -47,6 +87,7 @@ struct HttpServer::Impl {
     // hold them all.
     Impl(Engine& e, ServerOptions o, std::string name)
         : ctx{e, std::move(o), std::move(name), {}},
+          log(ctx.opt.log_level),
           svr(std::chrono::seconds(ctx.opt.read_timeout_s), size_t(std::max(8, ctx.opt.n_threads / 4))) {}
     void routes();
     bool authorized(const httplib::Request& req, httplib::Response& res);
@@ -84,6 +125,7 @@ void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Re
         return handler(ctx, req.body, gone);
     }();
     if (!r.stream) {
+        t_trace.usage = r.usage;
         res.status = r.status;
         res.set_content(r.body, "application/json");
         return;
@@ -91,6 +133,10 @@ void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Re
     // The provider owns the producer: when the response goes away (done, or the client left) the producer's
     // destructor cancels unfinished requests, which frees their state at the engine's next step.
     std::shared_ptr<SseProducer> producer(std::move(r.stream));
+    t_trace.stream = true;
+    AccessRecord line{t_trace.id, req.method, loggable(req.path), 200, {}, 0, ""};
+    const auto start = t_trace.start;
+    AccessLog* log_to = &log;
     ServerCounters* counters = &ctx.counters;
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
@@ -106,8 +152,12 @@ void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Re
             if (!more) sink.done();
             return true;
         },
-        [producer, counters](bool success) {
+        [producer, counters, line, start, log_to](bool success) mutable {
             if (!success) ++counters->client_disconnects;
+            line.usage = producer->usage();
+            line.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            if (!success) line.error = "the client left before the end of the stream";
+            log_to->write(line);
         });
 }
 
@@ -122,7 +172,9 @@ void HttpServer::Impl::routes() {
     svr.set_write_timeout(o.write_timeout_s, 0);
     svr.set_keep_alive_timeout(5);
 
-    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        t_trace = RequestTrace{next_request_id(), std::chrono::steady_clock::now(), {}, {}};
+        res.set_header("X-Request-Id", t_trace.id);
         // A body (POST) must follow within the read deadline; a GET has none and is answered at once.
         if (req.method == "GET" || req.method == "HEAD") GuardedServer::handler_started();
         else GuardedServer::headers_read();
@@ -131,6 +183,24 @@ void HttpServer::Impl::routes() {
     });
     svr.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
         if (res.status >= 400) ++ctx.counters.http_errors;
+    });
+    // After a plain response is sent (a stream's body is written after this: its releaser logs it); also for
+    // requests refused before routing.
+    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+        RequestTrace t = std::move(t_trace);
+        t_trace = {};
+        AccessRecord r;
+        const bool routed = !t.id.empty();
+        r.id = routed ? t.id : next_request_id();
+        if (log.level() >= LogLevel::kDebug && req.method == "POST")
+            if (const std::string f = ignored_fields_of(req.body); !f.empty())
+                log.debug(r.id, "accepted and ignored (metadata only): " + f);
+        if (t.stream) return;  // its line is written by the stream's releaser, after the last event
+        r.method = loggable(req.method), r.path = loggable(req.path), r.status = res.status;
+        r.usage = t.usage;
+        if (routed) r.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start).count();
+        if (res.status >= 400 && log.wants(res.status)) r.error = error_message_of(res.body);
+        log.write(r);
     });
     const size_t max_body = o.max_body_bytes;
     svr.set_error_handler([max_body](const httplib::Request&, httplib::Response& res) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "deepinfer/engine.h"
+#include "server/access_log.h"
 
 namespace di::server {
 
@@ -23,6 +24,7 @@ struct ServerOptions {
     int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
     std::string api_key;               // "": no authentication
     bool split_special_tokens = false;  // chat message text never becomes control tokens (ChatOptions)
+    LogLevel log_level = LogLevel::kInfo;  // access lines: info every request, warn 4xx/5xx, error 5xx
 };
 
 struct ServerCounters {
@@ -44,12 +46,14 @@ public:
     // Waits up to `wait` for output and appends SSE text to `out`. Returns false once the stream is complete
     // (its last text, "data: [DONE]\n\n", has been appended).
     virtual bool pump(std::string& out, std::chrono::milliseconds wait) = 0;
+    virtual RequestUsage usage() const { return {}; }  // so far (the access line is written at the end)
 };
 
 struct Reply {
     int status = 200;
     std::string body;                        // JSON text when not streaming
     std::unique_ptr<SseProducer> stream;     // set for stream: true
+    RequestUsage usage = {};                 // of a finished non-streaming generation
 };
 
 // The client went away (checked while a non-streaming request runs).
