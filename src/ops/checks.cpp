@@ -28,6 +28,7 @@ void check(const SwigluArgs& a) {
     check_rows(a.gate, 2, "swiglu.gate");
     same_shape(a.gate, a.up, "swiglu");
     same_shape(a.gate, a.out, "swiglu");
+    DI_CHECK(a.limit > 0, "swiglu: limit {} must be > 0 (+inf: no clamp)", a.limit);  // NaN fails too
 }
 
 void check(const RmsNormArgs& a) {
@@ -120,6 +121,7 @@ void check(const MoeArgs& a) {
     same_shape(a.x, a.out, "moe x/out");
     same_shape(a.ids, a.weights, "moe ids/weights");
     DI_CHECK(a.experts != nullptr && a.n_experts > 0, "moe: no experts");
+    DI_CHECK(a.limit > 0, "moe: limit {} must be > 0 (+inf: no clamp)", a.limit);  // NaN fails too
 }
 
 }  // namespace di::ops

@@ -1,8 +1,11 @@
 // Small element-wise ops: embedding gather, add, clamped SwiGLU.
 //   embed:  out[t, :] = table[tokens[t], :]
 //   add:    out = a + b
-//   swiglu: out = silu(min(gate, L)) * clamp(up, -L, L)      (L = swiglu_limit; +inf disables the clamp)
+//   swiglu: out = silu(min(gate, L)) * clamp(up, -L, L)      (L = swiglu_limit > 0, checked; +inf, the
+//           default, is no clamp; a config's swiglu_limit <= 0 or absent means +inf)
 #pragma once
+
+#include <limits>
 
 #include "ops/op_common.h"
 
@@ -38,7 +41,7 @@ struct SwigluArgs {
     TensorView gate;  // f32 [n, moe_dim]
     TensorView up;    // f32 [n, moe_dim]
     TensorView out;   // f32 [n, moe_dim]
-    float limit = 0;  // swiglu_limit
+    float limit = std::numeric_limits<float>::infinity();  // swiglu_limit: > 0 (elementwise.h)
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, gate, Role::kIn);

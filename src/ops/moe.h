@@ -6,6 +6,8 @@
 // ref: transformers 5.17 DeepseekV4TopKRouter / DeepseekV4HashRouter / DeepseekV4Experts (grouped_mm).
 #pragma once
 
+#include <limits>
+
 #include "ops/linear.h"
 #include "ops/op_common.h"
 
@@ -47,7 +49,7 @@ struct MoeArgs {
     const ExpertWeights* experts = nullptr;  // host array [n_experts] of views on the backend's device
     int64_t n_experts = 0;
     TensorView out;                       // f32 [n, hidden_dim]
-    float limit = 0;                      // swiglu_limit (+inf: no clamp)
+    float limit = std::numeric_limits<float>::infinity();  // swiglu_limit: > 0, +inf no clamp (elementwise.h)
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, x, Role::kIn);

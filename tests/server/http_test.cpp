@@ -495,7 +495,10 @@ TEST(HttpShutdown, OpenStreamsEndWithAnErrorEventAndDone) {
         if (r) streamed = r->body;
     });
     std::thread queued([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        // Only once the stream runs (a fixed sleep lost that race on a loaded machine: the stream was then the
+        // queued one and got a 503 instead of its error event).
+        for (int i = 0; i < 1000 && (*engine)->stats().n_running == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         httplib::Client c("127.0.0.1", server.port());
         c.set_read_timeout(60, 0);
         auto r = c.Post("/v1/completions", body + R"("stream": false})", "application/json");

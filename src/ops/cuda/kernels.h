@@ -185,7 +185,7 @@ struct MoeParams {
     int64_t n_experts;
     float* out; int64_t ld_out;               // [n, D]
     int64_t n, k, D, I;
-    float limit;                              // swiglu_limit (<= 0: no clamp)
+    float limit;                              // swiglu_limit: > 0 (checked); +inf: no clamp
     int gemv_format = -1;                     // every expert matrix's gemv_format(), or -1 if they differ
 };
 // Variants: kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I
