@@ -1,5 +1,5 @@
-// deepinfer run (one chat turn) and deepinfer chat (interactive, with history, /reset, Ctrl-C stops the
-// current answer). Prompts use DeepSeek-V4's chat encoding.
+// deepinfer run (one chat turn) and deepinfer chat (interactive, with history, /reset; Ctrl-C stops the
+// current answer, and at the prompt quits). Prompts use DeepSeek-V4's chat encoding.
 #include <cstdio>
 #include <iostream>
 
@@ -64,19 +64,18 @@ int run_chat(Options& o) {
     if (!lm->tokenizer) return fail("chat needs a tokenizer.json in the model directory");
     std::vector<ChatMessage> history;
     if (!o.system.empty()) history.push_back(message("system", o.system));
-    std::fprintf(stderr, "chat: type a message; /reset clears the history, /exit (or Ctrl-D) quits, "
-                         "Ctrl-C stops an answer\n");
+    std::fprintf(stderr, "chat: type a message; /reset clears the history; /exit, Ctrl-D or Ctrl-C at the prompt "
+                         "quits; Ctrl-C during an answer stops it\n");
     std::string line;
     while (true) {
         std::fprintf(stderr, "> ");
         std::fflush(stderr);
         interrupt_flag().store(false);
-        if (!std::getline(std::cin, line)) {
-            if (interrupt_flag().load()) {  // Ctrl-C at the prompt: clear the line, keep going
-                std::cin.clear();
-                std::fprintf(stderr, "\n");
-                continue;
-            }
+        set_interrupt_restarts(false);  // Ctrl-C ends the read
+        const bool got = static_cast<bool>(std::getline(std::cin, line));
+        set_interrupt_restarts(true);
+        if (!got) {
+            if (interrupt_flag().load()) std::fprintf(stderr, "\n");  // Ctrl-C at the prompt: quit, as Ctrl-D
             break;
         }
         if (line == "/exit" || line == "/quit") break;

@@ -1,5 +1,7 @@
 #include "cli/generate_common.h"
 
+#include <signal.h>
+
 #include <csignal>
 #include <random>
 #include <cstdio>
@@ -62,7 +64,15 @@ std::atomic<bool>& interrupt_flag() {
 
 extern "C" void di_on_sigint(int) { interrupt_flag().store(true); }
 
-void install_interrupt_handler() { std::signal(SIGINT, di_on_sigint); }
+void install_interrupt_handler() { set_interrupt_restarts(true); }
+
+void set_interrupt_restarts(bool restart) {
+    struct sigaction sa = {};
+    sa.sa_handler = di_on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = restart ? SA_RESTART : 0;
+    sigaction(SIGINT, &sa, nullptr);
+}
 
 namespace {
 

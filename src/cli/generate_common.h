@@ -39,6 +39,9 @@ Result<LoadedModel> load_for_generation(const GenOptions& o);
 // Ctrl-C sets this instead of killing the process while a generation runs.
 std::atomic<bool>& interrupt_flag();
 void install_interrupt_handler();
+// restart = false: a blocking read (the chat prompt) returns at Ctrl-C instead of resuming; true (the
+// default, while answering): interrupted writes to the terminal resume.
+void set_interrupt_restarts(bool restart);
 
 struct StreamedGeneration {
     std::vector<int32_t> tokens;
