@@ -49,6 +49,8 @@ const LinearCase kCases[] = {
     {"f16_n1_k2048", 1, 2048, 100, WeightFormat::kDense, DType::kF16},
     {"f32_n2_k1024_strided", 2, 1024, 50, WeightFormat::kDense, DType::kF32, DType::kE8M0, 4},
     {"fp8_f32_scale_n2_k3072", 2, 3072, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
+    {"fp8_f32_scale_n1_k2048", 1, 2048, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
+    {"fp4_f32_scale_n2_k1024", 2, 1024, 64, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
 };
 
 struct LinearRun {
