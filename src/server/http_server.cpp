@@ -16,8 +16,9 @@ namespace {
 using json = nlohmann::json;
 constexpr auto kPumpWait = std::chrono::milliseconds(100);
 
-// The request a worker thread is serving: httplib runs routing, the handler, the response (a stream's
-// whole body included) and then the logger on one thread, so the access line is assembled here.
+// The request a worker thread is serving: httplib runs routing, the handler, the response and the logger
+// on one thread, so the access line is assembled here (a stream's body is written after the logger ran:
+// its releaser writes that line).
 struct RequestTrace {
     std::string id;
     std::chrono::steady_clock::time_point start{};
