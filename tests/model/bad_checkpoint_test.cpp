@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 
@@ -19,22 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixture = fs::path(DI_TEST_DATA) / "v4_tiny_fp32";
-
-struct CliResult {
-    int rc = -1;
-    std::string err;
-};
-
-CliResult run_cli(const std::string& args) {
-    const std::string cmd = std::string(DI_BINARY) + " " + args + " 2>&1 >/dev/null";
-    CliResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) r.err.append(buf, n);
-    const int status = pclose(p);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return r;
-}
 
 // A fresh copy of the fixture whose tensors pass through `edit` before being written back.
 class BadCheckpoint : public ::testing::Test {
@@ -67,7 +52,7 @@ protected:
     }
     // Runs `score` on the broken copy; expects exit 1 and a single line containing `needle`.
     void expect_error(const std::string& needle, const std::string& tokens = "1,2,3") {
-        const CliResult r = run_cli("score --model " + dir_.string() + " --tokens " + tokens);
+        const CliRun r = run_cli("score --model " + dir_.string() + " --tokens " + tokens);
         EXPECT_EQ(r.rc, 1) << r.err;
         EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
         EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -77,7 +62,7 @@ protected:
 };
 
 TEST_F(BadCheckpoint, IntactCopyScores) {
-    const CliResult r = run_cli("score --model " + dir_.string() + " --tokens 1,2,3");
+    const CliRun r = run_cli("score --model " + dir_.string() + " --tokens 1,2,3");
     EXPECT_EQ(r.rc, 0) << r.err;
 }
 
@@ -163,21 +148,21 @@ TEST_F(BadCheckpoint, NonFiniteWeights) {
                 std::memcpy(t.bytes.data() + 4 * 5, &nan, 4);
             }
     });
-    const CliResult score = run_cli("score --model " + dir_.string() + " --tokens 1,2,3");
+    const CliRun score = run_cli("score --model " + dir_.string() + " --tokens 1,2,3");
     EXPECT_EQ(score.rc, 0) << score.err;
     EXPECT_NE(score.err.find("warning: 768 of 768 logits are non-finite"), std::string::npos) << score.err;
-    const CliResult gen = run_cli("generate --model " + dir_.string() + " --tokens 1,2,3 --max-new-tokens 4");
+    const CliRun gen = run_cli("generate --model " + dir_.string() + " --tokens 1,2,3 --max-new-tokens 4");
     EXPECT_EQ(gen.rc, 1) << gen.err;
     EXPECT_NE(gen.err.find("the model produced a non-finite logit (nan for token id 0) at position 2"),
               std::string::npos) << gen.err;
-    const CliResult checked = run_cli("score --check-weights --model " + dir_.string() + " --tokens 1,2,3");
+    const CliRun checked = run_cli("score --check-weights --model " + dir_.string() + " --tokens 1,2,3");
     EXPECT_EQ(checked.rc, 1) << checked.err;
     EXPECT_NE(checked.err.find("tensor 'model.norm.weight' (F32) holds a NaN or infinity at flat index 5"),
               std::string::npos) << checked.err;
 }
 
 TEST_F(BadCheckpoint, HugeGenerationLengthIsRefused) {
-    const CliResult r = run_cli("generate --model " + dir_.string() + " --tokens 1,2 --max-new-tokens "
+    const CliRun r = run_cli("generate --model " + dir_.string() + " --tokens 1,2 --max-new-tokens "
                                 "9223372036854775807");
     EXPECT_EQ(r.rc, 1) << r.err;
     EXPECT_NE(r.err.find("exceeds the model's context"), std::string::npos) << r.err;
@@ -192,7 +177,7 @@ TEST_F(BadCheckpoint, ServeRefusesBadOptions) {
              {"--max-body-bytes -1", "--max-body-bytes -1 must be in"},
              {"--threads 1", "--threads 1 must be in [4, 4096]"},
              {"--read-timeout 0", "--read-timeout 0 must be in [1, 86400] seconds"}}) {
-        const CliResult r = run_cli("serve --model " + dir_.string() + " " + args);
+        const CliRun r = run_cli("serve --model " + dir_.string() + " " + args);
         EXPECT_EQ(r.rc, 1) << args << ": " << r.err;
         EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
     }
@@ -206,7 +191,7 @@ TEST_F(BadCheckpoint, ModelAsPositionalOrShortOption) {
 }
 
 TEST_F(BadCheckpoint, MissingModelDirectory) {
-    const CliResult r = run_cli("score --model /nonexistent/model --tokens 1");
+    const CliRun r = run_cli("score --model /nonexistent/model --tokens 1");
     EXPECT_EQ(r.rc, 1);
     EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
 }

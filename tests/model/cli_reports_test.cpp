@@ -1,42 +1,20 @@
 // The machine-readable reports of the CLI: `bench --json` (warm-up, repetitions, mean and spread of each
 // measure) and `inspect --json` (config, layers, kernel variants) on the tiny fixture, read back as JSON
 // and checked against the fixture's own config.json; and the default backend choice ("auto").
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
+
 namespace di::test {
 namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixture = fs::path(DI_TEST_DATA) / "v4_tiny_fp32";
-
-struct CliRun {
-    int rc = -1;
-    std::string out, err;
-};
-
-CliRun run_cli(const std::string& args) {
-    const fs::path err_file = fs::temp_directory_path() / ("di_cli_reports_" + std::to_string(::getpid()) + ".err");
-    const std::string cmd = std::string(DI_BINARY) + " " + args + " 2>" + err_file.string();
-    CliRun r;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-    const int status = pclose(p);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::ifstream e(err_file);
-    r.err.assign(std::istreambuf_iterator<char>(e), {});
-    fs::remove(err_file);
-    return r;
-}
 
 nlohmann::json fixture_config() {
     std::ifstream f(kFixture / "config.json");
