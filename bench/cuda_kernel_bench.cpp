@@ -4,7 +4,7 @@
 // (or expert choices) that the data cannot sit in the 50 MB L2: what the kernel costs inside a captured
 // decode step. Attention decode and mhc_pre are timed without rotation (their few MB stay in L2: an
 // optimistic figure for a step, where the previous layer has evicted them).
-//   cuda_kernel_bench [--out results.md] [--quick] [--only linear|moe|attention|mhc]
+//   cuda_kernel_bench [--out results.md] [--quick] [--only linear|gemm|moe|attention|mhc]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_roofline.h"
+#include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/kernels.h"
 
 namespace di::bench {
@@ -161,6 +162,61 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
         }
     }
     cudaFree(x), cudaFree(y);
+    free_weights(ws);
+}
+
+struct GemmRow {
+    std::string name, variant;
+    double us, flops;
+};
+
+// The native precision's fp8 linear as the backend runs it (quantise the activations, widen the weight's
+// e8m0 scales, cuBLASLt block-scaled FP8), against the f32 kernels the exact precision runs.
+void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name, int64_t out, int64_t in,
+                    const std::vector<int64_t>& ns) {
+    LtFp8Gemm* lt = LtFp8Gemm::instance();
+    if (!lt) return;
+    WeightSet ws = make_weights(1, out, in);
+    const int64_t nmax = *std::max_element(ns.begin(), ns.end());
+    float* x = static_cast<float*>(random_device(size_t(nmax * in) * 4, 2));
+    float *y = nullptr, *sx = nullptr, *sw = nullptr, *xd = nullptr;
+    uint8_t* q = nullptr;
+    void* tmp = nullptr;
+    KCHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
+    KCHECK(cudaMalloc(&q, size_t(nmax * in)));
+    KCHECK(cudaMalloc(&sx, size_t(nmax * in / 128) * 4));
+    KCHECK(cudaMalloc(&sw, size_t(out / 128 * in / 128) * 4));
+    KCHECK(cudaMalloc(&xd, size_t(nmax * in) * 4));
+    KCHECK(cudaMalloc(&tmp, size_t(nmax * out) * 2));
+    for (int64_t n : ns) {
+        const double flops = 2.0 * double(n) * double(out) * double(in);
+        const std::string label = std::string(name) + ", n=" + std::to_string(n);
+        const int copies = int(ws.copies.size());
+        const int reps = n >= 512 ? 10 : copies * std::max(1, 20 / copies);
+        bool f32_out = false;
+        if (!lt->supports(n, in, out, in, out, &f32_out)) {
+            rows.push_back({label, "cublaslt_fp8: no algorithm", 0, flops});
+            continue;
+        }
+        rows.push_back({label, "act_quant alone", graph_us(s, reps, [&](int) {
+                            launch_act_quant_fp8(x, in, n, in, q, sx, s);
+                        }), flops});
+        rows.push_back({label, f32_out ? "cublaslt_fp8 (f32 out)" : "cublaslt_fp8 (bf16 out, widened)",
+                        graph_us(s, reps, [&](int i) {
+                            const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
+                            launch_scales_to_f32(w.scale, true, w.ld_scale, out / 128, in / 128, sw, s);
+                            launch_act_quant_fp8(x, in, n, in, q, sx, s);
+                            lt->run(q, sx, w.data, w.ld, sw, n, in, out, y, out, tmp, s);
+                        }), flops});
+        const LinearVariant f32v = n <= kGemvMaxRows ? LinearVariant::kStreamGemv : LinearVariant::kTiled;
+        if (n > 512) continue;  // the f32 tiles take seconds at prefill sizes
+        rows.push_back({label, n <= kGemvMaxRows ? "dequant + stream_gemv (f32)" : "dequant + tiled (f32)",
+                        graph_us(s, std::min(reps, 20), [&](int i) {
+                            launch_act_quant_dequant(x, in, n, in, xd, s);
+                            launch_linear(xd, in, ws.copies[size_t(i) % ws.copies.size()], y, out, n, s, f32v);
+                        }), flops});
+    }
+    cudaFree(x), cudaFree(y), cudaFree(q), cudaFree(sx), cudaFree(sw), cudaFree(xd), cudaFree(tmp);
     free_weights(ws);
 }
 
@@ -334,6 +390,18 @@ int main(int argc, char** argv) {
         bench_linear(rows, s, "fp4 expert w1 4096->2048", 2, 2048, 4096, ns);
         bench_linear(rows, s, "fp4 expert w2 2048->4096", 2, 4096, 2048, ns);
     }
+    std::vector<GemmRow> gemm_rows;
+    if (want("gemm")) {
+        const std::vector<int64_t> gn = quick ? std::vector<int64_t>{16, 4096} : std::vector<int64_t>{1, 16, 64, 512, 4096};
+        bench_fp8_gemm(gemm_rows, s, "fp8 q_a 4096->1024", 1024, 4096, gn);
+        bench_fp8_gemm(gemm_rows, s, "fp8 wkv 4096->512", 512, 4096, gn);
+        bench_fp8_gemm(gemm_rows, s, "fp8 q_b 1024->32768", 32768, 1024, gn);
+        bench_fp8_gemm(gemm_rows, s, "fp8 wo_a group 4096->1024", 1024, 4096, gn);
+        bench_fp8_gemm(gemm_rows, s, "fp8 o_b 8192->4096", 4096, 8192, gn);
+        bench_fp8_gemm(gemm_rows, s, "fp8 index q_b 1024->8192", 8192, 1024, gn);
+        bench_fp8_gemm(gemm_rows, s, "fp8 shared w1 4096->2048", 2048, 4096, gn);
+        bench_fp8_gemm(gemm_rows, s, "fp8 shared w2 2048->4096", 4096, 2048, gn);
+    }
     if (want("moe")) bench_moe(rows, s, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
     if (want("attention")) {
         bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)", 1, 512);
@@ -354,6 +422,20 @@ int main(int argc, char** argv) {
         std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.3g | %.0f | %.1f%% |\n", x.name.c_str(),
                       x.variant.c_str(), x.us, x.bytes, gbps, 100.0 * gbps / r.copy_gbps);
         md += buf;
+    }
+    if (!gemm_rows.empty()) {
+        std::snprintf(buf, sizeof buf,
+                      "\nFP8 linears of the native precision (times include the activation quantisation and the "
+                      "weight-scale widening); dense cuBLASLt rates in this run: FP8 %.0f, BF16 %.0f TFLOP/s.\n\n",
+                      r.fp8_tflops, r.bf16_tflops);
+        md += buf;
+        md += "| linear (V4-Flash shape) | path | time us | TFLOP/s | % of dense FP8 |\n|---|---|---:|---:|---:|\n";
+        for (const GemmRow& g : gemm_rows) {
+            const double tf = g.us > 0 ? g.flops / (g.us * 1e-6) / 1e12 : 0;
+            std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.1f%% |\n", g.name.c_str(), g.variant.c_str(),
+                          g.us, tf, r.fp8_tflops > 0 ? 100.0 * tf / r.fp8_tflops : 0.0);
+            md += buf;
+        }
     }
     std::fputs(md.c_str(), stdout);
     if (!out_path.empty())

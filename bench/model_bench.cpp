@@ -70,7 +70,7 @@ runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and for
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
     int64_t n_prompt = 256, n_decode = 16, batch = 1;
-    std::string profile = "0";
+    std::string profile = "0", precision = "exact";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--model") dir = v;
@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
         else if (k == "--decode") n_decode = std::stoll(v);
         else if (k == "--batch") batch = std::stoll(v);
         else if (k == "--profile") profile = v;
+        else if (k == "--precision") precision = v;
     }
     if (dir.empty()) {
         if (preset == "demo") {
@@ -107,6 +108,9 @@ int main(int argc, char** argv) {
     auto m = runtime::load_model(dir, run_on);
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
     auto& model = **m;
+    auto p = runtime::parse_precision(precision);
+    if (!p) return std::fprintf(stderr, "%s\n", p.error().message.c_str()), 2;
+    model.set_precision(*p);
     const auto& cfg = model.config();
     const runtime::Throughput t = runtime::measure_throughput(model, n_prompt, n_decode, batch, [&] {
         if (!prof) return;
@@ -118,9 +122,9 @@ int main(int argc, char** argv) {
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
-    fmt::print("backend {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = "
+    fmt::print("backend {} precision {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = "
                "{:.2f} tokens/s, {:.1f} ms/step\n",
-               backend_name, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(), n_decode,
+               backend_name, precision, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(), n_decode,
                t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
     const model::StateSize ss = model::state_size(cfg);
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,

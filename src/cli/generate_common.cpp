@@ -21,6 +21,15 @@ void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_option("--backend", o.backend, "auto (default: cuda where a GPU is present, else cpu) | cpu | cuda | ref");
     app.add_flag("--check-weights", o.check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--kernels", o.kernels, "kernel allow-list file (written by `deepinfer screen`)");
+    add_precision_option(app, o.precision);
+}
+
+void add_precision_option(CLI::App& app, std::string& precision) {
+    app.add_option("--precision", precision,
+                   "exact (f32 activations) | native (FP8 GEMM inputs per 128-column block, as DeepSeek's own "
+                   "inference code; FP8 tensor cores on cuda)")
+        ->check(CLI::IsMember({"exact", "native"}))
+        ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& app, GenOptions& o) {
@@ -48,7 +57,9 @@ Result<LoadedModel> load_for_generation(const GenOptions& o) {
     }
     DI_TRY(lm.backend, runtime::make_backend(o.backend));
     if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *lm.backend));
+    DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
     DI_TRY(lm.model, runtime::load_model(dir, *lm.backend, o.check_weights));
+    lm.model->set_precision(precision);
     if (std::FILE* f = std::fopen((dir + "/tokenizer.json").c_str(), "r")) {
         std::fclose(f);
         DI_TRY(Tokenizer t, Tokenizer::load(dir));

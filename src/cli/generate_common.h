@@ -23,10 +23,12 @@ struct GenOptions {
     std::vector<std::string> stop;
     bool check_weights = false;
     std::string kernels;  // allow-list file (`deepinfer screen --out`); "": the built-in list
+    std::string precision = "exact";
 };
 
 void add_model_options(CLI::App& app, GenOptions& o);
 void add_sampling_options(CLI::App& app, GenOptions& o);
+void add_precision_option(CLI::App& app, std::string& precision);
 
 struct LoadedModel {
     std::unique_ptr<ops::Backend> backend;

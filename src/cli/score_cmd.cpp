@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/generate_common.h"
 #include "runtime/token_list.h"
 #include "io/npy.h"
 #include "ops/compare/compare_backend.h"
@@ -20,7 +21,7 @@ struct ScoreOptions {
     std::string model, tokens, tokens_file, logits_out, backend = "auto", compare_with;
     int64_t chunk = 0;
     bool check_weights = false;
-    std::string kernels;
+    std::string kernels, precision = "exact";
     double compare_tol = 1e-3;
 };
 
@@ -37,8 +38,11 @@ int run_score(const ScoreOptions& o) {
         compare = std::make_unique<ops::CompareBackend>(**backend, o.compare_tol);
     }
     ops::Backend& be = compare ? *compare : **backend;
+    auto precision = runtime::parse_precision(o.precision);
+    if (!precision) return fail(precision.error().message);
     auto model = runtime::load_model(o.model, be, o.check_weights);
     if (!model) return fail(model.error().message);
+    (*model)->set_precision(*precision);
     const auto& cfg = (*model)->config();
     if (auto st = runtime::check_tokens(*tokens, cfg.vocab_size); !st) return fail(st.error().message);
     if (o.chunk < 0) return fail(fmt::format("--chunk {} must be positive", o.chunk));
@@ -99,6 +103,7 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--compare-tol", o->compare_tol, "relative tolerance of --compare-with (default 1e-3)");
     app.add_flag("--check-weights", o->check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--kernels", o->kernels, "kernel allow-list file (written by `deepinfer screen`)");
+    add_precision_option(app, o->precision);
     app.add_option("--chunk", o->chunk, "run the sequence through the state in chunks of N tokens (1 = decode)");
     return [o] {
         if (o->tokens.empty() && o->tokens_file.empty()) return fail("score: give --tokens or --tokens-file");

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/generate_common.h"
 #include "deepinfer/engine.h"
 #include "runtime/backend_factory.h"
 #include "runtime/demo_model.h"
@@ -100,6 +101,7 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("-m,--model,model", o->engine.model_dir, "model directory (default: the built-in demo model)");
     app.add_option("--backend", o->engine.backend, "auto (cuda where a GPU is present, else cpu) | cpu | cuda | ref")
         ->capture_default_str();
+    add_precision_option(app, o->engine.precision);
     app.add_option("--tokenizer", o->engine.tokenizer_path, "tokenizer.json or its directory (default: the model's)");
     app.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
     app.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();

@@ -2,6 +2,7 @@
 // fp8 e4m3 (OCP, no inf, 0x7f/0xff NaN), ue8m0 (2^(b-127), 255 NaN), fp4 e2m1 (two per byte, low nibble first).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,18 @@ inline float fp8_e4m3_to_f32(uint8_t b) {
     if (e == 0xF && m == 7) return NAN;
     const float mag = e == 0 ? std::ldexp(float(m) / 8.0f, -6) : std::ldexp(1.0f + float(m) / 8.0f, e - 7);
     return sign ? -mag : mag;
+}
+
+// The e4m3 value nearest to v (ties to even), saturating at +-448 (e4m3 has no inf); NaN stays NaN. The same
+// rounding as the GPU's cvt.rn.satfinite.e4m3x2.f32.
+inline float round_to_fp8_e4m3(float v) {
+    if (std::isnan(v)) return v;
+    const float a = std::fabs(v);
+    if (a >= 448.0f) return std::copysign(448.0f, v);
+    int e = 0;
+    std::frexp(a, &e);                    // a in [2^(e-1), 2^e)
+    const int q = std::max(e - 1, -6) - 3;  // 3 mantissa bits; below 2^-6 the subnormal step 2^-9
+    return std::copysign(std::ldexp(std::nearbyint(std::ldexp(a, -q)), q), v);
 }
 
 inline float e8m0_to_f32(uint8_t b) { return b == 255 ? NAN : std::ldexp(1.0f, int(b) - 127); }

@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include "ops/act_quant.h"
+
 namespace di::model {
 
 using namespace di::ops;
@@ -110,12 +112,19 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
         for (int64_t i = 0; i < m; ++i) be_->copy(sel.rows(i, 1), h.rows(rows[size_t(i)], 1));
     }
     TensorView logits = ws_.take(DType::kF32, {m, V});
-    be_->linear({sel, w_.head, logits});
+    be_->linear(lin(sel, w_.head, logits));
     std::vector<float> out(size_t(m * V));
     be_->copy(TensorView::contiguous(out.data(), DType::kF32, {m, V}), logits);
     be_->synchronize();
     for (size_t c = 0; c < chunks.size(); ++c) chunks[c].state->advance(s.len[c]);
     return out;
+}
+
+LinearArgs DeepseekV4::lin(const TensorView& x, const QWeight& w, const TensorView& y) const {
+    LinearArgs a{x, w, y};
+    if (precision_ == Precision::kNative && w.format == ops::WeightFormat::kFp8Block && w.in_dim % ops::kActBlock == 0)
+        a.act = ops::ActQuant::kFp8Block128;
+    return a;
 }
 
 void DeepseekV4::compress_into(const CompressorWeights& cw, int l, bool index, Step& s, const TensorView& y,
@@ -124,7 +133,7 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, int l, bool index, S
     const int64_t width = overlap ? 2 * d : d;
     TensorView kv = ws_.take(DType::kF32, {s.n, width});
     TensorView gate = ws_.take(DType::kF32, {s.n, width});
-    const LinearArgs proj[] = {{y, cw.wkv, kv}, {y, cw.wgate, gate}};
+    const LinearArgs proj[] = {lin(y, cw.wkv, kv), lin(y, cw.wgate, gate)};
     be_->linears(proj);
     n_entries.assign(s.chunks.size(), 0);
     for (size_t c = 0; c < s.chunks.size(); ++c) {
@@ -165,11 +174,11 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     be_->rms_norm({s.x, lw.attn_norm, y, eps});
     TensorView qr = ws_.take(DType::kF32, {n, cfg_.q_lora_rank});  // q residual, also feeds the indexer
     TensorView kv = ws_.take(DType::kF32, {n, hd});
-    const LinearArgs from_y[] = {{y, aw.wq_a, qr}, {y, aw.wkv, kv}};
+    const LinearArgs from_y[] = {lin(y, aw.wq_a, qr), lin(y, aw.wkv, kv)};
     be_->linears(from_y);
     be_->rms_norm({qr, aw.q_norm, qr, eps});
     TensorView q = ws_.take(DType::kF32, {n, H * hd});
-    be_->linear({qr, aw.wq_b, q});
+    be_->linear(lin(qr, aw.wq_b, q));
     be_->rms_norm({q.reshape({n * H, hd}), {}, q.reshape({n * H, hd}), eps});  // per head, unweighted
     RopeArgs rq = rope_proto;
     rq.x = as3d(q, n, H, hd);  // [n, H, hd]
@@ -190,12 +199,12 @@ void DeepseekV4::attention_layer(int l, Step& s) {
         const int64_t nIH = cfg_.index_heads, ihd = cfg_.index_dim;
         compress_into(aw.index_compressor, l, true, s, y, cfg_.csa_rate, true, ihd, rope_proto, n_index);
         TensorView qi = ws_.take(DType::kF32, {n, nIH * ihd});
-        be_->linear({qr, aw.index_wq_b, qi});
+        be_->linear(lin(qr, aw.index_wq_b, qi));
         RopeArgs ri = rope_proto;
         ri.x = as3d(qi, n, nIH, ihd);
         be_->rope(ri);
         TensorView iw = ws_.take(DType::kF32, {n, nIH});
-        be_->linear({y, aw.index_weights_proj, iw});
+        be_->linear(lin(y, aw.index_weights_proj, iw));
         for (size_t c = 0; c < s.chunks.size(); ++c) {
             const int64_t T = n_index[c], L = s.len[c];
             if (T == 0 || L == 0) continue;
@@ -244,10 +253,10 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     TensorView u = ws_.take(DType::kF32, {n, G * R});
     const int64_t gw = H * hd / G;
     std::vector<LinearArgs> groups;
-    for (int64_t g = 0; g < G; ++g) groups.push_back({columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)});
+    for (int64_t g = 0; g < G; ++g) groups.push_back(lin(columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)));
     be_->linears(groups);
     TensorView a = ws_.take(DType::kF32, {n, D});
-    be_->linear({u, aw.wo_b, a});
+    be_->linear(lin(u, aw.wo_b, a));
     be_->mhc_post({s.streams, a, s.post, s.comb, s.spare});
     std::swap(s.streams, s.spare);
 }
@@ -265,7 +274,7 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
     TensorView y = ws_.take(DType::kF32, {n, D});
     be_->rms_norm({s.x, lw.ffn_norm, y, eps});
     TensorView logits = ws_.take(DType::kF32, {n, cfg_.n_experts});
-    be_->linear({y, fw.gate, logits});
+    be_->linear(lin(y, fw.gate, logits));
     TensorView ids = ws_.take(DType::kI32, {n, k});
     TensorView weights = ws_.take(DType::kF32, {n, k});
     const bool hash = cfg_.moe_types[size_t(l)] == MoeType::kHash;
@@ -276,11 +285,11 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
     be_->moe({y, ids, weights, fw.experts.data(), int64_t(fw.experts.size()), routed, limit});
     TensorView gate = ws_.take(DType::kF32, {n, I});
     TensorView up = ws_.take(DType::kF32, {n, I});
-    const LinearArgs shared_up[] = {{y, fw.shared.w1, gate}, {y, fw.shared.w3, up}};
+    const LinearArgs shared_up[] = {lin(y, fw.shared.w1, gate), lin(y, fw.shared.w3, up)};
     be_->linears(shared_up);
     be_->swiglu({gate, up, gate, limit});
     TensorView shared = ws_.take(DType::kF32, {n, D});
-    be_->linear({gate, fw.shared.w2, shared});
+    be_->linear(lin(gate, fw.shared.w2, shared));
     be_->add({routed, shared, routed});
     be_->mhc_post({s.streams, routed, s.post, s.comb, s.spare});
     std::swap(s.streams, s.spare);

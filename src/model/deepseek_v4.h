@@ -21,6 +21,12 @@ struct SeqChunk {
     bool all_logits = false;          // logits for every token, else only for the last one
 };
 
+// exact: f32 activations everywhere (held to the fp32 goldens). native: the GEMM inputs of FP8 weights
+// quantised per 128-column block as DeepSeek's inference code does (ops/act_quant.h), so the CUDA backend can
+// run them on FP8 tensor cores; an FP8 weight whose in_dim is not a multiple of 128 (test checkpoints only)
+// keeps f32 inputs. Activations between ops stay f32 in both.
+enum class Precision : uint8_t { kExact, kNative };
+
 class DeepseekV4 {
 public:
     DeepseekV4(ModelConfig cfg, ModelWeights weights, ops::Backend& backend);
@@ -28,6 +34,8 @@ public:
     const ModelConfig& config() const { return cfg_; }
     const ModelWeights& weights() const { return w_; }
     ops::Backend& backend() { return *be_; }
+    Precision precision() const { return precision_; }
+    void set_precision(Precision p) { precision_ = p; }
 
     // Runs one step. Returns host f32 logits [rows, vocab_size]: for each chunk in order, all of its tokens
     // or just its last. Token ids must be in range and chunks must fit their states (checked by callers).
@@ -35,6 +43,8 @@ public:
 
 private:
     struct Step;  // per-step views (defined in the .cpp)
+    // The linear's args, with fp8 activation blocks where the precision asks for them.
+    ops::LinearArgs lin(const TensorView& x, const ops::QWeight& w, const TensorView& y) const;
     void attention_layer(int l, Step& s);
     void ffn_layer(int l, Step& s);
     // Projects, pools and stores compressed entries for every chunk; n_entries[c] = entries after the step.
@@ -48,6 +58,7 @@ private:
     Workspace ws_;
     Tensor inv_freq_main_, inv_freq_compress_;  // f32 [rope_dim / 2] on the device
     float mscale_main_ = 1.0f, mscale_compress_ = 1.0f;
+    Precision precision_ = Precision::kExact;
 };
 
 }  // namespace di::model

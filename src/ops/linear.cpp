@@ -1,5 +1,7 @@
 #include "ops/linear.h"
 
+#include "ops/act_quant.h"
+
 namespace di::ops {
 
 QWeight QWeight::rows(int64_t begin, int64_t n) const {
@@ -42,6 +44,16 @@ void check(const LinearArgs& a) {
     DI_CHECK(a.x.shape[0] == a.y.shape[0], "linear: x rows {} != y rows {}", a.x.shape[0], a.y.shape[0]);
     DI_CHECK(a.x.shape[1] == a.w.in_dim && a.y.shape[1] == a.w.out_dim, "linear: x {} y {} vs weight [{}, {}]",
              a.x.describe(), a.y.describe(), a.w.out_dim, a.w.in_dim);
+    DI_CHECK(a.act == ActQuant::kNone || a.w.in_dim % kActBlock == 0,
+             "linear: fp8 activation blocks need in_dim a multiple of {}, got {}", kActBlock, a.w.in_dim);
+}
+
+TensorView fp8_block_quant_dequant(const TensorView& x, std::vector<float>& store) {
+    const int64_t n = x.shape[0], in = x.shape[1];
+    store.resize(size_t(n * in));
+    for (int64_t r = 0; r < n; ++r)
+        fp8_block_quant_dequant_row(x.ptr<const float>() + r * x.stride[0], in, store.data() + r * in);
+    return TensorView::contiguous(store.data(), DType::kF32, {n, in});
 }
 
 }  // namespace di::ops

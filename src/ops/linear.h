@@ -27,10 +27,16 @@ struct QWeight {
     float at(int64_t o, int64_t i) const;
 };
 
+// How x enters the product. kNone: as given (the `exact` precision). kFp8Block128: quantised per row and
+// 128-column block to e4m3 with a power-of-two scale (ops/act_quant.h), the `native` precision of FP8
+// weights; needs in_dim a multiple of 128.
+enum class ActQuant : uint8_t { kNone, kFp8Block128 };
+
 struct LinearArgs {
     TensorView x;  // f32 [n, in], unit last stride, any row stride
     QWeight w;     // [out, in]
     TensorView y;  // f32 [n, out], unit last stride, any row stride
+    ActQuant act = ActQuant::kNone;
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, x, Role::kIn);

@@ -91,7 +91,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
         DI_TRY(impl->allow, runtime::parse_kernels_file(text, o.kernels_file, *impl->backend));
         impl->backend->set_allow_list(impl->allow);
     }
+    DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
     DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend, o.check_weights));
+    impl->model->set_precision(precision);
     const model::ModelConfig& cfg = impl->model->config();
     const std::string tok_path = o.tokenizer_path.empty() ? o.model_dir : o.tokenizer_path;
     const bool has_tok = std::filesystem::exists(std::filesystem::path(tok_path) / "tokenizer.json") ||

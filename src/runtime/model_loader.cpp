@@ -24,6 +24,12 @@ Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, op
     return std::make_unique<model::DeepseekV4>(std::move(cfg), std::move(w), backend);
 }
 
+Result<model::Precision> parse_precision(std::string_view name) {
+    if (name == "exact") return model::Precision::kExact;
+    if (name == "native") return model::Precision::kNative;
+    return make_error(ErrorCode::kInvalidArgument, "precision '{}': expected exact or native", name);
+}
+
 Status check_tokens(const std::vector<int32_t>& tokens, int64_t vocab_size) {
     for (size_t i = 0; i < tokens.size(); ++i)
         if (tokens[i] < 0 || tokens[i] >= vocab_size)

@@ -14,6 +14,9 @@ namespace di::runtime {
 Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
                                                       bool check_weights = false);
 
+// "exact" | "native" (model::Precision); anything else is a one-line error naming the value.
+Result<model::Precision> parse_precision(std::string_view name);
+
 // Checks token ids against the vocabulary: "token id 300 at index 4 is outside the vocabulary (256)".
 Status check_tokens(const std::vector<int32_t>& tokens, int64_t vocab_size);
 

@@ -82,5 +82,63 @@ TEST(GoldenBf16, MatchesFp32ReferenceAndStaysWithinBf16NoiseFloor) {
                 a32.max_diff / a32.max_ref, a16.max_diff / a16.max_ref, median);
 }
 
+// Teacher-forced agreement of two logit matrices: top-1 agreement, the lowest per-row cosine, and the largest
+// and median per-row max |d| relative to max |ref|.
+struct Fidelity {
+    double top1 = 0, min_cos = 1, max_rel = 0, median_rel = 0;
+};
+Fidelity fidelity(const std::vector<float>& got, const std::vector<float>& ref, int64_t rows, int64_t vocab) {
+    Fidelity f;
+    const double m = max_abs(ref);
+    std::vector<double> rel;
+    int64_t agree = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        double dot = 0, ng = 0, nr = 0, d = 0;
+        int64_t bg = 0, br = 0;
+        for (int64_t v = 0; v < vocab; ++v) {
+            const double g = got[size_t(r * vocab + v)], e = ref[size_t(r * vocab + v)];
+            dot += g * e, ng += g * g, nr += e * e, d = std::max(d, std::fabs(g - e));
+            if (g > got[size_t(r * vocab + bg)]) bg = v;
+            if (e > ref[size_t(r * vocab + br)]) br = v;
+        }
+        agree += bg == br;
+        f.min_cos = std::min(f.min_cos, dot / std::sqrt(ng * nr));
+        rel.push_back(d / m);
+    }
+    f.top1 = double(agree) / double(rows);
+    f.max_rel = *std::max_element(rel.begin(), rel.end());
+    std::nth_element(rel.begin(), rel.begin() + long(rel.size() / 2), rel.end());
+    f.median_rel = rel[rel.size() / 2];
+    return f;
+}
+
+// Native precision (fp8 activation blocks into every FP8 linear, as DeepSeek's inference code) on the FP8
+// fixture, against transformers' fp32 run of the same bytes, judged by the reference's own noise floor:
+// transformers bf16 against transformers fp32 on the bf16 fixture (same architecture and sizes; the FP8
+// fixture has no bf16 run of its own).
+TEST(GoldenNative, Fp8FixtureStaysWithinTheBf16NoiseFloor) {
+    int64_t rows = 0, vocab = 0;
+    const std::string bf16_dir = std::string(DI_TEST_DATA) + "/v4_tiny_bf16";
+    const std::vector<float> hf16 = read_logits(bf16_dir + "/logits.npy", &rows, &vocab);
+    const Fidelity floor = fidelity(hf16, read_logits(bf16_dir + "/logits_fp32.npy"), rows, vocab);
+
+    Fixture f = load_fixture("v4_tiny_fp8");
+    ASSERT_TRUE(f.model);
+    const std::vector<float> ref = read_logits(f.dir + "/logits.npy", &rows, &vocab);
+    const std::vector<float> exact = run_chunked(*f.model, f.prompt, {int64_t(f.prompt.size())});
+    f.model->set_precision(model::Precision::kNative);
+    const std::vector<float> native = run_chunked(*f.model, f.prompt, {int64_t(f.prompt.size())});
+    const Fidelity got = fidelity(native, ref, rows, vocab);
+    std::printf("noise floor (HF bf16 vs fp32, v4_tiny_bf16): top-1 %.4f, min cos %.6f, max rel %.3g, median %.3g\n"
+                "native (fp8 activations) vs HF fp32, v4_tiny_fp8: top-1 %.4f, min cos %.6f, max rel %.3g, median %.3g\n",
+                floor.top1, floor.min_cos, floor.max_rel, floor.median_rel, got.top1, got.min_cos, got.max_rel,
+                got.median_rel);
+    EXPECT_NE(exact, native) << "native precision changed nothing";
+    EXPECT_GE(got.top1, floor.top1);
+    EXPECT_GE(got.min_cos, floor.min_cos);
+    EXPECT_LE(got.max_rel, floor.max_rel);
+    EXPECT_LE(got.median_rel, floor.median_rel);
+}
+
 }  // namespace
 }  // namespace di::test

@@ -2,6 +2,7 @@
 // reused for every input row, spread over the pool by output rows.
 #include "ops/cpu/cpu_backend.h"
 
+#include "ops/act_quant.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/ref/ref_backend.h"
 
@@ -49,9 +50,11 @@ bool CpuBackend::force_variant(std::string_view op, std::string_view variant) {
     return false;
 }
 
-void CpuBackend::linear(const LinearArgs& a) {
-    if (!take_fast(cpu_fast_index("linear"))) return ref_->linear(a);
-    check(a);
+void CpuBackend::linear(const LinearArgs& in_args) {
+    if (!take_fast(cpu_fast_index("linear"))) return ref_->linear(in_args);
+    check(in_args);
+    LinearArgs a = in_args;
+    if (a.act == ActQuant::kFp8Block128) a.x = fp8_block_quant_dequant(a.x, xq_);
     const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
     if (n == 0 || out == 0) return;
     xrows_.resize(size_t(n));

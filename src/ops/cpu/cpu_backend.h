@@ -112,6 +112,7 @@ private:
     std::unique_ptr<Backend> ref_;
     std::vector<CpuScratch> scratch_;  // one per pool thread
     std::vector<const float*> xrows_;  // input row pointers of the current op
+    std::vector<float> xq_;            // fp8-block activations, dequantised (ActQuant::kFp8Block128)
     // moe: token-slot pairs grouped by expert, and the intermediate activations.
     struct MoeTask {
         int32_t expert;

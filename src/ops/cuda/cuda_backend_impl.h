@@ -132,6 +132,8 @@ private:
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.
     int choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group);
+    // fp8 activation blocks quantised, then cuBLASLt's block-scaled FP8 matmul (choose_linear picked it).
+    void linear_lt_fp8(const LinearArgs& a, const WeightRef& w);
     // The ops with several kernels (cuda_ops.cpp lists them); the rest have one kernel each ("cuda"),
     // counted in launches_.
     OpVariants linear_v_, moe_v_, mhc_pre_v_, hc_head_v_, attention_v_;

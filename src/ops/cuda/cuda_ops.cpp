@@ -1,5 +1,6 @@
 // CudaBackend op methods: check(args) first, then the device check, then the launch with plain params.
 #include "ops/cuda/cuda_backend_impl.h"
+#include "ops/cuda/fp8_gemm.h"
 
 namespace di::ops::cuda_impl {
 namespace {
@@ -20,9 +21,11 @@ void need_f32_rows(const TensorView& v, std::string_view what) {
 
 // The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
 // launcher's name for variant i.
-constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kSplitRows, cuda::LinearVariant::kStreamGemv,
-                                               cuda::LinearVariant::kWarpGemv,
+constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kSplitRows,
+                                               cuda::LinearVariant::kStreamGemv, cuda::LinearVariant::kWarpGemv,
                                                cuda::LinearVariant::kTiled};
+// Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
+constexpr int64_t kLtMinRows = 16;
 constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kSplitRows, cuda::MoeVariant::kGrouped,
                                             cuda::MoeVariant::kPerPair};
 constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
@@ -37,7 +40,12 @@ std::vector<KernelVariant> mhc_variants(const char* op) {
 }  // namespace
 
 CudaBackend::CudaBackend(int device)
-    : linear_v_({{"linear", "split_rows",
+    : linear_v_({{"linear", "cublaslt_fp8",
+                  "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when forced); "
+                  "in_dim and out_dim multiples of 128; cuBLASLt block-scaled FP8 on tensor cores; its algorithm "
+                  "depends on n, so not batch-invariant",
+                  false, true, false},
+                 {"linear", "split_rows",
                   "n <= 2 rows; in_dim 1024, 2048, 4096 or 8192; 16-byte weight rows; rows split over a "
                   "block's threads, x in registers",
                   false},
@@ -106,20 +114,35 @@ bool split_rows_pays(const WeightRef& w) {
     return bytes >= 16e6;
 }
 
+// Whether cuBLASLt's block-scaled FP8 matmul takes the call (fp8 activation blocks on an fp8 weight).
+bool lt_fp8_takes(const LinearArgs& a, const WeightRef& w) {
+    if (a.act != ActQuant::kFp8Block128 || w.format != 1 || a.x.shape[0] == 0) return false;
+    cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
+    return lt && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y.data) % 16 == 0 &&
+           lt->supports(a.x.shape[0], w.in_dim, w.out_dim, w.ld, ld(a.y));
+}
+
+// Which linear variants take a call (OpVariants' `takes`; forced: a test or the screen asks for it).
+struct LinearTakes {
+    const LinearArgs& a;
+    const WeightRef& w;
+    bool in_group;  // split_rows would share its launch with other jobs
+    bool operator()(int i, bool forced) const {
+        const int64_t n = a.x.shape[0];
+        switch (kLinearEnum[i]) {
+            case cuda::LinearVariant::kCublasLtFp8: return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
+            case cuda::LinearVariant::kSplitRows:
+                return cuda::gemv_split_supported(f32(a.x), ld(a.x), w, n) && (forced || in_group || split_rows_pays(w));
+            case cuda::LinearVariant::kStreamGemv: return cuda::gemv_supported(f32(a.x), ld(a.x), w, n);
+            case cuda::LinearVariant::kWarpGemv: return forced || n <= 8;  // forced: any n
+            default: return true;
+        }
+    }
+};
+
 int CudaBackend::choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group) {
-    const int64_t n = a.x.shape[0];
-    return linear_v_.choose(
-        [&](int i, bool forced) {
-            switch (kLinearEnum[i]) {
-                case cuda::LinearVariant::kSplitRows:
-                    return cuda::gemv_split_supported(f32(a.x), ld(a.x), w, n) &&
-                           (forced || in_group || split_rows_pays(w));
-                case cuda::LinearVariant::kStreamGemv: return cuda::gemv_supported(f32(a.x), ld(a.x), w, n);
-                case cuda::LinearVariant::kWarpGemv: return forced || n <= 8;  // forced: any n
-                default: return true;
-            }
-        },
-        [&] { return fmt::format("n {}, weight {}x{}", n, w.out_dim, w.in_dim); });
+    return linear_v_.choose(LinearTakes{a, w, in_group},
+                            [&] { return fmt::format("n {}, weight {}x{}", a.x.shape[0], w.out_dim, w.in_dim); });
 }
 
 void CudaBackend::linear(const LinearArgs& a) {
@@ -127,7 +150,37 @@ void CudaBackend::linear(const LinearArgs& a) {
     device_args(a, "linear");
     const WeightRef w = weight_ref(a.w, "linear.w");
     const int v = choose_linear(a, w, false);
-    cuda::launch_linear(f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, kLinearEnum[v]);
+    if (kLinearEnum[v] == cuda::LinearVariant::kCublasLtFp8) return linear_lt_fp8(a, w);
+    const float* x = f32(a.x);
+    int64_t ldx = ld(a.x);
+    if (a.act == ActQuant::kFp8Block128) {  // the f32 kernels on the dequantised blocks
+        float* xq = static_cast<float*>(scratch_.get(6, size_t(a.x.shape[0] * w.in_dim) * sizeof(float)));
+        cuda::launch_act_quant_dequant(x, ldx, a.x.shape[0], w.in_dim, xq, stream_);
+        launched("linear");
+        x = xq, ldx = w.in_dim;
+    }
+    cuda::launch_linear(x, ldx, w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, kLinearEnum[v]);
+    launched("linear");
+}
+
+void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w) {
+    const int64_t n = a.x.shape[0], in = w.in_dim, out = w.out_dim;
+    const int64_t kb = in / 128, ob = out / 128;
+    auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+    const size_t q_bytes = up(size_t(n * in)), sx_bytes = up(size_t(n * kb) * 4), sw_bytes = up(size_t(ob * kb) * 4);
+    auto* base = static_cast<uint8_t*>(scratch_.get(7, q_bytes + sx_bytes + sw_bytes + size_t(n * out) * 2));
+    uint8_t* q = base;
+    auto* sx = reinterpret_cast<float*>(base + q_bytes);
+    const float* sw = reinterpret_cast<const float*>(w.scale);
+    if (w.scale_e8m0 || w.ld_scale != kb) {  // cuBLASLt reads f32 scales, densely packed
+        auto* wide = reinterpret_cast<float*>(base + q_bytes + sx_bytes);
+        cuda::launch_scales_to_f32(w.scale, w.scale_e8m0, w.ld_scale, ob, kb, wide, stream_);
+        sw = wide;
+    }
+    cuda::launch_act_quant_fp8(f32(a.x), ld(a.x), n, in, q, sx, stream_);
+    const bool ran = cuda::LtFp8Gemm::instance()->run(q, sx, w.data, w.ld, sw, n, in, out, f32m(a.y), ld(a.y),
+                                                      base + q_bytes + sx_bytes + sw_bytes, stream_);
+    DI_CHECK(ran, "linear: cuBLASLt FP8 matmul failed for n {}, weight [{}, {}] (scope '{}')", n, out, in, scope_);
     launched("linear");
 }
 
@@ -136,12 +189,31 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     std::vector<WeightRef> w(jobs.size());
     std::vector<cuda::SplitJob> sj(jobs.size());
     std::vector<int> peers(jobs.size(), 0);
+    // fp8 activation blocks: the jobs cuBLASLt takes run alone; the others' inputs are dequantised first, into
+    // one scratch buffer.
+    std::vector<bool> done(jobs.size(), false);
+    size_t xq_floats = 0;
+    for (const LinearArgs& a : jobs)
+        if (a.act == ActQuant::kFp8Block128) xq_floats += size_t(a.x.shape[0] * a.w.in_dim);
+    float* xq = xq_floats ? static_cast<float*>(scratch_.get(6, xq_floats * sizeof(float))) : nullptr;
     for (size_t i = 0; i < jobs.size(); ++i) {
         check(jobs[i]);
         device_args(jobs[i], "linear");
         w[i] = weight_ref(jobs[i].w, "linear.w");
         const LinearArgs& a = jobs[i];
         sj[i] = {f32(a.x), ld(a.x), w[i], f32m(a.y), ld(a.y)};
+        if (a.act == ActQuant::kFp8Block128) {
+            if (linear_v_.picks(0, LinearTakes{a, w[i], false})) {  // variant 0: cublaslt_fp8
+                linear_v_.count_dispatch(0);
+                linear_lt_fp8(a, w[i]);
+                done[i] = true;
+                continue;
+            }
+            cuda::launch_act_quant_dequant(sj[i].x, sj[i].ldx, a.x.shape[0], w[i].in_dim, xq, stream_);
+            launched("linear");
+            sj[i].x = xq, sj[i].ldx = w[i].in_dim;
+            xq += a.x.shape[0] * w[i].in_dim;
+        }
         if (!cuda::gemv_split_supported(sj[i].x, sj[i].ldx, w[i], a.x.shape[0])) continue;
         for (size_t j = 0; j < i; ++j)
             if (peers[j] > 0 && jobs[j].x.shape[0] == a.x.shape[0] && cuda::gemv_split_same_launch(sj[j], sj[i]))
@@ -157,6 +229,7 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         batch.count = 0;
     };
     for (size_t i = 0; i < jobs.size(); ++i) {
+        if (done[i]) continue;
         const int64_t n = jobs[i].x.shape[0];
         const int v = choose_linear(jobs[i], w[i], peers[i] > 1);
         if (kLinearEnum[v] != cuda::LinearVariant::kSplitRows) {

@@ -18,6 +18,7 @@ class Scratch {
 public:
     virtual ~Scratch() = default;
     // A buffer of at least `bytes` for slot `slot` (0..7), valid until the next get of the same slot.
+    // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 fp8 GEMM inputs.
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -60,7 +61,9 @@ void launch_rope(const RopeParams& p, Stream s);
 //   kWarpGemv    n <= 8, one warp per output row (the first decode kernel, kept as the fallback)
 //   kTiled       any n, 64x64 f32 FMA tiles
 // kAuto picks kSplitRows, then kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
-enum class LinearVariant { kAuto, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
+// kCublasLtFp8 (fp8 weights times fp8 activation blocks on tensor cores) runs through fp8_gemm.h, not
+// launch_linear.
+enum class LinearVariant { kAuto, kCublasLtFp8, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
 inline constexpr int64_t kGemvMaxRows = 16;
 inline constexpr size_t kGemvMaxSmem = 200 * 1024;  // staged token rows per block (of the H200's 227 KB)
 void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,

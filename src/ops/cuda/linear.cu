@@ -123,6 +123,10 @@ void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, in
             : gemv_supported(x, ldx, w, n) ? LinearVariant::kStreamGemv
             : n <= kGemvRows             ? LinearVariant::kWarpGemv
                                          : LinearVariant::kTiled;
+    if (v == LinearVariant::kCublasLtFp8) {
+        std::fprintf(stderr, "deepinfer: linear variant cublaslt_fp8 runs through fp8_gemm.h, not launch_linear\n");
+        std::abort();
+    }
     if (v == LinearVariant::kSplitRows) {
         if (!gemv_split_supported(x, ldx, w, n)) {
             std::fprintf(stderr, "deepinfer: linear variant split_rows forced on an unsupported shape\n");

@@ -44,6 +44,16 @@ public:
         return v;
     }
 
+    // Whether choose() would return variant `i` (counting nothing); count_dispatch(i) then counts it.
+    template <class Takes>
+    bool picks(int i, Takes&& takes) const {
+        if (forced_ >= 0) return forced_ == i;
+        for (int j = 0; j + 1 < int(variants_.size()); ++j)
+            if (allowed_[size_t(j)] && takes(j, false)) return j == i;
+        return i == int(variants_.size()) - 1;
+    }
+    void count_dispatch(int i) { ++counts_[size_t(i)]; }
+
     // "" restores the default dispatch; false for an unknown name.
     bool force(std::string_view name) {
         if (name.empty()) return forced_ = -1, true;

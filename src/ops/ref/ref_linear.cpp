@@ -1,12 +1,16 @@
 // Reference linear: dequantise one weight row at a time, dot products in double.
 #include <vector>
 
+#include "ops/act_quant.h"
 #include "ops/ref/ref_backend_impl.h"
 
 namespace di::ops {
 
-void RefBackend::linear(const LinearArgs& a) {
-    check(a);
+void RefBackend::linear(const LinearArgs& in_args) {
+    check(in_args);
+    std::vector<float> xq;
+    LinearArgs a = in_args;
+    if (a.act == ActQuant::kFp8Block128) a.x = fp8_block_quant_dequant(a.x, xq);
     const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
     std::vector<float> wrow(static_cast<size_t>(in));
     for (int64_t o = 0; o < out; ++o) {

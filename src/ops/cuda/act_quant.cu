@@ -1,0 +1,98 @@
+// FP8 activation quantisation on the GPU: the steps of ops/act_quant.h, bit for bit (IEEE division by the
+// power-of-two scale, round-to-nearest-even e4m3 with saturation). One warp per 128-column block.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "ops/cuda/device_util.cuh"
+#include "ops/cuda/fp8_gemm.h"
+
+namespace di::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+__device__ float pow2_ceil(float v) {
+    unsigned u = __float_as_uint(v);
+    if (u & 0x007fffffu) u = (u & 0x7f800000u) + 0x00800000u;
+    return __uint_as_float(u);
+}
+
+template <bool kDequant>
+__global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64_t n, int64_t in,
+                                 uint8_t* __restrict__ q, float* __restrict__ sx, float* __restrict__ out) {
+    const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    const int64_t blocks = in / 128;
+    if (warp >= n * blocks) return;
+    const int64_t r = warp / blocks, kb = warp % blocks;
+    const float* src = x + r * ldx + kb * 128;
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = src[lane + 32 * i];  // rows may be strided slices: no vector loads
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = pow2_ceil(__fdiv_rn(fmaxf(amax, 1e-4f), 448.0f));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float t = __fdiv_rn(v[i], s);
+        t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;  // NaN passes, as on the host
+        const __nv_fp8_e4m3 f(t);
+        const int64_t col = kb * 128 + lane + 32 * i;
+        if constexpr (kDequant) out[r * in + col] = float(f) * s;
+        else q[r * in + col] = f.__x;
+    }
+    if constexpr (!kDequant)
+        if (lane == 0) sx[kb * n + r] = s;
+}
+
+__global__ void scales_to_f32_kernel(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols,
+                                     float* out) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    const int64_t r = i / cols, c = i % cols;
+    if (e8m0) {
+        out[i] = e8m0_to_f(static_cast<const uint8_t*>(scale)[r * ld + c]);
+    } else {
+        out[i] = static_cast<const float*>(scale)[r * ld + c];
+    }
+}
+
+__global__ void bf16_rows_to_f32_kernel(const __nv_bfloat16* src, int64_t n, int64_t out, float* y, int64_t ldy) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n * out) return;
+    y[(i / out) * ldy + i % out] = __bfloat162float(src[i]);
+}
+
+unsigned grid_for(int64_t items, int per_block) { return unsigned((items + per_block - 1) / per_block); }
+
+}  // namespace
+
+void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx, Stream s) {
+    if (n == 0) return;
+    act_quant_kernel<false><<<grid_for(n * (in / 128), kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
+                              static_cast<cudaStream_t>(s)>>>(x, ldx, n, in, q, sx, nullptr);
+}
+
+void launch_act_quant_dequant(const float* x, int64_t ldx, int64_t n, int64_t in, float* out, Stream s) {
+    if (n == 0) return;
+    act_quant_kernel<true><<<grid_for(n * (in / 128), kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
+                             static_cast<cudaStream_t>(s)>>>(x, ldx, n, in, nullptr, nullptr, out);
+}
+
+void launch_scales_to_f32(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols, float* out,
+                          Stream s) {
+    if (rows * cols == 0) return;
+    scales_to_f32_kernel<<<grid_for(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(scale, e8m0, ld, rows,
+                                                                                               cols, out);
+}
+
+void launch_bf16_rows_to_f32(const uint16_t* src, int64_t n, int64_t out, float* y, int64_t ldy, Stream s) {
+    if (n * out == 0) return;
+    bf16_rows_to_f32_kernel<<<grid_for(n * out, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(
+        reinterpret_cast<const __nv_bfloat16*>(src), n, out, y, ldy);
+}
+
+}  // namespace di::cuda

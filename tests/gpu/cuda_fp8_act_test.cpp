@@ -1,0 +1,210 @@
+// The native precision's fp8 activation blocks on CUDA: the quantisation kernels against ops/act_quant.h bit
+// for bit, and linear with ActQuant::kFp8Block128 on every variant against the reference backend.
+// Tolerances: the f32 kernels read the same dequantised inputs as ref, so 2e-5 as in cuda_linear_test. The
+// cuBLASLt FP8 path multiplies e4m3 codes on tensor cores, whose accumulation inside each 128-wide K block
+// keeps fewer bits than f32 (DeepSeek-V3 report: about 14) before the block is scaled into an f32 sum:
+// 1e-3 relative L2, and its measured error is printed.
+#include <cuda_runtime.h>
+
+#include "gpu_test_util.h"
+#include "ops/act_quant.h"
+#include "ops/cuda/fp8_gemm.h"
+
+namespace di::gputest {
+namespace {
+
+using ops::WeightFormat;
+
+// Rows whose 128-column blocks cover the quantiser's edge cases: a zero block, one under the amax floor,
+// large values, e4m3 rounding ties (odd multiples of half a code step at scale 1), subnormal codes, NaN-free.
+std::vector<float> edge_rows(int64_t n, int64_t in) {
+    std::vector<float> x(static_cast<size_t>(n * in));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t b = 0; b < in / 128; ++b) {
+            float* blk = x.data() + r * in + b * 128;
+            const int kind = int((r * 7 + b) % 6);
+            for (int i = 0; i < 128; ++i) {
+                const float v = u(rng());
+                blk[i] = kind == 0 ? 0.0f : kind == 1 ? v * 1e-6f : kind == 2 ? v * 3e4f : v;
+            }
+            if (kind == 3) {  // amax 448 (scale 1), then values exactly halfway between e4m3 codes
+                blk[0] = 448.0f;
+                for (int i = 1; i < 64; ++i) blk[i] = (i % 2 ? 1.0f : -1.0f) * (1.0f + (2 * (i % 8) + 1) / 16.0f);
+                for (int i = 64; i < 96; ++i) blk[i] = float(i - 64) * 0x1p-10f;  // subnormal codes and ties
+            }
+        }
+    return x;
+}
+
+TEST(CudaActQuant, KernelsMatchTheHostStepsBitForBit) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const int64_t n = 7, in = 1280, ldx = in + 4;
+    Pair x(DType::kF32, {n, ldx}), deq(DType::kF32, {n, in}), q(DType::kU8, {n, in}), sx(DType::kF32, {in / 128, n});
+    const std::vector<float> rows = edge_rows(n, in);
+    for (int64_t r = 0; r < n; ++r)
+        std::copy(rows.begin() + r * in, rows.begin() + (r + 1) * in, x.hv().ptr<float>() + r * ldx);
+    x.upload();
+    deq.poison(), q.poison(), sx.poison();
+    cuda::launch_act_quant_dequant(x.dv().ptr<float>(), ldx, n, in, deq.dv().ptr<float>(), nullptr);
+    cuda::launch_act_quant_fp8(x.dv().ptr<float>(), ldx, n, in, q.dv().ptr<uint8_t>(), sx.dv().ptr<float>(), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = deq.device_f32(), scales = sx.device_f32();
+    const std::vector<uint8_t> codes = q.device_as<uint8_t>();
+    int64_t bad = 0;
+    for (int64_t r = 0; r < n; ++r) {
+        std::vector<float> want(static_cast<size_t>(in));
+        ops::fp8_block_quant_dequant_row(rows.data() + r * in, in, want.data());
+        for (int64_t i = 0; i < in; ++i) {
+            const float s = scales[size_t((i / 128) * n + r)];
+            const float from_code = fp8_e4m3_to_f32(codes[size_t(r * in + i)]) * s;
+            if (std::memcmp(&got[size_t(r * in + i)], &want[size_t(i)], 4) != 0 || from_code != want[size_t(i)])
+                if (++bad <= 5)
+                    ADD_FAILURE() << "row " << r << " col " << i << ": x " << rows[size_t(r * in + i)] << " host "
+                                  << want[size_t(i)] << " dequant kernel " << got[size_t(r * in + i)] << " code*scale "
+                                  << from_code;
+        }
+        for (int64_t b = 0; b < in / 128; ++b) {
+            float amax = 0;
+            for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(rows[size_t(r * in + b * 128 + i)]));
+            EXPECT_EQ(scales[size_t(b * n + r)], ops::act_block_scale(amax)) << "row " << r << " block " << b;
+        }
+    }
+    EXPECT_EQ(bad, 0);
+}
+
+struct ActCase {
+    const char* name;
+    int64_t n, in, out;
+    DType scale_dt = DType::kE8M0;
+    int64_t x_pad = 0;
+};
+
+const ActCase kActCases[] = {
+    {"decode_q_a_n1", 1, 4096, 1024},
+    {"decode_o_b_n2", 2, 8192, 4096},
+    {"n15_k2048", 15, 2048, 512},
+    {"n16_k2048", 16, 2048, 512},
+    {"q_b_n19", 19, 1024, 32768},
+    {"o_a_group_strided_n33", 33, 4096, 1024, DType::kE8M0, 7 * 4096},
+    {"q_a_n37", 37, 4096, 1024},
+    {"f32_scale_n40", 40, 512, 384, DType::kF32},
+    {"o_b_n64", 64, 8192, 4096},
+    {"q_a_n256", 256, 4096, 1024},
+    {"partial_out_block_n20", 20, 384, 300},  // out not a multiple of 128: cuBLASLt does not take it
+};
+
+struct ActRun {
+    ActCase c;
+    const char* variant;
+};
+std::vector<ActRun> act_runs() {
+    std::vector<ActRun> v;
+    for (const ActCase& c : kActCases)
+        for (const char* var : {"", "cublaslt_fp8", "split_rows", "stream_gemv", "tiled"}) v.push_back({c, var});
+    return v;
+}
+
+bool takes(const ActCase& c, const std::string& v) {
+    if (v == "cublaslt_fp8") return c.out % 128 == 0;
+    if (v == "split_rows") return c.n <= 2 && (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
+    if (v == "stream_gemv") return c.n <= 16;
+    return true;
+}
+
+class CudaLinearFp8Act : public ::testing::TestWithParam<ActRun> {};
+
+TEST_P(CudaLinearFp8Act, MatchesRef) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const ActCase& c = GetParam().c;
+    const std::string variant = GetParam().variant;
+    if (!takes(c, variant)) GTEST_SKIP() << variant << " does not take this case";
+    const char* why = nullptr;
+    const bool lt = variant == "cublaslt_fp8" || (variant.empty() && c.n >= 16 && c.out % 128 == 0);
+    if (lt) ASSERT_NE(cuda::LtFp8Gemm::instance(&why), nullptr) << why;
+    auto& b = backends();
+    Pair x(DType::kF32, {c.n, c.in + c.x_pad}), y(DType::kF32, {c.n, c.out});
+    fill_uniform(x, -3.0f, 3.0f);
+    y.poison();
+    Pair data(DType::kF8E4M3, {c.out, c.in}), scale(c.scale_dt, {(c.out + 127) / 128, c.in / 128});
+    fill_fp8(data);
+    if (c.scale_dt == DType::kE8M0) fill_e8m0(scale);
+    else fill_uniform(scale, 0.01f, 0.1f);
+    auto make = [&](bool dev) {
+        ops::LinearArgs a;
+        a.x = dev ? x.dv() : x.hv();
+        a.x.shape[1] = c.in;
+        a.y = dev ? y.dv() : y.hv();
+        a.w.format = WeightFormat::kFp8Block;
+        a.w.data = dev ? data.dv() : data.hv();
+        a.w.scale = dev ? scale.dv() : scale.hv();
+        a.w.out_dim = c.out, a.w.in_dim = c.in;
+        a.act = ops::ActQuant::kFp8Block128;
+        return a;
+    };
+    ASSERT_TRUE(b.gpu->force_variant("linear", variant)) << variant;
+    const int64_t lt_before = b.gpu->dispatch_count("linear", "cublaslt_fp8");
+    b.ref->linear(make(false));
+    b.gpu->linear(make(true));
+    b.gpu->synchronize();
+    EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt_before, lt ? 1 : 0) << "ran on cuBLASLt";
+    if (lt) {
+        const Diff d = diff(y.host_f32(), y.device_f32());
+        std::printf("%s: cuBLASLt FP8 relative L2 error %.3g (max abs %.3g)\n", c.name, d.rel_l2, d.max_abs);
+        expect_close(y, 1e-3, c.name);
+        const std::vector<float> first = y.device_f32();  // the same bits again
+        b.gpu->linear(make(true));
+        EXPECT_EQ(0, std::memcmp(first.data(), y.device_f32().data(), first.size() * sizeof(float))) << "not deterministic";
+    } else {
+        expect_close(y, 2e-5, c.name);
+    }
+    ASSERT_TRUE(b.gpu->force_variant("linear", ""));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearFp8Act, ::testing::ValuesIn(act_runs()), [](const auto& tp) {
+    const std::string v = tp.param.variant;
+    return std::string(tp.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
+});
+
+// linears() with fp8 activation blocks: the eight grouped output-projection jobs (strided slices of one x and
+// y) at one token (dequantised, then split_rows in shared launches) and at 40 tokens (each on cuBLASLt).
+TEST(CudaLinearsFp8Act, GroupedJobsMatchRef) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto& b = backends();
+    for (const int64_t n : {int64_t(1), int64_t(40)}) {
+        Pair xs(DType::kF32, {n, 8 * 4096}), ys(DType::kF32, {n, 8 * 1024});
+        fill_uniform(xs);
+        ys.poison();
+        Pair data(DType::kF8E4M3, {8 * 1024, 4096}), scale(DType::kE8M0, {8 * 1024 / 128, 4096 / 128});
+        fill_fp8(data);
+        fill_e8m0(scale);
+        auto make = [&](bool dev) {
+            std::vector<ops::LinearArgs> v;
+            for (int64_t g = 0; g < 8; ++g) {
+                ops::LinearArgs a;
+                a.x = dev ? xs.dv() : xs.hv(), a.y = dev ? ys.dv() : ys.hv();
+                a.x.data = static_cast<float*>(a.x.data) + g * 4096, a.x.shape[1] = 4096;
+                a.y.data = static_cast<float*>(a.y.data) + g * 1024, a.y.shape[1] = 1024;
+                a.w.format = WeightFormat::kFp8Block;
+                a.w.data = dev ? data.dv() : data.hv();
+                a.w.scale = dev ? scale.dv() : scale.hv();
+                a.w.out_dim = 8 * 1024, a.w.in_dim = 4096;
+                a.w = a.w.rows(g * 1024, 1024);
+                a.act = ops::ActQuant::kFp8Block128;
+                v.push_back(a);
+            }
+            return v;
+        };
+        const int64_t split0 = b.gpu->dispatch_count("linear", "split_rows");
+        const int64_t lt0 = b.gpu->dispatch_count("linear", "cublaslt_fp8");
+        for (const ops::LinearArgs& a : make(false)) b.ref->linear(a);
+        b.gpu->linears(make(true));
+        b.gpu->synchronize();
+        expect_close(ys, n == 1 ? 2e-5 : 1e-3, "grouped projection, n " + std::to_string(n));
+        EXPECT_EQ(b.gpu->dispatch_count("linear", "split_rows") - split0, n == 1 ? 8 : 0);
+        EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt0, n == 1 ? 0 : 8);
+    }
+}
+
+}  // namespace
+}  // namespace di::gputest

@@ -1,0 +1,135 @@
+// The native precision's activation quantisation (ops/act_quant.h) against independent references: e4m3
+// rounding against a brute-force search over every e4m3 code (nearest, ties to the even code, saturating),
+// block scales against exp2(ceil(log2(.))) in double, and linear with fp8 activation blocks (ref and cpu)
+// against a plain linear on inputs this test quantised itself.
+#include <cmath>
+#include <random>
+
+#include "cpu_test_util.h"
+#include "ops/act_quant.h"
+
+namespace di::cputest {
+namespace {
+
+// The finite non-negative e4m3 values in code order (0x00 .. 0x7e).
+std::vector<float> e4m3_values() {
+    std::vector<float> v;
+    for (int c = 0; c < 0x7f; ++c) v.push_back(fp8_e4m3_to_f32(uint8_t(c)));
+    return v;
+}
+
+// Nearest e4m3 value by search; a tie goes to the even code (the one whose lowest mantissa bit is 0).
+float nearest_e4m3(float x) {
+    static const std::vector<float> codes = e4m3_values();
+    const double a = std::min(std::fabs(double(x)), 448.0);
+    int best = 0;
+    for (int c = 1; c < int(codes.size()); ++c) {
+        const double d = std::fabs(codes[size_t(c)] - a), db = std::fabs(codes[size_t(best)] - a);
+        if (d < db || (d == db && (c & 1) == 0)) best = c;
+    }
+    return float(std::copysign(double(codes[size_t(best)]), double(x)));
+}
+
+TEST(RoundToFp8E4m3, IsTheNearestCodeWithTiesToEven) {
+    const std::vector<float> codes = e4m3_values();
+    std::vector<float> probes;
+    for (size_t c = 0; c + 1 < codes.size(); ++c) {  // every code, every midpoint, and next to both
+        const float mid = 0.5f * (codes[c] + codes[c + 1]);
+        for (float v : {codes[c], mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) probes.push_back(v);
+    }
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> e(-14.0f, 9.5f);
+    for (int i = 0; i < 20000; ++i) probes.push_back(std::exp2(e(rng)));
+    for (float v : {448.0f, 449.0f, 464.0f, 1e6f, 3e38f, 0.0f, 1e-30f}) probes.push_back(v);
+    int64_t bad = 0;
+    for (float p : probes)
+        for (float v : {p, -p})
+            if (round_to_fp8_e4m3(v) != nearest_e4m3(v) || std::signbit(round_to_fp8_e4m3(v)) != std::signbit(v)) {
+                if (++bad <= 5) ADD_FAILURE() << "round_to_fp8_e4m3(" << v << ") = " << round_to_fp8_e4m3(v)
+                                              << ", nearest code " << nearest_e4m3(v);
+            }
+    EXPECT_EQ(bad, 0);
+    EXPECT_TRUE(std::isnan(round_to_fp8_e4m3(NAN)));
+}
+
+TEST(ActBlockScale, IsThePowerOfTwoAboveAmaxOver448) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> e(-30.0f, 30.0f);
+    std::vector<float> amaxes = {0.0f, 1e-7f, 1e-4f, 448.0f, 896.0f, 448.0f * 1.5f, 1.0f, 3.0f};
+    for (int i = 0; i < 5000; ++i) amaxes.push_back(std::exp2(e(rng)));
+    for (float amax : amaxes) {
+        const double want = std::exp2(std::ceil(std::log2(double(std::max(amax, 1e-4f) / 448.0f))));
+        EXPECT_EQ(double(ops::act_block_scale(amax)), want) << "amax " << amax;
+    }
+}
+
+// x quantised the slow way: scale from double logs, values by code search.
+std::vector<float> quantise_independently(const float* x, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(n));
+    for (int64_t b = 0; b < n; b += 128) {
+        double amax = 0;
+        for (int64_t i = b; i < b + 128; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+        const double s = std::exp2(std::ceil(std::log2(std::max(amax, 1e-4) / 448.0)));
+        for (int64_t i = b; i < b + 128; ++i) out[size_t(i)] = float(nearest_e4m3(float(x[i] / s)) * s);
+    }
+    return out;
+}
+
+TEST(Fp8BlockQuant, RowsMatchTheIndependentQuantiser) {
+    const int64_t n = 6 * 128;
+    std::vector<float> x(static_cast<size_t>(n));
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const float block_scale[6] = {1.0f, 0.0f, 1e-6f, 3e4f, 0.02f, 1.0f};  // a zero block, one under the floor
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = u(rng) * block_scale[i / 128];
+    x[5 * 128 + 7] = 448.0f;  // a block whose amax is exactly 448: scale 1
+    std::vector<float> got(static_cast<size_t>(n));
+    ops::fp8_block_quant_dequant_row(x.data(), n, got.data());
+    const std::vector<float> want = quantise_independently(x.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << "element " << i << " x " << x[size_t(i)];
+}
+
+// linear with ActQuant::kFp8Block128 (ref and cpu) against a plain ref linear on independently quantised x.
+TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {
+    const int64_t n = 5, in = 512, out = 384, x_pad = 3;
+    TestWeight tw = make_weight(ops::WeightFormat::kFp8Block, out, in);
+    Tensor x(host_allocator(), DType::kF32, {n, in + x_pad});
+    fill_uniform(x.view(), -2.0f, 2.0f);
+    Tensor xq(host_allocator(), DType::kF32, {n, in});
+    for (int64_t r = 0; r < n; ++r) {
+        const std::vector<float> q = quantise_independently(x.view().ptr<float>() + r * (in + x_pad), in);
+        std::copy(q.begin(), q.end(), xq.view().ptr<float>() + r * in);
+    }
+    Tensor want(host_allocator(), DType::kF32, {n, out}), got_ref(host_allocator(), DType::kF32, {n, out}),
+        got_cpu(host_allocator(), DType::kF32, {n, out});
+    backends().ref->linear({xq.view(), tw.w, want.view()});
+    ops::LinearArgs a{x.view(), tw.w, got_ref.view(), ops::ActQuant::kFp8Block128};
+    a.x.shape[1] = in;
+    backends().ref->linear(a);
+    a.y = got_cpu.view();
+    backends().cpu->linear(a);
+    const double tol = float_sum_tol(in);
+    std::vector<float> w_ref, g_ref, g_cpu;
+    std::vector<double> bound;
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+            double abs_sum = 0;
+            for (int64_t i = 0; i < in; ++i) abs_sum += std::fabs(double(xq.view().ptr<float>()[r * in + i]) * tw.w.at(o, i));
+            w_ref.push_back(want.view().ptr<float>()[r * out + o]);
+            g_ref.push_back(got_ref.view().ptr<float>()[r * out + o]);
+            g_cpu.push_back(got_cpu.view().ptr<float>()[r * out + o]);
+            bound.push_back(tol * abs_sum);
+        }
+    EXPECT_EQ(w_ref, g_ref);  // the same f32 inputs in the same double sums
+    expect_within(w_ref, g_cpu, bound, "cpu linear, fp8 activation blocks");
+}
+
+TEST(LinearFp8ActDeathTest, NeedsInDimAMultipleOf128) {
+    TestWeight tw = make_weight(ops::WeightFormat::kFp8Block, 8, 200);
+    Tensor x(host_allocator(), DType::kF32, {1, 200}), y(host_allocator(), DType::kF32, {1, 8});
+    EXPECT_DEATH(ops::check(ops::LinearArgs{x.view(), tw.w, y.view(), ops::ActQuant::kFp8Block128}),
+                 "multiple of 128");
+}
+
+}  // namespace
+}  // namespace di::cputest

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Goldens of the native precision for v4_tiny_fp8, from transformers 5.17 (CPU, dequantize mode):
+
+  logits_native.npy  the fp32 model with DeepSeek's activation quantisation (act_quant with UE8M0 scales:
+                     s = 2^ceil(log2(max(amax, 1e-4) / 448)) per 128 columns, e4m3 round-to-nearest-even
+                     after clamping to +-448) applied to the input of every FP8 linear by forward pre-hooks:
+                     what `--precision native` computes, by an independent implementation of the model.
+  logits_bf16.npy    the bf16 model of the same weights (fixtures_bf16.bf16_model: fp32 islands kept),
+                     the reference's own noise floor for this fixture.
+
+    PYTHONPATH=<dir with accelerate> python3 tools/fixtures_native.py [fixture dir] [out dir]
+"""
+import os
+import sys
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # CPU: the FP8 quantizer dequantizes at load
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures_bf16  # noqa: E402
+import fixtures_common as fc  # noqa: E402
+
+# HF module names of the checkpoint's FP8 linears (spec 2.1 / the fixture's dtype table).
+FP8_LINEARS = ("self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.kv_proj", "self_attn.o_a_proj",
+               "self_attn.o_b_proj", "self_attn.compressor.indexer.q_b_proj", "mlp.shared_experts.gate_proj",
+               "mlp.shared_experts.up_proj", "mlp.shared_experts.down_proj")
+
+
+def pow2_ceil(v):
+    m, e = torch.frexp(v)  # v = m * 2^e, m in [0.5, 1): a power of two has m == 0.5
+    return torch.ldexp(torch.ones_like(v), torch.where(m == 0.5, e - 1, e))
+
+
+def act_quant_dequant(x):
+    shape = x.shape
+    xb = x.float().reshape(*shape[:-1], shape[-1] // 128, 128)
+    s = pow2_ceil(xb.abs().amax(-1, keepdim=True).clamp_min(1e-4) / 448.0)
+    q = (xb / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+    return (q * s).reshape(shape).to(x.dtype)
+
+
+def main():
+    d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data",
+                                                           "v4_tiny_fp8")
+    out = sys.argv[2] if len(sys.argv) > 2 else d
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    prompt = [int(t) for t in open(os.path.join(d, "prompt.txt")).read().split()]
+    model = fc.load(d).float()
+    plain = fc.full_forward(model, prompt).numpy()
+    want = np.load(os.path.join(d, "logits.npy"))
+    print("fp32 run vs logits.npy: max |d| %.3g" % np.abs(plain - want).max(), flush=True)
+    bf16 = fc.full_forward(fixtures_bf16.bf16_model(model), prompt).float().numpy()
+    hooked = 0
+    for name, mod in model.named_modules():
+        if name.endswith(FP8_LINEARS):
+            mod.register_forward_pre_hook(lambda m, args: (act_quant_dequant(args[0]),) + tuple(args[1:]))
+            hooked += 1
+    native = fc.full_forward(model, prompt).numpy()
+    print("hooked %d FP8 linears; native vs fp32: max |d| / max |logit| %.3g" %
+          (hooked, np.abs(native - plain).max() / np.abs(plain).max()), flush=True)
+    os.makedirs(out, exist_ok=True)
+    np.save(os.path.join(out, "logits_native.npy"), native.astype(np.float32))
+    np.save(os.path.join(out, "logits_bf16.npy"), bf16.astype(np.float32))
+
+
+if __name__ == "__main__":
+    main()
