@@ -194,8 +194,11 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
         const int copies = int(ws.copies.size());
         const int reps = n >= 512 ? 10 : copies * std::max(1, 20 / copies);
         bool f32_out = false;
-        if (!lt->supports(n, in, out, in, out, &f32_out)) {
-            rows.push_back({label, "cublaslt_fp8: no algorithm", 0, flops});
+        const char* note = "";
+        const bool ok = lt->supports(n, in, out, in, out, &f32_out, &note);
+        if (n == ns[0]) std::printf("%s: cuBLASLt heuristic: %s\n", name, note);
+        if (!ok) {
+            rows.push_back({label, std::string("cublaslt_fp8: no algorithm (") + note + ")", 0, flops});
             continue;
         }
         rows.push_back({label, "act_quant alone", graph_us(s, reps, [&](int) {

@@ -5,7 +5,7 @@
                      s = 2^ceil(log2(max(amax, 1e-4) / 448)) per 128 columns, e4m3 round-to-nearest-even
                      after clamping to +-448) applied to the input of every FP8 linear by forward pre-hooks:
                      what `--precision native` computes, by an independent implementation of the model.
-  logits_bf16.npy    the bf16 model of the same weights (fixtures_bf16.bf16_model: fp32 islands kept),
+  logits_bf16.npy    the bf16 model of the same weights (fp32 islands kept, as fixtures_bf16),
                      the reference's own noise floor for this fixture.
 
     PYTHONPATH=<dir with accelerate> python3 tools/fixtures_native.py [fixture dir] [out dir]
@@ -40,6 +40,27 @@ def act_quant_dequant(x):
     return (q * s).reshape(shape).to(x.dtype)
 
 
+def bf16_same_weights(model):
+    """The bf16 model of exactly these weights: _from_config in bf16, values loaded, the fp32 islands (mHC,
+    sinks, position biases, router bias; section 8.2) given back their fp32 values. Every other weight of
+    this fixture is exact in bf16 (FP8/FP4 codes times power-of-two scales, BF16 tensors): checked."""
+    ref = model.state_dict()
+    m = fc.DeepseekV4ForCausalLM._from_config(model.config, dtype=torch.bfloat16).eval()
+    m.load_state_dict(ref, strict=True)
+    for mod_name, mod in m.named_modules():
+        for pname, p in list(mod._parameters.items()):
+            full = f"{mod_name}.{pname}" if mod_name else pname
+            if p is not None and fixtures_bf16.is_island(full):
+                mod._parameters[pname] = torch.nn.Parameter(ref[full].clone().float(), requires_grad=False)
+        for bname, b in list(mod._buffers.items()):
+            full = f"{mod_name}.{bname}" if mod_name else bname
+            if b is not None and b.is_floating_point() and full in ref and fixtures_bf16.is_island(full):
+                mod._buffers[bname] = ref[full].clone().float()
+    for k, v in m.state_dict().items():
+        assert torch.equal(v.float() if v.is_floating_point() else v, ref[k]), k
+    return m
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data",
                                                            "v4_tiny_fp8")
@@ -50,7 +71,7 @@ def main():
     plain = fc.full_forward(model, prompt).numpy()
     want = np.load(os.path.join(d, "logits.npy"))
     print("fp32 run vs logits.npy: max |d| %.3g" % np.abs(plain - want).max(), flush=True)
-    bf16 = fc.full_forward(fixtures_bf16.bf16_model(model), prompt).float().numpy()
+    bf16 = fc.full_forward(bf16_same_weights(model), prompt).float().numpy()
     hooked = 0
     for name, mod in model.named_modules():
         if name.endswith(FP8_LINEARS):

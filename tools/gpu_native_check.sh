@@ -21,10 +21,12 @@ for be in cuda ref; do for p in exact native; do
 done; done
 python3 tools/compare_logits.py $OUT/fp8_cuda_exact.npy $m/logits.npy --tol 1e-3 | tail -1
 python3 tools/compare_logits.py $OUT/fp8_cuda_native.npy $OUT/fp8_ref_native.npy --tol 1e-3 | tail -1
+# per op, the same inputs on both backends (no drift through quantisation boundaries): must agree
+$d/bin/deepinfer score --backend cuda --precision native --compare-with ref --model $m --tokens-file $m/prompt.txt 2>&1 | tail -2
 for p in exact native; do for n in 512 4096; do
   timeout 150 $d/bin/model_bench --preset flash --backend cuda --precision $p --prompt $n --decode 8 > $OUT/model_${p}_$n.log 2>&1; grep -E "^backend|rror" $OUT/model_${p}_$n.log
 done; done
 wait $hf; cat $OUT/hf_native.log
-[ -f $OUT/native/logits_native.npy ] && python3 tools/compare_logits.py $OUT/fp8_ref_native.npy $OUT/native/logits_native.npy --tol 1e-3 | tail -1
+for be in ref cuda; do [ -f $OUT/native/logits_native.npy ] && python3 tools/compare_logits.py $OUT/fp8_${be}_native.npy $OUT/native/logits_native.npy --tol 1e-3 | tail -1; done
 [ -f $OUT/native/logits_bf16.npy ] && python3 tools/compare_logits.py $OUT/native/logits_bf16.npy $m/logits.npy --tol 1 | tail -1
 exit 0

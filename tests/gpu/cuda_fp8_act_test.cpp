@@ -121,7 +121,12 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
     if (!takes(c, variant)) GTEST_SKIP() << variant << " does not take this case";
     const char* why = nullptr;
     const bool lt = variant == "cublaslt_fp8" || (variant.empty() && c.n >= 16 && c.out % 128 == 0);
-    if (lt) ASSERT_NE(cuda::LtFp8Gemm::instance(&why), nullptr) << why;
+    if (lt) {
+        cuda::LtFp8Gemm* g = cuda::LtFp8Gemm::instance(&why);
+        ASSERT_NE(g, nullptr) << why;
+        const char* note = "";
+        ASSERT_TRUE(g->supports(c.n, c.in, c.out, c.in, c.out, nullptr, &note)) << "cuBLASLt: " << note;
+    }
     auto& b = backends();
     Pair x(DType::kF32, {c.n, c.in + c.x_pad}), y(DType::kF32, {c.n, c.out});
     fill_uniform(x, -3.0f, 3.0f);
@@ -172,6 +177,8 @@ TEST(CudaLinearsFp8Act, GroupedJobsMatchRef) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     auto& b = backends();
     for (const int64_t n : {int64_t(1), int64_t(40)}) {
+        cuda::LtFp8Gemm* g = cuda::LtFp8Gemm::instance();
+        ASSERT_TRUE(g && g->supports(40, 4096, 1024, 4096, 8 * 1024)) << "cuBLASLt takes no [40, 4096] x [1024, 4096]";
         Pair xs(DType::kF32, {n, 8 * 4096}), ys(DType::kF32, {n, 8 * 1024});
         fill_uniform(xs);
         ys.poison();

@@ -32,8 +32,10 @@ public:
     // bf16_out: the algorithm writes bf16 (into `tmp`, n * out * 2 bytes) that is widened into y.
     bool run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n, int64_t in,
              int64_t out, float* y, int64_t ldy, void* tmp, Stream s);
-    // Whether the shape has an algorithm, and whether it writes f32 (else bf16, widened).
-    bool supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out = nullptr);
+    // Whether the shape has an algorithm, and whether it writes f32 (else bf16, widened); `note`: what the
+    // heuristic answered (valid while this object lives).
+    bool supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out = nullptr,
+                  const char** note = nullptr);
 
 private:
     struct Impl;

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "ops/cuda/fp8_gemm.h"
@@ -34,6 +35,7 @@ struct LtFp8Gemm::Impl {
     // One plan per shape: the descriptors and the algorithm the heuristic chose (or none).
     struct Plan {
         bool ok = false, f32_out = false;
+        std::string note;  // the heuristic's answers, for reports
         cublasLtMatmulDesc_t desc = nullptr;
         cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
         cublasLtMatmulAlgo_t algo{};
@@ -66,45 +68,52 @@ struct LtFp8Gemm::Impl {
         return true;
     }
 
-    // A plan writing f32 if cuBLASLt has one for the shape, else bf16, else none.
+    // A plan writing f32 if cuBLASLt has one for the shape, else bf16, else none; each with split-K partials
+    // kept out of the output first (the same bits on every run), then with any reduction. `note` records
+    // what the heuristic answered to each try.
     Plan make_plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy) {
-        for (const bool f32 : {true, false}) {
-            Plan p;
-            desc_create(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-            const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-            desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-            desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-            const cublasLtMatmulMatrixScale_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
-                                              mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-            desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma);
-            desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb);
-            const void* none = nullptr;  // the heuristic needs the scale pointers set; run() sets the real ones
-            desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &none, sizeof none);
-            desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &none, sizeof none);
-            layout_create(&p.la, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(out), ldw);
-            layout_create(&p.lb, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(n), in);
-            layout_create(&p.ld, f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(out), uint64_t(n), f32 ? ldy : out);
-            cublasLtMatmulPreference_t pref;
-            pref_create(&pref);
-            size_t ws = kWorkspace;
-            pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-            // Split-K partials reduced in a workspace, never added into the output in place: the same bits
-            // on every run.
-            const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
-                                     CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-            pref_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
-            cublasLtMatmulHeuristicResult_t res{};
-            int found = 0;
-            const bool got = heuristic(handle, p.desc, p.la, p.lb, p.ld, p.ld, pref, 1, &res, &found) ==
-                                 CUBLAS_STATUS_SUCCESS && found > 0;
-            pref_destroy(pref);
-            if (got) {
-                p.ok = true, p.f32_out = f32, p.algo = res.algo;
-                return p;
+        Plan none;
+        for (const bool f32 : {true, false})
+            for (const bool no_inplace : {true, false}) {
+                Plan p;
+                desc_create(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+                const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+                desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+                desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+                const cublasLtMatmulMatrixScale_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                                                  mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+                desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma);
+                desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb);
+                // The heuristic wants device scale pointers; run() sets the real ones before each matmul.
+                const void* any = workspace;
+                desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof any);
+                desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof any);
+                layout_create(&p.la, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(out), ldw);
+                layout_create(&p.lb, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(n), in);
+                layout_create(&p.ld, f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(out), uint64_t(n), f32 ? ldy : out);
+                cublasLtMatmulPreference_t pref;
+                pref_create(&pref);
+                size_t ws = kWorkspace;
+                pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+                if (no_inplace) {
+                    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                             CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+                    pref_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
+                }
+                cublasLtMatmulHeuristicResult_t res{};
+                int found = 0;
+                const cublasStatus_t st = heuristic(handle, p.desc, p.la, p.lb, p.ld, p.ld, pref, 1, &res, &found);
+                pref_destroy(pref);
+                none.note += std::string(none.note.empty() ? "" : "; ") + (f32 ? "f32" : "bf16") + " out" +
+                             (no_inplace ? "" : " any reduction") + ": status " + std::to_string(int(st)) + ", " +
+                             std::to_string(found) + " found";
+                if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+                    p.ok = true, p.f32_out = f32, p.algo = res.algo, p.note = none.note;
+                    return p;
+                }
+                desc_destroy(p.desc), layout_destroy(p.la), layout_destroy(p.lb), layout_destroy(p.ld);
             }
-            desc_destroy(p.desc), layout_destroy(p.la), layout_destroy(p.lb), layout_destroy(p.ld);
-        }
-        return Plan{};
+        return none;
     }
 
     Plan& plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy) {
@@ -127,10 +136,12 @@ LtFp8Gemm* LtFp8Gemm::instance(const char** why) {
     return one;
 }
 
-bool LtFp8Gemm::supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out) {
+bool LtFp8Gemm::supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out,
+                         const char** note) {
     if (n <= 0 || in % 128 != 0 || out % 128 != 0 || ldw % 16 != 0 || ldy % 4 != 0) return false;
     const Impl::Plan& p = impl_->plan(n, in, out, ldw, ldy);
     if (f32_out) *f32_out = p.f32_out;
+    if (note) *note = p.note.c_str();
     return p.ok;
 }
 
