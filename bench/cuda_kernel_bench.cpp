@@ -183,11 +183,11 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
     uint8_t* q = nullptr;
     void* tmp = nullptr;
     KCHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
-    KCHECK(cudaMalloc(&q, size_t(nmax * in)));
-    KCHECK(cudaMalloc(&sx, size_t(nmax * in / 128) * 4));
+    KCHECK(cudaMalloc(&q, size_t(lt_rows(nmax) * in)));
+    KCHECK(cudaMalloc(&sx, size_t(lt_rows(nmax) * in / 128) * 4));
     KCHECK(cudaMalloc(&sw, size_t(out / 128 * in / 128) * 4));
     KCHECK(cudaMalloc(&xd, size_t(nmax * in) * 4));
-    KCHECK(cudaMalloc(&tmp, size_t(nmax * out) * 2));
+    KCHECK(cudaMalloc(&tmp, size_t(lt_rows(nmax) * out) * 4));
     for (int64_t n : ns) {
         const double flops = 2.0 * double(n) * double(out) * double(in);
         const std::string label = std::string(name) + ", n=" + std::to_string(n);
@@ -202,13 +202,13 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
             continue;
         }
         rows.push_back({label, "act_quant alone", graph_us(s, reps, [&](int) {
-                            launch_act_quant_fp8(x, in, n, in, q, sx, s);
+                            launch_act_quant_fp8(x, in, n, in, q, sx, n, s);
                         }), flops});
         rows.push_back({label, f32_out ? "cublaslt_fp8 (f32 out)" : "cublaslt_fp8 (bf16 out, widened)",
                         graph_us(s, reps, [&](int i) {
                             const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
                             launch_scales_to_f32(w.scale, true, w.ld_scale, out / 128, in / 128, sw, s);
-                            launch_act_quant_fp8(x, in, n, in, q, sx, s);
+                            launch_act_quant_fp8(x, in, n, in, q, sx, n, s);
                             lt->run(q, sx, w.data, w.ld, sw, n, in, out, y, out, tmp, s);
                         }), flops});
         const LinearVariant f32v = n <= kGemvMaxRows ? LinearVariant::kStreamGemv : LinearVariant::kTiled;

@@ -19,7 +19,8 @@ __device__ float pow2_ceil(float v) {
 
 template <bool kDequant>
 __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64_t n, int64_t in,
-                                 uint8_t* __restrict__ q, float* __restrict__ sx, float* __restrict__ out) {
+                                 uint8_t* __restrict__ q, float* __restrict__ sx, int64_t ld_sx,
+                                 float* __restrict__ out) {
     const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x & 31;
     const int64_t blocks = in / 128;
@@ -45,7 +46,7 @@ __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64
         else q[r * in + col] = f.__x;
     }
     if constexpr (!kDequant)
-        if (lane == 0) sx[kb * n + r] = s;
+        if (lane == 0) sx[kb * ld_sx + r] = s;
 }
 
 __global__ void scales_to_f32_kernel(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols,
@@ -70,16 +71,17 @@ unsigned grid_for(int64_t items, int per_block) { return unsigned((items + per_b
 
 }  // namespace
 
-void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx, Stream s) {
+void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx, int64_t ld_sx,
+                          Stream s) {
     if (n == 0) return;
     act_quant_kernel<false><<<grid_for(n * (in / 128), kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
-                              static_cast<cudaStream_t>(s)>>>(x, ldx, n, in, q, sx, nullptr);
+                              static_cast<cudaStream_t>(s)>>>(x, ldx, n, in, q, sx, ld_sx, nullptr);
 }
 
 void launch_act_quant_dequant(const float* x, int64_t ldx, int64_t n, int64_t in, float* out, Stream s) {
     if (n == 0) return;
     act_quant_kernel<true><<<grid_for(n * (in / 128), kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
-                             static_cast<cudaStream_t>(s)>>>(x, ldx, n, in, nullptr, nullptr, out);
+                             static_cast<cudaStream_t>(s)>>>(x, ldx, n, in, nullptr, nullptr, 0, out);
 }
 
 void launch_scales_to_f32(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols, float* out,

@@ -12,8 +12,9 @@
 namespace di::cuda {
 
 // x [n, in] (row stride ldx, in % 128 == 0) -> q [n, in] e4m3 bytes (row stride in) and scales
-// sx [in / 128][n] (the K-block-major layout cuBLASLt's VEC128 scales take).
-void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx, Stream s);
+// sx [in / 128][ld_sx] (the K-block-major layout cuBLASLt's VEC128 scales take; ld_sx >= n).
+void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx, int64_t ld_sx,
+                          Stream s);
 // The same values dequantised (q * s) into out [n, in] (row stride in): the input of the f32 kernels.
 void launch_act_quant_dequant(const float* x, int64_t ldx, int64_t n, int64_t in, float* out, Stream s);
 // An fp8 weight's block scales as f32 [rows][cols] contiguous, from e8m0 bytes or f32 (row stride ld).
@@ -23,13 +24,20 @@ void launch_scales_to_f32(const void* scale, bool e8m0, int64_t ld, int64_t rows
 void launch_bf16_rows_to_f32(const uint16_t* src, int64_t n, int64_t out, float* y, int64_t ldy, Stream s);
 
 // cuBLASLt, loaded at run time (the binary needs no CUDA library but the driver). One per process.
+// It has block-scaled FP8 algorithms only for a multiple of 4 activation rows (H200, CUDA 13.0: none for
+// 15, 19, 33 or 37 rows) and K >= 256 (with K = 128 it returned wrong results in the model), so the GEMM runs
+// on lt_rows(n) rows: q and sx hold that many (the rows past n zero) and D goes through a temporary when
+// n is not a multiple of 4.
+inline int64_t lt_rows(int64_t n) { return (n + 3) / 4 * 4; }
+
 class LtFp8Gemm {
 public:
     // nullptr when libcublasLt cannot be loaded; `why` then says why.
     static LtFp8Gemm* instance(const char** why = nullptr);
-    // y[n, out] (f32, row stride ldy) = (q * sx) . (w * sw)^T, w e4m3 [out, in] with row stride ldw, sw f32
-    // [out / 128][in / 128]. out and in multiples of 128. False if cuBLASLt has no algorithm for the shape;
-    // bf16_out: the algorithm writes bf16 (into `tmp`, n * out * 2 bytes) that is widened into y.
+    // y[n, out] (f32, row stride ldy) = (q * sx) . (w * sw)^T, q [lt_rows(n), in], sx [in / 128][lt_rows(n)],
+    // w e4m3 [out, in] with row stride ldw, sw f32 [out / 128][in / 128]; out a multiple of 128, in of 128 and
+    // >= 256. False if cuBLASLt has no algorithm for the shape. `tmp` (lt_rows(n) * out * 4 bytes) takes D
+    // when it cannot go to y directly (padded rows, or an algorithm that writes bf16, widened into y).
     bool run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n, int64_t in,
              int64_t out, float* y, int64_t ldy, void* tmp, Stream s);
     // Whether the shape has an algorithm, and whether it writes f32 (else bf16, widened); `note`: what the

@@ -138,8 +138,9 @@ LtFp8Gemm* LtFp8Gemm::instance(const char** why) {
 
 bool LtFp8Gemm::supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out,
                          const char** note) {
-    if (n <= 0 || in % 128 != 0 || out % 128 != 0 || ldw % 16 != 0 || ldy % 4 != 0) return false;
-    const Impl::Plan& p = impl_->plan(n, in, out, ldw, ldy);
+    if (n <= 0 || in % 128 != 0 || in < 256 || out % 128 != 0 || ldw % 16 != 0 || ldy % 4 != 0) return false;
+    const int64_t rows = lt_rows(n);
+    const Impl::Plan& p = impl_->plan(rows, in, out, ldw, rows == n ? ldy : out);
     if (f32_out) *f32_out = p.f32_out;
     if (note) *note = p.note.c_str();
     return p.ok;
@@ -148,15 +149,23 @@ bool LtFp8Gemm::supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_
 bool LtFp8Gemm::run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n,
                     int64_t in, int64_t out, float* y, int64_t ldy, void* tmp, Stream s) {
     if (!supports(n, in, out, ldw, ldy)) return false;
-    Impl::Plan& p = impl_->plan(n, in, out, ldw, ldy);
+    const int64_t rows = lt_rows(n);
+    const bool direct = rows == n;
+    Impl::Plan& p = impl_->plan(rows, in, out, ldw, direct ? ldy : out);
     impl_->desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw);
     impl_->desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);
     const float alpha = 1.0f, beta = 0.0f;
-    void* d = p.f32_out ? static_cast<void*>(y) : tmp;
+    void* d = direct && p.f32_out ? static_cast<void*>(y) : tmp;
     const cublasStatus_t st = impl_->matmul(impl_->handle, p.desc, &alpha, w, p.la, q, p.lb, &beta, d, p.ld, d, p.ld,
                                             &p.algo, impl_->workspace, Impl::kWorkspace, static_cast<cudaStream_t>(s));
     if (st != CUBLAS_STATUS_SUCCESS) return false;
-    if (!p.f32_out) launch_bf16_rows_to_f32(static_cast<const uint16_t*>(tmp), n, out, y, ldy, s);
+    if (!p.f32_out) {
+        launch_bf16_rows_to_f32(static_cast<const uint16_t*>(tmp), n, out, y, ldy, s);
+    } else if (!direct) {
+        if (cudaMemcpy2DAsync(y, size_t(ldy) * 4, tmp, size_t(out) * 4, size_t(out) * 4, size_t(n),
+                              cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)) != cudaSuccess)
+            return false;
+    }
     return true;
 }
 
