@@ -185,7 +185,7 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
     KCHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
     KCHECK(cudaMalloc(&q, size_t(lt_rows(nmax) * in)));
     KCHECK(cudaMalloc(&sx, size_t(lt_rows(nmax) * in / 128) * 4));
-    KCHECK(cudaMalloc(&sw, size_t(out / 128 * in / 128) * 4));
+    KCHECK(cudaMalloc(&sw, size_t(out / 128 * lt_scale_ld(in / 128)) * 4));
     KCHECK(cudaMalloc(&xd, size_t(nmax * in) * 4));
     KCHECK(cudaMalloc(&tmp, size_t(lt_rows(nmax) * out) * 4));
     for (int64_t n : ns) {
@@ -207,7 +207,8 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
         rows.push_back({label, f32_out ? "cublaslt_fp8 (f32 out)" : "cublaslt_fp8 (bf16 out, widened)",
                         graph_us(s, reps, [&](int i) {
                             const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
-                            launch_scales_to_f32(w.scale, true, w.ld_scale, out / 128, in / 128, sw, s);
+                            launch_scales_to_f32(w.scale, true, w.ld_scale, out / 128, in / 128, sw,
+                                                 lt_scale_ld(in / 128), s);
                             launch_act_quant_fp8(x, in, n, in, q, sx, n, s);
                             lt->run(q, sx, w.data, w.ld, sw, n, in, out, y, out, tmp, s);
                         }), flops});

@@ -100,7 +100,15 @@ const ActCase kActCases[] = {
     {"n48_k4096_o1024", 48, 4096, 1024},
     {"n24_k4096_o1024", 24, 4096, 1024},
     {"n8_k4096_o1024", 8, 4096, 1024},
-    {"tiny_n60_k128_o512", 60, 128, 512},  // K = 128: not on cuBLASLt (wrong results there)
+    {"tiny_n60_k128_o512", 60, 128, 512},
+    {"tiny_n60_k256_o256", 60, 256, 256},  // the tiny fixture's wo_b
+    {"tiny_n64_k256_o256", 64, 256, 256},
+    {"tiny_n60_k256_o384", 60, 256, 384},
+    {"tiny_n60_k256_o512", 60, 256, 512},
+    {"tiny_n60_k512_o512", 60, 512, 512},
+    {"tiny_n60_k384_o256", 60, 384, 256},
+    {"n60_k640_o256_f32_scale", 60, 640, 256, DType::kF32},  // 5 scale blocks per row: padded to 8
+    {"n60_k1024_o1024", 60, 1024, 1024},
 };
 
 struct ActRun {
@@ -115,7 +123,7 @@ std::vector<ActRun> act_runs() {
 }
 
 bool takes(const ActCase& c, const std::string& v) {
-    if (v == "cublaslt_fp8") return c.out % 128 == 0 && c.in >= 256;
+    if (v == "cublaslt_fp8") return c.out % 128 == 0;
     if (v == "split_rows") return c.n <= 2 && (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
     if (v == "stream_gemv") return c.n <= 16;
     return true;
@@ -135,6 +143,7 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
         ASSERT_NE(g, nullptr) << why;
         const char* note = "";
         ASSERT_TRUE(g->supports(c.n, c.in, c.out, c.in, c.out, nullptr, &note)) << "cuBLASLt: " << note;
+        std::printf("%s: cuBLASLt plan: %s\n", c.name, note);
     }
     auto& b = backends();
     Pair x(DType::kF32, {c.n, c.in + c.x_pad}), y(DType::kF32, {c.n, c.out});

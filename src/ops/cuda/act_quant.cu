@@ -50,14 +50,14 @@ __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64
 }
 
 __global__ void scales_to_f32_kernel(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols,
-                                     float* out) {
+                                     float* out, int64_t ld_out) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * cols) return;
     const int64_t r = i / cols, c = i % cols;
     if (e8m0) {
-        out[i] = e8m0_to_f(static_cast<const uint8_t*>(scale)[r * ld + c]);
+        out[r * ld_out + c] = e8m0_to_f(static_cast<const uint8_t*>(scale)[r * ld + c]);
     } else {
-        out[i] = static_cast<const float*>(scale)[r * ld + c];
+        out[r * ld_out + c] = static_cast<const float*>(scale)[r * ld + c];
     }
 }
 
@@ -85,10 +85,10 @@ void launch_act_quant_dequant(const float* x, int64_t ldx, int64_t n, int64_t in
 }
 
 void launch_scales_to_f32(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols, float* out,
-                          Stream s) {
+                          int64_t ld_out, Stream s) {
     if (rows * cols == 0) return;
     scales_to_f32_kernel<<<grid_for(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(scale, e8m0, ld, rows,
-                                                                                               cols, out);
+                                                                                               cols, out, ld_out);
 }
 
 void launch_bf16_rows_to_f32(const uint16_t* src, int64_t n, int64_t out, float* y, int64_t ldy, Stream s) {

@@ -42,7 +42,7 @@ std::vector<KernelVariant> mhc_variants(const char* op) {
 CudaBackend::CudaBackend(int device)
     : linear_v_({{"linear", "cublaslt_fp8",
                   "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when forced); "
-                  "in_dim and out_dim multiples of 128, in_dim >= 256; cuBLASLt block-scaled FP8 on tensor cores; "
+                  "in_dim and out_dim multiples of 128; cuBLASLt block-scaled FP8 on tensor cores; "
                   "its algorithm depends on n, so not batch-invariant",
                   false, true, false},
                  {"linear", "split_rows",
@@ -165,18 +165,18 @@ void CudaBackend::linear(const LinearArgs& a) {
 
 void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w) {
     const int64_t n = a.x.shape[0], in = w.in_dim, out = w.out_dim, rows = cuda::lt_rows(n);
-    const int64_t kb = in / 128, ob = out / 128;
+    const int64_t kb = in / 128, ob = out / 128, ld_sw = cuda::lt_scale_ld(kb);
     auto up = [](size_t b) { return (b + 255) / 256 * 256; };
     const size_t q_bytes = up(size_t(rows * in)), sx_bytes = up(size_t(rows * kb) * 4),
-                 sw_bytes = up(size_t(ob * kb) * 4);
+                 sw_bytes = up(size_t(ob * ld_sw) * 4);
     auto* base = static_cast<uint8_t*>(scratch_.get(7, q_bytes + sx_bytes + sw_bytes + size_t(rows * out) * 4));
     uint8_t* q = base;
     auto* sx = reinterpret_cast<float*>(base + q_bytes);
     if (rows != n) DI_CUDA_OK(cudaMemsetAsync(base, 0, q_bytes + sx_bytes, stream()));  // the padding rows: zeros
     const float* sw = reinterpret_cast<const float*>(w.scale);
-    if (w.scale_e8m0 || w.ld_scale != kb) {  // cuBLASLt reads f32 scales, densely packed
-        auto* wide = reinterpret_cast<float*>(base + q_bytes + sx_bytes);
-        cuda::launch_scales_to_f32(w.scale, w.scale_e8m0, w.ld_scale, ob, kb, wide, stream_);
+    if (w.scale_e8m0 || w.ld_scale != ld_sw || reinterpret_cast<uintptr_t>(w.scale) % 16 != 0) {
+        auto* wide = reinterpret_cast<float*>(base + q_bytes + sx_bytes);  // f32, rows of 16-byte multiples
+        cuda::launch_scales_to_f32(w.scale, w.scale_e8m0, w.ld_scale, ob, kb, wide, ld_sw, stream_);
         sw = wide;
     }
     cuda::launch_act_quant_fp8(f32(a.x), ld(a.x), n, in, q, sx, rows, stream_);

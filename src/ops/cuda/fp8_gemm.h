@@ -17,26 +17,28 @@ void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, ui
                           Stream s);
 // The same values dequantised (q * s) into out [n, in] (row stride in): the input of the f32 kernels.
 void launch_act_quant_dequant(const float* x, int64_t ldx, int64_t n, int64_t in, float* out, Stream s);
-// An fp8 weight's block scales as f32 [rows][cols] contiguous, from e8m0 bytes or f32 (row stride ld).
+// An fp8 weight's block scales as f32 [rows][cols] with row stride ld_out, from e8m0 bytes or f32 (row
+// stride ld).
 void launch_scales_to_f32(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols, float* out,
-                          Stream s);
+                          int64_t ld_out, Stream s);
 // y [n, out] f32 (row stride ldy) <- bf16 [n, out] contiguous.
 void launch_bf16_rows_to_f32(const uint16_t* src, int64_t n, int64_t out, float* y, int64_t ldy, Stream s);
 
 // cuBLASLt, loaded at run time (the binary needs no CUDA library but the driver). One per process.
-// It has block-scaled FP8 algorithms only for a multiple of 4 activation rows (H200, CUDA 13.0: none for
-// 15, 19, 33 or 37 rows) and K >= 256 (with K = 128 it returned wrong results in the model), so the GEMM runs
-// on lt_rows(n) rows: q and sx hold that many (the rows past n zero) and D goes through a temporary when
-// n is not a multiple of 4.
+// Its scale tensors need rows of a multiple of 16 bytes (H200, CUDA 13.0: no algorithm for 15, 19, 33 or
+// 37 activation rows; wrong results for weight scales of 2 or 3 blocks per row stored densely), so the GEMM
+// runs on lt_rows(n) rows (q and sx hold that many, the rows past n zero; D goes through a temporary when
+// n is not a multiple of 4), and the weight scales have a row stride of lt_scale_ld(in / 128).
 inline int64_t lt_rows(int64_t n) { return (n + 3) / 4 * 4; }
+inline int64_t lt_scale_ld(int64_t k_blocks) { return (k_blocks + 3) / 4 * 4; }
 
 class LtFp8Gemm {
 public:
     // nullptr when libcublasLt cannot be loaded; `why` then says why.
     static LtFp8Gemm* instance(const char** why = nullptr);
     // y[n, out] (f32, row stride ldy) = (q * sx) . (w * sw)^T, q [lt_rows(n), in], sx [in / 128][lt_rows(n)],
-    // w e4m3 [out, in] with row stride ldw, sw f32 [out / 128][in / 128]; out a multiple of 128, in of 128 and
-    // >= 256. False if cuBLASLt has no algorithm for the shape. `tmp` (lt_rows(n) * out * 4 bytes) takes D
+    // w e4m3 [out, in] with row stride ldw, sw f32 [out / 128][in / 128] with row stride
+    // lt_scale_ld(in / 128); out and in multiples of 128. False if cuBLASLt has no algorithm for the shape. `tmp` (lt_rows(n) * out * 4 bytes) takes D
     // when it cannot go to y directly (padded rows, or an algorithm that writes bf16, widened into y).
     bool run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n, int64_t in,
              int64_t out, float* y, int64_t ldy, void* tmp, Stream s);

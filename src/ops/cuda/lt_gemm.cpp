@@ -138,7 +138,7 @@ LtFp8Gemm* LtFp8Gemm::instance(const char** why) {
 
 bool LtFp8Gemm::supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out,
                          const char** note) {
-    if (n <= 0 || in % 128 != 0 || in < 256 || out % 128 != 0 || ldw % 16 != 0 || ldy % 4 != 0) return false;
+    if (n <= 0 || in % 128 != 0 || out % 128 != 0 || ldw % 16 != 0 || ldy % 4 != 0) return false;
     const int64_t rows = lt_rows(n);
     const Impl::Plan& p = impl_->plan(rows, in, out, ldw, rows == n ? ldy : out);
     if (f32_out) *f32_out = p.f32_out;
