@@ -113,31 +113,36 @@ Fidelity fidelity(const std::vector<float>& got, const std::vector<float>& ref, 
 }
 
 // Native precision (fp8 activation blocks into every FP8 linear, as DeepSeek's inference code) on the FP8
-// fixture, against transformers' fp32 run of the same bytes, judged by the reference's own noise floor:
-// transformers bf16 against transformers fp32 on the bf16 fixture (same architecture and sizes; the FP8
-// fixture has no bf16 run of its own).
-TEST(GoldenNative, Fp8FixtureStaysWithinTheBf16NoiseFloor) {
-    int64_t rows = 0, vocab = 0;
-    const std::string bf16_dir = std::string(DI_TEST_DATA) + "/v4_tiny_bf16";
-    const std::vector<float> hf16 = read_logits(bf16_dir + "/logits.npy", &rows, &vocab);
-    const Fidelity floor = fidelity(hf16, read_logits(bf16_dir + "/logits_fp32.npy"), rows, vocab);
-
+// fixture, against transformers' fp32 run of the same bytes (logits.npy). The reference's own noise floors on
+// these weights (tools/fixtures_native.py): transformers with the same activation quantisation simulated by
+// hooks (logits_native.npy) against its fp32 run, and transformers bf16 against fp32 (logits_bf16.npy).
+// Quantisation makes the forward chaotic (an input one ulp to either side of a rounding boundary moves by a
+// whole e4m3 step, and routing and indexer choices follow), so deepinfer's native run is held to
+// transformers' own native deviation from fp32, not to transformers' native logits themselves.
+TEST(GoldenNative, Fp8FixtureWithinTransformersOwnFp8Deviation) {
     Fixture f = load_fixture("v4_tiny_fp8");
     ASSERT_TRUE(f.model);
+    int64_t rows = 0, vocab = 0;
     const std::vector<float> ref = read_logits(f.dir + "/logits.npy", &rows, &vocab);
+    const Fidelity hf_native = fidelity(read_logits(f.dir + "/logits_native.npy"), ref, rows, vocab);
+    const Fidelity hf_bf16 = fidelity(read_logits(f.dir + "/logits_bf16.npy"), ref, rows, vocab);
     const std::vector<float> exact = run_chunked(*f.model, f.prompt, {int64_t(f.prompt.size())});
     f.model->set_precision(model::Precision::kNative);
     const std::vector<float> native = run_chunked(*f.model, f.prompt, {int64_t(f.prompt.size())});
     const Fidelity got = fidelity(native, ref, rows, vocab);
-    std::printf("noise floor (HF bf16 vs fp32, v4_tiny_bf16): top-1 %.4f, min cos %.6f, max rel %.3g, median %.3g\n"
-                "native (fp8 activations) vs HF fp32, v4_tiny_fp8: top-1 %.4f, min cos %.6f, max rel %.3g, median %.3g\n",
-                floor.top1, floor.min_cos, floor.max_rel, floor.median_rel, got.top1, got.min_cos, got.max_rel,
-                got.median_rel);
+    const Fidelity to_hf_native = fidelity(native, read_logits(f.dir + "/logits_native.npy"), rows, vocab);
+    auto line = [](const char* what, const Fidelity& x) {
+        std::printf("%-44s top-1 %.4f, min cos %.5f, max rel %.3g, median rel %.3g\n", what, x.top1, x.min_cos,
+                    x.max_rel, x.median_rel);
+    };
+    line("transformers bf16 vs fp32 (noise floor)", hf_bf16);
+    line("transformers fp8 activations vs fp32", hf_native);
+    line("deepinfer native vs transformers fp32", got);
+    line("deepinfer native vs transformers fp8 act.", to_hf_native);
     EXPECT_NE(exact, native) << "native precision changed nothing";
-    EXPECT_GE(got.top1, floor.top1);
-    EXPECT_GE(got.min_cos, floor.min_cos);
-    EXPECT_LE(got.max_rel, floor.max_rel);
-    EXPECT_LE(got.median_rel, floor.median_rel);
+    EXPECT_GE(got.top1, hf_native.top1);
+    EXPECT_LE(got.max_rel, hf_native.max_rel);
+    EXPECT_LE(got.median_rel, hf_native.median_rel);
 }
 
 }  // namespace

@@ -1,5 +1,3 @@
-#include <cstdio>
-#include <cstdlib>
 #include "ops/compare/compare_backend.h"
 
 #include <cmath>
@@ -132,7 +130,6 @@ void CompareBackend::compare(const char* op, const Args& args, Fn&& run) {
             diverged = d.max_diff > 0;
         }
         if (diverged && !first_) first_ = d;
-        if (diverged && std::getenv("DI_COMPARE_VERBOSE")) std::fprintf(stderr, "DIVERGED %s\n", d.describe().c_str());
     }
 }
 
@@ -159,10 +156,6 @@ DI_COMPARE_SIMPLE(route, RouteArgs)
 #undef DI_COMPARE_SIMPLE
 
 void CompareBackend::linear(const LinearArgs& a) {
-    if (std::getenv("DI_COMPARE_VERBOSE"))
-        std::fprintf(stderr, "linear n %ld in %ld out %ld act %d fmt %d x %p ldx %ld y %p ldy %ld w %p\n", long(a.x.shape[0]),
-                     long(a.w.in_dim), long(a.w.out_dim), int(a.act), int(a.w.format), a.x.data, long(a.x.stride[0]),
-                     a.y.data, long(a.y.stride[0]), a.w.data.data);
     compare("linear", a, [&](LinearArgs& h) {
         subject_.linear(a);
         h.w = host_weight(a.w);
