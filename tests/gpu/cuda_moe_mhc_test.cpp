@@ -91,6 +91,9 @@ const MoeCase kMoe[] = {
     {"fp4_split_shared_experts", 7, 4, 2, 1024, 2048, ops::WeightFormat::kFp4Group},
     {"fp8_split_experts", 3, 8, 2, 2048, 1024, ops::WeightFormat::kFp8Block},
     {"fp8_split_one_token", 1, 8, 3, 1024, 1024, ops::WeightFormat::kFp8Block},
+    // more than 1024 (token, slot) pairs: the backend runs chunks of 512 tokens (k = 2)
+    {"fp8_chunks_of_512_tokens", 700, 8, 2, 256, 256, ops::WeightFormat::kFp8Block},
+    {"fp4_split_chunks", 520, 8, 2, 1024, 1024, ops::WeightFormat::kFp4Group},
 };
 
 // Every moe variant of the CUDA backend on every case it applies to ("" = the default dispatch).

@@ -56,10 +56,11 @@ CudaBackend::CudaBackend(int device)
                  {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
                  {"linear", "tiled", "any n", true}}),
       moe_v_({{"moe", "split_rows",
-               "hidden and moe_dim each 1024, 2048, 4096 or 8192; n * k <= 1024 pairs; every expert matrix in one "
-               "format with 16-byte rows; rows split over a block's threads, x in registers",
+               "hidden and moe_dim each 1024, 2048, 4096 or 8192; every expert matrix in one format with 16-byte "
+               "rows; rows split over a block's threads, x in registers; tokens in chunks of <= 1024 pairs",
                false},
-              {"moe", "grouped", "n * k <= 1024 pairs; every expert matrix in one format with 16-byte rows", false},
+              {"moe", "grouped",
+               "every expert matrix in one format with 16-byte rows; tokens in chunks of <= 1024 pairs", false},
               {"moe", "per_pair", "any n", true}}),
       mhc_pre_v_(mhc_variants("mhc_pre")),
       hc_head_v_(mhc_variants("hc_head")),
@@ -451,22 +452,29 @@ void CudaBackend::moe(const MoeArgs& a) {
                  "moe: expert {} shapes w1 [{}, {}] w3 [{}, {}] w2 [{}, {}] for hidden {} moe_dim {}", e,
                  w.w1.out_dim, w.w1.in_dim, w.w3.out_dim, w.w3.in_dim, w.w2.out_dim, w.w2.in_dim, D, I);
     }
-    DI_CHECK(n * k <= 65535, "moe: {} (token, slot) pairs above the launch limit 65535", n * k);
     const ExpertTable& table = expert_table(a);
-    cuda::MoeParams p{f32(a.x), ld(a.x), a.ids.ptr<int32_t>(), ld(a.ids), f32(a.weights), ld(a.weights),
-                      static_cast<const WeightRef*>(table.device), a.n_experts, f32m(a.out), ld(a.out), n, k, D, I,
-                      a.limit, table.gemv_format};
-    const int v = moe_v_.choose(
-        [&](int i, bool) {
-            switch (kMoeEnum[i]) {
-                case cuda::MoeVariant::kSplitRows: return cuda::moe_split_supported(p);
-                case cuda::MoeVariant::kGrouped: return cuda::moe_grouped_supported(p);
-                default: return true;
-            }
-        },
-        [&] { return fmt::format("{} pairs, expert format {}", n * k, table.gemv_format); });
-    cuda::launch_moe(p, scratch_, stream_, kMoeEnum[v]);
-    launched("moe");
+    // Tokens in chunks of at most kMoeGroupedMaxPairs (token, slot) pairs, the most the grouped kernels plan
+    // for: a prefill reads each selected expert once per chunk instead of falling back to one weight pass per
+    // pair. Every variant computes a token's row from its own pairs alone, so chunking changes no bits.
+    const int64_t chunk = std::max<int64_t>(1, cuda::kMoeGroupedMaxPairs / k);
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t m = std::min(chunk, n - t0);
+        cuda::MoeParams p{f32(a.x) + t0 * ld(a.x), ld(a.x), a.ids.ptr<int32_t>() + t0 * ld(a.ids), ld(a.ids),
+                          f32(a.weights) + t0 * ld(a.weights), ld(a.weights), static_cast<const WeightRef*>(table.device),
+                          a.n_experts, f32m(a.out) + t0 * ld(a.out), ld(a.out), m, k, D, I, a.limit,
+                          table.gemv_format};
+        const int v = moe_v_.choose(
+            [&](int i, bool) {
+                switch (kMoeEnum[i]) {
+                    case cuda::MoeVariant::kSplitRows: return cuda::moe_split_supported(p);
+                    case cuda::MoeVariant::kGrouped: return cuda::moe_grouped_supported(p);
+                    default: return true;
+                }
+            },
+            [&] { return fmt::format("{} pairs, expert format {}", m * k, table.gemv_format); });
+        cuda::launch_moe(p, scratch_, stream_, kMoeEnum[v]);
+        launched("moe");
+    }
 }
 
 constexpr std::string_view kSingleOps[] = {"embed", "add", "swiglu", "rms_norm", "rope", "compress", "indexer_topk",
