@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "deepinfer/defaults.h"
 #include "deepinfer/request.h"
 #include "deepinfer/tokenizer.h"
 
@@ -20,10 +21,10 @@ struct EngineOptions {
     std::string backend = "ref";           // see runtime::backend_names()
     std::string tokenizer_path;            // "": model_dir; a model without tokenizer.json runs on ids only
     int64_t state_memory_bytes = int64_t(2) << 30;  // sequence state shared by all running requests
-    int max_running = 64;                  // requests in the batch at once
-    int64_t step_token_budget = 256;       // tokens per step (each decode counts 1)
-    int64_t prefill_chunk = 128;           // prompt tokens per prefill chunk
-    size_t max_waiting = 256;              // requests queued for admission; more are refused (kCapacity)
+    int max_running = kDefaultMaxRunning;                  // requests in the batch at once
+    int64_t step_token_budget = kDefaultStepTokenBudget;   // tokens per step (each decode counts 1)
+    int64_t prefill_chunk = kDefaultPrefillChunk;          // prompt tokens per prefill chunk
+    size_t max_waiting = kDefaultMaxWaiting;               // queued for admission; more are refused (kCapacity)
     int64_t max_context = 0;               // prompt + max_tokens limit; 0: the model's max_position_embeddings
     std::chrono::milliseconds default_timeout{600000};
     bool check_weights = false;            // scan every float weight for NaN/infinity at load

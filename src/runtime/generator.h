@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "deepinfer/defaults.h"
 #include "model/deepseek_v4.h"
 #include "runtime/sampler.h"
 
@@ -17,7 +18,7 @@ struct GenerateOptions {
     int64_t min_new_tokens = 0;        // EOS is suppressed until this many tokens exist
     SamplingParams sampling;
     std::vector<int32_t> eos_ids;      // generation ends after one of these (it is part of the output)
-    int64_t prefill_chunk = 512;       // prompt tokens per forward step
+    int64_t prefill_chunk = kDefaultPrefillChunk;  // prompt tokens per forward step
     const std::atomic<bool>* cancel = nullptr;  // set from another thread (Ctrl-C) to stop early
 };
 

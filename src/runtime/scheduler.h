@@ -12,15 +12,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "deepinfer/defaults.h"
 
 namespace di::runtime {
 
 struct SchedulerConfig {
     int64_t memory_budget_bytes = 0;  // state memory shared by all running sequences
-    int max_running = 64;             // sequences in the batch at once
-    int64_t step_token_budget = 512;  // tokens per step (a decode counts 1); one prefill chunk always fits
-    int64_t prefill_chunk = 256;      // prefill chunk length (boundaries at its multiples)
-    size_t max_waiting = 256;         // bounded queue; add() answers kCapacity beyond it
+    int max_running = kDefaultMaxRunning;                 // sequences in the batch at once
+    int64_t step_token_budget = kDefaultStepTokenBudget;  // tokens per step (a decode counts 1); one chunk fits
+    int64_t prefill_chunk = kDefaultPrefillChunk;         // prefill chunk length (boundaries at its multiples)
+    size_t max_waiting = kDefaultMaxWaiting;              // bounded queue; add() answers kCapacity beyond it
 };
 
 struct SeqDemand {
