@@ -2,7 +2,8 @@
 # Installs the build dependencies (Debian packages) and builds deepinfer's CPU configuration into build-cpu/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(cmake g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libgtest-dev python3 python3-pip)
+pkgs=(cmake g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libgtest-dev libedit-dev python3
+      python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

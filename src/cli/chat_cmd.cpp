@@ -1,5 +1,5 @@
-// deepinfer run (one chat turn) and deepinfer chat (interactive, with history, /reset; Ctrl-C stops the
-// current answer, and at the prompt quits). Prompts use DeepSeek-V4's chat encoding.
+// deepinfer run (one chat turn) and deepinfer chat (interactive, with history, /reset, line editing on a
+// terminal; Ctrl-C stops the current answer, and at the prompt quits). Prompts use DeepSeek-V4's chat encoding.
 #include <cstdio>
 #include <iostream>
 
@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
+#include "cli/line_reader.h"
 
 namespace di::cli {
 namespace {
@@ -67,12 +68,11 @@ int run_chat(Options& o) {
     std::fprintf(stderr, "chat: type a message; /reset clears the history; /exit, Ctrl-D or Ctrl-C at the prompt "
                          "quits; Ctrl-C during an answer stops it\n");
     std::string line;
+    LineReader reader("> ");
     while (true) {
-        std::fprintf(stderr, "> ");
-        std::fflush(stderr);
         interrupt_flag().store(false);
         set_interrupt_restarts(false);  // Ctrl-C ends the read
-        const bool got = static_cast<bool>(std::getline(std::cin, line));
+        const bool got = reader.read(line);
         set_interrupt_restarts(true);
         if (!got) {
             if (interrupt_flag().load()) std::fprintf(stderr, "\n");  // Ctrl-C at the prompt: quit, as Ctrl-D

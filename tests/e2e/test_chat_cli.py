@@ -1,7 +1,8 @@
-"""`deepinfer chat` at its prompt (stdin a pipe, the tiny model with the tiny tokenizer): /reset answers,
-Ctrl-C (SIGINT) quits with exit code 0, as Ctrl-D (end of input) does. Ctrl-C during an answer stopping it
+"""`deepinfer chat` at its prompt (the tiny model with the tiny tokenizer). stdin a pipe: /reset answers,
+Ctrl-C (SIGINT) quits with exit code 0, as Ctrl-D (end of input) does. On a pty: line editing and history. Ctrl-C during an answer stopping it
 is the generator's cancel flag (tests/model/generation_test.cpp)."""
 import os
+import pty
 import select
 import shutil
 import signal
@@ -78,6 +79,63 @@ class ChatPrompt(unittest.TestCase):
             self.assertEqual(p.wait(timeout=10), 0)
         finally:
             p.kill()
+
+
+class ChatTerminal(unittest.TestCase):
+    """On a terminal (a pty) the prompt has line editing and history: a line fixed with the arrow keys is
+    read as fixed, the up arrow recalls it, and Ctrl-C typed at the prompt quits with exit code 0."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.model = model_dir(self.tmp)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def read_until(self, fd, text, timeout=60):
+        """Reads the terminal until `text`; what came after it stays for the next call."""
+        seen = getattr(self, "pending", b"")
+        deadline = time.time() + timeout
+        while text.encode() not in seen and time.time() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        if text.encode() not in seen:
+            raise AssertionError(f"never saw {text!r} on the terminal; got:\n{seen.decode(errors='replace')}")
+        at = seen.index(text.encode()) + len(text)
+        self.pending = seen[at:]
+        return seen[:at]
+
+    def test_arrow_keys_edit_and_recall(self):
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: chat on the pty
+            os.execv(sf.binary(), [sf.binary(), "chat", "--model", self.model])
+        try:
+            self.read_until(fd, "> ")
+            os.write(fd, b"/rset" + b"\x1b[D" * 3 + b"e\r")  # "/rset", cursor back 3, insert "e": "/reset"
+            self.read_until(fd, "(history cleared)")
+            self.read_until(fd, "> ")
+            os.write(fd, b"\x1b[A\r")  # up arrow: "/reset" again
+            self.read_until(fd, "(history cleared)")
+            self.read_until(fd, "> ")
+            time.sleep(0.2)
+            os.write(fd, b"\x03")  # Ctrl-C typed at the prompt
+            _, status = os.waitpid(pid, 0)
+            self.assertTrue(os.WIFEXITED(status), status)
+            self.assertEqual(os.WEXITSTATUS(status), 0)
+            pid = 0
+        finally:
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(fd)
 
 
 if __name__ == "__main__":
