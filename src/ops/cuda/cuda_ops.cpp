@@ -42,7 +42,8 @@ std::vector<KernelVariant> mhc_variants(const char* op) {
 CudaBackend::CudaBackend(int device)
     : linear_v_({{"linear", "cublaslt_fp8",
                   "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when forced); "
-                  "in_dim and out_dim multiples of 128; cuBLASLt block-scaled FP8 on tensor cores; "
+                  "in_dim and out_dim multiples of 128, 256-byte aligned weight and y; cuBLASLt block-scaled "
+                  "FP8 on tensor cores; "
                   "its algorithm depends on n, so not batch-invariant",
                   false, true, false},
                  {"linear", "split_rows",
@@ -115,11 +116,13 @@ bool split_rows_pays(const WeightRef& w) {
     return bytes >= 16e6;
 }
 
-// Whether cuBLASLt's block-scaled FP8 matmul takes the call (fp8 activation blocks on an fp8 weight).
+// Whether cuBLASLt's block-scaled FP8 matmul takes the call (fp8 activation blocks on an fp8 weight). The
+// weight and y must be 256-byte aligned: cuBLASLt picks algorithms for that alignment unless told otherwise
+// (its default minimum), and our own buffers (q, scales, temporaries) are.
 bool lt_fp8_takes(const LinearArgs& a, const WeightRef& w) {
     if (a.act != ActQuant::kFp8Block128 || w.format != 1 || a.x.shape[0] == 0) return false;
     cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
-    return lt && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y.data) % 16 == 0 &&
+    return lt && reinterpret_cast<uintptr_t>(w.data) % 256 == 0 && reinterpret_cast<uintptr_t>(a.y.data) % 256 == 0 &&
            lt->supports(a.x.shape[0], w.in_dim, w.out_dim, w.ld, ld(a.y));
 }
 
