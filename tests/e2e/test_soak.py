@@ -4,7 +4,7 @@ clients at once: streaming and whole completions, chat, streams dropped after th
 (wrong types, hostile sizes, JSON nested 30,000 deep), and a raw connection that sends half a request and
 leaves. After every round the server must be back at baseline (nothing running, queued or allocated, no open
 stream) and its resident memory is recorded: the curve is printed, and after the warm-up rounds it must level
-off (rounds 7-12 within 8 MiB of round 6), so no round leaks."""
+off (the highest of rounds 10-12 within 3 MiB of the highest of rounds 7-9), so no round leaks."""
 import asyncio
 import json
 import os
@@ -99,9 +99,14 @@ class SoakTest(unittest.TestCase):
                 print(f"round {rnd:2d}: {time.perf_counter() - t0:5.2f} s, server RSS {rss[-1] / 1024:6.1f} MiB",
                       flush=True)
             print("RSS curve (MiB): " + json.dumps([round(x / 1024, 1) for x in rss]), flush=True)
-            # Growth past the level of the first six rounds (their maximum: one sample can dip when the
-            # allocator trims, and a dip taken as the baseline made the check fail on a flat curve).
-            self.assertLess(max(rss[6:]) - max(rss[:6]), 8 * 1024, f"RSS keeps growing after round 6: {rss}")
+            # A leak grows every round. Resident memory also steps once after the warm-up (CI: 61.3 -> 66.8 MiB
+            # at round 7), as one-time allocations do (a worker thread's first malloc arena), and single samples
+            # dip when the allocator trims (a loaded run: 79.8, 67.6, 81.7): the old bound (rounds 7-12 within
+            # 8 MiB of rounds 1-6) failed on the step. So: the highest of rounds 10-12 against the highest of
+            # rounds 7-9 (measured +0.3 to +0.9 MiB; a steady leak of more than 1 MiB a round, about 40 KB per
+            # request, fails), and a cap on the whole curve.
+            self.assertLess(max(rss[9:]) - max(rss[6:9]), 3 * 1024, f"RSS keeps growing in rounds 7-12: {rss}")
+            self.assertLess(max(rss) - rss[0], 64 * 1024, f"RSS grew by more than 64 MiB: {rss}")
         self.assertEqual(server.rc, 0)
 
 
