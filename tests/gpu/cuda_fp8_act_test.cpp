@@ -111,16 +111,7 @@ const ActCase kActCases[] = {
     {"n60_k1024_o1024", 60, 1024, 1024},
 };
 
-struct ActRun {
-    ActCase c;
-    const char* variant;
-};
-std::vector<ActRun> act_runs() {
-    std::vector<ActRun> v;
-    for (const ActCase& c : kActCases)
-        for (const char* var : {"", "cublaslt_fp8", "split_rows", "stream_gemv", "tiled"}) v.push_back({c, var});
-    return v;
-}
+using ActRun = VariantRun<ActCase>;
 
 bool takes(const ActCase& c, const std::string& v) {
     if (v == "cublaslt_fp8") return c.out % 128 == 0;
@@ -184,10 +175,10 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
     ASSERT_TRUE(b.gpu->force_variant("linear", ""));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearFp8Act, ::testing::ValuesIn(act_runs()), [](const auto& tp) {
-    const std::string v = tp.param.variant;
-    return std::string(tp.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
-});
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CudaLinearFp8Act,
+    ::testing::ValuesIn(variant_runs(kActCases, {"", "cublaslt_fp8", "split_rows", "stream_gemv", "tiled"})),
+    VariantRunName());
 
 // linears() with fp8 activation blocks: the eight grouped output-projection jobs (strided slices of one x and
 // y) at one token (dequantised, then split_rows in shared launches) and at 40 tokens (each on cuBLASLt).

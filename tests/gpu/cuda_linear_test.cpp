@@ -53,16 +53,7 @@ const LinearCase kCases[] = {
     {"fp4_f32_scale_n2_k1024", 2, 1024, 64, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
 };
 
-struct LinearRun {
-    LinearCase c;
-    const char* variant;  // "" = default dispatch
-};
-std::vector<LinearRun> linear_runs() {
-    std::vector<LinearRun> v;
-    for (const LinearCase& c : kCases)
-        for (const char* var : {"", "split_rows", "stream_gemv", "warp_gemv", "tiled"}) v.push_back({c, var});
-    return v;
-}
+using LinearRun = VariantRun<LinearCase>;
 
 // Whether the streaming GEMV takes the case (its unit sizes and 16-byte rows; see gemv.cu).
 bool stream_gemv_applies(const LinearCase& c) {
@@ -141,10 +132,9 @@ TEST_P(CudaLinear, MatchesRef) {
     ASSERT_TRUE(b.gpu->force_variant("linear", ""));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear, ::testing::ValuesIn(linear_runs()), [](const auto& tp) {
-    const std::string v = tp.param.variant;
-    return std::string(tp.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
-});
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear,
+                         ::testing::ValuesIn(variant_runs(kCases, {"", "split_rows", "stream_gemv", "warp_gemv", "tiled"})),
+                         VariantRunName());
 
 }  // namespace
 }  // namespace di::gputest

@@ -97,16 +97,7 @@ const MoeCase kMoe[] = {
 };
 
 // Every moe variant of the CUDA backend on every case it applies to ("" = the default dispatch).
-struct MoeRun {
-    MoeCase c;
-    const char* variant;
-};
-std::vector<MoeRun> moe_runs() {
-    std::vector<MoeRun> v;
-    for (const MoeCase& c : kMoe)
-        for (const char* var : {"", "split_rows", "grouped", "per_pair"}) v.push_back({c, var});
-    return v;
-}
+using MoeRun = VariantRun<MoeCase>;
 
 class CudaMoe : public ::testing::TestWithParam<MoeRun> {};
 
@@ -195,10 +186,9 @@ TEST_P(CudaMoe, MatchesRef) {
     ASSERT_TRUE(b.gpu->force_variant("moe", ""));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe, ::testing::ValuesIn(moe_runs()), [](const auto& tp) {
-    const std::string v = tp.param.variant;
-    return std::string(tp.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
-});
+INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
+                         ::testing::ValuesIn(variant_runs(kMoe, {"", "split_rows", "grouped", "per_pair"})),
+                         VariantRunName());
 
 // mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.
 TEST(CudaMhc, PrePostHead) {

@@ -123,4 +123,26 @@ inline void expect_close(const Pair& p, double rel_tol, const std::string& what)
     EXPECT_LE(d.rel_l2, rel_tol) << what << ": max abs err " << d.max_abs;
 }
 
+// One case of an op's case table run on one kernel variant ("" = the default dispatch), and every case on
+// every variant, for TEST_P tables; VariantRunName names them "<case>_<variant>" ("default" for "").
+template <class Case>
+struct VariantRun {
+    Case c;
+    const char* variant;
+};
+template <class Case, size_t N>
+std::vector<VariantRun<Case>> variant_runs(const Case (&cases)[N], std::initializer_list<const char*> variants) {
+    std::vector<VariantRun<Case>> v;
+    for (const Case& c : cases)
+        for (const char* var : variants) v.push_back({c, var});
+    return v;
+}
+struct VariantRunName {
+    template <class P>
+    std::string operator()(const ::testing::TestParamInfo<P>& tp) const {
+        const std::string v = tp.param.variant;
+        return std::string(tp.param.c.name) + "_" + (v.empty() ? std::string("default") : v);
+    }
+};
+
 }  // namespace di::gputest
