@@ -70,7 +70,7 @@ runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and for
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
     int64_t n_prompt = 256, n_decode = 16, batch = 1;
-    std::string profile = "0", precision = "exact";
+    std::string profile = "0", precision = "exact", graphs = "off";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--model") dir = v;
@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
         else if (k == "--batch") batch = std::stoll(v);
         else if (k == "--profile") profile = v;
         else if (k == "--precision") precision = v;
+        else if (k == "--graphs") graphs = v;  // on | off (CUDA graph replay of the step's segments)
     }
     if (dir.empty()) {
         if (preset == "demo") {
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
     }
     auto be = runtime::make_backend(backend_name);
     if (!be) return std::fprintf(stderr, "%s\n", be.error().message.c_str()), 1;
+    (*be)->set_graphs(graphs == "on");
     std::unique_ptr<ops::ProfileBackend> prof;
     if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be, profile != "host");
     ops::Backend& run_on = prof ? *prof : **be;
@@ -122,9 +124,9 @@ int main(int argc, char** argv) {
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
-    fmt::print("backend {} precision {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = "
+    fmt::print("backend {} precision {} graphs {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = "
                "{:.2f} tokens/s, {:.1f} ms/step\n",
-               backend_name, precision, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(), n_decode,
+               backend_name, precision, graphs, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(), n_decode,
                t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
     const model::StateSize ss = model::state_size(cfg);
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,

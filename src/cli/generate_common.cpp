@@ -22,6 +22,12 @@ void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_flag("--check-weights", o.check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--kernels", o.kernels, "kernel allow-list file (written by `deepinfer screen`)");
     add_precision_option(app, o.precision);
+    add_graphs_option(app, o.graphs);
+}
+
+void add_graphs_option(CLI::App& app, bool& graphs) {
+    app.add_flag("--graphs", graphs,
+                 "replay CUDA graphs of the step's segments instead of launching every kernel (experimental)");
 }
 
 void add_precision_option(CLI::App& app, std::string& precision) {
@@ -56,6 +62,7 @@ Result<LoadedModel> load_for_generation(const GenOptions& o) {
         DI_TRY(dir, runtime::ensure_demo_model());
     }
     DI_TRY(lm.backend, runtime::make_backend(o.backend));
+    lm.backend->set_graphs(o.graphs);
     if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *lm.backend));
     DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
     DI_TRY(lm.model, runtime::load_model(dir, *lm.backend, o.check_weights));

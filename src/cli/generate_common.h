@@ -24,11 +24,13 @@ struct GenOptions {
     bool check_weights = false;
     std::string kernels;  // allow-list file (`deepinfer screen --out`); "": the built-in list
     std::string precision = "exact";
+    bool graphs = false;  // CUDA graph replay of the step's segments (experimental)
 };
 
 void add_model_options(CLI::App& app, GenOptions& o);
 void add_sampling_options(CLI::App& app, GenOptions& o);
 void add_precision_option(CLI::App& app, std::string& precision);
+void add_graphs_option(CLI::App& app, bool& graphs);
 
 struct LoadedModel {
     std::unique_ptr<ops::Backend> backend;

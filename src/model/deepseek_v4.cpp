@@ -2,6 +2,7 @@
 // embed -> per layer (mHC, attention, mHC, MoE) -> hc head -> norm -> lm head.
 #include "model/deepseek_v4.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -22,6 +23,12 @@ struct DeepseekV4::Step {
     TensorView positions;          // i32 [n]
     TensorView streams, spare;     // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
     TensorView x, post, comb;      // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
+    int segment = 0;               // graph segments begun so far
+};
+
+// A compressor's projections of the step's tokens (the part that does not depend on the sequences).
+struct DeepseekV4::Projected {
+    TensorView kv, gate;  // f32 [n, width]
 };
 
 namespace {
@@ -45,8 +52,17 @@ TensorView as3d(const TensorView& v, int64_t a, int64_t b, int64_t c) { return v
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> next_model_id{1};
+}
+
 DeepseekV4::DeepseekV4(ModelConfig cfg, ModelWeights weights, Backend& backend)
-    : cfg_(std::move(cfg)), w_(std::move(weights)), be_(&backend), ws_(backend.allocator()) {
+    : cfg_(std::move(cfg)),
+      w_(std::move(weights)),
+      be_(&backend),
+      ws_(backend.allocator()),
+      vws_(backend.allocator()),
+      id_(next_model_id++) {
     auto table = [&](const RopeTable& t, Tensor& dst, float& mscale) {
         RopeFreqs f = rope_freqs(t, cfg_.rope_dim, cfg_.max_position_embeddings);
         dst = Tensor(be_->allocator(), DType::kF32, {int64_t(f.inv_freq.size())});
@@ -61,6 +77,7 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
     const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult, V = cfg_.vocab_size;
     const float eps = float(cfg_.rms_norm_eps);
     ws_.reset();
+    vws_.reset();
     Step s;
     s.chunks = chunks;
     std::vector<int32_t> tokens, positions;
@@ -85,6 +102,7 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
     s.comb = ws_.take(DType::kF32, {s.n, hc, hc});
 
     be_->set_scope("embed");
+    begin_segment(s);
     for (int64_t j = 0; j < hc; ++j) {  // every stream starts as the embedding
         TensorView stream_j = s.streams.reshape({s.n, hc * D});
         be_->embed({s.tokens, w_.embed, columns(stream_j, j * D, D)});
@@ -113,11 +131,35 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
     }
     TensorView logits = ws_.take(DType::kF32, {m, V});
     be_->linear(lin(sel, w_.head, logits));
+    be_->segment_end();
     std::vector<float> out(size_t(m * V));
     be_->copy(TensorView::contiguous(out.data(), DType::kF32, {m, V}), logits);
     be_->synchronize();
     for (size_t c = 0; c < chunks.size(); ++c) chunks[c].state->advance(s.len[c]);
     return out;
+}
+
+// Everything the calls of a segment depend on: the model, which segment, the precision, the step's layout
+// (chunk lengths, which rows give logits) and the workspace's state, which fixes every address taken from
+// it. Positions, state rows and entry counts are not in it: the ops that use them run between segments.
+void DeepseekV4::begin_segment(Step& s) {
+    std::vector<int64_t> key = {id_, s.segment++, int64_t(precision_), s.n, int64_t(ws_.generation()),
+                                int64_t(ws_.used())};
+    for (size_t c = 0; c < s.chunks.size(); ++c) key.push_back(s.len[c] * 2 + (s.chunks[c].all_logits ? 1 : 0));
+    be_->segment_begin(key);
+}
+
+TensorView DeepseekV4::entry_positions(int64_t rate, int64_t first, int64_t count) {
+    Tensor& t = entry_pos_[rate];
+    const int64_t need = first + count;
+    if (t.empty() || t.view().numel() < need) {  // grows by doubling; uploads happen between segments
+        const int64_t size = std::max<int64_t>(need, 2 * (t.empty() ? 512 : t.view().numel()));
+        std::vector<int32_t> host(static_cast<size_t>(size));
+        for (int64_t i = 0; i < size; ++i) host[size_t(i)] = int32_t(i * rate);
+        t = Tensor(be_->allocator(), DType::kI32, {size});
+        be_->copy(t.view(), TensorView::contiguous(host.data(), DType::kI32, {size}));
+    }
+    return t.view().rows(first, count);
 }
 
 LinearArgs DeepseekV4::lin(const TensorView& x, const QWeight& w, const TensorView& y) const {
@@ -127,14 +169,16 @@ LinearArgs DeepseekV4::lin(const TensorView& x, const QWeight& w, const TensorVi
     return a;
 }
 
-void DeepseekV4::compress_into(const CompressorWeights& cw, int l, bool index, Step& s, const TensorView& y,
+DeepseekV4::Projected DeepseekV4::project(const CompressorWeights& cw, Step& s, const TensorView& y, int64_t width) {
+    Projected p{ws_.take(DType::kF32, {s.n, width}), ws_.take(DType::kF32, {s.n, width})};
+    const LinearArgs proj[] = {lin(y, cw.wkv, p.kv), lin(y, cw.wgate, p.gate)};
+    be_->linears(proj);
+    return p;
+}
+
+void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, int l, bool index, Step& s,
                                int64_t rate, bool overlap, int64_t d, const RopeArgs& rope_proto,
                                std::vector<int64_t>& n_entries) {
-    const int64_t width = overlap ? 2 * d : d;
-    TensorView kv = ws_.take(DType::kF32, {s.n, width});
-    TensorView gate = ws_.take(DType::kF32, {s.n, width});
-    const LinearArgs proj[] = {lin(y, cw.wkv, kv), lin(y, cw.wgate, gate)};
-    be_->linears(proj);
     n_entries.assign(s.chunks.size(), 0);
     for (size_t c = 0; c < s.chunks.size(); ++c) {
         LayerState& ls = s.chunks[c].state->layer(l);
@@ -142,16 +186,14 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, int l, bool index, S
         const int64_t L = s.len[c], pos0 = s.pos0[c], before = pos0 / rate;
         const int64_t n_new = CompressArgs::n_new(pos0, L, rate);
         TensorView out = st.entries.rows(before, n_new);
-        be_->compress({kv.rows(s.row0[c], L), gate.rows(s.row0[c], L), cw.ape, st.buf_kv, st.buf_gate, st.ovl_kv,
+        be_->compress({p.kv.rows(s.row0[c], L), p.gate.rows(s.row0[c], L), cw.ape, st.buf_kv, st.buf_gate, st.ovl_kv,
                        st.ovl_gate, out, pos0, rate, overlap});
         n_entries[c] = before + n_new;
         if (n_new == 0) continue;
         be_->rms_norm({out, cw.norm, out, float(cfg_.rms_norm_eps)});
-        std::vector<int32_t> entry_pos;  // an entry sits at the first position of its window
-        for (int64_t i = 0; i < n_new; ++i) entry_pos.push_back(int32_t((before + i) * rate));
-        RopeArgs r = rope_proto;
+        RopeArgs r = rope_proto;  // an entry sits at the first position of its window
         r.x = as3d(out, n_new, 1, d);
-        r.positions = upload_i32(ws_, *be_, entry_pos);
+        r.positions = entry_positions(rate, before, n_new);
         be_->rope(r);
     }
 }
@@ -188,27 +230,42 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     rkv.x = as3d(kv, n, 1, hd);
     be_->rope(rkv);
 
-    std::vector<int64_t> n_comp(s.chunks.size(), 0), n_index;
-    std::vector<TensorView> picks(s.chunks.size());
+    // The rest of the step-wide projections, then the per-sequence ops between two graph segments.
+    const int64_t rate = sliding ? 0 : cfg_.compress_rate(l);
+    const int64_t nIH = cfg_.index_heads, ihd = cfg_.index_dim;
+    Projected comp, index;
+    TensorView qi, iw;
     if (!sliding) {
         be_->set_scope(fmt::format("layer {} / compressor", l));
-        compress_into(aw.compressor, l, false, s, y, cfg_.compress_rate(l), csa, hd, rope_proto, n_comp);
+        comp = project(aw.compressor, s, y, csa ? 2 * hd : hd);
     }
     if (csa) {
         be_->set_scope(fmt::format("layer {} / indexer", l));
-        const int64_t nIH = cfg_.index_heads, ihd = cfg_.index_dim;
-        compress_into(aw.index_compressor, l, true, s, y, cfg_.csa_rate, true, ihd, rope_proto, n_index);
-        TensorView qi = ws_.take(DType::kF32, {n, nIH * ihd});
+        index = project(aw.index_compressor, s, y, 2 * ihd);
+        qi = ws_.take(DType::kF32, {n, nIH * ihd});
         be_->linear(lin(qr, aw.index_wq_b, qi));
         RopeArgs ri = rope_proto;
         ri.x = as3d(qi, n, nIH, ihd);
         be_->rope(ri);
-        TensorView iw = ws_.take(DType::kF32, {n, nIH});
+        iw = ws_.take(DType::kF32, {n, nIH});
         be_->linear(lin(y, aw.index_weights_proj, iw));
+    }
+    TensorView o = ws_.take(DType::kF32, {n, H, hd});
+    be_->segment_end();
+
+    std::vector<int64_t> n_comp(s.chunks.size(), 0), n_index;
+    std::vector<TensorView> picks(s.chunks.size());
+    if (!sliding) {
+        be_->set_scope(fmt::format("layer {} / compressor", l));
+        compress_into(aw.compressor, comp, l, false, s, rate, csa, hd, rope_proto, n_comp);
+    }
+    if (csa) {
+        be_->set_scope(fmt::format("layer {} / indexer", l));
+        compress_into(aw.index_compressor, index, l, true, s, cfg_.csa_rate, true, ihd, rope_proto, n_index);
         for (size_t c = 0; c < s.chunks.size(); ++c) {
             const int64_t T = n_index[c], L = s.len[c];
             if (T == 0 || L == 0) continue;
-            picks[c] = ws_.take(DType::kI32, {L, std::min(cfg_.index_topk, T)});
+            picks[c] = vws_.take(DType::kI32, {L, std::min(cfg_.index_topk, T)});
             const TensorView keys = s.chunks[c].state->layer(l).index.entries.rows(0, T);
             be_->indexer_topk({as3d(qi, n, nIH, ihd).rows(s.row0[c], L), iw.rows(s.row0[c], L), keys, picks[c],
                                s.pos0[c], cfg_.csa_rate, float(1.0 / std::sqrt(double(nIH))),
@@ -217,7 +274,6 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     }
 
     be_->set_scope(fmt::format("layer {} / attention", l));
-    TensorView o = ws_.take(DType::kF32, {n, H, hd});
     const TensorView q3 = as3d(q, n, H, hd);
     for (size_t c = 0; c < s.chunks.size(); ++c) {
         const int64_t L = s.len[c], pos0 = s.pos0[c];
@@ -236,13 +292,14 @@ void DeepseekV4::attention_layer(int l, Step& s) {
         if (n_comp[c] > 0) {
             a.comp = ls.comp.entries.rows(0, n_comp[c]);
             a.comp_mask = csa ? CompMask::kPicks : CompMask::kCausal;
-            a.rate = cfg_.compress_rate(l);
+            a.rate = rate;
             if (csa) a.picks = picks[c];
             if (csa && picks[c].empty()) a.comp_mask = CompMask::kNone;
         }
         be_->attention(a);
         be_->window_store({a.kv, ls.ring, pos0});
     }
+    begin_segment(s);
     RopeArgs ro = rope_proto;  // inverse rotation of the output at the query positions
     ro.x = o;
     ro.inverse = true;

@@ -14,6 +14,7 @@ void Workspace::reset() {
         capacity_ = round_up(std::max(used_, capacity_));
         blocks_.clear();
         blocks_.emplace_back(*alloc_, DType::kU8, std::initializer_list<int64_t>{int64_t(capacity_)});
+        ++generation_;
     }
     used_ = 0;
     offset_ = 0;
@@ -26,6 +27,7 @@ TensorView Workspace::take(DType dtype, std::initializer_list<int64_t> shape) {
     if (blocks_.empty() || offset_ + bytes > block_size) {
         blocks_.emplace_back(*alloc_, DType::kU8, std::initializer_list<int64_t>{int64_t(std::max(bytes, size_t(1) << 20))});
         offset_ = 0;
+        ++generation_;
     }
     v.data = static_cast<char*>(blocks_.back().view().data) + offset_;
     offset_ += bytes;

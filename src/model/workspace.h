@@ -16,6 +16,10 @@ public:
     void reset();
     TensorView take(DType dtype, std::initializer_list<int64_t> shape);
     size_t capacity() const { return capacity_; }
+    // Bytes taken this step, and a counter of the blocks ever allocated: together they fix the address of
+    // the next take (the graph segments' keys use them).
+    size_t used() const { return used_; }
+    uint64_t generation() const { return generation_; }
 
 private:
     Allocator* alloc_;
@@ -23,6 +27,7 @@ private:
     size_t capacity_ = 0;  // bytes of blocks_[0]
     size_t used_ = 0;      // bytes taken this step, all blocks
     size_t offset_ = 0;    // bytes taken from the current block
+    uint64_t generation_ = 0;
 };
 
 }  // namespace di::model

@@ -49,6 +49,14 @@ public:
     virtual int64_t dispatch_count(std::string_view /*op*/, std::string_view /*variant*/) const { return 0; }
     virtual bool force_variant(std::string_view, std::string_view variant) { return variant.empty(); }
     virtual KernelLimits kernel_limits() const { return {}; }
+    // Graph segments. The model brackets a run of ops whose every argument (pointers, shapes, scalars) is a
+    // function of `key`; the same key again means the same calls. A backend may then capture the run once
+    // and replay it: the ops of a replayed run return at once, without checks. A host copy or synchronize()
+    // inside a run ends its capture (the run stays correct, only uncached). set_graphs(false) runs every op
+    // as it comes. Segments do not nest. The default backend runs every op as it comes.
+    virtual void segment_begin(std::span<const int64_t> /*key*/) {}
+    virtual void segment_end() {}
+    virtual void set_graphs(bool /*on*/) {}
 
     virtual void embed(const EmbedArgs& a) = 0;
     virtual void add(const AddArgs& a) = 0;

@@ -85,6 +85,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     auto impl = std::make_unique<Impl>(scheduler_config(o));
     impl->opt = o;
     DI_TRY(impl->backend, runtime::make_backend(o.backend));
+    impl->backend->set_graphs(o.graphs);
     impl->allow = ops::AllowList::all_of(std::string(impl->backend->name()), impl->backend->kernel_variants());
     if (!o.kernels_file.empty()) {
         DI_TRY(std::string text, io::read_text_file(o.kernels_file));

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <memory>
+#include <utility>
 #include <atomic>
 #include <string>
 #include <unordered_map>
@@ -14,6 +16,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/op_variants.h"
+#include "ops/cuda/step_graphs.h"
 
 #define DI_CUDA_OK(expr)                                                                     \
     do {                                                                                     \
@@ -48,23 +51,37 @@ public:
             alloc_.deallocate(s.p);
             s.p = alloc_.allocate(bytes);
             s.bytes = bytes;
+            ++s.generation;
         }
+        touched_ |= 1u << slot;
         return s.p;
+    }
+    // The slots used since the last call (a graph capture records them).
+    uint32_t take_touched() { return std::exchange(touched_, 0u); }
+    // Changes whenever a slot in `mask` is replaced.
+    uint64_t generations(uint32_t mask) const {
+        uint64_t h = 0;
+        for (size_t i = 0; i < slots_.size(); ++i)
+            if (mask & (1u << i)) h = h * 1000003u + slots_[i].generation;
+        return h;
     }
 
 private:
     struct Slot {
         void* p = nullptr;
         size_t bytes = 0;
+        uint32_t generation = 0;
     };
     Allocator& alloc_;
     std::array<Slot, 8> slots_{};
+    uint32_t touched_ = 0;
 };
 
 class CudaBackend final : public Backend {
 public:
     explicit CudaBackend(int device);
     ~CudaBackend() override {
+        graphs_.reset();
         cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
         for (auto& [k, t] : expert_tables_) alloc_.deallocate(t.device);
         cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
@@ -75,18 +92,23 @@ public:
     void set_scope(std::string_view s) override { scope_ = s; }
 
     void copy(const TensorView& dst, const TensorView& src) override {
+        const bool host = dst.device == Device::kHost || src.device == Device::kHost;
+        if (host) before_host_sync();
+        if (replaying()) return;
         DI_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.nbytes() == src.nbytes(), "copy {} <- {}",
                  dst.describe(), src.describe());
         if (dst.nbytes() == 0) return;
         DI_CUDA_OK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, stream()));
-        if (dst.device == Device::kHost || src.device == Device::kHost) synchronize();
+        if (host) synchronize();
     }
     void fill_zero(const TensorView& dst) override {
+        if (replaying()) return;
         DI_CHECK(dst.is_contiguous(), "fill_zero of non-contiguous {}", dst.describe());
         on_device(dst, "fill_zero");
         DI_CUDA_OK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), stream()));
     }
     void synchronize() override {
+        before_host_sync();
         const cudaError_t e = cudaStreamSynchronize(stream());
         DI_CHECK(e == cudaSuccess, "CUDA error (scope '{}'): {}", scope_, cudaGetErrorString(e));
     }
@@ -114,9 +136,21 @@ public:
         return {cuda::attention_max_head_dim(), cuda::indexer_max_topk(), cuda::mhc_max_hc()};
     }
     bool force_variant(std::string_view op, std::string_view variant) override;
+    void segment_begin(std::span<const int64_t> key) override;
+    void segment_end() override;
+    void set_graphs(bool on) override { graphs_->set_enabled(on); }
 
 private:
     cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_); }
+    // Inside a replayed segment every op returns at once: the graph holds its launches.
+    bool replaying() const { return graphs_ && graphs_->mode() == StepGraphs::Mode::kReplay; }
+    // Before the host waits on the stream: a capture in progress is launched as it stands.
+    void before_host_sync() {
+        if (graphs_) graphs_->interrupt();
+    }
+    // Every dispatch counter (launches_, then each OpVariants'), for a graph's replay to add what it ran.
+    std::vector<int64_t> counters() const;
+    void add_counters(const std::vector<int64_t>& delta);
     void launched(std::string_view op) {
         const char* err = cuda::last_launch_error();
         DI_CHECK(err == nullptr, "CUDA launch of {} failed (scope '{}'): {}", op, scope_, err);
@@ -153,6 +187,9 @@ private:
     void* stream_ = nullptr;
     std::string scope_;
     std::unordered_map<const ExpertWeights*, ExpertTable> expert_tables_;
+    uint64_t variant_epoch_ = 0;  // bumped when the allow-list or a forced variant changes
+    std::unique_ptr<StepGraphs> graphs_;
+    std::vector<int64_t> counters_at_begin_;
 };
 
 }  // namespace di::ops::cuda_impl

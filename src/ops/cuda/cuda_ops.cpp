@@ -80,9 +80,12 @@ CudaBackend::CudaBackend(int device)
     cudaStream_t s;
     DI_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_ = s;
+    graphs_ = std::make_unique<StepGraphs>(
+        s, [this](uint32_t mask) { return scratch_.generations(mask) * 31u + variant_epoch_; });
 }
 
 void CudaBackend::embed(const EmbedArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "embed");
     DI_CHECK(a.tokens.is_contiguous() && a.table.stride[1] == 1, "embed: tokens/table layout");
@@ -92,6 +95,7 @@ void CudaBackend::embed(const EmbedArgs& a) {
 }
 
 void CudaBackend::add(const AddArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "add");
     need_f32_rows(a.a, "add.a"), need_f32_rows(a.b, "add.b"), need_f32_rows(a.out, "add.out");
@@ -100,6 +104,7 @@ void CudaBackend::add(const AddArgs& a) {
 }
 
 void CudaBackend::swiglu(const SwigluArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "swiglu");
     need_f32_rows(a.gate, "swiglu.gate"), need_f32_rows(a.up, "swiglu.up"), need_f32_rows(a.out, "swiglu.out");
@@ -150,6 +155,7 @@ int CudaBackend::choose_linear(const LinearArgs& a, const WeightRef& w, bool in_
 }
 
 void CudaBackend::linear(const LinearArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "linear");
     const WeightRef w = weight_ref(a.w, "linear.w");
@@ -191,6 +197,7 @@ void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w) {
 }
 
 void CudaBackend::linears(std::span<const LinearArgs> jobs) {
+    if (replaying()) return;
     // Jobs split_rows can share a launch with (same format, in_dim and n) go together; the rest run alone.
     std::vector<WeightRef> w(jobs.size());
     std::vector<cuda::SplitJob> sj(jobs.size());
@@ -253,6 +260,7 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
 }
 
 void CudaBackend::rms_norm(const RmsNormArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "rms_norm");
     need_f32_rows(a.x, "rms_norm.x"), need_f32_rows(a.y, "rms_norm.y");
@@ -264,6 +272,7 @@ void CudaBackend::rms_norm(const RmsNormArgs& a) {
 }
 
 void CudaBackend::rope(const RopeArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "rope");
     need_f32_rows(a.x, "rope.x");
@@ -275,6 +284,7 @@ void CudaBackend::rope(const RopeArgs& a) {
 }
 
 void CudaBackend::compress(const CompressArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "compress");
     for (const TensorView* v : {&a.kv, &a.gate, &a.bias, &a.buf_kv, &a.buf_gate, &a.ovl_kv, &a.ovl_gate, &a.out})
@@ -290,6 +300,7 @@ void CudaBackend::compress(const CompressArgs& a) {
 }
 
 void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "indexer_topk");
     need_f32_rows(a.q, "indexer.q"), need_f32_rows(a.weights, "indexer.weights"), need_f32_rows(a.keys, "indexer.keys");
@@ -303,6 +314,7 @@ void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
 }
 
 void CudaBackend::attention(const AttentionArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "attention");
     need_f32_rows(a.q, "attention.q"), need_f32_rows(a.out, "attention.out"), need_f32_rows(a.kv, "attention.kv");
@@ -325,6 +337,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
 }
 
 void CudaBackend::window_store(const WindowStoreArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "window_store");
     need_f32_rows(a.kv, "window_store.kv"), need_f32_rows(a.ring, "window_store.ring");
@@ -334,6 +347,7 @@ void CudaBackend::window_store(const WindowStoreArgs& a) {
 }
 
 void CudaBackend::mhc_pre(const MhcPreArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "mhc_pre");
     const int64_t hc = a.streams.shape[1];
@@ -351,6 +365,7 @@ void CudaBackend::mhc_pre(const MhcPreArgs& a) {
 }
 
 void CudaBackend::mhc_post(const MhcPostArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "mhc_post");
     DI_CHECK(a.streams.is_contiguous() && a.out.is_contiguous(), "mhc_post: streams/out must be contiguous");
@@ -362,6 +377,7 @@ void CudaBackend::mhc_post(const MhcPostArgs& a) {
 }
 
 void CudaBackend::hc_head(const HcHeadArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "hc_head");
     const int64_t hc = a.streams.shape[1];
@@ -376,6 +392,7 @@ void CudaBackend::hc_head(const HcHeadArgs& a) {
 }
 
 void CudaBackend::route(const RouteArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "route");
     DI_CHECK(a.ids.shape[1] <= 64, "route: k {} above 64", a.ids.shape[1]);
@@ -433,6 +450,7 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
             alloc_.deallocate(t.device);
             t.device = alloc_.allocate(bytes);
         }
+        before_host_sync();
         DI_CUDA_OK(cudaMemcpyAsync(t.device, host.data(), bytes, cudaMemcpyHostToDevice, stream()));
         DI_CUDA_OK(cudaStreamSynchronize(stream()));
         t.host = std::move(host);
@@ -444,6 +462,7 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
 }
 
 void CudaBackend::moe(const MoeArgs& a) {
+    if (replaying()) return;
     check(a);
     device_args(a, "moe");
     const int64_t n = a.x.shape[0], k = a.ids.shape[1], D = a.x.shape[1];
@@ -498,10 +517,18 @@ OpVariants* CudaBackend::variants_of(std::string_view op) {
 }
 
 void CudaBackend::set_allow_list(const AllowList& l) {
+    ++variant_epoch_;
     for (OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_}) o->allow(l);
 }
 
 int64_t CudaBackend::dispatch_count(std::string_view op, std::string_view variant) const {
+    if (op == "graph") {  // segments: eager (first sighting or not capturable), capture, replay, interrupted
+        if (variant == "eager") return graphs_->eager;
+        if (variant == "capture") return graphs_->captures;
+        if (variant == "replay") return graphs_->replays;
+        if (variant == "interrupted") return graphs_->interrupted;
+        return 0;
+    }
     if (const OpVariants* o = variants_of(op)) return std::max<int64_t>(o->count(variant), 0);
     if (variant == "cuda")
         for (size_t i = 0; i < std::size(kOps); ++i)
@@ -510,8 +537,42 @@ int64_t CudaBackend::dispatch_count(std::string_view op, std::string_view varian
 }
 
 bool CudaBackend::force_variant(std::string_view op, std::string_view variant) {
+    ++variant_epoch_;
     OpVariants* o = variants_of(op);
     return o != nullptr && o->force(variant);
+}
+
+std::vector<int64_t> CudaBackend::counters() const {
+    std::vector<int64_t> c;
+    for (const auto& n : launches_) c.push_back(n.load());
+    for (const OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
+        for (const KernelVariant& v : o->variants()) c.push_back(o->count(v.name));
+    return c;
+}
+
+void CudaBackend::add_counters(const std::vector<int64_t>& delta) {
+    size_t i = 0;
+    for (auto& n : launches_) n += delta[i++];
+    for (OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
+        for (size_t v = 0; v < o->variants().size(); ++v) o->count_dispatch(int(v), delta[i++]);
+}
+
+void CudaBackend::segment_begin(std::span<const int64_t> key) {
+    if (graphs_->begin(key) == StepGraphs::Mode::kCapture) {
+        scratch_.take_touched();
+        counters_at_begin_ = counters();
+    }
+}
+
+void CudaBackend::segment_end() {
+    const bool capturing = graphs_->mode() == StepGraphs::Mode::kCapture;
+    std::vector<int64_t> delta;
+    if (capturing) {
+        delta = counters();
+        for (size_t i = 0; i < delta.size(); ++i) delta[i] -= counters_at_begin_[i];
+    }
+    const uint32_t touched = capturing ? scratch_.take_touched() : 0;
+    if (const std::vector<int64_t>* replayed = graphs_->end(touched, delta)) add_counters(*replayed);
 }
 
 }  // namespace di::ops::cuda_impl

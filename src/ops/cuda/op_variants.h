@@ -52,7 +52,7 @@ public:
             if (allowed_[size_t(j)] && takes(j, false)) return j == i;
         return i == int(variants_.size()) - 1;
     }
-    void count_dispatch(int i) { ++counts_[size_t(i)]; }
+    void count_dispatch(int i, int64_t times = 1) { counts_[size_t(i)] += times; }
 
     // "" restores the default dispatch; false for an unknown name.
     bool force(std::string_view name) {
