@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -39,7 +40,8 @@ public:
     // Drops every graph (after the stream has finished with them).
     void clear();
 
-    int64_t captures = 0, replays = 0, eager = 0, interrupted = 0;
+    // Segments by how they ran; atomics because /metrics reads them while the engine runs.
+    std::atomic<int64_t> captures{0}, replays{0}, eager{0}, interrupted{0};
 
 private:
     struct Entry {
