@@ -135,11 +135,12 @@ Result<std::string> encode_chat(const std::vector<ChatMessage>& messages, const 
 // Model output parsing (streaming): separates reasoning, content and DSML tool calls.
 
 struct ChatEvent {
-    enum class Kind { kReasoning, kContent, kToolCall };
+    // A tool call streams as kToolCallStart (its name) then kToolCallArguments pieces that join into its
+    // JSON arguments object, e.g. {"city": "Paris", "days": 3}; the next start or the end of output ends it.
+    enum class Kind { kReasoning, kContent, kToolCallStart, kToolCallArguments };
     Kind kind = Kind::kContent;
-    std::string text;       // kReasoning / kContent: the new text (a delta)
-    std::string name;       // kToolCall
-    std::string arguments;  // kToolCall: JSON object text, e.g. {"city": "Paris", "days": 3}
+    std::string text;  // kReasoning / kContent / kToolCallArguments: the new text (a delta)
+    std::string name;  // kToolCallStart
 };
 
 class ChatOutputParser {
@@ -151,10 +152,11 @@ public:
     ChatOutputParser& operator=(ChatOutputParser&&) noexcept;
 
     // Feed decoded text (any split, e.g. StreamDecoder output). Returns the events now certain. Text that
-    // might start a marker is held back until it is decided. Malformed tool-call blocks come out as
-    // content text; the parser never fails.
+    // might start a marker is held back until it is decided; the events joined do not depend on the split.
+    // Malformed tool-call text comes out as content (dsml_parser.cpp says which); the parser never fails.
     std::vector<ChatEvent> push(std::string_view text);
-    // End of output: flushes held-back text (an unfinished tool-call block is returned as content).
+    // End of output: flushes held-back text (an unfinished block before its first call is returned as
+    // content; an unfinished call is closed with what it streamed).
     std::vector<ChatEvent> finish();
 
 private:

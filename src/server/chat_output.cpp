@@ -19,14 +19,27 @@ json apply_event(ChatChoice& c, const RequestEvent& e) {
                 c.content += ev.text;
                 delta["content"] = delta.value("content", "") + ev.text;
                 break;
-            case ChatEvent::Kind::kToolCall: {
+            case ChatEvent::Kind::kToolCallStart: {  // OpenAI's first chunk of a call: id, type, name
                 json call = {{"id", make_id("call", '_')},
                              {"type", "function"},
-                             {"function", {{"name", ev.name}, {"arguments", ev.arguments}}}};
+                             {"function", {{"name", ev.name}, {"arguments", ""}}}};
                 json streamed = call;
                 streamed["index"] = c.tool_calls.size();
                 c.tool_calls.push_back(std::move(call));
                 delta["tool_calls"].push_back(std::move(streamed));
+                break;
+            }
+            case ChatEvent::Kind::kToolCallArguments: {  // then argument pieces with the call's index
+                if (c.tool_calls.empty()) break;  // the parser starts every call first
+                const size_t index = c.tool_calls.size() - 1;
+                c.tool_calls.back()["function"]["arguments"] = c.tool_calls.back()["function"]["arguments"].get<std::string>() + ev.text;
+                json& calls = delta["tool_calls"];
+                if (calls.is_array() && !calls.empty() && calls.back()["index"] == index) {
+                    json& f = calls.back()["function"];
+                    f["arguments"] = f.value("arguments", "") + ev.text;
+                } else {
+                    calls.push_back(json{{"index", index}, {"function", {{"arguments", ev.text}}}});
+                }
                 break;
             }
         }

@@ -20,8 +20,9 @@ struct ChatChoice {
     explicit ChatChoice(bool thinking) : parser(thinking) {}
 };
 
-// Folds one engine event into the choice; returns the delta it adds ({} when nothing visible). Each tool
-// call is streamed whole, with its index, once the parser has closed it.
+// Folds one engine event into the choice; returns the delta it adds ({} when nothing visible). A tool call
+// streams as OpenAI's do: {index, id, type, function: {name, arguments: ""}} first, then {index, function:
+// {arguments: piece}} deltas whose pieces join into the arguments.
 nlohmann::json apply_event(ChatChoice& c, const RequestEvent& e);
 
 }  // namespace di::server

@@ -1,7 +1,12 @@
 // Streaming parser of V4 model output: reasoning until "</think>", then content, DSML tool-call blocks
 // ("\n\n<｜DSML｜tool_calls>" ... "</｜DSML｜tool_calls>"), end at "<｜end▁of▁sentence｜>". The grammar of a
-// block follows the reference parse_tool_calls (vllm/tokenizers/deepseek_v4_encoding.py); each invoke is emitted as
-// soon as its closing tag arrives. Anything that does not parse is passed on as content text.
+// block follows the reference parse_tool_calls (the reference encoder's). A call streams as OpenAI streams
+// it: its name once the invoke's header is complete, then its JSON arguments in pieces (a string value as
+// its bytes arrive, any other value whole when its parameter closes), so the pieces always join into a
+// JSON object. Text that does not parse is passed on as content: a malformed block before any call has
+// started comes back whole; after a call has started, that call is closed with what it streamed (an open
+// string value closed) and the text from the failing element on is content.
+#include <algorithm>
 #include <optional>
 
 #include "deepinfer/tokenizer.h"
@@ -29,12 +34,6 @@ size_t partial_suffix(std::string_view s, std::string_view marker) {
 
 std::string to_json_string(const std::string& s) { return tok::python_json_dumps(nlohmann::ordered_json(s)); }
 
-enum class Step { kDone, kNeedMore, kError };
-
-struct Invoke {
-    std::string name, arguments;
-};
-
 // Reference: re.findall(r'^\s*name="(.*?)">\n$', text, re.DOTALL).
 std::optional<std::string> parse_invoke_name(std::string_view t) {
     size_t i = 0;
@@ -48,29 +47,21 @@ std::optional<std::string> parse_invoke_name(std::string_view t) {
     return std::nullopt;
 }
 
-// Reference: re.findall(r'^ name="(.*?)" string="(true|false)">(.*?)<$', text, re.DOTALL).
-bool parse_param(std::string_view t, std::string& name, bool& is_string, std::string& value) {
-    if (t.substr(0, 7) != " name=\"") return false;
-    std::string_view tail = t.substr(7);
-    const bool ends_lt = !tail.empty() && tail.back() == '<';
-    const bool ends_lt_nl = tail.size() >= 2 && tail.substr(tail.size() - 2) == "<\n";
-    for (size_t p = tail.find("\" string=\""); p != std::string_view::npos; p = tail.find("\" string=\"", p + 1)) {
-        std::string_view after = tail.substr(p + 10);
-        for (std::string_view flag : {std::string_view("true\">"), std::string_view("false\">")}) {
-            if (after.substr(0, flag.size()) != flag) continue;
-            std::string_view v = after.substr(flag.size());
-            // `(.*?)<$`: the shortest value, so prefer "<" + final newline only when not ending in "<".
-            size_t cut;
-            if (ends_lt && !v.empty()) cut = v.size() - 1;
-            else if (ends_lt_nl && v.size() >= 2) cut = v.size() - 2;
-            else continue;
-            name = std::string(tail.substr(0, p));
-            is_string = flag[0] == 't';
-            value = std::string(v.substr(0, cut));
-            return true;
-        }
+// Longest prefix of `s` that ends on a UTF-8 code point boundary (a split multi-byte character waits).
+size_t utf8_complete(std::string_view s) {
+    for (size_t back = 1; back <= std::min<size_t>(3, s.size()); ++back) {
+        const auto c = static_cast<unsigned char>(s[s.size() - back]);
+        if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+        const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return len > back ? s.size() - back : s.size();
     }
-    return false;
+    return s.size();
+}
+
+// A string value's bytes as they go inside its JSON quotes.
+std::string json_string_body(std::string_view s) {
+    const std::string q = to_json_string(std::string(s));
+    return q.substr(1, q.size() - 2);
 }
 
 // Finds the earliest of `stops` in t[from..]; returns its index in `stops` or -1.
@@ -89,59 +80,38 @@ int find_stop(std::string_view t, size_t from, std::initializer_list<std::string
     return best;
 }
 
-// Parses one invoke starting at `pos` (just after "\n" following the block start or the previous invoke).
-// On kDone, `pos` is past the invoke's "</｜DSML｜invoke" and `out` holds the call.
-Step parse_invoke(std::string_view t, size_t& pos, Invoke& out) {
-    size_t at = 0;
-    int stop = find_stop(t, pos, {kParam, kInvokeEnd}, at);
-    if (stop < 0) return Step::kNeedMore;
-    auto name = parse_invoke_name(t.substr(pos, at - pos));
-    if (!name) return Step::kError;
-    size_t i = at + (stop == 0 ? kParam.size() : kInvokeEnd.size());
-    std::vector<std::pair<std::string, std::string>> args;  // key -> JSON value text
-    while (stop == 0) {
-        const size_t end = t.find(kParamEnd, i);
-        if (end == std::string_view::npos) return Step::kNeedMore;
-        std::string pname, value;
-        bool is_string = false;
-        if (!parse_param(t.substr(i, end - i), pname, is_string, value)) return Step::kError;
-        for (const auto& a : args)
-            if (a.first == pname) return Step::kError;  // duplicate parameter
-        args.emplace_back(pname, is_string ? to_json_string(value) : value);
-        i = end + kParamEnd.size();
-        stop = find_stop(t, i, {kParam, kInvokeEnd}, at);
-        if (stop < 0) return Step::kNeedMore;
-        if (t.substr(i, at - i) != ">\n") return Step::kError;
-        i = at + (stop == 0 ? kParam.size() : kInvokeEnd.size());
-    }
-    std::string json = "{";
-    for (size_t k = 0; k < args.size(); ++k) {
-        if (k) json += ", ";
-        json += to_json_string(args[k].first) + ": " + args[k].second;
-    }
-    out = Invoke{std::move(*name), json + "}"};
-    pos = i;
-    return Step::kDone;
-}
-
 }  // namespace
 
 struct ChatOutputParser::State {
     enum class Mode { kReasoning, kContent, kTools, kDone };
+    // Inside a block: before an invoke or the block's end, in an invoke's header, in a parameter's header,
+    // in its value, after its closing tag.
+    enum class Tool { kBetween, kHeader, kParamHead, kValue, kAfterParam };
     Mode mode = Mode::kContent;
     std::string buf;     // undecided text of the current mode
-    size_t parsed = 0;   // kTools: bytes of buf consumed by emitted invokes
     std::string block_prefix;  // kTools: text that opened the block, replayed as content on error
     std::vector<ChatEvent> events;
 
+    // kTools: positions in buf (the text after the block's opening tag).
+    Tool tool = Tool::kBetween;
+    size_t pos = 0;       // the next byte to parse
+    size_t parsed = 0;    // end of the last closed invoke: content resumes here on an error between calls
+    size_t elem = 0;      // start of the element being parsed in an open call: content resumes here
+    bool open = false;    // a call's name and "{" are out
+    std::vector<std::string> keys;  // the open call's parameter names
+    std::string key;      // the parameter being parsed
+    bool is_string = false;
+    size_t value0 = 0, value_out = 0;  // its value's first byte; bytes of a string value already out
+
     void emit(ChatEvent::Kind kind, std::string_view text) {
         if (text.empty()) return;
-        if (!events.empty() && events.back().kind == kind && kind != ChatEvent::Kind::kToolCall) {
+        if (!events.empty() && events.back().kind == kind && kind != ChatEvent::Kind::kToolCallStart) {
             events.back().text += text;
         } else {
-            events.push_back(ChatEvent{kind, std::string(text), {}, {}});
+            events.push_back(ChatEvent{kind, std::string(text), {}});
         }
     }
+    void args(std::string_view text) { emit(ChatEvent::Kind::kToolCallArguments, text); }
 
     // Consumes as much of buf as can be decided; returns false when waiting for more text.
     bool step(bool final) {
@@ -182,7 +152,7 @@ struct ChatOutputParser::State {
             emit(ChatEvent::Kind::kContent, before);
             buf.erase(0, at + (stop == 0 ? kBlockStart.size() : kEos.size()));
             mode = stop == 0 ? Mode::kTools : Mode::kDone;
-            parsed = 0;
+            start_block();
             return true;
         }
         size_t hold = final ? 0 : std::max(partial_suffix(buf, kBlockStart), partial_suffix(buf, kEos));
@@ -192,48 +162,153 @@ struct ChatOutputParser::State {
         return false;
     }
 
-    // buf holds the text after "<｜DSML｜tool_calls>"; buf[0, parsed) produced the invokes emitted so far.
+    void start_block() {
+        tool = Tool::kBetween;
+        pos = parsed = elem = 0;
+        open = false;
+    }
+
+    // buf holds the text after "<｜DSML｜tool_calls>".
     bool step_tools(bool final) {
         const std::string_view t = buf;
         while (true) {
-            // Between elements the reference expects exactly ">\n"; our block start includes the first ">".
-            const std::string_view sep = parsed == 0 ? "\n" : ">\n";
-            const std::string_view head = t.substr(parsed);
-            if (head.size() < sep.size()) {
-                if (head != sep.substr(0, head.size())) return fail();
-                return final ? fail() : false;
+            switch (tool) {
+                case Tool::kBetween: {
+                    // Between elements the reference expects exactly ">\n"; our block start includes the first ">".
+                    const std::string_view sep = pos == 0 ? "\n" : ">\n";
+                    const std::string_view head = t.substr(pos);
+                    if (head.size() < sep.size()) {
+                        if (head != sep.substr(0, head.size())) return fail();
+                        return final ? fail() : false;
+                    }
+                    if (head.substr(0, sep.size()) != sep) return fail();
+                    const std::string_view rest = head.substr(sep.size());
+                    if (rest.substr(0, kBlockEnd.size()) == kBlockEnd) {
+                        buf.erase(0, pos + sep.size() + kBlockEnd.size());
+                        mode = Mode::kContent;
+                        return true;
+                    }
+                    if (rest.substr(0, kInvoke.size()) != kInvoke) {
+                        const bool maybe = rest.size() < kBlockEnd.size() &&
+                                           (kBlockEnd.substr(0, rest.size()) == rest || kInvoke.substr(0, rest.size()) == rest);
+                        return maybe && !final ? false : fail();
+                    }
+                    pos += sep.size() + kInvoke.size();
+                    tool = Tool::kHeader;
+                    break;
+                }
+                case Tool::kHeader: {  // name="..."> up to the first parameter or the invoke's end
+                    size_t at = 0;
+                    const int stop = find_stop(t, pos, {kParam, kInvokeEnd}, at);
+                    if (stop < 0) return final ? fail() : false;
+                    auto name = parse_invoke_name(t.substr(pos, at - pos));
+                    if (!name) return fail();
+                    events.push_back(ChatEvent{ChatEvent::Kind::kToolCallStart, {}, std::move(*name)});
+                    args("{");
+                    open = true;
+                    keys.clear();
+                    elem = at;
+                    pos = at + (stop == 0 ? kParam.size() : kInvokeEnd.size());
+                    tool = stop == 0 ? Tool::kParamHead : Tool::kBetween;
+                    if (stop == 1) close_call();
+                    break;
+                }
+                case Tool::kParamHead: {  // reference: ^ name="(.*?)" string="(true|false)">(.*?)<$
+                    constexpr std::string_view kName = " name=\"", kTrue = "\" string=\"true\">",
+                                               kFalse = "\" string=\"false\">";
+                    const size_t end = t.find(kParamEnd, pos);
+                    const std::string_view region = t.substr(pos, end == std::string_view::npos ? end : end - pos);
+                    if (region.substr(0, kName.size()) != kName.substr(0, std::min(region.size(), kName.size())))
+                        return fail();
+                    size_t p = std::string_view::npos;
+                    bool flag = false;
+                    if (region.size() >= kName.size()) {  // the first `" string="true|false">` ends the name
+                        const size_t pt = region.find(kTrue, kName.size()), pf = region.find(kFalse, kName.size());
+                        p = std::min(pt, pf);
+                        flag = p == pt;
+                    }
+                    if (p == std::string_view::npos) return end != std::string_view::npos || final ? fail() : false;
+                    key = std::string(region.substr(kName.size(), p - kName.size()));
+                    if (std::find(keys.begin(), keys.end(), key) != keys.end()) return fail();  // duplicate
+                    is_string = flag;
+                    value0 = value_out = pos + p + (flag ? kTrue : kFalse).size();
+                    if (is_string) args((keys.empty() ? "" : ", ") + to_json_string(key) + ": \"");
+                    tool = Tool::kValue;
+                    break;
+                }
+                case Tool::kValue: {  // up to the first "/｜DSML｜parameter", less the "<" or "<\n" before it
+                    const size_t end = t.find(kParamEnd, value0);
+                    if (end == std::string_view::npos) {
+                        if (final) return fail();
+                        if (is_string) {  // what cannot be the terminator goes out now
+                            const size_t hold = std::max(partial_suffix(t, std::string("<").append(kParamEnd)),
+                                                         partial_suffix(t, std::string("<\n").append(kParamEnd)));
+                            const size_t upto = std::max(value_out, t.size() - std::min(hold, t.size()));
+                            const size_t n = utf8_complete(t.substr(value_out, upto - value_out));
+                            args(json_string_body(t.substr(value_out, n)));
+                            value_out += n;
+                        }
+                        return false;
+                    }
+                    const std::string_view v = t.substr(value0, end - value0);
+                    size_t cut = 0;
+                    if (!v.empty() && v.back() == '<') cut = 1;
+                    else if (v.size() >= 2 && v.substr(v.size() - 2) == "<\n") cut = 2;
+                    else return fail();
+                    const size_t value_end = end - cut;
+                    if (is_string) {
+                        args(json_string_body(t.substr(value_out, value_end - value_out)) + "\"");
+                    } else {
+                        args((keys.empty() ? "" : ", ") + to_json_string(key) + ": " +
+                             std::string(t.substr(value0, value_end - value0)));
+                    }
+                    keys.push_back(std::move(key));
+                    pos = elem = end + kParamEnd.size();
+                    tool = Tool::kAfterParam;
+                    break;
+                }
+                case Tool::kAfterParam: {  // exactly ">\n", then the next parameter or the invoke's end
+                    size_t at = 0;
+                    const int stop = find_stop(t, pos, {kParam, kInvokeEnd}, at);
+                    if (stop < 0) return final ? fail() : false;
+                    if (t.substr(pos, at - pos) != ">\n") return fail();
+                    elem = at;
+                    pos = at + (stop == 0 ? kParam.size() : kInvokeEnd.size());
+                    tool = stop == 0 ? Tool::kParamHead : Tool::kBetween;
+                    if (stop == 1) close_call();
+                    break;
+                }
             }
-            if (head.substr(0, sep.size()) != sep) return fail();
-            const std::string_view rest = head.substr(sep.size());
-            if (rest.substr(0, kBlockEnd.size()) == kBlockEnd) {
-                buf.erase(0, parsed + sep.size() + kBlockEnd.size());
-                mode = Mode::kContent;
-                return true;
-            }
-            if (rest.substr(0, kInvoke.size()) != kInvoke) {
-                const bool maybe = rest.size() < kBlockEnd.size() &&
-                                   (kBlockEnd.substr(0, rest.size()) == rest || kInvoke.substr(0, rest.size()) == rest);
-                return maybe && !final ? false : fail();
-            }
-            size_t pos = parsed + sep.size() + kInvoke.size();
-            Invoke inv;
-            const Step s = parse_invoke(t, pos, inv);
-            if (s == Step::kNeedMore) return final ? fail() : false;
-            if (s == Step::kError) return fail();
-            events.push_back(ChatEvent{ChatEvent::Kind::kToolCall, {}, std::move(inv.name), std::move(inv.arguments)});
-            parsed = pos;
         }
     }
 
-    // Malformed block: what was not emitted as tool calls goes back to content parsing (the opening tag
-    // itself is emitted as text, so the same block is not detected again).
+    void close_call() {
+        args("}");
+        open = false;
+        parsed = pos;
+    }
+
+    // Malformed or unfinished block. With no call open, what was not emitted as tool calls goes back to
+    // content parsing (the opening tag itself as text, so the same block is not detected again). With a
+    // call open, the call is closed with the pieces it streamed (a string value so far is kept) and content
+    // resumes at the element that failed (after the value, for a string value already streamed).
     bool fail() {
-        if (parsed == 0) {
+        if (open) {
+            size_t resume = elem;
+            if (tool == Tool::kValue && is_string) {
+                args("\"");
+                const size_t end = buf.find(kParamEnd, value0);
+                resume = end == std::string::npos ? buf.size() : end;
+            }
+            args("}");
+            open = false;
+            buf.erase(0, resume);
+        } else if (parsed == 0) {
             emit(ChatEvent::Kind::kContent, block_prefix);
         } else {
             buf.erase(0, parsed);
         }
-        parsed = 0;
+        start_block();
         mode = Mode::kContent;
         return true;
     }

@@ -1,7 +1,8 @@
 // Chat output -> OpenAI fields, on the DSML vectors of tests/data/tokenizer/dsml_vectors.json (reasoning,
 // content and tool calls produced by DeepSeek's reference parser): fed as engine events in chunks of every
 // size, the streamed deltas and the whole message both give the reference fields, and each tool call is an
-// OpenAI tool_calls entry (index, id, type "function", name, arguments).
+// OpenAI tool_calls entry (index, id, type "function", name, arguments), streamed as its id and name first
+// and then argument pieces.
 #include <fstream>
 #include <random>
 
@@ -40,8 +41,19 @@ TEST(ChatOutput, DsmlVectorsBecomeOpenAiFields) {
                 const json d = apply_event(c, e);
                 streamed_content += d.value("content", "");
                 streamed_reasoning += d.value("reasoning_content", "");
-                if (d.contains("tool_calls"))
-                    for (const json& tc : d["tool_calls"]) streamed_calls.push_back(tc);
+                if (d.contains("tool_calls"))  // joined by index, as OpenAI clients do
+                    for (const json& tc : d["tool_calls"]) {
+                        const size_t index = tc["index"];
+                        if (index == streamed_calls.size()) {
+                            EXPECT_TRUE(tc.contains("id") && tc["function"].contains("name")) << "a call starts with its id and name";
+                            streamed_calls.push_back(tc);
+                        } else {
+                            ASSERT_EQ(index + 1, streamed_calls.size()) << "pieces of an earlier call";
+                            EXPECT_FALSE(tc.contains("id"));
+                            json& fn = streamed_calls[index]["function"];
+                            fn["arguments"] = fn["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+                        }
+                    }
             }
             EXPECT_EQ(c.content, v["content"].get<std::string>()) << text;
             EXPECT_EQ(c.reasoning, v["reasoning"].get<std::string>()) << text;
