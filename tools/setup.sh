@@ -17,11 +17,13 @@ if ((${#missing[@]} + ${#opt_missing[@]})); then
             echo "setup: could not install ${opt_missing[*]}; chat reads plain lines"
     fi
 fi
-# The e2e tests drive `deepinfer serve` with the official openai client (PyPI). Offline this step fails
-# softly and those tests report "skipped".
-if ! python3 -c "import openai" >/dev/null 2>&1; then
-    python3 -m pip install -q openai >/dev/null 2>&1 || python3 -m pip install -q --break-system-packages openai \
-        >/dev/null 2>&1 || echo "setup: could not install the openai Python package; e2e tests will be skipped"
-fi
+# The e2e tests drive `deepinfer serve` with the official openai and anthropic clients (PyPI). Offline this
+# step fails softly and those tests report "skipped".
+for py in openai anthropic; do
+    if ! python3 -c "import $py" >/dev/null 2>&1; then
+        python3 -m pip install -q "$py" >/dev/null 2>&1 || python3 -m pip install -q --break-system-packages "$py" \
+            >/dev/null 2>&1 || echo "setup: could not install the $py Python package; its e2e tests will be skipped"
+    fi
+done
 cmake --preset cpu >/dev/null
 cmake --build build-cpu -j"$(nproc)"

@@ -21,6 +21,21 @@ nlohmann::json ApiError::to_json() const {
     return nlohmann::json{{"error", e}};
 }
 
+nlohmann::json ApiError::to_anthropic_json() const {
+    const char* t = "api_error";
+    switch (status) {
+        case 400: t = "invalid_request_error"; break;
+        case 401: t = "authentication_error"; break;
+        case 403: t = "permission_error"; break;
+        case 404: t = "not_found_error"; break;
+        case 413: t = "request_too_large"; break;
+        case 429: t = "rate_limit_error"; break;
+        case 503: case 529: t = "overloaded_error"; break;
+        default: t = status < 500 ? "invalid_request_error" : "api_error";
+    }
+    return nlohmann::json{{"type", "error"}, {"error", {{"type", t}, {"message", message}}}};
+}
+
 ApiError bad_request(std::string message, std::string param, std::string code) {
     return ApiError{400, std::move(message), std::move(param), std::move(code)};
 }

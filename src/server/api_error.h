@@ -17,6 +17,8 @@ struct ApiError {
     std::string code;   // machine-readable, "" for none
     std::string type() const;  // "invalid_request_error", "not_found_error", "rate_limit_error", ...
     nlohmann::json to_json() const;
+    // Anthropic's shape: {"type": "error", "error": {"type", "message"}} (/v1/messages).
+    nlohmann::json to_anthropic_json() const;
 };
 
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});

@@ -91,9 +91,11 @@ struct HttpServer::Impl {
           log(ctx.opt.log_level),
           svr(std::chrono::seconds(ctx.opt.read_timeout_s), size_t(std::max(8, ctx.opt.n_threads / 4))) {}
     void routes();
-    bool authorized(const httplib::Request& req, httplib::Response& res);
+    // Bearer token, or x-api-key (Anthropic's clients); `anthropic`: the 401 in Anthropic's error shape.
+    bool authorized(const httplib::Request& req, httplib::Response& res, bool anthropic = false);
     void serve_generation(const httplib::Request& req, httplib::Response& res,
-                          Reply (*handler)(ServerContext&, const std::string&, const ClientGone&));
+                          Reply (*handler)(ServerContext&, const std::string&, const ClientGone&),
+                          bool anthropic = false);
 };
 
 HttpServer::HttpServer(Engine& engine, ServerOptions options) {
@@ -104,17 +106,22 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options) {
 
 HttpServer::~HttpServer() { stop(); }
 
-bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response& res) {
+bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response& res, bool anthropic) {
     if (ctx.opt.api_key.empty()) return true;
     if (req.get_header_value("Authorization") == "Bearer " + ctx.opt.api_key) return true;
-    send_error(res, ApiError{401, "missing or wrong API key (Authorization: Bearer ...)", "", "invalid_api_key"});
+    if (req.has_header("x-api-key") && req.get_header_value("x-api-key") == ctx.opt.api_key) return true;
+    const ApiError e{401, "missing or wrong API key (Authorization: Bearer ... or x-api-key)", "", "invalid_api_key"};
+    if (!anthropic) return send_error(res, e), false;
+    res.status = e.status;
+    res.set_content(e.to_anthropic_json().dump(), "application/json");
     return false;
 }
 
 void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Response& res,
-                                        Reply (*handler)(ServerContext&, const std::string&, const ClientGone&)) {
+                                        Reply (*handler)(ServerContext&, const std::string&, const ClientGone&),
+                                        bool anthropic) {
     GuardedServer::handler_started();
-    if (!authorized(req, res)) return;
+    if (!authorized(req, res, anthropic)) return;
     ClientGone gone = [&req] { return req.is_connection_closed(); };
     struct InFlight {  // counted while the handler runs, exceptions included (drain_and_stop waits for 0)
         std::atomic<int64_t>& n;
@@ -246,6 +253,9 @@ void HttpServer::Impl::routes() {
     });
     svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
         serve_generation(req, res, &handle_completion);
+    });
+    svr.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+        serve_generation(req, res, &handle_messages, true);
     });
     for (auto [path, handler] : {std::pair{"/tokenize", &handle_tokenize}, std::pair{"/detokenize", &handle_detokenize}})
         svr.Post(path, [this, handler](const httplib::Request& req, httplib::Response& res) {

@@ -61,6 +61,7 @@ using ClientGone = std::function<bool()>;
 
 Reply handle_chat(ServerContext& ctx, const std::string& body, const ClientGone& gone);
 Reply handle_completion(ServerContext& ctx, const std::string& body, const ClientGone& gone);
+Reply handle_messages(ServerContext& ctx, const std::string& body, const ClientGone& gone);  // Anthropic
 Reply handle_tokenize(ServerContext& ctx, const std::string& body);
 Reply handle_detokenize(ServerContext& ctx, const std::string& body);
 
