@@ -20,7 +20,7 @@
 #include "ops/ref/ref_backend.h"
 #include "model/seq_state.h"
 #include "runtime/demo_model.h"
-#include "runtime/generator.h"
+#include "deepinfer/engine.h"
 #include "runtime/model_loader.h"
 
 using namespace di;
@@ -210,12 +210,12 @@ void bench_moe(ops::Backend& cpu, ops::Backend& ref, int64_t n, double copy_bw) 
 }
 
 struct DecodeResult {
-    double generate_tps = 0;  // runtime::generate, sampler included
+    double generate_tps = 0;  // through the Engine, sampler included
     double forward_tps = 0;   // model forward only (argmax on the host)
     std::vector<int32_t> tokens;
 };
 
-// Greedy decode of the demo model, twice: through runtime::generate, and as bare forward steps.
+// Greedy decode of the demo model, twice: through the Engine, and as bare forward steps.
 DecodeResult demo_decode(ops::Backend& be, const std::string& dir, int64_t n_new) {
     auto m = runtime::load_model(dir, be);
     if (!m) {
@@ -223,18 +223,37 @@ DecodeResult demo_decode(ops::Backend& be, const std::string& dir, int64_t n_new
         std::exit(1);
     }
     model::DeepseekV4& model = **m;
-    runtime::GenerateOptions o;
-    o.max_new_tokens = n_new + 1;
-    o.sampling.temperature = 0.0f;
     const std::vector<int32_t> prompt = {0, 5, 1000, 42, 77, 12345, 900, 3};
-    auto r = runtime::generate(model, prompt, o);
-    if (!r) {
-        fmt::print(stderr, "{}\n", r.error().message);
-        std::exit(1);
-    }
     DecodeResult d;
-    d.tokens = r->tokens;
-    d.generate_tps = double(r->tokens.size() - 1) / r->decode_seconds;  // token 1 comes from the prefill
+    {  // the Engine on the same backend kind (its own instance: DEEPINFER_THREADS sets the cpu threads)
+        EngineOptions eo;
+        eo.model_dir = dir;
+        eo.backend = std::string(be.name());
+        auto engine = Engine::create(eo);
+        if (!engine) {
+            fmt::print(stderr, "{}\n", engine.error().message);
+            std::exit(1);
+        }
+        Request r;
+        r.prompt = prompt;
+        r.sampling.temperature = 0.0f;
+        r.stop.max_tokens = n_new + 1;
+        r.stop.ignore_eos = true;
+        auto stream = (*engine)->submit(r);
+        if (!stream) {
+            fmt::print(stderr, "{}\n", stream.error().message);
+            std::exit(1);
+        }
+        Clock::time_point first{};
+        for (bool done = false; !done;) {
+            auto e = (*stream)->next(std::chrono::milliseconds(1000));
+            if (!e) continue;
+            if (d.tokens.empty() && !e->tokens.empty()) first = Clock::now();
+            for (const GeneratedToken& t : e->tokens) d.tokens.push_back(t.id);
+            done = e->finished;
+        }
+        d.generate_tps = double(d.tokens.size() - 1) / since(first);  // token 1 comes from the prefill
+    }
 
     const int64_t vocab = model.config().vocab_size;
     model::SeqState st(model.config(), model.backend(), int64_t(prompt.size()) + n_new + 1);
@@ -260,7 +279,10 @@ int main(int argc, char** argv) {
     int64_t n_decode = 32;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--threads" && i + 1 < argc) threads = std::stoi(argv[++i]);
+        if (a == "--threads" && i + 1 < argc) {
+            threads = std::stoi(argv[++i]);
+            setenv("DEEPINFER_THREADS", std::to_string(threads).c_str(), 1);  // the Engine's cpu backend too
+        }
         else if (a == "--skip-e2e") e2e = false;
         else if (a == "--decode" && i + 1 < argc) n_decode = std::stoll(argv[++i]);
         else if (a == "--read-bandwidth") read_only = true;
@@ -306,7 +328,7 @@ int main(int argc, char** argv) {
     fmt::print("\ndemo model greedy decode, 8-token prompt (ref: {} tokens, cpu: {} tokens; the first {} identical: {})\n",
                n_ref, n_decode, r.tokens.size(), same ? "yes" : "NO");
     fmt::print("| path | ref tokens/s | cpu tokens/s | speed-up |\n|---|---:|---:|---:|\n");
-    fmt::print("| runtime::generate (sampler included) | {:.2f} | {:.2f} | {:.1f}x |\n", r.generate_tps, c.generate_tps,
+    fmt::print("| Engine generation (sampler included) | {:.2f} | {:.2f} | {:.1f}x |\n", r.generate_tps, c.generate_tps,
                c.generate_tps / r.generate_tps);
     fmt::print("| model forward only (host argmax) | {:.2f} | {:.2f} | {:.1f}x |\n", r.forward_tps, c.forward_tps,
                c.forward_tps / r.forward_tps);

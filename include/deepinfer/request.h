@@ -30,6 +30,7 @@ struct SamplingOptions {
 
 struct StopOptions {
     int64_t max_tokens = 16;              // new tokens, >= 1
+    int64_t min_tokens = 0;               // stop tokens (EOS included) cannot be sampled before this many
     std::vector<std::string> stop;        // stop strings: output ends before the first match (not returned)
     std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
     bool ignore_eos = false;

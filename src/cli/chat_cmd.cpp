@@ -44,15 +44,16 @@ void add_chat_options(CLI::App& app, Options& o) {
 
 int run_once(Options& o) {
     install_interrupt_handler();
-    auto lm = load_for_generation(o);
-    if (!lm) return fail(lm.error().message);
-    if (!lm->tokenizer) return fail("run needs a tokenizer.json in the model directory");
+    auto engine = start_engine(o);
+    if (!engine) return fail(engine.error().message);
+    const Tokenizer* tok = (*engine)->tokenizer();
+    if (!tok) return fail("run needs a tokenizer.json in the model directory");
     std::vector<ChatMessage> msgs;
     if (!o.system.empty()) msgs.push_back(message("system", o.system));
     msgs.push_back(message("user", o.prompt));
-    auto prompt = encode_turns(*lm->tokenizer, msgs, o);
+    auto prompt = encode_turns(*tok, msgs, o);
     if (!prompt) return fail(prompt.error().message);
-    auto r = stream_generation(*lm, *prompt, o);
+    auto r = stream_generation(**engine, *prompt, o);
     if (!r) return fail(r.error().message);
     std::printf("\n");
     return 0;
@@ -60,9 +61,10 @@ int run_once(Options& o) {
 
 int run_chat(Options& o) {
     install_interrupt_handler();
-    auto lm = load_for_generation(o);
-    if (!lm) return fail(lm.error().message);
-    if (!lm->tokenizer) return fail("chat needs a tokenizer.json in the model directory");
+    auto engine = start_engine(o);
+    if (!engine) return fail(engine.error().message);
+    const Tokenizer* tok = (*engine)->tokenizer();
+    if (!tok) return fail("chat needs a tokenizer.json in the model directory");
     std::vector<ChatMessage> history;
     if (!o.system.empty()) history.push_back(message("system", o.system));
     std::fprintf(stderr, "chat: type a message; /reset clears the history; /exit, Ctrl-D or Ctrl-C at the prompt "
@@ -86,12 +88,12 @@ int run_chat(Options& o) {
         }
         if (line.empty()) continue;
         history.push_back(message("user", line));
-        auto prompt = encode_turns(*lm->tokenizer, history, o);
+        auto prompt = encode_turns(*tok, history, o);
         if (!prompt) return fail(prompt.error().message);
-        auto r = stream_generation(*lm, *prompt, o);
+        auto r = stream_generation(**engine, *prompt, o);
         if (!r) return fail(r.error().message);
         std::printf("\n");
-        if (r->finish == runtime::FinishReason::kCancelled) std::fprintf(stderr, "(stopped)\n");
+        if (r->finish == FinishReason::kCancelled) std::fprintf(stderr, "(stopped)\n");
         history.push_back(message("assistant", r->text));
     }
     return 0;

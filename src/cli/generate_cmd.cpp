@@ -17,18 +17,19 @@ int run_generate(Options& o) {
     if (o.output != "text" && o.output != "ids" && o.output != "jsonl")
         return fail("--output must be text, ids or jsonl, not '" + o.output + "'");
     install_interrupt_handler();
-    auto lm = load_for_generation(o);
-    if (!lm) return fail(lm.error().message);
+    auto engine = start_engine(o);
+    if (!engine) return fail(engine.error().message);
+    const Tokenizer* tok = (*engine)->tokenizer();
     std::vector<int32_t> prompt;
     if (!o.tokens.empty()) {
         auto ids = runtime::parse_token_list(o.tokens, "--tokens");
         if (!ids) return fail(ids.error().message);
         prompt = *ids;
     } else {
-        if (!lm->tokenizer) return fail("--prompt needs a tokenizer.json in the model directory; give --tokens instead");
-        prompt = lm->tokenizer->encode(o.prompt);
+        if (!tok) return fail("--prompt needs a tokenizer.json in the model directory; give --tokens instead");
+        prompt = tok->encode(o.prompt);
     }
-    auto r = stream_generation(*lm, prompt, o);
+    auto r = stream_generation(**engine, prompt, o);
     if (!r) return fail(r.error().message);
     if (o.output == "text") std::printf("\n");
     return 0;

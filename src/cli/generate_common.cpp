@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <csignal>
+#include <limits>
 #include <random>
 #include <cstdio>
 
@@ -92,75 +94,86 @@ void set_interrupt_restarts(bool restart) {
     sigaction(SIGINT, &sa, nullptr);
 }
 
-namespace {
-
-// Length of the longest suffix of `text` that is a proper prefix of some stop string (held back).
-size_t held_back(const std::string& text, const std::vector<std::string>& stops) {
-    size_t hold = 0;
-    for (const auto& s : stops)
-        for (size_t k = std::min(s.size() - 1, text.size()); k > hold; --k)
-            if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-                hold = k;
-                break;
-            }
-    return hold;
+Result<std::unique_ptr<Engine>> start_engine(const GenOptions& o) {
+    EngineOptions e;
+    e.model_dir = o.model;
+    if (e.model_dir.empty()) {
+        std::fprintf(stderr, "%s\n", runtime::kDemoNotice);
+        DI_TRY(e.model_dir, runtime::ensure_demo_model());
+    }
+    e.backend = o.backend;
+    e.kernels_file = o.kernels;
+    e.precision = o.precision;
+    e.graphs = o.graphs;
+    e.check_weights = o.check_weights;
+    e.max_running = 1;
+    e.state_memory_bytes = std::numeric_limits<int64_t>::max();  // one request: its own state is the limit
+    e.default_timeout = std::chrono::hours(24 * 365);
+    return Engine::create(e);
 }
 
-}  // namespace
-
-Result<StreamedGeneration> stream_generation(LoadedModel& lm, const std::vector<int32_t>& prompt, const GenOptions& o) {
-    const auto& cfg = lm.model->config();
-    runtime::GenerateOptions g;
-    g.max_new_tokens = o.max_new_tokens;
-    g.min_new_tokens = o.min_new_tokens;
-    g.sampling = o.sampling;
-    for (int64_t e : cfg.eos_token_ids) g.eos_ids.push_back(int32_t(e));
-    g.cancel = &interrupt_flag();
-    if (!o.stop.empty() && !lm.tokenizer)
-        return make_error(ErrorCode::kInvalidArgument, "--stop needs a tokenizer.json in the model directory");
-
+Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<int32_t>& prompt, const GenOptions& o) {
     StreamedGeneration out;
-    std::optional<StreamDecoder> dec;
-    if (lm.tokenizer) dec.emplace(*lm.tokenizer, /*skip_special=*/true);
-    size_t printed = 0;  // bytes of out.text already written
-    bool stopped = false;
-    auto on_token = [&](const runtime::SampledToken& t) {
-        std::string piece;
-        if (dec) {
-            auto p = dec->push(t.id);
-            if (p) piece = *p;
+    if (o.max_new_tokens == 0) return out;  // nothing to generate (the engine takes max_tokens >= 1)
+    const Tokenizer* tok = engine.tokenizer();
+    if (!o.stop.empty() && !tok) return make_error(ErrorCode::kInvalidArgument, "--stop needs a tokenizer.json in the model directory");
+    Request r;
+    r.prompt = prompt;
+    const runtime::SamplingParams& p = o.sampling;
+    r.sampling.temperature = p.temperature;
+    r.sampling.top_k = p.top_k;
+    r.sampling.top_p = p.top_p;
+    r.sampling.min_p = p.min_p;
+    r.sampling.repetition_penalty = p.repetition_penalty;
+    r.sampling.seed = p.seed;
+    r.sampling.logprobs = o.output == "jsonl";
+    r.stop.max_tokens = o.max_new_tokens;
+    r.stop.min_tokens = std::min(o.min_new_tokens, o.max_new_tokens);
+    r.stop.stop = o.stop;
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    DI_TRY(std::shared_ptr<RequestStream> stream, engine.submit(std::move(r)));
+    std::optional<StreamDecoder> dec;  // jsonl: each token's own text
+    if (tok && o.output == "jsonl") dec.emplace(*tok, /*skip_special=*/true);
+    auto t_first = t0;
+    bool cancelled = false;
+    for (;;) {
+        if (!cancelled && interrupt_flag().load()) {
+            stream->cancel();
+            cancelled = true;
         }
-        out.text += piece;
-        for (const auto& s : o.stop)
-            if (size_t at = out.text.find(s); at != std::string::npos) {
-                out.text.resize(at);
-                stopped = true;
-            }
-        if (o.output == "jsonl") {
+        std::optional<RequestEvent> e = stream->next(std::chrono::milliseconds(50));
+        if (!e) continue;
+        if (out.tokens.empty() && !e->tokens.empty()) t_first = clock::now();
+        for (const GeneratedToken& t : e->tokens) {
+            out.tokens.push_back(t.id);
+            if (o.output != "jsonl") continue;
             nlohmann::json j = {{"id", t.id}, {"logprob", t.logprob}};
-            if (dec) j["text"] = piece;
-            fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-        } else if (o.output == "text") {
-            const size_t safe = stopped ? out.text.size() : out.text.size() - held_back(out.text, o.stop);
-            if (safe > printed) {
-                std::fwrite(out.text.data() + printed, 1, safe - printed, stdout);
-                std::fflush(stdout);
-                printed = safe;
+            if (dec) {
+                auto piece = dec->push(t.id);
+                j["text"] = piece ? *piece : std::string();
             }
+            fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         }
-        return !stopped;
-    };
-    DI_TRY(runtime::GenerateResult r, runtime::generate(*lm.model, prompt, g, on_token));
-    out.tokens = std::move(r.tokens);
-    out.finish = r.finish;
-    if (o.output == "text" && printed < out.text.size()) std::fwrite(out.text.data() + printed, 1, out.text.size() - printed, stdout);
+        out.text += e->text;
+        if (o.output == "text" && !e->text.empty()) {
+            std::fwrite(e->text.data(), 1, e->text.size(), stdout);
+            std::fflush(stdout);
+        }
+        if (!e->finished) continue;
+        out.finish = e->reason;
+        if (e->reason == FinishReason::kError || e->reason == FinishReason::kTimeout)
+            return make_error(ErrorCode::kFormat, "{}", e->error);
+        break;
+    }
+    const auto t_end = clock::now();
     if (o.output == "ids") fmt::print("{}\n", nlohmann::json(out.tokens).dump());
     if (o.output == "jsonl")
-        fmt::print("{}\n", nlohmann::json{{"finish_reason", runtime::finish_reason_name(out.finish)},
+        fmt::print("{}\n", nlohmann::json{{"finish_reason", finish_reason_name(out.finish)},
                                           {"prompt_tokens", prompt.size()},
                                           {"generated_tokens", out.tokens.size()},
-                                          {"prefill_seconds", r.prefill_seconds},
-                                          {"decode_seconds", r.decode_seconds}}
+                                          {"prefill_seconds", std::chrono::duration<double>(t_first - t0).count()},
+                                          {"decode_seconds", std::chrono::duration<double>(t_end - t_first).count()}}
                                .dump());
     return out;
 }

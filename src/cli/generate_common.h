@@ -1,5 +1,6 @@
 // Shared by generate / run / chat: model resolution (embedded demo when no --model), sampling options,
-// and streaming one generation to the terminal with stop strings and Ctrl-C.
+// and streaming one generation to the terminal through the Engine (the server's scheduler, sampler, stop
+// handling and finish reasons) with Ctrl-C. bench and screen load the model alone (load_for_generation).
 #pragma once
 
 #include <atomic>
@@ -10,9 +11,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
 #include "model/deepseek_v4.h"
-#include "runtime/generator.h"
+#include "runtime/sampler.h"
 
 namespace di::cli {
 
@@ -47,13 +49,17 @@ void install_interrupt_handler();
 // default, while answering): interrupted writes to the terminal resume.
 void set_interrupt_restarts(bool restart);
 
+// An engine for one user at a time: --model (or the demo model, printing kDemoNotice), no state-memory cap
+// beyond the request's own, no request timeout.
+Result<std::unique_ptr<Engine>> start_engine(const GenOptions& o);
+
 struct StreamedGeneration {
     std::vector<int32_t> tokens;
     std::string text;  // decoded text, up to (excluding) a matched stop string
-    runtime::FinishReason finish = runtime::FinishReason::kLength;
+    FinishReason finish = FinishReason::kLength;
 };
 // Generates from `prompt`, printing per o.output ("text": streamed text, "jsonl": one object per token,
-// "ids": one JSON array at the end).
-Result<StreamedGeneration> stream_generation(LoadedModel& lm, const std::vector<int32_t>& prompt, const GenOptions& o);
+// "ids": one JSON array at the end). Ctrl-C (interrupt_flag) cancels it: finish is then kCancelled.
+Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<int32_t>& prompt, const GenOptions& o);
 
 }  // namespace di::cli

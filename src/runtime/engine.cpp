@@ -47,7 +47,8 @@ struct Engine::Impl {
 
     explicit Impl(const runtime::SchedulerConfig& sc) : sched(sc) {}
     runtime::AdmissionLimits limits() const {
-        return {info.max_context, state_size.fixed_bytes, state_size.bytes_per_token};
+        return {info.max_context, model->config().max_position_embeddings, state_size.fixed_bytes,
+                state_size.bytes_per_token};
     }
     void run();
     bool step();
@@ -178,6 +179,9 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     DI_TRY_STATUS(runtime::check_tokens(r.prompt, m.info.vocab_size));
     if (!r.stop.stop.empty() && !m.tokenizer)
         return make_error(ErrorCode::kUnsupported, "stop strings need a tokenizer; this model has none");
+    if (r.stop.min_tokens < 0 || r.stop.min_tokens > r.stop.max_tokens)
+        return make_error(ErrorCode::kInvalidArgument, "min_tokens {} must be in [0, max_tokens = {}]",
+                          r.stop.min_tokens, r.stop.max_tokens);
     if (r.sampling.top_logprobs < 0 || r.sampling.top_logprobs > 20)
         return make_error(ErrorCode::kInvalidArgument, "top_logprobs {} must be in [0, 20]", r.sampling.top_logprobs);
     DI_TRY_STATUS(runtime::check_tokens(r.stop.stop_token_ids, m.info.vocab_size));

@@ -59,7 +59,9 @@ void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
                                   "checkpoint's weights or a kernel are broken (try --check-weights)",
                                   logits[size_t(bad)], bad, tokens_.size() - 1));
     const std::span<const int32_t> all(tokens_);
-    const SampledToken t = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)));
+    const bool hold = n_generated_ < req_.stop.min_tokens;  // before min_tokens, no stop token may end it
+    const SampledToken t = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)),
+                                           hold ? token_stop_.stop_ids() : std::span<const int32_t>{});
     tokens_.push_back(t.id);
     ++n_generated_;
     const Clock::time_point now = Clock::now();

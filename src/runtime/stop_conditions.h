@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,7 @@ public:
     TokenStopCheck(std::vector<int32_t> stop_ids, int64_t max_new_tokens);
     // `n_generated` counts `id` itself.
     StopKind on_token(int32_t id, int64_t n_generated) const;
+    std::span<const int32_t> stop_ids() const { return stop_ids_; }
 
 private:
     std::vector<int32_t> stop_ids_;

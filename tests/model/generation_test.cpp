@@ -1,35 +1,55 @@
-// Greedy generation equals transformers' generate(do_sample=False, min_new_tokens=130) on the fp32
-// fixtures (recorded in greedy.json); seeded sampling is reproducible and differs across seeds.
+// Generation through the Engine (the path of the CLI and the server): greedy equals transformers'
+// generate(do_sample=False, min_new_tokens=130) on the fp32 fixtures (recorded in greedy.json); seeded
+// sampling is reproducible and differs across seeds.
 #include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "model_fixture.h"
-#include "runtime/generator.h"
+#include "deepinfer/engine.h"
 
 namespace di::test {
 namespace {
 
+// Every token of one request on the reference backend.
+std::vector<int32_t> generate(const std::string& dir, const std::vector<int32_t>& prompt, const Request& proto) {
+    EngineOptions eo;
+    eo.model_dir = dir;
+    eo.backend = "ref";
+    auto engine = Engine::create(eo);
+    if (!engine) return ADD_FAILURE() << engine.error().message, std::vector<int32_t>{};
+    Request r = proto;
+    r.prompt = prompt;
+    auto stream = (*engine)->submit(r);
+    if (!stream) return ADD_FAILURE() << stream.error().message, std::vector<int32_t>{};
+    std::vector<int32_t> out;
+    for (;;) {
+        auto e = (*stream)->next(std::chrono::milliseconds(1000));
+        if (!e) continue;
+        for (const GeneratedToken& t : e->tokens) out.push_back(t.id);
+        if (e->finished) {
+            EXPECT_EQ(e->reason, FinishReason::kLength) << e->error;
+            return out;
+        }
+    }
+}
+
 class GreedyMatchesTransformers : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GreedyMatchesTransformers, AllContinuationTokens) {
-    Fixture f = load_fixture(GetParam());
-    ASSERT_TRUE(f.model);
-    std::ifstream in(f.dir + "/greedy.json");
+    const std::string dir = std::string(DI_TEST_DATA) + "/" + GetParam();
+    std::ifstream in(dir + "/greedy.json");
     ASSERT_TRUE(in.good());
     const nlohmann::json g = nlohmann::json::parse(in);
     const std::vector<int32_t> prompt = g["prompt"].get<std::vector<int32_t>>();
     const std::vector<int32_t> want = g["continuation"].get<std::vector<int32_t>>();
     ASSERT_GE(want.size(), 120u);
-    runtime::GenerateOptions o;
-    o.max_new_tokens = int64_t(want.size());
-    o.min_new_tokens = int64_t(want.size());  // as the reference: EOS suppressed for every step
-    o.sampling.temperature = 0.0f;
-    o.eos_ids = {1};
-    auto r = runtime::generate(*f.model, prompt, o);
-    ASSERT_TRUE(r.ok()) << r.error().message;
-    EXPECT_EQ(r->tokens, want);
+    Request r;
+    r.stop.max_tokens = int64_t(want.size());
+    r.stop.min_tokens = int64_t(want.size());  // as the reference: EOS suppressed for every step
+    r.sampling.temperature = 0.0f;
+    EXPECT_EQ(generate(dir, prompt, r), want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyMatchesTransformers, ::testing::Values("v4_tiny_fp32", "v4_tiny_fp32_nested"));
@@ -39,15 +59,14 @@ TEST(SeededSampling, ReproducibleAndSeedDependent) {
     ASSERT_TRUE(f.model);
     const std::vector<int32_t> prompt(f.prompt.begin(), f.prompt.begin() + 10);
     auto run = [&](uint64_t seed) {
-        runtime::GenerateOptions o;
-        o.max_new_tokens = 24;
-        o.sampling.temperature = 1.0f;
-        o.sampling.top_p = 0.9f;
-        o.sampling.top_k = 50;
-        o.sampling.seed = seed;
-        auto r = runtime::generate(*f.model, prompt, o);
-        EXPECT_TRUE(r.ok());
-        return r.ok() ? r->tokens : std::vector<int32_t>{};
+        Request r;
+        r.stop.max_tokens = 24;
+        r.stop.ignore_eos = true;
+        r.sampling.temperature = 1.0f;
+        r.sampling.top_p = 0.9f;
+        r.sampling.top_k = 50;
+        r.sampling.seed = seed;
+        return generate(f.dir, prompt, r);
     };
     const auto a = run(7), b = run(7), c = run(8);
     EXPECT_EQ(a, b);

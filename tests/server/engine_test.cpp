@@ -90,6 +90,29 @@ TEST(Engine, GreedyMatchesTransformersWithChunkedPrefill) {
     EXPECT_EQ(c.tokens, std::vector<int32_t>(want.begin(), want.begin() + n));
 }
 
+// min_tokens: a stop token cannot end the output before it (the greedy run's first token, made a stop
+// token, ends a plain request at once and a min_tokens = 3 one only from its third token on).
+TEST(Engine, MinTokensHoldsStopTokensBack) {
+    std::ifstream f(kModel + "/greedy.json");
+    const auto j = nlohmann::json::parse(f);
+    const auto prompt = j["prompt"].get<std::vector<int32_t>>();
+    const int32_t first = j["continuation"][0].get<int32_t>();
+    auto engine = make_engine(options());
+    ASSERT_TRUE(engine);
+    Request r = greedy(prompt, 8);
+    r.stop.stop_token_ids = {first};
+    Collected plain = collect(**engine->submit(r));
+    EXPECT_EQ(plain.tokens, std::vector<int32_t>{first});
+    EXPECT_EQ(plain.last.reason, FinishReason::kStop);
+    r.stop.min_tokens = 3;
+    Collected held = collect(**engine->submit(r));
+    ASSERT_GE(held.tokens.size(), 3u);
+    EXPECT_NE(held.tokens[0], first);
+    EXPECT_NE(held.tokens[1], first);
+    r.stop.min_tokens = 9;  // more than max_tokens
+    EXPECT_EQ(engine->submit(r).error().code, ErrorCode::kInvalidArgument);
+}
+
 // 32 requests with different prompts, greedy and seeded sampling: each alone, then all at once.
 TEST(Engine, BatchInvariantAmong32ConcurrentRequests) {
     auto engine = make_engine(options(8));
