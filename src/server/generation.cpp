@@ -48,6 +48,7 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
             r.sampling = p.sampling;
             if (r.sampling.seed) r.sampling.seed = *r.sampling.seed + uint64_t(i);
             r.stop.max_tokens = max_tokens;
+            r.stop.min_tokens = std::min(p.min_tokens, max_tokens);  // the default max_tokens caps it too
             r.stop.stop = p.stop;
             r.stop.stop_token_ids = p.stop_token_ids;
             r.stop.ignore_eos = p.ignore_eos;

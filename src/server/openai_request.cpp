@@ -53,6 +53,11 @@ MaybeError parse_common(Fields& f, CommonParams& p, bool chat) {
     if (i && *i <= 0)
         return bad_request(fmt::format("max_tokens is {}, it must be at least 1", *i), "max_tokens");
     p.max_tokens = i;
+    std::optional<int64_t> min_tokens;
+    DI_API_TRY(f.integer("min_tokens", 0, INT64_MAX, min_tokens));
+    if (min_tokens && i && *min_tokens > *i)
+        return bad_request(fmt::format("min_tokens {} exceeds max_tokens {}", *min_tokens, *i), "min_tokens");
+    p.min_tokens = min_tokens.value_or(0);
     SamplingOptions& s = p.sampling;
     DI_API_TRY(f.number("temperature", 0, 2, s.temperature));
     DI_API_TRY(f.number("top_p", 0, 1, s.top_p));

@@ -17,6 +17,7 @@ namespace di::server {
 struct CommonParams {
     std::string model;
     std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens
+    int64_t min_tokens = 0;             // vLLM's: stop tokens (EOS included) held back before this many
     SamplingOptions sampling;           // logprobs / top_logprobs included
     std::vector<std::string> stop;
     std::vector<int32_t> stop_token_ids;

@@ -13,7 +13,7 @@ namespace {
 
 const char* kChat = R"({"model": "m", "messages": [{"role": "system", "content": "be brief"},
   {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}],
-  "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3, "stop": ["x", "yz"],
+  "max_tokens": 7, "min_tokens": 2, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3, "stop": ["x", "yz"],
   "n": 2, "presence_penalty": 0.1, "frequency_penalty": -0.2, "logprobs": true, "top_logprobs": 2,
   "stream": true, "stream_options": {"include_usage": true},
   "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
@@ -37,6 +37,7 @@ TEST(Protocol, ChatFieldsAreParsed) {
     ASSERT_EQ(c.messages.size(), 2u);
     EXPECT_EQ(c.messages[1].content, "hi there");
     EXPECT_EQ(*c.p.max_tokens, 7);
+    EXPECT_EQ(c.p.min_tokens, 2);
     EXPECT_FLOAT_EQ(c.p.sampling.temperature, 0.5f);
     EXPECT_EQ(c.p.sampling.top_k, 40);
     EXPECT_EQ(*c.p.sampling.seed, 3u);
@@ -88,6 +89,8 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         {with(R"("temperature": 3)"), "temperature"},
         {with(R"("max_tokens": 0)"), "max_tokens"},
         {with(R"("max_tokens": -5)"), "max_tokens"},
+        {with(R"("min_tokens": -1)"), "min_tokens"},
+        {with(R"("min_tokens": 9, "max_tokens": 3)"), "min_tokens"},
         {with(R"("max_tokens": 1.5)"), "max_tokens"},
         {with(R"("max_completion_tokens": 0)"), "max_tokens"},
         {with(R"("top_p": 0)"), "top_p"},
