@@ -137,14 +137,18 @@ ApiResult<std::vector<int32_t>> chat_prompt_ids(const ServerContext& ctx, const 
     return tok->encode(prompt->text, false, prompt->plain);
 }
 
+ApiResult<Generation> start_chat(ServerContext& ctx, const ChatRequest& r) {
+    auto ids = chat_prompt_ids(ctx, r);
+    if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+    std::vector<std::vector<int32_t>> prompts{std::move(std::get<std::vector<int32_t>>(ids))};
+    return Generation::start(ctx, r.p, prompts);
+}
+
 Reply handle_chat(ServerContext& ctx, const std::string& body, const ClientGone& gone) {
     auto parsed = parse_chat_request(body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
     ChatRequest& r = std::get<ChatRequest>(parsed);
-    auto ids = chat_prompt_ids(ctx, r);
-    if (auto* e = std::get_if<ApiError>(&ids)) return error_reply(*e);
-    std::vector<std::vector<int32_t>> prompts{std::move(std::get<std::vector<int32_t>>(ids))};
-    auto gen = Generation::start(ctx, r.p, prompts);
+    auto gen = start_chat(ctx, r);
     if (auto* e = std::get_if<ApiError>(&gen)) return error_reply(*e);
     Generation& g = std::get<Generation>(gen);
     if (r.p.stream) return Reply{200, {}, std::make_unique<ChatStream>(ctx, std::move(g), r)};

@@ -168,10 +168,7 @@ Reply handle_messages(ServerContext& ctx, const std::string& body, const ClientG
     auto parsed = parse_messages_request(body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
     ChatRequest& r = std::get<ChatRequest>(parsed);
-    auto ids = chat_prompt_ids(ctx, r);
-    if (auto* e = std::get_if<ApiError>(&ids)) return error_reply(*e);
-    std::vector<std::vector<int32_t>> prompts{std::move(std::get<std::vector<int32_t>>(ids))};
-    auto started = Generation::start(ctx, r.p, prompts);
+    auto started = start_chat(ctx, r);
     if (auto* e = std::get_if<ApiError>(&started)) return error_reply(*e);
     Generation& gen = std::get<Generation>(started);
     if (r.p.stream) return Reply{200, {}, std::make_unique<MessageStream>(ctx, std::move(gen), r)};
