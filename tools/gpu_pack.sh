@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs from a CUDA build into a small folder that the device tool can carry
 # (the whole build directory is far over its 64 MiB limit): the gpu test and benchmark binaries plus the
-# shared libraries they need that the GPU image lacks (libfmt, libedit and what it links), and the same as one xz tarball
+# shared libraries they need that the GPU image lacks (libfmt, libedit, libcpp-httplib and what they link), and the same as one xz tarball
 # ($out.tar.xz, ~2 MB: the tracked tree alone is ~57 MB of the 64 MiB a call may carry). On the GPU
 # machine: tar xJf build-cuda-xz/carry.tar.xz (tools/gpu_decode_run.sh does it).
 #   tools/gpu_pack.sh [build-dir=build-cuda] [out=build-cuda-carry]
@@ -13,7 +13,7 @@ for b in tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/cuda_ops_bench 
   [ -x "$build/$b" ] && cp "$build/$b" "$out/bin/"
 done
 for f in "$out"/bin/*; do
-  ldd "$f" | awk '/libfmt|libedit|libbsd|libmd/ {print $3}' | sort -u | xargs -r -I{} cp -L {} "$out/lib/"
+  ldd "$f" | awk '/libfmt|libedit|libbsd|libmd|libcpp-httplib|libbrotli/ {print $3}' | sort -u | xargs -r -I{} cp -L {} "$out/lib/"
 done
 strip "$out"/bin/* 2>/dev/null || true
 du -sh "$out"

@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include "server/conn_stream.h"
+
 namespace di::server {
 namespace {
 
@@ -46,6 +48,12 @@ void GuardedServer::handler_started() {
     if (t_current.server) t_current.server->arm(*static_cast<Conn*>(t_current.conn), false);
 }
 
+std::function<bool()> GuardedServer::client_gone() {
+    if (!t_current.server) return [] { return false; };
+    const socket_t sock = static_cast<Conn*>(t_current.conn)->sock;
+    return [sock] { return peer_closed(sock); };
+}
+
 void GuardedServer::watch() {
     std::unique_lock lk(mu_);
     while (!stopping_) {
@@ -66,8 +74,8 @@ void GuardedServer::watch() {
     }
 }
 
-// httplib's own loop, with one SocketStream for all requests of the connection (its read buffer keeps
-// pipelined requests) and the connection registered with the watcher.
+// The library's per-connection loop, with one stream for all requests of the connection (its read buffer
+// keeps pipelined requests) and the connection registered with the watcher.
 bool GuardedServer::process_and_close_socket(socket_t sock) {
     uint64_t id = 0;
     Conn* conn = nullptr;
@@ -78,21 +86,15 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     }
     cv_.notify_all();  // a burst of connections is trimmed without waiting for the next tick
     t_current = {this, conn};
-    std::string remote_addr, local_addr;
-    int remote_port = 0, local_port = 0;
-    httplib::detail::get_remote_ip_and_port(sock, remote_addr, remote_port);
-    httplib::detail::get_local_ip_and_port(sock, local_addr, local_port);
-    httplib::detail::SocketStream strm(sock, read_timeout_sec_, read_timeout_usec_, write_timeout_sec_,
-                                       write_timeout_usec_);
+    using std::chrono::microseconds, std::chrono::seconds;
+    ConnStream strm(sock, seconds(read_timeout_sec_) + microseconds(read_timeout_usec_),
+                    seconds(write_timeout_sec_) + microseconds(write_timeout_usec_));
+    const auto stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
     bool ret = false;
-    for (size_t left = keep_alive_max_count_; left > 0; --left) {
-        size_t buffered = 0;
-        if (strm.buffered_data(buffered) == nullptr || buffered == 0) {
-            if (!httplib::detail::keep_alive(svr_sock_, sock, keep_alive_timeout_sec_)) break;
-            strm.set_readable_hint();
-        }
+    for (size_t left = keep_alive_max_count_; left > 0 && !stopping(); --left) {
+        if (!strm.has_buffered() && !wait_next_request(sock, seconds(keep_alive_timeout_sec_), stopping)) break;
         bool closed = false;
-        ret = process_request(strm, remote_addr, remote_port, local_addr, local_port, left == 1, closed, nullptr);
+        ret = process_request(strm, left == 1, closed, nullptr);
         if (!ret || closed) break;
         arm(*conn, true);  // the response is out: the next request's reading phase starts
     }
@@ -101,7 +103,7 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
         std::lock_guard lk(mu_);
         conns_.erase(id);  // before the close: the watcher never touches a reused descriptor
     }
-    httplib::detail::drain_and_close_socket(sock);
+    drain_and_close(sock);
     return ret;
 }
 

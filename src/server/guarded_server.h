@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -27,6 +28,9 @@ public:
     // handler starts (reading is over).
     static void headers_read();
     static void handler_started();
+    // For the handler of the current request: a test of whether its client has closed the connection
+    // (false outside a connection).
+    static std::function<bool()> client_gone();
 
 private:
     struct Conn {

@@ -122,7 +122,7 @@ void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Re
                                         bool anthropic) {
     GuardedServer::handler_started();
     if (!authorized(req, res, anthropic)) return;
-    ClientGone gone = [&req] { return req.is_connection_closed(); };
+    ClientGone gone = GuardedServer::client_gone();
     struct InFlight {  // counted while the handler runs, exceptions included (drain_and_stop waits for 0)
         std::atomic<int64_t>& n;
         explicit InFlight(std::atomic<int64_t>& c) : n(c) { ++n; }
@@ -179,6 +179,7 @@ void HttpServer::Impl::routes() {
     svr.set_read_timeout(o.read_timeout_s, 0);
     svr.set_write_timeout(o.write_timeout_s, 0);
     svr.set_keep_alive_timeout(5);
+    svr.set_keep_alive_max_count(100);  // requests per connection (pipelined clients send many)
 
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         t_trace = RequestTrace{next_request_id(), std::chrono::steady_clock::now(), {}, {}};
@@ -211,11 +212,11 @@ void HttpServer::Impl::routes() {
         log.write(r);
     });
     const size_t max_body = o.max_body_bytes;
-    svr.set_error_handler([max_body](const httplib::Request&, httplib::Response& res) {
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([max_body](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already JSON
         send_error(res, ApiError{res.status, status_message(res.status, max_body), "", ""});
         return httplib::Server::HandlerResponse::Handled;
-    });
+    }));
     svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown";
         try {
