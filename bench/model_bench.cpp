@@ -1,6 +1,7 @@
 // End-to-end model benchmark: prefill tokens/s, decode tokens/s and per-token latency, and per-sequence
 // state memory as the sequence grows, for a model directory or a built-in random model ("demo", "mid").
 //   model_bench [--model DIR | --preset demo|mid|flash] [--backend ref|cpu|cuda] [--prompt N] [--decode N]
+//               [--layers L]  (flash: the first L layers of V4-Flash, 4 by default, drawn in memory: no file)
 //               [--batch B]   (B sequences: B prefills of N tokens in one step, then steps of B decodes)
 //               [--profile 1] (per-op time, bytes and GB/s of the prefill and of the decode steps; every op
 //                              synchronised, so the totals exceed the unprofiled times by the launch gaps)
@@ -44,7 +45,7 @@ runtime::RandomModelSpec mid_spec() {  // real V4 head and index shapes, reduced
     return s;
 }
 
-runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and formats, first 4 layers' types
+runtime::RandomModelSpec flash_spec(int64_t n_layers) {  // DeepSeek-V4-Flash dimensions, formats, layer types
     runtime::RandomModelSpec s;
     s.vocab = 129280;
     s.hidden = 4096;
@@ -59,7 +60,8 @@ runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and for
     s.experts = 256;
     s.active = 6;
     s.moe = 2048;
-    s.compress_ratios = {0, 0, 4, 128};
+    s.compress_ratios.clear();  // V4-Flash: two sliding-window layers, then CSA and HCA alternating
+    for (int64_t l = 0; l < n_layers; ++l) s.compress_ratios.push_back(l < 2 ? 0 : l % 2 == 0 ? 4 : 128);
     s.fast_draws = true;
     return s;
 }
@@ -69,8 +71,8 @@ runtime::RandomModelSpec flash_spec() {  // DeepSeek-V4-Flash dimensions and for
 
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
-    int64_t n_prompt = 256, n_decode = 16, batch = 1;
-    std::string profile = "0", precision = "exact", graphs = "off";
+    int64_t n_prompt = 256, n_decode = 16, batch = 1, n_layers = 4;
+    std::string profile = "0", precision = "exact", graphs = "on";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--model") dir = v;
@@ -79,21 +81,30 @@ int main(int argc, char** argv) {
         else if (k == "--prompt") n_prompt = std::stoll(v);
         else if (k == "--decode") n_decode = std::stoll(v);
         else if (k == "--batch") batch = std::stoll(v);
+        else if (k == "--layers") n_layers = std::stoll(v);
         else if (k == "--profile") profile = v;
         else if (k == "--precision") precision = v;
         else if (k == "--graphs") graphs = v;  // on | off (CUDA graph replay of the step's segments)
     }
-    if (dir.empty()) {
+    runtime::RandomModel in_memory;
+    if (dir.empty() && preset == "flash") {
+        if (n_layers < 1 || n_layers > 43)
+            return std::fprintf(stderr, "model_bench: --layers %lld: V4-Flash has 1 to 43 layers\n", (long long)n_layers), 2;
+        auto r = runtime::random_model_in_memory(flash_spec(n_layers));
+        if (!r) return std::fprintf(stderr, "%s\n", r.error().message.c_str()), 1;
+        in_memory = std::move(*r);
+        dir = "(V4-Flash, first " + std::to_string(n_layers) + " layers, random weights in memory)";
+    } else if (dir.empty()) {
         if (preset == "demo") {
             auto d = runtime::ensure_demo_model();
             if (!d) return std::fprintf(stderr, "%s\n", d.error().message.c_str()), 1;
             dir = *d;
         } else {
-            if (preset != "flash" && preset != "mid" && preset != "mid-fullvocab")
+            if (preset != "mid" && preset != "mid-fullvocab")
                 return std::fprintf(stderr, "model_bench: unknown preset '%s' (demo, mid, mid-fullvocab, flash)\n",
                                     preset.c_str()),
                        2;
-            runtime::RandomModelSpec spec = preset == "flash" ? flash_spec() : mid_spec();
+            runtime::RandomModelSpec spec = mid_spec();
             if (preset == "mid-fullvocab") spec.vocab = 129280;  // the tokenizer's vocabulary (peer benchmarks)
             dir = (std::filesystem::temp_directory_path() / ("deepinfer-bench-" + preset)).string();
             if (!std::filesystem::exists(dir + "/model.safetensors"))
@@ -107,7 +118,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<ops::ProfileBackend> prof;
     if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be, profile != "host");
     ops::Backend& run_on = prof ? *prof : **be;
-    auto m = runtime::load_model(dir, run_on);
+    auto m = in_memory.checkpoint ? runtime::load_model_in_memory(in_memory.config_json, in_memory.checkpoint, run_on)
+                                  : runtime::load_model(dir, run_on);
+    in_memory = {};  // the device holds its copies now
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
     auto& model = **m;
     auto p = runtime::parse_precision(precision);

@@ -117,6 +117,14 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
     return ck;
 }
 
+Checkpoint Checkpoint::in_memory(std::string label, std::vector<TensorEntry> entries, std::shared_ptr<const void> keep) {
+    Checkpoint ck;
+    ck.dir_ = std::move(label);
+    for (auto& e : entries) ck.tensors_.emplace(e.name, std::move(e));
+    ck.memory_ = std::move(keep);
+    return ck;
+}
+
 const TensorEntry* Checkpoint::find(const std::string& name) const {
     const auto it = tensors_.find(name);
     return it == tensors_.end() ? nullptr : &it->second;

@@ -33,6 +33,8 @@ class Checkpoint {
 public:
     // `dir` holds model.safetensors, or model.safetensors.index.json and its shards, or any *.safetensors.
     static Result<Checkpoint> open(const std::string& dir);
+    // Tensors already in memory (benchmark models drawn without a file); `keep` owns the bytes they point at.
+    static Checkpoint in_memory(std::string label, std::vector<TensorEntry> entries, std::shared_ptr<const void> keep);
 
     const TensorEntry* find(const std::string& name) const;
     const std::map<std::string, TensorEntry>& tensors() const { return tensors_; }
@@ -41,6 +43,7 @@ public:
 private:
     std::string dir_;
     std::vector<std::shared_ptr<MmapFile>> files_;
+    std::shared_ptr<const void> memory_;
     std::map<std::string, TensorEntry> tensors_;
 };
 

@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 
 #ifndef DEEPINFER_ASSET_DIR
@@ -64,10 +66,32 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
     return b;
 }
 
+// An FP8/FP4 weight of an in-memory model, drawn from a shared pool once every pool is sized.
+struct Borrowed {
+    io::TensorEntry entry;
+    enum Kind { kFp8Codes, kFp4Codes, kConstant } kind;
+    uint8_t value = 0;  // kConstant: the byte (a UE8M0 scale)
+};
+
 struct Writer {
     const RandomModelSpec& spec;
     Rng rng{20261130};
     std::vector<io::TensorToWrite> out;
+    bool pooled = false;  // FP8/FP4 weights and scales go to `borrowed` (in-memory models)
+    std::vector<Borrowed> borrowed;
+
+    bool borrow(const std::string& name, const char* dtype, std::vector<int64_t> shape, size_t nbytes,
+                Borrowed::Kind kind, uint8_t value = 0) {
+        if (!pooled) return false;
+        io::TensorEntry e;
+        e.name = name;
+        e.st_dtype = dtype;
+        e.shape = std::move(shape);
+        e.nbytes = nbytes;
+        e.file = "(memory)";
+        borrowed.push_back({std::move(e), kind, value});
+        return true;
+    }
 
     void f32(const std::string& name, std::vector<int64_t> shape, double mean, double sd) {
         int64_t n = 1;
@@ -88,6 +112,11 @@ struct Writer {
     // FP8 e4m3 [o, i] with 128x128 UE8M0 block scales; weights ~ N(0, 1/i).
     void fp8(const std::string& base, int64_t o, int64_t i) {
         const int exp = int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / (spec.fast_draws ? 1.0 : 16.0))));
+        const int64_t n_scales = ((o + 127) / 128) * ((i + 127) / 128);
+        if (borrow(base + ".weight", "F8_E4M3", {o, i}, size_t(o * i), Borrowed::kFp8Codes) &&
+            borrow(base + ".scale", "F8_E8M0", {(o + 127) / 128, (i + 127) / 128}, size_t(n_scales),
+                   Borrowed::kConstant, uint8_t(127 + exp)))
+            return;
         std::vector<uint8_t> w(size_t(o * i));
         if (spec.fast_draws) {  // exponent field <= 7: |x| < 2, never NaN; scale keeps sd ~ 1/sqrt(i)
             for (size_t k = 0; k < w.size(); k += 8) {
@@ -104,6 +133,10 @@ struct Writer {
     // FP4 e2m1 [o, i] packed two per byte (low nibble first) with per-32 UE8M0 scales.
     void fp4(const std::string& base, int64_t o, int64_t i) {
         const int exp = int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / 2.0)));
+        if (borrow(base + ".weight", "I8", {o, i / 2}, size_t(o * i / 2), Borrowed::kFp4Codes) &&
+            borrow(base + ".scale", "F8_E8M0", {o, i / 32}, size_t(o * i / 32), Borrowed::kConstant,
+                   uint8_t(127 + exp)))
+            return;
         std::vector<uint8_t> w(size_t(o * i / 2));
         if (spec.fast_draws) {
             for (size_t k = 0; k < w.size(); k += 8) {
@@ -148,8 +181,8 @@ nlohmann::ordered_json model_config(const RandomModelSpec& m) {
                                      {"weight_block_size", {128, 128}}, {"activation_scheme", "dynamic"}}}};
 }
 
-std::vector<io::TensorToWrite> model_tensors(const RandomModelSpec& m) {
-    Writer w{m, Rng{20261130}, {}};
+Writer model_tensors(const RandomModelSpec& m, bool pooled) {
+    Writer w{m, Rng{20261130}, {}, pooled, {}};
     const int64_t kVocab = m.vocab, kHidden = m.hidden, kHeads = m.heads, kHeadDim = m.head_dim, kQLora = m.q_lora;
     const int64_t kGroups = m.o_groups, kOLora = m.o_lora, kIndexHeads = m.index_heads, kIndexDim = m.index_dim;
     const int64_t kExperts = m.experts, kActive = m.active, kMoe = m.moe, kHc = 4;
@@ -207,8 +240,16 @@ std::vector<io::TensorToWrite> model_tensors(const RandomModelSpec& m) {
         w.fp8(p + "ffn.shared_experts.w3", kMoe, kHidden);
         w.fp8(p + "ffn.shared_experts.w2", kHidden, kMoe);
     }
-    return std::move(w.out);
+    return w;
 }
+
+// The bytes behind an in-memory model: the tensors drawn whole, and the pools the FP8/FP4 weights are
+// windows of (each weight gets its own device copy when bound, so the device reads distinct bytes).
+struct Memory {
+    std::vector<std::vector<uint8_t>> owned;
+    std::vector<uint8_t> fp8, fp4;
+    std::map<uint8_t, std::vector<uint8_t>> constants;
+};
 
 std::string cache_root() {
     if (const char* c = std::getenv("DEEPINFER_CACHE")) return c;
@@ -228,7 +269,52 @@ Status write_random_model(const std::string& dir, const RandomModelSpec& spec) {
     fs::create_directories(dir, ec);
     if (ec) return make_error(ErrorCode::kIo, "cannot create model directory '{}': {}", dir, ec.message());
     std::ofstream(fs::path(dir) / "config.json") << model_config(spec).dump(1) << "\n";
-    return io::write_safetensors((fs::path(dir) / "model.safetensors").string(), model_tensors(spec));
+    return io::write_safetensors((fs::path(dir) / "model.safetensors").string(), model_tensors(spec, false).out);
+}
+
+Result<RandomModel> random_model_in_memory(const RandomModelSpec& spec) {
+    Writer w = model_tensors(spec, true);
+    auto mem = std::make_shared<Memory>();
+    std::vector<io::TensorEntry> entries;
+    for (auto& t : w.out) {
+        io::TensorEntry e{t.name, t.st_dtype, t.shape, nullptr, t.bytes.size(), "(memory)"};
+        mem->owned.push_back(std::move(t.bytes));
+        e.data = mem->owned.back().data();
+        entries.push_back(std::move(e));
+    }
+    size_t most = 0;
+    std::map<uint8_t, size_t> constant_bytes;
+    for (const Borrowed& b : w.borrowed) {
+        if (b.kind == Borrowed::kConstant) constant_bytes[b.value] = std::max(constant_bytes[b.value], b.entry.nbytes);
+        else most = std::max(most, b.entry.nbytes);
+    }
+    const size_t pool = 2 * most + 4096;  // room for windows at many offsets
+    Rng rng(20261202);
+    mem->fp8.resize(pool);
+    mem->fp4.resize(pool);
+    for (size_t k = 0; k < pool; k += 8) {
+        uint64_t a = rng.next(), b = rng.next();
+        for (size_t j = k; j < std::min(pool, k + 8); ++j, a >>= 8, b >>= 8) {
+            mem->fp8[j] = uint8_t(a) & 0xBF;  // exponent field <= 7: |x| < 2, never NaN (as fast_draws)
+            mem->fp4[j] = uint8_t(b);
+        }
+    }
+    for (const auto& [value, n] : constant_bytes) mem->constants[value].assign(n, value);
+    size_t offset = 0;
+    for (Borrowed& b : w.borrowed) {
+        if (b.kind == Borrowed::kConstant) {
+            b.entry.data = mem->constants[b.value].data();
+        } else {
+            offset = (offset + 1048576 + 4096) % (pool - b.entry.nbytes + 1);
+            b.entry.data = (b.kind == Borrowed::kFp8Codes ? mem->fp8 : mem->fp4).data() + offset;
+        }
+        entries.push_back(std::move(b.entry));
+    }
+    RandomModel r;
+    r.config_json = model_config(spec).dump(1);
+    r.checkpoint = std::make_shared<io::Checkpoint>(
+        io::Checkpoint::in_memory("(random model in memory)", std::move(entries), std::move(mem)));
+    return r;
 }
 
 Result<std::string> ensure_demo_model() {

@@ -5,10 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+
+namespace di::io {
+class Checkpoint;
+}
 
 namespace di::runtime {
 
@@ -24,6 +29,14 @@ struct RandomModelSpec {
 
 // Writes config.json + model.safetensors of a deterministic random model into `dir`.
 Status write_random_model(const std::string& dir, const RandomModelSpec& spec);
+
+// The same model held in memory, for benchmarks of models larger than a disk: its FP8/FP4 weights are
+// windows of two shared pools of random codes (each gets its own copy when bound to a device).
+struct RandomModel {
+    std::string config_json;
+    std::shared_ptr<io::Checkpoint> checkpoint;
+};
+Result<RandomModel> random_model_in_memory(const RandomModelSpec& spec);
 
 // Directory of the demo checkpoint ($DEEPINFER_CACHE or ~/.cache/deepinfer, then demo-v4-<version>/),
 // created if missing. Also holds tokenizer.json and tokenizer_config.json.

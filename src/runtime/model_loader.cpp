@@ -7,20 +7,38 @@
 
 namespace di::runtime {
 
-Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
-                                                      bool check_weights) {
-    DI_TRY(model::ModelConfig cfg, model::load_config(dir));
+namespace {
+
+Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& backend, const std::string& source) {
     const ops::KernelLimits lim = backend.kernel_limits();
     for (const auto& [field, value, most] : {std::tuple{"head_dim", cfg.head_dim, lim.head_dim},
                                              std::tuple{"index_topk", cfg.index_topk, lim.index_topk},
                                              std::tuple{"hc_mult", cfg.hc_mult, lim.hc_mult}})
         if (most > 0 && value > most)
-            return make_error(ErrorCode::kUnsupported, "{}/config.json: field '{}': {} is above what the {} backend's "
-                              "kernels take ({})", dir, field, value, backend.name(), most);
+            return make_error(ErrorCode::kUnsupported, "{}: field '{}': {} is above what the {} backend's "
+                              "kernels take ({})", source, field, value, backend.name(), most);
+    return ok_status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
+                                                      bool check_weights) {
+    DI_TRY(model::ModelConfig cfg, model::load_config(dir));
+    DI_TRY_STATUS(check_kernel_limits(cfg, backend, dir + "/config.json"));
     DI_TRY(io::Checkpoint ckpt, io::Checkpoint::open(dir));
     if (check_weights) DI_TRY_STATUS(io::check_checkpoint_finite(ckpt));
     auto shared = std::make_shared<io::Checkpoint>(std::move(ckpt));
     DI_TRY(model::ModelWeights w, model::bind_weights(shared, cfg, backend));
+    return std::make_unique<model::DeepseekV4>(std::move(cfg), std::move(w), backend);
+}
+
+Result<std::unique_ptr<model::DeepseekV4>> load_model_in_memory(const std::string& config_json,
+                                                                std::shared_ptr<io::Checkpoint> ckpt,
+                                                                ops::Backend& backend) {
+    DI_TRY(model::ModelConfig cfg, model::parse_config(config_json, ckpt->dir()));
+    DI_TRY_STATUS(check_kernel_limits(cfg, backend, ckpt->dir()));
+    DI_TRY(model::ModelWeights w, model::bind_weights(std::move(ckpt), cfg, backend));
     return std::make_unique<model::DeepseekV4>(std::move(cfg), std::move(w), backend);
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "io/safetensors.h"
 #include "model/deepseek_v4.h"
 
 namespace di::runtime {
@@ -13,6 +14,11 @@ namespace di::runtime {
 // checkpoint's bytes).
 Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
                                                       bool check_weights = false);
+
+// A model whose config text and tensors are already in memory (benchmark models drawn without a file).
+Result<std::unique_ptr<model::DeepseekV4>> load_model_in_memory(const std::string& config_json,
+                                                                std::shared_ptr<io::Checkpoint> ckpt,
+                                                                ops::Backend& backend);
 
 // "exact" | "native" (model::Precision); anything else is a one-line error naming the value.
 Result<model::Precision> parse_precision(std::string_view name);
