@@ -30,7 +30,8 @@ struct EngineOptions {
     bool check_weights = false;            // scan every float weight for NaN/infinity at load
     std::string kernels_file;              // kernel allow-list (`deepinfer screen --out`); "": built-in
     std::string precision = "exact";       // exact (f32 activations) | native (fp8 GEMM inputs, as DeepSeek)
-    bool graphs = false;                   // CUDA graph replay of the step's segments (experimental)
+    bool graphs = true;                    // CUDA graph replay of the step's segments (cuda; replay is
+                                           // bit-identical to launching every kernel: tests/gpu/cuda_graphs_test)
 };
 
 // A kernel variant of the engine's backend, whether the active allow-list lets it run, how often it ran.

@@ -28,8 +28,9 @@ void add_model_options(CLI::App& app, GenOptions& o) {
 }
 
 void add_graphs_option(CLI::App& app, bool& graphs) {
-    app.add_flag("--graphs", graphs,
-                 "replay CUDA graphs of the step's segments instead of launching every kernel (experimental)");
+    app.add_flag("--graphs,!--no-graphs", graphs,
+                 "replay CUDA graphs of the step's segments (the default on cuda); --no-graphs launches every "
+                 "kernel one by one");
 }
 
 void add_precision_option(CLI::App& app, std::string& precision) {

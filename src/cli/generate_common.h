@@ -26,7 +26,7 @@ struct GenOptions {
     bool check_weights = false;
     std::string kernels;  // allow-list file (`deepinfer screen --out`); "": the built-in list
     std::string precision = "exact";
-    bool graphs = false;  // CUDA graph replay of the step's segments (experimental)
+    bool graphs = true;  // CUDA graph replay of the step's segments (cuda; --no-graphs turns it off)
 };
 
 void add_model_options(CLI::App& app, GenOptions& o);

@@ -102,8 +102,7 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--backend", o->engine.backend, "auto (cuda where a GPU is present, else cpu) | cpu | cuda | ref")
         ->capture_default_str();
     add_precision_option(app, o->engine.precision);
-    app.add_flag("--graphs", o->engine.graphs,
-                 "replay CUDA graphs of the step's segments instead of launching every kernel (experimental)");
+    add_graphs_option(app, o->engine.graphs);
     app.add_option("--tokenizer", o->engine.tokenizer_path, "tokenizer.json or its directory (default: the model's)");
     app.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
     app.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
