@@ -37,10 +37,23 @@ struct StopOptions {
     bool skip_special = true;             // special tokens add no text
 };
 
+// Structured output: the generated text must match a JSON schema (or be any JSON object). Applied by the
+// engine as a mask over the vocabulary at every step (xgrammar), so the output parses and validates whatever
+// the model's logits say; a request cut short by max_tokens ends with finish reason "length", incomplete.
+struct OutputConstraint {
+    enum class Kind { kNone, kJsonObject, kJsonSchema, kStructuralTag };
+    Kind kind = Kind::kNone;
+    std::string json_schema;     // kJsonSchema: the schema as JSON text
+    std::string structural_tag;  // kStructuralTag: an xgrammar structural tag (dsml_tool_call_grammar)
+    int32_t after_token = -1;  // >= 0: the constraint starts once this token was generated (the end of the
+                               // reasoning, "</think>"); -1: from the first generated token
+};
+
 struct Request {
     std::vector<int32_t> prompt;
     SamplingOptions sampling;
     StopOptions stop;
+    OutputConstraint constraint;
     std::chrono::milliseconds timeout{0};  // 0: the engine's default
 };
 

@@ -64,6 +64,8 @@ public:
     // Raw bytes `id` decodes to (may be part of a UTF-8 character); empty when out of range.
     std::string_view token_bytes(int32_t id) const;
     bool is_special(int32_t id) const;
+    // An added token (special or not: V4's chat markers, "<think>", "</think>"), never plain text.
+    bool is_added(int32_t id) const;
 
     const tok::TokenizerModel& model() const { return *model_; }
 
@@ -130,6 +132,18 @@ Result<ChatPrompt> encode_chat_prompt(const std::vector<ChatMessage>& messages, 
 
 // Messages -> prompt text (tokenize it with encode(prompt, false)). Errors name the message and field.
 Result<std::string> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options);
+
+// The shape V4's tool calls must take when a request demands them (OpenAI tool_choice "required" or a
+// named function, or parallel_tool_calls false), as an xgrammar structural tag (JSON text, an
+// OutputConstraint of kind kStructuralTag): "\n\n<｜DSML｜tool_calls>\n", invokes whose parameters follow each
+// tool's JSON schema in DSML, "</｜DSML｜tool_calls>". `tools`: OpenAI tool objects (JSON text).
+struct ToolCallDemand {
+    enum class Mode { kRequired, kForced, kAtMostOne };  // kAtMostOne: free text, then zero or one call
+    Mode mode = Mode::kRequired;
+    std::string forced;     // kForced: the function's name (must be one of the tools)
+    bool parallel = true;   // more than one call (kRequired only)
+};
+Result<std::string> dsml_tool_call_grammar(const std::vector<std::string>& tools, const ToolCallDemand& demand);
 
 // ---------------------------------------------------------------------------------------------------------
 // Model output parsing (streaming): separates reasoning, content and DSML tool calls.

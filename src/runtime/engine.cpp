@@ -17,6 +17,7 @@
 #include "runtime/kernels_file.h"
 #include "runtime/engine_sequence.h"
 #include "runtime/model_loader.h"
+#include "runtime/grammar.h"
 #include "runtime/scheduler.h"
 
 namespace di {
@@ -44,6 +45,15 @@ struct Engine::Impl {
     std::thread loop;
     std::mutex join_mu;  // shutdown() may be called from several threads
     ops::AllowList allow;  // the kernel variants dispatch may use
+    std::once_flag constraints_once;  // the vocabulary index is built on the first constrained request
+    std::unique_ptr<runtime::ConstraintCompiler> constraints;
+
+    runtime::ConstraintCompiler& constraint_compiler() {
+        std::call_once(constraints_once, [&] {
+            constraints = std::make_unique<runtime::ConstraintCompiler>(*tokenizer, info.vocab_size, eos_ids);
+        });
+        return *constraints;
+    }
 
     explicit Impl(const runtime::SchedulerConfig& sc) : sched(sc) {}
     runtime::AdmissionLimits limits() const {
@@ -185,6 +195,16 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     if (r.sampling.top_logprobs < 0 || r.sampling.top_logprobs > 20)
         return make_error(ErrorCode::kInvalidArgument, "top_logprobs {} must be in [0, 20]", r.sampling.top_logprobs);
     DI_TRY_STATUS(runtime::check_tokens(r.stop.stop_token_ids, m.info.vocab_size));
+    std::shared_ptr<const runtime::CompiledConstraint> constraint;
+    if (r.constraint.kind != OutputConstraint::Kind::kNone) {
+        if (!m.tokenizer)
+            return make_error(ErrorCode::kInvalidArgument, "response_format: structured output needs a tokenizer; "
+                              "this model has none");
+        if (r.constraint.after_token >= m.info.vocab_size)
+            return make_error(ErrorCode::kInvalidArgument, "response_format: the constraint's start token {} is "
+                              "outside the vocabulary", r.constraint.after_token);
+        DI_TRY(constraint, m.constraint_compiler().compile(r.constraint));  // before the lock: it can take a while
+    }
 
     std::vector<int32_t> stop_ids = r.stop.stop_token_ids;
     if (!r.stop.ignore_eos) stop_ids.insert(stop_ids.end(), m.eos_ids.begin(), m.eos_ids.end());
@@ -201,7 +221,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     auto stream = std::make_shared<RequestStream>(id);
     m.seqs.emplace(id, std::make_unique<EngineSequence>(id, std::move(r), stream,
                                                         m.tokenizer ? &*m.tokenizer : nullptr, std::move(stop_ids),
-                                                        bytes, Clock::now() + timeout));
+                                                        bytes, Clock::now() + timeout, std::move(constraint)));
     ++m.st.requests_submitted;
     m.st.prompt_tokens += uint64_t(n_prompt);
     lk.unlock();

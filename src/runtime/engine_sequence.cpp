@@ -1,5 +1,7 @@
 #include "runtime/engine_sequence.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/check.h"
@@ -27,7 +29,7 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 EngineSequence::EngineSequence(uint64_t id, Request req, std::shared_ptr<RequestStream> stream,
                                const Tokenizer* tokenizer, std::vector<int32_t> stop_ids, int64_t reserved_bytes,
-                               Clock::time_point deadline)
+                               Clock::time_point deadline, std::shared_ptr<const CompiledConstraint> constraint)
     : id_(id),
       req_(std::move(req)),
       stream_(std::move(stream)),
@@ -43,6 +45,17 @@ EngineSequence::EngineSequence(uint64_t id, Request req, std::shared_ptr<Request
     DI_CHECK(req_.sampling.seed.has_value(), "request {} reached the engine without a seed", id);
     if (tokenizer) decoder_.emplace(*tokenizer, req_.stop.skip_special);
     tokens_.reserve(size_t(capacity()));
+    if (constraint) {
+        constraint_.emplace(std::move(constraint),
+                            std::vector<int32_t>(token_stop_.stop_ids().begin(), token_stop_.stop_ids().end()));
+        constraint_active_ = req_.constraint.after_token < 0;
+    }
+}
+
+std::span<const uint32_t> EngineSequence::constraint_mask() {
+    if (!constraint_ || !constraint_active_) return {};
+    constraint_->fill_mask(mask_);
+    return mask_;
 }
 
 std::span<const int32_t> EngineSequence::tokens(int64_t start, int64_t n) const {
@@ -59,9 +72,22 @@ void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
                                   "checkpoint's weights or a kernel are broken (try --check-weights)",
                                   logits[size_t(bad)], bad, tokens_.size() - 1));
     const std::span<const int32_t> all(tokens_);
-    const bool hold = n_generated_ < req_.stop.min_tokens;  // before min_tokens, no stop token may end it
+    const std::span<const uint32_t> allowed = constraint_mask();
+    // Before min_tokens no stop token may end it, unless a complete constrained output leaves nothing else.
+    bool hold = n_generated_ < req_.stop.min_tokens;
+    if (hold && !allowed.empty()) {
+        std::vector<uint32_t> rest(allowed.begin(), allowed.end());
+        for (int32_t id : token_stop_.stop_ids()) rest[size_t(id) / 32] &= ~(1u << (id % 32));
+        hold = std::any_of(rest.begin(), rest.end(), [](uint32_t w) { return w != 0; });
+    }
     const SampledToken t = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)),
-                                           hold ? token_stop_.stop_ids() : std::span<const int32_t>{});
+                                           hold ? token_stop_.stop_ids() : std::span<const int32_t>{}, allowed);
+    if (constraint_) {
+        if (constraint_active_ && !constraint_->accept(t.id))
+            return finish(FinishReason::kError,
+                          fmt::format("structured output: token {} is not allowed by the constraint", t.id));
+        if (!constraint_active_ && t.id == req_.constraint.after_token) constraint_active_ = true;
+    }
     tokens_.push_back(t.id);
     ++n_generated_;
     const Clock::time_point now = Clock::now();
@@ -90,6 +116,7 @@ void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
         e.text = std::move(matched.text);
         if (matched.stopped) reason_ = FinishReason::kStop;
     }
+    if (reason_ == FinishReason::kNone && constraint_ && constraint_->terminated()) reason_ = FinishReason::kStop;
     if (reason_ == FinishReason::kNone && k == StopKind::kLength) reason_ = FinishReason::kLength;
     if (reason_ != FinishReason::kNone) {
         e.finished = true;

@@ -11,6 +11,7 @@
 #include "deepinfer/request.h"
 #include "deepinfer/tokenizer.h"
 #include "model/seq_state.h"
+#include "runtime/grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_conditions.h"
 
@@ -20,8 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 class EngineSequence {
 public:
+    // constraint: the compiled OutputConstraint of the request (null when it has none).
     EngineSequence(uint64_t id, Request req, std::shared_ptr<RequestStream> stream, const Tokenizer* tokenizer,
-                   std::vector<int32_t> stop_ids, int64_t reserved_bytes, Clock::time_point deadline);
+                   std::vector<int32_t> stop_ids, int64_t reserved_bytes, Clock::time_point deadline,
+                   std::shared_ptr<const CompiledConstraint> constraint = nullptr);
 
     uint64_t id() const { return id_; }
     int64_t n_prompt() const { return n_prompt_; }
@@ -50,6 +53,8 @@ public:
 
 private:
     void send(RequestEvent e);
+    // The mask of the tokens the constraint allows next, or empty (no constraint, or not active yet).
+    std::span<const uint32_t> constraint_mask();
 
     uint64_t id_;
     Request req_;
@@ -62,6 +67,9 @@ private:
     Sampler sampler_;
     std::optional<StreamDecoder> decoder_;
     StopStringMatcher matcher_;
+    std::optional<ConstraintMatcher> constraint_;
+    bool constraint_active_ = false;  // after OutputConstraint::after_token, or from the start
+    std::vector<uint32_t> mask_;
     TokenStopCheck token_stop_;
     Clock::time_point submitted_, last_token_, deadline_;
     FinishReason reason_ = FinishReason::kNone;

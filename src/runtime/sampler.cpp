@@ -23,7 +23,8 @@ int64_t first_non_finite(std::span<const float> logits) {
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
 SampledToken Sampler::sample(std::span<const float> logits, std::span<const int32_t> context,
-                             std::span<const int32_t> generated, std::span<const int32_t> suppressed) {
+                             std::span<const int32_t> generated, std::span<const int32_t> suppressed,
+                             std::span<const uint32_t> allowed) {
     const size_t V = logits.size();
     SampledToken out;
     // Log-probabilities of the raw distribution, for logprobs reporting.
@@ -46,6 +47,9 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
     }
     const double neg_inf = -std::numeric_limits<double>::infinity();
     for (int32_t t : suppressed) z[size_t(t)] = neg_inf;
+    if (!allowed.empty())
+        for (size_t v = 0; v < V; ++v)
+            if (!((allowed[v / 32] >> (v % 32)) & 1u)) z[v] = neg_inf;
 
     if (p_.temperature <= 0.0f) {  // greedy: first maximum, no sort
         out.id = int32_t(std::max_element(z.begin(), z.end()) - z.begin());
@@ -59,6 +63,7 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
             std::sort(order.begin(), order.end(), better);
         size_t keep = V;
         if (p_.top_k > 0) keep = std::min(keep, size_t(p_.top_k));
+        while (keep > 1 && z[size_t(order[keep - 1])] == neg_inf) --keep;  // never fall back on a barred id
         std::vector<double> prob(keep);
         const double m = z[size_t(order[0])] / p_.temperature;
         double sum = 0;

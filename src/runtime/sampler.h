@@ -38,8 +38,11 @@ public:
     explicit Sampler(const SamplingParams& p);
     // logits: [vocab]. context: prompt + generated ids (repetition penalty); generated: generated ids only
     // (presence/frequency penalties). suppressed: ids that must not be sampled (e.g. EOS before min tokens).
+    // allowed: when not empty, a bitmask over the vocabulary (bit v % 32 of word v / 32): only those ids
+    // may be sampled (structured output); logprobs stay those of the raw logits.
     SampledToken sample(std::span<const float> logits, std::span<const int32_t> context,
-                        std::span<const int32_t> generated, std::span<const int32_t> suppressed = {});
+                        std::span<const int32_t> generated, std::span<const int32_t> suppressed = {},
+                        std::span<const uint32_t> allowed = {});
     const SamplingParams& params() const { return p_; }
 
 private:

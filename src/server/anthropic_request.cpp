@@ -99,27 +99,27 @@ MaybeError parse_message(const json& m, size_t index, std::vector<ChatMessage>& 
 
 // Anthropic tools -> the OpenAI tool objects the chat encoder takes.
 MaybeError parse_tools(Fields& f, ChatRequest& r) {
-    std::string choice = "auto";
+    std::string choice = "auto", forced;
+    bool no_parallel = false, found = false;
     if (const json* tc = f.get("tool_choice")) {
         if (!tc->is_object() || !tc->contains("type") || !(*tc)["type"].is_string())
             return wrong_type("tool_choice", "an object with a string 'type'", *tc);
         Fields g(*tc, "tool_choice.");
         DI_API_TRY(g.string("type", choice));
-        bool no_parallel = false;
         DI_API_TRY(g.boolean("disable_parallel_tool_use", no_parallel));
-        if (no_parallel)
-            return bad_request("'tool_choice.disable_parallel_tool_use': true is not supported", "tool_choice");
-        if (choice == "any" || choice == "tool")
-            return bad_request(fmt::format("tool_choice '{}' is not supported (use \"auto\" or \"none\")", choice),
+        if (choice == "tool") {
+            DI_API_TRY(g.string("name", forced));
+            if (forced.empty()) return bad_request("tool_choice 'tool' needs a 'name'", "tool_choice");
+        }
+        if (choice != "auto" && choice != "none" && choice != "any" && choice != "tool")
+            return bad_request(fmt::format("tool_choice '{}' is not one of \"auto\", \"any\", \"tool\", \"none\"",
+                                           choice),
                                "tool_choice");
-        if (choice != "auto" && choice != "none")
-            return bad_request(fmt::format("tool_choice '{}' is not one of \"auto\", \"none\"", choice), "tool_choice");
         DI_API_TRY(g.finish());
     }
     const json* tools = f.get("tools");
-    if (!tools) return std::nullopt;
-    if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
-    for (size_t i = 0; i < tools->size(); ++i) {
+    if (tools && !tools->is_array()) return wrong_type("tools", "an array", *tools);
+    for (size_t i = 0; tools && i < tools->size(); ++i) {
         const json& t = (*tools)[i];
         const std::string k = fmt::format("tools[{}]", i);
         if (!t.is_object()) return wrong_type(k, "an object", t);
@@ -140,7 +140,19 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
         if (!description.empty()) fn["description"] = description;
         fn["parameters"] = *schema;
         if (choice != "none") r.tools.push_back(json{{"type", "function"}, {"function", fn}}.dump());
+        found |= name == forced;
     }
+    // The same demands as OpenAI's tool_choice (held by constrained decoding).
+    if ((choice == "any" || choice == "tool") && r.tools.empty())
+        return bad_request(fmt::format("tool_choice '{}' needs 'tools'", choice), "tool_choice");
+    if (choice == "tool" && !found)
+        return bad_request(fmt::format("tool_choice names '{}', which is not one of the tools", forced), "tool_choice");
+    if (choice == "tool")
+        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kForced, forced, false};
+    else if (choice == "any")
+        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kRequired, "", !no_parallel};
+    else if (choice == "auto" && no_parallel && !r.tools.empty())
+        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kAtMostOne, "", false};
     return std::nullopt;
 }
 

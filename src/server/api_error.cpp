@@ -45,7 +45,10 @@ ApiError from_engine_error(const Error& e) {
         case ErrorCode::kCapacity: return ApiError{429, e.message, "", "queue_full"};
         case ErrorCode::kUnsupported: return ApiError{503, e.message, "", "unavailable"};
         case ErrorCode::kOutOfRange: return ApiError{400, e.message, "messages", "context_length_exceeded"};
-        default: return ApiError{400, e.message, "", ""};
+        default:  // the engine names the request field a message is about by starting with it
+            for (const char* field : {"response_format", "tool_choice"})
+                if (e.message.rfind(field, 0) == 0) return ApiError{400, e.message, field, ""};
+            return ApiError{400, e.message, "", ""};
     }
 }
 

@@ -141,7 +141,17 @@ ApiResult<Generation> start_chat(ServerContext& ctx, const ChatRequest& r) {
     auto ids = chat_prompt_ids(ctx, r);
     if (auto* e = std::get_if<ApiError>(&ids)) return *e;
     std::vector<std::vector<int32_t>> prompts{std::move(std::get<std::vector<int32_t>>(ids))};
-    return Generation::start(ctx, r.p, prompts);
+    CommonParams p = r.p;
+    if (r.tool_demand) {
+        auto grammar = dsml_tool_call_grammar(r.tools, *r.tool_demand);
+        if (!grammar) return bad_request(grammar.error().message, "tool_choice");
+        p.constraint.kind = OutputConstraint::Kind::kStructuralTag;
+        p.constraint.structural_tag = std::move(*grammar);
+    }
+    // The reasoning is free text: the answer after it is what the constraint holds.
+    if (r.thinking && p.constraint.kind != OutputConstraint::Kind::kNone)
+        if (auto end = ctx.engine.tokenizer()->token_id("</think>")) p.constraint.after_token = *end;
+    return Generation::start(ctx, p, prompts);
 }
 
 Reply handle_chat(ServerContext& ctx, const std::string& body, const ClientGone& gone) {

@@ -53,6 +53,7 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
             r.stop.stop_token_ids = p.stop_token_ids;
             r.stop.ignore_eos = p.ignore_eos;
             r.stop.skip_special = p.skip_special_tokens;
+            r.constraint = p.constraint;
             reqs.push_back(std::move(r));
         }
         // Usage counts each prompt once, as OpenAI does for n > 1.

@@ -170,33 +170,52 @@ MaybeError parse_message(const json& m, size_t index, ChatMessage& out) {
 
 MaybeError parse_tools(Fields& f, ChatRequest& r) {
     const json* tools = f.get("tools");
-    std::string choice = "auto";
+    std::string choice = "auto", forced;
     if (const json* tc = f.get("tool_choice")) {
         if (tc->is_string()) {
             choice = tc->get<std::string>();
-        } else if (tc->is_object()) {
-            return bad_request("a named 'tool_choice' is not supported (use \"auto\" or \"none\")", "tool_choice");
+            if (choice != "auto" && choice != "none" && choice != "required")
+                return bad_request(fmt::format("tool_choice '{}' is not one of \"auto\", \"none\", \"required\"", choice),
+                                   "tool_choice");
+        } else if (tc->is_object()) {  // {"type": "function", "function": {"name": ...}}
+            const json* fn = tc->contains("function") ? &(*tc)["function"] : nullptr;
+            if (tc->value("type", "") != "function" || !fn || !fn->is_object() || !fn->contains("name") ||
+                !(*fn)["name"].is_string())
+                return bad_request("a named tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                                   "tool_choice");
+            choice = "forced";
+            forced = (*fn)["name"].get<std::string>();
         } else {
-            return wrong_type("tool_choice", "a string", *tc);
+            return wrong_type("tool_choice", "a string or an object", *tc);
         }
-        if (choice == "required")
-            return bad_request("tool_choice \"required\" is not supported (use \"auto\" or \"none\")", "tool_choice");
-        if (choice != "auto" && choice != "none")
-            return bad_request(fmt::format("tool_choice '{}' is not one of \"auto\", \"none\"", choice), "tool_choice");
     }
     bool parallel = true;
     DI_API_TRY(f.boolean("parallel_tool_calls", parallel));
-    if (!parallel) return bad_request("'parallel_tool_calls': false is not supported", "parallel_tool_calls");
-    if (!tools) return std::nullopt;
-    if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
-    for (size_t i = 0; i < tools->size(); ++i) {
-        const json& t = (*tools)[i];
-        const std::string k = fmt::format("tools[{}]", i);
-        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
-            !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
-            return bad_request(fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", k),
-                               k);
-        if (choice != "none") r.tools.push_back(t.dump());
+    if (tools) {
+        if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
+        for (size_t i = 0; i < tools->size(); ++i) {
+            const json& t = (*tools)[i];
+            const std::string k = fmt::format("tools[{}]", i);
+            if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+                !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
+                return bad_request(fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", k),
+                                   k);
+            if (choice != "none") r.tools.push_back(t.dump());
+        }
+    }
+    if ((choice == "required" || choice == "forced") && r.tools.empty())
+        return bad_request(fmt::format("tool_choice {} needs 'tools'", choice == "forced" ? "naming a function" : "\"required\""),
+                           "tool_choice");
+    if (choice == "forced") {
+        bool known = false;
+        for (const std::string& t : r.tools) known |= json::parse(t)["function"]["name"] == forced;
+        if (!known) return bad_request(fmt::format("tool_choice names '{}', which is not one of the tools", forced),
+                                       "tool_choice");
+        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kForced, forced, false};
+    } else if (choice == "required") {
+        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kRequired, "", parallel};
+    } else if (choice == "auto" && !parallel && !r.tools.empty()) {
+        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kAtMostOne, "", false};
     }
     return std::nullopt;
 }
@@ -229,6 +248,49 @@ MaybeError parse_thinking(Fields& f, ChatRequest& r) {
 
 }  // namespace
 
+namespace {
+
+// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema":
+// {"name", "schema", "strict", "description"}} (OpenAI's shapes). The schema itself is checked when the
+// engine compiles it (a 400 naming response_format there too).
+MaybeError parse_response_format(Fields& f, CommonParams& p) {
+    const json* rf = f.get("response_format");
+    if (!rf) return std::nullopt;
+    if (!rf->is_object()) return wrong_type("response_format", "an object", *rf);
+    Fields g(*rf, "response_format.");
+    std::string type;
+    DI_API_TRY(g.string("type", type));
+    if (type == "text") {
+        p.constraint = {};
+    } else if (type == "json_object") {
+        p.constraint.kind = OutputConstraint::Kind::kJsonObject;
+    } else if (type == "json_schema") {
+        const json* js = g.get("json_schema");
+        if (!js) return bad_request("response_format 'json_schema' needs a 'json_schema' object", "response_format");
+        if (!js->is_object()) return wrong_type("response_format.json_schema", "an object", *js);
+        Fields h(*js, "response_format.json_schema.");
+        std::string name, description;
+        bool strict = false;
+        DI_API_TRY(h.string("name", name));
+        DI_API_TRY(h.string("description", description));
+        DI_API_TRY(h.boolean("strict", strict));  // the output is always held to the schema
+        const json* schema = h.get("schema");
+        if (!schema) return bad_request("response_format.json_schema needs a 'schema'", "response_format");
+        if (!schema->is_object() && !schema->is_boolean())
+            return wrong_type("response_format.json_schema.schema", "an object", *schema);
+        DI_API_TRY(h.finish());
+        p.constraint.kind = OutputConstraint::Kind::kJsonSchema;
+        p.constraint.json_schema = schema->dump();
+    } else {
+        return bad_request(fmt::format("response_format type '{}' is not supported (text, json_object, json_schema)",
+                                       type.empty() ? "(missing)" : type),
+                           "response_format");
+    }
+    return g.finish();
+}
+
+}  // namespace
+
 ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
     auto parsed = parse_body(body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
@@ -254,9 +316,10 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
     }
     DI_API_TRY(parse_tools(f, r));
     DI_API_TRY(parse_thinking(f, r));
-    if (const json* rf = f.get("response_format"))
-        if (!rf->is_object() || rf->value("type", "") != "text")
-            return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
+    DI_API_TRY(parse_response_format(f, r.p));
+    if (r.tool_demand && r.p.constraint.kind != OutputConstraint::Kind::kNone)
+        return bad_request("a response_format other than text cannot be combined with tool_choice \"required\", a "
+                           "named function or parallel_tool_calls false", "response_format");
     DI_API_TRY(f.finish());
     return r;
 }
@@ -272,6 +335,7 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
     DI_API_TRY(f.integer("logprobs", 0, 20, lp));
     r.p.sampling.logprobs = lp.has_value();
     r.p.sampling.top_logprobs = int(lp.value_or(0));
+    DI_API_TRY(parse_response_format(f, r.p));
     bool echo = false;
     DI_API_TRY(f.boolean("echo", echo));
     if (echo) return bad_request("'echo': true is not supported", "echo");

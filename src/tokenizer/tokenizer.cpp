@@ -131,6 +131,12 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
 
 bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < vocab_size() && model_->special[id]; }
 
+bool Tokenizer::is_added(int32_t id) const {
+    if (id < 0 || id >= vocab_size()) return false;
+    const auto it = model_->added_by_text.find(model_->text[size_t(id)]);
+    return it != model_->added_by_text.end() && it->second == id;
+}
+
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
     : tokenizer_(tokenizer), skip_special_(skip_special) {}
 

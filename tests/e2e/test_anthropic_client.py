@@ -84,8 +84,24 @@ class AnthropicClientTest(unittest.TestCase):
         # The tool definitions and the history are part of the prompt the model sees.
         self.assertGreater(m.usage.input_tokens, plain.usage.input_tokens + 50)
         with self.assertRaises(anthropic.BadRequestError) as e:
-            self.client.messages.create(**self.args(tools=TOOLS, tool_choice={"type": "any"}))
+            self.client.messages.create(**self.args(tools=TOOLS, tool_choice={"type": "tool", "name": "nope"}))
         self.assertIn("tool_choice", str(e.exception))
+
+    def test_tool_choice_any_and_named(self):
+        # Random weights never close a free string: the city is an enum here.
+        tools = [{"name": "get_weather", "input_schema": {
+            "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Lima"]}},
+            "required": ["city"], "additionalProperties": False}}]
+        # One call each (a random model offered several would keep calling until max_tokens).
+        for choice in [{"type": "any", "disable_parallel_tool_use": True}, {"type": "tool", "name": "get_weather"}]:
+            m = self.client.messages.create(**self.args(max_tokens=200, tools=tools, tool_choice=choice,
+                                                        extra_body={"temperature": 1.0}))
+            self.assertEqual(m.stop_reason, "tool_use", m.content)
+            uses = [b for b in m.content if b.type == "tool_use"]
+            self.assertEqual(len(uses), 1, m.content)
+            for u in uses:
+                self.assertEqual(u.name, "get_weather")
+                self.assertIn(u.input.get("city"), ["Paris", "Lima"])
 
     def test_thinking_blocks(self):
         m = self.client.messages.create(**self.args(max_tokens=5, thinking={"type": "enabled", "budget_tokens": 1024}))

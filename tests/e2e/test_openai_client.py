@@ -3,6 +3,7 @@
 streamed), n, seeds, logprobs, tools and tool-call history, thinking mode, and the client-side view of
 errors. Runs on the tiny fp32 fixture with a byte tokenizer (tokens are random bytes: the checks are on
 structure, counts and determinism, not on text quality)."""
+import json
 import os
 import sys
 import unittest
@@ -119,8 +120,32 @@ class OpenAIClientTest(unittest.TestCase):
         # The tool definitions are part of the prompt the model sees (one long prefill: ~1,200 byte tokens).
         self.assertGreater(with_tools.usage.prompt_tokens, plain.usage.prompt_tokens + 50)
         with self.assertRaises(openai.BadRequestError) as e:
-            self.chat(tools=TOOLS, tool_choice="required")
+            self.chat(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "no_such_tool"}})
         self.assertIn("tool_choice", str(e.exception))
+
+    def test_tool_choice_required_and_named(self):
+        # Random weights never close a free string: the city is an enum here.
+        weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Lima"]}},
+            "required": ["city"], "additionalProperties": False}}}
+        tools = [weather, {"type": "function", "function": {"name": "now", "parameters": {
+            "type": "object", "properties": {}, "additionalProperties": False}}}]
+        for choice in ["required", {"type": "function", "function": {"name": "get_weather"}}]:
+            for seed in range(3):  # random weights: only the constraint makes these calls
+                r = self.chat(tools=tools, tool_choice=choice, max_tokens=200, temperature=1.0, seed=seed,
+                              extra_body={}, parallel_tool_calls=False)
+                c = r.choices[0]
+                self.assertEqual(c.finish_reason, "tool_calls", c.message)
+                self.assertEqual(len(c.message.tool_calls), 1, c.message)
+                call = c.message.tool_calls[0]
+                self.assertTrue(call.id.startswith("call_"))
+                args = json.loads(call.function.arguments)
+                if choice != "required":
+                    self.assertEqual(call.function.name, "get_weather")
+                if call.function.name == "get_weather":
+                    self.assertIn(args.get("city"), ["Paris", "Lima"], args)
+                else:
+                    self.assertEqual(call.function.name, "now")
 
     def test_thinking_mode(self):
         r = self.chat(extra_body={"ignore_eos": True, "chat_template_kwargs": {"thinking": True}})
@@ -132,6 +157,29 @@ class OpenAIClientTest(unittest.TestCase):
         reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
                             for c in chunks if c.choices)
         self.assertEqual(reasoning, msg.model_extra["reasoning_content"])
+
+    def test_structured_output(self):
+        schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]},
+                                                   "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+                  "required": ["answer", "n"], "additionalProperties": False}
+        rf = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+        for seed in range(4):  # random weights: only the constraint makes this JSON
+            r = self.chat(max_tokens=80, temperature=1.0, seed=seed, extra_body={}, response_format=rf)
+            self.assertEqual(r.choices[0].finish_reason, "stop", r.choices[0].message.content)
+            out = json.loads(r.choices[0].message.content)
+            self.assertEqual(set(out), {"answer", "n"})
+            self.assertIn(out["answer"], ["yes", "no"])
+            self.assertTrue(isinstance(out["n"], int) and 0 <= out["n"] <= 99, out)
+        whole = self.chat(max_tokens=80, extra_body={}, response_format=rf).choices[0].message.content
+        chunks = self.chat(max_tokens=80, extra_body={}, response_format=rf, stream=True)
+        self.assertEqual("".join(c.choices[0].delta.content or "" for c in chunks if c.choices), whole)
+        obj = self.chat(max_tokens=300, extra_body={}, response_format={"type": "json_object"}).choices[0]
+        self.assertTrue(obj.message.content.startswith("{"), obj.message.content)
+        if obj.finish_reason == "stop":
+            self.assertIsInstance(json.loads(obj.message.content), dict)
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}})
+        self.assertEqual(e.exception.body.get("param"), "response_format")
 
     def test_errors_reach_the_client(self):
         with self.assertRaises(openai.NotFoundError):

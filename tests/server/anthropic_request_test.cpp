@@ -60,6 +60,26 @@ TEST(AnthropicRequest, BlocksBecomeChatMessages) {
     EXPECT_TRUE(t.tools.empty());
 }
 
+TEST(AnthropicRequest, ToolChoiceBecomesADemand) {
+    const std::string base = R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"name": "f", "input_schema": {}}, {"name": "g", "input_schema": {}}], )";
+    const ChatRequest any = ok(base + R"("tool_choice": {"type": "any"}})");
+    ASSERT_TRUE(any.tool_demand.has_value());
+    EXPECT_EQ(any.tool_demand->mode, ToolCallDemand::Mode::kRequired);
+    EXPECT_TRUE(any.tool_demand->parallel);
+    const ChatRequest one = ok(base + R"("tool_choice": {"type": "any", "disable_parallel_tool_use": true}})");
+    ASSERT_TRUE(one.tool_demand.has_value());
+    EXPECT_FALSE(one.tool_demand->parallel);
+    const ChatRequest named = ok(base + R"("tool_choice": {"type": "tool", "name": "g"}})");
+    ASSERT_TRUE(named.tool_demand.has_value());
+    EXPECT_EQ(named.tool_demand->mode, ToolCallDemand::Mode::kForced);
+    EXPECT_EQ(named.tool_demand->forced, "g");
+    const ChatRequest single = ok(base + R"("tool_choice": {"type": "auto", "disable_parallel_tool_use": true}})");
+    ASSERT_TRUE(single.tool_demand.has_value());
+    EXPECT_EQ(single.tool_demand->mode, ToolCallDemand::Mode::kAtMostOne);
+    EXPECT_FALSE(ok(base + R"("tool_choice": {"type": "auto"}})").tool_demand.has_value());
+}
+
 TEST(AnthropicRequest, BadFieldsAreRefusedByName) {
     const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
     const std::vector<std::pair<std::string, std::string>> cases = {
@@ -75,7 +95,11 @@ TEST(AnthropicRequest, BadFieldsAreRefusedByName) {
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "stop_sequences": [""]})", "stop_sequences"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "system": 3})", "system"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "any"}})", "tool_choice"},
-        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "auto", "disable_parallel_tool_use": true}})", "tool_choice"},
+        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "sometimes"}})", "tool_choice"},
+        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "tool"},
+             "tools": [{"name": "f", "input_schema": {}}]})", "tool_choice"},
+        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "tool", "name": "g"},
+             "tools": [{"name": "f", "input_schema": {}}]})", "tool_choice"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tools": [{"name": "f"}]})", "tools[0].input_schema"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tools": [{"type": "bash_20250124", "name": "bash", "input_schema": {}}]})", "tools[0].type"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "thinking": {"type": "on"}})", "thinking"},

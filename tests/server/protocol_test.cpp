@@ -103,8 +103,28 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         {with(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs"},
         {with(R"("logit_bias": {"5": 10})"), "logit_bias"},
         {with(R"("tool_choice": "required", "tools": [])"), "tool_choice"},
+        {with(R"("tool_choice": "sometimes")"), "tool_choice"},
+        {with(R"("tool_choice": {"type": "function"}, "tools": [{"type": "function", "function": {"name": "f"}}])"),
+         "tool_choice"},
+        {with(R"("tool_choice": {"type": "function", "function": {"name": "g"}},
+                 "tools": [{"type": "function", "function": {"name": "f"}}])"), "tool_choice"},
+        {with(R"("tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}],
+                 "response_format": {"type": "json_object"})"), "response_format"},
+        {with(R"("parallel_tool_calls": "no")"), "parallel_tool_calls"},
         {with(R"("tools": [{"type": "retrieval"}])"), "tools[0]"},
-        {with(R"("response_format": {"type": "json_object"})"), "response_format"},
+        {with(R"("response_format": "json")"), "response_format"},
+        {with(R"("response_format": {"type": "xml"})"), "response_format"},
+        {with(R"("response_format": {})"), "response_format"},
+        {with(R"("response_format": {"type": 3})"), "type"},
+        {with(R"("response_format": {"type": "json_schema"})"), "response_format"},
+        {with(R"("response_format": {"type": "json_schema", "json_schema": []})"), "response_format.json_schema"},
+        {with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"), "response_format"},
+        {with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": 5}})"),
+         "response_format.json_schema.schema"},
+        {with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}})"),
+         "strict"},
+        {with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "colour": 1}})"), "colour"},
+        {with(R"("response_format": {"type": "json_object", "schema": {}})"), "schema"},
         {with(R"("reasoning_effort": "low")"), "reasoning_effort"},
         {with(R"("frobnicate": 1)"), "frobnicate"},
         {with(R"("seed": "x")"), "seed"},
@@ -115,6 +135,49 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
         EXPECT_FALSE(e.message.empty());
     }
+}
+
+TEST(Protocol, ToolChoiceBecomesADemand) {
+    const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}},
+                                           {"type": "function", "function": {"name": "g"}}])";
+    auto required = parse_chat_request(with(tools + R"(, "tool_choice": "required")"));
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(required)) << std::get<ApiError>(required).message;
+    const auto& rd = std::get<ChatRequest>(required).tool_demand;
+    ASSERT_TRUE(rd.has_value());
+    EXPECT_EQ(rd->mode, ToolCallDemand::Mode::kRequired);
+    EXPECT_TRUE(rd->parallel);
+    auto named = parse_chat_request(with(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"));
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(named));
+    const auto& nd = std::get<ChatRequest>(named).tool_demand;
+    ASSERT_TRUE(nd.has_value());
+    EXPECT_EQ(nd->mode, ToolCallDemand::Mode::kForced);
+    EXPECT_EQ(nd->forced, "g");
+    auto single = parse_chat_request(with(tools + R"(, "parallel_tool_calls": false)"));
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(single));
+    ASSERT_TRUE(std::get<ChatRequest>(single).tool_demand.has_value());
+    EXPECT_EQ(std::get<ChatRequest>(single).tool_demand->mode, ToolCallDemand::Mode::kAtMostOne);
+    auto plain = parse_chat_request(with(tools));
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(plain));
+    EXPECT_FALSE(std::get<ChatRequest>(plain).tool_demand.has_value());
+}
+
+TEST(Protocol, ResponseFormatBecomesAConstraint) {
+    auto text = parse_chat_request(with(R"("response_format": {"type": "text"})"));
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(text));
+    EXPECT_EQ(std::get<ChatRequest>(text).p.constraint.kind, OutputConstraint::Kind::kNone);
+    auto object = parse_chat_request(with(R"("response_format": {"type": "json_object"})"));
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(object));
+    EXPECT_EQ(std::get<ChatRequest>(object).p.constraint.kind, OutputConstraint::Kind::kJsonObject);
+    auto schema = parse_chat_request(with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "r",
+      "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})"));
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(schema)) << std::get<ApiError>(schema).message;
+    const OutputConstraint& c = std::get<ChatRequest>(schema).p.constraint;
+    EXPECT_EQ(c.kind, OutputConstraint::Kind::kJsonSchema);
+    EXPECT_EQ(c.json_schema, R"({"properties":{"a":{"type":"integer"}},"type":"object"})");
+    EXPECT_EQ(c.after_token, -1);
+    auto completion = parse_completion_request(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})");
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(completion));
+    EXPECT_EQ(std::get<CompletionRequest>(completion).p.constraint.kind, OutputConstraint::Kind::kJsonObject);
 }
 
 TEST(Protocol, CompletionPrompts) {
