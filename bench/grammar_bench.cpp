@@ -23,7 +23,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 struct Case {
     const char* name;
@@ -38,8 +40,10 @@ int main(int argc, char** argv) {
     std::string tok_path = std::string(DEEPINFER_ASSET_DIR) + "/tokenizer";
     int reps = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--tokenizer")) tok_path = argv[i + 1];
-        else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+        if (!std::strcmp(argv[i], "--tokenizer"))
+            tok_path = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--reps"))
+            reps = std::atoi(argv[i + 1]);
     }
     auto tok = Tokenizer::load(tok_path);
     if (!tok) return std::fprintf(stderr, "%s\n", tok.error().message.c_str()), 1;
@@ -59,8 +63,9 @@ int main(int argc, char** argv) {
     };
     std::vector<float> logits(static_cast<size_t>(V));
     for (int64_t v = 0; v < V; ++v) logits[size_t(v)] = float((v * 2654435761u) % 1000) / 100.0f;
-    std::printf("| constraint | compile ms | tokens | mask fill us (mean / max) | sampling with mask us | "
-                "sampling without us | accept us |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "| constraint | compile ms | tokens | mask fill us (mean / max) | sampling with mask us | "
+        "sampling without us | accept us |\n|---|---:|---:|---:|---:|---:|---:|\n");
     for (const Case& c : cases) {
         OutputConstraint oc;
         oc.kind = c.kind;
@@ -95,8 +100,9 @@ int main(int argc, char** argv) {
                 ++steps;
             }
         }
-        std::printf("| %s | %.1f | %zu | %.1f / %.1f | %.1f | %.1f | %.1f |\n", c.name, compile_ms, ids.size(),
-                    fill / double(steps), fill_max, samp / double(steps), base / double(steps), acc / double(steps));
+        std::printf("| %s | %.1f | %zu | %.1f / %.1f | %.1f | %.1f | %.1f |\n", c.name, compile_ms,
+                    ids.size(), fill / double(steps), fill_max, samp / double(steps), base / double(steps),
+                    acc / double(steps));
     }
     return 0;
 }

@@ -6,9 +6,8 @@
 
 #include <exception>
 #include <mutex>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace di::runtime {
 
@@ -39,13 +38,15 @@ xgrammar::TokenizerInfo vocab_info(const Tokenizer& tok, int64_t vocab_size, std
 
 struct ConstraintCompiler::Impl {
     Impl(const Tokenizer& tok, int64_t vocab_size, std::vector<int32_t> stop_ids)
-        : json(vocab_info(tok, vocab_size, stop_ids, false), 8, true), tags(vocab_info(tok, vocab_size, stop_ids, true), 8, true) {}
+        : json(vocab_info(tok, vocab_size, stop_ids, false), 8, true),
+          tags(vocab_info(tok, vocab_size, stop_ids, true), 8, true) {}
     xgrammar::GrammarCompiler json;  // JSON values
     xgrammar::GrammarCompiler tags;  // structural tags (tool-call blocks)
-    std::mutex mu;  // one compilation at a time: the compilers' caches are shared
+    std::mutex mu;                   // one compilation at a time: the compilers' caches are shared
 };
 
-ConstraintCompiler::ConstraintCompiler(const Tokenizer& tokenizer, int64_t vocab_size, std::vector<int32_t> stop_ids)
+ConstraintCompiler::ConstraintCompiler(const Tokenizer& tokenizer, int64_t vocab_size,
+                                       std::vector<int32_t> stop_ids)
     : impl_(std::make_unique<Impl>(tokenizer, vocab_size, std::move(stop_ids))), vocab_size_(vocab_size) {}
 
 ConstraintCompiler::~ConstraintCompiler() = default;
@@ -55,21 +56,25 @@ Result<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::compile(co
     if (c.kind == Kind::kNone) return make_error(ErrorCode::kInvalidArgument, "no constraint to compile");
     std::string schema = c.kind == Kind::kJsonObject ? R"({"type": "object"})" : c.json_schema;
     if (c.kind == Kind::kJsonSchema && !nlohmann::json::accept(schema))
-        return make_error(ErrorCode::kInvalidArgument, "response_format: json_schema.schema is not valid JSON");
+        return make_error(ErrorCode::kInvalidArgument,
+                          "response_format: json_schema.schema is not valid JSON");
     std::lock_guard lk(impl_->mu);
     try {
-        auto g = c.kind == Kind::kStructuralTag
-                     ? impl_->tags.CompileStructuralTag(c.structural_tag)
-                     : impl_->json.CompileJSONSchema(schema, kAnyWhitespace, std::nullopt,
-                                                     std::make_pair(std::string(", "), std::string(": ")), true);
+        auto g =
+            c.kind == Kind::kStructuralTag
+                ? impl_->tags.CompileStructuralTag(c.structural_tag)
+                : impl_->json.CompileJSONSchema(schema, kAnyWhitespace, std::nullopt,
+                                                std::make_pair(std::string(", "), std::string(": ")), true);
         return std::make_shared<const CompiledConstraint>(CompiledConstraint{std::move(g), vocab_size_});
     } catch (const std::exception& e) {
         std::string what = e.what();
         for (char& ch : what)
             if (ch == '\n') ch = ' ';
         if (c.kind == Kind::kStructuralTag)
-            return make_error(ErrorCode::kInvalidArgument, "tool_choice: the tools' schemas cannot be used: {}", what);
-        return make_error(ErrorCode::kInvalidArgument, "response_format: the JSON schema cannot be used: {}", what);
+            return make_error(ErrorCode::kInvalidArgument,
+                              "tool_choice: the tools' schemas cannot be used: {}", what);
+        return make_error(ErrorCode::kInvalidArgument, "response_format: the JSON schema cannot be used: {}",
+                          what);
     }
 }
 
@@ -78,10 +83,11 @@ struct ConstraintMatcher::Impl {
     xgrammar::GrammarMatcher matcher;
 };
 
-ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> g, std::vector<int32_t> stop_ids)
-    : impl_(std::make_unique<Impl>(Impl{g, xgrammar::GrammarMatcher(g->grammar, stop_ids.empty()
-                                                                                    ? std::nullopt
-                                                                                    : std::optional(std::move(stop_ids)))})) {}
+ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> g,
+                                     std::vector<int32_t> stop_ids)
+    : impl_(std::make_unique<Impl>(
+          Impl{g, xgrammar::GrammarMatcher(
+                      g->grammar, stop_ids.empty() ? std::nullopt : std::optional(std::move(stop_ids)))})) {}
 
 ConstraintMatcher::~ConstraintMatcher() = default;
 ConstraintMatcher::ConstraintMatcher(ConstraintMatcher&&) noexcept = default;
@@ -117,8 +123,9 @@ ConstraintCompiler::ConstraintCompiler(const Tokenizer&, int64_t vocab_size, std
     : vocab_size_(vocab_size) {}
 ConstraintCompiler::~ConstraintCompiler() = default;
 Result<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::compile(const OutputConstraint&) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "response_format: this build has no structured output (configured with DEEPINFER_GRAMMAR=OFF)");
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "response_format: this build has no structured output (configured with DEEPINFER_GRAMMAR=OFF)");
 }
 ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint>, std::vector<int32_t>) {}
 ConstraintMatcher::~ConstraintMatcher() = default;

@@ -15,10 +15,13 @@ namespace {
 
 void numeric_address(const sockaddr_storage& a, socklen_t len, std::string& ip, int& port) {
     char host[NI_MAXHOST] = {0};
-    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0)
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, nullptr, 0,
+                    NI_NUMERICHOST) == 0)
         ip = host;
-    if (a.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-    else if (a.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+    if (a.ss_family == AF_INET)
+        port = ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+    else if (a.ss_family == AF_INET6)
+        port = ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
 }
 
 }  // namespace
@@ -27,7 +30,8 @@ bool socket_ready(socket_t sock, short events, std::chrono::microseconds timeout
     pollfd p{sock, events, 0};
     const auto end = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
         const int r = ::poll(&p, 1, int(std::max<int64_t>(0, left.count())));
         if (r > 0) return true;  // ready, or hung up / errored: the next read or write says which
         if (r == 0) return false;
@@ -35,7 +39,8 @@ bool socket_ready(socket_t sock, short events, std::chrono::microseconds timeout
     }
 }
 
-ConnStream::ConnStream(socket_t sock, std::chrono::microseconds read_timeout, std::chrono::microseconds write_timeout)
+ConnStream::ConnStream(socket_t sock, std::chrono::microseconds read_timeout,
+                       std::chrono::microseconds write_timeout)
     : sock_(sock), read_timeout_(read_timeout), write_timeout_(write_timeout) {}
 
 bool ConnStream::is_readable() const { return has_buffered() || socket_ready(sock_, POLLIN, read_timeout_); }
@@ -98,7 +103,8 @@ void drain_and_close(socket_t sock) {
     size_t drained = 0;  // bounded: at most 1 MiB and 100 ms
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     while (drained < (1u << 20)) {
-        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(end - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::microseconds>(end - std::chrono::steady_clock::now());
         if (left.count() <= 0 || !socket_ready(sock, POLLIN, left)) break;
         const ssize_t n = ::recv(sock, sink, sizeof sink, MSG_DONTWAIT);
         if (n <= 0) break;

@@ -11,8 +11,9 @@
 namespace di::server {
 
 class ConnStream final : public httplib::Stream {
-public:
-    ConnStream(socket_t sock, std::chrono::microseconds read_timeout, std::chrono::microseconds write_timeout);
+  public:
+    ConnStream(socket_t sock, std::chrono::microseconds read_timeout,
+               std::chrono::microseconds write_timeout);
 
     bool is_readable() const override;  // buffered bytes, or the socket readable within the read timeout
     bool is_writable() const override;  // writable within the write timeout and the peer still there
@@ -24,7 +25,7 @@ public:
 
     bool has_buffered() const { return pos_ < end_; }
 
-private:
+  private:
     socket_t sock_;
     std::chrono::microseconds read_timeout_, write_timeout_;
     char buf_[16384];

@@ -3,9 +3,8 @@
 // exactly what V4 writes and DeepSeek's parser (and ChatOutputParser) accept, newline for newline
 // (tests/data/tokenizer/dsml_vectors.json): <｜DSML｜parameter name="k" string="true">raw text</...> for
 // strings, string="false" with JSON for everything else.
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "deepinfer/tokenizer.h"
 
@@ -36,7 +35,8 @@ json parameter(const std::string& key, const json& schema) {
         json options = json::array();
         for (const json& v : schema["enum"])
             if (v.is_string()) options.push_back(const_string(v.get<std::string>()));
-        if (!options.empty()) raw = options.size() == 1 ? options[0] : json{{"type", "or"}, {"elements", options}};
+        if (!options.empty())
+            raw = options.size() == 1 ? options[0] : json{{"type", "or"}, {"elements", options}};
     } else if (!no_strings) {
         raw = {{"type", "any_text"}};
         if (schema.is_object() && schema.contains("maxLength") && schema["maxLength"].is_number_unsigned())
@@ -45,7 +45,8 @@ json parameter(const std::string& key, const json& schema) {
     json alternatives = json::array();
     if (!raw.is_null()) alternatives.push_back(tag(head + "\"true\">", raw, kParamEnd));
     if (!only_strings)
-        alternatives.push_back(tag(head + "\"false\">", {{"type", "json_schema"}, {"json_schema", schema}}, kParamEnd));
+        alternatives.push_back(
+            tag(head + "\"false\">", {{"type", "json_schema"}, {"json_schema", schema}}, kParamEnd));
     return alternatives.size() == 1 ? alternatives[0] : json{{"type", "or"}, {"elements", alternatives}};
 }
 
@@ -57,8 +58,11 @@ json invoke_tag(const std::string& name, const json& parameters) {
     const json* props = parameters.contains("properties") ? &parameters["properties"] : nullptr;
     if (!props || !props->is_object() || parameters.contains("anyOf") || parameters.contains("oneOf") ||
         parameters.contains("allOf") || parameters.contains("$ref"))
-        return tag(begin, {{"type", "json_schema"}, {"json_schema", parameters}, {"style", "deepseek_xml"},
-                           {"max_whitespace_cnt", 1}},
+        return tag(begin,
+                   {{"type", "json_schema"},
+                    {"json_schema", parameters},
+                    {"style", "deepseek_xml"},
+                    {"max_whitespace_cnt", 1}},
                    end);
     std::set<std::string> required;
     if (parameters.contains("required") && parameters["required"].is_array())
@@ -69,20 +73,24 @@ json invoke_tag(const std::string& name, const json& parameters) {
         const json p = parameter(key, schema);
         elements.push_back(required.count(key) ? p : json{{"type", "optional"}, {"content", p}});
     }
-    const json content = elements.empty()        ? const_string("")
+    const json content = elements.empty()       ? const_string("")
                          : elements.size() == 1 ? elements[0]
                                                 : json{{"type", "sequence"}, {"elements", elements}};
     return tag(begin, content, end);
 }
 
 json invokes(const json& tags, bool stop_after_first) {
-    return {{"type", "tags_with_separator"}, {"tags", tags}, {"separator", ""}, {"at_least_one", true},
+    return {{"type", "tags_with_separator"},
+            {"tags", tags},
+            {"separator", ""},
+            {"at_least_one", true},
             {"stop_after_first", stop_after_first}};
 }
 
 }  // namespace
 
-Result<std::string> dsml_tool_call_grammar(const std::vector<std::string>& tools, const ToolCallDemand& demand) {
+Result<std::string> dsml_tool_call_grammar(const std::vector<std::string>& tools,
+                                           const ToolCallDemand& demand) {
     json tags = json::array();
     bool found = false;
     for (size_t i = 0; i < tools.size(); ++i) {
@@ -100,12 +108,13 @@ Result<std::string> dsml_tool_call_grammar(const std::vector<std::string>& tools
         tags.push_back(invoke_tag(name, params));
     }
     if (demand.mode == ToolCallDemand::Mode::kForced && !found)
-        return make_error(ErrorCode::kInvalidArgument, "tool_choice names '{}', which is not one of the tools",
-                          demand.forced);
+        return make_error(ErrorCode::kInvalidArgument,
+                          "tool_choice names '{}', which is not one of the tools", demand.forced);
     if (tags.empty()) return make_error(ErrorCode::kInvalidArgument, "tool_choice needs at least one tool");
     json format;
     if (demand.mode == ToolCallDemand::Mode::kAtMostOne) {
-        json block = {{"type", "tag"}, {"begin", kCallsBegin}, {"content", invokes(tags, true)}, {"end", kCallsEnd}};
+        json block = {
+            {"type", "tag"}, {"begin", kCallsBegin}, {"content", invokes(tags, true)}, {"end", kCallsEnd}};
         format = {{"type", "triggered_tags"},
                   {"triggers", json::array({"<｜DSML｜tool_calls>"})},
                   {"tags", json::array({block})},

@@ -2,12 +2,12 @@
 // the model's logits say, a json_schema request's text parses and satisfies the schema, checked here by
 // hand with nlohmann::json (not by the grammar engine that produced it); without the constraint the same
 // requests do not produce JSON. Bad schemas are refused at submit, naming response_format.
+#include <gtest/gtest.h>
+
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
@@ -79,7 +79,8 @@ constexpr const char* kSchema = R"({
 ::testing::AssertionResult satisfies_schema(const std::string& text) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded()) return ::testing::AssertionFailure() << "not JSON: " << text;
-    if (!j.is_object() || j.size() != 3) return ::testing::AssertionFailure() << "not an object of 3 keys: " << text;
+    if (!j.is_object() || j.size() != 3)
+        return ::testing::AssertionFailure() << "not an object of 3 keys: " << text;
     const std::set<std::string> answers = {"yes", "no", "maybe"};
     if (!j.contains("answer") || !j["answer"].is_string() || !answers.count(j["answer"].get<std::string>()))
         return ::testing::AssertionFailure() << "answer: " << text;
@@ -100,8 +101,10 @@ nlohmann::json parse_any_numbers(const std::string& text) {
         const char c = text[i];
         if (in_string) {
             out += c;
-            if (c == '\\' && i + 1 < text.size()) out += text[++i];
-            else if (c == '"') in_string = false;
+            if (c == '\\' && i + 1 < text.size())
+                out += text[++i];
+            else if (c == '"')
+                in_string = false;
             ++i;
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             size_t e = i;
@@ -132,7 +135,8 @@ TEST(StructuredOutput, JsonSchemaOutputsSatisfyTheSchemaWhateverTheSeed) {
         const Output free = run(*e, sampled(seed, 40));  // the same request without the constraint
         unconstrained_json += nlohmann::json::accept(free.text) ? 1 : 0;
     }
-    EXPECT_EQ(unconstrained_json, 0) << "the random model writes JSON by itself: this test would prove nothing";
+    EXPECT_EQ(unconstrained_json, 0)
+        << "the random model writes JSON by itself: this test would prove nothing";
 }
 
 TEST(StructuredOutput, JsonObjectOutputsAreObjects) {
@@ -256,8 +260,8 @@ TEST(StructuredOutput, DemandedToolCallsAreWellFormedDsml) {
                     EXPECT_TRUE(args.contains("city") && args["city"].is_string() &&
                                 cities.count(args["city"].get<std::string>()))
                         << c.arguments;
-                    EXPECT_TRUE(args.contains("days") && args["days"].is_number_integer() && args["days"] >= 1 &&
-                                args["days"] <= 7)
+                    EXPECT_TRUE(args.contains("days") && args["days"].is_number_integer() &&
+                                args["days"] >= 1 && args["days"] <= 7)
                         << c.arguments;
                 } else {
                     EXPECT_EQ(c.name, "now") << where;
