@@ -19,6 +19,7 @@ SamplingParams to_params(const SamplingOptions& s) {
     p.presence_penalty = s.presence_penalty;
     p.frequency_penalty = s.frequency_penalty;
     p.seed = s.seed.value_or(0);
+    p.logprobs = s.logprobs;
     p.top_logprobs = s.logprobs ? s.top_logprobs : 0;
     return p;
 }

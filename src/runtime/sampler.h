@@ -20,12 +20,13 @@ struct SamplingParams {
     float presence_penalty = 0.0f;    // OpenAI: - presence * [count > 0] on generated tokens
     float frequency_penalty = 0.0f;   // OpenAI: - frequency * count on generated tokens
     uint64_t seed = 0;
+    bool logprobs = false;     // fill SampledToken::logprob (a pass over the vocabulary per token)
     int top_logprobs = 0;      // how many alternatives to report (0-20)
 };
 
 struct SampledToken {
     int32_t id = 0;
-    float logprob = 0;  // log-softmax of the raw logits (before penalties and temperature)
+    float logprob = 0;  // log-softmax of the raw logits (before penalties and temperature); 0 unless asked for
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
 };
 
@@ -47,6 +48,7 @@ public:
 
 private:
     double uniform();  // [0, 1), identical on every platform for a given seed
+    void finish_logprobs(SampledToken& out, std::span<const float> logits, double raw_lse) const;
     SamplingParams p_;
     std::mt19937_64 rng_;
 };
