@@ -43,6 +43,7 @@ void add_chat_options(CLI::App& app, Options& o) {
 }
 
 int run_once(Options& o) {
+    o.reasoning_first = o.thinking;
     install_interrupt_handler();
     auto engine = start_engine(o);
     if (!engine) return fail(engine.error().message);
@@ -60,6 +61,7 @@ int run_once(Options& o) {
 }
 
 int run_chat(Options& o) {
+    o.reasoning_first = o.thinking;
     install_interrupt_handler();
     auto engine = start_engine(o);
     if (!engine) return fail(engine.error().message);

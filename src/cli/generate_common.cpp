@@ -7,6 +7,8 @@
 #include <limits>
 #include <random>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -55,7 +57,30 @@ void add_sampling_options(CLI::App& app, GenOptions& o) {
     s.seed = std::random_device{}();  // two runs at temperature > 0 differ unless --seed fixes them
     app.add_option("--seed", s.seed, "sampling seed (default: random)");
     app.add_option("--stop", o.stop, "stop when this text appears (repeatable)");
+    auto* json = app.add_flag("--json", o.json, "answer with a JSON object (constrained decoding)");
+    app.add_option("--json-schema", o.json_schema_file, "answer with JSON that satisfies the schema in this file")
+        ->excludes(json);
 }
+
+namespace {
+
+Result<OutputConstraint> constraint_of(const GenOptions& o, const Tokenizer* tok) {
+    OutputConstraint c;
+    if (o.json) c.kind = OutputConstraint::Kind::kJsonObject;
+    if (!o.json_schema_file.empty()) {
+        std::ifstream f(o.json_schema_file);
+        if (!f) return make_error(ErrorCode::kNotFound, "--json-schema {}: cannot read the file", o.json_schema_file);
+        c.kind = OutputConstraint::Kind::kJsonSchema;
+        c.json_schema.assign(std::istreambuf_iterator<char>(f), {});
+        if (!nlohmann::json::accept(c.json_schema))
+            return make_error(ErrorCode::kInvalidArgument, "--json-schema {}: not valid JSON", o.json_schema_file);
+    }
+    if (c.kind != OutputConstraint::Kind::kNone && o.reasoning_first && tok)
+        if (auto end = tok->token_id("</think>")) c.after_token = *end;
+    return c;
+}
+
+}  // namespace
 
 Result<LoadedModel> load_for_generation(const GenOptions& o) {
     LoadedModel lm;
@@ -131,6 +156,7 @@ Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<i
     r.stop.max_tokens = o.max_new_tokens;
     r.stop.min_tokens = std::min(o.min_new_tokens, o.max_new_tokens);
     r.stop.stop = o.stop;
+    DI_TRY(r.constraint, constraint_of(o, tok));
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     DI_TRY(std::shared_ptr<RequestStream> stream, engine.submit(std::move(r)));

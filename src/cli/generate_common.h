@@ -27,6 +27,9 @@ struct GenOptions {
     std::string kernels;  // allow-list file (`deepinfer screen --out`); "": the built-in list
     std::string precision = "exact";
     bool graphs = true;  // CUDA graph replay of the step's segments (cuda; --no-graphs turns it off)
+    bool json = false;            // --json: the answer is a JSON object (constrained decoding)
+    std::string json_schema_file;  // --json-schema FILE: the answer satisfies this JSON schema
+    bool reasoning_first = false;  // the prompt ends in "<think>": a constraint starts after "</think>"
 };
 
 void add_model_options(CLI::App& app, GenOptions& o);
