@@ -11,7 +11,7 @@
 namespace di {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // properties stay in the order the tool lists them
 
 constexpr const char* kCallsBegin = "<｜DSML｜tool_calls>\n";
 constexpr const char* kCallsEnd = "</｜DSML｜tool_calls>";
@@ -50,7 +50,8 @@ json parameter(const std::string& key, const json& schema) {
     return alternatives.size() == 1 ? alternatives[0] : json{{"type", "or"}, {"elements", alternatives}};
 }
 
-// An invoke: its parameters in the schema's order, required ones always, optional ones maybe. Schemas
+// An invoke: its parameters in the order of the tool's JSON text, required ones always, optional ones maybe
+// (a caller that parsed the request with sorted keys passes them sorted). Schemas
 // without a flat list of properties fall back on xgrammar's own "deepseek_xml" rendering (one whitespace
 // character between parameters, so V4's "\n" stays possible).
 json invoke_tag(const std::string& name, const json& parameters) {
