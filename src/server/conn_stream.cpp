@@ -31,7 +31,7 @@ bool socket_ready(socket_t sock, short events, std::chrono::microseconds timeout
     const auto end = std::chrono::steady_clock::now() + timeout;
     for (;;) {
         const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+            std::chrono::ceil<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
         const int r = ::poll(&p, 1, int(std::max<int64_t>(0, left.count())));
         if (r > 0) return true;  // ready, or hung up / errored: the next read or write says which
         if (r == 0) return false;
