@@ -30,8 +30,6 @@ void for_each_tensor(const ModelConfig& c, int64_t capacity, std::vector<LayerSt
 
 }  // namespace
 
-int64_t StateSize::bytes_for(int64_t capacity) const { return fixed_bytes + int64_t(bytes_per_token * double(capacity)); }
-
 StateSize state_size(const ModelConfig& c) {
     StateSize s;
     const int64_t probe = 1 << 20;  // entries scale exactly with capacity / rate

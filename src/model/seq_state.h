@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/state_size.h"
 #include "ops/backend.h"
 
 namespace di::model {
@@ -23,12 +24,6 @@ struct LayerState {
     CompressorState index;     // CSA
 };
 
-// Byte accounting of one sequence's state.
-struct StateSize {
-    int64_t fixed_bytes = 0;      // independent of length: rings, buffers, overlaps
-    double bytes_per_token = 0;   // compressed entries (amortised: d * 4 / rate per compressed layer)
-    int64_t bytes_for(int64_t capacity) const;
-};
 StateSize state_size(const ModelConfig& cfg);
 
 class SeqState {

@@ -1,13 +1,11 @@
 #include "runtime/admission.h"
 
-#include <algorithm>
-#include <cmath>
+#include "model/state_size.h"
 
 namespace di::runtime {
 
 int64_t state_bytes(const AdmissionLimits& l, int64_t capacity) {
-    const double bytes = double(l.fixed_bytes) + std::ceil(l.bytes_per_token * double(std::max<int64_t>(capacity, 0)));
-    return !(bytes < 9.2e18) ? INT64_MAX : int64_t(bytes);  // NaN too
+    return model::StateSize{l.fixed_bytes, l.bytes_per_token}.bytes_for(capacity);
 }
 
 Result<int64_t> admission_bytes(const AdmissionLimits& l, int64_t n_prompt, int64_t max_tokens) {

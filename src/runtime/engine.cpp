@@ -159,9 +159,7 @@ const Tokenizer* Engine::tokenizer() const { return impl_->tokenizer ? &*impl_->
 const EngineOptions& Engine::options() const { return impl_->opt; }
 
 int64_t Engine::state_bytes_for(int64_t capacity) const {
-    // Rounded up: entries are floor(capacity / rate) per layer, never more than the amortised rate.
-    // Saturates at INT64_MAX (a demand no budget meets) instead of overflowing for huge capacities.
-    return runtime::state_bytes(impl_->limits(), capacity);
+    return runtime::state_bytes(impl_->limits(), capacity);  // model::StateSize::bytes_for, the one formula
 }
 
 std::vector<KernelUse> Engine::kernel_uses() const {
