@@ -48,6 +48,11 @@ void GuardedServer::handler_started() {
     if (t_current.server) t_current.server->arm(*static_cast<Conn*>(t_current.conn), false);
 }
 
+void GuardedServer::widen_backlog() {
+    const socket_t s = svr_sock_;
+    if (s != INVALID_SOCKET) ::listen(s, SOMAXCONN);  // listen() again on a listening socket sets its backlog
+}
+
 std::function<bool()> GuardedServer::client_gone() {
     if (!t_current.server) return [] { return false; };
     const socket_t sock = static_cast<Conn*>(t_current.conn)->sock;

@@ -31,6 +31,10 @@ public:
     // For the handler of the current request: a test of whether its client has closed the connection
     // (false outside a connection).
     static std::function<bool()> client_gone();
+    // After binding: the listen backlog as long as the system allows. The library listens with a backlog of 5;
+    // a burst of clients (64 at once in the load test) on a busy machine then overflows the accept queue and
+    // some connections are dropped before a worker ever sees them.
+    void widen_backlog();
 
 private:
     struct Conn {

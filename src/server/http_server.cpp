@@ -279,6 +279,7 @@ Status HttpServer::bind() {
                               o.port);
         impl_->port = o.port;
     }
+    impl_->svr.widen_backlog();
     return ok_status();
 }
 
