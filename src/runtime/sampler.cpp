@@ -20,6 +20,12 @@ int64_t first_non_finite(std::span<const float> logits) {
     return -1;
 }
 
+namespace {
+
+bool allows(std::span<const uint32_t> mask, size_t v) { return (mask[v / 32] >> (v % 32)) & 1u; }
+
+}  // namespace
+
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
 SampledToken Sampler::sample(std::span<const float> logits, std::span<const int32_t> context,
@@ -27,16 +33,6 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
                              std::span<const uint32_t> allowed) {
     const size_t V = logits.size();
     SampledToken out;
-    const bool want_logprobs = p_.logprobs || p_.top_logprobs > 0;
-    // Log-probabilities of the raw distribution, for logprobs reporting (a pass of exp over the vocabulary:
-    // ~0.5 ms at 129K ids, so only when asked for).
-    double raw_lse = 0;
-    if (want_logprobs) {
-        const double raw_max = *std::max_element(logits.begin(), logits.end());
-        double raw_sum = 0;
-        for (float l : logits) raw_sum += std::exp(double(l) - raw_max);
-        raw_lse = raw_max + std::log(raw_sum);
-    }
     const bool penalties =
         p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
     if (p_.temperature <= 0.0f && !penalties) {  // greedy on the logits themselves: the first maximum allowed
@@ -47,12 +43,12 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
         }
         int64_t best = -1;
         for (size_t v = 0; v < V; ++v) {
-            if (!allowed.empty() && !((allowed[v / 32] >> (v % 32)) & 1u)) continue;
+            if (!allowed.empty() && !allows(allowed, v)) continue;
             if (!barred.empty() && barred[v]) continue;
             if (best < 0 || logits[v] > logits[size_t(best)]) best = int64_t(v);
         }
         out.id = int32_t(std::max<int64_t>(best, 0));  // nothing allowed: id 0, as the general path
-        finish_logprobs(out, logits, raw_lse);
+        finish_logprobs(out, logits);
         return out;
     }
 
@@ -72,7 +68,7 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
     for (int32_t t : suppressed) z[size_t(t)] = neg_inf;
     if (!allowed.empty())
         for (size_t v = 0; v < V; ++v)
-            if (!((allowed[v / 32] >> (v % 32)) & 1u)) z[v] = neg_inf;
+            if (!allows(allowed, v)) z[v] = neg_inf;
 
     if (p_.temperature <= 0.0f) {  // greedy: first maximum, no sort
         out.id = int32_t(std::max_element(z.begin(), z.end()) - z.begin());
@@ -115,13 +111,19 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
             r -= prob[i];
         }
     }
-    finish_logprobs(out, logits, raw_lse);
+    finish_logprobs(out, logits);
     return out;
 }
 
-void Sampler::finish_logprobs(SampledToken& out, std::span<const float> logits, double raw_lse) const {
+// Log-probabilities of the raw distribution: a pass of exp over the vocabulary (~0.5 ms at 129K ids), so only
+// when asked for.
+void Sampler::finish_logprobs(SampledToken& out, std::span<const float> logits) const {
     if (!p_.logprobs && p_.top_logprobs <= 0) return;
     const size_t V = logits.size();
+    const double raw_max = *std::max_element(logits.begin(), logits.end());
+    double raw_sum = 0;
+    for (float l : logits) raw_sum += std::exp(double(l) - raw_max);
+    const double raw_lse = raw_max + std::log(raw_sum);
     out.logprob = float(double(logits[size_t(out.id)]) - raw_lse);
     if (p_.top_logprobs > 0) {
         std::vector<int32_t> raw(V);

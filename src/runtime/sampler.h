@@ -48,7 +48,7 @@ public:
 
 private:
     double uniform();  // [0, 1), identical on every platform for a given seed
-    void finish_logprobs(SampledToken& out, std::span<const float> logits, double raw_lse) const;
+    void finish_logprobs(SampledToken& out, std::span<const float> logits) const;  // when asked for
     SamplingParams p_;
     std::mt19937_64 rng_;
 };

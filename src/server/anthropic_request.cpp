@@ -143,16 +143,10 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
         found |= name == forced;
     }
     // The same demands as OpenAI's tool_choice (held by constrained decoding).
-    if ((choice == "any" || choice == "tool") && r.tools.empty())
-        return bad_request(fmt::format("tool_choice '{}' needs 'tools'", choice), "tool_choice");
-    if (choice == "tool" && !found)
-        return bad_request(fmt::format("tool_choice names '{}', which is not one of the tools", forced), "tool_choice");
-    if (choice == "tool")
-        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kForced, forced, false};
-    else if (choice == "any")
-        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kRequired, "", !no_parallel};
-    else if (choice == "auto" && no_parallel && !r.tools.empty())
-        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kAtMostOne, "", false};
+    using Mode = ToolCallDemand::Mode;
+    if (choice == "tool") return settle_tool_demand(r, {Mode::kForced, forced, false}, found);
+    if (choice == "any") return settle_tool_demand(r, {Mode::kRequired, "", !no_parallel}, found);
+    if (choice == "auto" && no_parallel) return settle_tool_demand(r, {Mode::kAtMostOne, "", false}, found);
     return std::nullopt;
 }
 

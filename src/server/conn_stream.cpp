@@ -88,6 +88,16 @@ void ConnStream::get_local_ip_and_port(std::string& ip, int& port) const {
     if (::getsockname(sock_, reinterpret_cast<sockaddr*>(&a), &len) == 0) numeric_address(a, len, ip, port);
 }
 
+bool wait_next_request(socket_t sock, std::chrono::milliseconds timeout,
+                       const std::function<bool()>& stopping) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!stopping()) {
+        if (socket_ready(sock, POLLIN, std::chrono::milliseconds(10))) return true;
+        if (std::chrono::steady_clock::now() >= end) return false;
+    }
+    return false;
+}
+
 bool peer_closed(socket_t sock) {
     pollfd p{sock, POLLIN, 0};
     if (::poll(&p, 1, 0) <= 0) return false;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "server/http.h"
@@ -34,8 +35,8 @@ class ConnStream final : public httplib::Stream {
 
 // Waits up to `timeout` for the next request on an idle kept-alive connection, giving up early when
 // `stopping()` turns true (polled every 10 ms). True when bytes (or a hang-up) arrived.
-template <class StopFn>
-bool wait_next_request(socket_t sock, std::chrono::milliseconds timeout, StopFn stopping);
+bool wait_next_request(socket_t sock, std::chrono::milliseconds timeout,
+                       const std::function<bool()>& stopping);
 bool socket_ready(socket_t sock, short events, std::chrono::microseconds timeout);
 
 // True when the peer has closed its side (or the connection broke); bytes it sent and nobody read yet
@@ -45,15 +46,5 @@ bool peer_closed(socket_t sock);
 // Closes a connection without resetting it: the peer first gets our FIN, then unread request bytes are
 // drained briefly, so a response sent before the whole request was read is not lost to an RST.
 void drain_and_close(socket_t sock);
-
-template <class StopFn>
-bool wait_next_request(socket_t sock, std::chrono::milliseconds timeout, StopFn stopping) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (!stopping()) {
-        if (socket_ready(sock, 0x001 /* POLLIN */, std::chrono::milliseconds(10))) return true;
-        if (std::chrono::steady_clock::now() >= end) return false;
-    }
-    return false;
-}
 
 }  // namespace di::server

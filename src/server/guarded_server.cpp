@@ -94,7 +94,7 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     using std::chrono::microseconds, std::chrono::seconds;
     ConnStream strm(sock, seconds(read_timeout_sec_) + microseconds(read_timeout_usec_),
                     seconds(write_timeout_sec_) + microseconds(write_timeout_usec_));
-    const auto stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
+    const std::function<bool()> stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
     bool ret = false;
     for (size_t left = keep_alive_max_count_; left > 0 && !stopping(); --left) {
         if (!strm.has_buffered() && !wait_next_request(sock, seconds(keep_alive_timeout_sec_), stopping)) break;

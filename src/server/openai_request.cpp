@@ -189,7 +189,7 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
             return wrong_type("tool_choice", "a string or an object", *tc);
         }
     }
-    bool parallel = true;
+    bool parallel = true, found = false;
     DI_API_TRY(f.boolean("parallel_tool_calls", parallel));
     if (tools) {
         if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
@@ -201,22 +201,13 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
                 return bad_request(fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", k),
                                    k);
             if (choice != "none") r.tools.push_back(t.dump());
+            found |= t["function"]["name"] == forced;
         }
     }
-    if ((choice == "required" || choice == "forced") && r.tools.empty())
-        return bad_request(fmt::format("tool_choice {} needs 'tools'", choice == "forced" ? "naming a function" : "\"required\""),
-                           "tool_choice");
-    if (choice == "forced") {
-        bool known = false;
-        for (const std::string& t : r.tools) known |= json::parse(t)["function"]["name"] == forced;
-        if (!known) return bad_request(fmt::format("tool_choice names '{}', which is not one of the tools", forced),
-                                       "tool_choice");
-        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kForced, forced, false};
-    } else if (choice == "required") {
-        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kRequired, "", parallel};
-    } else if (choice == "auto" && !parallel && !r.tools.empty()) {
-        r.tool_demand = ToolCallDemand{ToolCallDemand::Mode::kAtMostOne, "", false};
-    }
+    using Mode = ToolCallDemand::Mode;
+    if (choice == "forced") return settle_tool_demand(r, {Mode::kForced, forced, false}, found);
+    if (choice == "required") return settle_tool_demand(r, {Mode::kRequired, "", parallel}, found);
+    if (choice == "auto" && !parallel) return settle_tool_demand(r, {Mode::kAtMostOne, "", false}, found);
     return std::nullopt;
 }
 
@@ -290,6 +281,19 @@ MaybeError parse_response_format(Fields& f, CommonParams& p) {
 }
 
 }  // namespace
+
+MaybeError settle_tool_demand(ChatRequest& r, const ToolCallDemand& wanted, bool forced_found) {
+    if (wanted.mode == ToolCallDemand::Mode::kAtMostOne) {
+        if (!r.tools.empty()) r.tool_demand = wanted;
+        return std::nullopt;
+    }
+    if (r.tools.empty()) return bad_request("this tool_choice needs 'tools'", "tool_choice");
+    if (wanted.mode == ToolCallDemand::Mode::kForced && !forced_found)
+        return bad_request(fmt::format("tool_choice names '{}', which is not one of the tools", wanted.forced),
+                           "tool_choice");
+    r.tool_demand = wanted;
+    return std::nullopt;
+}
 
 ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
     auto parsed = parse_body(body);

@@ -45,6 +45,11 @@ struct CompletionRequest {
 };
 
 ApiResult<ChatRequest> parse_chat_request(std::string_view body);
+
+// The tool demand of a chat request once its tools are read (OpenAI's tool_choice and Anthropic's share it):
+// kRequired and kForced need tools, and kForced a tool of that name (`forced_found`); kAtMostOne applies only
+// when there are tools. Errors name tool_choice.
+std::optional<ApiError> settle_tool_demand(ChatRequest& r, const ToolCallDemand& wanted, bool forced_found);
 ApiResult<CompletionRequest> parse_completion_request(std::string_view body);
 
 }  // namespace di::server

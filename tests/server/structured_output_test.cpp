@@ -64,6 +64,16 @@ Request sampled(uint64_t seed, int64_t max_tokens) {
     return r;
 }
 
+// The same request held to a constraint: `spec` is the JSON schema or the structural tag its kind needs.
+Request constrained(uint64_t seed, int64_t max_tokens, OutputConstraint::Kind kind,
+                    const std::string& spec = "") {
+    Request r = sampled(seed, max_tokens);
+    r.constraint.kind = kind;
+    if (kind == OutputConstraint::Kind::kJsonSchema) r.constraint.json_schema = spec;
+    if (kind == OutputConstraint::Kind::kStructuralTag) r.constraint.structural_tag = spec;
+    return r;
+}
+
 constexpr const char* kSchema = R"({
   "type": "object",
   "properties": {
@@ -126,10 +136,7 @@ TEST(StructuredOutput, JsonSchemaOutputsSatisfyTheSchemaWhateverTheSeed) {
     ASSERT_TRUE(e);
     int unconstrained_json = 0;
     for (uint64_t seed = 0; seed < 12; ++seed) {
-        Request r = sampled(seed, 120);
-        r.constraint.kind = OutputConstraint::Kind::kJsonSchema;
-        r.constraint.json_schema = kSchema;
-        const Output o = run(*e, r);
+        const Output o = run(*e, constrained(seed, 120, OutputConstraint::Kind::kJsonSchema, kSchema));
         EXPECT_EQ(o.reason, FinishReason::kStop) << "seed " << seed << ": " << o.text << " " << o.error;
         EXPECT_TRUE(satisfies_schema(o.text)) << "seed " << seed;
         const Output free = run(*e, sampled(seed, 40));  // the same request without the constraint
@@ -144,9 +151,7 @@ TEST(StructuredOutput, JsonObjectOutputsAreObjects) {
     ASSERT_TRUE(e);
     int complete = 0;
     for (uint64_t seed = 0; seed < 8; ++seed) {
-        Request r = sampled(seed, 400);
-        r.constraint.kind = OutputConstraint::Kind::kJsonObject;
-        const Output o = run(*e, r);
+        const Output o = run(*e, constrained(seed, 400, OutputConstraint::Kind::kJsonObject));
         ASSERT_NE(o.reason, FinishReason::kError) << o.error;
         EXPECT_EQ(o.text.rfind("{", 0), 0u) << "seed " << seed << ": " << o.text;
         if (o.reason != FinishReason::kStop) continue;  // cut by max_tokens: a prefix of an object
@@ -160,10 +165,8 @@ TEST(StructuredOutput, JsonObjectOutputsAreObjects) {
 TEST(StructuredOutput, GreedyConstrainedOutputIsDeterministic) {
     auto e = make_engine();
     ASSERT_TRUE(e);
-    Request r = sampled(0, 120);
+    Request r = constrained(0, 120, OutputConstraint::Kind::kJsonSchema, kSchema);
     r.sampling.temperature = 0;
-    r.constraint.kind = OutputConstraint::Kind::kJsonSchema;
-    r.constraint.json_schema = kSchema;
     const Output a = run(*e, r), b = run(*e, r);
     EXPECT_TRUE(satisfies_schema(a.text));
     EXPECT_EQ(a.text, b.text);
@@ -174,10 +177,7 @@ TEST(StructuredOutput, BadSchemasAreRefusedNamingResponseFormat) {
     ASSERT_TRUE(e);
     for (const char* bad : {R"({"type": "object", "properties": )", R"({"type": "no-such-type"})",
                             R"({"$ref": "#/definitions/missing"})"}) {
-        Request r = sampled(0, 8);
-        r.constraint.kind = OutputConstraint::Kind::kJsonSchema;
-        r.constraint.json_schema = bad;
-        auto s = e->submit(r);
+        auto s = e->submit(constrained(0, 8, OutputConstraint::Kind::kJsonSchema, bad));
         ASSERT_FALSE(s.ok()) << bad;
         EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument) << bad;
         EXPECT_EQ(s.error().message.rfind("response_format", 0), 0u) << s.error().message;
@@ -228,10 +228,8 @@ TEST(StructuredOutput, DemandedToolCallsAreWellFormedDsml) {
         auto grammar = dsml_tool_call_grammar(kTools, d);
         ASSERT_TRUE(grammar.ok()) << grammar.error().message;
         for (uint64_t seed = 0; seed < 4; ++seed) {
-            Request r = sampled(seed, 300);
-            r.constraint.kind = OutputConstraint::Kind::kStructuralTag;
-            r.constraint.structural_tag = *grammar;
-            const Output o = run(*e, r);
+            const Output o =
+                run(*e, constrained(seed, 300, OutputConstraint::Kind::kStructuralTag, *grammar));
             const std::string where = "mode " + std::to_string(int(d.mode)) + " seed " + std::to_string(seed);
             // Several calls allowed: the random model may keep calling until max_tokens; the calls it closed
             // are checked (the last, cut one is dropped, and the cut text is not held to the layout).
@@ -284,9 +282,7 @@ TEST(StructuredOutput, ModelsWithoutATokenizerRefuseConstraints) {
     o.model_dir = kModel;  // the fixture directory holds no tokenizer.json
     auto e = Engine::create(o);
     ASSERT_TRUE(e.ok()) << e.error().message;
-    Request r = sampled(0, 8);
-    r.constraint.kind = OutputConstraint::Kind::kJsonObject;
-    auto s = (*e)->submit(r);
+    auto s = (*e)->submit(constrained(0, 8, OutputConstraint::Kind::kJsonObject));
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
     EXPECT_NE(s.error().message.find("tokenizer"), std::string::npos) << s.error().message;
