@@ -240,7 +240,7 @@ public:
     }
 
 private:
-    std::pair<void*, size_t> slots_[8] = {};
+    std::pair<void*, size_t> slots_[9] = {};
 };
 
 void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t>& ns) {
@@ -251,6 +251,7 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
             WeightRef r;
             r.data = random_device(size_t(o * i / 2), 0);
             r.scale = random_device(size_t(o * i / 32), 1);
+            KCHECK(cudaMemset(const_cast<void*>(r.scale), 120, size_t(o * i / 32)));  // 2^-7, as the model draws
             r.ld = i / 2, r.ld_scale = i / 32, r.out_dim = o, r.in_dim = i, r.format = 2, r.scale_e8m0 = true;
             table.push_back(r);
         }
@@ -281,14 +282,17 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
         float* w = static_cast<float*>(random_device(size_t(n * k) * 4, 2));
         float* out = nullptr;
         KCHECK(cudaMalloc(&out, size_t(n * D) * 4));
-        MoeParams p{x, D, nullptr, k, w, k, dtable, E, out, D, n, k, D, I, 10.0f, gemv_format(table[0])};
-        for (auto [vname, v] : {std::pair{"split_rows", MoeVariant::kSplitRows}, std::pair{"grouped", MoeVariant::kGrouped},
-                                std::pair{"per_pair", MoeVariant::kPerPair}}) {
+        MoeParams p{x, D, nullptr, k, w, k, dtable, E, out, D, n, k, D, I, 10.0f, gemv_format(table[0]),
+                    fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s)};
+        for (auto [vname, v] : {std::pair{"mma", MoeVariant::kMma}, std::pair{"split_rows", MoeVariant::kSplitRows},
+                                std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
             p.ids = ids[0];
+            if (v == MoeVariant::kMma && !moe_mma_supported(p)) continue;
             if (v == MoeVariant::kSplitRows && !moe_split_supported(p)) continue;
             if (v == MoeVariant::kGrouped && !moe_grouped_supported(p)) continue;
             scratch.get(1, size_t(n * k * I) * 4), scratch.get(2, size_t(n * k * D) * 4);  // before capture
             scratch.get(3, size_t(2 + 2 * std::min<int64_t>(n * k, E) + n * k) * 4);
+            scratch.get(8, size_t(n * D + n * k * I + n * D / 128 + n * k * I / 128) * 4);
             const double us = graph_us(s, 2 * kSets, [&](int i) {
                 MoeParams q = p;
                 q.ids = ids[size_t(i % kSets)];

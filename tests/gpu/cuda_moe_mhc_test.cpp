@@ -77,6 +77,7 @@ struct MoeCase {
     const char* name;
     int64_t n, E, k, D, I;
     ops::WeightFormat fmt;
+    bool wide_scales = false;  // fp4 scales 2^-31 .. 2^8: outside what mma folds into f16 weights
 };
 
 const MoeCase kMoe[] = {
@@ -94,6 +95,8 @@ const MoeCase kMoe[] = {
     // more than 1024 (token, slot) pairs: the backend runs chunks of 512 tokens (k = 2)
     {"fp8_chunks_of_512_tokens", 700, 8, 2, 256, 256, ops::WeightFormat::kFp8Block},
     {"fp4_split_chunks", 520, 8, 2, 1024, 1024, ops::WeightFormat::kFp4Group},
+    // dispatch must not give these to mma
+    {"fp4_wide_scales", 3, 4, 2, 256, 128, ops::WeightFormat::kFp4Group, true},
 };
 
 // Every moe variant of the CUDA backend on every case it applies to ("" = the default dispatch).
@@ -101,7 +104,8 @@ using MoeRun = VariantRun<MoeCase>;
 
 class CudaMoe : public ::testing::TestWithParam<MoeRun> {};
 
-// f32 dot products of length D and I vs double: 2e-5. The grouped and split_rows variants must also be
+// f32 dot products of length D and I vs double: 2e-5 (mma too: its hi + lo f16 halves carry 22 bits of each
+// activation, its products are exact and its sums f32). The grouped, split_rows and mma variants must also be
 // batch-invariant: token 0 computed alone equals its row in the batch, bit for bit (for split_rows that
 // compares its one-token path, without a plan, with the planned path).
 TEST_P(CudaMoe, MatchesRef) {
@@ -113,6 +117,9 @@ TEST_P(CudaMoe, MatchesRef) {
     auto split_dim = [](int64_t d) { return d == 1024 || d == 2048 || d == 4096 || d == 8192; };
     const bool split_ok = split_dim(c.D) && split_dim(c.I);
     if (variant == "split_rows" && !split_ok) GTEST_SKIP() << "split_rows needs hidden and moe_dim of 1024, 2048, 4096 or 8192";
+    if (variant == "mma" &&
+        (c.fmt != ops::WeightFormat::kFp4Group || c.D % 128 != 0 || c.I % 128 != 0 || c.wide_scales))
+        GTEST_SKIP() << "mma needs fp4 experts with scales in [2^-23, 2^1], hidden and moe_dim multiples of 128";
     auto& b = backends();
     // The experts of a case are drawn once and shared by its variants (256 FP4 experts take ~40 s to draw).
     static std::map<std::string, std::pair<std::vector<Pair>, std::vector<Pair>>> cache;
@@ -134,6 +141,11 @@ TEST_P(CudaMoe, MatchesRef) {
             fill_uniform(data.back());
             scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
             fill_e8m0(scale.back());
+            if (c.wide_scales) {
+                auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
+                for (size_t i = 0; i < scale.back().hv().nbytes(); ++i) sb[i] = uint8_t(96 + rng()() % 40);
+                scale.back().upload();
+            }
         }
     };
     if (!drawn) {
@@ -172,10 +184,13 @@ TEST_P(CudaMoe, MatchesRef) {
             ids.hv().ptr<int32_t>()[t * c.k + 1] = (ids.hv().ptr<int32_t>()[t * c.k] + 1) % int32_t(c.E);
     ids.upload();
     ASSERT_TRUE(b.gpu->force_variant("moe", variant)) << variant;
+    const int64_t mma_before = b.gpu->dispatch_count("moe", "mma");
     b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), 10.0f});
     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), 10.0f});
     expect_close(out, 2e-5, c.name);
-    if ((variant == "grouped" || variant == "split_rows") && c.n > 1) {  // token 0 alone
+    if (c.wide_scales) EXPECT_EQ(b.gpu->dispatch_count("moe", "mma"), mma_before) << "mma took wide scales";
+    if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("moe", variant), 0) << variant << " did not run";
+    if ((variant == "grouped" || variant == "split_rows" || variant == "mma") && c.n > 1) {  // token 0 alone
         Pair one(DType::kF32, {1, c.D});
         one.poison();
         b.gpu->moe({x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(), 10.0f});
@@ -187,7 +202,7 @@ TEST_P(CudaMoe, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
-                         ::testing::ValuesIn(variant_runs(kMoe, {"", "split_rows", "grouped", "per_pair"})),
+                         ::testing::ValuesIn(variant_runs(kMoe, {"", "mma", "split_rows", "grouped", "per_pair"})),
                          VariantRunName());
 
 // mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.

@@ -73,7 +73,7 @@ private:
         uint32_t generation = 0;
     };
     Allocator& alloc_;
-    std::array<Slot, 8> slots_{};
+    std::array<Slot, 9> slots_{};
     uint32_t touched_ = 0;
 };
 
@@ -162,6 +162,7 @@ private:
         std::vector<WeightRef> host;
         void* device = nullptr;
         int gemv_format = -1;  // shared gemv_format() of every expert matrix, or -1
+        bool mma_scales_ok = false;  // every fp4 scale folds into f16 weights (moe_mma)
     };
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.

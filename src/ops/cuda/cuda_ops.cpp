@@ -26,8 +26,8 @@ constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kCublasLtFp8
                                                cuda::LinearVariant::kTiled};
 // Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
 constexpr int64_t kLtMinRows = 16;
-constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kSplitRows, cuda::MoeVariant::kGrouped,
-                                            cuda::MoeVariant::kPerPair};
+constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kMma, cuda::MoeVariant::kSplitRows,
+                                         cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
 constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
 constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSplitKv,
                                                      cuda::AttentionVariant::kPerQuery};
@@ -56,7 +56,11 @@ CudaBackend::CudaBackend(int device)
                   false},
                  {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
                  {"linear", "tiled", "any n", true}}),
-      moe_v_({{"moe", "split_rows",
+      moe_v_({{"moe", "mma",
+               "fp4 experts with UE8M0 scales in [2^-23, 2^1]; hidden and moe_dim multiples of 128; tokens in "
+               "chunks of <= 1024 pairs; mma.sync tensor cores, f32 activations as hi + lo f16 per 128 elements",
+               false},
+              {"moe", "split_rows",
                "hidden and moe_dim each 1024, 2048, 4096 or 8192; every expert matrix in one format with 16-byte "
                "rows; rows split over a block's threads, x in registers; tokens in chunks of <= 1024 pairs",
                false},
@@ -457,6 +461,8 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
         t.gemv_format = cuda::gemv_format(t.host[0]);
         for (const WeightRef& w : t.host)
             if (cuda::gemv_format(w) != t.gemv_format) t.gemv_format = -1;
+        t.mma_scales_ok = cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device), t.host.data(),
+                                                       int64_t(t.host.size()), stream());
     }
     return t;
 }
@@ -484,10 +490,11 @@ void CudaBackend::moe(const MoeArgs& a) {
         cuda::MoeParams p{f32(a.x) + t0 * ld(a.x), ld(a.x), a.ids.ptr<int32_t>() + t0 * ld(a.ids), ld(a.ids),
                           f32(a.weights) + t0 * ld(a.weights), ld(a.weights), static_cast<const WeightRef*>(table.device),
                           a.n_experts, f32m(a.out) + t0 * ld(a.out), ld(a.out), m, k, D, I, a.limit,
-                          table.gemv_format};
+                          table.gemv_format, table.mma_scales_ok};
         const int v = moe_v_.choose(
             [&](int i, bool) {
                 switch (kMoeEnum[i]) {
+                    case cuda::MoeVariant::kMma: return cuda::moe_mma_supported(p);
                     case cuda::MoeVariant::kSplitRows: return cuda::moe_split_supported(p);
                     case cuda::MoeVariant::kGrouped: return cuda::moe_grouped_supported(p);
                     default: return true;

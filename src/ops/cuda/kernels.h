@@ -17,8 +17,9 @@ enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 class Scratch {
 public:
     virtual ~Scratch() = default;
-    // A buffer of at least `bytes` for slot `slot` (0..7), valid until the next get of the same slot.
-    // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 fp8 GEMM inputs.
+    // A buffer of at least `bytes` for slot `slot` (0..8), valid until the next get of the same slot.
+    // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 fp8 GEMM inputs,
+    // 8 moe activation chunks (mma).
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -190,15 +191,22 @@ struct MoeParams {
     int64_t n, k, D, I;
     float limit;                              // swiglu_limit: > 0 (checked); +inf: no clamp
     int gemv_format = -1;                     // every expert matrix's gemv_format(), or -1 if they differ
+    bool mma_scales_ok = false;               // every scale UE8M0 in [kFp4F16ScaleMin, kFp4F16ScaleMax]
 };
-// Variants: kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I
+// Variants: kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16 chunks; D and
+// I multiples of 128, mma_scales_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I
 // each 1024, 2048, 4096 or 8192, n * k <= kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine
 // for one token), kGrouped (moe_grouped.cu: each selected expert's weights streamed once per step for all the
 // tokens that chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an
 // expert's weights per (token, slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
-enum class MoeVariant { kAuto, kSplitRows, kGrouped, kPerPair };
+enum class MoeVariant { kAuto, kMma, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
+bool moe_mma_supported(const MoeParams& p);
+void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s);
+// Whether every scale byte of the table's fp4 matrices lies in the range moe_mma folds into f16 (one pass
+// over the scales; synchronises the stream).
+bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* table_host, int64_t count, Stream s);
 bool moe_grouped_supported(const MoeParams& p);
 void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_split_supported(const MoeParams& p);

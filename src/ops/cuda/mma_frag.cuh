@@ -1,0 +1,72 @@
+// f32 activations on f16 tensor cores without giving up f32 precision ("exact" mode), for the small-n
+// products of decode (mma.sync m16n8k16, f32 accumulation).
+//
+// Activations: each 128-element chunk of a row is scaled by a power of two s (max |x| s in [2^14, 2^15)) and
+// split into hi = f16(x s) and lo = f16(x s - hi): hi + lo holds 22 bits of every element that is at least
+// 2^-28 of the chunk's max, and the product of an f16 weight with hi or lo is exact in f32. The chunk is
+// stored in the order of the B fragments (`ActChunk`), so a thread loads its 16 registers with four 16-byte
+// loads, and 1/s beside it; a chunk's partial product is multiplied by 1/s (exact) before it joins the sum.
+//
+// Weights: a thread owns 16 contiguous bytes of a weight row per chunk (fp4: 32 elements, one UE8M0 group).
+// The K order inside a chunk is permuted so that those bytes feed its A fragments directly; the activation
+// chunk uses the same permutation, and a dot product does not depend on the order of its terms' positions.
+#pragma once
+
+#include "ops/cuda/device_util.cuh"
+
+namespace di::cuda::mma {
+
+inline constexpr int kChunk = 128;            // K elements per activation scale
+inline constexpr int kChunkWords = 2 * 4 * 16;  // u32 per (row, chunk): [hi, lo][q = lane % 4][16]
+
+// Element e (0..127) of a chunk: thread q = e / 32 owns elements 32q .. 32q + 31 (one 16-byte fp4 unit:
+// word i holds elements 8i .. 8i + 7, nibble m of the word is element 8i + m). k-step 2i + h of the chunk
+// takes from word i the pairs (m, m + 4) for m = 2h (B register 0) and m = 2h + 1 (B register 1); the pair's
+// first element is the low f16.
+__host__ __device__ constexpr int act_word(int e) {
+    const int q = e >> 5, i = (e & 31) >> 3, m = e & 7;
+    return q * 16 + (2 * i + ((m & 3) >> 1)) * 2 + (m & 1);
+}
+__host__ __device__ constexpr int act_half(int e) { return (e & 7) >> 2; }
+
+// Activations of `rows` rows [rows, K] (K a multiple of 128) as chunks: data [rows, K / 128, kChunkWords]
+// and inv [rows, K / 128] (1/s).
+struct ActChunks {
+    uint32_t* data;
+    float* inv;
+};
+void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s);
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Nibbles idx and idx + 4 of fp4 word w as an f16 pair times 2^-14 (exact: the 3 magnitude bits become the
+// f16's low exponent bits and its first mantissa bit, e2m1's subnormal 0.5 an f16 subnormal).
+template <int idx>
+__device__ __forceinline__ uint32_t fp4_pair(uint32_t w) {
+    constexpr int b = 4 * idx;
+    const uint32_t mag = b <= 9 ? w << (9 - b) : w >> (b - 9);
+    const uint32_t sgn = b <= 12 ? w << (12 - b) : w >> (b - 12);
+    return (mag & 0x0E000E00u) | (sgn & 0x80008000u);
+}
+
+// The f16 pair (2^(14 + e), 2^(14 + e)) for a UE8M0 byte 2^e: multiplying fp4_pair by it applies the
+// group scale exactly while the result stays representable, which fp4_scale_ok guarantees.
+__device__ __forceinline__ uint32_t fp4_multiplier(uint32_t e8m0) {
+    const uint32_t bits = (e8m0 - 98u) << 10;
+    return bits | (bits << 16);
+}
+// UE8M0 bytes for which every e2m1 value times the scale is an exact f16 (0.5 * 2^e >= 2^-24, 6 * 2^e <=
+// 65504) and 2^(14 + e) is a normal f16.
+inline constexpr int kFp4F16ScaleMin = 127 - 23, kFp4F16ScaleMax = 127 + 1;
+
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+}  // namespace di::cuda::mma

@@ -1,0 +1,277 @@
+// Routed experts on the tensor cores for decode and small batches (fp4 experts, f32 activations as hi/lo
+// f16 chunks, mma_frag.cuh):
+//   x chunks:  the step's token rows as hi/lo f16 chunks (one launch)
+//   up:        h[pair, r] = swiglu(W1_e[r] . x_t, W3_e[r] . x_t); a warp owns 16 rows of W1 and the same 16 of
+//              W3 over a quarter of K, so both products of a row meet in one thread
+//   h chunks:  h as hi/lo chunks (one launch)
+//   down:      y[pair, c] = W2_e[c] . h[pair], a warp 32 rows of W2 over a quarter of K
+//   combine:   out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
+// Block (row tile, slot): one token (decode at batch 1): slot j is pair j, no plan; more tokens: the plan's
+// active expert a, its tokens 4 at a time (B columns 2t and 2t + 1 are token t's hi and lo). Each selected
+// expert's weights are read once per 4 of its tokens. The fp4 group scale is folded into the f16 weights
+// (exact for UE8M0 bytes in [kFp4F16ScaleMin, kFp4F16ScaleMax], which dispatch checks).
+// A token's sums (chunk order, the warps' partials in warp order, hi before lo) do not depend on the other
+// tokens: deterministic and batch-invariant.
+#include <algorithm>
+
+#include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/moe_plan.cuh"
+
+namespace di::cuda {
+namespace {
+
+using namespace mma;
+
+__device__ __forceinline__ float swiglu(float g, float u, float limit) {
+    if (limit > 0) {  // clamped SwiGLU, as moe.cu and the reference
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return float(double(g) / (1.0 + exp(-double(g))) * double(u));
+}
+
+// One chunk's loads for one warp: NM matrices x MT row tiles x rows (g, g + 8), the B fragment of the
+// thread's column and the chunk's 1/s of token q (whose columns 2q, 2q + 1 the thread accumulates).
+template <int NM, int MT>
+struct Frag {
+    uint4 w[NM][MT][2];
+    uint32_t sc[NM][MT][2];
+    uint4 b[4];
+    float inv;
+};
+
+// One thread's view of a block's pass (pointers per thread: an array indexed by lane would live in local
+// memory).
+template <int NM>
+struct Job {
+    const uint8_t* w[NM];   // row 0 of this block's tile in each matrix
+    const uint8_t* sc[NM];  // its scale row
+    int64_t ld, ld_sc;      // bytes
+    const uint32_t* act;    // chunk 0 of this thread's B column (its token's hi or lo words), or null
+    const float* inv;       // 1/s of token q's chunks, or null
+};
+
+template <int NM, int MT>
+__device__ __forceinline__ void load_frag(const Job<NM>& j, int c, int g, int q, Frag<NM, MT>& f) {
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int64_t row = t * 16 + r * 8 + g;
+                f.w[m][t][r] = __ldcs(reinterpret_cast<const uint4*>(j.w[m] + row * j.ld + c * 64 + q * 16));
+                f.sc[m][t][r] = __ldg(j.sc[m] + row * j.ld_sc + c * 4 + q);
+            }
+    if (j.act != nullptr) {
+        const uint4* b = reinterpret_cast<const uint4*>(j.act + int64_t(c) * kChunkWords);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f.b[i] = __ldg(b + i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f.b[i] = make_uint4(0, 0, 0, 0);
+    }
+    f.inv = j.inv != nullptr ? __ldg(j.inv + c) : 0.0f;
+}
+
+template <int NM, int MT>
+__device__ __forceinline__ void compute_frag(const Frag<NM, MT>& f, float (&acc)[NM][MT][4]) {
+    const uint32_t bw[16] = {f.b[0].x, f.b[0].y, f.b[0].z, f.b[0].w, f.b[1].x, f.b[1].y, f.b[1].z, f.b[1].w,
+                             f.b[2].x, f.b[2].y, f.b[2].z, f.b[2].w, f.b[3].x, f.b[3].y, f.b[3].z, f.b[3].w};
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+            const uint32_t m0 = fp4_multiplier(f.sc[m][t][0]), m1 = fp4_multiplier(f.sc[m][t][1]);
+            const uint32_t w0[4] = {f.w[m][t][0].x, f.w[m][t][0].y, f.w[m][t][0].z, f.w[m][t][0].w};
+            const uint32_t w1[4] = {f.w[m][t][1].x, f.w[m][t][1].y, f.w[m][t][1].z, f.w[m][t][1].w};
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                {  // k-step 2i: nibble pairs (0, 4) and (1, 5)
+                    const uint32_t a[4] = {hmul2_bits(fp4_pair<0>(w0[i]), m0), hmul2_bits(fp4_pair<0>(w1[i]), m1),
+                                           hmul2_bits(fp4_pair<1>(w0[i]), m0), hmul2_bits(fp4_pair<1>(w1[i]), m1)};
+                    mma16816(d, a, bw[4 * i], bw[4 * i + 1]);
+                }
+                {  // k-step 2i + 1: pairs (2, 6) and (3, 7)
+                    const uint32_t a[4] = {hmul2_bits(fp4_pair<2>(w0[i]), m0), hmul2_bits(fp4_pair<2>(w1[i]), m1),
+                                           hmul2_bits(fp4_pair<3>(w0[i]), m0), hmul2_bits(fp4_pair<3>(w1[i]), m1)};
+                    mma16816(d, a, bw[4 * i + 2], bw[4 * i + 3]);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][t][e] = fmaf(f.inv, d[e], acc[m][t][e]);
+        }
+}
+
+// Partial sums of one warp over chunks [c0, c1), two chunks' loads in flight.
+template <int NM, int MT>
+__device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, float (&acc)[NM][MT][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][t][e] = 0.0f;
+    Frag<NM, MT> f0, f1;
+    load_frag(j, c0, g, q, f0);
+#pragma unroll 1
+    for (int c = c0; c < c1; c += 2) {
+        if (c + 1 < c1) load_frag(j, c + 1, g, q, f1);
+        compute_frag(f0, acc);
+        if (c + 1 < c1) {
+            if (c + 2 < c1) load_frag(j, c + 2, g, q, f0);
+            compute_frag(f1, acc);
+        }
+    }
+}
+
+struct Io {
+    ActChunks act;       // up: token rows; down: pair rows
+    float* out;          // up: h [pairs, I]; down: y [pairs, D]
+    int64_t K, rows;     // K of the matrices, rows of the output per pair
+};
+
+// grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2).
+template <int NM, int MT, bool kDirect>
+__global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan, Io io) {
+    extern __shared__ float red[];  // [W][NM][16 MT][8]
+    constexpr int R = 16 * MT;
+    const int a = blockIdx.y;
+    int e, b0, cnt;
+    if constexpr (kDirect) {
+        e = moe_expert_of(p, a), b0 = a, cnt = 1;
+        if (e < 0) return;  // neither launch reads or writes this slot
+    } else {
+        if (a >= *plan.n_active) return;
+        e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
+    }
+    const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row0 = int64_t(blockIdx.x) * R, chunks = io.K / kChunk, cpw = chunks / W;
+    const int g = lane >> 2, q = lane & 3;
+    Job<NM> j;
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+        const WeightRef& w = p.table[3 * e + (NM == 2 ? m : 2)];
+        j.w[m] = static_cast<const uint8_t*>(w.data) + row0 * w.ld;
+        j.sc[m] = static_cast<const uint8_t*>(w.scale) + row0 * w.ld_scale;
+        j.ld = w.ld, j.ld_sc = w.ld_scale;
+    }
+    auto pair_at = [&](int i) { return kDirect ? int32_t(a) : plan.pairs[b0 + i]; };
+    for (int i0 = 0; i0 < cnt; i0 += 4) {
+        const int nt = min(4, cnt - i0);
+        // activation row of the pass's token t (B columns 2t: hi, 2t + 1: lo), or -1
+        auto act_row = [&](int t) -> int64_t {
+            return t < nt ? (NM == 2 ? pair_at(i0 + t) / p.k : pair_at(i0 + t)) : -1;
+        };
+        const int64_t brow = act_row(g >> 1), crow = act_row(q);
+        j.act = brow < 0 ? nullptr : io.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
+        j.inv = crow < 0 ? nullptr : io.act.inv + crow * chunks;
+        float acc[NM][MT][4];
+        warp_chunks<NM, MT>(j, int(warp * cpw), int((warp + 1) * cpw), acc);
+        if (i0 > 0) __syncthreads();  // the previous pass has read red
+#pragma unroll
+        for (int m = 0; m < NM; ++m)
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float* dst = red + ((warp * NM + m) * R + t * 16 + r * 8 + g) * 8 + 2 * q;
+                    dst[0] = acc[m][t][2 * r], dst[1] = acc[m][t][2 * r + 1];
+                }
+        __syncthreads();
+        for (int i = threadIdx.x; i < R * nt; i += blockDim.x) {
+            const int lr = i / nt, t = i % nt;
+            float v[NM];
+#pragma unroll
+            for (int m = 0; m < NM; ++m) {
+                float s = 0.0f;
+                for (int w = 0; w < W; ++w) {
+                    const float* src = red + ((w * NM + m) * R + lr) * 8 + 2 * t;
+                    s += src[0] + src[1];
+                }
+                v[m] = s;
+            }
+            const float out = NM == 2 ? swiglu(v[0], v[NM - 1], p.limit) : v[0];
+            io.out[int64_t(pair_at(i0 + t)) * io.rows + row0 + lr] = out;
+        }
+    }
+}
+
+int warps_for(int64_t K) {
+    const int64_t chunks = K / kChunk;
+    return chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
+}
+
+template <int NM, int MT>
+void launch_half(const MoeParams& p, const MoePlan& plan, const Io& io, unsigned slots, bool direct,
+                 cudaStream_t s) {
+    const int W = warps_for(io.K);
+    const dim3 grid(unsigned(io.rows / (16 * MT)), slots);
+    const size_t smem = size_t(W * NM * 16 * MT * 8) * sizeof(float);
+    if (direct) moe_mma_kernel<NM, MT, true><<<grid, 32 * W, smem, s>>>(p, plan, io);
+    else moe_mma_kernel<NM, MT, false><<<grid, 32 * W, smem, s>>>(p, plan, io);
+}
+
+// flag |= 1 when a scale byte of matrix blockIdx.x lies outside the f16 fold range.
+__global__ void __launch_bounds__(256) scale_range_kernel(const WeightRef* table, int* flag) {
+    const WeightRef w = table[blockIdx.x];
+    const auto* sc = static_cast<const uint8_t*>(w.scale);
+    const int64_t groups = w.in_dim / 32;
+    bool bad = false;
+    for (int64_t i = threadIdx.x; i < w.out_dim * groups; i += blockDim.x) {
+        const int b = sc[(i / groups) * w.ld_scale + i % groups];
+        bad |= b < kFp4F16ScaleMin || b > kFp4F16ScaleMax;
+    }
+    if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
+}
+
+}  // namespace
+
+bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* table_host, int64_t count, Stream s) {
+    for (int64_t i = 0; i < count; ++i)
+        if (table_host[i].format != 2 || !table_host[i].scale_e8m0 || table_host[i].in_dim % 32 != 0) return false;
+    if (count == 0) return false;
+    const cudaStream_t st = as_stream(s);
+    int* flag = nullptr;
+    int host = 1;
+    DI_CUDA_CHECK(cudaMallocAsync(&flag, sizeof(int), st));
+    DI_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), st));
+    scale_range_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
+    DI_CUDA_CHECK(cudaMemcpyAsync(&host, flag, sizeof(int), cudaMemcpyDeviceToHost, st));
+    DI_CUDA_CHECK(cudaFreeAsync(flag, st));
+    DI_CUDA_CHECK(cudaStreamSynchronize(st));
+    return host == 0;
+}
+
+bool moe_mma_supported(const MoeParams& p) {
+    return p.mma_scales_ok && p.gemv_format == 4 /* gemv::kFp4 */ && p.D % kChunk == 0 && p.I % kChunk == 0 &&
+           p.n * p.k <= kMoeGroupedMaxPairs;
+}
+
+void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
+    const cudaStream_t st = as_stream(s);
+    const int64_t pairs = p.n * p.k;
+    const bool direct = p.n == 1;
+    const unsigned slots = direct ? unsigned(p.k) : unsigned(std::min(pairs, p.n_experts));
+    float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
+    float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
+    // one word (hi and lo f16) per element, one 1/s per chunk
+    const int64_t xw = p.n * p.D, hw = pairs * p.I, xc = p.n * p.D / kChunk, hc = pairs * p.I / kChunk;
+    auto* words = static_cast<uint32_t*>(scratch.get(8, size_t(xw + hw + xc + hc) * sizeof(uint32_t)));
+    const ActChunks xa{words, reinterpret_cast<float*>(words + xw + hw)};
+    const ActChunks ha{words + xw, reinterpret_cast<float*>(words + xw + hw + xc)};
+    MoePlan plan{};
+    if (!direct) {
+        plan = moe_plan_buffers(scratch, pairs, slots);
+        launch_moe_plan(p, plan, st);
+    }
+    launch_act_chunks(p.x, p.ld_x, p.n, p.D, xa, st);
+    launch_half<2, 1>(p, plan, Io{xa, h, p.D, p.I}, slots, direct, st);
+    launch_act_chunks(h, p.I, pairs, p.I, ha, st);
+    launch_half<1, 2>(p, plan, Io{ha, y, p.I, p.D}, slots, direct, st);
+    launch_moe_combine(p, y, s);
+}
+
+}  // namespace di::cuda
