@@ -139,6 +139,25 @@ void free_weights(WeightSet& ws) {
     for (auto& w : ws.copies) cudaFree(const_cast<void*>(w.data)), cudaFree(const_cast<void*>(w.scale));
 }
 
+class BenchScratch final : public Scratch {
+public:
+    ~BenchScratch() override {
+        for (auto& [p, b] : slots_) cudaFree(p);
+    }
+    void* get(int slot, size_t bytes) override {
+        auto& [p, b] = slots_[size_t(slot)];
+        if (bytes > b) {
+            cudaFree(p);
+            KCHECK(cudaMalloc(&p, bytes));
+            b = bytes;
+        }
+        return p;
+    }
+
+private:
+    std::pair<void*, size_t> slots_[9] = {};
+};
+
 void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int fmt, int64_t out, int64_t in,
                   const std::vector<int64_t>& ns) {
     WeightSet ws = make_weights(fmt, out, in);
@@ -146,15 +165,20 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
     float* x = static_cast<float*>(random_device(size_t(nmax * in) * 4, 2));
     float* y = nullptr;
     KCHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
+    BenchScratch scratch;
+    scratch.get(8, size_t(nmax * in + nmax * in / 128) * 4);  // before capture
     for (int64_t n : ns) {
-        for (auto [vname, v] : {std::pair{"split_rows", LinearVariant::kSplitRows},
+        for (auto [vname, v] : {std::pair{"mma", LinearVariant::kMma}, std::pair{"split_rows", LinearVariant::kSplitRows},
                                 std::pair{"stream_gemv", LinearVariant::kStreamGemv},
                                 std::pair{"warp_gemv", LinearVariant::kWarpGemv}}) {
+            if (v == LinearVariant::kMma && !linear_mma_supported(ws.copies[0], n)) continue;
             if (v == LinearVariant::kSplitRows && !gemv_split_supported(x, in, ws.copies[0], n)) continue;
             if (v == LinearVariant::kStreamGemv && !gemv_supported(x, in, ws.copies[0], n)) continue;
             const int reps = int(ws.copies.size()) * std::max(1, int(20 / ws.copies.size()));
             const double us = graph_us(s, reps, [&](int i) {
-                launch_linear(x, in, ws.copies[size_t(i) % ws.copies.size()], y, out, n, s, v);
+                const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
+                if (v == LinearVariant::kMma) launch_linear_mma(x, in, w, y, out, n, scratch, s);
+                else launch_linear(x, in, w, y, out, n, s, v);
             });
             KCHECK(cudaGetLastError());
             rows.push_back({std::string(name) + ", n=" + std::to_string(n), vname, us,
@@ -223,25 +247,6 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
     cudaFree(x), cudaFree(y), cudaFree(q), cudaFree(sx), cudaFree(sw), cudaFree(xd), cudaFree(tmp);
     free_weights(ws);
 }
-
-class BenchScratch final : public Scratch {
-public:
-    ~BenchScratch() override {
-        for (auto& [p, b] : slots_) cudaFree(p);
-    }
-    void* get(int slot, size_t bytes) override {
-        auto& [p, b] = slots_[size_t(slot)];
-        if (bytes > b) {
-            cudaFree(p);
-            KCHECK(cudaMalloc(&p, bytes));
-            b = bytes;
-        }
-        return p;
-    }
-
-private:
-    std::pair<void*, size_t> slots_[9] = {};
-};
 
 void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t>& ns) {
     const int64_t E = 256, D = 4096, I = 2048, k = 6;

@@ -1,7 +1,7 @@
-// linear on CUDA vs ref: every weight format, every variant (split_rows, stream_gemv, warp_gemv, tiled and the default
-// dispatch) on every case it applies to, odd sizes, strided x.
+// linear on CUDA vs ref: every weight format, every variant (mma, split_rows, stream_gemv, warp_gemv, tiled and
+// the default dispatch) on every case it applies to, odd sizes, strided x.
 // Tolerance 2e-5 relative L2: both dequantise exactly; the GPU accumulates in f32 (error ~ 1e-7 sqrt(K)),
-// the reference in double.
+// the reference in double; mma's hi + lo f16 activations carry 22 bits, its products are exact.
 #include "gpu_test_util.h"
 
 namespace di::gputest {
@@ -51,6 +51,9 @@ const LinearCase kCases[] = {
     {"fp8_f32_scale_n2_k3072", 2, 3072, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
     {"fp8_f32_scale_n1_k2048", 1, 2048, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
     {"fp4_f32_scale_n2_k1024", 2, 1024, 64, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
+    // mma: f32 block scales with a partial last row block, three token groups (the last partial)
+    {"fp8_f32_scale_n6_k3072_out320", 6, 3072, 320, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
+    {"fp8_n9_k1024", 9, 1024, 256, WeightFormat::kFp8Block},
 };
 
 using LinearRun = VariantRun<LinearCase>;
@@ -80,6 +83,8 @@ TEST_P(CudaLinear, MatchesRef) {
     const std::string variant = GetParam().variant;
     if (variant == "stream_gemv" && !stream_gemv_applies(c)) GTEST_SKIP() << "stream_gemv does not take this case";
     if (variant == "split_rows" && !split_rows_applies(c)) GTEST_SKIP() << "split_rows does not take this case";
+    if (variant == "mma" && (c.fmt != WeightFormat::kFp8Block || c.in % 128 != 0 || c.out % 16 != 0))
+        GTEST_SKIP() << "mma takes fp8 weights with in_dim a multiple of 128 and out_dim of 16";
     auto& b = backends();
     Pair x(DType::kF32, {c.n, c.in + c.x_pad}), y(DType::kF32, {c.n, c.out});
     fill_uniform(x);
@@ -119,7 +124,8 @@ TEST_P(CudaLinear, MatchesRef) {
     b.gpu->linear(make(true));
     b.gpu->synchronize();
     expect_close(y, 2e-5, c.name);
-    if ((variant == "stream_gemv" || variant == "split_rows") && c.n > 1) {  // batch invariance: row 0 alone is bit-identical
+    if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("linear", variant), 0) << variant << " did not run";
+    if ((variant == "stream_gemv" || variant == "split_rows" || variant == "mma") && c.n > 1) {  // batch invariance: row 0 alone is bit-identical
         Pair y1(DType::kF32, {1, c.out});
         y1.poison();
         ops::LinearArgs one = make(true);
@@ -133,7 +139,7 @@ TEST_P(CudaLinear, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear,
-                         ::testing::ValuesIn(variant_runs(kCases, {"", "split_rows", "stream_gemv", "warp_gemv", "tiled"})),
+                         ::testing::ValuesIn(variant_runs(kCases, {"", "mma", "split_rows", "stream_gemv", "warp_gemv", "tiled"})),
                          VariantRunName());
 
 }  // namespace
@@ -209,13 +215,16 @@ TEST(CudaLinears, GroupedJobsMatchRef) {
         return v;
     };
     const int64_t split_before = b.gpu->dispatch_count("linear", "split_rows");
+    const int64_t mma_before = b.gpu->dispatch_count("linear", "mma");
     for (const ops::LinearArgs& a : make(false)) b.ref->linear(a);
     b.gpu->linears(make(true));
     b.gpu->synchronize();
     expect_close(ys, 2e-5, "grouped projection");
     for (size_t i = 0; i < spec.size(); ++i)
         if (spec[i].col < 0) expect_close(y[i], 2e-5, "job " + std::to_string(i));
-    EXPECT_EQ(b.gpu->dispatch_count("linear", "split_rows") - split_before, 12) << "jobs in shared launches";
+    // the n = 2 job on 4096 rows runs on mma; the other n = 2 job (700 rows: no 16-row tiles) on split_rows
+    EXPECT_EQ(b.gpu->dispatch_count("linear", "split_rows") - split_before, 11) << "jobs in shared launches";
+    EXPECT_EQ(b.gpu->dispatch_count("linear", "mma") - mma_before, 1);
 }
 
 }  // namespace

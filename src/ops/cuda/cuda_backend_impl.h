@@ -167,6 +167,9 @@ private:
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.
     int choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group);
+    // One linear on f32 x by a variant other than cublaslt_fp8 (mma needs the scratch).
+    void run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                    cuda::LinearVariant v);
     // fp8 activation blocks quantised, then cuBLASLt's block-scaled FP8 matmul (choose_linear picked it).
     void linear_lt_fp8(const LinearArgs& a, const WeightRef& w);
     // The ops with several kernels (cuda_ops.cpp lists them); the rest have one kernel each ("cuda"),

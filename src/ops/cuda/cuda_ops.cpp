@@ -21,9 +21,9 @@ void need_f32_rows(const TensorView& v, std::string_view what) {
 
 // The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
 // launcher's name for variant i.
-constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kSplitRows,
-                                               cuda::LinearVariant::kStreamGemv, cuda::LinearVariant::kWarpGemv,
-                                               cuda::LinearVariant::kTiled};
+constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kMma,
+                                               cuda::LinearVariant::kSplitRows, cuda::LinearVariant::kStreamGemv,
+                                               cuda::LinearVariant::kWarpGemv, cuda::LinearVariant::kTiled};
 // Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
 constexpr int64_t kLtMinRows = 16;
 constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kMma, cuda::MoeVariant::kSplitRows,
@@ -46,6 +46,10 @@ CudaBackend::CudaBackend(int device)
                   "FP8 on tensor cores; "
                   "its algorithm depends on n, so not batch-invariant",
                   false, true, false},
+                 {"linear", "mma",
+                  "fp8 block weights; n >= 4 rows, or 2 on >= 4096 output rows (any n when forced); in_dim a multiple of 128, out_dim of 16; "
+                  "16-byte weight rows; mma.sync tensor cores, f32 activations as hi + lo f16 per 128 elements",
+                  false},
                  {"linear", "split_rows",
                   "n <= 2 rows; in_dim 1024, 2048, 4096 or 8192; 16-byte weight rows; rows split over a "
                   "block's threads, x in registers",
@@ -144,6 +148,8 @@ struct LinearTakes {
         const int64_t n = a.x.shape[0];
         switch (kLinearEnum[i]) {
             case cuda::LinearVariant::kCublasLtFp8: return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
+            case cuda::LinearVariant::kMma:  // H200: the GEMVs win at n = 1, and at n = 2 on < 4096 rows
+                return (forced || n >= 4 || (n >= 2 && w.out_dim >= 4096)) && cuda::linear_mma_supported(w, n);
             case cuda::LinearVariant::kSplitRows:
                 return cuda::gemv_split_supported(f32(a.x), ld(a.x), w, n) && (forced || in_group || split_rows_pays(w));
             case cuda::LinearVariant::kStreamGemv: return cuda::gemv_supported(f32(a.x), ld(a.x), w, n);
@@ -173,7 +179,13 @@ void CudaBackend::linear(const LinearArgs& a) {
         launched("linear");
         x = xq, ldx = w.in_dim;
     }
-    cuda::launch_linear(x, ldx, w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, kLinearEnum[v]);
+    run_linear(x, ldx, w, f32m(a.y), ld(a.y), a.x.shape[0], kLinearEnum[v]);
+}
+
+void CudaBackend::run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                             cuda::LinearVariant v) {
+    if (v == cuda::LinearVariant::kMma) cuda::launch_linear_mma(x, ldx, w, y, ldy, n, scratch_, stream_);
+    else cuda::launch_linear(x, ldx, w, y, ldy, n, stream_, v);
     launched("linear");
 }
 
@@ -250,8 +262,7 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         const int64_t n = jobs[i].x.shape[0];
         const int v = choose_linear(jobs[i], w[i], peers[i] > 1);
         if (kLinearEnum[v] != cuda::LinearVariant::kSplitRows) {
-            cuda::launch_linear(sj[i].x, sj[i].ldx, w[i], sj[i].y, sj[i].ldy, n, stream_, kLinearEnum[v]);
-            launched("linear");
+            run_linear(sj[i].x, sj[i].ldx, w[i], sj[i].y, sj[i].ldy, n, kLinearEnum[v]);
             continue;
         }
         if (batch.count == cuda::kSplitMaxJobs ||

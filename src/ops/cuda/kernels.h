@@ -19,7 +19,7 @@ public:
     virtual ~Scratch() = default;
     // A buffer of at least `bytes` for slot `slot` (0..8), valid until the next get of the same slot.
     // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 fp8 GEMM inputs,
-    // 8 moe activation chunks (mma).
+    // 8 activation chunks of the mma variants (moe, linear).
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -57,6 +57,9 @@ struct RopeParams {
 void launch_rope(const RopeParams& p, Stream s);
 
 // y[n, out] = x[n, in] . W^T, W dequantised in the kernel. Variants (each forceable by the tests):
+//   kMma         fp8 block weights on mma.sync tensor cores, x as hi/lo f16 chunks (linear_mma.cu); in_dim a
+//                multiple of 128, out_dim of 16; needs linear_mma_supported() and scratch, so it runs through
+//                launch_linear_mma, not launch_linear
 //   kSplitRows   n <= 2, in_dim 1024, 2048, 4096 or 8192 (gemv_split.cu); needs gemv_split_supported()
 //   kStreamGemv  n <= kGemvMaxRows, 16-byte weight units (gemv.cu); needs gemv_supported()
 //   kWarpGemv    n <= 8, one warp per output row (the first decode kernel, kept as the fallback)
@@ -64,12 +67,15 @@ void launch_rope(const RopeParams& p, Stream s);
 // kAuto picks kSplitRows, then kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
 // kCublasLtFp8 (fp8 weights times fp8 activation blocks on tensor cores) runs through fp8_gemm.h, not
 // launch_linear.
-enum class LinearVariant { kAuto, kCublasLtFp8, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
+enum class LinearVariant { kAuto, kCublasLtFp8, kMma, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
 inline constexpr int64_t kGemvMaxRows = 16;
 inline constexpr size_t kGemvMaxSmem = 200 * 1024;  // staged token rows per block (of the H200's 227 KB)
 void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
                    LinearVariant v = LinearVariant::kAuto);
 bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
+bool linear_mma_supported(const WeightRef& w, int64_t n);
+void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                       Scratch& scratch, Stream s);
 // gemv.cuh's format code of w when its layout can be streamed in 16-byte units, else -1.
 int gemv_format(const WeightRef& w);
 // Rows each warp of the streaming GEMV owns for a matrix of `out_dim` rows (1, 2 or 4).

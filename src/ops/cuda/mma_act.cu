@@ -1,4 +1,5 @@
-// f32 activation rows to the hi/lo f16 chunks of mma_frag.cuh: one warp per (row, 128-element chunk).
+// f32 activation rows to the hi/lo f16 chunks of mma_frag.cuh (fp4 or fp8 order): one warp per (row,
+// 128-element chunk).
 #include "ops/cuda/mma_frag.cuh"
 
 namespace di::cuda::mma {
@@ -6,6 +7,7 @@ namespace {
 
 constexpr int kWarps = 4;
 
+template <bool kFp8Order>
 __global__ void __launch_bounds__(32 * kWarps) act_chunks_kernel(const float* x, int64_t ldx, int64_t rows,
                                                                   int64_t chunks, ActChunks out) {
     const int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -33,7 +35,7 @@ __global__ void __launch_bounds__(32 * kWarps) act_chunks_kernel(const float* x,
         const float xs = v[j] * s;
         const __half hi = __float2half_rn(xs);
         const __half lo = __float2half_rn(xs - __half2float(hi));
-        const int at = act_word(e) * 2 + act_half(e);
+        const int at = kFp8Order ? act_word_fp8(e) * 2 + act_half_fp8(e) : act_word(e) * 2 + act_half(e);
         dst[at] = hi;
         dst[2 * 64 + at] = lo;  // the lo half of the chunk follows the 64 words of hi
     }
@@ -42,10 +44,12 @@ __global__ void __launch_bounds__(32 * kWarps) act_chunks_kernel(const float* x,
 
 }  // namespace
 
-void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s) {
+void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, bool fp8_order,
+                       cudaStream_t s) {
     const int64_t items = rows * (K / kChunk);
     if (items == 0) return;
-    act_chunks_kernel<<<blocks_for(items, kWarps), 32 * kWarps, 0, s>>>(x, ldx, rows, K / kChunk, out);
+    if (fp8_order) act_chunks_kernel<true><<<blocks_for(items, kWarps), 32 * kWarps, 0, s>>>(x, ldx, rows, K / kChunk, out);
+    else act_chunks_kernel<false><<<blocks_for(items, kWarps), 32 * kWarps, 0, s>>>(x, ldx, rows, K / kChunk, out);
 }
 
 }  // namespace di::cuda::mma

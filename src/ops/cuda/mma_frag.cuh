@@ -28,6 +28,10 @@ __host__ __device__ constexpr int act_word(int e) {
     return q * 16 + (2 * i + ((m & 3) >> 1)) * 2 + (m & 1);
 }
 __host__ __device__ constexpr int act_half(int e) { return (e & 7) >> 2; }
+// The fp8 order: thread q's 32 elements are 32 bytes, word s holds elements 4s .. 4s + 3, and k-step s takes
+// the pairs (4s, 4s + 1) (B register 0) and (4s + 2, 4s + 3) (register 1): one cvt per f16 pair.
+__host__ __device__ constexpr int act_word_fp8(int e) { return (e >> 5) * 16 + ((e & 31) >> 2) * 2 + ((e & 3) >> 1); }
+__host__ __device__ constexpr int act_half_fp8(int e) { return e & 1; }
 
 // Activations of `rows` rows [rows, K] (K a multiple of 128) as chunks: data [rows, K / 128, kChunkWords]
 // and inv [rows, K / 128] (1/s).
@@ -35,7 +39,9 @@ struct ActChunks {
     uint32_t* data;
     float* inv;
 };
-void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s);
+// fp8_order: act_word_fp8's order (linear_mma.cu) instead of act_word's (fp4 weights, moe_mma.cu).
+void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, bool fp8_order,
+                       cudaStream_t s);
 
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

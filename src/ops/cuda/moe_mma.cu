@@ -267,9 +267,9 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
         plan = moe_plan_buffers(scratch, pairs, slots);
         launch_moe_plan(p, plan, st);
     }
-    launch_act_chunks(p.x, p.ld_x, p.n, p.D, xa, st);
+    launch_act_chunks(p.x, p.ld_x, p.n, p.D, xa, false, st);
     launch_half<2, 1>(p, plan, Io{xa, h, p.D, p.I}, slots, direct, st);
-    launch_act_chunks(h, p.I, pairs, p.I, ha, st);
+    launch_act_chunks(h, p.I, pairs, p.I, ha, false, st);
     launch_half<1, 2>(p, plan, Io{ha, y, p.I, p.D}, slots, direct, st);
     launch_moe_combine(p, y, s);
 }

@@ -1,0 +1,181 @@
+// y[n, out] = x[n, in] . W^T for fp8 block-scaled weights on the tensor cores (mma.sync m16n8k16), f32
+// activations as hi/lo f16 chunks in the fp8 order of mma_frag.cuh (one launch prepares them):
+//   block (token group of 4, tile of 16 MT rows), W warps each over a W-th of K; a thread streams 32 bytes
+//   of rows g and g + 8 per chunk and converts them with one cvt per f16 pair (e4m3 is exact in f16)
+//   each chunk's partial product is multiplied by 1/s of the token's chunk and by the 128x128 block scale
+//   of the weight (a 16-row tile lies in one block), then the warps' partials are added in warp order
+// Token groups are x-fastest in the grid, so the blocks that read a row tile run together and the L2 serves
+// the tile's repeat reads for groups after the first. A token's sums do not depend on the other tokens:
+// deterministic and batch-invariant.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "ops/cuda/mma_frag.cuh"
+
+namespace di::cuda {
+namespace {
+
+using namespace mma;
+
+struct Params {
+    const uint8_t* w; int64_t ld;          // fp8 bytes, row stride in bytes
+    const void* scale; int64_t ld_scale;   // [out / 128, in / 128]
+    bool scale_e8m0;
+    ActChunks act;                         // [n, in / 128]
+    float* y; int64_t ldy;
+    int64_t n, K, out;
+};
+
+template <int MT>
+struct Frag {
+    uint4 w[MT][2][2];  // [tile][row g, g + 8][16-byte half]
+    float ws[MT];       // the tile's block scale for this chunk
+    uint4 b[4];
+    float inv;
+};
+
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
+    return uint32_t(r.x) | (uint32_t(r.y) << 16);
+}
+
+template <int MT>
+__device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const uint32_t* act, const float* inv,
+                                          int c, int g, int q, Frag<MT>& f) {
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const uint4* src = reinterpret_cast<const uint4*>(p.w + (row0 + t * 16 + r * 8 + g) * p.ld + c * 128 + q * 32);
+            f.w[t][r][0] = __ldcs(src);
+            f.w[t][r][1] = __ldcs(src + 1);
+        }
+        const int64_t si = ((row0 + t * 16) >> 7) * p.ld_scale + c;
+        f.ws[t] = p.scale_e8m0 ? e8m0_to_f(__ldg(static_cast<const uint8_t*>(p.scale) + si))
+                               : __ldg(static_cast<const float*>(p.scale) + si);
+    }
+    if (act != nullptr) {
+        const uint4* b = reinterpret_cast<const uint4*>(act + int64_t(c) * kChunkWords);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f.b[i] = __ldg(b + i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f.b[i] = make_uint4(0, 0, 0, 0);
+    }
+    f.inv = inv != nullptr ? __ldg(inv + c) : 0.0f;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4 (&h)[2], int s) {
+    const uint4& u = h[s >> 2];
+    switch (s & 3) {
+        case 0: return u.x;
+        case 1: return u.y;
+        case 2: return u.z;
+        default: return u.w;
+    }
+}
+
+template <int MT>
+__device__ __forceinline__ void compute_frag(const Frag<MT>& f, float (&acc)[MT][4]) {
+    const uint32_t bw[16] = {f.b[0].x, f.b[0].y, f.b[0].z, f.b[0].w, f.b[1].x, f.b[1].y, f.b[1].z, f.b[1].w,
+                             f.b[2].x, f.b[2].y, f.b[2].z, f.b[2].w, f.b[3].x, f.b[3].y, f.b[3].z, f.b[3].w};
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const uint32_t w0 = word_of(f.w[t][0], s), w1 = word_of(f.w[t][1], s);
+            const uint32_t a[4] = {fp8x2_to_f16x2(w0), fp8x2_to_f16x2(w1), fp8x2_to_f16x2(w0 >> 16),
+                                   fp8x2_to_f16x2(w1 >> 16)};
+            mma16816(d, a, bw[2 * s], bw[2 * s + 1]);
+        }
+        const float m = f.inv * f.ws[t];  // both powers of two for UE8M0 scales; 1/s is one always
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[t][e] = fmaf(m, d[e], acc[t][e]);
+    }
+}
+
+// grid (ceil(n / 4), out / (16 MT)), 32 W threads.
+template <int MT>
+__global__ void __launch_bounds__(256) linear_mma_kernel(Params p) {
+    extern __shared__ float red[];  // [W][16 MT][8]
+    constexpr int R = 16 * MT;
+    const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int64_t t0 = int64_t(blockIdx.x) * 4, row0 = int64_t(blockIdx.y) * R;
+    const int nt = int(min(int64_t(4), p.n - t0));
+    const int64_t chunks = p.K / kChunk, cpw = chunks / W;
+    const int64_t brow = (g >> 1) < nt ? t0 + (g >> 1) : -1, crow = q < nt ? t0 + q : -1;
+    const uint32_t* act = brow < 0 ? nullptr : p.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
+    const float* inv = crow < 0 ? nullptr : p.act.inv + crow * chunks;
+    float acc[MT][4];
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[t][e] = 0.0f;
+    const int c0 = int(warp * cpw), c1 = int((warp + 1) * cpw);
+    Frag<MT> f0, f1;
+    load_frag(p, row0, act, inv, c0, g, q, f0);
+#pragma unroll 1
+    for (int c = c0; c < c1; c += 2) {
+        if (c + 1 < c1) load_frag(p, row0, act, inv, c + 1, g, q, f1);
+        compute_frag(f0, acc);
+        if (c + 1 < c1) {
+            if (c + 2 < c1) load_frag(p, row0, act, inv, c + 2, g, q, f0);
+            compute_frag(f1, acc);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float* dst = red + (warp * R + t * 16 + r * 8 + g) * 8 + 2 * q;
+            dst[0] = acc[t][2 * r], dst[1] = acc[t][2 * r + 1];
+        }
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * nt; i += blockDim.x) {
+        const int lr = i / nt, t = i % nt;
+        float s = 0.0f;
+        for (int w = 0; w < W; ++w) {
+            const float* src = red + (w * R + lr) * 8 + 2 * t;
+            s += src[0] + src[1];
+        }
+        p.y[(t0 + t) * p.ldy + row0 + lr] = s;
+    }
+}
+
+// Warps splitting K: 4 where the chunks allow, 8 when there are too few row tiles to give every
+// multiprocessor two blocks (a 1024-row matrix has 64).
+int warps_for(int64_t chunks, int64_t tiles) {
+    if (tiles < 2 * int64_t(sm_count()) && chunks % 8 == 0) return 8;
+    return chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
+}
+
+}  // namespace
+
+bool linear_mma_supported(const WeightRef& w, int64_t n) {
+    return n >= 1 && w.format == 1 && w.in_dim % kChunk == 0 && w.out_dim % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.ld % 16 == 0;
+}
+
+void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                       Scratch& scratch, Stream s) {
+    if (n == 0) return;
+    const cudaStream_t st = as_stream(s);
+    const int64_t chunks = w.in_dim / kChunk;
+    auto* words = static_cast<uint32_t*>(scratch.get(8, size_t(n * w.in_dim + n * chunks) * sizeof(uint32_t)));
+    const ActChunks act{words, reinterpret_cast<float*>(words + n * w.in_dim)};
+    launch_act_chunks(x, ldx, n, w.in_dim, act, true, st);
+    const Params p{static_cast<const uint8_t*>(w.data), w.ld, w.scale, w.ld_scale, w.scale_e8m0, act, y, ldy,
+                   n, w.in_dim, w.out_dim};
+    const unsigned groups = unsigned((n + 3) / 4);
+    if (w.out_dim % 32 == 0 && w.out_dim >= 32 * 2 * int64_t(sm_count())) {  // two row tiles per warp: rows plenty
+        const int W = warps_for(chunks, w.out_dim / 32);
+        linear_mma_kernel<2><<<dim3(groups, unsigned(w.out_dim / 32)), 32 * W, size_t(W * 32 * 8) * 4, st>>>(p);
+    } else {
+        const int W = warps_for(chunks, w.out_dim / 16);
+        linear_mma_kernel<1><<<dim3(groups, unsigned(w.out_dim / 16)), 32 * W, size_t(W * 16 * 8) * 4, st>>>(p);
+    }
+}
+
+}  // namespace di::cuda
