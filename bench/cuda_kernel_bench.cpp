@@ -155,7 +155,7 @@ public:
     }
 
 private:
-    std::pair<void*, size_t> slots_[9] = {};
+    std::pair<void*, size_t> slots_[10] = {};
 };
 
 void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int fmt, int64_t out, int64_t in,

@@ -275,6 +275,8 @@ void DeepseekV4::attention_layer(int l, Step& s) {
 
     be_->set_scope(fmt::format("layer {} / attention", l));
     const TensorView q3 = as3d(q, n, H, hd);
+    std::vector<AttentionArgs> attn;
+    std::vector<WindowStoreArgs> stores;
     for (size_t c = 0; c < s.chunks.size(); ++c) {
         const int64_t L = s.len[c], pos0 = s.pos0[c];
         if (L == 0) continue;
@@ -296,9 +298,11 @@ void DeepseekV4::attention_layer(int l, Step& s) {
             if (csa) a.picks = picks[c];
             if (csa && picks[c].empty()) a.comp_mask = CompMask::kNone;
         }
-        be_->attention(a);
-        be_->window_store({a.kv, ls.ring, pos0});
+        attn.push_back(a);
+        stores.push_back({a.kv, ls.ring, pos0});
     }
+    be_->attentions(attn);  // every chunk reads its ring before any store writes one (each its own)
+    be_->window_stores(stores);
     begin_segment(s);
     RopeArgs ro = rope_proto;  // inverse rotation of the output at the query positions
     ro.x = o;

@@ -72,7 +72,16 @@ public:
     virtual void compress(const CompressArgs& a) = 0;
     virtual void indexer_topk(const IndexerTopkArgs& a) = 0;
     virtual void attention(const AttentionArgs& a) = 0;
+    // Attention of several sequences' chunks (each its own state; no job reads another's output): the same
+    // results as attention() on each, which is what this default does; a backend may batch the launches.
+    virtual void attentions(std::span<const AttentionArgs> jobs) {
+        for (const AttentionArgs& a : jobs) attention(a);
+    }
     virtual void window_store(const WindowStoreArgs& a) = 0;
+    // Several sequences' window stores (distinct rings): as window_store() on each.
+    virtual void window_stores(std::span<const WindowStoreArgs> jobs) {
+        for (const WindowStoreArgs& a : jobs) window_store(a);
+    }
     virtual void mhc_pre(const MhcPreArgs& a) = 0;
     virtual void mhc_post(const MhcPostArgs& a) = 0;
     virtual void hc_head(const HcHeadArgs& a) = 0;

@@ -9,6 +9,7 @@
 //             deduplicated per slot (kept iff valid and not equal to an earlier slot's pick), as per_query.
 // Per query: reads n_keys * hd * 4 bytes once per 8 heads (L2-resident at decode sizes).
 #include <algorithm>
+#include <vector>
 
 #include "ops/cuda/device_util.cuh"
 
@@ -133,12 +134,12 @@ __device__ __forceinline__ Slots slots_of(const AttentionParams& p, int64_t t) {
 // kFull: head_dim == 512, lane l owning columns 128 g + 4 l .. + 3 (g < 4): float4 shared-memory reads and no
 // per-element guards (the generic path, one column per lane per 32, costs ~3x the instructions per key).
 template <bool kFull>
-__global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p, float* part_ml, float* part_acc) {
+__device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, int64_t sp, int64_t S,
+                                           float* part_ml, float* part_acc) {
     extern __shared__ __align__(16) float smem[];
     float* tile = smem;                                               // [kTile][hd]
     int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);  // [k] picks row, then [chunk] kept ids
     __shared__ int n_list;
-    const int64_t t = blockIdx.x, S = gridDim.z, sp = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t h = int64_t(blockIdx.y) * kHeadsPerBlock + warp;
     const Slots sl = slots_of(p, t);
@@ -278,13 +279,27 @@ __global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p,
         if (kFull || col(i) < p.hd) part_acc[slot * p.hd + col(i)] = acc[i];
 }
 
+template <bool kFull>
+__global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p, float* part_ml, float* part_acc) {
+    split_body<kFull>(p, blockIdx.x, blockIdx.z, gridDim.z, part_ml, part_acc);
+}
+
+// grid (1, ceil(H / 8), count * s_max): block z is split z % s_max of job z / s_max (one query each).
+template <bool kFull>
+__global__ void __launch_bounds__(256) attention_split_batch_kernel(const AttentionJob* jobs, int64_t s_max) {
+    const AttentionJob& j = jobs[blockIdx.z / s_max];
+    const int64_t sp = blockIdx.z % s_max;
+    if (sp >= j.S) return;  // whole block
+    split_body<kFull>(j.p, 0, sp, j.S, j.ml, j.acc);
+}
+
 // grid (L, H), block 128: out = (sum_s e^{m_s - M} acc_s) / (e^{sink - M} + sum_s e^{m_s - M} l_s), the
 // weights computed once by warp 0 (S <= 64: two per lane, fixed butterfly order).
-__global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p, int64_t S, const float* part_ml,
-                                                              const float* part_acc) {
+__device__ __forceinline__ void merge_body(const AttentionParams& p, int64_t t, int64_t h, int64_t S,
+                                           const float* part_ml, const float* part_acc) {
     __shared__ float wsm[64];
     __shared__ float inv_l;
-    const int64_t t = blockIdx.x, h = blockIdx.y, base = (t * p.H + h) * S;
+    const int64_t base = (t * p.H + h) * S;
     const int lane = threadIdx.x & 31;
     if (threadIdx.x < 32) {
         const float sink = p.sinks[h];
@@ -307,6 +322,18 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p,
         for (int64_t s = 0; s < S; ++s) acc = fmaf(wsm[s], part_acc[(base + s) * p.hd + c], acc);
         oh[c] = acc * inv_l;
     }
+}
+
+__global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p, int64_t S, const float* part_ml,
+                                                              const float* part_acc) {
+    merge_body(p, blockIdx.x, blockIdx.y, S, part_ml, part_acc);
+}
+
+// grid (1, H, count): job z's query.
+__global__ void __launch_bounds__(128) attention_merge_batch_kernel(const AttentionJob* jobs) {
+    const AttentionJob& j = jobs[blockIdx.z];
+    if (blockIdx.y >= j.p.H) return;
+    merge_body(j.p, 0, blockIdx.y, j.S, j.ml, j.acc);
 }
 
 // Raises a kernel's dynamic shared-memory limit once per new maximum (`raised` is the kernel's own).
@@ -356,6 +383,42 @@ void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, Atte
     const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock), unsigned(S));
     kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(p, ml, acc);
     attention_merge_kernel<<<dim3(unsigned(p.L), unsigned(p.H)), 128, 0, as_stream(s)>>>(p, S, ml, acc);
+}
+
+bool attention_batch_takes(const AttentionParams& p) { return p.L == 1 && attention_split_supported(p); }
+
+void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s) {
+    if (count == 0) return;
+    std::vector<AttentionJob> jobs(static_cast<size_t>(count));
+    int64_t s_max = 1, ml_n = 0, acc_n = 0, H = 0;
+    size_t smem = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        const AttentionParams& p = ps[i];
+        jobs[size_t(i)].p = p;
+        jobs[size_t(i)].S = attention_splits(p);  // as the job's own launch: the same bits
+        s_max = std::max(s_max, jobs[size_t(i)].S);
+        ml_n += p.H * jobs[size_t(i)].S * 2, acc_n += p.H * jobs[size_t(i)].S * p.hd, H = std::max(H, p.H);
+        smem = std::max(smem, size_t(kTile * p.hd) * sizeof(float) + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t));
+    }
+    // scratch 4: the job table (16-byte aligned), then the (m, l) partials; scratch 5: the acc partials
+    const size_t table = (size_t(count) * sizeof(AttentionJob) + 15) / 16 * 16;
+    auto* base4 = static_cast<uint8_t*>(scratch.get(4, table + size_t(ml_n) * sizeof(float)));
+    auto* acc = static_cast<float*>(scratch.get(5, size_t(acc_n) * sizeof(float)));
+    float* ml = reinterpret_cast<float*>(base4 + table);
+    for (AttentionJob& j : jobs) {
+        j.ml = ml, j.acc = acc;
+        ml += j.p.H * j.S * 2, acc += j.p.H * j.S * j.p.hd;
+    }
+    auto* dev = reinterpret_cast<AttentionJob*>(base4);
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs.data(), jobs.size() * sizeof(AttentionJob), cudaMemcpyHostToDevice,
+                                  as_stream(s)));  // pageable: staged before the call returns
+    const bool full = ps[0].hd == 32 * kMaxPerLane;  // attention_batch: one head_dim for the whole batch
+    static size_t raised_full = 48 * 1024, raised_any = 48 * 1024;
+    auto kernel = full ? attention_split_batch_kernel<true> : attention_split_batch_kernel<false>;
+    raise_smem(kernel, smem, full ? raised_full : raised_any);
+    const dim3 grid(1, blocks_for(H, kHeadsPerBlock), unsigned(count * s_max));
+    kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(dev, s_max);
+    attention_merge_batch_kernel<<<dim3(1, unsigned(H), unsigned(count)), 128, 0, as_stream(s)>>>(dev);
 }
 
 int attention_max_head_dim() { return 32 * kMaxPerLane; }

@@ -73,7 +73,7 @@ private:
         uint32_t generation = 0;
     };
     Allocator& alloc_;
-    std::array<Slot, 9> slots_{};
+    std::array<Slot, 10> slots_{};
     uint32_t touched_ = 0;
 };
 
@@ -118,6 +118,8 @@ public:
     void swiglu(const SwigluArgs& a) override;
     void linear(const LinearArgs& a) override;
     void linears(std::span<const LinearArgs> jobs) override;
+    void attentions(std::span<const AttentionArgs> jobs) override;
+    void window_stores(std::span<const WindowStoreArgs> jobs) override;
     void rms_norm(const RmsNormArgs& a) override;
     void rope(const RopeArgs& a) override;
     void compress(const CompressArgs& a) override;
@@ -167,6 +169,8 @@ private:
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.
     int choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group);
+    std::pair<cuda::AttentionParams, int> attention_call(const AttentionArgs& a);
+    cuda::WindowStoreJob window_store_job(const WindowStoreArgs& a);
     // One linear on f32 x by a variant other than cublaslt_fp8 (mma needs the scratch).
     void run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                     cuda::LinearVariant v);

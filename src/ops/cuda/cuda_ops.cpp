@@ -328,8 +328,8 @@ void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
     launched("indexer_topk");
 }
 
-void CudaBackend::attention(const AttentionArgs& a) {
-    if (replaying()) return;
+// The checked kernel parameters of one attention call and the variant dispatch gives it.
+std::pair<cuda::AttentionParams, int> CudaBackend::attention_call(const AttentionArgs& a) {
     check(a);
     device_args(a, "attention");
     need_f32_rows(a.q, "attention.q"), need_f32_rows(a.out, "attention.out"), need_f32_rows(a.kv, "attention.kv");
@@ -347,18 +347,63 @@ void CudaBackend::attention(const AttentionArgs& a) {
     const int v = attention_v_.choose(
         [&](int i, bool) { return kAttentionEnum[i] != cuda::AttentionVariant::kSplitKv || cuda::attention_split_supported(p); },
         [&] { return fmt::format("head_dim {}, key rows not 16-byte aligned or head_dim % 4 != 0", p.hd); });
+    return {p, v};
+}
+
+void CudaBackend::attention(const AttentionArgs& a) {
+    if (replaying()) return;
+    const auto [p, v] = attention_call(a);
     cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
     launched("attention");
 }
 
-void CudaBackend::window_store(const WindowStoreArgs& a) {
+// The decode queries split_kv takes (one query, one head_dim) in one batched launch pair; the rest one by one.
+void CudaBackend::attentions(std::span<const AttentionArgs> jobs) {
     if (replaying()) return;
+    std::vector<cuda::AttentionParams> batch;
+    for (const AttentionArgs& a : jobs) {
+        const auto [p, v] = attention_call(a);
+        if (kAttentionEnum[v] == cuda::AttentionVariant::kSplitKv && cuda::attention_batch_takes(p) &&
+            (batch.empty() || batch[0].hd == p.hd)) {
+            batch.push_back(p);
+            continue;
+        }
+        cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
+        launched("attention");
+    }
+    if (batch.size() == 1) {  // alone: no job table to upload (a pageable copy costs more than it saves)
+        cuda::launch_attention(batch[0], scratch_, stream_, cuda::AttentionVariant::kSplitKv);
+    } else {
+        cuda::launch_attention_batch(batch.data(), int64_t(batch.size()), scratch_, stream_);
+    }
+    if (!batch.empty()) launched("attention");
+}
+
+cuda::WindowStoreJob CudaBackend::window_store_job(const WindowStoreArgs& a) {
     check(a);
     device_args(a, "window_store");
     need_f32_rows(a.kv, "window_store.kv"), need_f32_rows(a.ring, "window_store.ring");
-    cuda::launch_window_store(f32(a.kv), ld(a.kv), a.kv.shape[0], a.kv.shape[1], f32m(a.ring), ld(a.ring),
-                              a.ring.shape[0], a.pos0, stream_);
+    return {f32(a.kv), ld(a.kv), a.kv.shape[0], a.kv.shape[1], f32m(a.ring), ld(a.ring), a.ring.shape[0], a.pos0};
+}
+
+void CudaBackend::window_store(const WindowStoreArgs& a) {
+    if (replaying()) return;
+    const cuda::WindowStoreJob j = window_store_job(a);
+    cuda::launch_window_store(j.kv, j.ld_kv, j.L, j.hd, j.ring, j.ld_ring, j.ring_len, j.pos0, stream_);
     launched("window_store");
+}
+
+void CudaBackend::window_stores(std::span<const WindowStoreArgs> jobs) {
+    if (replaying()) return;
+    std::vector<cuda::WindowStoreJob> js;
+    for (const WindowStoreArgs& a : jobs) js.push_back(window_store_job(a));
+    if (js.size() == 1) {  // as in attentions(): no table for one job
+        const cuda::WindowStoreJob& j = js[0];
+        cuda::launch_window_store(j.kv, j.ld_kv, j.L, j.hd, j.ring, j.ld_ring, j.ring_len, j.pos0, stream_);
+    } else {
+        cuda::launch_window_stores(js.data(), int64_t(js.size()), scratch_, stream_);
+    }
+    if (!js.empty()) launched("window_store");
 }
 
 void CudaBackend::mhc_pre(const MhcPreArgs& a) {

@@ -1,5 +1,7 @@
 // Element-wise and row-wise kernels: embed, add, swiglu, rms_norm, rope, window_store, mhc_post.
 // All memory-bound: one pass over the inputs, f32 math (double where the reference rounds through double).
+#include <algorithm>
+
 #include "ops/cuda/device_util.cuh"
 
 namespace di::cuda {
@@ -117,6 +119,15 @@ __global__ void window_store_kernel(const float* kv, int64_t ld_kv, int64_t t0, 
     for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) dst[c] = kv[t * ld_kv + c];
 }
 
+// grid (rows, count): row blockIdx.x of job blockIdx.y's surviving rows (the last ring_len).
+__global__ void window_stores_kernel(const WindowStoreJob* jobs) {
+    const WindowStoreJob& j = jobs[blockIdx.y];
+    const int64_t t0 = j.L > j.ring_len ? j.L - j.ring_len : 0, t = t0 + blockIdx.x;
+    if (t >= j.L) return;
+    float* dst = j.ring + ((j.pos0 + t) % j.ring_len) * j.ld_ring;
+    for (int64_t c = threadIdx.x; c < j.hd; c += blockDim.x) dst[c] = j.kv[t * j.ld_kv + c];
+}
+
 // out[t, k, c] = post[t, k] a[t, c] + sum_j comb[t, j, k] streams[t, j, c], in double as the reference.
 __global__ void mhc_post_kernel(const float* streams, const float* a, int64_t ld_a, const float* post,
                                 int64_t ld_post, const float* comb, int64_t ld_comb, float* out, int64_t hc,
@@ -179,6 +190,16 @@ void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, 
     if (L - t0 <= 0) return;
     window_store_kernel<<<dim3(unsigned(L - t0)), 256, 0, as_stream(s)>>>(kv, ld_kv, t0, hd, ring, ld_ring,
                                                                              ring_len, pos0);
+}
+
+void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s) {
+    int64_t rows = 0;
+    for (int64_t i = 0; i < count; ++i) rows = std::max(rows, std::min(jobs[i].L, jobs[i].ring_len));
+    if (count == 0 || rows == 0) return;
+    auto* dev = static_cast<WindowStoreJob*>(scratch.get(9, size_t(count) * sizeof(WindowStoreJob)));
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs, size_t(count) * sizeof(WindowStoreJob), cudaMemcpyHostToDevice,
+                                  as_stream(s)));  // pageable: staged before the call returns
+    window_stores_kernel<<<dim3(unsigned(rows), unsigned(count)), 256, 0, as_stream(s)>>>(dev);
 }
 
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,

@@ -17,9 +17,9 @@ enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 class Scratch {
 public:
     virtual ~Scratch() = default;
-    // A buffer of at least `bytes` for slot `slot` (0..8), valid until the next get of the same slot.
+    // A buffer of at least `bytes` for slot `slot` (0..9), valid until the next get of the same slot.
     // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 fp8 GEMM inputs,
-    // 8 activation chunks of the mma variants (moe, linear).
+    // 8 activation chunks of the mma variants (moe, linear), 9 window_stores' job table.
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -101,6 +101,12 @@ void launch_gemv_split(const SplitJobs& jobs, int64_t n, Stream s);
 
 void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, float* ring, int64_t ld_ring,
                          int64_t ring_len, int64_t pos0, Stream s);
+struct WindowStoreJob {
+    const float* kv; int64_t ld_kv, L, hd;
+    float* ring; int64_t ld_ring, ring_len, pos0;
+};
+// Several sequences' stores in one launch (the job table goes to scratch slot 9).
+void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s);
 
 struct AttentionParams {
     const float* q;  int64_t q_s0, q_s1;      // [L, H, hd]
@@ -125,6 +131,17 @@ bool attention_split_supported(const AttentionParams& p);
 // Key splits per query launch_attention uses for kSplitKv (1 for long chunks).
 int64_t attention_splits(const AttentionParams& p);
 int attention_max_head_dim();
+// Decode queries of several sequences (one query each) in two launches: split_kv's blocks for every job, then
+// its merge; each job's splits and sums as its own launch_attention would give (the same bits).
+struct AttentionJob {
+    AttentionParams p;
+    int64_t S;        // key splits
+    float* ml;        // [H, S, 2]
+    float* acc;       // [H, S, hd]
+};
+bool attention_batch_takes(const AttentionParams& p);  // L == 1 and split_kv supported
+// Every job attention_batch_takes and the same head_dim.
+void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s);
 
 struct CompressParams {
     const float* kv; int64_t ld_kv;           // [L, width]
