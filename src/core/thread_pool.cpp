@@ -1,8 +1,12 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace di {
 
@@ -25,7 +29,7 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
     {
         std::lock_guard<std::mutex> lock(mu_);
-        stop_ = true;
+        stop_.store(true);
     }
     wake_.notify_all();
     for (std::thread& t : workers_) t.join();
@@ -39,19 +43,35 @@ void ThreadPool::run_chunks(int worker) {
     }
 }
 
+template <class Ready>
+bool ThreadPool::spin_until(Ready&& ready) {
+    constexpr auto kSpin = std::chrono::microseconds(100);
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0;; ++i) {
+        if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+        _mm_pause();
+#else
+        std::this_thread::yield();
+#endif
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
+    }
+}
+
 void ThreadPool::worker_loop(int worker) {
     uint64_t seen = 0;
+    auto ready = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
     for (;;) {
-        {
+        if (!spin_until(ready)) {
             std::unique_lock<std::mutex> lock(mu_);
-            wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-            if (stop_) return;
-            seen = generation_;
+            wake_.wait(lock, ready);
         }
+        if (stop_.load(std::memory_order_acquire)) return;
+        seen = generation_.load(std::memory_order_acquire);  // the job's fields were written before it
         run_chunks(worker);
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (--active_ == 0) done_.notify_one();
+        if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            std::lock_guard<std::mutex> lock(mu_);  // the caller checks active_ under mu_ before it waits
+            done_.notify_one();
         }
     }
 }
@@ -63,19 +83,22 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const ChunkFn& fn) {
         fn(0, n, 0);
         return;
     }
+    fn_ = &fn;
+    n_ = n;
+    grain_ = grain;
+    next_.store(0, std::memory_order_relaxed);
+    active_.store(int(workers_.size()), std::memory_order_relaxed);
     {
-        std::lock_guard<std::mutex> lock(mu_);
-        fn_ = &fn;
-        n_ = n;
-        grain_ = grain;
-        next_.store(0, std::memory_order_relaxed);
-        active_ = int(workers_.size());
-        ++generation_;
+        std::lock_guard<std::mutex> lock(mu_);  // a worker about to sleep re-checks the generation under mu_
+        generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     run_chunks(0);
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [&] { return active_ == 0; });
+    auto done = [&] { return active_.load(std::memory_order_acquire) == 0; };
+    if (!spin_until(done)) {
+        std::unique_lock<std::mutex> lock(mu_);
+        done_.wait(lock, done);
+    }
     fn_ = nullptr;
 }
 

@@ -48,12 +48,17 @@ private:
     void worker_loop(int worker);
     void run_chunks(int worker);
 
+    // Waits up to kSpin for `ready` before the caller blocks: a decode step runs hundreds of short
+    // parallel_fors, and waking a sleeping thread costs more than many of them take.
+    template <class Ready>
+    static bool spin_until(Ready&& ready);
+
     std::vector<std::thread> workers_;
     std::mutex mu_;
     std::condition_variable wake_, done_;
-    uint64_t generation_ = 0;  // bumped per parallel_for; workers wait for a new value
-    bool stop_ = false;
-    int active_ = 0;           // workers still inside the current job
+    std::atomic<uint64_t> generation_{0};  // bumped per parallel_for; workers wait for a new value
+    std::atomic<bool> stop_{false};
+    std::atomic<int> active_{0};           // workers still inside the current job
 
     // The current job (valid while a parallel_for runs).
     const ChunkFn* fn_ = nullptr;
