@@ -553,6 +553,76 @@ struct Fp4Rows {
 };
 #endif
 
+#if defined(__x86_64__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in avx512fintrin.h
+// The same dot products with 16-lane zmm accumulators (lane j of a pair sums elements j, j + 16, ..., the
+// tail into lanes 0.., the fold tree of dots_avx2): the generic kernels' bits in half the instructions.
+#define DI_AVX512_DOTS __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+template <int R, class Rows>
+DI_AVX512_DOTS void dots_avx512(const float* const* x, const Rows& w, int64_t len, float* res) {
+    __m512 acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m512 wv[2];
+        for (int k = 0; k < 2; ++k) wv[k] = w.chunk16(k, i);
+        for (int r = 0; r < R; ++r) {
+            const __m512 u = _mm512_loadu_ps(x[r] + i);
+            for (int k = 0; k < 2; ++k) acc[r][k] = _mm512_add_ps(acc[r][k], _mm512_mul_ps(u, wv[k]));
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int k = 0; k < 2; ++k) {
+            alignas(64) float t[16];
+            _mm512_store_ps(t, acc[r][k]);
+            for (int64_t j = 0; i + j < len; ++j) {
+                const float p = x[r][i + j] * w.at(k, i + j);
+                t[j] = t[j] + p;
+            }
+            for (int h = 8; h >= 1; h /= 2)  // fold(): lane j += lane j + h
+                for (int j = 0; j < h; ++j) t[j] += t[j + h];
+            res[r * kTileRows + k] = t[0];
+        }
+}
+
+// 16 FP8 weights as fp8_16_avx2 makes them (the same f16 route and blend fallback), in one zmm.
+DI_AVX512_DOTS inline __m512 fp8_16_avx512(const uint8_t* q, float s) {
+    const __m128i b = _mm_loadu_si128((const __m128i*)q);
+    if (!_mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)) && s <= 0x1p100f) {
+        const __m256i x = _mm256_cvtepu8_epi16(b);
+        const __m256i h = _mm256_slli_epi16(_mm256_add_epi16(x, _mm256_and_si256(x, _mm256_set1_epi16(0x80))), 7);
+        return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(s * 256.0f));
+    }
+    return _mm512_mul_ps(fp8_values_avx512(b), _mm512_set1_ps(s));
+}
+
+struct Fp8Rows512 {
+    const uint8_t* const* q;
+    const float* sc;
+    DI_AVX512_DOTS __m512 chunk16(int k, int64_t i) const { return fp8_16_avx512(q[k] + i, sc[i / kFp8Block]); }
+    float at(int k, int64_t c) const { return fp8_e4m3_to_f32(q[k][c]) * sc[c / kFp8Block]; }
+};
+
+// 16 FP4 weights (8 bytes) in column order: each byte twice, even lanes its low nibble, odd lanes its high
+// one, through the 16-entry table (kFp4Values: the values of fp4_at), times the group scale.
+struct Fp4Rows512 {
+    const uint8_t* const* q;
+    const float* const* sc;
+    DI_AVX512_DOTS __m512 chunk16(int k, int64_t i) const {
+        const __m128i b = _mm_loadl_epi64((const __m128i*)(q[k] + i / 2));
+        const __m512i twice = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+        const __m512i nib = _mm512_and_si512(
+            _mm512_srlv_epi32(twice, _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4)),
+            _mm512_set1_epi32(15));
+        return _mm512_mul_ps(_mm512_permutexvar_ps(nib, _mm512_loadu_ps(kFp4Values)),
+                             _mm512_set1_ps(sc[k][i / kFp4Group]));
+    }
+    float at(int k, int64_t c) const { return fp4_at(q[k], c) * sc[k][c / kFp4Group]; }
+};
+#pragma GCC diagnostic pop
+#endif
+
 // FP8 tiles against one or two input rows on AVX2 (AVX-512 machines too: the same bits as the 16-lane
 // generic kernels that take larger batches there, and 1.3x the decode speed of dequantising through a
 // buffer on the 2-core development VM): fused dequantisation (decode sizes).
@@ -565,8 +635,11 @@ bool fp8_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
     for (int64_t b = 0; b < nb; ++b) sc[b] = load_scale(w.scale, o0 / kFp8Block, b);
     const uint8_t* rows[kTileRows];
     for (int64_t k = 0; k < kTileRows; ++k) rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
+    const bool wide = has_avx512();
     for (int k = 0; k < kTileRows; k += 2) {
-        if (nx == 2) dots_avx2<2>(x, Fp8Rows{rows + k, sc}, in, res + k);
+        if (wide && nx == 2) dots_avx512<2>(x, Fp8Rows512{rows + k, sc}, in, res + k);
+        else if (wide) dots_avx512<1>(x, Fp8Rows512{rows + k, sc}, in, res + k);
+        else if (nx == 2) dots_avx2<2>(x, Fp8Rows{rows + k, sc}, in, res + k);
         else dots_avx2<1>(x, Fp8Rows{rows + k, sc}, in, res + k);
     }
     return true;
@@ -590,7 +663,9 @@ bool fp4_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
         for (int j = 0; j < 2; ++j)
             for (int64_t g = 0; g < ng; ++g) sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
         const float* scp[2] = {sc[0], sc[1]};
-        if (nx == 2) dots_avx2<2>(x, Fp4Rows{rows + k, scp}, in, res + k);
+        if (has_avx512() && nx == 2) dots_avx512<2>(x, Fp4Rows512{rows + k, scp}, in, res + k);
+        else if (has_avx512()) dots_avx512<1>(x, Fp4Rows512{rows + k, scp}, in, res + k);
+        else if (nx == 2) dots_avx2<2>(x, Fp4Rows{rows + k, scp}, in, res + k);
         else dots_avx2<1>(x, Fp4Rows{rows + k, scp}, in, res + k);
     }
     return true;
