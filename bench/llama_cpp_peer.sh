@@ -80,6 +80,11 @@ if [[ -f $bytes_tool ]]; then
 fi
 echo "model $model ($(du -shL "$model" | cut -f1)), gguf $(du -sh "$gguf" | cut -f1); prompt $prompt, decode $decode;" \
      "bytes per decode step ${mb:-?} MB"
+# llama.cpp's weight repacking (its AVX-512 layouts) aborts on this model family in 0c1e57098
+# (GGML_ASSERT(*cur_backend_id != -1)); where it does, both thread counts run with --repack 0, said below.
+repack=""
+"$src/build/bin/llama-bench" -m "$gguf" -t 1 -p 8 -n 1 -r 1 -o csv > /dev/null 2>&1 || {
+  repack="--repack 0"; echo "llama-bench aborts with its default weight repacking here: runs with --repack 0"; }
 printf "| threads | read GB/s | rep | deepinfer decode tok/s | %% of read BW | llama.cpp decode tok/s | %% of read BW | deepinfer prefill tok/s | llama.cpp prefill tok/s |\n"
 printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 pct() { [[ -n $mb ]] && python3 -c "print(f'{100 * $1 * $mb / 1e3 / $2:.0f}%')" || echo "?"; }
@@ -88,8 +93,8 @@ for t in $threads; do
   for r in $(seq "$reps"); do
     di=$(DEEPINFER_THREADS=$t "$bin/bench/model_bench" --model "$model" --backend cpu --prompt "$prompt" --decode "$decode" |
          sed -n 's/.*= \([0-9.]*\) tokens\/s; decode .* = \([0-9.]*\) tokens\/s.*/\1 \2/p')
-    lc=$("$src/build/bin/llama-bench" -m "$gguf" -t "$t" -p "$prompt" -n "$decode" -r 1 -o csv 2>/dev/null |
-         python3 -c 'import csv,sys; rows=list(csv.DictReader(sys.stdin)); d={("pp" if int(r["n_prompt"]) else "tg"): float(r["avg_ts"]) for r in rows}; print(d.get("pp",0), d.get("tg",0))')
+    lc=$("$src/build/bin/llama-bench" -m "$gguf" -t "$t" -p "$prompt" -n "$decode" -r 1 $repack -o csv 2>/dev/null |
+         python3 -c 'import csv,sys; rows=[r for r in csv.DictReader(sys.stdin) if r.get("n_prompt")]; d={("pp" if int(r["n_prompt"]) else "tg"): float(r["avg_ts"]) for r in rows}; print(d.get("pp",0), d.get("tg",0))')
     read -r di_pp di_tg <<< "$di"
     read -r lc_pp lc_tg <<< "$lc"
     printf "| %s | %s | %s | %s | %s | %.2f | %s | %s | %.1f |\n" "$t" "$bw" "$r" "$di_tg" "$(pct "$di_tg" "$bw")" \
