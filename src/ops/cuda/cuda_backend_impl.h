@@ -164,7 +164,7 @@ private:
         std::vector<WeightRef> host;
         void* device = nullptr;
         int gemv_format = -1;  // shared gemv_format() of every expert matrix, or -1
-        bool mma_scales_ok = false;  // every fp4 scale folds into f16 weights (moe_mma)
+        bool mma_ok = false;  // moe_mma takes it (MoeParams::mma_ok)
     };
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.

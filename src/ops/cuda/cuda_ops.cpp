@@ -517,8 +517,11 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
         t.gemv_format = cuda::gemv_format(t.host[0]);
         for (const WeightRef& w : t.host)
             if (cuda::gemv_format(w) != t.gemv_format) t.gemv_format = -1;
-        t.mma_scales_ok = cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device), t.host.data(),
-                                                       int64_t(t.host.size()), stream());
+        bool w13_alike = true;  // moe_mma walks an expert's W1 and W3 rows with one stride
+        for (size_t e = 0; e + 2 < t.host.size(); e += 3)
+            w13_alike &= t.host[e].ld == t.host[e + 1].ld && t.host[e].ld_scale == t.host[e + 1].ld_scale;
+        t.mma_ok = w13_alike && cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device),
+                                                              t.host.data(), int64_t(t.host.size()), stream());
     }
     return t;
 }
@@ -546,7 +549,7 @@ void CudaBackend::moe(const MoeArgs& a) {
         cuda::MoeParams p{f32(a.x) + t0 * ld(a.x), ld(a.x), a.ids.ptr<int32_t>() + t0 * ld(a.ids), ld(a.ids),
                           f32(a.weights) + t0 * ld(a.weights), ld(a.weights), static_cast<const WeightRef*>(table.device),
                           a.n_experts, f32m(a.out) + t0 * ld(a.out), ld(a.out), m, k, D, I, a.limit,
-                          table.gemv_format, table.mma_scales_ok};
+                          table.gemv_format, table.mma_ok};
         const int v = moe_v_.choose(
             [&](int i, bool) {
                 switch (kMoeEnum[i]) {

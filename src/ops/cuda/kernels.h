@@ -214,10 +214,11 @@ struct MoeParams {
     int64_t n, k, D, I;
     float limit;                              // swiglu_limit: > 0 (checked); +inf: no clamp
     int gemv_format = -1;                     // every expert matrix's gemv_format(), or -1 if they differ
-    bool mma_scales_ok = false;               // every scale UE8M0 in [kFp4F16ScaleMin, kFp4F16ScaleMax]
+    bool mma_ok = false;                      // moe_mma takes the table: every scale UE8M0 in [kFp4F16ScaleMin,
+                                              // kFp4F16ScaleMax], each expert's W1 and W3 with one row stride
 };
 // Variants: kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16 chunks; D and
-// I multiples of 128, mma_scales_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I
+// I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I
 // each 1024, 2048, 4096 or 8192, n * k <= kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine
 // for one token), kGrouped (moe_grouped.cu: each selected expert's weights streamed once per step for all the
 // tokens that chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an

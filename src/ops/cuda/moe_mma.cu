@@ -46,7 +46,7 @@ template <int NM>
 struct Job {
     const uint8_t* w[NM];   // row 0 of this block's tile in each matrix
     const uint8_t* sc[NM];  // its scale row
-    int64_t ld, ld_sc;      // bytes
+    int64_t ld, ld_sc;      // bytes (one for W1 and W3: MoeParams::mma_ok)
     const uint32_t* act;    // chunk 0 of this thread's B column (its token's hi or lo words), or null
     const float* inv;       // 1/s of token q's chunks, or null
 };
@@ -246,7 +246,7 @@ bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* tabl
 }
 
 bool moe_mma_supported(const MoeParams& p) {
-    return p.mma_scales_ok && p.gemv_format == 4 /* gemv::kFp4 */ && p.D % kChunk == 0 && p.I % kChunk == 0 &&
+    return p.mma_ok && p.gemv_format == 4 /* gemv::kFp4 */ && p.D % kChunk == 0 && p.I % kChunk == 0 &&
            p.n * p.k <= kMoeGroupedMaxPairs;
 }
 
