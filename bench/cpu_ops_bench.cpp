@@ -4,6 +4,8 @@
 // as in real decoding of a large model.
 //   cpu_ops_bench [--threads N] [--skip-e2e] [--decode N]
 //   cpu_ops_bench --read-bandwidth [--threads N]   (prints the parallel read bandwidth in GB/s and exits)
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,14 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "core/thread_pool.h"
+#include "deepinfer/engine.h"
+#include "model/seq_state.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/ref/ref_backend.h"
-#include "model/seq_state.h"
 #include "runtime/demo_model.h"
-#include "deepinfer/engine.h"
 #include "runtime/model_loader.h"
 
 using namespace di;
@@ -137,19 +137,21 @@ void bench_linear(ops::Backend& cpu, ops::Backend& ref, const LinearCase& c, dou
         total += reps.back().bytes();
     } while (total < kColdBytes);
     Tensor x(host_allocator(), DType::kF32, {c.n, c.in}), y(host_allocator(), DType::kF32, {c.n, c.out});
-    for (int64_t i = 0; i < x.view().numel(); ++i) x.view().ptr<float>()[i] = float(int64_t(g_rand.next() % 2001) - 1000) * 1e-3f;
+    for (int64_t i = 0; i < x.view().numel(); ++i)
+        x.view().ptr<float>()[i] = float(int64_t(g_rand.next() % 2001) - 1000) * 1e-3f;
     cpu.linear({x, reps[0].w, y});  // warm-up (scratch allocation)
     int64_t calls = 0;
     const auto t = Clock::now();
-    while (calls < int64_t(reps.size()) || since(t) < 0.5) cpu.linear({x, reps[size_t(calls++ % int64_t(reps.size()))].w, y});
+    while (calls < int64_t(reps.size()) || since(t) < 0.5)
+        cpu.linear({x, reps[size_t(calls++ % int64_t(reps.size()))].w, y});
     const double t_cpu = since(t) / double(calls);
     const auto tr = Clock::now();
     ref.linear({x, reps[0].w, y});
     const double t_ref = since(tr);
     const double gbs = double(reps[0].bytes()) / t_cpu;
     fmt::print("| linear {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {:.1f} | {:.0f}x |\n", c.name, c.n,
-               double(reps[0].bytes()) / 1e6, t_cpu * 1e6, gbs / 1e9, 100.0 * gbs / (copy_bw / 2), t_ref * 1e3,
-               t_ref / t_cpu);
+               double(reps[0].bytes()) / 1e6, t_cpu * 1e6, gbs / 1e9, 100.0 * gbs / (copy_bw / 2),
+               t_ref * 1e3, t_ref / t_cpu);
 }
 
 // V4-Flash routed experts: 256 ids over 32 distinct FP4 expert weight sets (400 MB, > L3), k = 6.
@@ -167,7 +169,8 @@ void bench_moe(ops::Backend& cpu, ops::Backend& ref, int64_t n, double copy_bw) 
                            store[size_t(3 * (e % distinct) + 2)].w});
     Tensor x(host_allocator(), DType::kF32, {n, D}), out(host_allocator(), DType::kF32, {n, D});
     Tensor ids(host_allocator(), DType::kI32, {n, k}), w(host_allocator(), DType::kF32, {n, k});
-    for (int64_t i = 0; i < n * D; ++i) x.view().ptr<float>()[i] = float(int64_t(g_rand.next() % 2001) - 1000) * 1e-3f;
+    for (int64_t i = 0; i < n * D; ++i)
+        x.view().ptr<float>()[i] = float(int64_t(g_rand.next() % 2001) - 1000) * 1e-3f;
     for (int64_t i = 0; i < n * k; ++i) w.view().ptr<float>()[i] = 0.1f;
     auto route = [&] {  // k distinct experts per token, different each call
         for (int64_t t = 0; t < n; ++t)
@@ -205,8 +208,10 @@ void bench_moe(ops::Backend& cpu, ops::Backend& ref, int64_t n, double copy_bw) 
     ref.moe(a);
     const double t_ref = since(tr);
     const double gbs = per_call / t_cpu;
-    fmt::print("| moe fp4 256 experts k=6, 4096x2048 | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {:.1f} | {:.0f}x |\n",
-               n, per_call / 1e6, t_cpu * 1e6, gbs / 1e9, 100.0 * gbs / (copy_bw / 2), t_ref * 1e3, t_ref / t_cpu);
+    fmt::print(
+        "| moe fp4 256 experts k=6, 4096x2048 | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {:.1f} | {:.0f}x "
+        "|\n",
+        n, per_call / 1e6, t_cpu * 1e6, gbs / 1e9, 100.0 * gbs / (copy_bw / 2), t_ref * 1e3, t_ref / t_cpu);
 }
 
 struct DecodeResult {
@@ -282,10 +287,12 @@ int main(int argc, char** argv) {
         if (a == "--threads" && i + 1 < argc) {
             threads = std::stoi(argv[++i]);
             setenv("DEEPINFER_THREADS", std::to_string(threads).c_str(), 1);  // the Engine's cpu backend too
-        }
-        else if (a == "--skip-e2e") e2e = false;
-        else if (a == "--decode" && i + 1 < argc) n_decode = std::stoll(argv[++i]);
-        else if (a == "--read-bandwidth") read_only = true;
+        } else if (a == "--skip-e2e")
+            e2e = false;
+        else if (a == "--decode" && i + 1 < argc)
+            n_decode = std::stoll(argv[++i]);
+        else if (a == "--read-bandwidth")
+            read_only = true;
     }
     ops::CpuBackend cpu(threads);
     auto ref = ops::make_ref_backend();
@@ -301,9 +308,11 @@ int main(int argc, char** argv) {
         if (std::fgets(buf, sizeof buf, f)) load = std::string(buf, strcspn(buf, "\n"));
         std::fclose(f);
     }
-    fmt::print("cpu backend: {} threads, hardware_concurrency {}, load average {}; copy bandwidth {:.1f} GB/s "
-               "(read + write, {} MiB memcpy over {} threads)\n\n",
-               cpu.n_threads(), std::thread::hardware_concurrency(), load, copy_bw / 1e9, kColdBytes >> 20, pool.size());
+    fmt::print(
+        "cpu backend: {} threads, hardware_concurrency {}, load average {}; copy bandwidth {:.1f} GB/s "
+        "(read + write, {} MiB memcpy over {} threads)\n\n",
+        cpu.n_threads(), std::thread::hardware_concurrency(), load, copy_bw / 1e9, kColdBytes >> 20,
+        pool.size());
     fmt::print("| op | rows | weight MB | cpu us | weights GB/s | % of copy read BW | ref ms | speed-up |\n");
     fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     const LinearCase cases[] = {
@@ -325,12 +334,14 @@ int main(int argc, char** argv) {
     const int64_t n_ref = std::min<int64_t>(n_decode, 8);
     const DecodeResult r = demo_decode(*ref, *dir, n_ref), c = demo_decode(cpu, *dir, n_decode);
     const bool same = std::equal(r.tokens.begin(), r.tokens.end(), c.tokens.begin());
-    fmt::print("\ndemo model greedy decode, 8-token prompt (ref: {} tokens, cpu: {} tokens; the first {} identical: {})\n",
-               n_ref, n_decode, r.tokens.size(), same ? "yes" : "NO");
+    fmt::print(
+        "\ndemo model greedy decode, 8-token prompt (ref: {} tokens, cpu: {} tokens; the first {} identical: "
+        "{})\n",
+        n_ref, n_decode, r.tokens.size(), same ? "yes" : "NO");
     fmt::print("| path | ref tokens/s | cpu tokens/s | speed-up |\n|---|---:|---:|---:|\n");
-    fmt::print("| Engine generation (sampler included) | {:.2f} | {:.2f} | {:.1f}x |\n", r.generate_tps, c.generate_tps,
-               c.generate_tps / r.generate_tps);
-    fmt::print("| model forward only (host argmax) | {:.2f} | {:.2f} | {:.1f}x |\n", r.forward_tps, c.forward_tps,
-               c.forward_tps / r.forward_tps);
+    fmt::print("| Engine generation (sampler included) | {:.2f} | {:.2f} | {:.1f}x |\n", r.generate_tps,
+               c.generate_tps, c.generate_tps / r.generate_tps);
+    fmt::print("| model forward only (host argmax) | {:.2f} | {:.2f} | {:.1f}x |\n", r.forward_tps,
+               c.forward_tps, c.forward_tps / r.forward_tps);
     return 0;
 }

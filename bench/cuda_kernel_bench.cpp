@@ -25,13 +25,13 @@ namespace {
 
 using namespace di::cuda;
 
-#define KCHECK(x)                                                                  \
-    do {                                                                           \
-        cudaError_t e_ = (x);                                                      \
-        if (e_ != cudaSuccess) {                                                   \
+#define KCHECK(x)                                                                                   \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
             std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                          \
-        }                                                                          \
+            std::exit(1);                                                                           \
+        }                                                                                           \
     } while (0)
 
 std::mt19937_64 g_rng(11);
@@ -61,8 +61,10 @@ void* random_device(size_t bytes, int kind) {
             std::memcpy(&h[i], &r, std::min<size_t>(8, bytes - i));
         }
         for (auto& b : h) {
-            if (kind == 1) b = uint8_t(118 + b % 8);
-            else if ((b & 0x7f) == 0x7f) b = 0x3c;
+            if (kind == 1)
+                b = uint8_t(118 + b % 8);
+            else if ((b & 0x7f) == 0x7f)
+                b = 0x3c;
         }
     }
     void* d = nullptr;
@@ -140,7 +142,7 @@ void free_weights(WeightSet& ws) {
 }
 
 class BenchScratch final : public Scratch {
-public:
+  public:
     ~BenchScratch() override {
         for (auto& [p, b] : slots_) cudaFree(p);
     }
@@ -154,7 +156,7 @@ public:
         return p;
     }
 
-private:
+  private:
     std::pair<void*, size_t> slots_[10] = {};
 };
 
@@ -168,21 +170,24 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
     BenchScratch scratch;
     scratch.get(8, size_t(nmax * in + nmax * in / 128) * 4);  // before capture
     for (int64_t n : ns) {
-        for (auto [vname, v] : {std::pair{"mma", LinearVariant::kMma}, std::pair{"split_rows", LinearVariant::kSplitRows},
-                                std::pair{"stream_gemv", LinearVariant::kStreamGemv},
-                                std::pair{"warp_gemv", LinearVariant::kWarpGemv}}) {
+        for (auto [vname, v] :
+             {std::pair{"mma", LinearVariant::kMma}, std::pair{"split_rows", LinearVariant::kSplitRows},
+              std::pair{"stream_gemv", LinearVariant::kStreamGemv},
+              std::pair{"warp_gemv", LinearVariant::kWarpGemv}}) {
             if (v == LinearVariant::kMma && !linear_mma_supported(ws.copies[0], n)) continue;
             if (v == LinearVariant::kSplitRows && !gemv_split_supported(x, in, ws.copies[0], n)) continue;
             if (v == LinearVariant::kStreamGemv && !gemv_supported(x, in, ws.copies[0], n)) continue;
             const int reps = int(ws.copies.size()) * std::max(1, int(20 / ws.copies.size()));
             const double us = graph_us(s, reps, [&](int i) {
                 const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
-                if (v == LinearVariant::kMma) launch_linear_mma(x, in, w, y, out, n, scratch, s);
-                else launch_linear(x, in, w, y, out, n, s, v);
+                if (v == LinearVariant::kMma)
+                    launch_linear_mma(x, in, w, y, out, n, scratch, s);
+                else
+                    launch_linear(x, in, w, y, out, n, s, v);
             });
             KCHECK(cudaGetLastError());
-            rows.push_back({std::string(name) + ", n=" + std::to_string(n), vname, us,
-                            ws.bytes + 4.0 * n * (in + out)});
+            rows.push_back(
+                {std::string(name) + ", n=" + std::to_string(n), vname, us, ws.bytes + 4.0 * n * (in + out)});
         }
     }
     cudaFree(x), cudaFree(y);
@@ -225,24 +230,29 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
             rows.push_back({label, std::string("cublaslt_fp8: no algorithm (") + note + ")", 0, flops});
             continue;
         }
-        rows.push_back({label, "act_quant alone", graph_us(s, reps, [&](int) {
-                            launch_act_quant_fp8(x, in, n, in, q, sx, n, s);
-                        }), flops});
+        rows.push_back({label, "act_quant alone",
+                        graph_us(s, reps, [&](int) { launch_act_quant_fp8(x, in, n, in, q, sx, n, s); }),
+                        flops});
         rows.push_back({label, f32_out ? "cublaslt_fp8 (f32 out)" : "cublaslt_fp8 (bf16 out, widened)",
-                        graph_us(s, reps, [&](int i) {
-                            const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
-                            launch_scales_to_f32(w.scale, true, w.ld_scale, out / 128, in / 128, sw,
-                                                 lt_scale_ld(in / 128), s);
-                            launch_act_quant_fp8(x, in, n, in, q, sx, n, s);
-                            lt->run(q, sx, w.data, w.ld, sw, n, in, out, y, out, tmp, s);
-                        }), flops});
+                        graph_us(s, reps,
+                                 [&](int i) {
+                                     const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
+                                     launch_scales_to_f32(w.scale, true, w.ld_scale, out / 128, in / 128, sw,
+                                                          lt_scale_ld(in / 128), s);
+                                     launch_act_quant_fp8(x, in, n, in, q, sx, n, s);
+                                     lt->run(q, sx, w.data, w.ld, sw, n, in, out, y, out, tmp, s);
+                                 }),
+                        flops});
         const LinearVariant f32v = n <= kGemvMaxRows ? LinearVariant::kStreamGemv : LinearVariant::kTiled;
         if (n > 512) continue;  // the f32 tiles take seconds at prefill sizes
         rows.push_back({label, n <= kGemvMaxRows ? "dequant + stream_gemv (f32)" : "dequant + tiled (f32)",
-                        graph_us(s, std::min(reps, 20), [&](int i) {
-                            launch_act_quant_dequant(x, in, n, in, xd, s);
-                            launch_linear(xd, in, ws.copies[size_t(i) % ws.copies.size()], y, out, n, s, f32v);
-                        }), flops});
+                        graph_us(s, std::min(reps, 20),
+                                 [&](int i) {
+                                     launch_act_quant_dequant(x, in, n, in, xd, s);
+                                     launch_linear(xd, in, ws.copies[size_t(i) % ws.copies.size()], y, out, n,
+                                                   s, f32v);
+                                 }),
+                        flops});
     }
     cudaFree(x), cudaFree(y), cudaFree(q), cudaFree(sx), cudaFree(sw), cudaFree(xd), cudaFree(tmp);
     free_weights(ws);
@@ -256,7 +266,8 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
             WeightRef r;
             r.data = random_device(size_t(o * i / 2), 0);
             r.scale = random_device(size_t(o * i / 32), 1);
-            KCHECK(cudaMemset(const_cast<void*>(r.scale), 120, size_t(o * i / 32)));  // 2^-7, as the model draws
+            KCHECK(
+                cudaMemset(const_cast<void*>(r.scale), 120, size_t(o * i / 32)));  // 2^-7, as the model draws
             r.ld = i / 2, r.ld_scale = i / 32, r.out_dim = o, r.in_dim = i, r.format = 2, r.scale_e8m0 = true;
             table.push_back(r);
         }
@@ -287,10 +298,26 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
         float* w = static_cast<float*>(random_device(size_t(n * k) * 4, 2));
         float* out = nullptr;
         KCHECK(cudaMalloc(&out, size_t(n * D) * 4));
-        MoeParams p{x, D, nullptr, k, w, k, dtable, E, out, D, n, k, D, I, 10.0f, gemv_format(table[0]),
+        MoeParams p{x,
+                    D,
+                    nullptr,
+                    k,
+                    w,
+                    k,
+                    dtable,
+                    E,
+                    out,
+                    D,
+                    n,
+                    k,
+                    D,
+                    I,
+                    10.0f,
+                    gemv_format(table[0]),
                     fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s)};
-        for (auto [vname, v] : {std::pair{"mma", MoeVariant::kMma}, std::pair{"split_rows", MoeVariant::kSplitRows},
-                                std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
+        for (auto [vname, v] :
+             {std::pair{"mma", MoeVariant::kMma}, std::pair{"split_rows", MoeVariant::kSplitRows},
+              std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
             p.ids = ids[0];
             if (v == MoeVariant::kMma && !moe_mma_supported(p)) continue;
             if (v == MoeVariant::kSplitRows && !moe_split_supported(p)) continue;
@@ -331,8 +358,31 @@ void bench_attention(std::vector<Row>& rows, cudaStream_t s, const char* name, i
     int32_t* picks = nullptr;
     KCHECK(cudaMalloc(&picks, size_t(k) * 4));
     KCHECK(cudaMemcpy(picks, hp.data(), size_t(k) * 4, cudaMemcpyHostToDevice));
-    AttentionParams p{q, H * hd, hd, ring, hd, kv, hd, comp, hd, entries, mask == 2 ? picks : nullptr, k,
-                      mask == 2 ? k : 0, sinks, out, H * hd, hd, 1, H, hd, pos0, window - 1, window, mask, 128,
+    AttentionParams p{q,
+                      H * hd,
+                      hd,
+                      ring,
+                      hd,
+                      kv,
+                      hd,
+                      comp,
+                      hd,
+                      entries,
+                      mask == 2 ? picks : nullptr,
+                      k,
+                      mask == 2 ? k : 0,
+                      sinks,
+                      out,
+                      H * hd,
+                      hd,
+                      1,
+                      H,
+                      hd,
+                      pos0,
+                      window - 1,
+                      window,
+                      mask,
+                      128,
                       0.044f};
     const double keys = double(window + (mask == 2 ? k : entries));
     BenchScratch scratch;
@@ -343,7 +393,8 @@ void bench_attention(std::vector<Row>& rows, cudaStream_t s, const char* name, i
         KCHECK(cudaGetLastError());
         rows.push_back({name, vname, us, keys * hd * 4 + 2.0 * H * hd * 4});
     }
-    cudaFree(q), cudaFree(ring), cudaFree(kv), cudaFree(comp), cudaFree(sinks), cudaFree(out), cudaFree(picks);
+    cudaFree(q), cudaFree(ring), cudaFree(kv), cudaFree(comp), cudaFree(sinks), cudaFree(out),
+        cudaFree(picks);
 }
 
 // mhc_pre of n tokens, hc 4 x 4096: bytes = fn (24 x 16384 f32) + streams + x.
@@ -357,9 +408,11 @@ void bench_mhc(std::vector<Row>& rows, cudaStream_t s, int64_t n) {
     KCHECK(cudaMalloc(&x, size_t(n * D) * 4));
     KCHECK(cudaMalloc(&post, size_t(n * hc) * 4));
     KCHECK(cudaMalloc(&comb, size_t(n * hc * hc) * 4));
-    MhcParams p{st, fn, hc * D, base, scale, x, D, post, hc, comb, hc * hc, n, hc, D, 1e-6f, 1e-6f, 20, false};
+    MhcParams p{st,   fn,      hc * D, base, scale, x,     D,     post, hc,
+                comb, hc * hc, n,      hc,   D,     1e-6f, 1e-6f, 20,   false};
     BenchScratch scratch;
-    for (auto [vname, v] : {std::pair{"split_k", MhcVariant::kSplitK}, std::pair{"per_mix", MhcVariant::kPerMix}}) {
+    for (auto [vname, v] :
+         {std::pair{"split_k", MhcVariant::kSplitK}, std::pair{"per_mix", MhcVariant::kPerMix}}) {
         launch_mhc_pre(p, scratch, s, v);
         const double us = graph_us(s, 20, [&](int) { launch_mhc_pre(p, scratch, s, v); });
         KCHECK(cudaGetLastError());
@@ -377,9 +430,12 @@ int main(int argc, char** argv) {
     std::string out_path, only;
     bool quick = false;
     for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
-        else if (!std::strcmp(argv[i], "--quick")) quick = true;
-        else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
+            out_path = argv[++i];
+        else if (!std::strcmp(argv[i], "--quick"))
+            quick = true;
+        else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
     }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -405,7 +461,8 @@ int main(int argc, char** argv) {
     }
     std::vector<GemmRow> gemm_rows;
     if (want("gemm")) {
-        const std::vector<int64_t> gn = quick ? std::vector<int64_t>{16, 4096} : std::vector<int64_t>{1, 16, 64, 512, 4096};
+        const std::vector<int64_t> gn =
+            quick ? std::vector<int64_t>{16, 4096} : std::vector<int64_t>{1, 16, 64, 512, 4096};
         bench_fp8_gemm(gemm_rows, s, "fp8 q_a 4096->1024", 1024, 4096, gn);
         bench_fp8_gemm(gemm_rows, s, "fp8 wkv 4096->512", 512, 4096, gn);
         bench_fp8_gemm(gemm_rows, s, "fp8 q_b 1024->32768", 32768, 1024, gn);
@@ -418,7 +475,8 @@ int main(int argc, char** argv) {
     if (want("moe")) bench_moe(rows, s, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
     if (want("attention")) {
         bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)", 1, 512);
-        bench_attention(rows, s, "attention decode, window 128 + 512 CSA picks of 16384 (64K context)", 2, 16384);
+        bench_attention(rows, s, "attention decode, window 128 + 512 CSA picks of 16384 (64K context)", 2,
+                        16384);
         bench_attention(rows, s, "attention decode, window 128 + all 8192 HCA entries (1M context)", 1, 8192);
     }
     if (want("mhc"))
@@ -426,10 +484,12 @@ int main(int argc, char** argv) {
 
     std::string md;
     char buf[512];
-    std::snprintf(buf, sizeof buf, "Copy bandwidth measured in this run: %.0f GB/s (read + write, 2 GiB).\n\n",
-                  r.copy_gbps);
+    std::snprintf(buf, sizeof buf,
+                  "Copy bandwidth measured in this run: %.0f GB/s (read + write, 2 GiB).\n\n", r.copy_gbps);
     md += buf;
-    md += "| kernel (V4-Flash shape) | variant | time us | bytes | GB/s | % copy BW |\n|---|---|---:|---:|---:|---:|\n";
+    md +=
+        "| kernel (V4-Flash shape) | variant | time us | bytes | GB/s | % copy BW "
+        "|\n|---|---|---:|---:|---:|---:|\n";
     for (const Row& x : rows) {
         const double gbps = x.bytes / (x.us * 1e-6) / 1e9;
         std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.3g | %.0f | %.1f%% |\n", x.name.c_str(),
@@ -437,16 +497,19 @@ int main(int argc, char** argv) {
         md += buf;
     }
     if (!gemm_rows.empty()) {
-        std::snprintf(buf, sizeof buf,
-                      "\nFP8 linears of the native precision (times include the activation quantisation and the "
-                      "weight-scale widening); dense cuBLASLt rates in this run: FP8 %.0f, BF16 %.0f TFLOP/s.\n\n",
-                      r.fp8_tflops, r.bf16_tflops);
+        std::snprintf(
+            buf, sizeof buf,
+            "\nFP8 linears of the native precision (times include the activation quantisation and the "
+            "weight-scale widening); dense cuBLASLt rates in this run: FP8 %.0f, BF16 %.0f TFLOP/s.\n\n",
+            r.fp8_tflops, r.bf16_tflops);
         md += buf;
-        md += "| linear (V4-Flash shape) | path | time us | TFLOP/s | % of dense FP8 |\n|---|---|---:|---:|---:|\n";
+        md +=
+            "| linear (V4-Flash shape) | path | time us | TFLOP/s | % of dense FP8 "
+            "|\n|---|---|---:|---:|---:|\n";
         for (const GemmRow& g : gemm_rows) {
             const double tf = g.us > 0 ? g.flops / (g.us * 1e-6) / 1e12 : 0;
-            std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.1f%% |\n", g.name.c_str(), g.variant.c_str(),
-                          g.us, tf, r.fp8_tflops > 0 ? 100.0 * tf / r.fp8_tflops : 0.0);
+            std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.1f%% |\n", g.name.c_str(),
+                          g.variant.c_str(), g.us, tf, r.fp8_tflops > 0 ? 100.0 * tf / r.fp8_tflops : 0.0);
             md += buf;
         }
     }

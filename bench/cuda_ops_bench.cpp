@@ -23,14 +23,16 @@ std::mt19937 g_rng(7);
 
 struct Dev {
     Tensor t;
-    Dev(DType dt, std::initializer_list<int64_t> shape, float lo = -1, float hi = 1) : t(g_gpu->allocator(), dt, shape) {
+    Dev(DType dt, std::initializer_list<int64_t> shape, float lo = -1, float hi = 1)
+        : t(g_gpu->allocator(), dt, shape) {
         Tensor h(host_allocator(), dt, {t.view().numel()});
         std::uniform_real_distribution<float> u(lo, hi);
         const size_t n = t.view().nbytes();
         if (dt == DType::kF32) {
             for (int64_t i = 0; i < t.view().numel(); ++i) h.view().ptr<float>()[i] = u(g_rng);
         } else if (dt == DType::kE8M0) {
-            for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(h.view().data)[i] = uint8_t(121 + g_rng() % 7);
+            for (size_t i = 0; i < n; ++i)
+                static_cast<uint8_t*>(h.view().data)[i] = uint8_t(121 + g_rng() % 7);
         } else if (dt == DType::kI32) {
             std::memset(h.view().data, 0, n);
         } else {
@@ -73,7 +75,8 @@ double time_us(const std::function<void()>& f, int reps) {
         const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < reps; ++i) f();
         g_gpu->synchronize();
-        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        const double us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
         best = std::min(best, us / reps);
     }
     return best;
@@ -109,15 +112,15 @@ std::vector<Row> run_ops(bool quick) {
         std::vector<int32_t> hp(k);
         for (int64_t i = 0; i < k; ++i) hp[size_t(i)] = int32_t(i * 31 % T);
         g_gpu->copy(picks.v(), TensorView::contiguous(hp.data(), DType::kI32, {1, k}));
-        AttentionArgs a{q1.v(), ring.v(), kv1.v(), comp.v(), picks.v(), sinks.v(), o1.v(), 70000, 127, W,
-                        CompMask::kPicks, 4, 0.044f};
+        AttentionArgs a{q1.v(), ring.v(), kv1.v(), comp.v(),         picks.v(), sinks.v(), o1.v(),
+                        70000,  127,      W,       CompMask::kPicks, 4,         0.044f};
         const double us = time_us([&] { g_gpu->attention(a); }, 50);
-        rows.push_back({"attention decode, window 128 + 512 picks, 64x512", us, 4.0 * (W + k) * hd + 8.0 * H * hd,
-                        4.0 * H * hd * (W + k)});
+        rows.push_back({"attention decode, window 128 + 512 picks, 64x512", us,
+                        4.0 * (W + k) * hd + 8.0 * H * hd, 4.0 * H * hd * (W + k)});
         const int64_t L = quick ? 256 : 2048, Th = 16;
         Dev qL(DType::kF32, {L, H, hd}), kvL(DType::kF32, {L, hd}), oL(DType::kF32, {L, H, hd});
-        AttentionArgs b{qL.v(), ring.v(), kvL.v(), comp.v().rows(0, Th), {}, sinks.v(), oL.v(), 0, 0, W,
-                        CompMask::kCausal, 128, 0.044f};
+        AttentionArgs b{qL.v(), ring.v(), kvL.v(), comp.v().rows(0, Th), {},  sinks.v(), oL.v(),
+                        0,      0,        W,       CompMask::kCausal,    128, 0.044f};
         const double usL = time_us([&] { g_gpu->attention(b); }, 3);
         rows.push_back({"attention prefill L=" + std::to_string(L) + ", window 128 + HCA, 64x512", usL,
                         4.0 * (2.0 * L * H * hd + L * hd), 4.0 * L * H * hd * (W + Th)});
@@ -135,31 +138,36 @@ std::vector<Row> run_ops(bool quick) {
     }
     {  // mHC and norms at decode
         const int64_t hc = 4, D = 4096, M = (2 + hc) * hc;
-        Dev st(DType::kF32, {1, hc, D}), fn(DType::kF32, {M, hc * D}), base(DType::kF32, {M}), sc(DType::kF32, {3});
+        Dev st(DType::kF32, {1, hc, D}), fn(DType::kF32, {M, hc * D}), base(DType::kF32, {M}),
+            sc(DType::kF32, {3});
         Dev x(DType::kF32, {1, D}), post(DType::kF32, {1, hc}), comb(DType::kF32, {1, hc, hc});
         Dev out(DType::kF32, {1, hc, D}), nw(DType::kBF16, {D});
         MhcPreArgs a{st.v(), fn.v(), base.v(), sc.v(), x.v(), post.v(), comb.v()};
-        rows.push_back({"mhc_pre n=1, 4 x 4096", time_us([&] { g_gpu->mhc_pre(a); }, 50), 4.0 * M * hc * D, 2.0 * M * hc * D});
+        rows.push_back({"mhc_pre n=1, 4 x 4096", time_us([&] { g_gpu->mhc_pre(a); }, 50), 4.0 * M * hc * D,
+                        2.0 * M * hc * D});
         MhcPostArgs p{st.v(), x.v(), post.v(), comb.v(), out.v()};
-        rows.push_back({"mhc_post n=1, 4 x 4096", time_us([&] { g_gpu->mhc_post(p); }, 50), 4.0 * 3 * hc * D, 10.0 * hc * D});
+        rows.push_back({"mhc_post n=1, 4 x 4096", time_us([&] { g_gpu->mhc_post(p); }, 50), 4.0 * 3 * hc * D,
+                        10.0 * hc * D});
         RmsNormArgs r{x.v(), nw.v(), x.v()};
         rows.push_back({"rms_norm n=1, 4096", time_us([&] { g_gpu->rms_norm(r); }, 50), 10.0 * D, 3.0 * D});
     }
     {  // routed experts, FP4, 256 experts x (2048 x 4096), k = 6
         const int64_t E = 256, D = 4096, I = 2048, k = 6;
         std::vector<ExpertWeights> ew(static_cast<size_t>(E));
-        for (auto& e : ew) e.w1 = fp4_weight(keep, I, D), e.w3 = fp4_weight(keep, I, D), e.w2 = fp4_weight(keep, D, I);
+        for (auto& e : ew)
+            e.w1 = fp4_weight(keep, I, D), e.w3 = fp4_weight(keep, I, D), e.w2 = fp4_weight(keep, D, I);
         const double per_expert = 3.0 * (double(I) * D / 2 + double(I) * D / 32);
         for (int64_t n : {int64_t(1), int64_t(quick ? 16 : 128)}) {
-            Dev x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}), out(DType::kF32, {n, D});
+            Dev x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}),
+                out(DType::kF32, {n, D});
             std::vector<int32_t> hid(size_t(n * k));
             for (int64_t i = 0; i < n * k; ++i) hid[size_t(i)] = int32_t((i * 37 + i / k) % E);
             g_gpu->copy(ids.v(), TensorView::contiguous(hid.data(), DType::kI32, {n, k}));
             MoeArgs a{x.v(), ids.v(), w.v(), ew.data(), E, out.v(), 10.0f};
             const double us = time_us([&] { g_gpu->moe(a); }, n == 1 ? 20 : 2);
             const double distinct = double(std::min<int64_t>(E, n * k));
-            rows.push_back({"moe fp4 n=" + std::to_string(n) + ", 256 experts, k=6", us, distinct * per_expert,
-                            2.0 * n * k * 3 * double(I) * D});
+            rows.push_back({"moe fp4 n=" + std::to_string(n) + ", 256 experts, k=6", us,
+                            distinct * per_expert, 2.0 * n * k * 3 * double(I) * D});
         }
     }
     return rows;
@@ -173,8 +181,10 @@ int main(int argc, char** argv) {
     std::string out_path;
     bool quick = false;
     for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
-        else if (!std::strcmp(argv[i], "--quick")) quick = true;
+        if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
+            out_path = argv[++i];
+        else if (!std::strcmp(argv[i], "--quick"))
+            quick = true;
     }
     if (di::ops::cuda_device_count() == 0) {
         std::fprintf(stderr, "cuda_ops_bench: no CUDA device\n");
@@ -191,12 +201,13 @@ int main(int argc, char** argv) {
                   "cuBLASLt 8192^3 BF16 %.0f TFLOP/s, FP8 %.0f TFLOP/s%s%s\n\n",
                   r.copy_gbps, r.bf16_tflops, r.fp8_tflops, r.note.empty() ? "" : "; ", r.note.c_str());
     md += buf;
-    md += "| op (V4-Flash shape) | time us | min bytes | GB/s | % copy BW | GFLOP | TFLOP/s | % BF16 GEMM |\n";
+    md +=
+        "| op (V4-Flash shape) | time us | min bytes | GB/s | % copy BW | GFLOP | TFLOP/s | % BF16 GEMM |\n";
     md += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const Row& x : rows) {
         const double gbps = x.bytes / (x.us * 1e-6) / 1e9, tf = x.flops / (x.us * 1e-6) / 1e12;
-        std::snprintf(buf, sizeof buf, "| %s | %.1f | %.3g | %.0f | %.1f%% | %.3g | %.2f | %.2f%% |\n", x.name.c_str(),
-                      x.us, x.bytes, gbps, 100.0 * gbps / r.copy_gbps, x.flops / 1e9, tf,
+        std::snprintf(buf, sizeof buf, "| %s | %.1f | %.3g | %.0f | %.1f%% | %.3g | %.2f | %.2f%% |\n",
+                      x.name.c_str(), x.us, x.bytes, gbps, 100.0 * gbps / r.copy_gbps, x.flops / 1e9, tf,
                       r.bf16_tflops > 0 ? 100.0 * tf / r.bf16_tflops : 0.0);
         md += buf;
     }

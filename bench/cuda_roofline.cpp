@@ -11,13 +11,13 @@
 namespace di::bench {
 namespace {
 
-#define BCHECK(x)                                                                   \
-    do {                                                                            \
-        cudaError_t e_ = (x);                                                       \
-        if (e_ != cudaSuccess) {                                                    \
-            std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));           \
-            std::exit(1);                                                           \
-        }                                                                           \
+#define BCHECK(x)                                                         \
+    do {                                                                  \
+        cudaError_t e_ = (x);                                             \
+        if (e_ != cudaSuccess) {                                          \
+            std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
+            std::exit(1);                                                 \
+        }                                                                 \
     } while (0)
 
 template <class F>
@@ -62,10 +62,13 @@ struct Lt {
     decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
     decltype(&cublasLtMatmul) matmul;
     bool load() {
-        for (const char* n : {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so"})
+        for (const char* n :
+             {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so"})
             if ((lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
         if (!lib) return false;
-#define SYM(v, name) v = reinterpret_cast<decltype(v)>(dlsym(lib, #name)); if (!v) return false
+#define SYM(v, name)                                      \
+    v = reinterpret_cast<decltype(v)>(dlsym(lib, #name)); \
+    if (!v) return false
         SYM(create, cublasLtCreate);
         SYM(desc_create, cublasLtMatmulDescCreate);
         SYM(desc_set, cublasLtMatmulDescSetAttribute);
@@ -108,11 +111,16 @@ double gemm_rate(Lt& lt, cublasLtHandle_t h, cudaDataType_t in_t, int n, std::st
     if (lt.heuristic(h, desc, la, lb, ld, ld, pref, 1, &res, &found) == CUBLAS_STATUS_SUCCESS && found > 0) {
         const float alpha = 1, beta = 0;
         cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-        const double ms = median_ms([&] {
-            st = lt.matmul(h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, ws, ws_bytes, nullptr);
-        }, 10);
-        if (st == CUBLAS_STATUS_SUCCESS) tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
-        else note += " matmul failed (" + std::to_string(int(st)) + ");";
+        const double ms = median_ms(
+            [&] {
+                st = lt.matmul(h, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, ws, ws_bytes,
+                               nullptr);
+            },
+            10);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
+        else
+            note += " matmul failed (" + std::to_string(int(st)) + ");";
     } else {
         note += std::string(in_t == CUDA_R_16BF ? " bf16" : " fp8") + ": no cuBLASLt algorithm;";
     }

@@ -7,10 +7,10 @@
 namespace di::bench {
 
 struct Roofline {
-    double copy_gbps = 0;      // bytes read + written per second, / 1e9
-    double bf16_tflops = 0;    // 0 when cuBLASLt is unavailable
+    double copy_gbps = 0;    // bytes read + written per second, / 1e9
+    double bf16_tflops = 0;  // 0 when cuBLASLt is unavailable
     double fp8_tflops = 0;
-    std::string note;          // what could not be measured and why
+    std::string note;  // what could not be measured and why
 };
 
 // Measures on the current device; `gemm_n` is the square size of the matrix products.

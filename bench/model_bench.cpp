@@ -6,14 +6,14 @@
 //               [--profile 1] (per-op time, bytes and GB/s of the prefill and of the decode steps; every op
 //                              synchronised, so the totals exceed the unprofiled times by the launch gaps)
 //               [--profile host] (nothing synchronised: the host's time to issue each op)
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "model/seq_state.h"
 #include "ops/compare/profile_backend.h"
@@ -66,7 +66,6 @@ runtime::RandomModelSpec flash_spec(int64_t n_layers) {  // DeepSeek-V4-Flash di
     return s;
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,21 +74,33 @@ int main(int argc, char** argv) {
     std::string profile = "0", precision = "exact", graphs = "on";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--model") dir = v;
-        else if (k == "--preset") preset = v;
-        else if (k == "--backend") backend_name = v;
-        else if (k == "--prompt") n_prompt = std::stoll(v);
-        else if (k == "--decode") n_decode = std::stoll(v);
-        else if (k == "--batch") batch = std::stoll(v);
-        else if (k == "--layers") n_layers = std::stoll(v);
-        else if (k == "--profile") profile = v;
-        else if (k == "--precision") precision = v;
-        else if (k == "--graphs") graphs = v;  // on | off (CUDA graph replay of the step's segments)
+        if (k == "--model")
+            dir = v;
+        else if (k == "--preset")
+            preset = v;
+        else if (k == "--backend")
+            backend_name = v;
+        else if (k == "--prompt")
+            n_prompt = std::stoll(v);
+        else if (k == "--decode")
+            n_decode = std::stoll(v);
+        else if (k == "--batch")
+            batch = std::stoll(v);
+        else if (k == "--layers")
+            n_layers = std::stoll(v);
+        else if (k == "--profile")
+            profile = v;
+        else if (k == "--precision")
+            precision = v;
+        else if (k == "--graphs")
+            graphs = v;  // on | off (CUDA graph replay of the step's segments)
     }
     runtime::RandomModel in_memory;
     if (dir.empty() && preset == "flash") {
         if (n_layers < 1 || n_layers > 43)
-            return std::fprintf(stderr, "model_bench: --layers %lld: V4-Flash has 1 to 43 layers\n", (long long)n_layers), 2;
+            return std::fprintf(stderr, "model_bench: --layers %lld: V4-Flash has 1 to 43 layers\n",
+                                (long long)n_layers),
+                   2;
         auto r = runtime::random_model_in_memory(flash_spec(n_layers));
         if (!r) return std::fprintf(stderr, "%s\n", r.error().message.c_str()), 1;
         in_memory = std::move(*r);
@@ -101,11 +112,13 @@ int main(int argc, char** argv) {
             dir = *d;
         } else {
             if (preset != "mid" && preset != "mid-fullvocab")
-                return std::fprintf(stderr, "model_bench: unknown preset '%s' (demo, mid, mid-fullvocab, flash)\n",
+                return std::fprintf(stderr,
+                                    "model_bench: unknown preset '%s' (demo, mid, mid-fullvocab, flash)\n",
                                     preset.c_str()),
                        2;
             runtime::RandomModelSpec spec = mid_spec();
-            if (preset == "mid-fullvocab") spec.vocab = 129280;  // the tokenizer's vocabulary (peer benchmarks)
+            if (preset == "mid-fullvocab")
+                spec.vocab = 129280;  // the tokenizer's vocabulary (peer benchmarks)
             dir = (std::filesystem::temp_directory_path() / ("deepinfer-bench-" + preset)).string();
             if (!std::filesystem::exists(dir + "/model.safetensors"))
                 if (auto st = runtime::write_random_model(dir, spec); !st)
@@ -118,8 +131,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<ops::ProfileBackend> prof;
     if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be, profile != "host");
     ops::Backend& run_on = prof ? *prof : **be;
-    auto m = in_memory.checkpoint ? runtime::load_model_in_memory(in_memory.config_json, in_memory.checkpoint, run_on)
-                                  : runtime::load_model(dir, run_on);
+    auto m = in_memory.checkpoint
+                 ? runtime::load_model_in_memory(in_memory.config_json, in_memory.checkpoint, run_on)
+                 : runtime::load_model(dir, run_on);
     in_memory = {};  // the device holds its copies now
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
     auto& model = **m;
@@ -129,7 +143,8 @@ int main(int argc, char** argv) {
     const auto& cfg = model.config();
     const runtime::Throughput t = runtime::measure_throughput(model, n_prompt, n_decode, batch, [&] {
         if (!prof) return;
-        fmt::print("profile of the prefill ({} x {} tokens, one step):\n{}\n", batch, n_prompt, prof->markdown());
+        fmt::print("profile of the prefill ({} x {} tokens, one step):\n{}\n", batch, n_prompt,
+                   prof->markdown());
         prof->reset();
     });
     if (prof) fmt::print("profile of {} decode steps (batch {}):\n{}\n", n_decode, batch, prof->markdown());
@@ -137,14 +152,17 @@ int main(int argc, char** argv) {
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
-    fmt::print("backend {} precision {} graphs {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = "
-               "{:.2f} tokens/s, {:.1f} ms/step\n",
-               backend_name, precision, graphs, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(), n_decode,
-               t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
+    fmt::print(
+        "backend {} precision {} graphs {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode "
+        "{} steps in {:.3f} s = "
+        "{:.2f} tokens/s, {:.1f} ms/step\n",
+        backend_name, precision, graphs, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(),
+        n_decode, t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
     const model::StateSize ss = model::state_size(cfg);
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,
                ss.bytes_per_token);
-    for (int64_t n : {1024, 8192, 65536, 1048576}) fmt::print("  {}: {:.2f} MiB", n, double(ss.bytes_for(n)) / 1048576.0);
+    for (int64_t n : {1024, 8192, 65536, 1048576})
+        fmt::print("  {}: {:.2f} MiB", n, double(ss.bytes_for(n)) / 1048576.0);
     fmt::print("\n");
     return 0;
 }

@@ -59,8 +59,9 @@ int main(int argc, char** argv) {
         for (std::string_view u : units) n_ids += tok->encode(u, false).size();
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::printf("deepinfer encode (%s): %s %zu bytes -> %zu ids, best of %d: %.3f s = %.2f MB/s (load %.2f s)\n",
-                lines ? "per line" : "whole text", argv[2], text.size(), n_ids, repeats, best, text.size() / best / 1e6,
-                load_s);
+    std::printf(
+        "deepinfer encode (%s): %s %zu bytes -> %zu ids, best of %d: %.3f s = %.2f MB/s (load %.2f s)\n",
+        lines ? "per line" : "whole text", argv[2], text.size(), n_ids, repeats, best,
+        text.size() / best / 1e6, load_s);
     return 0;
 }

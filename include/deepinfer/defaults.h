@@ -7,9 +7,9 @@
 
 namespace di {
 
-inline constexpr int kDefaultMaxRunning = 64;             // requests in the batch at once
-inline constexpr int64_t kDefaultStepTokenBudget = 256;   // tokens per step (each decode counts 1)
-inline constexpr int64_t kDefaultPrefillChunk = 128;      // prompt tokens per prefill chunk
-inline constexpr size_t kDefaultMaxWaiting = 256;         // requests queued for admission
+inline constexpr int kDefaultMaxRunning = 64;            // requests in the batch at once
+inline constexpr int64_t kDefaultStepTokenBudget = 256;  // tokens per step (each decode counts 1)
+inline constexpr int64_t kDefaultPrefillChunk = 128;     // prompt tokens per prefill chunk
+inline constexpr size_t kDefaultMaxWaiting = 256;        // requests queued for admission
 
 }  // namespace di

@@ -17,21 +17,21 @@
 namespace di {
 
 struct EngineOptions {
-    std::string model_dir;                 // config.json + safetensors
-    std::string backend = "ref";           // see runtime::backend_names()
-    std::string tokenizer_path;            // "": model_dir; a model without tokenizer.json runs on ids only
-    int64_t state_memory_bytes = int64_t(2) << 30;  // sequence state shared by all running requests
-    int max_running = kDefaultMaxRunning;                  // requests in the batch at once
-    int64_t step_token_budget = kDefaultStepTokenBudget;   // tokens per step (each decode counts 1)
-    int64_t prefill_chunk = kDefaultPrefillChunk;          // prompt tokens per prefill chunk
-    size_t max_waiting = kDefaultMaxWaiting;               // queued for admission; more are refused (kCapacity)
-    int64_t max_context = 0;               // prompt + max_tokens limit; 0: the model's max_position_embeddings
+    std::string model_dir;        // config.json + safetensors
+    std::string backend = "ref";  // see runtime::backend_names()
+    std::string tokenizer_path;   // "": model_dir; a model without tokenizer.json runs on ids only
+    int64_t state_memory_bytes = int64_t(2) << 30;        // sequence state shared by all running requests
+    int max_running = kDefaultMaxRunning;                 // requests in the batch at once
+    int64_t step_token_budget = kDefaultStepTokenBudget;  // tokens per step (each decode counts 1)
+    int64_t prefill_chunk = kDefaultPrefillChunk;         // prompt tokens per prefill chunk
+    size_t max_waiting = kDefaultMaxWaiting;  // queued for admission; more are refused (kCapacity)
+    int64_t max_context = 0;  // prompt + max_tokens limit; 0: the model's max_position_embeddings
     std::chrono::milliseconds default_timeout{600000};
-    bool check_weights = false;            // scan every float weight for NaN/infinity at load
-    std::string kernels_file;              // kernel allow-list (`deepinfer screen --out`); "": built-in
-    std::string precision = "exact";       // exact (f32 activations) | native (fp8 GEMM inputs, as DeepSeek)
-    bool graphs = true;                    // CUDA graph replay of the step's segments (cuda; replay is
-                                           // bit-identical to launching every kernel: tests/gpu/cuda_graphs_test)
+    bool check_weights = false;       // scan every float weight for NaN/infinity at load
+    std::string kernels_file;         // kernel allow-list (`deepinfer screen --out`); "": built-in
+    std::string precision = "exact";  // exact (f32 activations) | native (fp8 GEMM inputs, as DeepSeek)
+    bool graphs = true;               // CUDA graph replay of the step's segments (cuda; replay is
+                                      // bit-identical to launching every kernel: tests/gpu/cuda_graphs_test)
 };
 
 // A kernel variant of the engine's backend, whether the active allow-list lets it run, how often it ran.
@@ -42,12 +42,12 @@ struct KernelUse {
 };
 
 struct ModelInfo {
-    std::string name;           // model directory's last component
+    std::string name;  // model directory's last component
     int64_t vocab_size = 0;
     int64_t max_context = 0;
     std::vector<int32_t> eos_ids;
-    int64_t state_fixed_bytes = 0;       // per request
-    double state_bytes_per_token = 0;    // per request and token of capacity (prompt + max_tokens)
+    int64_t state_fixed_bytes = 0;     // per request
+    double state_bytes_per_token = 0;  // per request and token of capacity (prompt + max_tokens)
 };
 
 // Cumulative histogram in Prometheus' layout: counts[i] observations <= bounds[i], the last is +Inf.
@@ -66,16 +66,16 @@ struct EngineStats {
              finished_error = 0;
     uint64_t prompt_tokens = 0, generation_tokens = 0, steps = 0;
     int n_running = 0, n_waiting = 0;
-    int64_t state_bytes_allocated = 0;   // held by live sequence states now
-    int64_t state_bytes_reserved = 0;    // reserved by admitted requests (>= allocated)
+    int64_t state_bytes_allocated = 0;  // held by live sequence states now
+    int64_t state_bytes_reserved = 0;   // reserved by admitted requests (>= allocated)
     int64_t state_bytes_budget = 0;
-    Histogram ttft_seconds = Histogram::latency_seconds();   // submit -> first token
-    Histogram itl_seconds = Histogram::latency_seconds();    // between consecutive tokens
+    Histogram ttft_seconds = Histogram::latency_seconds();  // submit -> first token
+    Histogram itl_seconds = Histogram::latency_seconds();   // between consecutive tokens
     Histogram batch_size = {{1, 2, 4, 8, 16, 32, 64, 128}, std::vector<uint64_t>(9, 0), 0, 0};
 };
 
 class Engine {
-public:
+  public:
     static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
     ~Engine();  // shutdown()
     // Stops the loop: every unfinished request, running or queued, ends with kCancelled ("the engine shut
@@ -99,7 +99,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     explicit Engine(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };

@@ -21,11 +21,11 @@ struct SamplingOptions {
     float top_p = 1.0f;        // 1 = off
     float min_p = 0.0f;        // 0 = off
     float repetition_penalty = 1.0f;
-    float presence_penalty = 0.0f;   // OpenAI semantics, on generated tokens
+    float presence_penalty = 0.0f;  // OpenAI semantics, on generated tokens
     float frequency_penalty = 0.0f;
-    std::optional<uint64_t> seed;    // none: the engine draws one
-    bool logprobs = false;           // report each token's logprob
-    int top_logprobs = 0;            // and this many alternatives (0-20)
+    std::optional<uint64_t> seed;  // none: the engine draws one
+    bool logprobs = false;         // report each token's logprob
+    int top_logprobs = 0;          // and this many alternatives (0-20)
 };
 
 struct StopOptions {
@@ -34,7 +34,7 @@ struct StopOptions {
     std::vector<std::string> stop;        // stop strings: output ends before the first match (not returned)
     std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
     bool ignore_eos = false;
-    bool skip_special = true;             // special tokens add no text
+    bool skip_special = true;  // special tokens add no text
 };
 
 // Structured output: the generated text must match a JSON schema (or be any JSON object). Applied by the
@@ -45,8 +45,8 @@ struct OutputConstraint {
     Kind kind = Kind::kNone;
     std::string json_schema;     // kJsonSchema: the schema as JSON text
     std::string structural_tag;  // kStructuralTag: an xgrammar structural tag (dsml_tool_call_grammar)
-    int32_t after_token = -1;  // >= 0: the constraint starts once this token was generated (the end of the
-                               // reasoning, "</think>"); -1: from the first generated token
+    int32_t after_token = -1;    // >= 0: the constraint starts once this token was generated (the end of the
+                                 // reasoning, "</think>"); -1: from the first generated token
 };
 
 struct Request {
@@ -72,14 +72,14 @@ struct RequestEvent {
     std::string text;                    // new text: whole UTF-8 characters, stop strings cut off
     bool finished = false;
     FinishReason reason = FinishReason::kNone;
-    std::string error;                   // kError / kTimeout: what happened
+    std::string error;  // kError / kTimeout: what happened
     int64_t prompt_tokens = 0;
-    int64_t completion_tokens = 0;       // generated so far (includes a stop token)
+    int64_t completion_tokens = 0;  // generated so far (includes a stop token)
 };
 
 // The consumer's end of a submitted request, shared by the caller and the engine. Thread-safe.
 class RequestStream {
-public:
+  public:
     explicit RequestStream(uint64_t id) : id_(id) {}
     uint64_t id() const { return id_; }
 
@@ -92,7 +92,7 @@ public:
     // Engine side.
     void push(RequestEvent e);
 
-private:
+  private:
     uint64_t id_;
     std::atomic<bool> cancelled_{false};
     std::mutex mu_;

@@ -24,7 +24,7 @@ struct TokenizerModel;
 // Tokenizer
 
 class Tokenizer {
-public:
+  public:
     // `path` is a tokenizer.json file or a directory holding one; tokenizer_config.json next to it (if
     // present) supplies bos/eos and add_bos_token. Errors name the file and field.
     static Result<Tokenizer> load(const std::string& path);
@@ -69,7 +69,7 @@ public:
 
     const tok::TokenizerModel& model() const { return *model_; }
 
-private:
+  private:
     explicit Tokenizer(std::shared_ptr<const tok::TokenizerModel> m) : model_(std::move(m)) {}
     std::shared_ptr<const tok::TokenizerModel> model_;
 };
@@ -77,13 +77,13 @@ private:
 // Incremental detokenizer: push ids one at a time; each call returns the text that is complete so far.
 // It never returns part of a UTF-8 character; concatenating every push() and finish() equals decode().
 class StreamDecoder {
-public:
+  public:
     explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
     Result<std::string> push(int32_t id);
     // Emits what is still held back (an incomplete character becomes U+FFFD) and resets.
     std::string finish();
 
-private:
+  private:
     Tokenizer tokenizer_;
     bool skip_special_;
     std::string pending_;  // bytes of an unfinished UTF-8 character (at most 3)
@@ -94,7 +94,7 @@ private:
 // vLLM: vllm/tokenizers/deepseek_v4_encoding.py).
 
 struct ChatToolCall {
-    std::string id;         // matches ChatMessage::tool_call_id of the result (orders results)
+    std::string id;  // matches ChatMessage::tool_call_id of the result (orders results)
     std::string name;
     std::string arguments;  // JSON object text, as in OpenAI's function.arguments
 };
@@ -102,12 +102,12 @@ struct ChatToolCall {
 struct ChatMessage {
     std::string role;  // "system" | "developer" | "user" | "assistant" | "tool" | "latest_reminder"
     std::string content;
-    std::string reasoning_content;        // assistant: the thinking text (without <think> tags)
+    std::string reasoning_content;         // assistant: the thinking text (without <think> tags)
     std::vector<ChatToolCall> tool_calls;  // assistant
-    std::string tool_call_id;             // tool: which call this result answers
-    std::vector<std::string> tools;       // system/developer: OpenAI tool objects as JSON text
-    std::string response_format;          // system/developer: JSON text, empty for none
-    bool wo_eos = false;                  // assistant: leave the turn open (no end-of-sentence)
+    std::string tool_call_id;              // tool: which call this result answers
+    std::vector<std::string> tools;        // system/developer: OpenAI tool objects as JSON text
+    std::string response_format;           // system/developer: JSON text, empty for none
+    bool wo_eos = false;                   // assistant: leave the turn open (no end-of-sentence)
 };
 
 struct ChatOptions {
@@ -135,15 +135,16 @@ Result<std::string> encode_chat(const std::vector<ChatMessage>& messages, const 
 
 // The shape V4's tool calls must take when a request demands them (OpenAI tool_choice "required" or a
 // named function, or parallel_tool_calls false), as an xgrammar structural tag (JSON text, an
-// OutputConstraint of kind kStructuralTag): "\n\n<｜DSML｜tool_calls>\n", invokes whose parameters follow each
-// tool's JSON schema in DSML, "</｜DSML｜tool_calls>". `tools`: OpenAI tool objects (JSON text).
+// OutputConstraint of kind kStructuralTag): "\n\n<｜DSML｜tool_calls>\n", invokes whose parameters follow
+// each tool's JSON schema in DSML, "</｜DSML｜tool_calls>". `tools`: OpenAI tool objects (JSON text).
 struct ToolCallDemand {
     enum class Mode { kRequired, kForced, kAtMostOne };  // kAtMostOne: free text, then zero or one call
     Mode mode = Mode::kRequired;
-    std::string forced;     // kForced: the function's name (must be one of the tools)
-    bool parallel = true;   // more than one call (kRequired only)
+    std::string forced;    // kForced: the function's name (must be one of the tools)
+    bool parallel = true;  // more than one call (kRequired only)
 };
-Result<std::string> dsml_tool_call_grammar(const std::vector<std::string>& tools, const ToolCallDemand& demand);
+Result<std::string> dsml_tool_call_grammar(const std::vector<std::string>& tools,
+                                           const ToolCallDemand& demand);
 
 // ---------------------------------------------------------------------------------------------------------
 // Model output parsing (streaming): separates reasoning, content and DSML tool calls.
@@ -158,7 +159,7 @@ struct ChatEvent {
 };
 
 class ChatOutputParser {
-public:
+  public:
     // thinking: the prompt ended with "<think>", so output starts as reasoning until "</think>".
     explicit ChatOutputParser(bool thinking);
     ~ChatOutputParser();
@@ -173,7 +174,7 @@ public:
     // content; an unfinished call is closed with what it streamed).
     std::vector<ChatEvent> finish();
 
-private:
+  private:
     struct State;
     std::unique_ptr<State> state_;
 };

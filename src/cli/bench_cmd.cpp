@@ -1,10 +1,10 @@
 // deepinfer bench: prefill and decode throughput of a model (or the demo model) on a backend -- warm-up
 // runs, then repetitions reported as mean, sample standard deviation, min and max -- and the per-sequence
 // state size at several lengths; text or --json. Kernel-level benchmarks live in bench/.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -42,8 +42,8 @@ nlohmann::json to_json(const Spread& s) {
 }
 
 std::string text_of(const Spread& s, int precision) {
-    return fmt::format("{:.{}f} +- {:.{}f} (min {:.{}f}, max {:.{}f})", s.mean, precision, s.stddev, precision, s.min,
-                       precision, s.max, precision);
+    return fmt::format("{:.{}f} +- {:.{}f} (min {:.{}f}, max {:.{}f})", s.mean, precision, s.stddev,
+                       precision, s.min, precision, s.max, precision);
 }
 
 int run_bench(const Options& o) {
@@ -54,7 +54,8 @@ int run_bench(const Options& o) {
     if (!lm) return fail(lm.error().message);
     const auto& cfg = lm->model->config();
     const auto& ws = lm->model->weights().stats;
-    for (int64_t i = 0; i < o.warmup; ++i) runtime::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
+    for (int64_t i = 0; i < o.warmup; ++i)
+        runtime::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
     std::vector<double> prefill, decode, ms;
     for (int64_t i = 0; i < o.repetitions; ++i) {
         const runtime::Throughput t = runtime::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
@@ -68,30 +69,35 @@ int run_bench(const Options& o) {
     if (o.json) {
         nlohmann::json state = {{"fixed_bytes", ss.fixed_bytes}, {"bytes_per_token", ss.bytes_per_token}};
         for (int64_t n : lengths) state["bytes_at"][std::to_string(n)] = ss.bytes_for(n);
-        const nlohmann::json j = {
-            {"model", {{"layers", cfg.n_layers}, {"hidden", cfg.hidden_dim}, {"params", ws.params},
-                       {"active_params", ws.active_params}, {"weight_bytes", ws.bytes}}},
-            {"backend", backend.name},
-            {"backend_reason", backend.why},
-            {"batch", o.batch},
-            {"prompt_tokens", o.prompt},
-            {"decode_steps", o.decode},
-            {"warmup", o.warmup},
-            {"repetitions", o.repetitions},
-            {"prefill_tokens_per_s", to_json(p)},
-            {"decode_tokens_per_s", to_json(d)},
-            {"ms_per_step", to_json(m)},
-            {"state", state}};
+        const nlohmann::json j = {{"model",
+                                   {{"layers", cfg.n_layers},
+                                    {"hidden", cfg.hidden_dim},
+                                    {"params", ws.params},
+                                    {"active_params", ws.active_params},
+                                    {"weight_bytes", ws.bytes}}},
+                                  {"backend", backend.name},
+                                  {"backend_reason", backend.why},
+                                  {"batch", o.batch},
+                                  {"prompt_tokens", o.prompt},
+                                  {"decode_steps", o.decode},
+                                  {"warmup", o.warmup},
+                                  {"repetitions", o.repetitions},
+                                  {"prefill_tokens_per_s", to_json(p)},
+                                  {"decode_tokens_per_s", to_json(d)},
+                                  {"ms_per_step", to_json(m)},
+                                  {"state", state}};
         fmt::print("{}\n", j.dump(2));
         return 0;
     }
-    fmt::print("model: {} layers, hidden {}, {:.1f} M params ({:.1f} M active), {:.1f} MiB weights\n", cfg.n_layers,
-               cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6, double(ws.bytes) / 1048576.0);
-    fmt::print("backend {} ({}), batch {}, {} run(s) after {} warm-up run(s):\n", backend.name, backend.why, o.batch,
-               o.repetitions, o.warmup);
+    fmt::print("model: {} layers, hidden {}, {:.1f} M params ({:.1f} M active), {:.1f} MiB weights\n",
+               cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
+               double(ws.bytes) / 1048576.0);
+    fmt::print("backend {} ({}), batch {}, {} run(s) after {} warm-up run(s):\n", backend.name, backend.why,
+               o.batch, o.repetitions, o.warmup);
     fmt::print("  prefill {} tokens: {} tokens/s\n", o.batch * o.prompt, text_of(p, 1));
     fmt::print("  decode {} steps: {} tokens/s, {} ms/step\n", o.decode, text_of(d, 2), text_of(m, 2));
-    fmt::print("state per sequence: {:.1f} KiB fixed + {:.1f} B/token", double(ss.fixed_bytes) / 1024, ss.bytes_per_token);
+    fmt::print("state per sequence: {:.1f} KiB fixed + {:.1f} B/token", double(ss.fixed_bytes) / 1024,
+               ss.bytes_per_token);
     for (int64_t n : lengths) fmt::print("; {} tokens {:.2f} MiB", n, double(ss.bytes_for(n)) / 1048576.0);
     fmt::print("\n");
     return 0;
@@ -100,11 +106,14 @@ int run_bench(const Options& o) {
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<Options>();
     add_model_options(app, *o);
-    app.add_option("--prompt", o->prompt, "prompt tokens per sequence (prefilled in one step)")->capture_default_str();
+    app.add_option("--prompt", o->prompt, "prompt tokens per sequence (prefilled in one step)")
+        ->capture_default_str();
     app.add_option("--decode", o->decode, "greedy decode steps")->capture_default_str();
     app.add_option("--batch", o->batch, "sequences per step")->capture_default_str();
-    app.add_option("--warmup", o->warmup, "runs before the measured ones (not reported)")->capture_default_str();
-    app.add_option("-r,--repetitions", o->repetitions, "measured runs (mean, spread, min, max)")->capture_default_str();
+    app.add_option("--warmup", o->warmup, "runs before the measured ones (not reported)")
+        ->capture_default_str();
+    app.add_option("-r,--repetitions", o->repetitions, "measured runs (mean, spread, min, max)")
+        ->capture_default_str();
     app.add_flag("--json", o->json, "print one JSON object instead of text");
     return [o] { return run_bench(*o); };
 }

@@ -1,9 +1,10 @@
 // deepinfer run (one chat turn) and deepinfer chat (interactive, with history, /reset, line editing on a
-// terminal; Ctrl-C stops the current answer, and at the prompt quits). Prompts use DeepSeek-V4's chat encoding.
+// terminal; Ctrl-C stops the current answer, and at the prompt quits). Prompts use DeepSeek-V4's chat
+// encoding.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <iostream>
-
-#include <fmt/format.h>
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
@@ -69,8 +70,9 @@ int run_chat(Options& o) {
     if (!tok) return fail("chat needs a tokenizer.json in the model directory");
     std::vector<ChatMessage> history;
     if (!o.system.empty()) history.push_back(message("system", o.system));
-    std::fprintf(stderr, "chat: type a message; /reset clears the history; /exit, Ctrl-D or Ctrl-C at the prompt "
-                         "quits; Ctrl-C during an answer stops it\n");
+    std::fprintf(stderr,
+                 "chat: type a message; /reset clears the history; /exit, Ctrl-D or Ctrl-C at the prompt "
+                 "quits; Ctrl-C during an answer stops it\n");
     std::string line;
     LineReader reader("> ");
     while (true) {

@@ -2,11 +2,10 @@
 // one file only. A command's run() returns the process exit code.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 namespace di::cli {
 

@@ -13,7 +13,8 @@ struct Options : GenOptions {
 };
 
 int run_generate(Options& o) {
-    if (o.prompt.empty() == o.tokens.empty()) return fail("generate: give exactly one of --prompt or --tokens");
+    if (o.prompt.empty() == o.tokens.empty())
+        return fail("generate: give exactly one of --prompt or --tokens");
     if (o.output != "text" && o.output != "ids" && o.output != "jsonl")
         return fail("--output must be text, ids or jsonl, not '" + o.output + "'");
     install_interrupt_handler();
@@ -26,7 +27,8 @@ int run_generate(Options& o) {
         if (!ids) return fail(ids.error().message);
         prompt = *ids;
     } else {
-        if (!tok) return fail("--prompt needs a tokenizer.json in the model directory; give --tokens instead");
+        if (!tok)
+            return fail("--prompt needs a tokenizer.json in the model directory; give --tokens instead");
         prompt = tok->encode(o.prompt);
     }
     auto r = stream_generation(**engine, prompt, o);

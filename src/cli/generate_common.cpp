@@ -1,17 +1,16 @@
 #include "cli/generate_common.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <chrono>
 #include <csignal>
-#include <limits>
-#include <random>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-
-#include <fmt/format.h>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "runtime/backend_factory.h"
 #include "runtime/demo_model.h"
@@ -22,7 +21,8 @@ namespace di::cli {
 
 void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_option("-m,--model,model", o.model, "model directory (default: the built-in demo model)");
-    app.add_option("--backend", o.backend, "auto (default: cuda where a GPU is present, else cpu) | cpu | cuda | ref");
+    app.add_option("--backend", o.backend,
+                   "auto (default: cuda where a GPU is present, else cpu) | cpu | cuda | ref");
     app.add_flag("--check-weights", o.check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--kernels", o.kernels, "kernel allow-list file (written by `deepinfer screen`)");
     add_precision_option(app, o.precision);
@@ -30,26 +30,30 @@ void add_model_options(CLI::App& app, GenOptions& o) {
 }
 
 void add_graphs_option(CLI::App& app, bool& graphs) {
-    app.add_flag("--graphs,!--no-graphs", graphs,
-                 "replay CUDA graphs of the step's segments (the default on cuda); --no-graphs launches every "
-                 "kernel one by one");
+    app.add_flag(
+        "--graphs,!--no-graphs", graphs,
+        "replay CUDA graphs of the step's segments (the default on cuda); --no-graphs launches every "
+        "kernel one by one");
 }
 
 void add_precision_option(CLI::App& app, std::string& precision) {
-    app.add_option("--precision", precision,
-                   "exact (f32 activations) | native (FP8 GEMM inputs per 128-column block, as DeepSeek's own "
-                   "inference code; FP8 tensor cores on cuda)")
+    app.add_option(
+           "--precision", precision,
+           "exact (f32 activations) | native (FP8 GEMM inputs per 128-column block, as DeepSeek's own "
+           "inference code; FP8 tensor cores on cuda)")
         ->check(CLI::IsMember({"exact", "native"}))
         ->capture_default_str();
 }
 
 void add_sampling_options(CLI::App& app, GenOptions& o) {
     auto& s = o.sampling;
-    app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
+    app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate at most")
+        ->check(CLI::NonNegativeNumber);
     app.add_option("--min-new-tokens", o.min_new_tokens, "suppress EOS until this many tokens exist")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--temperature", s.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-    app.add_option("--top-k", s.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+    app.add_option("--top-k", s.top_k, "keep the k most likely tokens (0 = off)")
+        ->check(CLI::NonNegativeNumber);
     app.add_option("--top-p", s.top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
     app.add_option("--min-p", s.min_p, "drop tokens below min_p * p(best)")->check(CLI::Range(0.0, 1.0));
     app.add_option("--repetition-penalty", s.repetition_penalty, "transformers' repetition penalty")
@@ -58,7 +62,8 @@ void add_sampling_options(CLI::App& app, GenOptions& o) {
     app.add_option("--seed", s.seed, "sampling seed (default: random)");
     app.add_option("--stop", o.stop, "stop when this text appears (repeatable)");
     auto* json = app.add_flag("--json", o.json, "answer with a JSON object (constrained decoding)");
-    app.add_option("--json-schema", o.json_schema_file, "answer with JSON that satisfies the schema in this file")
+    app.add_option("--json-schema", o.json_schema_file,
+                   "answer with JSON that satisfies the schema in this file")
         ->excludes(json);
 }
 
@@ -69,11 +74,14 @@ Result<OutputConstraint> constraint_of(const GenOptions& o, const Tokenizer* tok
     if (o.json) c.kind = OutputConstraint::Kind::kJsonObject;
     if (!o.json_schema_file.empty()) {
         std::ifstream f(o.json_schema_file);
-        if (!f) return make_error(ErrorCode::kNotFound, "--json-schema {}: cannot read the file", o.json_schema_file);
+        if (!f)
+            return make_error(ErrorCode::kNotFound, "--json-schema {}: cannot read the file",
+                              o.json_schema_file);
         c.kind = OutputConstraint::Kind::kJsonSchema;
         c.json_schema.assign(std::istreambuf_iterator<char>(f), {});
         if (!nlohmann::json::accept(c.json_schema))
-            return make_error(ErrorCode::kInvalidArgument, "--json-schema {}: not valid JSON", o.json_schema_file);
+            return make_error(ErrorCode::kInvalidArgument, "--json-schema {}: not valid JSON",
+                              o.json_schema_file);
     }
     if (c.kind != OutputConstraint::Kind::kNone && o.reasoning_first && tok)
         if (auto end = tok->token_id("</think>")) c.after_token = *end;
@@ -138,11 +146,14 @@ Result<std::unique_ptr<Engine>> start_engine(const GenOptions& o) {
     return Engine::create(e);
 }
 
-Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<int32_t>& prompt, const GenOptions& o) {
+Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<int32_t>& prompt,
+                                             const GenOptions& o) {
     StreamedGeneration out;
     if (o.max_new_tokens == 0) return out;  // nothing to generate (the engine takes max_tokens >= 1)
     const Tokenizer* tok = engine.tokenizer();
-    if (!o.stop.empty() && !tok) return make_error(ErrorCode::kInvalidArgument, "--stop needs a tokenizer.json in the model directory");
+    if (!o.stop.empty() && !tok)
+        return make_error(ErrorCode::kInvalidArgument,
+                          "--stop needs a tokenizer.json in the model directory");
     Request r;
     r.prompt = prompt;
     const runtime::SamplingParams& p = o.sampling;
@@ -196,12 +207,13 @@ Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<i
     const auto t_end = clock::now();
     if (o.output == "ids") fmt::print("{}\n", nlohmann::json(out.tokens).dump());
     if (o.output == "jsonl")
-        fmt::print("{}\n", nlohmann::json{{"finish_reason", finish_reason_name(out.finish)},
-                                          {"prompt_tokens", prompt.size()},
-                                          {"generated_tokens", out.tokens.size()},
-                                          {"prefill_seconds", std::chrono::duration<double>(t_first - t0).count()},
-                                          {"decode_seconds", std::chrono::duration<double>(t_end - t_first).count()}}
-                               .dump());
+        fmt::print("{}\n",
+                   nlohmann::json{{"finish_reason", finish_reason_name(out.finish)},
+                                  {"prompt_tokens", prompt.size()},
+                                  {"generated_tokens", out.tokens.size()},
+                                  {"prefill_seconds", std::chrono::duration<double>(t_first - t0).count()},
+                                  {"decode_seconds", std::chrono::duration<double>(t_end - t_first).count()}}
+                       .dump());
     return out;
 }
 

@@ -3,13 +3,12 @@
 // handling and finish reasons) with Ctrl-C. bench and screen load the model alone (load_for_generation).
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
@@ -27,7 +26,7 @@ struct GenOptions {
     std::string kernels;  // allow-list file (`deepinfer screen --out`); "": the built-in list
     std::string precision = "exact";
     bool graphs = true;  // CUDA graph replay of the step's segments (cuda; --no-graphs turns it off)
-    bool json = false;            // --json: the answer is a JSON object (constrained decoding)
+    bool json = false;   // --json: the answer is a JSON object (constrained decoding)
     std::string json_schema_file;  // --json-schema FILE: the answer satisfies this JSON schema
     bool reasoning_first = false;  // the prompt ends in "<think>": a constraint starts after "</think>"
 };
@@ -63,6 +62,7 @@ struct StreamedGeneration {
 };
 // Generates from `prompt`, printing per o.output ("text": streamed text, "jsonl": one object per token,
 // "ids": one JSON array at the end). Ctrl-C (interrupt_flag) cancels it: finish is then kCancelled.
-Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<int32_t>& prompt, const GenOptions& o);
+Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<int32_t>& prompt,
+                                             const GenOptions& o);
 
 }  // namespace di::cli

@@ -9,7 +9,7 @@
 namespace di::cli {
 
 class LineReader {
-public:
+  public:
     explicit LineReader(std::string prompt);
     ~LineReader();
     LineReader(const LineReader&) = delete;
@@ -19,7 +19,7 @@ public:
     // read. Non-empty lines go into the history.
     bool read(std::string& line);
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

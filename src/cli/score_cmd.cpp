@@ -1,18 +1,18 @@
 // deepinfer score: runs a token sequence through the model (one prefill, or chunks of --chunk tokens
 // through the per-sequence state) and writes the logits of every position as float32 .npy.
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
-#include "runtime/token_list.h"
 #include "io/npy.h"
 #include "ops/compare/compare_backend.h"
 #include "runtime/backend_factory.h"
 #include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
 #include "runtime/sampler.h"
+#include "runtime/token_list.h"
 
 namespace di::cli {
 namespace {
@@ -26,7 +26,8 @@ struct ScoreOptions {
 };
 
 int run_score(const ScoreOptions& o) {
-    auto tokens = !o.tokens.empty() ? runtime::parse_token_list(o.tokens, "--tokens") : runtime::read_token_file(o.tokens_file);
+    auto tokens = !o.tokens.empty() ? runtime::parse_token_list(o.tokens, "--tokens")
+                                    : runtime::read_token_file(o.tokens_file);
     if (!tokens) return fail(tokens.error().message);
     auto backend = runtime::make_backend(o.backend);
     if (!backend) return fail(backend.error().message);
@@ -34,7 +35,8 @@ int run_score(const ScoreOptions& o) {
         if (auto st = runtime::apply_kernels_file(o.kernels, **backend); !st) return fail(st.error().message);
     std::unique_ptr<ops::CompareBackend> compare;
     if (!o.compare_with.empty()) {
-        if (o.compare_with != "ref") return fail("--compare-with supports 'ref' only, not '" + o.compare_with + "'");
+        if (o.compare_with != "ref")
+            return fail("--compare-with supports 'ref' only, not '" + o.compare_with + "'");
         compare = std::make_unique<ops::CompareBackend>(**backend, o.compare_tol);
     }
     ops::Backend& be = compare ? *compare : **backend;
@@ -49,7 +51,8 @@ int run_score(const ScoreOptions& o) {
 
     const int64_t n = int64_t(tokens->size());
     if (n > cfg.max_position_embeddings)
-        return fail(fmt::format("{} tokens exceed the model's context of {} tokens", n, cfg.max_position_embeddings));
+        return fail(
+            fmt::format("{} tokens exceed the model's context of {} tokens", n, cfg.max_position_embeddings));
     model::SeqState state(cfg, be, n);
     std::vector<float> logits;
     logits.reserve(size_t(n * cfg.vocab_size));
@@ -67,9 +70,10 @@ int run_score(const ScoreOptions& o) {
     if (const int64_t bad = runtime::first_non_finite(logits); bad >= 0) {
         int64_t n_bad = 0;
         for (const float l : logits) n_bad += !std::isfinite(l);
-        fmt::print(stderr, "warning: {} of {} logits are non-finite, the first ({}) at position {} token id {}: the "
-                   "checkpoint's weights or a kernel are broken (try --check-weights)\n", n_bad, logits.size(),
-                   logits[size_t(bad)], bad / cfg.vocab_size, bad % cfg.vocab_size);
+        fmt::print(stderr,
+                   "warning: {} of {} logits are non-finite, the first ({}) at position {} token id {}: the "
+                   "checkpoint's weights or a kernel are broken (try --check-weights)\n",
+                   n_bad, logits.size(), logits[size_t(bad)], bad / cfg.vocab_size, bad % cfg.vocab_size);
     }
     const float* last = logits.data() + (n - 1) * cfg.vocab_size;
     int64_t best = 0;
@@ -78,10 +82,11 @@ int run_score(const ScoreOptions& o) {
     fmt::print("scored {} tokens on backend {}; next-token argmax {} (logit {:.4f})\n", n,
                runtime::resolve_backend(o.backend).name, best, last[best]);
     if (compare) {
-        fmt::print("compare with ref: {} ops, worst relative difference {:.3g} ({})\n", compare->ops_compared(),
-                   compare->worst_relative(), compare->worst_where());
+        fmt::print("compare with ref: {} ops, worst relative difference {:.3g} ({})\n",
+                   compare->ops_compared(), compare->worst_relative(), compare->worst_where());
         if (compare->first_divergence()) {
-            fmt::print("first divergent op (tolerance {:.1g}): {}\n", o.compare_tol, compare->first_divergence()->describe());
+            fmt::print("first divergent op (tolerance {:.1g}): {}\n", o.compare_tol,
+                       compare->first_divergence()->describe());
             return 3;
         }
         fmt::print("all ops agree within {:.1g}\n", o.compare_tol);
@@ -97,14 +102,17 @@ std::function<int()> setup(CLI::App& app) {
     t->excludes(f);
     f->excludes(t);
     app.add_option("--logits-out", o->logits_out, "write float32 logits [n_tokens, vocab_size] to this .npy");
-    app.add_option("--backend", o->backend, "auto (default: cuda where a GPU is present, else cpu) | cpu | cuda | ref");
-    app.add_option("--compare-with", o->compare_with, "run every op also on this backend (ref) and name the first "
+    app.add_option("--backend", o->backend,
+                   "auto (default: cuda where a GPU is present, else cpu) | cpu | cuda | ref");
+    app.add_option("--compare-with", o->compare_with,
+                   "run every op also on this backend (ref) and name the first "
                    "op that diverges; exit code 3 if one does");
     app.add_option("--compare-tol", o->compare_tol, "relative tolerance of --compare-with (default 1e-3)");
     app.add_flag("--check-weights", o->check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--kernels", o->kernels, "kernel allow-list file (written by `deepinfer screen`)");
     add_precision_option(app, o->precision);
-    app.add_option("--chunk", o->chunk, "run the sequence through the state in chunks of N tokens (1 = decode)");
+    app.add_option("--chunk", o->chunk,
+                   "run the sequence through the state in chunks of N tokens (1 = decode)");
     return [o] {
         if (o->tokens.empty() && o->tokens_file.empty()) return fail("score: give --tokens or --tokens-file");
         return run_score(*o);

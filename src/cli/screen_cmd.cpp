@@ -2,13 +2,13 @@
 // the reference backend (runtime/screen.h says how), prints the table and writes the allow-list that
 // `--kernels FILE` loads. Exit code 0 when the screen ran (failed variants are left out of the list, not an
 // error), 1 on bad input.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
@@ -37,12 +37,14 @@ int run_screen(Options& o) {
     const runtime::ScreenOptions all;
     for (const std::string& op : so.ops)
         if (std::find(all.ops.begin(), all.ops.end(), op) == all.ops.end())
-            return fail(fmt::format("screen: --ops: {} has no variants to screen ({})", op, fmt::join(all.ops, ", ")));
+            return fail(fmt::format("screen: --ops: {} has no variants to screen ({})", op,
+                                    fmt::join(all.ops, ", ")));
     so.batches.clear();
     for (const std::string& b : split(o.batches)) {
         char* end = nullptr;
         const long long n = std::strtoll(b.c_str(), &end, 10);
-        if (*end != '\0' || n < 1 || n > 4096) return fail(fmt::format("screen: --batches: '{}' is not in [1, 4096]", b));
+        if (*end != '\0' || n < 1 || n > 4096)
+            return fail(fmt::format("screen: --batches: '{}' is not in [1, 4096]", b));
         so.batches.push_back(n);
     }
     auto lm = load_for_generation(o);
@@ -50,8 +52,10 @@ int run_screen(Options& o) {
     const runtime::ScreenReport rep = runtime::screen_model(*lm->model, so);
     int pass = 0, failed = 0, skip = 0;
     for (const auto& r : rep.rows) (r.passed() ? pass : r.verdict.rfind("fail", 0) == 0 ? failed : skip)++;
-    const std::string md = rep.table() + fmt::format("\n{} cases on backend {}: {} pass, {} fail, {} skip, {:.1f} s\n",
-                                                     rep.rows.size(), runtime::resolve_backend(o.backend).name, pass, failed, skip, rep.seconds);
+    const std::string md =
+        rep.table() + fmt::format("\n{} cases on backend {}: {} pass, {} fail, {} skip, {:.1f} s\n",
+                                  rep.rows.size(), runtime::resolve_backend(o.backend).name, pass, failed,
+                                  skip, rep.seconds);
     std::fputs(md.c_str(), stdout);
     std::string allowed;
     for (const auto& [op, v] : rep.allow.pairs()) allowed += fmt::format(" {}/{}", op, v);
@@ -62,11 +66,13 @@ int run_screen(Options& o) {
             std::find(so.ops.begin(), so.ops.end(), v.op) == so.ops.end())
             unscreened += fmt::format(" {}/{}", v.op, v.name);
     if (!unscreened.empty())
-        fmt::print("not screened, so left out of the list (their ops run the fallback with it):{}\n", unscreened);
+        fmt::print("not screened, so left out of the list (their ops run the fallback with it):{}\n",
+                   unscreened);
     if (!o.markdown.empty() && !(std::ofstream(o.markdown) << md))
         return fail("screen: cannot write " + o.markdown);
     if (!o.out.empty()) {
-        if (!(std::ofstream(o.out) << runtime::kernels_file_text(rep.allow))) return fail("screen: cannot write " + o.out);
+        if (!(std::ofstream(o.out) << runtime::kernels_file_text(rep.allow)))
+            return fail("screen: cannot write " + o.out);
         fmt::print("wrote {} (use it with --kernels)\n", o.out);
     }
     return 0;
@@ -84,6 +90,7 @@ std::function<int()> setup(CLI::App& app) {
 
 }  // namespace
 
-DI_COMMAND("screen", "Test every fast kernel variant on the model's own shapes and write an allow-list", setup);
+DI_COMMAND("screen", "Test every fast kernel variant on the model's own shapes and write an allow-list",
+           setup);
 
 }  // namespace di::cli

@@ -1,11 +1,11 @@
 // deepinfer serve: the OpenAI-compatible HTTP server over the continuous-batching engine. Without --model
 // it serves the embedded demo model. Stops cleanly on SIGINT/SIGTERM.
+#include <fmt/format.h>
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
-#include <pthread.h>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
@@ -31,7 +31,8 @@ int run_serve(ServeOptions o) {
     if (!(o.state_memory_mib > 0 && o.state_memory_mib <= (int64_t(1) << 30)))
         return fail(fmt::format("--state-memory-mib {} must be in [1, 2^30]", o.state_memory_mib));
     if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 1e7))
-        return fail(fmt::format("--request-timeout {} must be a number of seconds in (0, 1e7]", o.request_timeout_s));
+        return fail(
+            fmt::format("--request-timeout {} must be a number of seconds in (0, 1e7]", o.request_timeout_s));
     if (!(o.max_body_bytes >= 64 && o.max_body_bytes <= (int64_t(1) << 32)))
         return fail(fmt::format("--max-body-bytes {} must be in [64, 2^32]", o.max_body_bytes));
     o.server.max_body_bytes = size_t(o.max_body_bytes);
@@ -43,7 +44,8 @@ int run_serve(ServeOptions o) {
         if (v < 1 || v > 86400) return fail(fmt::format("{} {} must be in [1, 86400] seconds", name, v));
     if (o.server.n_threads < 4 || o.server.n_threads > 4096)
         return fail(fmt::format("--threads {} must be in [4, 4096]", o.server.n_threads));
-    if (o.server.port < 0 || o.server.port > 65535) return fail(fmt::format("--port {} is not a port", o.server.port));
+    if (o.server.port < 0 || o.server.port > 65535)
+        return fail(fmt::format("--port {} is not a port", o.server.port));
     if (o.server.default_max_tokens < 1)
         return fail(fmt::format("--default-max-tokens {} must be at least 1", o.server.default_max_tokens));
     if (o.engine.model_dir.empty()) {
@@ -72,12 +74,13 @@ int run_serve(ServeOptions o) {
     server::HttpServer http(**engine, o.server);
     if (auto st = http.bind(); !st) return fail(st.error().message);
     const ModelInfo& mi = (*engine)->info();
-    std::fprintf(stderr,
-                 "deepinfer: serving model '%s' (backend %s: %s; context %lld tokens, state memory %lld MiB) on "
-                 "http://%s:%d\n",
-                 (o.server.served_model_name.empty() ? mi.name : o.server.served_model_name).c_str(),
-                 o.engine.backend.c_str(), backend.why.c_str(), (long long)mi.max_context, (long long)o.state_memory_mib,
-                 o.server.host.c_str(), http.port());
+    std::fprintf(
+        stderr,
+        "deepinfer: serving model '%s' (backend %s: %s; context %lld tokens, state memory %lld MiB) on "
+        "http://%s:%d\n",
+        (o.server.served_model_name.empty() ? mi.name : o.server.served_model_name).c_str(),
+        o.engine.backend.c_str(), backend.why.c_str(), (long long)mi.max_context,
+        (long long)o.state_memory_mib, o.server.host.c_str(), http.port());
     std::fflush(stderr);
 
     std::thread waiter([&] {
@@ -97,49 +100,63 @@ int run_serve(ServeOptions o) {
 
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
-    o->engine.backend = "auto";  // the fastest verified backend here, as every model command; `ref` is the spec
-    app.add_option("-m,--model,model", o->engine.model_dir, "model directory (default: the built-in demo model)");
-    app.add_option("--backend", o->engine.backend, "auto (cuda where a GPU is present, else cpu) | cpu | cuda | ref")
+    o->engine.backend =
+        "auto";  // the fastest verified backend here, as every model command; `ref` is the spec
+    app.add_option("-m,--model,model", o->engine.model_dir,
+                   "model directory (default: the built-in demo model)");
+    app.add_option("--backend", o->engine.backend,
+                   "auto (cuda where a GPU is present, else cpu) | cpu | cuda | ref")
         ->capture_default_str();
     add_precision_option(app, o->engine.precision);
     add_graphs_option(app, o->engine.graphs);
-    app.add_option("--tokenizer", o->engine.tokenizer_path, "tokenizer.json or its directory (default: the model's)");
+    app.add_option("--tokenizer", o->engine.tokenizer_path,
+                   "tokenizer.json or its directory (default: the model's)");
     app.add_option("--host", o->server.host, "address to listen on")->capture_default_str();
     app.add_option("--port", o->server.port, "port (0: any free port)")->capture_default_str();
-    app.add_option("--served-model-name", o->server.served_model_name, "model id clients use (default: the directory name; \"demo\" for the demo model)");
+    app.add_option("--served-model-name", o->server.served_model_name,
+                   "model id clients use (default: the directory name; \"demo\" for the demo model)");
     app.add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'");
     app.add_option("--state-memory-mib", o->state_memory_mib, "sequence-state memory for all requests")
         ->capture_default_str();
-    app.add_option("--max-running", o->engine.max_running, "requests in the batch at once")->capture_default_str();
-    app.add_option("--step-tokens", o->engine.step_token_budget, "token budget per engine step")->capture_default_str();
-    app.add_option("--prefill-chunk", o->engine.prefill_chunk, "prompt tokens per prefill chunk")->capture_default_str();
-    app.add_option("--max-waiting", o->engine.max_waiting, "queued requests before answering 429")->capture_default_str();
+    app.add_option("--max-running", o->engine.max_running, "requests in the batch at once")
+        ->capture_default_str();
+    app.add_option("--step-tokens", o->engine.step_token_budget, "token budget per engine step")
+        ->capture_default_str();
+    app.add_option("--prefill-chunk", o->engine.prefill_chunk, "prompt tokens per prefill chunk")
+        ->capture_default_str();
+    app.add_option("--max-waiting", o->engine.max_waiting, "queued requests before answering 429")
+        ->capture_default_str();
     app.add_option("--max-context,--ctx-size,--max-model-len", o->engine.max_context,
                    "prompt + max_tokens limit (0: the model's)")
         ->capture_default_str();
-    app.add_option("--default-max-tokens", o->server.default_max_tokens, "max_tokens when a request gives none")
+    app.add_option("--default-max-tokens", o->server.default_max_tokens,
+                   "max_tokens when a request gives none")
         ->capture_default_str();
     app.add_option("--request-timeout", o->request_timeout_s, "seconds before a request is stopped")
         ->capture_default_str();
     app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body")->capture_default_str();
     app.add_flag("--check-weights", o->engine.check_weights, "scan every weight for NaN/infinity at load");
-    app.add_option("--kernels", o->engine.kernels_file, "kernel allow-list file (written by `deepinfer screen`)");
+    app.add_option("--kernels", o->engine.kernels_file,
+                   "kernel allow-list file (written by `deepinfer screen`)");
     app.add_flag("--split-special-tokens", o->server.split_special_tokens,
                  "encode special-token text inside chat messages as plain text (default: control tokens)");
-    app.add_option("--read-timeout", o->server.read_timeout_s, "seconds a client may take to send its request")
+    app.add_option("--read-timeout", o->server.read_timeout_s,
+                   "seconds a client may take to send its request")
         ->capture_default_str();
     app.add_option("--write-timeout", o->server.write_timeout_s, "seconds a client may stall reading a reply")
         ->capture_default_str();
     app.add_option("--threads", o->server.n_threads, "connections served at once")->capture_default_str();
-    app.add_option("--log-level", o->log_level,
-                   "access lines on stderr: info (every request), warn (4xx/5xx), error (5xx), debug (also ignored "
-                   "request fields)")
+    app.add_option(
+           "--log-level", o->log_level,
+           "access lines on stderr: info (every request), warn (4xx/5xx), error (5xx), debug (also ignored "
+           "request fields)")
         ->capture_default_str();
     return [o] { return run_serve(*o); };
 }
 
 }  // namespace
 
-DI_COMMAND("serve", "OpenAI-compatible HTTP server (chat, completions, streaming) with continuous batching", setup);
+DI_COMMAND("serve", "OpenAI-compatible HTTP server (chat, completions, streaming) with continuous batching",
+           setup);
 
 }  // namespace di::cli

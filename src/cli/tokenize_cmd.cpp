@@ -1,12 +1,12 @@
 // `deepinfer tokenize` (text -> JSON array of ids or token strings) and `deepinfer detokenize` (ids -> text).
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli/command.h"
 #include "deepinfer/tokenizer.h"
@@ -47,8 +47,10 @@ int run_tokenize(const TokenizeArgs& a) {
         a.split_special ? tok->encode(text, add_bos, std::span(&whole, 1)) : tok->encode(text, add_bos);
     nlohmann::json out = nlohmann::json::array();
     for (int32_t id : ids) {
-        if (a.output == "tokens") out.push_back(std::string(tok->token_text(id)));
-        else out.push_back(id);
+        if (a.output == "tokens")
+            out.push_back(std::string(tok->token_text(id)));
+        else
+            out.push_back(id);
     }
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
@@ -68,7 +70,8 @@ Result<std::vector<int32_t>> parse_ids(const std::string& s) {
             used = 0;
         }
         if (used != token.size() || v < INT32_MIN || v > INT32_MAX)
-            return make_error(ErrorCode::kInvalidArgument, "detokenize: --tokens has '{}', expected an integer id", token);
+            return make_error(ErrorCode::kInvalidArgument,
+                              "detokenize: --tokens has '{}', expected an integer id", token);
         ids.push_back(static_cast<int32_t>(v));
         token.clear();
         return ok_status();

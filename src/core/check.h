@@ -1,10 +1,10 @@
 // Invariant checks: a failed DI_CHECK is a bug in deepinfer, so it reports file:line and aborts.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace di::detail {
 [[noreturn]] inline void check_failed(const char* file, int line, const char* cond, const std::string& msg) {
@@ -15,7 +15,7 @@ namespace di::detail {
 }
 }  // namespace di::detail
 
-#define DI_CHECK(cond, ...)                                                                   \
-    do {                                                                                      \
+#define DI_CHECK(cond, ...)                                                                           \
+    do {                                                                                              \
         if (!(cond)) ::di::detail::check_failed(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
     } while (0)

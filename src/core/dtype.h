@@ -1,5 +1,6 @@
 // Element types of checkpoints and activations, and exact scalar conversions to f32.
-// fp8 e4m3 (OCP, no inf, 0x7f/0xff NaN), ue8m0 (2^(b-127), 255 NaN), fp4 e2m1 (two per byte, low nibble first).
+// fp8 e4m3 (OCP, no inf, 0x7f/0xff NaN), ue8m0 (2^(b-127), 255 NaN), fp4 e2m1 (two per byte, low nibble
+// first).
 #pragma once
 
 #include <algorithm>
@@ -49,7 +50,7 @@ inline float round_to_fp8_e4m3(float v) {
     const float a = std::fabs(v);
     if (a >= 448.0f) return std::copysign(448.0f, v);
     int e = 0;
-    std::frexp(a, &e);                    // a in [2^(e-1), 2^e)
+    std::frexp(a, &e);                      // a in [2^(e-1), 2^e)
     const int q = std::max(e - 1, -6) - 3;  // 3 mantissa bits; below 2^-6 the subnormal step 2^-9
     return std::copysign(std::ldexp(std::nearbyint(std::ldexp(a, -q)), q), v);
 }
@@ -68,10 +69,14 @@ inline float fp4_at(const uint8_t* row, int64_t col) {
 // Reads element i of a float-typed buffer (f32/bf16/f16) as f32.
 inline float load_float(const void* p, DType t, int64_t i) {
     switch (t) {
-        case DType::kF32: return static_cast<const float*>(p)[i];
-        case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-        case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-        default: return NAN;
+        case DType::kF32:
+            return static_cast<const float*>(p)[i];
+        case DType::kBF16:
+            return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+        case DType::kF16:
+            return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+        default:
+            return NAN;
     }
 }
 

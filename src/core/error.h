@@ -1,11 +1,11 @@
 // Errors from the outside world travel as values (Result<T>); broken invariants abort (check.h).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <string>
 #include <utility>
 #include <variant>
-
-#include <fmt/format.h>
 
 namespace di {
 
@@ -24,8 +24,8 @@ Error make_error(ErrorCode code, fmt::format_string<A...> f, A&&... args) {
 // A value or an Error. Deliberately small: has_value(), value(), error(), and DI_TRY for propagation.
 template <typename T>
 class [[nodiscard]] Result {
-public:
-    Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  public:
+    Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
     Result(Error error) : v_(std::move(error)) {}  // NOLINT
     bool ok() const { return v_.index() == 0; }
     explicit operator bool() const { return ok(); }
@@ -37,7 +37,7 @@ public:
     const T* operator->() const { return &value(); }
     T& operator*() { return value(); }
 
-private:
+  private:
     std::variant<T, Error> v_;
 };
 
@@ -50,12 +50,12 @@ inline Status ok_status() { return Ok{}; }
 // Evaluate a Result expression; on error return it from the enclosing function.
 #define DI_TRY_CONCAT_(a, b) a##b
 #define DI_TRY_NAME_(line) DI_TRY_CONCAT_(di_try_, line)
-#define DI_TRY(decl, expr)                                              \
-    auto DI_TRY_NAME_(__LINE__) = (expr);                               \
+#define DI_TRY(decl, expr)                                                   \
+    auto DI_TRY_NAME_(__LINE__) = (expr);                                    \
     if (!DI_TRY_NAME_(__LINE__).ok()) return DI_TRY_NAME_(__LINE__).error(); \
     decl = std::move(DI_TRY_NAME_(__LINE__).value())
-#define DI_TRY_STATUS(expr)                       \
-    do {                                          \
-        auto di_s_ = (expr);                      \
-        if (!di_s_.ok()) return di_s_.error();    \
+#define DI_TRY_STATUS(expr)                    \
+    do {                                       \
+        auto di_s_ = (expr);                   \
+        if (!di_s_.ok()) return di_s_.error(); \
     } while (0)

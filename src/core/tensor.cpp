@@ -1,10 +1,10 @@
 #include "core/tensor.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace di {
 
@@ -64,7 +64,7 @@ std::string TensorView::describe() const {
 
 namespace {
 class HostAllocator final : public Allocator {
-public:
+  public:
     void* allocate(size_t bytes) override {
         void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
         DI_CHECK(p != nullptr, "host allocation of {} bytes failed", bytes);

@@ -34,7 +34,9 @@ struct TensorView {
     size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }  // contiguous views only
 
     template <typename T>
-    T* ptr() const { return static_cast<T*>(data); }
+    T* ptr() const {
+        return static_cast<T*>(data);
+    }
     // Pointer to element (i0, i1, ...) of the leading dims.
     template <typename T>
     T* at(int64_t i0, int64_t i1 = 0, int64_t i2 = 0) const {
@@ -49,7 +51,7 @@ struct TensorView {
 };
 
 class Allocator {
-public:
+  public:
     virtual ~Allocator() = default;
     virtual void* allocate(size_t bytes) = 0;
     virtual void deallocate(void* p) = 0;
@@ -59,7 +61,7 @@ public:
 Allocator& host_allocator();
 
 class Tensor {
-public:
+  public:
     Tensor() = default;
     Tensor(Allocator& alloc, DType dtype, std::initializer_list<int64_t> shape);
     static Tensor zeros_host(DType dtype, std::initializer_list<int64_t> shape);
@@ -67,10 +69,12 @@ public:
     operator const TensorView&() const { return view_; }  // NOLINT: tensors pass as views
     bool empty() const { return view_.data == nullptr; }
 
-private:
+  private:
     struct Free {
         Allocator* alloc;
-        void operator()(void* p) const { if (p) alloc->deallocate(p); }
+        void operator()(void* p) const {
+            if (p) alloc->deallocate(p);
+        }
     };
     std::unique_ptr<void, Free> mem_{nullptr, Free{nullptr}};
     TensorView view_;

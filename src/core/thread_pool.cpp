@@ -60,7 +60,9 @@ bool ThreadPool::spin_until(Ready&& ready) {
 
 void ThreadPool::worker_loop(int worker) {
     uint64_t seen = 0;
-    auto ready = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
+    auto ready = [&] {
+        return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+    };
     for (;;) {
         if (!spin_until(ready)) {
             std::unique_lock<std::mutex> lock(mu_);

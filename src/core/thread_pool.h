@@ -13,18 +13,20 @@
 namespace di {
 
 class ThreadPool {
-public:
+  public:
     // fn(begin, end, worker): process indices [begin, end); worker in [0, size()) identifies the thread
     // (for per-thread scratch memory). 0 is the calling thread. A non-owning reference to the caller's
     // callable (no allocation per call, unlike std::function): valid for the duration of parallel_for.
     class ChunkFn {
-    public:
+      public:
         template <class F>
         ChunkFn(const F& f)  // NOLINT: implicit from any callable
-            : obj_(&f), call_([](const void* o, int64_t b, int64_t e, int w) { (*static_cast<const F*>(o))(b, e, w); }) {}
+            : obj_(&f), call_([](const void* o, int64_t b, int64_t e, int w) {
+                  (*static_cast<const F*>(o))(b, e, w);
+              }) {}
         void operator()(int64_t b, int64_t e, int w) const { call_(obj_, b, e, w); }
 
-    private:
+      private:
         const void* obj_;
         void (*call_)(const void*, int64_t, int64_t, int);
     };
@@ -44,7 +46,7 @@ public:
     // DEEPINFER_THREADS if set to a positive integer, else std::thread::hardware_concurrency() (>= 1).
     static int default_threads();
 
-private:
+  private:
     void worker_loop(int worker);
     void run_chunks(int worker);
 
@@ -58,7 +60,7 @@ private:
     std::condition_variable wake_, done_;
     std::atomic<uint64_t> generation_{0};  // bumped per parallel_for; workers wait for a new value
     std::atomic<bool> stop_{false};
-    std::atomic<int> active_{0};           // workers still inside the current job
+    std::atomic<int> active_{0};  // workers still inside the current job
 
     // The current job (valid while a parallel_for runs).
     const ChunkFn* fn_ = nullptr;

@@ -117,7 +117,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
     return ck;
 }
 
-Checkpoint Checkpoint::in_memory(std::string label, std::vector<TensorEntry> entries, std::shared_ptr<const void> keep) {
+Checkpoint Checkpoint::in_memory(std::string label, std::vector<TensorEntry> entries,
+                                 std::shared_ptr<const void> keep) {
     Checkpoint ck;
     ck.dir_ = std::move(label);
     for (auto& e : entries) ck.tensors_.emplace(e.name, std::move(e));

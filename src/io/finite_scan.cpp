@@ -1,8 +1,8 @@
 #include "io/finite_scan.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "io/json_text.h"
 
@@ -48,8 +48,8 @@ Status check_tensor_finite(const TensorEntry& e) {
     else if (t == "F8_E8M0")  // unsigned exponent only: 0xff is NaN
         bad = first_all_ones<uint8_t>(e.data, e.nbytes, uint8_t(0xff));
     if (bad < 0) return ok_status();
-    return make_error(ErrorCode::kFormat, "{}: tensor {} ({}) holds a NaN or infinity at flat index {}", e.file,
-                      io::quoted(e.name), t, bad);
+    return make_error(ErrorCode::kFormat, "{}: tensor {} ({}) holds a NaN or infinity at flat index {}",
+                      e.file, io::quoted(e.name), t, bad);
 }
 
 Status check_checkpoint_finite(const Checkpoint& ck) {

@@ -50,8 +50,12 @@ Result<nlohmann::json> parse_json_text(std::string_view text, const std::string&
     bool have_dup = false;
     json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
         switch (event) {
-            case json::parse_event_t::object_start: open.push_back(Level{true, {}, {}}); break;
-            case json::parse_event_t::array_start: open.push_back(Level{false, {}, {}}); break;
+            case json::parse_event_t::object_start:
+                open.push_back(Level{true, {}, {}});
+                break;
+            case json::parse_event_t::array_start:
+                open.push_back(Level{false, {}, {}});
+                break;
             case json::parse_event_t::object_end:
             case json::parse_event_t::array_end:
                 if (!open.empty()) open.pop_back();
@@ -68,7 +72,8 @@ Result<nlohmann::json> parse_json_text(std::string_view text, const std::string&
                     }
                 }
                 break;
-            default: break;
+            default:
+                break;
         }
         return true;
     };

@@ -11,7 +11,7 @@
 namespace di::io {
 
 class MmapFile {
-public:
+  public:
     static Result<std::shared_ptr<MmapFile>> open(const std::string& path);
     ~MmapFile();
     MmapFile(const MmapFile&) = delete;
@@ -21,7 +21,7 @@ public:
     size_t size() const { return size_; }
     const std::string& path() const { return path_; }
 
-private:
+  private:
     MmapFile() = default;
     const uint8_t* data_ = nullptr;
     size_t size_ = 0;

@@ -13,7 +13,7 @@ Status write_npy_f32(const std::string& path, const float* data, const std::vect
 
 struct NpyArray {
     std::vector<int64_t> shape;
-    std::vector<float> f32;  // filled for '<f4'
+    std::vector<float> f32;    // filled for '<f4'
     std::vector<int64_t> i64;  // filled for '<i4' / '<i8'
 };
 Result<NpyArray> read_npy(const std::string& path);

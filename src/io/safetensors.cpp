@@ -178,8 +178,8 @@ Result<std::vector<TensorEntry>> parse_safetensors(const uint8_t* data, size_t f
     if (dup.size() == 1)
         return format_error(path, fmt::format("tensor {} appears twice in the header", io::quoted(dup[0])));
     if (dup.size() >= 2)
-        return format_error(path, fmt::format("tensor {}: key {} appears twice", io::quoted(dup[0]),
-                                              io::quoted(dup.back())));
+        return format_error(
+            path, fmt::format("tensor {}: key {} appears twice", io::quoted(dup[0]), io::quoted(dup.back())));
 
     std::vector<ParsedEntry> parsed;
     parsed.reserve(header.size());

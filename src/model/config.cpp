@@ -256,14 +256,16 @@ Status check_bounds(const ConfigFields& f, const ModelConfig& c) {
     };
     for (const Bound& b : bounds)
         if (b.value < b.lo || b.value > b.hi)
-            return f.error(b.field, fmt::format("{} is outside the supported range [{}, {}]", b.value, b.lo, b.hi));
+            return f.error(b.field,
+                           fmt::format("{} is outside the supported range [{}, {}]", b.value, b.lo, b.hi));
     // Token ids the engine compares with sampled ids or feeds back: inside the vocabulary.
     if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size)
-        return f.error("bos_token_id", fmt::format("{} is outside the vocabulary [0, {})", c.bos_token_id,
-                                                   c.vocab_size));
+        return f.error("bos_token_id",
+                       fmt::format("{} is outside the vocabulary [0, {})", c.bos_token_id, c.vocab_size));
     for (const int64_t e : c.eos_token_ids)
         if (e < 0 || e >= c.vocab_size)
-            return f.error("eos_token_id", fmt::format("{} is outside the vocabulary [0, {})", e, c.vocab_size));
+            return f.error("eos_token_id",
+                           fmt::format("{} is outside the vocabulary [0, {})", e, c.vocab_size));
     return ok_status();
 }
 

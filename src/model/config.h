@@ -33,19 +33,19 @@ struct RopeTable {
 };
 
 struct ModelConfig {
-    std::string architecture;       // "DeepseekV4ForCausalLM"
+    std::string architecture;  // "DeepseekV4ForCausalLM"
     int64_t vocab_size = 0;
-    int64_t hidden_dim = 0;         // hidden_size
-    int64_t n_layers = 0;           // num_hidden_layers
-    int64_t n_heads = 0;            // num_attention_heads
+    int64_t hidden_dim = 0;  // hidden_size
+    int64_t n_layers = 0;    // num_hidden_layers
+    int64_t n_heads = 0;     // num_attention_heads
     int64_t head_dim = 0;
-    int64_t rope_dim = 0;           // int(head_dim * partial_rotary_factor)
+    int64_t rope_dim = 0;  // int(head_dim * partial_rotary_factor)
     int64_t q_lora_rank = 0;
     int64_t o_groups = 0;
     int64_t o_lora_rank = 0;
-    int64_t window = 0;             // sliding_window
-    int64_t csa_rate = 4;           // compress_rates.compressed_sparse_attention
-    int64_t hca_rate = 128;         // compress_rates.heavily_compressed_attention
+    int64_t window = 0;      // sliding_window
+    int64_t csa_rate = 4;    // compress_rates.compressed_sparse_attention
+    int64_t hca_rate = 128;  // compress_rates.heavily_compressed_attention
     int64_t index_heads = 0;
     int64_t index_dim = 0;
     int64_t index_topk = 0;
@@ -53,15 +53,15 @@ struct ModelConfig {
     int64_t hc_sinkhorn_iters = 20;
     double hc_eps = 1e-6;
     double rms_norm_eps = 1e-6;
-    int64_t n_experts = 0;          // n_routed_experts
-    int64_t n_experts_active = 0;   // num_experts_per_tok
+    int64_t n_experts = 0;         // n_routed_experts
+    int64_t n_experts_active = 0;  // num_experts_per_tok
     int64_t n_shared_experts = 1;
-    int64_t moe_dim = 0;            // moe_intermediate_size
+    int64_t moe_dim = 0;  // moe_intermediate_size
     ScoreFunc score_func = ScoreFunc::kSqrtSoftplus;
     double routed_scaling_factor = 1.0;
-    double swiglu_limit = 0;        // always > 0 after parse_config (HF clamps unconditionally)
+    double swiglu_limit = 0;  // always > 0 after parse_config (HF clamps unconditionally)
     int64_t max_position_embeddings = 0;
-    int64_t bos_token_id = 0;       // -1 when null in config.json
+    int64_t bos_token_id = 0;  // -1 when null in config.json
     std::vector<int64_t> eos_token_ids;
     bool tie_word_embeddings = false;
     std::vector<AttnType> attn_types;  // n_layers
@@ -69,12 +69,13 @@ struct ModelConfig {
     RopeTable rope_main;
     RopeTable rope_compress;
     // Checkpoint storage hints.
-    std::string torch_dtype;        // "bfloat16", "float32", ...
-    bool fp8_quantized = false;     // quantization_config.quant_method == "fp8"
-    std::string expert_dtype;       // "fp4" | "fp8" | "" (dense)
-    std::vector<int64_t> weight_block_size;  // quantization_config.weight_block_size [out, in], e.g. {128, 128}
-    std::string scale_fmt;          // quantization_config.scale_fmt, e.g. "ue8m0" (scales stored as F8_E8M0)
-    int64_t n_mtp_layers = 0;       // num_nextn_predict_layers
+    std::string torch_dtype;     // "bfloat16", "float32", ...
+    bool fp8_quantized = false;  // quantization_config.quant_method == "fp8"
+    std::string expert_dtype;    // "fp4" | "fp8" | "" (dense)
+    std::vector<int64_t>
+        weight_block_size;     // quantization_config.weight_block_size [out, in], e.g. {128, 128}
+    std::string scale_fmt;     // quantization_config.scale_fmt, e.g. "ue8m0" (scales stored as F8_E8M0)
+    int64_t n_mtp_layers = 0;  // num_nextn_predict_layers
 
     int64_t compress_rate(int layer) const;  // 0 for sliding layers
 };

@@ -15,15 +15,15 @@ using namespace di::ops;
 
 struct DeepseekV4::Step {
     std::span<const SeqChunk> chunks;
-    int64_t n = 0;                 // tokens in the step
-    std::vector<int64_t> row0;     // first row of each chunk
-    std::vector<int64_t> len;      // tokens of each chunk
-    std::vector<int64_t> pos0;     // position of each chunk's first token
-    TensorView tokens;             // i32 [n]
-    TensorView positions;          // i32 [n]
-    TensorView streams, spare;     // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
-    TensorView x, post, comb;      // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
-    int segment = 0;               // graph segments begun so far
+    int64_t n = 0;              // tokens in the step
+    std::vector<int64_t> row0;  // first row of each chunk
+    std::vector<int64_t> len;   // tokens of each chunk
+    std::vector<int64_t> pos0;  // position of each chunk's first token
+    TensorView tokens;          // i32 [n]
+    TensorView positions;       // i32 [n]
+    TensorView streams, spare;  // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
+    TensorView x, post, comb;   // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
+    int segment = 0;            // graph segments begun so far
 };
 
 // A compressor's projections of the step's tokens (the part that does not depend on the sequences).
@@ -35,7 +35,8 @@ namespace {
 
 TensorView upload_i32(Workspace& ws, Backend& be, const std::vector<int32_t>& host) {
     TensorView dst = ws.take(DType::kI32, {int64_t(host.size())});
-    TensorView src = TensorView::contiguous(const_cast<int32_t*>(host.data()), DType::kI32, {int64_t(host.size())});
+    TensorView src =
+        TensorView::contiguous(const_cast<int32_t*>(host.data()), DType::kI32, {int64_t(host.size())});
     be.copy(dst, src);
     return dst;
 }
@@ -66,7 +67,8 @@ DeepseekV4::DeepseekV4(ModelConfig cfg, ModelWeights weights, Backend& backend)
     auto table = [&](const RopeTable& t, Tensor& dst, float& mscale) {
         RopeFreqs f = rope_freqs(t, cfg_.rope_dim, cfg_.max_position_embeddings);
         dst = Tensor(be_->allocator(), DType::kF32, {int64_t(f.inv_freq.size())});
-        be_->copy(dst.view(), TensorView::contiguous(f.inv_freq.data(), DType::kF32, {int64_t(f.inv_freq.size())}));
+        be_->copy(dst.view(),
+                  TensorView::contiguous(f.inv_freq.data(), DType::kF32, {int64_t(f.inv_freq.size())}));
         mscale = f.mscale;
     };
     table(cfg_.rope_main, inv_freq_main_, mscale_main_);
@@ -85,8 +87,8 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
         s.row0.push_back(s.n);
         s.len.push_back(int64_t(c.tokens.size()));
         s.pos0.push_back(c.state->n_tokens());
-        DI_CHECK(c.state->n_tokens() + int64_t(c.tokens.size()) <= c.state->capacity(), "sequence over capacity {}",
-                 c.state->capacity());
+        DI_CHECK(c.state->n_tokens() + int64_t(c.tokens.size()) <= c.state->capacity(),
+                 "sequence over capacity {}", c.state->capacity());
         for (size_t i = 0; i < c.tokens.size(); ++i) {
             tokens.push_back(c.tokens[i]);
             positions.push_back(int32_t(c.state->n_tokens() + int64_t(i)));
@@ -143,9 +145,10 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
 // (chunk lengths, which rows give logits) and the workspace's state, which fixes every address taken from
 // it. Positions, state rows and entry counts are not in it: the ops that use them run between segments.
 void DeepseekV4::begin_segment(Step& s) {
-    std::vector<int64_t> key = {id_, s.segment++, int64_t(precision_), s.n, int64_t(ws_.generation()),
-                                int64_t(ws_.used())};
-    for (size_t c = 0; c < s.chunks.size(); ++c) key.push_back(s.len[c] * 2 + (s.chunks[c].all_logits ? 1 : 0));
+    std::vector<int64_t> key = {
+        id_, s.segment++, int64_t(precision_), s.n, int64_t(ws_.generation()), int64_t(ws_.used())};
+    for (size_t c = 0; c < s.chunks.size(); ++c)
+        key.push_back(s.len[c] * 2 + (s.chunks[c].all_logits ? 1 : 0));
     be_->segment_begin(key);
 }
 
@@ -164,12 +167,14 @@ TensorView DeepseekV4::entry_positions(int64_t rate, int64_t first, int64_t coun
 
 LinearArgs DeepseekV4::lin(const TensorView& x, const QWeight& w, const TensorView& y) const {
     LinearArgs a{x, w, y};
-    if (precision_ == Precision::kNative && w.format == ops::WeightFormat::kFp8Block && w.in_dim % ops::kActBlock == 0)
+    if (precision_ == Precision::kNative && w.format == ops::WeightFormat::kFp8Block &&
+        w.in_dim % ops::kActBlock == 0)
         a.act = ops::ActQuant::kFp8Block128;
     return a;
 }
 
-DeepseekV4::Projected DeepseekV4::project(const CompressorWeights& cw, Step& s, const TensorView& y, int64_t width) {
+DeepseekV4::Projected DeepseekV4::project(const CompressorWeights& cw, Step& s, const TensorView& y,
+                                          int64_t width) {
     Projected p{ws_.take(DType::kF32, {s.n, width}), ws_.take(DType::kF32, {s.n, width})};
     const LinearArgs proj[] = {lin(y, cw.wkv, p.kv), lin(y, cw.wgate, p.gate)};
     be_->linears(proj);
@@ -186,8 +191,8 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
         const int64_t L = s.len[c], pos0 = s.pos0[c], before = pos0 / rate;
         const int64_t n_new = CompressArgs::n_new(pos0, L, rate);
         TensorView out = st.entries.rows(before, n_new);
-        be_->compress({p.kv.rows(s.row0[c], L), p.gate.rows(s.row0[c], L), cw.ape, st.buf_kv, st.buf_gate, st.ovl_kv,
-                       st.ovl_gate, out, pos0, rate, overlap});
+        be_->compress({p.kv.rows(s.row0[c], L), p.gate.rows(s.row0[c], L), cw.ape, st.buf_kv, st.buf_gate,
+                       st.ovl_kv, st.ovl_gate, out, pos0, rate, overlap});
         n_entries[c] = before + n_new;
         if (n_new == 0) continue;
         be_->rms_norm({out, cw.norm, out, float(cfg_.rms_norm_eps)});
@@ -206,8 +211,9 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank;
     const float eps = float(cfg_.rms_norm_eps);
     const bool sliding = type == AttnType::kSliding, csa = type == AttnType::kCsa;
-    const RopeArgs rope_proto = sliding ? RopeArgs{{}, s.positions, inv_freq_main_, mscale_main_, false}
-                                        : RopeArgs{{}, s.positions, inv_freq_compress_, mscale_compress_, false};
+    const RopeArgs rope_proto = sliding
+                                    ? RopeArgs{{}, s.positions, inv_freq_main_, mscale_main_, false}
+                                    : RopeArgs{{}, s.positions, inv_freq_compress_, mscale_compress_, false};
 
     be_->set_scope(fmt::format("layer {} / attention", l));
     be_->mhc_pre({s.streams, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, s.x, s.post, s.comb, eps,
@@ -267,8 +273,8 @@ void DeepseekV4::attention_layer(int l, Step& s) {
             if (T == 0 || L == 0) continue;
             picks[c] = vws_.take(DType::kI32, {L, std::min(cfg_.index_topk, T)});
             const TensorView keys = s.chunks[c].state->layer(l).index.entries.rows(0, T);
-            be_->indexer_topk({as3d(qi, n, nIH, ihd).rows(s.row0[c], L), iw.rows(s.row0[c], L), keys, picks[c],
-                               s.pos0[c], cfg_.csa_rate, float(1.0 / std::sqrt(double(nIH))),
+            be_->indexer_topk({as3d(qi, n, nIH, ihd).rows(s.row0[c], L), iw.rows(s.row0[c], L), keys,
+                               picks[c], s.pos0[c], cfg_.csa_rate, float(1.0 / std::sqrt(double(nIH))),
                                float(1.0 / std::sqrt(double(ihd)))});
         }
     }
@@ -314,7 +320,8 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     TensorView u = ws_.take(DType::kF32, {n, G * R});
     const int64_t gw = H * hd / G;
     std::vector<LinearArgs> groups;
-    for (int64_t g = 0; g < G; ++g) groups.push_back(lin(columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)));
+    for (int64_t g = 0; g < G; ++g)
+        groups.push_back(lin(columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)));
     be_->linears(groups);
     TensorView a = ws_.take(DType::kF32, {n, D});
     be_->linear(lin(u, aw.wo_b, a));
@@ -327,7 +334,8 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
     const FfnWeights& fw = lw.ffn;
     const int64_t n = s.n, D = cfg_.hidden_dim, I = cfg_.moe_dim, k = cfg_.n_experts_active;
     const float eps = float(cfg_.rms_norm_eps);
-    const float limit = cfg_.swiglu_limit > 0 ? float(cfg_.swiglu_limit) : std::numeric_limits<float>::infinity();
+    const float limit =
+        cfg_.swiglu_limit > 0 ? float(cfg_.swiglu_limit) : std::numeric_limits<float>::infinity();
 
     be_->set_scope(fmt::format("layer {} / moe", l));
     be_->mhc_pre({s.streams, lw.hc_ffn.fn, lw.hc_ffn.base, lw.hc_ffn.scale, s.x, s.post, s.comb, eps,
@@ -339,9 +347,10 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
     TensorView ids = ws_.take(DType::kI32, {n, k});
     TensorView weights = ws_.take(DType::kF32, {n, k});
     const bool hash = cfg_.moe_types[size_t(l)] == MoeType::kHash;
-    be_->route({logits, hash ? TensorView{} : fw.gate_bias, hash ? fw.tid2eid : TensorView{}, s.tokens, ids, weights,
-                cfg_.score_func == ScoreFunc::kSigmoid ? ops::ScoreFunc::kSigmoid : ops::ScoreFunc::kSqrtSoftplus,
-                float(cfg_.routed_scaling_factor)});
+    be_->route(
+        {logits, hash ? TensorView{} : fw.gate_bias, hash ? fw.tid2eid : TensorView{}, s.tokens, ids, weights,
+         cfg_.score_func == ScoreFunc::kSigmoid ? ops::ScoreFunc::kSigmoid : ops::ScoreFunc::kSqrtSoftplus,
+         float(cfg_.routed_scaling_factor)});
     TensorView routed = ws_.take(DType::kF32, {n, D});
     be_->moe({y, ids, weights, fw.experts.data(), int64_t(fw.experts.size()), routed, limit});
     TensorView gate = ws_.take(DType::kF32, {n, I});

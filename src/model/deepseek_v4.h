@@ -29,7 +29,7 @@ struct SeqChunk {
 enum class Precision : uint8_t { kExact, kNative };
 
 class DeepseekV4 {
-public:
+  public:
     DeepseekV4(ModelConfig cfg, ModelWeights weights, ops::Backend& backend);
 
     const ModelConfig& config() const { return cfg_; }
@@ -42,7 +42,7 @@ public:
     // or just its last. Token ids must be in range and chunks must fit their states (checked by callers).
     std::vector<float> forward(std::span<const SeqChunk> chunks);
 
-private:
+  private:
     struct Step;       // per-step views (defined in the .cpp)
     struct Projected;  // a compressor's projections of the step's tokens
     // The linear's args, with fp8 activation blocks where the precision asks for them.
@@ -67,7 +67,7 @@ private:
     Workspace ws_;   // step-wide activations: their addresses are part of the graph segments' keys
     Workspace vws_;  // sizes that vary with the sequences (top-k picks), taken between segments
     int64_t id_;     // distinguishes models sharing a backend in the segments' keys
-    std::map<int64_t, Tensor> entry_pos_;  // rate -> i32 [i * rate]
+    std::map<int64_t, Tensor> entry_pos_;       // rate -> i32 [i * rate]
     Tensor inv_freq_main_, inv_freq_compress_;  // f32 [rope_dim / 2] on the device
     float mscale_main_ = 1.0f, mscale_compress_ = 1.0f;
     Precision precision_ = Precision::kExact;

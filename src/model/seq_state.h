@@ -19,15 +19,15 @@ struct CompressorState {
 };
 
 struct LayerState {
-    TensorView ring;           // f32 [window - 1, head_dim]
-    CompressorState comp;      // CSA, HCA
-    CompressorState index;     // CSA
+    TensorView ring;        // f32 [window - 1, head_dim]
+    CompressorState comp;   // CSA, HCA
+    CompressorState index;  // CSA
 };
 
 StateSize state_size(const ModelConfig& cfg);
 
 class SeqState {
-public:
+  public:
     SeqState(const ModelConfig& cfg, ops::Backend& backend, int64_t capacity);
     int64_t n_tokens() const { return n_tokens_; }
     int64_t capacity() const { return capacity_; }
@@ -37,7 +37,7 @@ public:
     // Forget everything (state memory is reused).
     void reset();
 
-private:
+  private:
     Tensor mem_;
     std::vector<LayerState> layers_;
     ops::Backend* backend_;

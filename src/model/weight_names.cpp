@@ -81,7 +81,8 @@ std::vector<std::string> candidate_names(const std::string& official) {
 }
 
 bool is_ignored_tensor(const std::string& name) {
-    return name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0 || name.find("rotary_emb") != std::string::npos;
+    return name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0 ||
+           name.find("rotary_emb") != std::string::npos;
 }
 
 }  // namespace di::model

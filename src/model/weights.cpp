@@ -2,10 +2,10 @@
 // backend's device (host backends use the mmap directly; small f32-only tensors are converted once).
 #include "model/weights.h"
 
+#include <fmt/ranges.h>
+
 #include <cstring>
 #include <set>
-
-#include <fmt/ranges.h>
 
 #include "model/weight_names.h"
 
@@ -19,7 +19,7 @@ using Shape = std::vector<int64_t>;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class Binder {
-public:
+  public:
     Binder(std::shared_ptr<io::Checkpoint> ck, const ModelConfig& cfg, ops::Backend& be, ModelWeights& mw)
         : ck_(std::move(ck)), cfg_(cfg), be_(be), mw_(mw) {}
 
@@ -35,14 +35,14 @@ public:
 
     Result<const io::TensorEntry*> require(const std::string& official) {
         if (const io::TensorEntry* e = lookup(official)) return e;
-        return make_error(ErrorCode::kFormat, "checkpoint {}: missing tensor '{}' (looked for {})", ck_->dir(),
-                          official, fmt::join(candidate_names(official), ", "));
+        return make_error(ErrorCode::kFormat, "checkpoint {}: missing tensor '{}' (looked for {})",
+                          ck_->dir(), official, fmt::join(candidate_names(official), ", "));
     }
 
     Status check_shape(const io::TensorEntry& e, const Shape& want) {
         if (e.shape != want)
-            return make_error(ErrorCode::kFormat, "{}: tensor '{}' has shape [{}], expected [{}]", e.file, e.name,
-                              fmt::join(e.shape, ", "), fmt::join(want, ", "));
+            return make_error(ErrorCode::kFormat, "{}: tensor '{}' has shape [{}], expected [{}]", e.file,
+                              e.name, fmt::join(e.shape, ", "), fmt::join(want, ", "));
         return ok_status();
     }
 
@@ -75,7 +75,8 @@ public:
         if (t == DType::kF32) return place(*e, t, shape);
         count(*e, shape, true);
         Tensor host = Tensor(host_allocator(), DType::kF32, {int64_t(e->nbytes / dtype_size(t))});
-        for (size_t i = 0; i < e->nbytes / dtype_size(t); ++i) host.view().ptr<float>()[i] = load_float(e->data, t, int64_t(i));
+        for (size_t i = 0; i < e->nbytes / dtype_size(t); ++i)
+            host.view().ptr<float>()[i] = load_float(e->data, t, int64_t(i));
         TensorView hv = make_view(host.view().data, DType::kF32, shape);
         if (be_.allocator().device() == Device::kHost) {
             mw_.owned.push_back(std::move(host));
@@ -111,8 +112,9 @@ public:
                 v = v32;
             }
             if (v < 0 || v >= limit)
-                return make_error(ErrorCode::kFormat, "{}: tensor '{}' holds {} at flat index {}, outside [0, {})",
-                                  e->file, e->name, v, i, limit);
+                return make_error(ErrorCode::kFormat,
+                                  "{}: tensor '{}' holds {} at flat index {}, outside [0, {})", e->file,
+                                  e->name, v, i, limit);
         }
         return place(*e, t, shape);
     }
@@ -120,7 +122,8 @@ public:
     // Linear weight `base`.weight [out, in] in dense, FP8 block or FP4 group format, with its scale.
     Result<QWeight> linear(const std::string& base, int64_t out, int64_t in) {
         DI_TRY(const io::TensorEntry* e, require(base + ".weight"));
-        DI_TRY(DType t, dtype_of(*e, {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kI8, DType::kU8}));
+        DI_TRY(DType t, dtype_of(*e, {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kI8,
+                                      DType::kU8}));
         QWeight w;
         w.out_dim = out;
         w.in_dim = in;
@@ -132,14 +135,14 @@ public:
         const bool fp8 = t == DType::kF8E4M3;
         w.format = fp8 ? WeightFormat::kFp8Block : WeightFormat::kFp4Group;
         if (!fp8 && in % ops::kFp4Group != 0)
-            return make_error(ErrorCode::kFormat, "{}: fp4 tensor '{}' has {} inputs, not a multiple of 32", e->file,
-                              e->name, in);
+            return make_error(ErrorCode::kFormat, "{}: fp4 tensor '{}' has {} inputs, not a multiple of 32",
+                              e->file, e->name, in);
         DI_TRY_STATUS(check_shape(*e, fp8 ? Shape{out, in} : Shape{out, in / 2}));
         const io::TensorEntry* s = lookup(base + ".scale");
         if (!s) s = lookup(base + ".weight_scale_inv");
         if (!s)
-            return make_error(ErrorCode::kFormat, "checkpoint {}: quantized tensor '{}' has no '{}.scale'", ck_->dir(),
-                              e->name, base);
+            return make_error(ErrorCode::kFormat, "checkpoint {}: quantized tensor '{}' has no '{}.scale'",
+                              ck_->dir(), e->name, base);
         const Shape sshape = fp8 ? Shape{ceil_div(out, ops::kFp8Block), ceil_div(in, ops::kFp8Block)}
                                  : Shape{out, in / ops::kFp4Group};
         DI_TRY_STATUS(check_shape(*s, sshape));
@@ -157,13 +160,14 @@ public:
                 ++mw_.stats.skipped_tensors;
                 continue;
             }
-            return make_error(ErrorCode::kFormat, "{}: unexpected tensor '{}' (not part of this DeepseekV4 config)",
-                              e.file, name);
+            return make_error(ErrorCode::kFormat,
+                              "{}: unexpected tensor '{}' (not part of this DeepseekV4 config)", e.file,
+                              name);
         }
         return ok_status();
     }
 
-private:
+  private:
     static TensorView make_view(void* data, DType dtype, const Shape& shape, Device device = Device::kHost) {
         TensorView v;
         v.data = data;
@@ -205,8 +209,8 @@ private:
 
 namespace {
 
-Result<CompressorWeights> bind_compressor(Binder& b, const std::string& p, int64_t d, int64_t rate, bool overlap,
-                                          int64_t hidden) {
+Result<CompressorWeights> bind_compressor(Binder& b, const std::string& p, int64_t d, int64_t rate,
+                                          bool overlap, int64_t hidden) {
     const int64_t width = overlap ? 2 * d : d;
     CompressorWeights c;
     DI_TRY(c.wkv, b.linear(p + "wkv", width, hidden));
@@ -241,13 +245,15 @@ Result<AttentionWeights> bind_attention(Binder& b, const ModelConfig& c, int lay
     const bool csa = t == AttnType::kCsa;
     DI_TRY(a.compressor, bind_compressor(b, p + "compressor.", hd, c.compress_rate(layer), csa, D));
     if (!csa) return a;
-    DI_TRY(a.index_compressor, bind_compressor(b, p + "indexer.compressor.", c.index_dim, c.csa_rate, true, D));
+    DI_TRY(a.index_compressor,
+           bind_compressor(b, p + "indexer.compressor.", c.index_dim, c.csa_rate, true, D));
     DI_TRY(a.index_wq_b, b.linear(p + "indexer.wq_b", c.index_heads * c.index_dim, c.q_lora_rank));
     DI_TRY(a.index_weights_proj, b.linear(p + "indexer.weights_proj", c.index_heads, D));
     return a;
 }
 
-// Routed experts: per-expert tensors (official / save_pretrained) or transformers' fused [E, 2I, D] / [E, D, I].
+// Routed experts: per-expert tensors (official / save_pretrained) or transformers' fused [E, 2I, D] / [E, D,
+// I].
 Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfig& c, int layer) {
     const int64_t E = c.n_experts, I = c.moe_dim, D = c.hidden_dim;
     std::vector<ops::ExpertWeights> ex(static_cast<size_t>(E));
@@ -287,7 +293,8 @@ Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer) {
     FfnWeights f;
     DI_TRY(f.gate, b.linear(p + "gate", c.n_experts, D));
     if (c.moe_types[size_t(layer)] == MoeType::kHash) {
-        DI_TRY(f.tid2eid, b.index_tensor(p + "gate.tid2eid", {c.vocab_size, c.n_experts_active}, c.n_experts));
+        DI_TRY(f.tid2eid,
+               b.index_tensor(p + "gate.tid2eid", {c.vocab_size, c.n_experts_active}, c.n_experts));
     } else {
         DI_TRY(f.gate_bias, b.f32_param(p + "gate.bias", {c.n_experts}));
     }
@@ -300,7 +307,8 @@ Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer) {
 
 }  // namespace
 
-Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const ModelConfig& c, ops::Backend& backend) {
+Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const ModelConfig& c,
+                                  ops::Backend& backend) {
     ModelWeights mw;
     mw.checkpoint = ckpt;
     Binder b(ckpt, c, backend, mw);
@@ -322,7 +330,8 @@ Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const Mo
     }
     DI_TRY_STATUS(b.check_unused());
     const int64_t expert_params = 3 * c.moe_dim * D;
-    mw.stats.active_params = mw.stats.params - c.n_layers * (c.n_experts - c.n_experts_active) * expert_params;
+    mw.stats.active_params =
+        mw.stats.params - c.n_layers * (c.n_experts - c.n_experts_active) * expert_params;
     return mw;
 }
 

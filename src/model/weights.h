@@ -23,14 +23,14 @@ struct CompressorWeights {
 };
 
 struct AttentionWeights {
-    ops::QWeight wq_a;  // [q_lora_rank, hidden_dim]
-    TensorView q_norm;  // [q_lora_rank]
-    ops::QWeight wq_b;  // [n_heads * head_dim, q_lora_rank]
-    ops::QWeight wkv;   // [head_dim, hidden_dim]
-    TensorView kv_norm; // [head_dim]
-    ops::QWeight wo_a;  // [o_groups * o_lora_rank, n_heads * head_dim / o_groups]
-    ops::QWeight wo_b;  // [hidden_dim, o_groups * o_lora_rank]
-    TensorView sinks;   // f32 [n_heads]
+    ops::QWeight wq_a;                   // [q_lora_rank, hidden_dim]
+    TensorView q_norm;                   // [q_lora_rank]
+    ops::QWeight wq_b;                   // [n_heads * head_dim, q_lora_rank]
+    ops::QWeight wkv;                    // [head_dim, hidden_dim]
+    TensorView kv_norm;                  // [head_dim]
+    ops::QWeight wo_a;                   // [o_groups * o_lora_rank, n_heads * head_dim / o_groups]
+    ops::QWeight wo_b;                   // [hidden_dim, o_groups * o_lora_rank]
+    TensorView sinks;                    // f32 [n_heads]
     CompressorWeights compressor;        // CSA and HCA layers
     CompressorWeights index_compressor;  // CSA layers
     ops::QWeight index_wq_b;             // [index_heads * index_dim, q_lora_rank]
@@ -62,15 +62,15 @@ struct WeightStats {
     std::map<std::string, int64_t> tensors_by_dtype;  // safetensors dtype -> count
     int64_t n_tensors = 0;
     int64_t bytes = 0;
-    int64_t params = 0;          // logical parameters (fp4 counts two per byte; scales excluded)
-    int64_t active_params = 0;   // per token: everything but the unselected routed experts
-    int64_t skipped_tensors = 0; // mtp.* and other ignored tensors
+    int64_t params = 0;           // logical parameters (fp4 counts two per byte; scales excluded)
+    int64_t active_params = 0;    // per token: everything but the unselected routed experts
+    int64_t skipped_tensors = 0;  // mtp.* and other ignored tensors
 };
 
 struct ModelWeights {
-    TensorView embed;  // [vocab_size, hidden_dim]
-    ops::QWeight head; // [vocab_size, hidden_dim]
-    TensorView norm;   // [hidden_dim]
+    TensorView embed;   // [vocab_size, hidden_dim]
+    ops::QWeight head;  // [vocab_size, hidden_dim]
+    TensorView norm;    // [hidden_dim]
     HcWeights hc_head;
     std::vector<LayerWeights> layers;
     WeightStats stats;
@@ -81,6 +81,7 @@ struct ModelWeights {
 
 // Binds and validates every tensor (names, shapes, dtypes, no missing or unexpected tensors) and places
 // them on `backend`'s device.
-Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const ModelConfig& cfg, ops::Backend& backend);
+Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const ModelConfig& cfg,
+                                  ops::Backend& backend);
 
 }  // namespace di::model

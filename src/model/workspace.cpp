@@ -25,7 +25,8 @@ TensorView Workspace::take(DType dtype, std::initializer_list<int64_t> shape) {
     const size_t bytes = round_up(std::max<size_t>(v.nbytes(), 1));
     const size_t block_size = blocks_.empty() ? 0 : size_t(blocks_.back().view().numel());
     if (blocks_.empty() || offset_ + bytes > block_size) {
-        blocks_.emplace_back(*alloc_, DType::kU8, std::initializer_list<int64_t>{int64_t(std::max(bytes, size_t(1) << 20))});
+        blocks_.emplace_back(*alloc_, DType::kU8,
+                             std::initializer_list<int64_t>{int64_t(std::max(bytes, size_t(1) << 20))});
         offset_ = 0;
         ++generation_;
     }

@@ -11,7 +11,7 @@
 namespace di::model {
 
 class Workspace {
-public:
+  public:
     explicit Workspace(Allocator& alloc) : alloc_(&alloc) {}
     void reset();
     TensorView take(DType dtype, std::initializer_list<int64_t> shape);
@@ -21,7 +21,7 @@ public:
     size_t used() const { return used_; }
     uint64_t generation() const { return generation_; }
 
-private:
+  private:
     Allocator* alloc_;
     std::vector<Tensor> blocks_;
     size_t capacity_ = 0;  // bytes of blocks_[0]

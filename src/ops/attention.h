@@ -14,19 +14,19 @@ namespace di::ops {
 enum class CompMask : uint8_t { kNone, kCausal, kPicks };
 
 struct AttentionArgs {
-    TensorView q;       // f32 [L, n_heads, head_dim], query positions pos0 .. pos0 + L - 1
-    TensorView ring;    // f32 [window - 1, head_dim] cached kv; position p in slot p % (window - 1)
-    TensorView kv;      // f32 [L, head_dim] kv of the chunk itself
-    TensorView comp;    // f32 [T, head_dim] compressed entries (kCausal / kPicks), else empty
-    TensorView picks;   // i32 [L, k] entry ids per query, -1 = no entry (kPicks only)
-    TensorView sinks;   // f32 [n_heads]
-    TensorView out;     // f32 [L, n_heads, head_dim]
+    TensorView q;      // f32 [L, n_heads, head_dim], query positions pos0 .. pos0 + L - 1
+    TensorView ring;   // f32 [window - 1, head_dim] cached kv; position p in slot p % (window - 1)
+    TensorView kv;     // f32 [L, head_dim] kv of the chunk itself
+    TensorView comp;   // f32 [T, head_dim] compressed entries (kCausal / kPicks), else empty
+    TensorView picks;  // i32 [L, k] entry ids per query, -1 = no entry (kPicks only)
+    TensorView sinks;  // f32 [n_heads]
+    TensorView out;    // f32 [L, n_heads, head_dim]
     int64_t pos0 = 0;
     int64_t n_cached = 0;  // ring holds positions pos0 - n_cached .. pos0 - 1 (n_cached <= window - 1)
     int64_t window = 0;    // keys per query including itself
     CompMask comp_mask = CompMask::kNone;
-    int64_t rate = 1;      // compress_rate (kCausal)
-    float scale = 1.0f;    // head_dim^-1/2
+    int64_t rate = 1;    // compress_rate (kCausal)
+    float scale = 1.0f;  // head_dim^-1/2
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, q, Role::kIn);

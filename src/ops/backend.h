@@ -28,7 +28,7 @@ struct KernelLimits {
 };
 
 class Backend {
-public:
+  public:
     virtual ~Backend() = default;
     virtual std::string_view name() const = 0;
 

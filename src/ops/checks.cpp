@@ -14,8 +14,8 @@ void check(const EmbedArgs& a) {
     check_dtype(a.tokens, DType::kI32, "embed.tokens");
     check_rows(a.out, 2, "embed.out");
     DI_CHECK(a.table.ndim == 2 && dtype_is_float(a.table.dtype), "embed.table {}", a.table.describe());
-    DI_CHECK(a.out.shape[0] == a.tokens.numel() && a.out.shape[1] == a.table.shape[1], "embed: out {} table {}",
-             a.out.describe(), a.table.describe());
+    DI_CHECK(a.out.shape[0] == a.tokens.numel() && a.out.shape[1] == a.table.shape[1],
+             "embed: out {} table {}", a.out.describe(), a.table.describe());
 }
 
 void check(const AddArgs& a) {
@@ -43,8 +43,8 @@ void check(const RopeArgs& a) {
     check_dtype(a.positions, DType::kI32, "rope.positions");
     DI_CHECK(a.positions.numel() == a.x.shape[0], "rope: {} positions for {} rows", a.positions.numel(),
              a.x.shape[0]);
-    DI_CHECK(2 * a.inv_freq.numel() <= a.x.shape[2], "rope: rope_dim {} > head_dim {}", 2 * a.inv_freq.numel(),
-             a.x.shape[2]);
+    DI_CHECK(2 * a.inv_freq.numel() <= a.x.shape[2], "rope: rope_dim {} > head_dim {}",
+             2 * a.inv_freq.numel(), a.x.shape[2]);
 }
 
 void check(const CompressArgs& a) {
@@ -78,7 +78,8 @@ void check(const AttentionArgs& a) {
     DI_CHECK(a.n_cached <= a.window - 1 && a.n_cached <= a.pos0, "attention: n_cached {}", a.n_cached);
     DI_CHECK(a.sinks.numel() == a.q.shape[1], "attention.sinks {}", a.sinks.describe());
     same_shape(a.q, a.out, "attention q/out");
-    if (a.comp_mask != CompMask::kNone) DI_CHECK(a.comp.shape[1] == hd, "attention.comp {}", a.comp.describe());
+    if (a.comp_mask != CompMask::kNone)
+        DI_CHECK(a.comp.shape[1] == hd, "attention.comp {}", a.comp.describe());
     if (a.comp_mask == CompMask::kPicks) check_dtype(a.picks, DType::kI32, "attention.picks");
 }
 

@@ -1,7 +1,8 @@
 // KV compressor of CSA/HCA layers (and of the lightning indexer): gated pooling of aligned windows.
 // Window w covers positions w*rate .. w*rate + rate - 1; it emits one entry when its last token arrives.
 //   no overlap (HCA): slots j = tokens of window w,              logit g_j = gate_j + bias[j]
-//   overlap (CSA):    slots 0..rate-1 = a-half (channels 0..d-1) of window w-1 (value 0, logit -inf for w = 0),
+//   overlap (CSA):    slots 0..rate-1 = a-half (channels 0..d-1) of window w-1 (value 0, logit -inf for w =
+//   0),
 //                     slots rate..2rate-1 = b-half (channels d..2d-1) of window w
 //   alpha = softmax over slots per channel;  entry = sum_slots alpha * value      (d = head_dim of the entry)
 // The op keeps the open window's tokens and the overlap state; norm and rope of the entry follow as ops.

@@ -38,9 +38,9 @@ struct AddArgs {
 void check(const AddArgs& a);
 
 struct SwigluArgs {
-    TensorView gate;  // f32 [n, moe_dim]
-    TensorView up;    // f32 [n, moe_dim]
-    TensorView out;   // f32 [n, moe_dim]
+    TensorView gate;                                       // f32 [n, moe_dim]
+    TensorView up;                                         // f32 [n, moe_dim]
+    TensorView out;                                        // f32 [n, moe_dim]
     float limit = std::numeric_limits<float>::infinity();  // swiglu_limit: > 0 (elementwise.h)
     template <class F>
     void visit(F&& f) {

@@ -14,14 +14,14 @@ namespace di::ops {
 
 struct KernelVariant {
     std::string op, name;
-    std::string claims;          // the shape/format classes it takes, in words
-    bool fallback = false;       // a verified default: always allowed
-    bool deterministic = true;   // the same inputs give the same bits
-    bool batch_invariant = true; // a row's bits do not depend on the other rows
+    std::string claims;           // the shape/format classes it takes, in words
+    bool fallback = false;        // a verified default: always allowed
+    bool deterministic = true;    // the same inputs give the same bits
+    bool batch_invariant = true;  // a row's bits do not depend on the other rows
 };
 
 class AllowList {
-public:
+  public:
     // Every variant of `variants` (the built-in list: each was proven by the op tests).
     static AllowList all_of(std::string backend, const std::vector<KernelVariant>& variants);
     // Only the fallbacks.
@@ -32,7 +32,7 @@ public:
     const std::string& backend() const { return backend_; }
     const std::set<std::pair<std::string, std::string>>& pairs() const { return pairs_; }
 
-private:
+  private:
     std::string backend_;
     std::set<std::pair<std::string, std::string>> pairs_;
 };

@@ -26,7 +26,8 @@ static float load_scale(const TensorView& s, int64_t r, int64_t c) {
 
 float QWeight::at(int64_t o, int64_t i) const {
     switch (format) {
-        case WeightFormat::kDense: return load_float(data.data, data.dtype, o * data.stride[0] + i);
+        case WeightFormat::kDense:
+            return load_float(data.data, data.dtype, o * data.stride[0] + i);
         case WeightFormat::kFp8Block:
             return fp8_e4m3_to_f32(data.ptr<uint8_t>()[o * data.stride[0] + i]) *
                    load_scale(scale, o / kFp8Block, i / kFp8Block);
@@ -42,8 +43,8 @@ void check(const LinearArgs& a) {
     check_dtype(a.x, DType::kF32, "linear.x");
     check_dtype(a.y, DType::kF32, "linear.y");
     DI_CHECK(a.x.shape[0] == a.y.shape[0], "linear: x rows {} != y rows {}", a.x.shape[0], a.y.shape[0]);
-    DI_CHECK(a.x.shape[1] == a.w.in_dim && a.y.shape[1] == a.w.out_dim, "linear: x {} y {} vs weight [{}, {}]",
-             a.x.describe(), a.y.describe(), a.w.out_dim, a.w.in_dim);
+    DI_CHECK(a.x.shape[1] == a.w.in_dim && a.y.shape[1] == a.w.out_dim,
+             "linear: x {} y {} vs weight [{}, {}]", a.x.describe(), a.y.describe(), a.w.out_dim, a.w.in_dim);
     DI_CHECK(a.act == ActQuant::kNone || a.w.in_dim % kActBlock == 0,
              "linear: fp8 activation blocks need in_dim a multiple of {}, got {}", kActBlock, a.w.in_dim);
 }

@@ -21,7 +21,8 @@ struct QWeight {
     int64_t in_dim = 0;
 
     bool empty() const { return data.empty(); }
-    // Output rows [begin, begin + n); fp8 needs begin and n on 128-row block boundaries (or n reaching the end).
+    // Output rows [begin, begin + n); fp8 needs begin and n on 128-row block boundaries (or n reaching the
+    // end).
     QWeight rows(int64_t begin, int64_t n) const;
     // Dequantised element, f32 (reference path and tests).
     float at(int64_t o, int64_t i) const;

@@ -1,7 +1,7 @@
 // mHC hyper-connections: hc_mult residual streams mixed around every sub-layer.
 //   pre:  n = rms(concat streams); mix = fn . n;  pre_i = sigmoid(mix_i s0 + b_i) + hc_eps;
-//         post_i = 2 sigmoid(mix_{hc+i} s1 + b_{hc+i});  comb = sinkhorn(softmax_rows(mix_{2hc..} s2 + b) + hc_eps)
-//         x = sum_i pre_i stream_i
+//         post_i = 2 sigmoid(mix_{hc+i} s1 + b_{hc+i});  comb = sinkhorn(softmax_rows(mix_{2hc..} s2 + b) +
+//         hc_eps) x = sum_i pre_i stream_i
 //   post: out_k = post_k * a + sum_j comb[j, k] * stream_j            (comb applied transposed)
 //   head: pre_i = sigmoid((fn . n)_i s + b_i) + hc_eps;  out = sum_i pre_i stream_i
 // Sinkhorn: columns first, then (iters - 1) x (rows, columns), each dividing by (sum + hc_eps).

@@ -2,7 +2,8 @@
 //   route (score-routed): s = phi(logits); ids = top-k of (s + bias); w = s[ids] / (sum + 1e-20) * scaling
 //   route (hash-routed):  ids = tid2eid[token];                        w likewise from s = phi(logits)
 //   phi = sqrt(softplus) | sigmoid.  Tie rule for top-k: lower expert id first.
-//   moe: out[t] = sum over slots j of w[t, j] * W2_e (swiglu(W1_e x, W3_e x)),  e = ids[t, j], summed in slot order
+//   moe: out[t] = sum over slots j of w[t, j] * W2_e (swiglu(W1_e x, W3_e x)),  e = ids[t, j], summed in slot
+//   order
 // ref: transformers 5.17 DeepseekV4TopKRouter / DeepseekV4HashRouter / DeepseekV4Experts (grouped_mm).
 #pragma once
 
@@ -43,12 +44,12 @@ struct ExpertWeights {
 };
 
 struct MoeArgs {
-    TensorView x;                         // f32 [n, hidden_dim]
-    TensorView ids;                       // i32 [n, k]
-    TensorView weights;                   // f32 [n, k]
+    TensorView x;                            // f32 [n, hidden_dim]
+    TensorView ids;                          // i32 [n, k]
+    TensorView weights;                      // f32 [n, k]
     const ExpertWeights* experts = nullptr;  // host array [n_experts] of views on the backend's device
     int64_t n_experts = 0;
-    TensorView out;                       // f32 [n, hidden_dim]
+    TensorView out;                                        // f32 [n, hidden_dim]
     float limit = std::numeric_limits<float>::infinity();  // swiglu_limit: > 0, +inf no clamp (elementwise.h)
     template <class F>
     void visit(F&& f) {

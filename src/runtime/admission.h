@@ -10,10 +10,10 @@
 namespace di::runtime {
 
 struct AdmissionLimits {
-    int64_t max_context = 0;        // prompt + max_tokens limit
-    int64_t model_context = 0;      // the model's own (max_position_embeddings); names the limit in errors
-    int64_t fixed_bytes = 0;        // state bytes independent of length
-    double bytes_per_token = 0;     // per token of capacity (amortised compressed entries)
+    int64_t max_context = 0;     // prompt + max_tokens limit
+    int64_t model_context = 0;   // the model's own (max_position_embeddings); names the limit in errors
+    int64_t fixed_bytes = 0;     // state bytes independent of length
+    double bytes_per_token = 0;  // per token of capacity (amortised compressed entries)
 };
 
 // State bytes for `capacity` tokens (prompt + max_tokens), rounded up; INT64_MAX when it would not fit.

@@ -18,6 +18,6 @@ struct BackendChoice {
 BackendChoice resolve_backend(const std::string& name);
 
 Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& name);  // "auto" resolved first
-std::vector<std::string> backend_names();  // those built into this binary
+std::vector<std::string> backend_names();                                     // those built into this binary
 
 }  // namespace di::runtime

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
@@ -24,7 +23,7 @@ namespace fs = std::filesystem;
 constexpr const char* kVersion = "3";  // bump when the demo weights or config change
 
 class Rng {  // splitmix64 + Box-Muller: identical everywhere
-public:
+  public:
     explicit Rng(uint64_t seed) : s_(seed) {}
     uint64_t next() {
         uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
@@ -33,9 +32,11 @@ public:
         return z ^ (z >> 31);
     }
     double uniform() { return double(next() >> 11) * 0x1.0p-53; }
-    double normal() { return std::sqrt(-2.0 * std::log(1.0 - uniform())) * std::cos(6.283185307179586 * uniform()); }
+    double normal() {
+        return std::sqrt(-2.0 * std::log(1.0 - uniform())) * std::cos(6.283185307179586 * uniform());
+    }
 
-private:
+  private:
     uint64_t s_;
 };
 
@@ -106,12 +107,14 @@ struct Writer {
         std::vector<uint16_t> v(static_cast<size_t>(n));
         const double half_width = sd * std::sqrt(3.0);  // uniform law with the same standard deviation
         for (uint16_t& x : v)
-            x = f32_to_bf16(float(mean + (spec.fast_draws ? half_width * (2 * rng.uniform() - 1) : sd * rng.normal())));
+            x = f32_to_bf16(
+                float(mean + (spec.fast_draws ? half_width * (2 * rng.uniform() - 1) : sd * rng.normal())));
         out.push_back({name, "BF16", shape, bytes_of(v)});
     }
     // FP8 e4m3 [o, i] with 128x128 UE8M0 block scales; weights ~ N(0, 1/i).
     void fp8(const std::string& base, int64_t o, int64_t i) {
-        const int exp = int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / (spec.fast_draws ? 1.0 : 16.0))));
+        const int exp =
+            int(std::floor(std::log2(std::sqrt(1.0 / double(i)) / (spec.fast_draws ? 1.0 : 16.0))));
         const int64_t n_scales = ((o + 127) / 128) * ((i + 127) / 128);
         if (borrow(base + ".weight", "F8_E4M3", {o, i}, size_t(o * i), Borrowed::kFp8Codes) &&
             borrow(base + ".scale", "F8_E8M0", {(o + 127) / 128, (i + 127) / 128}, size_t(n_scales),
@@ -144,7 +147,9 @@ struct Writer {
                 for (size_t j = k; j < std::min(w.size(), k + 8); ++j, r >>= 8) w[j] = uint8_t(r);
             }
         } else {
-            for (uint8_t& b : w) b = uint8_t(encode_fp4(float(2.0 * rng.normal())) | (encode_fp4(float(2.0 * rng.normal())) << 4));
+            for (uint8_t& b : w)
+                b = uint8_t(encode_fp4(float(2.0 * rng.normal())) |
+                            (encode_fp4(float(2.0 * rng.normal())) << 4));
         }
         std::vector<uint8_t> s(size_t(o * i / 32), uint8_t(127 + exp));
         out.push_back({base + ".weight", "I8", {o, i / 2}, w});
@@ -162,29 +167,66 @@ struct Writer {
 nlohmann::ordered_json model_config(const RandomModelSpec& m) {
     std::vector<int> ratios = m.compress_ratios;
     ratios.push_back(0);  // the MTP entry of the official list
-    return {{"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"vocab_size", m.vocab},
-            {"hidden_size", m.hidden}, {"num_hidden_layers", ratios.size() - 1}, {"num_attention_heads", m.heads},
-            {"num_key_value_heads", 1}, {"head_dim", m.head_dim}, {"qk_rope_head_dim", 64}, {"q_lora_rank", m.q_lora},
-            {"o_groups", m.o_groups}, {"o_lora_rank", m.o_lora}, {"sliding_window", 128}, {"compress_ratios", ratios},
-            {"num_hash_layers", 1}, {"index_n_heads", m.index_heads}, {"index_head_dim", m.index_dim},
-            {"index_topk", m.index_topk}, {"n_routed_experts", m.experts}, {"n_shared_experts", 1},
-            {"num_experts_per_tok", m.active}, {"moe_intermediate_size", m.moe}, {"scoring_func", "sqrtsoftplus"},
-            {"norm_topk_prob", true},  // as the released configs (read by other tools, e.g. llama.cpp's converter)
-            {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"hc_mult", 4}, {"hc_sinkhorn_iters", 20},
-            {"hc_eps", 1e-6}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"compress_rope_theta", 160000.0},
-            {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
-                              {"beta_fast", 32}, {"beta_slow", 1}}},
-            {"max_position_embeddings", 1048576}, {"bos_token_id", 0}, {"eos_token_id", 1},
-            {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"}, {"num_nextn_predict_layers", 0},
+    return {{"architectures", {"DeepseekV4ForCausalLM"}},
+            {"model_type", "deepseek_v4"},
+            {"vocab_size", m.vocab},
+            {"hidden_size", m.hidden},
+            {"num_hidden_layers", ratios.size() - 1},
+            {"num_attention_heads", m.heads},
+            {"num_key_value_heads", 1},
+            {"head_dim", m.head_dim},
+            {"qk_rope_head_dim", 64},
+            {"q_lora_rank", m.q_lora},
+            {"o_groups", m.o_groups},
+            {"o_lora_rank", m.o_lora},
+            {"sliding_window", 128},
+            {"compress_ratios", ratios},
+            {"num_hash_layers", 1},
+            {"index_n_heads", m.index_heads},
+            {"index_head_dim", m.index_dim},
+            {"index_topk", m.index_topk},
+            {"n_routed_experts", m.experts},
+            {"n_shared_experts", 1},
+            {"num_experts_per_tok", m.active},
+            {"moe_intermediate_size", m.moe},
+            {"scoring_func", "sqrtsoftplus"},
+            {"norm_topk_prob",
+             true},  // as the released configs (read by other tools, e.g. llama.cpp's converter)
+            {"routed_scaling_factor", 1.5},
+            {"swiglu_limit", 10.0},
+            {"hc_mult", 4},
+            {"hc_sinkhorn_iters", 20},
+            {"hc_eps", 1e-6},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0},
+            {"compress_rope_theta", 160000.0},
+            {"rope_scaling",
+             {{"type", "yarn"},
+              {"factor", 16},
+              {"original_max_position_embeddings", 65536},
+              {"beta_fast", 32},
+              {"beta_slow", 1}}},
+            {"max_position_embeddings", 1048576},
+            {"bos_token_id", 0},
+            {"eos_token_id", 1},
+            {"tie_word_embeddings", false},
+            {"torch_dtype", "bfloat16"},
+            {"num_nextn_predict_layers", 0},
             {"expert_dtype", "fp4"},
-            {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
-                                     {"weight_block_size", {128, 128}}, {"activation_scheme", "dynamic"}}}};
+            {"quantization_config",
+             {{"quant_method", "fp8"},
+              {"fmt", "e4m3"},
+              {"scale_fmt", "ue8m0"},
+              {"weight_block_size", {128, 128}},
+              {"activation_scheme", "dynamic"}}}};
 }
 
 Writer model_tensors(const RandomModelSpec& m, bool pooled) {
     Writer w{m, Rng{20261130}, {}, pooled, {}};
-    const int64_t kVocab = m.vocab, kHidden = m.hidden, kHeads = m.heads, kHeadDim = m.head_dim, kQLora = m.q_lora;
-    const int64_t kGroups = m.o_groups, kOLora = m.o_lora, kIndexHeads = m.index_heads, kIndexDim = m.index_dim;
+    const int64_t kVocab = m.vocab, kHidden = m.hidden, kHeads = m.heads, kHeadDim = m.head_dim,
+                  kQLora = m.q_lora;
+    const int64_t kGroups = m.o_groups, kOLora = m.o_lora, kIndexHeads = m.index_heads,
+                  kIndexDim = m.index_dim;
     const int64_t kExperts = m.experts, kActive = m.active, kMoe = m.moe, kHc = 4;
     const int64_t kLayers = int64_t(m.compress_ratios.size());
     const double sd_emb = 1.0, sd_in = 1.0 / std::sqrt(double(kHidden));
@@ -269,7 +311,8 @@ Status write_random_model(const std::string& dir, const RandomModelSpec& spec) {
     fs::create_directories(dir, ec);
     if (ec) return make_error(ErrorCode::kIo, "cannot create model directory '{}': {}", dir, ec.message());
     std::ofstream(fs::path(dir) / "config.json") << model_config(spec).dump(1) << "\n";
-    return io::write_safetensors((fs::path(dir) / "model.safetensors").string(), model_tensors(spec, false).out);
+    return io::write_safetensors((fs::path(dir) / "model.safetensors").string(),
+                                 model_tensors(spec, false).out);
 }
 
 Result<RandomModel> random_model_in_memory(const RandomModelSpec& spec) {
@@ -285,8 +328,10 @@ Result<RandomModel> random_model_in_memory(const RandomModelSpec& spec) {
     size_t most = 0;
     std::map<uint8_t, size_t> constant_bytes;
     for (const Borrowed& b : w.borrowed) {
-        if (b.kind == Borrowed::kConstant) constant_bytes[b.value] = std::max(constant_bytes[b.value], b.entry.nbytes);
-        else most = std::max(most, b.entry.nbytes);
+        if (b.kind == Borrowed::kConstant)
+            constant_bytes[b.value] = std::max(constant_bytes[b.value], b.entry.nbytes);
+        else
+            most = std::max(most, b.entry.nbytes);
     }
     const size_t pool = 2 * most + 4096;  // room for windows at many offsets
     Rng rng(20261202);
@@ -322,13 +367,15 @@ Result<std::string> ensure_demo_model() {
     if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "tokenizer.json")) return dir.string();
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) return make_error(ErrorCode::kIo, "cannot create demo model directory '{}': {}", dir.string(), ec.message());
+    if (ec)
+        return make_error(ErrorCode::kIo, "cannot create demo model directory '{}': {}", dir.string(),
+                          ec.message());
     const fs::path tok = fs::path(asset_dir()) / "tokenizer";
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
         fs::copy_file(tok / f, dir / f, fs::copy_options::overwrite_existing, ec);
         if (ec)
-            return make_error(ErrorCode::kIo, "cannot copy the V4 tokenizer '{}' into '{}': {}", (tok / f).string(),
-                              dir.string(), ec.message());
+            return make_error(ErrorCode::kIo, "cannot copy the V4 tokenizer '{}' into '{}': {}",
+                              (tok / f).string(), dir.string(), ec.message());
     }
     DI_TRY_STATUS(write_random_model(dir.string(), RandomModelSpec{}));
     return dir.string();

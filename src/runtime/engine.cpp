@@ -1,6 +1,8 @@
 // The engine's mechanism: the loop thread asks the Scheduler for a step, allocates state for newly admitted
 // requests, runs one model forward over all scheduled chunks, samples and streams tokens, and retires
 // finished, cancelled and timed-out requests. Everything shared with submit()/stats() is under `mu`.
+#include "deepinfer/engine.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -10,14 +12,13 @@
 #include <unordered_map>
 
 #include "core/check.h"
-#include "deepinfer/engine.h"
-#include "runtime/admission.h"
 #include "io/mmap_file.h"
+#include "runtime/admission.h"
 #include "runtime/backend_factory.h"
-#include "runtime/kernels_file.h"
 #include "runtime/engine_sequence.h"
-#include "runtime/model_loader.h"
 #include "runtime/grammar.h"
+#include "runtime/kernels_file.h"
+#include "runtime/model_loader.h"
 #include "runtime/scheduler.h"
 
 namespace di {
@@ -43,8 +44,8 @@ struct Engine::Impl {
     bool stopping = false;
     std::mt19937_64 seed_rng{std::random_device{}()};
     std::thread loop;
-    std::mutex join_mu;  // shutdown() may be called from several threads
-    ops::AllowList allow;  // the kernel variants dispatch may use
+    std::mutex join_mu;               // shutdown() may be called from several threads
+    ops::AllowList allow;             // the kernel variants dispatch may use
     std::once_flag constraints_once;  // the vocabulary index is built on the first constrained request
     std::unique_ptr<runtime::ConstraintCompiler> constraints;
 
@@ -78,14 +79,18 @@ runtime::SchedulerConfig scheduler_config(const EngineOptions& o) {
 }
 
 Status check_options(const EngineOptions& o) {
-    if (o.max_running < 1) return make_error(ErrorCode::kInvalidArgument, "max_running {} must be >= 1", o.max_running);
+    if (o.max_running < 1)
+        return make_error(ErrorCode::kInvalidArgument, "max_running {} must be >= 1", o.max_running);
     if (o.prefill_chunk < 1)
         return make_error(ErrorCode::kInvalidArgument, "prefill_chunk {} must be >= 1", o.prefill_chunk);
     if (o.step_token_budget < 1)
-        return make_error(ErrorCode::kInvalidArgument, "step_token_budget {} must be >= 1", o.step_token_budget);
+        return make_error(ErrorCode::kInvalidArgument, "step_token_budget {} must be >= 1",
+                          o.step_token_budget);
     if (o.state_memory_bytes < 1)
-        return make_error(ErrorCode::kInvalidArgument, "state memory {} bytes must be positive", o.state_memory_bytes);
-    if (o.max_context < 0) return make_error(ErrorCode::kInvalidArgument, "max_context {} is negative", o.max_context);
+        return make_error(ErrorCode::kInvalidArgument, "state memory {} bytes must be positive",
+                          o.state_memory_bytes);
+    if (o.max_context < 0)
+        return make_error(ErrorCode::kInvalidArgument, "max_context {} is negative", o.max_context);
     return ok_status();
 }
 
@@ -97,7 +102,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     impl->opt = o;
     DI_TRY(impl->backend, runtime::make_backend(o.backend));
     impl->backend->set_graphs(o.graphs);
-    impl->allow = ops::AllowList::all_of(std::string(impl->backend->name()), impl->backend->kernel_variants());
+    impl->allow =
+        ops::AllowList::all_of(std::string(impl->backend->name()), impl->backend->kernel_variants());
     if (!o.kernels_file.empty()) {
         DI_TRY(std::string text, io::read_text_file(o.kernels_file));
         DI_TRY(impl->allow, runtime::parse_kernels_file(text, o.kernels_file, *impl->backend));
@@ -113,15 +119,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
     if (has_tok) {
         DI_TRY(Tokenizer t, Tokenizer::load(tok_path));
         if (t.vocab_size() > cfg.vocab_size)
-            return make_error(ErrorCode::kFormat, "tokenizer {} has {} ids, more than the model's vocab_size {}",
-                              tok_path, t.vocab_size(), cfg.vocab_size);
+            return make_error(ErrorCode::kFormat,
+                              "tokenizer {} has {} ids, more than the model's vocab_size {}", tok_path,
+                              t.vocab_size(), cfg.vocab_size);
         impl->tokenizer.emplace(std::move(t));
     } else if (!o.tokenizer_path.empty()) {
         return make_error(ErrorCode::kNotFound, "tokenizer: no tokenizer.json at {}", o.tokenizer_path);
     }
     for (int64_t e : cfg.eos_token_ids) impl->eos_ids.push_back(int32_t(e));
     if (impl->tokenizer && impl->tokenizer->eos_id() >= 0 &&
-        std::find(impl->eos_ids.begin(), impl->eos_ids.end(), impl->tokenizer->eos_id()) == impl->eos_ids.end())
+        std::find(impl->eos_ids.begin(), impl->eos_ids.end(), impl->tokenizer->eos_id()) ==
+            impl->eos_ids.end())
         impl->eos_ids.push_back(impl->tokenizer->eos_id());
 
     impl->state_size = model::state_size(cfg);
@@ -191,17 +199,22 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
         return make_error(ErrorCode::kInvalidArgument, "min_tokens {} must be in [0, max_tokens = {}]",
                           r.stop.min_tokens, r.stop.max_tokens);
     if (r.sampling.top_logprobs < 0 || r.sampling.top_logprobs > 20)
-        return make_error(ErrorCode::kInvalidArgument, "top_logprobs {} must be in [0, 20]", r.sampling.top_logprobs);
+        return make_error(ErrorCode::kInvalidArgument, "top_logprobs {} must be in [0, 20]",
+                          r.sampling.top_logprobs);
     DI_TRY_STATUS(runtime::check_tokens(r.stop.stop_token_ids, m.info.vocab_size));
     std::shared_ptr<const runtime::CompiledConstraint> constraint;
     if (r.constraint.kind != OutputConstraint::Kind::kNone) {
         if (!m.tokenizer)
-            return make_error(ErrorCode::kInvalidArgument, "response_format: structured output needs a tokenizer; "
+            return make_error(ErrorCode::kInvalidArgument,
+                              "response_format: structured output needs a tokenizer; "
                               "this model has none");
         if (r.constraint.after_token >= m.info.vocab_size)
-            return make_error(ErrorCode::kInvalidArgument, "response_format: the constraint's start token {} is "
-                              "outside the vocabulary", r.constraint.after_token);
-        DI_TRY(constraint, m.constraint_compiler().compile(r.constraint));  // before the lock: it can take a while
+            return make_error(ErrorCode::kInvalidArgument,
+                              "response_format: the constraint's start token {} is "
+                              "outside the vocabulary",
+                              r.constraint.after_token);
+        DI_TRY(constraint,
+               m.constraint_compiler().compile(r.constraint));  // before the lock: it can take a while
     }
 
     std::vector<int32_t> stop_ids = r.stop.stop_token_ids;
@@ -217,9 +230,9 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
         return st.error();
     }
     auto stream = std::make_shared<RequestStream>(id);
-    m.seqs.emplace(id, std::make_unique<EngineSequence>(id, std::move(r), stream,
-                                                        m.tokenizer ? &*m.tokenizer : nullptr, std::move(stop_ids),
-                                                        bytes, Clock::now() + timeout, std::move(constraint)));
+    m.seqs.emplace(id, std::make_unique<EngineSequence>(
+                           id, std::move(r), stream, m.tokenizer ? &*m.tokenizer : nullptr,
+                           std::move(stop_ids), bytes, Clock::now() + timeout, std::move(constraint)));
     ++m.st.requests_submitted;
     m.st.prompt_tokens += uint64_t(n_prompt);
     lk.unlock();
@@ -229,11 +242,21 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
 
 void Engine::Impl::retire_locked(EngineSequence& s) {
     switch (s.reason()) {
-        case FinishReason::kStop: ++st.finished_stop; break;
-        case FinishReason::kLength: ++st.finished_length; break;
-        case FinishReason::kCancelled: ++st.finished_cancelled; break;
-        case FinishReason::kTimeout: ++st.finished_timeout; break;
-        default: ++st.finished_error; break;
+        case FinishReason::kStop:
+            ++st.finished_stop;
+            break;
+        case FinishReason::kLength:
+            ++st.finished_length;
+            break;
+        case FinishReason::kCancelled:
+            ++st.finished_cancelled;
+            break;
+        case FinishReason::kTimeout:
+            ++st.finished_timeout;
+            break;
+        default:
+            ++st.finished_error;
+            break;
     }
     st.state_bytes_allocated -= s.state_bytes();
     sched.remove(s.id());
@@ -295,18 +318,20 @@ bool Engine::Impl::step() {
     chunks.reserve(plan.chunks.size());
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
         const auto& c = plan.chunks[i];
-        chunks.push_back(model::SeqChunk{chunk_seqs[i]->state(), chunk_seqs[i]->tokens(c.start, c.n_tokens), false});
+        chunks.push_back(
+            model::SeqChunk{chunk_seqs[i]->state(), chunk_seqs[i]->tokens(c.start, c.n_tokens), false});
     }
     const std::vector<float> logits = model->forward(chunks);
     const int64_t vocab = model->config().vocab_size;
-    DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab, "forward returned {} logits for {} chunks",
-             logits.size(), chunks.size());
+    DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab,
+             "forward returned {} logits for {} chunks", logits.size(), chunks.size());
 
     // Sampling and detokenising run outside the lock too; only the loop thread touches sequences.
     EngineSequence::StepMetrics sm;
     for (size_t i = 0; i < plan.chunks.size(); ++i)
         if (plan.chunks[i].samples)
-            chunk_seqs[i]->on_logits(std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)), sm);
+            chunk_seqs[i]->on_logits(std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)),
+                                     sm);
 
     std::lock_guard lk(mu);
     ++st.steps;

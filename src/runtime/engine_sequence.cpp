@@ -1,8 +1,8 @@
 #include "runtime/engine_sequence.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/check.h"
 
@@ -29,8 +29,9 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 }  // namespace
 
 EngineSequence::EngineSequence(uint64_t id, Request req, std::shared_ptr<RequestStream> stream,
-                               const Tokenizer* tokenizer, std::vector<int32_t> stop_ids, int64_t reserved_bytes,
-                               Clock::time_point deadline, std::shared_ptr<const CompiledConstraint> constraint)
+                               const Tokenizer* tokenizer, std::vector<int32_t> stop_ids,
+                               int64_t reserved_bytes, Clock::time_point deadline,
+                               std::shared_ptr<const CompiledConstraint> constraint)
     : id_(id),
       req_(std::move(req)),
       stream_(std::move(stream)),
@@ -47,8 +48,8 @@ EngineSequence::EngineSequence(uint64_t id, Request req, std::shared_ptr<Request
     if (tokenizer) decoder_.emplace(*tokenizer, req_.stop.skip_special);
     tokens_.reserve(size_t(capacity()));
     if (constraint) {
-        constraint_.emplace(std::move(constraint),
-                            std::vector<int32_t>(token_stop_.stop_ids().begin(), token_stop_.stop_ids().end()));
+        constraint_.emplace(std::move(constraint), std::vector<int32_t>(token_stop_.stop_ids().begin(),
+                                                                        token_stop_.stop_ids().end()));
         constraint_active_ = req_.constraint.after_token < 0;
     }
 }
@@ -60,18 +61,19 @@ std::span<const uint32_t> EngineSequence::constraint_mask() {
 }
 
 std::span<const int32_t> EngineSequence::tokens(int64_t start, int64_t n) const {
-    DI_CHECK(start >= 0 && start + n <= int64_t(tokens_.size()), "request {}: chunk [{}, {}) beyond {} tokens", id_,
-             start, start + n, tokens_.size());
+    DI_CHECK(start >= 0 && start + n <= int64_t(tokens_.size()),
+             "request {}: chunk [{}, {}) beyond {} tokens", id_, start, start + n, tokens_.size());
     return std::span<const int32_t>(tokens_).subspan(size_t(start), size_t(n));
 }
 
 void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
     if (finished()) return;
     if (const int64_t bad = first_non_finite(logits); bad >= 0)
-        return finish(FinishReason::kError,
-                      fmt::format("the model produced a non-finite logit ({} for token id {}) at position {}: the "
-                                  "checkpoint's weights or a kernel are broken (try --check-weights)",
-                                  logits[size_t(bad)], bad, tokens_.size() - 1));
+        return finish(
+            FinishReason::kError,
+            fmt::format("the model produced a non-finite logit ({} for token id {}) at position {}: the "
+                        "checkpoint's weights or a kernel are broken (try --check-weights)",
+                        logits[size_t(bad)], bad, tokens_.size() - 1));
     const std::span<const int32_t> all(tokens_);
     const std::span<const uint32_t> allowed = constraint_mask();
     // Before min_tokens no stop token may end it, unless a complete constrained output leaves nothing else.
@@ -81,8 +83,9 @@ void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
         for (int32_t id : token_stop_.stop_ids()) rest[size_t(id) / 32] &= ~(1u << (id % 32));
         hold = std::any_of(rest.begin(), rest.end(), [](uint32_t w) { return w != 0; });
     }
-    const SampledToken t = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)),
-                                           hold ? token_stop_.stop_ids() : std::span<const int32_t>{}, allowed);
+    const SampledToken t =
+        sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)),
+                        hold ? token_stop_.stop_ids() : std::span<const int32_t>{}, allowed);
     if (constraint_) {
         if (constraint_active_ && !constraint_->accept(t.id))
             return finish(FinishReason::kError,
@@ -117,12 +120,14 @@ void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
         e.text = std::move(matched.text);
         if (matched.stopped) reason_ = FinishReason::kStop;
     }
-    if (reason_ == FinishReason::kNone && constraint_ && constraint_->terminated()) reason_ = FinishReason::kStop;
+    if (reason_ == FinishReason::kNone && constraint_ && constraint_->terminated())
+        reason_ = FinishReason::kStop;
     if (reason_ == FinishReason::kNone && k == StopKind::kLength) reason_ = FinishReason::kLength;
     if (reason_ != FinishReason::kNone) {
         e.finished = true;
         e.reason = reason_;
-        if (decoder_ && !matcher_.stopped()) e.text += matcher_.push(decoder_->finish()).text + matcher_.finish();
+        if (decoder_ && !matcher_.stopped())
+            e.text += matcher_.push(decoder_->finish()).text + matcher_.finish();
     }
     send(std::move(e));
 }

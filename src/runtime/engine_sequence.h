@@ -20,10 +20,11 @@ namespace di::runtime {
 using Clock = std::chrono::steady_clock;
 
 class EngineSequence {
-public:
+  public:
     // constraint: the compiled OutputConstraint of the request (null when it has none).
-    EngineSequence(uint64_t id, Request req, std::shared_ptr<RequestStream> stream, const Tokenizer* tokenizer,
-                   std::vector<int32_t> stop_ids, int64_t reserved_bytes, Clock::time_point deadline,
+    EngineSequence(uint64_t id, Request req, std::shared_ptr<RequestStream> stream,
+                   const Tokenizer* tokenizer, std::vector<int32_t> stop_ids, int64_t reserved_bytes,
+                   Clock::time_point deadline,
                    std::shared_ptr<const CompiledConstraint> constraint = nullptr);
 
     uint64_t id() const { return id_; }
@@ -51,7 +52,7 @@ public:
     // Ends the request (no-op when already finished) and sends the final event.
     void finish(FinishReason reason, std::string error = {});
 
-private:
+  private:
     void send(RequestEvent e);
     // The mask of the tokens the constraint allows next, or empty (no constraint, or not active yet).
     std::span<const uint32_t> constraint_mask();

@@ -8,12 +8,18 @@ namespace di {
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
-        case FinishReason::kNone: return "none";
-        case FinishReason::kStop: return "stop";
-        case FinishReason::kLength: return "length";
-        case FinishReason::kCancelled: return "cancelled";
-        case FinishReason::kTimeout: return "timeout";
-        case FinishReason::kError: return "error";
+        case FinishReason::kNone:
+            return "none";
+        case FinishReason::kStop:
+            return "stop";
+        case FinishReason::kLength:
+            return "length";
+        case FinishReason::kCancelled:
+            return "cancelled";
+        case FinishReason::kTimeout:
+            return "timeout";
+        case FinishReason::kError:
+            return "error";
     }
     return "unknown";
 }

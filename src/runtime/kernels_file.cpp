@@ -1,6 +1,7 @@
 #include "runtime/kernels_file.h"
 
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "io/json_text.h"
@@ -12,7 +13,9 @@ Result<ops::AllowList> parse_kernels_file(const std::string& text, const std::st
                                           const ops::Backend& backend) {
     using nlohmann::json;
     DI_TRY(json j, io::parse_json_text(text, source));
-    auto bad = [&](const std::string& what) { return make_error(ErrorCode::kFormat, "{}: {}", source, what); };
+    auto bad = [&](const std::string& what) {
+        return make_error(ErrorCode::kFormat, "{}: {}", source, what);
+    };
     if (!j.is_object() || !j.contains("backend") || !j["backend"].is_string() || !j.contains("allow") ||
         !j["allow"].is_array())
         return bad("expected {\"backend\": NAME, \"allow\": [{\"op\": ..., \"variant\": ...}, ...]}");

@@ -9,14 +9,17 @@ namespace di::runtime {
 
 namespace {
 
-Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& backend, const std::string& source) {
+Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& backend,
+                           const std::string& source) {
     const ops::KernelLimits lim = backend.kernel_limits();
     for (const auto& [field, value, most] : {std::tuple{"head_dim", cfg.head_dim, lim.head_dim},
                                              std::tuple{"index_topk", cfg.index_topk, lim.index_topk},
                                              std::tuple{"hc_mult", cfg.hc_mult, lim.hc_mult}})
         if (most > 0 && value > most)
-            return make_error(ErrorCode::kUnsupported, "{}: field '{}': {} is above what the {} backend's "
-                              "kernels take ({})", source, field, value, backend.name(), most);
+            return make_error(ErrorCode::kUnsupported,
+                              "{}: field '{}': {} is above what the {} backend's "
+                              "kernels take ({})",
+                              source, field, value, backend.name(), most);
     return ok_status();
 }
 
@@ -51,8 +54,9 @@ Result<model::Precision> parse_precision(std::string_view name) {
 Status check_tokens(const std::vector<int32_t>& tokens, int64_t vocab_size) {
     for (size_t i = 0; i < tokens.size(); ++i)
         if (tokens[i] < 0 || tokens[i] >= vocab_size)
-            return make_error(ErrorCode::kOutOfRange, "token id {} at index {} is outside the vocabulary ({})",
-                              tokens[i], i, vocab_size);
+            return make_error(ErrorCode::kOutOfRange,
+                              "token id {} at index {} is outside the vocabulary ({})", tokens[i], i,
+                              vocab_size);
     return ok_status();
 }
 

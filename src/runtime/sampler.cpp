@@ -75,7 +75,9 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
     } else {
         std::vector<int32_t> order(V);
         std::iota(order.begin(), order.end(), 0);
-        auto better = [&](int32_t a, int32_t b) { return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b); };
+        auto better = [&](int32_t a, int32_t b) {
+            return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b);
+        };
         if (p_.top_k > 0 && size_t(p_.top_k) < V)
             std::partial_sort(order.begin(), order.begin() + p_.top_k, order.end(), better);
         else
@@ -86,7 +88,8 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
         std::vector<double> prob(keep);
         const double m = z[size_t(order[0])] / p_.temperature;
         double sum = 0;
-        for (size_t i = 0; i < keep; ++i) sum += (prob[i] = std::exp(z[size_t(order[i])] / p_.temperature - m));
+        for (size_t i = 0; i < keep; ++i)
+            sum += (prob[i] = std::exp(z[size_t(order[i])] / p_.temperature - m));
         for (double& q : prob) q /= sum;
         if (p_.min_p > 0.0f) {  // drop tokens below min_p * p(best)
             size_t k = 1;
@@ -132,7 +135,8 @@ void Sampler::finish_logprobs(SampledToken& out, std::span<const float> logits) 
         std::partial_sort(raw.begin(), raw.begin() + long(k), raw.end(), [&](int32_t a, int32_t b) {
             return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
         });
-        for (size_t i = 0; i < k; ++i) out.top.emplace_back(raw[i], float(double(logits[size_t(raw[i])]) - raw_lse));
+        for (size_t i = 0; i < k; ++i)
+            out.top.emplace_back(raw[i], float(double(logits[size_t(raw[i])]) - raw_lse));
     }
 }
 

@@ -13,20 +13,21 @@ namespace di::runtime {
 
 struct SamplingParams {
     float temperature = 1.0f;
-    int top_k = 0;             // 0 = off
-    float top_p = 1.0f;        // 1 = off
-    float min_p = 0.0f;        // 0 = off
+    int top_k = 0;                    // 0 = off
+    float top_p = 1.0f;               // 1 = off
+    float min_p = 0.0f;               // 0 = off
     float repetition_penalty = 1.0f;  // transformers' rule: logit / p if > 0 else logit * p, on seen tokens
     float presence_penalty = 0.0f;    // OpenAI: - presence * [count > 0] on generated tokens
     float frequency_penalty = 0.0f;   // OpenAI: - frequency * count on generated tokens
     uint64_t seed = 0;
-    bool logprobs = false;     // fill SampledToken::logprob (a pass over the vocabulary per token)
-    int top_logprobs = 0;      // how many alternatives to report (0-20)
+    bool logprobs = false;  // fill SampledToken::logprob (a pass over the vocabulary per token)
+    int top_logprobs = 0;   // how many alternatives to report (0-20)
 };
 
 struct SampledToken {
     int32_t id = 0;
-    float logprob = 0;  // log-softmax of the raw logits (before penalties and temperature); 0 unless asked for
+    float logprob =
+        0;  // log-softmax of the raw logits (before penalties and temperature); 0 unless asked for
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
 };
 
@@ -35,7 +36,7 @@ struct SampledToken {
 int64_t first_non_finite(std::span<const float> logits);
 
 class Sampler {
-public:
+  public:
     explicit Sampler(const SamplingParams& p);
     // logits: [vocab]. context: prompt + generated ids (repetition penalty); generated: generated ids only
     // (presence/frequency penalties). suppressed: ids that must not be sampled (e.g. EOS before min tokens).
@@ -46,7 +47,7 @@ public:
                         std::span<const uint32_t> allowed = {});
     const SamplingParams& params() const { return p_; }
 
-private:
+  private:
     double uniform();  // [0, 1), identical on every platform for a given seed
     void finish_logprobs(SampledToken& out, std::span<const float> logits) const;  // when asked for
     SamplingParams p_;

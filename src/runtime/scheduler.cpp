@@ -19,7 +19,8 @@ Scheduler::Scheduler(const SchedulerConfig& cfg) : cfg_(cfg) {
 }
 
 Status Scheduler::add(const SeqDemand& d) {
-    DI_CHECK(d.n_prompt >= 1 && d.bytes >= 0, "sequence {}: n_prompt {}, bytes {}", d.id, d.n_prompt, d.bytes);
+    DI_CHECK(d.n_prompt >= 1 && d.bytes >= 0, "sequence {}: n_prompt {}, bytes {}", d.id, d.n_prompt,
+             d.bytes);
     if (d.bytes > cfg_.memory_budget_bytes)
         return make_error(ErrorCode::kOutOfRange,
                           "the request needs {} bytes of sequence state, more than the server's whole state "
@@ -67,9 +68,11 @@ StepPlan Scheduler::plan() {
 
 void Scheduler::complete(const StepPlan& plan) {
     for (const ScheduledChunk& c : plan.chunks) {
-        auto it = std::find_if(running_.begin(), running_.end(), [&](const Seq& s) { return s.d.id == c.id; });
+        auto it =
+            std::find_if(running_.begin(), running_.end(), [&](const Seq& s) { return s.d.id == c.id; });
         if (it == running_.end()) continue;  // removed while the step ran
-        DI_CHECK(it->n_fed == c.start, "sequence {}: chunk starts at {}, state holds {}", c.id, c.start, it->n_fed);
+        DI_CHECK(it->n_fed == c.start, "sequence {}: chunk starts at {}, state holds {}", c.id, c.start,
+                 it->n_fed);
         it->n_fed += c.n_tokens;
     }
 }

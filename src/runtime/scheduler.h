@@ -17,17 +17,18 @@
 namespace di::runtime {
 
 struct SchedulerConfig {
-    int64_t memory_budget_bytes = 0;  // state memory shared by all running sequences
-    int max_running = kDefaultMaxRunning;                 // sequences in the batch at once
-    int64_t step_token_budget = kDefaultStepTokenBudget;  // tokens per step (a decode counts 1); one chunk fits
-    int64_t prefill_chunk = kDefaultPrefillChunk;         // prefill chunk length (boundaries at its multiples)
-    size_t max_waiting = kDefaultMaxWaiting;              // bounded queue; add() answers kCapacity beyond it
+    int64_t memory_budget_bytes = 0;       // state memory shared by all running sequences
+    int max_running = kDefaultMaxRunning;  // sequences in the batch at once
+    int64_t step_token_budget =
+        kDefaultStepTokenBudget;                   // tokens per step (a decode counts 1); one chunk fits
+    int64_t prefill_chunk = kDefaultPrefillChunk;  // prefill chunk length (boundaries at its multiples)
+    size_t max_waiting = kDefaultMaxWaiting;       // bounded queue; add() answers kCapacity beyond it
 };
 
 struct SeqDemand {
     uint64_t id = 0;
-    int64_t n_prompt = 0;   // tokens to prefill (>= 1)
-    int64_t bytes = 0;      // state memory the sequence holds from admission to finish
+    int64_t n_prompt = 0;  // tokens to prefill (>= 1)
+    int64_t bytes = 0;     // state memory the sequence holds from admission to finish
 };
 
 struct ScheduledChunk {
@@ -39,14 +40,14 @@ struct ScheduledChunk {
 };
 
 struct StepPlan {
-    std::vector<uint64_t> admitted;       // joined the batch this step (allocate their state first)
-    std::vector<ScheduledChunk> chunks;   // in batch order
+    std::vector<uint64_t> admitted;      // joined the batch this step (allocate their state first)
+    std::vector<ScheduledChunk> chunks;  // in batch order
     int64_t n_tokens() const;
     bool empty() const { return chunks.empty(); }
 };
 
 class Scheduler {
-public:
+  public:
     explicit Scheduler(const SchedulerConfig& cfg);
 
     // Queues a sequence. kOutOfRange when it could never fit the memory budget, kCapacity when the waiting
@@ -66,7 +67,7 @@ public:
     const SchedulerConfig& config() const { return cfg_; }
     bool idle() const { return running_.empty() && waiting_.empty(); }
 
-private:
+  private:
     struct Seq {
         SeqDemand d;
         int64_t n_fed = 0;  // tokens in the sequence's state

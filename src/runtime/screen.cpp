@@ -1,5 +1,7 @@
 #include "runtime/screen.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,8 +11,6 @@
 #include <numeric>
 #include <set>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "ops/ref/ref_backend.h"
 #include "runtime/screen_judge.h"
@@ -30,7 +30,9 @@ Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src) {
 
 Buf on_device(ops::Backend& be, const Tensor& h) { return copy_of(be, be.allocator(), h.view()); }
 
-Tensor host_tensor(DType t, std::initializer_list<int64_t> shape) { return Tensor(host_allocator(), t, shape); }
+Tensor host_tensor(DType t, std::initializer_list<int64_t> shape) {
+    return Tensor(host_allocator(), t, shape);
+}
 
 void fill_uniform(Tensor& t, std::mt19937_64& rng, float lo, float hi) {
     std::uniform_real_distribution<float> u(lo, hi);
@@ -109,24 +111,29 @@ void allow_only(ops::Backend& be, const ops::KernelVariant* v) {
 
 std::string format_name(const ops::QWeight& w) {
     switch (w.format) {
-        case ops::WeightFormat::kFp8Block: return "fp8";
-        case ops::WeightFormat::kFp4Group: return "fp4";
-        default: return std::string(dtype_name(w.data.dtype));
+        case ops::WeightFormat::kFp8Block:
+            return "fp8";
+        case ops::WeightFormat::kFp4Group:
+            return "fp4";
+        default:
+            return std::string(dtype_name(w.data.dtype));
     }
 }
 
 }  // namespace
 
-ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape, const std::vector<float>& ref,
-                int64_t k_len, const TensorView& y, const std::function<void(const TensorView&)>& run,
-                const TensorView& y1, const std::function<void(const TensorView&)>& run_one, const Compare& cmp) {
+ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape,
+                const std::vector<float>& ref, int64_t k_len, const TensorView& y,
+                const std::function<void(const TensorView&)>& run, const TensorView& y1,
+                const std::function<void(const TensorView&)>& run_one, const Compare& cmp) {
     ScreenRow row{v.op, v.name, std::move(shape), "", 0, 0, 0, 0};
     allow_only(be, nullptr);
     poison(be, y);
     run(y);
     const double err_fb = error_of(to_host_f32(be, y), ref, cmp);
     row.fallback_us = median_us(be, [&] { run(y); });
-    row.tolerance = cmp.exact ? 0.0 : std::max(2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)));
+    row.tolerance =
+        cmp.exact ? 0.0 : std::max(2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)));
     allow_only(be, &v);
     const int64_t c0 = be.dispatch_count(v.op, v.name);
     poison(be, y);
@@ -139,9 +146,10 @@ ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape
     const std::vector<float> got = to_host_f32(be, y);
     row.error = error_of(got, ref, cmp);
     if (!(row.error <= row.tolerance)) {
-        row.verdict = cmp.exact                  ? fmt::format("fail: {:.3g} of the ids differ", row.error)
-                      : std::isfinite(row.error) ? fmt::format("fail: error {:.3g} above the tolerance", row.error)
-                                                 : "fail: non-finite or unwritten outputs";
+        row.verdict = cmp.exact ? fmt::format("fail: {:.3g} of the ids differ", row.error)
+                      : std::isfinite(row.error)
+                          ? fmt::format("fail: error {:.3g} above the tolerance", row.error)
+                          : "fail: non-finite or unwritten outputs";
         return row;
     }
     if (v.deterministic) {
@@ -183,8 +191,8 @@ HostWeight host_weight(ops::Backend& be, const ops::QWeight& w) {
     return h;
 }
 
-ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w, const ops::QWeight& host,
-                        int64_t n, std::mt19937_64& rng) {
+ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w,
+                        const ops::QWeight& host, int64_t n, std::mt19937_64& rng) {
     const int64_t K = w.in_dim, O = w.out_dim;
     Tensor xh = host_tensor(DType::kF32, {n, K});
     fill_uniform(xh, rng, -1, 1);
@@ -201,7 +209,8 @@ ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops
         be.linears(jobs);
     };
     auto run_one = [&](const TensorView& y) {
-        const ops::LinearArgs jobs[] = {{xd.v.rows(0, 1), w, y}, {xd.v.rows(0, 1), w, twin.view().rows(0, 1)}};
+        const ops::LinearArgs jobs[] = {{xd.v.rows(0, 1), w, y},
+                                        {xd.v.rows(0, 1), w, twin.view().rows(0, 1)}};
         be.linears(jobs);
     };
     const std::string shape = fmt::format("{} {}x{}, n={}", format_name(w), O, K, n);
@@ -211,8 +220,9 @@ ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops
 
 namespace {
 
-ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v, const std::vector<ops::ExpertWeights>& experts,
-                     int64_t n, int64_t k, std::mt19937_64& rng) {
+ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v,
+                     const std::vector<ops::ExpertWeights>& experts, int64_t n, int64_t k,
+                     std::mt19937_64& rng) {
     const int64_t E = int64_t(experts.size()), D = experts[0].w1.in_dim, I = experts[0].w1.out_dim;
     Tensor xh = host_tensor(DType::kF32, {n, D}), wh = host_tensor(DType::kF32, {n, k});
     Tensor idh = host_tensor(DType::kI32, {n, k});
@@ -245,7 +255,8 @@ ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v, const std::v
     auto run_one = [&](const TensorView& y) {
         be.moe({xd.v.rows(0, 1), idd.v.rows(0, 1), wd.v.rows(0, 1), experts.data(), E, y, limit});
     };
-    const std::string shape = fmt::format("{} {} experts {}x{}, k={}, n={}", format_name(experts[0].w1), E, I, D, k, n);
+    const std::string shape =
+        fmt::format("{} {} experts {}x{}, k={}, n={}", format_name(experts[0].w1), E, I, D, k, n);
     return judge(be, v, shape, ref, std::max(D, I), yd.view(), run, y1.view(),
                  n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr);
 }
@@ -255,10 +266,10 @@ std::vector<const ops::QWeight*> distinct_linears(const model::ModelWeights& w) 
     std::vector<const ops::QWeight*> all;
     for (const model::LayerWeights& l : w.layers) {
         const model::AttentionWeights& a = l.attn;
-        for (const ops::QWeight* q : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.compressor.wkv, &a.compressor.wgate,
-                                      &a.index_compressor.wkv, &a.index_compressor.wgate, &a.index_wq_b,
-                                      &a.index_weights_proj, &l.ffn.gate, &l.ffn.shared.w1, &l.ffn.shared.w3,
-                                      &l.ffn.shared.w2})
+        for (const ops::QWeight* q :
+             {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.compressor.wkv, &a.compressor.wgate,
+              &a.index_compressor.wkv, &a.index_compressor.wgate, &a.index_wq_b, &a.index_weights_proj,
+              &l.ffn.gate, &l.ffn.shared.w1, &l.ffn.shared.w3, &l.ffn.shared.w2})
             all.push_back(q);
     }
     all.push_back(&w.head);
@@ -278,8 +289,10 @@ ops::AllowList allow_list_from(const ops::Backend& be, const std::vector<ScreenR
     std::map<std::pair<std::string, std::string>, std::pair<int, int>> tally;  // (passed, failed)
     for (const ScreenRow& r : rows) {
         auto& [pass, fail] = tally[{r.op, r.variant}];
-        if (r.passed()) ++pass;
-        else if (r.verdict.rfind("fail", 0) == 0) ++fail;
+        if (r.passed())
+            ++pass;
+        else if (r.verdict.rfind("fail", 0) == 0)
+            ++fail;
     }
     for (const auto& [key, t] : tally)
         if (t.first > 0 && t.second == 0) l.allow(key.first, key.second);
@@ -292,7 +305,9 @@ ScreenReport screen_model(model::DeepseekV4& m, const ScreenOptions& o) {
     ScreenReport rep;
     std::mt19937_64 rng(o.seed);
     const std::vector<ops::KernelVariant> variants = be.kernel_variants();
-    auto wanted = [&](const std::string& op) { return std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end(); };
+    auto wanted = [&](const std::string& op) {
+        return std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
+    };
     if (wanted("linear")) {
         const auto linears = distinct_linears(m.weights());
         std::vector<HostWeight> hosts;
@@ -300,7 +315,8 @@ ScreenReport screen_model(model::DeepseekV4& m, const ScreenOptions& o) {
         for (const ops::KernelVariant& v : variants)
             if (v.op == "linear" && !v.fallback)
                 for (size_t i = 0; i < linears.size(); ++i)
-                    for (int64_t n : o.batches) rep.rows.push_back(screen_linear(be, v, *linears[i], hosts[i].w, n, rng));
+                    for (int64_t n : o.batches)
+                        rep.rows.push_back(screen_linear(be, v, *linears[i], hosts[i].w, n, rng));
     }
     if (wanted("moe")) {
         const model::LayerWeights* layer = nullptr;
@@ -310,7 +326,8 @@ ScreenReport screen_model(model::DeepseekV4& m, const ScreenOptions& o) {
             for (const ops::KernelVariant& v : variants)
                 if (v.op == "moe" && !v.fallback)
                     for (int64_t n : o.batches)
-                        rep.rows.push_back(screen_moe(be, v, layer->ffn.experts, n, m.config().n_experts_active, rng));
+                        rep.rows.push_back(
+                            screen_moe(be, v, layer->ffn.experts, n, m.config().n_experts_active, rng));
     }
     if (wanted("attention")) screen_attention(be, variants, m.config(), o.batches, rng, rep.rows);
     if (wanted("indexer_topk")) screen_indexer(be, variants, m.config(), o.batches, rng, rep.rows);
@@ -327,12 +344,14 @@ ScreenReport screen_model(model::DeepseekV4& m, const ScreenOptions& o) {
 }
 
 std::string ScreenReport::table() const {
-    std::string md = "| op | variant | shape | result | error | tolerance | us | fallback us | speedup |\n"
-                     "|---|---|---|---|---:|---:|---:|---:|---:|\n";
+    std::string md =
+        "| op | variant | shape | result | error | tolerance | us | fallback us | speedup |\n"
+        "|---|---|---|---|---:|---:|---:|---:|---:|\n";
     for (const ScreenRow& r : rows)
-        md += fmt::format("| {} | {} | {} | {} | {:.2g} | {:.2g} | {:.1f} | {:.1f} | {} |\n", r.op, r.variant, r.shape,
-                          r.verdict, r.error, r.tolerance, r.us, r.fallback_us,
-                          r.passed() && r.us > 0 ? fmt::format("{:.2f}x", r.fallback_us / r.us) : std::string("-"));
+        md += fmt::format(
+            "| {} | {} | {} | {} | {:.2g} | {:.2g} | {:.1f} | {:.1f} | {} |\n", r.op, r.variant, r.shape,
+            r.verdict, r.error, r.tolerance, r.us, r.fallback_us,
+            r.passed() && r.us > 0 ? fmt::format("{:.2f}x", r.fallback_us / r.us) : std::string("-"));
     return md;
 }
 

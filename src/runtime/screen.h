@@ -25,7 +25,7 @@ namespace di::runtime {
 
 struct ScreenRow {
     std::string op, variant, shape;
-    std::string verdict;        // "pass", "fail: <why>", "skip: <why>"
+    std::string verdict;  // "pass", "fail: <why>", "skip: <why>"
     double error = 0, tolerance = 0;
     double us = 0, fallback_us = 0;
     bool passed() const { return verdict == "pass"; }
@@ -52,8 +52,8 @@ struct HostWeight {
 HostWeight host_weight(ops::Backend& be, const ops::QWeight& w);
 
 // One linear case: weight `w` (on be's device) and its host copy, n random rows.
-ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w, const ops::QWeight& host,
-                        int64_t n, std::mt19937_64& rng);
+ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w,
+                        const ops::QWeight& host, int64_t n, std::mt19937_64& rng);
 
 // Collects the verdicts into the allow-list the report carries.
 ops::AllowList allow_list_from(const ops::Backend& be, const std::vector<ScreenRow>& rows);

@@ -3,12 +3,12 @@
 // batch size), the indexer's top-k (exact ids), mhc_pre with the model's own mixing weights (x, post and
 // comb each within tolerance) and hc_head. Each case's reference is computed once, on host copies and the
 // reference backend, before any candidate runs.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "ops/ref/ref_backend.h"
 #include "runtime/screen_judge.h"
@@ -18,7 +18,8 @@ namespace {
 
 using RunFn = std::function<void(const TensorView&)>;
 
-std::vector<const ops::KernelVariant*> candidates(const std::vector<ops::KernelVariant>& all, std::string_view op) {
+std::vector<const ops::KernelVariant*> candidates(const std::vector<ops::KernelVariant>& all,
+                                                  std::string_view op) {
     std::vector<const ops::KernelVariant*> v;
     for (const ops::KernelVariant& k : all)
         if (k.op == op && !k.fallback) v.push_back(&k);
@@ -42,8 +43,9 @@ std::vector<int64_t> contexts(const model::ModelConfig& cfg) {
 
 }  // namespace
 
-void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
-                      const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
+void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
+                      const model::ModelConfig& cfg, const std::vector<int64_t>& batches,
+                      std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
     const auto cands = candidates(variants, "attention");
     if (cands.empty()) return;
     const int64_t H = cfg.n_heads, hd = cfg.head_dim, window = cfg.window;
@@ -55,7 +57,8 @@ void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& v
                 const bool picks = rate == cfg.csa_rate && rate > 0, causal = rate > 0 && !picks;
                 const int64_t T = rate > 0 ? std::max<int64_t>((ctx + L) / rate, 1) : 1;
                 const int64_t k = picks ? std::min(cfg.index_topk, T) : 1;
-                Tensor q = host_tensor(DType::kF32, {L, H, hd}), ring = host_tensor(DType::kF32, {window - 1, hd});
+                Tensor q = host_tensor(DType::kF32, {L, H, hd}),
+                       ring = host_tensor(DType::kF32, {window - 1, hd});
                 Tensor kv = host_tensor(DType::kF32, {L, hd}), comp = host_tensor(DType::kF32, {T, hd});
                 Tensor sinks = host_tensor(DType::kF32, {H}), pk = host_tensor(DType::kI32, {L, k});
                 Tensor out = host_tensor(DType::kF32, {L, H, hd});
@@ -63,14 +66,17 @@ void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& v
                 fill_uniform(sinks, rng, -2, 2);
                 for (int64_t i = 0; i < L * k; ++i)  // -1s and repeats included, as the op allows
                     pk.view().ptr<int32_t>()[i] = int32_t(int64_t(rng() % uint64_t(T + 1)) - 1);
-                auto args = [&](const TensorView& qv, const TensorView& rv, const TensorView& kvv, const TensorView& cv,
-                                const TensorView& pv, const TensorView& sv, const TensorView& ov) {
+                auto args = [&](const TensorView& qv, const TensorView& rv, const TensorView& kvv,
+                                const TensorView& cv, const TensorView& pv, const TensorView& sv,
+                                const TensorView& ov) {
                     ops::AttentionArgs a;
                     a.q = qv, a.ring = rv, a.kv = kvv, a.sinks = sv, a.out = ov;
                     if (rate > 0) a.comp = cv;
                     if (picks) a.picks = pv;
                     a.pos0 = ctx, a.n_cached = std::min(ctx, window - 1), a.window = window;
-                    a.comp_mask = picks ? ops::CompMask::kPicks : causal ? ops::CompMask::kCausal : ops::CompMask::kNone;
+                    a.comp_mask = picks    ? ops::CompMask::kPicks
+                                  : causal ? ops::CompMask::kCausal
+                                           : ops::CompMask::kNone;
                     a.rate = rate > 0 ? rate : 1;
                     a.scale = float(1.0 / std::sqrt(double(hd)));
                     return a;
@@ -80,22 +86,29 @@ void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& v
                 const std::vector<float> ref = floats_of(out);
                 const Buf qd = on_device(be, q), rd = on_device(be, ring), kd = on_device(be, kv);
                 const Buf cd = on_device(be, comp), pd = on_device(be, pk), sd = on_device(be, sinks);
-                Tensor y(be.allocator(), DType::kF32, {L, H, hd}), y1(be.allocator(), DType::kF32, {1, H, hd});
-                const RunFn run = [&](const TensorView& o) { be.attention(args(qd.v, rd.v, kd.v, cd.v, pd.v, sd.v, o)); };
-                const RunFn one = [&](const TensorView& o) {
-                    be.attention(args(qd.v.rows(0, 1), rd.v, kd.v.rows(0, 1), cd.v, pd.v.rows(0, 1), sd.v, o));
+                Tensor y(be.allocator(), DType::kF32, {L, H, hd}),
+                    y1(be.allocator(), DType::kF32, {1, H, hd});
+                const RunFn run = [&](const TensorView& o) {
+                    be.attention(args(qd.v, rd.v, kd.v, cd.v, pd.v, sd.v, o));
                 };
-                const std::string shape =
-                    fmt::format("{} {} x {}, window {}, context {}, {} queries", picks ? "CSA" : causal ? "HCA" : "sliding",
-                                H, hd, window, ctx, L);
+                const RunFn one = [&](const TensorView& o) {
+                    be.attention(
+                        args(qd.v.rows(0, 1), rd.v, kd.v.rows(0, 1), cd.v, pd.v.rows(0, 1), sd.v, o));
+                };
+                const std::string shape = fmt::format("{} {} x {}, window {}, context {}, {} queries",
+                                                      picks    ? "CSA"
+                                                      : causal ? "HCA"
+                                                               : "sliding",
+                                                      H, hd, window, ctx, L);
                 for (const ops::KernelVariant* v : cands)
-                    rows.push_back(judge(be, *v, shape, ref, std::max(hd, window + (picks ? k : T)), y.view(), run,
-                                         y1.view(), L > 1 ? one : nullptr));
+                    rows.push_back(judge(be, *v, shape, ref, std::max(hd, window + (picks ? k : T)), y.view(),
+                                         run, y1.view(), L > 1 ? one : nullptr));
             }
 }
 
-void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
-                    const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
+void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
+                    const model::ModelConfig& cfg, const std::vector<int64_t>& batches, std::mt19937_64& rng,
+                    std::vector<ScreenRow>& rows) {
     const auto cands = candidates(variants, "indexer_topk");
     if (cands.empty() || cfg.index_topk <= 0 || cfg.index_heads <= 0) return;
     const int64_t nH = cfg.index_heads, dim = cfg.index_dim, rate = cfg.csa_rate;
@@ -105,8 +118,15 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
             Tensor q = host_tensor(DType::kF32, {L, nH, dim}), w = host_tensor(DType::kF32, {L, nH});
             Tensor keys = host_tensor(DType::kF32, {T, dim}), picks = host_tensor(DType::kI32, {L, k});
             for (Tensor* t : {&q, &w, &keys}) fill_uniform(*t, rng, -1, 1);
-            auto args = [&](const TensorView& qv, const TensorView& wv, const TensorView& kv, const TensorView& pv) {
-                return ops::IndexerTopkArgs{qv, wv, kv, pv, ctx, rate, float(1.0 / std::sqrt(double(nH))),
+            auto args = [&](const TensorView& qv, const TensorView& wv, const TensorView& kv,
+                            const TensorView& pv) {
+                return ops::IndexerTopkArgs{qv,
+                                            wv,
+                                            kv,
+                                            pv,
+                                            ctx,
+                                            rate,
+                                            float(1.0 / std::sqrt(double(nH))),
                                             float(1.0 / std::sqrt(double(dim)))};
             };
             ops::make_ref_backend()->indexer_topk(args(q.view(), w.view(), keys.view(), picks.view()));
@@ -114,18 +134,22 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
             const Buf qd = on_device(be, q), wd = on_device(be, w), kd = on_device(be, keys);
             Tensor y(be.allocator(), DType::kI32, {L, k}), y1(be.allocator(), DType::kI32, {1, k});
             const RunFn run = [&](const TensorView& o) { be.indexer_topk(args(qd.v, wd.v, kd.v, o)); };
-            const RunFn one = [&](const TensorView& o) { be.indexer_topk(args(qd.v.rows(0, 1), wd.v.rows(0, 1), kd.v, o)); };
-            const std::string shape = fmt::format("{} x {}, {} entries, top-{}, {} queries", nH, dim, T, k, L);
+            const RunFn one = [&](const TensorView& o) {
+                be.indexer_topk(args(qd.v.rows(0, 1), wd.v.rows(0, 1), kd.v, o));
+            };
+            const std::string shape =
+                fmt::format("{} x {}, {} entries, top-{}, {} queries", nH, dim, T, k, L);
             Compare exact;
             exact.exact = true;
             for (const ops::KernelVariant* v : cands)
-                rows.push_back(judge(be, *v, shape, ref, dim, y.view(), run, y1.view(), L > 1 ? one : nullptr, exact));
+                rows.push_back(
+                    judge(be, *v, shape, ref, dim, y.view(), run, y1.view(), L > 1 ? one : nullptr, exact));
         }
 }
 
-void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants, const model::ModelConfig& cfg,
-                const model::ModelWeights& w, const std::vector<int64_t>& batches, std::mt19937_64& rng,
-                std::vector<ScreenRow>& rows) {
+void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
+                const model::ModelConfig& cfg, const model::ModelWeights& w,
+                const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
     const int64_t hc = cfg.hc_mult, D = cfg.hidden_dim;
     const float eps = float(cfg.rms_norm_eps), hc_eps = float(cfg.hc_eps);
     auto host = [&](const TensorView& v, std::vector<Buf>& keep) {
@@ -147,8 +171,16 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
                 v.stride[0] = W;
                 return v;
             };
-            return ops::MhcPreArgs{st, f, b, sc, part(0, {n, D}), part(D, {n, hc}), part(D + hc, {n, hc, hc}),
-                                   eps, hc_eps, int(cfg.hc_sinkhorn_iters)};
+            return ops::MhcPreArgs{st,
+                                   f,
+                                   b,
+                                   sc,
+                                   part(0, {n, D}),
+                                   part(D, {n, hc}),
+                                   part(D + hc, {n, hc, hc}),
+                                   eps,
+                                   hc_eps,
+                                   int(cfg.hc_sinkhorn_iters)};
         };
         for (int64_t n : batches) {
             Tensor st = host_tensor(DType::kF32, {n, hc, D}), out = host_tensor(DType::kF32, {n, W});
@@ -157,19 +189,25 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
             const std::vector<float> ref = floats_of(out);
             const Buf sd = on_device(be, st);
             Tensor y(be.allocator(), DType::kF32, {n, W}), y1(be.allocator(), DType::kF32, {1, W});
-            const RunFn run = [&](const TensorView& o) { be.mhc_pre(args(sd.v, hw.fn, hw.base, hw.scale, o)); };
-            const RunFn one = [&](const TensorView& o) { be.mhc_pre(args(sd.v.rows(0, 1), hw.fn, hw.base, hw.scale, o)); };
+            const RunFn run = [&](const TensorView& o) {
+                be.mhc_pre(args(sd.v, hw.fn, hw.base, hw.scale, o));
+            };
+            const RunFn one = [&](const TensorView& o) {
+                be.mhc_pre(args(sd.v.rows(0, 1), hw.fn, hw.base, hw.scale, o));
+            };
             Compare parts;  // x, post and comb each within the tolerance (x's norm would hide the others)
             parts.segments = {{0, size_t(n * D), size_t(D), size_t(W)},
                               {size_t(D), size_t(n * hc), size_t(hc), size_t(W)},
                               {size_t(D + hc), size_t(n * hc * hc), size_t(hc * hc), size_t(W)}};
             const std::string shape = fmt::format("hc {} x {}, n={}", hc, D, n);
             for (const ops::KernelVariant* v : pre_cands)
-                rows.push_back(judge(be, *v, shape, ref, hc * D, y.view(), run, y1.view(), n > 1 ? one : nullptr, parts));
+                rows.push_back(judge(be, *v, shape, ref, hc * D, y.view(), run, y1.view(),
+                                     n > 1 ? one : nullptr, parts));
         }
     }
     if (!head_cands.empty()) {
-        const TensorView fn = host(w.hc_head.fn, keep), base = host(w.hc_head.base, keep), scale = host(w.hc_head.scale, keep);
+        const TensorView fn = host(w.hc_head.fn, keep), base = host(w.hc_head.base, keep),
+                         scale = host(w.hc_head.scale, keep);
         for (int64_t n : batches) {
             Tensor st = host_tensor(DType::kF32, {n, hc, D}), out = host_tensor(DType::kF32, {n, D});
             fill_uniform(st, rng, -1, 1);
@@ -185,7 +223,8 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
             };
             const std::string shape = fmt::format("hc {} x {}, n={}", hc, D, n);
             for (const ops::KernelVariant* v : head_cands)
-                rows.push_back(judge(be, *v, shape, ref, hc * D, y.view(), run, y1.view(), n > 1 ? one : nullptr));
+                rows.push_back(
+                    judge(be, *v, shape, ref, hc * D, y.view(), run, y1.view(), n > 1 ? one : nullptr));
         }
     }
 }

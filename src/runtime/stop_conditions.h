@@ -12,7 +12,7 @@
 namespace di::runtime {
 
 class StopStringMatcher {
-public:
+  public:
     explicit StopStringMatcher(std::vector<std::string> stops);  // empty strings are ignored
 
     struct Output {
@@ -26,7 +26,7 @@ public:
     std::string finish();
     bool stopped() const { return stopped_; }
 
-private:
+  private:
     std::vector<std::string> stops_;
     std::string held_;
     bool stopped_ = false;
@@ -36,13 +36,13 @@ enum class StopKind { kNone, kStopToken, kLength };
 
 // Token-level checks, evaluated after each generated token.
 class TokenStopCheck {
-public:
+  public:
     TokenStopCheck(std::vector<int32_t> stop_ids, int64_t max_new_tokens);
     // `n_generated` counts `id` itself.
     StopKind on_token(int32_t id, int64_t n_generated) const;
     std::span<const int32_t> stop_ids() const { return stop_ids_; }
 
-private:
+  private:
     std::vector<int32_t> stop_ids_;
     int64_t max_new_;
 };

@@ -33,7 +33,8 @@ Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_
         for (int64_t b = 0; b < batch; ++b) {  // greedy per sequence
             const float* l = logits.data() + b * cfg.vocab_size;
             next[size_t(b)] = int32_t(std::max_element(l, l + cfg.vocab_size) - l);
-            chunks[size_t(b)] = {states[size_t(b)].get(), std::span<const int32_t>(&next[size_t(b)], 1), false};
+            chunks[size_t(b)] = {states[size_t(b)].get(), std::span<const int32_t>(&next[size_t(b)], 1),
+                                 false};
         }
         logits = model.forward(chunks);
     }

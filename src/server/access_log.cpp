@@ -1,8 +1,8 @@
 #include "server/access_log.h"
 
-#include <cstdio>
-
 #include <fmt/format.h>
+
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 namespace di::server {
@@ -22,16 +22,20 @@ std::string access_line(const AccessRecord& r) {
     if (r.usage.ttft_s >= 0) s += fmt::format(" ttft={:.3f}s", r.usage.ttft_s);
     s += fmt::format(" total={:.3f}s", r.total_s);
     if (!r.error.empty()) {  // quoted as a JSON string: one line whatever the message holds
-        s += " error=" + nlohmann::json(r.error).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        s += " error=" +
+             nlohmann::json(r.error).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
     return s;
 }
 
 bool AccessLog::wants(int status) const {
     switch (level_) {
-        case LogLevel::kError: return status >= 500;
-        case LogLevel::kWarn: return status >= 400;
-        default: return true;
+        case LogLevel::kError:
+            return status >= 500;
+        case LogLevel::kWarn:
+            return status >= 400;
+        default:
+            return true;
     }
 }
 

@@ -32,14 +32,14 @@ struct AccessRecord {
 std::string access_line(const AccessRecord& r);
 
 class AccessLog {
-public:
+  public:
     explicit AccessLog(LogLevel level) : level_(level) {}
     bool wants(int status) const;
     void write(const AccessRecord& r);
     void debug(std::string_view request_id, std::string_view note);
     LogLevel level() const { return level_; }
 
-private:
+  private:
     LogLevel level_;
     std::mutex mu_;  // one line at a time from the worker threads
 };

@@ -10,7 +10,8 @@ using namespace request_fields;
 // A block's `text`-like string field.
 MaybeError block_string(const json& b, const char* field, const std::string& key, std::string& out) {
     auto it = b.find(field);
-    if (it == b.end() || !it->is_string()) return bad_request(fmt::format("'{}.{}' must be a string", key, field), key);
+    if (it == b.end() || !it->is_string())
+        return bad_request(fmt::format("'{}.{}' must be a string", key, field), key);
     out = it->get<std::string>();
     return std::nullopt;
 }
@@ -42,7 +43,8 @@ MaybeError parse_message(const json& m, size_t index, std::vector<ChatMessage>& 
     std::string role;
     DI_API_TRY(f.string("role", role));
     if (role != "user" && role != "assistant")
-        return bad_request(fmt::format("'{}.role' is '{}', expected user or assistant", key, role), key + ".role");
+        return bad_request(fmt::format("'{}.role' is '{}', expected user or assistant", key, role),
+                           key + ".role");
     const json* content = f.get("content");
     if (!content) return bad_request(fmt::format("'{}.content' is required", key), key + ".content");
     DI_API_TRY(f.finish());
@@ -54,7 +56,8 @@ MaybeError parse_message(const json& m, size_t index, std::vector<ChatMessage>& 
         out.push_back(std::move(msg));
         return std::nullopt;
     }
-    if (!content->is_array()) return wrong_type(key + ".content", "a string or an array of content blocks", *content);
+    if (!content->is_array())
+        return wrong_type(key + ".content", "a string or an array of content blocks", *content);
     for (size_t i = 0; i < content->size(); ++i) {
         const json& b = (*content)[i];
         const std::string k = fmt::format("{}.content[{}]", key, i);
@@ -89,8 +92,10 @@ MaybeError parse_message(const json& m, size_t index, std::vector<ChatMessage>& 
         } else if (type == "redacted_thinking" && role == "assistant") {
             // opaque to this server: nothing of it reaches the prompt
         } else {
-            return bad_request(fmt::format("'{}': content blocks of type '{}' are not supported in a {} message", k,
-                                           type, role), k);
+            return bad_request(
+                fmt::format("'{}': content blocks of type '{}' are not supported in a {} message", k, type,
+                            role),
+                k);
         }
     }
     if (role == "assistant" || !tool_results || !msg.content.empty()) out.push_back(std::move(msg));
@@ -112,9 +117,9 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
             if (forced.empty()) return bad_request("tool_choice 'tool' needs a 'name'", "tool_choice");
         }
         if (choice != "auto" && choice != "none" && choice != "any" && choice != "tool")
-            return bad_request(fmt::format("tool_choice '{}' is not one of \"auto\", \"any\", \"tool\", \"none\"",
-                                           choice),
-                               "tool_choice");
+            return bad_request(
+                fmt::format("tool_choice '{}' is not one of \"auto\", \"any\", \"tool\", \"none\"", choice),
+                "tool_choice");
         DI_API_TRY(g.finish());
     }
     const json* tools = f.get("tools");
@@ -130,7 +135,8 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
         DI_API_TRY(g.string("description", description));
         DI_API_TRY(g.string("type", type));
         if (type != "custom")
-            return bad_request(fmt::format("'{}': tools of type '{}' are not supported", k, type), k + ".type");
+            return bad_request(fmt::format("'{}': tools of type '{}' are not supported", k, type),
+                               k + ".type");
         const json* schema = g.get("input_schema");
         if (!schema || !schema->is_object())
             return bad_request(fmt::format("'{}.input_schema' must be an object", k), k + ".input_schema");
@@ -172,7 +178,8 @@ ApiResult<ChatRequest> parse_messages_request(std::string_view body) {
     DI_API_TRY(f.integer("top_k", 0, 1 << 20, top_k));
     if (top_k) p.sampling.top_k = int(*top_k);
     if (const json* v = f.get("stop_sequences")) {
-        if (!v->is_array() || v->size() > 16) return wrong_type("stop_sequences", "an array of at most 16 strings", *v);
+        if (!v->is_array() || v->size() > 16)
+            return wrong_type("stop_sequences", "an array of at most 16 strings", *v);
         for (const json& s : *v) {
             if (!s.is_string() || s.get<std::string>().empty())
                 return bad_request("'stop_sequences' must hold non-empty strings", "stop_sequences");
@@ -181,7 +188,7 @@ ApiResult<ChatRequest> parse_messages_request(std::string_view body) {
     }
     DI_API_TRY(f.boolean("stream", p.stream));
     DI_API_TRY(f.boolean("ignore_eos", p.ignore_eos));  // as on the OpenAI routes (vLLM's extension)
-    p.include_usage = true;  // message_start and message_delta always carry usage
+    p.include_usage = true;                             // message_start and message_delta always carry usage
     if (const json* sys = f.get("system")) {
         ChatMessage m;
         m.role = "system";

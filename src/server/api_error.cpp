@@ -4,13 +4,21 @@ namespace di::server {
 
 std::string ApiError::type() const {
     switch (status) {
-        case 401: return "authentication_error";
-        case 404: return "not_found_error";
-        case 408: case 504: return "timeout_error";
-        case 413: return "invalid_request_error";
-        case 429: return "rate_limit_error";
-        case 503: return "service_unavailable_error";
-        default: return status >= 500 ? "server_error" : "invalid_request_error";
+        case 401:
+            return "authentication_error";
+        case 404:
+            return "not_found_error";
+        case 408:
+        case 504:
+            return "timeout_error";
+        case 413:
+            return "invalid_request_error";
+        case 429:
+            return "rate_limit_error";
+        case 503:
+            return "service_unavailable_error";
+        default:
+            return status >= 500 ? "server_error" : "invalid_request_error";
     }
 }
 
@@ -24,14 +32,30 @@ nlohmann::json ApiError::to_json() const {
 nlohmann::json ApiError::to_anthropic_json() const {
     const char* t = "api_error";
     switch (status) {
-        case 400: t = "invalid_request_error"; break;
-        case 401: t = "authentication_error"; break;
-        case 403: t = "permission_error"; break;
-        case 404: t = "not_found_error"; break;
-        case 413: t = "request_too_large"; break;
-        case 429: t = "rate_limit_error"; break;
-        case 503: case 529: t = "overloaded_error"; break;
-        default: t = status < 500 ? "invalid_request_error" : "api_error";
+        case 400:
+            t = "invalid_request_error";
+            break;
+        case 401:
+            t = "authentication_error";
+            break;
+        case 403:
+            t = "permission_error";
+            break;
+        case 404:
+            t = "not_found_error";
+            break;
+        case 413:
+            t = "request_too_large";
+            break;
+        case 429:
+            t = "rate_limit_error";
+            break;
+        case 503:
+        case 529:
+            t = "overloaded_error";
+            break;
+        default:
+            t = status < 500 ? "invalid_request_error" : "api_error";
     }
     return nlohmann::json{{"type", "error"}, {"error", {{"type", t}, {"message", message}}}};
 }
@@ -42,9 +66,12 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
 
 ApiError from_engine_error(const Error& e) {
     switch (e.code) {
-        case ErrorCode::kCapacity: return ApiError{429, e.message, "", "queue_full"};
-        case ErrorCode::kUnsupported: return ApiError{503, e.message, "", "unavailable"};
-        case ErrorCode::kOutOfRange: return ApiError{400, e.message, "messages", "context_length_exceeded"};
+        case ErrorCode::kCapacity:
+            return ApiError{429, e.message, "", "queue_full"};
+        case ErrorCode::kUnsupported:
+            return ApiError{503, e.message, "", "unavailable"};
+        case ErrorCode::kOutOfRange:
+            return ApiError{400, e.message, "messages", "context_length_exceeded"};
         default:  // the engine names the request field a message is about by starting with it
             for (const char* field : {"response_format", "tool_choice"})
                 if (e.message.rfind(field, 0) == 0) return ApiError{400, e.message, field, ""};

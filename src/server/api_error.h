@@ -1,10 +1,9 @@
 // OpenAI-style API errors: {"error": {"message", "type", "param", "code"}} with an HTTP status.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <variant>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -13,8 +12,8 @@ namespace di::server {
 struct ApiError {
     int status = 400;
     std::string message;
-    std::string param;  // the offending request field, "" for none
-    std::string code;   // machine-readable, "" for none
+    std::string param;         // the offending request field, "" for none
+    std::string code;          // machine-readable, "" for none
     std::string type() const;  // "invalid_request_error", "not_found_error", "rate_limit_error", ...
     nlohmann::json to_json() const;
     // Anthropic's shape: {"type": "error", "error": {"type", "message"}} (/v1/messages).

@@ -30,9 +30,10 @@ json apply_event(ChatChoice& c, const RequestEvent& e) {
                 break;
             }
             case ChatEvent::Kind::kToolCallArguments: {  // then argument pieces with the call's index
-                if (c.tool_calls.empty()) break;  // the parser starts every call first
+                if (c.tool_calls.empty()) break;         // the parser starts every call first
                 const size_t index = c.tool_calls.size() - 1;
-                c.tool_calls.back()["function"]["arguments"] = c.tool_calls.back()["function"]["arguments"].get<std::string>() + ev.text;
+                c.tool_calls.back()["function"]["arguments"] =
+                    c.tool_calls.back()["function"]["arguments"].get<std::string>() + ev.text;
                 json& calls = delta["tool_calls"];
                 if (calls.is_array() && !calls.empty() && calls.back()["index"] == index) {
                     json& f = calls.back()["function"];

@@ -14,10 +14,14 @@ namespace {
 bool failed(FinishReason r) { return r != FinishReason::kStop && r != FinishReason::kLength; }
 
 class ChatStream : public SseProducer {
-public:
+  public:
     ChatStream(ServerContext& ctx, Generation gen, const ChatRequest& r)
-        : ctx_(ctx), gen_(std::move(gen)), id_(make_id("chatcmpl")), created_(unix_time()),
-          logprobs_(r.p.sampling.logprobs), include_usage_(r.p.include_usage) {
+        : ctx_(ctx),
+          gen_(std::move(gen)),
+          id_(make_id("chatcmpl")),
+          created_(unix_time()),
+          logprobs_(r.p.sampling.logprobs),
+          include_usage_(r.p.include_usage) {
         for (size_t i = 0; i < gen_.n_choices(); ++i) choices_.emplace_back(r.thinking);
         ++ctx_.counters.streams_open;
     }
@@ -34,7 +38,8 @@ public:
         }
         for (ChoiceUpdate& u : gen_.poll(wait)) {
             ChatChoice& c = choices_[u.choice];
-            if (u.event.finished && failed(u.event.reason)) {  // timeout, shutdown: end the stream with an error
+            if (u.event.finished &&
+                failed(u.event.reason)) {  // timeout, shutdown: end the stream with an error
                 gen_.cancel();
                 out += sse(finish_error(u.event).to_json());
                 return finish(out);
@@ -45,26 +50,33 @@ public:
                 lp = json{{"content", chat_logprob_entries(ctx_.engine.tokenizer(), u.event.tokens)}};
             json reason = nullptr;
             if (u.event.finished) reason = api_finish_reason(c.reason, !c.tool_calls.empty());
-            if (!delta.empty() || !lp.is_null() || !reason.is_null()) out += sse(chunk(u.choice, delta, lp, reason));
+            if (!delta.empty() || !lp.is_null() || !reason.is_null())
+                out += sse(chunk(u.choice, delta, lp, reason));
         }
         if (!gen_.done()) return true;
-        out += sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_));
+        out +=
+            sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_));
         done_ = true;
         return false;
     }
 
-private:
+  private:
     bool finish(std::string& out) {
         out += kSseDone;
         done_ = true;
         return false;
     }
     json base() const {
-        return json{{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", ctx_.model_name}};
+        return json{{"id", id_},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created_},
+                    {"model", ctx_.model_name}};
     }
     json chunk(size_t i, json delta, json lp, json reason) const {
         json j = base();
-        j["choices"] = json::array({json{{"index", i}, {"delta", std::move(delta)}, {"logprobs", std::move(lp)},
+        j["choices"] = json::array({json{{"index", i},
+                                         {"delta", std::move(delta)},
+                                         {"logprobs", std::move(lp)},
                                          {"finish_reason", std::move(reason)}}});
         if (include_usage_) j["usage"] = nullptr;
         return j;
@@ -99,7 +111,9 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, cons
                     c.logprobs.push_back(std::move(e));
         }
     }
-    json out = {{"id", make_id("chatcmpl")}, {"object", "chat.completion"}, {"created", unix_time()},
+    json out = {{"id", make_id("chatcmpl")},
+                {"object", "chat.completion"},
+                {"created", unix_time()},
                 {"model", ctx.model_name}};
     int64_t completion = 0;
     json arr = json::array();
@@ -110,7 +124,9 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, cons
         if (r.thinking || !c.reasoning.empty()) msg["reasoning_content"] = c.reasoning;
         if (!c.tool_calls.empty()) msg["tool_calls"] = c.tool_calls;
         json lp = r.p.sampling.logprobs ? json{{"content", c.logprobs}} : json(nullptr);
-        arr.push_back(json{{"index", i}, {"message", msg}, {"logprobs", lp},
+        arr.push_back(json{{"index", i},
+                           {"message", msg},
+                           {"logprobs", lp},
                            {"finish_reason", api_finish_reason(c.reason, !c.tool_calls.empty())}});
         completion += c.completion_tokens;
     }
@@ -123,10 +139,14 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, cons
 
 ApiResult<std::vector<int32_t>> chat_prompt_ids(const ServerContext& ctx, const ChatRequest& r) {
     if (r.p.model != ctx.model_name)
-        return ApiError{404, fmt::format("the model '{}' does not exist; this server serves '{}'", r.p.model,
-                                         ctx.model_name), "model", "model_not_found"};
+        return ApiError{
+            404,
+            fmt::format("the model '{}' does not exist; this server serves '{}'", r.p.model, ctx.model_name),
+            "model", "model_not_found"};
     const Tokenizer* tok = ctx.engine.tokenizer();
-    if (!tok) return bad_request("this model has no tokenizer: use /v1/completions with token-id prompts", "messages");
+    if (!tok)
+        return bad_request("this model has no tokenizer: use /v1/completions with token-id prompts",
+                           "messages");
     ChatOptions opts;
     opts.thinking = r.thinking;
     opts.reasoning_effort = r.reasoning_effort;

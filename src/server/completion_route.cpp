@@ -21,10 +21,15 @@ bool failed(FinishReason r) { return r != FinishReason::kStop && r != FinishReas
 Reply error_reply(const ApiError& e) { return Reply{e.status, e.to_json().dump(), nullptr}; }
 
 class CompletionStream : public SseProducer {
-public:
+  public:
     CompletionStream(ServerContext& ctx, Generation gen, const CompletionRequest& r)
-        : ctx_(ctx), gen_(std::move(gen)), choices_(gen_.n_choices()), id_(make_id("cmpl")),
-          created_(unix_time()), logprobs_(r.p.sampling.logprobs), include_usage_(r.p.include_usage) {
+        : ctx_(ctx),
+          gen_(std::move(gen)),
+          choices_(gen_.n_choices()),
+          id_(make_id("cmpl")),
+          created_(unix_time()),
+          logprobs_(r.p.sampling.logprobs),
+          include_usage_(r.p.include_usage) {
         ++ctx_.counters.streams_open;
     }
     ~CompletionStream() override { --ctx_.counters.streams_open; }
@@ -49,25 +54,27 @@ public:
             json reason = nullptr;
             if (u.event.finished) reason = api_finish_reason(u.event.reason, false);
             json j = base();
-            j["choices"] = json::array({json{{"index", u.choice}, {"text", u.event.text}, {"logprobs", lp},
-                                             {"finish_reason", reason}}});
+            j["choices"] = json::array({json{
+                {"index", u.choice}, {"text", u.event.text}, {"logprobs", lp}, {"finish_reason", reason}}});
             if (include_usage_) j["usage"] = nullptr;
             out += sse(j);
         }
         if (!gen_.done()) return true;
-        out += sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_));
+        out +=
+            sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_));
         done_ = true;
         return false;
     }
 
-private:
+  private:
     bool finish(std::string& out) {
         out += kSseDone;
         done_ = true;
         return false;
     }
     json base() const {
-        return json{{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", ctx_.model_name}};
+        return json{
+            {"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", ctx_.model_name}};
     }
 
     ServerContext& ctx_;
@@ -101,13 +108,15 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r
     int64_t completion = 0;
     for (size_t i = 0; i < choices.size(); ++i) {
         const TextChoice& c = choices[i];
-        arr.push_back(json{{"index", i}, {"text", c.text},
+        arr.push_back(json{{"index", i},
+                           {"text", c.text},
                            {"logprobs", r.p.sampling.logprobs ? c.logprobs : json(nullptr)},
                            {"finish_reason", api_finish_reason(c.reason, false)}});
         completion += c.completion_tokens;
     }
-    json out = {{"id", make_id("cmpl")}, {"object", "text_completion"}, {"created", unix_time()},
-                {"model", ctx.model_name}, {"choices", arr}, {"usage", usage_json(gen.prompt_tokens(), completion)}};
+    json out = {{"id", make_id("cmpl")},  {"object", "text_completion"},
+                {"created", unix_time()}, {"model", ctx.model_name},
+                {"choices", arr},         {"usage", usage_json(gen.prompt_tokens(), completion)}};
     return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, gen.usage()};
 }
 
@@ -118,12 +127,15 @@ Reply handle_completion(ServerContext& ctx, const std::string& body, const Clien
     if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
     CompletionRequest& r = std::get<CompletionRequest>(parsed);
     if (r.p.model != ctx.model_name)
-        return error_reply(ApiError{404, fmt::format("the model '{}' does not exist; this server serves '{}'",
-                                                     r.p.model, ctx.model_name), "model", "model_not_found"});
+        return error_reply(ApiError{
+            404,
+            fmt::format("the model '{}' does not exist; this server serves '{}'", r.p.model, ctx.model_name),
+            "model", "model_not_found"});
     const Tokenizer* tok = ctx.engine.tokenizer();
     std::vector<std::vector<int32_t>> prompts = r.prompt_token_ids;
     if (!r.prompt_texts.empty() && !tok)
-        return error_reply(bad_request("this model has no tokenizer: give the prompt as token ids", "prompt"));
+        return error_reply(
+            bad_request("this model has no tokenizer: give the prompt as token ids", "prompt"));
     for (const auto& t : r.prompt_texts) prompts.push_back(tok->encode(t));
     auto gen = Generation::start(ctx, r.p, prompts);
     if (auto* e = std::get_if<ApiError>(&gen)) return error_reply(*e);

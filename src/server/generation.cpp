@@ -1,8 +1,8 @@
 #include "server/generation.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace di::server {
 
@@ -27,18 +27,20 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
         const int64_t n_prompt = int64_t(prompt.size());
         if (n_prompt == 0) return bad_request("the prompt encodes to no tokens", "prompt");
         if (n_prompt >= info.max_context)
-            return bad_request(fmt::format("the prompt has {} tokens; this model's context limit is {} tokens "
-                                           "(prompt plus at least one generated token)",
-                                           n_prompt, info.max_context),
-                               "messages", "context_length_exceeded");
+            return bad_request(
+                fmt::format("the prompt has {} tokens; this model's context limit is {} tokens "
+                            "(prompt plus at least one generated token)",
+                            n_prompt, info.max_context),
+                "messages", "context_length_exceeded");
         int64_t max_tokens = 0;
         if (p.max_tokens) {
             max_tokens = *p.max_tokens;
             if (max_tokens > info.max_context - n_prompt)  // a difference: the sum can overflow
-                return bad_request(fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceeds the context "
-                                               "limit of {} tokens",
-                                               n_prompt, max_tokens, info.max_context),
-                                   "max_tokens", "context_length_exceeded");
+                return bad_request(
+                    fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceeds the context "
+                                "limit of {} tokens",
+                                n_prompt, max_tokens, info.max_context),
+                    "max_tokens", "context_length_exceeded");
         } else {
             max_tokens = std::min(ctx.opt.default_max_tokens, info.max_context - n_prompt);
         }
@@ -80,7 +82,8 @@ std::vector<ChoiceUpdate> Generation::poll(std::chrono::milliseconds wait) {
             finished_[i] = e->finished;
             completion_[i] = std::max(completion_[i], e->completion_tokens);
             if (ttft_s_ < 0 && !e->tokens.empty())
-                ttft_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted_).count();
+                ttft_s_ =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted_).count();
             out.push_back(ChoiceUpdate{i, std::move(*e)});
         }
     };
@@ -113,9 +116,12 @@ RequestUsage Generation::usage() const {
 
 ApiError finish_error(const RequestEvent& e) {
     switch (e.reason) {
-        case FinishReason::kTimeout: return ApiError{504, "the request timed out: " + e.error, "", "timeout"};
-        case FinishReason::kCancelled: return ApiError{503, "the request was cancelled: " + e.error, "", "cancelled"};
-        default: return ApiError{500, "generation failed: " + e.error, "", "engine_error"};
+        case FinishReason::kTimeout:
+            return ApiError{504, "the request timed out: " + e.error, "", "timeout"};
+        case FinishReason::kCancelled:
+            return ApiError{503, "the request was cancelled: " + e.error, "", "cancelled"};
+        default:
+            return ApiError{500, "generation failed: " + e.error, "", "engine_error"};
     }
 }
 

@@ -21,7 +21,7 @@ struct ChoiceUpdate {
 };
 
 class Generation {
-public:
+  public:
     Generation() = default;
     Generation(Generation&&) = default;
     ~Generation();  // cancels unfinished requests (a disconnected client frees its state)
@@ -39,7 +39,7 @@ public:
     // Tokens so far and the time from submission to the first generated token (the access log).
     RequestUsage usage() const;
 
-private:
+  private:
     std::vector<std::shared_ptr<RequestStream>> streams_;
     std::vector<bool> finished_;
     std::vector<int64_t> completion_;  // per choice, generated so far

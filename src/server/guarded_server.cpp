@@ -97,7 +97,8 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     const std::function<bool()> stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
     bool ret = false;
     for (size_t left = keep_alive_max_count_; left > 0 && !stopping(); --left) {
-        if (!strm.has_buffered() && !wait_next_request(sock, seconds(keep_alive_timeout_sec_), stopping)) break;
+        if (!strm.has_buffered() && !wait_next_request(sock, seconds(keep_alive_timeout_sec_), stopping))
+            break;
         bool closed = false;
         ret = process_request(strm, left == 1, closed, nullptr);
         if (!ret || closed) break;

@@ -3,14 +3,15 @@
 // `read_deadline` it is shut down, and when more than `max_reading` connections are reading at once the
 // oldest that have been reading for over 0.5 s are shut down first, so a slowloris of hundreds of
 // connections can never hold every worker (/health still answers) while a burst of real clients, which
-// send their requests in milliseconds, is never cut. Once a handler runs the connection is not watched (streams last minutes).
-// Requests on one connection share one socket stream, so pipelined requests are answered in order.
+// send their requests in milliseconds, is never cut. Once a handler runs the connection is not watched
+// (streams last minutes). Requests on one connection share one socket stream, so pipelined requests are
+// answered in order.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -20,7 +21,7 @@
 namespace di::server {
 
 class GuardedServer final : public httplib::Server {
-public:
+  public:
     GuardedServer(std::chrono::milliseconds read_deadline, size_t max_reading);
     ~GuardedServer() override;
 
@@ -31,12 +32,12 @@ public:
     // For the handler of the current request: a test of whether its client has closed the connection
     // (false outside a connection).
     static std::function<bool()> client_gone();
-    // After binding: the listen backlog as long as the system allows. The library listens with a backlog of 5;
-    // a burst of clients (64 at once in the load test) on a busy machine then overflows the accept queue and
-    // some connections are dropped before a worker ever sees them.
+    // After binding: the listen backlog as long as the system allows. The library listens with a backlog of
+    // 5; a burst of clients (64 at once in the load test) on a busy machine then overflows the accept queue
+    // and some connections are dropped before a worker ever sees them.
     void widen_backlog();
 
-private:
+  private:
     struct Conn {
         socket_t sock;
         std::chrono::steady_clock::time_point since;  // start of the current reading phase

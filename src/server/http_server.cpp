@@ -1,9 +1,9 @@
 #include "server/http_server.h"
 
-#include <thread>
-
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "server/api_error.h"
 #include "server/guarded_server.h"
@@ -23,7 +23,8 @@ struct RequestTrace {
     std::string id;
     std::chrono::steady_clock::time_point start{};
     RequestUsage usage;
-    bool stream = false;  // a stream's line is written when its last event has gone out (the logger runs first)
+    bool stream =
+        false;  // a stream's line is written when its last event has gone out (the logger runs first)
 };
 thread_local RequestTrace t_trace;
 std::atomic<uint64_t> g_next_request{1};
@@ -51,7 +52,8 @@ std::string ignored_fields_of(const std::string& body) {
     const json j = json::parse(body, nullptr, false);
     std::string out;
     if (!j.is_object()) return out;
-    for (const char* key : {"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
+    for (const char* key :
+         {"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
         if (j.contains(key)) out += (out.empty() ? "" : ", ") + std::string(key);
     return out;
 }
@@ -59,19 +61,28 @@ std::string ignored_fields_of(const std::string& body) {
 void send_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status;
     // replace: a message may quote client bytes that are not UTF-8 (an undecodable path, say)
-    res.set_content(e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+    res.set_content(e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "application/json");
 }
 
 std::string status_message(int status, size_t max_body) {
     switch (status) {
-        case 400: return "malformed HTTP request";
-        case 404: return "no such endpoint";
-        case 405: return "method not allowed on this endpoint";
-        case 408: return "the request was not received in time";
-        case 413: return fmt::format("the request body exceeds the limit of {} bytes", max_body);
-        case 414: return "the request URI is too long";
-        case 431: return "the request headers are too large";
-        default: return fmt::format("HTTP error {}", status);
+        case 400:
+            return "malformed HTTP request";
+        case 404:
+            return "no such endpoint";
+        case 405:
+            return "method not allowed on this endpoint";
+        case 408:
+            return "the request was not received in time";
+        case 413:
+            return fmt::format("the request body exceeds the limit of {} bytes", max_body);
+        case 414:
+            return "the request URI is too long";
+        case 431:
+            return "the request headers are too large";
+        default:
+            return fmt::format("HTTP error {}", status);
     }
 }
 
@@ -110,7 +121,8 @@ bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response
     if (ctx.opt.api_key.empty()) return true;
     if (req.get_header_value("Authorization") == "Bearer " + ctx.opt.api_key) return true;
     if (req.has_header("x-api-key") && req.get_header_value("x-api-key") == ctx.opt.api_key) return true;
-    const ApiError e{401, "missing or wrong API key (Authorization: Bearer ... or x-api-key)", "", "invalid_api_key"};
+    const ApiError e{401, "missing or wrong API key (Authorization: Bearer ... or x-api-key)", "",
+                     "invalid_api_key"};
     if (!anthropic) return send_error(res, e), false;
     res.status = e.status;
     res.set_content(e.to_anthropic_json().dump(), "application/json");
@@ -118,7 +130,8 @@ bool HttpServer::Impl::authorized(const httplib::Request& req, httplib::Response
 }
 
 void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Response& res,
-                                        Reply (*handler)(ServerContext&, const std::string&, const ClientGone&),
+                                        Reply (*handler)(ServerContext&, const std::string&,
+                                                         const ClientGone&),
                                         bool anthropic) {
     GuardedServer::handler_started();
     if (!authorized(req, res, anthropic)) return;
@@ -170,8 +183,9 @@ void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Re
 }
 
 void HttpServer::Impl::routes() {
-    started = std::chrono::duration_cast<std::chrono::seconds>(
-                  std::chrono::system_clock::now().time_since_epoch()).count();
+    started =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     const ServerOptions& o = ctx.opt;
     const int n_threads = std::max(4, o.n_threads);
     svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
@@ -185,8 +199,10 @@ void HttpServer::Impl::routes() {
         t_trace = RequestTrace{next_request_id(), std::chrono::steady_clock::now(), {}, {}};
         res.set_header("X-Request-Id", t_trace.id);
         // A body (POST) must follow within the read deadline; a GET has none and is answered at once.
-        if (req.method == "GET" || req.method == "HEAD") GuardedServer::handler_started();
-        else GuardedServer::headers_read();
+        if (req.method == "GET" || req.method == "HEAD")
+            GuardedServer::handler_started();
+        else
+            GuardedServer::headers_read();
         ++ctx.counters.http_requests;
         return httplib::Server::HandlerResponse::Unhandled;
     });
@@ -207,16 +223,18 @@ void HttpServer::Impl::routes() {
         if (t.stream) return;  // its line is written by the stream's releaser, after the last event
         r.method = loggable(req.method), r.path = loggable(req.path), r.status = res.status;
         r.usage = t.usage;
-        if (routed) r.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start).count();
+        if (routed)
+            r.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start).count();
         if (res.status >= 400 && log.wants(res.status)) r.error = error_message_of(res.body);
         log.write(r);
     });
     const size_t max_body = o.max_body_bytes;
-    svr.set_error_handler(httplib::Server::HandlerWithResponse([max_body](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already JSON
-        send_error(res, ApiError{res.status, status_message(res.status, max_body), "", ""});
-        return httplib::Server::HandlerResponse::Handled;
-    }));
+    svr.set_error_handler(
+        httplib::Server::HandlerWithResponse([max_body](const httplib::Request&, httplib::Response& res) {
+            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already JSON
+            send_error(res, ApiError{res.status, status_message(res.status, max_body), "", ""});
+            return httplib::Server::HandlerResponse::Handled;
+        }));
     svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown";
         try {
@@ -232,21 +250,27 @@ void HttpServer::Impl::routes() {
         res.set_content(R"({"status":"ok"})", "application/json");
     });
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(render_metrics(ctx.engine.stats(), ctx.counters, ctx.engine.kernel_uses()), "text/plain; version=0.0.4");
+        res.set_content(render_metrics(ctx.engine.stats(), ctx.counters, ctx.engine.kernel_uses()),
+                        "text/plain; version=0.0.4");
     });
     auto model_json = [this] {
-        return json{{"id", ctx.model_name}, {"object", "model"}, {"created", started}, {"owned_by", "deepinfer"},
+        return json{{"id", ctx.model_name},
+                    {"object", "model"},
+                    {"created", started},
+                    {"owned_by", "deepinfer"},
                     {"max_model_len", ctx.engine.info().max_context}};
     };
     svr.Get("/v1/models", [this, model_json](const httplib::Request& req, httplib::Response& res) {
         if (!authorized(req, res)) return;
-        res.set_content(json{{"object", "list"}, {"data", json::array({model_json()})}}.dump(), "application/json");
+        res.set_content(json{{"object", "list"}, {"data", json::array({model_json()})}}.dump(),
+                        "application/json");
     });
     svr.Get(R"(/v1/models/(.+))", [this, model_json](const httplib::Request& req, httplib::Response& res) {
         if (!authorized(req, res)) return;
         if (req.matches[1] != ctx.model_name)
-            return send_error(res, ApiError{404, fmt::format("the model '{}' does not exist", req.matches[1].str()),
-                                            "model", "model_not_found"});
+            return send_error(
+                res, ApiError{404, fmt::format("the model '{}' does not exist", req.matches[1].str()),
+                              "model", "model_not_found"});
         res.set_content(model_json().dump(), "application/json");
     });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -258,7 +282,8 @@ void HttpServer::Impl::routes() {
     svr.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
         serve_generation(req, res, &handle_messages, true);
     });
-    for (auto [path, handler] : {std::pair{"/tokenize", &handle_tokenize}, std::pair{"/detokenize", &handle_detokenize}})
+    for (auto [path, handler] :
+         {std::pair{"/tokenize", &handle_tokenize}, std::pair{"/detokenize", &handle_detokenize}})
         svr.Post(path, [this, handler](const httplib::Request& req, httplib::Response& res) {
             GuardedServer::handler_started();
             if (!authorized(req, res)) return;
@@ -275,8 +300,8 @@ Status HttpServer::bind() {
         if (impl_->port < 0) return make_error(ErrorCode::kIo, "serve: cannot bind {} on any port", o.host);
     } else {
         if (!impl_->svr.bind_to_port(o.host, o.port))
-            return make_error(ErrorCode::kIo, "serve: cannot bind {}:{} (in use, or not a local address?)", o.host,
-                              o.port);
+            return make_error(ErrorCode::kIo, "serve: cannot bind {}:{} (in use, or not a local address?)",
+                              o.host, o.port);
         impl_->port = o.port;
     }
     impl_->svr.widen_backlog();

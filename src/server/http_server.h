@@ -11,7 +11,7 @@
 namespace di::server {
 
 class HttpServer {
-public:
+  public:
     HttpServer(Engine& engine, ServerOptions options);
     ~HttpServer();
     // Binds host:port (port 0 picks a free one); a port in use or a bad host is an error.
@@ -24,7 +24,7 @@ public:
     // every reply, error events and `[DONE]` included, has been handed to its client, then stop().
     void drain_and_stop(std::chrono::milliseconds limit);
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

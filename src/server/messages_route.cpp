@@ -17,14 +17,15 @@ namespace {
 bool failed(FinishReason r) { return r != FinishReason::kStop && r != FinishReason::kLength; }
 
 std::string event(const char* type, const json& data) {
-    return fmt::format("event: {}\ndata: {}\n\n", type, data.dump(-1, ' ', false, json::error_handler_t::replace));
+    return fmt::format("event: {}\ndata: {}\n\n", type,
+                       data.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 Reply error_reply(const ApiError& e) { return Reply{e.status, e.to_anthropic_json().dump(), nullptr}; }
 
 // One message's content blocks as the output streams; apply() returns the stream events it adds.
 class MessageBuilder {
-public:
+  public:
     explicit MessageBuilder(bool thinking) : parser_(thinking) {}
 
     std::string apply(const RequestEvent& e) {
@@ -34,11 +35,17 @@ public:
         std::string out;
         for (const ChatEvent& ev : evs) {
             switch (ev.kind) {
-                case ChatEvent::Kind::kReasoning: append(out, "thinking", "thinking", "thinking_delta", ev.text); break;
-                case ChatEvent::Kind::kContent: append(out, "text", "text", "text_delta", ev.text); break;
+                case ChatEvent::Kind::kReasoning:
+                    append(out, "thinking", "thinking", "thinking_delta", ev.text);
+                    break;
+                case ChatEvent::Kind::kContent:
+                    append(out, "text", "text", "text_delta", ev.text);
+                    break;
                 case ChatEvent::Kind::kToolCallStart:
                     close(out);
-                    open(out, json{{"type", "tool_use"}, {"id", make_id("toolu", '_')}, {"name", ev.name},
+                    open(out, json{{"type", "tool_use"},
+                                   {"id", make_id("toolu", '_')},
+                                   {"name", ev.name},
                                    {"input", json::object()}});
                     args_.clear();
                     break;
@@ -46,7 +53,8 @@ public:
                     if (open_ != "tool_use") break;  // the parser starts every call first
                     args_ += ev.text;
                     out += event("content_block_delta",
-                                 json{{"type", "content_block_delta"}, {"index", blocks_.size() - 1},
+                                 json{{"type", "content_block_delta"},
+                                      {"index", blocks_.size() - 1},
                                       {"delta", {{"type", "input_json_delta"}, {"partial_json", ev.text}}}});
                     break;
             }
@@ -70,14 +78,15 @@ public:
     FinishReason reason = FinishReason::kNone;
     int64_t completion_tokens = 0;
 
-private:
+  private:
     void open(std::string& out, json block) {
         open_ = block["type"].get<std::string>();
         if (open_ == "thinking") block["signature"] = "";  // this server signs nothing
         blocks_.push_back(block);
         if (open_ == "tool_use") ++tool_uses_;
-        out += event("content_block_start",
-                     json{{"type", "content_block_start"}, {"index", blocks_.size() - 1}, {"content_block", block}});
+        out += event(
+            "content_block_start",
+            json{{"type", "content_block_start"}, {"index", blocks_.size() - 1}, {"content_block", block}});
     }
     void close(std::string& out) {
         if (open_.empty()) return;
@@ -85,18 +94,21 @@ private:
             json input = json::parse(args_, nullptr, false);
             blocks_.back()["input"] = input.is_object() ? input : json::object();
         }
-        out += event("content_block_stop", json{{"type", "content_block_stop"}, {"index", blocks_.size() - 1}});
+        out +=
+            event("content_block_stop", json{{"type", "content_block_stop"}, {"index", blocks_.size() - 1}});
         open_.clear();
     }
     // Text into the open block of `type`, opening one (and closing another) as needed.
-    void append(std::string& out, const char* type, const char* field, const char* delta, const std::string& text) {
+    void append(std::string& out, const char* type, const char* field, const char* delta,
+                const std::string& text) {
         if (text.empty()) return;
         if (open_ != type) {
             close(out);
             open(out, json{{"type", type}, {field, ""}});
         }
         blocks_.back()[field] = blocks_.back()[field].get<std::string>() + text;
-        out += event("content_block_delta", json{{"type", "content_block_delta"}, {"index", blocks_.size() - 1},
+        out += event("content_block_delta", json{{"type", "content_block_delta"},
+                                                 {"index", blocks_.size() - 1},
                                                  {"delta", {{"type", delta}, {field, text}}}});
     }
 
@@ -120,7 +132,7 @@ json message_json(const ServerContext& ctx, const std::string& id, const json& b
 }
 
 class MessageStream : public SseProducer {
-public:
+  public:
     MessageStream(ServerContext& ctx, Generation gen, const ChatRequest& r)
         : ctx_(ctx), gen_(std::move(gen)), id_(make_id("msg", '_')), msg_(r.thinking) {
         ++ctx_.counters.streams_open;
@@ -132,9 +144,10 @@ public:
         if (done_) return false;
         if (!started_) {
             started_ = true;
-            out += event("message_start", json{{"type", "message_start"},
-                                               {"message", message_json(ctx_, id_, json::array(), nullptr,
-                                                                        gen_.prompt_tokens(), 0)}});
+            out += event(
+                "message_start",
+                json{{"type", "message_start"},
+                     {"message", message_json(ctx_, id_, json::array(), nullptr, gen_.prompt_tokens(), 0)}});
         }
         for (ChoiceUpdate& u : gen_.poll(wait)) {
             if (u.event.finished && failed(u.event.reason)) {  // timeout, shutdown: an error event ends it
@@ -146,15 +159,16 @@ public:
             out += msg_.apply(u.event);
         }
         if (!gen_.done()) return true;
-        out += event("message_delta", json{{"type", "message_delta"},
-                                           {"delta", {{"stop_reason", msg_.stop_reason()}, {"stop_sequence", nullptr}}},
-                                           {"usage", {{"output_tokens", msg_.completion_tokens}}}});
+        out += event("message_delta",
+                     json{{"type", "message_delta"},
+                          {"delta", {{"stop_reason", msg_.stop_reason()}, {"stop_sequence", nullptr}}},
+                          {"usage", {{"output_tokens", msg_.completion_tokens}}}});
         out += event("message_stop", json{{"type", "message_stop"}});
         done_ = true;
         return false;
     }
 
-private:
+  private:
     ServerContext& ctx_;
     Generation gen_;
     std::string id_;
@@ -184,8 +198,8 @@ Reply handle_messages(ServerContext& ctx, const std::string& body, const ClientG
             msg.apply(u.event);
         }
     }
-    const json out = message_json(ctx, make_id("msg", '_'), msg.blocks(), msg.stop_reason(), gen.prompt_tokens(),
-                                  msg.completion_tokens);
+    const json out = message_json(ctx, make_id("msg", '_'), msg.blocks(), msg.stop_reason(),
+                                  gen.prompt_tokens(), msg.completion_tokens);
     return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, gen.usage()};
 }
 

@@ -23,12 +23,14 @@ void histogram(std::string& out, const char* name, const char* help, const Histo
         out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, h.bounds[i], cum);
     }
     cum += h.counts.back();
-    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cum, name, h.sum, name, h.count);
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cum, name, h.sum, name,
+                       h.count);
 }
 
 }  // namespace
 
-std::string render_metrics(const EngineStats& s, const ServerCounters& c, const std::vector<KernelUse>& kernels) {
+std::string render_metrics(const EngineStats& s, const ServerCounters& c,
+                           const std::vector<KernelUse>& kernels) {
     std::string o;
     metric(o, "deepinfer_requests_submitted_total", "counter", "Requests accepted by the engine.",
            s.requests_submitted);
@@ -40,7 +42,8 @@ std::string render_metrics(const EngineStats& s, const ServerCounters& c, const 
     o += fmt::format("deepinfer_requests_finished_total{{reason=\"cancelled\"}} {}\n", s.finished_cancelled);
     o += fmt::format("deepinfer_requests_finished_total{{reason=\"timeout\"}} {}\n", s.finished_timeout);
     o += fmt::format("deepinfer_requests_finished_total{{reason=\"error\"}} {}\n", s.finished_error);
-    metric(o, "deepinfer_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", s.prompt_tokens);
+    metric(o, "deepinfer_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
+           s.prompt_tokens);
     metric(o, "deepinfer_generation_tokens_total", "counter", "Generated tokens.", s.generation_tokens);
     metric(o, "deepinfer_engine_steps_total", "counter", "Model forward steps.", s.steps);
     histogram(o, "deepinfer_time_to_first_token_seconds", "Time from submission to the first token.",
@@ -54,19 +57,23 @@ std::string render_metrics(const EngineStats& s, const ServerCounters& c, const 
            "Sequence state memory: allocated (live states), reserved (admitted requests), free, budget.");
     o += fmt::format("deepinfer_state_memory_bytes{{kind=\"allocated\"}} {}\n", s.state_bytes_allocated);
     o += fmt::format("deepinfer_state_memory_bytes{{kind=\"reserved\"}} {}\n", s.state_bytes_reserved);
-    o += fmt::format("deepinfer_state_memory_bytes{{kind=\"free\"}} {}\n", s.state_bytes_budget - s.state_bytes_reserved);
+    o += fmt::format("deepinfer_state_memory_bytes{{kind=\"free\"}} {}\n",
+                     s.state_bytes_budget - s.state_bytes_reserved);
     o += fmt::format("deepinfer_state_memory_bytes{{kind=\"budget\"}} {}\n", s.state_bytes_budget);
     metric(o, "deepinfer_http_requests_total", "counter", "HTTP requests received.", c.http_requests.load());
-    metric(o, "deepinfer_http_errors_total", "counter", "HTTP replies with status >= 400.", c.http_errors.load());
+    metric(o, "deepinfer_http_errors_total", "counter", "HTTP replies with status >= 400.",
+           c.http_errors.load());
     metric(o, "deepinfer_open_streams", "gauge", "Streaming replies in progress.", c.streams_open.load());
     metric(o, "deepinfer_client_disconnects_total", "counter", "Requests cancelled because the client left.",
            c.client_disconnects.load());
     if (!kernels.empty()) {
-        header(o, "deepinfer_kernel_dispatches_total", "counter",
-               "Calls of each kernel variant; allowed: the active allow-list lets it run (fallbacks always).");
+        header(
+            o, "deepinfer_kernel_dispatches_total", "counter",
+            "Calls of each kernel variant; allowed: the active allow-list lets it run (fallbacks always).");
         for (const KernelUse& k : kernels)
-            o += fmt::format("deepinfer_kernel_dispatches_total{{op=\"{}\",variant=\"{}\",allowed=\"{}\"}} {}\n", k.op,
-                             k.variant, k.allowed ? "true" : "false", k.dispatches);
+            o += fmt::format(
+                "deepinfer_kernel_dispatches_total{{op=\"{}\",variant=\"{}\",allowed=\"{}\"}} {}\n", k.op,
+                k.variant, k.allowed ? "true" : "false", k.dispatches);
     }
     return o;
 }

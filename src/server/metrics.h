@@ -8,6 +8,7 @@
 
 namespace di::server {
 
-std::string render_metrics(const EngineStats& s, const ServerCounters& c, const std::vector<KernelUse>& kernels = {});
+std::string render_metrics(const EngineStats& s, const ServerCounters& c,
+                           const std::vector<KernelUse>& kernels = {});
 
 }  // namespace di::server

@@ -1,10 +1,10 @@
 #include "server/openai_request.h"
 
-#include <cmath>
-#include <set>
-
 #include <fmt/format.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "server/request_fields.h"
 
@@ -19,7 +19,8 @@ MaybeError parse_stop(Fields& f, CommonParams& p) {
     if (v->is_string()) {
         p.stop.push_back(v->get<std::string>());
     } else if (v->is_array()) {
-        if (v->size() > 16) return bad_request(fmt::format("'stop' has {} entries, at most 16", v->size()), "stop");
+        if (v->size() > 16)
+            return bad_request(fmt::format("'stop' has {} entries, at most 16", v->size()), "stop");
         for (const json& s : *v) {
             if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
             p.stop.push_back(s.get<std::string>());
@@ -36,8 +37,8 @@ MaybeError parse_token_ids(const json& v, const std::string& key, std::vector<in
     if (!v.is_array()) return wrong_type(key, "an array of token ids", v);
     for (const json& t : v) {
         if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-            return bad_request(fmt::format("'{}' must hold non-negative integer token ids, got {}", key, t.dump()),
-                               key);
+            return bad_request(
+                fmt::format("'{}' must hold non-negative integer token ids, got {}", key, t.dump()), key);
         out.push_back(int32_t(t.get<int64_t>()));
     }
     return std::nullopt;
@@ -73,7 +74,8 @@ MaybeError parse_common(Fields& f, CommonParams& p, bool chat) {
     DI_API_TRY(f.integer("seed", INT64_MIN, INT64_MAX, seed));
     if (seed) s.seed = uint64_t(*seed);
     DI_API_TRY(parse_stop(f, p));
-    if (const json* v = f.get("stop_token_ids")) DI_API_TRY(parse_token_ids(*v, "stop_token_ids", p.stop_token_ids));
+    if (const json* v = f.get("stop_token_ids"))
+        DI_API_TRY(parse_token_ids(*v, "stop_token_ids", p.stop_token_ids));
     DI_API_TRY(f.boolean("ignore_eos", p.ignore_eos));
     DI_API_TRY(f.boolean("skip_special_tokens", p.skip_special_tokens));
     std::optional<int64_t> n;
@@ -85,17 +87,20 @@ MaybeError parse_common(Fields& f, CommonParams& p, bool chat) {
     DI_API_TRY(f.boolean("stream", p.stream));
     if (const json* so = f.get("stream_options")) {
         if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
-        if (!p.stream) return bad_request("'stream_options' is only allowed with stream: true", "stream_options");
+        if (!p.stream)
+            return bad_request("'stream_options' is only allowed with stream: true", "stream_options");
         Fields g(*so, "stream_options.");
         DI_API_TRY(g.boolean("include_usage", p.include_usage));
         g.ignore("continuous_usage_stats");
         DI_API_TRY(g.finish());
     }
     if (const json* lb = f.get("logit_bias"))
-        if (!lb->is_object() || !lb->empty()) return bad_request("'logit_bias' is not supported", "logit_bias");
+        if (!lb->is_object() || !lb->empty())
+            return bad_request("'logit_bias' is not supported", "logit_bias");
     // Metadata-only fields (they change nothing about the output here): accepted and ignored, as frameworks
     // send them on every request.
-    for (const char* key : {"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
+    for (const char* key :
+         {"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
         f.ignore(key);
     return std::nullopt;
 }
@@ -109,8 +114,8 @@ MaybeError parse_content(const json& v, const std::string& key, std::string& out
     for (const json& part : v) {
         if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
             !part["text"].is_string())
-            return bad_request(fmt::format("'{}': only parts of type 'text' with a string 'text' are supported", key),
-                               key);
+            return bad_request(
+                fmt::format("'{}': only parts of type 'text' with a string 'text' are supported", key), key);
         out += part["text"].get<std::string>();
     }
     return std::nullopt;
@@ -151,13 +156,16 @@ MaybeError parse_message(const json& m, size_t index, ChatMessage& out) {
     DI_API_TRY(f.string("role", out.role));
     static const std::set<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
     if (!roles.count(out.role))
-        return bad_request(fmt::format("'{}.role' is '{}', expected system, developer, user, assistant or tool",
-                                       key, out.role), key + ".role");
+        return bad_request(
+            fmt::format("'{}.role' is '{}', expected system, developer, user, assistant or tool", key,
+                        out.role),
+            key + ".role");
     if (const json* c = f.get("content")) DI_API_TRY(parse_content(*c, key + ".content", out.content));
     f.ignore("name");
     if (out.role == "assistant") {
         DI_API_TRY(f.string("reasoning_content", out.reasoning_content));
-        if (const json* tc = f.get("tool_calls")) DI_API_TRY(parse_tool_calls(*tc, key + ".tool_calls", out.tool_calls));
+        if (const json* tc = f.get("tool_calls"))
+            DI_API_TRY(parse_tool_calls(*tc, key + ".tool_calls", out.tool_calls));
         f.ignore("refusal");
     }
     if (out.role == "tool") {
@@ -175,14 +183,16 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
         if (tc->is_string()) {
             choice = tc->get<std::string>();
             if (choice != "auto" && choice != "none" && choice != "required")
-                return bad_request(fmt::format("tool_choice '{}' is not one of \"auto\", \"none\", \"required\"", choice),
-                                   "tool_choice");
+                return bad_request(
+                    fmt::format("tool_choice '{}' is not one of \"auto\", \"none\", \"required\"", choice),
+                    "tool_choice");
         } else if (tc->is_object()) {  // {"type": "function", "function": {"name": ...}}
             const json* fn = tc->contains("function") ? &(*tc)["function"] : nullptr;
             if (tc->value("type", "") != "function" || !fn || !fn->is_object() || !fn->contains("name") ||
                 !(*fn)["name"].is_string())
-                return bad_request("a named tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                                   "tool_choice");
+                return bad_request(
+                    "a named tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                    "tool_choice");
             choice = "forced";
             forced = (*fn)["name"].get<std::string>();
         } else {
@@ -197,9 +207,12 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
             const json& t = (*tools)[i];
             const std::string k = fmt::format("tools[{}]", i);
             if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
-                !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
-                return bad_request(fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", k),
-                                   k);
+                !t["function"].is_object() || !t["function"].contains("name") ||
+                !t["function"]["name"].is_string())
+                return bad_request(
+                    fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}",
+                                k),
+                    k);
             if (choice != "none") r.tools.push_back(t.dump());
             found |= t["function"]["name"] == forced;
         }
@@ -232,8 +245,9 @@ MaybeError parse_thinking(Fields& f, ChatRequest& r) {
     }
     DI_API_TRY(f.string("reasoning_effort", r.reasoning_effort));
     if (!r.reasoning_effort.empty() && r.reasoning_effort != "high" && r.reasoning_effort != "max")
-        return bad_request(fmt::format("reasoning_effort '{}' is not supported (\"high\" or \"max\")",
-                                       r.reasoning_effort), "reasoning_effort");
+        return bad_request(
+            fmt::format("reasoning_effort '{}' is not supported (\"high\" or \"max\")", r.reasoning_effort),
+            "reasoning_effort");
     return std::nullopt;
 }
 
@@ -257,7 +271,9 @@ MaybeError parse_response_format(Fields& f, CommonParams& p) {
         p.constraint.kind = OutputConstraint::Kind::kJsonObject;
     } else if (type == "json_schema") {
         const json* js = g.get("json_schema");
-        if (!js) return bad_request("response_format 'json_schema' needs a 'json_schema' object", "response_format");
+        if (!js)
+            return bad_request("response_format 'json_schema' needs a 'json_schema' object",
+                               "response_format");
         if (!js->is_object()) return wrong_type("response_format.json_schema", "an object", *js);
         Fields h(*js, "response_format.json_schema.");
         std::string name, description;
@@ -273,9 +289,10 @@ MaybeError parse_response_format(Fields& f, CommonParams& p) {
         p.constraint.kind = OutputConstraint::Kind::kJsonSchema;
         p.constraint.json_schema = schema->dump();
     } else {
-        return bad_request(fmt::format("response_format type '{}' is not supported (text, json_object, json_schema)",
-                                       type.empty() ? "(missing)" : type),
-                           "response_format");
+        return bad_request(
+            fmt::format("response_format type '{}' is not supported (text, json_object, json_schema)",
+                        type.empty() ? "(missing)" : type),
+            "response_format");
     }
     return g.finish();
 }
@@ -289,8 +306,9 @@ MaybeError settle_tool_demand(ChatRequest& r, const ToolCallDemand& wanted, bool
     }
     if (r.tools.empty()) return bad_request("this tool_choice needs 'tools'", "tool_choice");
     if (wanted.mode == ToolCallDemand::Mode::kForced && !forced_found)
-        return bad_request(fmt::format("tool_choice names '{}', which is not one of the tools", wanted.forced),
-                           "tool_choice");
+        return bad_request(
+            fmt::format("tool_choice names '{}', which is not one of the tools", wanted.forced),
+            "tool_choice");
     r.tool_demand = wanted;
     return std::nullopt;
 }
@@ -322,8 +340,10 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
     DI_API_TRY(parse_thinking(f, r));
     DI_API_TRY(parse_response_format(f, r.p));
     if (r.tool_demand && r.p.constraint.kind != OutputConstraint::Kind::kNone)
-        return bad_request("a response_format other than text cannot be combined with tool_choice \"required\", a "
-                           "named function or parallel_tool_calls false", "response_format");
+        return bad_request(
+            "a response_format other than text cannot be combined with tool_choice \"required\", a "
+            "named function or parallel_tool_calls false",
+            "response_format");
     DI_API_TRY(f.finish());
     return r;
 }
@@ -356,7 +376,8 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
             r.prompt_texts.push_back(s.get<std::string>());
         }
     } else if (p->is_array() && !p->empty() && (*p)[0].is_array()) {
-        for (const json& ids : *p) DI_API_TRY(parse_token_ids(ids, "prompt", r.prompt_token_ids.emplace_back()));
+        for (const json& ids : *p)
+            DI_API_TRY(parse_token_ids(ids, "prompt", r.prompt_token_ids.emplace_back()));
     } else if (p->is_array() && !p->empty()) {
         DI_API_TRY(parse_token_ids(*p, "prompt", r.prompt_token_ids.emplace_back()));
     } else if (p->is_array()) {

@@ -25,17 +25,18 @@ struct CommonParams {
     bool skip_special_tokens = true;
     int n = 1;
     bool stream = false;
-    bool include_usage = false;         // stream_options.include_usage
-    OutputConstraint constraint;        // response_format json_object / json_schema (structured output)
+    bool include_usage = false;   // stream_options.include_usage
+    OutputConstraint constraint;  // response_format json_object / json_schema (structured output)
 };
 
 struct ChatRequest {
     CommonParams p;
     std::vector<ChatMessage> messages;
-    std::vector<std::string> tools;     // OpenAI tool objects as JSON text; empty when tool_choice is "none"
-    std::optional<ToolCallDemand> tool_demand;  // tool_choice "required" / named, or parallel_tool_calls false
-    bool thinking = false;              // chat_template_kwargs.thinking or thinking.type == "enabled"
-    std::string reasoning_effort;       // "", "high", "max"
+    std::vector<std::string> tools;  // OpenAI tool objects as JSON text; empty when tool_choice is "none"
+    std::optional<ToolCallDemand>
+        tool_demand;               // tool_choice "required" / named, or parallel_tool_calls false
+    bool thinking = false;         // chat_template_kwargs.thinking or thinking.type == "enabled"
+    std::string reasoning_effort;  // "", "high", "max"
 };
 
 struct CompletionRequest {

@@ -1,10 +1,10 @@
 #include "server/openai_response.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <random>
-
-#include <fmt/format.h>
 
 namespace di::server {
 
@@ -15,7 +15,8 @@ std::string make_id(const char* prefix, char sep) {
 }
 
 int64_t unix_time() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
         .count();
 }
 
@@ -63,8 +64,8 @@ json chat_logprob_entries(const Tokenizer* tok, const std::vector<GeneratedToken
             const std::string p = token_piece(tok, id);
             top.push_back(json{{"token", p}, {"logprob", lp}, {"bytes", bytes_of(p)}});
         }
-        content.push_back(json{{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)},
-                               {"top_logprobs", top}});
+        content.push_back(json{
+            {"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
     }
     return content;
 }

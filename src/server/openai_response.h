@@ -1,10 +1,10 @@
-// JSON pieces of OpenAI responses shared by the chat and completion routes: ids, usage, logprobs, SSE framing.
+// JSON pieces of OpenAI responses shared by the chat and completion routes: ids, usage, logprobs, SSE
+// framing.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "deepinfer/request.h"
 #include "deepinfer/tokenizer.h"

@@ -2,14 +2,14 @@
 // type- and range-checked with a 400 naming it, and a field nobody read is refused by finish().
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "io/json_text.h"
 #include "server/api_error.h"
@@ -19,8 +19,8 @@ namespace di::server::request_fields {
 using json = nlohmann::json;
 using MaybeError = std::optional<ApiError>;
 
-#define DI_API_TRY(expr)                   \
-    do {                                   \
+#define DI_API_TRY(expr)                        \
+    do {                                        \
         if (MaybeError e_ = (expr)) return *e_; \
     } while (0)
 
@@ -40,7 +40,7 @@ inline ApiError wrong_type(const std::string& key, const char* want, const json&
 
 // A JSON object's fields, read once each; leftover keys are refused by finish().
 class Fields {
-public:
+  public:
     Fields(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
 
     // Present and non-null field, else nullptr. null means "absent", as OpenAI clients send it.
@@ -74,7 +74,8 @@ public:
             return wrong_type(key, "an integer", *v);
         }
         if (i < lo || i > hi)
-            return bad_request(fmt::format("'{}' is {}, expected an integer in [{}, {}]", key, i, lo, hi), key);
+            return bad_request(fmt::format("'{}' is {}, expected an integer in [{}, {}]", key, i, lo, hi),
+                               key);
         out = i;
         return std::nullopt;
     }
@@ -102,23 +103,22 @@ public:
         return std::nullopt;
     }
 
-private:
+  private:
     const json& obj_;
     std::string where_;
     std::set<std::string> seen_;
 };
 
-
 // The body as a JSON object, or the 400 that refuses it (not JSON, too deeply nested, not an object).
 inline ApiResult<json> parse_body(std::string_view body) {
     if (io::json_nesting_depth(body) > io::kMaxJsonDepth)
-        return bad_request(fmt::format("the request body nests JSON deeper than {} levels", io::kMaxJsonDepth),
-                           "", "invalid_json");
+        return bad_request(
+            fmt::format("the request body nests JSON deeper than {} levels", io::kMaxJsonDepth), "",
+            "invalid_json");
     json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return bad_request("the request body is not valid JSON", "", "invalid_json");
     if (!j.is_object()) return bad_request("the request body must be a JSON object", "", "invalid_json");
     return j;
 }
-
 
 }  // namespace di::server::request_fields

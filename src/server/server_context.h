@@ -15,15 +15,15 @@ namespace di::server {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8000;                   // 0: any free port
-    std::string served_model_name;     // "": the model directory's name
+    int port = 8000;                // 0: any free port
+    std::string served_model_name;  // "": the model directory's name
     size_t max_body_bytes = size_t(1) << 20;
-    int read_timeout_s = 30;           // a client slower than this sending its request is dropped
-    int write_timeout_s = 30;          // a client not reading its response for this long is dropped
-    int n_threads = 256;               // connections served at once (streams hold one each)
-    int64_t default_max_tokens = 256;  // when a request gives none (capped by the context)
-    std::string api_key;               // "": no authentication
-    bool split_special_tokens = false;  // chat message text never becomes control tokens (ChatOptions)
+    int read_timeout_s = 30;               // a client slower than this sending its request is dropped
+    int write_timeout_s = 30;              // a client not reading its response for this long is dropped
+    int n_threads = 256;                   // connections served at once (streams hold one each)
+    int64_t default_max_tokens = 256;      // when a request gives none (capped by the context)
+    std::string api_key;                   // "": no authentication
+    bool split_special_tokens = false;     // chat message text never becomes control tokens (ChatOptions)
     LogLevel log_level = LogLevel::kInfo;  // access lines: info every request, warn 4xx/5xx, error 5xx
 };
 
@@ -41,7 +41,7 @@ struct ServerContext {
 
 // Produces the body of a streaming reply. Destroying it cancels every unfinished request it owns.
 class SseProducer {
-public:
+  public:
     virtual ~SseProducer() = default;
     // Waits up to `wait` for output and appends SSE text to `out`. Returns false once the stream is complete
     // (its last text, "data: [DONE]\n\n", has been appended).
@@ -51,9 +51,9 @@ public:
 
 struct Reply {
     int status = 200;
-    std::string body;                        // JSON text when not streaming
-    std::unique_ptr<SseProducer> stream;     // set for stream: true
-    RequestUsage usage = {};                 // of a finished non-streaming generation
+    std::string body;                     // JSON text when not streaming
+    std::unique_ptr<SseProducer> stream;  // set for stream: true
+    RequestUsage usage = {};              // of a finished non-streaming generation
 };
 
 // The client went away (checked while a non-streaming request runs).

@@ -2,10 +2,10 @@
 //   /tokenize   {"model", "prompt": TEXT[, "add_special_tokens": bool]} or a chat request's
 //               {"model", "messages", "tools", ...} -> {"tokens": [ids], "count": n, "max_model_len": ctx}
 //   /detokenize {"model", "tokens": [ids]} -> {"prompt": TEXT}
-#include <optional>
-
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "io/json_text.h"
 #include "server/chat_prompt.h"
@@ -19,10 +19,12 @@ Reply error_reply(const ApiError& e) { return Reply{e.status, e.to_json().dump()
 
 ApiResult<json> parse_object(const std::string& body) {
     if (io::json_nesting_depth(body) > io::kMaxJsonDepth)
-        return bad_request(fmt::format("the request body nests JSON deeper than {} levels", io::kMaxJsonDepth), "",
-                           "invalid_json");
+        return bad_request(
+            fmt::format("the request body nests JSON deeper than {} levels", io::kMaxJsonDepth), "",
+            "invalid_json");
     json j = json::parse(body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return bad_request("the request body must be a JSON object", "", "invalid_json");
+    if (j.is_discarded() || !j.is_object())
+        return bad_request("the request body must be a JSON object", "", "invalid_json");
     return j;
 }
 
@@ -30,8 +32,10 @@ std::optional<ApiError> check_model(const ServerContext& ctx, const json& j) {
     if (!j.contains("model")) return std::nullopt;  // optional here, as in vLLM
     if (!j["model"].is_string()) return bad_request("'model' must be a string", "model");
     if (j["model"].get<std::string>() != ctx.model_name)
-        return ApiError{404, fmt::format("the model '{}' does not exist; this server serves '{}'",
-                                         j["model"].get<std::string>(), ctx.model_name), "model", "model_not_found"};
+        return ApiError{404,
+                        fmt::format("the model '{}' does not exist; this server serves '{}'",
+                                    j["model"].get<std::string>(), ctx.model_name),
+                        "model", "model_not_found"};
     return std::nullopt;
 }
 
@@ -58,7 +62,8 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& body) {
         bool special = true;
         if (j.contains("add_special_tokens")) {
             if (!j["add_special_tokens"].is_boolean())
-                return error_reply(bad_request("'add_special_tokens' must be a boolean", "add_special_tokens"));
+                return error_reply(
+                    bad_request("'add_special_tokens' must be a boolean", "add_special_tokens"));
             special = j["add_special_tokens"].get<bool>();
         }
         const Tokenizer* tok = ctx.engine.tokenizer();
@@ -66,7 +71,8 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& body) {
         const std::string text = j["prompt"].get<std::string>();
         ids = special ? tok->encode(text) : tok->encode(text, false);
     }
-    const json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.engine.info().max_context}};
+    const json out = {
+        {"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.engine.info().max_context}};
     return Reply{200, out.dump(), nullptr};
 }
 
@@ -76,7 +82,8 @@ Reply handle_detokenize(ServerContext& ctx, const std::string& body) {
     const json& j = std::get<json>(parsed);
     if (auto e = check_model(ctx, j)) return error_reply(*e);
     for (const auto& [k, v] : j.items())
-        if (k != "model" && k != "tokens") return error_reply(bad_request(fmt::format("unknown field '{}'", k), k));
+        if (k != "model" && k != "tokens")
+            return error_reply(bad_request(fmt::format("unknown field '{}'", k), k));
     if (!j.contains("tokens") || !j["tokens"].is_array())
         return error_reply(bad_request("'tokens' (an array of token ids) is required", "tokens"));
     std::vector<int32_t> ids;

@@ -8,7 +8,8 @@ namespace di::tok {
 
 int32_t TokenMatcher::child(int32_t node, unsigned char b) const {
     const auto& ch = nodes_[node].children;
-    auto it = std::lower_bound(ch.begin(), ch.end(), b, [](const auto& p, unsigned char v) { return p.first < v; });
+    auto it =
+        std::lower_bound(ch.begin(), ch.end(), b, [](const auto& p, unsigned char v) { return p.first < v; });
     return it != ch.end() && it->first == b ? it->second : -1;
 }
 
@@ -23,7 +24,8 @@ void TokenMatcher::add(std::string_view text, int32_t id) {
             next = static_cast<int32_t>(nodes_.size());
             nodes_.push_back(Node{});
             auto& ch = nodes_[node].children;
-            auto it = std::lower_bound(ch.begin(), ch.end(), b, [](const auto& p, unsigned char v) { return p.first < v; });
+            auto it = std::lower_bound(ch.begin(), ch.end(), b,
+                                       [](const auto& p, unsigned char v) { return p.first < v; });
             ch.insert(it, {b, next});
         }
         node = next;

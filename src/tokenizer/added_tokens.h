@@ -13,7 +13,7 @@ namespace di::tok {
 
 // Trie over byte strings; find() returns the leftmost-longest match.
 class TokenMatcher {
-public:
+  public:
     void add(std::string_view text, int32_t id);
     bool empty() const { return nodes_.size() <= 1; }
 
@@ -24,7 +24,7 @@ public:
     // First match starting at or after `from`; id == -1 when none.
     Match find(std::string_view text, size_t from) const;
 
-private:
+  private:
     struct Node {
         std::vector<std::pair<unsigned char, int32_t>> children;  // sorted by byte
         int32_t id = -1;

@@ -42,7 +42,8 @@ Result<BpeModel> BpeModel::build(const std::vector<std::pair<std::string, int32_
         utf8_append(ch, byte_to_codepoint(static_cast<uint8_t>(b)));
         auto it = by_text.find(ch);
         if (it == by_text.end())
-            return make_error(ErrorCode::kFormat, "tokenizer.json: model.vocab lacks the byte-level token for byte 0x{:02X}", b);
+            return make_error(ErrorCode::kFormat,
+                              "tokenizer.json: model.vocab lacks the byte-level token for byte 0x{:02X}", b);
         m.byte_ids_[b] = it->second;
     }
     size_t cap = 1;
@@ -53,8 +54,9 @@ Result<BpeModel> BpeModel::build(const std::vector<std::pair<std::string, int32_
         const auto& [l, r] = merges[rank];
         auto li = by_text.find(l), ri = by_text.find(r), ni = by_text.find(l + r);
         if (li == by_text.end() || ri == by_text.end() || ni == by_text.end())
-            return make_error(ErrorCode::kFormat, "tokenizer.json: model.merges[{}] '{} {}' uses a token missing from model.vocab",
-                              rank, l, r);
+            return make_error(
+                ErrorCode::kFormat,
+                "tokenizer.json: model.merges[{}] '{} {}' uses a token missing from model.vocab", rank, l, r);
         const uint64_t key = pair_key(li->second, ri->second);
         uint64_t h = mix(key) & m.mask_;
         while (m.merges_[h].key != kEmpty && m.merges_[h].key != key) h = (h + 1) & m.mask_;
@@ -147,9 +149,11 @@ void BpeModel::merge_heap(std::vector<int32_t>& ids) const {
         cur.next = right.next;
         if (right.next >= 0) sym[right.next].prev = top.pos;
         if (cur.prev >= 0)
-            if (const MergeSlot* p = find_merge(sym[cur.prev].id, cur.id)) queue.push({p->rank, cur.prev, p->new_id});
+            if (const MergeSlot* p = find_merge(sym[cur.prev].id, cur.id))
+                queue.push({p->rank, cur.prev, p->new_id});
         if (cur.next >= 0)
-            if (const MergeSlot* q = find_merge(cur.id, sym[cur.next].id)) queue.push({q->rank, top.pos, q->new_id});
+            if (const MergeSlot* q = find_merge(cur.id, sym[cur.next].id))
+                queue.push({q->rank, top.pos, q->new_id});
     }
     ids.clear();
     for (int32_t i = 0; i >= 0; i = sym[i].next) ids.push_back(sym[i].id);

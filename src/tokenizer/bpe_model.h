@@ -13,7 +13,7 @@
 namespace di::tok {
 
 class BpeModel {
-public:
+  public:
     // vocab: token text (byte-level alphabet) -> id; merges: "left right" pairs in rank order.
     static Result<BpeModel> build(const std::vector<std::pair<std::string, int32_t>>& vocab,
                                   const std::vector<std::pair<std::string, std::string>>& merges,
@@ -24,7 +24,7 @@ public:
 
     int32_t byte_id(uint8_t b) const { return byte_ids_[b]; }
 
-private:
+  private:
     struct MergeSlot {
         uint64_t key = kEmpty;  // (left id << 32) | right id
         int32_t rank = 0;

@@ -14,7 +14,8 @@ struct Tables {
         cp_to_byte.fill(-1);
         uint32_t extra = 0;
         for (int b = 0; b < 256; ++b) {
-            const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+            const bool printable =
+                (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
             byte_to_cp[b] = printable ? static_cast<uint32_t>(b) : 256 + extra++;
             cp_to_byte[byte_to_cp[b]] = static_cast<int16_t>(b);
         }

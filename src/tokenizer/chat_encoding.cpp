@@ -1,10 +1,9 @@
 // DeepSeek-V4 chat prompt encoding, a line-by-line port of the reference encoder
-// (vLLM's vllm/tokenizers/deepseek_v4_encoding.py: encode_messages, merge_tool_messages, sort_tool_results_by_call_order,
-// _drop_thinking_messages, render_message). Quick-instruction "task" messages are internal to DeepSeek
-// and not supported. Test vectors: tests/data/tokenizer/chat_vectors.json.
+// (vLLM's vllm/tokenizers/deepseek_v4_encoding.py: encode_messages, merge_tool_messages,
+// sort_tool_results_by_call_order, _drop_thinking_messages, render_message). Quick-instruction "task"
+// messages are internal to DeepSeek and not supported. Test vectors: tests/data/tokenizer/chat_vectors.json.
 #include <algorithm>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/tokenizer.h"
@@ -32,7 +31,8 @@ constexpr std::string_view kResponseFormat =
 constexpr std::string_view kToolsPrefix =
     "## Tools\n"
     "\n"
-    "You have access to a set of tools to help answer the user's question. You can invoke tools by writing a \"<｜DSML｜tool_calls>\" block like the following:\n"
+    "You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "
+    "\"<｜DSML｜tool_calls>\" block like the following:\n"
     "\n"
     "<｜DSML｜tool_calls>\n"
     "<｜DSML｜invoke name=\"$TOOL_NAME\">\n"
@@ -44,9 +44,11 @@ constexpr std::string_view kToolsPrefix =
     "</｜DSML｜invoke>\n"
     "</｜DSML｜tool_calls>\n"
     "\n"
-    "String parameters should be specified as is and set `string=\"true\"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string=\"false\"`.\n"
+    "String parameters should be specified as is and set `string=\"true\"`. For all other types (numbers, "
+    "booleans, arrays, objects), pass the value in JSON format and set `string=\"false\"`.\n"
     "\n"
-    "If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.\n"
+    "If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside "
+    "<think>...</think> BEFORE any tool calls or final response.\n"
     "\n"
     "Otherwise, output directly after </think> with tool calls or final response.\n"
     "\n"
@@ -58,8 +60,11 @@ constexpr std::string_view kToolsSuffix =
     "You MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
 constexpr std::string_view kReasoningEffortMax =
     "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
-    "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the root cause, rigorously stress-testing your logic against all potential paths, edge cases, and adversarial scenarios.\n"
-    "Explicitly write out your entire deliberation process, documenting every intermediate step, considered alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the "
+    "root cause, rigorously stress-testing your logic against all potential paths, edge cases, and "
+    "adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, considered "
+    "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n"
     "\n";
 
 // With split_special_tokens, message text is wrapped in these two bytes while the prompt is assembled; they
@@ -96,7 +101,9 @@ Result<ojson> parse_json(const std::string& text, const std::string& what) {
         return make_error(ErrorCode::kInvalidArgument, "chat: {} nests JSON deeper than {} levels", what,
                           io::kMaxJsonDepth);
     ojson j = ojson::parse(text, nullptr, false);
-    if (j.is_discarded()) return make_error(ErrorCode::kInvalidArgument, "chat: {} is not valid JSON: {}", what, text.substr(0, 80));
+    if (j.is_discarded())
+        return make_error(ErrorCode::kInvalidArgument, "chat: {} is not valid JSON: {}", what,
+                          text.substr(0, 80));
     return j;
 }
 
@@ -119,20 +126,22 @@ Result<std::string> render_tools(const std::vector<std::string>& tools, size_t m
 Result<std::string> render_arguments(const ChatToolCall& tc, size_t msg_index) {
     if (io::json_nesting_depth(tc.arguments) > io::kMaxJsonDepth)
         return make_error(ErrorCode::kInvalidArgument,
-                          "chat: messages[{}] tool call '{}' arguments nest JSON deeper than {} levels", msg_index,
-                          tc.name, io::kMaxJsonDepth);
+                          "chat: messages[{}] tool call '{}' arguments nest JSON deeper than {} levels",
+                          msg_index, tc.name, io::kMaxJsonDepth);
     ojson args = ojson::parse(tc.arguments, nullptr, false);
     if (args.is_discarded()) args = ojson{{"arguments", tc.arguments}};
     if (!args.is_object())
-        return make_error(ErrorCode::kInvalidArgument, "chat: messages[{}] tool call '{}' arguments are not a JSON object: {}",
-                          msg_index, tc.name, tc.arguments.substr(0, 80));
+        return make_error(ErrorCode::kInvalidArgument,
+                          "chat: messages[{}] tool call '{}' arguments are not a JSON object: {}", msg_index,
+                          tc.name, tc.arguments.substr(0, 80));
     std::string out;
     bool first = true;
     for (const auto& [k, v] : args.items()) {
         if (!first) out += "\n";
         first = false;
         const bool is_str = v.is_string();
-        out += fmt::format("<{}parameter name=\"{}\" string=\"{}\">{}</{}parameter>", kDsml, k, is_str ? "true" : "false",
+        out += fmt::format("<{}parameter name=\"{}\" string=\"{}\">{}</{}parameter>", kDsml, k,
+                           is_str ? "true" : "false",
                            is_str ? v.get<std::string>() : tok::python_json_dumps(v), kDsml);
     }
     return out;
@@ -176,8 +185,15 @@ std::vector<Msg> merge_tool_messages(const std::vector<ChatMessage>& messages) {
                 merged.push_back(std::move(u));
             }
         } else {
-            merged.push_back(Msg{m.role, m.content, m.reasoning_content, m.tool_calls, m.tools, m.response_format, m.wo_eos,
-                                 false, {}});
+            merged.push_back(Msg{m.role,
+                                 m.content,
+                                 m.reasoning_content,
+                                 m.tool_calls,
+                                 m.tools,
+                                 m.response_format,
+                                 m.wo_eos,
+                                 false,
+                                 {}});
         }
     }
     return merged;
@@ -199,7 +215,8 @@ void sort_tool_results_by_call_order(std::vector<Msg>& messages) {
                 auto it = order.find(b.tool_use_id);
                 return it == order.end() ? 0 : it->second;
             };
-            std::stable_sort(results.begin(), results.end(), [&](const Block& a, const Block& b) { return key(a) < key(b); });
+            std::stable_sort(results.begin(), results.end(),
+                             [&](const Block& a, const Block& b) { return key(a) < key(b); });
             size_t k = 0;
             for (Block& b : m.blocks)
                 if (b.tool_result) b = results[k++];
@@ -218,8 +235,8 @@ std::vector<Msg> drop_thinking_messages(std::vector<Msg> messages) {
     std::vector<Msg> out;
     for (int i = 0; i < static_cast<int>(messages.size()); ++i) {
         Msg& m = messages[i];
-        const bool keep = m.role == "user" || m.role == "system" || m.role == "tool" || m.role == "latest_reminder" ||
-                          m.role == "direct_search_results";
+        const bool keep = m.role == "user" || m.role == "system" || m.role == "tool" ||
+                          m.role == "latest_reminder" || m.role == "direct_search_results";
         if (keep || i >= last_user) {
             out.push_back(std::move(m));
         } else if (m.role == "assistant") {
@@ -230,8 +247,8 @@ std::vector<Msg> drop_thinking_messages(std::vector<Msg> messages) {
     return out;
 }
 
-Result<std::string> render_message(size_t index, const std::vector<Msg>& messages, bool thinking, bool drop_thinking,
-                                   const std::string& effort) {
+Result<std::string> render_message(size_t index, const std::vector<Msg>& messages, bool thinking,
+                                   bool drop_thinking, const std::string& effort) {
     const Msg& msg = messages[index];
     const int last_user = last_user_index(messages);
     std::string prompt;
@@ -243,7 +260,8 @@ Result<std::string> render_message(size_t index, const std::vector<Msg>& message
             out += "\n\n" + t;
         }
         if (!msg.response_format.empty()) {
-            DI_TRY(ojson rf, parse_json(msg.response_format, fmt::format("messages[{}].response_format", index)));
+            DI_TRY(ojson rf,
+                   parse_json(msg.response_format, fmt::format("messages[{}].response_format", index)));
             out += "\n\n" + std::string(kResponseFormat) + tok::python_json_dumps(rf);
         }
         return ok_status();
@@ -254,7 +272,8 @@ Result<std::string> render_message(size_t index, const std::vector<Msg>& message
         DI_TRY_STATUS(tools_and_format(prompt));
     } else if (msg.role == "developer") {
         if (msg.content.empty())
-            return make_error(ErrorCode::kInvalidArgument, "chat: messages[{}] (developer) has empty content", index);
+            return make_error(ErrorCode::kInvalidArgument, "chat: messages[{}] (developer) has empty content",
+                              index);
         prompt += kUser;
         prompt += plain(msg.content);
         DI_TRY_STATUS(tools_and_format(prompt));
@@ -279,7 +298,8 @@ Result<std::string> render_message(size_t index, const std::vector<Msg>& message
         if (!msg.wo_eos) prompt += kEos;
     } else {
         return make_error(ErrorCode::kInvalidArgument,
-                          "chat: messages[{}] has role '{}', expected system, developer, user, assistant, tool or latest_reminder",
+                          "chat: messages[{}] has role '{}', expected system, developer, user, assistant, "
+                          "tool or latest_reminder",
                           index, msg.role);
     }
 
@@ -295,7 +315,8 @@ Result<std::string> render_message(size_t index, const std::vector<Msg>& message
 }
 
 Result<std::string> encode_chat_text(const std::vector<ChatMessage>& input, const ChatOptions& options) {
-    if (!options.reasoning_effort.empty() && options.reasoning_effort != "high" && options.reasoning_effort != "max")
+    if (!options.reasoning_effort.empty() && options.reasoning_effort != "high" &&
+        options.reasoning_effort != "max")
         return make_error(ErrorCode::kInvalidArgument, "chat: reasoning_effort '{}' is not one of high, max",
                           options.reasoning_effort);
     std::vector<ChatMessage> with_tools;

@@ -37,7 +37,9 @@ std::string to_json_string(const std::string& s) { return tok::python_json_dumps
 // Reference: re.findall(r'^\s*name="(.*?)">\n$', text, re.DOTALL).
 std::optional<std::string> parse_invoke_name(std::string_view t) {
     size_t i = 0;
-    while (i < t.size() && (t[i] == ' ' || t[i] == '\n' || t[i] == '\t' || t[i] == '\r' || t[i] == '\f' || t[i] == '\v')) ++i;
+    while (i < t.size() &&
+           (t[i] == ' ' || t[i] == '\n' || t[i] == '\t' || t[i] == '\r' || t[i] == '\f' || t[i] == '\v'))
+        ++i;
     if (t.substr(i, 6) != "name=\"") return std::nullopt;
     i += 6;
     for (size_t p = t.find("\">\n", i); p != std::string_view::npos; p = t.find("\">\n", p + 1)) {
@@ -88,18 +90,18 @@ struct ChatOutputParser::State {
     // in its value, after its closing tag.
     enum class Tool { kBetween, kHeader, kParamHead, kValue, kAfterParam };
     Mode mode = Mode::kContent;
-    std::string buf;     // undecided text of the current mode
+    std::string buf;           // undecided text of the current mode
     std::string block_prefix;  // kTools: text that opened the block, replayed as content on error
     std::vector<ChatEvent> events;
 
     // kTools: positions in buf (the text after the block's opening tag).
     Tool tool = Tool::kBetween;
-    size_t pos = 0;       // the next byte to parse
-    size_t parsed = 0;    // end of the last closed invoke: content resumes here on an error between calls
-    size_t elem = 0;      // start of the element being parsed in an open call: content resumes here
-    bool open = false;    // a call's name and "{" are out
+    size_t pos = 0;     // the next byte to parse
+    size_t parsed = 0;  // end of the last closed invoke: content resumes here on an error between calls
+    size_t elem = 0;    // start of the element being parsed in an open call: content resumes here
+    bool open = false;  // a call's name and "{" are out
     std::vector<std::string> keys;  // the open call's parameter names
-    std::string key;      // the parameter being parsed
+    std::string key;                // the parameter being parsed
     bool is_string = false;
     size_t value0 = 0, value_out = 0;  // its value's first byte; bytes of a string value already out
 
@@ -116,10 +118,15 @@ struct ChatOutputParser::State {
     // Consumes as much of buf as can be decided; returns false when waiting for more text.
     bool step(bool final) {
         switch (mode) {
-            case Mode::kReasoning: return step_reasoning(final);
-            case Mode::kContent: return step_content(final);
-            case Mode::kTools: return step_tools(final);
-            case Mode::kDone: buf.clear(); return false;
+            case Mode::kReasoning:
+                return step_reasoning(final);
+            case Mode::kContent:
+                return step_content(final);
+            case Mode::kTools:
+                return step_tools(final);
+            case Mode::kDone:
+                buf.clear();
+                return false;
         }
         return false;
     }
@@ -146,7 +153,8 @@ struct ChatOutputParser::State {
             std::string_view before = std::string_view(buf).substr(0, at);
             if (stop == 0) {
                 const bool nn = before.size() >= 2 && before.substr(before.size() - 2) == "\n\n";
-                block_prefix = std::string(nn ? before.substr(before.size() - 2) : "") + std::string(kBlockStart);
+                block_prefix =
+                    std::string(nn ? before.substr(before.size() - 2) : "") + std::string(kBlockStart);
                 if (nn) before.remove_suffix(2);
             }
             emit(ChatEvent::Kind::kContent, before);
@@ -156,7 +164,8 @@ struct ChatOutputParser::State {
             return true;
         }
         size_t hold = final ? 0 : std::max(partial_suffix(buf, kBlockStart), partial_suffix(buf, kEos));
-        for (int k = 0; k < 2 && !final && hold < buf.size() && buf[buf.size() - hold - 1] == '\n'; ++k) ++hold;
+        for (int k = 0; k < 2 && !final && hold < buf.size() && buf[buf.size() - hold - 1] == '\n'; ++k)
+            ++hold;
         emit(ChatEvent::Kind::kContent, std::string_view(buf).substr(0, buf.size() - hold));
         buf.erase(0, buf.size() - hold);
         return false;
@@ -174,7 +183,8 @@ struct ChatOutputParser::State {
         while (true) {
             switch (tool) {
                 case Tool::kBetween: {
-                    // Between elements the reference expects exactly ">\n"; our block start includes the first ">".
+                    // Between elements the reference expects exactly ">\n"; our block start includes the
+                    // first ">".
                     const std::string_view sep = pos == 0 ? "\n" : ">\n";
                     const std::string_view head = t.substr(pos);
                     if (head.size() < sep.size()) {
@@ -189,8 +199,9 @@ struct ChatOutputParser::State {
                         return true;
                     }
                     if (rest.substr(0, kInvoke.size()) != kInvoke) {
-                        const bool maybe = rest.size() < kBlockEnd.size() &&
-                                           (kBlockEnd.substr(0, rest.size()) == rest || kInvoke.substr(0, rest.size()) == rest);
+                        const bool maybe =
+                            rest.size() < kBlockEnd.size() && (kBlockEnd.substr(0, rest.size()) == rest ||
+                                                               kInvoke.substr(0, rest.size()) == rest);
                         return maybe && !final ? false : fail();
                     }
                     pos += sep.size() + kInvoke.size();
@@ -217,17 +228,21 @@ struct ChatOutputParser::State {
                     constexpr std::string_view kName = " name=\"", kTrue = "\" string=\"true\">",
                                                kFalse = "\" string=\"false\">";
                     const size_t end = t.find(kParamEnd, pos);
-                    const std::string_view region = t.substr(pos, end == std::string_view::npos ? end : end - pos);
-                    if (region.substr(0, kName.size()) != kName.substr(0, std::min(region.size(), kName.size())))
+                    const std::string_view region =
+                        t.substr(pos, end == std::string_view::npos ? end : end - pos);
+                    if (region.substr(0, kName.size()) !=
+                        kName.substr(0, std::min(region.size(), kName.size())))
                         return fail();
                     size_t p = std::string_view::npos;
                     bool flag = false;
                     if (region.size() >= kName.size()) {  // the first `" string="true|false">` ends the name
-                        const size_t pt = region.find(kTrue, kName.size()), pf = region.find(kFalse, kName.size());
+                        const size_t pt = region.find(kTrue, kName.size()),
+                                     pf = region.find(kFalse, kName.size());
                         p = std::min(pt, pf);
                         flag = p == pt;
                     }
-                    if (p == std::string_view::npos) return end != std::string_view::npos || final ? fail() : false;
+                    if (p == std::string_view::npos)
+                        return end != std::string_view::npos || final ? fail() : false;
                     key = std::string(region.substr(kName.size(), p - kName.size()));
                     if (std::find(keys.begin(), keys.end(), key) != keys.end()) return fail();  // duplicate
                     is_string = flag;
@@ -241,8 +256,9 @@ struct ChatOutputParser::State {
                     if (end == std::string_view::npos) {
                         if (final) return fail();
                         if (is_string) {  // what cannot be the terminator goes out now
-                            const size_t hold = std::max(partial_suffix(t, std::string("<").append(kParamEnd)),
-                                                         partial_suffix(t, std::string("<\n").append(kParamEnd)));
+                            const size_t hold =
+                                std::max(partial_suffix(t, std::string("<").append(kParamEnd)),
+                                         partial_suffix(t, std::string("<\n").append(kParamEnd)));
                             const size_t upto = std::max(value_out, t.size() - std::min(hold, t.size()));
                             const size_t n = utf8_complete(t.substr(value_out, upto - value_out));
                             args(json_string_body(t.substr(value_out, n)));
@@ -252,9 +268,12 @@ struct ChatOutputParser::State {
                     }
                     const std::string_view v = t.substr(value0, end - value0);
                     size_t cut = 0;
-                    if (!v.empty() && v.back() == '<') cut = 1;
-                    else if (v.size() >= 2 && v.substr(v.size() - 2) == "<\n") cut = 2;
-                    else return fail();
+                    if (!v.empty() && v.back() == '<')
+                        cut = 1;
+                    else if (v.size() >= 2 && v.substr(v.size() - 2) == "<\n")
+                        cut = 2;
+                    else
+                        return fail();
                     const size_t value_end = end - cut;
                     if (is_string) {
                         args(json_string_body(t.substr(value_out, value_end - value_out)) + "\"");

@@ -42,8 +42,10 @@ std::string oniguruma_to_pcre2(std::string_view p) {
             ++i;
             continue;
         }
-        if (c == '[' && !in_class) in_class = true;
-        else if (c == ']' && in_class) in_class = false;
+        if (c == '[' && !in_class)
+            in_class = true;
+        else if (c == ']' && in_class)
+            in_class = false;
         out.push_back(c);
     }
     return out;
@@ -92,7 +94,8 @@ Result<PreTokenizer> PreTokenizer::build(const std::vector<std::string>& pattern
         if (!code) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof(msg));
-            return make_error(ErrorCode::kFormat, "tokenizer.json: pre_tokenizer split regex #{} '{}': {} at offset {}", k,
+            return make_error(ErrorCode::kFormat,
+                              "tokenizer.json: pre_tokenizer split regex #{} '{}': {} at offset {}", k,
                               patterns[k], reinterpret_cast<char*>(msg), offset);
         }
         pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter when JIT is unavailable
@@ -102,7 +105,6 @@ Result<PreTokenizer> PreTokenizer::build(const std::vector<std::string>& pattern
     }
     return pt;
 }
-
 
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out) const {
     Scratch& scratch = thread_scratch();
@@ -119,12 +121,14 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
             const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
             size_t pos = 0, last = 0;
             while (pos < piece.size()) {
-                const int rc = pcre2_match(code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, md, scratch.context);
+                const int rc =
+                    pcre2_match(code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, md, scratch.context);
                 if (rc < 0) break;  // no match (or a resource limit: the rest stays one piece)
                 const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
                 if (ov[1] == ov[0]) {  // empty match: advance one code point, as tokenizers' find_iter does
                     pos = ov[0] + 1;
-                    while (pos < piece.size() && (static_cast<unsigned char>(piece[pos]) & 0xC0) == 0x80) ++pos;
+                    while (pos < piece.size() && (static_cast<unsigned char>(piece[pos]) & 0xC0) == 0x80)
+                        ++pos;
                     continue;
                 }
                 if (ov[0] > last) next.push_back(piece.substr(last, ov[0] - last));

@@ -13,7 +13,7 @@
 namespace di::tok {
 
 class PreTokenizer {
-public:
+  public:
     // Each pattern is an Oniguruma regex from tokenizer.json; `\s`/`\S` are rewritten to Oniguruma's
     // Unicode definition (PCRE2's differs for U+180E and U+200B-class code points).
     static Result<PreTokenizer> build(const std::vector<std::string>& patterns);
@@ -27,7 +27,7 @@ public:
     PreTokenizer& operator=(PreTokenizer&&) noexcept;
     ~PreTokenizer();
 
-private:
+  private:
     struct Stage;
     std::vector<std::unique_ptr<Stage>> stages_;
 };

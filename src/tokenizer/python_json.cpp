@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 
 namespace di::tok {
 
@@ -13,7 +13,8 @@ std::string python_float_repr(double v) {
     if (std::isnan(v)) return "NaN";
     if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
     char buf[64];
-    auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);  // shortest round-trip
+    auto res =
+        std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);  // shortest round-trip
     std::string s(buf, res.ptr);
     std::string sign;
     if (s[0] == '-') {
@@ -33,11 +34,13 @@ std::string python_float_repr(double v) {
         } else if (static_cast<size_t>(decpt) >= digits.size()) {
             out = digits + std::string(static_cast<size_t>(decpt) - digits.size(), '0') + ".0";
         } else {
-            out = digits.substr(0, static_cast<size_t>(decpt)) + "." + digits.substr(static_cast<size_t>(decpt));
+            out = digits.substr(0, static_cast<size_t>(decpt)) + "." +
+                  digits.substr(static_cast<size_t>(decpt));
         }
     } else {
         out = digits.substr(0, 1);
-        if (digits.size() > 1) out.append(".").append(digits, 1);  // append: GCC 12 -Wrestrict false positive on "." + s
+        if (digits.size() > 1)
+            out.append(".").append(digits, 1);  // append: GCC 12 -Wrestrict false positive on "." + s
         const int x = decpt - 1;
         char eb[16];
         std::snprintf(eb, sizeof(eb), "e%c%02d", x < 0 ? '-' : '+', x < 0 ? -x : x);
@@ -53,13 +56,27 @@ void dump_string(const std::string& s, std::string& out) {
     for (char ch : s) {
         const auto c = static_cast<unsigned char>(ch);
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
             default:
                 if (c < 0x20) {
                     char buf[8];
@@ -75,12 +92,24 @@ void dump_string(const std::string& s, std::string& out) {
 
 void dump(const nlohmann::ordered_json& v, std::string& out) {
     switch (v.type()) {
-        case nlohmann::json::value_t::null: out += "null"; break;
-        case nlohmann::json::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
-        case nlohmann::json::value_t::number_integer: out += std::to_string(v.get<int64_t>()); break;
-        case nlohmann::json::value_t::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
-        case nlohmann::json::value_t::number_float: out += python_float_repr(v.get<double>()); break;
-        case nlohmann::json::value_t::string: dump_string(v.get_ref<const std::string&>(), out); break;
+        case nlohmann::json::value_t::null:
+            out += "null";
+            break;
+        case nlohmann::json::value_t::boolean:
+            out += v.get<bool>() ? "true" : "false";
+            break;
+        case nlohmann::json::value_t::number_integer:
+            out += std::to_string(v.get<int64_t>());
+            break;
+        case nlohmann::json::value_t::number_unsigned:
+            out += std::to_string(v.get<uint64_t>());
+            break;
+        case nlohmann::json::value_t::number_float:
+            out += python_float_repr(v.get<double>());
+            break;
+        case nlohmann::json::value_t::string:
+            dump_string(v.get_ref<const std::string&>(), out);
+            break;
         case nlohmann::json::value_t::array: {
             out.push_back('[');
             bool first = true;
@@ -105,7 +134,9 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
             out.push_back('}');
             break;
         }
-        default: out += "null"; break;  // binary / discarded never come from a text parse
+        default:
+            out += "null";
+            break;  // binary / discarded never come from a text parse
     }
 }
 

@@ -3,9 +3,8 @@
 // tool-call arguments.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace di::tok {
 

@@ -11,7 +11,7 @@ namespace di {
 
 namespace {
 
-constexpr size_t kCacheMaxWord = 64;        // longer pieces are rare and not worth hashing
+constexpr size_t kCacheMaxWord = 64;          // longer pieces are rare and not worth hashing
 constexpr size_t kCacheMaxEntries = 1 << 17;  // ~10 MB per thread at most; cleared when full
 
 // Per-thread word -> ids cache (no locks). `serial` ties it to one loaded model; a new model clears it.
@@ -38,7 +38,9 @@ Result<Tokenizer> Tokenizer::load(const std::string& path) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const { return encode(text, model_->add_bos); }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const { return encode(text, add_bos, {}); }
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
+    return encode(text, add_bos, {});
+}
 
 std::optional<size_t> Tokenizer::invalid_utf8_offset(std::string_view text) {
     const size_t at = tok::utf8_first_invalid(text);
@@ -46,7 +48,8 @@ std::optional<size_t> Tokenizer::invalid_utf8_offset(std::string_view text) {
     return at;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, std::span<const TextRange> plain) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       std::span<const TextRange> plain) const {
     const tok::TokenizerModel& m = *model_;
     std::string sanitized;
     bool all_plain = false;
@@ -102,7 +105,8 @@ Result<std::string> Tokenizer::decode(std::span<const int32_t> ids, bool skip_sp
     for (size_t i = 0; i < ids.size(); ++i) {
         const int32_t id = ids[i];
         if (id < 0 || id >= vocab_size())
-            return make_error(ErrorCode::kOutOfRange, "detokenize: token #{} has id {}, outside [0, {})", i, id, vocab_size());
+            return make_error(ErrorCode::kOutOfRange, "detokenize: token #{} has id {}, outside [0, {})", i,
+                              id, vocab_size());
         if (skip_special && model_->special[id]) continue;
         bytes += model_->bytes[id];
     }
@@ -142,7 +146,8 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
 
 Result<std::string> StreamDecoder::push(int32_t id) {
     if (id < 0 || id >= tokenizer_.vocab_size())
-        return make_error(ErrorCode::kOutOfRange, "detokenize: id {} outside [0, {})", id, tokenizer_.vocab_size());
+        return make_error(ErrorCode::kOutOfRange, "detokenize: id {} outside [0, {})", id,
+                          tokenizer_.vocab_size());
     if (skip_special_ && tokenizer_.is_special(id)) return std::string();
     pending_ += tokenizer_.token_bytes(id);
     const size_t n = tok::utf8_complete_prefix(pending_);

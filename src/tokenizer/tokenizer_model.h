@@ -16,8 +16,8 @@ namespace di::tok {
 struct TokenizerModel {
     BpeModel bpe;
     PreTokenizer pretokenizer;
-    TokenMatcher added_raw;         // added tokens with normalized=false (matched first)
-    TokenMatcher added_normalized;  // normalized=true (the normalizer is the identity here)
+    TokenMatcher added_raw;          // added tokens with normalized=false (matched first)
+    TokenMatcher added_normalized;   // normalized=true (the normalizer is the identity here)
     std::vector<std::string> text;   // id -> stored spelling
     std::vector<std::string> bytes;  // id -> decoded bytes
     std::vector<uint8_t> special;    // id -> 1 when an added token marked special

@@ -8,11 +8,16 @@ namespace {
 // Allowed range of the second byte for each lead byte; later bytes are always 80..BF.
 bool second_byte_ok(unsigned char lead, unsigned char b) {
     switch (lead) {
-        case 0xE0: return b >= 0xA0 && b <= 0xBF;
-        case 0xED: return b >= 0x80 && b <= 0x9F;  // excludes surrogates
-        case 0xF0: return b >= 0x90 && b <= 0xBF;
-        case 0xF4: return b >= 0x80 && b <= 0x8F;  // <= U+10FFFF
-        default: return b >= 0x80 && b <= 0xBF;
+        case 0xE0:
+            return b >= 0xA0 && b <= 0xBF;
+        case 0xED:
+            return b >= 0x80 && b <= 0x9F;  // excludes surrogates
+        case 0xF0:
+            return b >= 0x90 && b <= 0xBF;
+        case 0xF4:
+            return b >= 0x80 && b <= 0x8F;  // <= U+10FFFF
+        default:
+            return b >= 0x80 && b <= 0xBF;
     }
 }
 

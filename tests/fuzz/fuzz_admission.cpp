@@ -60,8 +60,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 s.complete(p);
                 break;
             }
-            case 2: (void)s.remove(r.take<uint8_t>() % (id + 1)); break;
-            default: (void)state_bytes(lim, r.take<int64_t>()); break;
+            case 2:
+                (void)s.remove(r.take<uint8_t>() % (id + 1));
+                break;
+            default:
+                (void)state_bytes(lim, r.take<int64_t>());
+                break;
         }
         if (s.bytes_in_use() < 0 || s.bytes_in_use() > cfg.memory_budget_bytes) std::abort();
     }

@@ -39,8 +39,10 @@ TEST_P(CudaAttention, MatchesRef) {
     SKIP_WITHOUT_GPU();
     const AttnCase& c = GetParam();
     auto& b = backends();
-    Pair q(DType::kF32, {c.L, c.H, c.hd}), ring(DType::kF32, {c.window - 1, c.hd}), kv(DType::kF32, {c.L, c.hd});
-    Pair comp(DType::kF32, {std::max<int64_t>(c.T, 1), c.hd}), picks(DType::kI32, {c.L, std::max<int64_t>(c.k, 1)});
+    Pair q(DType::kF32, {c.L, c.H, c.hd}), ring(DType::kF32, {c.window - 1, c.hd}),
+        kv(DType::kF32, {c.L, c.hd});
+    Pair comp(DType::kF32, {std::max<int64_t>(c.T, 1), c.hd}),
+        picks(DType::kI32, {c.L, std::max<int64_t>(c.k, 1)});
     Pair sinks(DType::kF32, {c.H}), out(DType::kF32, {c.L, c.H, c.hd});
     fill_uniform(q), fill_uniform(ring), fill_uniform(kv), fill_uniform(comp), fill_uniform(sinks, -2, 2);
     out.poison();
@@ -89,9 +91,10 @@ TEST(CudaAttentions, BatchedEqualsEachAlone) {
         int64_t L, pos0, T, rate, k;
         ops::CompMask mask;
     };
-    const Job spec[] = {{1, 10, 0, 1, 0, ops::CompMask::kNone},       {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
-                        {1, 4000, 1000, 4, 512, ops::CompMask::kPicks}, {3, 500, 4, 128, 0, ops::CompMask::kCausal},
-                        {1, 70000, 546, 128, 0, ops::CompMask::kCausal}, {1, 127, 31, 4, 512, ops::CompMask::kPicks}};
+    const Job spec[] = {
+        {1, 10, 0, 1, 0, ops::CompMask::kNone},          {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
+        {1, 4000, 1000, 4, 512, ops::CompMask::kPicks},  {3, 500, 4, 128, 0, ops::CompMask::kCausal},
+        {1, 70000, 546, 128, 0, ops::CompMask::kCausal}, {1, 127, 31, 4, 512, ops::CompMask::kPicks}};
     const size_t n = std::size(spec);
     std::vector<Pair> q(n), ring(n), kv(n), comp(n), picks(n), out(n);
     Pair sinks(DType::kF32, {H});
@@ -100,7 +103,8 @@ TEST(CudaAttentions, BatchedEqualsEachAlone) {
         const Job& j = spec[i];
         q[i] = Pair(DType::kF32, {j.L, H, hd}), ring[i] = Pair(DType::kF32, {window - 1, hd});
         kv[i] = Pair(DType::kF32, {j.L, hd}), comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
-        picks[i] = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)}), out[i] = Pair(DType::kF32, {j.L, H, hd});
+        picks[i] = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)}),
+        out[i] = Pair(DType::kF32, {j.L, H, hd});
         fill_uniform(q[i]), fill_uniform(ring[i]), fill_uniform(kv[i]), fill_uniform(comp[i]);
         for (int64_t e = 0; e < picks[i].hv().numel(); ++e)
             picks[i].hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
@@ -109,7 +113,8 @@ TEST(CudaAttentions, BatchedEqualsEachAlone) {
     auto args = [&](size_t i, bool d) {
         const Job& j = spec[i];
         ops::AttentionArgs a;
-        a.q = d ? q[i].dv() : q[i].hv(), a.ring = d ? ring[i].dv() : ring[i].hv(), a.kv = d ? kv[i].dv() : kv[i].hv();
+        a.q = d ? q[i].dv() : q[i].hv(), a.ring = d ? ring[i].dv() : ring[i].hv(),
+        a.kv = d ? kv[i].dv() : kv[i].hv();
         if (j.mask != ops::CompMask::kNone) a.comp = d ? comp[i].dv() : comp[i].hv();
         if (j.mask == ops::CompMask::kPicks) a.picks = d ? picks[i].dv() : picks[i].hv();
         a.sinks = d ? sinks.dv() : sinks.hv(), a.out = d ? out[i].dv() : out[i].hv();
@@ -165,9 +170,9 @@ struct CompressCase {
 const CompressCase kCompress[] = {
     {"hca_flash_prefill", 300, 512, 128, 100, false},
     {"hca_decode_closing", 1, 512, 128, 127, false},
-    {"csa_flash_decode_closing", 1, 512, 4, 7, true},   // first window of the call: overlap from state
+    {"csa_flash_decode_closing", 1, 512, 4, 7, true},  // first window of the call: overlap from state
     {"csa_flash_decode_open", 1, 512, 4, 9, true},
-    {"csa_prefill_from_zero", 37, 512, 4, 0, true},     // w = 0: empty overlap half
+    {"csa_prefill_from_zero", 37, 512, 4, 0, true},  // w = 0: empty overlap half
     {"indexer_prefill_mid", 23, 128, 4, 5, true},
     {"odd_small", 7, 5, 3, 2, true},
 };
@@ -184,7 +189,8 @@ TEST_P(CudaCompress, MatchesRefIncludingState) {
     Pair bkv(DType::kF32, {c.rate, width}), bgate(DType::kF32, {c.rate, width});
     Pair okv(DType::kF32, {c.rate, c.d}), ogate(DType::kF32, {c.rate, c.d});
     Pair out(DType::kF32, {std::max<int64_t>(n_new, 1), c.d});
-    fill_uniform(kv), fill_uniform(gate, -3, 3), fill_uniform(bias), fill_uniform(bkv), fill_uniform(bgate, -3, 3);
+    fill_uniform(kv), fill_uniform(gate, -3, 3), fill_uniform(bias), fill_uniform(bkv),
+        fill_uniform(bgate, -3, 3);
     fill_uniform(okv), fill_uniform(ogate, -3, 3);
     out.poison();
     auto make = [&](bool d) {
@@ -236,7 +242,8 @@ TEST_P(CudaIndexer, PicksMatchRef) {
     Pair picks(DType::kI32, {c.L, c.k});
     fill_uniform(q), fill_uniform(w), fill_uniform(keys);
     if (c.many_zero_scores) {  // keys of entries w % 4 != 0 point away from every query: ReLU gives 0
-        for (int64_t i = 0; i < q.hv().numel(); ++i) q.hv().ptr<float>()[i] = std::abs(q.hv().ptr<float>()[i]);
+        for (int64_t i = 0; i < q.hv().numel(); ++i)
+            q.hv().ptr<float>()[i] = std::abs(q.hv().ptr<float>()[i]);
         for (int64_t e = 0; e < c.T; ++e)
             for (int64_t j = 0; j < c.dim; ++j) {
                 float& v = keys.hv().ptr<float>()[e * c.dim + j];
@@ -255,7 +262,8 @@ TEST_P(CudaIndexer, PicksMatchRef) {
         for (int64_t h = 0; h < c.H; ++h) {
             double dot = 0;
             for (int64_t j = 0; j < c.dim; ++j)
-                dot += double(q.hv().ptr<float>()[(t * c.H + h) * c.dim + j]) * keys.hv().ptr<float>()[e * c.dim + j];
+                dot += double(q.hv().ptr<float>()[(t * c.H + h) * c.dim + j]) *
+                       keys.hv().ptr<float>()[e * c.dim + j];
             s += std::max(dot, 0.0) * ss * w.hv().ptr<float>()[t * c.H + h] * ws;
         }
         return s;

@@ -30,7 +30,8 @@ std::vector<float> edge_rows(int64_t n, int64_t in) {
             }
             if (kind == 3) {  // amax 448 (scale 1), then values exactly halfway between e4m3 codes
                 blk[0] = 448.0f;
-                for (int i = 1; i < 64; ++i) blk[i] = (i % 2 ? 1.0f : -1.0f) * (1.0f + (2 * (i % 8) + 1) / 16.0f);
+                for (int i = 1; i < 64; ++i)
+                    blk[i] = (i % 2 ? 1.0f : -1.0f) * (1.0f + (2 * (i % 8) + 1) / 16.0f);
                 for (int i = 64; i < 96; ++i) blk[i] = float(i - 64) * 0x1p-10f;  // subnormal codes and ties
             }
         }
@@ -40,14 +41,16 @@ std::vector<float> edge_rows(int64_t n, int64_t in) {
 TEST(CudaActQuant, KernelsMatchTheHostStepsBitForBit) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const int64_t n = 7, in = 1280, ldx = in + 4;
-    Pair x(DType::kF32, {n, ldx}), deq(DType::kF32, {n, in}), q(DType::kU8, {n, in}), sx(DType::kF32, {in / 128, n});
+    Pair x(DType::kF32, {n, ldx}), deq(DType::kF32, {n, in}), q(DType::kU8, {n, in}),
+        sx(DType::kF32, {in / 128, n});
     const std::vector<float> rows = edge_rows(n, in);
     for (int64_t r = 0; r < n; ++r)
         std::copy(rows.begin() + r * in, rows.begin() + (r + 1) * in, x.hv().ptr<float>() + r * ldx);
     x.upload();
     deq.poison(), q.poison(), sx.poison();
     cuda::launch_act_quant_dequant(x.dv().ptr<float>(), ldx, n, in, deq.dv().ptr<float>(), nullptr);
-    cuda::launch_act_quant_fp8(x.dv().ptr<float>(), ldx, n, in, q.dv().ptr<uint8_t>(), sx.dv().ptr<float>(), n, nullptr);
+    cuda::launch_act_quant_fp8(x.dv().ptr<float>(), ldx, n, in, q.dv().ptr<uint8_t>(), sx.dv().ptr<float>(),
+                               n, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got = deq.device_f32(), scales = sx.device_f32();
     const std::vector<uint8_t> codes = q.device_as<uint8_t>();
@@ -58,15 +61,17 @@ TEST(CudaActQuant, KernelsMatchTheHostStepsBitForBit) {
         for (int64_t i = 0; i < in; ++i) {
             const float s = scales[size_t((i / 128) * n + r)];
             const float from_code = fp8_e4m3_to_f32(codes[size_t(r * in + i)]) * s;
-            if (std::memcmp(&got[size_t(r * in + i)], &want[size_t(i)], 4) != 0 || from_code != want[size_t(i)])
+            if (std::memcmp(&got[size_t(r * in + i)], &want[size_t(i)], 4) != 0 ||
+                from_code != want[size_t(i)])
                 if (++bad <= 5)
-                    ADD_FAILURE() << "row " << r << " col " << i << ": x " << rows[size_t(r * in + i)] << " host "
-                                  << want[size_t(i)] << " dequant kernel " << got[size_t(r * in + i)] << " code*scale "
-                                  << from_code;
+                    ADD_FAILURE() << "row " << r << " col " << i << ": x " << rows[size_t(r * in + i)]
+                                  << " host " << want[size_t(i)] << " dequant kernel "
+                                  << got[size_t(r * in + i)] << " code*scale " << from_code;
         }
         for (int64_t b = 0; b < in / 128; ++b) {
             float amax = 0;
-            for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(rows[size_t(r * in + b * 128 + i)]));
+            for (int i = 0; i < 128; ++i)
+                amax = std::max(amax, std::fabs(rows[size_t(r * in + b * 128 + i)]));
             EXPECT_EQ(scales[size_t(b * n + r)], ops::act_block_scale(amax)) << "row " << r << " block " << b;
         }
     }
@@ -142,8 +147,10 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
     y.poison();
     Pair data(DType::kF8E4M3, {c.out, c.in}), scale(c.scale_dt, {(c.out + 127) / 128, c.in / 128});
     fill_fp8(data);
-    if (c.scale_dt == DType::kE8M0) fill_e8m0(scale);
-    else fill_uniform(scale, 0.01f, 0.1f);
+    if (c.scale_dt == DType::kE8M0)
+        fill_e8m0(scale);
+    else
+        fill_uniform(scale, 0.01f, 0.1f);
     auto make = [&](bool dev) {
         ops::LinearArgs a;
         a.x = dev ? x.dv() : x.hv();
@@ -168,17 +175,18 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
         expect_close(y, 1e-3, c.name);
         const std::vector<float> first = y.device_f32();  // the same bits again
         b.gpu->linear(make(true));
-        EXPECT_EQ(0, std::memcmp(first.data(), y.device_f32().data(), first.size() * sizeof(float))) << "not deterministic";
+        EXPECT_EQ(0, std::memcmp(first.data(), y.device_f32().data(), first.size() * sizeof(float)))
+            << "not deterministic";
     } else {
         expect_close(y, 2e-5, c.name);
     }
     ASSERT_TRUE(b.gpu->force_variant("linear", ""));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, CudaLinearFp8Act,
-    ::testing::ValuesIn(variant_runs(kActCases, {"", "cublaslt_fp8", "split_rows", "stream_gemv", "tiled"})),
-    VariantRunName());
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearFp8Act,
+                         ::testing::ValuesIn(variant_runs(kActCases, {"", "cublaslt_fp8", "split_rows",
+                                                                      "stream_gemv", "tiled"})),
+                         VariantRunName());
 
 // linears() with fp8 activation blocks: the eight grouped output-projection jobs (strided slices of one x and
 // y) at one token (dequantised, then split_rows in shared launches) and at 40 tokens (each on cuBLASLt).
@@ -187,7 +195,8 @@ TEST(CudaLinearsFp8Act, GroupedJobsMatchRef) {
     auto& b = backends();
     for (const int64_t n : {int64_t(1), int64_t(40)}) {
         cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
-        ASSERT_TRUE(lt && lt->supports(40, 4096, 1024, 4096, 8 * 1024)) << "cuBLASLt takes no [40, 4096] x [1024, 4096]";
+        ASSERT_TRUE(lt && lt->supports(40, 4096, 1024, 4096, 8 * 1024))
+            << "cuBLASLt takes no [40, 4096] x [1024, 4096]";
         Pair xs(DType::kF32, {n, 8 * 4096}), ys(DType::kF32, {n, 8 * 1024});
         fill_uniform(xs);
         ys.poison();

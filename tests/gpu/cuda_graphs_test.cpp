@@ -20,7 +20,8 @@ namespace di {
 namespace {
 
 std::string data_dir() {
-    const char* env = std::getenv("DEEPINFER_TEST_DATA");  // the GPU machine runs a copy of the tree elsewhere
+    const char* env =
+        std::getenv("DEEPINFER_TEST_DATA");  // the GPU machine runs a copy of the tree elsewhere
     return env ? env : DI_TEST_DATA;
 }
 
@@ -64,7 +65,8 @@ std::vector<std::vector<float>> trace(Run& r, const std::vector<int32_t>& tokens
     out.push_back(r.m->forward(std::span(first, two ? 2 : 1)));
     for (int t = 0; t < steps; ++t) {
         const size_t i = size_t(t) % tokens.size();
-        model::SeqChunk step[] = {{&a, all.subspan(i, 1), false}, {&b, all.subspan((i + 5) % tokens.size(), 1), false}};
+        model::SeqChunk step[] = {{&a, all.subspan(i, 1), false},
+                                  {&b, all.subspan((i + 5) % tokens.size(), 1), false}};
         out.push_back(r.m->forward(std::span(step, two ? 2 : 1)));
     }
     return out;
@@ -96,10 +98,18 @@ void expect_replay_equals_eager(const char* fixture, model::Precision p, bool tw
               eager.be->dispatch_count("moe", "split_rows") + eager.be->dispatch_count("moe", "grouped"));
 }
 
-TEST(CudaGraphs, DecodeReplayEqualsEagerFp8) { expect_replay_equals_eager("v4_tiny_fp8", model::Precision::kExact, false); }
-TEST(CudaGraphs, DecodeReplayEqualsEagerBf16) { expect_replay_equals_eager("v4_tiny_bf16", model::Precision::kExact, false); }
-TEST(CudaGraphs, TwoSequencesReplayEqualsEager) { expect_replay_equals_eager("v4_tiny_fp8", model::Precision::kExact, true); }
-TEST(CudaGraphs, NativePrecisionReplayEqualsEager) { expect_replay_equals_eager("v4_tiny_fp8", model::Precision::kNative, true); }
+TEST(CudaGraphs, DecodeReplayEqualsEagerFp8) {
+    expect_replay_equals_eager("v4_tiny_fp8", model::Precision::kExact, false);
+}
+TEST(CudaGraphs, DecodeReplayEqualsEagerBf16) {
+    expect_replay_equals_eager("v4_tiny_bf16", model::Precision::kExact, false);
+}
+TEST(CudaGraphs, TwoSequencesReplayEqualsEager) {
+    expect_replay_equals_eager("v4_tiny_fp8", model::Precision::kExact, true);
+}
+TEST(CudaGraphs, NativePrecisionReplayEqualsEager) {
+    expect_replay_equals_eager("v4_tiny_fp8", model::Precision::kNative, true);
+}
 
 }  // namespace
 }  // namespace di

@@ -1,7 +1,7 @@
-// linear on CUDA vs ref: every weight format, every variant (mma, split_rows, stream_gemv, warp_gemv, tiled and
-// the default dispatch) on every case it applies to, odd sizes, strided x.
-// Tolerance 2e-5 relative L2: both dequantise exactly; the GPU accumulates in f32 (error ~ 1e-7 sqrt(K)),
-// the reference in double; mma's hi + lo f16 activations carry 22 bits, its products are exact.
+// linear on CUDA vs ref: every weight format, every variant (mma, split_rows, stream_gemv, warp_gemv, tiled
+// and the default dispatch) on every case it applies to, odd sizes, strided x. Tolerance 2e-5 relative L2:
+// both dequantise exactly; the GPU accumulates in f32 (error ~ 1e-7 sqrt(K)), the reference in double; mma's
+// hi + lo f16 activations carry 22 bits, its products are exact.
 #include "gpu_test_util.h"
 
 namespace di::gputest {
@@ -23,11 +23,11 @@ const LinearCase kCases[] = {
     {"tiny_f32_odd", 3, 40, 23, WeightFormat::kDense, DType::kF32},
     {"one_token_bf16", 1, 256, 130, WeightFormat::kDense, DType::kBF16},
     {"prefill_bf16_odd_rows", 37, 264, 70, WeightFormat::kDense, DType::kBF16},
-    {"q_a_fp8_decode", 1, 4096, 1024, WeightFormat::kFp8Block},                  // hidden -> q_lora
-    {"q_b_fp8_prefill", 19, 1024, 64 * 512, WeightFormat::kFp8Block},            // q_lora -> 64 x 512
+    {"q_a_fp8_decode", 1, 4096, 1024, WeightFormat::kFp8Block},        // hidden -> q_lora
+    {"q_b_fp8_prefill", 19, 1024, 64 * 512, WeightFormat::kFp8Block},  // q_lora -> 64 x 512
     {"fp8_f32_scale_partial_block", 11, 384, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
     {"o_a_group_strided_x", 5, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096},
-    {"o_b_fp8", 3, 8 * 1024, 4096, WeightFormat::kFp8Block},                     // o_groups x o_lora -> hidden
+    {"o_b_fp8", 3, 8 * 1024, 4096, WeightFormat::kFp8Block},  // o_groups x o_lora -> hidden
     {"expert_w1_fp4_decode", 1, 4096, 2048, WeightFormat::kFp4Group},
     {"expert_w2_fp4_prefill", 20, 2048, 4096, WeightFormat::kFp4Group},
     {"fp4_f32_scale", 9, 96, 40, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
@@ -64,7 +64,7 @@ bool stream_gemv_applies(const LinearCase& c) {
                           : c.fmt == WeightFormat::kFp4Group ? 32
                           : c.dense_dt == DType::kF32        ? 4
                                                              : 8;
-    const int64_t row_bytes = c.fmt == WeightFormat::kDense ? c.in * int64_t(dtype_size(c.dense_dt))
+    const int64_t row_bytes = c.fmt == WeightFormat::kDense      ? c.in * int64_t(dtype_size(c.dense_dt))
                               : c.fmt == WeightFormat::kFp8Block ? c.in
                                                                  : c.in / 2;
     return c.n <= 16 && c.in % elems == 0 && row_bytes % 16 == 0 && (c.in + c.x_pad) % 4 == 0;
@@ -72,7 +72,8 @@ bool stream_gemv_applies(const LinearCase& c) {
 
 // Whether split_rows takes the case (gemv_split.cu): one or two rows, in_dim 1024, 2048, 4096 or 8192.
 bool split_rows_applies(const LinearCase& c) {
-    return stream_gemv_applies(c) && c.n <= 2 && (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
+    return stream_gemv_applies(c) && c.n <= 2 &&
+           (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
 }
 
 class CudaLinear : public ::testing::TestWithParam<LinearRun> {};
@@ -81,8 +82,10 @@ TEST_P(CudaLinear, MatchesRef) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const LinearCase& c = GetParam().c;
     const std::string variant = GetParam().variant;
-    if (variant == "stream_gemv" && !stream_gemv_applies(c)) GTEST_SKIP() << "stream_gemv does not take this case";
-    if (variant == "split_rows" && !split_rows_applies(c)) GTEST_SKIP() << "split_rows does not take this case";
+    if (variant == "stream_gemv" && !stream_gemv_applies(c))
+        GTEST_SKIP() << "stream_gemv does not take this case";
+    if (variant == "split_rows" && !split_rows_applies(c))
+        GTEST_SKIP() << "split_rows does not take this case";
     if (variant == "mma" && (c.fmt != WeightFormat::kFp8Block || c.in % 128 != 0 || c.out % 16 != 0))
         GTEST_SKIP() << "mma takes fp8 weights with in_dim a multiple of 128 and out_dim of 16";
     auto& b = backends();
@@ -103,8 +106,10 @@ TEST_P(CudaLinear, MatchesRef) {
         scale = Pair(c.scale_dt, {c.out, c.in / 32});
     }
     if (c.fmt != WeightFormat::kDense) {
-        if (c.scale_dt == DType::kE8M0) fill_e8m0(scale);
-        else fill_uniform(scale, 0.01f, 0.1f);
+        if (c.scale_dt == DType::kE8M0)
+            fill_e8m0(scale);
+        else
+            fill_uniform(scale, 0.01f, 0.1f);
     }
     auto make = [&](bool dev) {
         ops::LinearArgs a;
@@ -125,7 +130,8 @@ TEST_P(CudaLinear, MatchesRef) {
     b.gpu->synchronize();
     expect_close(y, 2e-5, c.name);
     if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("linear", variant), 0) << variant << " did not run";
-    if ((variant == "stream_gemv" || variant == "split_rows" || variant == "mma") && c.n > 1) {  // batch invariance: row 0 alone is bit-identical
+    if ((variant == "stream_gemv" || variant == "split_rows" || variant == "mma") &&
+        c.n > 1) {  // batch invariance: row 0 alone is bit-identical
         Pair y1(DType::kF32, {1, c.out});
         y1.poison();
         ops::LinearArgs one = make(true);
@@ -139,7 +145,8 @@ TEST_P(CudaLinear, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear,
-                         ::testing::ValuesIn(variant_runs(kCases, {"", "mma", "split_rows", "stream_gemv", "warp_gemv", "tiled"})),
+                         ::testing::ValuesIn(variant_runs(kCases, {"", "mma", "split_rows", "stream_gemv",
+                                                                   "warp_gemv", "tiled"})),
                          VariantRunName());
 
 }  // namespace

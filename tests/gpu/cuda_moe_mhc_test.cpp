@@ -1,7 +1,7 @@
 // route, moe, mhc_pre, mhc_post and hc_head on CUDA vs ref. Expert ids must match exactly (lower id first on
 // ties); everything else within f32-vs-double accumulation error.
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <numeric>
 
@@ -48,8 +48,10 @@ TEST_P(CudaRoute, IdsExactWeightsClose) {
         std::iota(perm.begin(), perm.end(), 0);
         std::shuffle(perm.begin(), perm.end(), rng());
         for (int64_t j = 0; j < c.k; ++j) {
-            if (c.i64) tid.hv().ptr<int64_t>()[v * c.k + j] = perm[size_t(j)];
-            else tid.hv().ptr<int32_t>()[v * c.k + j] = perm[size_t(j)];
+            if (c.i64)
+                tid.hv().ptr<int64_t>()[v * c.k + j] = perm[size_t(j)];
+            else
+                tid.hv().ptr<int32_t>()[v * c.k + j] = perm[size_t(j)];
         }
     }
     tokens.upload(), tid.upload(), ids.poison(), weights.poison();
@@ -66,7 +68,8 @@ TEST_P(CudaRoute, IdsExactWeightsClose) {
     b.ref->route(make(false));
     b.gpu->route(make(true));
     const auto got = ids.device_as<int32_t>();
-    for (int64_t i = 0; i < c.n * c.k; ++i) EXPECT_EQ(got[size_t(i)], ids.hv().ptr<int32_t>()[i]) << c.name << " slot " << i;
+    for (int64_t i = 0; i < c.n * c.k; ++i)
+        EXPECT_EQ(got[size_t(i)], ids.hv().ptr<int32_t>()[i]) << c.name << " slot " << i;
     expect_close(weights, 1e-6, c.name);  // double math on both sides, rounded to f32
 }
 
@@ -112,14 +115,17 @@ TEST_P(CudaMoe, MatchesRef) {
     SKIP_WITHOUT_GPU();
     const MoeCase& c = GetParam().c;
     const std::string variant = GetParam().variant;
-    const bool applies = c.fmt != ops::WeightFormat::kDense || variant != "grouped";  // D = 65: no 16-byte rows
+    const bool applies =
+        c.fmt != ops::WeightFormat::kDense || variant != "grouped";  // D = 65: no 16-byte rows
     if (!applies) GTEST_SKIP() << "grouped needs 16-byte weight rows";
     auto split_dim = [](int64_t d) { return d == 1024 || d == 2048 || d == 4096 || d == 8192; };
     const bool split_ok = split_dim(c.D) && split_dim(c.I);
-    if (variant == "split_rows" && !split_ok) GTEST_SKIP() << "split_rows needs hidden and moe_dim of 1024, 2048, 4096 or 8192";
+    if (variant == "split_rows" && !split_ok)
+        GTEST_SKIP() << "split_rows needs hidden and moe_dim of 1024, 2048, 4096 or 8192";
     if (variant == "mma" &&
         (c.fmt != ops::WeightFormat::kFp4Group || c.D % 128 != 0 || c.I % 128 != 0 || c.wide_scales))
-        GTEST_SKIP() << "mma needs fp4 experts with scales in [2^-23, 2^1], hidden and moe_dim multiples of 128";
+        GTEST_SKIP()
+            << "mma needs fp4 experts with scales in [2^-23, 2^1], hidden and moe_dim multiples of 128";
     auto& b = backends();
     // The experts of a case are drawn once and shared by its variants (256 FP4 experts take ~40 s to draw).
     static std::map<std::string, std::pair<std::vector<Pair>, std::vector<Pair>>> cache;
@@ -134,7 +140,8 @@ TEST_P(CudaMoe, MatchesRef) {
         } else if (c.fmt == ops::WeightFormat::kFp8Block) {
             data.emplace_back(DType::kF8E4M3, std::initializer_list<int64_t>{out, in});
             fill_fp8(data.back());
-            scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{(out + 127) / 128, (in + 127) / 128});
+            scale.emplace_back(DType::kE8M0,
+                               std::initializer_list<int64_t>{(out + 127) / 128, (in + 127) / 128});
             fill_e8m0(scale.back());
         } else {
             data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
@@ -168,7 +175,8 @@ TEST_P(CudaMoe, MatchesRef) {
         return v;
     };
     const auto ew_h = experts(false), ew_d = experts(true);
-    Pair x(DType::kF32, {c.n, c.D}), ids(DType::kI32, {c.n, c.k}), w(DType::kF32, {c.n, c.k}), out(DType::kF32, {c.n, c.D});
+    Pair x(DType::kF32, {c.n, c.D}), ids(DType::kI32, {c.n, c.k}), w(DType::kF32, {c.n, c.k}),
+        out(DType::kF32, {c.n, c.D});
     fill_uniform(x), fill_uniform(w, 0.1f, 1.0f), out.poison();
     for (int64_t t = 0; t < c.n; ++t) {
         std::vector<int> perm(size_t(c.E));
@@ -193,44 +201,58 @@ TEST_P(CudaMoe, MatchesRef) {
     if ((variant == "grouped" || variant == "split_rows" || variant == "mma") && c.n > 1) {  // token 0 alone
         Pair one(DType::kF32, {1, c.D});
         one.poison();
-        b.gpu->moe({x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(), 10.0f});
+        b.gpu->moe(
+            {x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(), 10.0f});
         const std::vector<float> all = out.device_f32(), alone = one.device_f32();
-        EXPECT_EQ(0, std::memcmp(all.data(), alone.data(), size_t(c.D) * sizeof(float))) << c.name << ": token 0 "
-            "alone differs from its row in the batch";
+        EXPECT_EQ(0, std::memcmp(all.data(), alone.data(), size_t(c.D) * sizeof(float)))
+            << c.name
+            << ": token 0 "
+               "alone differs from its row in the batch";
     }
     ASSERT_TRUE(b.gpu->force_variant("moe", ""));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
-                         ::testing::ValuesIn(variant_runs(kMoe, {"", "mma", "split_rows", "grouped", "per_pair"})),
+                         ::testing::ValuesIn(variant_runs(kMoe,
+                                                          {"", "mma", "split_rows", "grouped", "per_pair"})),
                          VariantRunName());
 
 // mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.
 TEST(CudaMhc, PrePostHead) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    struct C { int64_t n, hc, D; };
+    struct C {
+        int64_t n, hc, D;
+    };
     for (C c : {C{3, 4, 4096}, C{1, 4, 4096}, C{9, 4, 4096}, C{2, 4, 100}, C{5, 2, 7}}) {
         const int64_t M = (2 + c.hc) * c.hc;
         Pair st(DType::kF32, {c.n, c.hc, c.D}), fn(DType::kF32, {M, c.hc * c.D}), base(DType::kF32, {M});
         Pair scale(DType::kF32, {3}), x(DType::kF32, {c.n, c.D}), post(DType::kF32, {c.n, c.hc});
-        Pair comb(DType::kF32, {c.n, c.hc, c.hc}), sub(DType::kF32, {c.n, c.D}), out(DType::kF32, {c.n, c.hc, c.D});
+        Pair comb(DType::kF32, {c.n, c.hc, c.hc}), sub(DType::kF32, {c.n, c.D}),
+            out(DType::kF32, {c.n, c.hc, c.D});
         Pair hfn(DType::kF32, {c.hc, c.hc * c.D}), hbase(DType::kF32, {c.hc}), hscale(DType::kF32, {1});
-        fill_uniform(st), fill_uniform(fn, -0.05f, 0.05f), fill_uniform(base), fill_uniform(scale, 0.5f, 2.0f);
-        fill_uniform(sub), fill_uniform(hfn, -0.05f, 0.05f), fill_uniform(hbase), fill_uniform(hscale, 0.5f, 2.0f);
+        fill_uniform(st), fill_uniform(fn, -0.05f, 0.05f), fill_uniform(base),
+            fill_uniform(scale, 0.5f, 2.0f);
+        fill_uniform(sub), fill_uniform(hfn, -0.05f, 0.05f), fill_uniform(hbase),
+            fill_uniform(hscale, 0.5f, 2.0f);
         out.poison();
-        Pair rx(DType::kF32, {c.n, c.D}), rpost(DType::kF32, {c.n, c.hc}), rcomb(DType::kF32, {c.n, c.hc, c.hc});
-        b.ref->mhc_pre({st.hv(), fn.hv(), base.hv(), scale.hv(), rx.hv(), rpost.hv(), rcomb.hv(), 1e-6f, 1e-6f, 20});
+        Pair rx(DType::kF32, {c.n, c.D}), rpost(DType::kF32, {c.n, c.hc}),
+            rcomb(DType::kF32, {c.n, c.hc, c.hc});
+        b.ref->mhc_pre(
+            {st.hv(), fn.hv(), base.hv(), scale.hv(), rx.hv(), rpost.hv(), rcomb.hv(), 1e-6f, 1e-6f, 20});
         const bool split_applies = c.hc * c.D % 4 == 0;  // split_k reads float4s
         for (const char* variant : {"split_k", "per_mix"}) {
             if (!split_applies && std::string(variant) == "split_k") continue;
             x.poison(), post.poison(), comb.poison();
-            std::memcpy(x.hv().data, rx.hv().data, x.hv().nbytes());  // the reference's values, compared below
+            std::memcpy(x.hv().data, rx.hv().data,
+                        x.hv().nbytes());  // the reference's values, compared below
             std::memcpy(post.hv().data, rpost.hv().data, post.hv().nbytes());
             std::memcpy(comb.hv().data, rcomb.hv().data, comb.hv().nbytes());
             ASSERT_TRUE(b.gpu->force_variant("mhc_pre", variant));
-            b.gpu->mhc_pre({st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20});
-            const std::string tag = std::string(variant) + " n " + std::to_string(c.n) + " hc " + std::to_string(c.hc);
+            b.gpu->mhc_pre(
+                {st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20});
+            const std::string tag =
+                std::string(variant) + " n " + std::to_string(c.n) + " hc " + std::to_string(c.hc);
             expect_close(x, 1e-6, "mhc_pre.x " + tag), expect_close(post, 1e-6, "mhc_pre.post " + tag);
             expect_close(comb, 1e-6, "mhc_pre.comb " + tag);
         }

@@ -43,9 +43,13 @@ TEST(CudaSmallOps, AddSwiglu) {
 TEST(CudaSmallOps, RmsNorm) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    struct C { int64_t n, d; DType w; bool weighted; };
-    for (C c : {C{1, 4096, DType::kBF16, true}, C{7 * 64, 512, DType::kF32, false}, C{5, 1024, DType::kF32, true},
-                C{3, 77, DType::kBF16, true}}) {
+    struct C {
+        int64_t n, d;
+        DType w;
+        bool weighted;
+    };
+    for (C c : {C{1, 4096, DType::kBF16, true}, C{7 * 64, 512, DType::kF32, false},
+                C{5, 1024, DType::kF32, true}, C{3, 77, DType::kBF16, true}}) {
         Pair x(DType::kF32, {c.n, c.d}), y(DType::kF32, {c.n, c.d}), w(c.w, {c.d});
         fill_uniform(x, -3, 3), fill_uniform(w, 0.5f, 1.5f), y.poison();
         b.ref->rms_norm({x.hv(), c.weighted ? w.hv() : TensorView{}, y.hv(), 1e-6f});
@@ -57,7 +61,11 @@ TEST(CudaSmallOps, RmsNorm) {
 TEST(CudaSmallOps, Rope) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    struct C { int64_t n, heads, hd, rope; float mscale; bool inverse; };
+    struct C {
+        int64_t n, heads, hd, rope;
+        float mscale;
+        bool inverse;
+    };
     for (C c : {C{3, 64, 512, 64, 1.0f, false}, C{2, 64, 512, 64, 1.0f, true}, C{4, 1, 10, 4, 1.3f, false},
                 C{1, 64, 128, 64, 1.0f, false}}) {
         Pair x(DType::kF32, {c.n, c.heads, c.hd}), pos(DType::kI32, {c.n}), inv(DType::kF32, {c.rope / 2});
@@ -75,7 +83,9 @@ TEST(CudaSmallOps, Rope) {
 TEST(CudaSmallOps, WindowStore) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    struct C { int64_t L, ring, hd, pos0; };
+    struct C {
+        int64_t L, ring, hd, pos0;
+    };
     for (C c : {C{5, 127, 512, 300}, C{200, 127, 512, 0}, C{1, 7, 128, 6}, C{9, 3, 33, 2}}) {
         Pair kv(DType::kF32, {c.L, c.hd}), ring(DType::kF32, {c.ring, c.hd});
         fill_uniform(kv), fill_uniform(ring);

@@ -131,7 +131,8 @@ struct VariantRun {
     const char* variant;
 };
 template <class Case, size_t N>
-std::vector<VariantRun<Case>> variant_runs(const Case (&cases)[N], std::initializer_list<const char*> variants) {
+std::vector<VariantRun<Case>> variant_runs(const Case (&cases)[N],
+                                           std::initializer_list<const char*> variants) {
     std::vector<VariantRun<Case>> v;
     for (const Case& c : cases)
         for (const char* var : variants) v.push_back({c, var});

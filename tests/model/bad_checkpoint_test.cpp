@@ -1,5 +1,6 @@
 // Bad input through the real CLI: each broken checkpoint, config or token list gives exit code 1 and one
 // line on stderr naming the offending file, tensor, field or value -- never a crash or garbage output.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -7,8 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
@@ -23,7 +22,7 @@ const fs::path kFixture = fs::path(DI_TEST_DATA) / "v4_tiny_fp32";
 
 // A fresh copy of the fixture whose tensors pass through `edit` before being written back.
 class BadCheckpoint : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         dir_ = fs::temp_directory_path() / ("di_bad_" + std::to_string(::getpid()) + "_" +
                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -67,12 +66,16 @@ TEST_F(BadCheckpoint, IntactCopyScores) {
 }
 
 TEST_F(BadCheckpoint, MissingTensor) {
-    rewrite([](auto& ts) { std::erase_if(ts, [](auto& t) { return t.name == "model.layers.2.attn.wkv.weight"; }); });
+    rewrite([](auto& ts) {
+        std::erase_if(ts, [](auto& t) { return t.name == "model.layers.2.attn.wkv.weight"; });
+    });
     expect_error("missing tensor 'layers.2.attn.wkv.weight'");
 }
 
 TEST_F(BadCheckpoint, ExtraTensor) {
-    rewrite([](auto& ts) { ts.push_back({"model.layers.0.attn.bogus.weight", "F32", {2}, std::vector<uint8_t>(8)}); });
+    rewrite([](auto& ts) {
+        ts.push_back({"model.layers.0.attn.bogus.weight", "F32", {2}, std::vector<uint8_t>(8)});
+    });
     expect_error("unexpected tensor 'model.layers.0.attn.bogus.weight'");
 }
 
@@ -113,7 +116,9 @@ TEST_F(BadCheckpoint, InconsistentConfig) {
     expect_error("layer_types");
 }
 
-TEST_F(BadCheckpoint, TokenOutOfRange) { expect_error("token id 256 at index 1 is outside the vocabulary (256)", "5,256"); }
+TEST_F(BadCheckpoint, TokenOutOfRange) {
+    expect_error("token id 256 at index 1 is outside the vocabulary (256)", "5,256");
+}
 
 TEST_F(BadCheckpoint, MalformedTokenList) { expect_error("'x7' is not a token id", "5,x7"); }
 
@@ -154,16 +159,19 @@ TEST_F(BadCheckpoint, NonFiniteWeights) {
     const CliRun gen = run_cli("generate --model " + dir_.string() + " --tokens 1,2,3 --max-new-tokens 4");
     EXPECT_EQ(gen.rc, 1) << gen.err;
     EXPECT_NE(gen.err.find("the model produced a non-finite logit (nan for token id 0) at position 2"),
-              std::string::npos) << gen.err;
+              std::string::npos)
+        << gen.err;
     const CliRun checked = run_cli("score --check-weights --model " + dir_.string() + " --tokens 1,2,3");
     EXPECT_EQ(checked.rc, 1) << checked.err;
     EXPECT_NE(checked.err.find("tensor 'model.norm.weight' (F32) holds a NaN or infinity at flat index 5"),
-              std::string::npos) << checked.err;
+              std::string::npos)
+        << checked.err;
 }
 
 TEST_F(BadCheckpoint, HugeGenerationLengthIsRefused) {
-    const CliRun r = run_cli("generate --model " + dir_.string() + " --tokens 1,2 --max-new-tokens "
-                                "9223372036854775807");
+    const CliRun r = run_cli("generate --model " + dir_.string() +
+                             " --tokens 1,2 --max-new-tokens "
+                             "9223372036854775807");
     EXPECT_EQ(r.rc, 1) << r.err;
     EXPECT_NE(r.err.find("exceeds the model's context"), std::string::npos) << r.err;
 }

@@ -1,9 +1,9 @@
 // Batched decode: one step serves several sequences of different lengths and positions, mixing prefill
 // chunks and single-token decodes; every sequence's logits are bit-identical to running it alone
 // (reference backend).
-#include <cstring>
-
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "model_fixture.h"
 
@@ -17,9 +17,9 @@ TEST(BatchedDecode, BitIdenticalToAlone) {
     const auto& p = f.prompt;
     const int64_t V = m.config().vocab_size;
     // Three sequences: different prompt slices (so different lengths and positions).
-    const std::vector<std::vector<int32_t>> seqs = {
-        std::vector<int32_t>(p.begin(), p.begin() + 37), std::vector<int32_t>(p.begin() + 5, p.begin() + 22),
-        std::vector<int32_t>(p.begin() + 11, p.end())};
+    const std::vector<std::vector<int32_t>> seqs = {std::vector<int32_t>(p.begin(), p.begin() + 37),
+                                                    std::vector<int32_t>(p.begin() + 5, p.begin() + 22),
+                                                    std::vector<int32_t>(p.begin() + 11, p.end())};
     // Alone: prefill 9 tokens, then decode the rest one by one.
     std::vector<std::vector<float>> alone;
     for (const auto& s : seqs) {
@@ -31,7 +31,8 @@ TEST(BatchedDecode, BitIdenticalToAlone) {
     std::vector<std::unique_ptr<model::SeqState>> st;
     std::vector<size_t> done(seqs.size(), 0);
     std::vector<std::vector<float>> together(seqs.size());
-    for (const auto& s : seqs) st.push_back(std::make_unique<model::SeqState>(m.config(), m.backend(), int64_t(s.size())));
+    for (const auto& s : seqs)
+        st.push_back(std::make_unique<model::SeqState>(m.config(), m.backend(), int64_t(s.size())));
     for (int step = 0;; ++step) {
         std::vector<model::SeqChunk> chunks;
         std::vector<size_t> who;

@@ -1,9 +1,9 @@
 // Chunked prefill and decode through the per-sequence state equal one full forward (fp32 fixtures):
 // every chunking gives logits within 1e-4 * max |logit| of the one-shot forward at every position.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "model_fixture.h"
 

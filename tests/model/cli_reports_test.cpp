@@ -1,11 +1,11 @@
 // The machine-readable reports of the CLI: `bench --json` (warm-up, repetitions, mean and spread of each
 // measure) and `inspect --json` (config, layers, kernel variants) on the tiny fixture, read back as JSON
 // and checked against the fixture's own config.json; and the default backend choice ("auto").
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
@@ -22,7 +22,8 @@ nlohmann::json fixture_config() {
 }
 
 TEST(CliReports, BenchJsonHasEveryRunAndItsSpread) {
-    const CliRun r = run_cli("bench --model " + kFixture.string() + " --prompt 5 --decode 3 -r 3 --warmup 1 --json");
+    const CliRun r =
+        run_cli("bench --model " + kFixture.string() + " --prompt 5 --decode 3 -r 3 --warmup 1 --json");
     ASSERT_EQ(r.rc, 0) << r.err;
     const nlohmann::json j = nlohmann::json::parse(r.out);  // stdout is one JSON object, nothing else
     EXPECT_EQ(j["repetitions"], 3);
@@ -41,7 +42,8 @@ TEST(CliReports, BenchJsonHasEveryRunAndItsSpread) {
         EXPECT_DOUBLE_EQ(s["max"].get<double>(), hi) << m;
         EXPECT_NEAR(s["mean"].get<double>(), sum / 3, 1e-9 * sum) << m;
         EXPECT_GE(s["stddev"].get<double>(), 0) << m;
-        EXPECT_LE(s["stddev"].get<double>(), hi - lo + 1e-12) << m;  // a sample stddev of 3 values never exceeds the range
+        EXPECT_LE(s["stddev"].get<double>(), hi - lo + 1e-12)
+            << m;  // a sample stddev of 3 values never exceeds the range
     }
 }
 
@@ -73,13 +75,15 @@ TEST(CliReports, InspectJsonMatchesTheConfig) {
 
 // Without --backend the fastest verified backend of the machine runs, and the report says why.
 TEST(CliReports, DefaultBackendIsChosenAndExplained) {
-    const CliRun r = run_cli("bench --model " + kFixture.string() + " --prompt 2 --decode 1 -r 1 --warmup 0 --json");
+    const CliRun r =
+        run_cli("bench --model " + kFixture.string() + " --prompt 2 --decode 1 -r 1 --warmup 0 --json");
     ASSERT_EQ(r.rc, 0) << r.err;
     const nlohmann::json j = nlohmann::json::parse(r.out);
     const std::string backend = j["backend"], why = j["backend_reason"];
     EXPECT_TRUE(backend == "cpu" || backend == "cuda") << backend;
     EXPECT_EQ(why.rfind("auto: ", 0), 0u) << why;
-    const CliRun asked = run_cli("bench --model " + kFixture.string() + " --backend ref --prompt 2 --decode 1 -r 1 --warmup 0 --json");
+    const CliRun asked = run_cli("bench --model " + kFixture.string() +
+                                 " --backend ref --prompt 2 --decode 1 -r 1 --warmup 0 --json");
     ASSERT_EQ(asked.rc, 0) << asked.err;
     EXPECT_EQ(nlohmann::json::parse(asked.out)["backend"], "ref");
 }

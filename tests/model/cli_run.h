@@ -20,8 +20,8 @@ struct CliRun {
 inline CliRun run_cli(const std::string& args) {
     namespace fs = std::filesystem;
     static int calls = 0;
-    const fs::path err_file =
-        fs::temp_directory_path() / ("di_cli_" + std::to_string(::getpid()) + "_" + std::to_string(calls++) + ".err");
+    const fs::path err_file = fs::temp_directory_path() / ("di_cli_" + std::to_string(::getpid()) + "_" +
+                                                           std::to_string(calls++) + ".err");
     const std::string cmd = std::string(DI_BINARY) + " " + args + " 2>" + err_file.string();
     CliRun r;
     FILE* p = popen(cmd.c_str(), "r");

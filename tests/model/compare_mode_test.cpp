@@ -13,7 +13,7 @@ namespace {
 
 // Forwards every op to the reference, but scales the compressor's output by 1.01 from layer 3 on.
 class PlantedBug final : public RefForwarding {
-public:
+  public:
     std::string_view name() const override { return "planted"; }
     void set_scope(std::string_view s) override { scope_ = s; }
     void compress(const ops::CompressArgs& a) override {
@@ -22,7 +22,7 @@ public:
             for (int64_t i = 0; i < a.out.numel(); ++i) a.out.ptr<float>()[i] *= 1.01f;
     }
 
-private:
+  private:
     std::string scope_;
 };
 

@@ -1,19 +1,20 @@
 // Generation through the Engine (the path of the CLI and the server): greedy equals transformers'
 // generate(do_sample=False, min_new_tokens=130) on the fp32 fixtures (recorded in greedy.json); seeded
 // sampling is reproducible and differs across seeds.
-#include <fstream>
-
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model_fixture.h"
 #include "deepinfer/engine.h"
+#include "model_fixture.h"
 
 namespace di::test {
 namespace {
 
 // Every token of one request on the reference backend.
-std::vector<int32_t> generate(const std::string& dir, const std::vector<int32_t>& prompt, const Request& proto) {
+std::vector<int32_t> generate(const std::string& dir, const std::vector<int32_t>& prompt,
+                              const Request& proto) {
     EngineOptions eo;
     eo.model_dir = dir;
     eo.backend = "ref";
@@ -52,7 +53,8 @@ TEST_P(GreedyMatchesTransformers, AllContinuationTokens) {
     EXPECT_EQ(generate(dir, prompt, r), want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyMatchesTransformers, ::testing::Values("v4_tiny_fp32", "v4_tiny_fp32_nested"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyMatchesTransformers,
+                         ::testing::Values("v4_tiny_fp32", "v4_tiny_fp32_nested"));
 
 TEST(SeededSampling, ReproducibleAndSeedDependent) {
     Fixture f = load_fixture("v4_tiny_fp32");

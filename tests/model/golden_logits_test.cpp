@@ -1,10 +1,10 @@
 // Golden logits: deepinfer's forward (ref backend) against transformers 5.17.0 DeepseekV4ForCausalLM on the
 // tiny fixtures of tests/data (tools/make_fixtures.py). fp32 fixtures: identical argmax at every position and
 // max |d logit| <= 1e-3 * max |logit| (the bound; fp32 rounding differences measured ~1e-6).
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <gtest/gtest.h>
 
 #include "model_fixture.h"
 
@@ -45,13 +45,14 @@ TEST_P(GoldenFp32, FullForwardMatchesTransformers) {
     const Agreement a = compare(got, ref, rows, vocab);
     EXPECT_EQ(a.argmax_mismatch, 0);
     EXPECT_LE(a.max_diff, 1e-3f * a.max_ref) << "max |d| " << a.max_diff << " max |logit| " << a.max_ref;
-    std::printf("%s: max |d logit| = %.3g, max |logit| = %.3g, relative %.3g\n", GetParam(), a.max_diff, a.max_ref,
-                a.max_diff / a.max_ref);
+    std::printf("%s: max |d logit| = %.3g, max |logit| = %.3g, relative %.3g\n", GetParam(), a.max_diff,
+                a.max_ref, a.max_diff / a.max_ref);
 }
 
 // v4_tiny_fp8: official names, FP8 128x128 UE8M0 + FP4 experts, two shards; transformers dequantises the same
 // bytes exactly and runs in fp32, so the fp32 bound applies.
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenFp32, ::testing::Values("v4_tiny_fp32", "v4_tiny_fp32_nested", "v4_tiny_fp8"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenFp32,
+                         ::testing::Values("v4_tiny_fp32", "v4_tiny_fp32_nested", "v4_tiny_fp8"));
 
 // bf16 checkpoint. deepinfer computes in f32 on the bf16 weights, so it must match transformers' fp32 run of
 // the same weights (logits_fp32.npy) to the fp32 bound. Against transformers' own bf16 run (logits.npy) it
@@ -72,14 +73,16 @@ TEST(GoldenBf16, MatchesFp32ReferenceAndStaysWithinBf16NoiseFloor) {
     std::vector<float> row_rel;
     for (int64_t r = 0; r < rows; ++r) {
         float m = 0;
-        for (int64_t v = 0; v < vocab; ++v) m = std::max(m, std::fabs(got[size_t(r * vocab + v)] - ref16[size_t(r * vocab + v)]));
+        for (int64_t v = 0; v < vocab; ++v)
+            m = std::max(m, std::fabs(got[size_t(r * vocab + v)] - ref16[size_t(r * vocab + v)]));
         row_rel.push_back(m / a16.max_ref);
     }
     std::nth_element(row_rel.begin(), row_rel.begin() + long(row_rel.size() / 2), row_rel.end());
     const float median = row_rel[row_rel.size() / 2];
     EXPECT_LE(median, 2 * 0.0100f);
-    std::printf("bf16: vs fp32 reference relative %.3g; vs bf16 reference max relative %.3g, median row %.3g\n",
-                a32.max_diff / a32.max_ref, a16.max_diff / a16.max_ref, median);
+    std::printf(
+        "bf16: vs fp32 reference relative %.3g; vs bf16 reference max relative %.3g, median row %.3g\n",
+        a32.max_diff / a32.max_ref, a16.max_diff / a16.max_ref, median);
 }
 
 // Teacher-forced agreement of two logit matrices: top-1 agreement, the lowest per-row cosine, and the largest
@@ -132,8 +135,8 @@ TEST(GoldenNative, Fp8FixtureWithinTransformersOwnFp8Deviation) {
     const Fidelity got = fidelity(native, ref, rows, vocab);
     const Fidelity to_hf_native = fidelity(native, read_logits(f.dir + "/logits_native.npy"), rows, vocab);
     auto line = [](const char* what, const Fidelity& x) {
-        std::printf("%-44s top-1 %.4f, min cos %.5f, max rel %.3g, median rel %.3g\n", what, x.top1, x.min_cos,
-                    x.max_rel, x.median_rel);
+        std::printf("%-44s top-1 %.4f, min cos %.5f, max rel %.3g, median rel %.3g\n", what, x.top1,
+                    x.min_cos, x.max_rel, x.median_rel);
     };
     line("transformers bf16 vs fp32 (noise floor)", hf_bf16);
     line("transformers fp8 activations vs fp32", hf_native);

@@ -11,12 +11,12 @@ namespace {
 
 // The reference backend with declared kernel limits.
 class Limited final : public test::RefForwarding {
-public:
+  public:
     explicit Limited(ops::KernelLimits l) : lim_(l) {}
     std::string_view name() const override { return "limited"; }
     ops::KernelLimits kernel_limits() const override { return lim_; }
 
-private:
+  private:
     ops::KernelLimits lim_;
 };
 
@@ -31,8 +31,10 @@ TEST(KernelLimits, ConfigAboveTheKernelsIsRefusedAtLoad) {
         Limited tight(lim);
         auto m = runtime::load_model(kModel, tight);
         ASSERT_FALSE(m.ok()) << field;
-        EXPECT_NE(m.error().message.find(std::string("field ") + field), std::string::npos) << m.error().message;
-        EXPECT_NE(m.error().message.find("the limited backend's kernels"), std::string::npos) << m.error().message;
+        EXPECT_NE(m.error().message.find(std::string("field ") + field), std::string::npos)
+            << m.error().message;
+        EXPECT_NE(m.error().message.find("the limited backend's kernels"), std::string::npos)
+            << m.error().message;
     }
 }
 

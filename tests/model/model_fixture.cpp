@@ -1,13 +1,13 @@
 #include "model_fixture.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
 
-#include "runtime/token_list.h"
+#include <cmath>
+
 #include "io/npy.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
+#include "runtime/token_list.h"
 
 namespace di::test {
 
@@ -41,7 +41,8 @@ std::vector<float> run_chunked(model::DeepseekV4& m, const std::vector<int32_t>&
     std::vector<float> out;
     size_t i = 0, k = 0;
     while (i < tokens.size()) {
-        const size_t len = std::min<size_t>(size_t(chunk_lengths[k++ % chunk_lengths.size()]), tokens.size() - i);
+        const size_t len =
+            std::min<size_t>(size_t(chunk_lengths[k++ % chunk_lengths.size()]), tokens.size() - i);
         model::SeqChunk c{&st, std::span<const int32_t>(tokens.data() + i, len), true};
         auto part = m.forward(std::span<const model::SeqChunk>(&c, 1));
         out.insert(out.end(), part.begin(), part.end());

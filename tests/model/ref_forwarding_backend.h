@@ -10,7 +10,7 @@
 namespace di::test {
 
 class RefForwarding : public ops::Backend {
-public:
+  public:
     Allocator& allocator() override { return ref_->allocator(); }
     void copy(const TensorView& d, const TensorView& s) override { ref_->copy(d, s); }
     void fill_zero(const TensorView& d) override { ref_->fill_zero(d); }
@@ -30,10 +30,10 @@ public:
     void route(const ops::RouteArgs& a) override { ref_->route(a); }
     void moe(const ops::MoeArgs& a) override { ref_->moe(a); }
 
-protected:
+  protected:
     ops::Backend& ref() { return *ref_; }
 
-private:
+  private:
     std::unique_ptr<ops::Backend> ref_ = ops::make_ref_backend();
 };
 

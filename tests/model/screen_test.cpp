@@ -2,6 +2,8 @@
 // leaves rows unwritten, a nondeterministic sum, a result that depends on the batch, a variant that silently
 // lets the fallback answer) are each caught with the right reason and left out of the allow-list; a correct
 // variant passes. Also: the kernels file is parsed strictly and dispatch obeys it.
+#include "runtime/screen.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,14 +14,13 @@
 #include "ref_forwarding_backend.h"
 #include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
-#include "runtime/screen.h"
 
 namespace di {
 namespace {
 
 // The reference backend with planted linear variants; dispatch takes the first allowed non-fallback one.
 class Planted final : public test::RefForwarding {
-public:
+  public:
     std::string_view name() const override { return "planted"; }
     std::vector<ops::KernelVariant> kernel_variants() const override {
         std::vector<ops::KernelVariant> v = {{"linear", "ref", "any", true}};
@@ -38,7 +39,8 @@ public:
     }
     void linear(const ops::LinearArgs& a) override {
         ref().linear(a);
-        if (active_.empty() || active_ == "silent") return;  // "silent" claims to run but the fallback answered
+        if (active_.empty() || active_ == "silent")
+            return;  // "silent" claims to run but the fallback answered
         ++counts_[active_];
         const int64_t n = a.y.shape[0], o = a.y.shape[1];
         for (int64_t r = 0; r < n; ++r)
@@ -51,7 +53,7 @@ public:
             }
     }
 
-private:
+  private:
     std::string active_;
     std::map<std::string, int64_t> counts_;
     std::mt19937 rng_{5};
@@ -90,10 +92,10 @@ TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
 
 // Planted variants of the stateful and mHC ops, screened on the tiny fixture's own shapes: a correct one
 // passes; attention off by 100 ulp, a top-k with two ids swapped, an mhc_pre whose comb alone is off by
-// 3e-5 (x's norm hides that in one error over all outputs: checked by hand) and an hc_head that writes one row fewer
-// each fail with their reason.
+// 3e-5 (x's norm hides that in one error over all outputs: checked by hand) and an hc_head that writes one
+// row fewer each fail with their reason.
 class PlantedOps final : public test::RefForwarding {
-public:
+  public:
     std::string_view name() const override { return "planted_ops"; }
     std::vector<ops::KernelVariant> kernel_variants() const override {
         std::vector<ops::KernelVariant> v;
@@ -120,7 +122,8 @@ public:
     }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
         ref().indexer_topk(a);
-        if (wrong("indexer_topk") && a.picks.shape[1] > 1) std::swap(a.picks.ptr<int32_t>()[0], a.picks.ptr<int32_t>()[1]);
+        if (wrong("indexer_topk") && a.picks.shape[1] > 1)
+            std::swap(a.picks.ptr<int32_t>()[0], a.picks.ptr<int32_t>()[1]);
     }
     void mhc_pre(const ops::MhcPreArgs& a) override {
         ref().mhc_pre(a);
@@ -131,11 +134,12 @@ public:
         ref().hc_head(a);
         if (wrong("hc_head")) {
             const int64_t n = a.out.shape[0];
-            std::memset(a.out.ptr<float>() + (n - 1) * a.out.stride[0], 0xff, size_t(a.out.shape[1]) * sizeof(float));
+            std::memset(a.out.ptr<float>() + (n - 1) * a.out.stride[0], 0xff,
+                        size_t(a.out.shape[1]) * sizeof(float));
         }
     }
 
-private:
+  private:
     bool wrong(const std::string& op) {
         auto it = active_.find(op);
         if (it == active_.end()) return false;
@@ -161,7 +165,9 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
             EXPECT_EQ(r.verdict, "pass") << r.op << " " << r.shape;
             continue;
         }
-        const std::string want = r.op == "indexer_topk" ? "fail: " : r.op == "hc_head" ? "fail: non-finite" : "fail: error";
+        const std::string want = r.op == "indexer_topk" ? "fail: "
+                                 : r.op == "hc_head"    ? "fail: non-finite"
+                                                        : "fail: error";
         EXPECT_EQ(r.verdict.rfind(want, 0), 0u) << r.op << " " << r.shape << ": " << r.verdict;
     }
     for (const char* op : {"attention", "indexer_topk", "mhc_pre", "hc_head"}) {
@@ -179,9 +185,11 @@ TEST(KernelsFile, StrictParsingAndDispatchObeysIt) {
         return r.ok() ? std::string() : r.error().message;
     };
     EXPECT_NE(err("{").find("k.json: invalid JSON"), std::string::npos);
-    EXPECT_NE(err(R"({"backend": "cuda", "allow": []})").find("written for backend 'cuda', but this run uses 'cpu'"),
+    EXPECT_NE(err(R"({"backend": "cuda", "allow": []})")
+                  .find("written for backend 'cuda', but this run uses 'cpu'"),
               std::string::npos);
-    EXPECT_NE(err(R"({"backend": "cpu", "allow": [{"op": "convolve", "variant": "x"}]})").find("unknown op 'convolve'"),
+    EXPECT_NE(err(R"({"backend": "cpu", "allow": [{"op": "convolve", "variant": "x"}]})")
+                  .find("unknown op 'convolve'"),
               std::string::npos);
     EXPECT_NE(err(R"({"backend": "cpu", "allow": [{"op": "linear", "variant": "stream_gemv"}]})")
                   .find("op 'linear' has no variant 'stream_gemv' on cpu (cpu_simd, ref)"),
@@ -200,8 +208,8 @@ TEST(KernelsFile, StrictParsingAndDispatchObeysIt) {
     be->linear({x.view(), w, y.view()});
     EXPECT_EQ(be->dispatch_count("linear", "ref"), 1);
     EXPECT_EQ(be->dispatch_count("linear", "cpu_simd"), 0);
-    auto simd = runtime::parse_kernels_file(R"({"backend": "cpu", "allow": [{"op": "linear", "variant": "cpu_simd"}]})",
-                                            "k.json", *be);
+    auto simd = runtime::parse_kernels_file(
+        R"({"backend": "cpu", "allow": [{"op": "linear", "variant": "cpu_simd"}]})", "k.json", *be);
     ASSERT_TRUE(simd.ok());
     be->set_allow_list(*simd);
     be->linear({x.view(), w, y.view()});

@@ -2,11 +2,12 @@
 // rounding against a brute-force search over every e4m3 code (nearest, ties to the even code, saturating),
 // block scales against exp2(ceil(log2(.))) in double, and linear with fp8 activation blocks (ref and cpu)
 // against a plain linear on inputs this test quantised itself.
+#include "ops/act_quant.h"
+
 #include <cmath>
 #include <random>
 
 #include "cpu_test_util.h"
-#include "ops/act_quant.h"
 
 namespace di::cputest {
 namespace {
@@ -35,7 +36,8 @@ TEST(RoundToFp8E4m3, IsTheNearestCodeWithTiesToEven) {
     std::vector<float> probes;
     for (size_t c = 0; c + 1 < codes.size(); ++c) {  // every code, every midpoint, and next to both
         const float mid = 0.5f * (codes[c] + codes[c + 1]);
-        for (float v : {codes[c], mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) probes.push_back(v);
+        for (float v : {codes[c], mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)})
+            probes.push_back(v);
     }
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> e(-14.0f, 9.5f);
@@ -44,9 +46,11 @@ TEST(RoundToFp8E4m3, IsTheNearestCodeWithTiesToEven) {
     int64_t bad = 0;
     for (float p : probes)
         for (float v : {p, -p})
-            if (round_to_fp8_e4m3(v) != nearest_e4m3(v) || std::signbit(round_to_fp8_e4m3(v)) != std::signbit(v)) {
-                if (++bad <= 5) ADD_FAILURE() << "round_to_fp8_e4m3(" << v << ") = " << round_to_fp8_e4m3(v)
-                                              << ", nearest code " << nearest_e4m3(v);
+            if (round_to_fp8_e4m3(v) != nearest_e4m3(v) ||
+                std::signbit(round_to_fp8_e4m3(v)) != std::signbit(v)) {
+                if (++bad <= 5)
+                    ADD_FAILURE() << "round_to_fp8_e4m3(" << v << ") = " << round_to_fp8_e4m3(v)
+                                  << ", nearest code " << nearest_e4m3(v);
             }
     EXPECT_EQ(bad, 0);
     EXPECT_TRUE(std::isnan(round_to_fp8_e4m3(NAN)));
@@ -86,7 +90,8 @@ TEST(Fp8BlockQuant, RowsMatchTheIndependentQuantiser) {
     std::vector<float> got(static_cast<size_t>(n));
     ops::fp8_block_quant_dequant_row(x.data(), n, got.data());
     const std::vector<float> want = quantise_independently(x.data(), n);
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << "element " << i << " x " << x[size_t(i)];
+    for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << "element " << i << " x " << x[size_t(i)];
 }
 
 // linear with ActQuant::kFp8Block128 (ref and cpu) against a plain ref linear on independently quantised x.
@@ -114,7 +119,8 @@ TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {
     for (int64_t r = 0; r < n; ++r)
         for (int64_t o = 0; o < out; ++o) {
             double abs_sum = 0;
-            for (int64_t i = 0; i < in; ++i) abs_sum += std::fabs(double(xq.view().ptr<float>()[r * in + i]) * tw.w.at(o, i));
+            for (int64_t i = 0; i < in; ++i)
+                abs_sum += std::fabs(double(xq.view().ptr<float>()[r * in + i]) * tw.w.at(o, i));
             w_ref.push_back(want.view().ptr<float>()[r * out + o]);
             g_ref.push_back(got_ref.view().ptr<float>()[r * out + o]);
             g_cpu.push_back(got_cpu.view().ptr<float>()[r * out + o]);

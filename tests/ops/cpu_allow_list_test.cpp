@@ -9,10 +9,12 @@ namespace di::cputest {
 namespace {
 
 // Ops with case tables (cpu_<op>_test.cpp) in tests/ops.
-const std::set<std::string_view> kTestedOps = {"linear", "moe", "attention", "indexer_topk", "mhc_pre", "hc_head"};
+const std::set<std::string_view> kTestedOps = {"linear",       "moe",     "attention",
+                                               "indexer_topk", "mhc_pre", "hc_head"};
 
 TEST(CpuAllowList, EveryFastOpHasCaseTable) {
-    for (std::string_view op : ops::kCpuFastOps) EXPECT_TRUE(kTestedOps.count(op)) << op << " runs fast untested";
+    for (std::string_view op : ops::kCpuFastOps)
+        EXPECT_TRUE(kTestedOps.count(op)) << op << " runs fast untested";
     EXPECT_TRUE(ops::cpu_op_is_fast("linear"));
     EXPECT_FALSE(ops::cpu_op_is_fast("no_such_op"));
     EXPECT_EQ(backends().cpu->name(), "cpu");

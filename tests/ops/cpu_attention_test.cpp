@@ -62,7 +62,8 @@ AttnTensors make_inputs(const AttnCase& c) {
         t.picks = Tensor(host_allocator(), DType::kI32, {c.L, c.n_picks});
         for (int64_t i = 0; i < c.L * c.n_picks; ++i) {
             const uint32_t r = rng()();
-            t.picks.view().ptr<int32_t>()[i] = r % 8 == 0 ? -1 : int32_t(r % uint32_t(c.T));  // -1s and repeats
+            t.picks.view().ptr<int32_t>()[i] =
+                r % 8 == 0 ? -1 : int32_t(r % uint32_t(c.T));  // -1s and repeats
         }
     }
     return t;
@@ -73,7 +74,8 @@ class CpuAttention : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(CpuAttention, MatchesRefWithinDerivedBound) {
     const AttnCase& c = GetParam();
     const AttnTensors in = make_inputs(c);
-    Tensor out_ref(host_allocator(), DType::kF32, {c.L, c.H, c.hd}), out_cpu(host_allocator(), DType::kF32, {c.L, c.H, c.hd});
+    Tensor out_ref(host_allocator(), DType::kF32, {c.L, c.H, c.hd}),
+        out_cpu(host_allocator(), DType::kF32, {c.L, c.H, c.hd});
     poison(out_ref);
     poison(out_cpu);
     backends().ref->attention(in.args(c, out_ref));
@@ -83,12 +85,15 @@ TEST_P(CpuAttention, MatchesRefWithinDerivedBound) {
     std::vector<const float*> rows;
     for (const Tensor* t : {&in.ring, &in.kv, &in.comp})
         if (!t->empty())
-            for (int64_t r = 0; r < t->view().shape[0]; ++r) rows.push_back(t->view().ptr<float>() + r * c.hd);
+            for (int64_t r = 0; r < t->view().shape[0]; ++r)
+                rows.push_back(t->view().ptr<float>() + r * c.hd);
     double kmax2 = 0;
     std::vector<double> kmax_c(size_t(c.hd), 0.0);
     for (const float* r : rows) {
         double n2 = 0;
-        for (int64_t d = 0; d < c.hd; ++d) n2 += double(r[d]) * r[d], kmax_c[size_t(d)] = std::max(kmax_c[size_t(d)], std::fabs(double(r[d])));
+        for (int64_t d = 0; d < c.hd; ++d)
+            n2 += double(r[d]) * r[d],
+                kmax_c[size_t(d)] = std::max(kmax_c[size_t(d)], std::fabs(double(r[d])));
         kmax2 = std::max(kmax2, std::sqrt(n2));
     }
     const double u = 0x1p-24, nk = double(c.window + c.T);
@@ -97,8 +102,10 @@ TEST_P(CpuAttention, MatchesRefWithinDerivedBound) {
     for (int64_t t = 0; t < c.L; ++t)
         for (int64_t h = 0; h < c.H; ++h) {
             double q2 = 0;
-            for (int64_t d = 0; d < c.hd; ++d) q2 += double(in.q.view().at<float>(t, h)[d]) * in.q.view().at<float>(t, h)[d];
-            // |z| <= scale |q| max|k|; exp's argument z - m also carries its rounding, <= u (2 |z|max + |sink|).
+            for (int64_t d = 0; d < c.hd; ++d)
+                q2 += double(in.q.view().at<float>(t, h)[d]) * in.q.view().at<float>(t, h)[d];
+            // |z| <= scale |q| max|k|; exp's argument z - m also carries its rounding, <= u (2 |z|max +
+            // |sink|).
             const double zmax = (1.0 / std::sqrt(double(c.hd))) * std::sqrt(q2) * kmax2;
             const double dz = float_sum_tol(c.hd) * zmax + 2 * u * zmax;
             const double darg = 2 * dz + u * (2 * zmax + std::fabs(in.sinks.view().ptr<float>()[h]) + 1);
@@ -109,7 +116,9 @@ TEST_P(CpuAttention, MatchesRefWithinDerivedBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuAttention, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<AttnCase>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<AttnCase>& i) {
+                             return std::string(i.param.name);
+                         });
 
 // A 10-token prefill in one call equals 10 one-token calls over the ring (window_store between), bit for bit:
 // a query's keys and their order do not depend on how the sequence was chunked.
@@ -125,7 +134,8 @@ TEST(CpuAttentionInvariance, ChunkedEqualsWhole) {
         a.q = in.q.view().rows(t, 1), a.kv = in.kv.view().rows(t, 1), a.ring = ring, a.out = one;
         a.pos0 = t, a.n_cached = std::min<int64_t>(t, c.window - 1);
         backends().cpu->attention(a);
-        EXPECT_EQ(std::memcmp(one.view().data, whole.view().rows(t, 1).data, size_t(c.H * c.hd) * 4), 0) << "token " << t;
+        EXPECT_EQ(std::memcmp(one.view().data, whole.view().rows(t, 1).data, size_t(c.H * c.hd) * 4), 0)
+            << "token " << t;
         backends().cpu->window_store({in.kv.view().rows(t, 1), ring, t});
     }
 }

@@ -69,7 +69,9 @@ TEST_P(CpuIndexer, PicksIdenticalToRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuIndexer, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<IndexerCase>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<IndexerCase>& i) {
+                             return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace di::cputest

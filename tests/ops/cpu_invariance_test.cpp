@@ -9,7 +9,9 @@ namespace {
 
 using ops::WeightFormat;
 
-bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, size_t(n) * sizeof(float)) == 0; }
+bool same_bits(const float* a, const float* b, int64_t n) {
+    return std::memcmp(a, b, size_t(n) * sizeof(float)) == 0;
+}
 
 TEST(CpuInvariance, LinearRowBitsIndependentOfBatchAndThreads) {
     const int64_t n = 29, in = 520, out = 301;  // in % 16 != 0: lane tail; out % 4 != 0: partial tile
@@ -25,7 +27,8 @@ TEST(CpuInvariance, LinearRowBitsIndependentOfBatchAndThreads) {
             by_threads.push_back(to_vector(y));
         }
         for (size_t i = 1; i < by_threads.size(); ++i)
-            EXPECT_TRUE(by_threads[i] == by_threads[0]) << "format " << int(fmt) << ": thread count changed bits";
+            EXPECT_TRUE(by_threads[i] == by_threads[0])
+                << "format " << int(fmt) << ": thread count changed bits";
         // Each row alone, at an odd offset (a different alignment than in the batch), one thread.
         ops::CpuBackend one(1);
         std::vector<float> xs(size_t(in + 1)), ys(size_t(out + 3));
@@ -48,7 +51,8 @@ TEST(CpuInvariance, MoeTokenBitsIndependentOfBatchAndThreads) {
         store.push_back(make_weight(WeightFormat::kFp4Group, I, D));
         store.push_back(make_weight(WeightFormat::kFp4Group, D, I));
     }
-    for (int64_t e = 0; e < E; ++e) experts.push_back({store[size_t(3 * e)].w, store[size_t(3 * e + 1)].w, store[size_t(3 * e + 2)].w});
+    for (int64_t e = 0; e < E; ++e)
+        experts.push_back({store[size_t(3 * e)].w, store[size_t(3 * e + 1)].w, store[size_t(3 * e + 2)].w});
     Tensor x(host_allocator(), DType::kF32, {n, D}), ids(host_allocator(), DType::kI32, {n, k}),
         wts(host_allocator(), DType::kF32, {n, k});
     fill_uniform(x);
@@ -64,14 +68,16 @@ TEST(CpuInvariance, MoeTokenBitsIndependentOfBatchAndThreads) {
     const std::vector<float> batch = run(three, 0, n);
     EXPECT_TRUE(run(one, 0, n) == batch) << "thread count changed bits";
     for (int64_t t = 0; t < n; ++t)
-        EXPECT_TRUE(same_bits(run(one, t, 1).data(), batch.data() + t * D, D)) << "token " << t << ": batch changed bits";
+        EXPECT_TRUE(same_bits(run(one, t, 1).data(), batch.data() + t * D, D))
+            << "token " << t << ": batch changed bits";
 }
 
 TEST(CpuInvariance, AttentionAndMhcBitsIndependentOfThreads) {
     const int64_t L = 7, H = 16, hd = 264, window = 4, hc = 4, D = 520;  // big enough to run threaded
     Tensor q(host_allocator(), DType::kF32, {L, H, hd}), kv(host_allocator(), DType::kF32, {L, hd}),
         ring(host_allocator(), DType::kF32, {window - 1, hd}), sinks(host_allocator(), DType::kF32, {H});
-    Tensor streams(host_allocator(), DType::kF32, {L, hc, D}), fn(host_allocator(), DType::kF32, {(2 + hc) * hc, hc * D}),
+    Tensor streams(host_allocator(), DType::kF32, {L, hc, D}),
+        fn(host_allocator(), DType::kF32, {(2 + hc) * hc, hc * D}),
         base(host_allocator(), DType::kF32, {(2 + hc) * hc}), scale(host_allocator(), DType::kF32, {3});
     for (const Tensor* t : {&q, &kv, &ring, &sinks, &streams, &base, &scale}) fill_uniform(*t);
     fill_uniform(fn, -0.05f, 0.05f);
@@ -92,7 +98,8 @@ TEST(CpuInvariance, AttentionAndMhcBitsIndependentOfThreads) {
         }
         outs.push_back(all);
     }
-    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4), 0) << "thread count changed bits";
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4), 0)
+        << "thread count changed bits";
 }
 
 }  // namespace

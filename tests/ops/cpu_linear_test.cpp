@@ -32,9 +32,9 @@ const LinearCase kCases[] = {
     {"fp8_one_column", 2, 1, 5, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
     // V4-Flash o_a group: x is one group's columns of [n, 8 * 4096], y one group's columns of u, the weight
     // rows of group 1 of wo_a.
-    {"o_a_group_strided", 5, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096, 7 * 1024,
-     1024},
-    {"expert_w1_fp4_decode", 1, 4096, 2048, WeightFormat::kFp4Group},           // V4-Flash hidden -> moe_dim
+    {"o_a_group_strided", 5, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096,
+     7 * 1024, 1024},
+    {"expert_w1_fp4_decode", 1, 4096, 2048, WeightFormat::kFp4Group},  // V4-Flash hidden -> moe_dim
     {"expert_w2_fp4_rows", 3, 2048, 4096, WeightFormat::kFp4Group},
     {"fp4_f32_scale_odd", 9, 96, 41, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
     {"fp4_partial_group", 4, 50, 7, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 3, 0, 2},
@@ -78,13 +78,16 @@ TEST_P(CpuLinear, MatchesRefWithinFloatSumBound) {
         }
         // The padding columns of y are not the op's: they must stay untouched.
         for (int64_t o = c.out; o < c.out + c.y_pad; ++o)
-            ASSERT_TRUE(std::isnan(y_cpu.view().ptr<float>()[r * (c.out + c.y_pad) + o])) << "wrote y pad " << o;
+            ASSERT_TRUE(std::isnan(y_cpu.view().ptr<float>()[r * (c.out + c.y_pad) + o]))
+                << "wrote y pad " << o;
     }
     expect_within(want, got, bound, c.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuLinear, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<LinearCase>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<LinearCase>& i) {
+                             return std::string(i.param.name);
+                         });
 
 // The fast dequantisation must equal QWeight::at exactly (the tolerance above assumes it): checked
 // through a linear with one-hot x rows, which makes each output a single product 1 * w[o, i].
@@ -92,14 +95,18 @@ TEST(CpuLinearDequant, OneHotRowsReturnExactWeights) {
     const struct {
         WeightFormat fmt;
         DType dense_dt, scale_dt;
-    } kFormats[] = {{WeightFormat::kDense, DType::kBF16, DType::kE8M0}, {WeightFormat::kDense, DType::kF16, DType::kE8M0},
-                    {WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0}, {WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
-                    {WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0}, {WeightFormat::kFp4Group, DType::kBF16, DType::kF32}};
+    } kFormats[] = {{WeightFormat::kDense, DType::kBF16, DType::kE8M0},
+                    {WeightFormat::kDense, DType::kF16, DType::kE8M0},
+                    {WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0},
+                    {WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
+                    {WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0},
+                    {WeightFormat::kFp4Group, DType::kBF16, DType::kF32}};
     const int64_t in = 160, out = 130;
     for (const auto& f : kFormats) {
         TestWeight tw = make_weight(f.fmt, out, in, f.dense_dt, f.scale_dt);
         if (f.fmt == WeightFormat::kFp8Block) {  // every e4m3 code except NaN, subnormals included
-            for (int64_t i = 0; i < out * in; ++i) tw.data.view().ptr<uint8_t>()[i] = uint8_t(i % 255 == 127 ? 0 : i % 255);
+            for (int64_t i = 0; i < out * in; ++i)
+                tw.data.view().ptr<uint8_t>()[i] = uint8_t(i % 255 == 127 ? 0 : i % 255);
         }
         Tensor x = Tensor::zeros_host(DType::kF32, {in, in}), y(host_allocator(), DType::kF32, {in, out});
         for (int64_t i = 0; i < in; ++i) x.view().ptr<float>()[i * in + i] = 1.0f;

@@ -54,7 +54,8 @@ std::vector<double> ulp_bound(const std::vector<float>& ref, const MhcCase& c, c
         b[i] = 0x1p-22 * std::fabs(ref[i]);
         if (streams) {
             const int64_t t = int64_t(i) / c.D, col = int64_t(i) % c.D;
-            for (int64_t s = 0; s < c.hc; ++s) b[i] += 0x1p-22 * 1.1 * std::fabs(streams->view().ptr<float>()[(t * c.hc + s) * c.D + col]);
+            for (int64_t s = 0; s < c.hc; ++s)
+                b[i] += 0x1p-22 * 1.1 * std::fabs(streams->view().ptr<float>()[(t * c.hc + s) * c.D + col]);
         }
     }
     return b;
@@ -69,7 +70,8 @@ TEST_P(CpuMhc, PreMatchesRefWithinTwoUlp) {
         Tensor x, post, comb;
     };
     auto run = [&](ops::Backend& be) {
-        Out o{Tensor(host_allocator(), DType::kF32, {c.n, c.D}), Tensor(host_allocator(), DType::kF32, {c.n, c.hc}),
+        Out o{Tensor(host_allocator(), DType::kF32, {c.n, c.D}),
+              Tensor(host_allocator(), DType::kF32, {c.n, c.hc}),
               Tensor(host_allocator(), DType::kF32, {c.n, c.hc, c.hc})};
         poison(o.x), poison(o.post), poison(o.comb);
         be.mhc_pre({in.streams, in.fn, in.base, in.scale, o.x, o.post, o.comb, 1e-6f, c.hc_eps, c.iters});
@@ -96,7 +98,9 @@ TEST_P(CpuMhc, HeadMatchesRefWithinTwoUlp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuMhc, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<MhcCase>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<MhcCase>& i) {
+                             return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace di::cputest

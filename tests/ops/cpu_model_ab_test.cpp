@@ -1,8 +1,9 @@
 // Whole-model A/B: the V4 forward on the cpu backend wrapped in CompareBackend, which runs every op also on
 // ref with the same inputs and names the first divergent op. Fixture: v4_tiny_fp8 (official FP8/FP4 weight
 // formats, CSA + HCA layers, indexer, hash and score routing). Prefill in chunks of 5, then 1-token decode
-// steps. Tolerance 1e-5 of max|ref| per output: each op sees identical inputs, so only its own float-vs-double
-// rounding shows (measured worst ~5e-7); discrete outputs (picks, route ids) must match exactly.
+// steps. Tolerance 1e-5 of max|ref| per output: each op sees identical inputs, so only its own
+// float-vs-double rounding shows (measured worst ~5e-7); discrete outputs (picks, route ids) must match
+// exactly.
 #include <span>
 
 #include "cpu_test_util.h"

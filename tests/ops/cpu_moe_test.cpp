@@ -1,6 +1,6 @@
 // moe on cpu vs ref: the demo model's shape, a V4-Flash expert shape (FP4 2048 x 4096) with few tokens,
-// many tokens over few experts, clamped and unclamped SwiGLU, strided rows, a repeated expert, an empty batch.
-// Bound per element, derived in double here from the case's own magnitudes (see moe_bound): the float
+// many tokens over few experts, clamped and unclamped SwiGLU, strided rows, a repeated expert, an empty
+// batch. Bound per element, derived in double here from the case's own magnitudes (see moe_bound): the float
 // summation error of gate/up (float_sum_tol(hidden) * sum|x w|) carried through SwiGLU (|silu'| <= 1.1),
 // the flush of SwiGLU outputs below FLT_MIN (2^-126 each), plus the float error of the down projection and
 // of the slot-order combine. The V4-Flash case's random gates reach -200, so its h has subnormals.
@@ -55,15 +55,18 @@ std::vector<double> moe_bound(const ops::MoeArgs& a, int64_t t) {
                 g += x[c] * w1, up += x[c] * w3, G += std::fabs(x[c] * w1), U += std::fabs(x[c] * w3);
             }
             const double eg = float_sum_tol(D) * G, eu = float_sum_tol(D) * U;
-            const double gc = std::min(g, double(a.limit)), uc = std::clamp(up, -double(a.limit), double(a.limit));
+            const double gc = std::min(g, double(a.limit)),
+                         uc = std::clamp(up, -double(a.limit), double(a.limit));
             h[size_t(r)] = silu(gc) * uc;
-            eh[size_t(r)] = 1.1 * (std::fabs(uc) + eu) * eg + std::fabs(silu(gc)) * eu + 2 * u * std::fabs(h[size_t(r)]);
+            eh[size_t(r)] =
+                1.1 * (std::fabs(uc) + eu) * eg + std::fabs(silu(gc)) * eu + 2 * u * std::fabs(h[size_t(r)]);
         }
         for (int64_t c = 0; c < D; ++c) {
             double S = 0, E = 0, d = 0;
             for (int64_t r = 0; r < I; ++r) {
                 const double w2 = std::fabs(ew.w2.at(c, r));
-                d += h[size_t(r)] * ew.w2.at(c, r), S += std::fabs(h[size_t(r)]) * w2, E += eh[size_t(r)] * w2;
+                d += h[size_t(r)] * ew.w2.at(c, r), S += std::fabs(h[size_t(r)]) * w2,
+                    E += eh[size_t(r)] * w2;
                 E += 0x1p-126 * w2;  // cpu flushes h below FLT_MIN to 0
             }
             const double ed = E + float_sum_tol(I) * (S + E);
@@ -71,7 +74,8 @@ std::vector<double> moe_bound(const ops::MoeArgs& a, int64_t t) {
             mag[size_t(c)] += wj * (std::fabs(d) + ed);
         }
     }
-    for (int64_t c = 0; c < D; ++c) bound[size_t(c)] = 1.05 * (bound[size_t(c)] + double(k + 2) * u * mag[size_t(c)]);
+    for (int64_t c = 0; c < D; ++c)
+        bound[size_t(c)] = 1.05 * (bound[size_t(c)] + double(k + 2) * u * mag[size_t(c)]);
     return bound;
 }
 
@@ -87,11 +91,13 @@ TEST_P(CpuMoe, MatchesRefWithinDerivedBound) {
     }
     std::vector<ops::ExpertWeights> experts(size_t(c.E));
     for (int64_t e = 0; e < c.E; ++e)
-        experts[size_t(e)] = {w1[size_t(e % c.n_distinct)].w, w3[size_t(e % c.n_distinct)].w, w2[size_t(e % c.n_distinct)].w};
+        experts[size_t(e)] = {w1[size_t(e % c.n_distinct)].w, w3[size_t(e % c.n_distinct)].w,
+                              w2[size_t(e % c.n_distinct)].w};
 
     Tensor x(host_allocator(), DType::kF32, {c.n, c.D + c.x_pad});
     Tensor ids(host_allocator(), DType::kI32, {c.n, c.k}), wts(host_allocator(), DType::kF32, {c.n, c.k});
-    Tensor out_ref(host_allocator(), DType::kF32, {c.n, c.D + c.x_pad}), out_cpu(host_allocator(), DType::kF32, {c.n, c.D + c.x_pad});
+    Tensor out_ref(host_allocator(), DType::kF32, {c.n, c.D + c.x_pad}),
+        out_cpu(host_allocator(), DType::kF32, {c.n, c.D + c.x_pad});
     fill_uniform(x);
     fill_uniform(wts, 0.05f, 1.0f);
     poison(out_ref);
@@ -103,7 +109,8 @@ TEST_P(CpuMoe, MatchesRefWithinDerivedBound) {
         for (int64_t j = 0; j < c.k; ++j)
             ids.view().ptr<int32_t>()[t * c.k + j] = (c.repeat_expert && t == 0) ? perm[0] : perm[size_t(j)];
     }
-    if (c.n >= 2) ids.view().ptr<int32_t>()[c.k] = ids.view().ptr<int32_t>()[0];  // two tokens share an expert
+    if (c.n >= 2)
+        ids.view().ptr<int32_t>()[c.k] = ids.view().ptr<int32_t>()[0];  // two tokens share an expert
 
     auto args = [&](const Tensor& out) {
         ops::MoeArgs a;
@@ -131,13 +138,16 @@ TEST_P(CpuMoe, MatchesRefWithinDerivedBound) {
             bound.push_back(b[size_t(d)]);
         }
         for (int64_t d = c.D; d < c.D + c.x_pad; ++d)
-            ASSERT_TRUE(std::isnan(out_cpu.view().ptr<float>()[t * (c.D + c.x_pad) + d])) << "wrote out pad " << d;
+            ASSERT_TRUE(std::isnan(out_cpu.view().ptr<float>()[t * (c.D + c.x_pad) + d]))
+                << "wrote out pad " << d;
     }
     expect_within(want, got, bound, c.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuMoe, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<MoeCase>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<MoeCase>& i) {
+                             return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace di::cputest

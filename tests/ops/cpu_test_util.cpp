@@ -69,8 +69,10 @@ TestWeight make_weight(ops::WeightFormat fmt, int64_t out, int64_t in, DType den
         t.scale = Tensor(host_allocator(), scale_dt, {out, (in + 31) / 32});
     }
     if (fmt != ops::WeightFormat::kDense) {
-        if (scale_dt == DType::kE8M0) fill_e8m0(t.scale);
-        else fill_uniform(t.scale, 0.01f, 0.1f);
+        if (scale_dt == DType::kE8M0)
+            fill_e8m0(t.scale);
+        else
+            fill_uniform(t.scale, 0.01f, 0.1f);
     }
     t.w.format = fmt;
     t.w.data = t.data.view();
@@ -80,8 +82,8 @@ TestWeight make_weight(ops::WeightFormat fmt, int64_t out, int64_t in, DType den
     return t;
 }
 
-void expect_within(const std::vector<float>& want, const std::vector<float>& got, const std::vector<double>& bound,
-                   const std::string& what) {
+void expect_within(const std::vector<float>& want, const std::vector<float>& got,
+                   const std::vector<double>& bound, const std::string& what) {
     ASSERT_EQ(want.size(), got.size()) << what;
     ASSERT_EQ(want.size(), bound.size()) << what;
     int64_t bad = 0, worst = -1;
@@ -93,9 +95,9 @@ void expect_within(const std::vector<float>& want, const std::vector<float>& got
         const double ratio = std::isnan(err) ? INFINITY : err / std::max(bound[i], 1e-300);
         if (worst < 0 || ratio > worst_ratio) worst_ratio = ratio, worst = int64_t(i);
     }
-    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " elements outside the bound; worst #"
-                      << worst << " ref " << want[size_t(worst)] << " cpu " << got[size_t(worst)] << " bound "
-                      << bound[size_t(worst)];
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size()
+                      << " elements outside the bound; worst #" << worst << " ref " << want[size_t(worst)]
+                      << " cpu " << got[size_t(worst)] << " bound " << bound[size_t(worst)];
     // Second, sharper check on the whole output: rounding errors of random sign grow like sqrt(terms) while
     // the bounds above are worst cases; a systematic error (a wrong scale, a dropped term) shows up here.
     double num = 0, den = 0;
@@ -105,7 +107,8 @@ void expect_within(const std::vector<float>& want, const std::vector<float>& got
     }
     const double rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
     EXPECT_LE(rel_l2, 1e-5) << what << ": relative L2 error";
-    std::printf("%s: worst |cpu - ref| / bound = %.3g, relative L2 error %.3g\n", what.c_str(), worst_ratio, rel_l2);
+    std::printf("%s: worst |cpu - ref| / bound = %.3g, relative L2 error %.3g\n", what.c_str(), worst_ratio,
+                rel_l2);
 }
 
 std::vector<float> to_vector(const TensorView& v) {

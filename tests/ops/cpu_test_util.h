@@ -52,8 +52,8 @@ inline double float_sum_tol(int64_t len) { return (double((len + 15) / 16) + 6.0
 
 // Expects |got[i] - want[i]| <= bound[i] for all i (NaN never passes), and a relative L2 error <= 1e-5
 // (float rounding of random sign: ~sqrt(len/16) u |terms|/|sum| ~ 1e-6 here); reports the worst element.
-void expect_within(const std::vector<float>& want, const std::vector<float>& got, const std::vector<double>& bound,
-                   const std::string& what);
+void expect_within(const std::vector<float>& want, const std::vector<float>& got,
+                   const std::vector<double>& bound, const std::string& what);
 
 std::vector<float> to_vector(const TensorView& v);  // contiguous f32 view
 

@@ -18,13 +18,16 @@ TEST(SwigluLimit, DefaultIsNoClampOnRefAndCpu) {
     Tensor g = host_f32({1, 3}), u = host_f32({1, 3}), o = host_f32({1, 3});
     const float gv[] = {30.0f, -2.0f, 0.5f}, uv[] = {40.0f, 3.0f, -50.0f};
     for (int i = 0; i < 3; ++i) g.view().ptr<float>()[i] = gv[i], u.view().ptr<float>()[i] = uv[i];
-    for (ops::Backend* be : {static_cast<ops::Backend*>(backends().ref.get()), static_cast<ops::Backend*>(backends().cpu.get())}) {
+    for (ops::Backend* be : {static_cast<ops::Backend*>(backends().ref.get()),
+                             static_cast<ops::Backend*>(backends().cpu.get())}) {
         ops::SwigluArgs a;
         a.gate = g.view(), a.up = u.view(), a.out = o.view();
         be->swiglu(a);
         for (int i = 0; i < 3; ++i) {
-            const double want = double(gv[i]) / (1.0 + std::exp(-double(gv[i]))) * double(uv[i]);  // unclamped
-            EXPECT_NEAR(o.view().ptr<float>()[i], want, 1e-5 * std::abs(want)) << be->name() << " element " << i;
+            const double want =
+                double(gv[i]) / (1.0 + std::exp(-double(gv[i]))) * double(uv[i]);  // unclamped
+            EXPECT_NEAR(o.view().ptr<float>()[i], want, 1e-5 * std::abs(want))
+                << be->name() << " element " << i;
         }
     }
 }

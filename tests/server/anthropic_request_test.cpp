@@ -1,10 +1,11 @@
 // Anthropic Messages request parsing: blocks land in the chat messages the encoder takes (tool results as
 // tool messages before the user's text, tool_use as tool calls, thinking as reasoning), tools become
 // OpenAI tool objects, and every bad field is a 400 naming it.
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "server/anthropic_request.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 namespace di::server {
 namespace {
@@ -16,7 +17,8 @@ ChatRequest ok(const std::string& body) {
 }
 
 TEST(AnthropicRequest, BlocksBecomeChatMessages) {
-    const ChatRequest r = ok(R"({"model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "be brief"}],
+    const ChatRequest r =
+        ok(R"({"model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "be brief"}],
       "stop_sequences": ["END"], "stream": true, "temperature": 0.5, "top_k": 4,
       "thinking": {"type": "enabled", "budget_tokens": 2048}, "metadata": {"user_id": "u"},
       "tools": [{"name": "get_weather", "description": "d", "input_schema": {"type": "object"}}],
@@ -40,7 +42,8 @@ TEST(AnthropicRequest, BlocksBecomeChatMessages) {
     EXPECT_EQ(r.messages[2].content, "checking");
     ASSERT_EQ(r.messages[2].tool_calls.size(), 1u);
     EXPECT_EQ(r.messages[2].tool_calls[0].id, "toolu_1");
-    EXPECT_EQ(nlohmann::json::parse(r.messages[2].tool_calls[0].arguments), nlohmann::json({{"city", "Paris"}}));
+    EXPECT_EQ(nlohmann::json::parse(r.messages[2].tool_calls[0].arguments),
+              nlohmann::json({{"city", "Paris"}}));
     EXPECT_EQ(r.messages[3].role, "tool");
     EXPECT_EQ(r.messages[3].tool_call_id, "toolu_1");
     EXPECT_EQ(r.messages[3].content, "sunny");
@@ -61,20 +64,23 @@ TEST(AnthropicRequest, BlocksBecomeChatMessages) {
 }
 
 TEST(AnthropicRequest, ToolChoiceBecomesADemand) {
-    const std::string base = R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}],
+    const std::string base =
+        R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}],
       "tools": [{"name": "f", "input_schema": {}}, {"name": "g", "input_schema": {}}], )";
     const ChatRequest any = ok(base + R"("tool_choice": {"type": "any"}})");
     ASSERT_TRUE(any.tool_demand.has_value());
     EXPECT_EQ(any.tool_demand->mode, ToolCallDemand::Mode::kRequired);
     EXPECT_TRUE(any.tool_demand->parallel);
-    const ChatRequest one = ok(base + R"("tool_choice": {"type": "any", "disable_parallel_tool_use": true}})");
+    const ChatRequest one =
+        ok(base + R"("tool_choice": {"type": "any", "disable_parallel_tool_use": true}})");
     ASSERT_TRUE(one.tool_demand.has_value());
     EXPECT_FALSE(one.tool_demand->parallel);
     const ChatRequest named = ok(base + R"("tool_choice": {"type": "tool", "name": "g"}})");
     ASSERT_TRUE(named.tool_demand.has_value());
     EXPECT_EQ(named.tool_demand->mode, ToolCallDemand::Mode::kForced);
     EXPECT_EQ(named.tool_demand->forced, "g");
-    const ChatRequest single = ok(base + R"("tool_choice": {"type": "auto", "disable_parallel_tool_use": true}})");
+    const ChatRequest single =
+        ok(base + R"("tool_choice": {"type": "auto", "disable_parallel_tool_use": true}})");
     ASSERT_TRUE(single.tool_demand.has_value());
     EXPECT_EQ(single.tool_demand->mode, ToolCallDemand::Mode::kAtMostOne);
     EXPECT_FALSE(ok(base + R"("tool_choice": {"type": "auto"}})").tool_demand.has_value());
@@ -95,16 +101,23 @@ TEST(AnthropicRequest, BadFieldsAreRefusedByName) {
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "stop_sequences": [""]})", "stop_sequences"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "system": 3})", "system"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "any"}})", "tool_choice"},
-        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "sometimes"}})", "tool_choice"},
+        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "sometimes"}})",
+         "tool_choice"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "tool"},
-             "tools": [{"name": "f", "input_schema": {}}]})", "tool_choice"},
+             "tools": [{"name": "f", "input_schema": {}}]})",
+         "tool_choice"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "tool", "name": "g"},
-             "tools": [{"name": "f", "input_schema": {}}]})", "tool_choice"},
-        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tools": [{"name": "f"}]})", "tools[0].input_schema"},
-        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tools": [{"type": "bash_20250124", "name": "bash", "input_schema": {}}]})", "tools[0].type"},
+             "tools": [{"name": "f", "input_schema": {}}]})",
+         "tool_choice"},
+        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tools": [{"name": "f"}]})",
+         "tools[0].input_schema"},
+        {"{" + msgs +
+             R"(, "model": "m", "max_tokens": 5, "tools": [{"type": "bash_20250124", "name": "bash", "input_schema": {}}]})",
+         "tools[0].type"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "thinking": {"type": "on"}})", "thinking"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "frobnicate": 1})", "frobnicate"},
-        {R"({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})", "messages[0].role"},
+        {R"({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})",
+         "messages[0].role"},
         {R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user"}]})", "messages[0].content"},
         {R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]})",
          "messages[0].content[0]"},

@@ -3,13 +3,13 @@
 // size, the streamed deltas and the whole message both give the reference fields, and each tool call is an
 // OpenAI tool_calls entry (index, id, type "function", name, arguments), streamed as its id and name first
 // and then argument pieces.
-#include <fstream>
-#include <random>
+#include "server/chat_output.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
-#include "server/chat_output.h"
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
 
 namespace di::server {
 namespace {
@@ -45,13 +45,15 @@ TEST(ChatOutput, DsmlVectorsBecomeOpenAiFields) {
                     for (const json& tc : d["tool_calls"]) {
                         const size_t index = tc["index"];
                         if (index == streamed_calls.size()) {
-                            EXPECT_TRUE(tc.contains("id") && tc["function"].contains("name")) << "a call starts with its id and name";
+                            EXPECT_TRUE(tc.contains("id") && tc["function"].contains("name"))
+                                << "a call starts with its id and name";
                             streamed_calls.push_back(tc);
                         } else {
                             ASSERT_EQ(index + 1, streamed_calls.size()) << "pieces of an earlier call";
                             EXPECT_FALSE(tc.contains("id"));
                             json& fn = streamed_calls[index]["function"];
-                            fn["arguments"] = fn["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+                            fn["arguments"] = fn["arguments"].get<std::string>() +
+                                              tc["function"]["arguments"].get<std::string>();
                         }
                     }
             }
@@ -69,7 +71,8 @@ TEST(ChatOutput, DsmlVectorsBecomeOpenAiFields) {
                 EXPECT_EQ(c.tool_calls[i]["function"]["arguments"], want["arguments"]);
                 EXPECT_EQ(streamed_calls[i]["index"], i);
                 EXPECT_EQ(streamed_calls[i]["id"], c.tool_calls[i]["id"]);
-                EXPECT_EQ(c.tool_calls[i]["id"].get<std::string>().rfind("call_", 0), 0u);  // OpenAI's spelling
+                EXPECT_EQ(c.tool_calls[i]["id"].get<std::string>().rfind("call_", 0),
+                          0u);  // OpenAI's spelling
                 EXPECT_EQ(streamed_calls[i]["function"], c.tool_calls[i]["function"]);
                 ++n_calls;
             }

@@ -1,14 +1,14 @@
 // The engine on the tiny fp32 fixture (reference backend): greedy output equals transformers' greedy
 // continuation (tests/data/v4_tiny_fp32/greedy.json), requests are batch invariant (alone == among 32
 // concurrent ones), and admission, cancellation, timeouts and limits free every byte of state.
-#include <fstream>
-#include <random>
-#include <thread>
+#include "deepinfer/engine.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
-#include "deepinfer/engine.h"
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
 
 namespace di {
 namespace {
@@ -153,7 +153,8 @@ TEST(Engine, BatchInvariantAmong32ConcurrentRequests) {
     }
     wait_idle(*engine);
     EngineStats st = engine->stats();
-    const double mean_batch = (st.batch_size.sum - before.batch_size.sum) / double(st.batch_size.count - before.batch_size.count);
+    const double mean_batch =
+        (st.batch_size.sum - before.batch_size.sum) / double(st.batch_size.count - before.batch_size.count);
     EXPECT_GT(mean_batch, 8.0) << "the concurrent run did not batch";
     EXPECT_EQ(st.state_bytes_allocated, 0);
     EXPECT_EQ(st.state_bytes_reserved, 0);
@@ -198,7 +199,8 @@ TEST(Engine, AdmissionWaitsForMemoryAndRefusesWhatNeverFits) {
     ASSERT_TRUE(engine);
     // The smallest max_tokens whose state exceeds the whole budget.
     const ModelInfo& mi = engine->info();
-    const int64_t huge = int64_t(double(o.state_memory_bytes - mi.state_fixed_bytes) / mi.state_bytes_per_token) + 64;
+    const int64_t huge =
+        int64_t(double(o.state_memory_bytes - mi.state_fixed_bytes) / mi.state_bytes_per_token) + 64;
     ASSERT_GT(engine->state_bytes_for(4 + huge), o.state_memory_bytes);
     auto never = engine->submit(greedy({1, 2, 3, 4}, huge));
     ASSERT_FALSE(never.ok());

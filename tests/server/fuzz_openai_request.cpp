@@ -1,5 +1,6 @@
-// libFuzzer entry for the OpenAI and Anthropic request parsers (built with -DDEEPINFER_FUZZ=ON and clang). The same
-// function runs in protocol_test.cpp over a deterministic mutation corpus, so every build exercises it.
+// libFuzzer entry for the OpenAI and Anthropic request parsers (built with -DDEEPINFER_FUZZ=ON and clang).
+// The same function runs in protocol_test.cpp over a deterministic mutation corpus, so every build exercises
+// it.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

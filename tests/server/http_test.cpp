@@ -1,17 +1,17 @@
 // The HTTP server in-process on loopback (tiny fixture + byte tokenizer): endpoints, OpenAI-style errors
 // for every kind of bad input, slow and vanishing clients, and no state left behind afterwards.
+#include "server/http.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <thread>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
-#include "server/http.h"
 #include "server/http_server.h"
 
 namespace di::server {
@@ -28,7 +28,7 @@ EngineOptions tiny_engine() {
 }
 
 class HttpTest : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         EngineOptions eo = tiny_engine();
         eo.max_context = 256;
@@ -67,7 +67,8 @@ protected:
     static bool engine_idle() {
         for (int i = 0; i < 500; ++i) {
             EngineStats s = engine_->stats();
-            if (s.n_running == 0 && s.n_waiting == 0 && s.state_bytes_allocated == 0 && s.state_bytes_reserved == 0)
+            if (s.n_running == 0 && s.n_waiting == 0 && s.state_bytes_allocated == 0 &&
+                s.state_bytes_reserved == 0)
                 return true;
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
@@ -117,16 +118,18 @@ TEST_F(HttpTest, HealthModelsMetrics) {
     EXPECT_EQ(j["data"][0]["max_model_len"], 256);
     auto x = client().Get("/metrics");
     ASSERT_TRUE(x);
-    for (const char* name : {"deepinfer_time_to_first_token_seconds_bucket", "deepinfer_inter_token_latency_seconds",
-                             "deepinfer_running_requests", "deepinfer_waiting_requests",
-                             "deepinfer_state_memory_bytes{kind=\"free\"}", "deepinfer_generation_tokens_total"})
+    for (const char* name :
+         {"deepinfer_time_to_first_token_seconds_bucket", "deepinfer_inter_token_latency_seconds",
+          "deepinfer_running_requests", "deepinfer_waiting_requests",
+          "deepinfer_state_memory_bytes{kind=\"free\"}", "deepinfer_generation_tokens_total"})
         EXPECT_NE(x->body.find(name), std::string::npos) << name;
     expect_error(client().Get("/v1/nope"), 404);
     expect_error(client().Get("/v1/models/other"), 404, "model");
 }
 
 TEST_F(HttpTest, ChatCompletionWholeAndUsage) {
-    auto r = post("/v1/chat/completions", kHello + R"("max_tokens": 5, "temperature": 0, "ignore_eos": true})");
+    auto r =
+        post("/v1/chat/completions", kHello + R"("max_tokens": 5, "temperature": 0, "ignore_eos": true})");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     auto j = json::parse(r->body);
@@ -173,7 +176,8 @@ TEST_F(HttpTest, StreamingSendsChunksUsageAndDone) {
     std::string body;
     auto res = client().Post(
         "/v1/chat/completions",
-        kHello + R"("max_tokens": 4, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})",
+        kHello +
+            R"("max_tokens": 4, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}})",
         "application/json");
     ASSERT_TRUE(res);
     ASSERT_EQ(res->status, 200);
@@ -205,17 +209,19 @@ TEST_F(HttpTest, BadInputGetsOpenAiErrors) {
     expect_error(post("/v1/chat/completions", kHello + R"("max_tokens": 0})"), 400, "max_tokens");
     expect_error(post("/v1/chat/completions", kHello + R"("max_tokens": -3})"), 400, "max_tokens");
     expect_error(post("/v1/chat/completions", R"({"model": "tiny", "messages": []})"), 400, "messages");
-    expect_error(post("/v1/chat/completions", R"({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})"),
-                 404, "model");
+    expect_error(
+        post("/v1/chat/completions", R"({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})"),
+        404, "model");
     expect_error(post("/v1/chat/completions", kHello + R"("logit_bias": {"3": 1}})"), 400, "logit_bias");
     expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1, 999]})"), 400);
     // Over the context limit (256): a 300-byte prompt, and a short one asking for too many tokens.
-    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": ")" + std::string(300, 'a') + "\"}"), 400,
-                 "messages");
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": ")" + std::string(300, 'a') + "\"}"),
+                 400, "messages");
     expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": "abc", "max_tokens": 254})"), 400,
                  "max_tokens");
     // Over the body limit (64 KiB).
-    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": ")" + std::string(100000, 'a') + "\"}"), 413);
+    expect_error(
+        post("/v1/completions", R"({"model": "tiny", "prompt": ")" + std::string(100000, 'a') + "\"}"), 413);
     EXPECT_TRUE(engine_idle());
     auto h = client().Get("/health");
     ASSERT_TRUE(h);
@@ -226,26 +232,35 @@ TEST_F(HttpTest, BadInputGetsOpenAiErrors) {
 // hundreds of thousands of levels deep (inside the body limit), tool arguments that nest too deep.
 TEST_F(HttpTest, HostileRequestsAreRefusedAndTheServerStaysUp) {
     const std::string huge = "9223372036854775807";
-    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1, 2, 3], "max_tokens": )" + huge + "}"), 400,
+    expect_error(
+        post("/v1/completions", R"({"model": "tiny", "prompt": [1, 2, 3], "max_tokens": )" + huge + "}"), 400,
+        "max_tokens");
+    expect_error(
+        post("/v1/completions",
+             R"({"model": "tiny", "prompt": [1, 2, 3], "stream": true, "max_tokens": )" + huge + "}"),
+        400, "max_tokens");
+    expect_error(post("/v1/chat/completions", kHello + R"("max_completion_tokens": )" + huge + "}"), 400,
                  "max_tokens");
-    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1, 2, 3], "stream": true, "max_tokens": )" +
-                                             huge + "}"),
-                 400, "max_tokens");
-    expect_error(post("/v1/chat/completions", kHello + R"("max_completion_tokens": )" + huge + "}"), 400, "max_tokens");
     const int depth = 30000;  // 60 KB, under the 64 KiB body limit
     const std::string deep = std::string(depth, '[') + std::string(depth, ']');
     expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": )" + deep + "}"), 400, "");
-    expect_error(post("/v1/chat/completions", kHello + R"("tools": [{"type": "function", "function": {"name": "f", )"
-                                                           R"("parameters": )" + deep + "}}]}"),
-                 400, "");
+    expect_error(
+        post("/v1/chat/completions", kHello +
+                                         R"("tools": [{"type": "function", "function": {"name": "f", )"
+                                         R"("parameters": )" +
+                                         deep + "}}]}"),
+        400, "");
     std::string args = std::string(2000, '[') + std::string(2000, ']');
     args = "{\\\"a\\\": " + args + "}";  // {\"a\": [[...]]} inside a JSON string
-    expect_error(post("/v1/chat/completions",
-                      R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", )"
-                      R"("content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", )"
-                      R"("arguments": ")" + args + R"("}}]}, {"role": "tool", "tool_call_id": "c1", "content": "r"}, )"
-                      R"({"role": "user", "content": "go"}]})"),
-                 400);
+    expect_error(
+        post("/v1/chat/completions",
+             R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", )"
+             R"("content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", )"
+             R"("arguments": ")" +
+                 args +
+                 R"("}}]}, {"role": "tool", "tool_call_id": "c1", "content": "r"}, )"
+                 R"({"role": "user", "content": "go"}]})"),
+        400);
     EXPECT_TRUE(engine_idle());
     auto h = client().Get("/health");
     ASSERT_TRUE(h);
@@ -354,9 +369,10 @@ TEST_F(HttpTest, TokenizeAndDetokenize) {
 
 // Fields that change nothing about the output are accepted (frameworks always send them).
 TEST_F(HttpTest, MetadataFieldsAreAccepted) {
-    auto r = post("/v1/chat/completions", kHello + R"("max_tokens": 2, "service_tier": "auto", )"
-                                                   R"("prompt_cache_key": "k", "safety_identifier": "s", "user": "u", )"
-                                                   R"("metadata": {"a": "b"}, "store": false})");
+    auto r = post("/v1/chat/completions",
+                  kHello + R"("max_tokens": 2, "service_tier": "auto", )"
+                           R"("prompt_cache_key": "k", "safety_identifier": "s", "user": "u", )"
+                           R"("metadata": {"a": "b"}, "store": false})");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
 }
@@ -385,9 +401,12 @@ TEST_F(HttpTest, SlowClientIsDroppedAndServerStaysUp) {
 TEST_F(HttpTest, DisconnectMidStreamCancelsAndFreesState) {
     const uint64_t cancelled0 = engine_->stats().finished_cancelled;
     const int fd = connect_raw();
-    const std::string body = R"({"model": "tiny", "prompt": "abc", "max_tokens": 200, "ignore_eos": true, "stream": true})";
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string body =
+        R"({"model": "tiny", "prompt": "abc", "max_tokens": 200, "ignore_eos": true, "stream": true})";
+    const std::string req =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
     char buf[4096];
     std::string got;
@@ -409,8 +428,9 @@ TEST_F(HttpTest, DisconnectDuringNonStreamingRequestCancels) {
     const uint64_t cancelled0 = engine_->stats().finished_cancelled;
     const int fd = connect_raw();
     const std::string body = R"({"model": "tiny", "prompt": "abc", "max_tokens": 250, "ignore_eos": true})";
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string req =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
     ASSERT_EQ(::send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
     for (int i = 0; i < 500 && engine_->stats().n_running == 0; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -425,9 +445,10 @@ TEST_F(HttpTest, FullQueueAnswers429) {
     std::atomic<int> ok{0}, refused{0};
     for (int i = 0; i < 8; ++i)
         ts.emplace_back([&] {
-            auto r = client().Post("/v1/completions",
-                                   R"({"model": "tiny", "prompt": "abc", "max_tokens": 60, "ignore_eos": true})",
-                                   "application/json");
+            auto r =
+                client().Post("/v1/completions",
+                              R"({"model": "tiny", "prompt": "abc", "max_tokens": 60, "ignore_eos": true})",
+                              "application/json");
             if (r && r->status == 200) ++ok;
             if (r && r->status == 429) {
                 auto j = json::parse(r->body);
@@ -470,8 +491,6 @@ TEST(HttpTimeout, TimedOutRequestsEndWithAnError) {
     t.join();
 }
 
-
-
 // Graceful shutdown (what `serve` does on SIGINT): the engine ends every request first, so an open stream
 // gets an error event and [DONE], a queued request a 503, and only then does the listener stop.
 TEST(HttpShutdown, OpenStreamsEndWithAnErrorEventAndDone) {
@@ -485,7 +504,8 @@ TEST(HttpShutdown, OpenStreamsEndWithAnErrorEventAndDone) {
     HttpServer server(**engine, so);
     ASSERT_TRUE(server.bind().ok());
     std::thread t([&] { (void)server.run(); });
-    const std::string body = R"({"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 5000, "ignore_eos": true, )";
+    const std::string body =
+        R"({"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 5000, "ignore_eos": true, )";
     std::string streamed;
     int queued_status = 0;
     std::thread stream([&] {
@@ -495,8 +515,8 @@ TEST(HttpShutdown, OpenStreamsEndWithAnErrorEventAndDone) {
         if (r) streamed = r->body;
     });
     std::thread queued([&] {
-        // Only once the stream runs (a fixed sleep lost that race on a loaded machine: the stream was then the
-        // queued one and got a 503 instead of its error event).
+        // Only once the stream runs (a fixed sleep lost that race on a loaded machine: the stream was then
+        // the queued one and got a 503 instead of its error event).
         for (int i = 0; i < 1000 && (*engine)->stats().n_running == 0; ++i)
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         httplib::Client c("127.0.0.1", server.port());
@@ -518,7 +538,8 @@ TEST(HttpShutdown, OpenStreamsEndWithAnErrorEventAndDone) {
     queued.join();
     t.join();
     EXPECT_NE(streamed.find(R"("code":"cancelled")"), std::string::npos) << streamed.substr(0, 300);
-    EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos) << streamed.substr(streamed.size() > 300 ? streamed.size() - 300 : 0);
+    EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos)
+        << streamed.substr(streamed.size() > 300 ? streamed.size() - 300 : 0);
     EXPECT_EQ(queued_status, 503);
 }
 

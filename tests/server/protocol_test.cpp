@@ -1,8 +1,8 @@
 // OpenAI request parsing: accepted fields land in the right place, every bad field is a 400 naming it,
 // and the parsers survive a deterministic mutation fuzz of valid requests (the fuzz target's entry point).
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "server/openai_request.h"
 
@@ -53,7 +53,8 @@ TEST(Protocol, ChatFieldsAreParsed) {
 }
 
 TEST(Protocol, ToolChoiceNoneDropsTools) {
-    auto r = parse_chat_request(with(R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none")"));
+    auto r = parse_chat_request(
+        with(R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none")"));
     ASSERT_TRUE(std::holds_alternative<ChatRequest>(r));
     EXPECT_TRUE(std::get<ChatRequest>(r).tools.empty());
 }
@@ -83,7 +84,8 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         {R"({"model": "m", "messages": []})", "messages"},
         {R"({"model": "m", "messages": "hi"})", "messages"},
         {R"({"model": "m", "messages": [{"role": "wizard", "content": "hi"}]})", "messages[0].role"},
-        {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content"},
+        {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+         "messages[0].content"},
         {R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", "messages[0]"},
         {with(R"("temperature": "hot")"), "temperature"},
         {with(R"("temperature": 3)"), "temperature"},
@@ -104,12 +106,15 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         {with(R"("logit_bias": {"5": 10})"), "logit_bias"},
         {with(R"("tool_choice": "required", "tools": [])"), "tool_choice"},
         {with(R"("tool_choice": "sometimes")"), "tool_choice"},
-        {with(R"("tool_choice": {"type": "function"}, "tools": [{"type": "function", "function": {"name": "f"}}])"),
+        {with(
+             R"("tool_choice": {"type": "function"}, "tools": [{"type": "function", "function": {"name": "f"}}])"),
          "tool_choice"},
         {with(R"("tool_choice": {"type": "function", "function": {"name": "g"}},
-                 "tools": [{"type": "function", "function": {"name": "f"}}])"), "tool_choice"},
+                 "tools": [{"type": "function", "function": {"name": "f"}}])"),
+         "tool_choice"},
         {with(R"("tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}],
-                 "response_format": {"type": "json_object"})"), "response_format"},
+                 "response_format": {"type": "json_object"})"),
+         "response_format"},
         {with(R"("parallel_tool_calls": "no")"), "parallel_tool_calls"},
         {with(R"("tools": [{"type": "retrieval"}])"), "tools[0]"},
         {with(R"("response_format": "json")"), "response_format"},
@@ -117,13 +122,17 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         {with(R"("response_format": {})"), "response_format"},
         {with(R"("response_format": {"type": 3})"), "type"},
         {with(R"("response_format": {"type": "json_schema"})"), "response_format"},
-        {with(R"("response_format": {"type": "json_schema", "json_schema": []})"), "response_format.json_schema"},
-        {with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"), "response_format"},
+        {with(R"("response_format": {"type": "json_schema", "json_schema": []})"),
+         "response_format.json_schema"},
+        {with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"),
+         "response_format"},
         {with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": 5}})"),
          "response_format.json_schema.schema"},
-        {with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}})"),
+        {with(
+             R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}})"),
          "strict"},
-        {with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "colour": 1}})"), "colour"},
+        {with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "colour": 1}})"),
+         "colour"},
         {with(R"("response_format": {"type": "json_object", "schema": {}})"), "schema"},
         {with(R"("reasoning_effort": "low")"), "reasoning_effort"},
         {with(R"("frobnicate": 1)"), "frobnicate"},
@@ -146,7 +155,8 @@ TEST(Protocol, ToolChoiceBecomesADemand) {
     ASSERT_TRUE(rd.has_value());
     EXPECT_EQ(rd->mode, ToolCallDemand::Mode::kRequired);
     EXPECT_TRUE(rd->parallel);
-    auto named = parse_chat_request(with(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"));
+    auto named = parse_chat_request(
+        with(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"));
     ASSERT_TRUE(std::holds_alternative<ChatRequest>(named));
     const auto& nd = std::get<ChatRequest>(named).tool_demand;
     ASSERT_TRUE(nd.has_value());
@@ -168,14 +178,16 @@ TEST(Protocol, ResponseFormatBecomesAConstraint) {
     auto object = parse_chat_request(with(R"("response_format": {"type": "json_object"})"));
     ASSERT_TRUE(std::holds_alternative<ChatRequest>(object));
     EXPECT_EQ(std::get<ChatRequest>(object).p.constraint.kind, OutputConstraint::Kind::kJsonObject);
-    auto schema = parse_chat_request(with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "r",
+    auto schema =
+        parse_chat_request(with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "r",
       "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})"));
     ASSERT_TRUE(std::holds_alternative<ChatRequest>(schema)) << std::get<ApiError>(schema).message;
     const OutputConstraint& c = std::get<ChatRequest>(schema).p.constraint;
     EXPECT_EQ(c.kind, OutputConstraint::Kind::kJsonSchema);
     EXPECT_EQ(c.json_schema, R"({"properties":{"a":{"type":"integer"}},"type":"object"})");
     EXPECT_EQ(c.after_token, -1);
-    auto completion = parse_completion_request(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})");
+    auto completion = parse_completion_request(
+        R"({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}})");
     ASSERT_TRUE(std::holds_alternative<CompletionRequest>(completion));
     EXPECT_EQ(std::get<CompletionRequest>(completion).p.constraint.kind, OutputConstraint::Kind::kJsonObject);
 }
@@ -189,10 +201,11 @@ TEST(Protocol, CompletionPrompts) {
     auto t = parse_completion_request(R"({"model": "m", "prompt": ["a", "b"]})");
     ASSERT_TRUE(std::holds_alternative<CompletionRequest>(t));
     EXPECT_EQ(std::get<CompletionRequest>(t).prompt_texts.size(), 2u);
-    for (const char* bad : {R"({"model": "m"})", R"({"model": "m", "prompt": ""})", R"({"model": "m", "prompt": []})",
-                            R"({"model": "m", "prompt": [1, -2]})", R"({"model": "m", "prompt": {"a": 1}})",
-                            R"({"model": "m", "prompt": "x", "echo": true})",
-                            R"({"model": "m", "prompt": "x", "messages": []})"}) {
+    for (const char* bad :
+         {R"({"model": "m"})", R"({"model": "m", "prompt": ""})", R"({"model": "m", "prompt": []})",
+          R"({"model": "m", "prompt": [1, -2]})", R"({"model": "m", "prompt": {"a": 1}})",
+          R"({"model": "m", "prompt": "x", "echo": true})",
+          R"({"model": "m", "prompt": "x", "messages": []})"}) {
         auto e = parse_completion_request(bad);
         ASSERT_TRUE(std::holds_alternative<ApiError>(e)) << bad;
         EXPECT_EQ(std::get<ApiError>(e).status, 400) << bad;
@@ -202,11 +215,11 @@ TEST(Protocol, CompletionPrompts) {
 // Deterministic mutation fuzz: byte flips, truncations, insertions of JSON punctuation and type swaps on
 // valid requests. The parsers must return (value or error), never crash or throw.
 TEST(Protocol, MutationFuzzNeverCrashes) {
-    const std::vector<std::string> seeds = {kChat, with(R"("stop": "x")"),
-                                            R"({"model": "m", "prompt": [[1, 2], [3]], "logprobs": 2, "n": 3})",
-                                            R"({"model":"m","prompt":"hello","stream":true})"};
-    const std::string tokens[] = {"{", "}", "[", "]", ",", ":", "\"", "null", "true", "1e999", "-1", "\\u0000",
-                                  "\xff", "0.5", "\"\\ud800\""};
+    const std::vector<std::string> seeds = {
+        kChat, with(R"("stop": "x")"), R"({"model": "m", "prompt": [[1, 2], [3]], "logprobs": 2, "n": 3})",
+        R"({"model":"m","prompt":"hello","stream":true})"};
+    const std::string tokens[] = {"{",    "}",     "[",  "]",       ",",    ":",   "\"",         "null",
+                                  "true", "1e999", "-1", "\\u0000", "\xff", "0.5", "\"\\ud800\""};
     std::mt19937 rng(2024);
     int n = 0;
     for (int it = 0; it < 20000; ++it) {
@@ -215,10 +228,18 @@ TEST(Protocol, MutationFuzzNeverCrashes) {
         for (int k = 0; k < edits && !s.empty(); ++k) {
             const size_t pos = rng() % s.size();
             switch (rng() % 4) {
-                case 0: s[pos] = char(rng() % 256); break;
-                case 1: s.resize(pos); break;
-                case 2: s.insert(pos, tokens[rng() % std::size(tokens)]); break;
-                default: s.erase(pos, 1 + rng() % 8); break;
+                case 0:
+                    s[pos] = char(rng() % 256);
+                    break;
+                case 1:
+                    s.resize(pos);
+                    break;
+                case 2:
+                    s.insert(pos, tokens[rng() % std::size(tokens)]);
+                    break;
+                default:
+                    s.erase(pos, 1 + rng() % 8);
+                    break;
             }
         }
         LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());

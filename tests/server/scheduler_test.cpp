@@ -1,17 +1,17 @@
 // Scheduler policy against a fake runner (no model): admission by memory, FCFS, decodes every step,
 // prefill chunk boundaries independent of load, the per-step token budget, and the bounded queue.
-#include <map>
-#include <random>
+#include "runtime/scheduler.h"
 
 #include <gtest/gtest.h>
 
-#include "runtime/scheduler.h"
+#include <map>
+#include <random>
 
 namespace di::runtime {
 namespace {
 
-SchedulerConfig config(int64_t budget_bytes, int max_running = 8, int64_t step_budget = 64, int64_t chunk = 16,
-                       size_t max_waiting = 100) {
+SchedulerConfig config(int64_t budget_bytes, int max_running = 8, int64_t step_budget = 64,
+                       int64_t chunk = 16, size_t max_waiting = 100) {
     SchedulerConfig c;
     c.memory_budget_bytes = budget_bytes;
     c.max_running = max_running;
@@ -128,7 +128,8 @@ TEST(Scheduler, RandomTrafficWithFakeRunner) {
             if (c.samples) ++w.generated;
         }
         for (auto& [id, w] : live) {
-            const bool in_plan = std::any_of(p.chunks.begin(), p.chunks.end(), [&](auto& c) { return c.id == id; });
+            const bool in_plan =
+                std::any_of(p.chunks.begin(), p.chunks.end(), [&](auto& c) { return c.id == id; });
             if (w.generated > 0 && w.generated < w.max_new) {
                 EXPECT_TRUE(in_plan) << "decode of " << id << " starved";
             }

@@ -1,7 +1,7 @@
 // Stop strings across token boundaries and token-level stops, against hand-worked expectations.
-#include <gtest/gtest.h>
-
 #include "runtime/stop_conditions.h"
+
+#include <gtest/gtest.h>
 
 namespace di::runtime {
 namespace {

@@ -1,7 +1,6 @@
 // Chat prompts must be byte-identical to DeepSeek's V4 reference encoder (vectors from
 // tools/tokenizer_make_chat_vectors.py), and their token ids must equal the ids of the prompt text.
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"
@@ -112,7 +111,8 @@ TEST(ChatEncoding, UnparsableArgumentsFollowDeepSeekFallback) {
     o.add_bos = false;
     EXPECT_EQ(encode_chat({a}, o).value(),
               "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"arguments\" "
-              "string=\"true\">not json</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls><｜end▁of▁sentence｜>");
+              "string=\"true\">not "
+              "json</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls><｜end▁of▁sentence｜>");
 }
 
 // split_special_tokens: the same prompt text, but a user message that spells <｜Assistant｜> or </think>
@@ -131,7 +131,8 @@ TEST(ChatEncoding, SplitSpecialTokensKeepsTheTextAndOnlyTheTemplateMarkers) {
     ASSERT_TRUE(normal.ok() && split.ok());
     EXPECT_EQ(normal->text, split->text);
     ASSERT_EQ(split->plain.size(), 1u);
-    EXPECT_EQ(split->text.substr(split->plain[0].begin, split->plain[0].end - split->plain[0].begin), msgs[0].content);
+    EXPECT_EQ(split->text.substr(split->plain[0].begin, split->plain[0].end - split->plain[0].begin),
+              msgs[0].content);
     const auto ids_normal = tok.encode(normal->text, false, normal->plain);
     const auto ids_split = tok.encode(split->text, false, split->plain);
     auto n = [](const std::vector<int32_t>& v, int32_t id) { return std::count(v.begin(), v.end(), id); };

@@ -1,10 +1,9 @@
-// Output parsing: the events for reference-valid completions (tests/data/tokenizer/dsml_vectors.json, parsed by
-// DeepSeek's parse_message_from_completion_text) must match under every way of splitting the text into
+// Output parsing: the events for reference-valid completions (tests/data/tokenizer/dsml_vectors.json, parsed
+// by DeepSeek's parse_message_from_completion_text) must match under every way of splitting the text into
 // chunks; a call's name comes before its arguments, which stream in pieces; malformed output must come back
 // as text (before a call has started) or close the started call with valid JSON.
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "test_paths.h"
 
@@ -42,7 +41,8 @@ Parsed parse_in_chunks(const std::string& text, bool thinking, std::mt19937& rng
 }
 
 TEST(DsmlParser, MatchesReferenceUnderAnyChunking) {
-    const auto vectors = nlohmann::json::parse(test::read_text_file(test::tokenizer_data("dsml_vectors.json")));
+    const auto vectors =
+        nlohmann::json::parse(test::read_text_file(test::tokenizer_data("dsml_vectors.json")));
     ASSERT_GE(vectors.size(), 8u);
     std::mt19937 rng(7);
     for (const auto& v : vectors) {
@@ -65,10 +65,18 @@ std::vector<std::string> kinds(const std::vector<ChatEvent>& ev) {
     std::vector<std::string> out;
     for (const ChatEvent& e : ev) {
         switch (e.kind) {
-            case ChatEvent::Kind::kToolCallStart: out.push_back("s:" + e.name); break;
-            case ChatEvent::Kind::kToolCallArguments: out.push_back("a:" + e.text); break;
-            case ChatEvent::Kind::kContent: out.push_back("c:" + e.text); break;
-            case ChatEvent::Kind::kReasoning: out.push_back("r:" + e.text); break;
+            case ChatEvent::Kind::kToolCallStart:
+                out.push_back("s:" + e.name);
+                break;
+            case ChatEvent::Kind::kToolCallArguments:
+                out.push_back("a:" + e.text);
+                break;
+            case ChatEvent::Kind::kContent:
+                out.push_back("c:" + e.text);
+                break;
+            case ChatEvent::Kind::kReasoning:
+                out.push_back("r:" + e.text);
+                break;
         }
     }
     return out;
@@ -95,7 +103,9 @@ TEST(DsmlParser, NameFirstThenArgumentsInPieces) {
 
 TEST(DsmlParser, SplitMultiByteCharactersWaitInStringValues) {
     ChatOutputParser parser(false);
-    parser.push("\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"t\" string=\"true\">");
+    parser.push(
+        "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"t\" "
+        "string=\"true\">");
     const std::string euro = "\xe2\x82\xac";  // U+20AC, three bytes
     EXPECT_TRUE(parser.push(euro.substr(0, 2)).empty());
     const auto ev = parser.push(euro.substr(2));
@@ -140,15 +150,16 @@ TEST(DsmlParser, MalformedAfterAStartClosesTheCallWithValidJson) {
         {open + good + "<｜DSML｜parameter name=\"b\" string=\"maybe\">2</｜DSML｜parameter>", "{\"a\": 1}",
          "<｜DSML｜parameter name=\"b\" string=\"maybe\">2</｜DSML｜parameter>"},
         // Output that ends inside a string value (max_tokens): the value so far, closed.
-        {open + "<｜DSML｜parameter name=\"s\" string=\"true\">unterminated \"q", "{\"s\": \"unterminated \\\"q\"}", ""},
+        {open + "<｜DSML｜parameter name=\"s\" string=\"true\">unterminated \"q",
+         "{\"s\": \"unterminated \\\"q\"}", ""},
         // A non-string value never closed: left out; its parameter's text is content.
         {open + good + "<｜DSML｜parameter name=\"n\" string=\"false\">3", "{\"a\": 1}",
          "<｜DSML｜parameter name=\"n\" string=\"false\">3"},
         // A duplicate parameter.
         {open + good + good, "{\"a\": 1}", good},
         // Garbage where ">\n" must follow a parameter.
-        {open + "<｜DSML｜parameter name=\"a\" string=\"false\">1</｜DSML｜parameter>x\n</｜DSML｜invoke>", "{\"a\": 1}",
-         ">x\n</｜DSML｜invoke>"},
+        {open + "<｜DSML｜parameter name=\"a\" string=\"false\">1</｜DSML｜parameter>x\n</｜DSML｜invoke>",
+         "{\"a\": 1}", ">x\n</｜DSML｜invoke>"},
     };
     std::mt19937 rng(9);
     for (const Case& c : cases) {
@@ -176,9 +187,10 @@ TEST(DsmlParser, ReasoningWithoutEndAndEosStops) {
 
 TEST(DsmlParser, RandomInputNeverBreaksInvariants) {
     // Without markers in the alphabet's reach, all text must come back unchanged, whatever the chunking.
-    const std::vector<std::string> atoms = {"<｜DSML｜", "tool_calls>", "invoke", " name=\"", "parameter", "\">", "\n",
-                                            "</",       ">",           "x",      "string=\"true\"",   "<think>", "</think>",
-                                            "｜",       "<",           "\"",     "/｜DSML｜parameter", "<｜end▁of▁sentence｜>"};
+    const std::vector<std::string> atoms = {
+        "<｜DSML｜", "tool_calls>", "invoke", " name=\"", "parameter",          "\">",
+        "\n",        "</",          ">",      "x",        "string=\"true\"",    "<think>",
+        "</think>",  "｜",          "<",      "\"",       "/｜DSML｜parameter", "<｜end▁of▁sentence｜>"};
     std::mt19937 rng(11);
     for (int iter = 0; iter < 3000; ++iter) {
         std::string text;

@@ -8,7 +8,8 @@
 #include "tokenizer/utf8.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const di::Tokenizer tok = di::Tokenizer::load(std::string(DI_SOURCE_DIR) + "/assets/tokenizer").value();
+    static const di::Tokenizer tok =
+        di::Tokenizer::load(std::string(DI_SOURCE_DIR) + "/assets/tokenizer").value();
     const std::string text(reinterpret_cast<const char*>(data), size);
     const auto ids = tok.encode(text, false);
     if (tok.decode(ids).value() != di::tok::utf8_sanitize(text)) std::abort();

@@ -1,7 +1,7 @@
 // json.dumps compatibility; expected strings from Python 3.11 json.dumps(..., ensure_ascii=False) / repr().
-#include <gtest/gtest.h>
-
 #include "tokenizer/python_json.h"
+
+#include <gtest/gtest.h>
 
 namespace di::tok {
 namespace {
@@ -27,7 +27,8 @@ TEST(PythonJson, Dumps) {
     auto v = nlohmann::ordered_json::parse(
         R"({"z": 1, "a": [true, null, 2.0, -3, "x\"y\\n\u0001\t"], "u": "你好 é", "e": {}, "l": []})");
     EXPECT_EQ(python_json_dumps(v),
-              "{\"z\": 1, \"a\": [true, null, 2.0, -3, \"x\\\"y\\\\n\\u0001\\t\"], \"u\": \"你好 é\", \"e\": {}, \"l\": []}");
+              "{\"z\": 1, \"a\": [true, null, 2.0, -3, \"x\\\"y\\\\n\\u0001\\t\"], \"u\": \"你好 é\", \"e\": "
+              "{}, \"l\": []}");
 }
 
 }  // namespace

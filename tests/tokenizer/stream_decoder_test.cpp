@@ -1,7 +1,6 @@
 // Streaming detokenization: pieces are always complete UTF-8 and concatenate to decode().
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "test_paths.h"
 #include "tokenizer/utf8.h"

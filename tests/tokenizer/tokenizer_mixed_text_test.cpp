@@ -2,7 +2,6 @@
 // tools/tokenizer_make_corpus.py build_mixed_text): id count and FNV-1a-64 of the ids must equal the
 // oracle's (Hugging Face tokenizers), and decoding must give the text back.
 #include <chrono>
-
 #include <nlohmann/json.hpp>
 
 #include "test_paths.h"
@@ -17,7 +16,8 @@ std::string build_mixed_text(size_t target) {
     std::string line;
     while (std::getline(lines, line)) {
         auto j = nlohmann::json::parse(line);
-        inputs.push_back(j.contains("hex") ? test::from_hex(j["hex"].get<std::string>()) : j["text"].get<std::string>());
+        inputs.push_back(j.contains("hex") ? test::from_hex(j["hex"].get<std::string>())
+                                           : j["text"].get<std::string>());
     }
     std::string out;
     uint64_t state = 12345;
@@ -46,10 +46,12 @@ TEST(TokenizerMixedText, FourMegabytesMatchOracle) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto ids = tok.encode(text, false);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("encoded %zu bytes into %zu ids in %.3f s (%.1f MB/s)\n", text.size(), ids.size(), s, text.size() / s / 1e6);
+    std::printf("encoded %zu bytes into %zu ids in %.3f s (%.1f MB/s)\n", text.size(), ids.size(), s,
+                text.size() / s / 1e6);
     const auto first = meta["first_ids"].get<std::vector<int32_t>>();
     ASSERT_GE(ids.size(), first.size());
-    EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(first.size())), first);
+    EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(first.size())),
+              first);
     EXPECT_EQ(ids.size(), meta["n_ids"].get<size_t>());
     char hex[17];
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a64(ids)));

@@ -41,7 +41,8 @@ TEST(JsonDuplicates, PathOfTheFirstRepeatedKeyAtAnyDepth) {
     std::vector<std::string> dup;
     ASSERT_TRUE(io::parse_json_text(R"({"a": {"x": 1, "y": 2}, "b": [{"x": 1}, {"x": 2}]})", "s", &dup).ok());
     EXPECT_TRUE(dup.empty());
-    ASSERT_TRUE(io::parse_json_text(R"({"a": {"x": 1}, "t": {"dtype": "F32", "dtype": "BF16"}})", "s", &dup).ok());
+    ASSERT_TRUE(
+        io::parse_json_text(R"({"a": {"x": 1}, "t": {"dtype": "F32", "dtype": "BF16"}})", "s", &dup).ok());
     EXPECT_EQ(dup, (std::vector<std::string>{"t", "dtype"}));
     ASSERT_TRUE(io::parse_json_text(R"({"t": 1, "u": 2, "t": 3})", "s", &dup).ok());
     EXPECT_EQ(dup, (std::vector<std::string>{"t"}));
@@ -50,14 +51,15 @@ TEST(JsonDuplicates, PathOfTheFirstRepeatedKeyAtAnyDepth) {
 Result<std::vector<io::TensorEntry>> parse_header(const std::string& header, size_t data_bytes) {
     static std::string bytes;
     bytes = test::make_safetensors(header, std::string(data_bytes, '\0'));
-    return io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "m.safetensors");
+    return io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                 "m.safetensors");
 }
 
 TEST(SafetensorsHostile, DuplicateKeysInsideAnEntryNameTheTensor) {
     for (const char* key : {R"("dtype":"F32","dtype":"I32")", R"("shape":[2],"shape":[1,2])",
                             R"("data_offsets":[0,8],"data_offsets":[0,8])"}) {
-        const std::string entry = std::string(R"({"w.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8],)") +
-                                  key + "}}";
+        const std::string entry =
+            std::string(R"({"w.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8],)") + key + "}}";
         auto r = parse_header(entry, 8);
         ASSERT_FALSE(r.ok()) << entry;
         EXPECT_NE(r.error().message.find("tensor 'w.weight': key"), std::string::npos) << r.error().message;
@@ -68,7 +70,8 @@ TEST(SafetensorsHostile, DuplicateKeysInsideAnEntryNameTheTensor) {
 TEST(SafetensorsHostile, DeeplyNestedMetadataIsAnErrorNotACrash) {
     auto r = parse_header(R"({"__metadata__":{"a":)" + nested(200000, "\"x\"") + "}}", 0);
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.error().message.find("nested deeper than 128 levels"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("nested deeper than 128 levels"), std::string::npos)
+        << r.error().message;
 }
 
 TEST(FiniteScan, FindsNanAndInfinityInEveryFloatFormat) {
@@ -87,9 +90,9 @@ TEST(FiniteScan, FindsNanAndInfinityInEveryFloatFormat) {
         {"F32", f32({1, -2, 3e38f, 1e-45f}), -1},
         {"F32", f32({1, 2, nan}), 2},
         {"F32", f32({-inf, 0}), 0},
-        {"BF16", {0x80, 0x3f, 0x80, 0x7f}, 1},  // 1.0, +inf
-        {"BF16", {0x80, 0x3f, 0x7f, 0xff}, -1},  // 1.0, -max finite (0xff7f)
-        {"F16", {0x00, 0x3c, 0x01, 0x7c}, 1},    // 1.0, NaN
+        {"BF16", {0x80, 0x3f, 0x80, 0x7f}, 1},     // 1.0, +inf
+        {"BF16", {0x80, 0x3f, 0x7f, 0xff}, -1},    // 1.0, -max finite (0xff7f)
+        {"F16", {0x00, 0x3c, 0x01, 0x7c}, 1},      // 1.0, NaN
         {"F8_E4M3", {0x7e, 0xfe, 0x38, 0xff}, 3},  // 448, -448, 1, NaN
         {"F8_E8M0", {0x00, 0x7f, 0xfe}, -1},
         {"F8_E8M0", {0x7f, 0xff}, 1},
@@ -107,8 +110,10 @@ TEST(FiniteScan, FindsNanAndInfinityInEveryFloatFormat) {
             EXPECT_TRUE(st.ok()) << c.dtype << ": " << st.error().message;
         } else {
             ASSERT_FALSE(st.ok()) << c.dtype;
-            EXPECT_NE(st.error().message.find("tensor 't' (" + std::string(c.dtype) + ") holds a NaN or infinity "
-                                              "at flat index " + std::to_string(c.bad)),
+            EXPECT_NE(st.error().message.find("tensor 't' (" + std::string(c.dtype) +
+                                              ") holds a NaN or infinity "
+                                              "at flat index " +
+                                              std::to_string(c.bad)),
                       std::string::npos)
                 << st.error().message;
         }

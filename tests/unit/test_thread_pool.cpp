@@ -35,7 +35,10 @@ TEST(ThreadPool, JobsAfterTheWorkersSleep) {
 }
 
 TEST(ThreadPool, OneThreadAndDestructionWhileIdle) {
-    { ThreadPool one(1); expect_each_index_once(one, 10, 1); }
+    {
+        ThreadPool one(1);
+        expect_each_index_once(one, 10, 1);
+    }
     { ThreadPool idle(4); }  // workers never got a job
     ThreadPool pool(2);
     expect_each_index_once(pool, 1000, 7);

@@ -1,9 +1,9 @@
 #include "ops/compare/compare_backend.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "ops/ref/ref_backend.h"
 
@@ -28,10 +28,14 @@ double element(const TensorView& v, int64_t i) {
         i /= v.shape[size_t(d)];
     }
     switch (v.dtype) {
-        case DType::kF32: return v.ptr<float>()[off];
-        case DType::kI32: return v.ptr<int32_t>()[off];
-        case DType::kI64: return double(v.ptr<int64_t>()[off]);
-        default: return 0;
+        case DType::kF32:
+            return v.ptr<float>()[off];
+        case DType::kI32:
+            return v.ptr<int32_t>()[off];
+        case DType::kI64:
+            return double(v.ptr<int64_t>()[off]);
+        default:
+            return 0;
     }
 }
 
@@ -41,8 +45,8 @@ std::string Divergence::describe() const {
     if (op == "route" || op == "indexer_topk" || field.find("ids") != std::string::npos ||
         field.find("picks") != std::string::npos)
         return fmt::format("{} / {}: {} differs in {} of {} elements", scope, op, field, max_diff, max_ref);
-    return fmt::format("{} / {}: {} max |d| {:.3g} vs max |ref| {:.3g} (relative {:.3g})", scope, op, field, max_diff,
-                       max_ref, max_diff / std::max(max_ref, 1e-30));
+    return fmt::format("{} / {}: {} max |d| {:.3g} vs max |ref| {:.3g} (relative {:.3g})", scope, op, field,
+                       max_diff, max_ref, max_diff / std::max(max_ref, 1e-30));
 }
 
 CompareBackend::CompareBackend(Backend& subject, double rel_tol)
@@ -57,7 +61,8 @@ void CompareBackend::set_scope(std::string_view s) {
 TensorView CompareBackend::host_view(const TensorView& v, std::vector<Tensor>& keep) {
     if (v.empty()) return v;
     const size_t bytes = span_bytes(v);
-    keep.emplace_back(host_allocator(), DType::kU8, std::initializer_list<int64_t>{int64_t(std::max<size_t>(bytes, 1))});
+    keep.emplace_back(host_allocator(), DType::kU8,
+                      std::initializer_list<int64_t>{int64_t(std::max<size_t>(bytes, 1))});
     TensorView h = v;
     h.data = keep.back().view().data;
     h.device = Device::kHost;
@@ -116,7 +121,8 @@ void CompareBackend::compare(const char* op, const Args& args, Fn&& run) {
             for (int64_t i = 0; i < want.numel(); ++i) {
                 const double r = element(want, i), s = element(got, i);
                 d.max_ref = std::max(d.max_ref, std::fabs(r));
-                d.max_diff = std::max(d.max_diff, std::isnan(s) != std::isnan(r) ? INFINITY : std::fabs(s - r));
+                d.max_diff =
+                    std::max(d.max_diff, std::isnan(s) != std::isnan(r) ? INFINITY : std::fabs(s - r));
             }
             const double rel = d.max_diff / std::max(d.max_ref, 1e-6);
             if (rel > worst_rel_) {
@@ -133,12 +139,12 @@ void CompareBackend::compare(const char* op, const Args& args, Fn&& run) {
     }
 }
 
-#define DI_COMPARE_SIMPLE(method, Args)                      \
-    void CompareBackend::method(const Args& a) {             \
-        compare(#method, a, [&](Args& h) {                   \
-            subject_.method(a);                              \
-            ref_->method(h);                                 \
-        });                                                  \
+#define DI_COMPARE_SIMPLE(method, Args)          \
+    void CompareBackend::method(const Args& a) { \
+        compare(#method, a, [&](Args& h) {       \
+            subject_.method(a);                  \
+            ref_->method(h);                     \
+        });                                      \
     }
 DI_COMPARE_SIMPLE(embed, EmbedArgs)
 DI_COMPARE_SIMPLE(add, AddArgs)
@@ -168,7 +174,8 @@ void CompareBackend::moe(const MoeArgs& a) {
         subject_.moe(a);
         std::vector<ExpertWeights> ex(static_cast<size_t>(a.n_experts));
         for (int64_t e = 0; e < a.n_experts; ++e)
-            ex[size_t(e)] = {host_weight(a.experts[e].w1), host_weight(a.experts[e].w3), host_weight(a.experts[e].w2)};
+            ex[size_t(e)] = {host_weight(a.experts[e].w1), host_weight(a.experts[e].w3),
+                             host_weight(a.experts[e].w2)};
         h.experts = ex.data();
         ref_->moe(h);
     });

@@ -5,10 +5,10 @@
 #pragma once
 
 #include <map>
-#include <optional>
-#include <vector>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "ops/backend.h"
 
@@ -21,7 +21,7 @@ struct Divergence {
 };
 
 class CompareBackend final : public Backend {
-public:
+  public:
     // `rel_tol`: a float output diverges when max |d| > rel_tol * max(|ref|, 1e-6).
     CompareBackend(Backend& subject, double rel_tol);
     ~CompareBackend() override;
@@ -38,7 +38,9 @@ public:
     int64_t dispatch_count(std::string_view op, std::string_view v) const override {
         return subject_.dispatch_count(op, v);
     }
-    bool force_variant(std::string_view op, std::string_view v) override { return subject_.force_variant(op, v); }
+    bool force_variant(std::string_view op, std::string_view v) override {
+        return subject_.force_variant(op, v);
+    }
 
     void embed(const EmbedArgs& a) override;
     void add(const AddArgs& a) override;
@@ -61,7 +63,7 @@ public:
     double worst_relative() const { return worst_rel_; }  // over all float outputs
     std::string worst_where() const { return worst_where_; }
 
-private:
+  private:
     struct HostCopy;
     template <class Args, class Fn>
     void compare(const char* op, const Args& args, Fn&& prepare_weights);

@@ -1,9 +1,9 @@
 #include "ops/compare/profile_backend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
-
-#include <fmt/format.h>
 
 namespace di::ops {
 
@@ -28,36 +28,52 @@ void ProfileBackend::embed(const EmbedArgs& a) {
     // one table row per token read, not the whole table: ids in, rows read, rows written
     const double row = a.table.ndim == 2 ? double(a.table.shape[1]) * double(dtype_size(a.table.dtype)) : 0;
     const double bytes = double(a.tokens.nbytes()) + row * double(a.tokens.numel()) + double(a.out.nbytes());
-    timed("embed", a, bytes, [&] { subject_.embed(a); }, false);
+    timed(
+        "embed", a, bytes, [&] { subject_.embed(a); }, false);
 }
-void ProfileBackend::add(const AddArgs& a) { timed("add", a, 0, [&] { subject_.add(a); }); }
-void ProfileBackend::swiglu(const SwigluArgs& a) { timed("swiglu", a, 0, [&] { subject_.swiglu(a); }); }
+void ProfileBackend::add(const AddArgs& a) {
+    timed("add", a, 0, [&] { subject_.add(a); });
+}
+void ProfileBackend::swiglu(const SwigluArgs& a) {
+    timed("swiglu", a, 0, [&] { subject_.swiglu(a); });
+}
 void ProfileBackend::linear(const LinearArgs& a) {
     timed("linear", a, weight_bytes(a.w), [&] { subject_.linear(a); });
 }
 void ProfileBackend::rms_norm(const RmsNormArgs& a) {
     timed("rms_norm", a, double(a.weight.nbytes()), [&] { subject_.rms_norm(a); });
 }
-void ProfileBackend::rope(const RopeArgs& a) { timed("rope", a, 0, [&] { subject_.rope(a); }); }
-void ProfileBackend::compress(const CompressArgs& a) { timed("compress", a, 0, [&] { subject_.compress(a); }); }
+void ProfileBackend::rope(const RopeArgs& a) {
+    timed("rope", a, 0, [&] { subject_.rope(a); });
+}
+void ProfileBackend::compress(const CompressArgs& a) {
+    timed("compress", a, 0, [&] { subject_.compress(a); });
+}
 void ProfileBackend::indexer_topk(const IndexerTopkArgs& a) {
     timed("indexer_topk", a, 0, [&] { subject_.indexer_topk(a); });
 }
-void ProfileBackend::attention(const AttentionArgs& a) { timed("attention", a, 0, [&] { subject_.attention(a); }); }
+void ProfileBackend::attention(const AttentionArgs& a) {
+    timed("attention", a, 0, [&] { subject_.attention(a); });
+}
 void ProfileBackend::window_store(const WindowStoreArgs& a) {
     timed("window_store", a, 0, [&] { subject_.window_store(a); });
 }
 void ProfileBackend::mhc_pre(const MhcPreArgs& a) {
     timed("mhc_pre", a, double(a.fn.nbytes()), [&] { subject_.mhc_pre(a); });
 }
-void ProfileBackend::mhc_post(const MhcPostArgs& a) { timed("mhc_post", a, 0, [&] { subject_.mhc_post(a); }); }
+void ProfileBackend::mhc_post(const MhcPostArgs& a) {
+    timed("mhc_post", a, 0, [&] { subject_.mhc_post(a); });
+}
 void ProfileBackend::hc_head(const HcHeadArgs& a) {
     timed("hc_head", a, double(a.fn.nbytes()), [&] { subject_.hc_head(a); });
 }
-void ProfileBackend::route(const RouteArgs& a) { timed("route", a, 0, [&] { subject_.route(a); }); }
+void ProfileBackend::route(const RouteArgs& a) {
+    timed("route", a, 0, [&] { subject_.route(a); });
+}
 
 void ProfileBackend::moe(const MoeArgs& a) {
-    // The selected experts' weights, each counted once: the ids are read back (the op is synchronised anyway).
+    // The selected experts' weights, each counted once: the ids are read back (the op is synchronised
+    // anyway).
     std::vector<int32_t> ids(size_t(a.ids.numel()));
     if (!ids.empty()) {
         Tensor h(host_allocator(), DType::kI32, {int64_t(ids.size())});
@@ -76,7 +92,8 @@ void ProfileBackend::moe(const MoeArgs& a) {
 std::vector<OpProfile> ProfileBackend::table() const {
     std::vector<OpProfile> v;
     for (const auto& [k, p] : ops_) v.push_back(p);
-    std::sort(v.begin(), v.end(), [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
+    std::sort(v.begin(), v.end(),
+              [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
     return v;
 }
 
@@ -84,8 +101,9 @@ std::string ProfileBackend::markdown(double copy_gbps) const {
     const std::vector<OpProfile> t = table();
     double total = 0;
     for (const auto& p : t) total += p.seconds;
-    std::string md = "| op | calls | ms | share | MB moved | GB/s |" + std::string(copy_gbps > 0 ? " % copy BW |" : "") +
-                     "\n|---|---:|---:|---:|---:|---:|" + (copy_gbps > 0 ? "---:|" : "") + "\n";
+    std::string md = "| op | calls | ms | share | MB moved | GB/s |" +
+                     std::string(copy_gbps > 0 ? " % copy BW |" : "") + "\n|---|---:|---:|---:|---:|---:|" +
+                     (copy_gbps > 0 ? "---:|" : "") + "\n";
     for (const auto& p : t) {
         const double gbps = p.seconds > 0 ? p.bytes / p.seconds / 1e9 : 0;
         md += fmt::format("| {} | {} | {:.3f} | {:.1f}% | {:.1f} | {:.0f} |", p.op, p.calls, 1e3 * p.seconds,

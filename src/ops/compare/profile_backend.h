@@ -24,8 +24,9 @@ struct OpProfile {
 };
 
 class ProfileBackend final : public Backend {
-public:
-    explicit ProfileBackend(Backend& subject, bool synchronised = true) : subject_(subject), sync_(synchronised) {}
+  public:
+    explicit ProfileBackend(Backend& subject, bool synchronised = true)
+        : subject_(subject), sync_(synchronised) {}
 
     std::string_view name() const override { return subject_.name(); }
     Allocator& allocator() override { return subject_.allocator(); }
@@ -38,7 +39,9 @@ public:
     int64_t dispatch_count(std::string_view op, std::string_view v) const override {
         return subject_.dispatch_count(op, v);
     }
-    bool force_variant(std::string_view op, std::string_view v) override { return subject_.force_variant(op, v); }
+    bool force_variant(std::string_view op, std::string_view v) override {
+        return subject_.force_variant(op, v);
+    }
     KernelLimits kernel_limits() const override { return subject_.kernel_limits(); }
 
     void embed(const EmbedArgs& a) override;
@@ -63,7 +66,7 @@ public:
     // A markdown table: op, calls, ms, share, bytes, GB/s (and % of `copy_gbps` when it is > 0).
     std::string markdown(double copy_gbps = 0) const;
 
-private:
+  private:
     // count_views: add every tensor the Args visit (in and out) to `weight_bytes`.
     template <class Args, class Fn>
     void timed(const char* op, Args a, double weight_bytes, Fn&& run, bool count_views = true);

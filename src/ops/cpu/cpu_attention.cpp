@@ -44,7 +44,8 @@ void CpuBackend::attention(const AttentionArgs& a) {
     if (L == 0) return;
     collect_keys(a);
     const int64_t macs = 2 * int64_t(att_keys_.size()) * H * hd;
-    const int64_t grain = macs < cpu::kMinParallelMacs ? L * H : std::max<int64_t>(1, L * H / (8 * pool_.size()));
+    const int64_t grain =
+        macs < cpu::kMinParallelMacs ? L * H : std::max<int64_t>(1, L * H / (8 * pool_.size()));
     pool_.parallel_for(L * H, grain, [&](int64_t b, int64_t e, int worker) {
         CpuScratch& s = scratch_[size_t(worker)];
         for (int64_t i = b; i < e; ++i) {

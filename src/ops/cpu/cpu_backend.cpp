@@ -17,16 +17,17 @@ CpuBackend::~CpuBackend() = default;
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
 namespace {
-constexpr std::string_view kAllOps[] = {"embed", "add", "swiglu", "linear", "rms_norm", "rope", "compress",
-                                        "indexer_topk", "attention", "window_store", "mhc_pre", "mhc_post",
-                                        "hc_head", "route", "moe"};
+constexpr std::string_view kAllOps[] = {"embed",   "add",      "swiglu",       "linear",    "rms_norm",
+                                        "rope",    "compress", "indexer_topk", "attention", "window_store",
+                                        "mhc_pre", "mhc_post", "hc_head",      "route",     "moe"};
 }  // namespace
 
 std::vector<KernelVariant> CpuBackend::kernel_variants() const {
     std::vector<KernelVariant> v;
     for (std::string_view op : kAllOps) {
         if (cpu_op_is_fast(op))
-            v.push_back({std::string(op), std::string(kCpuSimd), "any shape (case tables in tests/ops)", false});
+            v.push_back(
+                {std::string(op), std::string(kCpuSimd), "any shape (case tables in tests/ops)", false});
         v.push_back({std::string(op), std::string(kCpuRef), "any shape (the reference code)", true});
     }
     return v;
@@ -39,7 +40,9 @@ void CpuBackend::set_allow_list(const AllowList& l) {
 int64_t CpuBackend::dispatch_count(std::string_view op, std::string_view variant) const {
     const int i = cpu_fast_index(op);
     if (i < 0) return 0;
-    return variant == kCpuSimd ? fast_[size_t(i)].n_simd.load() : variant == kCpuRef ? fast_[size_t(i)].n_ref.load() : 0;
+    return variant == kCpuSimd  ? fast_[size_t(i)].n_simd.load()
+           : variant == kCpuRef ? fast_[size_t(i)].n_ref.load()
+                                : 0;
 }
 
 bool CpuBackend::force_variant(std::string_view op, std::string_view variant) {

@@ -29,7 +29,8 @@
 namespace di::ops {
 
 // Ops with a fast kernel (each has a case table in tests/ops/); every other op delegates to ref.
-inline constexpr std::string_view kCpuFastOps[] = {"linear", "moe", "attention", "indexer_topk", "mhc_pre", "hc_head"};
+inline constexpr std::string_view kCpuFastOps[] = {"linear",       "moe",     "attention",
+                                                   "indexer_topk", "mhc_pre", "hc_head"};
 
 constexpr bool cpu_op_is_fast(std::string_view op) {
     for (std::string_view f : kCpuFastOps)
@@ -58,7 +59,7 @@ struct CpuScratch {
 };
 
 class CpuBackend final : public Backend {
-public:
+  public:
     // n_threads <= 0: ThreadPool::default_threads() (DEEPINFER_THREADS or hardware_concurrency).
     explicit CpuBackend(int n_threads = 0);
     ~CpuBackend() override;
@@ -90,7 +91,7 @@ public:
     int64_t dispatch_count(std::string_view op, std::string_view variant) const override;
     bool force_variant(std::string_view op, std::string_view variant) override;
 
-private:
+  private:
     // Whether fast op `i` (cpu_fast_index) runs its SIMD kernel this call, counting the dispatch.
     bool take_fast(int i) {
         FastOp& f = fast_[size_t(i)];

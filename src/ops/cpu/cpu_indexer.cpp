@@ -44,7 +44,8 @@ void CpuBackend::indexer_topk(const IndexerTopkArgs& a) {
     const int64_t L = a.q.shape[0], H = a.q.shape[1], dim = a.q.shape[2], T = a.keys.shape[0];
     if (L == 0) return;
     double kmax = 0;  // largest key norm: the bound below uses |q . key| <= |q|_2 |key|_2
-    for (int64_t w = 0; w < T; ++w) kmax = std::max(kmax, norm2(a.keys.ptr<float>() + w * a.keys.stride[0], dim));
+    for (int64_t w = 0; w < T; ++w)
+        kmax = std::max(kmax, norm2(a.keys.ptr<float>() + w * a.keys.stride[0], dim));
     const int64_t grain = 2 * H * dim * T < cpu::kMinParallelMacs ? L : 1;
     pool_.parallel_for(L, grain, [&](int64_t t0, int64_t t1, int worker) {
         CpuScratch& s = scratch_[size_t(worker)];
@@ -65,7 +66,8 @@ void CpuBackend::indexer_query(const IndexerTopkArgs& a, int64_t t, double kmax,
     s.qrows.resize(size_t(H));
     double c_t = 0;  // sum_h |wt_h| |q_h|_2
     for (int64_t h = 0; h < H; ++h) {
-        const double wt = double(a.weights.ptr<float>()[t * a.weights.stride[0] + h]) * a.weight_scale * a.score_scale;
+        const double wt =
+            double(a.weights.ptr<float>()[t * a.weights.stride[0] + h]) * a.weight_scale * a.score_scale;
         s.wt[size_t(h)] = float(wt);
         s.qrows[size_t(h)] = a.q.at<float>(t, h);
         c_t += std::fabs(wt) * norm2(s.qrows[size_t(h)], dim);
@@ -83,7 +85,8 @@ void CpuBackend::indexer_query(const IndexerTopkArgs& a, int64_t t, double kmax,
         cpu::dot_tile(s.qrows.data(), H, tile, dim, s.acc.data());
         for (int64_t j = 0; j < cpu::kTileRows && w0 + j < visible; ++j) {
             float sc = 0.0f;
-            for (int64_t h = 0; h < H; ++h) sc += std::max(s.acc[size_t(h * cpu::kTileRows + j)], 0.0f) * s.wt[size_t(h)];
+            for (int64_t h = 0; h < H; ++h)
+                sc += std::max(s.acc[size_t(h * cpu::kTileRows + j)], 0.0f) * s.wt[size_t(h)];
             s.score[size_t(w0 + j)] = sc;
         }
     }
@@ -96,10 +99,13 @@ void CpuBackend::indexer_query(const IndexerTopkArgs& a, int64_t t, double kmax,
     std::sort(s.order.begin(), s.order.end(), by_float);
     for (int64_t b = 0; b < n_pick;) {
         int64_t e = b + 1;
-        while (e < visible && double(s.score[size_t(s.order[size_t(e - 1)])]) - s.score[size_t(s.order[size_t(e)])] <= 2 * E) ++e;
+        while (e < visible &&
+               double(s.score[size_t(s.order[size_t(e - 1)])]) - s.score[size_t(s.order[size_t(e)])] <= 2 * E)
+            ++e;
         if (e - b > 1) {
             s.exact.resize(size_t(e - b));
-            for (int64_t i = b; i < e; ++i) s.exact[size_t(i - b)] = {ref_score(a, t, s.order[size_t(i)]), s.order[size_t(i)]};
+            for (int64_t i = b; i < e; ++i)
+                s.exact[size_t(i - b)] = {ref_score(a, t, s.order[size_t(i)]), s.order[size_t(i)]};
             std::sort(s.exact.begin(), s.exact.end(), [](const auto& x, const auto& y) {
                 return x.first != y.first ? x.first > y.first : x.second < y.second;
             });

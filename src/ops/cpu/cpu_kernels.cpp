@@ -109,8 +109,10 @@ DI_CPU_CLONES void dequant_fp4_generic(const uint8_t* q, int64_t n_bytes, const 
         const float s = sc[2 * i / kFp4Group];
         const v16u b = load16b(q + i);
         const v16 lo = fp4_values(b & 15u) * s, hi = fp4_values(b >> 4) * s;
-        const v16 first = __builtin_shufflevector(lo, hi, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-        const v16 second = __builtin_shufflevector(lo, hi, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        const v16 first =
+            __builtin_shufflevector(lo, hi, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const v16 second =
+            __builtin_shufflevector(lo, hi, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
         std::memcpy(d + 2 * i, &first, sizeof first);
         std::memcpy(d + 2 * i + 16, &second, sizeof second);
     }
@@ -137,7 +139,8 @@ DI_AVX512 __m512 fp8_values_avx512(__m128i bytes) {
     const __m512i sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f)));
     __m512i bits = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(e, e), sub, normal);
     bits = _mm512_or_si512(bits, _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24));
-    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
+    const __mmask16 nan =
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
     bits = _mm512_mask_blend_epi32(nan, bits, _mm512_set1_epi32(0x7fc00000));
     return _mm512_castsi512_ps(bits);
 }
@@ -160,7 +163,8 @@ DI_AVX512 void dequant_fp4_avx512(const uint8_t* q, int64_t n_bytes, const float
     for (; i + 16 <= n_bytes; i += 16) {  // one full group
         const __m512 vs = _mm512_set1_ps(sc[2 * i / kFp4Group]);
         const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(q + i)));
-        const __m512 lo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)), table), vs);
+        const __m512 lo =
+            _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)), table), vs);
         const __m512 hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table), vs);
         _mm512_storeu_ps(d + 2 * i, _mm512_permutex2var_ps(lo, first, hi));
         _mm512_storeu_ps(d + 2 * i + 16, _mm512_permutex2var_ps(lo, second, hi));
@@ -188,7 +192,8 @@ DI_AVX2 __m256 fp8_values_avx2(__m128i bytes8) {
     const __m256i e_zero = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
     __m256i bits = _mm256_blendv_epi8(normal, sub, e_zero);
     bits = _mm256_or_si256(bits, _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24));
-    const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
+    const __m256i nan =
+        _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
     bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000), nan);
     return _mm256_castsi256_ps(bits);
 }
@@ -210,7 +215,8 @@ DI_AVX2 void dequant_fp8_avx2(const uint8_t* q, int64_t n, const float* sc, floa
     for (; i + 16 <= n; i += 16) {  // 16 divides kFp8Block: one scale per step
         const float s = sc[i / kFp8Block];
         const __m128i b = _mm_loadu_si128((const __m128i*)(q + i));
-        const bool nan = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)));
+        const bool nan =
+            _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)));
         if (!nan && s <= 0x1p100f) {
             const __m256 s8 = _mm256_set1_ps(s * 256.0f);
             __m256 lo, hi;
@@ -219,7 +225,8 @@ DI_AVX2 void dequant_fp8_avx2(const uint8_t* q, int64_t n, const float* sc, floa
             _mm256_storeu_ps(d + i + 8, _mm256_mul_ps(hi, s8));
         } else {
             _mm256_storeu_ps(d + i, _mm256_mul_ps(fp8_values_avx2(b), _mm256_set1_ps(s)));
-            _mm256_storeu_ps(d + i + 8, _mm256_mul_ps(fp8_values_avx2(_mm_srli_si128(b, 8)), _mm256_set1_ps(s)));
+            _mm256_storeu_ps(d + i + 8,
+                             _mm256_mul_ps(fp8_values_avx2(_mm_srli_si128(b, 8)), _mm256_set1_ps(s)));
         }
     }
     for (; i < n; ++i) d[i] = fp8_e4m3_to_f32(q[i]) * sc[i / kFp8Block];
@@ -229,7 +236,8 @@ DI_AVX2 void dequant_fp8_avx2(const uint8_t* q, int64_t n, const float* sc, floa
 // (kFp4Values[8 + i] is -kFp4Values[i], -0 included).
 DI_AVX2 inline __m256 fp4_values_avx2(__m256 table, __m256i nib) {
     const __m256 mag = _mm256_permutevar8x32_ps(table, _mm256_and_si256(nib, _mm256_set1_epi32(7)));
-    return _mm256_or_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), 28)));
+    return _mm256_or_ps(
+        mag, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), 28)));
 }
 
 DI_AVX2 void dequant_fp4_avx2(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) {
@@ -273,7 +281,9 @@ void dequant_fp4(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) {
 }
 #else
 void dequant_fp8(const uint8_t* q, int64_t n, const float* sc, float* d) { dequant_fp8_generic(q, n, sc, d); }
-void dequant_fp4(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) { dequant_fp4_generic(q, n_bytes, sc, d); }
+void dequant_fp4(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) {
+    dequant_fp4_generic(q, n_bytes, sc, d);
+}
 #endif
 
 DI_CPU_CLONES void dequant_bf16(const uint16_t* q, int64_t n, float* d) {
@@ -292,7 +302,8 @@ void dequant_row(const QWeight& w, int64_t o, float* d) {
             } else if (w.data.dtype == DType::kBF16) {
                 dequant_bf16(w.data.ptr<uint16_t>() + off, in, d);
             } else {
-                DI_CHECK(w.data.dtype == DType::kF16, "linear: dense weight dtype {}", dtype_name(w.data.dtype));
+                DI_CHECK(w.data.dtype == DType::kF16, "linear: dense weight dtype {}",
+                         dtype_name(w.data.dtype));
                 const float* t = f16_table();
                 const uint16_t* q = w.data.ptr<uint16_t>() + off;
                 for (int64_t i = 0; i < in; ++i) d[i] = t[q[i]];
@@ -321,7 +332,8 @@ void dequant_row(const QWeight& w, int64_t o, float* d) {
 
 // Four input rows against kTileRows weight rows: 16 lane accumulators (16 zmm with AVX-512), each weight
 // vector loaded once per 4 rows. Same per-element order as dots_2x4 / dots_1x4.
-[[gnu::always_inline]] inline void dots_4x4(const float* const* x, const float* const* w, int64_t len, float* res) {
+[[gnu::always_inline]] inline void dots_4x4(const float* const* x, const float* const* w, int64_t len,
+                                            float* res) {
     v16 acc[4][4] = {};
     int64_t i = 0;
     for (; i + kLanes <= len; i += kLanes) {
@@ -339,7 +351,8 @@ void dequant_row(const QWeight& w, int64_t o, float* d) {
 }
 
 // Two input rows against kTileRows weight rows; 8 lane accumulators.
-[[gnu::always_inline]] inline void dots_2x4(const float* x0, const float* x1, const float* const* w, int64_t len, float* r0, float* r1) {
+[[gnu::always_inline]] inline void dots_2x4(const float* x0, const float* x1, const float* const* w,
+                                            int64_t len, float* r0, float* r1) {
     v16 a00{}, a01{}, a02{}, a03{}, a10{}, a11{}, a12{}, a13{};
     int64_t i = 0;
     for (; i + kLanes <= len; i += kLanes) {
@@ -381,10 +394,12 @@ void dequant_rows(const QWeight& w, int64_t o0, int64_t nrows, float* dst, int64
 
 namespace {
 
-DI_CPU_CLONES void dot_tile_generic(const float* const* x, int64_t nx, const float* const* w, int64_t len, float* res) {
+DI_CPU_CLONES void dot_tile_generic(const float* const* x, int64_t nx, const float* const* w, int64_t len,
+                                    float* res) {
     int64_t r = 0;
     for (; r + 4 <= nx; r += 4) dots_4x4(x + r, w, len, res + r * kTileRows);
-    for (; r + 2 <= nx; r += 2) dots_2x4(x[r], x[r + 1], w, len, res + r * kTileRows, res + (r + 1) * kTileRows);
+    for (; r + 2 <= nx; r += 2)
+        dots_2x4(x[r], x[r + 1], w, len, res + r * kTileRows, res + (r + 1) * kTileRows);
     if (r < nx) dots_1x4(x[r], w, len, res + r * kTileRows);
 }
 
@@ -439,12 +454,15 @@ struct FloatRows {
 
 static_assert(kTileRows % 2 == 0, "dot_tile_avx2 takes weight rows in pairs");
 
-DI_AVX2 void dot_tile_avx2(const float* const* x, int64_t nx, const float* const* w, int64_t len, float* res) {
+DI_AVX2 void dot_tile_avx2(const float* const* x, int64_t nx, const float* const* w, int64_t len,
+                           float* res) {
     int64_t r = 0;
     for (; r + 2 <= nx; r += 2)
-        for (int k = 0; k < kTileRows; k += 2) dots_avx2<2>(x + r, FloatRows{w + k}, len, res + r * kTileRows + k);
+        for (int k = 0; k < kTileRows; k += 2)
+            dots_avx2<2>(x + r, FloatRows{w + k}, len, res + r * kTileRows + k);
     if (r < nx)
-        for (int k = 0; k < kTileRows; k += 2) dots_avx2<1>(x + r, FloatRows{w + k}, len, res + r * kTileRows + k);
+        for (int k = 0; k < kTileRows; k += 2)
+            dots_avx2<1>(x + r, FloatRows{w + k}, len, res + r * kTileRows + k);
 }
 #endif
 
@@ -457,7 +475,8 @@ void dot_tile(const float* const* x, int64_t nx, const float* const* w, int64_t 
     dot_tile_generic(x, nx, w, len, res);
 }
 
-DI_CPU_CLONES void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len, float* out) {
+DI_CPU_CLONES void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len,
+                                    float* out) {
     for (int64_t c = 0; c < len; ++c) out[c] = 0.0f;
     for (int64_t j = 0; j < n; ++j) {
         const float* r = rows[j];
@@ -483,7 +502,8 @@ typedef double v8d __attribute__((vector_size(8 * sizeof(double))));
     return v;
 }
 
-DI_CPU_CLONES void dot_rows_f64(const float* a, const float* const* rows, int64_t n_rows, int64_t len, double* res) {
+DI_CPU_CLONES void dot_rows_f64(const float* a, const float* const* rows, int64_t n_rows, int64_t len,
+                                double* res) {
     for (int64_t r = 0; r < n_rows; ++r) {
         const float* b = rows[r];
         v8d acc{};
@@ -511,7 +531,8 @@ namespace {
 // 16 FP8 weights of one row as dequant_fp8_avx2 makes them (the same values), in two ymm.
 DI_AVX2 inline void fp8_16_avx2(const uint8_t* q, float s, __m256& lo, __m256& hi) {
     const __m128i b = _mm_loadu_si128((const __m128i*)q);
-    const bool nan = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)));
+    const bool nan =
+        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)));
     if (!nan && s <= 0x1p100f) {
         const __m256 s8 = _mm256_set1_ps(s * 256.0f);
         fp8_f16x16_avx2(b, lo, hi);
@@ -528,7 +549,9 @@ DI_AVX2 inline void fp8_16_avx2(const uint8_t* q, float s, __m256& lo, __m256& h
 struct Fp8Rows {
     const uint8_t* const* q;
     const float* sc;
-    DI_AVX2 void chunk(int k, int64_t i, __m256& lo, __m256& hi) const { fp8_16_avx2(q[k] + i, sc[i / kFp8Block], lo, hi); }
+    DI_AVX2 void chunk(int k, int64_t i, __m256& lo, __m256& hi) const {
+        fp8_16_avx2(q[k] + i, sc[i / kFp8Block], lo, hi);
+    }
     float at(int k, int64_t c) const { return fp8_e4m3_to_f32(q[k][c]) * sc[c / kFp8Block]; }
 };
 
@@ -591,7 +614,8 @@ DI_AVX512_DOTS inline __m512 fp8_16_avx512(const uint8_t* q, float s) {
     const __m128i b = _mm_loadu_si128((const __m128i*)q);
     if (!_mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)) && s <= 0x1p100f) {
         const __m256i x = _mm256_cvtepu8_epi16(b);
-        const __m256i h = _mm256_slli_epi16(_mm256_add_epi16(x, _mm256_and_si256(x, _mm256_set1_epi16(0x80))), 7);
+        const __m256i h =
+            _mm256_slli_epi16(_mm256_add_epi16(x, _mm256_and_si256(x, _mm256_set1_epi16(0x80))), 7);
         return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(s * 256.0f));
     }
     return _mm512_mul_ps(fp8_values_avx512(b), _mm512_set1_ps(s));
@@ -600,7 +624,9 @@ DI_AVX512_DOTS inline __m512 fp8_16_avx512(const uint8_t* q, float s) {
 struct Fp8Rows512 {
     const uint8_t* const* q;
     const float* sc;
-    DI_AVX512_DOTS __m512 chunk16(int k, int64_t i) const { return fp8_16_avx512(q[k] + i, sc[i / kFp8Block]); }
+    DI_AVX512_DOTS __m512 chunk16(int k, int64_t i) const {
+        return fp8_16_avx512(q[k] + i, sc[i / kFp8Block]);
+    }
     float at(int k, int64_t c) const { return fp8_e4m3_to_f32(q[k][c]) * sc[c / kFp8Block]; }
 };
 
@@ -634,13 +660,18 @@ bool fp8_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
     float sc[kMaxScales];
     for (int64_t b = 0; b < nb; ++b) sc[b] = load_scale(w.scale, o0 / kFp8Block, b);
     const uint8_t* rows[kTileRows];
-    for (int64_t k = 0; k < kTileRows; ++k) rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
+    for (int64_t k = 0; k < kTileRows; ++k)
+        rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
     const bool wide = has_avx512();
     for (int k = 0; k < kTileRows; k += 2) {
-        if (wide && nx == 2) dots_avx512<2>(x, Fp8Rows512{rows + k, sc}, in, res + k);
-        else if (wide) dots_avx512<1>(x, Fp8Rows512{rows + k, sc}, in, res + k);
-        else if (nx == 2) dots_avx2<2>(x, Fp8Rows{rows + k, sc}, in, res + k);
-        else dots_avx2<1>(x, Fp8Rows{rows + k, sc}, in, res + k);
+        if (wide && nx == 2)
+            dots_avx512<2>(x, Fp8Rows512{rows + k, sc}, in, res + k);
+        else if (wide)
+            dots_avx512<1>(x, Fp8Rows512{rows + k, sc}, in, res + k);
+        else if (nx == 2)
+            dots_avx2<2>(x, Fp8Rows{rows + k, sc}, in, res + k);
+        else
+            dots_avx2<1>(x, Fp8Rows{rows + k, sc}, in, res + k);
     }
     return true;
 #else
@@ -657,16 +688,22 @@ bool fp4_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
     const int64_t in = w.in_dim, ng = (in + kFp4Group - 1) / kFp4Group;
     if (in % 2 != 0 || ng > kMaxScales / 2) return false;
     const uint8_t* rows[kTileRows];
-    for (int64_t k = 0; k < kTileRows; ++k) rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
+    for (int64_t k = 0; k < kTileRows; ++k)
+        rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
     for (int k = 0; k < kTileRows; k += 2) {
         float sc[2][kMaxScales / 2];
         for (int j = 0; j < 2; ++j)
-            for (int64_t g = 0; g < ng; ++g) sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
+            for (int64_t g = 0; g < ng; ++g)
+                sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
         const float* scp[2] = {sc[0], sc[1]};
-        if (has_avx512() && nx == 2) dots_avx512<2>(x, Fp4Rows512{rows + k, scp}, in, res + k);
-        else if (has_avx512()) dots_avx512<1>(x, Fp4Rows512{rows + k, scp}, in, res + k);
-        else if (nx == 2) dots_avx2<2>(x, Fp4Rows{rows + k, scp}, in, res + k);
-        else dots_avx2<1>(x, Fp4Rows{rows + k, scp}, in, res + k);
+        if (has_avx512() && nx == 2)
+            dots_avx512<2>(x, Fp4Rows512{rows + k, scp}, in, res + k);
+        else if (has_avx512())
+            dots_avx512<1>(x, Fp4Rows512{rows + k, scp}, in, res + k);
+        else if (nx == 2)
+            dots_avx2<2>(x, Fp4Rows{rows + k, scp}, in, res + k);
+        else
+            dots_avx2<1>(x, Fp4Rows{rows + k, scp}, in, res + k);
     }
     return true;
 #else
@@ -683,7 +720,8 @@ void weight_tile(const QWeight& w, int64_t o0, int64_t nw, const float* const* x
     const int64_t in = w.in_dim;
     const float* rows[kTileRows];
     if (w.format == WeightFormat::kDense && w.data.dtype == DType::kF32) {
-        for (int64_t k = 0; k < kTileRows; ++k) rows[k] = w.data.ptr<float>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
+        for (int64_t k = 0; k < kTileRows; ++k)
+            rows[k] = w.data.ptr<float>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
     } else {
         if (s.w.size() < size_t(kTileRows * in)) s.w.resize(size_t(kTileRows * in));
         dequant_rows(w, o0, nw, s.w.data(), in);

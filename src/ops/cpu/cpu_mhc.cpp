@@ -14,7 +14,8 @@ namespace {
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // mix = fn . (v * inv), inv = rsqrt(mean(v^2) + eps) rounded to float as ref; v * inv in float as ref.
-void hc_mix(const TensorView& streams, int64_t t, const TensorView& fn, float eps, CpuScratch& s, double* mix) {
+void hc_mix(const TensorView& streams, int64_t t, const TensorView& fn, float eps, CpuScratch& s,
+            double* mix) {
     const int64_t width = streams.shape[1] * streams.shape[2];
     const float* v = streams.ptr<float>() + t * width;
     const float inv = float(1.0 / std::sqrt(cpu::sumsq_f64(v, width) / double(width) + double(eps)));
@@ -44,7 +45,8 @@ void mhc_pre_token(const MhcPreArgs& a, int64_t t, const double* mix) {
     double pre[16], C[256];
     for (int64_t i = 0; i < hc; ++i) {
         pre[i] = float(sigmoid(mix[i] * scale[0] + base[i]) + a.hc_eps);
-        a.post.ptr<float>()[t * a.post.stride[0] + i] = float(2.0 * sigmoid(mix[hc + i] * scale[1] + base[hc + i]));
+        a.post.ptr<float>()[t * a.post.stride[0] + i] =
+            float(2.0 * sigmoid(mix[hc + i] * scale[1] + base[hc + i]));
     }
     for (int64_t j = 0; j < hc; ++j) {
         double m = -INFINITY, sum = 0;

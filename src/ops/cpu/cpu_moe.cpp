@@ -51,8 +51,9 @@ void CpuBackend::moe(const MoeArgs& a) {
             const ExpertWeights& ew = a.experts[e];
             DI_CHECK(ew.w1.in_dim == D && ew.w3.in_dim == D && ew.w3.out_dim == ew.w1.out_dim &&
                          ew.w2.out_dim == D && ew.w2.in_dim == ew.w1.out_dim,
-                     "moe: expert {} shapes w1 [{}, {}] w3 [{}, {}] w2 [{}, {}] for hidden {}", e, ew.w1.out_dim,
-                     ew.w1.in_dim, ew.w3.out_dim, ew.w3.in_dim, ew.w2.out_dim, ew.w2.in_dim, D);
+                     "moe: expert {} shapes w1 [{}, {}] w3 [{}, {}] w2 [{}, {}] for hidden {}", e,
+                     ew.w1.out_dim, ew.w1.in_dim, ew.w3.out_dim, ew.w3.in_dim, ew.w2.out_dim, ew.w2.in_dim,
+                     D);
             I = std::max(I, ew.w1.out_dim);
         }
     moe_h_.resize(size_t(n * k * I));
@@ -64,13 +65,15 @@ void CpuBackend::moe(const MoeArgs& a) {
         moe_tasks_.clear();
         int64_t total_rows = 0;
         for (int64_t e = 0; e < E; ++e)
-            if (moe_offsets_[size_t(e + 1)] > moe_offsets_[size_t(e)]) total_rows += down ? D : a.experts[e].w1.out_dim;
+            if (moe_offsets_[size_t(e + 1)] > moe_offsets_[size_t(e)])
+                total_rows += down ? D : a.experts[e].w1.out_dim;
         const int64_t chunk = std::max<int64_t>(
             cpu::kTileRows, (total_rows / (8 * int64_t(pool_.size()))) / cpu::kTileRows * cpu::kTileRows);
         for (int64_t e = 0; e < E; ++e) {
             if (moe_offsets_[size_t(e + 1)] == moe_offsets_[size_t(e)]) continue;
             const int64_t rows = down ? D : a.experts[e].w1.out_dim;
-            for (int64_t o = 0; o < rows; o += chunk) moe_tasks_.push_back({int32_t(e), o, std::min(rows, o + chunk)});
+            for (int64_t o = 0; o < rows; o += chunk)
+                moe_tasks_.push_back({int32_t(e), o, std::min(rows, o + chunk)});
         }
     };
     const int64_t macs = n * k * I * D;  // per phase
@@ -82,7 +85,8 @@ void CpuBackend::moe(const MoeArgs& a) {
         for (int64_t ti = b; ti < end; ++ti) {
             const MoeTask& task = moe_tasks_[size_t(ti)];
             const ExpertWeights& ew = a.experts[task.expert];
-            const int64_t p0 = moe_offsets_[size_t(task.expert)], np = moe_offsets_[size_t(task.expert + 1)] - p0;
+            const int64_t p0 = moe_offsets_[size_t(task.expert)],
+                          np = moe_offsets_[size_t(task.expert + 1)] - p0;
             if (s.acc.size() < size_t(2 * np * cpu::kTileRows)) s.acc.resize(size_t(2 * np * cpu::kTileRows));
             float *g = s.acc.data(), *u = s.acc.data() + np * cpu::kTileRows;
             for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
@@ -104,7 +108,8 @@ void CpuBackend::moe(const MoeArgs& a) {
         for (int64_t ti = b; ti < end; ++ti) {
             const MoeTask& task = moe_tasks_[size_t(ti)];
             const ExpertWeights& ew = a.experts[task.expert];
-            const int64_t p0 = moe_offsets_[size_t(task.expert)], np = moe_offsets_[size_t(task.expert + 1)] - p0;
+            const int64_t p0 = moe_offsets_[size_t(task.expert)],
+                          np = moe_offsets_[size_t(task.expert + 1)] - p0;
             if (s.acc.size() < size_t(np * cpu::kTileRows)) s.acc.resize(size_t(np * cpu::kTileRows));
             for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
                 const int64_t nw = std::min<int64_t>(cpu::kTileRows, task.o1 - o0);

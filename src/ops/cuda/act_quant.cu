@@ -42,8 +42,10 @@ __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64
         t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;  // NaN passes, as on the host
         const __nv_fp8_e4m3 f(t);
         const int64_t col = kb * 128 + lane + 32 * i;
-        if constexpr (kDequant) out[r * in + col] = float(f) * s;
-        else q[r * in + col] = f.__x;
+        if constexpr (kDequant)
+            out[r * in + col] = float(f) * s;
+        else
+            q[r * in + col] = f.__x;
     }
     if constexpr (!kDequant)
         if (lane == 0) sx[kb * ld_sx + r] = s;
@@ -61,7 +63,8 @@ __global__ void scales_to_f32_kernel(const void* scale, bool e8m0, int64_t ld, i
     }
 }
 
-__global__ void bf16_rows_to_f32_kernel(const __nv_bfloat16* src, int64_t n, int64_t out, float* y, int64_t ldy) {
+__global__ void bf16_rows_to_f32_kernel(const __nv_bfloat16* src, int64_t n, int64_t out, float* y,
+                                        int64_t ldy) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n * out) return;
     y[(i / out) * ldy + i % out] = __bfloat162float(src[i]);
@@ -71,24 +74,26 @@ unsigned grid_for(int64_t items, int per_block) { return unsigned((items + per_b
 
 }  // namespace
 
-void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx, int64_t ld_sx,
-                          Stream s) {
+void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx,
+                          int64_t ld_sx, Stream s) {
     if (n == 0) return;
-    act_quant_kernel<false><<<grid_for(n * (in / 128), kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
-                              static_cast<cudaStream_t>(s)>>>(x, ldx, n, in, q, sx, ld_sx, nullptr);
+    act_quant_kernel<false>
+        <<<grid_for(n * (in / 128), kWarpsPerBlock), 32 * kWarpsPerBlock, 0, static_cast<cudaStream_t>(s)>>>(
+            x, ldx, n, in, q, sx, ld_sx, nullptr);
 }
 
 void launch_act_quant_dequant(const float* x, int64_t ldx, int64_t n, int64_t in, float* out, Stream s) {
     if (n == 0) return;
-    act_quant_kernel<true><<<grid_for(n * (in / 128), kWarpsPerBlock), 32 * kWarpsPerBlock, 0,
-                             static_cast<cudaStream_t>(s)>>>(x, ldx, n, in, nullptr, nullptr, 0, out);
+    act_quant_kernel<true>
+        <<<grid_for(n * (in / 128), kWarpsPerBlock), 32 * kWarpsPerBlock, 0, static_cast<cudaStream_t>(s)>>>(
+            x, ldx, n, in, nullptr, nullptr, 0, out);
 }
 
 void launch_scales_to_f32(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols, float* out,
                           int64_t ld_out, Stream s) {
     if (rows * cols == 0) return;
-    scales_to_f32_kernel<<<grid_for(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(scale, e8m0, ld, rows,
-                                                                                               cols, out, ld_out);
+    scales_to_f32_kernel<<<grid_for(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(
+        scale, e8m0, ld, rows, cols, out, ld_out);
 }
 
 void launch_bf16_rows_to_f32(const uint16_t* src, int64_t n, int64_t out, float* y, int64_t ldy, Stream s) {

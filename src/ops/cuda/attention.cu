@@ -20,8 +20,8 @@ constexpr int kHeadsPerBlock = 8;
 constexpr int kTile = 16;
 constexpr int kMaxPerLane = 16;  // head_dim <= 512
 
-__device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_t j, int64_t lo, int64_t n_win,
-                                                const int32_t* list) {
+__device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_t j, int64_t lo,
+                                                int64_t n_win, const int32_t* list) {
     if (j < n_win) {
         const int64_t pp = lo + j;
         return pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
@@ -32,8 +32,8 @@ __device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_
 
 __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
     extern __shared__ __align__(16) float smem[];
-    float* tile = smem;                                                // [kTile][hd]
-    int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);   // [2k] picks, then keep flags
+    float* tile = smem;                                               // [kTile][hd]
+    int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);  // [2k] picks, then keep flags
     __shared__ int n_list;
     const int64_t t = blockIdx.x, pos = p.pos0 + t;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -145,7 +145,7 @@ __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, 
     const Slots sl = slots_of(p, t);
     const int64_t n_slots = sl.n_win + sl.n_comp_slots, chunk = (n_slots + S - 1) / S;
     const int64_t j0 = min(n_slots, sp * chunk), j1 = min(n_slots, j0 + chunk);
-    const int64_t w0 = min(j0, sl.n_win), w1 = min(j1, sl.n_win);   // window keys [w0, w1)
+    const int64_t w0 = min(j0, sl.n_win), w1 = min(j1, sl.n_win);  // window keys [w0, w1)
     const int64_t c0 = max(j0, sl.n_win) - sl.n_win, c1 = max(j1, sl.n_win) - sl.n_win;  // comp slots
     int64_t n_comp = c1 - c0;
     int32_t* kept = list + (p.comp_mask == 2 ? p.k : 0);
@@ -200,7 +200,8 @@ __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, 
             const float* src;
             if (k < nw_local) {
                 const int64_t pp = sl.lo + w0 + k;
-                src = pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
+                src =
+                    pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
             } else {
                 const int64_t cc = k - nw_local;
                 src = p.comp + (p.comp_mask == 1 ? c0 + cc : int64_t(kept[cc])) * p.ld_comp;
@@ -280,7 +281,8 @@ __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, 
 }
 
 template <bool kFull>
-__global__ void __launch_bounds__(256) attention_split_kernel(AttentionParams p, float* part_ml, float* part_acc) {
+__global__ void __launch_bounds__(256)
+    attention_split_kernel(AttentionParams p, float* part_ml, float* part_acc) {
     split_body<kFull>(p, blockIdx.x, blockIdx.z, gridDim.z, part_ml, part_acc);
 }
 
@@ -324,8 +326,8 @@ __device__ __forceinline__ void merge_body(const AttentionParams& p, int64_t t, 
     }
 }
 
-__global__ void __launch_bounds__(128) attention_merge_kernel(AttentionParams p, int64_t S, const float* part_ml,
-                                                              const float* part_acc) {
+__global__ void __launch_bounds__(128)
+    attention_merge_kernel(AttentionParams p, int64_t S, const float* part_ml, const float* part_acc) {
     merge_body(p, blockIdx.x, blockIdx.y, S, part_ml, part_acc);
 }
 
@@ -347,15 +349,18 @@ void raise_smem(K kernel, size_t smem, size_t& raised) {
 }  // namespace
 
 bool attention_split_supported(const AttentionParams& p) {
-    auto aligned = [](const void* ptr, int64_t ld) { return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0); };
-    return p.hd % 4 == 0 && p.hd <= 32 * kMaxPerLane && aligned(p.ring, p.ld_ring) && aligned(p.kv, p.ld_kv) &&
-           aligned(p.comp, p.ld_comp);
+    auto aligned = [](const void* ptr, int64_t ld) {
+        return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0);
+    };
+    return p.hd % 4 == 0 && p.hd <= 32 * kMaxPerLane && aligned(p.ring, p.ld_ring) &&
+           aligned(p.kv, p.ld_kv) && aligned(p.comp, p.ld_comp);
 }
 
 int64_t attention_splits(const AttentionParams& p) {
     const int64_t blocks = p.L * ((p.H + kHeadsPerBlock - 1) / kHeadsPerBlock);
-    const int64_t max_slots = std::min(p.window, p.pos0 + p.L) +
-                              (p.comp_mask == 1 ? p.n_comp : p.comp_mask == 2 ? p.k : 0);
+    const int64_t max_slots = std::min(p.window, p.pos0 + p.L) + (p.comp_mask == 1   ? p.n_comp
+                                                                  : p.comp_mask == 2 ? p.k
+                                                                                     : 0);
     // about four blocks per multiprocessor, each with at least 32 key slots
     const int64_t want = (4 * int64_t(sm_count()) + blocks - 1) / blocks;
     return std::clamp<int64_t>(std::min(want, (max_slots + 31) / 32), 1, 64);
@@ -398,7 +403,8 @@ void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& s
         jobs[size_t(i)].S = attention_splits(p);  // as the job's own launch: the same bits
         s_max = std::max(s_max, jobs[size_t(i)].S);
         ml_n += p.H * jobs[size_t(i)].S * 2, acc_n += p.H * jobs[size_t(i)].S * p.hd, H = std::max(H, p.H);
-        smem = std::max(smem, size_t(kTile * p.hd) * sizeof(float) + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t));
+        smem = std::max(smem, size_t(kTile * p.hd) * sizeof(float) +
+                                  size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t));
     }
     // scratch 4: the job table (16-byte aligned), then the (m, l) partials; scratch 5: the acc partials
     const size_t table = (size_t(count) * sizeof(AttentionJob) + 15) / 16 * 16;
@@ -410,8 +416,9 @@ void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& s
         ml += j.p.H * j.S * 2, acc += j.p.H * j.S * j.p.hd;
     }
     auto* dev = reinterpret_cast<AttentionJob*>(base4);
-    DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs.data(), jobs.size() * sizeof(AttentionJob), cudaMemcpyHostToDevice,
-                                  as_stream(s)));  // pageable: staged before the call returns
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs.data(), jobs.size() * sizeof(AttentionJob),
+                                  cudaMemcpyHostToDevice,
+                                  as_stream(s)));    // pageable: staged before the call returns
     const bool full = ps[0].hd == 32 * kMaxPerLane;  // attention_batch: one head_dim for the whole batch
     static size_t raised_full = 48 * 1024, raised_any = 48 * 1024;
     auto kernel = full ? attention_split_batch_kernel<true> : attention_split_batch_kernel<false>;

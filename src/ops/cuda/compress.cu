@@ -1,6 +1,6 @@
-// KV compressor: entries of the windows a chunk closes (one thread per (entry, channel)), then the state update
-// (one thread per channel, so each thread reads the old buffer column before overwriting it).
-// Slot sources follow the reference: position q < pos0 -> buffered token (slot q % rate), else chunk row.
+// KV compressor: entries of the windows a chunk closes (one thread per (entry, channel)), then the state
+// update (one thread per channel, so each thread reads the old buffer column before overwriting it). Slot
+// sources follow the reference: position q < pos0 -> buffered token (slot q % rate), else chunk row.
 #include <cfloat>
 
 #include "ops/cuda/device_util.cuh"
@@ -33,24 +33,40 @@ __global__ void compress_entries_kernel(CompressParams p) {
         if (pass == 1) {
             for (int64_t s = 0; s < (p.overlap ? 2 * p.rate : p.rate); ++s) {
                 float v, g;
-                if (!p.overlap) token(p, w * p.rate + s, c, v, g);
-                else if (s >= p.rate) token(p, w * p.rate + s - p.rate, p.d + c, v, g);
-                else if (w == 0) { v = 0; g = -INFINITY; }
-                else if (w == first_w) { v = p.ovl_kv[s * p.ld_ovl_kv + c]; g = p.ovl_gate[s * p.ld_ovl_gate + c]; }
-                else token(p, (w - 1) * p.rate + s, c, v, g);
+                if (!p.overlap)
+                    token(p, w * p.rate + s, c, v, g);
+                else if (s >= p.rate)
+                    token(p, w * p.rate + s - p.rate, p.d + c, v, g);
+                else if (w == 0) {
+                    v = 0;
+                    g = -INFINITY;
+                } else if (w == first_w) {
+                    v = p.ovl_kv[s * p.ld_ovl_kv + c];
+                    g = p.ovl_gate[s * p.ld_ovl_gate + c];
+                } else
+                    token(p, (w - 1) * p.rate + s, c, v, g);
                 denom += exp(double(g) - double(m));
             }
         }
         double acc = 0;
         for (int64_t s = 0; s < (p.overlap ? 2 * p.rate : p.rate); ++s) {
             float v, g;
-            if (!p.overlap) token(p, w * p.rate + s, c, v, g);
-            else if (s >= p.rate) token(p, w * p.rate + s - p.rate, p.d + c, v, g);
-            else if (w == 0) { v = 0; g = -INFINITY; }
-            else if (w == first_w) { v = p.ovl_kv[s * p.ld_ovl_kv + c]; g = p.ovl_gate[s * p.ld_ovl_gate + c]; }
-            else token(p, (w - 1) * p.rate + s, c, v, g);
-            if (pass == 0) m = fmaxf(m, g);
-            else acc += double(float(exp(double(g) - double(m)) / denom)) * v;
+            if (!p.overlap)
+                token(p, w * p.rate + s, c, v, g);
+            else if (s >= p.rate)
+                token(p, w * p.rate + s - p.rate, p.d + c, v, g);
+            else if (w == 0) {
+                v = 0;
+                g = -INFINITY;
+            } else if (w == first_w) {
+                v = p.ovl_kv[s * p.ld_ovl_kv + c];
+                g = p.ovl_gate[s * p.ld_ovl_gate + c];
+            } else
+                token(p, (w - 1) * p.rate + s, c, v, g);
+            if (pass == 0)
+                m = fmaxf(m, g);
+            else
+                acc += double(float(exp(double(g) - double(m)) / denom)) * v;
         }
         if (pass == 1) p.out[e * p.ld_out + c] = float(acc);
     }
@@ -80,7 +96,8 @@ __global__ void compress_state_kernel(CompressParams p) {
 }  // namespace
 
 void launch_compress(const CompressParams& p, Stream s) {
-    if (p.n_new > 0) compress_entries_kernel<<<dim3(blocks_for(p.d, 128), unsigned(p.n_new)), 128, 0, as_stream(s)>>>(p);
+    if (p.n_new > 0)
+        compress_entries_kernel<<<dim3(blocks_for(p.d, 128), unsigned(p.n_new)), 128, 0, as_stream(s)>>>(p);
     if (p.L > 0) compress_state_kernel<<<blocks_for(p.width, 128), 128, 0, as_stream(s)>>>(p);
 }
 

@@ -14,7 +14,7 @@
 namespace di::ops::cuda_impl {
 
 class CachingAllocator final : public Allocator {
-public:
+  public:
     explicit CachingAllocator(int device) : device_(device) {}
     ~CachingAllocator() override;
     void* allocate(size_t bytes) override;
@@ -23,12 +23,12 @@ public:
     size_t bytes_in_use() const { return in_use_; }
     size_t bytes_reserved() const { return reserved_; }
 
-private:
+  private:
     static size_t round_size(size_t bytes);
     int device_;
     std::mutex mu_;
-    std::multimap<size_t, void*> free_;          // size -> block
-    std::unordered_map<void*, size_t> live_;     // block -> size
+    std::multimap<size_t, void*> free_;       // size -> block
+    std::unordered_map<void*, size_t> live_;  // block -> size
     size_t in_use_ = 0, reserved_ = 0;
 };
 

@@ -8,16 +8,21 @@ namespace cuda_impl {
 
 Fdt fdt(DType t, std::string_view what) {
     switch (t) {
-        case DType::kF32: return Fdt::kF32;
-        case DType::kBF16: return Fdt::kBF16;
-        case DType::kF16: return Fdt::kF16;
-        default: DI_CHECK(false, "{}: dtype {} is not a float type", what, dtype_name(t));
+        case DType::kF32:
+            return Fdt::kF32;
+        case DType::kBF16:
+            return Fdt::kBF16;
+        case DType::kF16:
+            return Fdt::kF16;
+        default:
+            DI_CHECK(false, "{}: dtype {} is not a float type", what, dtype_name(t));
     }
     return Fdt::kF32;
 }
 
 void on_device(const TensorView& v, std::string_view what) {
-    DI_CHECK(v.empty() || v.device == Device::kCuda, "{}: view {} is not on the CUDA device", what, v.describe());
+    DI_CHECK(v.empty() || v.device == Device::kCuda, "{}: view {} is not on the CUDA device", what,
+             v.describe());
 }
 
 WeightRef weight_ref(const QWeight& w, std::string_view what) {
@@ -37,11 +42,13 @@ WeightRef weight_ref(const QWeight& w, std::string_view what) {
             return r;
         case WeightFormat::kFp8Block:
             r.format = 1;
-            DI_CHECK(w.data.dtype == DType::kF8E4M3, "{}: fp8 weight dtype {}", what, dtype_name(w.data.dtype));
+            DI_CHECK(w.data.dtype == DType::kF8E4M3, "{}: fp8 weight dtype {}", what,
+                     dtype_name(w.data.dtype));
             break;
         case WeightFormat::kFp4Group:
             r.format = 2;
-            DI_CHECK(w.data.dtype == DType::kFP4x2, "{}: fp4 weight dtype {}", what, dtype_name(w.data.dtype));
+            DI_CHECK(w.data.dtype == DType::kFP4x2, "{}: fp4 weight dtype {}", what,
+                     dtype_name(w.data.dtype));
             break;
     }
     DI_CHECK(w.scale.ndim == 2 && w.scale.stride[1] == 1, "{}: scale {} needs unit last stride", what,
@@ -56,7 +63,9 @@ WeightRef weight_ref(const QWeight& w, std::string_view what) {
 
 }  // namespace cuda_impl
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda_impl::CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+    return std::make_unique<cuda_impl::CudaBackend>(device);
+}
 
 int cuda_device_count() {
     int n = 0;

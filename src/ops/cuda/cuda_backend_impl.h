@@ -5,11 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <array>
-#include <memory>
-#include <utility>
 #include <atomic>
+#include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ops/cuda/cuda_allocator.h"
@@ -18,9 +18,9 @@
 #include "ops/cuda/op_variants.h"
 #include "ops/cuda/step_graphs.h"
 
-#define DI_CUDA_OK(expr)                                                                     \
-    do {                                                                                     \
-        const cudaError_t e_ = (expr);                                                       \
+#define DI_CUDA_OK(expr)                                                                    \
+    do {                                                                                    \
+        const cudaError_t e_ = (expr);                                                      \
         DI_CHECK(e_ == cudaSuccess, "CUDA error in {}: {}", #expr, cudaGetErrorString(e_)); \
     } while (0)
 
@@ -35,11 +35,12 @@ WeightRef weight_ref(const QWeight& w, std::string_view what);
 
 template <class A>
 void args_on_device(A& a, std::string_view op) {
-    a.visit([&](const char* field, const TensorView& v, Role) { on_device(v, std::string(op) + "." + field); });
+    a.visit(
+        [&](const char* field, const TensorView& v, Role) { on_device(v, std::string(op) + "." + field); });
 }
 
 class DeviceScratch final : public cuda::Scratch {
-public:
+  public:
     explicit DeviceScratch(Allocator& a) : alloc_(a) {}
     ~DeviceScratch() override {
         for (auto& s : slots_) alloc_.deallocate(s.p);
@@ -66,7 +67,7 @@ public:
         return h;
     }
 
-private:
+  private:
     struct Slot {
         void* p = nullptr;
         size_t bytes = 0;
@@ -78,7 +79,7 @@ private:
 };
 
 class CudaBackend final : public Backend {
-public:
+  public:
     explicit CudaBackend(int device);
     ~CudaBackend() override {
         graphs_.reset();
@@ -142,7 +143,7 @@ public:
     void segment_end() override;
     void set_graphs(bool on) override { graphs_->set_enabled(on); }
 
-private:
+  private:
     cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_); }
     // Inside a replayed segment every op returns at once: the graph holds its launches.
     bool replaying() const { return graphs_ && graphs_->mode() == StepGraphs::Mode::kReplay; }
@@ -164,7 +165,7 @@ private:
         std::vector<WeightRef> host;
         void* device = nullptr;
         int gemv_format = -1;  // shared gemv_format() of every expert matrix, or -1
-        bool mma_ok = false;  // moe_mma takes it (MoeParams::mma_ok)
+        bool mma_ok = false;   // moe_mma takes it (MoeParams::mma_ok)
     };
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.
@@ -185,9 +186,9 @@ private:
     }
     // Launches per op; atomics because /metrics reads them while the engine runs (every key is set in the
     // constructor).
-    static constexpr std::string_view kOps[] = {"embed",   "add",     "swiglu",  "linear",       "rms_norm",
-                                                "rope",    "compress", "indexer_topk", "attention", "window_store",
-                                                "mhc_pre", "mhc_post", "hc_head",      "route",     "moe"};
+    static constexpr std::string_view kOps[] = {
+        "embed",     "add",          "swiglu",  "linear",   "rms_norm", "rope",  "compress", "indexer_topk",
+        "attention", "window_store", "mhc_pre", "mhc_post", "hc_head",  "route", "moe"};
     std::atomic<int64_t> launches_[std::size(kOps)] = {};
     int device_;
     cuda_impl::CachingAllocator alloc_;

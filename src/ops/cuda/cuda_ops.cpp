@@ -21,9 +21,9 @@ void need_f32_rows(const TensorView& v, std::string_view what) {
 
 // The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
 // launcher's name for variant i.
-constexpr cuda::LinearVariant kLinearEnum[] = {cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kMma,
-                                               cuda::LinearVariant::kSplitRows, cuda::LinearVariant::kStreamGemv,
-                                               cuda::LinearVariant::kWarpGemv, cuda::LinearVariant::kTiled};
+constexpr cuda::LinearVariant kLinearEnum[] = {
+    cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kMma,      cuda::LinearVariant::kSplitRows,
+    cuda::LinearVariant::kStreamGemv,  cuda::LinearVariant::kWarpGemv, cuda::LinearVariant::kTiled};
 // Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
 constexpr int64_t kLtMinRows = 16;
 constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kMma, cuda::MoeVariant::kSplitRows,
@@ -33,51 +33,59 @@ constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSp
                                                      cuda::AttentionVariant::kPerQuery};
 
 std::vector<KernelVariant> mhc_variants(const char* op) {
-    return {{op, "split_k", "hc_mult <= 8, hc_mult * hidden a multiple of 4, 16-byte aligned rows; columns split over blocks, parallel Sinkhorn", false},
+    return {{op, "split_k",
+             "hc_mult <= 8, hc_mult * hidden a multiple of 4, 16-byte aligned rows; columns split over "
+             "blocks, parallel Sinkhorn",
+             false},
             {op, "per_mix", "hc_mult <= 8", true}};
 }
 
 }  // namespace
 
 CudaBackend::CudaBackend(int device)
-    : linear_v_({{"linear", "cublaslt_fp8",
-                  "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when forced); "
-                  "in_dim and out_dim multiples of 128, 256-byte aligned weight and y; cuBLASLt block-scaled "
-                  "FP8 on tensor cores; "
-                  "its algorithm depends on n, so not batch-invariant",
-                  false, true, false},
-                 {"linear", "mma",
-                  "fp8 block weights; n >= 4 rows, or 2 on >= 4096 output rows (any n when forced); in_dim a multiple of 128, out_dim of 16; "
-                  "16-byte weight rows; mma.sync tensor cores, f32 activations as hi + lo f16 per 128 elements",
-                  false},
-                 {"linear", "split_rows",
-                  "n <= 2 rows; in_dim 1024, 2048, 4096 or 8192; 16-byte weight rows; rows split over a "
-                  "block's threads, x in registers",
-                  false},
-                 {"linear", "stream_gemv",
-                  "n <= 16 rows; 16-byte weight rows; in_dim a multiple of the 16-byte unit; staged rows within "
-                  "200 KiB of shared memory",
-                  false},
-                 {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
-                 {"linear", "tiled", "any n", true}}),
-      moe_v_({{"moe", "mma",
-               "fp4 experts with UE8M0 scales in [2^-23, 2^1]; hidden and moe_dim multiples of 128; tokens in "
-               "chunks of <= 1024 pairs; mma.sync tensor cores, f32 activations as hi + lo f16 per 128 elements",
-               false},
-              {"moe", "split_rows",
-               "hidden and moe_dim each 1024, 2048, 4096 or 8192; every expert matrix in one format with 16-byte "
-               "rows; rows split over a block's threads, x in registers; tokens in chunks of <= 1024 pairs",
-               false},
-              {"moe", "grouped",
-               "every expert matrix in one format with 16-byte rows; tokens in chunks of <= 1024 pairs", false},
-              {"moe", "per_pair", "any n", true}}),
+    : linear_v_(
+          {{"linear", "cublaslt_fp8",
+            "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when forced); "
+            "in_dim and out_dim multiples of 128, 256-byte aligned weight and y; cuBLASLt block-scaled "
+            "FP8 on tensor cores; "
+            "its algorithm depends on n, so not batch-invariant",
+            false, true, false},
+           {"linear", "mma",
+            "fp8 block weights; n >= 4 rows, or 2 on >= 4096 output rows (any n when forced); in_dim a "
+            "multiple of 128, out_dim of 16; "
+            "16-byte weight rows; mma.sync tensor cores, f32 activations as hi + lo f16 per 128 elements",
+            false},
+           {"linear", "split_rows",
+            "n <= 2 rows; in_dim 1024, 2048, 4096 or 8192; 16-byte weight rows; rows split over a "
+            "block's threads, x in registers",
+            false},
+           {"linear", "stream_gemv",
+            "n <= 16 rows; 16-byte weight rows; in_dim a multiple of the 16-byte unit; staged rows within "
+            "200 KiB of shared memory",
+            false},
+           {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
+           {"linear", "tiled", "any n", true}}),
+      moe_v_(
+          {{"moe", "mma",
+            "fp4 experts with UE8M0 scales in [2^-23, 2^1]; hidden and moe_dim multiples of 128; tokens in "
+            "chunks of <= 1024 pairs; mma.sync tensor cores, f32 activations as hi + lo f16 per 128 elements",
+            false},
+           {"moe", "split_rows",
+            "hidden and moe_dim each 1024, 2048, 4096 or 8192; every expert matrix in one format with "
+            "16-byte "
+            "rows; rows split over a block's threads, x in registers; tokens in chunks of <= 1024 pairs",
+            false},
+           {"moe", "grouped",
+            "every expert matrix in one format with 16-byte rows; tokens in chunks of <= 1024 pairs", false},
+           {"moe", "per_pair", "any n", true}}),
       mhc_pre_v_(mhc_variants("mhc_pre")),
       hc_head_v_(mhc_variants("hc_head")),
-      attention_v_({{"attention", "split_kv",
-                     "head_dim <= 512, a multiple of 4, 16-byte aligned key rows; keys split across blocks, merged "
-                     "with the sink; the split count depends on the chunk's query count, so not batch-invariant",
-                     false, true, false},
-                    {"attention", "per_query", "head_dim <= 512", true}}),
+      attention_v_(
+          {{"attention", "split_kv",
+            "head_dim <= 512, a multiple of 4, 16-byte aligned key rows; keys split across blocks, merged "
+            "with the sink; the split count depends on the chunk's query count, so not batch-invariant",
+            false, true, false},
+           {"attention", "per_query", "head_dim <= 512", true}}),
       device_(device),
       alloc_(device),
       scratch_(alloc_) {
@@ -97,8 +105,9 @@ void CudaBackend::embed(const EmbedArgs& a) {
     check(a);
     device_args(a, "embed");
     DI_CHECK(a.tokens.is_contiguous() && a.table.stride[1] == 1, "embed: tokens/table layout");
-    cuda::launch_embed(a.tokens.ptr<int32_t>(), a.tokens.numel(), a.table.data, fdt(a.table.dtype, "embed.table"),
-                       a.table.stride[0], a.table.shape[0], a.table.shape[1], f32m(a.out), ld(a.out), stream_);
+    cuda::launch_embed(a.tokens.ptr<int32_t>(), a.tokens.numel(), a.table.data,
+                       fdt(a.table.dtype, "embed.table"), a.table.stride[0], a.table.shape[0],
+                       a.table.shape[1], f32m(a.out), ld(a.out), stream_);
     launched("embed");
 }
 
@@ -107,7 +116,8 @@ void CudaBackend::add(const AddArgs& a) {
     check(a);
     device_args(a, "add");
     need_f32_rows(a.a, "add.a"), need_f32_rows(a.b, "add.b"), need_f32_rows(a.out, "add.out");
-    cuda::launch_add(f32(a.a), ld(a.a), f32(a.b), ld(a.b), f32m(a.out), ld(a.out), a.a.shape[0], a.a.shape[1], stream_);
+    cuda::launch_add(f32(a.a), ld(a.a), f32(a.b), ld(a.b), f32m(a.out), ld(a.out), a.a.shape[0], a.a.shape[1],
+                     stream_);
     launched("add");
 }
 
@@ -115,7 +125,8 @@ void CudaBackend::swiglu(const SwigluArgs& a) {
     if (replaying()) return;
     check(a);
     device_args(a, "swiglu");
-    need_f32_rows(a.gate, "swiglu.gate"), need_f32_rows(a.up, "swiglu.up"), need_f32_rows(a.out, "swiglu.out");
+    need_f32_rows(a.gate, "swiglu.gate"), need_f32_rows(a.up, "swiglu.up"),
+        need_f32_rows(a.out, "swiglu.out");
     cuda::launch_swiglu(f32(a.gate), ld(a.gate), f32(a.up), ld(a.up), f32m(a.out), ld(a.out), a.gate.shape[0],
                         a.gate.shape[1], a.limit, stream_);
     launched("swiglu");
@@ -125,7 +136,10 @@ void CudaBackend::swiglu(const SwigluArgs& a) {
 // 4-8 MB ones 5-7.6 us against 4-6.3); sharing a launch with other jobs, it takes any size.
 bool split_rows_pays(const WeightRef& w) {
     const double bytes = double(w.out_dim) * double(w.in_dim) *
-                         (w.format == 1 ? 1.0 : w.format == 2 ? 0.5 : w.dense_dt == cuda::Fdt::kF32 ? 4.0 : 2.0);
+                         (w.format == 1                   ? 1.0
+                          : w.format == 2                 ? 0.5
+                          : w.dense_dt == cuda::Fdt::kF32 ? 4.0
+                                                          : 2.0);
     return bytes >= 16e6;
 }
 
@@ -135,7 +149,8 @@ bool split_rows_pays(const WeightRef& w) {
 bool lt_fp8_takes(const LinearArgs& a, const WeightRef& w) {
     if (a.act != ActQuant::kFp8Block128 || w.format != 1 || a.x.shape[0] == 0) return false;
     cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
-    return lt && reinterpret_cast<uintptr_t>(w.data) % 256 == 0 && reinterpret_cast<uintptr_t>(a.y.data) % 256 == 0 &&
+    return lt && reinterpret_cast<uintptr_t>(w.data) % 256 == 0 &&
+           reinterpret_cast<uintptr_t>(a.y.data) % 256 == 0 &&
            lt->supports(a.x.shape[0], w.in_dim, w.out_dim, w.ld, ld(a.y));
 }
 
@@ -147,21 +162,28 @@ struct LinearTakes {
     bool operator()(int i, bool forced) const {
         const int64_t n = a.x.shape[0];
         switch (kLinearEnum[i]) {
-            case cuda::LinearVariant::kCublasLtFp8: return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
+            case cuda::LinearVariant::kCublasLtFp8:
+                return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
             case cuda::LinearVariant::kMma:  // H200: the GEMVs win at n = 1, and at n = 2 on < 4096 rows
-                return (forced || n >= 4 || (n >= 2 && w.out_dim >= 4096)) && cuda::linear_mma_supported(w, n);
+                return (forced || n >= 4 || (n >= 2 && w.out_dim >= 4096)) &&
+                       cuda::linear_mma_supported(w, n);
             case cuda::LinearVariant::kSplitRows:
-                return cuda::gemv_split_supported(f32(a.x), ld(a.x), w, n) && (forced || in_group || split_rows_pays(w));
-            case cuda::LinearVariant::kStreamGemv: return cuda::gemv_supported(f32(a.x), ld(a.x), w, n);
-            case cuda::LinearVariant::kWarpGemv: return forced || n <= 8;  // forced: any n
-            default: return true;
+                return cuda::gemv_split_supported(f32(a.x), ld(a.x), w, n) &&
+                       (forced || in_group || split_rows_pays(w));
+            case cuda::LinearVariant::kStreamGemv:
+                return cuda::gemv_supported(f32(a.x), ld(a.x), w, n);
+            case cuda::LinearVariant::kWarpGemv:
+                return forced || n <= 8;  // forced: any n
+            default:
+                return true;
         }
     }
 };
 
 int CudaBackend::choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group) {
-    return linear_v_.choose(LinearTakes{a, w, in_group},
-                            [&] { return fmt::format("n {}, weight {}x{}", a.x.shape[0], w.out_dim, w.in_dim); });
+    return linear_v_.choose(LinearTakes{a, w, in_group}, [&] {
+        return fmt::format("n {}, weight {}x{}", a.x.shape[0], w.out_dim, w.in_dim);
+    });
 }
 
 void CudaBackend::linear(const LinearArgs& a) {
@@ -182,10 +204,12 @@ void CudaBackend::linear(const LinearArgs& a) {
     run_linear(x, ldx, w, f32m(a.y), ld(a.y), a.x.shape[0], kLinearEnum[v]);
 }
 
-void CudaBackend::run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
-                             cuda::LinearVariant v) {
-    if (v == cuda::LinearVariant::kMma) cuda::launch_linear_mma(x, ldx, w, y, ldy, n, scratch_, stream_);
-    else cuda::launch_linear(x, ldx, w, y, ldy, n, stream_, v);
+void CudaBackend::run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy,
+                             int64_t n, cuda::LinearVariant v) {
+    if (v == cuda::LinearVariant::kMma)
+        cuda::launch_linear_mma(x, ldx, w, y, ldy, n, scratch_, stream_);
+    else
+        cuda::launch_linear(x, ldx, w, y, ldy, n, stream_, v);
     launched("linear");
 }
 
@@ -195,10 +219,12 @@ void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w) {
     auto up = [](size_t b) { return (b + 255) / 256 * 256; };
     const size_t q_bytes = up(size_t(rows * in)), sx_bytes = up(size_t(rows * kb) * 4),
                  sw_bytes = up(size_t(ob * ld_sw) * 4);
-    auto* base = static_cast<uint8_t*>(scratch_.get(7, q_bytes + sx_bytes + sw_bytes + size_t(rows * out) * 4));
+    auto* base =
+        static_cast<uint8_t*>(scratch_.get(7, q_bytes + sx_bytes + sw_bytes + size_t(rows * out) * 4));
     uint8_t* q = base;
     auto* sx = reinterpret_cast<float*>(base + q_bytes);
-    if (rows != n) DI_CUDA_OK(cudaMemsetAsync(base, 0, q_bytes + sx_bytes, stream()));  // the padding rows: zeros
+    if (rows != n)
+        DI_CUDA_OK(cudaMemsetAsync(base, 0, q_bytes + sx_bytes, stream()));  // the padding rows: zeros
     const float* sw = reinterpret_cast<const float*>(w.scale);
     if (w.scale_e8m0 || w.ld_scale != ld_sw || reinterpret_cast<uintptr_t>(w.scale) % 16 != 0) {
         auto* wide = reinterpret_cast<float*>(base + q_bytes + sx_bytes);  // f32, rows of 16-byte multiples
@@ -208,7 +234,8 @@ void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w) {
     cuda::launch_act_quant_fp8(f32(a.x), ld(a.x), n, in, q, sx, rows, stream_);
     const bool ran = cuda::LtFp8Gemm::instance()->run(q, sx, w.data, w.ld, sw, n, in, out, f32m(a.y), ld(a.y),
                                                       base + q_bytes + sx_bytes + sw_bytes, stream_);
-    DI_CHECK(ran, "linear: cuBLASLt FP8 matmul failed for n {}, weight [{}, {}] (scope '{}')", n, out, in, scope_);
+    DI_CHECK(ran, "linear: cuBLASLt FP8 matmul failed for n {}, weight [{}, {}] (scope '{}')", n, out, in,
+             scope_);
     launched("linear");
 }
 
@@ -218,8 +245,8 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     std::vector<WeightRef> w(jobs.size());
     std::vector<cuda::SplitJob> sj(jobs.size());
     std::vector<int> peers(jobs.size(), 0);
-    // fp8 activation blocks: the jobs cuBLASLt takes run alone; the others' inputs are dequantised first, into
-    // one scratch buffer.
+    // fp8 activation blocks: the jobs cuBLASLt takes run alone; the others' inputs are dequantised first,
+    // into one scratch buffer.
     std::vector<bool> done(jobs.size(), false);
     size_t xq_floats = 0;
     for (const LinearArgs& a : jobs)
@@ -245,7 +272,8 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         }
         if (!cuda::gemv_split_supported(sj[i].x, sj[i].ldx, w[i], a.x.shape[0])) continue;
         for (size_t j = 0; j < i; ++j)
-            if (peers[j] > 0 && jobs[j].x.shape[0] == a.x.shape[0] && cuda::gemv_split_same_launch(sj[j], sj[i]))
+            if (peers[j] > 0 && jobs[j].x.shape[0] == a.x.shape[0] &&
+                cuda::gemv_split_same_launch(sj[j], sj[i]))
                 ++peers[j], ++peers[i];
         ++peers[i];  // itself
     }
@@ -281,8 +309,8 @@ void CudaBackend::rms_norm(const RmsNormArgs& a) {
     need_f32_rows(a.x, "rms_norm.x"), need_f32_rows(a.y, "rms_norm.y");
     DI_CHECK(a.weight.empty() || a.weight.is_contiguous(), "rms_norm.weight {}", a.weight.describe());
     cuda::launch_rms_norm(f32(a.x), ld(a.x), a.weight.data,
-                          a.weight.empty() ? Fdt::kF32 : fdt(a.weight.dtype, "rms_norm.weight"), f32m(a.y), ld(a.y),
-                          a.x.shape[0], a.x.shape[1], a.eps, stream_);
+                          a.weight.empty() ? Fdt::kF32 : fdt(a.weight.dtype, "rms_norm.weight"), f32m(a.y),
+                          ld(a.y), a.x.shape[0], a.x.shape[1], a.eps, stream_);
     launched("rms_norm");
 }
 
@@ -292,8 +320,17 @@ void CudaBackend::rope(const RopeArgs& a) {
     device_args(a, "rope");
     need_f32_rows(a.x, "rope.x");
     DI_CHECK(a.positions.is_contiguous() && a.inv_freq.is_contiguous(), "rope: positions/inv_freq layout");
-    cuda::RopeParams p{f32m(a.x), a.x.stride[0], a.x.stride[1], a.x.shape[0], a.x.shape[1], a.x.shape[2],
-                       a.positions.ptr<int32_t>(), f32(a.inv_freq), a.inv_freq.numel(), a.mscale, a.inverse};
+    cuda::RopeParams p{f32m(a.x),
+                       a.x.stride[0],
+                       a.x.stride[1],
+                       a.x.shape[0],
+                       a.x.shape[1],
+                       a.x.shape[2],
+                       a.positions.ptr<int32_t>(),
+                       f32(a.inv_freq),
+                       a.inv_freq.numel(),
+                       a.mscale,
+                       a.inverse};
     cuda::launch_rope(p, stream_);
     launched("rope");
 }
@@ -302,14 +339,32 @@ void CudaBackend::compress(const CompressArgs& a) {
     if (replaying()) return;
     check(a);
     device_args(a, "compress");
-    for (const TensorView* v : {&a.kv, &a.gate, &a.bias, &a.buf_kv, &a.buf_gate, &a.ovl_kv, &a.ovl_gate, &a.out})
+    for (const TensorView* v :
+         {&a.kv, &a.gate, &a.bias, &a.buf_kv, &a.buf_gate, &a.ovl_kv, &a.ovl_gate, &a.out})
         need_f32_rows(*v, "compress");
-    cuda::CompressParams p{f32(a.kv), ld(a.kv), f32(a.gate), ld(a.gate), f32(a.bias), ld(a.bias),
-                           f32m(a.buf_kv), ld(a.buf_kv), f32m(a.buf_gate), ld(a.buf_gate),
-                           a.overlap ? f32m(a.ovl_kv) : nullptr, ld(a.ovl_kv),
-                           a.overlap ? f32m(a.ovl_gate) : nullptr, ld(a.ovl_gate),
-                           a.out.empty() ? nullptr : f32m(a.out), ld(a.out),
-                           a.kv.shape[0], a.kv.shape[1], a.out.shape[1], a.out.shape[0], a.pos0, a.rate, a.overlap};
+    cuda::CompressParams p{f32(a.kv),
+                           ld(a.kv),
+                           f32(a.gate),
+                           ld(a.gate),
+                           f32(a.bias),
+                           ld(a.bias),
+                           f32m(a.buf_kv),
+                           ld(a.buf_kv),
+                           f32m(a.buf_gate),
+                           ld(a.buf_gate),
+                           a.overlap ? f32m(a.ovl_kv) : nullptr,
+                           ld(a.ovl_kv),
+                           a.overlap ? f32m(a.ovl_gate) : nullptr,
+                           ld(a.ovl_gate),
+                           a.out.empty() ? nullptr : f32m(a.out),
+                           ld(a.out),
+                           a.kv.shape[0],
+                           a.kv.shape[1],
+                           a.out.shape[1],
+                           a.out.shape[0],
+                           a.pos0,
+                           a.rate,
+                           a.overlap};
     cuda::launch_compress(p, stream_);
     launched("compress");
 }
@@ -318,12 +373,15 @@ void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
     if (replaying()) return;
     check(a);
     device_args(a, "indexer_topk");
-    need_f32_rows(a.q, "indexer.q"), need_f32_rows(a.weights, "indexer.weights"), need_f32_rows(a.keys, "indexer.keys");
+    need_f32_rows(a.q, "indexer.q"), need_f32_rows(a.weights, "indexer.weights"),
+        need_f32_rows(a.keys, "indexer.keys");
     DI_CHECK(a.picks.shape[1] <= cuda::indexer_max_topk(), "indexer_topk: k {} above the kernel's {}",
              a.picks.shape[1], cuda::indexer_max_topk());
-    cuda::IndexerParams p{f32(a.q), a.q.stride[0], a.q.stride[1], f32(a.weights), ld(a.weights), f32(a.keys),
-                          ld(a.keys), a.picks.ptr<int32_t>(), ld(a.picks), a.q.shape[0], a.q.shape[1], a.q.shape[2],
-                          a.keys.shape[0], a.picks.shape[1], a.pos0, a.rate, a.weight_scale, a.score_scale};
+    cuda::IndexerParams p{f32(a.q),        a.q.stride[0],    a.q.stride[1], f32(a.weights),
+                          ld(a.weights),   f32(a.keys),      ld(a.keys),    a.picks.ptr<int32_t>(),
+                          ld(a.picks),     a.q.shape[0],     a.q.shape[1],  a.q.shape[2],
+                          a.keys.shape[0], a.picks.shape[1], a.pos0,        a.rate,
+                          a.weight_scale,  a.score_scale};
     cuda::launch_indexer_topk(p, scratch_, stream_);
     launched("indexer_topk");
 }
@@ -332,20 +390,44 @@ void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
 std::pair<cuda::AttentionParams, int> CudaBackend::attention_call(const AttentionArgs& a) {
     check(a);
     device_args(a, "attention");
-    need_f32_rows(a.q, "attention.q"), need_f32_rows(a.out, "attention.out"), need_f32_rows(a.kv, "attention.kv");
+    need_f32_rows(a.q, "attention.q"), need_f32_rows(a.out, "attention.out"),
+        need_f32_rows(a.kv, "attention.kv");
     need_f32_rows(a.ring, "attention.ring");
     DI_CHECK(a.q.shape[2] <= cuda::attention_max_head_dim(), "attention: head_dim {} above the kernel's {}",
              a.q.shape[2], cuda::attention_max_head_dim());
     const bool comp = a.comp_mask != CompMask::kNone;
     const bool picks = a.comp_mask == CompMask::kPicks;
-    cuda::AttentionParams p{f32(a.q), a.q.stride[0], a.q.stride[1], f32(a.ring), ld(a.ring), f32(a.kv), ld(a.kv),
-                            comp ? f32(a.comp) : nullptr, comp ? ld(a.comp) : 0, comp && !a.comp.empty() ? a.comp.shape[0] : 0,
-                            picks ? a.picks.ptr<int32_t>() : nullptr, picks ? ld(a.picks) : 0,
-                            picks ? a.picks.shape[1] : 0, f32(a.sinks), f32m(a.out), a.out.stride[0], a.out.stride[1],
-                            a.q.shape[0], a.q.shape[1], a.q.shape[2], a.pos0, a.n_cached, a.window,
-                            int(a.comp_mask), a.rate, a.scale};
+    cuda::AttentionParams p{f32(a.q),
+                            a.q.stride[0],
+                            a.q.stride[1],
+                            f32(a.ring),
+                            ld(a.ring),
+                            f32(a.kv),
+                            ld(a.kv),
+                            comp ? f32(a.comp) : nullptr,
+                            comp ? ld(a.comp) : 0,
+                            comp && !a.comp.empty() ? a.comp.shape[0] : 0,
+                            picks ? a.picks.ptr<int32_t>() : nullptr,
+                            picks ? ld(a.picks) : 0,
+                            picks ? a.picks.shape[1] : 0,
+                            f32(a.sinks),
+                            f32m(a.out),
+                            a.out.stride[0],
+                            a.out.stride[1],
+                            a.q.shape[0],
+                            a.q.shape[1],
+                            a.q.shape[2],
+                            a.pos0,
+                            a.n_cached,
+                            a.window,
+                            int(a.comp_mask),
+                            a.rate,
+                            a.scale};
     const int v = attention_v_.choose(
-        [&](int i, bool) { return kAttentionEnum[i] != cuda::AttentionVariant::kSplitKv || cuda::attention_split_supported(p); },
+        [&](int i, bool) {
+            return kAttentionEnum[i] != cuda::AttentionVariant::kSplitKv ||
+                   cuda::attention_split_supported(p);
+        },
         [&] { return fmt::format("head_dim {}, key rows not 16-byte aligned or head_dim % 4 != 0", p.hd); });
     return {p, v};
 }
@@ -357,7 +439,8 @@ void CudaBackend::attention(const AttentionArgs& a) {
     launched("attention");
 }
 
-// The decode queries split_kv takes (one query, one head_dim) in one batched launch pair; the rest one by one.
+// The decode queries split_kv takes (one query, one head_dim) in one batched launch pair; the rest one by
+// one.
 void CudaBackend::attentions(std::span<const AttentionArgs> jobs) {
     if (replaying()) return;
     std::vector<cuda::AttentionParams> batch;
@@ -383,7 +466,8 @@ cuda::WindowStoreJob CudaBackend::window_store_job(const WindowStoreArgs& a) {
     check(a);
     device_args(a, "window_store");
     need_f32_rows(a.kv, "window_store.kv"), need_f32_rows(a.ring, "window_store.ring");
-    return {f32(a.kv), ld(a.kv), a.kv.shape[0], a.kv.shape[1], f32m(a.ring), ld(a.ring), a.ring.shape[0], a.pos0};
+    return {f32(a.kv),    ld(a.kv),   a.kv.shape[0],   a.kv.shape[1],
+            f32m(a.ring), ld(a.ring), a.ring.shape[0], a.pos0};
 }
 
 void CudaBackend::window_store(const WindowStoreArgs& a) {
@@ -414,9 +498,24 @@ void CudaBackend::mhc_pre(const MhcPreArgs& a) {
     DI_CHECK(hc <= cuda::mhc_max_hc(), "mhc_pre: hc_mult {} above {}", hc, cuda::mhc_max_hc());
     DI_CHECK(a.comb.stride[1] == hc && a.comb.stride[2] == 1, "mhc_pre.comb {} rows must be contiguous",
              a.comb.describe());
-    cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.x), ld(a.x),
-                      f32m(a.post), ld(a.post), f32m(a.comb), ld(a.comb), a.streams.shape[0], hc, a.streams.shape[2],
-                      a.norm_eps, a.hc_eps, a.sinkhorn_iters, false};
+    cuda::MhcParams p{f32(a.streams),
+                      f32(a.fn),
+                      ld(a.fn),
+                      f32(a.base),
+                      f32(a.scale),
+                      f32m(a.x),
+                      ld(a.x),
+                      f32m(a.post),
+                      ld(a.post),
+                      f32m(a.comb),
+                      ld(a.comb),
+                      a.streams.shape[0],
+                      hc,
+                      a.streams.shape[2],
+                      a.norm_eps,
+                      a.hc_eps,
+                      a.sinkhorn_iters,
+                      false};
     const int v = mhc_pre_v_.choose(
         [&](int i, bool) { return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p); },
         [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", hc, p.D); });
@@ -441,9 +540,12 @@ void CudaBackend::hc_head(const HcHeadArgs& a) {
     check(a);
     device_args(a, "hc_head");
     const int64_t hc = a.streams.shape[1];
-    DI_CHECK(hc <= cuda::mhc_max_hc() && a.streams.is_contiguous(), "hc_head: streams {}", a.streams.describe());
-    cuda::MhcParams p{f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale), f32m(a.out), ld(a.out),
-                      nullptr, 0, nullptr, 0, a.streams.shape[0], hc, a.streams.shape[2], a.norm_eps, a.hc_eps, 0, true};
+    DI_CHECK(hc <= cuda::mhc_max_hc() && a.streams.is_contiguous(), "hc_head: streams {}",
+             a.streams.describe());
+    cuda::MhcParams p{
+        f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale),       f32m(a.out), ld(a.out),
+        nullptr,        0,         nullptr,  0,           a.streams.shape[0], hc,          a.streams.shape[2],
+        a.norm_eps,     a.hc_eps,  0,        true};
     const int v = hc_head_v_.choose(
         [&](int i, bool) { return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p); },
         [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", hc, p.D); });
@@ -460,11 +562,23 @@ void CudaBackend::route(const RouteArgs& a) {
     if (hash)
         DI_CHECK(a.tid2eid.dtype == DType::kI64 || a.tid2eid.dtype == DType::kI32, "route.tid2eid dtype {}",
                  dtype_name(a.tid2eid.dtype));
-    cuda::RouteParams p{f32(a.logits), ld(a.logits), a.bias.empty() ? nullptr : f32(a.bias),
-                        hash ? a.tid2eid.data : nullptr, hash && a.tid2eid.dtype == DType::kI64, ld(a.tid2eid),
-                        hash ? a.tid2eid.shape[0] : 0, hash ? a.tokens.ptr<int32_t>() : nullptr,
-                        a.ids.ptr<int32_t>(), ld(a.ids), f32m(a.weights), ld(a.weights), a.logits.shape[0],
-                        a.logits.shape[1], a.ids.shape[1], a.func == ScoreFunc::kSigmoid, a.scaling};
+    cuda::RouteParams p{f32(a.logits),
+                        ld(a.logits),
+                        a.bias.empty() ? nullptr : f32(a.bias),
+                        hash ? a.tid2eid.data : nullptr,
+                        hash && a.tid2eid.dtype == DType::kI64,
+                        ld(a.tid2eid),
+                        hash ? a.tid2eid.shape[0] : 0,
+                        hash ? a.tokens.ptr<int32_t>() : nullptr,
+                        a.ids.ptr<int32_t>(),
+                        ld(a.ids),
+                        f32m(a.weights),
+                        ld(a.weights),
+                        a.logits.shape[0],
+                        a.logits.shape[1],
+                        a.ids.shape[1],
+                        a.func == ScoreFunc::kSigmoid,
+                        a.scaling};
     cuda::launch_route(p, stream_);
     launched("route");
 }
@@ -502,8 +616,8 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
     for (size_t i = 0; same && i < host.size(); ++i) {
         const WeightRef &x = t.host[i], &y = host[i];
         same = x.data == y.data && x.scale == y.scale && x.ld == y.ld && x.ld_scale == y.ld_scale &&
-               x.out_dim == y.out_dim && x.in_dim == y.in_dim && x.format == y.format && x.dense_dt == y.dense_dt &&
-               x.scale_e8m0 == y.scale_e8m0;
+               x.out_dim == y.out_dim && x.in_dim == y.in_dim && x.format == y.format &&
+               x.dense_dt == y.dense_dt && x.scale_e8m0 == y.scale_e8m0;
     }
     if (!same) {
         if (t.device == nullptr || t.host.size() != host.size()) {
@@ -521,7 +635,7 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
         for (size_t e = 0; e + 2 < t.host.size(); e += 3)
             w13_alike &= t.host[e].ld == t.host[e + 1].ld && t.host[e].ld_scale == t.host[e + 1].ld_scale;
         t.mma_ok = w13_alike && cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device),
-                                                              t.host.data(), int64_t(t.host.size()), stream());
+                                                             t.host.data(), int64_t(t.host.size()), stream());
     }
     return t;
 }
@@ -546,17 +660,34 @@ void CudaBackend::moe(const MoeArgs& a) {
     const int64_t chunk = std::max<int64_t>(1, cuda::kMoeGroupedMaxPairs / k);
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         const int64_t m = std::min(chunk, n - t0);
-        cuda::MoeParams p{f32(a.x) + t0 * ld(a.x), ld(a.x), a.ids.ptr<int32_t>() + t0 * ld(a.ids), ld(a.ids),
-                          f32(a.weights) + t0 * ld(a.weights), ld(a.weights), static_cast<const WeightRef*>(table.device),
-                          a.n_experts, f32m(a.out) + t0 * ld(a.out), ld(a.out), m, k, D, I, a.limit,
-                          table.gemv_format, table.mma_ok};
+        cuda::MoeParams p{f32(a.x) + t0 * ld(a.x),
+                          ld(a.x),
+                          a.ids.ptr<int32_t>() + t0 * ld(a.ids),
+                          ld(a.ids),
+                          f32(a.weights) + t0 * ld(a.weights),
+                          ld(a.weights),
+                          static_cast<const WeightRef*>(table.device),
+                          a.n_experts,
+                          f32m(a.out) + t0 * ld(a.out),
+                          ld(a.out),
+                          m,
+                          k,
+                          D,
+                          I,
+                          a.limit,
+                          table.gemv_format,
+                          table.mma_ok};
         const int v = moe_v_.choose(
             [&](int i, bool) {
                 switch (kMoeEnum[i]) {
-                    case cuda::MoeVariant::kMma: return cuda::moe_mma_supported(p);
-                    case cuda::MoeVariant::kSplitRows: return cuda::moe_split_supported(p);
-                    case cuda::MoeVariant::kGrouped: return cuda::moe_grouped_supported(p);
-                    default: return true;
+                    case cuda::MoeVariant::kMma:
+                        return cuda::moe_mma_supported(p);
+                    case cuda::MoeVariant::kSplitRows:
+                        return cuda::moe_split_supported(p);
+                    case cuda::MoeVariant::kGrouped:
+                        return cuda::moe_grouped_supported(p);
+                    default:
+                        return true;
                 }
             },
             [&] { return fmt::format("{} pairs, expert format {}", m * k, table.gemv_format); });
@@ -565,14 +696,15 @@ void CudaBackend::moe(const MoeArgs& a) {
     }
 }
 
-constexpr std::string_view kSingleOps[] = {"embed", "add", "swiglu", "rms_norm", "rope", "compress", "indexer_topk",
-                                           "window_store", "mhc_post", "route"};
+constexpr std::string_view kSingleOps[] = {"embed",    "add",          "swiglu",       "rms_norm", "rope",
+                                           "compress", "indexer_topk", "window_store", "mhc_post", "route"};
 
 std::vector<KernelVariant> CudaBackend::kernel_variants() const {
     std::vector<KernelVariant> v;
     for (const OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
         v.insert(v.end(), o->variants().begin(), o->variants().end());
-    for (std::string_view op : kSingleOps) v.push_back({std::string(op), "cuda", "any shape (tests/gpu)", true});
+    for (std::string_view op : kSingleOps)
+        v.push_back({std::string(op), "cuda", "any shape (tests/gpu)", true});
     return v;
 }
 

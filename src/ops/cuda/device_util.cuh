@@ -12,14 +12,14 @@
 
 namespace di::cuda {
 
-#define DI_CUDA_CHECK(expr)                                                                          \
-    do {                                                                                             \
-        cudaError_t e_ = (expr);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
+#define DI_CUDA_CHECK(expr)                                                                             \
+    do {                                                                                                \
+        cudaError_t e_ = (expr);                                                                        \
+        if (e_ != cudaSuccess) {                                                                        \
             std::fprintf(stderr, "deepinfer: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
-                         cudaGetErrorString(e_));                                                    \
-            std::abort();                                                                            \
-        }                                                                                            \
+                         cudaGetErrorString(e_));                                                       \
+            std::abort();                                                                               \
+        }                                                                                               \
     } while (0)
 
 inline cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
@@ -27,9 +27,12 @@ inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + thread
 
 __device__ __forceinline__ float load_f(const void* p, Fdt t, int64_t i) {
     switch (t) {
-        case Fdt::kF32: return static_cast<const float*>(p)[i];
-        case Fdt::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-        default: return __half2float(static_cast<const __half*>(p)[i]);
+        case Fdt::kF32:
+            return static_cast<const float*>(p)[i];
+        case Fdt::kBF16:
+            return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+        default:
+            return __half2float(static_cast<const __half*>(p)[i]);
     }
 }
 
@@ -42,7 +45,8 @@ __device__ __forceinline__ float fp8_e4m3_to_f(uint8_t b) {
 }
 
 __device__ __forceinline__ float e8m0_to_f(uint8_t b) {
-    return b == 255 ? __int_as_float(0x7fc00000) : (b == 0 ? __int_as_float(0x00400000) : __int_as_float(int(b) << 23));
+    return b == 255 ? __int_as_float(0x7fc00000)
+                    : (b == 0 ? __int_as_float(0x00400000) : __int_as_float(int(b) << 23));
 }
 
 __device__ __forceinline__ float fp4_to_f(uint32_t nib) {
@@ -53,14 +57,16 @@ __device__ __forceinline__ float fp4_to_f(uint32_t nib) {
 
 __device__ __forceinline__ float weight_scale(const WeightRef& w, int64_t r, int64_t c) {
     const int64_t i = r * w.ld_scale + c;
-    return w.scale_e8m0 ? e8m0_to_f(static_cast<const uint8_t*>(w.scale)[i]) : static_cast<const float*>(w.scale)[i];
+    return w.scale_e8m0 ? e8m0_to_f(static_cast<const uint8_t*>(w.scale)[i])
+                        : static_cast<const float*>(w.scale)[i];
 }
 
 // Dequantised W[o, i].
 __device__ __forceinline__ float weight_at(const WeightRef& w, int64_t o, int64_t i) {
     if (w.format == 0) return load_f(w.data, w.dense_dt, o * w.ld + i);
     if (w.format == 1)
-        return fp8_e4m3_to_f(static_cast<const uint8_t*>(w.data)[o * w.ld + i]) * weight_scale(w, o >> 7, i >> 7);
+        return fp8_e4m3_to_f(static_cast<const uint8_t*>(w.data)[o * w.ld + i]) *
+               weight_scale(w, o >> 7, i >> 7);
     const uint8_t b = static_cast<const uint8_t*>(w.data)[o * w.ld + (i >> 1)];
     return fp4_to_f((i & 1) ? (b >> 4) : (b & 0xF)) * weight_scale(w, o, i >> 5);
 }
@@ -75,14 +81,22 @@ __device__ __forceinline__ void weight_at8(const WeightRef& w, int64_t o, int64_
 #pragma unroll
         for (int j = 0; j < 4; ++j) v[4 + j] = fp8_e4m3_to_f(uint8_t(q.y >> (8 * j))) * sc;
     } else if (w.format == 2) {
-        const uint32_t q = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w.data) + o * w.ld + (i >> 1));
+        const uint32_t q =
+            *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w.data) + o * w.ld + (i >> 1));
         const float sc = weight_scale(w, o, i >> 5);
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[j] = fp4_to_f(q >> (4 * j)) * sc;
     } else if (w.dense_dt == Fdt::kF32) {
         const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + o * w.ld + i);
         const float4 a = p[0], b = p[1];
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        v[0] = a.x;
+        v[1] = a.y;
+        v[2] = a.z;
+        v[3] = a.w;
+        v[4] = b.x;
+        v[5] = b.y;
+        v[6] = b.z;
+        v[7] = b.w;
     } else {
         const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + o * w.ld + i);
         const uint32_t u[4] = {q.x, q.y, q.z, q.w};
@@ -104,8 +118,10 @@ inline bool weight_vec8_ok(const WeightRef& w) {
     const uintptr_t base = reinterpret_cast<uintptr_t>(w.data);
     if (w.in_dim % 8 != 0) return false;
     switch (w.format) {
-        case 1: return base % 8 == 0 && w.ld % 8 == 0;
-        case 2: return base % 4 == 0 && w.ld % 4 == 0;
+        case 1:
+            return base % 8 == 0 && w.ld % 8 == 0;
+        case 2:
+            return base % 4 == 0 && w.ld % 4 == 0;
         default: {
             const int64_t es = w.dense_dt == Fdt::kF32 ? 4 : 2;
             return base % 16 == 0 && (w.ld * es) % 16 == 0;

@@ -7,19 +7,21 @@
 namespace di::cuda {
 namespace {
 
-__global__ void embed_kernel(const int32_t* tokens, const void* table, Fdt dt, int64_t ld_table, int64_t vocab,
-                             int64_t dim, float* out, int64_t ld_out) {
+__global__ void embed_kernel(const int32_t* tokens, const void* table, Fdt dt, int64_t ld_table,
+                             int64_t vocab, int64_t dim, float* out, int64_t ld_out) {
     const int64_t t = blockIdx.x;
     int32_t id = tokens[t];
     if (id < 0 || id >= vocab) id = 0;  // the host checked ids when it could; never read out of bounds
-    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < dim; c += int64_t(gridDim.y) * blockDim.x)
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < dim;
+         c += int64_t(gridDim.y) * blockDim.x)
         out[t * ld_out + c] = load_f(table, dt, id * ld_table + c);
 }
 
 __global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo,
                            int64_t d) {
     const int64_t r = blockIdx.x;
-    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d; c += int64_t(gridDim.y) * blockDim.x)
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d;
+         c += int64_t(gridDim.y) * blockDim.x)
         out[r * ldo + c] = a[r * lda + c] + b[r * ldb + c];
 }
 
@@ -31,10 +33,11 @@ __device__ __forceinline__ float swiglu1(float g, float u, float limit) {
     return float(double(g) / (1.0 + exp(-double(g))) * double(u));
 }
 
-__global__ void swiglu_kernel(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo,
-                              int64_t d, float limit) {
+__global__ void swiglu_kernel(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out,
+                              int64_t ldo, int64_t d, float limit) {
     const int64_t r = blockIdx.x;
-    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d; c += int64_t(gridDim.y) * blockDim.x)
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d;
+         c += int64_t(gridDim.y) * blockDim.x)
         out[r * ldo + c] = swiglu1(g[r * ldg + c], u[r * ldu + c], limit);
 }
 
@@ -56,8 +59,9 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const void* w, Fdt 
 // (x and the weight) is issued before the first store, where the loop above re-reads x after each store
 // of an in-place norm and so waits a memory latency per element a thread owns. Same sums, same order.
 template <int kPer>
-__global__ void __launch_bounds__(256) rms_norm_reg_kernel(const float* x, int64_t ldx, const void* w, Fdt wdt,
-                                                           float* y, int64_t ldy, int64_t d, float eps) {
+__global__ void __launch_bounds__(256)
+    rms_norm_reg_kernel(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy, int64_t d,
+                        float eps) {
     __shared__ double red[32];
     const int64_t r = blockIdx.x;
     const float* xr = x + r * ldx;
@@ -134,7 +138,8 @@ __global__ void mhc_post_kernel(const float* streams, const float* a, int64_t ld
                                 int64_t D) {
     const int64_t t = blockIdx.x;
     const float* st = streams + t * hc * D;
-    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < D; c += int64_t(gridDim.y) * blockDim.x) {
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < D;
+         c += int64_t(gridDim.y) * blockDim.x) {
         const double sub = a[t * ld_a + c];
         for (int64_t k = 0; k < hc; ++k) {
             double acc = double(post[t * ld_post + k]) * sub;
@@ -150,11 +155,11 @@ dim3 row_grid(int64_t rows, int64_t d, int threads) {
 
 }  // namespace
 
-void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table, int64_t vocab,
-                  int64_t dim, float* out, int64_t ld_out, Stream s) {
+void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table,
+                  int64_t vocab, int64_t dim, float* out, int64_t ld_out, Stream s) {
     if (n == 0) return;
-    embed_kernel<<<row_grid(n, dim, 256), 256, 0, as_stream(s)>>>(tokens, table, dt, ld_table, vocab, dim, out,
-                                                                   ld_out);
+    embed_kernel<<<row_grid(n, dim, 256), 256, 0, as_stream(s)>>>(tokens, table, dt, ld_table, vocab, dim,
+                                                                  out, ld_out);
 }
 
 void launch_add(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo, int64_t n,
@@ -163,8 +168,8 @@ void launch_add(const float* a, int64_t lda, const float* b, int64_t ldb, float*
     add_kernel<<<row_grid(n, d, 256), 256, 0, as_stream(s)>>>(a, lda, b, ldb, out, ldo, d);
 }
 
-void launch_swiglu(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo, int64_t n,
-                   int64_t d, float limit, Stream s) {
+void launch_swiglu(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo,
+                   int64_t n, int64_t d, float limit, Stream s) {
     if (n == 0 || d == 0) return;
     swiglu_kernel<<<row_grid(n, d, 256), 256, 0, as_stream(s)>>>(g, ldg, u, ldu, out, ldo, d, limit);
 }
@@ -173,9 +178,12 @@ void launch_rms_norm(const float* x, int64_t ldx, const void* w, Fdt wdt, float*
                      int64_t d, float eps, Stream s) {
     if (n == 0) return;
     const cudaStream_t st = as_stream(s);
-    if (d <= 256 * 4) rms_norm_reg_kernel<4><<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
-    else if (d <= 256 * 16) rms_norm_reg_kernel<16><<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
-    else rms_norm_kernel<<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
+    if (d <= 256 * 4)
+        rms_norm_reg_kernel<4><<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
+    else if (d <= 256 * 16)
+        rms_norm_reg_kernel<16><<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
+    else
+        rms_norm_kernel<<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
 }
 
 void launch_rope(const RopeParams& p, Stream s) {
@@ -189,7 +197,7 @@ void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, 
     const int64_t t0 = L > ring_len ? L - ring_len : 0;  // only the last ring_len rows survive
     if (L - t0 <= 0) return;
     window_store_kernel<<<dim3(unsigned(L - t0)), 256, 0, as_stream(s)>>>(kv, ld_kv, t0, hd, ring, ld_ring,
-                                                                             ring_len, pos0);
+                                                                          ring_len, pos0);
 }
 
 void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s) {
@@ -203,10 +211,11 @@ void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& sc
 }
 
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
-                     const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s) {
+                     const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,
+                     Stream s) {
     if (n == 0) return;
-    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, as_stream(s)>>>(streams, a, ld_a, post, ld_post, comb, ld_comb,
-                                                                    out, hc, D);
+    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, as_stream(s)>>>(streams, a, ld_a, post, ld_post, comb,
+                                                                   ld_comb, out, hc, D);
 }
 
 const char* last_launch_error() {

@@ -13,8 +13,8 @@ namespace di::cuda {
 
 // x [n, in] (row stride ldx, in % 128 == 0) -> q [n, in] e4m3 bytes (row stride in) and scales
 // sx [in / 128][ld_sx] (the K-block-major layout cuBLASLt's VEC128 scales take; ld_sx >= n).
-void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx, int64_t ld_sx,
-                          Stream s);
+void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx,
+                          int64_t ld_sx, Stream s);
 // The same values dequantised (q * s) into out [n, in] (row stride in): the input of the f32 kernels.
 void launch_act_quant_dequant(const float* x, int64_t ldx, int64_t n, int64_t in, float* out, Stream s);
 // An fp8 weight's block scales as f32 [rows][cols] with row stride ld_out, from e8m0 bytes or f32 (row
@@ -33,21 +33,22 @@ inline int64_t lt_rows(int64_t n) { return (n + 3) / 4 * 4; }
 inline int64_t lt_scale_ld(int64_t k_blocks) { return (k_blocks + 3) / 4 * 4; }
 
 class LtFp8Gemm {
-public:
+  public:
     // nullptr when libcublasLt cannot be loaded; `why` then says why.
     static LtFp8Gemm* instance(const char** why = nullptr);
     // y[n, out] (f32, row stride ldy) = (q * sx) . (w * sw)^T, q [lt_rows(n), in], sx [in / 128][lt_rows(n)],
     // w e4m3 [out, in] with row stride ldw, sw f32 [out / 128][in / 128] with row stride
-    // lt_scale_ld(in / 128); out and in multiples of 128. False if cuBLASLt has no algorithm for the shape. `tmp` (lt_rows(n) * out * 4 bytes) takes D
-    // when it cannot go to y directly (padded rows, or an algorithm that writes bf16, widened into y).
-    bool run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n, int64_t in,
-             int64_t out, float* y, int64_t ldy, void* tmp, Stream s);
+    // lt_scale_ld(in / 128); out and in multiples of 128. False if cuBLASLt has no algorithm for the shape.
+    // `tmp` (lt_rows(n) * out * 4 bytes) takes D when it cannot go to y directly (padded rows, or an
+    // algorithm that writes bf16, widened into y).
+    bool run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n,
+             int64_t in, int64_t out, float* y, int64_t ldy, void* tmp, Stream s);
     // Whether the shape has an algorithm, and whether it writes f32 (else bf16, widened); `note`: what the
     // heuristic answered (valid while this object lives).
     bool supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out = nullptr,
                   const char** note = nullptr);
 
-private:
+  private:
     struct Impl;
     explicit LtFp8Gemm(Impl* impl) : impl_(impl) {}
     Impl* impl_;

@@ -1,9 +1,9 @@
 // Decode linear (n <= 16 token rows): y = x W^T with the weight streamed once in 16-byte units
 // (gemv.cuh). Each warp owns R whole rows (R = 4, 2 or 1: the most that still leaves 16 warps per
 // multiprocessor), so no cross-warp sum is needed and the result is deterministic; lanes keep U units of
-// every row in flight (more when R is small, so a warp always has 8-16 loads outstanding). Tokens are taken NT at a time; the weight is
-// re-read for each pass. The token rows of a pass sit in shared memory (gemv.cuh), staged once per
-// persistent block.
+// every row in flight (more when R is small, so a warp always has 8-16 loads outstanding). Tokens are taken
+// NT at a time; the weight is re-read for each pass. The token rows of a pass sit in shared memory
+// (gemv.cuh), staged once per persistent block.
 //   bytes: out * in * bytes/weight + x + y  -> bound by the weight read for n <= 4
 #include "ops/cuda/gemv.cuh"
 
@@ -90,17 +90,23 @@ void launch_k(const GemvParams& p, cudaStream_t s) {
 
 template <int F, int R>
 void launch_fr(const GemvParams& p, cudaStream_t s) {
-    if (p.n == 1) launch_k<F, 1, R>(p, s);
-    else if (p.n == 2) launch_k<F, 2, R>(p, s);
-    else launch_k<F, 4, R>(p, s);
+    if (p.n == 1)
+        launch_k<F, 1, R>(p, s);
+    else if (p.n == 2)
+        launch_k<F, 2, R>(p, s);
+    else
+        launch_k<F, 4, R>(p, s);
 }
 
 template <int F>
 void launch_f(const GemvParams& p, cudaStream_t s) {
     switch (gemv_rows_per_warp(p.w.out_dim)) {
-        case 4: return launch_fr<F, 4>(p, s);
-        case 2: return launch_fr<F, 2>(p, s);
-        default: return launch_fr<F, 1>(p, s);
+        case 4:
+            return launch_fr<F, 4>(p, s);
+        case 2:
+            return launch_fr<F, 2>(p, s);
+        default:
+            return launch_fr<F, 1>(p, s);
     }
 }
 
@@ -121,14 +127,25 @@ bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n) 
     return nt * (w.in_dim / e) * (e + 4) * int64_t(sizeof(float)) <= int64_t(kGemvMaxSmem);  // staged tokens
 }
 
-void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s) {
+void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                 Stream s) {
     const GemvParams p{x, ldx, w, y, ldy, n};
     switch (format_of(w)) {
-        case kF32: launch_f<kF32>(p, as_stream(s)); break;
-        case kBF16: launch_f<kBF16>(p, as_stream(s)); break;
-        case kF16: launch_f<kF16>(p, as_stream(s)); break;
-        case kFp8: launch_f<kFp8>(p, as_stream(s)); break;
-        default: launch_f<kFp4>(p, as_stream(s)); break;
+        case kF32:
+            launch_f<kF32>(p, as_stream(s));
+            break;
+        case kBF16:
+            launch_f<kBF16>(p, as_stream(s));
+            break;
+        case kF16:
+            launch_f<kF16>(p, as_stream(s));
+            break;
+        case kFp8:
+            launch_f<kFp8>(p, as_stream(s));
+            break;
+        default:
+            launch_f<kFp4>(p, as_stream(s));
+            break;
     }
 }
 

@@ -3,11 +3,11 @@
 // 128 bits wide and coalesced across the warp that owns the row; each lane keeps U units of R rows in
 // flight. The token rows are staged once per block in shared memory, one padded row of E + 4 floats per
 // unit: lane l reads the x of its own unit l + 32 j, which in global memory would touch a different cache
-// line per lane (32 lines per fp4 load), and the 16-byte pad keeps each quarter-warp on distinct banks. Quantised units are accumulated unscaled and
-// multiplied by their scale once (one scale per unit: fp8 units sit inside one 128x128 block, an fp4 unit
-// is one 32-group), which is exact for power-of-two (UE8M0) scales up to the f32 rounding of the sums.
-// Accumulation order per (row, token) depends only on K and R, never on how many tokens share the pass:
-// results are batch-invariant among the n that use this path with the same R.
+// line per lane (32 lines per fp4 load), and the 16-byte pad keeps each quarter-warp on distinct banks.
+// Quantised units are accumulated unscaled and multiplied by their scale once (one scale per unit: fp8 units
+// sit inside one 128x128 block, an fp4 unit is one 32-group), which is exact for power-of-two (UE8M0) scales
+// up to the f32 rounding of the sums. Accumulation order per (row, token) depends only on K and R, never on
+// how many tokens share the pass: results are batch-invariant among the n that use this path with the same R.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -24,7 +24,9 @@ namespace di::cuda::gemv {
 enum Format : int { kF32 = 0, kBF16 = 1, kF16 = 2, kFp8 = 3, kFp4 = 4 };
 
 // Elements in one 16-byte unit of format f (host and device).
-__host__ __device__ constexpr int unit_elems(int f) { return f == kF32 ? 4 : f == kFp8 ? 16 : f == kFp4 ? 32 : 8; }
+__host__ __device__ constexpr int unit_elems(int f) {
+    return f == kF32 ? 4 : f == kFp8 ? 16 : f == kFp4 ? 32 : 8;
+}
 
 template <int F>
 struct UnitOf {
@@ -35,7 +37,8 @@ __device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpre
 
 // acc[t] += sum_j v[j] * x_t[j] for 8 consecutive elements at xs[t] + k (shared memory, 16-byte aligned).
 template <int NT>
-__device__ __forceinline__ void fma8(const float v[8], const float* const xs[NT], int nt, int k, float acc[NT]) {
+__device__ __forceinline__ void fma8(const float v[8], const float* const xs[NT], int nt, int k,
+                                     float acc[NT]) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         if (t >= nt) break;
@@ -171,7 +174,8 @@ __device__ __forceinline__ void stage_x(const float* const xg[NT], int nt, int64
 #pragma unroll
             for (int b = 0; b < kBatch; ++b) {
                 const int64_t i = i0 + b * step;
-                if (i < in_dim) *reinterpret_cast<float4*>(xsm + t * stride + (i / E) * (E + 4) + i % E) = v[b];
+                if (i < in_dim)
+                    *reinterpret_cast<float4*>(xsm + t * stride + (i / E) * (E + 4) + i % E) = v[b];
             }
         }
     }
@@ -183,8 +187,8 @@ __device__ __forceinline__ void stage_x(const float* const xg[NT], int nt, int64
 // loads issued before the first use, then the lanes' partials are summed by a fixed butterfly. Every
 // lane returns the totals in acc. A token's sums do not depend on NT, U or the other tokens.
 template <int F, int NT, int R, int U, int M = 1>
-__device__ __forceinline__ void warp_rows_m(const WeightRef (&w)[M], int64_t o0, const float* const (&xrow)[NT],
-                                            int nt, float acc[M][R][NT]) {
+__device__ __forceinline__ void warp_rows_m(const WeightRef (&w)[M], int64_t o0,
+                                            const float* const (&xrow)[NT], int nt, float acc[M][R][NT]) {
     constexpr int E = UnitOf<F>::kElems;
     const int lane = threadIdx.x & 31;
     const int64_t units = w[0].in_dim / E, out_dim = w[0].out_dim;
@@ -261,7 +265,8 @@ int resident_blocks(K kernel, size_t smem) {
     std::lock_guard lk(mu);
     const auto key = std::pair{reinterpret_cast<const void*>(kernel), smem};
     if (auto it = cache.find(key); it != cache.end()) return it->second;
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
     int n = 0;
     DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, smem));
     return cache[key] = std::max(n, 1);

@@ -44,18 +44,22 @@ void launch_k(const SplitJobs& jobs, cudaStream_t s) {
     constexpr int b = kBatch<F, 1, NT>;
     const int64_t in = jobs.job[0].w.in_dim;
     int64_t rows = 0, longest = 0;
-    for (int j = 0; j < jobs.count; ++j) rows += jobs.job[j].w.out_dim, longest = std::max(longest, jobs.job[j].w.out_dim);
+    for (int j = 0; j < jobs.count; ++j)
+        rows += jobs.job[j].w.out_dim, longest = std::max(longest, jobs.job[j].w.out_dim);
     const int gran = int(256 / (in / kChunk)) * b, warps = int(in / kChunk / 32);
     int rpc = rows_per_block(rows, in, b, longest);
     rpc = std::max(gran, std::min(rpc, kMaxRowsPerBlock / (NT * warps) / gran * gran));
-    gemv_split_kernel<F, NT><<<dim3(blocks_for(longest, rpc), unsigned(jobs.count)), 256,
-                               size_t(rpc * NT * warps) * 4, s>>>(jobs, rpc);
+    gemv_split_kernel<F, NT>
+        <<<dim3(blocks_for(longest, rpc), unsigned(jobs.count)), 256, size_t(rpc * NT * warps) * 4, s>>>(jobs,
+                                                                                                         rpc);
 }
 
 template <int F>
 void launch_f(const SplitJobs& jobs, int64_t n, cudaStream_t s) {
-    if (n == 1) launch_k<F, 1>(jobs, s);
-    else launch_k<F, 2>(jobs, s);
+    if (n == 1)
+        launch_k<F, 1>(jobs, s);
+    else
+        launch_k<F, 2>(jobs, s);
 }
 
 }  // namespace
@@ -73,15 +77,26 @@ void launch_gemv_split(const SplitJobs& jobs, int64_t n, Stream s) {
     if (jobs.count == 0) return;
     const cudaStream_t st = as_stream(s);
     switch (gemv_format(jobs.job[0].w)) {
-        case kF32: launch_f<kF32>(jobs, n, st); break;
-        case kBF16: launch_f<kBF16>(jobs, n, st); break;
-        case kF16: launch_f<kF16>(jobs, n, st); break;
-        case kFp8: launch_f<kFp8>(jobs, n, st); break;
-        default: launch_f<kFp4>(jobs, n, st); break;
+        case kF32:
+            launch_f<kF32>(jobs, n, st);
+            break;
+        case kBF16:
+            launch_f<kBF16>(jobs, n, st);
+            break;
+        case kF16:
+            launch_f<kF16>(jobs, n, st);
+            break;
+        case kFp8:
+            launch_f<kFp8>(jobs, n, st);
+            break;
+        default:
+            launch_f<kFp4>(jobs, n, st);
+            break;
     }
 }
 
-void launch_gemv_split(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s) {
+void launch_gemv_split(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                       Stream s) {
     SplitJobs jobs;
     jobs.job[0] = {x, ldx, w, y, ldy};
     jobs.count = 1;

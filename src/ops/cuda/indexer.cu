@@ -7,14 +7,15 @@
 namespace di::cuda {
 namespace {
 
-constexpr int kEntries = 64;   // entries per score block
-constexpr int kMaxTopk = 4096; // bitonic sort capacity in shared memory
+constexpr int kEntries = 64;    // entries per score block
+constexpr int kMaxTopk = 4096;  // bitonic sort capacity in shared memory
 
-// grid (ceil(T / 64), L); 256 threads = 64 entries x 4 head groups; dynamic smem: q [H][dim], keys [64][dim+1]
+// grid (ceil(T / 64), L); 256 threads = 64 entries x 4 head groups; dynamic smem: q [H][dim], keys
+// [64][dim+1]
 __global__ void __launch_bounds__(256) score_kernel(IndexerParams p, float* S) {
     extern __shared__ float sm[];
-    float* qs = sm;                           // [H * dim]
-    float* ks = qs + p.H * p.dim;             // [64 * (dim + 1)]
+    float* qs = sm;                             // [H * dim]
+    float* ks = qs + p.H * p.dim;               // [64 * (dim + 1)]
     float* part = ks + kEntries * (p.dim + 1);  // [4][64]
     const int64_t t = blockIdx.y, w0 = int64_t(blockIdx.x) * kEntries;
     for (int64_t i = threadIdx.x; i < p.H * p.dim; i += blockDim.x)
@@ -37,7 +38,8 @@ __global__ void __launch_bounds__(256) score_kernel(IndexerParams p, float* S) {
     __syncthreads();
     if (hg == 0 && w0 + e < p.T) {
         const int64_t w = w0 + e, visible = (p.pos0 + t + 1) / p.rate;
-        const float total = ((part[e] + part[kEntries + e]) + part[2 * kEntries + e]) + part[3 * kEntries + e];
+        const float total =
+            ((part[e] + part[kEntries + e]) + part[2 * kEntries + e]) + part[3 * kEntries + e];
         S[t * p.T + w] = w < visible ? total : -INFINITY;
     }
 }
@@ -104,7 +106,10 @@ __global__ void __launch_bounds__(1024) topk_kernel(IndexerParams p, const float
                 if (j > i) {
                     const bool desc = (i & size) == 0;
                     const uint64_t a = cand[i], b = cand[j];
-                    if (desc ? (a < b) : (a > b)) { cand[i] = b; cand[j] = a; }
+                    if (desc ? (a < b) : (a > b)) {
+                        cand[i] = b;
+                        cand[j] = a;
+                    }
                 }
             }
             __syncthreads();
@@ -127,7 +132,8 @@ void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s) {
     const size_t smem = (size_t(p.H * p.dim) + size_t(kEntries * (p.dim + 1)) + 4 * kEntries) * sizeof(float);
     static size_t raised = 48 * 1024;
     if (smem > raised) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        DI_CUDA_CHECK(
+            cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         raised = smem;
     }
     score_kernel<<<dim3(blocks_for(p.T, kEntries), unsigned(p.L)), 256, smem, as_stream(s)>>>(p, S);

@@ -15,7 +15,7 @@ enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 
 // Device scratch memory handed to launchers that need temporaries; grows, never shrinks.
 class Scratch {
-public:
+  public:
     virtual ~Scratch() = default;
     // A buffer of at least `bytes` for slot `slot` (0..9), valid until the next get of the same slot.
     // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 fp8 GEMM inputs,
@@ -30,26 +30,26 @@ struct WeightRef {
     int64_t ld = 0;               // row stride of data: elements (dense, fp8) or bytes (fp4)
     int64_t ld_scale = 0;         // row stride of scale in elements
     int64_t out_dim = 0, in_dim = 0;
-    uint8_t format = 0;           // 0 dense, 1 fp8 block, 2 fp4 group
+    uint8_t format = 0;  // 0 dense, 1 fp8 block, 2 fp4 group
     Fdt dense_dt = Fdt::kF32;
     bool scale_e8m0 = true;
 };
 
-void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table, int64_t vocab,
-                  int64_t dim, float* out, int64_t ld_out, Stream s);
+void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table,
+                  int64_t vocab, int64_t dim, float* out, int64_t ld_out, Stream s);
 void launch_add(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo, int64_t n,
                 int64_t d, Stream s);
-void launch_swiglu(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo, int64_t n,
-                   int64_t d, float limit, Stream s);
+void launch_swiglu(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo,
+                   int64_t n, int64_t d, float limit, Stream s);
 void launch_rms_norm(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy, int64_t n,
                      int64_t d, float eps, Stream s);
 
 struct RopeParams {
-    float* x;              // [n, heads, hd]
-    int64_t s0, s1;        // strides of dims 0 and 1
+    float* x;        // [n, heads, hd]
+    int64_t s0, s1;  // strides of dims 0 and 1
     int64_t n, heads, hd;
-    const int32_t* pos;    // [n]
-    const float* inv_freq; // [half]
+    const int32_t* pos;     // [n]
+    const float* inv_freq;  // [half]
     int64_t half;
     float mscale;
     bool inverse;
@@ -70,8 +70,8 @@ void launch_rope(const RopeParams& p, Stream s);
 enum class LinearVariant { kAuto, kCublasLtFp8, kMma, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
 inline constexpr int64_t kGemvMaxRows = 16;
 inline constexpr size_t kGemvMaxSmem = 200 * 1024;  // staged token rows per block (of the H200's 227 KB)
-void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
-                   LinearVariant v = LinearVariant::kAuto);
+void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                   Stream s, LinearVariant v = LinearVariant::kAuto);
 bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
 bool linear_mma_supported(const WeightRef& w, int64_t n);
 void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
@@ -83,13 +83,16 @@ int gemv_rows_per_warp(int64_t out_dim);
 int sm_count();
 void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
 bool gemv_split_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
-void launch_gemv_split(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
+void launch_gemv_split(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                       Stream s);
 // Up to kSplitMaxJobs independent linears of the same n in one launch (each gemv_split_supported, all
 // gemv_split_same_launch as job 0).
 struct SplitJob {
-    const float* x; int64_t ldx;
+    const float* x;
+    int64_t ldx;
     WeightRef w;
-    float* y; int64_t ldy;
+    float* y;
+    int64_t ldy;
 };
 inline constexpr int kSplitMaxJobs = 8;
 struct SplitJobs {
@@ -102,23 +105,33 @@ void launch_gemv_split(const SplitJobs& jobs, int64_t n, Stream s);
 void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, float* ring, int64_t ld_ring,
                          int64_t ring_len, int64_t pos0, Stream s);
 struct WindowStoreJob {
-    const float* kv; int64_t ld_kv, L, hd;
-    float* ring; int64_t ld_ring, ring_len, pos0;
+    const float* kv;
+    int64_t ld_kv, L, hd;
+    float* ring;
+    int64_t ld_ring, ring_len, pos0;
 };
 // Several sequences' stores in one launch (the job table goes to scratch slot 9).
 void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s);
 
 struct AttentionParams {
-    const float* q;  int64_t q_s0, q_s1;      // [L, H, hd]
-    const float* ring; int64_t ld_ring;       // [window - 1, hd]
-    const float* kv; int64_t ld_kv;           // [L, hd]
-    const float* comp; int64_t ld_comp; int64_t n_comp;  // [T, hd]
-    const int32_t* picks; int64_t ld_picks; int64_t k;   // [L, k]
-    const float* sinks;                       // [H]
-    float* out; int64_t o_s0, o_s1;           // [L, H, hd]
+    const float* q;
+    int64_t q_s0, q_s1;  // [L, H, hd]
+    const float* ring;
+    int64_t ld_ring;  // [window - 1, hd]
+    const float* kv;
+    int64_t ld_kv;  // [L, hd]
+    const float* comp;
+    int64_t ld_comp;
+    int64_t n_comp;  // [T, hd]
+    const int32_t* picks;
+    int64_t ld_picks;
+    int64_t k;           // [L, k]
+    const float* sinks;  // [H]
+    float* out;
+    int64_t o_s0, o_s1;  // [L, H, hd]
     int64_t L, H, hd;
     int64_t pos0, n_cached, window;
-    int comp_mask;                            // 0 none, 1 causal, 2 picks
+    int comp_mask;  // 0 none, 1 causal, 2 picks
     int64_t rate;
     float scale;
 };
@@ -135,33 +148,45 @@ int attention_max_head_dim();
 // its merge; each job's splits and sums as its own launch_attention would give (the same bits).
 struct AttentionJob {
     AttentionParams p;
-    int64_t S;        // key splits
-    float* ml;        // [H, S, 2]
-    float* acc;       // [H, S, hd]
+    int64_t S;   // key splits
+    float* ml;   // [H, S, 2]
+    float* acc;  // [H, S, hd]
 };
 bool attention_batch_takes(const AttentionParams& p);  // L == 1 and split_kv supported
 // Every job attention_batch_takes and the same head_dim.
 void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s);
 
 struct CompressParams {
-    const float* kv; int64_t ld_kv;           // [L, width]
-    const float* gate; int64_t ld_gate;       // [L, width]
-    const float* bias; int64_t ld_bias;       // [rate, width]
-    float* buf_kv; int64_t ld_buf_kv;         // [rate, width]
-    float* buf_gate; int64_t ld_buf_gate;     // [rate, width]
-    float* ovl_kv; int64_t ld_ovl_kv;         // [rate, d]
-    float* ovl_gate; int64_t ld_ovl_gate;     // [rate, d]
-    float* out; int64_t ld_out;               // [n_new, d]
+    const float* kv;
+    int64_t ld_kv;  // [L, width]
+    const float* gate;
+    int64_t ld_gate;  // [L, width]
+    const float* bias;
+    int64_t ld_bias;  // [rate, width]
+    float* buf_kv;
+    int64_t ld_buf_kv;  // [rate, width]
+    float* buf_gate;
+    int64_t ld_buf_gate;  // [rate, width]
+    float* ovl_kv;
+    int64_t ld_ovl_kv;  // [rate, d]
+    float* ovl_gate;
+    int64_t ld_ovl_gate;  // [rate, d]
+    float* out;
+    int64_t ld_out;  // [n_new, d]
     int64_t L, width, d, n_new, pos0, rate;
     bool overlap;
 };
 void launch_compress(const CompressParams& p, Stream s);
 
 struct IndexerParams {
-    const float* q; int64_t q_s0, q_s1;       // [L, H, dim]
-    const float* w; int64_t ld_w;             // [L, H]
-    const float* keys; int64_t ld_keys;       // [T, dim]
-    int32_t* picks; int64_t ld_picks;         // [L, k]
+    const float* q;
+    int64_t q_s0, q_s1;  // [L, H, dim]
+    const float* w;
+    int64_t ld_w;  // [L, H]
+    const float* keys;
+    int64_t ld_keys;  // [T, dim]
+    int32_t* picks;
+    int64_t ld_picks;  // [L, k]
     int64_t L, H, dim, T, k, pos0, rate;
     float weight_scale, score_scale;
 };
@@ -169,34 +194,46 @@ void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s);
 int indexer_max_topk();
 
 struct MhcParams {
-    const float* streams;                     // [n, hc, D] contiguous
-    const float* fn; int64_t ld_fn;           // [M, hc * D]
-    const float* base;                        // [M]
-    const float* scale;                       // [3] (pre) or [1] (head)
-    float* x; int64_t ld_x;                   // [n, D] collapsed output
-    float* post; int64_t ld_post;             // [n, hc] (pre only)
-    float* comb; int64_t ld_comb;             // [n, hc * hc] (pre only)
+    const float* streams;  // [n, hc, D] contiguous
+    const float* fn;
+    int64_t ld_fn;       // [M, hc * D]
+    const float* base;   // [M]
+    const float* scale;  // [3] (pre) or [1] (head)
+    float* x;
+    int64_t ld_x;  // [n, D] collapsed output
+    float* post;
+    int64_t ld_post;  // [n, hc] (pre only)
+    float* comb;
+    int64_t ld_comb;  // [n, hc * hc] (pre only)
     int64_t n, hc, D;
     float norm_eps, hc_eps;
     int sinkhorn_iters;
-    bool head;                                // hc_head: only pre weights, M = hc
+    bool head;  // hc_head: only pre weights, M = hc
 };
-// kSplitK: columns split over blocks, parallel Sinkhorn; kPerMix: one block per (mix row, token), the fallback.
+// kSplitK: columns split over blocks, parallel Sinkhorn; kPerMix: one block per (mix row, token), the
+// fallback.
 enum class MhcVariant { kSplitK, kPerMix };
 void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v);
 // kSplitK reads float4s: hc * D % 4 == 0, 16-byte aligned streams and fn rows.
 bool mhc_split_supported(const MhcParams& p);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
-                     const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s);
+                     const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,
+                     Stream s);
 
 struct RouteParams {
-    const float* logits; int64_t ld_logits;   // [n, E]
-    const float* bias;                        // [E] or null
-    const void* tid2eid; bool tid_i64; int64_t ld_tid; int64_t vocab;  // [vocab, k] or null
-    const int32_t* tokens;                    // [n]
-    int32_t* ids; int64_t ld_ids;             // [n, k]
-    float* weights; int64_t ld_weights;       // [n, k]
+    const float* logits;
+    int64_t ld_logits;  // [n, E]
+    const float* bias;  // [E] or null
+    const void* tid2eid;
+    bool tid_i64;
+    int64_t ld_tid;
+    int64_t vocab;          // [vocab, k] or null
+    const int32_t* tokens;  // [n]
+    int32_t* ids;
+    int64_t ld_ids;  // [n, k]
+    float* weights;
+    int64_t ld_weights;  // [n, k]
     int64_t n, E, k;
     bool sigmoid;
     float scaling;
@@ -205,24 +242,29 @@ void launch_route(const RouteParams& p, Stream s);
 
 // Experts' weight refs in device memory: table[3 * e + {0: w1, 1: w3, 2: w2}].
 struct MoeParams {
-    const float* x; int64_t ld_x;             // [n, D]
-    const int32_t* ids; int64_t ld_ids;       // [n, k]
-    const float* w; int64_t ld_w;             // [n, k]
-    const WeightRef* table;                   // device [3 * n_experts]
+    const float* x;
+    int64_t ld_x;  // [n, D]
+    const int32_t* ids;
+    int64_t ld_ids;  // [n, k]
+    const float* w;
+    int64_t ld_w;            // [n, k]
+    const WeightRef* table;  // device [3 * n_experts]
     int64_t n_experts;
-    float* out; int64_t ld_out;               // [n, D]
+    float* out;
+    int64_t ld_out;  // [n, D]
     int64_t n, k, D, I;
-    float limit;                              // swiglu_limit: > 0 (checked); +inf: no clamp
-    int gemv_format = -1;                     // every expert matrix's gemv_format(), or -1 if they differ
-    bool mma_ok = false;                      // moe_mma takes the table: every scale UE8M0 in [kFp4F16ScaleMin,
-                                              // kFp4F16ScaleMax], each expert's W1 and W3 with one row stride
+    float limit;           // swiglu_limit: > 0 (checked); +inf: no clamp
+    int gemv_format = -1;  // every expert matrix's gemv_format(), or -1 if they differ
+    bool mma_ok = false;   // moe_mma takes the table: every scale UE8M0 in [kFp4F16ScaleMin,
+                           // kFp4F16ScaleMax], each expert's W1 and W3 with one row stride
 };
 // Variants: kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16 chunks; D and
-// I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I
-// each 1024, 2048, 4096 or 8192, n * k <= kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine
-// for one token), kGrouped (moe_grouped.cu: each selected expert's weights streamed once per step for all the
-// tokens that chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an
-// expert's weights per (token, slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
+// I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a
+// block's threads with x in registers; D and I each 1024, 2048, 4096 or 8192, n * k <= kMoeGroupedMaxPairs,
+// gemv_format >= 0; up, down and the combine for one token), kGrouped (moe_grouped.cu: each selected expert's
+// weights streamed once per step for all the tokens that chose it; n * k <= kMoeGroupedMaxPairs and
+// gemv_format >= 0) and kPerPair (one pass over an expert's weights per (token, slot); the first kernel, kept
+// as the fallback). kAuto: grouped where it applies.
 enum class MoeVariant { kAuto, kMma, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
@@ -230,7 +272,8 @@ bool moe_mma_supported(const MoeParams& p);
 void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s);
 // Whether every scale byte of the table's fp4 matrices lies in the range moe_mma folds into f16 (one pass
 // over the scales; synchronises the stream).
-bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* table_host, int64_t count, Stream s);
+bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
+                            Stream s);
 bool moe_grouped_supported(const MoeParams& p);
 void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_split_supported(const MoeParams& p);

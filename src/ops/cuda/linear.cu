@@ -12,8 +12,8 @@ namespace {
 constexpr int kGemvRows = 8;
 
 template <bool kVec>
-__global__ void __launch_bounds__(256) gemv_kernel(const float* x, int64_t ldx, WeightRef w, float* y, int64_t ldy,
-                                                   int64_t n) {
+__global__ void __launch_bounds__(256)
+    gemv_kernel(const float* x, int64_t ldx, WeightRef w, float* y, int64_t ldy, int64_t n) {
     const int lane = threadIdx.x & 31;
     const int64_t o = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (o >= w.out_dim) return;
@@ -32,8 +32,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(const float* x, int64_t ldx, 
                     if (r < nr) {
                         const float4* xp = reinterpret_cast<const float4*>(x + (r0 + r) * ldx + i);
                         const float4 a = xp[0], b = xp[1];
-                        acc[r] += a.x * v[0] + a.y * v[1] + a.z * v[2] + a.w * v[3] + b.x * v[4] + b.y * v[5] +
-                                  b.z * v[6] + b.w * v[7];
+                        acc[r] += a.x * v[0] + a.y * v[1] + a.z * v[2] + a.w * v[3] + b.x * v[4] +
+                                  b.y * v[5] + b.z * v[6] + b.w * v[7];
                     }
                 }
             }
@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(const float* x, int64_t ldx, 
 constexpr int kBM = 64, kBN = 64, kBK = 32;
 
 template <bool kVec>
-__global__ void __launch_bounds__(256) tiled_kernel(const float* x, int64_t ldx, WeightRef w, float* y, int64_t ldy,
-                                                    int64_t n) {
+__global__ void __launch_bounds__(256)
+    tiled_kernel(const float* x, int64_t ldx, WeightRef w, float* y, int64_t ldy, int64_t n) {
     __shared__ float xs[kBK][kBM + 4];
     __shared__ float ws[kBK][kBN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(256) tiled_kernel(const float* x, int64_t ldx,
                 weight_at8(w, gc, gk, v);
             } else {
 #pragma unroll
-                for (int j = 0; j < 8; ++j) v[j] = (gc < w.out_dim && gk + j < K) ? weight_at(w, gc, gk + j) : 0.0f;
+                for (int j = 0; j < 8; ++j)
+                    v[j] = (gc < w.out_dim && gk + j < K) ? weight_at(w, gc, gk + j) : 0.0f;
             }
 #pragma unroll
             for (int j = 0; j < 8; ++j) ws[kk + j][c] = v[j];
@@ -115,14 +116,14 @@ __global__ void __launch_bounds__(256) tiled_kernel(const float* x, int64_t ldx,
 
 }  // namespace
 
-void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
-                   LinearVariant v) {
+void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                   Stream s, LinearVariant v) {
     if (n == 0 || w.out_dim == 0) return;
     if (v == LinearVariant::kAuto)
         v = gemv_split_supported(x, ldx, w, n) ? LinearVariant::kSplitRows
-            : gemv_supported(x, ldx, w, n) ? LinearVariant::kStreamGemv
-            : n <= kGemvRows             ? LinearVariant::kWarpGemv
-                                         : LinearVariant::kTiled;
+            : gemv_supported(x, ldx, w, n)     ? LinearVariant::kStreamGemv
+            : n <= kGemvRows                   ? LinearVariant::kWarpGemv
+                                               : LinearVariant::kTiled;
     if (v == LinearVariant::kCublasLtFp8 || v == LinearVariant::kMma) {
         std::fprintf(stderr, "deepinfer: linear variants cublaslt_fp8 and mma have their own launchers\n");
         std::abort();
@@ -146,13 +147,17 @@ void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, in
         // float4 loads of x need 16-byte aligned rows as well
         const bool xvec = vec && reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
         const dim3 grid(blocks_for(w.out_dim, 8));
-        if (xvec) gemv_kernel<true><<<grid, 256, 0, as_stream(s)>>>(x, ldx, w, y, ldy, n);
-        else gemv_kernel<false><<<grid, 256, 0, as_stream(s)>>>(x, ldx, w, y, ldy, n);
+        if (xvec)
+            gemv_kernel<true><<<grid, 256, 0, as_stream(s)>>>(x, ldx, w, y, ldy, n);
+        else
+            gemv_kernel<false><<<grid, 256, 0, as_stream(s)>>>(x, ldx, w, y, ldy, n);
         return;
     }
     const dim3 grid(blocks_for(w.out_dim, kBN), blocks_for(n, kBM));
-    if (vec) tiled_kernel<true><<<grid, 256, 0, as_stream(s)>>>(x, ldx, w, y, ldy, n);
-    else tiled_kernel<false><<<grid, 256, 0, as_stream(s)>>>(x, ldx, w, y, ldy, n);
+    if (vec)
+        tiled_kernel<true><<<grid, 256, 0, as_stream(s)>>>(x, ldx, w, y, ldy, n);
+    else
+        tiled_kernel<false><<<grid, 256, 0, as_stream(s)>>>(x, ldx, w, y, ldy, n);
 }
 
 }  // namespace di::cuda

@@ -19,11 +19,14 @@ namespace {
 using namespace mma;
 
 struct Params {
-    const uint8_t* w; int64_t ld;          // fp8 bytes, row stride in bytes
-    const void* scale; int64_t ld_scale;   // [out / 128, in / 128]
+    const uint8_t* w;
+    int64_t ld;  // fp8 bytes, row stride in bytes
+    const void* scale;
+    int64_t ld_scale;  // [out / 128, in / 128]
     bool scale_e8m0;
-    ActChunks act;                         // [n, in / 128]
-    float* y; int64_t ldy;
+    ActChunks act;  // [n, in / 128]
+    float* y;
+    int64_t ldy;
     int64_t n, K, out;
 };
 
@@ -41,13 +44,14 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
 }
 
 template <int MT>
-__device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const uint32_t* act, const float* inv,
-                                          int c, int g, int q, Frag<MT>& f) {
+__device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const uint32_t* act,
+                                          const float* inv, int c, int g, int q, Frag<MT>& f) {
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const uint4* src = reinterpret_cast<const uint4*>(p.w + (row0 + t * 16 + r * 8 + g) * p.ld + c * 128 + q * 32);
+            const uint4* src =
+                reinterpret_cast<const uint4*>(p.w + (row0 + t * 16 + r * 8 + g) * p.ld + c * 128 + q * 32);
             f.w[t][r][0] = __ldcs(src);
             f.w[t][r][1] = __ldcs(src + 1);
         }
@@ -69,10 +73,14 @@ __device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const u
 __device__ __forceinline__ uint32_t word_of(const uint4 (&h)[2], int s) {
     const uint4& u = h[s >> 2];
     switch (s & 3) {
-        case 0: return u.x;
-        case 1: return u.y;
-        case 2: return u.z;
-        default: return u.w;
+        case 0:
+            return u.x;
+        case 1:
+            return u.y;
+        case 2:
+            return u.z;
+        default:
+            return u.w;
     }
 }
 
@@ -101,12 +109,14 @@ template <int MT>
 __global__ void __launch_bounds__(256) linear_mma_kernel(Params p) {
     extern __shared__ float red[];  // [W][16 MT][8]
     constexpr int R = 16 * MT;
-    const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
+              q = lane & 3;
     const int64_t t0 = int64_t(blockIdx.x) * 4, row0 = int64_t(blockIdx.y) * R;
     const int nt = int(min(int64_t(4), p.n - t0));
     const int64_t chunks = p.K / kChunk, cpw = chunks / W;
     const int64_t brow = (g >> 1) < nt ? t0 + (g >> 1) : -1, crow = q < nt ? t0 + q : -1;
-    const uint32_t* act = brow < 0 ? nullptr : p.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
+    const uint32_t* act =
+        brow < 0 ? nullptr : p.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
     const float* inv = crow < 0 ? nullptr : p.act.inv + crow * chunks;
     float acc[MT][4];
 #pragma unroll
@@ -163,18 +173,31 @@ void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y
     if (n == 0) return;
     const cudaStream_t st = as_stream(s);
     const int64_t chunks = w.in_dim / kChunk;
-    auto* words = static_cast<uint32_t*>(scratch.get(8, size_t(n * w.in_dim + n * chunks) * sizeof(uint32_t)));
+    auto* words =
+        static_cast<uint32_t*>(scratch.get(8, size_t(n * w.in_dim + n * chunks) * sizeof(uint32_t)));
     const ActChunks act{words, reinterpret_cast<float*>(words + n * w.in_dim)};
     launch_act_chunks(x, ldx, n, w.in_dim, act, true, st);
-    const Params p{static_cast<const uint8_t*>(w.data), w.ld, w.scale, w.ld_scale, w.scale_e8m0, act, y, ldy,
-                   n, w.in_dim, w.out_dim};
+    const Params p{static_cast<const uint8_t*>(w.data),
+                   w.ld,
+                   w.scale,
+                   w.ld_scale,
+                   w.scale_e8m0,
+                   act,
+                   y,
+                   ldy,
+                   n,
+                   w.in_dim,
+                   w.out_dim};
     const unsigned groups = unsigned((n + 3) / 4);
-    if (w.out_dim % 32 == 0 && w.out_dim >= 32 * 2 * int64_t(sm_count())) {  // two row tiles per warp: rows plenty
+    if (w.out_dim % 32 == 0 &&
+        w.out_dim >= 32 * 2 * int64_t(sm_count())) {  // two row tiles per warp: rows plenty
         const int W = warps_for(chunks, w.out_dim / 32);
-        linear_mma_kernel<2><<<dim3(groups, unsigned(w.out_dim / 32)), 32 * W, size_t(W * 32 * 8) * 4, st>>>(p);
+        linear_mma_kernel<2>
+            <<<dim3(groups, unsigned(w.out_dim / 32)), 32 * W, size_t(W * 32 * 8) * 4, st>>>(p);
     } else {
         const int W = warps_for(chunks, w.out_dim / 16);
-        linear_mma_kernel<1><<<dim3(groups, unsigned(w.out_dim / 16)), 32 * W, size_t(W * 16 * 8) * 4, st>>>(p);
+        linear_mma_kernel<1>
+            <<<dim3(groups, unsigned(w.out_dim / 16)), 32 * W, size_t(W * 16 * 8) * 4, st>>>(p);
     }
 }
 

@@ -1,7 +1,8 @@
-// cuBLASLt's block-scaled FP8 matmul, loaded with dlopen (the toolkit ships cuBLASLt as a shared library only,
-// and a binary that needs none runs wherever the driver does). Layouts (measured on the H200, see
-// docs/kernels.md): A = W [out, in] as K x O column-major with op T and BLK128x128 f32 scales [out/128][in/128];
-// B = the activations [n, in] as K x N with op N and VEC128 f32 scales [in/128][n]; D [n, out] as O x N.
+// cuBLASLt's block-scaled FP8 matmul, loaded with dlopen (the toolkit ships cuBLASLt as a shared library
+// only, and a binary that needs none runs wherever the driver does). Layouts (measured on the H200, see
+// docs/kernels.md): A = W [out, in] as K x O column-major with op T and BLK128x128 f32 scales
+// [out/128][in/128]; B = the activations [n, in] as K x N with op N and VEC128 f32 scales [in/128][n]; D [n,
+// out] as O x N.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -45,11 +46,12 @@ struct LtFp8Gemm::Impl {
     std::mutex mu;
 
     bool load(const char** why) {
-        for (const char* name : {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so"})
+        for (const char* name :
+             {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so"})
             if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
         if (!lib) return *why = "libcublasLt.so.13 not found", false;
-#define DI_LT_SYM(v, name)                                      \
-    v = reinterpret_cast<decltype(v)>(dlsym(lib, #name));       \
+#define DI_LT_SYM(v, name)                                \
+    v = reinterpret_cast<decltype(v)>(dlsym(lib, #name)); \
     if (!v) return *why = "libcublasLt lacks " #name, false
         DI_LT_SYM(create, cublasLtCreate);
         DI_LT_SYM(desc_create, cublasLtMatmulDescCreate);
@@ -64,7 +66,8 @@ struct LtFp8Gemm::Impl {
         DI_LT_SYM(matmul, cublasLtMatmul);
 #undef DI_LT_SYM
         if (create(&handle) != CUBLAS_STATUS_SUCCESS) return *why = "cublasLtCreate failed", false;
-        if (cudaMalloc(&workspace, kWorkspace) != cudaSuccess) return *why = "no memory for the workspace", false;
+        if (cudaMalloc(&workspace, kWorkspace) != cudaSuccess)
+            return *why = "no memory for the workspace", false;
         return true;
     }
 
@@ -90,23 +93,26 @@ struct LtFp8Gemm::Impl {
                 desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof any);
                 layout_create(&p.la, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(out), ldw);
                 layout_create(&p.lb, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(n), in);
-                layout_create(&p.ld, f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(out), uint64_t(n), f32 ? ldy : out);
+                layout_create(&p.ld, f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(out), uint64_t(n),
+                              f32 ? ldy : out);
                 cublasLtMatmulPreference_t pref;
                 pref_create(&pref);
                 size_t ws = kWorkspace;
                 pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
                 if (no_inplace) {
-                    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
+                                             CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                                              CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
                     pref_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
                 }
                 cublasLtMatmulHeuristicResult_t res{};
                 int found = 0;
-                const cublasStatus_t st = heuristic(handle, p.desc, p.la, p.lb, p.ld, p.ld, pref, 1, &res, &found);
+                const cublasStatus_t st =
+                    heuristic(handle, p.desc, p.la, p.lb, p.ld, p.ld, pref, 1, &res, &found);
                 pref_destroy(pref);
                 none.note += std::string(none.note.empty() ? "" : "; ") + (f32 ? "f32" : "bf16") + " out" +
-                             (no_inplace ? "" : " any reduction") + ": status " + std::to_string(int(st)) + ", " +
-                             std::to_string(found) + " found";
+                             (no_inplace ? "" : " any reduction") + ": status " + std::to_string(int(st)) +
+                             ", " + std::to_string(found) + " found";
                 if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
                     p.ok = true, p.f32_out = f32, p.algo = res.algo, p.note = none.note;
                     return p;
@@ -156,8 +162,9 @@ bool LtFp8Gemm::run(const uint8_t* q, const float* sx, const void* w, int64_t ld
     impl_->desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);
     const float alpha = 1.0f, beta = 0.0f;
     void* d = direct && p.f32_out ? static_cast<void*>(y) : tmp;
-    const cublasStatus_t st = impl_->matmul(impl_->handle, p.desc, &alpha, w, p.la, q, p.lb, &beta, d, p.ld, d, p.ld,
-                                            &p.algo, impl_->workspace, Impl::kWorkspace, static_cast<cudaStream_t>(s));
+    const cublasStatus_t st =
+        impl_->matmul(impl_->handle, p.desc, &alpha, w, p.la, q, p.lb, &beta, d, p.ld, d, p.ld, &p.algo,
+                      impl_->workspace, Impl::kWorkspace, static_cast<cudaStream_t>(s));
     if (st != CUBLAS_STATUS_SUCCESS) return false;
     if (!p.f32_out) {
         launch_bf16_rows_to_f32(static_cast<const uint16_t*>(tmp), n, out, y, ldy, s);

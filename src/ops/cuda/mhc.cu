@@ -2,10 +2,10 @@
 // sigmoid / softmax / Sinkhorn step, then the collapse x = sum_i pre_i stream_i. Two variants:
 //   split_k:  the hc * D columns split over blocks of 512 (a float4 per thread), each block summing its
 //             columns' squares and M products for up to 8 tokens (fn columns L1-resident across them);
-//             a finish block per token adds the partials (a warp per value, fixed tree), runs Sinkhorn with one lane per
-//             matrix element (each lane divides its own element: 2 * iters - 1 dependent divisions, not
-//             hc^2 times that), and collapses. mix = inv_rms * sum v fn (the reference rounds v * inv_rms
-//             to f32 first: a relative difference of ~1e-7 in mix).
+//             a finish block per token adds the partials (a warp per value, fixed tree), runs Sinkhorn with
+//             one lane per matrix element (each lane divides its own element: 2 * iters - 1 dependent
+//             divisions, not hc^2 times that), and collapses. mix = inv_rms * sum v fn (the reference rounds
+//             v * inv_rms to f32 first: a relative difference of ~1e-7 in mix).
 //   per_mix:  the first kernel, kept as the fallback: one block per (mix row, token), Sinkhorn on one
 //             thread (its double divisions in series dominate: ~100 us per call on V4-Flash).
 // Both deterministic (fixed reduction trees); fn is read once per token (1.5 MB for V4-Flash, from L2).
@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(256) mhc_finish_kernel(MhcParams p, const doub
     __syncthreads();
     if (threadIdx.x == 0) {
         const int64_t hc = p.hc;
-        for (int64_t i = 0; i < hc; ++i) pre[i] = float(sigmoid_d(mix[i] * p.scale[0] + p.base[i]) + p.hc_eps);
+        for (int64_t i = 0; i < hc; ++i)
+            pre[i] = float(sigmoid_d(mix[i] * p.scale[0] + p.base[i]) + p.hc_eps);
         if (!p.head) {
             for (int64_t i = 0; i < hc; ++i)
                 p.post[t * p.ld_post + i] = float(2.0 * sigmoid_d(mix[hc + i] * p.scale[1] + p.base[hc + i]));
@@ -93,8 +94,10 @@ __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, i
     const int64_t col = s * kSplitCols + 4 * int64_t(threadIdx.x);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const bool in = col < width;
-    for (int64_t t = int64_t(blockIdx.y) * kSplitTokens; t < min(p.n, int64_t(blockIdx.y + 1) * kSplitTokens); ++t) {
-        const float4 v = in ? *reinterpret_cast<const float4*>(p.streams + t * width + col) : make_float4(0, 0, 0, 0);
+    for (int64_t t = int64_t(blockIdx.y) * kSplitTokens; t < min(p.n, int64_t(blockIdx.y + 1) * kSplitTokens);
+         ++t) {
+        const float4 v =
+            in ? *reinterpret_cast<const float4*>(p.streams + t * width + col) : make_float4(0, 0, 0, 0);
         const double vx = v.x, vy = v.y, vz = v.z, vw = v.w;
         const double ss = warp_sum_d(vx * vx + vy * vy + vz * vz + vw * vw);
         if (lane == 0) red[warp][0] = ss;
@@ -104,8 +107,9 @@ __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, i
             float4 f[8];
 #pragma unroll
             for (int j = 0; j < 8; ++j)
-                f[j] = in && m0 + j < M ? __ldg(reinterpret_cast<const float4*>(p.fn + (m0 + j) * p.ld_fn + col))
-                                        : make_float4(0, 0, 0, 0);
+                f[j] = in && m0 + j < M
+                           ? __ldg(reinterpret_cast<const float4*>(p.fn + (m0 + j) * p.ld_fn + col))
+                           : make_float4(0, 0, 0, 0);
             double prod[8];
 #pragma unroll
             for (int j = 0; j < 8; ++j) prod[j] = vx * f[j].x + vy * f[j].y + vz * f[j].z + vw * f[j].w;
@@ -191,8 +195,8 @@ __device__ __forceinline__ void comb_sinkhorn_any(const MhcParams& p, int64_t t,
 }
 
 // One block per token: the partials in split order, then pre / post / comb and the collapse.
-__global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int M, int64_t splits,
-                                                                const double* part) {
+__global__ void __launch_bounds__(256)
+    mhc_split_finish_kernel(MhcParams p, int M, int64_t splits, const double* part) {
     __shared__ double mix[kMaxMix + 1];
     __shared__ double C[kMaxHc * kMaxHc];
     __shared__ float pre[kMaxHc];
@@ -238,9 +242,12 @@ __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int 
     if (warp == 0) {  // post and comb, while the other warps collapse
         if (!p.head) {
             if (lane < hc)
-                p.post[t * p.ld_post + lane] = float(2.0 * sigmoid_d(inv * mix[1 + hc + lane] * sc[1] + base_post));
-            if (hc == 4) comb_sinkhorn4(p, t, inv, sc[2], mix + 1 + 2 * hc);
-            else comb_sinkhorn_any(p, t, inv, sc[2], mix + 1 + 2 * hc, base_comb, C);
+                p.post[t * p.ld_post + lane] =
+                    float(2.0 * sigmoid_d(inv * mix[1 + hc + lane] * sc[1] + base_post));
+            if (hc == 4)
+                comb_sinkhorn4(p, t, inv, sc[2], mix + 1 + 2 * hc);
+            else
+                comb_sinkhorn_any(p, t, inv, sc[2], mix + 1 + 2 * hc, base_comb, C);
         }
         return;
     }
@@ -249,7 +256,8 @@ __global__ void __launch_bounds__(256) mhc_split_finish_kernel(MhcParams p, int 
 #pragma unroll
     for (int i = 0; i < kMaxHc; ++i) pr[i] = i < hc ? double(pre[i]) : 0.0;
 #pragma unroll 4
-    for (int64_t c = threadIdx.x - 32; c < p.D; c += blockDim.x - 32) {  // read-only loads run ahead of stores
+    for (int64_t c = threadIdx.x - 32; c < p.D;
+         c += blockDim.x - 32) {  // read-only loads run ahead of stores
         double acc = 0;
 #pragma unroll
         for (int i = 0; i < kMaxHc; ++i)
@@ -273,8 +281,8 @@ void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v
     if (v == MhcVariant::kSplitK) {
         const int64_t splits = (p.hc * p.D + kSplitCols - 1) / kSplitCols;
         double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
-        mhc_split_kernel<<<dim3(unsigned(splits), blocks_for(p.n, kSplitTokens)), kSplitThreads, 0, as_stream(s)>>>(
-            p, M, part);
+        mhc_split_kernel<<<dim3(unsigned(splits), blocks_for(p.n, kSplitTokens)), kSplitThreads, 0,
+                           as_stream(s)>>>(p, M, part);
         mhc_split_finish_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, M, splits, part);
         return;
     }

@@ -8,8 +8,8 @@ namespace {
 constexpr int kWarps = 4;
 
 template <bool kFp8Order>
-__global__ void __launch_bounds__(32 * kWarps) act_chunks_kernel(const float* x, int64_t ldx, int64_t rows,
-                                                                  int64_t chunks, ActChunks out) {
+__global__ void __launch_bounds__(32 * kWarps)
+    act_chunks_kernel(const float* x, int64_t ldx, int64_t rows, int64_t chunks, ActChunks out) {
     const int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
     if (item >= rows * chunks) return;
     const int lane = threadIdx.x & 31;
@@ -48,8 +48,12 @@ void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, Act
                        cudaStream_t s) {
     const int64_t items = rows * (K / kChunk);
     if (items == 0) return;
-    if (fp8_order) act_chunks_kernel<true><<<blocks_for(items, kWarps), 32 * kWarps, 0, s>>>(x, ldx, rows, K / kChunk, out);
-    else act_chunks_kernel<false><<<blocks_for(items, kWarps), 32 * kWarps, 0, s>>>(x, ldx, rows, K / kChunk, out);
+    if (fp8_order)
+        act_chunks_kernel<true>
+            <<<blocks_for(items, kWarps), 32 * kWarps, 0, s>>>(x, ldx, rows, K / kChunk, out);
+    else
+        act_chunks_kernel<false>
+            <<<blocks_for(items, kWarps), 32 * kWarps, 0, s>>>(x, ldx, rows, K / kChunk, out);
 }
 
 }  // namespace di::cuda::mma

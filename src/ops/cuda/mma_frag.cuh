@@ -16,7 +16,7 @@
 
 namespace di::cuda::mma {
 
-inline constexpr int kChunk = 128;            // K elements per activation scale
+inline constexpr int kChunk = 128;              // K elements per activation scale
 inline constexpr int kChunkWords = 2 * 4 * 16;  // u32 per (row, chunk): [hi, lo][q = lane % 4][16]
 
 // Element e (0..127) of a chunk: thread q = e / 32 owns elements 32q .. 32q + 31 (one 16-byte fp4 unit:
@@ -30,7 +30,9 @@ __host__ __device__ constexpr int act_word(int e) {
 __host__ __device__ constexpr int act_half(int e) { return (e & 7) >> 2; }
 // The fp8 order: thread q's 32 elements are 32 bytes, word s holds elements 4s .. 4s + 3, and k-step s takes
 // the pairs (4s, 4s + 1) (B register 0) and (4s + 2, 4s + 3) (register 1): one cvt per f16 pair.
-__host__ __device__ constexpr int act_word_fp8(int e) { return (e >> 5) * 16 + ((e & 31) >> 2) * 2 + ((e & 3) >> 1); }
+__host__ __device__ constexpr int act_word_fp8(int e) {
+    return (e >> 5) * 16 + ((e & 31) >> 2) * 2 + ((e & 3) >> 1);
+}
 __host__ __device__ constexpr int act_half_fp8(int e) { return e & 1; }
 
 // Activations of `rows` rows [rows, K] (K a multiple of 128) as chunks: data [rows, K / 128, kChunkWords]

@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(256) route_kernel(RouteParams p) {
                 int32_t tok = p.tokens[t];
                 tok = tok < 0 || tok >= p.vocab ? 0 : tok;
                 const int64_t i = tok * p.ld_tid + j;
-                int64_t e = p.tid_i64 ? static_cast<const int64_t*>(p.tid2eid)[i] : static_cast<const int32_t*>(p.tid2eid)[i];
+                int64_t e = p.tid_i64 ? static_cast<const int64_t*>(p.tid2eid)[i]
+                                      : static_cast<const int32_t*>(p.tid2eid)[i];
                 chosen[j] = int(e < 0 || e >= p.E ? 0 : e);
             }
             continue;
@@ -47,18 +48,30 @@ __global__ void __launch_bounds__(256) route_kernel(RouteParams p) {
         for (int64_t e = threadIdx.x; e < p.E; e += blockDim.x) {
             bool taken = false;
             for (int64_t i = 0; i < j; ++i) taken |= chosen[i] == e;
-            if (!taken && (key[e] > bv || (key[e] == bv && e < bi))) { bv = key[e]; bi = int(e); }
+            if (!taken && (key[e] > bv || (key[e] == bv && e < bi))) {
+                bv = key[e];
+                bi = int(e);
+            }
         }
         for (int o = 16; o > 0; o >>= 1) {
             const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
         }
-        if (lane == 0) { best_v[warp] = bv; best_i[warp] = bi; }
+        if (lane == 0) {
+            best_v[warp] = bv;
+            best_i[warp] = bi;
+        }
         __syncthreads();
         if (threadIdx.x == 0) {
             for (int i = 1; i < nw; ++i)
-                if (best_v[i] > bv || (best_v[i] == bv && best_i[i] < bi)) { bv = best_v[i]; bi = best_i[i]; }
+                if (best_v[i] > bv || (best_v[i] == bv && best_i[i] < bi)) {
+                    bv = best_v[i];
+                    bi = best_i[i];
+                }
             chosen[j] = bi;
         }
         __syncthreads();
@@ -135,7 +148,8 @@ __global__ void __launch_bounds__(256) moe_down_kernel(MoeParams p, const float*
 
 __global__ void moe_combine_kernel(MoeParams p, const float* y) {
     const int64_t t = blockIdx.x;
-    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < p.D; c += int64_t(gridDim.y) * blockDim.x) {
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < p.D;
+         c += int64_t(gridDim.y) * blockDim.x) {
         double acc = 0;
         for (int64_t j = 0; j < p.k; ++j) {  // a pair with an id outside [0, E) adds 0 (its y is not read)
             const float yv = moe_expert_of(p, t * p.k + j) < 0 ? 0.0f : y[(t * p.k + j) * p.D + c];
@@ -155,8 +169,8 @@ void launch_route(const RouteParams& p, Stream s) {
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     if (p.n == 0) return;
     if (v == MoeVariant::kAuto)
-        v = moe_mma_supported(p)         ? MoeVariant::kMma
-            : moe_split_supported(p)     ? MoeVariant::kSplitRows
+        v = moe_mma_supported(p)       ? MoeVariant::kMma
+            : moe_split_supported(p)   ? MoeVariant::kSplitRows
             : moe_grouped_supported(p) ? MoeVariant::kGrouped
                                        : MoeVariant::kPerPair;
     if (v == MoeVariant::kMma) {

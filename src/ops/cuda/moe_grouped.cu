@@ -26,7 +26,7 @@ using Plan = MoePlan;
 
 __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
     extern __shared__ int32_t sm[];
-    int32_t* count = sm;              // [E]
+    int32_t* count = sm;                // [E]
     int32_t* start = sm + p.n_experts;  // [E]
     const int64_t P = p.n * p.k;
     for (int64_t e = threadIdx.x; e < p.n_experts; e += blockDim.x) count[e] = 0;
@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     int32_t inc_p = pairs_run, inc_a = active_run;  // inclusive warp scans
     for (int o = 1; o < 32; o <<= 1) {
-        const int32_t up_p = __shfl_up_sync(0xffffffffu, inc_p, o), up_a = __shfl_up_sync(0xffffffffu, inc_a, o);
+        const int32_t up_p = __shfl_up_sync(0xffffffffu, inc_p, o),
+                      up_a = __shfl_up_sync(0xffffffffu, inc_a, o);
         if (lane >= o) inc_p += up_p, inc_a += up_a;
     }
     if (lane == 31) warp_tot[0][warp] = inc_p, warp_tot[1][warp] = inc_a;
@@ -159,7 +160,8 @@ __global__ void __launch_bounds__(256) moe_down_grouped(MoeParams p, Plan plan, 
 
 // Pairs whose expert id is outside [0, E) take no part (their y stays 0), as in moe.cu.
 __global__ void zero_kernel(float* y, int64_t n) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
         y[i] = 0.0f;
 }
 
@@ -170,31 +172,37 @@ unsigned blocks_per_expert(int64_t rows, unsigned max_active) {
 }
 
 template <int F, int NT>
-void launch_fn(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned max_active, cudaStream_t s) {
+void launch_fn(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned max_active,
+               cudaStream_t s) {
     const size_t smem_up = size_t(NT * staged_floats<F>(p.D)) * sizeof(float);
     const size_t smem_dn = size_t(NT * staged_floats<F>(p.I)) * sizeof(float);
     static const bool raised = [] {
         DI_CUDA_CHECK(cudaFuncSetAttribute(moe_up_grouped<F, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(kGemvMaxSmem)));
-        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_down_grouped<F, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(kGemvMaxSmem)));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_down_grouped<F, NT>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
         return true;
     }();
     (void)raised;
-    moe_up_grouped<F, NT><<<dim3(blocks_per_expert(p.I, max_active), max_active), 256, smem_up, s>>>(p, plan, h);
-    moe_down_grouped<F, NT><<<dim3(blocks_per_expert(p.D, max_active), max_active), 256, smem_dn, s>>>(p, plan, h, y);
+    moe_up_grouped<F, NT>
+        <<<dim3(blocks_per_expert(p.I, max_active), max_active), 256, smem_up, s>>>(p, plan, h);
+    moe_down_grouped<F, NT>
+        <<<dim3(blocks_per_expert(p.D, max_active), max_active), 256, smem_dn, s>>>(p, plan, h, y);
 }
 
 template <int F>
 void launch_f(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned max_active, cudaStream_t s) {
-    if (p.n == 1) launch_fn<F, 1>(p, plan, h, y, max_active, s);  // one token: every expert has one pair
-    else launch_fn<F, 4>(p, plan, h, y, max_active, s);
+    if (p.n == 1)
+        launch_fn<F, 1>(p, plan, h, y, max_active, s);  // one token: every expert has one pair
+    else
+        launch_fn<F, 4>(p, plan, h, y, max_active, s);
 }
 
 }  // namespace
 
 MoePlan moe_plan_buffers(Scratch& scratch, int64_t pairs, unsigned max_active) {
-    int32_t* ints = static_cast<int32_t*>(scratch.get(3, size_t(2 + 2 * max_active + pairs) * sizeof(int32_t)));
+    int32_t* ints =
+        static_cast<int32_t*>(scratch.get(3, size_t(2 + 2 * max_active + pairs) * sizeof(int32_t)));
     return {ints, ints + 1, ints + 1 + max_active, ints + 2 + 2 * max_active};
 }
 
@@ -219,14 +227,25 @@ void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s) {
     float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
     const Plan plan = moe_plan_buffers(scratch, pairs, max_active);
     const cudaStream_t st = as_stream(s);
-    zero_kernel<<<unsigned(std::min<int64_t>(blocks_for(pairs * p.D, 256), 1024)), 256, 0, st>>>(y, pairs * p.D);
+    zero_kernel<<<unsigned(std::min<int64_t>(blocks_for(pairs * p.D, 256), 1024)), 256, 0, st>>>(y,
+                                                                                                 pairs * p.D);
     launch_moe_plan(p, plan, st);
     switch (p.gemv_format) {
-        case kF32: launch_f<kF32>(p, plan, h, y, max_active, st); break;
-        case kBF16: launch_f<kBF16>(p, plan, h, y, max_active, st); break;
-        case kF16: launch_f<kF16>(p, plan, h, y, max_active, st); break;
-        case kFp8: launch_f<kFp8>(p, plan, h, y, max_active, st); break;
-        default: launch_f<kFp4>(p, plan, h, y, max_active, st); break;
+        case kF32:
+            launch_f<kF32>(p, plan, h, y, max_active, st);
+            break;
+        case kBF16:
+            launch_f<kBF16>(p, plan, h, y, max_active, st);
+            break;
+        case kF16:
+            launch_f<kF16>(p, plan, h, y, max_active, st);
+            break;
+        case kFp8:
+            launch_f<kFp8>(p, plan, h, y, max_active, st);
+            break;
+        default:
+            launch_f<kFp4>(p, plan, h, y, max_active, st);
+            break;
     }
     launch_moe_combine(p, y, s);
 }

@@ -1,7 +1,8 @@
 // Routed experts on the tensor cores for decode and small batches (fp4 experts, f32 activations as hi/lo
 // f16 chunks, mma_frag.cuh):
 //   x chunks:  the step's token rows as hi/lo f16 chunks (one launch)
-//   up:        h[pair, r] = swiglu(W1_e[r] . x_t, W3_e[r] . x_t); a warp owns 16 rows of W1 and the same 16 of
+//   up:        h[pair, r] = swiglu(W1_e[r] . x_t, W3_e[r] . x_t); a warp owns 16 rows of W1 and the same 16
+//   of
 //              W3 over a quarter of K, so both products of a row meet in one thread
 //   h chunks:  h as hi/lo chunks (one launch)
 //   down:      y[pair, c] = W2_e[c] . h[pair], a warp 32 rows of W2 over a quarter of K
@@ -89,13 +90,15 @@ __device__ __forceinline__ void compute_frag(const Frag<NM, MT>& f, float (&acc)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 {  // k-step 2i: nibble pairs (0, 4) and (1, 5)
-                    const uint32_t a[4] = {hmul2_bits(fp4_pair<0>(w0[i]), m0), hmul2_bits(fp4_pair<0>(w1[i]), m1),
-                                           hmul2_bits(fp4_pair<1>(w0[i]), m0), hmul2_bits(fp4_pair<1>(w1[i]), m1)};
+                    const uint32_t a[4] = {
+                        hmul2_bits(fp4_pair<0>(w0[i]), m0), hmul2_bits(fp4_pair<0>(w1[i]), m1),
+                        hmul2_bits(fp4_pair<1>(w0[i]), m0), hmul2_bits(fp4_pair<1>(w1[i]), m1)};
                     mma16816(d, a, bw[4 * i], bw[4 * i + 1]);
                 }
                 {  // k-step 2i + 1: pairs (2, 6) and (3, 7)
-                    const uint32_t a[4] = {hmul2_bits(fp4_pair<2>(w0[i]), m0), hmul2_bits(fp4_pair<2>(w1[i]), m1),
-                                           hmul2_bits(fp4_pair<3>(w0[i]), m0), hmul2_bits(fp4_pair<3>(w1[i]), m1)};
+                    const uint32_t a[4] = {
+                        hmul2_bits(fp4_pair<2>(w0[i]), m0), hmul2_bits(fp4_pair<2>(w1[i]), m1),
+                        hmul2_bits(fp4_pair<3>(w0[i]), m0), hmul2_bits(fp4_pair<3>(w1[i]), m1)};
                     mma16816(d, a, bw[4 * i + 2], bw[4 * i + 3]);
                 }
             }
@@ -128,9 +131,9 @@ __device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, fl
 }
 
 struct Io {
-    ActChunks act;       // up: token rows; down: pair rows
-    float* out;          // up: h [pairs, I]; down: y [pairs, D]
-    int64_t K, rows;     // K of the matrices, rows of the output per pair
+    ActChunks act;    // up: token rows; down: pair rows
+    float* out;       // up: h [pairs, I]; down: y [pairs, D]
+    int64_t K, rows;  // K of the matrices, rows of the output per pair
 };
 
 // grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2).
@@ -210,8 +213,10 @@ void launch_half(const MoeParams& p, const MoePlan& plan, const Io& io, unsigned
     const int W = warps_for(io.K);
     const dim3 grid(unsigned(io.rows / (16 * MT)), slots);
     const size_t smem = size_t(W * NM * 16 * MT * 8) * sizeof(float);
-    if (direct) moe_mma_kernel<NM, MT, true><<<grid, 32 * W, smem, s>>>(p, plan, io);
-    else moe_mma_kernel<NM, MT, false><<<grid, 32 * W, smem, s>>>(p, plan, io);
+    if (direct)
+        moe_mma_kernel<NM, MT, true><<<grid, 32 * W, smem, s>>>(p, plan, io);
+    else
+        moe_mma_kernel<NM, MT, false><<<grid, 32 * W, smem, s>>>(p, plan, io);
 }
 
 // flag |= 1 when a scale byte of matrix blockIdx.x lies outside the f16 fold range.
@@ -229,9 +234,11 @@ __global__ void __launch_bounds__(256) scale_range_kernel(const WeightRef* table
 
 }  // namespace
 
-bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* table_host, int64_t count, Stream s) {
+bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
+                            Stream s) {
     for (int64_t i = 0; i < count; ++i)
-        if (table_host[i].format != 2 || !table_host[i].scale_e8m0 || table_host[i].in_dim % 32 != 0) return false;
+        if (table_host[i].format != 2 || !table_host[i].scale_e8m0 || table_host[i].in_dim % 32 != 0)
+            return false;
     if (count == 0) return false;
     const cudaStream_t st = as_stream(s);
     int* flag = nullptr;

@@ -28,8 +28,9 @@ __device__ __forceinline__ float swiglu(float g, float u, float limit) {
 
 // Rows [row0, row0 + rpc) of W1 and W3 for NT pairs (ids clamped to the last real one), then h.
 template <int F, int NT>
-__device__ __forceinline__ void up_pass(const MoeParams& p, const WeightRef (&w)[2], const int32_t (&pair)[NT],
-                                        int nt, int64_t row0, int rpc, const Group& gr, float* red, float* h) {
+__device__ __forceinline__ void up_pass(const MoeParams& p, const WeightRef (&w)[2],
+                                        const int32_t (&pair)[NT], int nt, int64_t row0, int rpc,
+                                        const Group& gr, float* red, float* h) {
     const float* xp[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) xp[t] = p.x + (pair[t] / p.k) * p.ld_x;
@@ -43,13 +44,15 @@ __device__ __forceinline__ void up_pass(const MoeParams& p, const WeightRef (&w)
     for (int64_t i = threadIdx.x; i < rows * nt; i += blockDim.x) {
         const int64_t lr = i / nt;
         const int t = int(i % nt);
-        const float g = group_total<NT>(red, 0, lr, t, rpc, gr.warps), u = group_total<NT>(red, 1, lr, t, rpc, gr.warps);
+        const float g = group_total<NT>(red, 0, lr, t, rpc, gr.warps),
+                    u = group_total<NT>(red, 1, lr, t, rpc, gr.warps);
         h[int64_t(pair[t]) * p.I + row0 + lr] = swiglu(g, u, p.limit);
     }
     __syncthreads();  // red is reused by the next pass
 }
 
-// grid (row blocks of I, slots): kDirect (one token): slot a is pair a; else active expert slot a of the plan.
+// grid (row blocks of I, slots): kDirect (one token): slot a is pair a; else active expert slot a of the
+// plan.
 template <int F, bool kDirect>
 __global__ void __launch_bounds__(256, 2) moe_up_split(MoeParams p, MoePlan plan, float* h, int rpc) {
     extern __shared__ float red[];
@@ -82,9 +85,9 @@ __global__ void __launch_bounds__(256, 2) moe_up_split(MoeParams p, MoePlan plan
 
 // Rows [row0, row0 + rpc) of W2 for NT pairs, then y.
 template <int F, int NT>
-__device__ __forceinline__ void down_pass(const MoeParams& p, const WeightRef (&w)[1], const int32_t (&pair)[NT],
-                                          int nt, int64_t row0, int rpc, const Group& gr, float* red,
-                                          const float* h, float* y) {
+__device__ __forceinline__ void down_pass(const MoeParams& p, const WeightRef (&w)[1],
+                                          const int32_t (&pair)[NT], int nt, int64_t row0, int rpc,
+                                          const Group& gr, float* red, const float* h, float* y) {
     const float* xp[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) xp[t] = h + int64_t(pair[t]) * p.I;
@@ -105,7 +108,8 @@ __device__ __forceinline__ void down_pass(const MoeParams& p, const WeightRef (&
 
 // grid (row blocks of D, slots): as moe_up_split.
 template <int F, bool kDirect>
-__global__ void __launch_bounds__(256, 2) moe_down_split(MoeParams p, MoePlan plan, const float* h, float* y, int rpc) {
+__global__ void __launch_bounds__(256, 2)
+    moe_down_split(MoeParams p, MoePlan plan, const float* h, float* y, int rpc) {
     extern __shared__ float red[];
     const int a = blockIdx.y;
     int e, b0, cnt;
@@ -176,11 +180,21 @@ bool moe_split_supported(const MoeParams& p) {
 void launch_moe_split(const MoeParams& p, Scratch& scratch, Stream s) {
     const cudaStream_t st = as_stream(s);
     switch (p.gemv_format) {
-        case kF32: launch_f<kF32>(p, scratch, st); break;
-        case kBF16: launch_f<kBF16>(p, scratch, st); break;
-        case kF16: launch_f<kF16>(p, scratch, st); break;
-        case kFp8: launch_f<kFp8>(p, scratch, st); break;
-        default: launch_f<kFp4>(p, scratch, st); break;
+        case kF32:
+            launch_f<kF32>(p, scratch, st);
+            break;
+        case kBF16:
+            launch_f<kBF16>(p, scratch, st);
+            break;
+        case kF16:
+            launch_f<kF16>(p, scratch, st);
+            break;
+        case kFp8:
+            launch_f<kFp8>(p, scratch, st);
+            break;
+        default:
+            launch_f<kFp4>(p, scratch, st);
+            break;
     }
 }
 

@@ -14,7 +14,7 @@
 namespace di::ops::cuda_impl {
 
 class OpVariants {
-public:
+  public:
     // `variants` in preference order; the last must be a fallback that takes every case.
     explicit OpVariants(std::vector<KernelVariant> variants)
         : variants_(std::move(variants)),
@@ -74,7 +74,7 @@ public:
     const std::string& op() const { return variants_[0].op; }
     const std::vector<KernelVariant>& variants() const { return variants_; }
 
-private:
+  private:
     std::vector<KernelVariant> variants_;
     std::vector<bool> allowed_;
     int forced_ = -1;

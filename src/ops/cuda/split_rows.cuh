@@ -18,7 +18,10 @@ constexpr int kChunk = 32;  // elements of a row per thread
 
 // 16-byte loads per thread per row.
 template <int F>
-constexpr int kLoads = F == kFp4 ? 1 : F == kFp8 ? 2 : F == kF32 ? 8 : 4;
+constexpr int kLoads = F == kFp4   ? 1
+                       : F == kFp8 ? 2
+                       : F == kF32 ? 8
+                                   : 4;
 
 // Rows per batch for M matrices and NT tokens: about 4 loads in flight per thread and as many prefetched
 // (rows_pass), fewer with two tokens (their x slices take the registers); M * B * NT stays a power of two
@@ -28,7 +31,9 @@ constexpr int kBatch = (4 / NT) / (kLoads<F> * M) >= 1 ? (4 / NT) / (kLoads<F> *
 
 // A row of in_dim elements is in_dim / 32 threads: whole warps that tile a 256-thread block (in_dim 1024,
 // 2048, 4096 or 8192).
-__host__ __device__ constexpr bool in_dim_ok(int64_t in) { return in == 1024 || in == 2048 || in == 4096 || in == 8192; }
+__host__ __device__ constexpr bool in_dim_ok(int64_t in) {
+    return in == 1024 || in == 2048 || in == 4096 || in == 8192;
+}
 
 template <int NT>
 __device__ __forceinline__ void load_x(const float* const (&x)[NT], int c, float (&xr)[NT][kChunk]) {
@@ -48,11 +53,13 @@ __device__ __forceinline__ void chunk_dot(const uint4 (&q)[kLoads<F>], const flo
                                           float (&part)[NT]) {
     uint32_t w[4 * kLoads<F>];
 #pragma unroll
-    for (int l = 0; l < kLoads<F>; ++l) w[4 * l] = q[l].x, w[4 * l + 1] = q[l].y, w[4 * l + 2] = q[l].z, w[4 * l + 3] = q[l].w;
+    for (int l = 0; l < kLoads<F>; ++l)
+        w[4 * l] = q[l].x, w[4 * l + 1] = q[l].y, w[4 * l + 2] = q[l].z, w[4 * l + 3] = q[l].w;
 #pragma unroll
     for (int t = 0; t < NT; ++t) part[t] = 0.0f;
     if constexpr (F == kFp4) {
-        // Nibbles i and i + 4 of a word become one f16 pair (value * 2^-14, exact: gemv.cuh), in 4 integer ops.
+        // Nibbles i and i + 4 of a word become one f16 pair (value * 2^-14, exact: gemv.cuh), in 4 integer
+        // ops.
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -147,8 +154,8 @@ struct Batch {
 };
 
 template <int F, int M, int B>
-__device__ __forceinline__ void load_batch(Batch<F, M, B>& bt, const WeightRef (&w)[M], int64_t r0, int64_t rend,
-                                           int c) {
+__device__ __forceinline__ void load_batch(Batch<F, M, B>& bt, const WeightRef (&w)[M], int64_t r0,
+                                           int64_t rend, int c) {
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -170,7 +177,8 @@ __device__ __forceinline__ void load_batch(Batch<F, M, B>& bt, const WeightRef (
 // not loaded.
 template <int F, int NT, int M, int B>
 __device__ __forceinline__ void rows_pass(const WeightRef (&w)[M], int64_t rbeg, int64_t rend, int64_t base,
-                                          int rpc, const float (&xr)[NT][kChunk], const Group& gr, float* red) {
+                                          int rpc, const float (&xr)[NT][kChunk], const Group& gr,
+                                          float* red) {
     constexpr int V = M * B * NT, kLog = log2_of<V>();
     const int lane = threadIdx.x & 31;
     Batch<F, M, B> cur, next;

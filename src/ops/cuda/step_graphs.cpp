@@ -10,9 +10,13 @@ namespace {
 // Bounds of the caches: serving steps of many shapes must not grow them without limit.
 constexpr size_t kMaxGraphs = 512, kMaxSeen = 8192;
 
-void ok(cudaError_t e, const char* what) { DI_CHECK(e == cudaSuccess, "CUDA graph {}: {}", what, cudaGetErrorString(e)); }
+void ok(cudaError_t e, const char* what) {
+    DI_CHECK(e == cudaSuccess, "CUDA graph {}: {}", what, cudaGetErrorString(e));
+}
 
-bool same(std::span<const int64_t> a, const std::vector<int64_t>& b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+bool same(std::span<const int64_t> a, const std::vector<int64_t>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
 
 template <class Map>
 auto find_in(Map& m, std::span<const int64_t> key, uint64_t h) -> typename Map::iterator {
@@ -116,7 +120,8 @@ const std::vector<int64_t>* StepGraphs::end(uint32_t touched, const std::vector<
 }
 
 void StepGraphs::interrupt() {
-    DI_CHECK(mode_ != Mode::kReplay, "a replayed graph segment met a host copy or sync: its key misses an input");
+    DI_CHECK(mode_ != Mode::kReplay,
+             "a replayed graph segment met a host copy or sync: its key misses an input");
     if (mode_ != Mode::kCapture) return;
     cudaGraph_t g = nullptr;
     ok(cudaStreamEndCapture(s_, &g), "end capture");

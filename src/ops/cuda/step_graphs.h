@@ -17,7 +17,7 @@
 namespace di::ops::cuda_impl {
 
 class StepGraphs {
-public:
+  public:
     enum class Mode : uint8_t { kNone, kEager, kCapture, kReplay };
     // fingerprint(mask): the state of the scratch slots in `mask` (and the variant epoch) right now.
     StepGraphs(cudaStream_t s, std::function<uint64_t(uint32_t)> fingerprint)
@@ -43,7 +43,7 @@ public:
     // Segments by how they ran; atomics because /metrics reads them while the engine runs.
     std::atomic<int64_t> captures{0}, replays{0}, eager{0}, interrupted{0};
 
-private:
+  private:
     struct Entry {
         std::vector<int64_t> key;
         cudaGraphExec_t exec = nullptr;

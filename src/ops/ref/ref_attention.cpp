@@ -20,7 +20,8 @@ void RefBackend::attention(const AttentionArgs& a) {
         for (int64_t j = 0; j <= t; ++j)
             if (a.pos0 + j > p - a.window) keys.push_back(row_f32(a.kv, j));
         if (a.comp_mask == CompMask::kCausal) {
-            for (int64_t w = 0; w < a.comp.shape[0] && w < (p + 1) / a.rate; ++w) keys.push_back(row_f32(a.comp, w));
+            for (int64_t w = 0; w < a.comp.shape[0] && w < (p + 1) / a.rate; ++w)
+                keys.push_back(row_f32(a.comp, w));
         } else if (a.comp_mask == CompMask::kPicks) {
             std::vector<bool> seen(size_t(a.comp.shape[0]), false);
             for (int64_t j = 0; j < a.picks.shape[1]; ++j) {

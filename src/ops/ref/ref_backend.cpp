@@ -12,7 +12,8 @@ std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend
 void RefBackend::copy(const TensorView& dst, const TensorView& src) {
     DI_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.nbytes() == src.nbytes(), "copy {} <- {}",
              dst.describe(), src.describe());
-    DI_CHECK(dst.device == Device::kHost && src.device == Device::kHost, "ref backend copies host memory only");
+    DI_CHECK(dst.device == Device::kHost && src.device == Device::kHost,
+             "ref backend copies host memory only");
     std::memmove(dst.data, src.data, dst.nbytes());
 }
 
@@ -28,7 +29,8 @@ void RefBackend::embed(const EmbedArgs& a) {
         const int32_t id = a.tokens.ptr<int32_t>()[t];
         DI_CHECK(id >= 0 && id < vocab, "token id {} outside vocabulary of {}", id, vocab);
         float* out = row_f32(a.out, t);
-        for (int64_t c = 0; c < dim; ++c) out[c] = load_float(a.table.data, a.table.dtype, id * a.table.stride[0] + c);
+        for (int64_t c = 0; c < dim; ++c)
+            out[c] = load_float(a.table.data, a.table.dtype, id * a.table.stride[0] + c);
     }
 }
 
@@ -41,7 +43,8 @@ void RefBackend::add(const AddArgs& a) {
     }
 }
 
-// ref: transformers 5.17 DeepseekV4MLP / DeepseekV4Experts._apply_gate: silu(gate.clamp(max=L)) * up.clamp(-L, L)
+// ref: transformers 5.17 DeepseekV4MLP / DeepseekV4Experts._apply_gate: silu(gate.clamp(max=L)) *
+// up.clamp(-L, L)
 void RefBackend::swiglu(const SwigluArgs& a) {
     check(a);
     const float L = a.limit;
@@ -72,7 +75,8 @@ void RefBackend::rms_norm(const RmsNormArgs& a) {
     }
 }
 
-// ref: transformers 5.17 DeepseekV4RotaryEmbedding.forward + apply_rotary_pos_emb (interleaved, trailing dims)
+// ref: transformers 5.17 DeepseekV4RotaryEmbedding.forward + apply_rotary_pos_emb (interleaved, trailing
+// dims)
 void RefBackend::rope(const RopeArgs& a) {
     check(a);
     const int64_t half = a.inv_freq.numel(), hd = a.x.shape[2], c0 = hd - 2 * half;

@@ -6,7 +6,7 @@
 namespace di::ops {
 
 class RefBackend final : public Backend {
-public:
+  public:
     std::string_view name() const override { return "ref"; }
     Allocator& allocator() override { return host_allocator(); }
     void copy(const TensorView& dst, const TensorView& src) override;

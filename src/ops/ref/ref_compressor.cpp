@@ -51,7 +51,8 @@ void RefBackend::compress(const CompressArgs& a) {
     if (a.overlap && n_new > 0) {  // a-half of the last closed window, logits with bias
         const int64_t w = first_w + n_new - 1;
         for (int64_t s = 0; s < rate; ++s)
-            for (int64_t c = 0; c < d; ++c) token(w * rate + s, c, row_f32(a.ovl_kv, s)[c], row_f32(a.ovl_gate, s)[c]);
+            for (int64_t c = 0; c < d; ++c)
+                token(w * rate + s, c, row_f32(a.ovl_kv, s)[c], row_f32(a.ovl_gate, s)[c]);
     }
     // Tokens of the open window stay buffered (without bias), in slot position % rate.
     const int64_t open_start = (a.pos0 + L) / rate * rate;

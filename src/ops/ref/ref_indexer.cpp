@@ -27,7 +27,8 @@ void RefBackend::indexer_topk(const IndexerTopkArgs& a) {
                 const float* q = a.q.at<float>(t, h);
                 double dot = 0;
                 for (int64_t c = 0; c < dim; ++c) dot += double(q[c]) * row_f32(a.keys, w)[c];
-                const double wt = double(a.weights.ptr<float>()[t * a.weights.stride[0] + h]) * a.weight_scale;
+                const double wt =
+                    double(a.weights.ptr<float>()[t * a.weights.stride[0] + h]) * a.weight_scale;
                 s += std::max(dot, 0.0) * a.score_scale * wt;
             }
             score[size_t(w)] = s;

@@ -61,7 +61,8 @@ void RefBackend::mhc_pre(const MhcPreArgs& a) {
                 C[size_t(j * hc + k)] = mix[size_t(idx)] * scale[2] + base[idx];
                 m = std::max(m, C[size_t(j * hc + k)]);
             }
-            for (int64_t k = 0; k < hc; ++k) sum += (C[size_t(j * hc + k)] = std::exp(C[size_t(j * hc + k)] - m));
+            for (int64_t k = 0; k < hc; ++k)
+                sum += (C[size_t(j * hc + k)] = std::exp(C[size_t(j * hc + k)] - m));
             for (int64_t k = 0; k < hc; ++k) C[size_t(j * hc + k)] = C[size_t(j * hc + k)] / sum + a.hc_eps;
         }
         auto normalize_cols = [&] {
@@ -116,7 +117,8 @@ void RefBackend::hc_head(const HcHeadArgs& a) {
         const std::vector<double> mix = hc_mix(a.streams, t, a.fn, a.norm_eps);
         std::vector<double> pre(static_cast<size_t>(hc));
         for (int64_t i = 0; i < hc; ++i)
-            pre[size_t(i)] = float(sigmoid(mix[size_t(i)] * a.scale.ptr<float>()[0] + a.base.ptr<float>()[i]) + a.hc_eps);
+            pre[size_t(i)] =
+                float(sigmoid(mix[size_t(i)] * a.scale.ptr<float>()[0] + a.base.ptr<float>()[i]) + a.hc_eps);
         collapse(a.streams, t, pre, row_f32(a.out, t));
     }
 }

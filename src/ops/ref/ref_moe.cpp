@@ -36,7 +36,7 @@ void RefBackend::route(const RouteArgs& a) {
             for (int64_t j = 0; j < k; ++j) {
                 const int64_t i = tok * a.tid2eid.stride[0] + j;
                 const int64_t e = a.tid2eid.dtype == DType::kI64 ? a.tid2eid.ptr<int64_t>()[i]
-                                                                  : a.tid2eid.ptr<int32_t>()[i];
+                                                                 : a.tid2eid.ptr<int32_t>()[i];
                 DI_CHECK(e >= 0 && e < E, "tid2eid[{}] = {} outside {} experts", tok, e, E);
                 ids[j] = int32_t(e);
             }
@@ -53,7 +53,8 @@ void RefBackend::route(const RouteArgs& a) {
     }
 }
 
-// ref: transformers 5.17 DeepseekV4Experts: per (token, slot) down(swiglu(gate, up)) * w, summed in slot order
+// ref: transformers 5.17 DeepseekV4Experts: per (token, slot) down(swiglu(gate, up)) * w, summed in slot
+// order
 void RefBackend::moe(const MoeArgs& a) {
     check(a);
     const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1];
