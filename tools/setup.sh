@@ -2,7 +2,8 @@
 # Installs the build dependencies (Debian packages) and builds deepinfer's CPU configuration into build-cpu/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(cmake g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libcpp-httplib-dev libgtest-dev python3 python3-pip)
+pkgs=(cmake g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libcpp-httplib-dev libgtest-dev python3 python3-pip
+      clang-format)  # clang-format: the format test (tools/check_format.sh)
 optional=(libedit-dev)  # line editing in `chat`; the build works without it
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
