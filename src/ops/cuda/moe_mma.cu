@@ -15,6 +15,7 @@
 // tokens: deterministic and batch-invariant.
 #include <algorithm>
 
+#include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
 
@@ -253,7 +254,7 @@ bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* tabl
 }
 
 bool moe_mma_supported(const MoeParams& p) {
-    return p.mma_ok && p.gemv_format == 4 /* gemv::kFp4 */ && p.D % kChunk == 0 && p.I % kChunk == 0 &&
+    return p.mma_ok && p.gemv_format == gemv::kFp4 && p.D % kChunk == 0 && p.I % kChunk == 0 &&
            p.n * p.k <= kMoeGroupedMaxPairs;
 }
 
