@@ -203,9 +203,12 @@ DI_AVX2 __m256 fp8_values_avx2(__m128i bytes8) {
 // as fp8_values * s. Sixteen values at once: for a byte x = 128 sign + m, (x + (x & 0x80)) << 7 =
 // sign 2^15 + m 2^7 in a 16-bit lane (the sign's carry lands on bit 15): three integer ops per 16 values.
 // Chunks holding a NaN byte (0x7f/0xff) and scales whose 2^8 multiple could overflow take the blend path.
-DI_AVX2 inline void fp8_f16x16_avx2(__m128i bytes16, __m256& lo, __m256& hi) {
+[[gnu::always_inline]] DI_AVX2 inline __m256i fp8_f16_bits_avx2(__m128i bytes16) {
     const __m256i x = _mm256_cvtepu8_epi16(bytes16);
-    const __m256i h = _mm256_slli_epi16(_mm256_add_epi16(x, _mm256_and_si256(x, _mm256_set1_epi16(0x80))), 7);
+    return _mm256_slli_epi16(_mm256_add_epi16(x, _mm256_and_si256(x, _mm256_set1_epi16(0x80))), 7);
+}
+DI_AVX2 inline void fp8_f16x16_avx2(__m128i bytes16, __m256& lo, __m256& hi) {
+    const __m256i h = fp8_f16_bits_avx2(bytes16);
     lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
@@ -404,6 +407,20 @@ DI_CPU_CLONES void dot_tile_generic(const float* const* x, int64_t nx, const flo
 }
 
 #if defined(__x86_64__) && !defined(__clang__)
+// Lane sums t[16] of one (input row, weight row) pair -> its dot product: the tail columns i .. len - 1
+// added into lanes 0.., then the fold tree (lane j += lane j + h), as the 16-lane generic kernels do.
+template <class Rows>
+[[gnu::always_inline]] inline float finish_lanes(float (&t)[16], const float* x, const Rows& w, int k,
+                                                 int64_t i, int64_t len) {
+    for (int64_t j = 0; i + j < len; ++j) {
+        const float p = x[i + j] * w.at(k, i + j);
+        t[j] = t[j] + p;
+    }
+    for (int h = 8; h >= 1; h /= 2)
+        for (int j = 0; j < h; ++j) t[j] += t[j + h];
+    return t[0];
+}
+
 // The AVX2 dot products, element for element those of the 16-lane kernels above: lane j of a (row, weight
 // row) pair sums the elements j, j + 16, ... as two ymm halves (separate multiply and add, as
 // -ffp-contract=off makes the generic code), the tail goes into lanes 0.. in order, and the fold is the
@@ -434,13 +451,7 @@ DI_AVX2 void dots_avx2(const float* const* x, const Rows& w, int64_t len, float*
             alignas(32) float t[16];
             _mm256_store_ps(t, acc[r][k][0]);
             _mm256_store_ps(t + 8, acc[r][k][1]);
-            for (int64_t j = 0; i + j < len; ++j) {
-                const float p = x[r][i + j] * w.at(k, i + j);
-                t[j] = t[j] + p;
-            }
-            for (int h = 8; h >= 1; h /= 2)  // fold(): lane j += lane j + h
-                for (int j = 0; j < h; ++j) t[j] += t[j + h];
-            res[r * kTileRows + k] = t[0];
+            res[r * kTileRows + k] = finish_lanes(t, x[r], w, k, i, len);
         }
 }
 
@@ -599,13 +610,7 @@ DI_AVX512_DOTS void dots_avx512(const float* const* x, const Rows& w, int64_t le
         for (int k = 0; k < 2; ++k) {
             alignas(64) float t[16];
             _mm512_store_ps(t, acc[r][k]);
-            for (int64_t j = 0; i + j < len; ++j) {
-                const float p = x[r][i + j] * w.at(k, i + j);
-                t[j] = t[j] + p;
-            }
-            for (int h = 8; h >= 1; h /= 2)  // fold(): lane j += lane j + h
-                for (int j = 0; j < h; ++j) t[j] += t[j + h];
-            res[r * kTileRows + k] = t[0];
+            res[r * kTileRows + k] = finish_lanes(t, x[r], w, k, i, len);
         }
 }
 
@@ -613,28 +618,20 @@ DI_AVX512_DOTS void dots_avx512(const float* const* x, const Rows& w, int64_t le
 DI_AVX512_DOTS inline __m512 fp8_16_avx512(const uint8_t* q, float s) {
     const __m128i b = _mm_loadu_si128((const __m128i*)q);
     if (!_mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f)) && s <= 0x1p100f) {
-        const __m256i x = _mm256_cvtepu8_epi16(b);
-        const __m256i h =
-            _mm256_slli_epi16(_mm256_add_epi16(x, _mm256_and_si256(x, _mm256_set1_epi16(0x80))), 7);
-        return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(s * 256.0f));
+        return _mm512_mul_ps(_mm512_cvtph_ps(fp8_f16_bits_avx2(b)), _mm512_set1_ps(s * 256.0f));
     }
     return _mm512_mul_ps(fp8_values_avx512(b), _mm512_set1_ps(s));
 }
 
-struct Fp8Rows512 {
-    const uint8_t* const* q;
-    const float* sc;
+struct Fp8Rows512 : Fp8Rows {  // its rows, scales and tail columns (at)
     DI_AVX512_DOTS __m512 chunk16(int k, int64_t i) const {
         return fp8_16_avx512(q[k] + i, sc[i / kFp8Block]);
     }
-    float at(int k, int64_t c) const { return fp8_e4m3_to_f32(q[k][c]) * sc[c / kFp8Block]; }
 };
 
 // 16 FP4 weights (8 bytes) in column order: each byte twice, even lanes its low nibble, odd lanes its high
 // one, through the 16-entry table (kFp4Values: the values of fp4_at), times the group scale.
-struct Fp4Rows512 {
-    const uint8_t* const* q;
-    const float* const* sc;
+struct Fp4Rows512 : Fp4Rows {  // its rows, scales and tail columns (at)
     DI_AVX512_DOTS __m512 chunk16(int k, int64_t i) const {
         const __m128i b = _mm_loadl_epi64((const __m128i*)(q[k] + i / 2));
         const __m512i twice = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
@@ -644,7 +641,6 @@ struct Fp4Rows512 {
         return _mm512_mul_ps(_mm512_permutexvar_ps(nib, _mm512_loadu_ps(kFp4Values)),
                              _mm512_set1_ps(sc[k][i / kFp4Group]));
     }
-    float at(int k, int64_t c) const { return fp4_at(q[k], c) * sc[k][c / kFp4Group]; }
 };
 #pragma GCC diagnostic pop
 #endif
@@ -665,9 +661,9 @@ bool fp8_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
     const bool wide = has_avx512();
     for (int k = 0; k < kTileRows; k += 2) {
         if (wide && nx == 2)
-            dots_avx512<2>(x, Fp8Rows512{rows + k, sc}, in, res + k);
+            dots_avx512<2>(x, Fp8Rows512{{rows + k, sc}}, in, res + k);
         else if (wide)
-            dots_avx512<1>(x, Fp8Rows512{rows + k, sc}, in, res + k);
+            dots_avx512<1>(x, Fp8Rows512{{rows + k, sc}}, in, res + k);
         else if (nx == 2)
             dots_avx2<2>(x, Fp8Rows{rows + k, sc}, in, res + k);
         else
@@ -697,9 +693,9 @@ bool fp4_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
                 sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
         const float* scp[2] = {sc[0], sc[1]};
         if (has_avx512() && nx == 2)
-            dots_avx512<2>(x, Fp4Rows512{rows + k, scp}, in, res + k);
+            dots_avx512<2>(x, Fp4Rows512{{rows + k, scp}}, in, res + k);
         else if (has_avx512())
-            dots_avx512<1>(x, Fp4Rows512{rows + k, scp}, in, res + k);
+            dots_avx512<1>(x, Fp4Rows512{{rows + k, scp}}, in, res + k);
         else if (nx == 2)
             dots_avx2<2>(x, Fp4Rows{rows + k, scp}, in, res + k);
         else
