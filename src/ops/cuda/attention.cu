@@ -394,6 +394,7 @@ bool attention_batch_takes(const AttentionParams& p) { return p.L == 1 && attent
 
 void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s) {
     if (count == 0) return;
+    if (count == 1) return launch_attention(ps[0], scratch, s, AttentionVariant::kSplitKv);  // no table
     std::vector<AttentionJob> jobs(static_cast<size_t>(count));
     int64_t s_max = 1, ml_n = 0, acc_n = 0, H = 0;
     size_t smem = 0;

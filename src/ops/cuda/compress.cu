@@ -21,6 +21,26 @@ __device__ __forceinline__ void token(const CompressParams& p, int64_t q, int64_
     g += p.bias[slot * p.ld_bias + c];
 }
 
+// Slot s of window w's softmax. With overlap, slots [0, rate) are the previous window's tokens, channels
+// [0, d) (none before window 0; the state's overlap buffer for the chunk's first window), and slots [rate,
+// 2 rate) this window's tokens, channels [d, 2d); without overlap, slot s is the window's token s.
+__device__ __forceinline__ void window_slot(const CompressParams& p, int64_t w, int64_t first_w, int64_t s,
+                                            int64_t c, float& v, float& g) {
+    if (!p.overlap) {
+        token(p, w * p.rate + s, c, v, g);
+    } else if (s >= p.rate) {
+        token(p, w * p.rate + s - p.rate, p.d + c, v, g);
+    } else if (w == 0) {
+        v = 0;
+        g = -INFINITY;
+    } else if (w == first_w) {
+        v = p.ovl_kv[s * p.ld_ovl_kv + c];
+        g = p.ovl_gate[s * p.ld_ovl_gate + c];
+    } else {
+        token(p, (w - 1) * p.rate + s, c, v, g);
+    }
+}
+
 __global__ void compress_entries_kernel(CompressParams p) {
     const int64_t e = blockIdx.y;
     const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -33,36 +53,14 @@ __global__ void compress_entries_kernel(CompressParams p) {
         if (pass == 1) {
             for (int64_t s = 0; s < (p.overlap ? 2 * p.rate : p.rate); ++s) {
                 float v, g;
-                if (!p.overlap)
-                    token(p, w * p.rate + s, c, v, g);
-                else if (s >= p.rate)
-                    token(p, w * p.rate + s - p.rate, p.d + c, v, g);
-                else if (w == 0) {
-                    v = 0;
-                    g = -INFINITY;
-                } else if (w == first_w) {
-                    v = p.ovl_kv[s * p.ld_ovl_kv + c];
-                    g = p.ovl_gate[s * p.ld_ovl_gate + c];
-                } else
-                    token(p, (w - 1) * p.rate + s, c, v, g);
+                window_slot(p, w, first_w, s, c, v, g);
                 denom += exp(double(g) - double(m));
             }
         }
         double acc = 0;
         for (int64_t s = 0; s < (p.overlap ? 2 * p.rate : p.rate); ++s) {
             float v, g;
-            if (!p.overlap)
-                token(p, w * p.rate + s, c, v, g);
-            else if (s >= p.rate)
-                token(p, w * p.rate + s - p.rate, p.d + c, v, g);
-            else if (w == 0) {
-                v = 0;
-                g = -INFINITY;
-            } else if (w == first_w) {
-                v = p.ovl_kv[s * p.ld_ovl_kv + c];
-                g = p.ovl_gate[s * p.ld_ovl_gate + c];
-            } else
-                token(p, (w - 1) * p.rate + s, c, v, g);
+            window_slot(p, w, first_w, s, c, v, g);
             if (pass == 0)
                 m = fmaxf(m, g);
             else

@@ -171,7 +171,6 @@ class CudaBackend final : public Backend {
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.
     int choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group);
     std::pair<cuda::AttentionParams, int> attention_call(const AttentionArgs& a);
-    cuda::WindowStoreJob window_store_job(const WindowStoreArgs& a);
     // One linear on f32 x by a variant other than cublaslt_fp8 (mma needs the scratch).
     void run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                     cuda::LinearVariant v);

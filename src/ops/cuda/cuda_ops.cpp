@@ -454,39 +454,23 @@ void CudaBackend::attentions(std::span<const AttentionArgs> jobs) {
         cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
         launched("attention");
     }
-    if (batch.size() == 1) {  // alone: no job table to upload (a pageable copy costs more than it saves)
-        cuda::launch_attention(batch[0], scratch_, stream_, cuda::AttentionVariant::kSplitKv);
-    } else {
-        cuda::launch_attention_batch(batch.data(), int64_t(batch.size()), scratch_, stream_);
-    }
+    cuda::launch_attention_batch(batch.data(), int64_t(batch.size()), scratch_, stream_);
     if (!batch.empty()) launched("attention");
 }
 
-cuda::WindowStoreJob CudaBackend::window_store_job(const WindowStoreArgs& a) {
-    check(a);
-    device_args(a, "window_store");
-    need_f32_rows(a.kv, "window_store.kv"), need_f32_rows(a.ring, "window_store.ring");
-    return {f32(a.kv),    ld(a.kv),   a.kv.shape[0],   a.kv.shape[1],
-            f32m(a.ring), ld(a.ring), a.ring.shape[0], a.pos0};
-}
-
-void CudaBackend::window_store(const WindowStoreArgs& a) {
-    if (replaying()) return;
-    const cuda::WindowStoreJob j = window_store_job(a);
-    cuda::launch_window_store(j.kv, j.ld_kv, j.L, j.hd, j.ring, j.ld_ring, j.ring_len, j.pos0, stream_);
-    launched("window_store");
-}
+void CudaBackend::window_store(const WindowStoreArgs& a) { window_stores({&a, 1}); }
 
 void CudaBackend::window_stores(std::span<const WindowStoreArgs> jobs) {
     if (replaying()) return;
     std::vector<cuda::WindowStoreJob> js;
-    for (const WindowStoreArgs& a : jobs) js.push_back(window_store_job(a));
-    if (js.size() == 1) {  // as in attentions(): no table for one job
-        const cuda::WindowStoreJob& j = js[0];
-        cuda::launch_window_store(j.kv, j.ld_kv, j.L, j.hd, j.ring, j.ld_ring, j.ring_len, j.pos0, stream_);
-    } else {
-        cuda::launch_window_stores(js.data(), int64_t(js.size()), scratch_, stream_);
+    for (const WindowStoreArgs& a : jobs) {
+        check(a);
+        device_args(a, "window_store");
+        need_f32_rows(a.kv, "window_store.kv"), need_f32_rows(a.ring, "window_store.ring");
+        js.push_back({f32(a.kv), ld(a.kv), a.kv.shape[0], a.kv.shape[1], f32m(a.ring), ld(a.ring),
+                      a.ring.shape[0], a.pos0});
     }
+    cuda::launch_window_stores(js.data(), int64_t(js.size()), scratch_, stream_);
     if (!js.empty()) launched("window_store");
 }
 

@@ -129,6 +129,16 @@ inline bool weight_vec8_ok(const WeightRef& w) {
     }
 }
 
+// The clamped SwiGLU of the reference (limit > 0 clamps the gate from above and the up projection both ways;
+// +inf or <= 0 leaves them), in double as the reference: swiglu and every MoE kernel.
+__device__ __forceinline__ float swiglu_clamped(float g, float u, float limit) {
+    if (limit > 0) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return float(double(g) / (1.0 + exp(-double(g))) * double(u));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

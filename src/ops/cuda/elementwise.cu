@@ -25,20 +25,12 @@ __global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t 
         out[r * ldo + c] = a[r * lda + c] + b[r * ldb + c];
 }
 
-__device__ __forceinline__ float swiglu1(float g, float u, float limit) {
-    if (limit > 0) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    return float(double(g) / (1.0 + exp(-double(g))) * double(u));
-}
-
 __global__ void swiglu_kernel(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out,
                               int64_t ldo, int64_t d, float limit) {
     const int64_t r = blockIdx.x;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d;
          c += int64_t(gridDim.y) * blockDim.x)
-        out[r * ldo + c] = swiglu1(g[r * ldg + c], u[r * ldu + c], limit);
+        out[r * ldo + c] = swiglu_clamped(g[r * ldg + c], u[r * ldu + c], limit);
 }
 
 // One block per row; sum of squares in double (as the reference) with a fixed reduction tree.
@@ -192,15 +184,15 @@ void launch_rope(const RopeParams& p, Stream s) {
     rope_kernel<<<blocks_for(total, 256), 256, 0, as_stream(s)>>>(p);
 }
 
-void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, float* ring, int64_t ld_ring,
-                         int64_t ring_len, int64_t pos0, Stream s) {
-    const int64_t t0 = L > ring_len ? L - ring_len : 0;  // only the last ring_len rows survive
-    if (L - t0 <= 0) return;
-    window_store_kernel<<<dim3(unsigned(L - t0)), 256, 0, as_stream(s)>>>(kv, ld_kv, t0, hd, ring, ld_ring,
-                                                                          ring_len, pos0);
-}
-
 void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s) {
+    if (count == 1) {
+        const WindowStoreJob& j = jobs[0];
+        const int64_t t0 = j.L > j.ring_len ? j.L - j.ring_len : 0;  // only the last ring_len rows survive
+        if (j.L - t0 > 0)
+            window_store_kernel<<<dim3(unsigned(j.L - t0)), 256, 0, as_stream(s)>>>(
+                j.kv, j.ld_kv, t0, j.hd, j.ring, j.ld_ring, j.ring_len, j.pos0);
+        return;
+    }
     int64_t rows = 0;
     for (int64_t i = 0; i < count; ++i) rows = std::max(rows, std::min(jobs[i].L, jobs[i].ring_len));
     if (count == 0 || rows == 0) return;

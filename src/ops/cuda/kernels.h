@@ -102,15 +102,14 @@ struct SplitJobs {
 bool gemv_split_same_launch(const SplitJob& a, const SplitJob& b);
 void launch_gemv_split(const SplitJobs& jobs, int64_t n, Stream s);
 
-void launch_window_store(const float* kv, int64_t ld_kv, int64_t L, int64_t hd, float* ring, int64_t ld_ring,
-                         int64_t ring_len, int64_t pos0, Stream s);
 struct WindowStoreJob {
     const float* kv;
     int64_t ld_kv, L, hd;
     float* ring;
     int64_t ld_ring, ring_len, pos0;
 };
-// Several sequences' stores in one launch (the job table goes to scratch slot 9).
+// Several sequences' stores in one launch (the job table goes to scratch slot 9); one job takes its own
+// launch without a table (a pageable table copy costs more than the launch it saves).
 void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s);
 
 struct AttentionParams {
@@ -153,7 +152,7 @@ struct AttentionJob {
     float* acc;  // [H, S, hd]
 };
 bool attention_batch_takes(const AttentionParams& p);  // L == 1 and split_kv supported
-// Every job attention_batch_takes and the same head_dim.
+// Every job attention_batch_takes and the same head_dim; one job takes launch_attention (no table upload).
 void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s);
 
 struct CompressParams {

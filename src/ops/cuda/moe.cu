@@ -122,12 +122,8 @@ __global__ void __launch_bounds__(256) moe_up_kernel(MoeParams p, float* h) {
     if (e >= 0) {
         const WeightRef w1 = p.table[3 * e], w3 = p.table[3 * e + 1];
         const float* x = p.x + (pair / p.k) * p.ld_x;
-        float g = warp_dot(w1, r, x, vec_ok(w1), lane), u = warp_dot(w3, r, x, vec_ok(w3), lane);
-        if (p.limit > 0) {
-            g = fminf(g, p.limit);
-            u = fminf(fmaxf(u, -p.limit), p.limit);
-        }
-        out = float(double(g) / (1.0 + exp(-double(g))) * double(u));
+        out = swiglu_clamped(warp_dot(w1, r, x, vec_ok(w1), lane), warp_dot(w3, r, x, vec_ok(w3), lane),
+                             p.limit);
     }
     if (lane == 0) h[pair * p.I + r] = out;
 }

@@ -113,13 +113,8 @@ __global__ void __launch_bounds__(256) moe_up_grouped(MoeParams p, Plan plan, fl
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
                     if (lane != r * NT + t || t >= nt || o0 + r >= p.I) continue;
-                    float gs = gv[r][t], us = uv[r][t];
-                    if (p.limit > 0) {  // clamped SwiGLU, as moe.cu and the reference
-                        gs = fminf(gs, p.limit);
-                        us = fminf(fmaxf(us, -p.limit), p.limit);
-                    }
                     h[int64_t(plan.pairs[b + i0 + t]) * p.I + o0 + r] =
-                        float(double(gs) / (1.0 + exp(-double(gs))) * double(us));
+                        swiglu_clamped(gv[r][t], uv[r][t], p.limit);
                 }
         }
     }

@@ -24,14 +24,6 @@ namespace {
 
 using namespace mma;
 
-__device__ __forceinline__ float swiglu(float g, float u, float limit) {
-    if (limit > 0) {  // clamped SwiGLU, as moe.cu and the reference
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    return float(double(g) / (1.0 + exp(-double(g))) * double(u));
-}
-
 // One chunk's loads for one warp: NM matrices x MT row tiles x rows (g, g + 8), the B fragment of the
 // thread's column and the chunk's 1/s of token q (whose columns 2q, 2q + 1 the thread accumulates).
 template <int NM, int MT>
@@ -197,7 +189,7 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
                 }
                 v[m] = s;
             }
-            const float out = NM == 2 ? swiglu(v[0], v[NM - 1], p.limit) : v[0];
+            const float out = NM == 2 ? swiglu_clamped(v[0], v[NM - 1], p.limit) : v[0];
             io.out[int64_t(pair_at(i0 + t)) * io.rows + row0 + lr] = out;
         }
     }

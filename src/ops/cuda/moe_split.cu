@@ -18,14 +18,6 @@ using namespace split;
 
 constexpr int kMaxRowsPerBlock = 256;  // partials: rows * 2 tokens * 8 warps floats, 16 KB
 
-__device__ __forceinline__ float swiglu(float g, float u, float limit) {
-    if (limit > 0) {  // clamped SwiGLU, as moe.cu and the reference
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    return float(double(g) / (1.0 + exp(-double(g))) * double(u));
-}
-
 // Rows [row0, row0 + rpc) of W1 and W3 for NT pairs (ids clamped to the last real one), then h.
 template <int F, int NT>
 __device__ __forceinline__ void up_pass(const MoeParams& p, const WeightRef (&w)[2],
@@ -46,7 +38,7 @@ __device__ __forceinline__ void up_pass(const MoeParams& p, const WeightRef (&w)
         const int t = int(i % nt);
         const float g = group_total<NT>(red, 0, lr, t, rpc, gr.warps),
                     u = group_total<NT>(red, 1, lr, t, rpc, gr.warps);
-        h[int64_t(pair[t]) * p.I + row0 + lr] = swiglu(g, u, p.limit);
+        h[int64_t(pair[t]) * p.I + row0 + lr] = swiglu_clamped(g, u, p.limit);
     }
     __syncthreads();  // red is reused by the next pass
 }
