@@ -6,7 +6,6 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gpu_decode_check}; mkdir -p "$OUT"
 d=build-cuda-carry; tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 (timeout 300 $d/bin/cuda_ops_test --gtest_filter='-*256_experts_per_pair*:*256_experts_grouped*:*batch_8_per_pair*:*batch_8_grouped*' > $OUT/tests.log 2>&1; echo "tests exit $?"; grep -E "^\[  FAILED|^\[==========\]|^\[  PASSED|Failure" $OUT/tests.log | head -20)
-for fx in v4_tiny_fp32 v4_tiny_fp8 v4_tiny_bf16; do m=tests/data/$fx; g=$m/logits.npy; [ -f $m/logits_fp32.npy ] && g=$m/logits_fp32.npy
-  $d/bin/deepinfer score --backend cuda --model $m --tokens-file $m/prompt.txt --logits-out $OUT/$fx.npy > /dev/null 2>&1; python3 tools/compare_logits.py $OUT/$fx.npy $g --tol 1e-3 2>&1 | tail -1; done
+tools/gpu_goldens.sh $d/bin $OUT
 timeout 120 $d/bin/model_bench --preset flash --backend cuda --prompt 512 --decode 32 > $OUT/model.log 2>&1; grep backend $OUT/model.log
 SKIP=400 COUNT=700 timeout 200 tools/gpu_ncu_step.sh $d 2>&1 | tail -32

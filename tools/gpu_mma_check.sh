@@ -7,8 +7,7 @@ OUT=${OUT:-/tmp/gpu_mma}; mkdir -p "$OUT"
 d=build-cuda-carry; tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 timeout 200 $d/bin/cuda_ops_test --gtest_filter="${TESTS:-*CudaLinear*}" > $OUT/tests.log 2>&1; echo "tests rc $?"
 grep -E "^\[  FAILED|^\[==========\]|^\[  PASSED|Failure" $OUT/tests.log | head -20
-for fx in v4_tiny_fp32 v4_tiny_fp8 v4_tiny_bf16; do m=tests/data/$fx; g=$m/logits.npy; [ -f $m/logits_fp32.npy ] && g=$m/logits_fp32.npy
-  $d/bin/deepinfer score --backend cuda --model $m --tokens-file $m/prompt.txt --logits-out /tmp/$fx.npy > /dev/null 2>&1; python3 tools/compare_logits.py /tmp/$fx.npy $g --tol 1e-3 2>&1 | tail -1; done
+tools/gpu_goldens.sh $d/bin /tmp
 timeout 100 $d/bin/cuda_kernel_bench --only linear > $OUT/kb.log 2>&1; grep -E "fp8|Copy" $OUT/kb.log | grep -v "f32)\|cublas"
 for p in ${PRECISIONS:-exact}; do
   OUT=$OUT/$p PRECISION=$p LAYERS=16 BATCHES="1 4 16 64" GRAPHS=on PROMPT=128 DECODE=32 timeout 280 tools/gpu_decode_layers.sh

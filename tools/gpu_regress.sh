@@ -8,8 +8,7 @@ OUT=${OUT:-/tmp/gpu_regress}; mkdir -p "$OUT"
 d=build-cuda-carry; tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 timeout 300 $d/bin/cuda_ops_test --gtest_filter='-*256_experts_per_pair*:*256_experts_grouped*:*batch_8_per_pair*:*batch_8_grouped*' > $OUT/tests.log 2>&1
 echo "cuda_ops_test exit $?"; grep -E "^\[  FAILED|^\[==========\]|^\[  PASSED|Failure" $OUT/tests.log | head -20
-for fx in v4_tiny_fp32 v4_tiny_fp8 v4_tiny_bf16; do m=tests/data/$fx; g=$m/logits.npy; [ -f $m/logits_fp32.npy ] && g=$m/logits_fp32.npy
-  $d/bin/deepinfer score --backend cuda --model $m --tokens-file $m/prompt.txt --logits-out /tmp/$fx.npy > /dev/null 2>&1; python3 tools/compare_logits.py /tmp/$fx.npy $g --tol 1e-3 2>&1 | tail -1; done
+tools/gpu_goldens.sh $d/bin /tmp
 m=tests/data/v4_tiny_fp8
 for be in cuda ref; do $d/bin/deepinfer score --backend $be --precision native --model $m --tokens-file $m/prompt.txt --logits-out $OUT/native_$be.npy > /dev/null 2>&1; done
 python3 tools/compare_logits.py $OUT/native_cuda.npy $OUT/native_ref.npy --tol 1 | tail -1
