@@ -250,8 +250,9 @@ void HttpServer::Impl::routes() {
         res.set_content(R"({"status":"ok"})", "application/json");
     });
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(render_metrics(ctx.engine.stats(), ctx.counters, ctx.engine.kernel_uses()),
-                        "text/plain; version=0.0.4");
+        res.set_content(
+            render_metrics(ctx.engine.stats(), ctx.counters, ctx.engine.kernel_uses(), read_process_memory()),
+            "text/plain; version=0.0.4");
     });
     auto model_json = [this] {
         return json{{"id", ctx.model_name},

@@ -30,7 +30,7 @@ void histogram(std::string& out, const char* name, const char* help, const Histo
 }  // namespace
 
 std::string render_metrics(const EngineStats& s, const ServerCounters& c,
-                           const std::vector<KernelUse>& kernels) {
+                           const std::vector<KernelUse>& kernels, const ProcessMemory& mem) {
     std::string o;
     metric(o, "deepinfer_requests_submitted_total", "counter", "Requests accepted by the engine.",
            s.requests_submitted);
@@ -66,6 +66,15 @@ std::string render_metrics(const EngineStats& s, const ServerCounters& c,
     metric(o, "deepinfer_open_streams", "gauge", "Streaming replies in progress.", c.streams_open.load());
     metric(o, "deepinfer_client_disconnects_total", "counter", "Requests cancelled because the client left.",
            c.client_disconnects.load());
+    if (mem.resident_bytes >= 0 || mem.heap_in_use_bytes >= 0) {
+        header(o, "deepinfer_process_memory_bytes", "gauge",
+               "Server process memory: resident set, and heap in use (allocated, not yet freed).");
+        if (mem.resident_bytes >= 0)
+            o += fmt::format("deepinfer_process_memory_bytes{{kind=\"resident\"}} {}\n", mem.resident_bytes);
+        if (mem.heap_in_use_bytes >= 0)
+            o += fmt::format("deepinfer_process_memory_bytes{{kind=\"heap_in_use\"}} {}\n",
+                             mem.heap_in_use_bytes);
+    }
     if (!kernels.empty()) {
         header(
             o, "deepinfer_kernel_dispatches_total", "counter",
