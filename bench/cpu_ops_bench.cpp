@@ -17,10 +17,9 @@
 
 #include "core/thread_pool.h"
 #include "deepinfer/engine.h"
-#include "model/seq_state.h"
+#include "demo/demo_model.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/ref/ref_backend.h"
-#include "runtime/demo_model.h"
 #include "runtime/model_loader.h"
 
 using namespace di;
@@ -227,7 +226,7 @@ DecodeResult demo_decode(ops::Backend& be, const std::string& dir, int64_t n_new
         fmt::print(stderr, "{}\n", m.error().message);
         std::exit(1);
     }
-    model::DeepseekV4& model = **m;
+    model::Model& model = **m;
     const std::vector<int32_t> prompt = {0, 5, 1000, 42, 77, 12345, 900, 3};
     DecodeResult d;
     {  // the Engine on the same backend kind (its own instance: DEEPINFER_THREADS sets the cpu threads)
@@ -261,15 +260,15 @@ DecodeResult demo_decode(ops::Backend& be, const std::string& dir, int64_t n_new
     }
 
     const int64_t vocab = model.config().vocab_size;
-    model::SeqState st(model.config(), model.backend(), int64_t(prompt.size()) + n_new + 1);
-    model::SeqChunk c{&st, prompt, false};
+    const std::unique_ptr<model::SequenceState> st = model.new_state(int64_t(prompt.size()) + n_new + 1);
+    model::SeqChunk c{st.get(), prompt, false};
     std::vector<float> logits = model.forward(std::span<const model::SeqChunk>(&c, 1));
     const auto t = Clock::now();
     for (int64_t i = 0; i < n_new; ++i) {
         int32_t next = 0;
         for (int64_t v = 1; v < vocab; ++v)
             if (logits[size_t(v)] > logits[size_t(next)]) next = int32_t(v);
-        model::SeqChunk s{&st, std::span<const int32_t>(&next, 1), false};
+        model::SeqChunk s{st.get(), std::span<const int32_t>(&next, 1), false};
         logits = model.forward(std::span<const model::SeqChunk>(&s, 1));
     }
     d.forward_tps = double(n_new) / since(t);
@@ -329,7 +328,7 @@ int main(int argc, char** argv) {
     bench_moe(cpu, *ref, 8, copy_bw);
     if (!e2e) return 0;
 
-    auto dir = runtime::ensure_demo_model();
+    auto dir = demo::ensure_demo_model();
     if (!dir) return fmt::print(stderr, "{}\n", dir.error().message), 1;
     const int64_t n_ref = std::min<int64_t>(n_decode, 8);
     const DecodeResult r = demo_decode(*ref, *dir, n_ref), c = demo_decode(cpu, *dir, n_decode);

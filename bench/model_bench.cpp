@@ -15,19 +15,18 @@
 #include <memory>
 #include <string>
 
-#include "model/seq_state.h"
+#include "demo/demo_model.h"
 #include "ops/compare/profile_backend.h"
+#include "perf/throughput.h"
 #include "runtime/backend_factory.h"
-#include "runtime/demo_model.h"
 #include "runtime/model_loader.h"
-#include "runtime/throughput.h"
 
 using namespace di;
 
 namespace {
 
-runtime::RandomModelSpec mid_spec() {  // real V4 head and index shapes, reduced width, depth and vocabulary
-    runtime::RandomModelSpec s;
+demo::RandomModelSpec mid_spec() {  // real V4 head and index shapes, reduced width, depth and vocabulary
+    demo::RandomModelSpec s;
     s.vocab = 32768;
     s.hidden = 1024;
     s.heads = 8;
@@ -45,8 +44,8 @@ runtime::RandomModelSpec mid_spec() {  // real V4 head and index shapes, reduced
     return s;
 }
 
-runtime::RandomModelSpec flash_spec(int64_t n_layers) {  // DeepSeek-V4-Flash dimensions, formats, layer types
-    runtime::RandomModelSpec s;
+demo::RandomModelSpec flash_spec(int64_t n_layers) {  // DeepSeek-V4-Flash dimensions, formats, layer types
+    demo::RandomModelSpec s;
     s.vocab = 129280;
     s.hidden = 4096;
     s.heads = 64;
@@ -95,19 +94,19 @@ int main(int argc, char** argv) {
         else if (k == "--graphs")
             graphs = v;  // on | off (CUDA graph replay of the step's segments)
     }
-    runtime::RandomModel in_memory;
+    demo::RandomModel in_memory;
     if (dir.empty() && preset == "flash") {
         if (n_layers < 1 || n_layers > 43)
             return std::fprintf(stderr, "model_bench: --layers %lld: V4-Flash has 1 to 43 layers\n",
                                 (long long)n_layers),
                    2;
-        auto r = runtime::random_model_in_memory(flash_spec(n_layers));
+        auto r = demo::random_model_in_memory(flash_spec(n_layers));
         if (!r) return std::fprintf(stderr, "%s\n", r.error().message.c_str()), 1;
         in_memory = std::move(*r);
         dir = "(V4-Flash, first " + std::to_string(n_layers) + " layers, random weights in memory)";
     } else if (dir.empty()) {
         if (preset == "demo") {
-            auto d = runtime::ensure_demo_model();
+            auto d = demo::ensure_demo_model();
             if (!d) return std::fprintf(stderr, "%s\n", d.error().message.c_str()), 1;
             dir = *d;
         } else {
@@ -116,12 +115,12 @@ int main(int argc, char** argv) {
                                     "model_bench: unknown preset '%s' (demo, mid, mid-fullvocab, flash)\n",
                                     preset.c_str()),
                        2;
-            runtime::RandomModelSpec spec = mid_spec();
+            demo::RandomModelSpec spec = mid_spec();
             if (preset == "mid-fullvocab")
                 spec.vocab = 129280;  // the tokenizer's vocabulary (peer benchmarks)
             dir = (std::filesystem::temp_directory_path() / ("deepinfer-bench-" + preset)).string();
             if (!std::filesystem::exists(dir + "/model.safetensors"))
-                if (auto st = runtime::write_random_model(dir, spec); !st)
+                if (auto st = demo::write_random_model(dir, spec); !st)
                     return std::fprintf(stderr, "%s\n", st.error().message.c_str()), 1;
         }
     }
@@ -141,14 +140,14 @@ int main(int argc, char** argv) {
     if (!p) return std::fprintf(stderr, "%s\n", p.error().message.c_str()), 2;
     model.set_precision(*p);
     const auto& cfg = model.config();
-    const runtime::Throughput t = runtime::measure_throughput(model, n_prompt, n_decode, batch, [&] {
+    const perf::Throughput t = perf::measure_throughput(model, n_prompt, n_decode, batch, [&] {
         if (!prof) return;
         fmt::print("profile of the prefill ({} x {} tokens, one step):\n{}\n", batch, n_prompt,
                    prof->markdown());
         prof->reset();
     });
     if (prof) fmt::print("profile of {} decode steps (batch {}):\n{}\n", n_decode, batch, prof->markdown());
-    const auto& ws = model.weights().stats;
+    const auto& ws = model.weight_stats();
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
@@ -158,7 +157,7 @@ int main(int argc, char** argv) {
         "{:.2f} tokens/s, {:.1f} ms/step\n",
         backend_name, precision, graphs, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(),
         n_decode, t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
-    const model::StateSize ss = model::state_size(cfg);
+    const model::StateSize ss = model.state_size();
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,
                ss.bytes_per_token);
     for (int64_t n : {1024, 8192, 65536, 1048576})

@@ -9,9 +9,8 @@
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
-#include "model/seq_state.h"
+#include "perf/throughput.h"
 #include "runtime/backend_factory.h"
-#include "runtime/throughput.h"
 
 namespace di::cli {
 namespace {
@@ -53,18 +52,17 @@ int run_bench(const Options& o) {
     auto lm = load_for_generation(o);
     if (!lm) return fail(lm.error().message);
     const auto& cfg = lm->model->config();
-    const auto& ws = lm->model->weights().stats;
-    for (int64_t i = 0; i < o.warmup; ++i)
-        runtime::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
+    const auto& ws = lm->model->weight_stats();
+    for (int64_t i = 0; i < o.warmup; ++i) perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
     std::vector<double> prefill, decode, ms;
     for (int64_t i = 0; i < o.repetitions; ++i) {
-        const runtime::Throughput t = runtime::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
+        const perf::Throughput t = perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
         prefill.push_back(t.prefill_tokens_per_s());
         decode.push_back(t.decode_tokens_per_s());
         ms.push_back(t.ms_per_step());
     }
     const Spread p = spread_of(prefill), d = spread_of(decode), m = spread_of(ms);
-    const model::StateSize ss = model::state_size(cfg);
+    const model::StateSize ss = lm->model->state_size();
     const int64_t lengths[] = {4096, 65536, 1048576};
     if (o.json) {
         nlohmann::json state = {{"fixed_bytes", ss.fixed_bytes}, {"bytes_per_token", ss.bytes_per_token}};

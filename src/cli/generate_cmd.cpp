@@ -3,7 +3,7 @@
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
-#include "runtime/token_list.h"
+#include "io/token_list.h"
 
 namespace di::cli {
 namespace {
@@ -23,7 +23,7 @@ int run_generate(Options& o) {
     const Tokenizer* tok = (*engine)->tokenizer();
     std::vector<int32_t> prompt;
     if (!o.tokens.empty()) {
-        auto ids = runtime::parse_token_list(o.tokens, "--tokens");
+        auto ids = io::parse_token_list(o.tokens, "--tokens");
         if (!ids) return fail(ids.error().message);
         prompt = *ids;
     } else {

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "demo/demo_model.h"
 #include "runtime/backend_factory.h"
-#include "runtime/demo_model.h"
 #include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
 
@@ -94,8 +94,8 @@ Result<LoadedModel> load_for_generation(const GenOptions& o) {
     LoadedModel lm;
     std::string dir = o.model;
     if (dir.empty()) {
-        std::fprintf(stderr, "%s\n", runtime::kDemoNotice);
-        DI_TRY(dir, runtime::ensure_demo_model());
+        std::fprintf(stderr, "%s\n", demo::kDemoNotice);
+        DI_TRY(dir, demo::ensure_demo_model());
     }
     DI_TRY(lm.backend, runtime::make_backend(o.backend));
     lm.backend->set_graphs(o.graphs);
@@ -132,8 +132,8 @@ Result<std::unique_ptr<Engine>> start_engine(const GenOptions& o) {
     EngineOptions e;
     e.model_dir = o.model;
     if (e.model_dir.empty()) {
-        std::fprintf(stderr, "%s\n", runtime::kDemoNotice);
-        DI_TRY(e.model_dir, runtime::ensure_demo_model());
+        std::fprintf(stderr, "%s\n", demo::kDemoNotice);
+        DI_TRY(e.model_dir, demo::ensure_demo_model());
     }
     e.backend = o.backend;
     e.kernels_file = o.kernels;

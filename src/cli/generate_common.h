@@ -12,7 +12,7 @@
 
 #include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
-#include "model/deepseek_v4.h"
+#include "model/model.h"
 #include "runtime/sampler.h"
 
 namespace di::cli {
@@ -38,7 +38,7 @@ void add_graphs_option(CLI::App& app, bool& graphs);
 
 struct LoadedModel {
     std::unique_ptr<ops::Backend> backend;
-    std::unique_ptr<model::DeepseekV4> model;
+    std::unique_ptr<model::Model> model;
     std::optional<Tokenizer> tokenizer;  // absent when the model directory has none
 };
 // Loads --model (or the demo model, printing kDemoNotice to stderr).

@@ -6,7 +6,7 @@
 
 #include "cli/command.h"
 #include "io/mmap_file.h"
-#include "model/seq_state.h"
+#include "model/registry.h"
 #include "runtime/backend_factory.h"
 #include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
@@ -123,7 +123,7 @@ int run_inspect(const std::string& dir, bool check_weights, const std::string& b
     auto list = active_list(**backend, kernels);
     if (!list) return fail(list.error().message);
     const model::ModelConfig& c = (*model)->config();
-    const model::WeightStats& s = (*model)->weights().stats;
+    const model::WeightStats& s = (*model)->weight_stats();
     if (json) {
         fmt::print("{}\n", json_of(dir, c, s, **backend, *list, kernels).dump(2));
         return 0;

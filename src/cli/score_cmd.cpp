@@ -7,12 +7,12 @@
 #include "cli/command.h"
 #include "cli/generate_common.h"
 #include "io/npy.h"
+#include "io/token_list.h"
 #include "ops/compare/compare_backend.h"
 #include "runtime/backend_factory.h"
 #include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
 #include "runtime/sampler.h"
-#include "runtime/token_list.h"
 
 namespace di::cli {
 namespace {
@@ -26,8 +26,8 @@ struct ScoreOptions {
 };
 
 int run_score(const ScoreOptions& o) {
-    auto tokens = !o.tokens.empty() ? runtime::parse_token_list(o.tokens, "--tokens")
-                                    : runtime::read_token_file(o.tokens_file);
+    auto tokens =
+        !o.tokens.empty() ? io::parse_token_list(o.tokens, "--tokens") : io::read_token_file(o.tokens_file);
     if (!tokens) return fail(tokens.error().message);
     auto backend = runtime::make_backend(o.backend);
     if (!backend) return fail(backend.error().message);
@@ -53,13 +53,13 @@ int run_score(const ScoreOptions& o) {
     if (n > cfg.max_position_embeddings)
         return fail(
             fmt::format("{} tokens exceed the model's context of {} tokens", n, cfg.max_position_embeddings));
-    model::SeqState state(cfg, be, n);
+    const std::unique_ptr<model::SequenceState> state = (*model)->new_state(n);
     std::vector<float> logits;
     logits.reserve(size_t(n * cfg.vocab_size));
     const int64_t step = o.chunk > 0 ? o.chunk : n;
     for (int64_t i = 0; i < n; i += step) {
         const int64_t len = std::min(step, n - i);
-        model::SeqChunk c{&state, std::span<const int32_t>(tokens->data() + i, size_t(len)), true};
+        model::SeqChunk c{state.get(), std::span<const int32_t>(tokens->data() + i, size_t(len)), true};
         std::vector<float> part = (*model)->forward(std::span<const model::SeqChunk>(&c, 1));
         logits.insert(logits.end(), part.begin(), part.end());
     }

@@ -49,7 +49,9 @@ int run_screen(Options& o) {
     }
     auto lm = load_for_generation(o);
     if (!lm) return fail(lm.error().message);
-    const runtime::ScreenReport rep = runtime::screen_model(*lm->model, so);
+    auto screened = runtime::screen_model(*lm->model, so);
+    if (!screened) return fail(screened.error().message);
+    const runtime::ScreenReport& rep = *screened;
     int pass = 0, failed = 0, skip = 0;
     for (const auto& r : rep.rows) (r.passed() ? pass : r.verdict.rfind("fail", 0) == 0 ? failed : skip)++;
     const std::string md =

@@ -10,8 +10,8 @@
 #include "cli/command.h"
 #include "cli/generate_common.h"
 #include "deepinfer/engine.h"
+#include "demo/demo_model.h"
 #include "runtime/backend_factory.h"
-#include "runtime/demo_model.h"
 #include "server/http_server.h"
 
 namespace di::cli {
@@ -49,9 +49,9 @@ int run_serve(ServeOptions o) {
     if (o.server.default_max_tokens < 1)
         return fail(fmt::format("--default-max-tokens {} must be at least 1", o.server.default_max_tokens));
     if (o.engine.model_dir.empty()) {
-        auto demo = runtime::ensure_demo_model();
+        auto demo = demo::ensure_demo_model();
         if (!demo) return fail(demo.error().message);
-        std::fprintf(stderr, "%s\n", runtime::kDemoNotice);
+        std::fprintf(stderr, "%s\n", demo::kDemoNotice);
         o.engine.model_dir = *demo;
         // A stable id for clients, whatever the demo's cache directory is called.
         if (o.server.served_model_name.empty()) o.server.served_model_name = "demo";

@@ -21,25 +21,11 @@ constexpr const char* kHca = "heavily_compressed_attention";
 constexpr const char* kSliding = "sliding_attention";
 constexpr int64_t kMaxLayers = 100000;
 
-Status check_architecture(const ConfigFields& f) {
-    DI_TRY(std::optional<std::string> model_type, f.opt_string("model_type"));
-    const json* archs = f.find("architectures");
-    std::vector<std::string> names;
-    if (archs != nullptr && !archs->is_null()) {
-        if (!archs->is_array()) return f.type_error("architectures", "a list of strings", *archs);
-        for (const auto& a : *archs) {
-            if (!a.is_string()) return f.type_error("architectures", "a list of strings", *archs);
-            names.push_back(a.get<std::string>());
-        }
-    }
-    for (const auto& n : names)
-        if (n == "DeepseekV4ForCausalLM") return ok_status();
-    if (model_type == "deepseek_v4") return ok_status();
-    return make_error(ErrorCode::kUnsupported,
-                      "{}: unknown architecture: architectures {} with model_type {} (expected "
-                      "DeepseekV4ForCausalLM or model_type deepseek_v4)",
-                      f.source(), archs ? archs->dump() : "(absent)",
-                      model_type ? io::quoted(*model_type) : "(absent)");
+std::string known_architectures() {
+    std::string s;
+    for (const ArchitectureName& a : kArchitectures)
+        s += fmt::format("{}{} or model_type {}", s.empty() ? "" : "; ", a.architecture, a.model_type);
+    return s;
 }
 
 // A list field of strings (layer_types / mlp_layer_types); nullopt when absent or null.
@@ -271,16 +257,37 @@ Status check_bounds(const ConfigFields& f, const ModelConfig& c) {
 
 }  // namespace
 
+Result<ArchitectureName> find_architecture(const json& obj, const std::string& source) {
+    const ConfigFields f(obj, source);
+    DI_TRY(std::optional<std::string> model_type, f.opt_string("model_type"));
+    const json* archs = f.find("architectures");
+    if (archs != nullptr && !archs->is_null()) {
+        if (!archs->is_array()) return f.type_error("architectures", "a list of strings", *archs);
+        for (const auto& a : *archs)
+            if (!a.is_string()) return f.type_error("architectures", "a list of strings", *archs);
+        for (const auto& a : *archs)
+            for (const ArchitectureName& known : kArchitectures)
+                if (a.get<std::string>() == known.architecture) return known;
+    }
+    if (model_type)
+        for (const ArchitectureName& known : kArchitectures)
+            if (*model_type == known.model_type) return known;
+    return make_error(ErrorCode::kUnsupported,
+                      "{}: unknown architecture: architectures {} with model_type {} (expected {})", source,
+                      archs ? archs->dump() : "(absent)", model_type ? io::quoted(*model_type) : "(absent)",
+                      known_architectures());
+}
+
 Result<ModelConfig> parse_config(const std::string& json_text, const std::string& source) {
     DI_TRY(json j, io::parse_json_text(json_text, source));
     if (!j.is_object())
         return make_error(ErrorCode::kFormat, "{}: expected a JSON object, got {}", source,
                           io::describe_json(j));
+    DI_TRY(const ArchitectureName arch, find_architecture(j, source));
+    // One architecture so far: the fold below is DeepseekV4Config's (spec 1.2).
     const ConfigFields f(j, source);
-    DI_TRY_STATUS(check_architecture(f));
-
     ModelConfig c;
-    c.architecture = "DeepseekV4ForCausalLM";
+    c.architecture = std::string(arch.architecture);
     // Defaults are DeepseekV4Config's (spec 1.1).
     DI_TRY(c.vocab_size, f.positive("vocab_size", 129280));
     DI_TRY(c.hidden_dim, f.positive("hidden_size", 4096));

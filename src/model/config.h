@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -80,7 +82,18 @@ struct ModelConfig {
     int64_t compress_rate(int layer) const;  // 0 for sliding layers
 };
 
-// Parses config.json text; `source` names the file in error messages.
+// The architectures deepinfer reads: config.json names one in its "architectures" list, or by "model_type"
+// when the list is absent. Each has a family in model/registry.h (its forward, state and weights).
+struct ArchitectureName {
+    std::string_view architecture, model_type;
+};
+inline constexpr ArchitectureName kArchitectures[] = {{"DeepseekV4ForCausalLM", "deepseek_v4"}};
+
+// The kArchitectures entry config.json names; an unknown one is an error naming both fields and the known.
+Result<ArchitectureName> find_architecture(const nlohmann::json& obj, const std::string& source);
+
+// Parses config.json text, folded the way its architecture's config class folds it; `source` names the file
+// in error messages.
 Result<ModelConfig> parse_config(const std::string& json_text, const std::string& source);
 Result<ModelConfig> load_config(const std::string& model_dir);
 

@@ -15,15 +15,16 @@ using namespace di::ops;
 
 struct DeepseekV4::Step {
     std::span<const SeqChunk> chunks;
-    int64_t n = 0;              // tokens in the step
-    std::vector<int64_t> row0;  // first row of each chunk
-    std::vector<int64_t> len;   // tokens of each chunk
-    std::vector<int64_t> pos0;  // position of each chunk's first token
-    TensorView tokens;          // i32 [n]
-    TensorView positions;       // i32 [n]
-    TensorView streams, spare;  // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
-    TensorView x, post, comb;   // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
-    int segment = 0;            // graph segments begun so far
+    std::vector<DeepseekV4State*> states;  // of each chunk
+    int64_t n = 0;                         // tokens in the step
+    std::vector<int64_t> row0;             // first row of each chunk
+    std::vector<int64_t> len;              // tokens of each chunk
+    std::vector<int64_t> pos0;             // position of each chunk's first token
+    TensorView tokens;                     // i32 [n]
+    TensorView positions;                  // i32 [n]
+    TensorView streams, spare;             // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
+    TensorView x, post, comb;  // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
+    int segment = 0;           // graph segments begun so far
 };
 
 // A compressor's projections of the step's tokens (the part that does not depend on the sequences).
@@ -57,6 +58,10 @@ namespace {
 std::atomic<int64_t> next_model_id{1};
 }
 
+std::unique_ptr<SequenceState> DeepseekV4::new_state(int64_t capacity) {
+    return std::make_unique<DeepseekV4State>(cfg_, *be_, capacity);
+}
+
 DeepseekV4::DeepseekV4(ModelConfig cfg, ModelWeights weights, Backend& backend)
     : cfg_(std::move(cfg)),
       w_(std::move(weights)),
@@ -84,6 +89,9 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
     s.chunks = chunks;
     std::vector<int32_t> tokens, positions;
     for (const SeqChunk& c : chunks) {
+        auto* st = dynamic_cast<DeepseekV4State*>(c.state);
+        DI_CHECK(st != nullptr, "a chunk's state was not made by a DeepseekV4 model");
+        s.states.push_back(st);
         s.row0.push_back(s.n);
         s.len.push_back(int64_t(c.tokens.size()));
         s.pos0.push_back(c.state->n_tokens());
@@ -186,7 +194,7 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
                                std::vector<int64_t>& n_entries) {
     n_entries.assign(s.chunks.size(), 0);
     for (size_t c = 0; c < s.chunks.size(); ++c) {
-        LayerState& ls = s.chunks[c].state->layer(l);
+        LayerState& ls = s.states[c]->layer(l);
         CompressorState& st = index ? ls.index : ls.comp;
         const int64_t L = s.len[c], pos0 = s.pos0[c], before = pos0 / rate;
         const int64_t n_new = CompressArgs::n_new(pos0, L, rate);
@@ -272,7 +280,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
             const int64_t T = n_index[c], L = s.len[c];
             if (T == 0 || L == 0) continue;
             picks[c] = vws_.take(DType::kI32, {L, std::min(cfg_.index_topk, T)});
-            const TensorView keys = s.chunks[c].state->layer(l).index.entries.rows(0, T);
+            const TensorView keys = s.states[c]->layer(l).index.entries.rows(0, T);
             be_->indexer_topk({as3d(qi, n, nIH, ihd).rows(s.row0[c], L), iw.rows(s.row0[c], L), keys,
                                picks[c], s.pos0[c], cfg_.csa_rate, float(1.0 / std::sqrt(double(nIH))),
                                float(1.0 / std::sqrt(double(ihd)))});
@@ -286,7 +294,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     for (size_t c = 0; c < s.chunks.size(); ++c) {
         const int64_t L = s.len[c], pos0 = s.pos0[c];
         if (L == 0) continue;
-        LayerState& ls = s.chunks[c].state->layer(l);
+        LayerState& ls = s.states[c]->layer(l);
         AttentionArgs a;
         a.q = q3.rows(s.row0[c], L);
         a.ring = ls.ring;

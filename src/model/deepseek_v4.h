@@ -16,31 +16,20 @@
 
 namespace di::model {
 
-struct SeqChunk {
-    SeqState* state = nullptr;
-    std::span<const int32_t> tokens;  // appended at positions state->n_tokens() ...
-    bool all_logits = false;          // logits for every token, else only for the last one
-};
-
-// exact: f32 activations everywhere (held to the fp32 goldens). native: the GEMM inputs of FP8 weights
-// quantised per 128-column block as DeepSeek's inference code does (ops/act_quant.h), so the CUDA backend can
-// run them on FP8 tensor cores; an FP8 weight whose in_dim is not a multiple of 128 (test checkpoints only)
-// keeps f32 inputs. Activations between ops stay f32 in both.
-enum class Precision : uint8_t { kExact, kNative };
-
-class DeepseekV4 {
+class DeepseekV4 final : public Model {
   public:
     DeepseekV4(ModelConfig cfg, ModelWeights weights, ops::Backend& backend);
 
-    const ModelConfig& config() const { return cfg_; }
+    const ModelConfig& config() const override { return cfg_; }
+    const WeightStats& weight_stats() const override { return w_.stats; }
     const ModelWeights& weights() const { return w_; }
-    ops::Backend& backend() { return *be_; }
-    Precision precision() const { return precision_; }
-    void set_precision(Precision p) { precision_ = p; }
-
-    // Runs one step. Returns host f32 logits [rows, vocab_size]: for each chunk in order, all of its tokens
-    // or just its last. Token ids must be in range and chunks must fit their states (checked by callers).
-    std::vector<float> forward(std::span<const SeqChunk> chunks);
+    ops::Backend& backend() override { return *be_; }
+    Precision precision() const override { return precision_; }
+    void set_precision(Precision p) override { precision_ = p; }
+    StateSize state_size() const override { return deepseek_v4_state_size(cfg_); }
+    std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
+    // Chunks' states must be this family's (DeepseekV4State).
+    std::vector<float> forward(std::span<const SeqChunk> chunks) override;
 
   private:
     struct Step;       // per-step views (defined in the .cpp)

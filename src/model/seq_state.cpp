@@ -30,7 +30,7 @@ void for_each_tensor(const ModelConfig& c, int64_t capacity, std::vector<LayerSt
 
 }  // namespace
 
-StateSize state_size(const ModelConfig& c) {
+StateSize deepseek_v4_state_size(const ModelConfig& c) {
     StateSize s;
     const int64_t probe = 1 << 20;  // entries scale exactly with capacity / rate
     int64_t at0 = 0, at_probe = 0;
@@ -41,8 +41,8 @@ StateSize state_size(const ModelConfig& c) {
     return s;
 }
 
-SeqState::SeqState(const ModelConfig& c, ops::Backend& backend, int64_t capacity)
-    : layers_(size_t(c.n_layers)), backend_(&backend), capacity_(capacity) {
+DeepseekV4State::DeepseekV4State(const ModelConfig& c, ops::Backend& backend, int64_t capacity)
+    : SequenceState(capacity), layers_(size_t(c.n_layers)), backend_(&backend) {
     int64_t floats = 0;
     for_each_tensor(c, capacity, nullptr, [&](TensorView*, int64_t r, int64_t col) { floats += r * col; });
     bytes_ = floats * 4;
@@ -55,7 +55,7 @@ SeqState::SeqState(const ModelConfig& c, ops::Backend& backend, int64_t capacity
     reset();
 }
 
-void SeqState::reset() {
+void DeepseekV4State::reset() {
     n_tokens_ = 0;
     backend_->fill_zero(mem_.view());
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/model.h"
 #include "model/state_size.h"
 #include "ops/backend.h"
 
@@ -24,26 +25,18 @@ struct LayerState {
     CompressorState index;  // CSA
 };
 
-StateSize state_size(const ModelConfig& cfg);
+StateSize deepseek_v4_state_size(const ModelConfig& cfg);
 
-class SeqState {
+class DeepseekV4State final : public SequenceState {
   public:
-    SeqState(const ModelConfig& cfg, ops::Backend& backend, int64_t capacity);
-    int64_t n_tokens() const { return n_tokens_; }
-    int64_t capacity() const { return capacity_; }
-    int64_t bytes() const { return bytes_; }
+    DeepseekV4State(const ModelConfig& cfg, ops::Backend& backend, int64_t capacity);
     LayerState& layer(int i) { return layers_[size_t(i)]; }
-    void advance(int64_t n) { n_tokens_ += n; }
-    // Forget everything (state memory is reused).
-    void reset();
+    void reset() override;
 
   private:
     Tensor mem_;
     std::vector<LayerState> layers_;
     ops::Backend* backend_;
-    int64_t n_tokens_ = 0;
-    int64_t capacity_ = 0;
-    int64_t bytes_ = 0;
 };
 
 }  // namespace di::model

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "ops/backend.h"
 
 namespace di::model {
@@ -56,15 +57,6 @@ struct LayerWeights {
     HcWeights hc_attn, hc_ffn;
     AttentionWeights attn;
     FfnWeights ffn;
-};
-
-struct WeightStats {
-    std::map<std::string, int64_t> tensors_by_dtype;  // safetensors dtype -> count
-    int64_t n_tensors = 0;
-    int64_t bytes = 0;
-    int64_t params = 0;           // logical parameters (fp4 counts two per byte; scales excluded)
-    int64_t active_params = 0;    // per token: everything but the unselected routed experts
-    int64_t skipped_tensors = 0;  // mtp.* and other ignored tensors
 };
 
 struct ModelWeights {

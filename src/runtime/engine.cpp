@@ -29,7 +29,7 @@ using runtime::EngineSequence;
 struct Engine::Impl {
     EngineOptions opt;
     std::unique_ptr<ops::Backend> backend;
-    std::unique_ptr<model::DeepseekV4> model;
+    std::unique_ptr<model::Model> model;
     std::optional<Tokenizer> tokenizer;
     model::StateSize state_size;
     ModelInfo info;
@@ -132,7 +132,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
             impl->eos_ids.end())
         impl->eos_ids.push_back(impl->tokenizer->eos_id());
 
-    impl->state_size = model::state_size(cfg);
+    impl->state_size = impl->model->state_size();
     ModelInfo& mi = impl->info;
     mi.name = std::filesystem::path(o.model_dir).filename().string();
     if (mi.name.empty()) mi.name = std::filesystem::path(o.model_dir).parent_path().filename().string();
@@ -305,7 +305,7 @@ bool Engine::Impl::step() {
     // State allocation happens outside the lock: submit() and stats() never wait for it.
     int64_t allocated = 0;
     for (EngineSequence* s : admitted) {
-        s->set_state(std::make_unique<model::SeqState>(model->config(), *backend, s->capacity()));
+        s->set_state(model->new_state(s->capacity()));
         DI_CHECK(s->state_bytes() <= s->reserved_bytes(), "request {}: state {} bytes, reserved {}", s->id(),
                  s->state_bytes(), s->reserved_bytes());
         allocated += s->state_bytes();

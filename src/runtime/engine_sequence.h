@@ -10,7 +10,7 @@
 #include "deepinfer/engine.h"
 #include "deepinfer/request.h"
 #include "deepinfer/tokenizer.h"
-#include "model/seq_state.h"
+#include "model/model.h"
 #include "runtime/grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_conditions.h"
@@ -39,8 +39,8 @@ class EngineSequence {
 
     // Tokens to feed for the chunk [start, start + n): prompt positions, or the last sampled token.
     std::span<const int32_t> tokens(int64_t start, int64_t n) const;
-    model::SeqState* state() { return state_.get(); }
-    void set_state(std::unique_ptr<model::SeqState> s) { state_ = std::move(s); }
+    model::SequenceState* state() { return state_.get(); }
+    void set_state(std::unique_ptr<model::SequenceState> s) { state_ = std::move(s); }
     int64_t state_bytes() const { return state_ ? state_->bytes() : 0; }
 
     // Samples the next token from `logits` [vocab] and sends it. Records TTFT/ITL in `m`.
@@ -64,7 +64,7 @@ class EngineSequence {
     int64_t n_prompt_ = 0;
     int64_t n_generated_ = 0;
     int64_t reserved_bytes_ = 0;
-    std::unique_ptr<model::SeqState> state_;
+    std::unique_ptr<model::SequenceState> state_;
     Sampler sampler_;
     std::optional<StreamDecoder> decoder_;
     StopStringMatcher matcher_;

@@ -4,6 +4,7 @@
 
 #include "io/finite_scan.h"
 #include "io/safetensors.h"
+#include "model/registry.h"
 
 namespace di::runtime {
 
@@ -25,24 +26,23 @@ Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& ba
 
 }  // namespace
 
-Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
-                                                      bool check_weights) {
+Result<std::unique_ptr<model::Model>> load_model(const std::string& dir, ops::Backend& backend,
+                                                 bool check_weights) {
     DI_TRY(model::ModelConfig cfg, model::load_config(dir));
     DI_TRY_STATUS(check_kernel_limits(cfg, backend, dir + "/config.json"));
     DI_TRY(io::Checkpoint ckpt, io::Checkpoint::open(dir));
     if (check_weights) DI_TRY_STATUS(io::check_checkpoint_finite(ckpt));
-    auto shared = std::make_shared<io::Checkpoint>(std::move(ckpt));
-    DI_TRY(model::ModelWeights w, model::bind_weights(shared, cfg, backend));
-    return std::make_unique<model::DeepseekV4>(std::move(cfg), std::move(w), backend);
+    const model::ModelFamily& family = model::family_of(cfg);
+    return family.load(std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ckpt)), backend);
 }
 
-Result<std::unique_ptr<model::DeepseekV4>> load_model_in_memory(const std::string& config_json,
-                                                                std::shared_ptr<io::Checkpoint> ckpt,
-                                                                ops::Backend& backend) {
+Result<std::unique_ptr<model::Model>> load_model_in_memory(const std::string& config_json,
+                                                           std::shared_ptr<io::Checkpoint> ckpt,
+                                                           ops::Backend& backend) {
     DI_TRY(model::ModelConfig cfg, model::parse_config(config_json, ckpt->dir()));
     DI_TRY_STATUS(check_kernel_limits(cfg, backend, ckpt->dir()));
-    DI_TRY(model::ModelWeights w, model::bind_weights(std::move(ckpt), cfg, backend));
-    return std::make_unique<model::DeepseekV4>(std::move(cfg), std::move(w), backend);
+    const model::ModelFamily& family = model::family_of(cfg);
+    return family.load(std::move(cfg), std::move(ckpt), backend);
 }
 
 Result<model::Precision> parse_precision(std::string_view name) {

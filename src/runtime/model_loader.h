@@ -1,4 +1,4 @@
-// Loads a DeepSeek-V4 model directory (config.json + safetensors) onto a backend.
+// Loads a model directory (config.json + safetensors) onto a backend, in the family its config names.
 #pragma once
 
 #include <memory>
@@ -6,19 +6,19 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "model/deepseek_v4.h"
+#include "model/model.h"
 
 namespace di::runtime {
 
 // check_weights: scan every float tensor for NaN/infinity first (`--check-weights`; one pass over the
 // checkpoint's bytes).
-Result<std::unique_ptr<model::DeepseekV4>> load_model(const std::string& dir, ops::Backend& backend,
-                                                      bool check_weights = false);
+Result<std::unique_ptr<model::Model>> load_model(const std::string& dir, ops::Backend& backend,
+                                                 bool check_weights = false);
 
 // A model whose config text and tensors are already in memory (benchmark models drawn without a file).
-Result<std::unique_ptr<model::DeepseekV4>> load_model_in_memory(const std::string& config_json,
-                                                                std::shared_ptr<io::Checkpoint> ckpt,
-                                                                ops::Backend& backend);
+Result<std::unique_ptr<model::Model>> load_model_in_memory(const std::string& config_json,
+                                                           std::shared_ptr<io::Checkpoint> ckpt,
+                                                           ops::Backend& backend);
 
 // "exact" | "native" (model::Precision); anything else is a one-line error naming the value.
 Result<model::Precision> parse_precision(std::string_view name);

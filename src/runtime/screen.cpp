@@ -12,6 +12,7 @@
 #include <set>
 #include <tuple>
 
+#include "model/deepseek_v4.h"
 #include "ops/ref/ref_backend.h"
 #include "runtime/screen_judge.h"
 
@@ -299,7 +300,12 @@ ops::AllowList allow_list_from(const ops::Backend& be, const std::vector<ScreenR
     return l;
 }
 
-ScreenReport screen_model(model::DeepseekV4& m, const ScreenOptions& o) {
+Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
+    auto* v4 = dynamic_cast<model::DeepseekV4*>(&model);
+    if (v4 == nullptr)
+        return make_error(ErrorCode::kUnsupported, "screen: no screen cases for architecture {} yet",
+                          model.config().architecture);
+    model::DeepseekV4& m = *v4;
     const auto t0 = Clock::now();
     ops::Backend& be = m.backend();
     ScreenReport rep;

@@ -9,8 +9,7 @@
 #include <iterator>
 #include <string>
 
-#include "model/deepseek_v4.h"
-#include "model/seq_state.h"
+#include "model/model.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "runtime/backend_factory.h"
@@ -32,7 +31,7 @@ std::vector<int32_t> prompt(const std::string& dir) {
 
 struct Run {
     std::unique_ptr<ops::Backend> be;
-    std::unique_ptr<model::DeepseekV4> m;
+    std::unique_ptr<model::Model> m;
 };
 
 Run load(const std::string& dir, bool graphs, model::Precision p) {
@@ -57,16 +56,15 @@ Run load(const std::string& dir, bool graphs, model::Precision p) {
 // Every step's logits of: sequence A's prompt in one chunk, then `steps` decode steps of A (and of B, a
 // second sequence started from A's first 7 tokens, when `two`), teacher-forced by the prompt's tokens.
 std::vector<std::vector<float>> trace(Run& r, const std::vector<int32_t>& tokens, int steps, bool two) {
-    const auto& cfg = r.m->config();
-    model::SeqState a(cfg, *r.be, 512), b(cfg, *r.be, 512);
+    const std::unique_ptr<model::SequenceState> a = r.m->new_state(512), b = r.m->new_state(512);
     std::vector<std::vector<float>> out;
     const std::span<const int32_t> all(tokens);
-    model::SeqChunk first[] = {{&a, all.subspan(0, 40), false}, {&b, all.subspan(0, 7), false}};
+    model::SeqChunk first[] = {{a.get(), all.subspan(0, 40), false}, {b.get(), all.subspan(0, 7), false}};
     out.push_back(r.m->forward(std::span(first, two ? 2 : 1)));
     for (int t = 0; t < steps; ++t) {
         const size_t i = size_t(t) % tokens.size();
-        model::SeqChunk step[] = {{&a, all.subspan(i, 1), false},
-                                  {&b, all.subspan((i + 5) % tokens.size(), 1), false}};
+        model::SeqChunk step[] = {{a.get(), all.subspan(i, 1), false},
+                                  {b.get(), all.subspan((i + 5) % tokens.size(), 1), false}};
         out.push_back(r.m->forward(std::span(step, two ? 2 : 1)));
     }
     return out;

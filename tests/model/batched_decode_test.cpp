@@ -28,11 +28,10 @@ TEST(BatchedDecode, BitIdenticalToAlone) {
         alone.push_back(run_chunked(m, s, sched));
     }
     // Together: sequence i starts i*4 steps late, so steps mix prefill chunks and decodes.
-    std::vector<std::unique_ptr<model::SeqState>> st;
+    std::vector<std::unique_ptr<model::SequenceState>> st;
     std::vector<size_t> done(seqs.size(), 0);
     std::vector<std::vector<float>> together(seqs.size());
-    for (const auto& s : seqs)
-        st.push_back(std::make_unique<model::SeqState>(m.config(), m.backend(), int64_t(s.size())));
+    for (const auto& s : seqs) st.push_back(m.new_state(int64_t(s.size())));
     for (int step = 0;; ++step) {
         std::vector<model::SeqChunk> chunks;
         std::vector<size_t> who;

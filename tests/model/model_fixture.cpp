@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "io/npy.h"
+#include "io/token_list.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
-#include "runtime/token_list.h"
 
 namespace di::test {
 
@@ -20,7 +20,7 @@ Fixture load_fixture(const std::string& name) {
     auto m = runtime::load_model(f.dir, *f.backend);
     EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
     if (m.ok()) f.model = std::move(*m);
-    auto toks = runtime::read_token_file(f.dir + "/prompt.txt");
+    auto toks = io::read_token_file(f.dir + "/prompt.txt");
     EXPECT_TRUE(toks.ok());
     if (toks.ok()) f.prompt = *toks;
     return f;
@@ -35,15 +35,15 @@ std::vector<float> read_logits(const std::string& path, int64_t* rows, int64_t* 
     return a->f32;
 }
 
-std::vector<float> run_chunked(model::DeepseekV4& m, const std::vector<int32_t>& tokens,
+std::vector<float> run_chunked(model::Model& m, const std::vector<int32_t>& tokens,
                                const std::vector<int64_t>& chunk_lengths) {
-    model::SeqState st(m.config(), m.backend(), int64_t(tokens.size()));
+    const std::unique_ptr<model::SequenceState> st = m.new_state(int64_t(tokens.size()));
     std::vector<float> out;
     size_t i = 0, k = 0;
     while (i < tokens.size()) {
         const size_t len =
             std::min<size_t>(size_t(chunk_lengths[k++ % chunk_lengths.size()]), tokens.size() - i);
-        model::SeqChunk c{&st, std::span<const int32_t>(tokens.data() + i, len), true};
+        model::SeqChunk c{st.get(), std::span<const int32_t>(tokens.data() + i, len), true};
         auto part = m.forward(std::span<const model::SeqChunk>(&c, 1));
         out.insert(out.end(), part.begin(), part.end());
         i += len;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/deepseek_v4.h"
+#include "model/model.h"
 #include "ops/backend.h"
 
 namespace di::test {
@@ -13,7 +13,7 @@ namespace di::test {
 struct Fixture {
     std::string dir;
     std::unique_ptr<ops::Backend> backend;
-    std::unique_ptr<model::DeepseekV4> model;
+    std::unique_ptr<model::Model> model;
     std::vector<int32_t> prompt;
 };
 
@@ -21,7 +21,7 @@ struct Fixture {
 Fixture load_fixture(const std::string& name);
 std::vector<float> read_logits(const std::string& path, int64_t* rows = nullptr, int64_t* cols = nullptr);
 // Runs `tokens` in chunks of the given lengths (cycled) and returns all logits.
-std::vector<float> run_chunked(model::DeepseekV4& m, const std::vector<int32_t>& tokens,
+std::vector<float> run_chunked(model::Model& m, const std::vector<int32_t>& tokens,
                                const std::vector<int64_t>& chunk_lengths);
 float max_abs(const std::vector<float>& v);
 

@@ -157,7 +157,9 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
     runtime::ScreenOptions o;
     o.ops = {"attention", "indexer_topk", "mhc_pre", "hc_head"};
     o.batches = {1, 3};
-    const runtime::ScreenReport rep = runtime::screen_model(**m, o);
+    auto screened = runtime::screen_model(**m, o);
+    ASSERT_TRUE(screened.ok()) << screened.error().message;
+    const runtime::ScreenReport& rep = *screened;
     std::map<std::string, int> seen;
     for (const runtime::ScreenRow& r : rep.rows) {
         ++seen[r.op + "/" + r.variant];

@@ -7,7 +7,6 @@
 #include <span>
 
 #include "cpu_test_util.h"
-#include "model/seq_state.h"
 #include "ops/compare/compare_backend.h"
 #include "runtime/model_loader.h"
 
@@ -19,13 +18,13 @@ TEST(CpuModelAB, TinyFp8EveryOpAgreesWithRef) {
     ops::CompareBackend cmp(cpu, 1e-5);
     auto m = runtime::load_model(std::string(DI_TEST_DATA) + "/v4_tiny_fp8", cmp);
     ASSERT_TRUE(m.ok()) << m.error().message;
-    model::DeepseekV4& model = **m;
+    model::Model& model = **m;
     std::vector<int32_t> tokens;
     for (int32_t i = 0; i < 24; ++i) tokens.push_back(int32_t((i * 37 + 11) % model.config().vocab_size));
-    model::SeqState st(model.config(), model.backend(), int64_t(tokens.size()));
+    const std::unique_ptr<model::SequenceState> st = model.new_state(int64_t(tokens.size()));
     for (size_t i = 0; i < tokens.size();) {
         const size_t n = i < 15 ? 5 : 1;  // 3 prefill chunks, then decode
-        model::SeqChunk c{&st, std::span<const int32_t>(tokens.data() + i, n), false};
+        model::SeqChunk c{st.get(), std::span<const int32_t>(tokens.data() + i, n), false};
         model.forward(std::span<const model::SeqChunk>(&c, 1));
         i += n;
     }

@@ -7,9 +7,9 @@
 
 #include "core/error.h"
 
-namespace di::runtime {
+namespace di::io {
 
 Result<std::vector<int32_t>> parse_token_list(const std::string& text, const std::string& source);
 Result<std::vector<int32_t>> read_token_file(const std::string& path);
 
-}  // namespace di::runtime
+}  // namespace di::io

@@ -1,25 +1,25 @@
-#include "runtime/throughput.h"
+#include "perf/throughput.h"
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
 
-namespace di::runtime {
+namespace di::perf {
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 }  // namespace
 
-Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
+Throughput measure_throughput(model::Model& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
                               const std::function<void()>& after_prefill) {
     const auto& cfg = model.config();
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int64_t i = 0; i < n_prompt; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % cfg.vocab_size);
-    std::vector<std::unique_ptr<model::SeqState>> states;
+    std::vector<std::unique_ptr<model::SequenceState>> states;
     std::vector<model::SeqChunk> chunks;
     for (int64_t b = 0; b < batch; ++b) {
-        states.push_back(std::make_unique<model::SeqState>(cfg, model.backend(), n_prompt + n_decode));
+        states.push_back(model.new_state(n_prompt + n_decode));
         chunks.push_back({states.back().get(), prompt, false});
     }
     Throughput t{batch, n_prompt, n_decode};
@@ -42,4 +42,4 @@ Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_
     return t;
 }
 
-}  // namespace di::runtime
+}  // namespace di::perf

@@ -1,5 +1,5 @@
 // The demo checkpoint: official DeepSeek names and formats, deterministic random weights (fixed seed).
-#include "runtime/demo_model.h"
+#include "demo/demo_model.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -16,7 +16,7 @@
 #define DEEPINFER_ASSET_DIR "assets"
 #endif
 
-namespace di::runtime {
+namespace di::demo {
 namespace {
 
 namespace fs = std::filesystem;
@@ -381,4 +381,4 @@ Result<std::string> ensure_demo_model() {
     return dir.string();
 }
 
-}  // namespace di::runtime
+}  // namespace di::demo

@@ -1,11 +1,11 @@
-#include "runtime/token_list.h"
+#include "io/token_list.h"
 
 #include <cctype>
 #include <charconv>
 #include <fstream>
 #include <sstream>
 
-namespace di::runtime {
+namespace di::io {
 namespace {
 
 Result<int32_t> parse_id(const std::string& s, const std::string& source) {
@@ -45,4 +45,4 @@ Result<std::vector<int32_t>> read_token_file(const std::string& path) {
     return parse_token_list(ss.str(), path);
 }
 
-}  // namespace di::runtime
+}  // namespace di::io

@@ -15,7 +15,7 @@ namespace di::io {
 class Checkpoint;
 }
 
-namespace di::runtime {
+namespace di::demo {
 
 // Shape of a random-weight V4 checkpoint (official names and formats). Defaults: the demo model.
 struct RandomModelSpec {
@@ -46,4 +46,4 @@ inline constexpr const char* kDemoNotice =
     "note: no --model given, using the built-in demo model (DeepSeek-V4 architecture, RANDOM weights: "
     "the text it produces is meaningless)";
 
-}  // namespace di::runtime
+}  // namespace di::demo

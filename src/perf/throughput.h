@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <functional>
 
-#include "model/deepseek_v4.h"
+#include "model/model.h"
 
-namespace di::runtime {
+namespace di::perf {
 
 struct Throughput {
     int64_t batch = 1, prompt_tokens = 0, decode_steps = 0;
@@ -18,7 +18,7 @@ struct Throughput {
 };
 
 // `after_prefill` (optional) runs between the prefill and the first decode step (a profiler's split).
-Throughput measure_throughput(model::DeepseekV4& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
+Throughput measure_throughput(model::Model& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
                               const std::function<void()>& after_prefill = {});
 
-}  // namespace di::runtime
+}  // namespace di::perf

@@ -1,0 +1,74 @@
+// What the runtime, the CLI and the benchmarks know of a model: one forward over per-sequence chunks, the
+// per-sequence state it keeps and that state's size. The state's layout belongs to the model family (V4 keeps
+// per-layer rings and compressed entries; a family whose compressed state is shared across layers lays it
+// out its own way). Families are found by the config's architecture in model/registry.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/state_size.h"
+#include "ops/backend.h"
+
+namespace di::model {
+
+// exact: f32 activations everywhere (held to the fp32 goldens). native: the GEMM inputs of FP8 weights
+// quantised per 128-column block as DeepSeek's inference code does (ops/act_quant.h), so the CUDA backend can
+// run them on FP8 tensor cores; an FP8 weight whose in_dim is not a multiple of 128 (test checkpoints only)
+// keeps f32 inputs. Activations between ops stay f32 in both.
+enum class Precision : uint8_t { kExact, kNative };
+
+// One sequence's state, sized for `capacity` tokens when the model makes it (Model::new_state).
+class SequenceState {
+  public:
+    virtual ~SequenceState() = default;
+    int64_t n_tokens() const { return n_tokens_; }
+    int64_t capacity() const { return capacity_; }
+    int64_t bytes() const { return bytes_; }  // device memory it holds
+    void advance(int64_t n) { n_tokens_ += n; }
+    // Forget everything (the memory is reused by the next sequence).
+    virtual void reset() = 0;
+
+  protected:
+    explicit SequenceState(int64_t capacity) : capacity_(capacity) {}
+    int64_t n_tokens_ = 0;
+    int64_t capacity_ = 0;
+    int64_t bytes_ = 0;
+};
+
+struct SeqChunk {
+    SequenceState* state = nullptr;   // made by the model that runs the chunk
+    std::span<const int32_t> tokens;  // appended at positions state->n_tokens() ...
+    bool all_logits = false;          // logits for every token, else only for the last one
+};
+
+struct WeightStats {
+    std::map<std::string, int64_t> tensors_by_dtype;  // safetensors dtype -> count
+    int64_t n_tensors = 0;
+    int64_t bytes = 0;
+    int64_t params = 0;           // logical parameters (fp4 counts two per byte; scales excluded)
+    int64_t active_params = 0;    // per token: everything but the unselected routed experts
+    int64_t skipped_tensors = 0;  // mtp.* and other ignored tensors
+};
+
+class Model {
+  public:
+    virtual ~Model() = default;
+    virtual const ModelConfig& config() const = 0;
+    virtual const WeightStats& weight_stats() const = 0;
+    virtual ops::Backend& backend() = 0;
+    virtual Precision precision() const = 0;
+    virtual void set_precision(Precision p) = 0;
+    virtual StateSize state_size() const = 0;
+    virtual std::unique_ptr<SequenceState> new_state(int64_t capacity) = 0;
+    // Runs one step. Returns host f32 logits [rows, vocab_size]: for each chunk in order, all of its tokens
+    // or just its last. Token ids must be in range and chunks must fit their states (checked by callers).
+    virtual std::vector<float> forward(std::span<const SeqChunk> chunks) = 0;
+};
+
+}  // namespace di::model
