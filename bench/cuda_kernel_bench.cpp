@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_roofline.h"
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/kernels.h"
 
@@ -24,15 +25,6 @@ namespace di::bench {
 namespace {
 
 using namespace di::cuda;
-
-#define KCHECK(x)                                                                                   \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                           \
-        }                                                                                           \
-    } while (0)
 
 std::mt19937_64 g_rng(11);
 
@@ -68,8 +60,8 @@ void* random_device(size_t bytes, int kind) {
         }
     }
     void* d = nullptr;
-    KCHECK(cudaMalloc(&d, bytes));
-    KCHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
+    DI_CUDA_CHECK(cudaMalloc(&d, bytes));
+    DI_CUDA_CHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -78,24 +70,24 @@ double graph_us(cudaStream_t s, int reps, const std::function<void(int)>& launch
     cudaGraph_t g;
     cudaGraphExec_t ge;
     launch(0);  // outside the capture: one-time setup (shared-memory limits, occupancy queries)
-    KCHECK(cudaStreamSynchronize(s));
-    KCHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    DI_CUDA_CHECK(cudaStreamSynchronize(s));
+    DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < reps; ++i) launch(i);
-    KCHECK(cudaStreamEndCapture(s, &g));
-    KCHECK(cudaGraphInstantiate(&ge, g, 0));
-    KCHECK(cudaGraphLaunch(ge, s));  // warm-up
-    KCHECK(cudaStreamSynchronize(s));
+    DI_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    DI_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    DI_CUDA_CHECK(cudaGraphLaunch(ge, s));  // warm-up
+    DI_CUDA_CHECK(cudaStreamSynchronize(s));
     cudaEvent_t a, b;
-    KCHECK(cudaEventCreate(&a));
-    KCHECK(cudaEventCreate(&b));
+    DI_CUDA_CHECK(cudaEventCreate(&a));
+    DI_CUDA_CHECK(cudaEventCreate(&b));
     std::vector<float> t;
     for (int k = 0; k < 7; ++k) {
-        KCHECK(cudaEventRecord(a, s));
-        KCHECK(cudaGraphLaunch(ge, s));
-        KCHECK(cudaEventRecord(b, s));
-        KCHECK(cudaEventSynchronize(b));
+        DI_CUDA_CHECK(cudaEventRecord(a, s));
+        DI_CUDA_CHECK(cudaGraphLaunch(ge, s));
+        DI_CUDA_CHECK(cudaEventRecord(b, s));
+        DI_CUDA_CHECK(cudaEventSynchronize(b));
         float ms = 0;
-        KCHECK(cudaEventElapsedTime(&ms, a, b));
+        DI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
         t.push_back(ms);
     }
     cudaEventDestroy(a), cudaEventDestroy(b);
@@ -150,7 +142,7 @@ class BenchScratch final : public Scratch {
         auto& [p, b] = slots_[size_t(slot)];
         if (bytes > b) {
             cudaFree(p);
-            KCHECK(cudaMalloc(&p, bytes));
+            DI_CUDA_CHECK(cudaMalloc(&p, bytes));
             b = bytes;
         }
         return p;
@@ -166,7 +158,7 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
     const int64_t nmax = *std::max_element(ns.begin(), ns.end());
     float* x = static_cast<float*>(random_device(size_t(nmax * in) * 4, 2));
     float* y = nullptr;
-    KCHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
     BenchScratch scratch;
     scratch.get(8, size_t(nmax * in + nmax * in / 128) * 4);  // before capture
     for (int64_t n : ns) {
@@ -185,7 +177,7 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
                 else
                     launch_linear(x, in, w, y, out, n, s, v);
             });
-            KCHECK(cudaGetLastError());
+            DI_CUDA_CHECK(cudaGetLastError());
             rows.push_back(
                 {std::string(name) + ", n=" + std::to_string(n), vname, us, ws.bytes + 4.0 * n * (in + out)});
         }
@@ -211,12 +203,12 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
     float *y = nullptr, *sx = nullptr, *sw = nullptr, *xd = nullptr;
     uint8_t* q = nullptr;
     void* tmp = nullptr;
-    KCHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
-    KCHECK(cudaMalloc(&q, size_t(lt_rows(nmax) * in)));
-    KCHECK(cudaMalloc(&sx, size_t(lt_rows(nmax) * in / 128) * 4));
-    KCHECK(cudaMalloc(&sw, size_t(out / 128 * lt_scale_ld(in / 128)) * 4));
-    KCHECK(cudaMalloc(&xd, size_t(nmax * in) * 4));
-    KCHECK(cudaMalloc(&tmp, size_t(lt_rows(nmax) * out) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&q, size_t(lt_rows(nmax) * in)));
+    DI_CUDA_CHECK(cudaMalloc(&sx, size_t(lt_rows(nmax) * in / 128) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&sw, size_t(out / 128 * lt_scale_ld(in / 128)) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&xd, size_t(nmax * in) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&tmp, size_t(lt_rows(nmax) * out) * 4));
     for (int64_t n : ns) {
         const double flops = 2.0 * double(n) * double(out) * double(in);
         const std::string label = std::string(name) + ", n=" + std::to_string(n);
@@ -266,14 +258,14 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
             WeightRef r;
             r.data = random_device(size_t(o * i / 2), 0);
             r.scale = random_device(size_t(o * i / 32), 1);
-            KCHECK(
+            DI_CUDA_CHECK(
                 cudaMemset(const_cast<void*>(r.scale), 120, size_t(o * i / 32)));  // 2^-7, as the model draws
             r.ld = i / 2, r.ld_scale = i / 32, r.out_dim = o, r.in_dim = i, r.format = 2, r.scale_e8m0 = true;
             table.push_back(r);
         }
     WeightRef* dtable = nullptr;
-    KCHECK(cudaMalloc(&dtable, table.size() * sizeof(WeightRef)));
-    KCHECK(cudaMemcpy(dtable, table.data(), table.size() * sizeof(WeightRef), cudaMemcpyHostToDevice));
+    DI_CUDA_CHECK(cudaMalloc(&dtable, table.size() * sizeof(WeightRef)));
+    DI_CUDA_CHECK(cudaMemcpy(dtable, table.data(), table.size() * sizeof(WeightRef), cudaMemcpyHostToDevice));
     const double per_expert = 3.0 * (double(I) * D / 2 + double(I) * D / 32);
     BenchScratch scratch;
     for (int64_t n : ns) {
@@ -291,30 +283,30 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
             std::vector<int32_t> u = h;
             std::sort(u.begin(), u.end());
             distinct += double(std::unique(u.begin(), u.end()) - u.begin()) / kSets;
-            KCHECK(cudaMalloc(&ids[size_t(set)], h.size() * 4));
-            KCHECK(cudaMemcpy(ids[size_t(set)], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+            DI_CUDA_CHECK(cudaMalloc(&ids[size_t(set)], h.size() * 4));
+            DI_CUDA_CHECK(cudaMemcpy(ids[size_t(set)], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
         }
         float* x = static_cast<float*>(random_device(size_t(n * D) * 4, 2));
         float* w = static_cast<float*>(random_device(size_t(n * k) * 4, 2));
         float* out = nullptr;
-        KCHECK(cudaMalloc(&out, size_t(n * D) * 4));
-        MoeParams p{x,
-                    D,
-                    nullptr,
-                    k,
-                    w,
-                    k,
-                    dtable,
-                    E,
-                    out,
-                    D,
-                    n,
-                    k,
-                    D,
-                    I,
-                    10.0f,
-                    gemv_format(table[0]),
-                    fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s)};
+        DI_CUDA_CHECK(cudaMalloc(&out, size_t(n * D) * 4));
+        MoeParams p{.x = x,
+                    .ld_x = D,
+                    .ids = nullptr,
+                    .ld_ids = k,
+                    .w = w,
+                    .ld_w = k,
+                    .table = dtable,
+                    .n_experts = E,
+                    .out = out,
+                    .ld_out = D,
+                    .n = n,
+                    .k = k,
+                    .D = D,
+                    .I = I,
+                    .limit = 10.0f,
+                    .gemv_format = gemv_format(table[0]),
+                    .mma_ok = fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s)};
         for (auto [vname, v] :
              {std::pair{"mma", MoeVariant::kMma}, std::pair{"split_rows", MoeVariant::kSplitRows},
               std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
@@ -330,7 +322,7 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
                 q.ids = ids[size_t(i % kSets)];
                 launch_moe(q, scratch, s, v);
             });
-            KCHECK(cudaGetLastError());
+            DI_CUDA_CHECK(cudaGetLastError());
             rows.push_back({"moe fp4 n=" + std::to_string(n) + ", 256 experts, k=6 (" +
                                 std::to_string(int(distinct + 0.5)) + " experts read)",
                             vname, us, distinct * per_expert + 4.0 * n * D * 2});
@@ -344,53 +336,55 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
 
 // Decode attention of one query, 64 heads x 512, window 128, over `entries` compressed entries: every
 // entry (HCA, causal) or top-512 picks (CSA). Bytes: the keys read once + q + out.
-void bench_attention(std::vector<Row>& rows, cudaStream_t s, const char* name, int mask, int64_t entries) {
-    const int64_t H = 64, hd = 512, window = 128, k = 512, pos0 = mask == 1 ? entries * 128 : entries * 4;
+void bench_attention(std::vector<Row>& rows, cudaStream_t s, const char* name, AttnCompMask mask,
+                     int64_t entries) {
+    const int64_t H = 64, hd = 512, window = 128, k = 512,
+                  pos0 = mask == AttnCompMask::kCausal ? entries * 128 : entries * 4;
     float* q = static_cast<float*>(random_device(size_t(H * hd) * 4, 2));
     float* ring = static_cast<float*>(random_device(size_t((window - 1) * hd) * 4, 2));
     float* kv = static_cast<float*>(random_device(size_t(hd) * 4, 2));
     float* comp = static_cast<float*>(random_device(size_t(entries * hd) * 4, 2));
     float* sinks = static_cast<float*>(random_device(size_t(H) * 4, 2));
     float* out = nullptr;
-    KCHECK(cudaMalloc(&out, size_t(H * hd) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&out, size_t(H * hd) * 4));
     std::vector<int32_t> hp(static_cast<size_t>(k));
     for (auto& v : hp) v = int32_t(g_rng() % uint64_t(entries));
     int32_t* picks = nullptr;
-    KCHECK(cudaMalloc(&picks, size_t(k) * 4));
-    KCHECK(cudaMemcpy(picks, hp.data(), size_t(k) * 4, cudaMemcpyHostToDevice));
-    AttentionParams p{q,
-                      H * hd,
-                      hd,
-                      ring,
-                      hd,
-                      kv,
-                      hd,
-                      comp,
-                      hd,
-                      entries,
-                      mask == 2 ? picks : nullptr,
-                      k,
-                      mask == 2 ? k : 0,
-                      sinks,
-                      out,
-                      H * hd,
-                      hd,
-                      1,
-                      H,
-                      hd,
-                      pos0,
-                      window - 1,
-                      window,
-                      mask,
-                      128,
-                      0.044f};
-    const double keys = double(window + (mask == 2 ? k : entries));
+    DI_CUDA_CHECK(cudaMalloc(&picks, size_t(k) * 4));
+    DI_CUDA_CHECK(cudaMemcpy(picks, hp.data(), size_t(k) * 4, cudaMemcpyHostToDevice));
+    AttentionParams p{.q = q,
+                      .q_s0 = H * hd,
+                      .q_s1 = hd,
+                      .ring = ring,
+                      .ld_ring = hd,
+                      .kv = kv,
+                      .ld_kv = hd,
+                      .comp = comp,
+                      .ld_comp = hd,
+                      .n_comp = entries,
+                      .picks = mask == AttnCompMask::kPicks ? picks : nullptr,
+                      .ld_picks = k,
+                      .k = mask == AttnCompMask::kPicks ? k : 0,
+                      .sinks = sinks,
+                      .out = out,
+                      .o_s0 = H * hd,
+                      .o_s1 = hd,
+                      .L = 1,
+                      .H = H,
+                      .hd = hd,
+                      .pos0 = pos0,
+                      .n_cached = window - 1,
+                      .window = window,
+                      .comp_mask = mask,
+                      .rate = 128,
+                      .scale = 0.044f};
+    const double keys = double(window + (mask == AttnCompMask::kPicks ? k : entries));
     BenchScratch scratch;
     for (auto [vname, v] : {std::pair{"split_kv", AttentionVariant::kSplitKv},
                             std::pair{"per_query", AttentionVariant::kPerQuery}}) {
         launch_attention(p, scratch, s, v);  // scratch sized before the capture
         const double us = graph_us(s, 20, [&](int) { launch_attention(p, scratch, s, v); });
-        KCHECK(cudaGetLastError());
+        DI_CUDA_CHECK(cudaGetLastError());
         rows.push_back({name, vname, us, keys * hd * 4 + 2.0 * H * hd * 4});
     }
     cudaFree(q), cudaFree(ring), cudaFree(kv), cudaFree(comp), cudaFree(sinks), cudaFree(out),
@@ -405,17 +399,33 @@ void bench_mhc(std::vector<Row>& rows, cudaStream_t s, int64_t n) {
     float* base = static_cast<float*>(random_device(size_t(M) * 4, 2));
     float* scale = static_cast<float*>(random_device(3 * 4, 2));
     float *x = nullptr, *post = nullptr, *comb = nullptr;
-    KCHECK(cudaMalloc(&x, size_t(n * D) * 4));
-    KCHECK(cudaMalloc(&post, size_t(n * hc) * 4));
-    KCHECK(cudaMalloc(&comb, size_t(n * hc * hc) * 4));
-    MhcParams p{st,   fn,      hc * D, base, scale, x,     D,     post, hc,
-                comb, hc * hc, n,      hc,   D,     1e-6f, 1e-6f, 20,   false};
+    DI_CUDA_CHECK(cudaMalloc(&x, size_t(n * D) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&post, size_t(n * hc) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&comb, size_t(n * hc * hc) * 4));
+    MhcParams p{.streams = st,
+                .fn = fn,
+                .ld_fn = hc * D,
+                .base = base,
+                .scale = scale,
+                .x = x,
+                .ld_x = D,
+                .post = post,
+                .ld_post = hc,
+                .comb = comb,
+                .ld_comb = hc * hc,
+                .n = n,
+                .hc = hc,
+                .D = D,
+                .norm_eps = 1e-6f,
+                .hc_eps = 1e-6f,
+                .sinkhorn_iters = 20,
+                .head = false};
     BenchScratch scratch;
     for (auto [vname, v] :
          {std::pair{"split_k", MhcVariant::kSplitK}, std::pair{"per_mix", MhcVariant::kPerMix}}) {
         launch_mhc_pre(p, scratch, s, v);
         const double us = graph_us(s, 20, [&](int) { launch_mhc_pre(p, scratch, s, v); });
-        KCHECK(cudaGetLastError());
+        DI_CUDA_CHECK(cudaGetLastError());
         rows.push_back({"mhc_pre hc 4 x 4096, n=" + std::to_string(n), vname, us,
                         4.0 * (M * hc * D + n * hc * D + n * D)});
     }
@@ -445,7 +455,7 @@ int main(int argc, char** argv) {
     const Roofline r = measure_roofline();
     (void)sm_count();  // cached before any capture
     cudaStream_t s;
-    KCHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     std::vector<Row> rows;
     const std::vector<int64_t> ns = quick ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1, 2, 4, 8, 16};
     auto want = [&](const char* group) { return only.empty() || only == group; };
@@ -474,10 +484,12 @@ int main(int argc, char** argv) {
     }
     if (want("moe")) bench_moe(rows, s, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
     if (want("attention")) {
-        bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)", 1, 512);
-        bench_attention(rows, s, "attention decode, window 128 + 512 CSA picks of 16384 (64K context)", 2,
-                        16384);
-        bench_attention(rows, s, "attention decode, window 128 + all 8192 HCA entries (1M context)", 1, 8192);
+        bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)",
+                        AttnCompMask::kCausal, 512);
+        bench_attention(rows, s, "attention decode, window 128 + 512 CSA picks of 16384 (64K context)",
+                        AttnCompMask::kPicks, 16384);
+        bench_attention(rows, s, "attention decode, window 128 + all 8192 HCA entries (1M context)",
+                        AttnCompMask::kCausal, 8192);
     }
     if (want("mhc"))
         for (int64_t n : {1, 4, 64}) bench_mhc(rows, s, n);

@@ -8,17 +8,10 @@
 #include <cstdio>
 #include <vector>
 
+#include "ops/cuda/cuda_check.h"
+
 namespace di::bench {
 namespace {
-
-#define BCHECK(x)                                                         \
-    do {                                                                  \
-        cudaError_t e_ = (x);                                             \
-        if (e_ != cudaSuccess) {                                          \
-            std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                 \
-        }                                                                 \
-    } while (0)
 
 template <class F>
 double median_ms(F&& f, int reps) {
@@ -48,7 +41,7 @@ __attribute__((unused)) void fill_random(void* p, size_t bytes) {
         x = uint8_t(s >> 24);
         if ((x & 0x7f) == 0x7f) x = 0x3c;  // no fp8/bf16 NaN patterns
     }
-    BCHECK(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice));
+    DI_CUDA_CHECK(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice));
 }
 
 struct Lt {
@@ -87,10 +80,10 @@ double gemm_rate(Lt& lt, cublasLtHandle_t h, cudaDataType_t in_t, int n, std::st
     const size_t es = in_t == CUDA_R_16BF ? 2 : 1;
     void *A, *B, *D, *ws;
     const size_t ws_bytes = 64u << 20;
-    BCHECK(cudaMalloc(&A, size_t(n) * n * es));
-    BCHECK(cudaMalloc(&B, size_t(n) * n * es));
-    BCHECK(cudaMalloc(&D, size_t(n) * n * 2));
-    BCHECK(cudaMalloc(&ws, ws_bytes));
+    DI_CUDA_CHECK(cudaMalloc(&A, size_t(n) * n * es));
+    DI_CUDA_CHECK(cudaMalloc(&B, size_t(n) * n * es));
+    DI_CUDA_CHECK(cudaMalloc(&D, size_t(n) * n * 2));
+    DI_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
     fill_random(A, size_t(n) * n * es);  // random data: zeros run faster than real data
     fill_random(B, size_t(n) * n * es);
     cublasLtMatmulDesc_t desc;
@@ -134,8 +127,8 @@ Roofline measure_roofline(int gemm_n) {
     Roofline r;
     const size_t bytes = size_t(2) << 30;
     void *a, *b;
-    BCHECK(cudaMalloc(&a, bytes));
-    BCHECK(cudaMalloc(&b, bytes));
+    DI_CUDA_CHECK(cudaMalloc(&a, bytes));
+    DI_CUDA_CHECK(cudaMalloc(&b, bytes));
     fill_random(a, bytes);
     const double ms = median_ms([&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, 20);
     r.copy_gbps = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;

@@ -115,7 +115,7 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
     begin_segment(s);
     for (int64_t j = 0; j < hc; ++j) {  // every stream starts as the embedding
         TensorView stream_j = s.streams.reshape({s.n, hc * D});
-        be_->embed({s.tokens, w_.embed, columns(stream_j, j * D, D)});
+        be_->embed({.tokens = s.tokens, .table = w_.embed, .out = columns(stream_j, j * D, D)});
     }
     for (int l = 0; l < int(cfg_.n_layers); ++l) {
         attention_layer(l, s);
@@ -124,8 +124,14 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
 
     be_->set_scope("head");
     TensorView h = ws_.take(DType::kF32, {s.n, D});
-    be_->hc_head({s.streams, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, h, eps, float(cfg_.hc_eps)});
-    be_->rms_norm({h, w_.norm, h, eps});
+    be_->hc_head({.streams = s.streams,
+                  .fn = w_.hc_head.fn,
+                  .base = w_.hc_head.base,
+                  .scale = w_.hc_head.scale,
+                  .out = h,
+                  .norm_eps = eps,
+                  .hc_eps = float(cfg_.hc_eps)});
+    be_->rms_norm({.x = h, .weight = w_.norm, .y = h, .eps = eps});
     std::vector<int64_t> rows;
     for (size_t c = 0; c < chunks.size(); ++c) {
         if (chunks[c].all_logits)
@@ -173,8 +179,21 @@ TensorView DeepseekV4::entry_positions(int64_t rate, int64_t first, int64_t coun
     return t.view().rows(first, count);
 }
 
+MhcPreArgs DeepseekV4::mhc_pre_args(const HcWeights& hw, const Step& s) const {
+    return {.streams = s.streams,
+            .fn = hw.fn,
+            .base = hw.base,
+            .scale = hw.scale,
+            .x = s.x,
+            .post = s.post,
+            .comb = s.comb,
+            .norm_eps = float(cfg_.rms_norm_eps),
+            .hc_eps = float(cfg_.hc_eps),
+            .sinkhorn_iters = int(cfg_.hc_sinkhorn_iters)};
+}
+
 LinearArgs DeepseekV4::lin(const TensorView& x, const QWeight& w, const TensorView& y) const {
-    LinearArgs a{x, w, y};
+    LinearArgs a{.x = x, .w = w, .y = y};
     if (precision_ == Precision::kNative && w.format == ops::WeightFormat::kFp8Block &&
         w.in_dim % ops::kActBlock == 0)
         a.act = ops::ActQuant::kFp8Block128;
@@ -199,11 +218,20 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
         const int64_t L = s.len[c], pos0 = s.pos0[c], before = pos0 / rate;
         const int64_t n_new = CompressArgs::n_new(pos0, L, rate);
         TensorView out = st.entries.rows(before, n_new);
-        be_->compress({p.kv.rows(s.row0[c], L), p.gate.rows(s.row0[c], L), cw.ape, st.buf_kv, st.buf_gate,
-                       st.ovl_kv, st.ovl_gate, out, pos0, rate, overlap});
+        be_->compress({.kv = p.kv.rows(s.row0[c], L),
+                       .gate = p.gate.rows(s.row0[c], L),
+                       .bias = cw.ape,
+                       .buf_kv = st.buf_kv,
+                       .buf_gate = st.buf_gate,
+                       .ovl_kv = st.ovl_kv,
+                       .ovl_gate = st.ovl_gate,
+                       .out = out,
+                       .pos0 = pos0,
+                       .rate = rate,
+                       .overlap = overlap});
         n_entries[c] = before + n_new;
         if (n_new == 0) continue;
-        be_->rms_norm({out, cw.norm, out, float(cfg_.rms_norm_eps)});
+        be_->rms_norm({.x = out, .weight = cw.norm, .y = out, .eps = float(cfg_.rms_norm_eps)});
         RopeArgs r = rope_proto;  // an entry sits at the first position of its window
         r.x = as3d(out, n_new, 1, d);
         r.positions = entry_positions(rate, before, n_new);
@@ -219,27 +247,30 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank;
     const float eps = float(cfg_.rms_norm_eps);
     const bool sliding = type == AttnType::kSliding, csa = type == AttnType::kCsa;
-    const RopeArgs rope_proto = sliding
-                                    ? RopeArgs{{}, s.positions, inv_freq_main_, mscale_main_, false}
-                                    : RopeArgs{{}, s.positions, inv_freq_compress_, mscale_compress_, false};
+    const RopeArgs rope_proto{.x = {},  // each use sets its own
+                              .positions = s.positions,
+                              .inv_freq = sliding ? inv_freq_main_ : inv_freq_compress_,
+                              .mscale = sliding ? mscale_main_ : mscale_compress_};
 
     be_->set_scope(fmt::format("layer {} / attention", l));
-    be_->mhc_pre({s.streams, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, s.x, s.post, s.comb, eps,
-                  float(cfg_.hc_eps), int(cfg_.hc_sinkhorn_iters)});
+    be_->mhc_pre(mhc_pre_args(lw.hc_attn, s));
     TensorView y = ws_.take(DType::kF32, {n, D});
-    be_->rms_norm({s.x, lw.attn_norm, y, eps});
+    be_->rms_norm({.x = s.x, .weight = lw.attn_norm, .y = y, .eps = eps});
     TensorView qr = ws_.take(DType::kF32, {n, cfg_.q_lora_rank});  // q residual, also feeds the indexer
     TensorView kv = ws_.take(DType::kF32, {n, hd});
     const LinearArgs from_y[] = {lin(y, aw.wq_a, qr), lin(y, aw.wkv, kv)};
     be_->linears(from_y);
-    be_->rms_norm({qr, aw.q_norm, qr, eps});
+    be_->rms_norm({.x = qr, .weight = aw.q_norm, .y = qr, .eps = eps});
     TensorView q = ws_.take(DType::kF32, {n, H * hd});
     be_->linear(lin(qr, aw.wq_b, q));
-    be_->rms_norm({q.reshape({n * H, hd}), {}, q.reshape({n * H, hd}), eps});  // per head, unweighted
+    be_->rms_norm({.x = q.reshape({n * H, hd}),
+                   .weight = {},
+                   .y = q.reshape({n * H, hd}),
+                   .eps = eps});  // per head, unweighted
     RopeArgs rq = rope_proto;
     rq.x = as3d(q, n, H, hd);  // [n, H, hd]
     be_->rope(rq);
-    be_->rms_norm({kv, aw.kv_norm, kv, eps});
+    be_->rms_norm({.x = kv, .weight = aw.kv_norm, .y = kv, .eps = eps});
     RopeArgs rkv = rope_proto;
     rkv.x = as3d(kv, n, 1, hd);
     be_->rope(rkv);
@@ -281,9 +312,14 @@ void DeepseekV4::attention_layer(int l, Step& s) {
             if (T == 0 || L == 0) continue;
             picks[c] = vws_.take(DType::kI32, {L, std::min(cfg_.index_topk, T)});
             const TensorView keys = s.states[c]->layer(l).index.entries.rows(0, T);
-            be_->indexer_topk({as3d(qi, n, nIH, ihd).rows(s.row0[c], L), iw.rows(s.row0[c], L), keys,
-                               picks[c], s.pos0[c], cfg_.csa_rate, float(1.0 / std::sqrt(double(nIH))),
-                               float(1.0 / std::sqrt(double(ihd)))});
+            be_->indexer_topk({.q = as3d(qi, n, nIH, ihd).rows(s.row0[c], L),
+                               .weights = iw.rows(s.row0[c], L),
+                               .keys = keys,
+                               .picks = picks[c],
+                               .pos0 = s.pos0[c],
+                               .rate = cfg_.csa_rate,
+                               .weight_scale = float(1.0 / std::sqrt(double(nIH))),
+                               .score_scale = float(1.0 / std::sqrt(double(ihd)))});
         }
     }
 
@@ -313,7 +349,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
             if (csa && picks[c].empty()) a.comp_mask = CompMask::kNone;
         }
         attn.push_back(a);
-        stores.push_back({a.kv, ls.ring, pos0});
+        stores.push_back({.kv = a.kv, .ring = ls.ring, .pos0 = pos0});
     }
     be_->attentions(attn);  // every chunk reads its ring before any store writes one (each its own)
     be_->window_stores(stores);
@@ -333,7 +369,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     be_->linears(groups);
     TensorView a = ws_.take(DType::kF32, {n, D});
     be_->linear(lin(u, aw.wo_b, a));
-    be_->mhc_post({s.streams, a, s.post, s.comb, s.spare});
+    be_->mhc_post({.streams = s.streams, .a = a, .post = s.post, .comb = s.comb, .out = s.spare});
     std::swap(s.streams, s.spare);
 }
 
@@ -346,30 +382,40 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
         cfg_.swiglu_limit > 0 ? float(cfg_.swiglu_limit) : std::numeric_limits<float>::infinity();
 
     be_->set_scope(fmt::format("layer {} / moe", l));
-    be_->mhc_pre({s.streams, lw.hc_ffn.fn, lw.hc_ffn.base, lw.hc_ffn.scale, s.x, s.post, s.comb, eps,
-                  float(cfg_.hc_eps), int(cfg_.hc_sinkhorn_iters)});
+    be_->mhc_pre(mhc_pre_args(lw.hc_ffn, s));
     TensorView y = ws_.take(DType::kF32, {n, D});
-    be_->rms_norm({s.x, lw.ffn_norm, y, eps});
+    be_->rms_norm({.x = s.x, .weight = lw.ffn_norm, .y = y, .eps = eps});
     TensorView logits = ws_.take(DType::kF32, {n, cfg_.n_experts});
     be_->linear(lin(y, fw.gate, logits));
     TensorView ids = ws_.take(DType::kI32, {n, k});
     TensorView weights = ws_.take(DType::kF32, {n, k});
     const bool hash = cfg_.moe_types[size_t(l)] == MoeType::kHash;
-    be_->route(
-        {logits, hash ? TensorView{} : fw.gate_bias, hash ? fw.tid2eid : TensorView{}, s.tokens, ids, weights,
-         cfg_.score_func == ScoreFunc::kSigmoid ? ops::ScoreFunc::kSigmoid : ops::ScoreFunc::kSqrtSoftplus,
-         float(cfg_.routed_scaling_factor)});
+    be_->route({.logits = logits,
+                .bias = hash ? TensorView{} : fw.gate_bias,
+                .tid2eid = hash ? fw.tid2eid : TensorView{},
+                .tokens = s.tokens,
+                .ids = ids,
+                .weights = weights,
+                .func = cfg_.score_func == ScoreFunc::kSigmoid ? ops::ScoreFunc::kSigmoid
+                                                               : ops::ScoreFunc::kSqrtSoftplus,
+                .scaling = float(cfg_.routed_scaling_factor)});
     TensorView routed = ws_.take(DType::kF32, {n, D});
-    be_->moe({y, ids, weights, fw.experts.data(), int64_t(fw.experts.size()), routed, limit});
+    be_->moe({.x = y,
+              .ids = ids,
+              .weights = weights,
+              .experts = fw.experts.data(),
+              .n_experts = int64_t(fw.experts.size()),
+              .out = routed,
+              .limit = limit});
     TensorView gate = ws_.take(DType::kF32, {n, I});
     TensorView up = ws_.take(DType::kF32, {n, I});
     const LinearArgs shared_up[] = {lin(y, fw.shared.w1, gate), lin(y, fw.shared.w3, up)};
     be_->linears(shared_up);
-    be_->swiglu({gate, up, gate, limit});
+    be_->swiglu({.gate = gate, .up = up, .out = gate, .limit = limit});
     TensorView shared = ws_.take(DType::kF32, {n, D});
     be_->linear(lin(gate, fw.shared.w2, shared));
-    be_->add({routed, shared, routed});
-    be_->mhc_post({s.streams, routed, s.post, s.comb, s.spare});
+    be_->add({.a = routed, .b = shared, .out = routed});
+    be_->mhc_post({.streams = s.streams, .a = routed, .post = s.post, .comb = s.comb, .out = s.spare});
     std::swap(s.streams, s.spare);
 }
 

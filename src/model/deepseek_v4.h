@@ -36,6 +36,8 @@ class DeepseekV4 final : public Model {
     struct Projected;  // a compressor's projections of the step's tokens
     // The linear's args, with fp8 activation blocks where the precision asks for them.
     ops::LinearArgs lin(const TensorView& x, const ops::QWeight& w, const TensorView& y) const;
+    // The step's mHC collapse before a sub-layer, with that sub-layer's mixing weights.
+    ops::MhcPreArgs mhc_pre_args(const HcWeights& hw, const Step& s) const;
     void attention_layer(int l, Step& s);
     void ffn_layer(int l, Step& s);
     // Opens the step's next graph segment (ops::Backend::segment_begin); the ops that depend on positions,

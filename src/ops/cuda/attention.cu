@@ -27,7 +27,7 @@ __device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_
         return pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
     }
     const int64_t c = j - n_win;
-    return p.comp + (p.comp_mask == 1 ? c : int64_t(list[c])) * p.ld_comp;
+    return p.comp + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c])) * p.ld_comp;
 }
 
 __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
@@ -42,9 +42,9 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
     const int64_t lo = max(pos - p.window + 1, p.pos0 - p.n_cached);
     const int64_t n_win = pos - lo + 1;
     int64_t n_comp = 0;
-    if (p.comp_mask == 1) {
+    if (p.comp_mask == AttnCompMask::kCausal) {
         n_comp = min(p.n_comp, (pos + 1) / p.rate);
-    } else if (p.comp_mask == 2) {
+    } else if (p.comp_mask == AttnCompMask::kPicks) {
         // keep the first occurrence of each valid pick, in pick order: flags in parallel, compaction serial
         const int32_t* pk = p.picks + t * p.ld_picks;
         for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) list[j] = pk[j];
@@ -125,7 +125,9 @@ struct Slots {
 __device__ __forceinline__ Slots slots_of(const AttentionParams& p, int64_t t) {
     const int64_t pos = p.pos0 + t;
     const int64_t lo = max(pos - p.window + 1, p.pos0 - p.n_cached);
-    const int64_t n_comp = p.comp_mask == 1 ? min(p.n_comp, (pos + 1) / p.rate) : p.comp_mask == 2 ? p.k : 0;
+    const int64_t n_comp = p.comp_mask == AttnCompMask::kCausal  ? min(p.n_comp, (pos + 1) / p.rate)
+                           : p.comp_mask == AttnCompMask::kPicks ? p.k
+                                                                 : 0;
     return {lo, pos - lo + 1, n_comp};
 }
 
@@ -148,8 +150,8 @@ __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, 
     const int64_t w0 = min(j0, sl.n_win), w1 = min(j1, sl.n_win);  // window keys [w0, w1)
     const int64_t c0 = max(j0, sl.n_win) - sl.n_win, c1 = max(j1, sl.n_win) - sl.n_win;  // comp slots
     int64_t n_comp = c1 - c0;
-    int32_t* kept = list + (p.comp_mask == 2 ? p.k : 0);
-    if (p.comp_mask == 2 && n_comp > 0) {
+    int32_t* kept = list + (p.comp_mask == AttnCompMask::kPicks ? p.k : 0);
+    if (p.comp_mask == AttnCompMask::kPicks && n_comp > 0) {
         const int32_t* pk = p.picks + t * p.ld_picks;
         for (int64_t j = threadIdx.x; j < c1; j += blockDim.x) list[j] = pk[j];
         __syncthreads();
@@ -204,7 +206,8 @@ __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, 
                     pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
             } else {
                 const int64_t cc = k - nw_local;
-                src = p.comp + (p.comp_mask == 1 ? c0 + cc : int64_t(kept[cc])) * p.ld_comp;
+                src =
+                    p.comp + (p.comp_mask == AttnCompMask::kCausal ? c0 + cc : int64_t(kept[cc])) * p.ld_comp;
             }
             v[u] = __ldg(reinterpret_cast<const float4*>(src) + c);
         }
@@ -358,9 +361,10 @@ bool attention_split_supported(const AttentionParams& p) {
 
 int64_t attention_splits(const AttentionParams& p) {
     const int64_t blocks = p.L * ((p.H + kHeadsPerBlock - 1) / kHeadsPerBlock);
-    const int64_t max_slots = std::min(p.window, p.pos0 + p.L) + (p.comp_mask == 1   ? p.n_comp
-                                                                  : p.comp_mask == 2 ? p.k
-                                                                                     : 0);
+    const int64_t max_slots =
+        std::min(p.window, p.pos0 + p.L) + (p.comp_mask == AttnCompMask::kCausal  ? p.n_comp
+                                            : p.comp_mask == AttnCompMask::kPicks ? p.k
+                                                                                  : 0);
     // about four blocks per multiprocessor, each with at least 32 key slots
     const int64_t want = (4 * int64_t(sm_count()) + blocks - 1) / blocks;
     return std::clamp<int64_t>(std::min(want, (max_slots + 31) / 32), 1, 64);
@@ -370,7 +374,8 @@ void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, Atte
     if (p.L == 0) return;
     const size_t tile = size_t(kTile * p.hd) * sizeof(float);
     if (v == AttentionVariant::kPerQuery) {
-        const size_t smem = tile + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t);
+        const size_t smem =
+            tile + size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t);
         static size_t raised = 48 * 1024;
         raise_smem(attention_kernel, smem, raised);
         const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock));
@@ -378,7 +383,7 @@ void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, Atte
         return;
     }
     const int64_t S = attention_splits(p);
-    const size_t smem = tile + size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t);
+    const size_t smem = tile + size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t);
     static size_t raised_full = 48 * 1024, raised_any = 48 * 1024;
     const bool full = p.hd == 32 * kMaxPerLane;
     auto kernel = full ? attention_split_kernel<true> : attention_split_kernel<false>;
@@ -404,8 +409,9 @@ void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& s
         jobs[size_t(i)].S = attention_splits(p);  // as the job's own launch: the same bits
         s_max = std::max(s_max, jobs[size_t(i)].S);
         ml_n += p.H * jobs[size_t(i)].S * 2, acc_n += p.H * jobs[size_t(i)].S * p.hd, H = std::max(H, p.H);
-        smem = std::max(smem, size_t(kTile * p.hd) * sizeof(float) +
-                                  size_t(p.comp_mask == 2 ? 2 * p.k : 0) * sizeof(int32_t));
+        smem =
+            std::max(smem, size_t(kTile * p.hd) * sizeof(float) +
+                               size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t));
     }
     // scratch 4: the job table (16-byte aligned), then the (m, l) partials; scratch 5: the acc partials
     const size_t table = (size_t(count) * sizeof(AttentionJob) + 15) / 16 * 16;

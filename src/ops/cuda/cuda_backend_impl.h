@@ -14,15 +14,10 @@
 
 #include "ops/cuda/cuda_allocator.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/op_variants.h"
 #include "ops/cuda/step_graphs.h"
-
-#define DI_CUDA_OK(expr)                                                                    \
-    do {                                                                                    \
-        const cudaError_t e_ = (expr);                                                      \
-        DI_CHECK(e_ == cudaSuccess, "CUDA error in {}: {}", #expr, cudaGetErrorString(e_)); \
-    } while (0)
 
 namespace di::ops::cuda_impl {
 
@@ -99,14 +94,14 @@ class CudaBackend final : public Backend {
         DI_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.nbytes() == src.nbytes(), "copy {} <- {}",
                  dst.describe(), src.describe());
         if (dst.nbytes() == 0) return;
-        DI_CUDA_OK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, stream()));
+        DI_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, stream()));
         if (host) synchronize();
     }
     void fill_zero(const TensorView& dst) override {
         if (replaying()) return;
         DI_CHECK(dst.is_contiguous(), "fill_zero of non-contiguous {}", dst.describe());
         on_device(dst, "fill_zero");
-        DI_CUDA_OK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), stream()));
+        DI_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), stream()));
     }
     void synchronize() override {
         before_host_sync();

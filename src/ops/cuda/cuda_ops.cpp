@@ -19,6 +19,10 @@ void need_f32_rows(const TensorView& v, std::string_view what) {
     DI_CHECK(v.stride[v.ndim - 1] == 1, "{}: {} needs unit last stride", what, v.describe());
 }
 
+static_assert(int(CompMask::kNone) == int(cuda::AttnCompMask::kNone) &&
+              int(CompMask::kCausal) == int(cuda::AttnCompMask::kCausal) &&
+              int(CompMask::kPicks) == int(cuda::AttnCompMask::kPicks));
+
 // The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
 // launcher's name for variant i.
 constexpr cuda::LinearVariant kLinearEnum[] = {
@@ -92,9 +96,9 @@ CudaBackend::CudaBackend(int device)
     int n = 0;
     DI_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && device >= 0 && device < n,
              "CUDA device {} not available ({} devices)", device, n);
-    DI_CUDA_OK(cudaSetDevice(device));
+    DI_CUDA_CHECK(cudaSetDevice(device));
     cudaStream_t s;
-    DI_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_ = s;
     graphs_ = std::make_unique<StepGraphs>(
         s, [this](uint32_t mask) { return scratch_.generations(mask) * 31u + variant_epoch_; });
@@ -224,7 +228,7 @@ void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w) {
     uint8_t* q = base;
     auto* sx = reinterpret_cast<float*>(base + q_bytes);
     if (rows != n)
-        DI_CUDA_OK(cudaMemsetAsync(base, 0, q_bytes + sx_bytes, stream()));  // the padding rows: zeros
+        DI_CUDA_CHECK(cudaMemsetAsync(base, 0, q_bytes + sx_bytes, stream()));  // the padding rows: zeros
     const float* sw = reinterpret_cast<const float*>(w.scale);
     if (w.scale_e8m0 || w.ld_scale != ld_sw || reinterpret_cast<uintptr_t>(w.scale) % 16 != 0) {
         auto* wide = reinterpret_cast<float*>(base + q_bytes + sx_bytes);  // f32, rows of 16-byte multiples
@@ -320,17 +324,17 @@ void CudaBackend::rope(const RopeArgs& a) {
     device_args(a, "rope");
     need_f32_rows(a.x, "rope.x");
     DI_CHECK(a.positions.is_contiguous() && a.inv_freq.is_contiguous(), "rope: positions/inv_freq layout");
-    cuda::RopeParams p{f32m(a.x),
-                       a.x.stride[0],
-                       a.x.stride[1],
-                       a.x.shape[0],
-                       a.x.shape[1],
-                       a.x.shape[2],
-                       a.positions.ptr<int32_t>(),
-                       f32(a.inv_freq),
-                       a.inv_freq.numel(),
-                       a.mscale,
-                       a.inverse};
+    cuda::RopeParams p{.x = f32m(a.x),
+                       .s0 = a.x.stride[0],
+                       .s1 = a.x.stride[1],
+                       .n = a.x.shape[0],
+                       .heads = a.x.shape[1],
+                       .hd = a.x.shape[2],
+                       .pos = a.positions.ptr<int32_t>(),
+                       .inv_freq = f32(a.inv_freq),
+                       .half = a.inv_freq.numel(),
+                       .mscale = a.mscale,
+                       .inverse = a.inverse};
     cuda::launch_rope(p, stream_);
     launched("rope");
 }
@@ -342,29 +346,29 @@ void CudaBackend::compress(const CompressArgs& a) {
     for (const TensorView* v :
          {&a.kv, &a.gate, &a.bias, &a.buf_kv, &a.buf_gate, &a.ovl_kv, &a.ovl_gate, &a.out})
         need_f32_rows(*v, "compress");
-    cuda::CompressParams p{f32(a.kv),
-                           ld(a.kv),
-                           f32(a.gate),
-                           ld(a.gate),
-                           f32(a.bias),
-                           ld(a.bias),
-                           f32m(a.buf_kv),
-                           ld(a.buf_kv),
-                           f32m(a.buf_gate),
-                           ld(a.buf_gate),
-                           a.overlap ? f32m(a.ovl_kv) : nullptr,
-                           ld(a.ovl_kv),
-                           a.overlap ? f32m(a.ovl_gate) : nullptr,
-                           ld(a.ovl_gate),
-                           a.out.empty() ? nullptr : f32m(a.out),
-                           ld(a.out),
-                           a.kv.shape[0],
-                           a.kv.shape[1],
-                           a.out.shape[1],
-                           a.out.shape[0],
-                           a.pos0,
-                           a.rate,
-                           a.overlap};
+    cuda::CompressParams p{.kv = f32(a.kv),
+                           .ld_kv = ld(a.kv),
+                           .gate = f32(a.gate),
+                           .ld_gate = ld(a.gate),
+                           .bias = f32(a.bias),
+                           .ld_bias = ld(a.bias),
+                           .buf_kv = f32m(a.buf_kv),
+                           .ld_buf_kv = ld(a.buf_kv),
+                           .buf_gate = f32m(a.buf_gate),
+                           .ld_buf_gate = ld(a.buf_gate),
+                           .ovl_kv = a.overlap ? f32m(a.ovl_kv) : nullptr,
+                           .ld_ovl_kv = ld(a.ovl_kv),
+                           .ovl_gate = a.overlap ? f32m(a.ovl_gate) : nullptr,
+                           .ld_ovl_gate = ld(a.ovl_gate),
+                           .out = a.out.empty() ? nullptr : f32m(a.out),
+                           .ld_out = ld(a.out),
+                           .L = a.kv.shape[0],
+                           .width = a.kv.shape[1],
+                           .d = a.out.shape[1],
+                           .n_new = a.out.shape[0],
+                           .pos0 = a.pos0,
+                           .rate = a.rate,
+                           .overlap = a.overlap};
     cuda::launch_compress(p, stream_);
     launched("compress");
 }
@@ -377,11 +381,24 @@ void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
         need_f32_rows(a.keys, "indexer.keys");
     DI_CHECK(a.picks.shape[1] <= cuda::indexer_max_topk(), "indexer_topk: k {} above the kernel's {}",
              a.picks.shape[1], cuda::indexer_max_topk());
-    cuda::IndexerParams p{f32(a.q),        a.q.stride[0],    a.q.stride[1], f32(a.weights),
-                          ld(a.weights),   f32(a.keys),      ld(a.keys),    a.picks.ptr<int32_t>(),
-                          ld(a.picks),     a.q.shape[0],     a.q.shape[1],  a.q.shape[2],
-                          a.keys.shape[0], a.picks.shape[1], a.pos0,        a.rate,
-                          a.weight_scale,  a.score_scale};
+    cuda::IndexerParams p{.q = f32(a.q),
+                          .q_s0 = a.q.stride[0],
+                          .q_s1 = a.q.stride[1],
+                          .w = f32(a.weights),
+                          .ld_w = ld(a.weights),
+                          .keys = f32(a.keys),
+                          .ld_keys = ld(a.keys),
+                          .picks = a.picks.ptr<int32_t>(),
+                          .ld_picks = ld(a.picks),
+                          .L = a.q.shape[0],
+                          .H = a.q.shape[1],
+                          .dim = a.q.shape[2],
+                          .T = a.keys.shape[0],
+                          .k = a.picks.shape[1],
+                          .pos0 = a.pos0,
+                          .rate = a.rate,
+                          .weight_scale = a.weight_scale,
+                          .score_scale = a.score_scale};
     cuda::launch_indexer_topk(p, scratch_, stream_);
     launched("indexer_topk");
 }
@@ -397,32 +414,32 @@ std::pair<cuda::AttentionParams, int> CudaBackend::attention_call(const Attentio
              a.q.shape[2], cuda::attention_max_head_dim());
     const bool comp = a.comp_mask != CompMask::kNone;
     const bool picks = a.comp_mask == CompMask::kPicks;
-    cuda::AttentionParams p{f32(a.q),
-                            a.q.stride[0],
-                            a.q.stride[1],
-                            f32(a.ring),
-                            ld(a.ring),
-                            f32(a.kv),
-                            ld(a.kv),
-                            comp ? f32(a.comp) : nullptr,
-                            comp ? ld(a.comp) : 0,
-                            comp && !a.comp.empty() ? a.comp.shape[0] : 0,
-                            picks ? a.picks.ptr<int32_t>() : nullptr,
-                            picks ? ld(a.picks) : 0,
-                            picks ? a.picks.shape[1] : 0,
-                            f32(a.sinks),
-                            f32m(a.out),
-                            a.out.stride[0],
-                            a.out.stride[1],
-                            a.q.shape[0],
-                            a.q.shape[1],
-                            a.q.shape[2],
-                            a.pos0,
-                            a.n_cached,
-                            a.window,
-                            int(a.comp_mask),
-                            a.rate,
-                            a.scale};
+    cuda::AttentionParams p{.q = f32(a.q),
+                            .q_s0 = a.q.stride[0],
+                            .q_s1 = a.q.stride[1],
+                            .ring = f32(a.ring),
+                            .ld_ring = ld(a.ring),
+                            .kv = f32(a.kv),
+                            .ld_kv = ld(a.kv),
+                            .comp = comp ? f32(a.comp) : nullptr,
+                            .ld_comp = comp ? ld(a.comp) : 0,
+                            .n_comp = comp && !a.comp.empty() ? a.comp.shape[0] : 0,
+                            .picks = picks ? a.picks.ptr<int32_t>() : nullptr,
+                            .ld_picks = picks ? ld(a.picks) : 0,
+                            .k = picks ? a.picks.shape[1] : 0,
+                            .sinks = f32(a.sinks),
+                            .out = f32m(a.out),
+                            .o_s0 = a.out.stride[0],
+                            .o_s1 = a.out.stride[1],
+                            .L = a.q.shape[0],
+                            .H = a.q.shape[1],
+                            .hd = a.q.shape[2],
+                            .pos0 = a.pos0,
+                            .n_cached = a.n_cached,
+                            .window = a.window,
+                            .comp_mask = cuda::AttnCompMask(int(a.comp_mask)),
+                            .rate = a.rate,
+                            .scale = a.scale};
     const int v = attention_v_.choose(
         [&](int i, bool) {
             return kAttentionEnum[i] != cuda::AttentionVariant::kSplitKv ||
@@ -482,24 +499,24 @@ void CudaBackend::mhc_pre(const MhcPreArgs& a) {
     DI_CHECK(hc <= cuda::mhc_max_hc(), "mhc_pre: hc_mult {} above {}", hc, cuda::mhc_max_hc());
     DI_CHECK(a.comb.stride[1] == hc && a.comb.stride[2] == 1, "mhc_pre.comb {} rows must be contiguous",
              a.comb.describe());
-    cuda::MhcParams p{f32(a.streams),
-                      f32(a.fn),
-                      ld(a.fn),
-                      f32(a.base),
-                      f32(a.scale),
-                      f32m(a.x),
-                      ld(a.x),
-                      f32m(a.post),
-                      ld(a.post),
-                      f32m(a.comb),
-                      ld(a.comb),
-                      a.streams.shape[0],
-                      hc,
-                      a.streams.shape[2],
-                      a.norm_eps,
-                      a.hc_eps,
-                      a.sinkhorn_iters,
-                      false};
+    cuda::MhcParams p{.streams = f32(a.streams),
+                      .fn = f32(a.fn),
+                      .ld_fn = ld(a.fn),
+                      .base = f32(a.base),
+                      .scale = f32(a.scale),
+                      .x = f32m(a.x),
+                      .ld_x = ld(a.x),
+                      .post = f32m(a.post),
+                      .ld_post = ld(a.post),
+                      .comb = f32m(a.comb),
+                      .ld_comb = ld(a.comb),
+                      .n = a.streams.shape[0],
+                      .hc = hc,
+                      .D = a.streams.shape[2],
+                      .norm_eps = a.norm_eps,
+                      .hc_eps = a.hc_eps,
+                      .sinkhorn_iters = a.sinkhorn_iters,
+                      .head = false};
     const int v = mhc_pre_v_.choose(
         [&](int i, bool) { return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p); },
         [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", hc, p.D); });
@@ -526,10 +543,24 @@ void CudaBackend::hc_head(const HcHeadArgs& a) {
     const int64_t hc = a.streams.shape[1];
     DI_CHECK(hc <= cuda::mhc_max_hc() && a.streams.is_contiguous(), "hc_head: streams {}",
              a.streams.describe());
-    cuda::MhcParams p{
-        f32(a.streams), f32(a.fn), ld(a.fn), f32(a.base), f32(a.scale),       f32m(a.out), ld(a.out),
-        nullptr,        0,         nullptr,  0,           a.streams.shape[0], hc,          a.streams.shape[2],
-        a.norm_eps,     a.hc_eps,  0,        true};
+    cuda::MhcParams p{.streams = f32(a.streams),
+                      .fn = f32(a.fn),
+                      .ld_fn = ld(a.fn),
+                      .base = f32(a.base),
+                      .scale = f32(a.scale),
+                      .x = f32m(a.out),
+                      .ld_x = ld(a.out),
+                      .post = nullptr,
+                      .ld_post = 0,
+                      .comb = nullptr,
+                      .ld_comb = 0,
+                      .n = a.streams.shape[0],
+                      .hc = hc,
+                      .D = a.streams.shape[2],
+                      .norm_eps = a.norm_eps,
+                      .hc_eps = a.hc_eps,
+                      .sinkhorn_iters = 0,
+                      .head = true};
     const int v = hc_head_v_.choose(
         [&](int i, bool) { return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p); },
         [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", hc, p.D); });
@@ -546,23 +577,23 @@ void CudaBackend::route(const RouteArgs& a) {
     if (hash)
         DI_CHECK(a.tid2eid.dtype == DType::kI64 || a.tid2eid.dtype == DType::kI32, "route.tid2eid dtype {}",
                  dtype_name(a.tid2eid.dtype));
-    cuda::RouteParams p{f32(a.logits),
-                        ld(a.logits),
-                        a.bias.empty() ? nullptr : f32(a.bias),
-                        hash ? a.tid2eid.data : nullptr,
-                        hash && a.tid2eid.dtype == DType::kI64,
-                        ld(a.tid2eid),
-                        hash ? a.tid2eid.shape[0] : 0,
-                        hash ? a.tokens.ptr<int32_t>() : nullptr,
-                        a.ids.ptr<int32_t>(),
-                        ld(a.ids),
-                        f32m(a.weights),
-                        ld(a.weights),
-                        a.logits.shape[0],
-                        a.logits.shape[1],
-                        a.ids.shape[1],
-                        a.func == ScoreFunc::kSigmoid,
-                        a.scaling};
+    cuda::RouteParams p{.logits = f32(a.logits),
+                        .ld_logits = ld(a.logits),
+                        .bias = a.bias.empty() ? nullptr : f32(a.bias),
+                        .tid2eid = hash ? a.tid2eid.data : nullptr,
+                        .tid_i64 = hash && a.tid2eid.dtype == DType::kI64,
+                        .ld_tid = ld(a.tid2eid),
+                        .vocab = hash ? a.tid2eid.shape[0] : 0,
+                        .tokens = hash ? a.tokens.ptr<int32_t>() : nullptr,
+                        .ids = a.ids.ptr<int32_t>(),
+                        .ld_ids = ld(a.ids),
+                        .weights = f32m(a.weights),
+                        .ld_weights = ld(a.weights),
+                        .n = a.logits.shape[0],
+                        .E = a.logits.shape[1],
+                        .k = a.ids.shape[1],
+                        .sigmoid = a.func == ScoreFunc::kSigmoid,
+                        .scaling = a.scaling};
     cuda::launch_route(p, stream_);
     launched("route");
 }
@@ -609,8 +640,8 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
             t.device = alloc_.allocate(bytes);
         }
         before_host_sync();
-        DI_CUDA_OK(cudaMemcpyAsync(t.device, host.data(), bytes, cudaMemcpyHostToDevice, stream()));
-        DI_CUDA_OK(cudaStreamSynchronize(stream()));
+        DI_CUDA_CHECK(cudaMemcpyAsync(t.device, host.data(), bytes, cudaMemcpyHostToDevice, stream()));
+        DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
         t.host = std::move(host);
         t.gemv_format = cuda::gemv_format(t.host[0]);
         for (const WeightRef& w : t.host)
@@ -644,23 +675,23 @@ void CudaBackend::moe(const MoeArgs& a) {
     const int64_t chunk = std::max<int64_t>(1, cuda::kMoeGroupedMaxPairs / k);
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         const int64_t m = std::min(chunk, n - t0);
-        cuda::MoeParams p{f32(a.x) + t0 * ld(a.x),
-                          ld(a.x),
-                          a.ids.ptr<int32_t>() + t0 * ld(a.ids),
-                          ld(a.ids),
-                          f32(a.weights) + t0 * ld(a.weights),
-                          ld(a.weights),
-                          static_cast<const WeightRef*>(table.device),
-                          a.n_experts,
-                          f32m(a.out) + t0 * ld(a.out),
-                          ld(a.out),
-                          m,
-                          k,
-                          D,
-                          I,
-                          a.limit,
-                          table.gemv_format,
-                          table.mma_ok};
+        cuda::MoeParams p{.x = f32(a.x) + t0 * ld(a.x),
+                          .ld_x = ld(a.x),
+                          .ids = a.ids.ptr<int32_t>() + t0 * ld(a.ids),
+                          .ld_ids = ld(a.ids),
+                          .w = f32(a.weights) + t0 * ld(a.weights),
+                          .ld_w = ld(a.weights),
+                          .table = static_cast<const WeightRef*>(table.device),
+                          .n_experts = a.n_experts,
+                          .out = f32m(a.out) + t0 * ld(a.out),
+                          .ld_out = ld(a.out),
+                          .n = m,
+                          .k = k,
+                          .D = D,
+                          .I = I,
+                          .limit = a.limit,
+                          .gemv_format = table.gemv_format,
+                          .mma_ok = table.mma_ok};
         const int v = moe_v_.choose(
             [&](int i, bool) {
                 switch (kMoeEnum[i]) {

@@ -8,19 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 
 namespace di::cuda {
-
-#define DI_CUDA_CHECK(expr)                                                                             \
-    do {                                                                                                \
-        cudaError_t e_ = (expr);                                                                        \
-        if (e_ != cudaSuccess) {                                                                        \
-            std::fprintf(stderr, "deepinfer: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
-                         cudaGetErrorString(e_));                                                       \
-            std::abort();                                                                               \
-        }                                                                                               \
-    } while (0)
 
 inline cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }

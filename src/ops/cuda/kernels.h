@@ -112,6 +112,10 @@ struct WindowStoreJob {
 // launch without a table (a pageable table copy costs more than the launch it saves).
 void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s);
 
+// Which compressed entries a query sees (ops::CompMask, the same values): none, the causal prefix, or its
+// picks.
+enum class AttnCompMask : int { kNone = 0, kCausal = 1, kPicks = 2 };
+
 struct AttentionParams {
     const float* q;
     int64_t q_s0, q_s1;  // [L, H, hd]
@@ -130,7 +134,7 @@ struct AttentionParams {
     int64_t o_s0, o_s1;  // [L, H, hd]
     int64_t L, H, hd;
     int64_t pos0, n_cached, window;
-    int comp_mask;  // 0 none, 1 causal, 2 picks
+    AttnCompMask comp_mask;
     int64_t rate;
     float scale;
 };
