@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference vectors for deepinfer's config folding (tests/unit/test_config_vectors.cpp).
+"""Reference vectors for deepinfer's config folding (tests/model/config_vectors_test.cpp).
 
 Each case is a config.json dict. transformers 5.17.0 (`DeepseekV4Config.from_dict`, then
 `DeepseekV4RotaryEmbedding` for the two RoPE tables) folds it, and the folded fields, both rope dicts,

@@ -4,7 +4,7 @@
 * tests/data/safetensors/single/model.safetensors and sharded/ (index + 2 shards): written by the
   `safetensors` package from torch tensors of every dtype deepinfer reads; expected.json lists each
   tensor's dtype, shape and bytes (hex), as torch holds them.
-* tests/unit/data/npy/*.npy: written by numpy.save; expected values in npy_expected.json.
+* tests/io/data/npy/*.npy: written by numpy.save; expected values in npy_expected.json.
 * tests/fuzz/corpus/: seeds for the libFuzzer target, replayed by the unit test. `ok_*` files must parse,
   `bad_*` files must be rejected.
 

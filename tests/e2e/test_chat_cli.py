@@ -1,6 +1,6 @@
 """`deepinfer chat` at its prompt (the tiny model with the tiny tokenizer). stdin a pipe: /reset answers,
 Ctrl-C (SIGINT) quits with exit code 0, as Ctrl-D (end of input) does. On a pty: line editing and history. Ctrl-C during an answer stopping it
-is the generator's cancel flag (tests/model/generation_test.cpp)."""
+is the generator's cancel flag (tests/runtime/generation_test.cpp)."""
 import os
 import pty
 import select

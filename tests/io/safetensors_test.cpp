@@ -1,10 +1,11 @@
 // parse_safetensors on hand-built headers: the valid layouts and every malformed case, each error checked for
 // the file, the tensor/field and the offending value.
+#include "io/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <initializer_list>
 
-#include "io/safetensors.h"
 #include "io_test_util.h"
 
 namespace di::io {

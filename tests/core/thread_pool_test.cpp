@@ -1,12 +1,12 @@
 // ThreadPool: every index runs exactly once per parallel_for, whether the workers are still spinning from the
 // previous job (back-to-back jobs) or asleep (a pause past the spin window), and the pool shuts down cleanly.
+#include "core/thread_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 #include <vector>
-
-#include "core/thread_pool.h"
 
 namespace di {
 namespace {

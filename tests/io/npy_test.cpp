@@ -1,11 +1,12 @@
 // npy: round trip through write_npy_f32/read_npy, fixtures written by numpy.save, and malformed files.
+#include "io/npy.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "io/npy.h"
 #include "io_test_util.h"
 
 namespace di::io {
@@ -14,7 +15,7 @@ namespace {
 using nlohmann::json;
 using test::TempDir;
 
-std::string npy_dir() { return std::string(DI_SOURCE_DIR) + "/tests/unit/data/npy"; }
+std::string npy_dir() { return std::string(DI_SOURCE_DIR) + "/tests/io/data/npy"; }
 
 TEST(Npy, RoundTrip) {
     TempDir dir;
