@@ -122,7 +122,7 @@ TEST_F(HttpTest, HealthModelsMetrics) {
          {"deepinfer_time_to_first_token_seconds_bucket", "deepinfer_inter_token_latency_seconds",
           "deepinfer_running_requests", "deepinfer_waiting_requests",
           "deepinfer_state_memory_bytes{kind=\"free\"}", "deepinfer_generation_tokens_total",
-          "deepinfer_process_memory_bytes{kind=\"heap_in_use\"}"})
+          "deepinfer_process_memory_bytes{kind=\"resident\"}"})
         EXPECT_NE(x->body.find(name), std::string::npos) << name;
     expect_error(client().Get("/v1/nope"), 404);
     expect_error(client().Get("/v1/models/other"), 404, "model");
