@@ -68,7 +68,8 @@ gguf="$work/$name.gguf"
 [[ -s $gguf ]] || "$work/venv/bin/python" "$src/convert_hf_to_gguf.py" "$stage" --outfile "$gguf" > "$work/convert-$name.log" 2>&1 ||
   { tail -20 "$work/convert-$name.log"; exit 1; }
 
-# 4. both engines, interleaved, warm-up included (llama-bench warms up itself; model_bench's prefill is one).
+# 4. both engines, interleaved, warm-up included (llama-bench warms up itself; model_bench runs the same prompt
+#    untimed first).
 # Bytes per decode step as ../shared/tools/v4_decode_bytes.py counts them for this config (where that tool
 # is present; the same count for both engines: the checkpoint's formats), against the read bandwidth of a
 # parallel sum measured before each thread count's runs.

@@ -2,6 +2,7 @@
 // state memory as the sequence grows, for a model directory or a built-in random model ("demo", "mid").
 //   model_bench [--model DIR | --preset demo|mid|flash] [--backend ref|cpu|cuda] [--prompt N] [--decode N]
 //               [--layers L]  (flash: the first L layers of V4-Flash, 4 by default, drawn in memory: no file)
+//               [--warmup W]  (W untimed runs of the same prompt first, 1 by default; 0 times the cold step)
 //               [--batch B]   (B sequences: B prefills of N tokens in one step, then steps of B decodes)
 //               [--profile 1] (per-op time, bytes and GB/s of the prefill and of the decode steps; every op
 //                              synchronised, so the totals exceed the unprofiled times by the launch gaps)
@@ -69,7 +70,7 @@ demo::RandomModelSpec flash_spec(int64_t n_layers) {  // DeepSeek-V4-Flash dimen
 
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
-    int64_t n_prompt = 256, n_decode = 16, batch = 1, n_layers = 4;
+    int64_t n_prompt = 256, n_decode = 16, batch = 1, n_layers = 4, warmup = 1;
     std::string profile = "0", precision = "exact", graphs = "on";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -93,6 +94,8 @@ int main(int argc, char** argv) {
             precision = v;
         else if (k == "--graphs")
             graphs = v;  // on | off (CUDA graph replay of the step's segments)
+        else if (k == "--warmup")
+            warmup = std::stoll(v);  // untimed runs of the same prompt first (0: time the cold first step)
     }
     demo::RandomModel in_memory;
     if (dir.empty() && preset == "flash") {
@@ -140,6 +143,12 @@ int main(int argc, char** argv) {
     if (!p) return std::fprintf(stderr, "%s\n", p.error().message.c_str()), 2;
     model.set_precision(*p);
     const auto& cfg = model.config();
+    // Untimed runs first, as llama-bench does: the first step of a process pays for first touches (mmapped
+    // weights paged in: 48% of a cold demo prefill was its embedding lookups), graph captures and workspace
+    // growth, none of which a running server pays again.
+    for (int64_t i = 0; i < warmup; ++i)
+        perf::measure_throughput(model, n_prompt, std::min<int64_t>(n_decode, 2), batch);
+    if (prof) prof->reset();
     const perf::Throughput t = perf::measure_throughput(model, n_prompt, n_decode, batch, [&] {
         if (!prof) return;
         fmt::print("profile of the prefill ({} x {} tokens, one step):\n{}\n", batch, n_prompt,
@@ -152,11 +161,13 @@ int main(int argc, char** argv) {
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
     fmt::print(
-        "backend {} precision {} graphs {} batch {}: prefill {} tokens in {:.3f} s = {:.1f} tokens/s; decode "
+        "backend {} precision {} graphs {} batch {} warm-up {}: prefill {} tokens in {:.3f} s = {:.1f} "
+        "tokens/s; "
+        "decode "
         "{} steps in {:.3f} s = "
         "{:.2f} tokens/s, {:.1f} ms/step\n",
-        backend_name, precision, graphs, batch, batch * n_prompt, t.prefill_seconds, t.prefill_tokens_per_s(),
-        n_decode, t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
+        backend_name, precision, graphs, batch, warmup, batch * n_prompt, t.prefill_seconds,
+        t.prefill_tokens_per_s(), n_decode, t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
     const model::StateSize ss = model.state_size();
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,
                ss.bytes_per_token);
