@@ -598,7 +598,7 @@ DI_AVX512_DOTS void dots_avx512(const float* const* x, const Rows& w, int64_t le
     __m512 acc[R][2];
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     int64_t i = 0;
-    if constexpr (requires(__m512 & a) { w.chunk32(0, 0, a, a); }) {  // two chunks from one decode step
+    if constexpr (requires(__m512 & a) { w.chunk32(0, 0, a, a); }) {  // rows that decode 32 weights at once
         for (; i + 32 <= len; i += 32) {
             __m512 w0[2], w1[2];
             for (int k = 0; k < 2; ++k) w.chunk32(k, i, w0[k], w1[k]);
