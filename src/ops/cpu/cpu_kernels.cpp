@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -13,12 +14,6 @@
 
 namespace di::ops::cpu {
 namespace {
-
-#if defined(__x86_64__) && !defined(__clang__)
-#define DI_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define DI_CPU_CLONES
-#endif
 
 constexpr int kLanes = 16;
 typedef float v16 __attribute__((vector_size(kLanes * sizeof(float))));
@@ -486,56 +481,6 @@ void dot_tile(const float* const* x, int64_t nx, const float* const* w, int64_t 
     dot_tile_generic(x, nx, w, len, res);
 }
 
-DI_CPU_CLONES void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len,
-                                    float* out) {
-    for (int64_t c = 0; c < len; ++c) out[c] = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
-        const float* r = rows[j];
-        const float pj = p[j];
-#pragma omp simd
-        for (int64_t c = 0; c < len; ++c) out[c] += pj * r[c];
-    }
-}
-
-typedef double v8d __attribute__((vector_size(8 * sizeof(double))));
-
-[[gnu::always_inline]] inline double fold8(v8d a) {
-    double t[8];
-    std::memcpy(t, &a, sizeof t);
-    for (int w = 4; w >= 1; w /= 2)
-        for (int j = 0; j < w; ++j) t[j] += t[j + w];
-    return t[0];
-}
-
-[[gnu::always_inline]] inline v8d load8d(const float* p) {
-    v8d v;
-    for (int j = 0; j < 8; ++j) v[j] = p[j];
-    return v;
-}
-
-DI_CPU_CLONES void dot_rows_f64(const float* a, const float* const* rows, int64_t n_rows, int64_t len,
-                                double* res) {
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const float* b = rows[r];
-        v8d acc{};
-        int64_t i = 0;
-        for (; i + 8 <= len; i += 8) acc += load8d(a + i) * load8d(b + i);
-        for (int64_t j = 0; i + j < len; ++j) acc[j] += double(a[i + j]) * double(b[i + j]);
-        res[r] = fold8(acc);
-    }
-}
-
-DI_CPU_CLONES double sumsq_f64(const float* a, int64_t len) {
-    v8d acc{};
-    int64_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        const v8d x = load8d(a + i);
-        acc += x * x;
-    }
-    for (int64_t j = 0; i + j < len; ++j) acc[j] += double(a[i + j]) * double(a[i + j]);
-    return fold8(acc);
-}
-
 namespace {
 
 #if defined(__x86_64__) && !defined(__clang__)
@@ -718,6 +663,20 @@ void prefetch_rows(const QWeight& w, int64_t o, int64_t n) {
 #endif
 }
 
+#if defined(__x86_64__) && !defined(__clang__)
+// One pair of weight rows against nx (1 or 2) input rows: the zmm kernel on AVX-512, else the ymm one (the
+// same bits); Rows256 void where only the AVX-512 path exists.
+template <class Rows512, class Rows256>
+void dots_pair(const float* const* x, int64_t nx, const Rows512& w512, const Rows256* w256, int64_t len,
+               float* res) {
+    if constexpr (!std::is_void_v<Rows256>) {
+        if (!has_avx512())
+            return nx == 2 ? dots_avx2<2>(x, *w256, len, res) : dots_avx2<1>(x, *w256, len, res);
+    }
+    nx == 2 ? dots_avx512<2>(x, w512, len, res) : dots_avx512<1>(x, w512, len, res);
+}
+#endif
+
 // FP8 tiles against one or two input rows on AVX2 (AVX-512 machines too: the same bits as the 16-lane
 // generic kernels that take larger batches there, and 1.3x the decode speed of dequantising through a
 // buffer on the 2-core development VM): fused dequantisation (decode sizes).
@@ -731,17 +690,10 @@ bool fp8_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
     const uint8_t* rows[kTileRows];
     for (int64_t k = 0; k < kTileRows; ++k)
         rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
-    const bool wide = has_avx512();
     for (int k = 0; k < kTileRows; k += 2) {
         prefetch_rows(w, o0 + k + kPrefetchRows, 2);
-        if (wide && nx == 2)
-            dots_avx512<2>(x, Fp8Rows512{{rows + k, sc}}, in, res + k);
-        else if (wide)
-            dots_avx512<1>(x, Fp8Rows512{{rows + k, sc}}, in, res + k);
-        else if (nx == 2)
-            dots_avx2<2>(x, Fp8Rows{rows + k, sc}, in, res + k);
-        else
-            dots_avx2<1>(x, Fp8Rows{rows + k, sc}, in, res + k);
+        const Fp8Rows pair{rows + k, sc};
+        dots_pair(x, nx, Fp8Rows512{pair}, &pair, in, res + k);
     }
     return true;
 #else
@@ -767,14 +719,8 @@ bool fp4_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
                 sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
         const float* scp[2] = {sc[0], sc[1]};
         prefetch_rows(w, o0 + k + kPrefetchRows, 2);
-        if (has_avx512() && nx == 2)
-            dots_avx512<2>(x, Fp4Rows512{{rows + k, scp}}, in, res + k);
-        else if (has_avx512())
-            dots_avx512<1>(x, Fp4Rows512{{rows + k, scp}}, in, res + k);
-        else if (nx == 2)
-            dots_avx2<2>(x, Fp4Rows{rows + k, scp}, in, res + k);
-        else
-            dots_avx2<1>(x, Fp4Rows{rows + k, scp}, in, res + k);
+        const Fp4Rows pair{rows + k, scp};
+        dots_pair(x, nx, Fp4Rows512{pair}, &pair, in, res + k);
     }
     return true;
 #else
@@ -795,10 +741,7 @@ bool bf16_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* cons
         rows[k] = w.data.ptr<uint16_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
     for (int k = 0; k < kTileRows; k += 2) {
         prefetch_rows(w, o0 + k + kPrefetchRows, 2);
-        if (nx == 2)
-            dots_avx512<2>(x, Bf16Rows512{rows + k}, w.in_dim, res + k);
-        else
-            dots_avx512<1>(x, Bf16Rows512{rows + k}, w.in_dim, res + k);
+        dots_pair<Bf16Rows512, void>(x, nx, Bf16Rows512{rows + k}, nullptr, w.in_dim, res + k);
     }
     return true;
 #else

@@ -8,6 +8,13 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/linear.h"
 
+// The generic vector kernels are compiled once per x86-64 level (AVX-512, AVX2, baseline), picked at load.
+#if defined(__x86_64__) && !defined(__clang__)
+#define DI_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DI_CPU_CLONES
+#endif
+
 namespace di::ops::cpu {
 
 inline constexpr int kTileRows = 4;  // weight rows per tile
@@ -28,6 +35,7 @@ void dequant_rows(const QWeight& w, int64_t o0, int64_t nrows, float* dst, int64
 // res[r * kTileRows + k] = dot(x[r], w[k]) over len elements, for r < nx and k < kTileRows.
 void dot_tile(const float* const* x, int64_t nx, const float* const* w, int64_t len, float* res);
 
+// The reductions below live in cpu_reductions.cpp (attention's weighted values, mHC's mixes and norms).
 // out[c] = sum_j p[j] * rows[j][c] for c < len, j summed in order 0..n-1 (float, vectorised over c).
 void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len, float* out);
 

@@ -1,0 +1,63 @@
+// The CPU backend's reductions outside the linears: attention's probability-weighted sum of value rows, and
+// the double-precision dots and squared norms of mHC. Fixed orders, so thread counts and batches keep the
+// bits.
+#include <cstring>
+
+#include "ops/cpu/cpu_kernels.h"
+
+namespace di::ops::cpu {
+namespace {
+
+typedef double v8d __attribute__((vector_size(8 * sizeof(double))));
+
+[[gnu::always_inline]] inline double fold8(v8d a) {
+    double t[8];
+    std::memcpy(t, &a, sizeof t);
+    for (int w = 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) t[j] += t[j + w];
+    return t[0];
+}
+
+[[gnu::always_inline]] inline v8d load8d(const float* p) {
+    v8d v;
+    for (int j = 0; j < 8; ++j) v[j] = p[j];
+    return v;
+}
+
+}  // namespace
+
+DI_CPU_CLONES void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len,
+                                    float* out) {
+    for (int64_t c = 0; c < len; ++c) out[c] = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+        const float* r = rows[j];
+        const float pj = p[j];
+#pragma omp simd
+        for (int64_t c = 0; c < len; ++c) out[c] += pj * r[c];
+    }
+}
+
+DI_CPU_CLONES void dot_rows_f64(const float* a, const float* const* rows, int64_t n_rows, int64_t len,
+                                double* res) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float* b = rows[r];
+        v8d acc{};
+        int64_t i = 0;
+        for (; i + 8 <= len; i += 8) acc += load8d(a + i) * load8d(b + i);
+        for (int64_t j = 0; i + j < len; ++j) acc[j] += double(a[i + j]) * double(b[i + j]);
+        res[r] = fold8(acc);
+    }
+}
+
+DI_CPU_CLONES double sumsq_f64(const float* a, int64_t len) {
+    v8d acc{};
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        const v8d x = load8d(a + i);
+        acc += x * x;
+    }
+    for (int64_t j = 0; i + j < len; ++j) acc[j] += double(a[i + j]) * double(a[i + j]);
+    return fold8(acc);
+}
+
+}  // namespace di::ops::cpu
