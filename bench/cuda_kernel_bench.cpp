@@ -4,7 +4,7 @@
 // (or expert choices) that the data cannot sit in the 50 MB L2: what the kernel costs inside a captured
 // decode step. Attention decode and mhc_pre are timed without rotation (their few MB stay in L2: an
 // optimistic figure for a step, where the previous layer has evicted them).
-//   cuda_kernel_bench [--out results.md] [--quick] [--only linear|gemm|moe|attention|mhc]
+//   cuda_kernel_bench [--out results.md] [--quick] [--only linear|gemm|moe|attention|mhc|indexer]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -432,6 +432,44 @@ void bench_mhc(std::vector<Row>& rows, cudaStream_t s, int64_t n) {
     cudaFree(st), cudaFree(fn), cudaFree(base), cudaFree(scale), cudaFree(x), cudaFree(post), cudaFree(comb);
 }
 
+// The indexer's decode step for one query: scores of 64 heads x 128 over T compressed entries, then the
+// top-min(512, T). Bytes: the keys read once + q.
+void bench_indexer(std::vector<Row>& rows, cudaStream_t s, const char* name, int64_t T) {
+    const int64_t H = 64, dim = 128, k = std::min<int64_t>(512, T);
+    float* q = static_cast<float*>(random_device(size_t(H * dim) * 4, 2));
+    float* w = static_cast<float*>(random_device(size_t(H) * 4, 2));
+    float* keys = static_cast<float*>(random_device(size_t(T * dim) * 4, 2));
+    int32_t* picks = nullptr;
+    DI_CUDA_CHECK(cudaMalloc(&picks, size_t(k) * 4));
+    IndexerParams p{.q = q,
+                    .q_s0 = H * dim,
+                    .q_s1 = dim,
+                    .w = w,
+                    .ld_w = H,
+                    .keys = keys,
+                    .ld_keys = dim,
+                    .picks = picks,
+                    .ld_picks = k,
+                    .L = 1,
+                    .H = H,
+                    .dim = dim,
+                    .T = T,
+                    .k = k,
+                    .pos0 = 4 * T,
+                    .rate = 4,
+                    .weight_scale = 0.125f,
+                    .score_scale = 0.088f};
+    BenchScratch scratch;
+    for (auto [vname, v] :
+         {std::pair{"warp_heads", IndexerVariant::kWarpHeads}, std::pair{"block", IndexerVariant::kBlock}}) {
+        launch_indexer_topk(p, scratch, s, v);
+        const double us = graph_us(s, 20, [&](int) { launch_indexer_topk(p, scratch, s, v); });
+        DI_CUDA_CHECK(cudaGetLastError());
+        rows.push_back({name, vname, us, 4.0 * double(T * dim + H * dim)});
+    }
+    cudaFree(q), cudaFree(w), cudaFree(keys), cudaFree(picks);
+}
+
 }  // namespace
 }  // namespace di::bench
 
@@ -493,6 +531,12 @@ int main(int argc, char** argv) {
     }
     if (want("mhc"))
         for (int64_t n : {1, 4, 64}) bench_mhc(rows, s, n);
+    if (want("indexer")) {
+        bench_indexer(rows, s, "indexer decode, 5 entries (short prompt)", 5);
+        bench_indexer(rows, s, "indexer decode, top-512 of 4096 entries (16K context)", 4096);
+        bench_indexer(rows, s, "indexer decode, top-512 of 16384 entries (64K context)", 16384);
+        bench_indexer(rows, s, "indexer decode, top-512 of 262144 entries (1M context)", 262144);
+    }
 
     std::string md;
     char buf[512];

@@ -124,14 +124,14 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
 
     be_->set_scope("head");
     TensorView h = ws_.take(DType::kF32, {s.n, D});
-    be_->hc_head({.streams = s.streams,
-                  .fn = w_.hc_head.fn,
-                  .base = w_.hc_head.base,
-                  .scale = w_.hc_head.scale,
-                  .out = h,
-                  .norm_eps = eps,
-                  .hc_eps = float(cfg_.hc_eps)});
-    be_->rms_norm({.x = h, .weight = w_.norm, .y = h, .eps = eps});
+    be_->hc_head_norm({.streams = s.streams,
+                       .fn = w_.hc_head.fn,
+                       .base = w_.hc_head.base,
+                       .scale = w_.hc_head.scale,
+                       .out = h,
+                       .norm_eps = eps,
+                       .hc_eps = float(cfg_.hc_eps)},
+                      {.x = h, .weight = w_.norm, .y = h, .eps = eps});
     std::vector<int64_t> rows;
     for (size_t c = 0; c < chunks.size(); ++c) {
         if (chunks[c].all_logits)
@@ -231,11 +231,10 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
                        .overlap = overlap});
         n_entries[c] = before + n_new;
         if (n_new == 0) continue;
-        be_->rms_norm({.x = out, .weight = cw.norm, .y = out, .eps = float(cfg_.rms_norm_eps)});
         RopeArgs r = rope_proto;  // an entry sits at the first position of its window
         r.x = as3d(out, n_new, 1, d);
         r.positions = entry_positions(rate, before, n_new);
-        be_->rope(r);
+        be_->rms_norm_rope({.x = out, .weight = cw.norm, .y = out, .eps = float(cfg_.rms_norm_eps)}, r);
     }
 }
 
@@ -253,9 +252,8 @@ void DeepseekV4::attention_layer(int l, Step& s) {
                               .mscale = sliding ? mscale_main_ : mscale_compress_};
 
     be_->set_scope(fmt::format("layer {} / attention", l));
-    be_->mhc_pre(mhc_pre_args(lw.hc_attn, s));
     TensorView y = ws_.take(DType::kF32, {n, D});
-    be_->rms_norm({.x = s.x, .weight = lw.attn_norm, .y = y, .eps = eps});
+    be_->mhc_pre_norm(mhc_pre_args(lw.hc_attn, s), {.x = s.x, .weight = lw.attn_norm, .y = y, .eps = eps});
     TensorView qr = ws_.take(DType::kF32, {n, cfg_.q_lora_rank});  // q residual, also feeds the indexer
     TensorView kv = ws_.take(DType::kF32, {n, hd});
     const LinearArgs from_y[] = {lin(y, aw.wq_a, qr), lin(y, aw.wkv, kv)};
@@ -263,17 +261,13 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     be_->rms_norm({.x = qr, .weight = aw.q_norm, .y = qr, .eps = eps});
     TensorView q = ws_.take(DType::kF32, {n, H * hd});
     be_->linear(lin(qr, aw.wq_b, q));
-    be_->rms_norm({.x = q.reshape({n * H, hd}),
-                   .weight = {},
-                   .y = q.reshape({n * H, hd}),
-                   .eps = eps});  // per head, unweighted
     RopeArgs rq = rope_proto;
     rq.x = as3d(q, n, H, hd);  // [n, H, hd]
-    be_->rope(rq);
-    be_->rms_norm({.x = kv, .weight = aw.kv_norm, .y = kv, .eps = eps});
+    be_->rms_norm_rope({.x = q.reshape({n * H, hd}), .weight = {}, .y = q.reshape({n * H, hd}), .eps = eps},
+                       rq);  // per head, unweighted
     RopeArgs rkv = rope_proto;
     rkv.x = as3d(kv, n, 1, hd);
-    be_->rope(rkv);
+    be_->rms_norm_rope({.x = kv, .weight = aw.kv_norm, .y = kv, .eps = eps}, rkv);
 
     // The rest of the step-wide projections, then the per-sequence ops between two graph segments.
     const int64_t rate = sliding ? 0 : cfg_.compress_rate(l);
@@ -382,9 +376,8 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
         cfg_.swiglu_limit > 0 ? float(cfg_.swiglu_limit) : std::numeric_limits<float>::infinity();
 
     be_->set_scope(fmt::format("layer {} / moe", l));
-    be_->mhc_pre(mhc_pre_args(lw.hc_ffn, s));
     TensorView y = ws_.take(DType::kF32, {n, D});
-    be_->rms_norm({.x = s.x, .weight = lw.ffn_norm, .y = y, .eps = eps});
+    be_->mhc_pre_norm(mhc_pre_args(lw.hc_ffn, s), {.x = s.x, .weight = lw.ffn_norm, .y = y, .eps = eps});
     TensorView logits = ws_.take(DType::kF32, {n, cfg_.n_experts});
     be_->linear(lin(y, fw.gate, logits));
     TensorView ids = ws_.take(DType::kI32, {n, k});
@@ -414,8 +407,8 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
     be_->swiglu({.gate = gate, .up = up, .out = gate, .limit = limit});
     TensorView shared = ws_.take(DType::kF32, {n, D});
     be_->linear(lin(gate, fw.shared.w2, shared));
-    be_->add({.a = routed, .b = shared, .out = routed});
-    be_->mhc_post({.streams = s.streams, .a = routed, .post = s.post, .comb = s.comb, .out = s.spare});
+    be_->add_mhc_post({.a = routed, .b = shared, .out = routed},
+                      {.streams = s.streams, .a = routed, .post = s.post, .comb = s.comb, .out = s.spare});
     std::swap(s.streams, s.spare);
 }
 

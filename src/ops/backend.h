@@ -87,6 +87,28 @@ class Backend {
     virtual void hc_head(const HcHeadArgs& a) = 0;
     virtual void route(const RouteArgs& a) = 0;
     virtual void moe(const MoeArgs& a) = 0;
+
+    // Fused pairs: each computes what its two calls in order compute, which is what these defaults do (so
+    // ref, cpu and the compare and profile wrappers run and check the parts one by one). A backend may run
+    // a pair in one launch, as a kernel variant of the pair's name with the two calls as its fallback; the
+    // second op reads the first one's output (norm.x is pre.x / head.out, rope.x is norm.y, post.a is
+    // add.out), which each override checks before it fuses.
+    virtual void rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) {
+        rms_norm(norm);
+        rope(r);
+    }
+    virtual void mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& norm) {
+        mhc_pre(pre);
+        rms_norm(norm);
+    }
+    virtual void hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& norm) {
+        hc_head(head);
+        rms_norm(norm);
+    }
+    virtual void add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) {
+        add(sum);
+        mhc_post(post);
+    }
 };
 
 }  // namespace di::ops

@@ -224,19 +224,22 @@ struct IndexerCase {
 
 const IndexerCase kIndexer[] = {
     {"flash_decode_top512", 1, 64, 128, 3000, 512, 12003, 4, false},
+    {"flash_decode_short_all_picked", 1, 64, 128, 5, 5, 20, 4, false},  // k = T: no select
+    {"flash_decode_64k_context", 1, 64, 128, 16384, 512, 65540, 4, false},
     {"flash_prefill_causal_cut", 6, 64, 128, 700, 512, 2790, 4, false},
     {"ties_at_zero", 5, 8, 64, 300, 40, 1200, 4, true},
     {"k_equals_T_with_fillers", 9, 4, 32, 10, 10, 20, 4, false},  // early queries: -1 fillers
     {"odd_dims", 3, 3, 20, 37, 7, 150, 4, false},
 };
 
-class CudaIndexer : public ::testing::TestWithParam<IndexerCase> {};
+class CudaIndexer : public ::testing::TestWithParam<VariantRun<IndexerCase>> {};
 
 // Picks must equal ref's exactly; the only allowed difference is between entries whose (double) scores
 // are within 1e-5 relative of each other (f32 vs double accumulation can order such near-ties differently).
 TEST_P(CudaIndexer, PicksMatchRef) {
     SKIP_WITHOUT_GPU();
-    const IndexerCase& c = GetParam();
+    const IndexerCase& c = GetParam().c;
+    const std::string variant = GetParam().variant;
     auto& b = backends();
     Pair q(DType::kF32, {c.L, c.H, c.dim}), w(DType::kF32, {c.L, c.H}), keys(DType::kF32, {c.T, c.dim});
     Pair picks(DType::kI32, {c.L, c.k});
@@ -254,7 +257,11 @@ TEST_P(CudaIndexer, PicksMatchRef) {
     picks.poison();
     const float ws = 1.0f / std::sqrt(float(c.H)), ss = 1.0f / std::sqrt(float(c.dim));
     b.ref->indexer_topk({q.hv(), w.hv(), keys.hv(), picks.hv(), c.pos0, c.rate, ws, ss});
+    ASSERT_TRUE(b.gpu->force_variant("indexer_topk", variant));
+    const int64_t ran = variant.empty() ? 0 : b.gpu->dispatch_count("indexer_topk", variant);
     b.gpu->indexer_topk({q.dv(), w.dv(), keys.dv(), picks.dv(), c.pos0, c.rate, ws, ss});
+    ASSERT_TRUE(b.gpu->force_variant("indexer_topk", ""));
+    if (!variant.empty()) EXPECT_EQ(b.gpu->dispatch_count("indexer_topk", variant), ran + 1) << variant;
     const auto got = picks.device_as<int32_t>();
     const int32_t* want = picks.hv().ptr<int32_t>();
     auto score = [&](int64_t t, int64_t e) {
@@ -282,8 +289,9 @@ TEST_P(CudaIndexer, PicksMatchRef) {
                                      << " of them near-ties";
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaIndexer, ::testing::ValuesIn(kIndexer),
-                         [](const auto& tp) { return std::string(tp.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, CudaIndexer,
+                         ::testing::ValuesIn(variant_runs(kIndexer, {"", "warp_heads", "block"})),
+                         VariantRunName());
 
 }  // namespace
 }  // namespace di::gputest

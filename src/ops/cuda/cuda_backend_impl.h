@@ -15,6 +15,7 @@
 #include "ops/cuda/cuda_allocator.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/fused_kernels.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/op_variants.h"
 #include "ops/cuda/step_graphs.h"
@@ -32,6 +33,19 @@ template <class A>
 void args_on_device(A& a, std::string_view op) {
     a.visit(
         [&](const char* field, const TensorView& v, Role) { on_device(v, std::string(op) + "." + field); });
+}
+template <class A>
+void device_args(const A& a, std::string_view op) {
+    A c = a;
+    args_on_device(c, op);
+}
+inline const float* f32(const TensorView& v) { return v.empty() ? nullptr : v.ptr<const float>(); }
+inline float* f32m(const TensorView& v) { return v.ptr<float>(); }
+inline int64_t ld(const TensorView& v) { return v.empty() ? 0 : v.stride[0]; }
+inline void need_f32_rows(const TensorView& v, std::string_view what) {
+    if (v.empty()) return;
+    check_dtype(v, DType::kF32, what);
+    DI_CHECK(v.stride[v.ndim - 1] == 1, "{}: {} needs unit last stride", what, v.describe());
 }
 
 class DeviceScratch final : public cuda::Scratch {
@@ -127,6 +141,11 @@ class CudaBackend final : public Backend {
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
     void moe(const MoeArgs& a) override;
+    // cuda_fused_ops.cpp
+    void rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) override;
+    void mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& norm) override;
+    void hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& norm) override;
+    void add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) override;
     std::vector<KernelVariant> kernel_variants() const override;
     void set_allow_list(const AllowList& l) override;
     int64_t dispatch_count(std::string_view op, std::string_view variant) const override;
@@ -173,7 +192,25 @@ class CudaBackend final : public Backend {
     void linear_lt_fp8(const LinearArgs& a, const WeightRef& w);
     // The ops with several kernels (cuda_ops.cpp lists them); the rest have one kernel each ("cuda"),
     // counted in launches_.
-    OpVariants linear_v_, moe_v_, mhc_pre_v_, hc_head_v_, attention_v_;
+    OpVariants linear_v_, moe_v_, mhc_pre_v_, hc_head_v_, attention_v_, indexer_v_;
+    // The fused pairs: "fused" (one launch) or "separate" (the two ops' own dispatch), the fallback.
+    OpVariants norm_rope_v_, pre_norm_v_, head_norm_v_, add_post_v_;
+    std::array<OpVariants*, 10> all_variants() {
+        return {&linear_v_,  &moe_v_,       &mhc_pre_v_,  &hc_head_v_,   &attention_v_,
+                &indexer_v_, &norm_rope_v_, &pre_norm_v_, &head_norm_v_, &add_post_v_};
+    }
+    std::array<const OpVariants*, 10> all_variants() const {
+        auto v = const_cast<CudaBackend*>(this)->all_variants();
+        std::array<const OpVariants*, 10> c{};
+        for (size_t i = 0; i < v.size(); ++i) c[i] = v[i];
+        return c;
+    }
+    // The checked MhcParams of an mhc_pre / hc_head call; the variant of mhc_pre_v_ / hc_head_v_ it takes
+    // (counted), and whether that would be split_k (not counted).
+    cuda::MhcParams mhc_pre_params(const MhcPreArgs& a);
+    cuda::MhcParams hc_head_params(const HcHeadArgs& a);
+    int mhc_variant(OpVariants& ov, const cuda::MhcParams& p);
+    bool mhc_takes_split(const OpVariants& ov, const cuda::MhcParams& p) const;
     OpVariants* variants_of(std::string_view op);
     const OpVariants* variants_of(std::string_view op) const {
         return const_cast<CudaBackend*>(this)->variants_of(op);

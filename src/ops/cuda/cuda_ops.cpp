@@ -5,20 +5,6 @@
 namespace di::ops::cuda_impl {
 namespace {
 
-template <class A>
-void device_args(const A& a, std::string_view op) {
-    A c = a;
-    args_on_device(c, op);
-}
-const float* f32(const TensorView& v) { return v.empty() ? nullptr : v.ptr<const float>(); }
-float* f32m(const TensorView& v) { return v.ptr<float>(); }
-int64_t ld(const TensorView& v) { return v.empty() ? 0 : v.stride[0]; }
-void need_f32_rows(const TensorView& v, std::string_view what) {
-    if (v.empty()) return;
-    check_dtype(v, DType::kF32, what);
-    DI_CHECK(v.stride[v.ndim - 1] == 1, "{}: {} needs unit last stride", what, v.describe());
-}
-
 static_assert(int(CompMask::kNone) == int(cuda::AttnCompMask::kNone) &&
               int(CompMask::kCausal) == int(cuda::AttnCompMask::kCausal) &&
               int(CompMask::kPicks) == int(cuda::AttnCompMask::kPicks));
@@ -33,6 +19,8 @@ constexpr int64_t kLtMinRows = 16;
 constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kMma, cuda::MoeVariant::kSplitRows,
                                          cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
 constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
+constexpr cuda::IndexerVariant kIndexerEnum[] = {cuda::IndexerVariant::kWarpHeads,
+                                                 cuda::IndexerVariant::kBlock};
 constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSplitKv,
                                                      cuda::AttentionVariant::kPerQuery};
 
@@ -42,6 +30,10 @@ std::vector<KernelVariant> mhc_variants(const char* op) {
              "blocks, parallel Sinkhorn",
              false},
             {op, "per_mix", "hc_mult <= 8", true}};
+}
+
+std::vector<KernelVariant> fused_variants(const char* op, const char* claims) {
+    return {{op, "fused", claims, false}, {op, "separate", "any case: the two ops' own dispatch", true}};
 }
 
 }  // namespace
@@ -90,6 +82,24 @@ CudaBackend::CudaBackend(int device)
             "with the sink; the split count depends on the chunk's query count, so not batch-invariant",
             false, true, false},
            {"attention", "per_query", "head_dim <= 512", true}}),
+      indexer_v_({{"indexer_topk", "warp_heads",
+                   "dim a multiple of 4 and <= 512, 16-byte aligned q and key rows; a warp per entry, lanes "
+                   "over dim, heads in order",
+                   false},
+                  {"indexer_topk", "block", "any shape; a block per 64 entries", true}}),
+      norm_rope_v_(fused_variants("rms_norm_rope",
+                                  "row length even and <= 4096, rope.x the norm's output; one launch, "
+                                  "bit-identical to the two")),
+      pre_norm_v_(fused_variants("mhc_pre_norm",
+                                 "where mhc_pre takes split_k and the norm's x is mhc_pre's x; the norm in "
+                                 "mhc_pre's finish kernel")),
+      head_norm_v_(
+          fused_variants("hc_head_norm",
+                         "where hc_head takes split_k and the norm's x is hc_head's out; the norm in "
+                         "hc_head's finish kernel")),
+      add_post_v_(fused_variants("add_mhc_post",
+                                 "mhc_post's a is the add's out, rows of one length; the sum in mhc_post's "
+                                 "kernel, bit-identical to the two")),
       device_(device),
       alloc_(device),
       scratch_(alloc_) {
@@ -399,7 +409,12 @@ void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
                           .rate = a.rate,
                           .weight_scale = a.weight_scale,
                           .score_scale = a.score_scale};
-    cuda::launch_indexer_topk(p, scratch_, stream_);
+    const int v = indexer_v_.choose(
+        [&](int i, bool) {
+            return kIndexerEnum[i] != cuda::IndexerVariant::kWarpHeads || cuda::indexer_warp_supported(p);
+        },
+        [&] { return fmt::format("dim {}: rows not float4-aligned or dim above 512", p.dim); });
+    cuda::launch_indexer_topk(p, scratch_, stream_, kIndexerEnum[v]);
     launched("indexer_topk");
 }
 
@@ -491,8 +506,7 @@ void CudaBackend::window_stores(std::span<const WindowStoreArgs> jobs) {
     if (!js.empty()) launched("window_store");
 }
 
-void CudaBackend::mhc_pre(const MhcPreArgs& a) {
-    if (replaying()) return;
+cuda::MhcParams CudaBackend::mhc_pre_params(const MhcPreArgs& a) {
     check(a);
     device_args(a, "mhc_pre");
     const int64_t hc = a.streams.shape[1];
@@ -517,10 +531,27 @@ void CudaBackend::mhc_pre(const MhcPreArgs& a) {
                       .hc_eps = a.hc_eps,
                       .sinkhorn_iters = a.sinkhorn_iters,
                       .head = false};
-    const int v = mhc_pre_v_.choose(
+    return p;
+}
+
+int CudaBackend::mhc_variant(OpVariants& ov, const cuda::MhcParams& p) {
+    return ov.choose(
         [&](int i, bool) { return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p); },
-        [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", hc, p.D); });
-    cuda::launch_mhc_pre(p, scratch_, stream_, kMhcEnum[v]);
+        [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", p.hc, p.D); });
+}
+
+bool CudaBackend::mhc_takes_split(const OpVariants& ov, const cuda::MhcParams& p) const {
+    constexpr int kSplit = 0;
+    static_assert(kMhcEnum[kSplit] == cuda::MhcVariant::kSplitK);
+    return ov.picks(kSplit, [&](int i, bool) {
+        return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p);
+    });
+}
+
+void CudaBackend::mhc_pre(const MhcPreArgs& a) {
+    if (replaying()) return;
+    const cuda::MhcParams p = mhc_pre_params(a);
+    cuda::launch_mhc_pre(p, scratch_, stream_, kMhcEnum[mhc_variant(mhc_pre_v_, p)]);
     launched("mhc_pre");
 }
 
@@ -536,8 +567,7 @@ void CudaBackend::mhc_post(const MhcPostArgs& a) {
     launched("mhc_post");
 }
 
-void CudaBackend::hc_head(const HcHeadArgs& a) {
-    if (replaying()) return;
+cuda::MhcParams CudaBackend::hc_head_params(const HcHeadArgs& a) {
     check(a);
     device_args(a, "hc_head");
     const int64_t hc = a.streams.shape[1];
@@ -561,10 +591,13 @@ void CudaBackend::hc_head(const HcHeadArgs& a) {
                       .hc_eps = a.hc_eps,
                       .sinkhorn_iters = 0,
                       .head = true};
-    const int v = hc_head_v_.choose(
-        [&](int i, bool) { return kMhcEnum[i] != cuda::MhcVariant::kSplitK || cuda::mhc_split_supported(p); },
-        [&] { return fmt::format("hc {} x {}: rows not 16-byte aligned", hc, p.D); });
-    cuda::launch_mhc_pre(p, scratch_, stream_, kMhcEnum[v]);
+    return p;
+}
+
+void CudaBackend::hc_head(const HcHeadArgs& a) {
+    if (replaying()) return;
+    const cuda::MhcParams p = hc_head_params(a);
+    cuda::launch_mhc_pre(p, scratch_, stream_, kMhcEnum[mhc_variant(hc_head_v_, p)]);
     launched("hc_head");
 }
 
@@ -709,83 +742,6 @@ void CudaBackend::moe(const MoeArgs& a) {
         cuda::launch_moe(p, scratch_, stream_, kMoeEnum[v]);
         launched("moe");
     }
-}
-
-constexpr std::string_view kSingleOps[] = {"embed",    "add",          "swiglu",       "rms_norm", "rope",
-                                           "compress", "indexer_topk", "window_store", "mhc_post", "route"};
-
-std::vector<KernelVariant> CudaBackend::kernel_variants() const {
-    std::vector<KernelVariant> v;
-    for (const OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
-        v.insert(v.end(), o->variants().begin(), o->variants().end());
-    for (std::string_view op : kSingleOps)
-        v.push_back({std::string(op), "cuda", "any shape (tests/gpu)", true});
-    return v;
-}
-
-OpVariants* CudaBackend::variants_of(std::string_view op) {
-    for (OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
-        if (o->op() == op) return o;
-    return nullptr;
-}
-
-void CudaBackend::set_allow_list(const AllowList& l) {
-    ++variant_epoch_;
-    for (OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_}) o->allow(l);
-}
-
-int64_t CudaBackend::dispatch_count(std::string_view op, std::string_view variant) const {
-    if (op == "graph") {  // segments: eager (first sighting or not capturable), capture, replay, interrupted
-        if (variant == "eager") return graphs_->eager;
-        if (variant == "capture") return graphs_->captures;
-        if (variant == "replay") return graphs_->replays;
-        if (variant == "interrupted") return graphs_->interrupted;
-        return 0;
-    }
-    if (const OpVariants* o = variants_of(op)) return std::max<int64_t>(o->count(variant), 0);
-    if (variant == "cuda")
-        for (size_t i = 0; i < std::size(kOps); ++i)
-            if (kOps[i] == op) return launches_[i].load();
-    return 0;
-}
-
-bool CudaBackend::force_variant(std::string_view op, std::string_view variant) {
-    ++variant_epoch_;
-    OpVariants* o = variants_of(op);
-    return o != nullptr && o->force(variant);
-}
-
-std::vector<int64_t> CudaBackend::counters() const {
-    std::vector<int64_t> c;
-    for (const auto& n : launches_) c.push_back(n.load());
-    for (const OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
-        for (const KernelVariant& v : o->variants()) c.push_back(o->count(v.name));
-    return c;
-}
-
-void CudaBackend::add_counters(const std::vector<int64_t>& delta) {
-    size_t i = 0;
-    for (auto& n : launches_) n += delta[i++];
-    for (OpVariants* o : {&linear_v_, &moe_v_, &mhc_pre_v_, &hc_head_v_, &attention_v_})
-        for (size_t v = 0; v < o->variants().size(); ++v) o->count_dispatch(int(v), delta[i++]);
-}
-
-void CudaBackend::segment_begin(std::span<const int64_t> key) {
-    if (graphs_->begin(key) == StepGraphs::Mode::kCapture) {
-        scratch_.take_touched();
-        counters_at_begin_ = counters();
-    }
-}
-
-void CudaBackend::segment_end() {
-    const bool capturing = graphs_->mode() == StepGraphs::Mode::kCapture;
-    std::vector<int64_t> delta;
-    if (capturing) {
-        delta = counters();
-        for (size_t i = 0; i < delta.size(); ++i) delta[i] -= counters_at_begin_[i];
-    }
-    const uint32_t touched = capturing ? scratch_.take_touched() : 0;
-    if (const std::vector<int64_t>* replayed = graphs_->end(touched, delta)) add_counters(*replayed);
 }
 
 }  // namespace di::ops::cuda_impl

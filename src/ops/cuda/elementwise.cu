@@ -1,8 +1,10 @@
-// Element-wise and row-wise kernels: embed, add, swiglu, rms_norm, rope, window_store, mhc_post.
+// Element-wise and row-wise kernels: embed, add, swiglu, rms_norm, rope, window_store, mhc_post, and the
+// fused rms_norm + rope and add + mhc_post.
 // All memory-bound: one pass over the inputs, f32 math (double where the reference rounds through double).
 #include <algorithm>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/fused_kernels.h"
 
 namespace di::cuda {
 namespace {
@@ -50,14 +52,11 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const void* w, Fdt 
 // The same for rows of at most 256 * kPer elements, held in registers between the two passes: every load
 // (x and the weight) is issued before the first store, where the loop above re-reads x after each store
 // of an in-place norm and so waits a memory latency per element a thread owns. Same sums, same order.
+// On return v[i] holds y at column threadIdx.x + 256 i (0 past d).
 template <int kPer>
-__global__ void __launch_bounds__(256)
-    rms_norm_reg_kernel(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy, int64_t d,
-                        float eps) {
-    __shared__ double red[32];
-    const int64_t r = blockIdx.x;
-    const float* xr = x + r * ldx;
-    float v[kPer], wv[kPer];
+__device__ __forceinline__ void rms_norm_regs(const float* xr, const void* w, Fdt wdt, int64_t d, float eps,
+                                              float (&v)[kPer], double* red) {
+    float wv[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
         const int64_t c = threadIdx.x + 256 * int64_t(i);
@@ -86,9 +85,54 @@ __global__ void __launch_bounds__(256)
     ss = block_sum_d(ss, red);
     const float inv = float(1.0 / sqrt(ss / double(d) + double(eps)));
 #pragma unroll
+    for (int i = 0; i < kPer; ++i) v[i] = v[i] * inv * wv[i];
+}
+
+template <int kPer>
+__global__ void __launch_bounds__(256)
+    rms_norm_reg_kernel(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy, int64_t d,
+                        float eps) {
+    __shared__ double red[32];
+    const int64_t r = blockIdx.x;
+    float v[kPer];
+    rms_norm_regs<kPer>(x + r * ldx, w, wdt, d, eps, v, red);
+#pragma unroll
     for (int i = 0; i < kPer; ++i) {
         const int64_t c = threadIdx.x + 256 * int64_t(i);
-        if (c < d) y[r * ldy + c] = v[i] * inv * wv[i];
+        if (c < d) y[r * ldy + c] = v[i];
+    }
+}
+
+// rms_norm of row r (block r), then rope's rotation of its last 2 * half columns: the pair (c, c + 1) sits
+// in lanes (2j, 2j + 1) of one warp (c = threadIdx.x + 256 i, c - (hd - 2 half) even), so each lane takes
+// its partner's normed value by one shuffle. The products are rope_kernel's, in the same order.
+template <int kPer>
+__global__ void __launch_bounds__(256)
+    rms_norm_rope_kernel(const float* x, int64_t ldx, NormOut norm, RopeParams rp) {
+    __shared__ double red[32];
+    const int64_t r = blockIdx.x, t = r / rp.heads, off = rp.hd - 2 * rp.half;
+    const float pos = float(rp.pos[t]);
+    float f[kPer];  // each column's inverse frequency, loaded before the norm's reduction
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int64_t c = threadIdx.x + 256 * int64_t(i);
+        f[i] = c >= off && c < rp.hd ? __ldg(rp.inv_freq + ((c - off) >> 1)) : 0.0f;
+    }
+    float v[kPer];
+    rms_norm_regs<kPer>(x + r * ldx, norm.w, norm.wdt, rp.hd, norm.eps, v, red);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int64_t c = threadIdx.x + 256 * int64_t(i);
+        const float other = __shfl_xor_sync(0xffffffffu, v[i], 1);
+        if (c >= off && c < rp.hd) {
+            const float angle = pos * f[i];
+            const float cs = float(cos(double(angle))) * rp.mscale;
+            float sn = float(sin(double(angle))) * rp.mscale;
+            if (rp.inverse) sn = -sn;
+            v[i] = (c & 1) == 0 ? __fsub_rn(__fmul_rn(v[i], cs), __fmul_rn(other, sn))
+                                : __fadd_rn(__fmul_rn(v[i], cs), __fmul_rn(other, sn));
+        }
+        if (c < rp.hd) norm.y[r * norm.ld_y + c] = v[i];
     }
 }
 
@@ -125,14 +169,20 @@ __global__ void window_stores_kernel(const WindowStoreJob* jobs) {
 }
 
 // out[t, k, c] = post[t, k] a[t, c] + sum_j comb[t, j, k] streams[t, j, c], in double as the reference.
-__global__ void mhc_post_kernel(const float* streams, const float* a, int64_t ld_a, const float* post,
-                                int64_t ld_post, const float* comb, int64_t ld_comb, float* out, int64_t hc,
-                                int64_t D) {
+// With b: a + b in f32 (add_kernel's sum) takes a's place and is written to `sum`.
+__global__ void mhc_post_kernel(const float* streams, const float* a, int64_t ld_a, const float* b,
+                                int64_t ld_b, float* sum, int64_t ld_sum, const float* post, int64_t ld_post,
+                                const float* comb, int64_t ld_comb, float* out, int64_t hc, int64_t D) {
     const int64_t t = blockIdx.x;
     const float* st = streams + t * hc * D;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < D;
          c += int64_t(gridDim.y) * blockDim.x) {
-        const double sub = a[t * ld_a + c];
+        float av = a[t * ld_a + c];
+        if (b != nullptr) {
+            av = av + b[t * ld_b + c];
+            sum[t * ld_sum + c] = av;
+        }
+        const double sub = av;
         for (int64_t k = 0; k < hc; ++k) {
             double acc = double(post[t * ld_post + k]) * sub;
             for (int64_t j = 0; j < hc; ++j) acc += double(comb[t * ld_comb + j * hc + k]) * st[j * D + c];
@@ -206,8 +256,31 @@ void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const f
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,
                      Stream s) {
     if (n == 0) return;
-    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, as_stream(s)>>>(streams, a, ld_a, post, ld_post, comb,
-                                                                   ld_comb, out, hc, D);
+    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, as_stream(s)>>>(streams, a, ld_a, nullptr, 0, nullptr, 0,
+                                                                   post, ld_post, comb, ld_comb, out, hc, D);
+}
+
+void launch_add_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
+                         float* sum, int64_t ld_sum, const float* post, int64_t ld_post, const float* comb,
+                         int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s) {
+    if (n == 0) return;
+    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, as_stream(s)>>>(streams, a, ld_a, b, ld_b, sum, ld_sum,
+                                                                   post, ld_post, comb, ld_comb, out, hc, D);
+}
+
+bool rms_norm_rope_supported(int64_t hd, int64_t half) {
+    return hd > 0 && hd % 2 == 0 && hd <= 256 * 16 && 2 * half <= hd;
+}
+
+void launch_rms_norm_rope(const float* x, int64_t ldx, const NormOut& norm, const RopeParams& rope,
+                          Stream s) {
+    const int64_t rows = rope.n * rope.heads;
+    if (rows == 0) return;
+    const cudaStream_t st = as_stream(s);
+    if (rope.hd <= 256 * 4)
+        rms_norm_rope_kernel<4><<<unsigned(rows), 256, 0, st>>>(x, ldx, norm, rope);
+    else
+        rms_norm_rope_kernel<16><<<unsigned(rows), 256, 0, st>>>(x, ldx, norm, rope);
 }
 
 const char* last_launch_error() {

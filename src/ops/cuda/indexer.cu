@@ -1,7 +1,9 @@
-// Lightning indexer: scores S[t, w] (one block per (query, 64 entries), keys and q staged in shared memory),
-// then an exact top-k per query: 64-bit keys (orderable score << 32 | ~w) make every key unique, so the
-// k-th largest is found by an 8-pass radix select and the k winners are bitonic-sorted: best first, ties by
-// lower entry id, as ops/indexer.h specifies.
+// Lightning indexer: scores S[t, w] (warp_heads: a warp per entry; block: one block per (query, 64 entries),
+// keys and q staged in shared memory), then an exact top-k per query: 64-bit keys (orderable score << 32 |
+// ~w) make every key unique, so the k-th largest is found by an 8-pass radix select and the k winners are
+// bitonic-sorted: best first, ties by lower entry id, as ops/indexer.h specifies.
+#include <algorithm>
+
 #include "ops/cuda/device_util.cuh"
 
 namespace di::cuda {
@@ -44,6 +46,84 @@ __global__ void __launch_bounds__(256) score_kernel(IndexerParams p, float* S) {
     }
 }
 
+constexpr int kWarpEntries = 8;             // warps per warp_heads block, each an entry at a time
+constexpr int kMaxDim4 = 4;                 // float4s of a key row per lane: dim <= 4 * 4 * 32
+constexpr int kWarpSmemFloats = 10 * 1024;  // the query's heads (padded to 32) x dim: 40 KB
+constexpr int kWarpMaxHeads = 512;
+constexpr int kWarpMaxBlocks = 264;  // two blocks per multiprocessor; warps loop over the entries
+
+// One butterfly step over 2 * kO partial dots: the lane keeps the half whose bit kO matches its own and
+// adds its partner's values of that half.
+template <int kO>
+__device__ __forceinline__ void halve(float (&d)[32], int lane) {
+    const bool upper = (lane & kO) != 0;
+#pragma unroll
+    for (int i = 0; i < kO; ++i) {
+        const float send = upper ? d[i] : d[i + kO], keep = upper ? d[i + kO] : d[i];
+        d[i] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
+    }
+}
+
+// grid (min(ceil(T / 8), 264), L), 8 warps. The block stages query t's heads (zero rows up to a multiple
+// of 32) and weights in shared memory; each warp then takes entries in turn. Lane l holds the key's float4s
+// at columns 4 l + 128 j and forms its partial dot with each of 32 heads; a butterfly that halves the
+// heads at each of 5 steps (31 shuffles for 32 heads, where a sum per head takes 160) leaves lane l the
+// whole dot of head h0 + l. Lane sums of relu * score_scale * (w * weight_scale) over the 32-head groups,
+// then a warp sum, give the score (padded heads add exact zeros).
+__global__ void __launch_bounds__(kWarpEntries * 32) score_warp_kernel(IndexerParams p, float* S) {
+    __shared__ __align__(16) float qs[kWarpSmemFloats];
+    __shared__ float ws[kWarpMaxHeads];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t t = blockIdx.y, Hp = (p.H + 31) / 32 * 32, nd4 = p.dim / 4;
+    for (int64_t i = threadIdx.x; i < Hp * nd4; i += blockDim.x) {
+        const int64_t h = i / nd4, c4 = i % nd4;
+        reinterpret_cast<float4*>(qs)[i] =
+            h < p.H ? __ldg(reinterpret_cast<const float4*>(p.q + t * p.q_s0 + h * p.q_s1) + c4)
+                    : make_float4(0, 0, 0, 0);
+    }
+    for (int64_t h = threadIdx.x; h < Hp; h += blockDim.x)
+        ws[h] = h < p.H ? p.w[t * p.ld_w + h] * p.weight_scale : 0.0f;
+    __syncthreads();
+    const int64_t visible = (p.pos0 + t + 1) / p.rate;
+    for (int64_t w = int64_t(blockIdx.x) * kWarpEntries + warp; w < p.T;
+         w += int64_t(gridDim.x) * kWarpEntries) {
+        float4 k[kMaxDim4];
+#pragma unroll
+        for (int j = 0; j < kMaxDim4; ++j) {
+            const int c4 = lane + 32 * j;
+            k[j] = c4 < nd4 ? __ldg(reinterpret_cast<const float4*>(p.keys + w * p.ld_keys) + c4)
+                            : make_float4(0, 0, 0, 0);
+        }
+        float s = 0.0f;
+        for (int64_t h0 = 0; h0 < Hp; h0 += 32) {
+            float d[32];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const float4* qh = reinterpret_cast<const float4*>(qs) + (h0 + i) * nd4;
+                float dot = 0.0f;
+#pragma unroll
+                for (int j = 0; j < kMaxDim4; ++j) {
+                    const int c4 = lane + 32 * j;
+                    if (c4 < nd4) {
+                        const float4 q4 = qh[c4];
+                        dot += q4.x * k[j].x + q4.y * k[j].y + q4.z * k[j].z + q4.w * k[j].w;
+                    }
+                }
+                d[i] = dot;
+            }
+            halve<16>(d, lane);
+            halve<8>(d, lane);
+            halve<4>(d, lane);
+            halve<2>(d, lane);
+            halve<1>(d, lane);
+            s += fmaxf(d[0], 0.0f) * p.score_scale * ws[h0 + lane];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) S[t * p.T + w] = w < visible ? s : -INFINITY;
+    }
+}
+
 __device__ __forceinline__ uint64_t sort_key(float s, int64_t w) {
     uint32_t u = __float_as_uint(s);
     u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
@@ -61,7 +141,8 @@ __global__ void __launch_bounds__(1024) topk_kernel(IndexerParams p, const float
     const float* row = S + t * p.T;
     uint64_t prefix = 0;
     int64_t need = p.k;  // rank of the k-th largest among keys matching the prefix
-    for (int pass = 0; pass < 8; ++pass) {
+    // with k >= T every key is a winner: no select (the smallest key, 0, admits them all)
+    for (int pass = 0; pass < (p.k >= p.T ? 0 : 8); ++pass) {
         const int shift = 56 - 8 * pass;
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
@@ -71,15 +152,24 @@ __global__ void __launch_bounds__(1024) topk_kernel(IndexerParams p, const float
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int64_t above = 0;
-            int b = 255;
-            for (; b > 0; --b) {
-                if (above + hist[b] >= need) break;
-                above += hist[b];
+        if (threadIdx.x < 32) {  // the bin holding the need-th largest: lane l scans bins 255 - 8 l - j
+            const int lane = int(threadIdx.x);
+            uint32_t c[8], sum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum += (c[j] = hist[255 - 8 * lane - j]);
+            uint32_t incl = sum;  // keys in the bins of lanes 0..lane
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += v;
             }
-            prefix_s = prefix | (uint64_t(b) << shift);
-            need_s = need - above;
+            int64_t above = incl - sum;
+            if (above < need && need <= int64_t(incl)) {  // exactly one lane
+                int b = 255 - 8 * lane;
+                for (int j = 0; j < 7 && above + c[j] < need; ++j, --b) above += c[j];
+                prefix_s = prefix | (uint64_t(b) << shift);
+                need_s = need - above;
+            }
         }
         __syncthreads();
         prefix = prefix_s;
@@ -126,9 +216,22 @@ __global__ void __launch_bounds__(1024) topk_kernel(IndexerParams p, const float
 
 int indexer_max_topk() { return kMaxTopk; }
 
-void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s) {
+bool indexer_warp_supported(const IndexerParams& p) {
+    auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    return p.dim % 4 == 0 && p.dim <= 4 * 32 * kMaxDim4 && (p.H + 31) / 32 * 32 * p.dim <= kWarpSmemFloats &&
+           p.H <= kWarpMaxHeads && p.q_s1 % 4 == 0 && p.q_s0 % 4 == 0 && p.ld_keys % 4 == 0 && aligned(p.q) &&
+           aligned(p.keys);
+}
+
+void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, IndexerVariant v) {
     if (p.L == 0 || p.k == 0) return;
     float* S = static_cast<float*>(scratch.get(0, size_t(p.L * p.T) * sizeof(float)));
+    if (v == IndexerVariant::kWarpHeads) {
+        const unsigned blocks = std::min<unsigned>(blocks_for(p.T, kWarpEntries), kWarpMaxBlocks);
+        score_warp_kernel<<<dim3(blocks, unsigned(p.L)), kWarpEntries * 32, 0, as_stream(s)>>>(p, S);
+        topk_kernel<<<unsigned(p.L), 1024, 0, as_stream(s)>>>(p, S);
+        return;
+    }
     const size_t smem = (size_t(p.H * p.dim) + size_t(kEntries * (p.dim + 1)) + 4 * kEntries) * sizeof(float);
     static size_t raised = 48 * 1024;
     if (smem > raised) {

@@ -193,7 +193,13 @@ struct IndexerParams {
     int64_t L, H, dim, T, k, pos0, rate;
     float weight_scale, score_scale;
 };
-void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s);
+// Scores then top-k. Score variants:
+//   kWarpHeads  a warp per entry, lanes over dim (float4), the heads in order with warp sums: the decode
+//               kernel (dim % 4 == 0, dim <= 512, 16-byte aligned q and key rows; indexer_warp_supported)
+//   kBlock      a block per 64 entries, each thread a serial dot per (entry, head group): the fallback
+enum class IndexerVariant { kWarpHeads, kBlock };
+bool indexer_warp_supported(const IndexerParams& p);
+void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, IndexerVariant v);
 int indexer_max_topk();
 
 struct MhcParams {

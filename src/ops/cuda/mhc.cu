@@ -9,7 +9,9 @@
 //   per_mix:  the first kernel, kept as the fallback: one block per (mix row, token), Sinkhorn on one
 //             thread (its double divisions in series dominate: ~100 us per call on V4-Flash).
 // Both deterministic (fixed reduction trees); fn is read once per token (1.5 MB for V4-Flash, from L2).
+// launch_mhc_pre_norm (fused_kernels.h) runs split_k with the following rms_norm in the finish kernel.
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/fused_kernels.h"
 
 namespace di::cuda {
 namespace {
@@ -88,36 +90,37 @@ constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 
 // grid (splits, ceil(n / 8)), block 128: part[(t * splits + s) * (M + 1) + 0] = sum of squares of token t's
 // columns of split s, [.. + 1 + m] = sum v * fn[m] over them. Needs hc * D % 4 == 0 and 16-byte rows.
+// kRows fn rows' loads are issued together (24: all of hc = 4's mixes at once; a loop of one load per row
+// waited for each in turn, ~24 memory latencies per block).
+template <int kRows>
 __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, int M, double* part) {
     __shared__ double red[kSplitThreads / 32][kMaxMix + 1];
     const int64_t width = p.hc * p.D, splits = gridDim.x, s = blockIdx.x;
     const int64_t col = s * kSplitCols + 4 * int64_t(threadIdx.x);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const bool in = col < width;
+    const bool inside = col < width;
     for (int64_t t = int64_t(blockIdx.y) * kSplitTokens; t < min(p.n, int64_t(blockIdx.y + 1) * kSplitTokens);
          ++t) {
         const float4 v =
-            in ? *reinterpret_cast<const float4*>(p.streams + t * width + col) : make_float4(0, 0, 0, 0);
+            inside ? *reinterpret_cast<const float4*>(p.streams + t * width + col) : make_float4(0, 0, 0, 0);
         const double vx = v.x, vy = v.y, vz = v.z, vw = v.w;
         const double ss = warp_sum_d(vx * vx + vy * vy + vz * vz + vw * vw);
         if (lane == 0) red[warp][0] = ss;
-        // eight fn rows at a time, their loads issued together (a loop of one load per row waited for
-        // each in turn: ~24 memory latencies per block)
-        for (int m0 = 0; m0 < M; m0 += 8) {
-            float4 f[8];
+        for (int m0 = 0; m0 < M; m0 += kRows) {
+            float4 f[kRows];
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
-                f[j] = in && m0 + j < M
+            for (int j = 0; j < kRows; ++j)
+                f[j] = inside && m0 + j < M
                            ? __ldg(reinterpret_cast<const float4*>(p.fn + (m0 + j) * p.ld_fn + col))
                            : make_float4(0, 0, 0, 0);
-            double prod[8];
+            double prod[kRows];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) prod[j] = vx * f[j].x + vy * f[j].y + vz * f[j].z + vw * f[j].w;
+            for (int j = 0; j < kRows; ++j) prod[j] = vx * f[j].x + vy * f[j].y + vz * f[j].z + vw * f[j].w;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) prod[j] = warp_sum_d(prod[j]);
+            for (int j = 0; j < kRows; ++j) prod[j] = warp_sum_d(prod[j]);
             if (lane == 0)
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
+                for (int j = 0; j < kRows; ++j)
                     if (m0 + j < M) red[warp][1 + m0 + j] = prod[j];
         }
         __syncthreads();
@@ -194,10 +197,78 @@ __device__ __forceinline__ void comb_sinkhorn_any(const MhcParams& p, int64_t t,
     for (int e = lane; e < hh; e += 32) p.comb[t * p.ld_comb + e] = float(C[e]);
 }
 
-// One block per token: the partials in split order, then pre / post / comb and the collapse.
-__global__ void __launch_bounds__(256)
-    mhc_split_finish_kernel(MhcParams p, int M, int64_t splits, const double* part) {
+// One block per token: the partials in split order, then pre / post / comb and the collapse; with norm.y,
+// the collapse warps then norm x (mhc_pre_norm, hc_head_norm).
+constexpr int kFinishThreads = 512;  // warp 0 Sinkhorn, 15 warps collapse (7 left ~5 load rounds per column)
+constexpr int kRegCols = 9;          // columns per collapse thread held in registers (hc = 4, D <= 4320)
+
+// Columns c = threadIdx.x - 32 + i (blockDim.x - 32) of the token's four streams, and the norm's weights.
+__device__ __forceinline__ void preload_regs(const MhcParams& p, const NormOut& norm, const float* v,
+                                             float (&sv)[kRegCols][4], float (&wv)[kRegCols]) {
+    const int64_t c0 = threadIdx.x - 32, stride = blockDim.x - 32;
+#pragma unroll
+    for (int i = 0; i < kRegCols; ++i) {
+        const int64_t c = c0 + i * stride;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sv[i][k] = c < p.D ? __ldg(v + k * p.D + c) : 0.0f;
+    }
+    if (norm.y == nullptr || norm.w == nullptr) {  // one loop per weight dtype (no branch per load)
+#pragma unroll
+        for (int i = 0; i < kRegCols; ++i) wv[i] = 1.0f;
+    } else if (norm.wdt == Fdt::kBF16) {
+#pragma unroll
+        for (int i = 0; i < kRegCols; ++i) {
+            const int64_t c = c0 + i * stride;
+            wv[i] = c < p.D ? __bfloat162float(static_cast<const __nv_bfloat16*>(norm.w)[c]) : 1.0f;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < kRegCols; ++i) {
+            const int64_t c = c0 + i * stride;
+            wv[i] = c < p.D ? load_f(norm.w, norm.wdt, c) : 1.0f;
+        }
+    }
+}
+
+// The collapse (and norm) of the preloaded columns: the same sums in the same order as the loop in
+// mhc_split_finish_kernel, so the same bits.
+__device__ __forceinline__ void collapse_regs(const MhcParams& p, const NormOut& norm, int64_t t,
+                                              const double (&pr)[kMaxHc], const float (&sv)[kRegCols][4],
+                                              const float (&wv)[kRegCols], double* norm_red) {
+    const int64_t c0 = threadIdx.x - 32, stride = blockDim.x - 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float xs[kRegCols];
+    double ss = 0;
+#pragma unroll
+    for (int i = 0; i < kRegCols; ++i) {
+        const int64_t c = c0 + i * stride;
+        double acc = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc += pr[k] * double(sv[i][k]);
+        xs[i] = float(acc);
+        if (c < p.D) {
+            p.x[t * p.ld_x + c] = xs[i];
+            ss += double(xs[i]) * xs[i];
+        }
+    }
+    if (norm.y == nullptr) return;
+    ss = warp_sum_d(ss);
+    if (lane == 0) norm_red[warp - 1] = ss;
+    asm volatile("bar.sync 1, %0;" ::"r"(int(blockDim.x) - 32) : "memory");
+    double tot = 0;
+    for (int w = 0; w < int(blockDim.x >> 5) - 1; ++w) tot += norm_red[w];
+    const float ninv = float(1.0 / sqrt(tot / double(p.D) + double(norm.eps)));
+#pragma unroll
+    for (int i = 0; i < kRegCols; ++i) {
+        const int64_t c = c0 + i * stride;
+        if (c < p.D) norm.y[t * norm.ld_y + c] = xs[i] * ninv * wv[i];
+    }
+}
+
+__global__ void __launch_bounds__(kFinishThreads)
+    mhc_split_finish_kernel(MhcParams p, int M, int64_t splits, const double* part, NormOut norm) {
     __shared__ double mix[kMaxMix + 1];
+    __shared__ double norm_red[kFinishThreads / 32];
     __shared__ double C[kMaxHc * kMaxHc];
     __shared__ float pre[kMaxHc];
     const int64_t t = blockIdx.x, width = p.hc * p.D;
@@ -217,6 +288,12 @@ __global__ void __launch_bounds__(256)
             }
         }
     }
+    // hc = 4: each collapse thread's stream values and norm weights are loaded now, their latency hidden
+    // behind the partial sums and Sinkhorn
+    const float* v = p.streams + t * width;
+    const bool regs = hc == 4 && p.D <= int64_t(kRegCols) * (blockDim.x - 32);
+    float sv[kRegCols][4], wv[kRegCols];
+    if (regs && threadIdx.x >= 32) preload_regs(p, norm, v, sv, wv);
     // a warp per four values, lanes striding the splits, all loads of a pass issued together
     for (int m0 = warp; m0 <= M; m0 += 4 * (blockDim.x >> 5)) {
         double acc[4] = {0, 0, 0, 0};
@@ -251,10 +328,11 @@ __global__ void __launch_bounds__(256)
         }
         return;
     }
-    const float* v = p.streams + t * width;
     double pr[kMaxHc];
 #pragma unroll
     for (int i = 0; i < kMaxHc; ++i) pr[i] = i < hc ? double(pre[i]) : 0.0;
+    if (regs) return collapse_regs(p, norm, t, pr, sv, wv, norm_red);
+    double ss = 0;
 #pragma unroll 4
     for (int64_t c = threadIdx.x - 32; c < p.D;
          c += blockDim.x - 32) {  // read-only loads run ahead of stores
@@ -262,8 +340,21 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int i = 0; i < kMaxHc; ++i)
             if (i < hc) acc += pr[i] * double(__ldg(v + i * p.D + c));
-        p.x[t * p.ld_x + c] = float(acc);
+        const float xv = float(acc);
+        p.x[t * p.ld_x + c] = xv;
+        ss += double(xv) * xv;
     }
+    if (norm.y == nullptr) return;
+    // the norm over the collapse warps (warp 0 has left): warp sums, then the warps in order
+    ss = warp_sum_d(ss);
+    if (lane == 0) norm_red[warp - 1] = ss;
+    asm volatile("bar.sync 1, %0;" ::"r"(int(blockDim.x) - 32) : "memory");
+    double tot = 0;
+    for (int w = 0; w < int(blockDim.x >> 5) - 1; ++w) tot += norm_red[w];
+    const float ninv = float(1.0 / sqrt(tot / double(p.D) + double(norm.eps)));
+    for (int64_t c = threadIdx.x - 32; c < p.D; c += blockDim.x - 32)  // each thread re-reads its own x
+        norm.y[t * norm.ld_y + c] =
+            p.x[t * p.ld_x + c] * ninv * (norm.w != nullptr ? load_f(norm.w, norm.wdt, c) : 1.0f);
 }
 
 }  // namespace
@@ -275,17 +366,28 @@ bool mhc_split_supported(const MhcParams& p) {
            reinterpret_cast<uintptr_t>(p.fn) % 16 == 0;
 }
 
+namespace {
+void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s) {
+    const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
+    const int64_t splits = (p.hc * p.D + kSplitCols - 1) / kSplitCols;
+    double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
+    const dim3 grid(unsigned(splits), blocks_for(p.n, kSplitTokens));
+    if (M > 8)
+        mhc_split_kernel<24><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, part);
+    else
+        mhc_split_kernel<8><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, part);
+    mhc_split_finish_kernel<<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, splits, part, norm);
+}
+}  // namespace
+
+void launch_mhc_pre_norm(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s) {
+    if (p.n > 0) launch_split(p, norm, scratch, s);
+}
+
 void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v) {
     if (p.n == 0) return;
     const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
-    if (v == MhcVariant::kSplitK) {
-        const int64_t splits = (p.hc * p.D + kSplitCols - 1) / kSplitCols;
-        double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
-        mhc_split_kernel<<<dim3(unsigned(splits), blocks_for(p.n, kSplitTokens)), kSplitThreads, 0,
-                           as_stream(s)>>>(p, M, part);
-        mhc_split_finish_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, M, splits, part);
-        return;
-    }
+    if (v == MhcVariant::kSplitK) return launch_split(p, NormOut{}, scratch, s);
     double* mix = static_cast<double*>(scratch.get(3, size_t(p.n * M) * sizeof(double)));
     mhc_mix_kernel<<<dim3(unsigned(M), unsigned(p.n)), 256, 0, as_stream(s)>>>(p, mix);
     mhc_finish_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, mix);

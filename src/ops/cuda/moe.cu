@@ -16,6 +16,8 @@ __device__ __forceinline__ double score_fn(bool sigmoid, double x) {
     return sqrt(x > 20.0 ? x : log1p(exp(x)));  // torch softplus threshold 20
 }
 
+constexpr int kRouteMaxPerLane = 16;  // experts per lane of the one-warp top-k (E <= 512)
+
 // Dynamic smem: score [E] f32-rounded doubles, key [E].
 __global__ void __launch_bounds__(256) route_kernel(RouteParams p) {
     extern __shared__ double rs[];
@@ -31,50 +33,86 @@ __global__ void __launch_bounds__(256) route_kernel(RouteParams p) {
         key[e] = double(float(score[e] + (p.bias ? p.bias[e] : 0.0f)));
     }
     __syncthreads();
-    for (int64_t j = 0; j < p.k; ++j) {
-        if (p.tid2eid) {
-            if (threadIdx.x == 0) {
-                int32_t tok = p.tokens[t];
-                tok = tok < 0 || tok >= p.vocab ? 0 : tok;
-                const int64_t i = tok * p.ld_tid + j;
-                int64_t e = p.tid_i64 ? static_cast<const int64_t*>(p.tid2eid)[i]
-                                      : static_cast<const int32_t*>(p.tid2eid)[i];
-                chosen[j] = int(e < 0 || e >= p.E ? 0 : e);
+    if (p.tid2eid == nullptr && p.E <= 32 * kRouteMaxPerLane) {
+        // top-k on warp 0 alone, no block barriers: lane l holds experts l + 32 i in registers; each round
+        // takes the warp's best untaken (higher key, then lower id: the loop below's order)
+        if (warp == 0) {
+            double v[kRouteMaxPerLane];
+            uint32_t taken = 0;
+#pragma unroll
+            for (int i = 0; i < kRouteMaxPerLane; ++i) {
+                const int64_t e = lane + 32 * i;
+                v[i] = e < p.E ? key[e] : 0.0;
             }
-            continue;
-        }
-        double bv = -INFINITY;
-        int bi = int(p.E);
-        for (int64_t e = threadIdx.x; e < p.E; e += blockDim.x) {
-            bool taken = false;
-            for (int64_t i = 0; i < j; ++i) taken |= chosen[i] == e;
-            if (!taken && (key[e] > bv || (key[e] == bv && e < bi))) {
-                bv = key[e];
-                bi = int(e);
-            }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
-        if (lane == 0) {
-            best_v[warp] = bv;
-            best_i[warp] = bi;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int i = 1; i < nw; ++i)
-                if (best_v[i] > bv || (best_v[i] == bv && best_i[i] < bi)) {
-                    bv = best_v[i];
-                    bi = best_i[i];
+            for (int64_t j = 0; j < p.k; ++j) {
+                double bv = -INFINITY;
+                int bi = int(p.E);
+#pragma unroll
+                for (int i = 0; i < kRouteMaxPerLane; ++i) {
+                    const int e = lane + 32 * i;
+                    if (e < p.E && !(taken >> i & 1u) && (v[i] > bv || (v[i] == bv && e < bi))) {
+                        bv = v[i];
+                        bi = e;
+                    }
                 }
-            chosen[j] = bi;
+                for (int o = 16; o > 0; o >>= 1) {
+                    const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                    if (ov > bv || (ov == bv && oi < bi)) {
+                        bv = ov;
+                        bi = oi;
+                    }
+                }
+                if (bi < p.E && (bi & 31) == lane) taken |= 1u << (bi >> 5);
+                if (lane == 0) chosen[j] = bi;
+            }
         }
-        __syncthreads();
+    } else {
+        for (int64_t j = 0; j < p.k; ++j) {
+            if (p.tid2eid) {
+                if (threadIdx.x == 0) {
+                    int32_t tok = p.tokens[t];
+                    tok = tok < 0 || tok >= p.vocab ? 0 : tok;
+                    const int64_t i = tok * p.ld_tid + j;
+                    int64_t e = p.tid_i64 ? static_cast<const int64_t*>(p.tid2eid)[i]
+                                          : static_cast<const int32_t*>(p.tid2eid)[i];
+                    chosen[j] = int(e < 0 || e >= p.E ? 0 : e);
+                }
+                continue;
+            }
+            double bv = -INFINITY;
+            int bi = int(p.E);
+            for (int64_t e = threadIdx.x; e < p.E; e += blockDim.x) {
+                bool taken = false;
+                for (int64_t i = 0; i < j; ++i) taken |= chosen[i] == e;
+                if (!taken && (key[e] > bv || (key[e] == bv && e < bi))) {
+                    bv = key[e];
+                    bi = int(e);
+                }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) {
+                    bv = ov;
+                    bi = oi;
+                }
+            }
+            if (lane == 0) {
+                best_v[warp] = bv;
+                best_i[warp] = bi;
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                for (int i = 1; i < nw; ++i)
+                    if (best_v[i] > bv || (best_v[i] == bv && best_i[i] < bi)) {
+                        bv = best_v[i];
+                        bi = best_i[i];
+                    }
+                chosen[j] = bi;
+            }
+            __syncthreads();
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
