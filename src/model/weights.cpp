@@ -56,10 +56,12 @@ class Binder {
                           e.st_dtype, fmt::join(names, " or "));
     }
 
-    // A view of `e` (interpreted as `dtype`, logical `shape`) on the backend's device.
+    // A view of `e` (interpreted as `dtype`, logical `shape`) on the backend's device; an empty view while
+    // placing is off (the experts of other ranks).
     TensorView place(const io::TensorEntry& e, DType dtype, const Shape& shape, bool is_param = true) {
         TensorView host = make_view(const_cast<uint8_t*>(e.data), dtype, shape);
         count(e, shape, is_param);
+        if (!placing_) return TensorView{};
         if (be_.allocator().device() == Device::kHost) return host;
         Tensor t = alloc(dtype, shape);
         be_.copy(t.view(), host);
@@ -153,6 +155,8 @@ class Binder {
         return w;
     }
 
+    void set_placing(bool on) { placing_ = on; }
+
     Status check_unused() {
         for (const auto& [name, e] : ck_->tensors()) {
             if (used_.count(name)) continue;
@@ -203,6 +207,7 @@ class Binder {
     ops::Backend& be_;
     ModelWeights& mw_;
     std::set<std::string> used_;
+    bool placing_ = true;
 };
 
 }  // namespace
@@ -253,8 +258,10 @@ Result<AttentionWeights> bind_attention(Binder& b, const ModelConfig& c, int lay
 }
 
 // Routed experts: per-expert tensors (official / save_pretrained) or transformers' fused [E, 2I, D] / [E, D,
-// I].
-Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfig& c, int layer) {
+// I]. Per-expert tensors of experts `part` does not give this rank are validated and left empty; the fused
+// tensors are one tensor each and are placed whole.
+Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfig& c, int layer,
+                                                     const ExpertPartition& part) {
     const int64_t E = c.n_experts, I = c.moe_dim, D = c.hidden_dim;
     std::vector<ops::ExpertWeights> ex(static_cast<size_t>(E));
     const std::string fused = fmt::format("model.layers.{}.mlp.experts.", layer);
@@ -280,14 +287,17 @@ Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfi
     }
     for (int64_t e = 0; e < E; ++e) {
         const std::string p = fmt::format("layers.{}.ffn.experts.{}.", layer, e);
-        DI_TRY(ex[size_t(e)].w1, b.linear(p + "w1", I, D));
-        DI_TRY(ex[size_t(e)].w3, b.linear(p + "w3", I, D));
-        DI_TRY(ex[size_t(e)].w2, b.linear(p + "w2", D, I));
+        b.set_placing(part.owns(e, E));
+        auto w1 = b.linear(p + "w1", I, D), w3 = b.linear(p + "w3", I, D), w2 = b.linear(p + "w2", D, I);
+        b.set_placing(true);
+        DI_TRY(ex[size_t(e)].w1, std::move(w1));
+        DI_TRY(ex[size_t(e)].w3, std::move(w3));
+        DI_TRY(ex[size_t(e)].w2, std::move(w2));
     }
     return ex;
 }
 
-Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer) {
+Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer, const ExpertPartition& part) {
     const std::string p = fmt::format("layers.{}.ffn.", layer);
     const int64_t D = c.hidden_dim, I = c.moe_dim;
     FfnWeights f;
@@ -298,7 +308,7 @@ Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer) {
     } else {
         DI_TRY(f.gate_bias, b.f32_param(p + "gate.bias", {c.n_experts}));
     }
-    DI_TRY(f.experts, bind_experts(b, c, layer));
+    DI_TRY(f.experts, bind_experts(b, c, layer, part));
     DI_TRY(f.shared.w1, b.linear(p + "shared_experts.w1", I, D));
     DI_TRY(f.shared.w3, b.linear(p + "shared_experts.w3", I, D));
     DI_TRY(f.shared.w2, b.linear(p + "shared_experts.w2", D, I));
@@ -308,7 +318,7 @@ Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer) {
 }  // namespace
 
 Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const ModelConfig& c,
-                                  ops::Backend& backend) {
+                                  ops::Backend& backend, const ExpertPartition& experts) {
     ModelWeights mw;
     mw.checkpoint = ckpt;
     Binder b(ckpt, c, backend, mw);
@@ -325,7 +335,7 @@ Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const Mo
         DI_TRY(lw.hc_attn, bind_hc(b, p + "hc_attn_", mix, hc * D, 3));
         DI_TRY(lw.hc_ffn, bind_hc(b, p + "hc_ffn_", mix, hc * D, 3));
         DI_TRY(lw.attn, bind_attention(b, c, l));
-        DI_TRY(lw.ffn, bind_ffn(b, c, l));
+        DI_TRY(lw.ffn, bind_ffn(b, c, l, experts));
         mw.layers.push_back(std::move(lw));
     }
     DI_TRY_STATUS(b.check_unused());

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/expert_partition.h"
 #include "model/model.h"
 #include "ops/backend.h"
 
@@ -72,8 +73,9 @@ struct ModelWeights {
 };
 
 // Binds and validates every tensor (names, shapes, dtypes, no missing or unexpected tensors) and places
-// them on `backend`'s device.
+// them on `backend`'s device; of the routed experts only those `experts` gives this rank (the others are
+// validated and left empty: nothing of them is read or copied).
 Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const ModelConfig& cfg,
-                                  ops::Backend& backend);
+                                  ops::Backend& backend, const ExpertPartition& experts = {});
 
 }  // namespace di::model

@@ -1,0 +1,112 @@
+// make_local_group: ranks in threads of one process. A collective is two rendezvous: every rank publishes
+// its buffer and waits for the others; each reads the peers' buffers (never writing shared ones); a second
+// rendezvous keeps any rank from writing its own buffer (in-place results) before every peer has read it.
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "core/check.h"
+#include "parallel/communicator.h"
+
+namespace di::parallel {
+namespace {
+
+struct Shared {
+    Shared(int n, std::chrono::milliseconds t) : size(n), timeout(t), slots(size_t(n), nullptr) {}
+    const int size;
+    const std::chrono::milliseconds timeout;
+    std::mutex m;
+    std::condition_variable cv;
+    uint64_t generation = 0;  // completed rendezvous
+    int arrived = 0;
+    std::vector<const void*> slots;  // each rank's published buffer for the current collective
+    std::string failure;             // set once: every later rendezvous returns it
+};
+
+class LocalComm final : public Communicator {
+  public:
+    LocalComm(std::shared_ptr<Shared> s, int rank) : s_(std::move(s)), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int size() const override { return s_->size; }
+
+    Status barrier() override { return rendezvous("barrier"); }
+
+    Status all_reduce_sum(const TensorView& buf) override {
+        DI_CHECK(buf.dtype == DType::kF32 && buf.is_contiguous(), "all_reduce_sum of {}", buf.describe());
+        const int64_t n = buf.numel();
+        {
+            std::lock_guard lk(s_->m);
+            s_->slots[size_t(rank_)] = buf.data;
+        }
+        DI_TRY_STATUS(rendezvous("all_reduce_sum"));
+        std::vector<float> sum(static_cast<size_t>(n), 0.0f);
+        for (int r = 0; r < s_->size; ++r) {  // rank order: the same bits on every rank
+            const float* p = static_cast<const float*>(s_->slots[size_t(r)]);
+            if (r == 0)
+                std::memcpy(sum.data(), p, size_t(n) * sizeof(float));
+            else
+                for (int64_t i = 0; i < n; ++i) sum[size_t(i)] += p[i];
+        }
+        DI_TRY_STATUS(rendezvous("all_reduce_sum"));  // every peer has read this rank's buffer
+        std::memcpy(buf.data, sum.data(), size_t(n) * sizeof(float));
+        return ok_status();
+    }
+
+    Status all_gather(const TensorView& src, const TensorView& dst) override {
+        DI_CHECK(
+            src.is_contiguous() && dst.is_contiguous() && dst.nbytes() == src.nbytes() * size_t(s_->size),
+            "all_gather {} -> {}", src.describe(), dst.describe());
+        {
+            std::lock_guard lk(s_->m);
+            s_->slots[size_t(rank_)] = src.data;
+        }
+        DI_TRY_STATUS(rendezvous("all_gather"));
+        for (int r = 0; r < s_->size; ++r)
+            std::memcpy(static_cast<char*>(dst.data) + size_t(r) * src.nbytes(), s_->slots[size_t(r)],
+                        src.nbytes());
+        return rendezvous("all_gather");  // src may be reused once every peer has copied it
+    }
+
+    void fail(std::string_view why) override {
+        std::lock_guard lk(s_->m);
+        if (s_->failure.empty()) s_->failure = fmt::format("rank {} failed: {}", rank_, why);
+        s_->cv.notify_all();
+    }
+
+  private:
+    Status rendezvous(const char* what) {
+        std::unique_lock lk(s_->m);
+        if (!s_->failure.empty()) return make_error(ErrorCode::kIo, "{}: {}", what, s_->failure);
+        const uint64_t gen = s_->generation;
+        if (++s_->arrived == s_->size) {
+            s_->arrived = 0;
+            ++s_->generation;
+            s_->cv.notify_all();
+            return ok_status();
+        }
+        const bool done =
+            s_->cv.wait_for(lk, s_->timeout, [&] { return s_->generation != gen || !s_->failure.empty(); });
+        if (s_->generation != gen) return ok_status();
+        if (!done && s_->failure.empty())
+            s_->failure = fmt::format("rank {} waited {} ms for {} of {} ranks", rank_, s_->timeout.count(),
+                                      s_->size - s_->arrived, s_->size);
+        s_->cv.notify_all();
+        return make_error(ErrorCode::kIo, "{}: {}", what, s_->failure);
+    }
+
+    std::shared_ptr<Shared> s_;
+    int rank_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_local_group(int size, std::chrono::milliseconds timeout) {
+    DI_CHECK(size >= 1, "a group of {} ranks", size);
+    auto shared = std::make_shared<Shared>(size, timeout);
+    std::vector<std::unique_ptr<Communicator>> v;
+    for (int r = 0; r < size; ++r) v.push_back(std::make_unique<LocalComm>(shared, r));
+    return v;
+}
+
+}  // namespace di::parallel
