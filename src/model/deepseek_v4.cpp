@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <utility>
 
@@ -177,6 +179,36 @@ TensorView DeepseekV4::entry_positions(int64_t rate, int64_t first, int64_t coun
         be_->copy(t.view(), TensorView::contiguous(host.data(), DType::kI32, {size}));
     }
     return t.view().rows(first, count);
+}
+
+void DeepseekV4::set_expert_parallel(parallel::Communicator* comm, ExpertPartition experts) {
+    DI_CHECK(comm == nullptr || (comm->rank() == experts.rank && comm->size() == experts.size),
+             "rank {} of {} with the experts of rank {} of {}", comm ? comm->rank() : 0,
+             comm ? comm->size() : 1, experts.rank, experts.size);
+    DI_CHECK(comm == nullptr || be_->allocator().device() == Device::kHost,
+             "expert parallelism runs on host backends only so far, not on {}", be_->name());
+    comm_ = comm;
+    experts_ = experts;
+}
+
+// The routed experts: one call, or with expert parallelism this rank's experts into the slots, their sum
+// over the ranks (exact: each slot is non-zero on one rank), and the combine.
+void DeepseekV4::routed_experts(MoeArgs m, int64_t n) {
+    if (comm_ == nullptr || comm_->size() == 1) return be_->moe(m);
+    m.slots = ws_.take(DType::kF32, {n, m.ids.shape[1], cfg_.hidden_dim});
+    m.pass = MoeArgs::Pass::kExperts;
+    m.expert_first = experts_.first(m.n_experts);
+    m.expert_end = experts_.end(m.n_experts);
+    be_->moe(m);
+    be_->synchronize();
+    const Status s = comm_->all_reduce_sum(m.slots);
+    if (!s.ok()) {  // a peer failed or timed out: this rank cannot go on either
+        std::fprintf(stderr, "deepinfer: rank %d: %s\n", comm_->rank(), s.error().message.c_str());
+        std::fflush(stderr);
+        std::_Exit(EXIT_FAILURE);
+    }
+    m.pass = MoeArgs::Pass::kCombine;
+    be_->moe(m);
 }
 
 MhcPreArgs DeepseekV4::mhc_pre_args(const HcWeights& hw, const Step& s) const {
@@ -393,13 +425,14 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
                                                                : ops::ScoreFunc::kSqrtSoftplus,
                 .scaling = float(cfg_.routed_scaling_factor)});
     TensorView routed = ws_.take(DType::kF32, {n, D});
-    be_->moe({.x = y,
-              .ids = ids,
-              .weights = weights,
-              .experts = fw.experts.data(),
-              .n_experts = int64_t(fw.experts.size()),
-              .out = routed,
-              .limit = limit});
+    routed_experts({.x = y,
+                    .ids = ids,
+                    .weights = weights,
+                    .experts = fw.experts.data(),
+                    .n_experts = int64_t(fw.experts.size()),
+                    .out = routed,
+                    .limit = limit},
+                   n);
     TensorView gate = ws_.take(DType::kF32, {n, I});
     TensorView up = ws_.take(DType::kF32, {n, I});
     const LinearArgs shared_up[] = {lin(y, fw.shared.w1, gate), lin(y, fw.shared.w3, up)};

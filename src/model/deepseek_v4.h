@@ -13,6 +13,7 @@
 #include "model/weights.h"
 #include "model/workspace.h"
 #include "ops/backend.h"
+#include "parallel/communicator.h"
 
 namespace di::model {
 
@@ -30,6 +31,11 @@ class DeepseekV4 final : public Model {
     std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
     // Chunks' states must be this family's (DeepseekV4State).
     std::vector<float> forward(std::span<const SeqChunk> chunks) override;
+    // Expert parallelism (docs/parallel.md): this model is rank comm->rank() of comm->size(), its weights
+    // bound with `experts` (bind_weights), and every rank runs the same steps. Each MoE computes the slots of
+    // its own experts, sums them over the ranks and combines as one rank does: the same logits bit for bit.
+    // Host backends only so far (the communicator sums host memory).
+    void set_expert_parallel(parallel::Communicator* comm, ExpertPartition experts);
 
   private:
     struct Step;       // per-step views (defined in the .cpp)
@@ -38,6 +44,7 @@ class DeepseekV4 final : public Model {
     ops::LinearArgs lin(const TensorView& x, const ops::QWeight& w, const TensorView& y) const;
     // The step's mHC collapse before a sub-layer, with that sub-layer's mixing weights.
     ops::MhcPreArgs mhc_pre_args(const HcWeights& hw, const Step& s) const;
+    void routed_experts(ops::MoeArgs m, int64_t n);
     void attention_layer(int l, Step& s);
     void ffn_layer(int l, Step& s);
     // Opens the step's next graph segment (ops::Backend::segment_begin); the ops that depend on positions,
@@ -62,6 +69,8 @@ class DeepseekV4 final : public Model {
     Tensor inv_freq_main_, inv_freq_compress_;  // f32 [rope_dim / 2] on the device
     float mscale_main_ = 1.0f, mscale_compress_ = 1.0f;
     Precision precision_ = Precision::kExact;
+    parallel::Communicator* comm_ = nullptr;
+    ExpertPartition experts_;
 };
 
 }  // namespace di::model

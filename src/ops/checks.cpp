@@ -123,6 +123,15 @@ void check(const MoeArgs& a) {
     same_shape(a.ids, a.weights, "moe ids/weights");
     DI_CHECK(a.experts != nullptr && a.n_experts > 0, "moe: no experts");
     DI_CHECK(a.limit > 0, "moe: limit {} must be > 0 (+inf: no clamp)", a.limit);  // NaN fails too
+    if (a.pass != MoeArgs::Pass::kWhole) {
+        DI_CHECK(a.slots.dtype == DType::kF32 && a.slots.is_contiguous() && a.slots.ndim == 3 &&
+                     a.slots.shape[0] == a.x.shape[0] && a.slots.shape[1] == a.ids.shape[1] &&
+                     a.slots.shape[2] == a.x.shape[1],
+                 "moe.slots {}", a.slots.describe());
+        DI_CHECK(a.pass == MoeArgs::Pass::kCombine ||
+                     (0 <= a.expert_first && a.expert_first <= a.expert_end && a.expert_end <= a.n_experts),
+                 "moe: experts [{}, {}) of {}", a.expert_first, a.expert_end, a.n_experts);
+    }
 }
 
 }  // namespace di::ops

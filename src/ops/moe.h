@@ -51,13 +51,25 @@ struct MoeArgs {
     int64_t n_experts = 0;
     TensorView out;                                        // f32 [n, hidden_dim]
     float limit = std::numeric_limits<float>::infinity();  // swiglu_limit: > 0, +inf no clamp (elementwise.h)
+    // Expert parallelism (model/expert_partition.h) in two calls, with the ranks' slots summed between
+    // them (exact: each (token, slot) is non-zero on one rank only). Pass `experts` of the experts in
+    // [expert_first, expert_end): each pair whose expert lies there writes its unweighted output to
+    // slots[t, j], every other pair zeros, and out is not written (only those experts' weights are read).
+    // Pass `combine`: out = the weighted sum of slots in slot order, exactly as the one-call op combines
+    // its pairs; no expert is read. Without slots the op is the one call.
+    enum class Pass : uint8_t { kWhole, kExperts, kCombine };
+    Pass pass = Pass::kWhole;
+    TensorView slots{};  // f32 [n, k, hidden_dim], contiguous
+    int64_t expert_first = 0, expert_end = 0;
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, x, Role::kIn);
         DI_VISIT(f, ids, Role::kIn);
         DI_VISIT(f, weights, Role::kIn);
         DI_VISIT(f, out, Role::kOut);
+        DI_VISIT(f, slots, Role::kInOut);
     }
+    bool owns(int64_t e) const { return pass != Pass::kExperts || (e >= expert_first && e < expert_end); }
 };
 void check(const MoeArgs& a);
 

@@ -92,6 +92,7 @@ class CpuBackend final : public Backend {
     bool force_variant(std::string_view op, std::string_view variant) override;
 
   private:
+    void combine(const MoeArgs& a, const float* d_rows);  // moe's phase 3 (cpu_moe.cpp)
     // Whether fast op `i` (cpu_fast_index) runs its SIMD kernel this call, counting the dispatch.
     bool take_fast(int i) {
         FastOp& f = fast_[size_t(i)];

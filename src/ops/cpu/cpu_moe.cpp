@@ -1,6 +1,7 @@
 // Routed experts on the CPU: token-slot pairs grouped by expert, so each expert's rows are dequantised once
 // per call and reused for all its tokens. Phase 1: h = swiglu(W1 x, W3 x) per pair; phase 2: d = W2 h per
-// pair; phase 3: out[t] = sum over slots j (in slot order) of weights[t, j] * d[t, j].
+// pair; phase 3: out[t] = sum over slots j (in slot order) of weights[t, j] * d[t, j]. Expert parallelism
+// (MoeArgs::Pass) runs phases 1-2 for some experts into the slots, and phase 3 alone from them.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -28,13 +29,18 @@ void CpuBackend::moe(const MoeArgs& a) {
     check(a);
     const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1], E = a.n_experts;
     if (n == 0) return;
-    // Group the pairs p = t * k + j by expert (counting sort: token order within an expert).
+    if (a.pass == MoeArgs::Pass::kCombine) return combine(a, a.slots.ptr<float>());
+    // Group the pairs p = t * k + j by expert (counting sort: token order within an expert); with
+    // Pass::kExperts only the pairs of the given experts, the others' slots zeroed.
     moe_offsets_.assign(size_t(E + 1), 0);
     for (int64_t t = 0; t < n; ++t)
         for (int64_t j = 0; j < k; ++j) {
             const int32_t e = a.ids.ptr<int32_t>()[t * a.ids.stride[0] + j];
             DI_CHECK(e >= 0 && e < E, "expert id {} outside {}", e, E);
-            ++moe_offsets_[size_t(e + 1)];
+            if (a.owns(e))
+                ++moe_offsets_[size_t(e + 1)];
+            else
+                std::fill_n(a.slots.ptr<float>() + (t * k + j) * D, D, 0.0f);
         }
     for (int64_t e = 0; e < E; ++e) moe_offsets_[size_t(e + 1)] += moe_offsets_[size_t(e)];
     moe_pairs_.resize(size_t(n * k));
@@ -45,6 +51,7 @@ void CpuBackend::moe(const MoeArgs& a) {
     for (int64_t t = 0; t < n; ++t)
         for (int64_t j = 0; j < k; ++j) {
             const int32_t e = a.ids.ptr<int32_t>()[t * a.ids.stride[0] + j];
+            if (!a.owns(e)) continue;
             const int64_t slot = moe_cursor_[size_t(e)]++;
             moe_pairs_[size_t(slot)] = t * k + j;
             xrows_[size_t(slot)] = a.x.ptr<float>() + t * a.x.stride[0];
@@ -56,9 +63,11 @@ void CpuBackend::moe(const MoeArgs& a) {
                      D);
             I = std::max(I, ew.w1.out_dim);
         }
+    const int64_t used = moe_offsets_[size_t(E)];  // pairs computed here
     moe_h_.resize(size_t(n * k * I));
-    moe_d_.resize(size_t(n * k * D));
-    for (int64_t s = 0; s < n * k; ++s) moe_hrows_[size_t(s)] = moe_h_.data() + moe_pairs_[size_t(s)] * I;
+    moe_d_.resize(a.pass == MoeArgs::Pass::kExperts ? 0 : size_t(n * k * D));
+    float* dout = a.pass == MoeArgs::Pass::kExperts ? a.slots.ptr<float>() : moe_d_.data();  // [n * k, D]
+    for (int64_t s = 0; s < used; ++s) moe_hrows_[size_t(s)] = moe_h_.data() + moe_pairs_[size_t(s)] * I;
 
     // Tasks: (expert, range of weight rows), about 8 per thread over all used experts.
     auto make_tasks = [&](bool down) {
@@ -115,20 +124,25 @@ void CpuBackend::moe(const MoeArgs& a) {
                 const int64_t nw = std::min<int64_t>(cpu::kTileRows, task.o1 - o0);
                 cpu::weight_tile(ew.w2, o0, nw, moe_hrows_.data() + p0, np, s, s.acc.data());
                 for (int64_t q = 0; q < np; ++q) {
-                    float* d = moe_d_.data() + moe_pairs_[size_t(p0 + q)] * D + o0;
+                    float* d = dout + moe_pairs_[size_t(p0 + q)] * D + o0;
                     for (int64_t c = 0; c < nw; ++c) d[c] = s.acc[size_t(q * cpu::kTileRows + c)];
                 }
             }
         }
     });
 
-    // Combine in slot order (float); rows are independent.
+    if (a.pass == MoeArgs::Pass::kWhole) combine(a, moe_d_.data());
+}
+
+// Phase 3: out[t] = sum over slots in slot order (float) of weights[t, j] * d[t, j]; rows are independent.
+void CpuBackend::combine(const MoeArgs& a, const float* d_rows) {
+    const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1];
     for (int64_t t = 0; t < n; ++t) {
         float* out = a.out.ptr<float>() + t * a.out.stride[0];
         const float* w = a.weights.ptr<float>() + t * a.weights.stride[0];
         for (int64_t c = 0; c < D; ++c) out[c] = 0.0f;
         for (int64_t j = 0; j < k; ++j) {
-            const float* d = moe_d_.data() + (t * k + j) * D;
+            const float* d = d_rows + (t * k + j) * D;
 #pragma omp simd
             for (int64_t c = 0; c < D; ++c) out[c] += d[c] * w[j];
         }

@@ -692,6 +692,7 @@ void CudaBackend::moe(const MoeArgs& a) {
     if (replaying()) return;
     check(a);
     device_args(a, "moe");
+    DI_CHECK(a.pass == MoeArgs::Pass::kWhole, "moe: expert-parallel passes are not on cuda yet");
     const int64_t n = a.x.shape[0], k = a.ids.shape[1], D = a.x.shape[1];
     const int64_t I = a.experts[0].w1.out_dim;
     for (int64_t e = 0; e < a.n_experts; ++e) {

@@ -54,35 +54,54 @@ void RefBackend::route(const RouteArgs& a) {
 }
 
 // ref: transformers 5.17 DeepseekV4Experts: per (token, slot) down(swiglu(gate, up)) * w, summed in slot
-// order
+// order. MoeArgs::Pass splits it in two for expert parallelism: the unweighted pair outputs (float(d)) of
+// some experts, then the weighted sum of them, with the same products and sums as the one call.
 void RefBackend::moe(const MoeArgs& a) {
     check(a);
+    using Pass = MoeArgs::Pass;
     const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1];
+    std::vector<float> d(static_cast<size_t>(D));
     for (int64_t t = 0; t < n; ++t) {
         std::vector<double> acc(size_t(D), 0.0);
         const float* x = row_f32(a.x, t);
         for (int64_t j = 0; j < k; ++j) {
-            const int32_t e = a.ids.ptr<int32_t>()[t * a.ids.stride[0] + j];
-            DI_CHECK(e >= 0 && e < a.n_experts, "expert id {} outside {}", e, a.n_experts);
-            const ExpertWeights& ew = a.experts[e];
-            const int64_t I = ew.w1.out_dim;
-            std::vector<float> h(static_cast<size_t>(I));
-            for (int64_t r = 0; r < I; ++r) {
-                double g = 0, u = 0;
-                for (int64_t c = 0; c < D; ++c) {
-                    g += double(x[c]) * ew.w1.at(r, c);
-                    u += double(x[c]) * ew.w3.at(r, c);
+            float* slot = a.pass == Pass::kWhole ? nullptr : a.slots.ptr<float>() + (t * k + j) * D;
+            if (a.pass == Pass::kCombine) {
+                std::copy(slot, slot + D, d.begin());
+            } else {
+                const int32_t e = a.ids.ptr<int32_t>()[t * a.ids.stride[0] + j];
+                DI_CHECK(e >= 0 && e < a.n_experts, "expert id {} outside {}", e, a.n_experts);
+                if (!a.owns(e)) {
+                    std::fill(slot, slot + D, 0.0f);
+                    continue;
                 }
-                const float gc = std::min(float(g), a.limit), uc = std::clamp(float(u), -a.limit, a.limit);
-                h[size_t(r)] = float(double(gc) / (1.0 + std::exp(-double(gc))) * double(uc));
+                const ExpertWeights& ew = a.experts[e];
+                const int64_t I = ew.w1.out_dim;
+                std::vector<float> h(static_cast<size_t>(I));
+                for (int64_t r = 0; r < I; ++r) {
+                    double g = 0, u = 0;
+                    for (int64_t c = 0; c < D; ++c) {
+                        g += double(x[c]) * ew.w1.at(r, c);
+                        u += double(x[c]) * ew.w3.at(r, c);
+                    }
+                    const float gc = std::min(float(g), a.limit),
+                                uc = std::clamp(float(u), -a.limit, a.limit);
+                    h[size_t(r)] = float(double(gc) / (1.0 + std::exp(-double(gc))) * double(uc));
+                }
+                for (int64_t c = 0; c < D; ++c) {
+                    double dd = 0;
+                    for (int64_t r = 0; r < I; ++r) dd += double(h[size_t(r)]) * ew.w2.at(c, r);
+                    d[size_t(c)] = float(dd);
+                }
+                if (a.pass == Pass::kExperts) {
+                    std::copy(d.begin(), d.end(), slot);
+                    continue;
+                }
             }
             const double w = a.weights.ptr<float>()[t * a.weights.stride[0] + j];
-            for (int64_t c = 0; c < D; ++c) {
-                double d = 0;
-                for (int64_t r = 0; r < I; ++r) d += double(h[size_t(r)]) * ew.w2.at(c, r);
-                acc[size_t(c)] += float(d) * w;
-            }
+            for (int64_t c = 0; c < D; ++c) acc[size_t(c)] += d[size_t(c)] * w;
         }
+        if (a.pass == Pass::kExperts) continue;
         float* out = row_f32(a.out, t);
         for (int64_t c = 0; c < D; ++c) out[c] = float(acc[size_t(c)]);
     }
