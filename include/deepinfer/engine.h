@@ -32,6 +32,8 @@ struct EngineOptions {
     std::string precision = "exact";  // exact (f32 activations) | native (fp8 GEMM inputs, as DeepSeek)
     bool graphs = true;               // CUDA graph replay of the step's segments (cuda; replay is
                                       // bit-identical to launching every kernel: tests/gpu/cuda_graphs_test)
+    int expert_ranks = 1;             // expert-parallel ranks, threads of this process (host backends so far;
+                                      // docs/parallel.md): the same tokens as one rank, bit for bit
 };
 
 // A kernel variant of the engine's backend, whether the active allow-list lets it run, how often it ran.

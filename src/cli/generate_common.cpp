@@ -27,6 +27,15 @@ void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_option("--kernels", o.kernels, "kernel allow-list file (written by `deepinfer screen`)");
     add_precision_option(app, o.precision);
     add_graphs_option(app, o.graphs);
+    add_expert_ranks_option(app, o.expert_ranks);
+}
+
+void add_expert_ranks_option(CLI::App& app, int& ranks) {
+    app.add_option("--expert-ranks", ranks,
+                   "expert-parallel ranks, threads of this process each holding a block of the routed "
+                   "experts (cpu and ref backends so far); the same output as one rank, bit for bit")
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
 }
 
 void add_graphs_option(CLI::App& app, bool& graphs) {
@@ -101,7 +110,7 @@ Result<LoadedModel> load_for_generation(const GenOptions& o) {
     lm.backend->set_graphs(o.graphs);
     if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *lm.backend));
     DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
-    DI_TRY(lm.model, runtime::load_model(dir, *lm.backend, o.check_weights));
+    DI_TRY(lm.model, runtime::load_model(dir, *lm.backend, o.check_weights, o.expert_ranks));
     lm.model->set_precision(precision);
     if (std::FILE* f = std::fopen((dir + "/tokenizer.json").c_str(), "r")) {
         std::fclose(f);
@@ -140,6 +149,7 @@ Result<std::unique_ptr<Engine>> start_engine(const GenOptions& o) {
     e.precision = o.precision;
     e.graphs = o.graphs;
     e.check_weights = o.check_weights;
+    e.expert_ranks = o.expert_ranks;
     e.max_running = 1;
     e.state_memory_bytes = std::numeric_limits<int64_t>::max();  // one request: its own state is the limit
     e.default_timeout = std::chrono::hours(24 * 365);

@@ -29,7 +29,9 @@ struct GenOptions {
     bool json = false;   // --json: the answer is a JSON object (constrained decoding)
     std::string json_schema_file;  // --json-schema FILE: the answer satisfies this JSON schema
     bool reasoning_first = false;  // the prompt ends in "<think>": a constraint starts after "</think>"
+    int expert_ranks = 1;          // --expert-ranks (docs/parallel.md)
 };
+void add_expert_ranks_option(CLI::App& app, int& ranks);
 
 void add_model_options(CLI::App& app, GenOptions& o);
 void add_sampling_options(CLI::App& app, GenOptions& o);

@@ -110,7 +110,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
         impl->backend->set_allow_list(impl->allow);
     }
     DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
-    DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend, o.check_weights));
+    DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend, o.check_weights, o.expert_ranks));
     impl->model->set_precision(precision);
     const model::ModelConfig& cfg = impl->model->config();
     const std::string tok_path = o.tokenizer_path.empty() ? o.model_dir : o.tokenizer_path;

@@ -4,7 +4,9 @@
 
 #include "io/finite_scan.h"
 #include "io/safetensors.h"
+#include "model/expert_parallel_model.h"
 #include "model/registry.h"
+#include "runtime/backend_factory.h"
 
 namespace di::runtime {
 
@@ -27,11 +29,20 @@ Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& ba
 }  // namespace
 
 Result<std::unique_ptr<model::Model>> load_model(const std::string& dir, ops::Backend& backend,
-                                                 bool check_weights) {
+                                                 bool check_weights, int expert_ranks) {
     DI_TRY(model::ModelConfig cfg, model::load_config(dir));
     DI_TRY_STATUS(check_kernel_limits(cfg, backend, dir + "/config.json"));
     DI_TRY(io::Checkpoint ckpt, io::Checkpoint::open(dir));
     if (check_weights) DI_TRY_STATUS(io::check_checkpoint_finite(ckpt));
+    if (expert_ranks != 1) {
+        if (cfg.architecture != "DeepseekV4ForCausalLM")
+            return make_error(ErrorCode::kUnsupported, "{}: expert parallelism is not written for {}", dir,
+                              cfg.architecture);
+        const std::string name(backend.name());
+        return model::ExpertParallelModel::load(std::move(cfg),
+                                                std::make_shared<io::Checkpoint>(std::move(ckpt)), backend,
+                                                expert_ranks, [&] { return make_backend(name); });
+    }
     const model::ModelFamily& family = model::family_of(cfg);
     return family.load(std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ckpt)), backend);
 }

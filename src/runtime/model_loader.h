@@ -11,9 +11,10 @@
 namespace di::runtime {
 
 // check_weights: scan every float tensor for NaN/infinity first (`--check-weights`; one pass over the
-// checkpoint's bytes).
+// checkpoint's bytes). expert_ranks > 1: that many expert-parallel ranks in threads, rank 0 on `backend`
+// and the others on backends of the same name (model/expert_parallel_model.h).
 Result<std::unique_ptr<model::Model>> load_model(const std::string& dir, ops::Backend& backend,
-                                                 bool check_weights = false);
+                                                 bool check_weights = false, int expert_ranks = 1);
 
 // A model whose config text and tensors are already in memory (benchmark models drawn without a file).
 Result<std::unique_ptr<model::Model>> load_model_in_memory(const std::string& config_json,

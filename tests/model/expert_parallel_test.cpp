@@ -15,6 +15,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/ref/ref_backend.h"
 #include "parallel/communicator.h"
+#include "runtime/model_loader.h"
 
 namespace di::model {
 namespace {
@@ -70,6 +71,38 @@ void expect_ranks_equal_one(const std::string& name, int ranks, bool ref) {
     float worst = 0;
     for (size_t i = 0; i < one.size(); ++i) worst = std::max(worst, std::fabs(one[i] - golden[i]));
     EXPECT_LE(worst / test::max_abs(golden), 1e-3) << name;
+}
+
+// The same through runtime::load_model's ExpertParallelModel (what the engine, `run` and `serve` use with
+// --expert-ranks): its states, its rank threads, two sequences of different lengths in one step.
+TEST(ExpertParallel, LoadedModelEqualsOneRank) {
+    const std::string dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp8";
+    const test::Fixture fx = test::load_fixture("v4_tiny_fp8");
+    auto be1 = ops::make_cpu_backend(1), be2 = ops::make_cpu_backend(1);
+    auto one = runtime::load_model(dir, *be1);
+    ASSERT_TRUE(one.ok()) << one.error().message;
+    auto ranks = runtime::load_model(dir, *be2, false, 2);
+    ASSERT_TRUE(ranks.ok()) << ranks.error().message;
+    EXPECT_EQ((*ranks)->state_size().fixed_bytes, 2 * (*one)->state_size().fixed_bytes);
+    auto run = [&](Model& m) {
+        auto a = m.new_state(64), b = m.new_state(64);
+        std::vector<float> out;
+        const std::vector<int32_t> pa(fx.prompt.begin(), fx.prompt.begin() + 9),
+            pb(fx.prompt.begin() + 3, fx.prompt.begin() + 7);
+        for (int step = 0; step < 4; ++step) {
+            const SeqChunk chunks[] = {
+                {a.get(), step == 0 ? std::span<const int32_t>(pa) : std::span(pa).first(1), true},
+                {b.get(), step == 0 ? std::span<const int32_t>(pb) : std::span(pb).last(1), false}};
+            const std::vector<float> l = m.forward(chunks);
+            out.insert(out.end(), l.begin(), l.end());
+        }
+        EXPECT_EQ(a->n_tokens(), 9 + 3);
+        return out;
+    };
+    const std::vector<float> want = run(**one), got = run(**ranks);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+    EXPECT_FALSE(runtime::load_model(dir, *be2, false, 9).ok());  // more ranks than the fixture's 8 experts
 }
 
 TEST(ExpertParallel, TwoRanksEqualOneOnCpuFp8) { expect_ranks_equal_one("v4_tiny_fp8", 2, false); }

@@ -1,0 +1,55 @@
+// Several expert-parallel ranks of one DeepSeek-V4 checkpoint as one Model (docs/parallel.md): rank r is a
+// DeepseekV4 on its own backend holding its block of the routed experts; a step runs on every rank at
+// once (rank 0 on the caller's thread, the others on their own) and returns rank 0's logits, which every
+// rank computes bit for bit. The engine, scheduler and server use it as any Model.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/deepseek_v4.h"
+#include "parallel/communicator.h"
+
+namespace di::model {
+
+class ExpertParallelModel final : public Model {
+  public:
+    // `make_backend` makes ranks 1.. their backends (rank 0 runs on `backend`); host backends only so far.
+    static Result<std::unique_ptr<Model>> load(
+        ModelConfig cfg, std::shared_ptr<io::Checkpoint> ckpt, ops::Backend& backend, int ranks,
+        const std::function<Result<std::unique_ptr<ops::Backend>>()>& make_backend);
+    ~ExpertParallelModel() override;
+
+    const ModelConfig& config() const override { return ranks_[0]->config(); }
+    const WeightStats& weight_stats() const override { return ranks_[0]->weight_stats(); }
+    ops::Backend& backend() override { return ranks_[0]->backend(); }
+    Precision precision() const override { return ranks_[0]->precision(); }
+    void set_precision(Precision p) override;
+    StateSize state_size() const override;
+    std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
+    std::vector<float> forward(std::span<const SeqChunk> chunks) override;
+    int ranks() const { return int(ranks_.size()); }
+
+  private:
+    ExpertParallelModel() = default;
+    void worker(int rank);
+
+    std::vector<std::unique_ptr<ops::Backend>> backends_;  // ranks 1..
+    std::vector<std::unique_ptr<parallel::Communicator>> comms_;
+    std::vector<std::unique_ptr<DeepseekV4>> ranks_;
+    // The step the workers run: each rank's chunks (their states the rank's part of each sequence's).
+    std::mutex m_;
+    std::condition_variable cv_;
+    uint64_t step_ = 0;
+    int pending_ = 0;
+    bool stop_ = false;
+    std::vector<std::vector<SeqChunk>> rank_chunks_;
+    std::vector<std::thread> threads_;
+};
+
+}  // namespace di::model
