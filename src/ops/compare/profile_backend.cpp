@@ -89,6 +89,22 @@ void ProfileBackend::moe(const MoeArgs& a) {
     timed("moe", a, wbytes, [&] { subject_.moe(a); });
 }
 
+void ProfileBackend::rms_norm_rope(const RmsNormArgs& n, const RopeArgs& r) {
+    timed("rms_norm_rope", n, double(n.weight.nbytes()), [&] { subject_.rms_norm_rope(n, r); });
+}
+void ProfileBackend::mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& n) {
+    const double norm_bytes = double(n.weight.nbytes()) + double(n.y.nbytes());
+    timed("mhc_pre_norm", pre, double(pre.fn.nbytes()) + norm_bytes, [&] { subject_.mhc_pre_norm(pre, n); });
+}
+void ProfileBackend::hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& n) {
+    const double norm_bytes = double(n.weight.nbytes()) + double(n.y.nbytes());
+    timed("hc_head_norm", head, double(head.fn.nbytes()) + norm_bytes,
+          [&] { subject_.hc_head_norm(head, n); });
+}
+void ProfileBackend::add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) {
+    timed("add_mhc_post", post, double(sum.b.nbytes()), [&] { subject_.add_mhc_post(sum, post); });
+}
+
 std::vector<OpProfile> ProfileBackend::table() const {
     std::vector<OpProfile> v;
     for (const auto& [k, p] : ops_) v.push_back(p);

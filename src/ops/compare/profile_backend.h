@@ -59,6 +59,11 @@ class ProfileBackend final : public Backend {
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
     void moe(const MoeArgs& a) override;
+    // The fused pairs are timed as one op each (the subject may run them as one launch).
+    void rms_norm_rope(const RmsNormArgs& n, const RopeArgs& r) override;
+    void mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& n) override;
+    void hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& n) override;
+    void add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) override;
 
     // Ops by total time, largest first; reset() starts a new measurement.
     std::vector<OpProfile> table() const;
