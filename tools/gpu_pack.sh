@@ -9,7 +9,7 @@ set -euo pipefail
 build=${1:-build-cuda}
 out=${2:-build-cuda-carry}
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
-for b in tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/cuda_ops_bench bench/cuda_kernel_bench deepinfer bench/model_bench; do
+for b in tests/gpu/cuda_ops_test tests/gpu/cuda_model_test tests/gpu/nccl_test bench/cuda_ops_bench bench/cuda_kernel_bench deepinfer bench/model_bench; do
   [ -x "$build/$b" ] && cp "$build/$b" "$out/bin/"
 done
 for f in "$out"/bin/*; do
