@@ -197,9 +197,7 @@ __device__ __forceinline__ void comb_sinkhorn_any(const MhcParams& p, int64_t t,
     for (int e = lane; e < hh; e += 32) p.comb[t * p.ld_comb + e] = float(C[e]);
 }
 
-// One block per token: the partials in split order, then pre / post / comb and the collapse; with norm.y,
-// the collapse warps then norm x (mhc_pre_norm, hc_head_norm).
-constexpr int kFinishThreads = 512;  // warp 0 Sinkhorn, 15 warps collapse (7 left ~5 load rounds per column)
+constexpr int kFinishThreads = 512;  // warp 0 runs Sinkhorn, 15 warps collapse (7 took ~5 rounds of loads)
 constexpr int kRegCols = 9;          // columns per collapse thread held in registers (hc = 4, D <= 4320)
 
 // Columns c = threadIdx.x - 32 + i (blockDim.x - 32) of the token's four streams, and the norm's weights.
@@ -265,6 +263,8 @@ __device__ __forceinline__ void collapse_regs(const MhcParams& p, const NormOut&
     }
 }
 
+// One block per token: the partials in split order, then pre / post / comb and the collapse; with norm.y,
+// the collapse warps then norm x (mhc_pre_norm, hc_head_norm).
 __global__ void __launch_bounds__(kFinishThreads)
     mhc_split_finish_kernel(MhcParams p, int M, int64_t splits, const double* part, NormOut norm) {
     __shared__ double mix[kMaxMix + 1];
