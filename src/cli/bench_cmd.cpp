@@ -1,6 +1,7 @@
 // deepinfer bench: prefill and decode throughput of a model (or the demo model) on a backend -- warm-up
 // runs, then repetitions reported as mean, sample standard deviation, min and max -- and the per-sequence
-// state size at several lengths; text or --json. Kernel-level benchmarks live in bench/.
+// state size at several lengths; text or --json. --profile adds the per-op time of the last run's prefill
+// and decode steps (every op synchronised, so that run is slower). Kernel-level benchmarks live in bench/.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,8 +18,15 @@ namespace {
 
 struct Options : GenOptions {
     int64_t prompt = 256, decode = 16, batch = 1, warmup = 1, repetitions = 3;
-    bool json = false;
+    bool json = false, profile = false;
 };
+
+nlohmann::json to_json(const std::vector<ops::OpProfile>& t) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const ops::OpProfile& p : t)
+        a.push_back({{"op", p.op}, {"calls", p.calls}, {"seconds", p.seconds}, {"bytes", p.bytes}});
+    return a;
+}
 
 struct Spread {
     double mean = 0, stddev = 0, min = 0, max = 0;
@@ -49,14 +57,23 @@ int run_bench(const Options& o) {
     if (o.prompt < 1 || o.decode < 1 || o.batch < 1 || o.warmup < 0 || o.repetitions < 1)
         return fail("bench: --prompt, --decode, --batch and --repetitions must be >= 1, --warmup >= 0");
     const runtime::BackendChoice backend = runtime::resolve_backend(o.backend);
-    auto lm = load_for_generation(o);
+    auto lm = load_for_generation(o, o.profile);
     if (!lm) return fail(lm.error().message);
+    ops::ProfileBackend* prof = lm->profile.get();
+    std::vector<ops::OpProfile> prefill_ops, decode_ops;  // of the last run
     const auto& cfg = lm->model->config();
     const auto& ws = lm->model->weight_stats();
     for (int64_t i = 0; i < o.warmup; ++i) perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
     std::vector<double> prefill, decode, ms;
     for (int64_t i = 0; i < o.repetitions; ++i) {
-        const perf::Throughput t = perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
+        const bool last = i + 1 == o.repetitions;
+        if (prof && last) prof->reset();
+        const perf::Throughput t = perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch, [&] {
+            if (!prof || !last) return;
+            prefill_ops = prof->table();
+            prof->reset();
+        });
+        if (prof && last) decode_ops = prof->table();
         prefill.push_back(t.prefill_tokens_per_s());
         decode.push_back(t.decode_tokens_per_s());
         ms.push_back(t.ms_per_step());
@@ -84,7 +101,9 @@ int run_bench(const Options& o) {
                                   {"decode_tokens_per_s", to_json(d)},
                                   {"ms_per_step", to_json(m)},
                                   {"state", state}};
-        fmt::print("{}\n", j.dump(2));
+        nlohmann::json out = j;
+        if (prof) out["profile"] = {{"prefill", to_json(prefill_ops)}, {"decode", to_json(decode_ops)}};
+        fmt::print("{}\n", out.dump(2));
         return 0;
     }
     fmt::print("model: {} layers, hidden {}, {:.1f} M params ({:.1f} M active), {:.1f} MiB weights\n",
@@ -98,6 +117,11 @@ int run_bench(const Options& o) {
                ss.bytes_per_token);
     for (int64_t n : lengths) fmt::print("; {} tokens {:.2f} MiB", n, double(ss.bytes_for(n)) / 1048576.0);
     fmt::print("\n");
+    if (prof) {
+        fmt::print("\nper-op time of the last run (every op synchronised), prefill of {} tokens:\n{}",
+                   o.batch * o.prompt, ops::ProfileBackend::markdown_of(prefill_ops));
+        fmt::print("\n{} decode steps:\n{}", o.decode, ops::ProfileBackend::markdown_of(decode_ops));
+    }
     return 0;
 }
 
@@ -113,6 +137,9 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("-r,--repetitions", o->repetitions, "measured runs (mean, spread, min, max)")
         ->capture_default_str();
     app.add_flag("--json", o->json, "print one JSON object instead of text");
+    app.add_flag("--profile", o->profile,
+                 "per-op time, share, bytes and GB/s of the last run's prefill and decode steps (every op "
+                 "synchronised: that run is slower)");
     return [o] { return run_bench(*o); };
 }
 

@@ -99,7 +99,7 @@ Result<OutputConstraint> constraint_of(const GenOptions& o, const Tokenizer* tok
 
 }  // namespace
 
-Result<LoadedModel> load_for_generation(const GenOptions& o) {
+Result<LoadedModel> load_for_generation(const GenOptions& o, bool profile) {
     LoadedModel lm;
     std::string dir = o.model;
     if (dir.empty()) {
@@ -110,7 +110,9 @@ Result<LoadedModel> load_for_generation(const GenOptions& o) {
     lm.backend->set_graphs(o.graphs);
     if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *lm.backend));
     DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
-    DI_TRY(lm.model, runtime::load_model(dir, *lm.backend, o.check_weights, o.expert_ranks));
+    if (profile) lm.profile = std::make_unique<ops::ProfileBackend>(*lm.backend, /*synchronize=*/true);
+    ops::Backend& run_on = lm.profile ? *lm.profile : *lm.backend;
+    DI_TRY(lm.model, runtime::load_model(dir, run_on, o.check_weights, o.expert_ranks));
     lm.model->set_precision(precision);
     if (std::FILE* f = std::fopen((dir + "/tokenizer.json").c_str(), "r")) {
         std::fclose(f);

@@ -13,6 +13,7 @@
 #include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
 #include "model/model.h"
+#include "ops/compare/profile_backend.h"
 #include "runtime/sampler.h"
 
 namespace di::cli {
@@ -40,11 +41,13 @@ void add_graphs_option(CLI::App& app, bool& graphs);
 
 struct LoadedModel {
     std::unique_ptr<ops::Backend> backend;
+    std::unique_ptr<ops::ProfileBackend> profile;  // between the model and backend with `profile`
     std::unique_ptr<model::Model> model;
     std::optional<Tokenizer> tokenizer;  // absent when the model directory has none
 };
-// Loads --model (or the demo model, printing kDemoNotice to stderr).
-Result<LoadedModel> load_for_generation(const GenOptions& o);
+// Loads --model (or the demo model, printing kDemoNotice to stderr). profile: the model runs through an
+// ops::ProfileBackend that times every op (synchronised: bench --profile).
+Result<LoadedModel> load_for_generation(const GenOptions& o, bool profile = false);
 
 // Ctrl-C sets this instead of killing the process while a generation runs.
 std::atomic<bool>& interrupt_flag();

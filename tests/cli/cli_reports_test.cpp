@@ -47,6 +47,29 @@ TEST(CliReports, BenchJsonHasEveryRunAndItsSpread) {
     }
 }
 
+// --profile: the last run's ops, prefill and decode apart; one step's counts follow from the config (the
+// head once per step, the routed experts once per layer, the embedding once per hyper-connection stream).
+TEST(CliReports, BenchProfileSplitsPrefillAndDecode) {
+    const CliRun r = run_cli("bench --model " + kFixture.string() +
+                             " --backend cpu --prompt 5 --decode 3 -r 2 --warmup 0 --profile --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const int64_t layers = fixture_config()["num_hidden_layers"], hc = fixture_config()["hc_mult"];
+    auto calls = [&](const char* phase, const char* op) -> int64_t {
+        for (const nlohmann::json& e : j["profile"][phase])
+            if (e["op"] == op) {
+                EXPECT_GT(e["seconds"].get<double>(), 0) << phase << " " << op;
+                return e["calls"];
+            }
+        return 0;
+    };
+    EXPECT_EQ(calls("prefill", "hc_head_norm"), 1);
+    EXPECT_EQ(calls("decode", "hc_head_norm"), 3);
+    EXPECT_EQ(calls("prefill", "moe"), layers);
+    EXPECT_EQ(calls("decode", "moe"), 3 * layers);
+    EXPECT_EQ(calls("decode", "embed"), 3 * hc);
+}
+
 TEST(CliReports, BenchRejectsZeroRepetitionsInOneLine) {
     const CliRun r = run_cli("bench --model " + kFixture.string() + " -r 0");
     EXPECT_EQ(r.rc, 1);

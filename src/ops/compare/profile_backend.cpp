@@ -113,8 +113,7 @@ std::vector<OpProfile> ProfileBackend::table() const {
     return v;
 }
 
-std::string ProfileBackend::markdown(double copy_gbps) const {
-    const std::vector<OpProfile> t = table();
+std::string ProfileBackend::markdown_of(const std::vector<OpProfile>& t, double copy_gbps) {
     double total = 0;
     for (const auto& p : t) total += p.seconds;
     std::string md = "| op | calls | ms | share | MB moved | GB/s |" +

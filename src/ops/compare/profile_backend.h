@@ -69,7 +69,8 @@ class ProfileBackend final : public Backend {
     std::vector<OpProfile> table() const;
     void reset() { ops_.clear(); }
     // A markdown table: op, calls, ms, share, bytes, GB/s (and % of `copy_gbps` when it is > 0).
-    std::string markdown(double copy_gbps = 0) const;
+    std::string markdown(double copy_gbps = 0) const { return markdown_of(table(), copy_gbps); }
+    static std::string markdown_of(const std::vector<OpProfile>& table, double copy_gbps = 0);
 
   private:
     // count_views: add every tensor the Args visit (in and out) to `weight_bytes`.
