@@ -20,7 +20,10 @@ namespace di::cli {
 namespace {
 
 struct Options : GenOptions {
-    std::string ops = "linear,moe,attention,indexer_topk,mhc_pre,hc_head", batches = "1,8,64", out, markdown;
+    std::string ops =
+        "linear,moe,attention,indexer_topk,mhc_pre,hc_head,rms_norm_rope,mhc_pre_norm,hc_head_norm,add_mhc_"
+        "post";
+    std::string batches = "1,8,64", out, markdown;
 };
 
 std::vector<std::string> split(const std::string& s) {

@@ -104,9 +104,13 @@ double median_us(ops::Backend& be, const std::function<void()>& run) {
     return t[t.size() / 2];
 }
 
-void allow_only(ops::Backend& be, const ops::KernelVariant* v) {
-    ops::AllowList l = ops::AllowList::fallbacks_of(std::string(be.name()), be.kernel_variants());
+// The fallbacks, `v` and every variant of the ops in `with_ops`.
+void allow_only(ops::Backend& be, const ops::KernelVariant* v, const std::vector<std::string>& with_ops) {
+    const std::vector<ops::KernelVariant> all = be.kernel_variants();
+    ops::AllowList l = ops::AllowList::fallbacks_of(std::string(be.name()), all);
     if (v) l.allow(v->op, v->name);
+    for (const ops::KernelVariant& k : all)
+        if (std::find(with_ops.begin(), with_ops.end(), k.op) != with_ops.end()) l.allow(k.op, k.name);
     be.set_allow_list(l);
 }
 
@@ -126,16 +130,17 @@ std::string format_name(const ops::QWeight& w) {
 ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape,
                 const std::vector<float>& ref, int64_t k_len, const TensorView& y,
                 const std::function<void(const TensorView&)>& run, const TensorView& y1,
-                const std::function<void(const TensorView&)>& run_one, const Compare& cmp) {
+                const std::function<void(const TensorView&)>& run_one, const Compare& cmp,
+                const std::vector<std::string>& with_ops) {
     ScreenRow row{v.op, v.name, std::move(shape), "", 0, 0, 0, 0};
-    allow_only(be, nullptr);
+    allow_only(be, nullptr, with_ops);
     poison(be, y);
     run(y);
     const double err_fb = error_of(to_host_f32(be, y), ref, cmp);
     row.fallback_us = median_us(be, [&] { run(y); });
     row.tolerance =
         cmp.exact ? 0.0 : std::max(2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)));
-    allow_only(be, &v);
+    allow_only(be, &v, with_ops);
     const int64_t c0 = be.dispatch_count(v.op, v.name);
     poison(be, y);
     run(y);
@@ -343,6 +348,10 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
             if ((v.op == "mhc_pre" || v.op == "hc_head") && wanted(v.op)) mhc.push_back(v);
         screen_mhc(be, mhc, m.config(), m.weights(), o.batches, rng, rep.rows);
     }
+    std::vector<ops::KernelVariant> fused;
+    for (const ops::KernelVariant& v : variants)
+        if (is_fused_pair(v.op) && wanted(v.op)) fused.push_back(v);
+    screen_fused(be, fused, m.config(), m.weights(), o.batches, rng, rep.rows);
     be.set_allow_list(ops::AllowList::all_of(std::string(be.name()), variants));  // back to the built-in list
     rep.allow = allow_list_from(be, rep.rows);
     rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();

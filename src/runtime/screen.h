@@ -32,7 +32,9 @@ struct ScreenRow {
 };
 
 struct ScreenOptions {
-    std::vector<std::string> ops = {"linear", "moe", "attention", "indexer_topk", "mhc_pre", "hc_head"};
+    std::vector<std::string> ops = {"linear",       "moe",         "attention",     "indexer_topk",
+                                    "mhc_pre",      "hc_head",     "rms_norm_rope", "mhc_pre_norm",
+                                    "hc_head_norm", "add_mhc_post"};
     std::vector<int64_t> batches = {1, 8, 64};
     uint64_t seed = 1;
 };

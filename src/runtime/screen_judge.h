@@ -42,10 +42,13 @@ struct Compare {
 // Runs the fallback, then the candidate, on one case: `run(y)` computes the op into y (on be's device),
 // `run_one(y1)` its row 0 alone (nullptr: no batch-invariance check). `ref` holds y's reference values
 // (floats, or the ids' bits for an exact compare); `k_len` the longest sum (the tolerance's floor).
+// `with_ops`: ops whose every variant stays allowed in both runs (a fused pair's parts: its one-launch
+// kernel builds on them).
 ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape,
                 const std::vector<float>& ref, int64_t k_len, const TensorView& y,
                 const std::function<void(const TensorView&)>& run, const TensorView& y1,
-                const std::function<void(const TensorView&)>& run_one, const Compare& cmp = {});
+                const std::function<void(const TensorView&)>& run_one, const Compare& cmp = {},
+                const std::vector<std::string>& with_ops = {});
 
 // The cases of the stateful and mHC ops for every non-fallback variant of `variants` (screen_cases.cpp).
 void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
@@ -57,5 +60,10 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
 void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                 const model::ModelConfig& cfg, const model::ModelWeights& w,
                 const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows);
+// The fused pairs (ops::Backend::rms_norm_rope, mhc_pre_norm, hc_head_norm, add_mhc_post), screen_fused.cpp.
+bool is_fused_pair(std::string_view op);
+void screen_fused(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
+                  const model::ModelConfig& cfg, const model::ModelWeights& w,
+                  const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows);
 
 }  // namespace di::runtime::screen_detail

@@ -90,16 +90,17 @@ TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
         EXPECT_FALSE(l.allows("linear", bad)) << bad;
 }
 
-// Planted variants of the stateful and mHC ops, screened on the tiny fixture's own shapes: a correct one
-// passes; attention off by 100 ulp, a top-k with two ids swapped, an mhc_pre whose comb alone is off by
-// 3e-5 (x's norm hides that in one error over all outputs: checked by hand) and an hc_head that writes one
-// row fewer each fail with their reason.
+// Planted variants of the stateful and mHC ops and of the fused pairs, screened on the tiny fixture's own
+// shapes: a correct one passes; attention off by 100 ulp, a top-k with two ids swapped, an mhc_pre whose
+// comb alone is off by 3e-5 (x's norm hides that in one error over all outputs: checked by hand), an
+// hc_head that writes one row fewer, and fused pairs off by 100 ulp in their second op's output only
+// (mhc_pre_norm's norm, add_mhc_post's streams) each fail with their reason.
 class PlantedOps final : public test::RefForwarding {
   public:
     std::string_view name() const override { return "planted_ops"; }
     std::vector<ops::KernelVariant> kernel_variants() const override {
         std::vector<ops::KernelVariant> v;
-        for (const char* op : {"attention", "indexer_topk", "mhc_pre", "hc_head"}) {
+        for (const char* op : kPlantedOps) {
             v.push_back({op, "ref", "any", true});
             v.push_back({op, "exact", "any", false});
             v.push_back({op, "wrong", "any", false});
@@ -139,7 +140,32 @@ class PlantedOps final : public test::RefForwarding {
         }
     }
 
+    void rms_norm_rope(const ops::RmsNormArgs& n, const ops::RopeArgs& r) override {
+        ref().rms_norm_rope(n, r);
+        if (wrong("rms_norm_rope")) off_by_100_ulp(n.y);
+    }
+    void mhc_pre_norm(const ops::MhcPreArgs& pre, const ops::RmsNormArgs& n) override {
+        ref().mhc_pre_norm(pre, n);
+        if (wrong("mhc_pre_norm")) off_by_100_ulp(n.y);
+    }
+    void hc_head_norm(const ops::HcHeadArgs& head, const ops::RmsNormArgs& n) override {
+        ref().hc_head_norm(head, n);
+        if (wrong("hc_head_norm")) off_by_100_ulp(n.y);
+    }
+    void add_mhc_post(const ops::AddArgs& sum, const ops::MhcPostArgs& post) override {
+        ref().add_mhc_post(sum, post);
+        if (wrong("add_mhc_post")) off_by_100_ulp(post.out);
+    }
+    static constexpr const char* kPlantedOps[] = {"attention",    "indexer_topk",  "mhc_pre",
+                                                  "hc_head",      "rms_norm_rope", "mhc_pre_norm",
+                                                  "hc_head_norm", "add_mhc_post"};
+
   private:
+    static void off_by_100_ulp(const TensorView& v) {  // rows of a 2-d or 3-d view (strided rows)
+        const int64_t rows = v.shape[0], per = v.numel() / rows;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < per; ++i) v.ptr<float>()[r * v.stride[0] + i] *= 1.0f + 100 * 0x1p-23f;
+    }
     bool wrong(const std::string& op) {
         auto it = active_.find(op);
         if (it == active_.end()) return false;
@@ -155,7 +181,7 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
     auto m = runtime::load_model(std::string(DI_TEST_DATA) + "/v4_tiny_fp32", be);
     ASSERT_TRUE(m.ok()) << m.error().message;
     runtime::ScreenOptions o;
-    o.ops = {"attention", "indexer_topk", "mhc_pre", "hc_head"};
+    o.ops = {std::begin(PlantedOps::kPlantedOps), std::end(PlantedOps::kPlantedOps)};
     o.batches = {1, 3};
     auto screened = runtime::screen_model(**m, o);
     ASSERT_TRUE(screened.ok()) << screened.error().message;
@@ -170,9 +196,10 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
         const std::string want = r.op == "indexer_topk" ? "fail: "
                                  : r.op == "hc_head"    ? "fail: non-finite"
                                                         : "fail: error";
+        EXPECT_NE(r.verdict.rfind("skip", 0), 0u) << r.op << " " << r.shape << ": " << r.verdict;
         EXPECT_EQ(r.verdict.rfind(want, 0), 0u) << r.op << " " << r.shape << ": " << r.verdict;
     }
-    for (const char* op : {"attention", "indexer_topk", "mhc_pre", "hc_head"}) {
+    for (const char* op : PlantedOps::kPlantedOps) {
         EXPECT_GT(seen[std::string(op) + "/wrong"], 0) << op << " was not screened";
         EXPECT_TRUE(rep.allow.allows(op, "exact")) << op;
         EXPECT_FALSE(rep.allow.allows(op, "wrong")) << op;
