@@ -40,16 +40,16 @@ class LocalComm final : public Communicator {
             s_->slots[size_t(rank_)] = buf.data;
         }
         DI_TRY_STATUS(rendezvous("all_reduce_sum"));
-        std::vector<float> sum(static_cast<size_t>(n), 0.0f);
+        sum_.resize(static_cast<size_t>(n));  // kept between calls: a step's sums reuse it
         for (int r = 0; r < s_->size; ++r) {  // rank order: the same bits on every rank
             const float* p = static_cast<const float*>(s_->slots[size_t(r)]);
             if (r == 0)
-                std::memcpy(sum.data(), p, size_t(n) * sizeof(float));
+                std::memcpy(sum_.data(), p, size_t(n) * sizeof(float));
             else
-                for (int64_t i = 0; i < n; ++i) sum[size_t(i)] += p[i];
+                for (int64_t i = 0; i < n; ++i) sum_[size_t(i)] += p[i];
         }
         DI_TRY_STATUS(rendezvous("all_reduce_sum"));  // every peer has read this rank's buffer
-        std::memcpy(buf.data, sum.data(), size_t(n) * sizeof(float));
+        std::memcpy(buf.data, sum_.data(), size_t(n) * sizeof(float));
         return ok_status();
     }
 
@@ -97,6 +97,7 @@ class LocalComm final : public Communicator {
 
     std::shared_ptr<Shared> s_;
     int rank_;
+    std::vector<float> sum_;
 };
 
 }  // namespace

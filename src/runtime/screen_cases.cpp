@@ -18,6 +18,17 @@ namespace {
 
 using RunFn = std::function<void(const TensorView&)>;
 
+// Context lengths (tokens before the chunk) the stateful ops are screened at: short, and long enough that
+// the compressed entries outnumber the window, within `max_position_embeddings`.
+std::vector<int64_t> contexts(const model::ModelConfig& cfg) {
+    std::vector<int64_t> c = {std::min<int64_t>(1024, cfg.max_position_embeddings / 2),
+                              std::min<int64_t>(16384, cfg.max_position_embeddings / 2)};
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    return c;
+}
+
+}  // namespace
+
 std::vector<const ops::KernelVariant*> candidates(const std::vector<ops::KernelVariant>& all,
                                                   std::string_view op) {
     std::vector<const ops::KernelVariant*> v;
@@ -31,17 +42,6 @@ std::vector<float> floats_of(const Tensor& t) {
     std::memcpy(v.data(), t.view().data, v.size() * sizeof(float));
     return v;
 }
-
-// Context lengths (tokens before the chunk) the stateful ops are screened at: short, and long enough that
-// the compressed entries outnumber the window, within `max_position_embeddings`.
-std::vector<int64_t> contexts(const model::ModelConfig& cfg) {
-    std::vector<int64_t> c = {std::min<int64_t>(1024, cfg.max_position_embeddings / 2),
-                              std::min<int64_t>(16384, cfg.max_position_embeddings / 2)};
-    c.erase(std::unique(c.begin(), c.end()), c.end());
-    return c;
-}
-
-}  // namespace
 
 void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                       const model::ModelConfig& cfg, const std::vector<int64_t>& batches,

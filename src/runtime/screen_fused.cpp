@@ -17,20 +17,6 @@ namespace {
 
 using RunFn = std::function<void(const TensorView&)>;
 
-std::vector<const ops::KernelVariant*> of_op(const std::vector<ops::KernelVariant>& all,
-                                             std::string_view op) {
-    std::vector<const ops::KernelVariant*> v;
-    for (const ops::KernelVariant& k : all)
-        if (k.op == op && !k.fallback) v.push_back(&k);
-    return v;
-}
-
-std::vector<float> floats_of(const Tensor& t) {
-    std::vector<float> v(size_t(t.view().numel()));
-    std::memcpy(v.data(), t.view().data, v.size() * sizeof(float));
-    return v;
-}
-
 // A view of columns [col, col + shape's last) of the rows of o ([n, W]), shaped `shape`.
 TensorView part(const TensorView& o, int64_t col, std::initializer_list<int64_t> shape) {
     TensorView v = TensorView::contiguous(o.ptr<float>() + col, DType::kF32, shape, o.device);
@@ -227,11 +213,11 @@ bool is_fused_pair(std::string_view op) {
 void screen_fused(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                   const model::ModelConfig& cfg, const model::ModelWeights& w,
                   const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
-    if (const auto c = of_op(variants, "rms_norm_rope"); !c.empty())
+    if (const auto c = candidates(variants, "rms_norm_rope"); !c.empty())
         screen_norm_rope(be, c, cfg, w, batches, rng, rows);
-    const auto pre = of_op(variants, "mhc_pre_norm"), head = of_op(variants, "hc_head_norm");
+    const auto pre = candidates(variants, "mhc_pre_norm"), head = candidates(variants, "hc_head_norm");
     if (!pre.empty() || !head.empty()) screen_pre_norm(be, pre, head, cfg, w, batches, rng, rows);
-    if (const auto c = of_op(variants, "add_mhc_post"); !c.empty())
+    if (const auto c = candidates(variants, "add_mhc_post"); !c.empty())
         screen_add_post(be, c, cfg, batches, rng, rows);
 }
 

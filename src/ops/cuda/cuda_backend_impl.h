@@ -211,6 +211,8 @@ class CudaBackend final : public Backend {
     cuda::MhcParams hc_head_params(const HcHeadArgs& a);
     int mhc_variant(OpVariants& ov, const cuda::MhcParams& p);
     bool mhc_takes_split(const OpVariants& ov, const cuda::MhcParams& p) const;
+    bool fused_mhc_norm(OpVariants& pair, OpVariants& mhc, const cuda::MhcParams& p, const TensorView& out,
+                        const RmsNormArgs& norm, const char* mhc_op);  // cuda_fused_ops.cpp
     OpVariants* variants_of(std::string_view op);
     const OpVariants* variants_of(std::string_view op) const {
         return const_cast<CudaBackend*>(this)->variants_of(op);

@@ -67,40 +67,35 @@ void CudaBackend::rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) {
     launched("rms_norm"), launched("rope");
 }
 
+// mhc_pre or hc_head (`mhc_op`, its variants `mhc`, params p writing `out`) with the norm in its finish
+// kernel, when `pair` dispatch takes "fused"; false: the caller runs the two ops.
+bool CudaBackend::fused_mhc_norm(OpVariants& pair, OpVariants& mhc, const cuda::MhcParams& p,
+                                 const TensorView& out, const RmsNormArgs& norm, const char* mhc_op) {
+    const bool chained = same_rows(norm.x, out) && norm.y.shape[0] == out.shape[0];
+    const int v =
+        pair.choose([&](int i, bool) { return i != kFused || (chained && mhc_takes_split(mhc, p)); },
+                    [&] { return fmt::format("{} not on split_k, or norm.x not its output", mhc_op); });
+    if (v != kFused) return false;
+    mhc_variant(mhc, p);  // counts split_k's dispatch
+    cuda::launch_mhc_pre_norm(p, norm_out(norm), scratch_, stream_);
+    launched(mhc_op), launched("rms_norm");
+    return true;
+}
+
 void CudaBackend::mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& norm) {
     if (replaying()) return;
     check_norm(norm);
-    const cuda::MhcParams p = mhc_pre_params(pre);
-    const bool chained = same_rows(norm.x, pre.x) && norm.y.shape[0] == pre.x.shape[0];
-    const int v = pre_norm_v_.choose(
-        [&](int i, bool) { return i != kFused || (chained && mhc_takes_split(mhc_pre_v_, p)); },
-        [&] { return std::string("mhc_pre not on split_k, or norm.x not its x"); });
-    if (v != kFused) {
-        mhc_pre(pre);
-        rms_norm(norm);
-        return;
-    }
-    mhc_variant(mhc_pre_v_, p);  // counts split_k's dispatch
-    cuda::launch_mhc_pre_norm(p, norm_out(norm), scratch_, stream_);
-    launched("mhc_pre"), launched("rms_norm");
+    if (fused_mhc_norm(pre_norm_v_, mhc_pre_v_, mhc_pre_params(pre), pre.x, norm, "mhc_pre")) return;
+    mhc_pre(pre);
+    rms_norm(norm);
 }
 
 void CudaBackend::hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& norm) {
     if (replaying()) return;
     check_norm(norm);
-    const cuda::MhcParams p = hc_head_params(head);
-    const bool chained = same_rows(norm.x, head.out) && norm.y.shape[0] == head.out.shape[0];
-    const int v = head_norm_v_.choose(
-        [&](int i, bool) { return i != kFused || (chained && mhc_takes_split(hc_head_v_, p)); },
-        [&] { return std::string("hc_head not on split_k, or norm.x not its out"); });
-    if (v != kFused) {
-        hc_head(head);
-        rms_norm(norm);
-        return;
-    }
-    mhc_variant(hc_head_v_, p);  // counts split_k's dispatch
-    cuda::launch_mhc_pre_norm(p, norm_out(norm), scratch_, stream_);
-    launched("hc_head"), launched("rms_norm");
+    if (fused_mhc_norm(head_norm_v_, hc_head_v_, hc_head_params(head), head.out, norm, "hc_head")) return;
+    hc_head(head);
+    rms_norm(norm);
 }
 
 void CudaBackend::add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) {

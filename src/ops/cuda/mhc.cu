@@ -200,6 +200,18 @@ __device__ __forceinline__ void comb_sinkhorn_any(const MhcParams& p, int64_t t,
 constexpr int kFinishThreads = 512;  // warp 0 runs Sinkhorn, 15 warps collapse (7 took ~5 rounds of loads)
 constexpr int kRegCols = 9;          // columns per collapse thread held in registers (hc = 4, D <= 4320)
 
+// The norm's 1 / rms of x from each collapse thread's sum of squares (warp 0 has left): warp sums, then the
+// collapse warps in order on a named barrier.
+__device__ __forceinline__ float collapse_norm_inv(double ss, int64_t D, float eps, double* norm_red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    ss = warp_sum_d(ss);
+    if (lane == 0) norm_red[warp - 1] = ss;
+    asm volatile("bar.sync 1, %0;" ::"r"(int(blockDim.x) - 32) : "memory");
+    double tot = 0;
+    for (int w = 0; w < int(blockDim.x >> 5) - 1; ++w) tot += norm_red[w];
+    return float(1.0 / sqrt(tot / double(D) + double(eps)));
+}
+
 // Columns c = threadIdx.x - 32 + i (blockDim.x - 32) of the token's four streams, and the norm's weights.
 __device__ __forceinline__ void preload_regs(const MhcParams& p, const NormOut& norm, const float* v,
                                              float (&sv)[kRegCols][4], float (&wv)[kRegCols]) {
@@ -234,7 +246,6 @@ __device__ __forceinline__ void collapse_regs(const MhcParams& p, const NormOut&
                                               const double (&pr)[kMaxHc], const float (&sv)[kRegCols][4],
                                               const float (&wv)[kRegCols], double* norm_red) {
     const int64_t c0 = threadIdx.x - 32, stride = blockDim.x - 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float xs[kRegCols];
     double ss = 0;
 #pragma unroll
@@ -250,12 +261,7 @@ __device__ __forceinline__ void collapse_regs(const MhcParams& p, const NormOut&
         }
     }
     if (norm.y == nullptr) return;
-    ss = warp_sum_d(ss);
-    if (lane == 0) norm_red[warp - 1] = ss;
-    asm volatile("bar.sync 1, %0;" ::"r"(int(blockDim.x) - 32) : "memory");
-    double tot = 0;
-    for (int w = 0; w < int(blockDim.x >> 5) - 1; ++w) tot += norm_red[w];
-    const float ninv = float(1.0 / sqrt(tot / double(p.D) + double(norm.eps)));
+    const float ninv = collapse_norm_inv(ss, p.D, norm.eps, norm_red);
 #pragma unroll
     for (int i = 0; i < kRegCols; ++i) {
         const int64_t c = c0 + i * stride;
@@ -345,13 +351,7 @@ __global__ void __launch_bounds__(kFinishThreads)
         ss += double(xv) * xv;
     }
     if (norm.y == nullptr) return;
-    // the norm over the collapse warps (warp 0 has left): warp sums, then the warps in order
-    ss = warp_sum_d(ss);
-    if (lane == 0) norm_red[warp - 1] = ss;
-    asm volatile("bar.sync 1, %0;" ::"r"(int(blockDim.x) - 32) : "memory");
-    double tot = 0;
-    for (int w = 0; w < int(blockDim.x >> 5) - 1; ++w) tot += norm_red[w];
-    const float ninv = float(1.0 / sqrt(tot / double(p.D) + double(norm.eps)));
+    const float ninv = collapse_norm_inv(ss, p.D, norm.eps, norm_red);
     for (int64_t c = threadIdx.x - 32; c < p.D; c += blockDim.x - 32)  // each thread re-reads its own x
         norm.y[t * norm.ld_y + c] =
             p.x[t * p.ld_x + c] * ninv * (norm.w != nullptr ? load_f(norm.w, norm.wdt, c) : 1.0f);

@@ -16,6 +16,18 @@ __device__ __forceinline__ double score_fn(bool sigmoid, double x) {
     return sqrt(x > 20.0 ? x : log1p(exp(x)));  // torch softplus threshold 20
 }
 
+// The warp's largest (value, id), ties to the lower id; every lane gets it.
+__device__ __forceinline__ void warp_argmax(double& bv, int& bi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 constexpr int kRouteMaxPerLane = 16;  // experts per lane of the one-warp top-k (E <= 512)
 
 // Dynamic smem: score [E] f32-rounded doubles, key [E].
@@ -55,14 +67,7 @@ __global__ void __launch_bounds__(256) route_kernel(RouteParams p) {
                         bi = e;
                     }
                 }
-                for (int o = 16; o > 0; o >>= 1) {
-                    const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                    if (ov > bv || (ov == bv && oi < bi)) {
-                        bv = ov;
-                        bi = oi;
-                    }
-                }
+                warp_argmax(bv, bi);
                 if (bi < p.E && (bi & 31) == lane) taken |= 1u << (bi >> 5);
                 if (lane == 0) chosen[j] = bi;
             }
@@ -90,14 +95,7 @@ __global__ void __launch_bounds__(256) route_kernel(RouteParams p) {
                     bi = int(e);
                 }
             }
-            for (int o = 16; o > 0; o >>= 1) {
-                const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                if (ov > bv || (ov == bv && oi < bi)) {
-                    bv = ov;
-                    bi = oi;
-                }
-            }
+            warp_argmax(bv, bi);
             if (lane == 0) {
                 best_v[warp] = bv;
                 best_i[warp] = bi;
