@@ -17,56 +17,13 @@
 #include <string>
 
 #include "demo/demo_model.h"
+#include "demo/presets.h"
 #include "ops/compare/profile_backend.h"
 #include "perf/throughput.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
 
 using namespace di;
-
-namespace {
-
-demo::RandomModelSpec mid_spec() {  // real V4 head and index shapes, reduced width, depth and vocabulary
-    demo::RandomModelSpec s;
-    s.vocab = 32768;
-    s.hidden = 1024;
-    s.heads = 8;
-    s.head_dim = 512;
-    s.q_lora = 512;
-    s.o_groups = 4;
-    s.o_lora = 512;
-    s.index_heads = 16;
-    s.index_dim = 128;
-    s.index_topk = 512;
-    s.experts = 32;
-    s.active = 4;
-    s.moe = 512;
-    s.compress_ratios = {0, 4, 128, 4, 128, 4, 128, 4};
-    return s;
-}
-
-demo::RandomModelSpec flash_spec(int64_t n_layers) {  // DeepSeek-V4-Flash dimensions, formats, layer types
-    demo::RandomModelSpec s;
-    s.vocab = 129280;
-    s.hidden = 4096;
-    s.heads = 64;
-    s.head_dim = 512;
-    s.q_lora = 1024;
-    s.o_groups = 8;
-    s.o_lora = 1024;
-    s.index_heads = 64;
-    s.index_dim = 128;
-    s.index_topk = 512;
-    s.experts = 256;
-    s.active = 6;
-    s.moe = 2048;
-    s.compress_ratios.clear();  // V4-Flash: two sliding-window layers, then CSA and HCA alternating
-    for (int64_t l = 0; l < n_layers; ++l) s.compress_ratios.push_back(l < 2 ? 0 : l % 2 == 0 ? 4 : 128);
-    s.fast_draws = true;
-    return s;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
@@ -103,7 +60,7 @@ int main(int argc, char** argv) {
             return std::fprintf(stderr, "model_bench: --layers %lld: V4-Flash has 1 to 43 layers\n",
                                 (long long)n_layers),
                    2;
-        auto r = demo::random_model_in_memory(flash_spec(n_layers));
+        auto r = demo::random_model_in_memory(demo::flash_spec(n_layers));
         if (!r) return std::fprintf(stderr, "%s\n", r.error().message.c_str()), 1;
         in_memory = std::move(*r);
         dir = "(V4-Flash, first " + std::to_string(n_layers) + " layers, random weights in memory)";
@@ -118,7 +75,7 @@ int main(int argc, char** argv) {
                                     "model_bench: unknown preset '%s' (demo, mid, mid-fullvocab, flash)\n",
                                     preset.c_str()),
                        2;
-            demo::RandomModelSpec spec = mid_spec();
+            demo::RandomModelSpec spec = demo::mid_spec();
             if (preset == "mid-fullvocab")
                 spec.vocab = 129280;  // the tokenizer's vocabulary (peer benchmarks)
             dir = (std::filesystem::temp_directory_path() / ("deepinfer-bench-" + preset)).string();

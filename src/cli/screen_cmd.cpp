@@ -12,8 +12,10 @@
 
 #include "cli/command.h"
 #include "cli/generate_common.h"
+#include "demo/presets.h"
 #include "runtime/backend_factory.h"
 #include "runtime/kernels_file.h"
+#include "runtime/model_loader.h"
 #include "runtime/screen.h"
 
 namespace di::cli {
@@ -24,6 +26,8 @@ struct Options : GenOptions {
         "linear,moe,attention,indexer_topk,mhc_pre,hc_head,rms_norm_rope,mhc_pre_norm,hc_head_norm,add_mhc_"
         "post";
     std::string batches = "1,8,64", out, markdown;
+    std::string preset;  // a random-weight shape (demo/presets.h) instead of --model
+    int64_t layers = 4;  // of the preset: V4-Flash's first four hold every attention type
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -32,6 +36,19 @@ std::vector<std::string> split(const std::string& s) {
     for (std::string item; std::getline(ss, item, ',');)
         if (!item.empty()) v.push_back(item);
     return v;
+}
+
+// The preset's random weights drawn in memory and bound to the backend (no checkpoint on disk: V4-Flash's
+// layers are gigabytes each).
+Result<LoadedModel> load_preset(const Options& o) {
+    DI_TRY(const demo::RandomModelSpec spec, demo::preset_spec(o.preset, o.layers));
+    DI_TRY(demo::RandomModel random, demo::random_model_in_memory(spec));
+    LoadedModel lm;
+    DI_TRY(lm.backend, runtime::make_backend(o.backend));
+    lm.backend->set_graphs(o.graphs);
+    if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *lm.backend));
+    DI_TRY(lm.model, runtime::load_model_in_memory(random.config_json, random.checkpoint, *lm.backend));
+    return lm;
 }
 
 int run_screen(Options& o) {
@@ -50,7 +67,8 @@ int run_screen(Options& o) {
             return fail(fmt::format("screen: --batches: '{}' is not in [1, 4096]", b));
         so.batches.push_back(n);
     }
-    auto lm = load_for_generation(o);
+    if (!o.preset.empty() && !o.model.empty()) return fail("screen: --preset and --model exclude each other");
+    auto lm = o.preset.empty() ? load_for_generation(o) : load_preset(o);
     if (!lm) return fail(lm.error().message);
     auto screened = runtime::screen_model(*lm->model, so);
     if (!screened) return fail(screened.error().message);
@@ -90,6 +108,8 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--batches", o->batches, "token rows per case, comma separated")->capture_default_str();
     app.add_option("--out", o->out, "write the allow-list (kernels JSON) here");
     app.add_option("--markdown", o->markdown, "write the table here too");
+    app.add_option("--preset", o->preset, "screen a random-weight model of this shape instead (mid, flash)");
+    app.add_option("--layers", o->layers, "layers of --preset flash")->capture_default_str();
     return [o] { return run_screen(*o); };
 }
 

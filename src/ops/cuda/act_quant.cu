@@ -21,6 +21,7 @@ template <bool kDequant>
 __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64_t n, int64_t in,
                                  uint8_t* __restrict__ q, float* __restrict__ sx, int64_t ld_sx,
                                  float* __restrict__ out) {
+    allow_early_next();
     const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x & 31;
     const int64_t blocks = in / 128;
@@ -53,6 +54,7 @@ __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64
 
 __global__ void scales_to_f32_kernel(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols,
                                      float* out, int64_t ld_out) {
+    allow_early_next();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * cols) return;
     const int64_t r = i / cols, c = i % cols;
@@ -65,6 +67,7 @@ __global__ void scales_to_f32_kernel(const void* scale, bool e8m0, int64_t ld, i
 
 __global__ void bf16_rows_to_f32_kernel(const __nv_bfloat16* src, int64_t n, int64_t out, float* y,
                                         int64_t ldy) {
+    allow_early_next();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n * out) return;
     y[(i / out) * ldy + i % out] = __bfloat162float(src[i]);

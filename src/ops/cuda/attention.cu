@@ -31,6 +31,7 @@ __device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_
 }
 
 __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
+    allow_early_next();
     extern __shared__ __align__(16) float smem[];
     float* tile = smem;                                               // [kTile][hd]
     int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);  // [2k] picks, then keep flags
@@ -286,12 +287,14 @@ __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, 
 template <bool kFull>
 __global__ void __launch_bounds__(256)
     attention_split_kernel(AttentionParams p, float* part_ml, float* part_acc) {
+    allow_early_next();
     split_body<kFull>(p, blockIdx.x, blockIdx.z, gridDim.z, part_ml, part_acc);
 }
 
 // grid (1, ceil(H / 8), count * s_max): block z is split z % s_max of job z / s_max (one query each).
 template <bool kFull>
 __global__ void __launch_bounds__(256) attention_split_batch_kernel(const AttentionJob* jobs, int64_t s_max) {
+    allow_early_next();
     const AttentionJob& j = jobs[blockIdx.z / s_max];
     const int64_t sp = blockIdx.z % s_max;
     if (sp >= j.S) return;  // whole block
@@ -331,11 +334,13 @@ __device__ __forceinline__ void merge_body(const AttentionParams& p, int64_t t, 
 
 __global__ void __launch_bounds__(128)
     attention_merge_kernel(AttentionParams p, int64_t S, const float* part_ml, const float* part_acc) {
+    allow_early_next();
     merge_body(p, blockIdx.x, blockIdx.y, S, part_ml, part_acc);
 }
 
 // grid (1, H, count): job z's query.
 __global__ void __launch_bounds__(128) attention_merge_batch_kernel(const AttentionJob* jobs) {
+    allow_early_next();
     const AttentionJob& j = jobs[blockIdx.z];
     if (blockIdx.y >= j.p.H) return;
     merge_body(j.p, 0, blockIdx.y, j.S, j.ml, j.acc);

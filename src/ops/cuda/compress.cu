@@ -42,6 +42,7 @@ __device__ __forceinline__ void window_slot(const CompressParams& p, int64_t w, 
 }
 
 __global__ void compress_entries_kernel(CompressParams p) {
+    allow_early_next();
     const int64_t e = blockIdx.y;
     const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (c >= p.d) return;
@@ -71,6 +72,7 @@ __global__ void compress_entries_kernel(CompressParams p) {
 }
 
 __global__ void compress_state_kernel(CompressParams p) {
+    allow_early_next();
     const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (c >= p.width) return;
     if (p.overlap && p.n_new > 0 && c < p.d) {  // a-half of the last closed window, logits with bias

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/early_launch.cuh"
 #include "ops/cuda/kernels.h"
 
 namespace di::cuda {

@@ -11,6 +11,7 @@ namespace {
 
 __global__ void embed_kernel(const int32_t* tokens, const void* table, Fdt dt, int64_t ld_table,
                              int64_t vocab, int64_t dim, float* out, int64_t ld_out) {
+    allow_early_next();
     const int64_t t = blockIdx.x;
     int32_t id = tokens[t];
     if (id < 0 || id >= vocab) id = 0;  // the host checked ids when it could; never read out of bounds
@@ -21,6 +22,7 @@ __global__ void embed_kernel(const int32_t* tokens, const void* table, Fdt dt, i
 
 __global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo,
                            int64_t d) {
+    allow_early_next();
     const int64_t r = blockIdx.x;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d;
          c += int64_t(gridDim.y) * blockDim.x)
@@ -29,6 +31,7 @@ __global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t 
 
 __global__ void swiglu_kernel(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out,
                               int64_t ldo, int64_t d, float limit) {
+    allow_early_next();
     const int64_t r = blockIdx.x;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d;
          c += int64_t(gridDim.y) * blockDim.x)
@@ -38,6 +41,7 @@ __global__ void swiglu_kernel(const float* g, int64_t ldg, const float* u, int64
 // One block per row; sum of squares in double (as the reference) with a fixed reduction tree.
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy,
                                 int64_t d, float eps) {
+    allow_early_next();
     __shared__ double red[32];
     const int64_t r = blockIdx.x;
     const float* xr = x + r * ldx;
@@ -92,6 +96,7 @@ template <int kPer>
 __global__ void __launch_bounds__(256)
     rms_norm_reg_kernel(const float* x, int64_t ldx, const void* w, Fdt wdt, float* y, int64_t ldy, int64_t d,
                         float eps) {
+    allow_early_next();
     __shared__ double red[32];
     const int64_t r = blockIdx.x;
     float v[kPer];
@@ -109,6 +114,7 @@ __global__ void __launch_bounds__(256)
 template <int kPer>
 __global__ void __launch_bounds__(256)
     rms_norm_rope_kernel(const float* x, int64_t ldx, NormOut norm, RopeParams rp) {
+    allow_early_next();
     __shared__ double red[32];
     const int64_t r = blockIdx.x, t = r / rp.heads, off = rp.hd - 2 * rp.half;
     const float pos = float(rp.pos[t]);
@@ -138,6 +144,7 @@ __global__ void __launch_bounds__(256)
 
 // One thread per (row, head, pair).
 __global__ void rope_kernel(RopeParams p) {
+    allow_early_next();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     const int64_t total = p.n * p.heads * p.half;
     if (i >= total) return;
@@ -154,6 +161,7 @@ __global__ void rope_kernel(RopeParams p) {
 
 __global__ void window_store_kernel(const float* kv, int64_t ld_kv, int64_t t0, int64_t hd, float* ring,
                                     int64_t ld_ring, int64_t ring_len, int64_t pos0) {
+    allow_early_next();
     const int64_t t = t0 + blockIdx.x;
     float* dst = ring + ((pos0 + t) % ring_len) * ld_ring;
     for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) dst[c] = kv[t * ld_kv + c];
@@ -161,6 +169,7 @@ __global__ void window_store_kernel(const float* kv, int64_t ld_kv, int64_t t0, 
 
 // grid (rows, count): row blockIdx.x of job blockIdx.y's surviving rows (the last ring_len).
 __global__ void window_stores_kernel(const WindowStoreJob* jobs) {
+    allow_early_next();
     const WindowStoreJob& j = jobs[blockIdx.y];
     const int64_t t0 = j.L > j.ring_len ? j.L - j.ring_len : 0, t = t0 + blockIdx.x;
     if (t >= j.L) return;
@@ -173,6 +182,7 @@ __global__ void window_stores_kernel(const WindowStoreJob* jobs) {
 __global__ void mhc_post_kernel(const float* streams, const float* a, int64_t ld_a, const float* b,
                                 int64_t ld_b, float* sum, int64_t ld_sum, const float* post, int64_t ld_post,
                                 const float* comb, int64_t ld_comb, float* out, int64_t hc, int64_t D) {
+    allow_early_next();
     const int64_t t = blockIdx.x;
     const float* st = streams + t * hc * D;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < D;

@@ -27,12 +27,21 @@ struct GemvParams {
 // blockIdx.x * 8 + warp, + gridDim.x * 8, ...
 template <int F, int NT, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
+    allow_early_next();
     extern __shared__ float4 smem4[];
     float* xsm = reinterpret_cast<float*>(smem4);
     // Fewer units in flight when the token passes hold more registers; more when the warp has one row.
     constexpr int U = NT == 4 ? 2 : NT == 2 ? 4 : R == 1 ? 8 : 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t groups = (p.w.out_dim + R - 1) / R;
+    {  // started early (early_launch.cuh): the warp's first rows head for L2 before it waits for x
+        const int64_t g = int64_t(blockIdx.x) * kWarps + warp, rb = row_bytes(p.w, F);
+        const auto* base = static_cast<const char*>(p.w.data);
+        for (int r = 0; r < R && g * R + r < p.w.out_dim; ++r)
+            for (int64_t off = int64_t(lane) * 128; off < rb; off += 32 * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (g * R + r) * rb + off));
+    }
+    wait_prior();
     for (int64_t t0 = 0; t0 < p.n; t0 += NT) {
         const int nt = int(min(int64_t(NT), p.n - t0));
         const float* xg[NT];
@@ -85,7 +94,7 @@ void launch_k(const GemvParams& p, cudaStream_t s) {
     const size_t smem = size_t(NT * staged_floats<F>(p.w.in_dim)) * sizeof(float);
     const int64_t groups = (p.w.out_dim + R - 1) / R, wanted = (groups + kWarps - 1) / kWarps;
     const int64_t resident = int64_t(resident_blocks(gemv_kernel<F, NT, R>, smem)) * sm_count();
-    gemv_kernel<F, NT, R><<<unsigned(std::min(wanted, resident)), 256, smem, s>>>(p);
+    launch_early(gemv_kernel<F, NT, R>, dim3(unsigned(std::min(wanted, resident))), dim3(256), smem, s, p);
 }
 
 template <int F, int R>

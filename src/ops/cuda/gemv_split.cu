@@ -4,6 +4,7 @@
 // independent linears of one format and in_dim (the grouped output projection, W1 and W3 of the shared
 // expert): one ramp and one tail instead of one per matrix.
 //   bytes: out * in * bytes/weight + x + y  -> bound by the weight read
+#include "ops/cuda/early_launch.cuh"
 #include "ops/cuda/split_rows.cuh"
 
 namespace di::cuda {
@@ -14,22 +15,26 @@ using namespace split;
 constexpr int kMaxRowsPerBlock = 1024;  // partials: rows * NT * warps floats, within 48 KB
 
 // grid (row blocks, jobs): rows [row0, row0 + rpc) of job blockIdx.y's matrix against its NT tokens.
+// Started early (early_launch.cuh): a block's first weight rows are in flight before it waits for x.
 template <int F, int NT>
 __global__ void __launch_bounds__(256, 2) gemv_split_kernel(const __grid_constant__ SplitJobs jobs, int rpc) {
     extern __shared__ float red[];
+    allow_early_next();
     const SplitJob& p = jobs.job[blockIdx.y];
     const int64_t row0 = int64_t(blockIdx.x) * rpc;
-    if (row0 >= p.w.out_dim) return;  // a shorter job of the launch
+    if (row0 >= p.w.out_dim) return wait_prior();  // a shorter job of the launch
     const Group gr(p.w.in_dim);
     const float* xp[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) xp[t] = p.x + t * p.ldx;
     float xr[NT][kChunk];
-    load_x<NT>(xp, gr.c, xr);
     const WeightRef w[1] = {p.w};
     const int rpg = rpc / gr.groups;
     const int64_t rbeg = row0 + int64_t(gr.g) * rpg, rend = min(rbeg + rpg, p.w.out_dim);
-    rows_pass<F, NT, 1, kBatch<F, 1, NT>>(w, rbeg, rend, row0, rpc, xr, gr, red);
+    rows_pass<F, NT, 1, kBatch<F, 1, NT>>(w, rbeg, rend, row0, rpc, xr, gr, red, [&] {
+        wait_prior();
+        load_x<NT>(xp, gr.c, xr);
+    });
     __syncthreads();
     const int64_t rows = min(int64_t(rpc), p.w.out_dim - row0);
     for (int64_t i = threadIdx.x; i < rows * NT; i += blockDim.x) {
@@ -49,9 +54,8 @@ void launch_k(const SplitJobs& jobs, cudaStream_t s) {
     const int gran = int(256 / (in / kChunk)) * b, warps = int(in / kChunk / 32);
     int rpc = rows_per_block(rows, in, b, longest);
     rpc = std::max(gran, std::min(rpc, kMaxRowsPerBlock / (NT * warps) / gran * gran));
-    gemv_split_kernel<F, NT>
-        <<<dim3(blocks_for(longest, rpc), unsigned(jobs.count)), 256, size_t(rpc * NT * warps) * 4, s>>>(jobs,
-                                                                                                         rpc);
+    launch_early(gemv_split_kernel<F, NT>, dim3(blocks_for(longest, rpc), unsigned(jobs.count)), dim3(256),
+                 size_t(rpc * NT * warps) * 4, s, jobs, rpc);
 }
 
 template <int F>

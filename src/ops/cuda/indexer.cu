@@ -15,6 +15,7 @@ constexpr int kMaxTopk = 4096;  // bitonic sort capacity in shared memory
 // grid (ceil(T / 64), L); 256 threads = 64 entries x 4 head groups; dynamic smem: q [H][dim], keys
 // [64][dim+1]
 __global__ void __launch_bounds__(256) score_kernel(IndexerParams p, float* S) {
+    allow_early_next();
     extern __shared__ float sm[];
     float* qs = sm;                             // [H * dim]
     float* ks = qs + p.H * p.dim;               // [64 * (dim + 1)]
@@ -71,6 +72,7 @@ __device__ __forceinline__ void halve(float (&d)[32], int lane) {
 // whole dot of head h0 + l. Lane sums of relu * score_scale * (w * weight_scale) over the 32-head groups,
 // then a warp sum, give the score (padded heads add exact zeros).
 __global__ void __launch_bounds__(kWarpEntries * 32) score_warp_kernel(IndexerParams p, float* S) {
+    allow_early_next();
     __shared__ __align__(16) float qs[kWarpSmemFloats];
     __shared__ float ws[kWarpMaxHeads];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -132,6 +134,7 @@ __device__ __forceinline__ uint64_t sort_key(float s, int64_t w) {
 
 // One block (1024 threads) per query row.
 __global__ void __launch_bounds__(1024) topk_kernel(IndexerParams p, const float* S) {
+    allow_early_next();
     __shared__ uint32_t hist[256];
     __shared__ uint64_t prefix_s;
     __shared__ int64_t need_s;

@@ -14,6 +14,7 @@ constexpr int kGemvRows = 8;
 template <bool kVec>
 __global__ void __launch_bounds__(256)
     gemv_kernel(const float* x, int64_t ldx, WeightRef w, float* y, int64_t ldy, int64_t n) {
+    allow_early_next();
     const int lane = threadIdx.x & 31;
     const int64_t o = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (o >= w.out_dim) return;
@@ -58,6 +59,7 @@ constexpr int kBM = 64, kBN = 64, kBK = 32;
 template <bool kVec>
 __global__ void __launch_bounds__(256)
     tiled_kernel(const float* x, int64_t ldx, WeightRef w, float* y, int64_t ldy, int64_t n) {
+    allow_early_next();
     __shared__ float xs[kBK][kBM + 4];
     __shared__ float ws[kBK][kBN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -120,13 +122,24 @@ void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, in
                    Stream s, LinearVariant v) {
     if (n == 0 || w.out_dim == 0) return;
     if (v == LinearVariant::kAuto)
-        v = gemv_split_supported(x, ldx, w, n) ? LinearVariant::kSplitRows
-            : gemv_supported(x, ldx, w, n)     ? LinearVariant::kStreamGemv
-            : n <= kGemvRows                   ? LinearVariant::kWarpGemv
-                                               : LinearVariant::kTiled;
+        v = gemv_bulk_supported(x, ldx, w, n)    ? LinearVariant::kBulkRows
+            : gemv_split_supported(x, ldx, w, n) ? LinearVariant::kSplitRows
+            : gemv_supported(x, ldx, w, n)       ? LinearVariant::kStreamGemv
+            : n <= kGemvRows                     ? LinearVariant::kWarpGemv
+                                                 : LinearVariant::kTiled;
     if (v == LinearVariant::kCublasLtFp8 || v == LinearVariant::kMma) {
         std::fprintf(stderr, "deepinfer: linear variants cublaslt_fp8 and mma have their own launchers\n");
         std::abort();
+    }
+    if (v == LinearVariant::kBulkRows) {
+        if (!gemv_bulk_supported(x, ldx, w, n)) {
+            std::fprintf(stderr, "deepinfer: linear variant bulk_rows forced on an unsupported shape\n");
+            std::abort();
+        }
+        SplitJobs jobs;
+        jobs.job[0] = {x, ldx, w, y, ldy};
+        jobs.count = 1;
+        return launch_gemv_bulk(jobs, n, s);
     }
     if (v == LinearVariant::kSplitRows) {
         if (!gemv_split_supported(x, ldx, w, n)) {

@@ -107,6 +107,7 @@ __device__ __forceinline__ void compute_frag(const Frag<MT>& f, float (&acc)[MT]
 // grid (ceil(n / 4), out / (16 MT)), 32 W threads.
 template <int MT>
 __global__ void __launch_bounds__(256) linear_mma_kernel(Params p) {
+    allow_early_next();
     extern __shared__ float red[];  // [W][16 MT][8]
     constexpr int R = 16 * MT;
     const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,

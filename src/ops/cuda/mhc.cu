@@ -23,6 +23,7 @@ __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(
 // grid (M, n): block (m, t) computes mix[t, m] = fn[m] . rms(streams[t]); every block recomputes the token's
 // norm (hc * D * 4 bytes, L2-resident) so that a single token still spreads over M blocks.
 __global__ void __launch_bounds__(256) mhc_mix_kernel(MhcParams p, double* mix_out) {
+    allow_early_next();
     __shared__ double red[32];
     const int64_t m = blockIdx.x, t = blockIdx.y, width = p.hc * p.D, M = gridDim.x;
     const float* v = p.streams + t * width;
@@ -39,6 +40,7 @@ __global__ void __launch_bounds__(256) mhc_mix_kernel(MhcParams p, double* mix_o
 
 // One block per token: pre / post / comb from the mixes, then the collapse.
 __global__ void __launch_bounds__(256) mhc_finish_kernel(MhcParams p, const double* mix_in) {
+    allow_early_next();
     __shared__ double mix[(2 + kMaxHc) * kMaxHc];
     __shared__ float pre[kMaxHc];
     const int64_t t = blockIdx.x, width = p.hc * p.D;
@@ -94,6 +96,7 @@ constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 // waited for each in turn, ~24 memory latencies per block).
 template <int kRows>
 __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, int M, double* part) {
+    allow_early_next();
     __shared__ double red[kSplitThreads / 32][kMaxMix + 1];
     const int64_t width = p.hc * p.D, splits = gridDim.x, s = blockIdx.x;
     const int64_t col = s * kSplitCols + 4 * int64_t(threadIdx.x);
@@ -273,6 +276,7 @@ __device__ __forceinline__ void collapse_regs(const MhcParams& p, const NormOut&
 // the collapse warps then norm x (mhc_pre_norm, hc_head_norm).
 __global__ void __launch_bounds__(kFinishThreads)
     mhc_split_finish_kernel(MhcParams p, int M, int64_t splits, const double* part, NormOut norm) {
+    allow_early_next();
     __shared__ double mix[kMaxMix + 1];
     __shared__ double norm_red[kFinishThreads / 32];
     __shared__ double C[kMaxHc * kMaxHc];

@@ -41,6 +41,36 @@ struct ActChunks {
     uint32_t* data;
     float* inv;
 };
+// One chunk by one warp: 128 floats at src to its kChunkWords words at dst and its 1/s at *inv (lane 0).
+template <bool kFp8Order>
+__device__ __forceinline__ void warp_chunk(const float* src, uint32_t* dst_words, float* inv, int lane) {
+    float v[4];
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = src[32 * j + lane], m = fmaxf(m, fabsf(v[j]));  // fmaxf skips NaN
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    int sh = 0;  // s = 2^sh puts the max in [2^14, 2^15); 0 and inf keep s = 1
+    if (m > 0.0f && m <= 3.4e38f) {
+        int e;
+        frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
+        sh = min(max(15 - e, -120), 120);
+    }
+    const float s = __int_as_float((127 + sh) << 23);
+    __half* dst = reinterpret_cast<__half*>(dst_words);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int e = 32 * j + lane;
+        const float xs = v[j] * s;
+        const __half hi = __float2half_rn(xs);
+        const __half lo = __float2half_rn(xs - __half2float(hi));
+        const int at = kFp8Order ? act_word_fp8(e) * 2 + act_half_fp8(e) : act_word(e) * 2 + act_half(e);
+        dst[at] = hi;
+        dst[2 * 64 + at] = lo;  // the lo half of the chunk follows the 64 words of hi
+    }
+    if (lane == 0) *inv = __int_as_float((127 - sh) << 23);
+}
+
 // fp8_order: act_word_fp8's order (linear_mma.cu) instead of act_word's (fp4 weights, moe_mma.cu).
 void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, bool fp8_order,
                        cudaStream_t s);

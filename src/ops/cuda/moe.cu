@@ -32,6 +32,7 @@ constexpr int kRouteMaxPerLane = 16;  // experts per lane of the one-warp top-k 
 
 // Dynamic smem: score [E] f32-rounded doubles, key [E].
 __global__ void __launch_bounds__(256) route_kernel(RouteParams p) {
+    allow_early_next();
     extern __shared__ double rs[];
     double* score = rs;
     double* key = rs + p.E;
@@ -150,6 +151,7 @@ __device__ __forceinline__ bool vec_ok(const WeightRef& w) {
 
 // grid (ceil(I / 8), n * k): h[pair, r]
 __global__ void __launch_bounds__(256) moe_up_kernel(MoeParams p, float* h) {
+    allow_early_next();
     const int64_t pair = blockIdx.y, r = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= p.I) return;
@@ -166,6 +168,7 @@ __global__ void __launch_bounds__(256) moe_up_kernel(MoeParams p, float* h) {
 
 // grid (ceil(D / 8), n * k): y[pair, c]
 __global__ void __launch_bounds__(256) moe_down_kernel(MoeParams p, const float* h, float* y) {
+    allow_early_next();
     const int64_t pair = blockIdx.y, c = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (c >= p.D) return;
@@ -179,6 +182,7 @@ __global__ void __launch_bounds__(256) moe_down_kernel(MoeParams p, const float*
 }
 
 __global__ void moe_combine_kernel(MoeParams p, const float* y) {
+    allow_early_next();
     const int64_t t = blockIdx.x;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < p.D;
          c += int64_t(gridDim.y) * blockDim.x) {

@@ -25,6 +25,7 @@ constexpr int kUnits = NT == 1 ? 4 : 2;
 using Plan = MoePlan;
 
 __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
+    allow_early_next();
     extern __shared__ int32_t sm[];
     int32_t* count = sm;                // [E]
     int32_t* start = sm + p.n_experts;  // [E]
@@ -84,6 +85,7 @@ __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
 // walk the row groups bx * 8 + warp, + G * 8, ... of W1 and W3 (R rows each).
 template <int F, int NT>
 __global__ void __launch_bounds__(256) moe_up_grouped(MoeParams p, Plan plan, float* h) {
+    allow_early_next();
     extern __shared__ float4 smem4[];
     float* xsm = reinterpret_cast<float*>(smem4);
     const int a = blockIdx.y;
@@ -123,6 +125,7 @@ __global__ void __launch_bounds__(256) moe_up_grouped(MoeParams p, Plan plan, fl
 // grid (G, max_active): rows of W2 against the staged h of each pair.
 template <int F, int NT>
 __global__ void __launch_bounds__(256) moe_down_grouped(MoeParams p, Plan plan, const float* h, float* y) {
+    allow_early_next();
     extern __shared__ float4 smem4[];
     float* xsm = reinterpret_cast<float*>(smem4);
     const int a = blockIdx.y;
@@ -155,6 +158,7 @@ __global__ void __launch_bounds__(256) moe_down_grouped(MoeParams p, Plan plan, 
 
 // Pairs whose expert id is outside [0, E) take no part (their y stays 0), as in moe.cu.
 __global__ void zero_kernel(float* y, int64_t n) {
+    allow_early_next();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x)
         y[i] = 0.0f;

@@ -7,7 +7,10 @@
 //   h chunks:  h as hi/lo chunks (one launch)
 //   down:      y[pair, c] = W2_e[c] . h[pair], a warp 32 rows of W2 over a quarter of K
 //   combine:   out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
-// Block (row tile, slot): one token (decode at batch 1): slot j is pair j, no plan; more tokens: the plan's
+// One token (decode at batch 1) takes two launches instead of five: each warp turns its own quarter of x (up)
+// or h (down) into chunks in shared memory, and the last down block of a row tile to finish adds the slots'
+// rows (the combine's order and double sums, so the same bits as the combine kernel).
+// Block (row tile, slot): one token: slot j is pair j, no plan; more tokens: the plan's
 // active expert a, its tokens 4 at a time (B columns 2t and 2t + 1 are token t's hi and lo). Each selected
 // expert's weights are read once per 4 of its tokens. The fp4 group scale is folded into the f16 weights
 // (exact for UE8M0 bytes in [kFp4F16ScaleMin, kFp4F16ScaleMax], which dispatch checks).
@@ -46,7 +49,7 @@ struct Job {
 };
 
 template <int NM, int MT>
-__device__ __forceinline__ void load_frag(const Job<NM>& j, int c, int g, int q, Frag<NM, MT>& f) {
+__device__ __forceinline__ void load_w(const Job<NM>& j, int c, int g, int q, Frag<NM, MT>& f) {
 #pragma unroll
     for (int m = 0; m < NM; ++m)
 #pragma unroll
@@ -57,15 +60,26 @@ __device__ __forceinline__ void load_frag(const Job<NM>& j, int c, int g, int q,
                 f.w[m][t][r] = __ldcs(reinterpret_cast<const uint4*>(j.w[m] + row * j.ld + c * 64 + q * 16));
                 f.sc[m][t][r] = __ldg(j.sc[m] + row * j.ld_sc + c * 4 + q);
             }
+}
+
+// kShared: the chunks sit in shared memory (one token: the warp made them), else in global memory.
+template <int NM, int MT, bool kShared>
+__device__ __forceinline__ void load_b(const Job<NM>& j, int c, Frag<NM, MT>& f) {
     if (j.act != nullptr) {
         const uint4* b = reinterpret_cast<const uint4*>(j.act + int64_t(c) * kChunkWords);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) f.b[i] = __ldg(b + i);
+        for (int i = 0; i < 4; ++i) f.b[i] = kShared ? b[i] : __ldg(b + i);
     } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i) f.b[i] = make_uint4(0, 0, 0, 0);
     }
-    f.inv = j.inv != nullptr ? __ldg(j.inv + c) : 0.0f;
+    f.inv = j.inv == nullptr ? 0.0f : kShared ? j.inv[c] : __ldg(j.inv + c);
+}
+
+template <int NM, int MT, bool kShared>
+__device__ __forceinline__ void load_frag(const Job<NM>& j, int c, int g, int q, Frag<NM, MT>& f) {
+    load_w(j, c, g, q, f);
+    load_b<NM, MT, kShared>(j, c, f);
 }
 
 template <int NM, int MT>
@@ -100,9 +114,11 @@ __device__ __forceinline__ void compute_frag(const Frag<NM, MT>& f, float (&acc)
         }
 }
 
-// Partial sums of one warp over chunks [c0, c1), two chunks' loads in flight.
-template <int NM, int MT>
-__device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, float (&acc)[NM][MT][4]) {
+// Partial sums of one warp over chunks [c0, c1), two chunks' loads in flight. `first` runs once the first
+// chunk's weight loads are issued, before any activation is read (one token: the warp makes its chunks).
+template <int NM, int MT, bool kShared, typename First>
+__device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, float (&acc)[NM][MT][4],
+                                            First&& first) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int m = 0; m < NM; ++m)
@@ -111,45 +127,76 @@ __device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, fl
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][t][e] = 0.0f;
     Frag<NM, MT> f0, f1;
-    load_frag(j, c0, g, q, f0);
+    load_w(j, c0, g, q, f0);
+    first();
+    load_b<NM, MT, kShared>(j, c0, f0);
 #pragma unroll 1
     for (int c = c0; c < c1; c += 2) {
-        if (c + 1 < c1) load_frag(j, c + 1, g, q, f1);
+        if (c + 1 < c1) load_frag<NM, MT, kShared>(j, c + 1, g, q, f1);
         compute_frag(f0, acc);
         if (c + 1 < c1) {
-            if (c + 2 < c1) load_frag(j, c + 2, g, q, f0);
+            if (c + 2 < c1) load_frag<NM, MT, kShared>(j, c + 2, g, q, f0);
             compute_frag(f1, acc);
         }
     }
 }
 
 struct Io {
-    ActChunks act;    // up: token rows; down: pair rows
-    float* out;       // up: h [pairs, I]; down: y [pairs, D]
-    int64_t K, rows;  // K of the matrices, rows of the output per pair
+    ActChunks act;      // up: token rows; down: pair rows (more than one token)
+    const float* rows;  // one token: up x, down h [k, I] (f32; the warps make their chunks)
+    float* out;         // up: h [pairs, I]; down: y [pairs, D]
+    int64_t K, n_out;   // K of the matrices, rows of the output per pair
+    int32_t* done;      // one token: finished slots per down row tile (the up launch zeroes them)
 };
+
+// One token, down: once every slot's block of this row tile has written its y rows, the last one adds them
+// for the tile: out = sum_j w_j y_j in slot order, in double (moe_combine_kernel's sums).
+template <int R>
+__device__ __forceinline__ void combine_tile(const MoeParams& p, const Io& io, int64_t row0) {
+    __shared__ int last;
+    __threadfence();  // this block's y rows are visible before it counts itself
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(io.done + blockIdx.x, 1) == int(gridDim.y) - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < R; i += blockDim.x) {
+        double acc = 0;
+        for (int64_t j = 0; j < p.k; ++j) {  // a slot with an id outside [0, E) adds 0 (its y is not read)
+            const float yv = moe_expert_of(p, j) < 0 ? 0.0f : __ldcg(io.out + j * p.D + row0 + i);
+            acc += double(yv) * p.w[j];
+        }
+        p.out[row0 + i] = float(acc);
+    }
+}
 
 // grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2).
 template <int NM, int MT, bool kDirect>
 __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan, Io io) {
-    extern __shared__ float red[];  // [W][NM][16 MT][8]
+    allow_early_next();
+    // [W][NM][16 MT][8] partials; one token: then the K / 128 chunks and their 1/s
+    extern __shared__ float red[];
     constexpr int R = 16 * MT;
     const int a = blockIdx.y;
+    const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row0 = int64_t(blockIdx.x) * R, chunks = io.K / kChunk, cpw = chunks / W;
     int e, b0, cnt;
     if constexpr (kDirect) {
-        e = moe_expert_of(p, a), b0 = a, cnt = 1;
-        if (e < 0) return;  // neither launch reads or writes this slot
+        if (NM == 2 && a == 0 && blockIdx.x == 0)
+            for (int i = threadIdx.x; i < p.D / (16 * 2); i += blockDim.x) io.done[i] = 0;  // down's tiles
+        e = moe_expert_of(p, a), b0 = a, cnt = e < 0 ? 0 : 1;
+        if (NM == 2 && e < 0) return;  // neither launch reads or writes this slot's rows
     } else {
         if (a >= *plan.n_active) return;
         e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
     }
-    const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row0 = int64_t(blockIdx.x) * R, chunks = io.K / kChunk, cpw = chunks / W;
     const int g = lane >> 2, q = lane & 3;
+    uint32_t* own = reinterpret_cast<uint32_t*>(red + W * NM * R * 8);  // one token's chunks
+    float* own_inv = reinterpret_cast<float*>(own + chunks * kChunkWords);
     Job<NM> j;
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
-        const WeightRef& w = p.table[3 * e + (NM == 2 ? m : 2)];
+        const WeightRef& w = p.table[3 * max(e, 0) + (NM == 2 ? m : 2)];
         j.w[m] = static_cast<const uint8_t*>(w.data) + row0 * w.ld;
         j.sc[m] = static_cast<const uint8_t*>(w.scale) + row0 * w.ld_scale;
         j.ld = w.ld, j.ld_sc = w.ld_scale;
@@ -162,10 +209,23 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
             return t < nt ? (NM == 2 ? pair_at(i0 + t) / p.k : pair_at(i0 + t)) : -1;
         };
         const int64_t brow = act_row(g >> 1), crow = act_row(q);
-        j.act = brow < 0 ? nullptr : io.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
-        j.inv = crow < 0 ? nullptr : io.act.inv + crow * chunks;
+        const int c0 = int(warp * cpw), c1 = int((warp + 1) * cpw);
         float acc[NM][MT][4];
-        warp_chunks<NM, MT>(j, int(warp * cpw), int((warp + 1) * cpw), acc);
+        if constexpr (kDirect) {
+            j.act = brow < 0 ? nullptr : own + (g & 1) * 64 + q * 16;
+            j.inv = crow < 0 ? nullptr : own_inv;
+            const float* src = NM == 2 ? io.rows : io.rows + int64_t(a) * io.K;
+            warp_chunks<NM, MT, true>(j, c0, c1, acc, [&] {
+                for (int c = c0; c < c1; ++c)
+                    warp_chunk<false>(src + int64_t(c) * kChunk, own + int64_t(c) * kChunkWords, own_inv + c,
+                                      lane);
+                __syncwarp();
+            });
+        } else {
+            j.act = brow < 0 ? nullptr : io.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
+            j.inv = crow < 0 ? nullptr : io.act.inv + crow * chunks;
+            warp_chunks<NM, MT, false>(j, c0, c1, acc, [] {});
+        }
         if (i0 > 0) __syncthreads();  // the previous pass has read red
 #pragma unroll
         for (int m = 0; m < NM; ++m)
@@ -190,9 +250,10 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
                 v[m] = s;
             }
             const float out = NM == 2 ? swiglu_clamped(v[0], v[NM - 1], p.limit) : v[0];
-            io.out[int64_t(pair_at(i0 + t)) * io.rows + row0 + lr] = out;
+            io.out[int64_t(pair_at(i0 + t)) * io.n_out + row0 + lr] = out;
         }
     }
+    if constexpr (kDirect && NM == 1) combine_tile<R>(p, io, row0);
 }
 
 int warps_for(int64_t K) {
@@ -204,16 +265,19 @@ template <int NM, int MT>
 void launch_half(const MoeParams& p, const MoePlan& plan, const Io& io, unsigned slots, bool direct,
                  cudaStream_t s) {
     const int W = warps_for(io.K);
-    const dim3 grid(unsigned(io.rows / (16 * MT)), slots);
-    const size_t smem = size_t(W * NM * 16 * MT * 8) * sizeof(float);
-    if (direct)
+    const dim3 grid(unsigned(io.n_out / (16 * MT)), slots);
+    size_t smem = size_t(W * NM * 16 * MT * 8) * sizeof(float);
+    if (direct) {
+        smem += size_t(io.K / kChunk) * (kChunkWords + 1) * sizeof(uint32_t);
         moe_mma_kernel<NM, MT, true><<<grid, 32 * W, smem, s>>>(p, plan, io);
-    else
+    } else {
         moe_mma_kernel<NM, MT, false><<<grid, 32 * W, smem, s>>>(p, plan, io);
+    }
 }
 
 // flag |= 1 when a scale byte of matrix blockIdx.x lies outside the f16 fold range.
 __global__ void __launch_bounds__(256) scale_range_kernel(const WeightRef* table, int* flag) {
+    allow_early_next();
     const WeightRef w = table[blockIdx.x];
     const auto* sc = static_cast<const uint8_t*>(w.scale);
     const int64_t groups = w.in_dim / 32;
@@ -257,20 +321,24 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
     const unsigned slots = direct ? unsigned(p.k) : unsigned(std::min(pairs, p.n_experts));
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
     float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
+    if (direct) {  // x and h chunked inside the launches, the combine inside the down launch
+        auto* done = static_cast<int32_t*>(scratch.get(8, size_t(p.D / 32) * sizeof(int32_t)));
+        const MoePlan none{};
+        launch_half<2, 1>(p, none, Io{{}, p.x, h, p.D, p.I, done}, slots, true, st);
+        launch_half<1, 2>(p, none, Io{{}, h, y, p.I, p.D, done}, slots, true, st);
+        return;
+    }
     // one word (hi and lo f16) per element, one 1/s per chunk
     const int64_t xw = p.n * p.D, hw = pairs * p.I, xc = p.n * p.D / kChunk, hc = pairs * p.I / kChunk;
     auto* words = static_cast<uint32_t*>(scratch.get(8, size_t(xw + hw + xc + hc) * sizeof(uint32_t)));
     const ActChunks xa{words, reinterpret_cast<float*>(words + xw + hw)};
     const ActChunks ha{words + xw, reinterpret_cast<float*>(words + xw + hw + xc)};
-    MoePlan plan{};
-    if (!direct) {
-        plan = moe_plan_buffers(scratch, pairs, slots);
-        launch_moe_plan(p, plan, st);
-    }
+    const MoePlan plan = moe_plan_buffers(scratch, pairs, slots);
+    launch_moe_plan(p, plan, st);
     launch_act_chunks(p.x, p.ld_x, p.n, p.D, xa, false, st);
-    launch_half<2, 1>(p, plan, Io{xa, h, p.D, p.I}, slots, direct, st);
+    launch_half<2, 1>(p, plan, Io{xa, nullptr, h, p.D, p.I, nullptr}, slots, false, st);
     launch_act_chunks(h, p.I, pairs, p.I, ha, false, st);
-    launch_half<1, 2>(p, plan, Io{ha, y, p.I, p.D}, slots, direct, st);
+    launch_half<1, 2>(p, plan, Io{ha, nullptr, y, p.I, p.D, nullptr}, slots, false, st);
     launch_moe_combine(p, y, s);
 }
 

@@ -47,6 +47,7 @@ __device__ __forceinline__ void up_pass(const MoeParams& p, const WeightRef (&w)
 // plan.
 template <int F, bool kDirect>
 __global__ void __launch_bounds__(256, 2) moe_up_split(MoeParams p, MoePlan plan, float* h, int rpc) {
+    allow_early_next();
     extern __shared__ float red[];
     const int a = blockIdx.y;
     int e, b0, cnt;
@@ -102,6 +103,7 @@ __device__ __forceinline__ void down_pass(const MoeParams& p, const WeightRef (&
 template <int F, bool kDirect>
 __global__ void __launch_bounds__(256, 2)
     moe_down_split(MoeParams p, MoePlan plan, const float* h, float* y, int rpc) {
+    allow_early_next();
     extern __shared__ float red[];
     const int a = blockIdx.y;
     int e, b0, cnt;

@@ -174,15 +174,17 @@ __device__ __forceinline__ void load_batch(Batch<F, M, B>& bt, const WeightRef (
 // Partials of rows [rbeg, rend) of M same-shaped matrices against NT tokens' x slices: the warp totals go
 // to red[((m * rpc + (row - base)) * NT + t) * warps + wig] (the group's warps are added by the caller,
 // in order). The next batch's loads are issued before the current one is computed. Rows beyond rend are
-// not loaded.
-template <int F, int NT, int M, int B>
+// not loaded. `first` runs once the first batch's loads are issued, before any use of xr (the decode GEMV
+// waits there for the previous kernel and loads x: early_launch.cuh).
+template <int F, int NT, int M, int B, typename First>
 __device__ __forceinline__ void rows_pass(const WeightRef (&w)[M], int64_t rbeg, int64_t rend, int64_t base,
-                                          int rpc, const float (&xr)[NT][kChunk], const Group& gr,
-                                          float* red) {
+                                          int rpc, float (&xr)[NT][kChunk], const Group& gr, float* red,
+                                          First&& first) {
     constexpr int V = M * B * NT, kLog = log2_of<V>();
     const int lane = threadIdx.x & 31;
     Batch<F, M, B> cur, next;
     if (rbeg < rend) load_batch<F, M, B>(cur, w, rbeg, rend, gr.c);
+    first();
     for (int64_t r0 = rbeg; r0 < rend; r0 += B) {
         if (r0 + B < rend) load_batch<F, M, B>(next, w, r0 + B, rend, gr.c);
         float v[V];
@@ -204,6 +206,12 @@ __device__ __forceinline__ void rows_pass(const WeightRef (&w)[M], int64_t rbeg,
         }
         cur = next;
     }
+}
+
+template <int F, int NT, int M, int B>
+__device__ __forceinline__ void rows_pass(const WeightRef (&w)[M], int64_t rbeg, int64_t rend, int64_t base,
+                                          int rpc, float (&xr)[NT][kChunk], const Group& gr, float* red) {
+    rows_pass<F, NT, M, B>(w, rbeg, rend, base, rpc, xr, gr, red, [] {});
 }
 
 // The total of (m, local row lr, token t): the group's warps in order.
