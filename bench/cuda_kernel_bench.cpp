@@ -163,13 +163,11 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
     scratch.get(8, size_t(nmax * in + nmax * in / 128) * 4);  // before capture
     for (int64_t n : ns) {
         for (auto [vname, v] :
-             {std::pair{"mma", LinearVariant::kMma}, std::pair{"bulk_rows", LinearVariant::kBulkRows},
-              std::pair{"split_rows", LinearVariant::kSplitRows},
+             {std::pair{"mma", LinearVariant::kMma}, std::pair{"split_rows", LinearVariant::kSplitRows},
               std::pair{"stream_gemv", LinearVariant::kStreamGemv},
               std::pair{"warp_gemv", LinearVariant::kWarpGemv}}) {
             if (v == LinearVariant::kMma && !linear_mma_supported(ws.copies[0], n)) continue;
             if (v == LinearVariant::kSplitRows && !gemv_split_supported(x, in, ws.copies[0], n)) continue;
-            if (v == LinearVariant::kBulkRows && !gemv_bulk_supported(x, in, ws.copies[0], n)) continue;
             if (v == LinearVariant::kStreamGemv && !gemv_supported(x, in, ws.copies[0], n)) continue;
             const int reps = int(ws.copies.size()) * std::max(1, int(20 / ws.copies.size()));
             const double us = graph_us(s, reps, [&](int i) {

@@ -120,8 +120,7 @@ using ActRun = VariantRun<ActCase>;
 
 bool takes(const ActCase& c, const std::string& v) {
     if (v == "cublaslt_fp8") return c.out % 128 == 0;
-    if (v == "split_rows" || v == "bulk_rows")
-        return c.n <= 2 && (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
+    if (v == "split_rows") return c.n <= 2 && (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
     if (v == "stream_gemv") return c.n <= 16;
     return true;
 }
@@ -185,8 +184,8 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearFp8Act,
-                         ::testing::ValuesIn(variant_runs(kActCases, {"", "cublaslt_fp8", "bulk_rows",
-                                                                      "split_rows", "stream_gemv", "tiled"})),
+                         ::testing::ValuesIn(variant_runs(kActCases, {"", "cublaslt_fp8", "split_rows",
+                                                                      "stream_gemv", "tiled"})),
                          VariantRunName());
 
 // linears() with fp8 activation blocks: the eight grouped output-projection jobs (strided slices of one x and
@@ -221,17 +220,13 @@ TEST(CudaLinearsFp8Act, GroupedJobsMatchRef) {
             }
             return v;
         };
-        auto rows_kernels = [&] {
-            return b.gpu->dispatch_count("linear", "split_rows") +
-                   b.gpu->dispatch_count("linear", "bulk_rows");
-        };
-        const int64_t split0 = rows_kernels();
+        const int64_t split0 = b.gpu->dispatch_count("linear", "split_rows");
         const int64_t lt0 = b.gpu->dispatch_count("linear", "cublaslt_fp8");
         for (const ops::LinearArgs& a : make(false)) b.ref->linear(a);
         b.gpu->linears(make(true));
         b.gpu->synchronize();
         expect_close(ys, n == 1 ? 2e-5 : 1e-3, "grouped projection, n " + std::to_string(n));
-        EXPECT_EQ(rows_kernels() - split0, n == 1 ? 8 : 0);
+        EXPECT_EQ(b.gpu->dispatch_count("linear", "split_rows") - split0, n == 1 ? 8 : 0);
         EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt0, n == 1 ? 0 : 8);
     }
 }

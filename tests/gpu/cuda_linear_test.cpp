@@ -76,12 +76,6 @@ bool split_rows_applies(const LinearCase& c) {
            (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
 }
 
-// Whether bulk_rows takes the case (gemv_bulk.cu): split_rows' cases but fp4, rows of <= 16 KB.
-bool bulk_rows_applies(const LinearCase& c) {
-    const int64_t row_bytes = c.fmt == WeightFormat::kDense ? c.in * int64_t(dtype_size(c.dense_dt)) : c.in;
-    return split_rows_applies(c) && c.fmt != WeightFormat::kFp4Group && row_bytes <= 16384;
-}
-
 class CudaLinear : public ::testing::TestWithParam<LinearRun> {};
 
 TEST_P(CudaLinear, MatchesRef) {
@@ -92,7 +86,6 @@ TEST_P(CudaLinear, MatchesRef) {
         GTEST_SKIP() << "stream_gemv does not take this case";
     if (variant == "split_rows" && !split_rows_applies(c))
         GTEST_SKIP() << "split_rows does not take this case";
-    if (variant == "bulk_rows" && !bulk_rows_applies(c)) GTEST_SKIP() << "bulk_rows does not take this case";
     if (variant == "mma" && (c.fmt != WeightFormat::kFp8Block || c.in % 128 != 0 || c.out % 16 != 0))
         GTEST_SKIP() << "mma takes fp8 weights with in_dim a multiple of 128 and out_dim of 16";
     auto& b = backends();
@@ -137,16 +130,7 @@ TEST_P(CudaLinear, MatchesRef) {
     b.gpu->synchronize();
     expect_close(y, 2e-5, c.name);
     if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("linear", variant), 0) << variant << " did not run";
-    if (variant == "bulk_rows") {  // split_rows' arithmetic: the same bits
-        const std::vector<float> bulk = y.device_f32();
-        ASSERT_TRUE(b.gpu->force_variant("linear", "split_rows"));
-        y.poison();
-        b.gpu->linear(make(true));
-        const std::vector<float> split = y.device_f32();
-        EXPECT_EQ(0, std::memcmp(bulk.data(), split.data(), bulk.size() * sizeof(float))) << c.name;
-        ASSERT_TRUE(b.gpu->force_variant("linear", variant));
-    }
-    if ((variant == "stream_gemv" || variant == "split_rows" || variant == "bulk_rows" || variant == "mma") &&
+    if ((variant == "stream_gemv" || variant == "split_rows" || variant == "mma") &&
         c.n > 1) {  // batch invariance: row 0 alone is bit-identical
         Pair y1(DType::kF32, {1, c.out});
         y1.poison();
@@ -161,8 +145,8 @@ TEST_P(CudaLinear, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear,
-                         ::testing::ValuesIn(variant_runs(kCases, {"", "mma", "bulk_rows", "split_rows",
-                                                                   "stream_gemv", "warp_gemv", "tiled"})),
+                         ::testing::ValuesIn(variant_runs(kCases, {"", "mma", "split_rows", "stream_gemv",
+                                                                   "warp_gemv", "tiled"})),
                          VariantRunName());
 
 }  // namespace
@@ -237,10 +221,7 @@ TEST(CudaLinears, GroupedJobsMatchRef) {
         }
         return v;
     };
-    auto rows_kernels = [&] {
-        return b.gpu->dispatch_count("linear", "split_rows") + b.gpu->dispatch_count("linear", "bulk_rows");
-    };
-    const int64_t split_before = rows_kernels();
+    const int64_t split_before = b.gpu->dispatch_count("linear", "split_rows");
     const int64_t mma_before = b.gpu->dispatch_count("linear", "mma");
     for (const ops::LinearArgs& a : make(false)) b.ref->linear(a);
     b.gpu->linears(make(true));
@@ -248,9 +229,8 @@ TEST(CudaLinears, GroupedJobsMatchRef) {
     expect_close(ys, 2e-5, "grouped projection");
     for (size_t i = 0; i < spec.size(); ++i)
         if (spec[i].col < 0) expect_close(y[i], 2e-5, "job " + std::to_string(i));
-    // the n = 2 job on 4096 rows runs on mma; the other n = 2 job (700 rows: no 16-row tiles), the fp8 and
-    // fp4 jobs in shared launches and the bf16 job (bulk_rows takes any size) on split_rows / bulk_rows
-    EXPECT_EQ(rows_kernels() - split_before, 12) << "jobs in shared launches";
+    // the n = 2 job on 4096 rows runs on mma; the other n = 2 job (700 rows: no 16-row tiles) on split_rows
+    EXPECT_EQ(b.gpu->dispatch_count("linear", "split_rows") - split_before, 11) << "jobs in shared launches";
     EXPECT_EQ(b.gpu->dispatch_count("linear", "mma") - mma_before, 1);
 }
 

@@ -12,9 +12,8 @@ static_assert(int(CompMask::kNone) == int(cuda::AttnCompMask::kNone) &&
 // The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
 // launcher's name for variant i.
 constexpr cuda::LinearVariant kLinearEnum[] = {
-    cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kMma,        cuda::LinearVariant::kBulkRows,
-    cuda::LinearVariant::kSplitRows,   cuda::LinearVariant::kStreamGemv, cuda::LinearVariant::kWarpGemv,
-    cuda::LinearVariant::kTiled};
+    cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kMma,      cuda::LinearVariant::kSplitRows,
+    cuda::LinearVariant::kStreamGemv,  cuda::LinearVariant::kWarpGemv, cuda::LinearVariant::kTiled};
 // Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
 constexpr int64_t kLtMinRows = 16;
 constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kMma, cuda::MoeVariant::kSplitRows,
@@ -54,10 +53,6 @@ CudaBackend::CudaBackend(int device)
             "a row's bits do not depend on the other rows of its launch, but fewer rows run another kernel, "
             "so not batch-invariant",
             false, true, false},
-           {"linear", "bulk_rows",
-            "split_rows' shapes but fp4, rows of <= 16 KB; split_rows' arithmetic (bit-identical) on rows "
-            "that the bulk copy engine streams into shared memory",
-            false},
            {"linear", "split_rows",
             "n <= 2 rows; in_dim 1024, 2048, 4096 or 8192; 16-byte weight rows; rows split over a "
             "block's threads, x in registers",
@@ -188,8 +183,6 @@ struct LinearTakes {
             case cuda::LinearVariant::kMma:  // H200: the GEMVs win at n = 1, and at n = 2 on < 4096 rows
                 return (forced || n >= 4 || (n >= 2 && w.out_dim >= 4096)) &&
                        cuda::linear_mma_supported(w, n);
-            case cuda::LinearVariant::kBulkRows:
-                return cuda::gemv_bulk_supported(f32(a.x), ld(a.x), w, n);
             case cuda::LinearVariant::kSplitRows:
                 return cuda::gemv_split_supported(f32(a.x), ld(a.x), w, n) &&
                        (forced || in_group || split_rows_pays(w));
@@ -302,13 +295,9 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     }
     cuda::SplitJobs batch;
     int64_t batch_n = 0;
-    auto batch_v = cuda::LinearVariant::kSplitRows;  // split_rows or bulk_rows: one launch for the batch
     auto flush = [&] {
         if (batch.count == 0) return;
-        if (batch_v == cuda::LinearVariant::kBulkRows)
-            cuda::launch_gemv_bulk(batch, batch_n, stream_);
-        else
-            cuda::launch_gemv_split(batch, batch_n, stream_);
+        cuda::launch_gemv_split(batch, batch_n, stream_);
         launched("linear");
         batch.count = 0;
     };
@@ -316,17 +305,15 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         if (done[i]) continue;
         const int64_t n = jobs[i].x.shape[0];
         const int v = choose_linear(jobs[i], w[i], peers[i] > 1);
-        const cuda::LinearVariant lv = kLinearEnum[v];
-        if (lv != cuda::LinearVariant::kSplitRows && lv != cuda::LinearVariant::kBulkRows) {
-            run_linear(sj[i].x, sj[i].ldx, w[i], sj[i].y, sj[i].ldy, n, lv);
+        if (kLinearEnum[v] != cuda::LinearVariant::kSplitRows) {
+            run_linear(sj[i].x, sj[i].ldx, w[i], sj[i].y, sj[i].ldy, n, kLinearEnum[v]);
             continue;
         }
         if (batch.count == cuda::kSplitMaxJobs ||
-            (batch.count > 0 &&
-             (n != batch_n || lv != batch_v || !cuda::gemv_split_same_launch(batch.job[0], sj[i]))))
+            (batch.count > 0 && (n != batch_n || !cuda::gemv_split_same_launch(batch.job[0], sj[i]))))
             flush();
         batch.job[batch.count++] = sj[i];
-        batch_n = n, batch_v = lv;
+        batch_n = n;
     }
     flush();
 }

@@ -60,16 +60,14 @@ void launch_rope(const RopeParams& p, Stream s);
 //   kMma         fp8 block weights on mma.sync tensor cores, x as hi/lo f16 chunks (linear_mma.cu); in_dim a
 //                multiple of 128, out_dim of 16; needs linear_mma_supported() and scratch, so it runs through
 //                launch_linear_mma, not launch_linear
-//   kBulkRows    split_rows' arithmetic (bit-identical) on rows that the bulk copy engine streams into
-//                shared memory (gemv_bulk.cu); not fp4, rows of <= 16 KB; needs gemv_bulk_supported()
 //   kSplitRows   n <= 2, in_dim 1024, 2048, 4096 or 8192 (gemv_split.cu); needs gemv_split_supported()
 //   kStreamGemv  n <= kGemvMaxRows, 16-byte weight units (gemv.cu); needs gemv_supported()
 //   kWarpGemv    n <= 8, one warp per output row (the first decode kernel, kept as the fallback)
 //   kTiled       any n, 64x64 f32 FMA tiles
-// kAuto picks kBulkRows, then kSplitRows, then kStreamGemv where supported, else kWarpGemv for n <= 8, else
-// kTiled. kCublasLtFp8 (fp8 weights times fp8 activation blocks on tensor cores) runs through fp8_gemm.h, not
+// kAuto picks kSplitRows, then kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
+// kCublasLtFp8 (fp8 weights times fp8 activation blocks on tensor cores) runs through fp8_gemm.h, not
 // launch_linear.
-enum class LinearVariant { kAuto, kCublasLtFp8, kMma, kBulkRows, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
+enum class LinearVariant { kAuto, kCublasLtFp8, kMma, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
 inline constexpr int64_t kGemvMaxRows = 16;
 inline constexpr size_t kGemvMaxSmem = 200 * 1024;  // staged token rows per block (of the H200's 227 KB)
 void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
@@ -103,9 +101,6 @@ struct SplitJobs {
 };
 bool gemv_split_same_launch(const SplitJob& a, const SplitJob& b);
 void launch_gemv_split(const SplitJobs& jobs, int64_t n, Stream s);
-// The same jobs on gemv_bulk.cu (each gemv_bulk_supported as well).
-bool gemv_bulk_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
-void launch_gemv_bulk(const SplitJobs& jobs, int64_t n, Stream s);
 
 struct WindowStoreJob {
     const float* kv;

@@ -122,24 +122,13 @@ void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, in
                    Stream s, LinearVariant v) {
     if (n == 0 || w.out_dim == 0) return;
     if (v == LinearVariant::kAuto)
-        v = gemv_bulk_supported(x, ldx, w, n)    ? LinearVariant::kBulkRows
-            : gemv_split_supported(x, ldx, w, n) ? LinearVariant::kSplitRows
-            : gemv_supported(x, ldx, w, n)       ? LinearVariant::kStreamGemv
-            : n <= kGemvRows                     ? LinearVariant::kWarpGemv
-                                                 : LinearVariant::kTiled;
+        v = gemv_split_supported(x, ldx, w, n) ? LinearVariant::kSplitRows
+            : gemv_supported(x, ldx, w, n)     ? LinearVariant::kStreamGemv
+            : n <= kGemvRows                   ? LinearVariant::kWarpGemv
+                                               : LinearVariant::kTiled;
     if (v == LinearVariant::kCublasLtFp8 || v == LinearVariant::kMma) {
         std::fprintf(stderr, "deepinfer: linear variants cublaslt_fp8 and mma have their own launchers\n");
         std::abort();
-    }
-    if (v == LinearVariant::kBulkRows) {
-        if (!gemv_bulk_supported(x, ldx, w, n)) {
-            std::fprintf(stderr, "deepinfer: linear variant bulk_rows forced on an unsupported shape\n");
-            std::abort();
-        }
-        SplitJobs jobs;
-        jobs.job[0] = {x, ldx, w, y, ldy};
-        jobs.count = 1;
-        return launch_gemv_bulk(jobs, n, s);
     }
     if (v == LinearVariant::kSplitRows) {
         if (!gemv_split_supported(x, ldx, w, n)) {
