@@ -209,6 +209,38 @@ TEST_P(CudaMoe, MatchesRef) {
             << ": token 0 "
                "alone differs from its row in the batch";
     }
+    {  // expert parallelism on two ranks (ops/moe.h): each rank's `experts` pass over its half of the experts
+       // (the other half not placed: empty views), the slots summed (exact: a pair is non-zero on one rank),
+       // then `combine`: bit-identical to the one call
+        const std::vector<float> whole = out.device_f32();
+        Pair slots(DType::kF32, {c.n, c.k, c.D}), summed(DType::kF32, {c.n, c.k, c.D}),
+            ep(DType::kF32, {c.n, c.D});
+        std::vector<float> acc(size_t(c.n * c.k * c.D), 0.0f);
+        for (int64_t r = 0; r < 2; ++r) {
+            const int64_t first = r * c.E / 2, end = (r + 1) * c.E / 2;
+            auto ew = experts(true);
+            for (int64_t e = 0; e < c.E; ++e)
+                if (e < first || e >= end)
+                    for (ops::QWeight* q : {&ew[size_t(e)].w1, &ew[size_t(e)].w3, &ew[size_t(e)].w2})
+                        q->data = TensorView{}, q->scale = TensorView{};
+            ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew.data(), c.E, out.dv(), 10.0f};
+            a.pass = ops::MoeArgs::Pass::kExperts, a.slots = slots.dv(), a.expert_first = first,
+            a.expert_end = end;
+            slots.poison();
+            b.gpu->moe(a);
+            const std::vector<float> part = slots.device_f32();
+            for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
+        }
+        std::memcpy(summed.hv().data, acc.data(), acc.size() * sizeof(float));
+        summed.upload();
+        ep.poison();
+        ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, ep.dv(), 10.0f};
+        a.pass = ops::MoeArgs::Pass::kCombine, a.slots = summed.dv();
+        b.gpu->moe(a);
+        const std::vector<float> split = ep.device_f32();
+        EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)))
+            << c.name << ": two expert-parallel passes differ from the one call";
+    }
     ASSERT_TRUE(b.gpu->force_variant("moe", ""));
 }
 

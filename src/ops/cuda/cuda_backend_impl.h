@@ -141,6 +141,7 @@ class CudaBackend final : public Backend {
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
     void moe(const MoeArgs& a) override;
+    void moe_combine_pass(const MoeArgs& a);  // MoeArgs::Pass::kCombine
     // cuda_fused_ops.cpp
     void rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) override;
     void mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& norm) override;

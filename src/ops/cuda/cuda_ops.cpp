@@ -634,12 +634,17 @@ void CudaBackend::route(const RouteArgs& a) {
 }
 
 // The experts' WeightRefs live in device memory; rebuilt (one host->device copy) only when they change.
+// Experts not placed on this device (expert parallelism: another rank holds them) take the first placed
+// expert's entry, which no kernel reads for them (MoeParams::owned_first/end) and which keeps the table's
+// format and mma checks those of the experts that are here.
 const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
+    auto placed = [](const ExpertWeights& w) { return w.w1.data.data != nullptr; };
     if (auto it = expert_tables_.find(a.experts);
         it != expert_tables_.end() && it->second.host.size() == size_t(3 * a.n_experts)) {
         // The same pointers, strides, shapes and formats mean the same table: comparing them is a few
         // compares per matrix, rebuilding is 3 * E weight_refs and a host->device copy per MoE call.
         auto same_as = [](const WeightRef& r, const QWeight& q) {
+            if (q.data.data == nullptr) return true;  // not placed here: its placeholder entry
             return r.data == q.data.data && r.scale == q.scale.data && r.ld == q.data.stride[0] &&
                    r.out_dim == q.out_dim && r.in_dim == q.in_dim && r.format == uint8_t(q.format) &&
                    (q.scale.empty() || r.ld_scale == q.scale.stride[0]) &&
@@ -655,11 +660,18 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
         if (same) return it->second;
     }
     std::vector<WeightRef> host(size_t(3 * a.n_experts));
+    int64_t first_placed = -1;
     for (int64_t e = 0; e < a.n_experts; ++e) {
+        if (!placed(a.experts[e])) continue;
+        if (first_placed < 0) first_placed = e;
         host[size_t(3 * e)] = weight_ref(a.experts[e].w1, "moe.w1");
         host[size_t(3 * e + 1)] = weight_ref(a.experts[e].w3, "moe.w3");
         host[size_t(3 * e + 2)] = weight_ref(a.experts[e].w2, "moe.w2");
     }
+    DI_CHECK(first_placed >= 0, "moe: none of the {} experts is on this device", a.n_experts);
+    for (int64_t e = 0; e < a.n_experts; ++e)
+        if (!placed(a.experts[e]))
+            for (int m = 0; m < 3; ++m) host[size_t(3 * e + m)] = host[size_t(3 * first_placed + m)];
     ExpertTable& t = expert_tables_[a.experts];
     const size_t bytes = host.size() * sizeof(WeightRef);
     bool same = t.host.size() == host.size();
@@ -694,11 +706,14 @@ void CudaBackend::moe(const MoeArgs& a) {
     if (replaying()) return;
     check(a);
     device_args(a, "moe");
-    DI_CHECK(a.pass == MoeArgs::Pass::kWhole, "moe: expert-parallel passes are not on cuda yet");
     const int64_t n = a.x.shape[0], k = a.ids.shape[1], D = a.x.shape[1];
-    const int64_t I = a.experts[0].w1.out_dim;
+    if (a.pass == MoeArgs::Pass::kCombine) return moe_combine_pass(a);
+    const ExpertWeights* any = a.experts;  // a placed expert (expert parallelism places a block of them)
+    while (any + 1 < a.experts + a.n_experts && any->w1.data.data == nullptr) ++any;
+    const int64_t I = any->w1.out_dim;
     for (int64_t e = 0; e < a.n_experts; ++e) {
         const ExpertWeights& w = a.experts[e];
+        if (w.w1.data.data == nullptr) continue;  // held by another rank
         DI_CHECK(w.w1.out_dim == I && w.w3.out_dim == I && w.w1.in_dim == D && w.w3.in_dim == D &&
                      w.w2.out_dim == D && w.w2.in_dim == I,
                  "moe: expert {} shapes w1 [{}, {}] w3 [{}, {}] w2 [{}, {}] for hidden {} moe_dim {}", e,
@@ -709,6 +724,9 @@ void CudaBackend::moe(const MoeArgs& a) {
     // for: a prefill reads each selected expert once per chunk instead of falling back to one weight pass per
     // pair. Every variant computes a token's row from its own pairs alone, so chunking changes no bits.
     const int64_t chunk = std::max<int64_t>(1, cuda::kMoeGroupedMaxPairs / k);
+    const bool experts_pass = a.pass == MoeArgs::Pass::kExperts;
+    if (experts_pass)  // the pairs of other ranks' experts stay zero
+        DI_CUDA_CHECK(cudaMemsetAsync(a.slots.data, 0, size_t(a.slots.nbytes()), stream()));
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         const int64_t m = std::min(chunk, n - t0);
         cuda::MoeParams p{.x = f32(a.x) + t0 * ld(a.x),
@@ -728,6 +746,9 @@ void CudaBackend::moe(const MoeArgs& a) {
                           .limit = a.limit,
                           .gemv_format = table.gemv_format,
                           .mma_ok = table.mma_ok};
+        if (experts_pass)
+            p.owned_first = a.expert_first, p.owned_end = a.expert_end,
+            p.y_out = a.slots.ptr<float>() + t0 * k * D;
         const int v = moe_v_.choose(
             [&](int i, bool) {
                 switch (kMoeEnum[i]) {
@@ -745,6 +766,29 @@ void CudaBackend::moe(const MoeArgs& a) {
         cuda::launch_moe(p, scratch_, stream_, kMoeEnum[v]);
         launched("moe");
     }
+}
+
+// Expert parallelism's second pass: out = the weighted sum of the summed slots, the combine every variant
+// ends with (so a token's bits equal the one-call op's).
+void CudaBackend::moe_combine_pass(const MoeArgs& a) {
+    const int64_t n = a.x.shape[0], k = a.ids.shape[1], D = a.x.shape[1];
+    const cuda::MoeParams p{.x = f32(a.x),
+                            .ld_x = ld(a.x),
+                            .ids = a.ids.ptr<int32_t>(),
+                            .ld_ids = ld(a.ids),
+                            .w = f32(a.weights),
+                            .ld_w = ld(a.weights),
+                            .table = nullptr,
+                            .n_experts = a.n_experts,
+                            .out = f32m(a.out),
+                            .ld_out = ld(a.out),
+                            .n = n,
+                            .k = k,
+                            .D = D,
+                            .I = 0,
+                            .limit = a.limit};
+    if (n > 0) cuda::launch_moe_combine(p, a.slots.ptr<float>(), stream_);
+    launched("moe");
 }
 
 }  // namespace di::ops::cuda_impl

@@ -266,6 +266,11 @@ struct MoeParams {
     int gemv_format = -1;  // every expert matrix's gemv_format(), or -1 if they differ
     bool mma_ok = false;   // moe_mma takes the table: every scale UE8M0 in [kFp4F16ScaleMin,
                            // kFp4F16ScaleMax], each expert's W1 and W3 with one row stride
+    // Expert parallelism's `experts` pass (ops/moe.h): experts outside [owned_first, owned_end) count as ids
+    // outside [0, n_experts) (their pairs take no part), every taking pair's unweighted row goes to y_out
+    // ([n * k, D], the slots; the other rows are left as they are) and no combine runs.
+    int64_t owned_first = 0, owned_end = INT64_MAX;
+    float* y_out = nullptr;
 };
 // Variants: kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16 chunks; D and
 // I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a
@@ -287,7 +292,8 @@ bool moe_grouped_supported(const MoeParams& p);
 void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_split_supported(const MoeParams& p);
 void launch_moe_split(const MoeParams& p, Scratch& scratch, Stream s);
-// out[t] = sum_j w[t, j] * y[t * k + j] in slot order (double accumulation): both variants end with it.
+// out[t] = sum_j w[t, j] * y[t * k + j] in slot order (double accumulation): every variant ends with it, and
+// it is expert parallelism's `combine` pass on the summed slots.
 void launch_moe_combine(const MoeParams& p, const float* y, Stream s);
 
 // Last launch error as text, or nullptr (checked by the host after each launch).

@@ -232,10 +232,10 @@ void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     }
     const int64_t pairs = p.n * p.k;
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
-    float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
+    float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
     moe_up_kernel<<<dim3(blocks_for(p.I, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h);
     moe_down_kernel<<<dim3(blocks_for(p.D, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h, y);
-    launch_moe_combine(p, y, s);
+    if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 
 void launch_moe_combine(const MoeParams& p, const float* y, Stream s) {

@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
     for (int64_t e = threadIdx.x; e < p.n_experts; e += blockDim.x) count[e] = 0;
     __syncthreads();
     for (int64_t q = threadIdx.x; q < P; q += blockDim.x) {
-        const int e = p.ids[(q / p.k) * p.ld_ids + q % p.k];
-        if (e >= 0 && e < p.n_experts) atomicAdd(&count[e], 1);  // integer counts: order-free
+        const int e = moe_expert_of(p, q);
+        if (e >= 0) atomicAdd(&count[e], 1);  // integer counts: order-free
     }
     __syncthreads();
     // exclusive prefix over experts (pair offsets and active-slot numbers, active slots in ascending
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
     __syncthreads();
     // Stable placement: a pair's rank among earlier pairs of the same expert (P <= kMoeGroupedMaxPairs).
     for (int64_t q = threadIdx.x; q < P; q += blockDim.x) {
-        const int e = p.ids[(q / p.k) * p.ld_ids + q % p.k];
-        if (e < 0 || e >= p.n_experts) continue;
+        const int e = moe_expert_of(p, q);
+        if (e < 0) continue;
         int32_t rank = 0;
         for (int64_t r = 0; r < q; ++r) rank += p.ids[(r / p.k) * p.ld_ids + r % p.k] == e;
         plan.pairs[start[e] + rank] = int32_t(q);
@@ -223,7 +223,7 @@ void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s) {
     const int64_t pairs = p.n * p.k;
     const unsigned max_active = unsigned(std::min(pairs, p.n_experts));
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
-    float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
+    float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
     const Plan plan = moe_plan_buffers(scratch, pairs, max_active);
     const cudaStream_t st = as_stream(s);
     zero_kernel<<<unsigned(std::min<int64_t>(blocks_for(pairs * p.D, 256), 1024)), 256, 0, st>>>(y,
@@ -246,7 +246,7 @@ void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s) {
             launch_f<kFp4>(p, plan, h, y, max_active, st);
             break;
     }
-    launch_moe_combine(p, y, s);
+    if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 
 }  // namespace di::cuda

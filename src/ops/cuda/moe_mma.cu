@@ -146,7 +146,8 @@ struct Io {
     const float* rows;  // one token: up x, down h [k, I] (f32; the warps make their chunks)
     float* out;         // up: h [pairs, I]; down: y [pairs, D]
     int64_t K, n_out;   // K of the matrices, rows of the output per pair
-    int32_t* done;      // one token: finished slots per down row tile (the up launch zeroes them)
+    int32_t* done;      // one token: finished slots per down row tile (the up launch zeroes them); null: no
+                        // combine (an expert-parallel pass)
 };
 
 // One token, down: once every slot's block of this row tile has written its y rows, the last one adds them
@@ -182,7 +183,7 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
     const int64_t row0 = int64_t(blockIdx.x) * R, chunks = io.K / kChunk, cpw = chunks / W;
     int e, b0, cnt;
     if constexpr (kDirect) {
-        if (NM == 2 && a == 0 && blockIdx.x == 0)
+        if (NM == 2 && a == 0 && blockIdx.x == 0 && io.done != nullptr)
             for (int i = threadIdx.x; i < p.D / (16 * 2); i += blockDim.x) io.done[i] = 0;  // down's tiles
         e = moe_expert_of(p, a), b0 = a, cnt = e < 0 ? 0 : 1;
         if (NM == 2 && e < 0) return;  // neither launch reads or writes this slot's rows
@@ -253,7 +254,8 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
             io.out[int64_t(pair_at(i0 + t)) * io.n_out + row0 + lr] = out;
         }
     }
-    if constexpr (kDirect && NM == 1) combine_tile<R>(p, io, row0);
+    if constexpr (kDirect && NM == 1)
+        if (io.done != nullptr) combine_tile<R>(p, io, row0);
 }
 
 int warps_for(int64_t K) {
@@ -320,9 +322,10 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
     const bool direct = p.n == 1;
     const unsigned slots = direct ? unsigned(p.k) : unsigned(std::min(pairs, p.n_experts));
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
-    float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
+    float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
     if (direct) {  // x and h chunked inside the launches, the combine inside the down launch
-        auto* done = static_cast<int32_t*>(scratch.get(8, size_t(p.D / 32) * sizeof(int32_t)));
+        auto* done =
+            p.y_out ? nullptr : static_cast<int32_t*>(scratch.get(8, size_t(p.D / 32) * sizeof(int32_t)));
         const MoePlan none{};
         launch_half<2, 1>(p, none, Io{{}, p.x, h, p.D, p.I, done}, slots, true, st);
         launch_half<1, 2>(p, none, Io{{}, h, y, p.I, p.D, done}, slots, true, st);
@@ -339,7 +342,7 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
     launch_half<2, 1>(p, plan, Io{xa, nullptr, h, p.D, p.I, nullptr}, slots, false, st);
     launch_act_chunks(h, p.I, pairs, p.I, ha, false, st);
     launch_half<1, 2>(p, plan, Io{ha, nullptr, y, p.I, p.D, nullptr}, slots, false, st);
-    launch_moe_combine(p, y, s);
+    if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 
 }  // namespace di::cuda

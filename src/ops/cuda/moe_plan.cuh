@@ -18,10 +18,11 @@ MoePlan moe_plan_buffers(Scratch& scratch, int64_t pairs, unsigned max_active);
 // One block; a fixed order, so deterministic.
 void launch_moe_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s);
 
-// Expert of a pair, or -1 for ids outside [0, E) (such pairs take no part).
+// Expert of a pair, or -1 for ids outside [0, E) or outside the pass's owned experts (such pairs take no
+// part).
 __device__ __forceinline__ int moe_expert_of(const MoeParams& p, int64_t pair) {
     const int e = p.ids[(pair / p.k) * p.ld_ids + pair % p.k];
-    return e < 0 || e >= p.n_experts ? -1 : e;
+    return e < 0 || e >= p.n_experts || e < p.owned_first || e >= p.owned_end ? -1 : e;
 }
 
 }  // namespace di::cuda

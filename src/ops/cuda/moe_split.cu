@@ -140,7 +140,7 @@ void launch_f(const MoeParams& p, Scratch& scratch, cudaStream_t s) {
     const bool direct = p.n == 1;  // one token: slot j is pair j, no plan
     const unsigned slots = direct ? unsigned(p.k) : unsigned(std::min(pairs, p.n_experts));
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
-    float* y = static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
+    float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
     MoePlan plan{};
     if (!direct) {
         plan = moe_plan_buffers(scratch, pairs, slots);
@@ -161,7 +161,7 @@ void launch_f(const MoeParams& p, Scratch& scratch, cudaStream_t s) {
         moe_up_split<F, false><<<up_grid, 256, up_smem, s>>>(p, plan, h, up);
         moe_down_split<F, false><<<dn_grid, 256, dn_smem, s>>>(p, plan, h, y, dn);
     }
-    launch_moe_combine(p, y, s);
+    if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 
 }  // namespace
