@@ -20,6 +20,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/kernels.h"
+#include "ops/op_cases.h"
 
 namespace di::bench {
 namespace {
@@ -498,14 +499,17 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> ns = quick ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1, 2, 4, 8, 16};
     auto want = [&](const char* group) { return only.empty() || only == group; };
     if (want("linear")) {
-        bench_linear(rows, s, "fp8 q_a 4096->1024", 1, 1024, 4096, ns);
-        bench_linear(rows, s, "fp8 q_b 1024->32768", 1, 32768, 1024, ns);
-        bench_linear(rows, s, "fp8 o_b 8192->4096", 1, 4096, 8192, ns);
-        bench_linear(rows, s, "fp8 shared w1 4096->2048", 1, 2048, 4096, ns);
-        bench_linear(rows, s, "bf16 kv 4096->512", 0, 512, 4096, ns);
-        bench_linear(rows, s, "bf16 head 4096->129280", 0, 129280, 4096, {1, 4, 16});
-        bench_linear(rows, s, "fp4 expert w1 4096->2048", 2, 2048, 4096, ns);
-        bench_linear(rows, s, "fp4 expert w2 2048->4096", 2, 4096, 2048, ns);
+        for (const di::ops::cases::LinearCase& c : di::ops::cases::linear_cases(di::ops::cases::kBench)) {
+            const int fmt = c.fmt == di::ops::WeightFormat::kDense      ? 0
+                            : c.fmt == di::ops::WeightFormat::kFp8Block ? 1
+                                                                        : 2;
+            const std::string name = std::string(fmt == 0   ? "bf16 "
+                                                 : fmt == 1 ? "fp8 "
+                                                            : "fp4 ") +
+                                     c.name + " " + std::to_string(c.in) + "->" + std::to_string(c.out);
+            const bool head = c.out > 100000;  // 1 GB: fewer row counts
+            bench_linear(rows, s, name.c_str(), fmt, c.out, c.in, head ? std::vector<int64_t>{1, 4, 16} : ns);
+        }
     }
     std::vector<GemmRow> gemm_rows;
     if (want("gemm")) {

@@ -1,8 +1,8 @@
 // linear on CUDA vs ref: every weight format, every variant (mma, split_rows, stream_gemv, warp_gemv, tiled
-// and the default dispatch) on every case it applies to, odd sizes, strided x. Tolerance 2e-5 relative L2:
-// both dequantise exactly; the GPU accumulates in f32 (error ~ 1e-7 sqrt(K)), the reference in double; mma's
-// hi + lo f16 activations carry 22 bits, its products are exact.
+// and the default dispatch) on every case of the linear table (ops/op_cases.h) it applies to, odd sizes,
+// strided x; the tolerance and its reason are the table's (kLinearCuda).
 #include "gpu_test_util.h"
+#include "ops/op_cases.h"
 
 namespace di::gputest {
 namespace {
@@ -10,51 +10,9 @@ namespace {
 using ops::QWeight;
 using ops::WeightFormat;
 
-struct LinearCase {
-    const char* name;
-    int64_t n, in, out;
-    WeightFormat fmt;
-    DType dense_dt = DType::kBF16;
-    DType scale_dt = DType::kE8M0;
-    int64_t x_pad = 0;  // extra columns in x's rows (non-contiguous rows, as the grouped o_a projection)
-};
-
-const LinearCase kCases[] = {
-    {"tiny_f32_odd", 3, 40, 23, WeightFormat::kDense, DType::kF32},
-    {"one_token_bf16", 1, 256, 130, WeightFormat::kDense, DType::kBF16},
-    {"prefill_bf16_odd_rows", 37, 264, 70, WeightFormat::kDense, DType::kBF16},
-    {"q_a_fp8_decode", 1, 4096, 1024, WeightFormat::kFp8Block},        // hidden -> q_lora
-    {"q_b_fp8_prefill", 19, 1024, 64 * 512, WeightFormat::kFp8Block},  // q_lora -> 64 x 512
-    {"fp8_f32_scale_partial_block", 11, 384, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
-    {"o_a_group_strided_x", 5, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096},
-    {"o_b_fp8", 3, 8 * 1024, 4096, WeightFormat::kFp8Block},  // o_groups x o_lora -> hidden
-    {"expert_w1_fp4_decode", 1, 4096, 2048, WeightFormat::kFp4Group},
-    {"expert_w2_fp4_prefill", 20, 2048, 4096, WeightFormat::kFp4Group},
-    {"fp4_f32_scale", 9, 96, 40, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
-    // decode shapes of V4-Flash at the batch sizes the streaming GEMV takes
-    {"q_a_fp8_n2", 2, 4096, 1024, WeightFormat::kFp8Block},
-    {"q_b_fp8_n3", 3, 1024, 64 * 512, WeightFormat::kFp8Block},
-    {"o_b_fp8_n4", 4, 8 * 1024, 4096, WeightFormat::kFp8Block},
-    {"expert_w2_fp4_n7", 7, 2048, 4096, WeightFormat::kFp4Group},
-    {"kv_bf16_n16", 16, 4096, 512, WeightFormat::kDense, DType::kBF16},
-    {"head_like_bf16_n1_odd_out", 1, 4096, 12929, WeightFormat::kDense, DType::kBF16},
-    {"f16_n5", 5, 512, 77, WeightFormat::kDense, DType::kF16},
-    {"f32_n8_strided", 8, 1024, 300, WeightFormat::kDense, DType::kF32, DType::kE8M0, 4},
-    {"fp8_n1_small_k", 1, 128, 256, WeightFormat::kFp8Block},
-    // the shapes split_rows takes (n <= 2, in_dim 1024 .. 8192)
-    {"q_b_fp8_n1", 1, 1024, 64 * 512, WeightFormat::kFp8Block},
-    {"o_b_fp8_n2", 2, 8 * 1024, 4096, WeightFormat::kFp8Block},
-    {"o_a_fp8_n1_strided_x", 1, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096},
-    {"expert_w2_fp4_n2", 2, 2048, 4096, WeightFormat::kFp4Group},
-    {"f16_n1_k2048", 1, 2048, 100, WeightFormat::kDense, DType::kF16},
-    {"f32_n2_k1024_strided", 2, 1024, 50, WeightFormat::kDense, DType::kF32, DType::kE8M0, 4},
-    {"fp8_f32_scale_n2_k3072", 2, 3072, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
-    {"fp8_f32_scale_n1_k2048", 1, 2048, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
-    {"fp4_f32_scale_n2_k1024", 2, 1024, 64, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
-    // mma: f32 block scales with a partial last row block, three token groups (the last partial)
-    {"fp8_f32_scale_n6_k3072_out320", 6, 3072, 320, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
-    {"fp8_n9_k1024", 9, 1024, 256, WeightFormat::kFp8Block},
-};
+using ops::cases::LinearCase;
+// The CUDA cases of the linear table (ops/op_cases.h).
+const std::vector<LinearCase> kCases = ops::cases::linear_cases(ops::cases::kCudaTest);
 
 using LinearRun = VariantRun<LinearCase>;
 
@@ -128,7 +86,7 @@ TEST_P(CudaLinear, MatchesRef) {
     b.ref->linear(make(false));
     b.gpu->linear(make(true));
     b.gpu->synchronize();
-    expect_close(y, 2e-5, c.name);
+    expect_close(y, ops::cases::kLinearCuda.value, c.name);
     if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("linear", variant), 0) << variant << " did not run";
     if ((variant == "stream_gemv" || variant == "split_rows" || variant == "mma") &&
         c.n > 1) {  // batch invariance: row 0 alone is bit-identical

@@ -138,6 +138,14 @@ std::vector<VariantRun<Case>> variant_runs(const Case (&cases)[N],
         for (const char* var : variants) v.push_back({c, var});
     return v;
 }
+template <class Case>
+std::vector<VariantRun<Case>> variant_runs(const std::vector<Case>& cases,
+                                           std::initializer_list<const char*> variants) {
+    std::vector<VariantRun<Case>> v;
+    for (const Case& c : cases)
+        for (const char* var : variants) v.push_back({c, var});
+    return v;
+}
 struct VariantRunName {
     template <class P>
     std::string operator()(const ::testing::TestParamInfo<P>& tp) const {

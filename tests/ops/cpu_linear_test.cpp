@@ -1,44 +1,18 @@
-// linear on cpu vs ref: every weight format (f32, bf16, f16, fp8 with e8m0 and f32 scales, fp4), V4-Flash
-// shapes, odd sizes, 1 row, an empty batch, strided x and y rows and a row-sliced weight (the grouped output
-// projection). Bound per element: float_sum_tol(in) * sum_i |x_i w_i| (both sides dequantise exactly;
-// cpu sums in float lanes, ref in double), computed here in double from QWeight::at.
+// linear on cpu vs ref on the cpu cases of the linear table (ops/op_cases.h): every weight format (f32, bf16,
+// f16, fp8 with e8m0 and f32 scales, fp4), V4-Flash shapes, odd sizes, 1 row, an empty batch, strided x and y
+// rows and a row-sliced weight (the grouped output projection). Bound per element, the table's kLinearCpu:
+// float_sum_tol(in) * sum_i |x_i w_i|, computed here in double from QWeight::at.
 #include "cpu_test_util.h"
+#include "ops/op_cases.h"
 
 namespace di::cputest {
 namespace {
 
 using ops::WeightFormat;
 
-struct LinearCase {
-    const char* name;
-    int64_t n, in, out;
-    WeightFormat fmt;
-    DType dense_dt = DType::kBF16;
-    DType scale_dt = DType::kE8M0;
-    int64_t x_pad = 0, y_pad = 0;  // extra columns in x / y rows: row stride > width
-    int64_t w_row0 = 0;            // weight = rows [w_row0, w_row0 + out) of a taller weight
-};
-
-const LinearCase kCases[] = {
-    {"tiny_f32_odd", 3, 40, 23, WeightFormat::kDense, DType::kF32},
-    {"one_row_bf16", 1, 256, 130, WeightFormat::kDense, DType::kBF16},
-    {"f16_odd", 5, 70, 9, WeightFormat::kDense, DType::kF16},
-    {"empty_batch_bf16", 0, 64, 8, WeightFormat::kDense, DType::kBF16},
-    {"prefill_bf16_odd_rows", 37, 264, 70, WeightFormat::kDense, DType::kBF16},
-    {"demo_lm_head_bf16", 2, 256, 129280, WeightFormat::kDense, DType::kBF16},  // demo vocab x hidden
-    {"q_a_fp8_decode", 1, 4096, 1024, WeightFormat::kFp8Block},                 // V4-Flash hidden -> q_lora
-    {"q_a_fp8_rows", 6, 4096, 1024, WeightFormat::kFp8Block},
-    {"fp8_f32_scale_partial_block", 11, 200, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
-    {"fp8_one_column", 2, 1, 5, WeightFormat::kFp8Block, DType::kBF16, DType::kF32},
-    // V4-Flash o_a group: x is one group's columns of [n, 8 * 4096], y one group's columns of u, the weight
-    // rows of group 1 of wo_a.
-    {"o_a_group_strided", 5, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096,
-     7 * 1024, 1024},
-    {"expert_w1_fp4_decode", 1, 4096, 2048, WeightFormat::kFp4Group},  // V4-Flash hidden -> moe_dim
-    {"expert_w2_fp4_rows", 3, 2048, 4096, WeightFormat::kFp4Group},
-    {"fp4_f32_scale_odd", 9, 96, 41, WeightFormat::kFp4Group, DType::kBF16, DType::kF32},
-    {"fp4_partial_group", 4, 50, 7, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 3, 0, 2},
-};
+using ops::cases::LinearCase;
+// The cpu cases of the linear table (ops/op_cases.h).
+const std::vector<LinearCase> kCases = ops::cases::linear_cases(ops::cases::kCpuTest);
 
 class CpuLinear : public ::testing::TestWithParam<LinearCase> {};
 

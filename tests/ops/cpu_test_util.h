@@ -14,6 +14,7 @@
 
 #include "core/tensor.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/op_cases.h"
 #include "ops/ref/ref_backend.h"
 
 namespace di::cputest {
@@ -47,8 +48,8 @@ TestWeight make_weight(ops::WeightFormat fmt, int64_t out, int64_t in, DType den
 
 // Worst-case relative error of a float sum of `len` products as the cpu kernels do it: ceil(len/16)
 // products+adds per lane, 4 folding adds, plus one rounding of ref's double result: (ceil(len/16) + 6) u,
-// u = 2^-24, 1% headroom for the second-order terms.
-inline double float_sum_tol(int64_t len) { return (double((len + 15) / 16) + 6.0) * 0x1p-24 * 1.01; }
+// u = 2^-24, 1% headroom for the second-order terms (the case table's bound, ops/op_cases.h).
+inline double float_sum_tol(int64_t len) { return ops::cases::float_sum_bound(len); }
 
 // Expects |got[i] - want[i]| <= bound[i] for all i (NaN never passes), and a relative L2 error <= 1e-5
 // (float rounding of random sign: ~sqrt(len/16) u |terms|/|sum| ~ 1e-6 here); reports the worst element.

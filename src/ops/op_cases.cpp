@@ -1,0 +1,95 @@
+#include "ops/op_cases.h"
+
+namespace di::ops::cases {
+namespace {
+
+// Each case's name says what it exercises; `use` who takes it (both tests where nothing is said).
+constexpr LinearCase kLinear[] = {
+    // odd sizes and every dense dtype
+    {"tiny_f32_odd", 3, 40, 23, WeightFormat::kDense, DType::kF32},
+    {"one_row_bf16", 1, 256, 130, WeightFormat::kDense, DType::kBF16},
+    {"f16_odd", 5, 70, 9, WeightFormat::kDense, DType::kF16, DType::kE8M0, 0, 0, 0, kCpuTest},
+    {"empty_batch_bf16", 0, 64, 8, WeightFormat::kDense, DType::kBF16, DType::kE8M0, 0, 0, 0, kCpuTest},
+    {"prefill_bf16_odd_rows", 37, 264, 70, WeightFormat::kDense, DType::kBF16},
+    {"demo_lm_head_bf16", 2, 256, 129280, WeightFormat::kDense, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCpuTest},
+    {"f16_n5", 5, 512, 77, WeightFormat::kDense, DType::kF16, DType::kE8M0, 0, 0, 0, kCudaTest},
+    {"f32_n8_strided", 8, 1024, 300, WeightFormat::kDense, DType::kF32, DType::kE8M0, 4, 0, 0, kCudaTest},
+    {"f16_n1_k2048", 1, 2048, 100, WeightFormat::kDense, DType::kF16, DType::kE8M0, 0, 0, 0, kCudaTest},
+    {"f32_n2_k1024_strided", 2, 1024, 50, WeightFormat::kDense, DType::kF32, DType::kE8M0, 4, 0, 0,
+     kCudaTest},
+    // V4-Flash's matrices: q_a (hidden -> q_lora), q_b (q_lora -> 64 x 512), the grouped o_a (one group's
+    // columns of x [n, 8 x 4096] and of y, a group's rows of wo_a), o_b (o_groups x o_lora -> hidden), the
+    // experts (fp4), kv and the head (bf16)
+    {"q_a_fp8_decode", 1, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCpuTest | kCudaTest | kBench},
+    {"q_a_fp8_rows", 6, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0, kCpuTest},
+    {"q_a_fp8_n2", 2, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0, kCudaTest},
+    {"q_b_fp8_prefill", 19, 1024, 64 * 512, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"q_b_fp8_n1", 1, 1024, 64 * 512, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest | kBench},
+    {"q_b_fp8_n3", 3, 1024, 64 * 512, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"o_a_group_strided", 5, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096,
+     7 * 1024, 1024, kCpuTest},
+    {"o_a_group_strided_x", 5, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096, 0,
+     0, kCudaTest},
+    {"o_a_fp8_n1_strided_x", 1, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 7 * 4096, 0,
+     0, kCudaTest},
+    {"o_b_fp8", 3, 8 * 1024, 4096, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest | kBench},
+    {"o_b_fp8_n2", 2, 8 * 1024, 4096, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"o_b_fp8_n4", 4, 8 * 1024, 4096, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"shared_w1_fp8", 1, 4096, 2048, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0, kBench},
+    {"kv_bf16_n16", 16, 4096, 512, WeightFormat::kDense, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest | kBench},
+    {"head_bf16", 1, 4096, 129280, WeightFormat::kDense, DType::kBF16, DType::kE8M0, 0, 0, 0, kBench},
+    {"head_like_bf16_n1_odd_out", 1, 4096, 12929, WeightFormat::kDense, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"expert_w1_fp4_decode", 1, 4096, 2048, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCpuTest | kCudaTest | kBench},
+    {"expert_w2_fp4_rows", 3, 2048, 4096, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCpuTest | kBench},
+    {"expert_w2_fp4_prefill", 20, 2048, 4096, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"expert_w2_fp4_n7", 7, 2048, 4096, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"expert_w2_fp4_n2", 2, 2048, 4096, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    // block scales: f32 scales, partial last blocks, one column, small K
+    {"fp8_f32_scale_partial_block", 11, 200, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32, 0, 0, 0,
+     kCpuTest},
+    {"fp8_f32_scale_partial_block_k384", 11, 384, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32, 0,
+     0, 0, kCudaTest},
+    {"fp8_one_column", 2, 1, 5, WeightFormat::kFp8Block, DType::kBF16, DType::kF32, 0, 0, 0, kCpuTest},
+    {"fp8_n1_small_k", 1, 128, 256, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0, kCudaTest},
+    {"fp8_f32_scale_n2_k3072", 2, 3072, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32, 0, 0, 0,
+     kCudaTest},
+    {"fp8_f32_scale_n1_k2048", 1, 2048, 300, WeightFormat::kFp8Block, DType::kBF16, DType::kF32, 0, 0, 0,
+     kCudaTest},
+    // mma: a partial last row block of f32 scales, three token groups (the last partial)
+    {"fp8_f32_scale_n6_k3072_out320", 6, 3072, 320, WeightFormat::kFp8Block, DType::kBF16, DType::kF32, 0, 0,
+     0, kCudaTest},
+    {"fp8_n9_k1024", 9, 1024, 256, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0, kCudaTest},
+    {"fp4_f32_scale", 9, 96, 40, WeightFormat::kFp4Group, DType::kBF16, DType::kF32, 0, 0, 0, kCudaTest},
+    {"fp4_f32_scale_odd", 9, 96, 41, WeightFormat::kFp4Group, DType::kBF16, DType::kF32, 0, 0, 0, kCpuTest},
+    {"fp4_partial_group", 4, 50, 7, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 3, 0, 2, kCpuTest},
+    {"fp4_f32_scale_n2_k1024", 2, 1024, 64, WeightFormat::kFp4Group, DType::kBF16, DType::kF32, 0, 0, 0,
+     kCudaTest},
+};
+
+}  // namespace
+
+std::span<const LinearCase> linear_cases() { return kLinear; }
+
+std::vector<LinearCase> linear_cases(Use use) {
+    std::vector<LinearCase> v;
+    for (const LinearCase& c : kLinear)
+        if (c.use & use) v.push_back(c);
+    return v;
+}
+
+}  // namespace di::ops::cases

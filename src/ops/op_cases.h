@@ -1,0 +1,57 @@
+// The case table of the ops (issue 12's one table, begun with linear): the op tests of every backend and the
+// op benchmarks draw their shapes and formats from here, each case saying what it exercises and who takes
+// it, and the tolerances sit beside the cases with their reasons. The screen adds the model's own shapes
+// (runtime/screen.h).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ops/linear.h"
+
+namespace di::ops::cases {
+
+// Who takes a case.
+enum Use : unsigned {
+    kCpuTest = 1,   // tests/ops: the cpu backend against ref, per-element bound
+    kCudaTest = 2,  // tests/gpu: every CUDA variant that takes the case against ref
+    kBench = 4,     // the op benchmarks (V4-Flash's matrices; they sweep their own row counts)
+};
+
+struct LinearCase {
+    const char* name;
+    int64_t n, in, out;
+    WeightFormat fmt;
+    DType dense_dt = DType::kBF16;
+    DType scale_dt = DType::kE8M0;
+    int64_t x_pad = 0, y_pad = 0;  // extra columns of the x / y rows: row stride > width
+    int64_t w_row0 = 0;            // the weight is rows [w_row0, w_row0 + out) of a taller one
+    unsigned use = kCpuTest | kCudaTest;
+};
+
+std::span<const LinearCase> linear_cases();
+std::vector<LinearCase> linear_cases(Use use);
+
+// How a backend's result is judged against the reference's, and why.
+struct Tolerance {
+    const char* measure;
+    double value;
+    const char* why;
+};
+
+// cpu: per element, |cpu - ref| <= float_sum_bound(K) * sum_i |x_i w_i|.
+inline constexpr Tolerance kLinearCpu{
+    "per element, times sum |x_i w_i|", 0.0,
+    "both sides dequantise exactly; the cpu kernels sum ceil(K / 16) products per float lane, fold 4 lanes "
+    "and "
+    "round once more, ref sums in double: the float sum's worst case, (ceil(K / 16) + 6) 2^-24 (+1%)"};
+inline double float_sum_bound(int64_t k) { return (double((k + 15) / 16) + 6.0) * 0x1p-24 * 1.01; }
+
+inline constexpr Tolerance kLinearCuda{
+    "relative L2 over the output", 2e-5,
+    "both dequantise exactly; the GPU accumulates in f32 in orders of its own (error ~ 2^-24 sqrt(K) of the "
+    "norm: ~2e-6 at K = 8192), the reference in double; mma's hi + lo f16 activations carry 22 bits and its "
+    "products are exact"};
+
+}  // namespace di::ops::cases
