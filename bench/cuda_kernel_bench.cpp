@@ -251,8 +251,10 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
     free_weights(ws);
 }
 
-void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t>& ns) {
-    const int64_t E = 256, D = 4096, I = 2048, k = 6;
+// The table's benchmark MoE shape (fp4 experts; its row count is swept here).
+void bench_moe(std::vector<Row>& rows, cudaStream_t s, const di::ops::cases::MoeCase& c,
+               const std::vector<int64_t>& ns) {
+    const int64_t E = c.E, D = c.D, I = c.I, k = c.k;
     std::vector<WeightRef> table;
     for (int64_t e = 0; e < E; ++e)
         for (auto [o, i] : {std::pair{I, D}, std::pair{I, D}, std::pair{D, I}}) {
@@ -324,7 +326,8 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const std::vector<int64_t
                 launch_moe(q, scratch, s, v);
             });
             DI_CUDA_CHECK(cudaGetLastError());
-            rows.push_back({"moe fp4 n=" + std::to_string(n) + ", 256 experts, k=6 (" +
+            rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                                " experts, k=" + std::to_string(k) + " (" +
                                 std::to_string(int(distinct + 0.5)) + " experts read)",
                             vname, us, distinct * per_expert + 4.0 * n * D * 2});
         }
@@ -524,7 +527,9 @@ int main(int argc, char** argv) {
         bench_fp8_gemm(gemm_rows, s, "fp8 shared w1 4096->2048", 2048, 4096, gn);
         bench_fp8_gemm(gemm_rows, s, "fp8 shared w2 2048->4096", 4096, 2048, gn);
     }
-    if (want("moe")) bench_moe(rows, s, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
+    if (want("moe"))
+        for (const di::ops::cases::MoeCase& c : di::ops::cases::moe_cases(di::ops::cases::kBench))
+            bench_moe(rows, s, c, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
     if (want("attention")) {
         bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)",
                         AttnCompMask::kCausal, 512);

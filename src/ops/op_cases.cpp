@@ -1,5 +1,7 @@
 #include "ops/op_cases.h"
 
+#include <cmath>
+
 namespace di::ops::cases {
 namespace {
 
@@ -81,15 +83,66 @@ constexpr LinearCase kLinear[] = {
      kCudaTest},
 };
 
-}  // namespace
+// The experts of the V4-Flash cases are 256 FP4 matrices of 2048 x 4096 (~40 s to draw on the CPU once).
+constexpr MoeCase kMoe[] = {
+    {"demo_shape_fp4", 5, 256, 128, 16, 2, WeightFormat::kFp4Group, 10.0f, 3, DType::kE8M0, 0, false, false,
+     kCpuTest},
+    {"v4flash_fp4_two_tokens", 2, 4096, 2048, 256, 2, WeightFormat::kFp4Group, 10.0f, 2, DType::kE8M0, 0,
+     false, false, kCpuTest},
+    {"many_tokens_fp8_f32_scale", 33, 64, 48, 8, 3, WeightFormat::kFp8Block, 10.0f, 3, DType::kF32, 0, false,
+     false, kCpuTest},
+    {"bf16_tight_clamp_strided", 7, 96, 40, 6, 2, WeightFormat::kDense, 0.05f, 3, DType::kE8M0, 13, false,
+     false, kCpuTest},
+    {"fp4_no_clamp_repeat", 4, 64, 32, 4, 3, WeightFormat::kFp4Group, INFINITY, 4, DType::kE8M0, 0, true,
+     false, kCpuTest},
+    {"one_token_odd_fp8", 1, 200, 136, 3, 1, WeightFormat::kFp8Block, 10.0f, 3, DType::kE8M0, 0, false, false,
+     kCpuTest},
+    {"empty_batch", 0, 64, 32, 4, 2, WeightFormat::kFp4Group, 10.0f, 3, DType::kE8M0, 0, false, false,
+     kCpuTest},
+    // V4-Flash's experts (256 FP4 2048 x 4096, top-6) at 1, 2 and 8 tokens
+    {"flash_fp4_256_experts", 2, 4096, 2048, 256, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0,
+     false, false, kCudaTest},
+    {"flash_fp4_one_token", 1, 4096, 2048, 256, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest | kBench},
+    {"flash_fp4_batch_8", 8, 4096, 2048, 256, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest},
+    {"fp4_shared_experts_9_tokens_each", 18, 512, 256, 4, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0,
+     0, false, false, kCudaTest},
+    {"fp8_experts", 5, 256, 256, 8, 2, WeightFormat::kFp8Block, 10.0f, 0, DType::kE8M0, 0, false, false,
+     kCudaTest},
+    {"dense_odd", 9, 65, 40, 4, 2, WeightFormat::kDense, 10.0f, 0, DType::kE8M0, 0, false, false, kCudaTest},
+    // split_rows' shapes (hidden and moe_dim multiples of 1024): several pairs per expert (two-pair passes
+    // and a one-pair remainder), fp8 experts, one token with fp8
+    {"fp4_split_shared_experts", 7, 1024, 2048, 4, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0,
+     false, false, kCudaTest},
+    {"fp8_split_experts", 3, 2048, 1024, 8, 2, WeightFormat::kFp8Block, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest},
+    {"fp8_split_one_token", 1, 1024, 1024, 8, 3, WeightFormat::kFp8Block, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest},
+    // more than 1024 (token, slot) pairs: the CUDA backend runs chunks of 512 tokens (k = 2)
+    {"fp8_chunks_of_512_tokens", 700, 256, 256, 8, 2, WeightFormat::kFp8Block, 10.0f, 0, DType::kE8M0, 0,
+     false, false, kCudaTest},
+    {"fp4_split_chunks", 520, 1024, 1024, 8, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest},
+    // CUDA's dispatch must not give these to mma
+    {"fp4_wide_scales", 3, 256, 128, 4, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false, true,
+     kCudaTest},
+};
 
-std::span<const LinearCase> linear_cases() { return kLinear; }
-
-std::vector<LinearCase> linear_cases(Use use) {
-    std::vector<LinearCase> v;
-    for (const LinearCase& c : kLinear)
+template <class Case>
+std::vector<Case> taken_by(std::span<const Case> all, Use use) {
+    std::vector<Case> v;
+    for (const Case& c : all)
         if (c.use & use) v.push_back(c);
     return v;
 }
+
+}  // namespace
+
+std::span<const LinearCase> linear_cases() { return kLinear; }
+std::span<const MoeCase> moe_cases() { return kMoe; }
+std::vector<MoeCase> moe_cases(Use use) { return taken_by<MoeCase>(kMoe, use); }
+
+std::vector<LinearCase> linear_cases(Use use) { return taken_by<LinearCase>(kLinear, use); }
 
 }  // namespace di::ops::cases

@@ -33,6 +33,22 @@ struct LinearCase {
 std::span<const LinearCase> linear_cases();
 std::vector<LinearCase> linear_cases(Use use);
 
+struct MoeCase {
+    const char* name;
+    int64_t n, D, I, E, k;  // tokens, hidden, moe_dim, experts, slots per token
+    WeightFormat fmt;
+    float limit = 10.0f;     // swiglu_limit (+inf: no clamp)
+    int64_t n_distinct = 0;  // weight sets drawn: expert e uses set e % n_distinct (0: one per expert)
+    DType scale_dt = DType::kE8M0;
+    int64_t x_pad = 0;           // extra columns of the x / out rows
+    bool repeat_expert = false;  // token 0 routes to the same expert in every slot
+    bool wide_scales = false;    // fp4 scales 2^-31 .. 2^8: outside what CUDA's mma folds into f16 weights
+    unsigned use = kCpuTest | kCudaTest;
+};
+
+std::span<const MoeCase> moe_cases();
+std::vector<MoeCase> moe_cases(Use use);
+
 // How a backend's result is judged against the reference's, and why.
 struct Tolerance {
     const char* measure;
@@ -53,5 +69,18 @@ inline constexpr Tolerance kLinearCuda{
     "both dequantise exactly; the GPU accumulates in f32 in orders of its own (error ~ 2^-24 sqrt(K) of the "
     "norm: ~2e-6 at K = 8192), the reference in double; mma's hi + lo f16 activations carry 22 bits and its "
     "products are exact"};
+
+// cpu: per element, the bound tests/ops/cpu_moe_test.cpp derives from the case's own magnitudes.
+inline constexpr Tolerance kMoeCpu{
+    "per element, from the case's magnitudes", 0.0,
+    "gate/up's float sum bound (float_sum_bound(hidden) * sum |x w|) carried through SwiGLU (|silu'| <= "
+    "1.1), "
+    "SwiGLU outputs below FLT_MIN flushed (2^-126 each), the down projection's and the slot-order combine's "
+    "float error"};
+
+inline constexpr Tolerance kMoeCuda{
+    "relative L2 over the output", 2e-5,
+    "f32 dot products of length hidden and moe_dim against the reference's double ones; mma's hi + lo f16 "
+    "activations carry 22 bits, its products are exact and its sums f32"};
 
 }  // namespace di::ops::cases

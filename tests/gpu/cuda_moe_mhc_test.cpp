@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "gpu_test_util.h"
+#include "ops/op_cases.h"
 
 namespace di::gputest {
 namespace {
@@ -76,41 +77,19 @@ TEST_P(CudaRoute, IdsExactWeightsClose) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaRoute, ::testing::ValuesIn(kRoute),
                          [](const auto& tp) { return std::string(tp.param.name); });
 
-struct MoeCase {
-    const char* name;
-    int64_t n, E, k, D, I;
-    ops::WeightFormat fmt;
-    bool wide_scales = false;  // fp4 scales 2^-31 .. 2^8: outside what mma folds into f16 weights
-};
-
-const MoeCase kMoe[] = {
-    {"flash_fp4_256_experts", 2, 256, 6, 4096, 2048, ops::WeightFormat::kFp4Group},
-    {"flash_fp4_one_token", 1, 256, 6, 4096, 2048, ops::WeightFormat::kFp4Group},
-    {"flash_fp4_batch_8", 8, 256, 6, 4096, 2048, ops::WeightFormat::kFp4Group},
-    {"fp4_shared_experts_9_tokens_each", 18, 4, 2, 512, 256, ops::WeightFormat::kFp4Group},
-    {"fp8_experts", 5, 8, 2, 256, 256, ops::WeightFormat::kFp8Block},
-    {"dense_odd", 9, 4, 2, 65, 40, ops::WeightFormat::kDense},
-    // split_rows shapes (hidden and moe_dim multiples of 1024): several pairs per expert (two-pair passes
-    // and a one-pair remainder), fp8 experts, one token with fp8
-    {"fp4_split_shared_experts", 7, 4, 2, 1024, 2048, ops::WeightFormat::kFp4Group},
-    {"fp8_split_experts", 3, 8, 2, 2048, 1024, ops::WeightFormat::kFp8Block},
-    {"fp8_split_one_token", 1, 8, 3, 1024, 1024, ops::WeightFormat::kFp8Block},
-    // more than 1024 (token, slot) pairs: the backend runs chunks of 512 tokens (k = 2)
-    {"fp8_chunks_of_512_tokens", 700, 8, 2, 256, 256, ops::WeightFormat::kFp8Block},
-    {"fp4_split_chunks", 520, 8, 2, 1024, 1024, ops::WeightFormat::kFp4Group},
-    // dispatch must not give these to mma
-    {"fp4_wide_scales", 3, 4, 2, 256, 128, ops::WeightFormat::kFp4Group, true},
-};
+using ops::cases::MoeCase;
+// The CUDA cases of the moe table (ops/op_cases.h).
+const std::vector<MoeCase> kMoe = ops::cases::moe_cases(ops::cases::kCudaTest);
 
 // Every moe variant of the CUDA backend on every case it applies to ("" = the default dispatch).
 using MoeRun = VariantRun<MoeCase>;
 
 class CudaMoe : public ::testing::TestWithParam<MoeRun> {};
 
-// f32 dot products of length D and I vs double: 2e-5 (mma too: its hi + lo f16 halves carry 22 bits of each
-// activation, its products are exact and its sums f32). The grouped, split_rows and mma variants must also be
-// batch-invariant: token 0 computed alone equals its row in the batch, bit for bit (for split_rows that
-// compares its one-token path, without a plan, with the planned path).
+// Tolerance: the table's kMoeCuda (f32 dot products of length D and I against double; mma's hi + lo f16
+// halves carry 22 bits of each activation, its products are exact and its sums f32). The grouped, split_rows
+// and mma variants must also be batch-invariant: token 0 computed alone equals its row in the batch, bit for
+// bit (for split_rows that compares its one-token path, without a plan, with the planned path).
 TEST_P(CudaMoe, MatchesRef) {
     SKIP_WITHOUT_GPU();
     const MoeCase& c = GetParam().c;
@@ -193,16 +172,16 @@ TEST_P(CudaMoe, MatchesRef) {
     ids.upload();
     ASSERT_TRUE(b.gpu->force_variant("moe", variant)) << variant;
     const int64_t mma_before = b.gpu->dispatch_count("moe", "mma");
-    b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), 10.0f});
-    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), 10.0f});
-    expect_close(out, 2e-5, c.name);
+    b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), c.limit});
+    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit});
+    expect_close(out, ops::cases::kMoeCuda.value, c.name);
     if (c.wide_scales) EXPECT_EQ(b.gpu->dispatch_count("moe", "mma"), mma_before) << "mma took wide scales";
     if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("moe", variant), 0) << variant << " did not run";
     if ((variant == "grouped" || variant == "split_rows" || variant == "mma") && c.n > 1) {  // token 0 alone
         Pair one(DType::kF32, {1, c.D});
         one.poison();
         b.gpu->moe(
-            {x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(), 10.0f});
+            {x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(), c.limit});
         const std::vector<float> all = out.device_f32(), alone = one.device_f32();
         EXPECT_EQ(0, std::memcmp(all.data(), alone.data(), size_t(c.D) * sizeof(float)))
             << c.name
@@ -223,7 +202,7 @@ TEST_P(CudaMoe, MatchesRef) {
                 if (e < first || e >= end)
                     for (ops::QWeight* q : {&ew[size_t(e)].w1, &ew[size_t(e)].w3, &ew[size_t(e)].w2})
                         q->data = TensorView{}, q->scale = TensorView{};
-            ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew.data(), c.E, out.dv(), 10.0f};
+            ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew.data(), c.E, out.dv(), c.limit};
             a.pass = ops::MoeArgs::Pass::kExperts, a.slots = slots.dv(), a.expert_first = first,
             a.expert_end = end;
             slots.poison();
@@ -234,7 +213,7 @@ TEST_P(CudaMoe, MatchesRef) {
         std::memcpy(summed.hv().data, acc.data(), acc.size() * sizeof(float));
         summed.upload();
         ep.poison();
-        ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, ep.dv(), 10.0f};
+        ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, ep.dv(), c.limit};
         a.pass = ops::MoeArgs::Pass::kCombine, a.slots = summed.dv();
         b.gpu->moe(a);
         const std::vector<float> split = ep.device_f32();

@@ -1,39 +1,24 @@
-// moe on cpu vs ref: the demo model's shape, a V4-Flash expert shape (FP4 2048 x 4096) with few tokens,
-// many tokens over few experts, clamped and unclamped SwiGLU, strided rows, a repeated expert, an empty
-// batch. Bound per element, derived in double here from the case's own magnitudes (see moe_bound): the float
-// summation error of gate/up (float_sum_tol(hidden) * sum|x w|) carried through SwiGLU (|silu'| <= 1.1),
-// the flush of SwiGLU outputs below FLT_MIN (2^-126 each), plus the float error of the down projection and
-// of the slot-order combine. The V4-Flash case's random gates reach -200, so its h has subnormals.
+// moe on cpu vs ref on the cpu cases of the moe table (ops/op_cases.h, tolerance kMoeCpu): the demo model's
+// shape, a V4-Flash expert shape (FP4 2048 x 4096) with few tokens, many tokens over few experts, clamped and
+// unclamped SwiGLU, strided rows, a repeated expert, an empty batch. Bound per element, derived in double
+// here from the case's own magnitudes (see moe_bound): the float summation error of gate/up
+// (float_sum_tol(hidden) * sum|x w|) carried through SwiGLU (|silu'| <= 1.1), the flush of SwiGLU outputs
+// below FLT_MIN (2^-126 each), plus the float error of the down projection and of the slot-order combine. The
+// V4-Flash case's random gates reach -200, so its h has subnormals.
 #include <algorithm>
 #include <numeric>
 
 #include "cpu_test_util.h"
+#include "ops/op_cases.h"
 
 namespace di::cputest {
 namespace {
 
 using ops::WeightFormat;
 
-struct MoeCase {
-    const char* name;
-    int64_t n, D, I, E, k;
-    WeightFormat fmt;
-    float limit;
-    int64_t n_distinct = 3;  // distinct expert weight sets (expert e uses set e % n_distinct)
-    DType scale_dt = DType::kE8M0;
-    int64_t x_pad = 0;
-    bool repeat_expert = false;  // token 0 routes to the same expert in every slot
-};
-
-const MoeCase kCases[] = {
-    {"demo_shape_fp4", 5, 256, 128, 16, 2, WeightFormat::kFp4Group, 10.0f},
-    {"v4flash_fp4_two_tokens", 2, 4096, 2048, 256, 2, WeightFormat::kFp4Group, 10.0f, 2},
-    {"many_tokens_fp8_f32_scale", 33, 64, 48, 8, 3, WeightFormat::kFp8Block, 10.0f, 3, DType::kF32},
-    {"bf16_tight_clamp_strided", 7, 96, 40, 6, 2, WeightFormat::kDense, 0.05f, 3, DType::kE8M0, 13},
-    {"fp4_no_clamp_repeat", 4, 64, 32, 4, 3, WeightFormat::kFp4Group, INFINITY, 4, DType::kE8M0, 0, true},
-    {"one_token_odd_fp8", 1, 200, 136, 3, 1, WeightFormat::kFp8Block, 10.0f},
-    {"empty_batch", 0, 64, 32, 4, 2, WeightFormat::kFp4Group, 10.0f},
-};
+using ops::cases::MoeCase;
+// The cpu cases of the moe table (ops/op_cases.h).
+const std::vector<MoeCase> kCases = ops::cases::moe_cases(ops::cases::kCpuTest);
 
 double silu(double g) { return g / (1.0 + std::exp(-g)); }
 
@@ -84,15 +69,15 @@ class CpuMoe : public ::testing::TestWithParam<MoeCase> {};
 TEST_P(CpuMoe, MatchesRefWithinDerivedBound) {
     const MoeCase& c = GetParam();
     std::vector<TestWeight> w1, w2, w3;
-    for (int64_t i = 0; i < c.n_distinct; ++i) {
+    const int64_t sets = c.n_distinct > 0 ? c.n_distinct : c.E;
+    for (int64_t i = 0; i < sets; ++i) {
         w1.push_back(make_weight(c.fmt, c.I, c.D, DType::kBF16, c.scale_dt));
         w3.push_back(make_weight(c.fmt, c.I, c.D, DType::kBF16, c.scale_dt));
         w2.push_back(make_weight(c.fmt, c.D, c.I, DType::kBF16, c.scale_dt));
     }
     std::vector<ops::ExpertWeights> experts(size_t(c.E));
     for (int64_t e = 0; e < c.E; ++e)
-        experts[size_t(e)] = {w1[size_t(e % c.n_distinct)].w, w3[size_t(e % c.n_distinct)].w,
-                              w2[size_t(e % c.n_distinct)].w};
+        experts[size_t(e)] = {w1[size_t(e % sets)].w, w3[size_t(e % sets)].w, w2[size_t(e % sets)].w};
 
     Tensor x(host_allocator(), DType::kF32, {c.n, c.D + c.x_pad});
     Tensor ids(host_allocator(), DType::kI32, {c.n, c.k}), wts(host_allocator(), DType::kF32, {c.n, c.k});
