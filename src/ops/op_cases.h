@@ -17,6 +17,7 @@ enum Use : unsigned {
     kCpuTest = 1,   // tests/ops: the cpu backend against ref, per-element bound
     kCudaTest = 2,  // tests/gpu: every CUDA variant that takes the case against ref
     kBench = 4,     // the op benchmarks (V4-Flash's matrices; they sweep their own row counts)
+    kScreen = 8,    // `deepinfer screen`, beside the model's own shapes (odd sizes, other scale formats)
 };
 
 struct LinearCase {

@@ -328,6 +328,7 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
                 for (size_t i = 0; i < linears.size(); ++i)
                     for (int64_t n : o.batches)
                         rep.rows.push_back(screen_linear(be, v, *linears[i], hosts[i].w, n, rng));
+        screen_table_linears(be, variants, rng, rep.rows);  // the case table's odd sizes
     }
     if (wanted("moe")) {
         const model::LayerWeights* layer = nullptr;

@@ -64,6 +64,10 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
 void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                 const model::ModelConfig& cfg, const model::ModelWeights& w,
                 const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows);
+// The linear case table's screen cases (ops/op_cases.h, kScreen) for every non-fallback linear variant,
+// on weights drawn there (screen_table.cpp).
+void screen_table_linears(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
+                          std::mt19937_64& rng, std::vector<ScreenRow>& rows);
 // The fused pairs (ops::Backend::rms_norm_rope, mhc_pre_norm, hc_head_norm, add_mhc_post), screen_fused.cpp.
 bool is_fused_pair(std::string_view op);
 void screen_fused(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "ops/cpu/cpu_backend.h"
+#include "ops/op_cases.h"
 #include "ref_forwarding_backend.h"
 #include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
@@ -175,6 +176,34 @@ class PlantedOps final : public test::RefForwarding {
     std::map<std::string, std::string> active_;
     std::map<std::string, int64_t> counts_;
 };
+
+// Beside the model's own matrices, the screen runs the linear case table's screen cases (ops/op_cases.h):
+// every one it can draw shows up, at its own row count, and passes on the cpu backend.
+TEST(Screen, RunsTheCaseTablesLinearCases) {
+    auto be = ops::make_cpu_backend(1);
+    auto m = runtime::load_model(std::string(DI_TEST_DATA) + "/v4_tiny_fp32", *be);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    runtime::ScreenOptions o;
+    o.ops = {"linear"};
+    o.batches = {1};
+    auto screened = runtime::screen_model(**m, o);
+    ASSERT_TRUE(screened.ok()) << screened.error().message;
+    int table_cases = 0;
+    for (const ops::cases::LinearCase& c : ops::cases::linear_cases(ops::cases::kScreen)) {
+        if (c.fmt == ops::WeightFormat::kFp4Group && c.in % 32 != 0) continue;  // not drawn
+        ++table_cases;
+        const std::string shape =
+            std::to_string(c.out) + "x" + std::to_string(c.in) + ", n=" + std::to_string(c.n);
+        int found = 0;
+        for (const runtime::ScreenRow& r : screened->rows)
+            if (r.shape.find(shape) != std::string::npos) {
+                ++found;
+                EXPECT_EQ(r.verdict, "pass") << c.name << ": " << r.verdict;
+            }
+        EXPECT_EQ(found, 1) << c.name << " (" << shape << ")";
+    }
+    EXPECT_GE(table_cases, 5);
+}
 
 TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
     PlantedOps be;
