@@ -134,6 +134,27 @@ constexpr MoeCase kMoe[] = {
      kCudaTest},
 };
 
+constexpr AttentionCase kAttention[] = {
+    {"decode_full_ring", 1, 4, 64, 8, 20, 7, CompMask::kNone, 0, 1, 0, kCpuTest},
+    {"prefill_longer_than_window", 13, 3, 32, 5, 0, 0, CompMask::kNone, 0, 1, 0, kCpuTest},
+    {"partial_ring_chunk", 4, 2, 48, 16, 6, 6, CompMask::kNone, 0, 1, 0, kCpuTest},
+    {"hca_causal_rate4", 9, 4, 40, 6, 11, 5, CompMask::kCausal, 5, 4, 0, kCpuTest},
+    {"csa_picks_dup_and_none", 6, 2, 64, 4, 30, 3, CompMask::kPicks, 9, 4, 7, kCpuTest},
+    {"one_head_odd_dim", 3, 1, 37, 3, 2, 2, CompMask::kNone, 0, 1, 0, kCpuTest},
+    {"v4flash_decode_picks", 1, 64, 512, 128, 4000, 127, CompMask::kPicks, 1000, 4, 512, kCpuTest},
+    // V4-Flash's decode (64 heads x 512, window 128): sliding, HCA, CSA picks
+    {"decode_sliding_flash", 1, 64, 512, 128, 1000, 127, CompMask::kNone, 0, 1, 0, kCudaTest},
+    {"prefill_from_zero", 37, 4, 128, 8, 0, 0, CompMask::kNone, 0, 1, 0, kCudaTest},
+    {"decode_hca_flash", 3, 64, 512, 128, 500, 127, CompMask::kCausal, 4, 128, 0, kCudaTest},
+    {"prefill_hca_small_rate", 40, 4, 128, 8, 10, 7, CompMask::kCausal, 12, 4, 0, kCudaTest},
+    {"decode_csa_picks_flash", 2, 64, 512, 128, 4000, 127, CompMask::kPicks, 1000, 4, 512, kCudaTest},
+    {"odd_head_dim_partial_ring", 3, 3, 96, 5, 2, 2, CompMask::kPicks, 9, 4, 6, kCudaTest},
+    // split_kv takes S > 1 ranges here: duplicate picks across ranges, and a long HCA context
+    {"decode_picks_split_small", 1, 4, 64, 16, 300, 15, CompMask::kPicks, 50, 4, 40, kCudaTest},
+    {"decode_head_dim_30_fallback_only", 1, 5, 30, 8, 40, 7, CompMask::kPicks, 10, 4, 5, kCudaTest},
+    {"decode_hca_flash_64k", 1, 64, 512, 128, 70000, 127, CompMask::kCausal, 546, 128, 0, kCudaTest},
+};
+
 template <class Case>
 std::vector<Case> taken_by(std::span<const Case> all, Use use) {
     std::vector<Case> v;
@@ -147,6 +168,8 @@ std::vector<Case> taken_by(std::span<const Case> all, Use use) {
 std::span<const LinearCase> linear_cases() { return kLinear; }
 std::span<const MoeCase> moe_cases() { return kMoe; }
 std::vector<MoeCase> moe_cases(Use use) { return taken_by<MoeCase>(kMoe, use); }
+std::span<const AttentionCase> attention_cases() { return kAttention; }
+std::vector<AttentionCase> attention_cases(Use use) { return taken_by<AttentionCase>(kAttention, use); }
 
 std::vector<LinearCase> linear_cases(Use use) { return taken_by<LinearCase>(kLinear, use); }
 

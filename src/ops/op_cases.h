@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "ops/attention.h"
 #include "ops/linear.h"
 
 namespace di::ops::cases {
@@ -50,6 +51,18 @@ struct MoeCase {
 std::span<const MoeCase> moe_cases();
 std::vector<MoeCase> moe_cases(Use use);
 
+// attention over the window ring, the chunk's own keys and the compressed entries (ops/attention.h).
+struct AttentionCase {
+    const char* name;
+    int64_t L, H, hd, window, pos0, n_cached;  // queries, heads, head_dim, window, chunk start, ring fill
+    CompMask mask = CompMask::kNone;
+    int64_t T = 0, rate = 1, n_picks = 0;  // compressed entries, their rate, picks per query (CSA)
+    unsigned use = kCpuTest | kCudaTest;
+};
+
+std::span<const AttentionCase> attention_cases();
+std::vector<AttentionCase> attention_cases(Use use);
+
 // How a backend's result is judged against the reference's, and why.
 struct Tolerance {
     const char* measure;
@@ -83,5 +96,16 @@ inline constexpr Tolerance kMoeCuda{
     "relative L2 over the output", 2e-5,
     "f32 dot products of length hidden and moe_dim against the reference's double ones; mma's hi + lo f16 "
     "activations carry 22 bits, its products are exact and its sums f32"};
+
+// cpu: per element, the bound tests/ops/cpu_attention_test.cpp derives from the case's own magnitudes.
+inline constexpr Tolerance kAttentionCpu{
+    "per element, from the case's magnitudes", 0.0,
+    "the scores differ by float_sum_bound(hd) * scale |q| max|k| (Cauchy-Schwarz) plus rounding, so each "
+    "softmax weight by a relative 2.2 x that + (2 n_keys + 8) 2^-24, relative to max_j |k_j[c]|"};
+
+inline constexpr Tolerance kAttentionCuda{
+    "relative L2 over the output", 1e-5,
+    "f32 online softmax (split-KV: an exact log-sum-exp merge) against the reference's double two-pass one; "
+    "head_dim 512 dot products in f32"};
 
 }  // namespace di::ops::cases

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "gpu_test_util.h"
+#include "ops/op_cases.h"
 
 namespace di::gputest {
 namespace {
@@ -12,29 +13,13 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
-struct AttnCase {
-    const char* name;
-    int64_t L, H, hd, window, pos0, n_cached;
-    ops::CompMask mask;
-    int64_t T = 0, rate = 1, k = 0;
-};
-
-const AttnCase kAttn[] = {
-    {"decode_sliding_flash", 1, 64, 512, 128, 1000, 127, ops::CompMask::kNone},
-    {"prefill_from_zero", 37, 4, 128, 8, 0, 0, ops::CompMask::kNone},
-    {"decode_hca_flash", 3, 64, 512, 128, 500, 127, ops::CompMask::kCausal, 4, 128},
-    {"prefill_hca_small_rate", 40, 4, 128, 8, 10, 7, ops::CompMask::kCausal, 12, 4},
-    {"decode_csa_picks_flash", 2, 64, 512, 128, 4000, 127, ops::CompMask::kPicks, 1000, 4, 512},
-    {"odd_head_dim_partial_ring", 3, 3, 96, 5, 2, 2, ops::CompMask::kPicks, 9, 4, 6},
-    // split_kv takes S > 1 ranges here: duplicate picks across ranges, and a long HCA context
-    {"decode_picks_split_small", 1, 4, 64, 16, 300, 15, ops::CompMask::kPicks, 50, 4, 40},
-    {"decode_head_dim_30_fallback_only", 1, 5, 30, 8, 40, 7, ops::CompMask::kPicks, 10, 4, 5},
-    {"decode_hca_flash_64k", 1, 64, 512, 128, 70000, 127, ops::CompMask::kCausal, 546, 128},
-};
+using AttnCase = ops::cases::AttentionCase;
+// The CUDA cases of the attention table (ops/op_cases.h).
+const std::vector<AttnCase> kAttn = ops::cases::attention_cases(ops::cases::kCudaTest);
 
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 
-// f32 online softmax vs double two-pass: rel L2 well under 1e-5 (hd 512 dot products in f32)
+// Tolerance: the table's kAttentionCuda (f32 online softmax vs double two-pass, hd 512 dot products in f32)
 TEST_P(CudaAttention, MatchesRef) {
     SKIP_WITHOUT_GPU();
     const AttnCase& c = GetParam();
@@ -42,7 +27,7 @@ TEST_P(CudaAttention, MatchesRef) {
     Pair q(DType::kF32, {c.L, c.H, c.hd}), ring(DType::kF32, {c.window - 1, c.hd}),
         kv(DType::kF32, {c.L, c.hd});
     Pair comp(DType::kF32, {std::max<int64_t>(c.T, 1), c.hd}),
-        picks(DType::kI32, {c.L, std::max<int64_t>(c.k, 1)});
+        picks(DType::kI32, {c.L, std::max<int64_t>(c.n_picks, 1)});
     Pair sinks(DType::kF32, {c.H}), out(DType::kF32, {c.L, c.H, c.hd});
     fill_uniform(q), fill_uniform(ring), fill_uniform(kv), fill_uniform(comp), fill_uniform(sinks, -2, 2);
     out.poison();
@@ -72,7 +57,7 @@ TEST_P(CudaAttention, MatchesRef) {
         const int64_t before = b.gpu->dispatch_count("attention", variant);
         b.gpu->attention(make(true));
         EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << variant;
-        expect_close(out, 1e-5, std::string(c.name) + " " + variant);
+        expect_close(out, ops::cases::kAttentionCuda.value, std::string(c.name) + " " + variant);
     }
     ASSERT_TRUE(b.gpu->force_variant("attention", ""));
 }

@@ -8,28 +8,16 @@
 #include <cstring>
 
 #include "cpu_test_util.h"
+#include "ops/op_cases.h"
 
 namespace di::cputest {
 namespace {
 
 using ops::CompMask;
 
-struct AttnCase {
-    const char* name;
-    int64_t L, H, hd, window, pos0, n_cached;
-    CompMask mask = CompMask::kNone;
-    int64_t T = 0, rate = 1, n_picks = 0;
-};
-
-const AttnCase kCases[] = {
-    {"decode_full_ring", 1, 4, 64, 8, 20, 7},
-    {"prefill_longer_than_window", 13, 3, 32, 5, 0, 0},
-    {"partial_ring_chunk", 4, 2, 48, 16, 6, 6},
-    {"hca_causal_rate4", 9, 4, 40, 6, 11, 5, CompMask::kCausal, 5, 4},
-    {"csa_picks_dup_and_none", 6, 2, 64, 4, 30, 3, CompMask::kPicks, 9, 4, 7},
-    {"one_head_odd_dim", 3, 1, 37, 3, 2, 2},
-    {"v4flash_decode_picks", 1, 64, 512, 128, 4000, 127, CompMask::kPicks, 1000, 4, 512},
-};
+using AttnCase = ops::cases::AttentionCase;
+// The cpu cases of the attention table (ops/op_cases.h; its bound is kAttentionCpu, derived here).
+const std::vector<AttnCase> kCases = ops::cases::attention_cases(ops::cases::kCpuTest);
 
 struct AttnTensors {
     Tensor q, ring, kv, comp, picks, sinks;
