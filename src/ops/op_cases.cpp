@@ -155,6 +155,25 @@ constexpr AttentionCase kAttention[] = {
     {"decode_hca_flash_64k", 1, 64, 512, 128, 70000, 127, CompMask::kCausal, 546, 128, 0, kCudaTest},
 };
 
+constexpr IndexerCase kIndexer[] = {
+    {"v4flash_decode", 1, 64, 128, 2048, 512, 4 * 2048 - 1, 4, IndexerKeys::kRandom, 0.0f, kCpuTest},
+    {"prefill_causal_cutoff", 9, 4, 32, 12, 5, 30, 4, IndexerKeys::kRandom, 0.0f, kCpuTest},
+    {"k_above_visible", 9, 3, 16, 3, 3, 0, 4, IndexerKeys::kRandom, 0.0f, kCpuTest},
+    {"k_equals_T", 2, 5, 24, 17, 17, 100, 4, IndexerKeys::kRandom, 0.0f, kCpuTest},
+    {"exact_ties_mixed_sign", 4, 6, 40, 64, 20, 400, 4, IndexerKeys::kTies, -1.0f, kCpuTest},
+    {"near_ties", 3, 8, 64, 256, 64, 2000, 4, IndexerKeys::kNearTies, 0.0f, kCpuTest},
+    {"near_ties_mixed_sign", 2, 8, 64, 300, 100, 2000, 4, IndexerKeys::kNearTies, -0.5f, kCpuTest},
+    // V4-Flash's indexer (64 heads x 128, top-512) at decode, a short prompt (k = T: no select), a 64K
+    // context and a prefill chunk cut by causality
+    {"flash_decode_top512", 1, 64, 128, 3000, 512, 12003, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
+    {"flash_decode_short_all_picked", 1, 64, 128, 5, 5, 20, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
+    {"flash_decode_64k_context", 1, 64, 128, 16384, 512, 65540, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
+    {"flash_prefill_causal_cut", 6, 64, 128, 700, 512, 2790, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
+    {"ties_at_zero", 5, 8, 64, 300, 40, 1200, 4, IndexerKeys::kManyZeroScores, 0.0f, kCudaTest},
+    {"k_equals_T_with_fillers", 9, 4, 32, 10, 10, 20, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
+    {"odd_dims", 3, 3, 20, 37, 7, 150, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
+};
+
 template <class Case>
 std::vector<Case> taken_by(std::span<const Case> all, Use use) {
     std::vector<Case> v;
@@ -170,6 +189,8 @@ std::span<const MoeCase> moe_cases() { return kMoe; }
 std::vector<MoeCase> moe_cases(Use use) { return taken_by<MoeCase>(kMoe, use); }
 std::span<const AttentionCase> attention_cases() { return kAttention; }
 std::vector<AttentionCase> attention_cases(Use use) { return taken_by<AttentionCase>(kAttention, use); }
+std::span<const IndexerCase> indexer_cases() { return kIndexer; }
+std::vector<IndexerCase> indexer_cases(Use use) { return taken_by<IndexerCase>(kIndexer, use); }
 
 std::vector<LinearCase> linear_cases(Use use) { return taken_by<LinearCase>(kLinear, use); }
 

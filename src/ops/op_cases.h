@@ -63,6 +63,24 @@ struct AttentionCase {
 std::span<const AttentionCase> attention_cases();
 std::vector<AttentionCase> attention_cases(Use use);
 
+// indexer_topk's scores and exact top-k (ops/indexer.h); the picks must equal the reference's.
+enum class IndexerKeys : uint8_t {
+    kRandom,
+    kTies,           // every third key repeats an earlier one, every fifth is zero
+    kNearTies,       // keys 1 ulp apart in one channel: scores differ by ~1e-8
+    kManyZeroScores  // most entries point away from every query (ReLU gives 0): the tie rule decides
+};
+struct IndexerCase {
+    const char* name;
+    int64_t L, H, dim, T, k, pos0, rate;  // queries, heads, dim, entries, top-k, chunk start, compress rate
+    IndexerKeys keys = IndexerKeys::kRandom;
+    float w_lo = 0.0f;  // head weights uniform in [w_lo, 1)
+    unsigned use = kCpuTest | kCudaTest;
+};
+
+std::span<const IndexerCase> indexer_cases();
+std::vector<IndexerCase> indexer_cases(Use use);
+
 // How a backend's result is judged against the reference's, and why.
 struct Tolerance {
     const char* measure;
@@ -107,5 +125,10 @@ inline constexpr Tolerance kAttentionCuda{
     "relative L2 over the output", 1e-5,
     "f32 online softmax (split-KV: an exact log-sum-exp merge) against the reference's double two-pass one; "
     "head_dim 512 dot products in f32"};
+
+inline constexpr Tolerance kIndexerPicks{
+    "exact ids", 0.0,
+    "the picks are ids: the cpu must equal the reference's; CUDA's f32 scores may order entries whose "
+    "double scores lie within 1e-5 relative of each other differently (near-ties), and nothing else"};
 
 }  // namespace di::ops::cases

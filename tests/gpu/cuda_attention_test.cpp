@@ -201,26 +201,15 @@ TEST_P(CudaCompress, MatchesRefIncludingState) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaCompress, ::testing::ValuesIn(kCompress),
                          [](const auto& tp) { return std::string(tp.param.name); });
 
-struct IndexerCase {
-    const char* name;
-    int64_t L, H, dim, T, k, pos0, rate;
-    bool many_zero_scores;  // most entries score exactly 0: the tie rule decides the picks
-};
-
-const IndexerCase kIndexer[] = {
-    {"flash_decode_top512", 1, 64, 128, 3000, 512, 12003, 4, false},
-    {"flash_decode_short_all_picked", 1, 64, 128, 5, 5, 20, 4, false},  // k = T: no select
-    {"flash_decode_64k_context", 1, 64, 128, 16384, 512, 65540, 4, false},
-    {"flash_prefill_causal_cut", 6, 64, 128, 700, 512, 2790, 4, false},
-    {"ties_at_zero", 5, 8, 64, 300, 40, 1200, 4, true},
-    {"k_equals_T_with_fillers", 9, 4, 32, 10, 10, 20, 4, false},  // early queries: -1 fillers
-    {"odd_dims", 3, 3, 20, 37, 7, 150, 4, false},
-};
+using ops::cases::IndexerCase;
+// The CUDA cases of the indexer table (ops/op_cases.h).
+const std::vector<IndexerCase> kIndexer = ops::cases::indexer_cases(ops::cases::kCudaTest);
 
 class CudaIndexer : public ::testing::TestWithParam<VariantRun<IndexerCase>> {};
 
-// Picks must equal ref's exactly; the only allowed difference is between entries whose (double) scores
-// are within 1e-5 relative of each other (f32 vs double accumulation can order such near-ties differently).
+// Picks must equal ref's exactly (the table's kIndexerPicks); the only allowed difference is between entries
+// whose (double) scores are within 1e-5 relative of each other (f32 vs double accumulation can order such
+// near-ties differently).
 TEST_P(CudaIndexer, PicksMatchRef) {
     SKIP_WITHOUT_GPU();
     const IndexerCase& c = GetParam().c;
@@ -229,7 +218,8 @@ TEST_P(CudaIndexer, PicksMatchRef) {
     Pair q(DType::kF32, {c.L, c.H, c.dim}), w(DType::kF32, {c.L, c.H}), keys(DType::kF32, {c.T, c.dim});
     Pair picks(DType::kI32, {c.L, c.k});
     fill_uniform(q), fill_uniform(w), fill_uniform(keys);
-    if (c.many_zero_scores) {  // keys of entries w % 4 != 0 point away from every query: ReLU gives 0
+    if (c.keys == ops::cases::IndexerKeys::kManyZeroScores) {  // keys of entries w % 4 != 0 point away from
+                                                               // every query: ReLU gives 0
         for (int64_t i = 0; i < q.hv().numel(); ++i)
             q.hv().ptr<float>()[i] = std::abs(q.hv().ptr<float>()[i]);
         for (int64_t e = 0; e < c.T; ++e)

@@ -4,28 +4,15 @@
 #include <cstring>
 
 #include "cpu_test_util.h"
+#include "ops/op_cases.h"
 
 namespace di::cputest {
 namespace {
 
-enum class Keys { kRandom, kTies, kNearTies };
-
-struct IndexerCase {
-    const char* name;
-    int64_t L, H, dim, T, k, pos0, rate;
-    Keys keys = Keys::kRandom;
-    float w_lo = 0.0f;  // head weights uniform in [w_lo, 1)
-};
-
-const IndexerCase kCases[] = {
-    {"v4flash_decode", 1, 64, 128, 2048, 512, 4 * 2048 - 1, 4},
-    {"prefill_causal_cutoff", 9, 4, 32, 12, 5, 30, 4},
-    {"k_above_visible", 9, 3, 16, 3, 3, 0, 4},
-    {"k_equals_T", 2, 5, 24, 17, 17, 100, 4},
-    {"exact_ties_mixed_sign", 4, 6, 40, 64, 20, 400, 4, Keys::kTies, -1.0f},
-    {"near_ties", 3, 8, 64, 256, 64, 2000, 4, Keys::kNearTies},
-    {"near_ties_mixed_sign", 2, 8, 64, 300, 100, 2000, 4, Keys::kNearTies, -0.5f},
-};
+using ops::cases::IndexerCase;
+using Keys = ops::cases::IndexerKeys;
+// The cpu cases of the indexer table (ops/op_cases.h): picks identical to ref's (kIndexerPicks).
+const std::vector<IndexerCase> kCases = ops::cases::indexer_cases(ops::cases::kCpuTest);
 
 class CpuIndexer : public ::testing::TestWithParam<IndexerCase> {};
 
