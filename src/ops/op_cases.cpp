@@ -174,6 +174,18 @@ constexpr IndexerCase kIndexer[] = {
     {"odd_dims", 3, 3, 20, 37, 7, 150, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
 };
 
+constexpr MhcCase kMhc[] = {
+    {"v4flash_decode", 1, 4, 4096, 1e-6f, 20, kCpuTest | kCudaTest},
+    {"demo_prefill", 9, 4, 256, 1e-6f, 20, kCpuTest},
+    {"odd_width_hc2", 3, 2, 37, 1e-2f, 3, kCpuTest},
+    {"one_iter", 2, 3, 64, 1e-6f, 1, kCpuTest},
+    // V4-Flash's width at 3 and 9 tokens, a width split_k's float4 reads take, and one they do not
+    {"v4flash_3_tokens", 3, 4, 4096, 1e-6f, 20, kCudaTest},
+    {"v4flash_9_tokens", 9, 4, 4096, 1e-6f, 20, kCudaTest},
+    {"width_100", 2, 4, 100, 1e-6f, 20, kCudaTest},
+    {"hc2_width_7", 5, 2, 7, 1e-6f, 20, kCudaTest},
+};
+
 template <class Case>
 std::vector<Case> taken_by(std::span<const Case> all, Use use) {
     std::vector<Case> v;
@@ -191,6 +203,8 @@ std::span<const AttentionCase> attention_cases() { return kAttention; }
 std::vector<AttentionCase> attention_cases(Use use) { return taken_by<AttentionCase>(kAttention, use); }
 std::span<const IndexerCase> indexer_cases() { return kIndexer; }
 std::vector<IndexerCase> indexer_cases(Use use) { return taken_by<IndexerCase>(kIndexer, use); }
+std::span<const MhcCase> mhc_cases() { return kMhc; }
+std::vector<MhcCase> mhc_cases(Use use) { return taken_by<MhcCase>(kMhc, use); }
 
 std::vector<LinearCase> linear_cases(Use use) { return taken_by<LinearCase>(kLinear, use); }
 

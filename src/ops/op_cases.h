@@ -81,6 +81,18 @@ struct IndexerCase {
 std::span<const IndexerCase> indexer_cases();
 std::vector<IndexerCase> indexer_cases(Use use);
 
+// mhc_pre / mhc_post / hc_head (ops/mhc.h): n tokens of hc streams of width D.
+struct MhcCase {
+    const char* name;
+    int64_t n, hc, D;
+    float hc_eps = 1e-6f;
+    int iters = 20;  // Sinkhorn iterations
+    unsigned use = kCpuTest | kCudaTest;
+};
+
+std::span<const MhcCase> mhc_cases();
+std::vector<MhcCase> mhc_cases(Use use);
+
 // How a backend's result is judged against the reference's, and why.
 struct Tolerance {
     const char* measure;

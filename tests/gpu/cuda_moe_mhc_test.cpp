@@ -232,10 +232,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
 TEST(CudaMhc, PrePostHead) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    struct C {
-        int64_t n, hc, D;
-    };
-    for (C c : {C{3, 4, 4096}, C{1, 4, 4096}, C{9, 4, 4096}, C{2, 4, 100}, C{5, 2, 7}}) {
+    for (const ops::cases::MhcCase& c : ops::cases::mhc_cases(ops::cases::kCudaTest)) {  // eps 1e-6, 20 iters
         const int64_t M = (2 + c.hc) * c.hc;
         Pair st(DType::kF32, {c.n, c.hc, c.D}), fn(DType::kF32, {M, c.hc * c.D}), base(DType::kF32, {M});
         Pair scale(DType::kF32, {3}), x(DType::kF32, {c.n, c.D}), post(DType::kF32, {c.n, c.hc});

@@ -4,23 +4,14 @@
 // output), a 1-ulp change of a float pre_i adds up to 2^-23 pre_i |stream_i[c]| (pre_i <= 1 + hc_eps), so
 // the bound there is 2^-22 (|ref| + 1.1 sum_i |stream_i[c]|).
 #include "cpu_test_util.h"
+#include "ops/op_cases.h"
 
 namespace di::cputest {
 namespace {
 
-struct MhcCase {
-    const char* name;
-    int64_t n, hc, D;
-    float hc_eps = 1e-6f;
-    int iters = 20;
-};
-
-const MhcCase kCases[] = {
-    {"v4flash_decode", 1, 4, 4096},
-    {"demo_prefill", 9, 4, 256},
-    {"odd_width_hc2", 3, 2, 37, 1e-2f, 3},
-    {"one_iter", 2, 3, 64, 1e-6f, 1},
-};
+using ops::cases::MhcCase;
+// The cpu cases of the mHC table (ops/op_cases.h).
+const std::vector<MhcCase> kCases = ops::cases::mhc_cases(ops::cases::kCpuTest);
 
 struct MhcInputs {
     Tensor streams, fn, base, scale, fn_head, base_head, scale_head;
