@@ -99,6 +99,13 @@ Result<OutputConstraint> constraint_of(const GenOptions& o, const Tokenizer* tok
 
 }  // namespace
 
+Result<std::unique_ptr<ops::Backend>> make_backend_for(const GenOptions& o) {
+    DI_TRY(std::unique_ptr<ops::Backend> be, runtime::make_backend(o.backend));
+    be->set_graphs(o.graphs);
+    if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *be));
+    return be;
+}
+
 Result<LoadedModel> load_for_generation(const GenOptions& o, bool profile) {
     LoadedModel lm;
     std::string dir = o.model;
@@ -106,9 +113,7 @@ Result<LoadedModel> load_for_generation(const GenOptions& o, bool profile) {
         std::fprintf(stderr, "%s\n", demo::kDemoNotice);
         DI_TRY(dir, demo::ensure_demo_model());
     }
-    DI_TRY(lm.backend, runtime::make_backend(o.backend));
-    lm.backend->set_graphs(o.graphs);
-    if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *lm.backend));
+    DI_TRY(lm.backend, make_backend_for(o));
     DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
     if (profile) lm.profile = std::make_unique<ops::ProfileBackend>(*lm.backend, /*synchronize=*/true);
     ops::Backend& run_on = lm.profile ? *lm.profile : *lm.backend;

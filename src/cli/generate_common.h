@@ -48,6 +48,8 @@ struct LoadedModel {
 // Loads --model (or the demo model, printing kDemoNotice to stderr). profile: the model runs through an
 // ops::ProfileBackend that times every op (synchronised: bench --profile).
 Result<LoadedModel> load_for_generation(const GenOptions& o, bool profile = false);
+// The backend of --backend with --no-graphs and --kernels applied.
+Result<std::unique_ptr<ops::Backend>> make_backend_for(const GenOptions& o);
 
 // Ctrl-C sets this instead of killing the process while a generation runs.
 std::atomic<bool>& interrupt_flag();

@@ -44,9 +44,7 @@ Result<LoadedModel> load_preset(const Options& o) {
     DI_TRY(const demo::RandomModelSpec spec, demo::preset_spec(o.preset, o.layers));
     DI_TRY(demo::RandomModel random, demo::random_model_in_memory(spec));
     LoadedModel lm;
-    DI_TRY(lm.backend, runtime::make_backend(o.backend));
-    lm.backend->set_graphs(o.graphs);
-    if (!o.kernels.empty()) DI_TRY_STATUS(runtime::apply_kernels_file(o.kernels, *lm.backend));
+    DI_TRY(lm.backend, make_backend_for(o));
     DI_TRY(lm.model, runtime::load_model_in_memory(random.config_json, random.checkpoint, *lm.backend));
     return lm;
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -130,21 +131,23 @@ struct VariantRun {
     Case c;
     const char* variant;
 };
-template <class Case, size_t N>
-std::vector<VariantRun<Case>> variant_runs(const Case (&cases)[N],
+template <class Case>
+std::vector<VariantRun<Case>> variant_runs(std::span<const Case> cases,
                                            std::initializer_list<const char*> variants) {
     std::vector<VariantRun<Case>> v;
     for (const Case& c : cases)
         for (const char* var : variants) v.push_back({c, var});
     return v;
 }
+template <class Case, size_t N>
+std::vector<VariantRun<Case>> variant_runs(const Case (&cases)[N],
+                                           std::initializer_list<const char*> variants) {
+    return variant_runs(std::span<const Case>(cases), variants);
+}
 template <class Case>
 std::vector<VariantRun<Case>> variant_runs(const std::vector<Case>& cases,
                                            std::initializer_list<const char*> variants) {
-    std::vector<VariantRun<Case>> v;
-    for (const Case& c : cases)
-        for (const char* var : variants) v.push_back({c, var});
-    return v;
+    return variant_runs(std::span<const Case>(cases), variants);
 }
 struct VariantRunName {
     template <class P>

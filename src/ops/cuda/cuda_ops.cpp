@@ -633,12 +633,14 @@ void CudaBackend::route(const RouteArgs& a) {
     launched("route");
 }
 
+// Whether an expert's weights are on this device (expert parallelism places a block of them per rank).
+static bool placed(const ExpertWeights& w) { return w.w1.data.data != nullptr; }
+
 // The experts' WeightRefs live in device memory; rebuilt (one host->device copy) only when they change.
 // Experts not placed on this device (expert parallelism: another rank holds them) take the first placed
 // expert's entry, which no kernel reads for them (MoeParams::owned_first/end) and which keeps the table's
 // format and mma checks those of the experts that are here.
 const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
-    auto placed = [](const ExpertWeights& w) { return w.w1.data.data != nullptr; };
     if (auto it = expert_tables_.find(a.experts);
         it != expert_tables_.end() && it->second.host.size() == size_t(3 * a.n_experts)) {
         // The same pointers, strides, shapes and formats mean the same table: comparing them is a few
@@ -708,12 +710,12 @@ void CudaBackend::moe(const MoeArgs& a) {
     device_args(a, "moe");
     const int64_t n = a.x.shape[0], k = a.ids.shape[1], D = a.x.shape[1];
     if (a.pass == MoeArgs::Pass::kCombine) return moe_combine_pass(a);
-    const ExpertWeights* any = a.experts;  // a placed expert (expert parallelism places a block of them)
-    while (any + 1 < a.experts + a.n_experts && any->w1.data.data == nullptr) ++any;
+    const ExpertWeights* any = a.experts;  // a placed expert
+    while (any + 1 < a.experts + a.n_experts && !placed(*any)) ++any;
     const int64_t I = any->w1.out_dim;
     for (int64_t e = 0; e < a.n_experts; ++e) {
         const ExpertWeights& w = a.experts[e];
-        if (w.w1.data.data == nullptr) continue;  // held by another rank
+        if (!placed(w)) continue;  // held by another rank
         DI_CHECK(w.w1.out_dim == I && w.w3.out_dim == I && w.w1.in_dim == D && w.w3.in_dim == D &&
                      w.w2.out_dim == D && w.w2.in_dim == I,
                  "moe: expert {} shapes w1 [{}, {}] w3 [{}, {}] w2 [{}, {}] for hidden {} moe_dim {}", e,

@@ -185,14 +185,8 @@ __global__ void moe_combine_kernel(MoeParams p, const float* y) {
     allow_early_next();
     const int64_t t = blockIdx.x;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < p.D;
-         c += int64_t(gridDim.y) * blockDim.x) {
-        double acc = 0;
-        for (int64_t j = 0; j < p.k; ++j) {  // a pair with an id outside [0, E) adds 0 (its y is not read)
-            const float yv = moe_expert_of(p, t * p.k + j) < 0 ? 0.0f : y[(t * p.k + j) * p.D + c];
-            acc += double(yv) * p.w[t * p.ld_w + j];
-        }
-        p.out[t * p.ld_out + c] = float(acc);
-    }
+         c += int64_t(gridDim.y) * blockDim.x)
+        p.out[t * p.ld_out + c] = combine_column(p, y, t, c);
 }
 
 }  // namespace

@@ -151,7 +151,7 @@ struct Io {
 };
 
 // One token, down: once every slot's block of this row tile has written its y rows, the last one adds them
-// for the tile: out = sum_j w_j y_j in slot order, in double (moe_combine_kernel's sums).
+// for the tile (combine_column: the combine kernel's sums, so the same bits).
 template <int R>
 __device__ __forceinline__ void combine_tile(const MoeParams& p, const Io& io, int64_t row0) {
     __shared__ int last;
@@ -161,14 +161,8 @@ __device__ __forceinline__ void combine_tile(const MoeParams& p, const Io& io, i
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int i = threadIdx.x; i < R; i += blockDim.x) {
-        double acc = 0;
-        for (int64_t j = 0; j < p.k; ++j) {  // a slot with an id outside [0, E) adds 0 (its y is not read)
-            const float yv = moe_expert_of(p, j) < 0 ? 0.0f : __ldcg(io.out + j * p.D + row0 + i);
-            acc += double(yv) * p.w[j];
-        }
-        p.out[row0 + i] = float(acc);
-    }
+    for (int i = threadIdx.x; i < R; i += blockDim.x)
+        p.out[row0 + i] = combine_column<true>(p, io.out, 0, row0 + i);
 }
 
 // grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2).

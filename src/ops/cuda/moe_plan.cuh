@@ -25,4 +25,19 @@ __device__ __forceinline__ int moe_expert_of(const MoeParams& p, int64_t pair) {
     return e < 0 || e >= p.n_experts || e < p.owned_first || e >= p.owned_end ? -1 : e;
 }
 
+// Column c of token t's output: the slots' rows of y [n * k, D] weighted in slot order, summed in double (the
+// combine of every variant; a pair without an expert adds 0 and its y is not read). kL2: y was written by
+// other blocks of the same launch, so it is read through L2.
+template <bool kL2 = false>
+__device__ __forceinline__ float combine_column(const MoeParams& p, const float* y, int64_t t, int64_t c) {
+    double acc = 0;
+    for (int64_t j = 0; j < p.k; ++j) {
+        const int64_t pair = t * p.k + j;
+        const float* src = y + pair * p.D + c;
+        const float yv = moe_expert_of(p, pair) < 0 ? 0.0f : kL2 ? __ldcg(src) : *src;
+        acc += double(yv) * p.w[t * p.ld_w + j];
+    }
+    return float(acc);
+}
+
 }  // namespace di::cuda
