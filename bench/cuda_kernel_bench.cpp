@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_roofline.h"
+#include "ops/cuda/bf16_gemm.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/kernels.h"
@@ -150,7 +151,7 @@ class BenchScratch final : public Scratch {
     }
 
   private:
-    std::pair<void*, size_t> slots_[10] = {};
+    std::pair<void*, size_t> slots_[12] = {};
 };
 
 void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int fmt, int64_t out, int64_t in,
@@ -162,18 +163,28 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
     DI_CUDA_CHECK(cudaMalloc(&y, size_t(nmax * out) * 4));
     BenchScratch scratch;
     scratch.get(8, size_t(nmax * in + nmax * in / 128) * 4);  // before capture
+    LtBf16x3Gemm* bf16x3 = fmt == 0 ? LtBf16x3Gemm::instance() : nullptr;
+    if (bf16x3) scratch.get(7, LtBf16x3Gemm::tmp_bytes(nmax, in, out));  // before capture
     for (int64_t n : ns) {
         for (auto [vname, v] :
-             {std::pair{"mma", LinearVariant::kMma}, std::pair{"split_rows", LinearVariant::kSplitRows},
+             {std::pair{"cublaslt_bf16x3", LinearVariant::kCublasLtBf16x3},
+              std::pair{"mma", LinearVariant::kMma}, std::pair{"split_rows", LinearVariant::kSplitRows},
               std::pair{"stream_gemv", LinearVariant::kStreamGemv},
-              std::pair{"warp_gemv", LinearVariant::kWarpGemv}}) {
+              std::pair{"warp_gemv", LinearVariant::kWarpGemv}, std::pair{"tiled", LinearVariant::kTiled}}) {
+            if (v == LinearVariant::kCublasLtBf16x3 &&
+                !(bf16x3 && bf16x3->supports(n, in, out, ws.copies[0].data, ws.copies[0].ld)))
+                continue;
             if (v == LinearVariant::kMma && !linear_mma_supported(ws.copies[0], n)) continue;
             if (v == LinearVariant::kSplitRows && !gemv_split_supported(x, in, ws.copies[0], n)) continue;
             if (v == LinearVariant::kStreamGemv && !gemv_supported(x, in, ws.copies[0], n)) continue;
+            if (v == LinearVariant::kWarpGemv && n > kGemvMaxRows) continue;  // the f32 fallbacks: one each
+            if (v == LinearVariant::kTiled && n <= kGemvMaxRows) continue;
             const int reps = int(ws.copies.size()) * std::max(1, int(20 / ws.copies.size()));
             const double us = graph_us(s, reps, [&](int i) {
                 const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
-                if (v == LinearVariant::kMma)
+                if (v == LinearVariant::kCublasLtBf16x3)
+                    bf16x3->run(x, in, w.data, w.ld, n, in, out, y, out, scratch.get(7, 0), s);
+                else if (v == LinearVariant::kMma)
                     launch_linear_mma(x, in, w, y, out, n, scratch, s);
                 else
                     launch_linear(x, in, w, y, out, n, s, v);
@@ -511,7 +522,9 @@ int main(int argc, char** argv) {
                                                             : "fp4 ") +
                                      c.name + " " + std::to_string(c.in) + "->" + std::to_string(c.out);
             const bool head = c.out > 100000;  // 1 GB: fewer row counts
-            bench_linear(rows, s, name.c_str(), fmt, c.out, c.in, head ? std::vector<int64_t>{1, 4, 16} : ns);
+            std::vector<int64_t> cn = head ? std::vector<int64_t>{1, 4, 16} : ns;
+            if (fmt == 0) cn.push_back(64);  // bf16: the tensor-core variant against the f32 tiles
+            bench_linear(rows, s, name.c_str(), fmt, c.out, c.in, cn);
         }
     }
     std::vector<GemmRow> gemm_rows;

@@ -244,28 +244,33 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
                                int64_t rate, bool overlap, int64_t d, const RopeArgs& rope_proto,
                                std::vector<int64_t>& n_entries) {
     n_entries.assign(s.chunks.size(), 0);
+    std::vector<CompressArgs> jobs;  // job c: chunk c
     for (size_t c = 0; c < s.chunks.size(); ++c) {
         LayerState& ls = s.states[c]->layer(l);
         CompressorState& st = index ? ls.index : ls.comp;
         const int64_t L = s.len[c], pos0 = s.pos0[c], before = pos0 / rate;
         const int64_t n_new = CompressArgs::n_new(pos0, L, rate);
-        TensorView out = st.entries.rows(before, n_new);
-        be_->compress({.kv = p.kv.rows(s.row0[c], L),
-                       .gate = p.gate.rows(s.row0[c], L),
-                       .bias = cw.ape,
-                       .buf_kv = st.buf_kv,
-                       .buf_gate = st.buf_gate,
-                       .ovl_kv = st.ovl_kv,
-                       .ovl_gate = st.ovl_gate,
-                       .out = out,
-                       .pos0 = pos0,
-                       .rate = rate,
-                       .overlap = overlap});
+        jobs.push_back({.kv = p.kv.rows(s.row0[c], L),
+                        .gate = p.gate.rows(s.row0[c], L),
+                        .bias = cw.ape,
+                        .buf_kv = st.buf_kv,
+                        .buf_gate = st.buf_gate,
+                        .ovl_kv = st.ovl_kv,
+                        .ovl_gate = st.ovl_gate,
+                        .out = st.entries.rows(before, n_new),
+                        .pos0 = pos0,
+                        .rate = rate,
+                        .overlap = overlap});
         n_entries[c] = before + n_new;
+    }
+    be_->compresses(jobs);  // each sequence its own state
+    for (size_t c = 0; c < jobs.size(); ++c) {
+        const TensorView& out = jobs[c].out;
+        const int64_t n_new = out.shape[0];
         if (n_new == 0) continue;
         RopeArgs r = rope_proto;  // an entry sits at the first position of its window
         r.x = as3d(out, n_new, 1, d);
-        r.positions = entry_positions(rate, before, n_new);
+        r.positions = entry_positions(rate, n_entries[c] - n_new, n_new);
         be_->rms_norm_rope({.x = out, .weight = cw.norm, .y = out, .eps = float(cfg_.rms_norm_eps)}, r);
     }
 }
@@ -333,20 +338,21 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     if (csa) {
         be_->set_scope(fmt::format("layer {} / indexer", l));
         compress_into(aw.index_compressor, index, l, true, s, cfg_.csa_rate, true, ihd, rope_proto, n_index);
+        std::vector<IndexerTopkArgs> jobs;
         for (size_t c = 0; c < s.chunks.size(); ++c) {
             const int64_t T = n_index[c], L = s.len[c];
             if (T == 0 || L == 0) continue;
             picks[c] = vws_.take(DType::kI32, {L, std::min(cfg_.index_topk, T)});
-            const TensorView keys = s.states[c]->layer(l).index.entries.rows(0, T);
-            be_->indexer_topk({.q = as3d(qi, n, nIH, ihd).rows(s.row0[c], L),
-                               .weights = iw.rows(s.row0[c], L),
-                               .keys = keys,
-                               .picks = picks[c],
-                               .pos0 = s.pos0[c],
-                               .rate = cfg_.csa_rate,
-                               .weight_scale = float(1.0 / std::sqrt(double(nIH))),
-                               .score_scale = float(1.0 / std::sqrt(double(ihd)))});
+            jobs.push_back({.q = as3d(qi, n, nIH, ihd).rows(s.row0[c], L),
+                            .weights = iw.rows(s.row0[c], L),
+                            .keys = s.states[c]->layer(l).index.entries.rows(0, T),
+                            .picks = picks[c],
+                            .pos0 = s.pos0[c],
+                            .rate = cfg_.csa_rate,
+                            .weight_scale = float(1.0 / std::sqrt(double(nIH))),
+                            .score_scale = float(1.0 / std::sqrt(double(ihd)))});
         }
+        be_->indexer_topks(jobs);
     }
 
     be_->set_scope(fmt::format("layer {} / attention", l));

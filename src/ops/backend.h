@@ -70,7 +70,16 @@ class Backend {
     virtual void rms_norm(const RmsNormArgs& a) = 0;
     virtual void rope(const RopeArgs& a) = 0;
     virtual void compress(const CompressArgs& a) = 0;
+    // Several sequences' compressors (each its own state; no job reads another's output): the same results
+    // as compress() on each, which is what this default does; a backend may batch the launches.
+    virtual void compresses(std::span<const CompressArgs> jobs) {
+        for (const CompressArgs& a : jobs) compress(a);
+    }
     virtual void indexer_topk(const IndexerTopkArgs& a) = 0;
+    // Several sequences' indexer calls (each its own keys and picks): as indexer_topk() on each.
+    virtual void indexer_topks(std::span<const IndexerTopkArgs> jobs) {
+        for (const IndexerTopkArgs& a : jobs) indexer_topk(a);
+    }
     virtual void attention(const AttentionArgs& a) = 0;
     // Attention of several sequences' chunks (each its own state; no job reads another's output): the same
     // results as attention() on each, which is what this default does; a backend may batch the launches.

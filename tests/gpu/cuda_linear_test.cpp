@@ -1,6 +1,6 @@
-// linear on CUDA vs ref: every weight format, every variant (mma, split_rows, stream_gemv, warp_gemv, tiled
-// and the default dispatch) on every case of the linear table (ops/op_cases.h) it applies to, odd sizes,
-// strided x; the tolerance and its reason are the table's (kLinearCuda).
+// linear on CUDA vs ref: every weight format, every variant (cublaslt_bf16x3, mma, split_rows, stream_gemv,
+// warp_gemv, tiled and the default dispatch) on every case of the linear table (ops/op_cases.h) it applies
+// to, odd sizes, strided x; the tolerance and its reason are the table's (kLinearCuda).
 #include "gpu_test_util.h"
 #include "ops/op_cases.h"
 
@@ -46,6 +46,9 @@ TEST_P(CudaLinear, MatchesRef) {
         GTEST_SKIP() << "split_rows does not take this case";
     if (variant == "mma" && (c.fmt != WeightFormat::kFp8Block || c.in % 128 != 0 || c.out % 16 != 0))
         GTEST_SKIP() << "mma takes fp8 weights with in_dim a multiple of 128 and out_dim of 16";
+    if (variant == "cublaslt_bf16x3" &&
+        (c.fmt != WeightFormat::kDense || c.dense_dt != DType::kBF16 || c.in % 8 != 0 || c.out % 4 != 0))
+        GTEST_SKIP() << "cublaslt_bf16x3 takes bf16 weights with in_dim a multiple of 8 and out_dim of 4";
     auto& b = backends();
     Pair x(DType::kF32, {c.n, c.in + c.x_pad}), y(DType::kF32, {c.n, c.out});
     fill_uniform(x);
@@ -103,8 +106,8 @@ TEST_P(CudaLinear, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear,
-                         ::testing::ValuesIn(variant_runs(kCases, {"", "mma", "split_rows", "stream_gemv",
-                                                                   "warp_gemv", "tiled"})),
+                         ::testing::ValuesIn(variant_runs(kCases, {"", "cublaslt_bf16x3", "mma", "split_rows",
+                                                                   "stream_gemv", "warp_gemv", "tiled"})),
                          VariantRunName());
 
 }  // namespace

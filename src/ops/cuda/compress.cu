@@ -1,6 +1,8 @@
 // KV compressor: entries of the windows a chunk closes (one thread per (entry, channel)), then the state
-// update (one thread per channel, so each thread reads the old buffer column before overwriting it). Slot
+// update (one thread per channel, so each thread reads the old buffer column before overwriting it); one
+// call, or several sequences' calls with a job table (a grid dimension over the jobs). Slot
 // sources follow the reference: position q < pos0 -> buffered token (slot q % rate), else chunk row.
+#include <algorithm>
 #include <cfloat>
 
 #include "ops/cuda/device_util.cuh"
@@ -41,11 +43,9 @@ __device__ __forceinline__ void window_slot(const CompressParams& p, int64_t w, 
     }
 }
 
-__global__ void compress_entries_kernel(CompressParams p) {
-    allow_early_next();
-    const int64_t e = blockIdx.y;
-    const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    if (c >= p.d) return;
+// Entry e (of the n_new the chunk closes), channel c.
+__device__ __forceinline__ void compress_entry(const CompressParams& p, int64_t e, int64_t c) {
+    if (c >= p.d || e >= p.n_new) return;
     const int64_t first_w = p.pos0 / p.rate, w = first_w + e;
     // pass 1: max logit; pass 2: softmax-weighted sum (two passes keep the reference's rounding steps)
     float m = -INFINITY;
@@ -71,9 +71,8 @@ __global__ void compress_entries_kernel(CompressParams p) {
     }
 }
 
-__global__ void compress_state_kernel(CompressParams p) {
-    allow_early_next();
-    const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+// Channel c of the state update.
+__device__ __forceinline__ void compress_state(const CompressParams& p, int64_t c) {
     if (c >= p.width) return;
     if (p.overlap && p.n_new > 0 && c < p.d) {  // a-half of the last closed window, logits with bias
         const int64_t w = p.pos0 / p.rate + p.n_new - 1;
@@ -93,12 +92,53 @@ __global__ void compress_state_kernel(CompressParams p) {
     }
 }
 
+__global__ void compress_entries_kernel(CompressParams p) {
+    allow_early_next();
+    compress_entry(p, blockIdx.y, blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
+}
+
+__global__ void compress_state_kernel(CompressParams p) {
+    allow_early_next();
+    compress_state(p, blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
+}
+
+// Job blockIdx.z of a batch; its blocks past the job's own grid return at once.
+__global__ void compresses_entries_kernel(const CompressParams* jobs) {
+    allow_early_next();
+    const CompressParams p = jobs[blockIdx.z];
+    compress_entry(p, blockIdx.y, blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
+}
+
+__global__ void compresses_state_kernel(const CompressParams* jobs) {
+    allow_early_next();
+    const CompressParams p = jobs[blockIdx.y];
+    if (p.L > 0) compress_state(p, blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
+}
+
 }  // namespace
 
 void launch_compress(const CompressParams& p, Stream s) {
     if (p.n_new > 0)
         compress_entries_kernel<<<dim3(blocks_for(p.d, 128), unsigned(p.n_new)), 128, 0, as_stream(s)>>>(p);
     if (p.L > 0) compress_state_kernel<<<blocks_for(p.width, 128), 128, 0, as_stream(s)>>>(p);
+}
+
+void launch_compresses(const CompressParams* jobs, int64_t count, Scratch& scratch, Stream s) {
+    if (count == 1) return launch_compress(jobs[0], s);  // no table
+    int64_t d = 0, n_new = 0, width = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        if (jobs[i].n_new > 0) d = std::max(d, jobs[i].d), n_new = std::max(n_new, jobs[i].n_new);
+        if (jobs[i].L > 0) width = std::max(width, jobs[i].width);
+    }
+    if (n_new == 0 && width == 0) return;
+    auto* dev = static_cast<CompressParams*>(scratch.get(10, size_t(count) * sizeof(CompressParams)));
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs, size_t(count) * sizeof(CompressParams), cudaMemcpyHostToDevice,
+                                  as_stream(s)));  // pageable: staged before the call returns
+    if (n_new > 0)
+        compresses_entries_kernel<<<dim3(blocks_for(d, 128), unsigned(n_new), unsigned(count)), 128, 0,
+                                    as_stream(s)>>>(dev);
+    if (width > 0)
+        compresses_state_kernel<<<dim3(blocks_for(width, 128), unsigned(count)), 128, 0, as_stream(s)>>>(dev);
 }
 
 }  // namespace di::cuda

@@ -83,7 +83,7 @@ class DeviceScratch final : public cuda::Scratch {
         uint32_t generation = 0;
     };
     Allocator& alloc_;
-    std::array<Slot, 10> slots_{};
+    std::array<Slot, 12> slots_{};
     uint32_t touched_ = 0;
 };
 
@@ -133,7 +133,9 @@ class CudaBackend final : public Backend {
     void rms_norm(const RmsNormArgs& a) override;
     void rope(const RopeArgs& a) override;
     void compress(const CompressArgs& a) override;
+    void compresses(std::span<const CompressArgs> jobs) override;
     void indexer_topk(const IndexerTopkArgs& a) override;
+    void indexer_topks(std::span<const IndexerTopkArgs> jobs) override;
     void attention(const AttentionArgs& a) override;
     void window_store(const WindowStoreArgs& a) override;
     void mhc_pre(const MhcPreArgs& a) override;
@@ -186,6 +188,8 @@ class CudaBackend final : public Backend {
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.
     int choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group);
     std::pair<cuda::AttentionParams, int> attention_call(const AttentionArgs& a);
+    cuda::CompressParams compress_params(const CompressArgs& a);
+    std::pair<cuda::IndexerParams, int> indexer_call(const IndexerTopkArgs& a);
     // One linear on f32 x by a variant other than cublaslt_fp8 (mma needs the scratch).
     void run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                     cuda::LinearVariant v);

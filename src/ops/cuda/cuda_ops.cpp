@@ -1,4 +1,5 @@
 // CudaBackend op methods: check(args) first, then the device check, then the launch with plain params.
+#include "ops/cuda/bf16_gemm.h"
 #include "ops/cuda/cuda_backend_impl.h"
 #include "ops/cuda/fp8_gemm.h"
 
@@ -12,10 +13,14 @@ static_assert(int(CompMask::kNone) == int(cuda::AttnCompMask::kNone) &&
 // The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
 // launcher's name for variant i.
 constexpr cuda::LinearVariant kLinearEnum[] = {
-    cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kMma,      cuda::LinearVariant::kSplitRows,
-    cuda::LinearVariant::kStreamGemv,  cuda::LinearVariant::kWarpGemv, cuda::LinearVariant::kTiled};
+    cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kCublasLtBf16x3, cuda::LinearVariant::kMma,
+    cuda::LinearVariant::kSplitRows,   cuda::LinearVariant::kStreamGemv,     cuda::LinearVariant::kWarpGemv,
+    cuda::LinearVariant::kTiled};
 // Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
 constexpr int64_t kLtMinRows = 16;
+// Rows from which bf16 weights go to the tensor cores as bf16x3 (fewer: the GEMVs stream them at the
+// bandwidth; measured on the H200, docs/benchmarks.md).
+constexpr int64_t kBf16x3MinRows = 4;
 constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kMma, cuda::MoeVariant::kSplitRows,
                                          cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
 constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
@@ -45,6 +50,12 @@ CudaBackend::CudaBackend(int device)
             "in_dim and out_dim multiples of 128, 256-byte aligned weight and y; cuBLASLt block-scaled "
             "FP8 on tensor cores; "
             "its algorithm depends on n, so not batch-invariant",
+            false, true, false},
+           {"linear", "cublaslt_bf16x3",
+            "bf16 weights; n >= 4 rows (any n when forced); in_dim a multiple of 8, out_dim of 4, 256-byte "
+            "aligned weight with rows of 16-byte multiples; f32 activations as three bf16 pieces that sum to "
+            "them exactly, one cuBLASLt BF16 GEMM with f32 accumulation; split-K partials kept out of the "
+            "output, so deterministic; its algorithm depends on n, so not batch-invariant",
             false, true, false},
            {"linear", "mma",
             "fp8 block weights; n >= 4 rows, or 2 on >= 4096 output rows (any n when forced); in_dim a "
@@ -170,6 +181,12 @@ bool lt_fp8_takes(const LinearArgs& a, const WeightRef& w) {
            lt->supports(a.x.shape[0], w.in_dim, w.out_dim, w.ld, ld(a.y));
 }
 
+bool bf16x3_takes(const WeightRef& w, int64_t n) {
+    if (w.format != 0 || w.dense_dt != cuda::Fdt::kBF16 || n == 0) return false;
+    cuda::LtBf16x3Gemm* lt = cuda::LtBf16x3Gemm::instance();
+    return lt && lt->supports(n, w.in_dim, w.out_dim, w.data, w.ld);
+}
+
 // Which linear variants take a call (OpVariants' `takes`; forced: a test or the screen asks for it).
 struct LinearTakes {
     const LinearArgs& a;
@@ -180,6 +197,8 @@ struct LinearTakes {
         switch (kLinearEnum[i]) {
             case cuda::LinearVariant::kCublasLtFp8:
                 return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
+            case cuda::LinearVariant::kCublasLtBf16x3:
+                return (forced || n >= kBf16x3MinRows) && bf16x3_takes(w, n);
             case cuda::LinearVariant::kMma:  // H200: the GEMVs win at n = 1, and at n = 2 on < 4096 rows
                 return (forced || n >= 4 || (n >= 2 && w.out_dim >= 4096)) &&
                        cuda::linear_mma_supported(w, n);
@@ -222,9 +241,15 @@ void CudaBackend::linear(const LinearArgs& a) {
 
 void CudaBackend::run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy,
                              int64_t n, cuda::LinearVariant v) {
-    if (v == cuda::LinearVariant::kMma)
+    if (v == cuda::LinearVariant::kMma) {
         cuda::launch_linear_mma(x, ldx, w, y, ldy, n, scratch_, stream_);
-    else
+    } else if (v == cuda::LinearVariant::kCublasLtBf16x3) {
+        void* tmp = scratch_.get(7, cuda::LtBf16x3Gemm::tmp_bytes(n, w.in_dim, w.out_dim));
+        const bool ran = cuda::LtBf16x3Gemm::instance()->run(x, ldx, w.data, w.ld, n, w.in_dim, w.out_dim, y,
+                                                             ldy, tmp, stream_);
+        DI_CHECK(ran, "linear: cuBLASLt BF16 matmul failed for n {}, weight [{}, {}] (scope '{}')", n,
+                 w.out_dim, w.in_dim, scope_);
+    } else
         cuda::launch_linear(x, ldx, w, y, ldy, n, stream_, v);
     launched("linear");
 }
@@ -351,42 +376,49 @@ void CudaBackend::rope(const RopeArgs& a) {
     launched("rope");
 }
 
-void CudaBackend::compress(const CompressArgs& a) {
-    if (replaying()) return;
+cuda::CompressParams CudaBackend::compress_params(const CompressArgs& a) {
     check(a);
     device_args(a, "compress");
     for (const TensorView* v :
          {&a.kv, &a.gate, &a.bias, &a.buf_kv, &a.buf_gate, &a.ovl_kv, &a.ovl_gate, &a.out})
         need_f32_rows(*v, "compress");
-    cuda::CompressParams p{.kv = f32(a.kv),
-                           .ld_kv = ld(a.kv),
-                           .gate = f32(a.gate),
-                           .ld_gate = ld(a.gate),
-                           .bias = f32(a.bias),
-                           .ld_bias = ld(a.bias),
-                           .buf_kv = f32m(a.buf_kv),
-                           .ld_buf_kv = ld(a.buf_kv),
-                           .buf_gate = f32m(a.buf_gate),
-                           .ld_buf_gate = ld(a.buf_gate),
-                           .ovl_kv = a.overlap ? f32m(a.ovl_kv) : nullptr,
-                           .ld_ovl_kv = ld(a.ovl_kv),
-                           .ovl_gate = a.overlap ? f32m(a.ovl_gate) : nullptr,
-                           .ld_ovl_gate = ld(a.ovl_gate),
-                           .out = a.out.empty() ? nullptr : f32m(a.out),
-                           .ld_out = ld(a.out),
-                           .L = a.kv.shape[0],
-                           .width = a.kv.shape[1],
-                           .d = a.out.shape[1],
-                           .n_new = a.out.shape[0],
-                           .pos0 = a.pos0,
-                           .rate = a.rate,
-                           .overlap = a.overlap};
-    cuda::launch_compress(p, stream_);
+    return {.kv = f32(a.kv),
+            .ld_kv = ld(a.kv),
+            .gate = f32(a.gate),
+            .ld_gate = ld(a.gate),
+            .bias = f32(a.bias),
+            .ld_bias = ld(a.bias),
+            .buf_kv = f32m(a.buf_kv),
+            .ld_buf_kv = ld(a.buf_kv),
+            .buf_gate = f32m(a.buf_gate),
+            .ld_buf_gate = ld(a.buf_gate),
+            .ovl_kv = a.overlap ? f32m(a.ovl_kv) : nullptr,
+            .ld_ovl_kv = ld(a.ovl_kv),
+            .ovl_gate = a.overlap ? f32m(a.ovl_gate) : nullptr,
+            .ld_ovl_gate = ld(a.ovl_gate),
+            .out = a.out.empty() ? nullptr : f32m(a.out),
+            .ld_out = ld(a.out),
+            .L = a.kv.shape[0],
+            .width = a.kv.shape[1],
+            .d = a.out.shape[1],
+            .n_new = a.out.shape[0],
+            .pos0 = a.pos0,
+            .rate = a.rate,
+            .overlap = a.overlap};
+}
+
+void CudaBackend::compress(const CompressArgs& a) { compresses({&a, 1}); }
+
+void CudaBackend::compresses(std::span<const CompressArgs> jobs) {
+    if (replaying() || jobs.empty()) return;
+    std::vector<cuda::CompressParams> ps;
+    for (const CompressArgs& a : jobs) ps.push_back(compress_params(a));
+    cuda::launch_compresses(ps.data(), int64_t(ps.size()), scratch_, stream_);
     launched("compress");
 }
 
-void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
-    if (replaying()) return;
+// The checked kernel parameters of one indexer call and the variant dispatch gives it.
+std::pair<cuda::IndexerParams, int> CudaBackend::indexer_call(const IndexerTopkArgs& a) {
     check(a);
     device_args(a, "indexer_topk");
     need_f32_rows(a.q, "indexer.q"), need_f32_rows(a.weights, "indexer.weights"),
@@ -416,7 +448,26 @@ void CudaBackend::indexer_topk(const IndexerTopkArgs& a) {
             return kIndexerEnum[i] != cuda::IndexerVariant::kWarpHeads || cuda::indexer_warp_supported(p);
         },
         [&] { return fmt::format("dim {}: rows not float4-aligned or dim above 512", p.dim); });
-    cuda::launch_indexer_topk(p, scratch_, stream_, kIndexerEnum[v]);
+    return {p, v};
+}
+
+void CudaBackend::indexer_topk(const IndexerTopkArgs& a) { indexer_topks({&a, 1}); }
+
+// The calls warp_heads takes in one batched launch pair; the rest one by one.
+void CudaBackend::indexer_topks(std::span<const IndexerTopkArgs> jobs) {
+    if (replaying()) return;
+    std::vector<cuda::IndexerParams> batch;
+    for (const IndexerTopkArgs& a : jobs) {
+        const auto [p, v] = indexer_call(a);
+        if (kIndexerEnum[v] == cuda::IndexerVariant::kWarpHeads) {
+            batch.push_back(p);
+            continue;
+        }
+        cuda::launch_indexer_topk(p, scratch_, stream_, kIndexerEnum[v]);
+        launched("indexer_topk");
+    }
+    if (batch.empty()) return;
+    cuda::launch_indexer_topks(batch.data(), int64_t(batch.size()), scratch_, stream_);
     launched("indexer_topk");
 }
 

@@ -3,6 +3,7 @@
 // ~w) make every key unique, so the k-th largest is found by an 8-pass radix select and the k winners are
 // bitonic-sorted: best first, ties by lower entry id, as ops/indexer.h specifies.
 #include <algorithm>
+#include <vector>
 
 #include "ops/cuda/device_util.cuh"
 
@@ -71,12 +72,11 @@ __device__ __forceinline__ void halve(float (&d)[32], int lane) {
 // heads at each of 5 steps (31 shuffles for 32 heads, where a sum per head takes 160) leaves lane l the
 // whole dot of head h0 + l. Lane sums of relu * score_scale * (w * weight_scale) over the 32-head groups,
 // then a warp sum, give the score (padded heads add exact zeros).
-__global__ void __launch_bounds__(kWarpEntries * 32) score_warp_kernel(IndexerParams p, float* S) {
-    allow_early_next();
+__device__ __forceinline__ void score_warp(const IndexerParams& p, float* S, int64_t t) {
     __shared__ __align__(16) float qs[kWarpSmemFloats];
     __shared__ float ws[kWarpMaxHeads];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t t = blockIdx.y, Hp = (p.H + 31) / 32 * 32, nd4 = p.dim / 4;
+    const int64_t Hp = (p.H + 31) / 32 * 32, nd4 = p.dim / 4;
     for (int64_t i = threadIdx.x; i < Hp * nd4; i += blockDim.x) {
         const int64_t h = i / nd4, c4 = i % nd4;
         reinterpret_cast<float4*>(qs)[i] =
@@ -126,21 +126,24 @@ __global__ void __launch_bounds__(kWarpEntries * 32) score_warp_kernel(IndexerPa
     }
 }
 
+__global__ void __launch_bounds__(kWarpEntries * 32) score_warp_kernel(IndexerParams p, float* S) {
+    allow_early_next();
+    score_warp(p, S, blockIdx.y);
+}
+
 __device__ __forceinline__ uint64_t sort_key(float s, int64_t w) {
     uint32_t u = __float_as_uint(s);
     u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
     return (uint64_t(u) << 32) | uint64_t(0xffffffffu - uint32_t(w));
 }
 
-// One block (1024 threads) per query row.
-__global__ void __launch_bounds__(1024) topk_kernel(IndexerParams p, const float* S) {
-    allow_early_next();
+// Query row t's top-k, by one block of 1024 threads.
+__device__ __forceinline__ void topk_row(const IndexerParams& p, const float* S, int64_t t) {
     __shared__ uint32_t hist[256];
     __shared__ uint64_t prefix_s;
     __shared__ int64_t need_s;
     __shared__ uint64_t cand[kMaxTopk];
     __shared__ int n_cand;
-    const int64_t t = blockIdx.x;
     const float* row = S + t * p.T;
     uint64_t prefix = 0;
     int64_t need = p.k;  // rank of the k-th largest among keys matching the prefix
@@ -215,6 +218,29 @@ __global__ void __launch_bounds__(1024) topk_kernel(IndexerParams p, const float
     }
 }
 
+__global__ void __launch_bounds__(1024) topk_kernel(IndexerParams p, const float* S) {
+    allow_early_next();
+    topk_row(p, S, blockIdx.x);
+}
+
+// Several sequences' calls: job blockIdx.z (scores) or blockIdx.y (top-k) with its own scores S.
+struct IndexerJob {
+    IndexerParams p;
+    float* S;
+};
+
+__global__ void __launch_bounds__(kWarpEntries * 32) scores_warp_kernel(const IndexerJob* jobs) {
+    allow_early_next();
+    const IndexerJob j = jobs[blockIdx.z];
+    if (blockIdx.y < j.p.L) score_warp(j.p, j.S, blockIdx.y);  // block-uniform: before any barrier
+}
+
+__global__ void __launch_bounds__(1024) topks_kernel(const IndexerJob* jobs) {
+    allow_early_next();
+    const IndexerJob j = jobs[blockIdx.y];
+    if (blockIdx.x < j.p.L && j.p.k > 0) topk_row(j.p, j.S, blockIdx.x);
+}
+
 }  // namespace
 
 int indexer_max_topk() { return kMaxTopk; }
@@ -244,6 +270,28 @@ void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, Ind
     }
     score_kernel<<<dim3(blocks_for(p.T, kEntries), unsigned(p.L)), 256, smem, as_stream(s)>>>(p, S);
     topk_kernel<<<unsigned(p.L), 1024, 0, as_stream(s)>>>(p, S);
+}
+
+void launch_indexer_topks(const IndexerParams* ps, int64_t count, Scratch& scratch, Stream s) {
+    if (count == 1) return launch_indexer_topk(ps[0], scratch, s, IndexerVariant::kWarpHeads);  // no table
+    std::vector<IndexerJob> jobs;
+    int64_t scores = 0, L = 0, T = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        if (ps[i].L == 0 || ps[i].k == 0) continue;
+        jobs.push_back({ps[i], nullptr});
+        scores += ps[i].L * ps[i].T, L = std::max(L, ps[i].L), T = std::max(T, ps[i].T);
+    }
+    if (jobs.empty()) return;
+    // scratch 11: the job table; scratch 0: the scores, one block of L x T per job
+    auto* dev = static_cast<IndexerJob*>(scratch.get(11, jobs.size() * sizeof(IndexerJob)));
+    auto* S = static_cast<float*>(scratch.get(0, size_t(scores) * sizeof(float)));
+    for (IndexerJob& j : jobs) j.S = S, S += j.p.L * j.p.T;
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs.data(), jobs.size() * sizeof(IndexerJob), cudaMemcpyHostToDevice,
+                                  as_stream(s)));  // pageable: staged before the call returns
+    const unsigned blocks = std::min<unsigned>(blocks_for(T, kWarpEntries), kWarpMaxBlocks);
+    const unsigned n = unsigned(jobs.size());
+    scores_warp_kernel<<<dim3(blocks, unsigned(L), n), kWarpEntries * 32, 0, as_stream(s)>>>(dev);
+    topks_kernel<<<dim3(unsigned(L), n), 1024, 0, as_stream(s)>>>(dev);
 }
 
 }  // namespace di::cuda

@@ -17,9 +17,11 @@ enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 class Scratch {
   public:
     virtual ~Scratch() = default;
-    // A buffer of at least `bytes` for slot `slot` (0..9), valid until the next get of the same slot.
-    // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 fp8 GEMM inputs,
-    // 8 activation chunks of the mma variants (moe, linear), 9 window_stores' job table.
+    // A buffer of at least `bytes` for slot `slot` (0..11), valid until the next get of the same slot.
+    // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 the cuBLASLt
+    // variants' temporaries (fp8 GEMM inputs; bf16x3 pieces and products), 8 activation chunks of the mma
+    // variants (moe, linear), 9 window_stores' job table, 10 launch_compresses' job table, 11
+    // launch_indexer_topks' job table.
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -65,9 +67,19 @@ void launch_rope(const RopeParams& p, Stream s);
 //   kWarpGemv    n <= 8, one warp per output row (the first decode kernel, kept as the fallback)
 //   kTiled       any n, 64x64 f32 FMA tiles
 // kAuto picks kSplitRows, then kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
-// kCublasLtFp8 (fp8 weights times fp8 activation blocks on tensor cores) runs through fp8_gemm.h, not
+// kCublasLtFp8 (fp8 weights times fp8 activation blocks on tensor cores) runs through fp8_gemm.h and
+// kCublasLtBf16x3 (bf16 weights times f32 activations as three bf16 pieces) through bf16_gemm.h, not
 // launch_linear.
-enum class LinearVariant { kAuto, kCublasLtFp8, kMma, kSplitRows, kStreamGemv, kWarpGemv, kTiled };
+enum class LinearVariant {
+    kAuto,
+    kCublasLtFp8,
+    kCublasLtBf16x3,
+    kMma,
+    kSplitRows,
+    kStreamGemv,
+    kWarpGemv,
+    kTiled
+};
 inline constexpr int64_t kGemvMaxRows = 16;
 inline constexpr size_t kGemvMaxSmem = 200 * 1024;  // staged token rows per block (of the H200's 227 KB)
 void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
@@ -180,6 +192,9 @@ struct CompressParams {
     bool overlap;
 };
 void launch_compress(const CompressParams& p, Stream s);
+// Several sequences' compressors (distinct states) in two launches: the same bits as launch_compress on
+// each.
+void launch_compresses(const CompressParams* jobs, int64_t count, Scratch& scratch, Stream s);
 
 struct IndexerParams {
     const float* q;
@@ -201,6 +216,9 @@ enum class IndexerVariant { kWarpHeads, kBlock };
 bool indexer_warp_supported(const IndexerParams& p);
 void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, IndexerVariant v);
 int indexer_max_topk();
+// Several sequences' indexer calls, each indexer_warp_supported, in two launches (scores, top-k): the same
+// bits as launch_indexer_topk with kWarpHeads on each.
+void launch_indexer_topks(const IndexerParams* jobs, int64_t count, Scratch& scratch, Stream s);
 
 struct MhcParams {
     const float* streams;  // [n, hc, D] contiguous

@@ -1,0 +1,41 @@
+// BF16 weights on the tensor cores without giving up f32 activations (the `exact` precision): each f32 x is
+// split into three bf16 pieces, hi (x's top 8 significant bits, by truncation), mid (the next 8) and lo (the
+// rest), whose sum is x bit for bit (unless lo falls below bf16's smallest subnormal, 2^-133); the 3n piece
+// rows go through one cuBLASLt BF16 GEMM with f32 accumulation, where each bf16 weight times a bf16 piece
+// is exact in f32, and y = (lo . W + mid . W) + hi . W. The weights are read once for all 3n rows. Device
+// code and host code share this header, so it holds plain types only (see kernels.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/cuda/kernels.h"
+
+namespace di::cuda {
+
+// x [n, in] f32 (row stride ldx) -> pieces [3][n][in] bf16 bits: hi rows, then mid rows, then lo rows.
+void launch_bf16x3_split(const float* x, int64_t ldx, int64_t n, int64_t in, uint16_t* pieces, Stream s);
+// d [3][n][out] f32 (the GEMM of the pieces) -> y [n, out] (row stride ldy) = (lo + mid) + hi.
+void launch_bf16x3_sum(const float* d, int64_t n, int64_t out, float* y, int64_t ldy, Stream s);
+
+class LtBf16x3Gemm {
+  public:
+    // nullptr when libcublasLt cannot be loaded; `why` then says why.
+    static LtBf16x3Gemm* instance(const char** why = nullptr);
+    // Rows of x per GEMM (larger n runs in chunks of this many), so the temporaries stay within 256 MB.
+    static int64_t chunk_rows(int64_t out);
+    // Bytes of `tmp` that run() needs for n rows.
+    static size_t tmp_bytes(int64_t n, int64_t in, int64_t out);
+    // Whether the shape has an algorithm: w bf16 [out, in] with row stride ldw (elements), 256-byte aligned.
+    bool supports(int64_t n, int64_t in, int64_t out, const void* w, int64_t ldw);
+    // y[n, out] (f32, row stride ldy) = x . W^T as above; false if cuBLASLt fails or has no algorithm.
+    bool run(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t n, int64_t in, int64_t out,
+             float* y, int64_t ldy, void* tmp, Stream s);
+
+  private:
+    struct Impl;
+    explicit LtBf16x3Gemm(Impl* impl) : impl_(impl) {}
+    Impl* impl_;
+};
+
+}  // namespace di::cuda
