@@ -27,6 +27,8 @@ struct DeepseekV4::Step {
     TensorView streams, spare;             // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
     TensorView x, post, comb;  // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
     int segment = 0;           // graph segments begun so far
+    bool greedy = false;       // the head segment ends with the greedy pick (forward_greedy)
+    TensorView picks;          // i32 [2, rows]: the greedy ids and the first non-finite indices
 };
 
 // A compressor's projections of the step's tokens (the part that does not depend on the sequences).
@@ -83,11 +85,39 @@ DeepseekV4::DeepseekV4(ModelConfig cfg, ModelWeights weights, Backend& backend)
 }
 
 std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
+    Step s;
+    const TensorView logits = run_step(chunks, s);
+    std::vector<float> out(size_t(logits.numel()));
+    be_->copy(TensorView::contiguous(out.data(), DType::kF32, {logits.shape[0], logits.shape[1]}), logits);
+    be_->synchronize();
+    for (size_t c = 0; c < chunks.size(); ++c) chunks[c].state->advance(s.len[c]);
+    return out;
+}
+
+GreedyRows DeepseekV4::forward_greedy(std::span<const SeqChunk> chunks) {
+    Step s;
+    s.greedy = true;
+    const TensorView logits = run_step(chunks, s);
+    const int64_t m = s.picks.shape[1];
+    GreedyRows g{std::vector<int32_t>(size_t(m)), std::vector<int32_t>(size_t(m)),
+                 std::vector<float>(size_t(m), 0.0f)};
+    be_->copy(TensorView::contiguous(g.ids.data(), DType::kI32, {m}), s.picks.rows(0, 1).reshape({m}));
+    be_->copy(TensorView::contiguous(g.bad.data(), DType::kI32, {m}), s.picks.rows(1, 1).reshape({m}));
+    be_->synchronize();
+    for (int64_t r = 0; r < m; ++r)  // a broken row: its bad logit for the caller's error message
+        if (const int32_t b = g.bad[size_t(r)]; b >= 0)
+            be_->copy(TensorView::contiguous(&g.bad_value[size_t(r)], DType::kF32, {1, 1}),
+                      columns(logits.rows(r, 1), b, 1));
+    be_->synchronize();
+    for (size_t c = 0; c < chunks.size(); ++c) chunks[c].state->advance(s.len[c]);
+    return g;
+}
+
+TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
     const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult, V = cfg_.vocab_size;
     const float eps = float(cfg_.rms_norm_eps);
     ws_.reset();
     vws_.reset();
-    Step s;
     s.chunks = chunks;
     std::vector<int32_t> tokens, positions;
     for (const SeqChunk& c : chunks) {
@@ -149,20 +179,26 @@ std::vector<float> DeepseekV4::forward(std::span<const SeqChunk> chunks) {
     }
     TensorView logits = ws_.take(DType::kF32, {m, V});
     be_->linear(lin(sel, w_.head, logits));
+    if (s.greedy) {  // rows 0 and 1: ids and first non-finite indices
+        s.picks = ws_.take(DType::kI32, {2, m});
+        be_->argmax(
+            {.x = logits, .ids = s.picks.rows(0, 1).reshape({m}), .bad = s.picks.rows(1, 1).reshape({m})});
+    }
     be_->segment_end();
-    std::vector<float> out(size_t(m * V));
-    be_->copy(TensorView::contiguous(out.data(), DType::kF32, {m, V}), logits);
-    be_->synchronize();
-    for (size_t c = 0; c < chunks.size(); ++c) chunks[c].state->advance(s.len[c]);
-    return out;
+    return logits;
 }
 
 // Everything the calls of a segment depend on: the model, which segment, the precision, the step's layout
 // (chunk lengths, which rows give logits) and the workspace's state, which fixes every address taken from
 // it. Positions, state rows and entry counts are not in it: the ops that use them run between segments.
 void DeepseekV4::begin_segment(Step& s) {
-    std::vector<int64_t> key = {
-        id_, s.segment++, int64_t(precision_), s.n, int64_t(ws_.generation()), int64_t(ws_.used())};
+    std::vector<int64_t> key = {id_,
+                                s.segment++,
+                                int64_t(precision_),
+                                s.n,
+                                int64_t(ws_.generation()),
+                                int64_t(ws_.used()),
+                                s.greedy ? 1 : 0};
     for (size_t c = 0; c < s.chunks.size(); ++c)
         key.push_back(s.len[c] * 2 + (s.chunks[c].all_logits ? 1 : 0));
     be_->segment_begin(key);

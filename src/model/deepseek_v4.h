@@ -31,6 +31,8 @@ class DeepseekV4 final : public Model {
     std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
     // Chunks' states must be this family's (DeepseekV4State).
     std::vector<float> forward(std::span<const SeqChunk> chunks) override;
+    // The greedy pick on the backend (ops::Backend::argmax): only ids cross to the host.
+    GreedyRows forward_greedy(std::span<const SeqChunk> chunks) override;
     // Expert parallelism (docs/parallel.md): this model is rank comm->rank() of comm->size(), its weights
     // bound with `experts` (bind_weights), and every rank runs the same steps. Each MoE computes the slots of
     // its own experts, sums them over the ranks and combines as one rank does: the same logits bit for bit.
@@ -50,6 +52,9 @@ class DeepseekV4 final : public Model {
     // Opens the step's next graph segment (ops::Backend::segment_begin); the ops that depend on positions,
     // entry counts or sequence state run between segments.
     void begin_segment(Step& s);
+    // The step up to the head (and the greedy pick when s.greedy): its logits [rows, vocab] on the backend,
+    // valid until the next step. The chunks' states advance after the caller's copy.
+    TensorView run_step(std::span<const SeqChunk> chunks, Step& s);
     Projected project(const CompressorWeights& cw, Step& s, const TensorView& y, int64_t width);
     // Pools and stores compressed entries for every chunk; n_entries[c] = entries after the step.
     void compress_into(const CompressorWeights& cw, const Projected& p, int layer, bool index, Step& s,

@@ -56,6 +56,14 @@ struct WeightStats {
     int64_t skipped_tensors = 0;  // mtp.* and other ignored tensors
 };
 
+// The greedy pick of each logits row of a step (ops/elementwise.h's argmax rule: the first maximum), so a
+// step whose every sequence decodes greedily moves token ids to the host instead of logits.
+struct GreedyRows {
+    std::vector<int32_t> ids;      // per logits row: the first index of its largest logit
+    std::vector<int32_t> bad;      // per logits row: the index of its first non-finite logit, or -1
+    std::vector<float> bad_value;  // per logits row: that logit (for the error message), or 0
+};
+
 class Model {
   public:
     virtual ~Model() = default;
@@ -69,6 +77,8 @@ class Model {
     // Runs one step. Returns host f32 logits [rows, vocab_size]: for each chunk in order, all of its tokens
     // or just its last. Token ids must be in range and chunks must fit their states (checked by callers).
     virtual std::vector<float> forward(std::span<const SeqChunk> chunks) = 0;
+    // The same step, returning the greedy pick of each of those logits rows; this default picks on the host.
+    virtual GreedyRows forward_greedy(std::span<const SeqChunk> chunks);
 };
 
 }  // namespace di::model

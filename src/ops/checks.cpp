@@ -1,4 +1,7 @@
 // Shape and dtype contracts shared by every backend (one check() per Args).
+#include <climits>
+#include <cmath>
+
 #include "ops/backend.h"
 
 namespace di::ops {
@@ -29,6 +32,28 @@ void check(const SwigluArgs& a) {
     same_shape(a.gate, a.up, "swiglu");
     same_shape(a.gate, a.out, "swiglu");
     DI_CHECK(a.limit > 0, "swiglu: limit {} must be > 0 (+inf: no clamp)", a.limit);  // NaN fails too
+}
+
+void check(const ArgmaxArgs& a) {
+    check_rows(a.x, 2, "argmax.x");
+    DI_CHECK(a.x.shape[1] > 0 && a.x.shape[1] <= INT32_MAX, "argmax: row width {}", a.x.shape[1]);
+    for (const TensorView* v : {&a.ids, &a.bad}) {
+        check_dtype(*v, DType::kI32, "argmax.ids/bad");
+        DI_CHECK(v->is_contiguous() && v->numel() == a.x.shape[0], "argmax: {} for x {}", v->describe(),
+                 a.x.describe());
+    }
+}
+
+std::pair<int32_t, int32_t> argmax_row(const float* x, int64_t V) {
+    int32_t best = 0, bad = -1;
+    for (int64_t v = 0; v < V; ++v) {
+        if (!std::isfinite(x[v])) {
+            if (bad < 0) bad = int32_t(v);
+            continue;
+        }
+        if (x[v] > x[best] || !std::isfinite(x[best])) best = int32_t(v);
+    }
+    return {best, bad};
 }
 
 void check(const RmsNormArgs& a) {

@@ -1,8 +1,11 @@
-// Small element-wise ops: embedding gather, add, clamped SwiGLU.
+// Small element-wise ops: embedding gather, add, clamped SwiGLU, and the greedy pick of logits rows.
 //   embed:  out[t, :] = table[tokens[t], :]
 //   add:    out = a + b
 //   swiglu: out = silu(min(gate, L)) * clamp(up, -L, L)      (L = swiglu_limit > 0, checked; +inf, the
 //           default, is no clamp; a config's swiglu_limit <= 0 or absent means +inf)
+//   argmax: ids[r] = the first index of row r's largest finite value, 0 if it has none (the sampler's
+//           greedy rule), bad[r] = the index of its first NaN or infinite value, or -1 (a row with one gives
+//           no token: the caller stops with an error)
 #pragma once
 
 #include <limits>
@@ -50,5 +53,20 @@ struct SwigluArgs {
     }
 };
 void check(const SwigluArgs& a);
+
+struct ArgmaxArgs {
+    TensorView x;    // f32 [n, V]
+    TensorView ids;  // i32 [n]
+    TensorView bad;  // i32 [n]
+    template <class F>
+    void visit(F&& f) {
+        DI_VISIT(f, x, Role::kIn);
+        DI_VISIT(f, ids, Role::kOut);
+        DI_VISIT(f, bad, Role::kOut);
+    }
+};
+void check(const ArgmaxArgs& a);
+// One row on the host: {first index of the largest value, first non-finite index or -1}.
+std::pair<int32_t, int32_t> argmax_row(const float* x, int64_t V);
 
 }  // namespace di::ops

@@ -24,19 +24,18 @@ Throughput measure_throughput(model::Model& model, int64_t n_prompt, int64_t n_d
     }
     Throughput t{batch, n_prompt, n_decode};
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> logits = model.forward(chunks);
+    model::GreedyRows picks = model.forward_greedy(chunks);  // greedy per sequence: only ids cross
     t.prefill_seconds = seconds_since(t0);
     if (after_prefill) after_prefill();
     std::vector<int32_t> next(static_cast<size_t>(batch));
     t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n_decode; ++i) {
-        for (int64_t b = 0; b < batch; ++b) {  // greedy per sequence
-            const float* l = logits.data() + b * cfg.vocab_size;
-            next[size_t(b)] = int32_t(std::max_element(l, l + cfg.vocab_size) - l);
+        for (int64_t b = 0; b < batch; ++b) {
+            next[size_t(b)] = picks.ids[size_t(b)];
             chunks[size_t(b)] = {states[size_t(b)].get(), std::span<const int32_t>(&next[size_t(b)], 1),
                                  false};
         }
-        logits = model.forward(chunks);
+        picks = model.forward_greedy(chunks);
     }
     t.decode_seconds = seconds_since(t0);
     return t;

@@ -321,17 +321,31 @@ bool Engine::Impl::step() {
         chunks.push_back(
             model::SeqChunk{chunk_seqs[i]->state(), chunk_seqs[i]->tokens(c.start, c.n_tokens), false});
     }
-    const std::vector<float> logits = model->forward(chunks);
-    const int64_t vocab = model->config().vocab_size;
-    DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab,
-             "forward returned {} logits for {} chunks", logits.size(), chunks.size());
-
-    // Sampling and detokenising run outside the lock too; only the loop thread touches sequences.
+    // Sampling and detokenising run outside the lock too; only the loop thread touches sequences. When
+    // every sequence that samples this step takes the first maximum of its raw logits, the model picks
+    // them where the logits are and only ids come back.
     EngineSequence::StepMetrics sm;
+    bool greedy = true;
     for (size_t i = 0; i < plan.chunks.size(); ++i)
-        if (plan.chunks[i].samples)
-            chunk_seqs[i]->on_logits(std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)),
-                                     sm);
+        if (plan.chunks[i].samples) greedy = greedy && chunk_seqs[i]->greedy_pick();
+    if (greedy) {
+        const model::GreedyRows picks = model->forward_greedy(chunks);
+        DI_CHECK(picks.ids.size() == chunks.size() && picks.bad.size() == chunks.size() &&
+                     picks.bad_value.size() == chunks.size(),
+                 "forward_greedy returned {} picks for {} chunks", picks.ids.size(), chunks.size());
+        for (size_t i = 0; i < plan.chunks.size(); ++i)
+            if (plan.chunks[i].samples)
+                chunk_seqs[i]->on_greedy_pick(picks.ids[i], picks.bad[i], picks.bad_value[i], sm);
+    } else {
+        const std::vector<float> logits = model->forward(chunks);
+        const int64_t vocab = model->config().vocab_size;
+        DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab,
+                 "forward returned {} logits for {} chunks", logits.size(), chunks.size());
+        for (size_t i = 0; i < plan.chunks.size(); ++i)
+            if (plan.chunks[i].samples)
+                chunk_seqs[i]->on_logits(
+                    std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)), sm);
+    }
 
     std::lock_guard lk(mu);
     ++st.steps;

@@ -66,14 +66,31 @@ std::span<const int32_t> EngineSequence::tokens(int64_t start, int64_t n) const 
     return std::span<const int32_t>(tokens_).subspan(size_t(start), size_t(n));
 }
 
+void EngineSequence::non_finite(int64_t index, float value) {
+    finish(FinishReason::kError,
+           fmt::format("the model produced a non-finite logit ({} for token id {}) at position {}: the "
+                       "checkpoint's weights or a kernel are broken (try --check-weights)",
+                       value, index, tokens_.size() - 1));
+}
+
+bool EngineSequence::greedy_pick() const {
+    const SamplingParams& p = sampler_.params();
+    return !finished() && p.temperature <= 0.0f && p.repetition_penalty == 1.0f &&
+           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !p.logprobs && !constraint_ &&
+           n_generated_ >= req_.stop.min_tokens;
+}
+
+void EngineSequence::on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m) {
+    if (finished()) return;
+    if (bad >= 0) return non_finite(bad, bad_value);
+    SampledToken t;
+    t.id = id;
+    accept(t, m);
+}
+
 void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
     if (finished()) return;
-    if (const int64_t bad = first_non_finite(logits); bad >= 0)
-        return finish(
-            FinishReason::kError,
-            fmt::format("the model produced a non-finite logit ({} for token id {}) at position {}: the "
-                        "checkpoint's weights or a kernel are broken (try --check-weights)",
-                        logits[size_t(bad)], bad, tokens_.size() - 1));
+    if (const int64_t bad = first_non_finite(logits); bad >= 0) return non_finite(bad, logits[size_t(bad)]);
     const std::span<const int32_t> all(tokens_);
     const std::span<const uint32_t> allowed = constraint_mask();
     // Before min_tokens no stop token may end it, unless a complete constrained output leaves nothing else.
@@ -86,6 +103,10 @@ void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
     const SampledToken t =
         sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)),
                         hold ? token_stop_.stop_ids() : std::span<const int32_t>{}, allowed);
+    accept(t, m);
+}
+
+void EngineSequence::accept(const SampledToken& t, StepMetrics& m) {
     if (constraint_) {
         if (constraint_active_ && !constraint_->accept(t.id))
             return finish(FinishReason::kError,

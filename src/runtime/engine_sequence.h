@@ -49,11 +49,20 @@ class EngineSequence {
         uint64_t generated = 0;
     };
     void on_logits(std::span<const float> logits, StepMetrics& m);
+    // Whether the next token is the first maximum of the raw logits, whatever they are (greedy, no
+    // penalties, no logprobs, no constraint, no stop token held back): the step may then pick it on the
+    // device (model::Model::forward_greedy) and hand over only its id.
+    bool greedy_pick() const;
+    // The token forward_greedy picked (bad: the row's first non-finite logit's index, or -1, and its value).
+    void on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m);
     // Ends the request (no-op when already finished) and sends the final event.
     void finish(FinishReason reason, std::string error = {});
 
   private:
     void send(RequestEvent e);
+    // The sampled token t: constraint, stop checks, metrics, and the event sent.
+    void accept(const SampledToken& t, StepMetrics& m);
+    void non_finite(int64_t index, float value);
     // The mask of the tokens the constraint allows next, or empty (no constraint, or not active yet).
     std::span<const uint32_t> constraint_mask();
 

@@ -159,6 +159,7 @@ DI_COMPARE_SIMPLE(mhc_pre, MhcPreArgs)
 DI_COMPARE_SIMPLE(mhc_post, MhcPostArgs)
 DI_COMPARE_SIMPLE(hc_head, HcHeadArgs)
 DI_COMPARE_SIMPLE(route, RouteArgs)
+DI_COMPARE_SIMPLE(argmax, ArgmaxArgs)
 #undef DI_COMPARE_SIMPLE
 
 void CompareBackend::linear(const LinearArgs& a) {

@@ -56,6 +56,7 @@ class CompareBackend final : public Backend {
     void mhc_post(const MhcPostArgs& a) override;
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
+    void argmax(const ArgmaxArgs& a) override;
     void moe(const MoeArgs& a) override;
 
     int64_t ops_compared() const { return n_ops_; }

@@ -71,6 +71,10 @@ void ProfileBackend::route(const RouteArgs& a) {
     timed("route", a, 0, [&] { subject_.route(a); });
 }
 
+void ProfileBackend::argmax(const ArgmaxArgs& a) {
+    timed("argmax", a, 0, [&] { subject_.argmax(a); });
+}
+
 void ProfileBackend::moe(const MoeArgs& a) {
     // The selected experts' weights, each counted once: the ids are read back (the op is synchronised
     // anyway).

@@ -58,6 +58,7 @@ class ProfileBackend final : public Backend {
     void mhc_post(const MhcPostArgs& a) override;
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
+    void argmax(const ArgmaxArgs& a) override;
     void moe(const MoeArgs& a) override;
     // The fused pairs are timed as one op each (the subject may run them as one launch).
     void rms_norm_rope(const RmsNormArgs& n, const RopeArgs& r) override;

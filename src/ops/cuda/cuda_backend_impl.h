@@ -143,6 +143,7 @@ class CudaBackend final : public Backend {
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
     void moe(const MoeArgs& a) override;
+    void argmax(const ArgmaxArgs& a) override;
     void moe_combine_pass(const MoeArgs& a);  // MoeArgs::Pass::kCombine
     // cuda_fused_ops.cpp
     void rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) override;
@@ -226,7 +227,7 @@ class CudaBackend final : public Backend {
     // constructor).
     static constexpr std::string_view kOps[] = {
         "embed",     "add",          "swiglu",  "linear",   "rms_norm", "rope",  "compress", "indexer_topk",
-        "attention", "window_store", "mhc_pre", "mhc_post", "hc_head",  "route", "moe"};
+        "attention", "window_store", "mhc_pre", "mhc_post", "hc_head",  "route", "moe",      "argmax"};
     std::atomic<int64_t> launches_[std::size(kOps)] = {};
     int device_;
     cuda_impl::CachingAllocator alloc_;

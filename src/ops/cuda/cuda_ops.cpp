@@ -1,4 +1,5 @@
 // CudaBackend op methods: check(args) first, then the device check, then the launch with plain params.
+#include "ops/cuda/argmax.h"
 #include "ops/cuda/bf16_gemm.h"
 #include "ops/cuda/cuda_backend_impl.h"
 #include "ops/cuda/fp8_gemm.h"
@@ -374,6 +375,16 @@ void CudaBackend::rope(const RopeArgs& a) {
                        .inverse = a.inverse};
     cuda::launch_rope(p, stream_);
     launched("rope");
+}
+
+void CudaBackend::argmax(const ArgmaxArgs& a) {
+    if (replaying()) return;
+    check(a);
+    device_args(a, "argmax");
+    need_f32_rows(a.x, "argmax.x");
+    cuda::launch_argmax(f32(a.x), ld(a.x), a.x.shape[0], a.x.shape[1], a.ids.ptr<int32_t>(),
+                        a.bad.ptr<int32_t>(), stream_);
+    launched("argmax");
 }
 
 cuda::CompressParams CudaBackend::compress_params(const CompressArgs& a) {

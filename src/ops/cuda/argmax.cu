@@ -1,0 +1,62 @@
+// One block per row: each thread keeps the first maximum of its strided elements (increasing indices), then
+// the block keeps the larger value, on a tie the lower index: the first maximum of the row, as the host
+// sampler's greedy rule. Non-finite values are skipped and their lowest index reported.
+#include <climits>
+
+#include "ops/cuda/argmax.h"
+#include "ops/cuda/device_util.cuh"
+
+namespace di::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+
+__device__ __forceinline__ void keep_better(float& v, int& i, float ov, int oi) {
+    if (oi != INT_MAX && (i == INT_MAX || ov > v || (ov == v && oi < i))) v = ov, i = oi;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(const float* x, int64_t ldx, int64_t V, int32_t* ids, int32_t* bad) {
+    allow_early_next();
+    __shared__ float sv[kThreads / 32];
+    __shared__ int si[kThreads / 32], sb[kThreads / 32];
+    const float* row = x + int64_t(blockIdx.x) * ldx;
+    float best = -INFINITY;
+    int bi = INT_MAX, nb = INT_MAX;
+    for (int64_t v = threadIdx.x; v < V; v += kThreads) {
+        const float f = row[v];
+        if (!isfinite(f))
+            nb = min(nb, int(v));
+        else if (bi == INT_MAX || f > best)
+            best = f, bi = int(v);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        keep_better(best, bi, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, bi, o));
+        nb = min(nb, __shfl_xor_sync(0xffffffffu, nb, o));
+    }
+    if (lane == 0) sv[warp] = best, si[warp] = bi, sb[warp] = nb;
+    __syncthreads();
+    if (warp == 0) {
+        best = sv[lane], bi = si[lane], nb = sb[lane];  // kThreads / 32 == 32 warps
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            keep_better(best, bi, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, bi, o));
+            nb = min(nb, __shfl_xor_sync(0xffffffffu, nb, o));
+        }
+        if (lane == 0) {
+            ids[blockIdx.x] = bi == INT_MAX ? 0 : bi;
+            bad[blockIdx.x] = nb == INT_MAX ? -1 : nb;
+        }
+    }
+}
+
+}  // namespace
+
+void launch_argmax(const float* x, int64_t ldx, int64_t n, int64_t V, int32_t* ids, int32_t* bad, Stream s) {
+    if (n == 0) return;
+    argmax_kernel<<<unsigned(n), kThreads, 0, as_stream(s)>>>(x, ldx, V, ids, bad);
+}
+
+}  // namespace di::cuda
