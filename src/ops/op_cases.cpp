@@ -180,6 +180,17 @@ constexpr IndexerCase kIndexer[] = {
     {"odd_dims", 3, 3, 20, 37, 7, 150, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
 };
 
+constexpr CompressCase kCompress[] = {
+    {"hca_flash_prefill", 300, 512, 128, 100, false},
+    {"hca_decode_closing", 1, 512, 128, 127, false},
+    {"hca_decode_open", 1, 512, 128, 3, false},
+    {"csa_flash_decode_closing", 1, 512, 4, 7, true},  // first window of the call: overlap from state
+    {"csa_flash_decode_open", 1, 512, 4, 9, true},
+    {"csa_prefill_from_zero", 37, 512, 4, 0, true},  // w = 0: empty overlap half
+    {"indexer_prefill_mid", 23, 128, 4, 5, true},
+    {"odd_small", 7, 5, 3, 2, true},
+};
+
 constexpr MhcCase kMhc[] = {
     {"v4flash_decode", 1, 4, 4096, 1e-6f, 20, kCpuTest | kCudaTest},
     {"demo_prefill", 9, 4, 256, 1e-6f, 20, kCpuTest},
@@ -209,6 +220,8 @@ std::span<const AttentionCase> attention_cases() { return kAttention; }
 std::vector<AttentionCase> attention_cases(Use use) { return taken_by<AttentionCase>(kAttention, use); }
 std::span<const IndexerCase> indexer_cases() { return kIndexer; }
 std::vector<IndexerCase> indexer_cases(Use use) { return taken_by<IndexerCase>(kIndexer, use); }
+std::span<const CompressCase> compress_cases() { return kCompress; }
+std::vector<CompressCase> compress_cases(Use use) { return taken_by<CompressCase>(kCompress, use); }
 std::span<const MhcCase> mhc_cases() { return kMhc; }
 std::vector<MhcCase> mhc_cases(Use use) { return taken_by<MhcCase>(kMhc, use); }
 

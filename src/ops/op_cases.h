@@ -93,6 +93,18 @@ struct MhcCase {
 std::span<const MhcCase> mhc_cases();
 std::vector<MhcCase> mhc_cases(Use use);
 
+// The KV compressor of a chunk (ops/compressor.h): the entries of the windows it closes and the state it
+// leaves (the open window's tokens, the overlap half of the last closed window).
+struct CompressCase {
+    const char* name;
+    int64_t L, d, rate, pos0;  // chunk tokens, entry width, compress rate, chunk start
+    bool overlap;              // CSA: each window's softmax also covers the previous window's a-half
+    unsigned use = kCudaTest;  // the cpu backend runs ref's compressor
+};
+
+std::span<const CompressCase> compress_cases();
+std::vector<CompressCase> compress_cases(Use use);
+
 // How a backend's result is judged against the reference's, and why.
 struct Tolerance {
     const char* measure;
@@ -132,6 +144,11 @@ inline constexpr Tolerance kAttentionCpu{
     "per element, from the case's magnitudes", 0.0,
     "the scores differ by float_sum_bound(hd) * scale |q| max|k| (Cauchy-Schwarz) plus rounding, so each "
     "softmax weight by a relative 2.2 x that + (2 n_keys + 8) 2^-24, relative to max_j |k_j[c]|"};
+
+inline constexpr Tolerance kCompressCuda{
+    "max abs over the entries (the state: exact copies)", 1e-6,
+    "a per-channel softmax over <= 2 x rate slots with double sums on both sides; the entries differ by the "
+    "f32 roundings of exp and of the weighted values (~1e-7 of O(1) values)"};
 
 inline constexpr Tolerance kAttentionCuda{
     "relative L2 over the output", 1e-5,

@@ -146,25 +146,13 @@ TEST(CudaAttentions, BatchedEqualsEachAlone) {
     expect_close(long_ring, 0.0, "long ring");
 }
 
-struct CompressCase {
-    const char* name;
-    int64_t L, d, rate, pos0;
-    bool overlap;
-};
-
-const CompressCase kCompress[] = {
-    {"hca_flash_prefill", 300, 512, 128, 100, false},
-    {"hca_decode_closing", 1, 512, 128, 127, false},
-    {"csa_flash_decode_closing", 1, 512, 4, 7, true},  // first window of the call: overlap from state
-    {"csa_flash_decode_open", 1, 512, 4, 9, true},
-    {"csa_prefill_from_zero", 37, 512, 4, 0, true},  // w = 0: empty overlap half
-    {"indexer_prefill_mid", 23, 128, 4, 5, true},
-    {"odd_small", 7, 5, 3, 2, true},
-};
+using ops::cases::CompressCase;
+// The CUDA cases of the compressor table (ops/op_cases.h).
+const std::vector<CompressCase> kCompress = ops::cases::compress_cases(ops::cases::kCudaTest);
 
 class CudaCompress : public ::testing::TestWithParam<CompressCase> {};
 
-// per-channel softmax over <= 256 slots in double on both sides: 1e-6; state copies exact
+// The table's kCompressCuda: entries within its bound, the state exact.
 TEST_P(CudaCompress, MatchesRefIncludingState) {
     SKIP_WITHOUT_GPU();
     const CompressCase& c = GetParam();
@@ -189,7 +177,7 @@ TEST_P(CudaCompress, MatchesRefIncludingState) {
     };
     b.ref->compress(make(false));
     b.gpu->compress(make(true));
-    if (n_new > 0) expect_close(out, 1e-6, std::string(c.name) + " entries");
+    if (n_new > 0) expect_close(out, ops::cases::kCompressCuda.value, std::string(c.name) + " entries");
     expect_close(bkv, 0.0, std::string(c.name) + " buf_kv");
     expect_close(bgate, 0.0, std::string(c.name) + " buf_gate");
     if (c.overlap) {

@@ -1,6 +1,7 @@
 // compresses() and indexer_topks(): several sequences' calls at once (one launch pair each on CUDA) give
 // bit for bit what compress() and indexer_topk() give on each alone, which cuda_attention_test.cpp checks
-// against the reference; mixed shapes in one batch (decode and prefill chunks, windows closing or not).
+// against the reference; mixed shapes in one batch (the compressor table's cases: decode and prefill chunks,
+// windows closing or not).
 #include <cstring>
 
 #include "gpu_test_util.h"
@@ -24,10 +25,7 @@ bool same_bits(const Pair& a, const Pair& b) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
 }
 
-struct CompressJob {
-    int64_t L, d, rate, pos0;
-    bool overlap;
-};
+using CompressJob = ops::cases::CompressCase;
 
 // One sequence's compressor inputs and state.
 struct CompressBufs {
@@ -43,10 +41,9 @@ struct CompressBufs {
 TEST(CudaBatchedState, CompressesEqualEachAlone) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    const CompressJob spec[] = {{1, 512, 4, 7, true},    {1, 512, 4, 9, true},  {1, 512, 128, 127, false},
-                                {1, 512, 128, 3, false}, {37, 512, 4, 0, true}, {300, 512, 128, 100, false},
-                                {23, 128, 4, 5, true},   {7, 5, 3, 2, true}};
-    const size_t n = std::size(spec);
+    const std::vector<CompressJob> spec =
+        ops::cases::compress_cases(ops::cases::kCudaTest);  // all in one batch
+    const size_t n = spec.size();
     std::vector<CompressBufs> alone, batched;
     for (const CompressJob& j : spec) {
         const int64_t width = j.overlap ? 2 * j.d : j.d,
