@@ -67,6 +67,7 @@ struct EngineStats {
     uint64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_timeout = 0,
              finished_error = 0;
     uint64_t prompt_tokens = 0, generation_tokens = 0, steps = 0;
+    uint64_t greedy_steps = 0;  // steps whose tokens the model picked where the logits are (only ids back)
     int n_running = 0, n_waiting = 0;
     int64_t state_bytes_allocated = 0;  // held by live sequence states now
     int64_t state_bytes_reserved = 0;   // reserved by admitted requests (>= allocated)

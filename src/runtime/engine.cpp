@@ -349,6 +349,7 @@ bool Engine::Impl::step() {
 
     std::lock_guard lk(mu);
     ++st.steps;
+    if (greedy) ++st.greedy_steps;
     st.generation_tokens += sm.generated;
     for (double v : sm.ttft) st.ttft_seconds.observe(v);
     for (double v : sm.itl) st.itl_seconds.observe(v);

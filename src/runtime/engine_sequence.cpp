@@ -75,9 +75,9 @@ void EngineSequence::non_finite(int64_t index, float value) {
 
 bool EngineSequence::greedy_pick() const {
     const SamplingParams& p = sampler_.params();
-    return !finished() && p.temperature <= 0.0f && p.repetition_penalty == 1.0f &&
-           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !p.logprobs && !constraint_ &&
-           n_generated_ >= req_.stop.min_tokens;
+    if (finished()) return true;  // it takes no token: any pick will do
+    return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+           p.frequency_penalty == 0.0f && !p.logprobs && !constraint_ && n_generated_ >= req_.stop.min_tokens;
 }
 
 void EngineSequence::on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m) {

@@ -50,8 +50,8 @@ class EngineSequence {
     };
     void on_logits(std::span<const float> logits, StepMetrics& m);
     // Whether the next token is the first maximum of the raw logits, whatever they are (greedy, no
-    // penalties, no logprobs, no constraint, no stop token held back): the step may then pick it on the
-    // device (model::Model::forward_greedy) and hand over only its id.
+    // penalties, no logprobs, no constraint, no stop token held back), or none (finished): the step may then
+    // pick it on the device (model::Model::forward_greedy) and hand over only its id.
     bool greedy_pick() const;
     // The token forward_greedy picked (bad: the row's first non-finite logit's index, or -1, and its value).
     void on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m);

@@ -46,6 +46,10 @@ std::string render_metrics(const EngineStats& s, const ServerCounters& c,
            s.prompt_tokens);
     metric(o, "deepinfer_generation_tokens_total", "counter", "Generated tokens.", s.generation_tokens);
     metric(o, "deepinfer_engine_steps_total", "counter", "Model forward steps.", s.steps);
+    metric(o, "deepinfer_engine_greedy_steps_total", "counter",
+           "Steps whose every sampling sequence was greedy on raw logits: picked on the model's device, only "
+           "ids copied back.",
+           s.greedy_steps);
     histogram(o, "deepinfer_time_to_first_token_seconds", "Time from submission to the first token.",
               s.ttft_seconds);
     histogram(o, "deepinfer_inter_token_latency_seconds", "Time between consecutive tokens of a request.",

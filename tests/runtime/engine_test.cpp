@@ -140,6 +140,9 @@ TEST(Engine, BatchInvariantAmong32ConcurrentRequests) {
         alone.push_back(collect(**s).tokens);
     }
     const EngineStats before = engine->stats();
+    // alone, the greedy requests' steps pick on the model's side; the sampled ones copy logits
+    EXPECT_GT(before.greedy_steps, 0u);
+    EXPECT_LT(before.greedy_steps, before.steps);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const Request& r : reqs) {
         auto s = engine->submit(r);
