@@ -96,8 +96,8 @@ class Backend {
     virtual void hc_head(const HcHeadArgs& a) = 0;
     virtual void route(const RouteArgs& a) = 0;
     virtual void moe(const MoeArgs& a) = 0;
-    // The greedy pick of each logits row (elementwise.h). This default reads the rows through a host copy
-    // (any backend's memory); a device backend computes them where they are, so only ids cross.
+    // The greedy pick of each logits row (elementwise.h). This default is for host memory; a device backend
+    // computes the picks where the logits are, so only ids cross to the host.
     virtual void argmax(const ArgmaxArgs& a);
 
     // Fused pairs: each computes what its two calls in order compute, which is what these defaults do (so
