@@ -1,0 +1,203 @@
+// CudaBackend's ops on per-sequence state (compress, indexer_topk, attention, window_store), one call or the
+// step's sequences at once: check(args) first, then the device check, then the launch with plain params.
+#include "ops/cuda/cuda_backend_impl.h"
+
+namespace di::ops::cuda_impl {
+namespace {
+
+static_assert(int(CompMask::kNone) == int(cuda::AttnCompMask::kNone) &&
+              int(CompMask::kCausal) == int(cuda::AttnCompMask::kCausal) &&
+              int(CompMask::kPicks) == int(cuda::AttnCompMask::kPicks));
+
+// Dispatch preference order, the fallback last (the names in CudaBackend's constructor, cuda_ops.cpp).
+constexpr cuda::IndexerVariant kIndexerEnum[] = {cuda::IndexerVariant::kWarpHeads,
+                                                 cuda::IndexerVariant::kBlock};
+constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSplitKv,
+                                                     cuda::AttentionVariant::kPerQuery};
+
+}  // namespace
+
+cuda::CompressParams CudaBackend::compress_params(const CompressArgs& a) {
+    check(a);
+    device_args(a, "compress");
+    for (const TensorView* v :
+         {&a.kv, &a.gate, &a.bias, &a.buf_kv, &a.buf_gate, &a.ovl_kv, &a.ovl_gate, &a.out})
+        need_f32_rows(*v, "compress");
+    return {.kv = f32(a.kv),
+            .ld_kv = ld(a.kv),
+            .gate = f32(a.gate),
+            .ld_gate = ld(a.gate),
+            .bias = f32(a.bias),
+            .ld_bias = ld(a.bias),
+            .buf_kv = f32m(a.buf_kv),
+            .ld_buf_kv = ld(a.buf_kv),
+            .buf_gate = f32m(a.buf_gate),
+            .ld_buf_gate = ld(a.buf_gate),
+            .ovl_kv = a.overlap ? f32m(a.ovl_kv) : nullptr,
+            .ld_ovl_kv = ld(a.ovl_kv),
+            .ovl_gate = a.overlap ? f32m(a.ovl_gate) : nullptr,
+            .ld_ovl_gate = ld(a.ovl_gate),
+            .out = a.out.empty() ? nullptr : f32m(a.out),
+            .ld_out = ld(a.out),
+            .L = a.kv.shape[0],
+            .width = a.kv.shape[1],
+            .d = a.out.shape[1],
+            .n_new = a.out.shape[0],
+            .pos0 = a.pos0,
+            .rate = a.rate,
+            .overlap = a.overlap};
+}
+
+void CudaBackend::compress(const CompressArgs& a) { compresses({&a, 1}); }
+
+void CudaBackend::compresses(std::span<const CompressArgs> jobs) {
+    if (replaying() || jobs.empty()) return;
+    std::vector<cuda::CompressParams> ps;
+    for (const CompressArgs& a : jobs) ps.push_back(compress_params(a));
+    cuda::launch_compresses(ps.data(), int64_t(ps.size()), scratch_, stream_);
+    launched("compress");
+}
+
+// The checked kernel parameters of one indexer call and the variant dispatch gives it.
+std::pair<cuda::IndexerParams, int> CudaBackend::indexer_call(const IndexerTopkArgs& a) {
+    check(a);
+    device_args(a, "indexer_topk");
+    need_f32_rows(a.q, "indexer.q"), need_f32_rows(a.weights, "indexer.weights"),
+        need_f32_rows(a.keys, "indexer.keys");
+    DI_CHECK(a.picks.shape[1] <= cuda::indexer_max_topk(), "indexer_topk: k {} above the kernel's {}",
+             a.picks.shape[1], cuda::indexer_max_topk());
+    cuda::IndexerParams p{.q = f32(a.q),
+                          .q_s0 = a.q.stride[0],
+                          .q_s1 = a.q.stride[1],
+                          .w = f32(a.weights),
+                          .ld_w = ld(a.weights),
+                          .keys = f32(a.keys),
+                          .ld_keys = ld(a.keys),
+                          .picks = a.picks.ptr<int32_t>(),
+                          .ld_picks = ld(a.picks),
+                          .L = a.q.shape[0],
+                          .H = a.q.shape[1],
+                          .dim = a.q.shape[2],
+                          .T = a.keys.shape[0],
+                          .k = a.picks.shape[1],
+                          .pos0 = a.pos0,
+                          .rate = a.rate,
+                          .weight_scale = a.weight_scale,
+                          .score_scale = a.score_scale};
+    const int v = indexer_v_.choose(
+        [&](int i, bool) {
+            return kIndexerEnum[i] != cuda::IndexerVariant::kWarpHeads || cuda::indexer_warp_supported(p);
+        },
+        [&] { return fmt::format("dim {}: rows not float4-aligned or dim above 512", p.dim); });
+    return {p, v};
+}
+
+void CudaBackend::indexer_topk(const IndexerTopkArgs& a) { indexer_topks({&a, 1}); }
+
+// The calls warp_heads takes in one batched launch pair; the rest one by one.
+void CudaBackend::indexer_topks(std::span<const IndexerTopkArgs> jobs) {
+    if (replaying()) return;
+    std::vector<cuda::IndexerParams> batch;
+    for (const IndexerTopkArgs& a : jobs) {
+        const auto [p, v] = indexer_call(a);
+        if (kIndexerEnum[v] == cuda::IndexerVariant::kWarpHeads) {
+            batch.push_back(p);
+            continue;
+        }
+        cuda::launch_indexer_topk(p, scratch_, stream_, kIndexerEnum[v]);
+        launched("indexer_topk");
+    }
+    if (batch.empty()) return;
+    cuda::launch_indexer_topks(batch.data(), int64_t(batch.size()), scratch_, stream_);
+    launched("indexer_topk");
+}
+
+// The checked kernel parameters of one attention call and the variant dispatch gives it.
+std::pair<cuda::AttentionParams, int> CudaBackend::attention_call(const AttentionArgs& a) {
+    check(a);
+    device_args(a, "attention");
+    need_f32_rows(a.q, "attention.q"), need_f32_rows(a.out, "attention.out"),
+        need_f32_rows(a.kv, "attention.kv");
+    need_f32_rows(a.ring, "attention.ring");
+    DI_CHECK(a.q.shape[2] <= cuda::attention_max_head_dim(), "attention: head_dim {} above the kernel's {}",
+             a.q.shape[2], cuda::attention_max_head_dim());
+    const bool comp = a.comp_mask != CompMask::kNone;
+    const bool picks = a.comp_mask == CompMask::kPicks;
+    cuda::AttentionParams p{.q = f32(a.q),
+                            .q_s0 = a.q.stride[0],
+                            .q_s1 = a.q.stride[1],
+                            .ring = f32(a.ring),
+                            .ld_ring = ld(a.ring),
+                            .kv = f32(a.kv),
+                            .ld_kv = ld(a.kv),
+                            .comp = comp ? f32(a.comp) : nullptr,
+                            .ld_comp = comp ? ld(a.comp) : 0,
+                            .n_comp = comp && !a.comp.empty() ? a.comp.shape[0] : 0,
+                            .picks = picks ? a.picks.ptr<int32_t>() : nullptr,
+                            .ld_picks = picks ? ld(a.picks) : 0,
+                            .k = picks ? a.picks.shape[1] : 0,
+                            .sinks = f32(a.sinks),
+                            .out = f32m(a.out),
+                            .o_s0 = a.out.stride[0],
+                            .o_s1 = a.out.stride[1],
+                            .L = a.q.shape[0],
+                            .H = a.q.shape[1],
+                            .hd = a.q.shape[2],
+                            .pos0 = a.pos0,
+                            .n_cached = a.n_cached,
+                            .window = a.window,
+                            .comp_mask = cuda::AttnCompMask(int(a.comp_mask)),
+                            .rate = a.rate,
+                            .scale = a.scale};
+    const int v = attention_v_.choose(
+        [&](int i, bool) {
+            return kAttentionEnum[i] != cuda::AttentionVariant::kSplitKv ||
+                   cuda::attention_split_supported(p);
+        },
+        [&] { return fmt::format("head_dim {}, key rows not 16-byte aligned or head_dim % 4 != 0", p.hd); });
+    return {p, v};
+}
+
+void CudaBackend::attention(const AttentionArgs& a) {
+    if (replaying()) return;
+    const auto [p, v] = attention_call(a);
+    cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
+    launched("attention");
+}
+
+// The decode queries split_kv takes (one query, one head_dim) in one batched launch pair; the rest one by
+// one.
+void CudaBackend::attentions(std::span<const AttentionArgs> jobs) {
+    if (replaying()) return;
+    std::vector<cuda::AttentionParams> batch;
+    for (const AttentionArgs& a : jobs) {
+        const auto [p, v] = attention_call(a);
+        if (kAttentionEnum[v] == cuda::AttentionVariant::kSplitKv && cuda::attention_batch_takes(p) &&
+            (batch.empty() || batch[0].hd == p.hd)) {
+            batch.push_back(p);
+            continue;
+        }
+        cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
+        launched("attention");
+    }
+    cuda::launch_attention_batch(batch.data(), int64_t(batch.size()), scratch_, stream_);
+    if (!batch.empty()) launched("attention");
+}
+
+void CudaBackend::window_store(const WindowStoreArgs& a) { window_stores({&a, 1}); }
+
+void CudaBackend::window_stores(std::span<const WindowStoreArgs> jobs) {
+    if (replaying()) return;
+    std::vector<cuda::WindowStoreJob> js;
+    for (const WindowStoreArgs& a : jobs) {
+        check(a);
+        device_args(a, "window_store");
+        need_f32_rows(a.kv, "window_store.kv"), need_f32_rows(a.ring, "window_store.ring");
+        js.push_back({f32(a.kv), ld(a.kv), a.kv.shape[0], a.kv.shape[1], f32m(a.ring), ld(a.ring),
+                      a.ring.shape[0], a.pos0});
+    }
+    cuda::launch_window_stores(js.data(), int64_t(js.size()), scratch_, stream_);
+    if (!js.empty()) launched("window_store");
+}
+
+}  // namespace di::ops::cuda_impl
