@@ -99,11 +99,11 @@ GreedyRows DeepseekV4::forward_greedy(std::span<const SeqChunk> chunks) {
     s.greedy = true;
     const TensorView logits = run_step(chunks, s);
     const int64_t m = s.picks.shape[1];
-    GreedyRows g{std::vector<int32_t>(size_t(m)), std::vector<int32_t>(size_t(m)),
-                 std::vector<float>(size_t(m), 0.0f)};
-    be_->copy(TensorView::contiguous(g.ids.data(), DType::kI32, {m}), s.picks.rows(0, 1).reshape({m}));
-    be_->copy(TensorView::contiguous(g.bad.data(), DType::kI32, {m}), s.picks.rows(1, 1).reshape({m}));
+    std::vector<int32_t> both(size_t(2 * m));  // ids, then the first non-finite indices: one copy
+    be_->copy(TensorView::contiguous(both.data(), DType::kI32, {2, m}), s.picks);
     be_->synchronize();
+    GreedyRows g{std::vector<int32_t>(both.begin(), both.begin() + m),
+                 std::vector<int32_t>(both.begin() + m, both.end()), std::vector<float>(size_t(m), 0.0f)};
     for (int64_t r = 0; r < m; ++r)  // a broken row: its bad logit for the caller's error message
         if (const int32_t b = g.bad[size_t(r)]; b >= 0)
             be_->copy(TensorView::contiguous(&g.bad_value[size_t(r)], DType::kF32, {1, 1}),
