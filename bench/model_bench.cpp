@@ -4,6 +4,9 @@
 //               [--layers L]  (flash: the first L layers of V4-Flash, 4 by default, drawn in memory: no file)
 //               [--warmup W]  (W untimed runs of the same prompt first, 1 by default; 0 times the cold step)
 //               [--batch B]   (B sequences: B prefills of N tokens in one step, then steps of B decodes)
+//               [--context C] (each sequence first holds a synthetic state of C tokens, rounded up to a
+//                              multiple of the largest compression rate: decode at a long context without
+//                              its prefill; SequenceState::fill_synthetic)
 //               [--profile 1] (per-op time, bytes and GB/s of the prefill and of the decode steps; every op
 //                              synchronised, so the totals exceed the unprofiled times by the launch gaps)
 //               [--profile host] (nothing synchronised: the host's time to issue each op)
@@ -27,7 +30,7 @@ using namespace di;
 
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
-    int64_t n_prompt = 256, n_decode = 16, batch = 1, n_layers = 4, warmup = 1;
+    int64_t n_prompt = 256, n_decode = 16, batch = 1, n_layers = 4, warmup = 1, context = 0;
     std::string profile = "0", precision = "exact", graphs = "on";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -51,6 +54,8 @@ int main(int argc, char** argv) {
             precision = v;
         else if (k == "--graphs")
             graphs = v;  // on | off (CUDA graph replay of the step's segments)
+        else if (k == "--context")
+            context = std::stoll(v);
         else if (k == "--warmup")
             warmup = std::stoll(v);  // untimed runs of the same prompt first (0: time the cold first step)
     }
@@ -100,30 +105,37 @@ int main(int argc, char** argv) {
     if (!p) return std::fprintf(stderr, "%s\n", p.error().message.c_str()), 2;
     model.set_precision(*p);
     const auto& cfg = model.config();
+    context = perf::synthetic_context(cfg, context);
+    if (cfg.max_position_embeddings > 0 && context + n_prompt + n_decode > cfg.max_position_embeddings)
+        return std::fprintf(
+                   stderr,
+                   "model_bench: --context %lld + --prompt + --decode exceed the model's %lld positions\n",
+                   (long long)context, (long long)cfg.max_position_embeddings),
+               2;
     // Untimed runs first, as llama-bench does: the first step of a process pays for first touches (mmapped
     // weights paged in: 48% of a cold demo prefill was its embedding lookups), graph captures and workspace
     // growth, none of which a running server pays again.
     for (int64_t i = 0; i < warmup; ++i)
-        perf::measure_throughput(model, n_prompt, std::min<int64_t>(n_decode, 2), batch);
+        perf::measure_throughput(model, n_prompt, std::min<int64_t>(n_decode, 2), batch, {}, context);
     if (prof) prof->reset();
-    const perf::Throughput t = perf::measure_throughput(model, n_prompt, n_decode, batch, [&] {
-        if (!prof) return;
-        fmt::print("profile of the prefill ({} x {} tokens, one step):\n{}\n", batch, n_prompt,
-                   prof->markdown());
-        prof->reset();
-    });
+    const perf::Throughput t = perf::measure_throughput(
+        model, n_prompt, n_decode, batch,
+        [&] {
+            if (!prof) return;
+            fmt::print("profile of the prefill ({} x {} tokens, one step):\n{}\n", batch, n_prompt,
+                       prof->markdown());
+            prof->reset();
+        },
+        context);
     if (prof) fmt::print("profile of {} decode steps (batch {}):\n{}\n", n_decode, batch, prof->markdown());
     const auto& ws = model.weight_stats();
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
     fmt::print(
-        "backend {} precision {} graphs {} batch {} warm-up {}: prefill {} tokens in {:.3f} s = {:.1f} "
-        "tokens/s; "
-        "decode "
-        "{} steps in {:.3f} s = "
-        "{:.2f} tokens/s, {:.1f} ms/step\n",
-        backend_name, precision, graphs, batch, warmup, batch * n_prompt, t.prefill_seconds,
+        "backend {} precision {} graphs {} batch {} warm-up {} synthetic context {}: prefill {} tokens in "
+        "{:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = {:.2f} tokens/s, {:.1f} ms/step\n",
+        backend_name, precision, graphs, batch, warmup, context, batch * n_prompt, t.prefill_seconds,
         t.prefill_tokens_per_s(), n_decode, t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
     const model::StateSize ss = model.state_size();
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,

@@ -2,7 +2,8 @@
 # GPU time of every kernel of one decode step of the V4-Flash-shaped model with LAYERS layers (drawn in
 # memory) at batch BATCH, under Nsight Compute at the running clocks without cache flushes: the step's
 # kernels are those from the last `embed` group (every forward starts with one) to the end of the run.
-#   OUT=... [LAYERS=16] [BATCH=1] tools/gpu_ncu_layers.sh [carried-dir]   (on the GPU machine)
+# CONTEXT: a synthetic context of that many tokens before the prompt (model_bench --context).
+#   OUT=... [LAYERS=16] [BATCH=1] [CONTEXT=0] tools/gpu_ncu_layers.sh [carried-dir]   (on the GPU machine)
 set -uo pipefail
 dir=${1:-build-cuda-carry}
 OUT=${OUT:-/tmp/gpu_ncu_layers}; mkdir -p "$OUT"
@@ -12,7 +13,8 @@ ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 csv=$OUT/layers_b${BATCH:-1}.csv
 timeout "${NCU_TIMEOUT:-300}" "$ncu" --metrics gpu__time_duration.sum --clock-control none --cache-control none \
   --launch-count "${COUNT:-20000}" --csv "$dir/bin/model_bench" --preset flash --layers "${LAYERS:-16}" \
-  --backend cuda --batch "${BATCH:-1}" --prompt 16 --decode 2 --warmup 0 > "$csv" 2> "$OUT/ncu.err"
+  --backend cuda --batch "${BATCH:-1}" --context "${CONTEXT:-0}" --prompt 16 --decode 2 --warmup 0 > "$csv" \
+  2> "$OUT/ncu.err"
 echo "ncu exit $?"
 python3 - "$csv" <<'PY'
 import csv, sys, collections, re

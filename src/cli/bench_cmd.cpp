@@ -17,7 +17,7 @@ namespace di::cli {
 namespace {
 
 struct Options : GenOptions {
-    int64_t prompt = 256, decode = 16, batch = 1, warmup = 1, repetitions = 3;
+    int64_t prompt = 256, decode = 16, batch = 1, warmup = 1, repetitions = 3, context = 0;
     bool json = false, profile = false;
 };
 
@@ -54,8 +54,9 @@ std::string text_of(const Spread& s, int precision) {
 }
 
 int run_bench(const Options& o) {
-    if (o.prompt < 1 || o.decode < 1 || o.batch < 1 || o.warmup < 0 || o.repetitions < 1)
-        return fail("bench: --prompt, --decode, --batch and --repetitions must be >= 1, --warmup >= 0");
+    if (o.prompt < 1 || o.decode < 1 || o.batch < 1 || o.warmup < 0 || o.repetitions < 1 || o.context < 0)
+        return fail(
+            "bench: --prompt, --decode, --batch and --repetitions must be >= 1, --warmup and --context >= 0");
     const runtime::BackendChoice backend = runtime::resolve_backend(o.backend);
     auto lm = load_for_generation(o, o.profile);
     if (!lm) return fail(lm.error().message);
@@ -63,16 +64,26 @@ int run_bench(const Options& o) {
     std::vector<ops::OpProfile> prefill_ops, decode_ops;  // of the last run
     const auto& cfg = lm->model->config();
     const auto& ws = lm->model->weight_stats();
-    for (int64_t i = 0; i < o.warmup; ++i) perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch);
+    const int64_t context = perf::synthetic_context(cfg, o.context);
+    if (cfg.max_position_embeddings > 0 && context + o.prompt + o.decode > cfg.max_position_embeddings)
+        return fail(
+            fmt::format("bench: --context {} + --prompt {} + --decode {} exceed the model's {} positions "
+                        "(max_position_embeddings)",
+                        context, o.prompt, o.decode, cfg.max_position_embeddings));
+    for (int64_t i = 0; i < o.warmup; ++i)
+        perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch, {}, context);
     std::vector<double> prefill, decode, ms;
     for (int64_t i = 0; i < o.repetitions; ++i) {
         const bool last = i + 1 == o.repetitions;
         if (prof && last) prof->reset();
-        const perf::Throughput t = perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch, [&] {
-            if (!prof || !last) return;
-            prefill_ops = prof->table();
-            prof->reset();
-        });
+        const perf::Throughput t = perf::measure_throughput(
+            *lm->model, o.prompt, o.decode, o.batch,
+            [&] {
+                if (!prof || !last) return;
+                prefill_ops = prof->table();
+                prof->reset();
+            },
+            context);
         if (prof && last) decode_ops = prof->table();
         prefill.push_back(t.prefill_tokens_per_s());
         decode.push_back(t.decode_tokens_per_s());
@@ -93,6 +104,7 @@ int run_bench(const Options& o) {
                                   {"backend", backend.name},
                                   {"backend_reason", backend.why},
                                   {"batch", o.batch},
+                                  {"context", context},
                                   {"prompt_tokens", o.prompt},
                                   {"decode_steps", o.decode},
                                   {"warmup", o.warmup},
@@ -109,8 +121,9 @@ int run_bench(const Options& o) {
     fmt::print("model: {} layers, hidden {}, {:.1f} M params ({:.1f} M active), {:.1f} MiB weights\n",
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
-    fmt::print("backend {} ({}), batch {}, {} run(s) after {} warm-up run(s):\n", backend.name, backend.why,
-               o.batch, o.repetitions, o.warmup);
+    fmt::print("backend {} ({}), batch {}, {} run(s) after {} warm-up run(s){}:\n", backend.name, backend.why,
+               o.batch, o.repetitions, o.warmup,
+               context > 0 ? fmt::format(", after a synthetic context of {} tokens", context) : "");
     fmt::print("  prefill {} tokens: {} tokens/s\n", o.batch * o.prompt, text_of(p, 1));
     fmt::print("  decode {} steps: {} tokens/s, {} ms/step\n", o.decode, text_of(d, 2), text_of(m, 2));
     fmt::print("state per sequence: {:.1f} KiB fixed + {:.1f} B/token", double(ss.fixed_bytes) / 1024,
@@ -132,6 +145,11 @@ std::function<int()> setup(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--decode", o->decode, "greedy decode steps")->capture_default_str();
     app.add_option("--batch", o->batch, "sequences per step")->capture_default_str();
+    app.add_option("--context", o->context,
+                   "tokens each sequence holds before its prompt: a synthetic state with random contents (no "
+                   "prefill of them), rounded up to a multiple of the largest compression rate, so decode is "
+                   "measured at a long context")
+        ->capture_default_str();
     app.add_option("--warmup", o->warmup, "runs before the measured ones (not reported)")
         ->capture_default_str();
     app.add_option("-r,--repetitions", o->repetitions, "measured runs (mean, spread, min, max)")

@@ -299,7 +299,9 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
                         .overlap = overlap});
         n_entries[c] = before + n_new;
     }
-    be_->compresses(jobs);  // each sequence its own state
+    be_->compresses(jobs);           // each sequence its own state
+    std::vector<RmsNormArgs> norms;  // the new entries of every sequence that closed a window
+    std::vector<RopeArgs> ropes;
     for (size_t c = 0; c < jobs.size(); ++c) {
         const TensorView& out = jobs[c].out;
         const int64_t n_new = out.shape[0];
@@ -307,8 +309,10 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
         RopeArgs r = rope_proto;  // an entry sits at the first position of its window
         r.x = as3d(out, n_new, 1, d);
         r.positions = entry_positions(rate, n_entries[c] - n_new, n_new);
-        be_->rms_norm_rope({.x = out, .weight = cw.norm, .y = out, .eps = float(cfg_.rms_norm_eps)}, r);
+        norms.push_back({.x = out, .weight = cw.norm, .y = out, .eps = float(cfg_.rms_norm_eps)});
+        ropes.push_back(r);
     }
+    be_->rms_norm_ropes(norms, ropes);
 }
 
 void DeepseekV4::attention_layer(int l, Step& s) {

@@ -19,6 +19,10 @@ class RanksState final : public SequenceState {
         n_tokens_ = 0;
         for (auto& p : parts_) p->reset();
     }
+    void fill_synthetic(int64_t n_tokens, uint32_t seed) override {
+        for (auto& p : parts_) p->fill_synthetic(n_tokens, seed);  // the same on every rank
+        n_tokens_ = n_tokens;
+    }
 
   private:
     std::vector<std::unique_ptr<SequenceState>> parts_;

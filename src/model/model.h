@@ -33,6 +33,10 @@ class SequenceState {
     void advance(int64_t n) { n_tokens_ += n; }
     // Forget everything (the memory is reused by the next sequence).
     virtual void reset() = 0;
+    // Benchmarks only: the state a fresh sequence would have after n_tokens tokens (a multiple of every
+    // compression rate), with random contents: a decode step then reads the bytes it reads at that context,
+    // without a prefill of n_tokens first. Its outputs mean nothing.
+    virtual void fill_synthetic(int64_t n_tokens, uint32_t seed) = 0;
 
   protected:
     explicit SequenceState(int64_t capacity) : capacity_(capacity) {}

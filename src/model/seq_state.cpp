@@ -1,5 +1,11 @@
 #include "model/seq_state.h"
 
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "core/check.h"
+
 namespace di::model {
 namespace {
 
@@ -43,6 +49,7 @@ StateSize deepseek_v4_state_size(const ModelConfig& c) {
 
 DeepseekV4State::DeepseekV4State(const ModelConfig& c, ops::Backend& backend, int64_t capacity)
     : SequenceState(capacity), layers_(size_t(c.n_layers)), backend_(&backend) {
+    for (int l = 0; l < int(c.n_layers); ++l) rates_.push_back(c.compress_rate(l));
     int64_t floats = 0;
     for_each_tensor(c, capacity, nullptr, [&](TensorView*, int64_t r, int64_t col) { floats += r * col; });
     bytes_ = floats * 4;
@@ -58,6 +65,27 @@ DeepseekV4State::DeepseekV4State(const ModelConfig& c, ops::Backend& backend, in
 void DeepseekV4State::reset() {
     n_tokens_ = 0;
     backend_->fill_zero(mem_.view());
+}
+
+void DeepseekV4State::fill_synthetic(int64_t n_tokens, uint32_t seed) {
+    DI_CHECK(n_tokens >= 0 && n_tokens <= capacity_, "synthetic context of {} tokens in a state for {}",
+             n_tokens, capacity_);
+    for (size_t l = 0; l < rates_.size(); ++l)
+        DI_CHECK(rates_[l] == 0 || n_tokens % rates_[l] == 0,
+                 "synthetic context of {} tokens: not a multiple of layer {}'s compression rate {}", n_tokens,
+                 l, rates_[l]);
+    // One block of random values, copied over the whole state: the contents only need to be finite and
+    // unequal (the indexer's top-k orders them).
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> block(size_t(1) << 20);
+    for (float& v : block) v = u(rng);
+    const TensorView all = mem_.view();
+    for (int64_t at = 0; at < all.numel(); at += int64_t(block.size())) {
+        const int64_t n = std::min<int64_t>(int64_t(block.size()), all.numel() - at);
+        backend_->copy(all.rows(at, n), TensorView::contiguous(block.data(), DType::kF32, {n}));
+    }
+    n_tokens_ = n_tokens;
 }
 
 }  // namespace di::model

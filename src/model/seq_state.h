@@ -32,8 +32,10 @@ class DeepseekV4State final : public SequenceState {
     DeepseekV4State(const ModelConfig& cfg, ops::Backend& backend, int64_t capacity);
     LayerState& layer(int i) { return layers_[size_t(i)]; }
     void reset() override;
+    void fill_synthetic(int64_t n_tokens, uint32_t seed) override;
 
   private:
+    std::vector<int64_t> rates_;  // per layer: its compression rate, 0 for sliding layers
     Tensor mem_;
     std::vector<LayerState> layers_;
     ops::Backend* backend_;

@@ -109,6 +109,14 @@ class Backend {
         rms_norm(norm);
         rope(r);
     }
+    // Several independent rms_norm_rope pairs (job i: norms[i] then ropes[i]; no job reads another's
+    // output), as rms_norm_rope() on each, which is what this default does; a backend may run them in one
+    // launch (the compressor entries that the step's sequences close).
+    virtual void rms_norm_ropes(std::span<const RmsNormArgs> norms, std::span<const RopeArgs> ropes) {
+        DI_CHECK(norms.size() == ropes.size(), "rms_norm_ropes: {} norms, {} ropes", norms.size(),
+                 ropes.size());
+        for (size_t i = 0; i < norms.size(); ++i) rms_norm_rope(norms[i], ropes[i]);
+    }
     virtual void mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& norm) {
         mhc_pre(pre);
         rms_norm(norm);

@@ -11,18 +11,25 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
+int64_t synthetic_context(const model::ModelConfig& cfg, int64_t tokens) {
+    int64_t rate = 1;
+    for (int l = 0; l < int(cfg.n_layers); ++l) rate = std::max(rate, cfg.compress_rate(l));
+    return (std::max<int64_t>(tokens, 0) + rate - 1) / rate * rate;
+}
+
 Throughput measure_throughput(model::Model& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
-                              const std::function<void()>& after_prefill) {
+                              const std::function<void()>& after_prefill, int64_t context) {
     const auto& cfg = model.config();
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int64_t i = 0; i < n_prompt; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % cfg.vocab_size);
     std::vector<std::unique_ptr<model::SequenceState>> states;
     std::vector<model::SeqChunk> chunks;
     for (int64_t b = 0; b < batch; ++b) {
-        states.push_back(model.new_state(n_prompt + n_decode));
+        states.push_back(model.new_state(context + n_prompt + n_decode));
+        if (context > 0) states.back()->fill_synthetic(context, uint32_t(b + 1));
         chunks.push_back({states.back().get(), prompt, false});
     }
-    Throughput t{batch, n_prompt, n_decode};
+    Throughput t{batch, n_prompt, n_decode, context};
     auto t0 = std::chrono::steady_clock::now();
     model::GreedyRows picks = model.forward_greedy(chunks);  // greedy per sequence: only ids cross
     t.prefill_seconds = seconds_since(t0);

@@ -1,5 +1,7 @@
 // Throughput measurement shared by `deepinfer bench` and bench/model_bench: B sequences prefilled with one
-// prompt of N tokens in one step, then D steps of B greedy single-token decodes.
+// prompt of N tokens in one step, then D steps of B greedy single-token decodes; with a context of C tokens,
+// each sequence first holds a synthetic state of C tokens (SequenceState::fill_synthetic: random contents,
+// so a decode step reads what it reads at that context without a prefill of C tokens).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,7 @@
 namespace di::perf {
 
 struct Throughput {
-    int64_t batch = 1, prompt_tokens = 0, decode_steps = 0;
+    int64_t batch = 1, prompt_tokens = 0, decode_steps = 0, context = 0;
     double prefill_seconds = 0, decode_seconds = 0;
     double prefill_tokens_per_s() const { return double(batch * prompt_tokens) / prefill_seconds; }
     double decode_tokens_per_s() const { return double(batch * decode_steps) / decode_seconds; }
@@ -19,6 +21,10 @@ struct Throughput {
 
 // `after_prefill` (optional) runs between the prefill and the first decode step (a profiler's split).
 Throughput measure_throughput(model::Model& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
-                              const std::function<void()>& after_prefill = {});
+                              const std::function<void()>& after_prefill = {}, int64_t context = 0);
+
+// The synthetic context nearest above `tokens` that the model can hold: a multiple of its largest
+// compression rate.
+int64_t synthetic_context(const model::ModelConfig& cfg, int64_t tokens);
 
 }  // namespace di::perf

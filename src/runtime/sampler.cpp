@@ -28,6 +28,99 @@ bool allows(std::span<const uint32_t> mask, size_t v) { return (mask[v / 32] >> 
 
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
+namespace {
+
+// Per-thread buffers of the vocabulary's size, reused from draw to draw: fresh ones of a megabyte each cost
+// page faults on every token (a third of the draw's time).
+struct Scratch {
+    std::vector<double> z, e;
+    std::vector<int32_t> order;
+};
+Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+}
+
+// The ids in descending order of z (ties: the lower id first), sorted only as far as it is read: a draw
+// mostly reads the first few dozen of the vocabulary, and a full sort of 129K ids costs milliseconds.
+class Ranking {
+  public:
+    Ranking(const std::vector<double>& z, std::vector<int32_t>& order) : z_(z), order_(order) {
+        order_.resize(z.size());
+        std::iota(order_.begin(), order_.end(), 0);
+    }
+    int32_t at(size_t i) {
+        if (i >= sorted_) extend(i + 1);
+        return order_[i];
+    }
+
+  private:
+    void extend(size_t need) {
+        const size_t c = std::min(order_.size(), std::max({need, 4 * sorted_, size_t(64)}));
+        auto better = [this](int32_t a, int32_t b) {
+            return z_[size_t(a)] > z_[size_t(b)] || (z_[size_t(a)] == z_[size_t(b)] && a < b);
+        };
+        const auto from = order_.begin() + long(sorted_), to = order_.begin() + long(c);
+        std::partial_sort(from, to, order_.end(), better);  // a heap of c: most ids fail one comparison
+        sorted_ = c;
+    }
+    const std::vector<double>& z_;
+    std::vector<int32_t>& order_;
+    size_t sorted_ = 0;
+};
+
+}  // namespace
+
+// Temperature, top-k, min-p and top-p over z (penalised, barred ids at -inf), then a draw: the kept ids are
+// a prefix of the ranking, each with probability exp(z / T - max / T) / sum, where sum runs over the kept
+// ids before min-p and top-p (over the ranking's prefix when top-k cuts, else over every id that is not
+// barred, in id order).
+int32_t Sampler::draw(const std::vector<double>& z) {
+    const double neg_inf = -std::numeric_limits<double>::infinity(), T = p_.temperature;
+    const size_t V = z.size();
+    const size_t n_ok = V - size_t(std::count(z.begin(), z.end(), neg_inf));
+    if (n_ok == 0) return 0;  // every id barred: id 0, as the greedy path
+    size_t keep = p_.top_k > 0 ? std::min(V, size_t(p_.top_k)) : V;
+    keep = std::min(keep, n_ok);  // never fall back on a barred id
+    Ranking rank(z, scratch().order);
+    const double m = z[size_t(rank.at(0))] / T;
+    double sum = 0;
+    std::vector<double>& e = scratch().e;  // exp(z / T - m) of every id, where the sum runs over all
+    if (keep < n_ok) {
+        for (size_t i = 0; i < keep; ++i) sum += std::exp(z[size_t(rank.at(i))] / T - m);
+    } else {
+        e.resize(V);
+        for (size_t v = 0; v < V; ++v) sum += e[v] = std::exp(z[v] / T - m);  // exp(-inf) = 0
+    }
+    auto prob = [&](size_t i) { return std::exp(z[size_t(rank.at(i))] / T - m) / sum; };
+    const size_t before_cuts = keep;
+    if (p_.min_p > 0.0f) {  // drop tokens below min_p * p(best)
+        const double floor = p_.min_p * prob(0);
+        size_t k = 1;
+        while (k < keep && prob(k) >= floor) ++k;
+        keep = k;
+    }
+    if (p_.top_p < 1.0f) {  // smallest prefix with mass >= top_p
+        double mass = 0;
+        size_t k = 0;
+        while (k < keep && (k == 0 || mass < p_.top_p)) mass += prob(k++);
+        keep = k;
+    }
+    double total = 0;
+    if (keep == before_cuts && keep == n_ok) {
+        for (double x : e) total += x / sum;
+    } else {
+        for (size_t i = 0; i < keep; ++i) total += prob(i);
+    }
+    double r = uniform() * total;
+    for (size_t i = 0; i < keep; ++i) {
+        const double q = prob(i);
+        if (r < q) return rank.at(i);
+        r -= q;
+    }
+    return rank.at(keep - 1);
+}
+
 SampledToken Sampler::sample(std::span<const float> logits, std::span<const int32_t> context,
                              std::span<const int32_t> generated, std::span<const int32_t> suppressed,
                              std::span<const uint32_t> allowed) {
@@ -52,7 +145,8 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
         return out;
     }
 
-    std::vector<double> z(logits.begin(), logits.end());
+    std::vector<double>& z = scratch().z;
+    z.assign(logits.begin(), logits.end());
     if (p_.repetition_penalty != 1.0f) {
         std::vector<bool> seen(V, false);
         for (int32_t t : context) seen[size_t(t)] = true;
@@ -73,46 +167,7 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
     if (p_.temperature <= 0.0f) {  // greedy: first maximum, no sort
         out.id = int32_t(std::max_element(z.begin(), z.end()) - z.begin());
     } else {
-        std::vector<int32_t> order(V);
-        std::iota(order.begin(), order.end(), 0);
-        auto better = [&](int32_t a, int32_t b) {
-            return z[size_t(a)] > z[size_t(b)] || (z[size_t(a)] == z[size_t(b)] && a < b);
-        };
-        if (p_.top_k > 0 && size_t(p_.top_k) < V)
-            std::partial_sort(order.begin(), order.begin() + p_.top_k, order.end(), better);
-        else
-            std::sort(order.begin(), order.end(), better);
-        size_t keep = V;
-        if (p_.top_k > 0) keep = std::min(keep, size_t(p_.top_k));
-        while (keep > 1 && z[size_t(order[keep - 1])] == neg_inf) --keep;  // never fall back on a barred id
-        std::vector<double> prob(keep);
-        const double m = z[size_t(order[0])] / p_.temperature;
-        double sum = 0;
-        for (size_t i = 0; i < keep; ++i)
-            sum += (prob[i] = std::exp(z[size_t(order[i])] / p_.temperature - m));
-        for (double& q : prob) q /= sum;
-        if (p_.min_p > 0.0f) {  // drop tokens below min_p * p(best)
-            size_t k = 1;
-            while (k < keep && prob[k] >= p_.min_p * prob[0]) ++k;
-            keep = k;
-        }
-        if (p_.top_p < 1.0f) {  // smallest prefix with mass >= top_p
-            double mass = 0;
-            size_t k = 0;
-            while (k < keep && (k == 0 || mass < p_.top_p)) mass += prob[k++];
-            keep = k;
-        }
-        double total = 0;
-        for (size_t i = 0; i < keep; ++i) total += prob[i];
-        double r = uniform() * total;
-        out.id = order[keep - 1];
-        for (size_t i = 0; i < keep; ++i) {
-            if (r < prob[i]) {
-                out.id = order[i];
-                break;
-            }
-            r -= prob[i];
-        }
+        out.id = draw(z);
     }
     finish_logprobs(out, logits);
     return out;

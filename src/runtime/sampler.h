@@ -48,7 +48,8 @@ class Sampler {
     const SamplingParams& params() const { return p_; }
 
   private:
-    double uniform();  // [0, 1), identical on every platform for a given seed
+    double uniform();                            // [0, 1), identical on every platform for a given seed
+    int32_t draw(const std::vector<double>& z);  // temperature > 0: the sampled id
     void finish_logprobs(SampledToken& out, std::span<const float> logits) const;  // when asked for
     SamplingParams p_;
     std::mt19937_64 rng_;

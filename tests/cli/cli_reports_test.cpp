@@ -47,6 +47,21 @@ TEST(CliReports, BenchJsonHasEveryRunAndItsSpread) {
     }
 }
 
+// --context: decode after a synthetic state of that many tokens, rounded up to the largest compression rate
+// (the fixture's HCA rate, 16); past max_position_embeddings a one-line error.
+TEST(CliReports, BenchContextIsRoundedAndBounded) {
+    const CliRun r = run_cli("bench --model " + kFixture.string() +
+                             " --backend cpu --prompt 3 --decode 2 -r 1 --warmup 0 --context 100 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["context"], 112);
+    EXPECT_GT(j["decode_tokens_per_s"]["mean"].get<double>(), 0);
+    const CliRun too_long = run_cli("bench --model " + kFixture.string() +
+                                    " --backend cpu --prompt 3 --decode 2 --context 16380");
+    EXPECT_NE(too_long.rc, 0);
+    EXPECT_NE(too_long.err.find("exceed the model's 16384 positions"), std::string::npos) << too_long.err;
+}
+
 // --profile: the last run's ops, prefill and decode apart; one step's counts follow from the config (the
 // head once per step, the routed experts once per layer, the embedding once per hyper-connection stream).
 TEST(CliReports, BenchProfileSplitsPrefillAndDecode) {

@@ -1,7 +1,7 @@
-// compresses() and indexer_topks(): several sequences' calls at once (one launch pair each on CUDA) give
-// bit for bit what compress() and indexer_topk() give on each alone, which cuda_attention_test.cpp checks
-// against the reference; mixed shapes in one batch (the compressor table's cases: decode and prefill chunks,
-// windows closing or not).
+// compresses(), indexer_topks() and rms_norm_ropes(): several sequences' calls at once (one launch or launch
+// pair each on CUDA) give bit for bit what compress(), indexer_topk() and rms_norm_rope() give on each alone,
+// which cuda_attention_test.cpp and cuda_fused_test.cpp check against the reference; mixed shapes in one
+// batch (the compressor table's cases: decode and prefill chunks, windows closing or not).
 #include <cstring>
 
 #include "gpu_test_util.h"
@@ -121,6 +121,57 @@ TEST(CudaBatchedState, IndexerTopksEqualEachAlone) {
     EXPECT_EQ(b.gpu->dispatch_count("indexer_topk", "warp_heads") - before, int64_t(n));
     for (size_t i = 0; i < n; ++i)
         EXPECT_TRUE(same_bits<int32_t>(picks_alone[i], picks_batched[i])) << "job " << i;
+}
+
+// The compressor entries that a step's sequences close: each job its own rows, positions and width class
+// (512-wide attention entries, 128-wide indexer entries), one launch for all.
+TEST(CudaBatchedState, RmsNormRopesEqualEachAlone) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    struct Job {
+        int64_t n, heads, hd, half;
+        DType wdt;
+    };
+    const Job spec[] = {{1, 1, 512, 32, DType::kBF16}, {3, 1, 512, 32, DType::kBF16},
+                        {1, 1, 512, 32, DType::kF32},  {2, 4, 128, 32, DType::kBF16},
+                        {1, 1, 64, 8, DType::kF32},    {5, 1, 512, 32, DType::kBF16}};
+    const size_t n = std::size(spec);
+    std::vector<Pair> x_alone, x_batched, w, pos, freq;
+    for (const Job& j : spec) {
+        x_alone.push_back(Pair(DType::kF32, {j.n * j.heads, j.hd}));
+        fill_uniform(x_alone.back(), -4, 4);
+        x_batched.push_back(Pair(DType::kF32, {j.n * j.heads, j.hd}));
+        copy_into(x_alone.back(), x_batched.back());
+        w.push_back(Pair(j.wdt, {j.hd}));
+        fill_uniform(w.back(), 0.5, 1.5);
+        pos.push_back(Pair(DType::kI32, {j.n}));
+        auto* p = static_cast<int32_t*>(pos.back().hv().data);
+        for (int64_t t = 0; t < j.n; ++t) p[t] = int32_t(4 * (1000 * int64_t(pos.size()) + t));
+        pos.back().upload();
+        freq.push_back(Pair(DType::kF32, {j.half}));
+        fill_uniform(freq.back(), 0.0, 1.0);
+    }
+    auto norm = [&](Pair& x, size_t i) {
+        return ops::RmsNormArgs{.x = x.dv(), .weight = w[i].dv(), .y = x.dv(), .eps = 1e-6f};
+    };
+    auto rope = [&](Pair& x, size_t i) {
+        const Job& j = spec[i];
+        ops::RopeArgs r;
+        r.x = x.dv().reshape({j.n, j.heads, j.hd});
+        r.positions = pos[i].dv(), r.inv_freq = freq[i].dv(), r.mscale = 1.25f;
+        return r;
+    };
+    std::vector<ops::RmsNormArgs> norms;
+    std::vector<ops::RopeArgs> ropes;
+    for (size_t i = 0; i < n; ++i) {
+        b.gpu->rms_norm_rope(norm(x_alone[i], i), rope(x_alone[i], i));
+        norms.push_back(norm(x_batched[i], i));
+        ropes.push_back(rope(x_batched[i], i));
+    }
+    const int64_t before = b.gpu->dispatch_count("rms_norm_rope", "fused");
+    b.gpu->rms_norm_ropes(norms, ropes);
+    EXPECT_EQ(b.gpu->dispatch_count("rms_norm_rope", "fused") - before, int64_t(n));
+    for (size_t i = 0; i < n; ++i) EXPECT_TRUE(same_bits<float>(x_alone[i], x_batched[i])) << "job " << i;
 }
 
 }  // namespace

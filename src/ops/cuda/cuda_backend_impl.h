@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -83,7 +84,7 @@ class DeviceScratch final : public cuda::Scratch {
         uint32_t generation = 0;
     };
     Allocator& alloc_;
-    std::array<Slot, 12> slots_{};
+    std::array<Slot, 13> slots_{};
     uint32_t touched_ = 0;
 };
 
@@ -147,6 +148,7 @@ class CudaBackend final : public Backend {
     void moe_combine_pass(const MoeArgs& a);  // MoeArgs::Pass::kCombine
     // cuda_fused_ops.cpp
     void rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) override;
+    void rms_norm_ropes(std::span<const RmsNormArgs> norms, std::span<const RopeArgs> ropes) override;
     void mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& norm) override;
     void hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& norm) override;
     void add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) override;
@@ -219,6 +221,7 @@ class CudaBackend final : public Backend {
     bool mhc_takes_split(const OpVariants& ov, const cuda::MhcParams& p) const;
     bool fused_mhc_norm(OpVariants& pair, OpVariants& mhc, const cuda::MhcParams& p, const TensorView& out,
                         const RmsNormArgs& norm, const char* mhc_op);  // cuda_fused_ops.cpp
+    std::optional<cuda::NormRopeJob> norm_rope_job(const RmsNormArgs& norm, const RopeArgs& r);  // same
     OpVariants* variants_of(std::string_view op);
     const OpVariants* variants_of(std::string_view op) const {
         return const_cast<CudaBackend*>(this)->variants_of(op);

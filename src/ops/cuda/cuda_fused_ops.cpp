@@ -1,6 +1,8 @@
 // CudaBackend's fused pairs (Backend::rms_norm_rope, mhc_pre_norm, hc_head_norm, add_mhc_post): each checks
 // both ops' args and that the second op reads exactly what the first writes, then runs one launch
 // (variant "fused") or, where that does not hold or the allow-list leaves it out, the two ops ("separate").
+#include <optional>
+
 #include "ops/cuda/cuda_backend_impl.h"
 
 namespace di::ops::cuda_impl {
@@ -30,8 +32,8 @@ void check_norm(const RmsNormArgs& n) {
 
 }  // namespace
 
-void CudaBackend::rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) {
-    if (replaying()) return;
+// The fused kernel's job for one pair, or nothing where dispatch runs the two ops (counted either way).
+std::optional<cuda::NormRopeJob> CudaBackend::norm_rope_job(const RmsNormArgs& norm, const RopeArgs& r) {
     check_norm(norm);
     check(r);
     device_args(r, "rope");
@@ -47,23 +49,41 @@ void CudaBackend::rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) {
             return i != kFused || (chained && cuda::rms_norm_rope_supported(x.shape[2], half));
         },
         [&] { return fmt::format("rope.x {} after norm.y {}", x.describe(), norm.y.describe()); });
-    if (v != kFused) {
-        rms_norm(norm);
-        rope(r);
-        return;
+    if (v != kFused) return std::nullopt;
+    return cuda::NormRopeJob{.x = f32(norm.x),
+                             .ldx = ld(norm.x),
+                             .norm = norm_out(norm),
+                             .rope = {.x = f32m(x),
+                                      .s0 = x.stride[0],
+                                      .s1 = x.stride[1],
+                                      .n = x.shape[0],
+                                      .heads = x.shape[1],
+                                      .hd = x.shape[2],
+                                      .pos = r.positions.ptr<int32_t>(),
+                                      .inv_freq = f32(r.inv_freq),
+                                      .half = half,
+                                      .mscale = r.mscale,
+                                      .inverse = r.inverse}};
+}
+
+void CudaBackend::rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) {
+    rms_norm_ropes({&norm, 1}, {&r, 1});
+}
+
+void CudaBackend::rms_norm_ropes(std::span<const RmsNormArgs> norms, std::span<const RopeArgs> ropes) {
+    if (replaying()) return;
+    DI_CHECK(norms.size() == ropes.size(), "rms_norm_ropes: {} norms, {} ropes", norms.size(), ropes.size());
+    std::vector<cuda::NormRopeJob> jobs;
+    for (size_t i = 0; i < norms.size(); ++i) {
+        if (auto j = norm_rope_job(norms[i], ropes[i])) {
+            jobs.push_back(*j);
+        } else {
+            rms_norm(norms[i]);
+            rope(ropes[i]);
+        }
     }
-    const cuda::RopeParams p{.x = f32m(x),
-                             .s0 = x.stride[0],
-                             .s1 = x.stride[1],
-                             .n = x.shape[0],
-                             .heads = x.shape[1],
-                             .hd = x.shape[2],
-                             .pos = r.positions.ptr<int32_t>(),
-                             .inv_freq = f32(r.inv_freq),
-                             .half = half,
-                             .mscale = r.mscale,
-                             .inverse = r.inverse};
-    cuda::launch_rms_norm_rope(f32(norm.x), ld(norm.x), norm_out(norm), p, stream_);
+    if (jobs.empty()) return;
+    cuda::launch_rms_norm_ropes(jobs.data(), int64_t(jobs.size()), scratch_, stream_);
     launched("rms_norm"), launched("rope");
 }
 

@@ -112,11 +112,9 @@ __global__ void __launch_bounds__(256)
 // in lanes (2j, 2j + 1) of one warp (c = threadIdx.x + 256 i, c - (hd - 2 half) even), so each lane takes
 // its partner's normed value by one shuffle. The products are rope_kernel's, in the same order.
 template <int kPer>
-__global__ void __launch_bounds__(256)
-    rms_norm_rope_kernel(const float* x, int64_t ldx, NormOut norm, RopeParams rp) {
-    allow_early_next();
-    __shared__ double red[32];
-    const int64_t r = blockIdx.x, t = r / rp.heads, off = rp.hd - 2 * rp.half;
+__device__ __forceinline__ void rms_norm_rope_row(const float* x, int64_t ldx, const NormOut& norm,
+                                                  const RopeParams& rp, int64_t r, double* red) {
+    const int64_t t = r / rp.heads, off = rp.hd - 2 * rp.half;
     const float pos = float(rp.pos[t]);
     float f[kPer];  // each column's inverse frequency, loaded before the norm's reduction
 #pragma unroll
@@ -140,6 +138,24 @@ __global__ void __launch_bounds__(256)
         }
         if (c < rp.hd) norm.y[r * norm.ld_y + c] = v[i];
     }
+}
+
+template <int kPer>
+__global__ void __launch_bounds__(256)
+    rms_norm_rope_kernel(const float* x, int64_t ldx, NormOut norm, RopeParams rp) {
+    allow_early_next();
+    __shared__ double red[32];
+    rms_norm_rope_row<kPer>(x, ldx, norm, rp, blockIdx.x, red);
+}
+
+// Job blockIdx.y of a batch, its row blockIdx.x; blocks past the job's rows return at once.
+template <int kPer>
+__global__ void __launch_bounds__(256) rms_norm_ropes_kernel(const NormRopeJob* jobs) {
+    allow_early_next();
+    __shared__ double red[32];
+    const NormRopeJob& j = jobs[blockIdx.y];
+    if (int64_t(blockIdx.x) < j.rope.n * j.rope.heads)
+        rms_norm_rope_row<kPer>(j.x, j.ldx, j.norm, j.rope, blockIdx.x, red);
 }
 
 // One thread per (row, head, pair).
@@ -291,6 +307,23 @@ void launch_rms_norm_rope(const float* x, int64_t ldx, const NormOut& norm, cons
         rms_norm_rope_kernel<4><<<unsigned(rows), 256, 0, st>>>(x, ldx, norm, rope);
     else
         rms_norm_rope_kernel<16><<<unsigned(rows), 256, 0, st>>>(x, ldx, norm, rope);
+}
+
+void launch_rms_norm_ropes(const NormRopeJob* jobs, int64_t count, Scratch& scratch, Stream s) {
+    if (count == 1) return launch_rms_norm_rope(jobs[0].x, jobs[0].ldx, jobs[0].norm, jobs[0].rope, s);
+    int64_t rows = 0, hd = 0;
+    for (int64_t i = 0; i < count; ++i)
+        rows = std::max(rows, jobs[i].rope.n * jobs[i].rope.heads), hd = std::max(hd, jobs[i].rope.hd);
+    if (rows == 0) return;
+    auto* dev = static_cast<NormRopeJob*>(scratch.get(12, size_t(count) * sizeof(NormRopeJob)));
+    const cudaStream_t st = as_stream(s);
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs, size_t(count) * sizeof(NormRopeJob), cudaMemcpyHostToDevice,
+                                  st));  // pageable: staged before the call returns
+    const dim3 grid{unsigned(rows), unsigned(count)};
+    if (hd <= 256 * 4)
+        rms_norm_ropes_kernel<4><<<grid, 256, 0, st>>>(dev);
+    else
+        rms_norm_ropes_kernel<16><<<grid, 256, 0, st>>>(dev);
 }
 
 const char* last_launch_error() {

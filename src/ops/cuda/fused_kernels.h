@@ -22,6 +22,15 @@ struct NormOut {
 // launch_rms_norm and the same products as launch_rope: bit-identical to the two launches.
 bool rms_norm_rope_supported(int64_t hd, int64_t half);  // hd even, <= 4096; 2 * half <= hd
 void launch_rms_norm_rope(const float* x, int64_t ldx, const NormOut& norm, const RopeParams& rope, Stream s);
+// Several independent rms_norm_rope calls (each rms_norm_rope_supported) in one launch over a job table
+// (scratch slot 12): the same bits as each call alone.
+struct NormRopeJob {
+    const float* x;
+    int64_t ldx;
+    NormOut norm;
+    RopeParams rope;
+};
+void launch_rms_norm_ropes(const NormRopeJob* jobs, int64_t count, Scratch& scratch, Stream s);
 
 // mhc_pre or hc_head on the split_k kernels (mhc_split_supported), with the norm of each token's x in the
 // finish kernel (its collapse threads' sum of squares: another order than launch_rms_norm's, so the

@@ -17,11 +17,11 @@ enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 class Scratch {
   public:
     virtual ~Scratch() = default;
-    // A buffer of at least `bytes` for slot `slot` (0..11), valid until the next get of the same slot.
+    // A buffer of at least `bytes` for slot `slot` (0..12), valid until the next get of the same slot.
     // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 the cuBLASLt
     // variants' temporaries (fp8 GEMM inputs; bf16x3 pieces and products), 8 activation chunks of the mma
     // variants (moe, linear), 9 window_stores' job table, 10 launch_compresses' job table, 11
-    // launch_indexer_topks' job table.
+    // launch_indexer_topks' job table, 12 launch_rms_norm_ropes' job table.
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
