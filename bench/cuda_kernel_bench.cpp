@@ -449,38 +449,64 @@ void bench_mhc(std::vector<Row>& rows, cudaStream_t s, int64_t n) {
 
 // The indexer's decode step for one query: scores of 64 heads x 128 over T compressed entries, then the
 // top-min(512, T). Bytes: the keys read once + q.
-void bench_indexer(std::vector<Row>& rows, cudaStream_t s, const char* name, int64_t T) {
+// `jobs` sequences' decode queries at once (launch_indexer_topks), each with keys of its own.
+void bench_indexer(std::vector<Row>& rows, cudaStream_t s, const char* name, int64_t T, int64_t jobs = 1) {
     const int64_t H = 64, dim = 128, k = std::min<int64_t>(512, T);
     float* q = static_cast<float*>(random_device(size_t(H * dim) * 4, 2));
     float* w = static_cast<float*>(random_device(size_t(H) * 4, 2));
-    float* keys = static_cast<float*>(random_device(size_t(T * dim) * 4, 2));
+    float* keys = static_cast<float*>(random_device(size_t(jobs * T * dim) * 4, 2));
     int32_t* picks = nullptr;
-    DI_CUDA_CHECK(cudaMalloc(&picks, size_t(k) * 4));
-    IndexerParams p{.q = q,
-                    .q_s0 = H * dim,
-                    .q_s1 = dim,
-                    .w = w,
-                    .ld_w = H,
-                    .keys = keys,
-                    .ld_keys = dim,
-                    .picks = picks,
-                    .ld_picks = k,
-                    .L = 1,
-                    .H = H,
-                    .dim = dim,
-                    .T = T,
-                    .k = k,
-                    .pos0 = 4 * T,
-                    .rate = 4,
-                    .weight_scale = 0.125f,
-                    .score_scale = 0.088f};
+    DI_CUDA_CHECK(cudaMalloc(&picks, size_t(jobs * k) * 4));
+    std::vector<IndexerParams> ps;
+    for (int64_t j = 0; j < jobs; ++j)
+        ps.push_back({.q = q,
+                      .q_s0 = H * dim,
+                      .q_s1 = dim,
+                      .w = w,
+                      .ld_w = H,
+                      .keys = keys + j * T * dim,
+                      .ld_keys = dim,
+                      .picks = picks + j * k,
+                      .ld_picks = k,
+                      .L = 1,
+                      .H = H,
+                      .dim = dim,
+                      .T = T,
+                      .k = k,
+                      .pos0 = 4 * T,
+                      .rate = 4,
+                      .weight_scale = 0.125f,
+                      .score_scale = 0.088f});
     BenchScratch scratch;
     for (auto [vname, v] :
-         {std::pair{"warp_heads", IndexerVariant::kWarpHeads}, std::pair{"block", IndexerVariant::kBlock}}) {
-        launch_indexer_topk(p, scratch, s, v);
-        const double us = graph_us(s, 20, [&](int) { launch_indexer_topk(p, scratch, s, v); });
+         {std::pair{"tiled", IndexerVariant::kTiled}, std::pair{"warp_heads", IndexerVariant::kWarpHeads},
+          std::pair{"block", IndexerVariant::kBlock}}) {
+        if (jobs > 1 && v == IndexerVariant::kBlock) continue;  // not batched
+        auto run = [&] {
+            if (jobs == 1)
+                launch_indexer_topk(ps[0], scratch, s, v);
+            else
+                launch_indexer_topks(ps.data(), jobs, scratch, s, v);
+        };
+        run();
+        double us = 0;
+        if (jobs == 1) {
+            us = graph_us(s, 20, [&](int) { run(); });
+        } else {  // the job table's upload is a pageable copy, which a graph cannot hold: timed by events
+            cudaEvent_t e0, e1;
+            DI_CUDA_CHECK(cudaEventCreate(&e0));
+            DI_CUDA_CHECK(cudaEventCreate(&e1));
+            DI_CUDA_CHECK(cudaEventRecord(e0, s));
+            for (int i = 0; i < 20; ++i) run();
+            DI_CUDA_CHECK(cudaEventRecord(e1, s));
+            DI_CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms = 0;
+            DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            us = 1e3 * double(ms) / 20;
+            cudaEventDestroy(e0), cudaEventDestroy(e1);
+        }
         DI_CUDA_CHECK(cudaGetLastError());
-        rows.push_back({name, vname, us, 4.0 * double(T * dim + H * dim)});
+        rows.push_back({name, vname, us, 4.0 * double(jobs * T * dim + H * dim)});
     }
     cudaFree(q), cudaFree(w), cudaFree(keys), cudaFree(picks);
 }
@@ -523,7 +549,8 @@ int main(int argc, char** argv) {
                                      c.name + " " + std::to_string(c.in) + "->" + std::to_string(c.out);
             const bool head = c.out > 100000;  // 1 GB: fewer row counts
             std::vector<int64_t> cn = head ? std::vector<int64_t>{1, 4, 16} : ns;
-            if (fmt == 0) cn.push_back(64);  // bf16: the tensor-core variant against the f32 tiles
+            if (fmt == 1 && quick) cn.push_back(16);  // fp8: batched decode on mma's token groups
+            if (fmt <= 1) cn.push_back(64);  // bf16, fp8: the tensor-core variants against the f32 tiles
             bench_linear(rows, s, name.c_str(), fmt, c.out, c.in, cn);
         }
     }
@@ -558,6 +585,8 @@ int main(int argc, char** argv) {
         bench_indexer(rows, s, "indexer decode, top-512 of 4096 entries (16K context)", 4096);
         bench_indexer(rows, s, "indexer decode, top-512 of 16384 entries (64K context)", 16384);
         bench_indexer(rows, s, "indexer decode, top-512 of 262144 entries (1M context)", 262144);
+        bench_indexer(rows, s, "indexer decode, 16 sequences, top-512 of 16384 entries each (64K context)",
+                      16384, 16);
     }
 
     std::string md;

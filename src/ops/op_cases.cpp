@@ -48,6 +48,13 @@ constexpr LinearCase kLinear[] = {
     {"o_b_fp8_n4", 4, 8 * 1024, 4096, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
      kCudaTest},
     {"shared_w1_fp8", 1, 4096, 2048, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0, kBench},
+    // batched decode: mma's blocks of four and two token groups (16 and 8 rows), and several blocks of four
+    {"o_b_fp8_n16", 16, 8 * 1024, 4096, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"q_a_fp8_n8_strided_x", 8, 4096, 1024, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 4096, 0, 0,
+     kCudaTest},
+    {"shared_w1_fp8_n64", 64, 4096, 2048, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
     {"kv_bf16_n16", 16, 4096, 512, WeightFormat::kDense, DType::kBF16, DType::kE8M0, 0, 0, 0,
      kCudaTest | kBench},
     {"head_bf16", 1, 4096, 129280, WeightFormat::kDense, DType::kBF16, DType::kE8M0, 0, 0, 0, kBench},
@@ -178,6 +185,8 @@ constexpr IndexerCase kIndexer[] = {
     {"ties_at_zero", 5, 8, 64, 300, 40, 1200, 4, IndexerKeys::kManyZeroScores, 0.0f, kCudaTest},
     {"k_equals_T_with_fillers", 9, 4, 32, 10, 10, 20, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
     {"odd_dims", 3, 3, 20, 37, 7, 150, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
+    // more heads than tiled's 64-head pass and a dim that is not a multiple of its 32-dim stage
+    {"many_heads_odd_dim", 2, 80, 36, 150, 40, 700, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
 };
 
 constexpr CompressCase kCompress[] = {

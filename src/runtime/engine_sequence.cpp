@@ -88,9 +88,16 @@ void EngineSequence::on_greedy_pick(int32_t id, int32_t bad, float bad_value, St
     accept(t, m);
 }
 
-void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
-    if (finished()) return;
-    if (const int64_t bad = first_non_finite(logits); bad >= 0) return non_finite(bad, logits[size_t(bad)]);
+void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) { on_draw(draw(logits), m); }
+
+EngineSequence::Draw EngineSequence::draw(std::span<const float> logits) {
+    Draw d;
+    if (finished()) return d;
+    d.skip = false;
+    if (const int64_t bad = first_non_finite(logits); bad >= 0) {
+        d.bad = bad, d.bad_value = logits[size_t(bad)];
+        return d;
+    }
     const std::span<const int32_t> all(tokens_);
     const std::span<const uint32_t> allowed = constraint_mask();
     // Before min_tokens no stop token may end it, unless a complete constrained output leaves nothing else.
@@ -100,10 +107,15 @@ void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) {
         for (int32_t id : token_stop_.stop_ids()) rest[size_t(id) / 32] &= ~(1u << (id % 32));
         hold = std::any_of(rest.begin(), rest.end(), [](uint32_t w) { return w != 0; });
     }
-    const SampledToken t =
-        sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)),
-                        hold ? token_stop_.stop_ids() : std::span<const int32_t>{}, allowed);
-    accept(t, m);
+    d.token = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)),
+                              hold ? token_stop_.stop_ids() : std::span<const int32_t>{}, allowed);
+    return d;
+}
+
+void EngineSequence::on_draw(const Draw& d, StepMetrics& m) {
+    if (d.skip || finished()) return;
+    if (d.bad >= 0) return non_finite(d.bad, d.bad_value);
+    accept(d.token, m);
 }
 
 void EngineSequence::accept(const SampledToken& t, StepMetrics& m) {

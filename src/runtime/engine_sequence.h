@@ -49,6 +49,17 @@ class EngineSequence {
         uint64_t generated = 0;
     };
     void on_logits(std::span<const float> logits, StepMetrics& m);
+    // on_logits in two halves, so the step can draw its sequences' tokens on several threads: draw() reads
+    // this sequence's own state and advances only its own sampler (safe beside other sequences' draws), then
+    // on_draw() sends the result (one thread, in the step's order).
+    struct Draw {
+        bool skip = true;  // finished: nothing to send
+        SampledToken token;
+        int64_t bad = -1;  // the first non-finite logit's index, or -1
+        float bad_value = 0;
+    };
+    Draw draw(std::span<const float> logits);
+    void on_draw(const Draw& d, StepMetrics& m);
     // Whether the next token is the first maximum of the raw logits, whatever they are (greedy, no
     // penalties, no logprobs, no constraint, no stop token held back), or none (finished): the step may then
     // pick it on the device (model::Model::forward_greedy) and hand over only its id.

@@ -253,7 +253,7 @@ TEST_P(CudaIndexer, PicksMatchRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaIndexer,
-                         ::testing::ValuesIn(variant_runs(kIndexer, {"", "warp_heads", "block"})),
+                         ::testing::ValuesIn(variant_runs(kIndexer, {"", "tiled", "warp_heads", "block"})),
                          VariantRunName());
 
 }  // namespace

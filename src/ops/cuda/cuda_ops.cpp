@@ -88,11 +88,16 @@ CudaBackend::CudaBackend(int device)
             "with the sink; the split count depends on the chunk's query count, so not batch-invariant",
             false, true, false},
            {"attention", "per_query", "head_dim <= 512", true}}),
-      indexer_v_({{"indexer_topk", "warp_heads",
-                   "dim a multiple of 4 and <= 512, 16-byte aligned q and key rows; a warp per entry, lanes "
-                   "over dim, heads in order",
-                   false},
-                  {"indexer_topk", "block", "any shape; a block per 64 entries", true}}),
+      indexer_v_(
+          {{"indexer_topk", "tiled",
+            "dim a multiple of 4, 16-byte aligned q and key rows; a block per 64 entries, all heads as a "
+            "register-tiled product",
+            false},
+           {"indexer_topk", "warp_heads",
+            "dim a multiple of 4 and <= 512, 16-byte aligned q and key rows; a warp per entry, lanes "
+            "over dim, heads in order",
+            false},
+           {"indexer_topk", "block", "any shape; a block per 64 entries", true}}),
       norm_rope_v_(fused_variants("rms_norm_rope",
                                   "row length even and <= 4096, rope.x the norm's output; one launch, "
                                   "bit-identical to the two")),

@@ -10,8 +10,8 @@ static_assert(int(CompMask::kNone) == int(cuda::AttnCompMask::kNone) &&
               int(CompMask::kPicks) == int(cuda::AttnCompMask::kPicks));
 
 // Dispatch preference order, the fallback last (the names in CudaBackend's constructor, cuda_ops.cpp).
-constexpr cuda::IndexerVariant kIndexerEnum[] = {cuda::IndexerVariant::kWarpHeads,
-                                                 cuda::IndexerVariant::kBlock};
+constexpr cuda::IndexerVariant kIndexerEnum[] = {
+    cuda::IndexerVariant::kTiled, cuda::IndexerVariant::kWarpHeads, cuda::IndexerVariant::kBlock};
 constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSplitKv,
                                                      cuda::AttentionVariant::kPerQuery};
 
@@ -86,7 +86,14 @@ std::pair<cuda::IndexerParams, int> CudaBackend::indexer_call(const IndexerTopkA
                           .score_scale = a.score_scale};
     const int v = indexer_v_.choose(
         [&](int i, bool) {
-            return kIndexerEnum[i] != cuda::IndexerVariant::kWarpHeads || cuda::indexer_warp_supported(p);
+            switch (kIndexerEnum[i]) {
+                case cuda::IndexerVariant::kTiled:
+                    return cuda::indexer_tiled_supported(p);
+                case cuda::IndexerVariant::kWarpHeads:
+                    return cuda::indexer_warp_supported(p);
+                default:
+                    return true;
+            }
         },
         [&] { return fmt::format("dim {}: rows not float4-aligned or dim above 512", p.dim); });
     return {p, v};
@@ -94,22 +101,27 @@ std::pair<cuda::IndexerParams, int> CudaBackend::indexer_call(const IndexerTopkA
 
 void CudaBackend::indexer_topk(const IndexerTopkArgs& a) { indexer_topks({&a, 1}); }
 
-// The calls warp_heads takes in one batched launch pair; the rest one by one.
+// The calls tiled takes in one batched launch pair, those warp_heads takes in another; the rest one by one.
 void CudaBackend::indexer_topks(std::span<const IndexerTopkArgs> jobs) {
     if (replaying()) return;
-    std::vector<cuda::IndexerParams> batch;
+    std::vector<cuda::IndexerParams> tiled, warp;
     for (const IndexerTopkArgs& a : jobs) {
         const auto [p, v] = indexer_call(a);
-        if (kIndexerEnum[v] == cuda::IndexerVariant::kWarpHeads) {
-            batch.push_back(p);
-            continue;
+        if (kIndexerEnum[v] == cuda::IndexerVariant::kTiled) {
+            tiled.push_back(p);
+        } else if (kIndexerEnum[v] == cuda::IndexerVariant::kWarpHeads) {
+            warp.push_back(p);
+        } else {
+            cuda::launch_indexer_topk(p, scratch_, stream_, kIndexerEnum[v]);
+            launched("indexer_topk");
         }
-        cuda::launch_indexer_topk(p, scratch_, stream_, kIndexerEnum[v]);
+    }
+    for (auto [batch, v] : {std::pair{&tiled, cuda::IndexerVariant::kTiled},
+                            std::pair{&warp, cuda::IndexerVariant::kWarpHeads}}) {
+        if (batch->empty()) continue;
+        cuda::launch_indexer_topks(batch->data(), int64_t(batch->size()), scratch_, stream_, v);
         launched("indexer_topk");
     }
-    if (batch.empty()) return;
-    cuda::launch_indexer_topks(batch.data(), int64_t(batch.size()), scratch_, stream_);
-    launched("indexer_topk");
 }
 
 // The checked kernel parameters of one attention call and the variant dispatch gives it.

@@ -1,7 +1,8 @@
-// Lightning indexer: scores S[t, w] (warp_heads: a warp per entry; block: one block per (query, 64 entries),
-// keys and q staged in shared memory), then an exact top-k per query: 64-bit keys (orderable score << 32 |
-// ~w) make every key unique, so the k-th largest is found by an 8-pass radix select and the k winners are
-// bitonic-sorted: best first, ties by lower entry id, as ops/indexer.h specifies.
+// Lightning indexer: scores S[t, w] (tiled: a register-tiled product per (query, 64 entries); warp_heads: a
+// warp per entry; block: one block per (query, 64 entries), keys and q staged in shared memory), then an
+// exact top-k per query: 64-bit keys (orderable score << 32 | ~w) make every key unique, so the k-th largest
+// is found by an 8-pass radix select and the k winners are bitonic-sorted: best first, ties by lower entry
+// id, as ops/indexer.h specifies.
 #include <algorithm>
 #include <vector>
 
@@ -131,6 +132,73 @@ __global__ void __launch_bounds__(kWarpEntries * 32) score_warp_kernel(IndexerPa
     score_warp(p, S, blockIdx.y);
 }
 
+constexpr int kTileEntries = 64;  // tiled: entries per block
+constexpr int kTileHeads = 64;    // heads per pass over a block's entries
+constexpr int kTileDims = 32;     // dims per shared-memory stage
+
+// tiled: the block's 64 entries times 64 heads as a register-tiled product (thread (ty, tx) = threadIdx.x
+// (/, %) 16 holds entries 4 ty .. 4 ty + 3 times heads 4 tx .. 4 tx + 3), keys and q staged transposed, 32
+// dims at a time, in shared memory: two float4 loads feed 16 FMAs, where warp_heads loads one float4 of the
+// query per 4 FMAs. Each dot is an fmaf chain in dim order; a thread's 4 heads' terms are added in head
+// order, then the 16 threads of an entry (lanes of one half-warp) by a butterfly.
+__device__ __forceinline__ void score_tiled(const IndexerParams& p, float* S, int64_t t, int64_t e0) {
+    __shared__ __align__(16) float ks[kTileDims][kTileEntries + 4];  // [dim][entry]
+    __shared__ __align__(16) float qs[kTileDims][kTileHeads + 4];    // [dim][head]
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    float score[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t h0 = 0; h0 < p.H; h0 += kTileHeads) {
+        float acc[4][4] = {};
+        for (int64_t k0 = 0; k0 < p.dim; k0 += kTileDims) {
+            __syncthreads();  // the previous stage is read
+            for (int i = threadIdx.x; i < kTileEntries * kTileDims / 4; i += blockDim.x) {
+                const int r = i / (kTileDims / 4), c = 4 * (i % (kTileDims / 4));
+                const int64_t e = e0 + r, h = h0 + r;
+                float4 kv = make_float4(0, 0, 0, 0), qv = make_float4(0, 0, 0, 0);
+                if (e < p.T && k0 + c < p.dim)
+                    kv = __ldg(reinterpret_cast<const float4*>(p.keys + e * p.ld_keys + k0 + c));
+                if (h < p.H && k0 + c < p.dim)
+                    qv = __ldg(reinterpret_cast<const float4*>(p.q + t * p.q_s0 + h * p.q_s1 + k0 + c));
+                ks[c][r] = kv.x, ks[c + 1][r] = kv.y, ks[c + 2][r] = kv.z, ks[c + 3][r] = kv.w;
+                qs[c][r] = qv.x, qs[c + 1][r] = qv.y, qs[c + 2][r] = qv.z, qs[c + 3][r] = qv.w;
+            }
+            __syncthreads();
+#pragma unroll 8
+            for (int kk = 0; kk < kTileDims; ++kk) {
+                const float4 a = *reinterpret_cast<const float4*>(&ks[kk][4 * ty]);
+                const float4 b = *reinterpret_cast<const float4*>(&qs[kk][4 * tx]);
+                const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t h = h0 + 4 * tx + j;
+            const float wh = h < p.H ? __ldg(p.w + t * p.ld_w + h) * p.weight_scale : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) score[i] += fmaxf(acc[i][j], 0.0f) * p.score_scale * wh;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) score[i] += __shfl_xor_sync(0xffffffffu, score[i], o);
+    const int64_t visible = (p.pos0 + t + 1) / p.rate;
+    if (tx < 4) {  // thread tx writes entry 4 ty + tx
+        const int64_t w = e0 + 4 * ty + tx;
+        const float v = tx == 0 ? score[0] : tx == 1 ? score[1] : tx == 2 ? score[2] : score[3];
+        if (w < p.T) S[t * p.T + w] = w < visible ? v : -INFINITY;
+    }
+}
+
+// grid (ceil(T / 64), L), 256 threads.
+__global__ void __launch_bounds__(256) score_tiled_kernel(IndexerParams p, float* S) {
+    allow_early_next();
+    score_tiled(p, S, blockIdx.y, int64_t(blockIdx.x) * kTileEntries);
+}
+
 __device__ __forceinline__ uint64_t sort_key(float s, int64_t w) {
     uint32_t u = __float_as_uint(s);
     u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
@@ -235,6 +303,14 @@ __global__ void __launch_bounds__(kWarpEntries * 32) scores_warp_kernel(const In
     if (blockIdx.y < j.p.L) score_warp(j.p, j.S, blockIdx.y);  // block-uniform: before any barrier
 }
 
+__global__ void __launch_bounds__(256) scores_tiled_kernel(const IndexerJob* jobs) {
+    allow_early_next();
+    const IndexerJob j = jobs[blockIdx.z];
+    if (blockIdx.y < j.p.L &&
+        int64_t(blockIdx.x) * kTileEntries < j.p.T)  // block-uniform: before any barrier
+        score_tiled(j.p, j.S, blockIdx.y, int64_t(blockIdx.x) * kTileEntries);
+}
+
 __global__ void __launch_bounds__(1024) topks_kernel(const IndexerJob* jobs) {
     allow_early_next();
     const IndexerJob j = jobs[blockIdx.y];
@@ -252,9 +328,21 @@ bool indexer_warp_supported(const IndexerParams& p) {
            aligned(p.keys);
 }
 
+bool indexer_tiled_supported(const IndexerParams& p) {
+    auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    return p.dim % 4 == 0 && p.q_s1 % 4 == 0 && p.q_s0 % 4 == 0 && p.ld_keys % 4 == 0 && aligned(p.q) &&
+           aligned(p.keys) && p.T <= int64_t(kTileEntries) * 65535;
+}
+
 void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, IndexerVariant v) {
     if (p.L == 0 || p.k == 0) return;
     float* S = static_cast<float*>(scratch.get(0, size_t(p.L * p.T) * sizeof(float)));
+    if (v == IndexerVariant::kTiled) {
+        score_tiled_kernel<<<dim3(unsigned(blocks_for(p.T, kTileEntries)), unsigned(p.L)), 256, 0,
+                             as_stream(s)>>>(p, S);
+        topk_kernel<<<unsigned(p.L), 1024, 0, as_stream(s)>>>(p, S);
+        return;
+    }
     if (v == IndexerVariant::kWarpHeads) {
         const unsigned blocks = std::min<unsigned>(blocks_for(p.T, kWarpEntries), kWarpMaxBlocks);
         score_warp_kernel<<<dim3(blocks, unsigned(p.L)), kWarpEntries * 32, 0, as_stream(s)>>>(p, S);
@@ -272,8 +360,9 @@ void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, Ind
     topk_kernel<<<unsigned(p.L), 1024, 0, as_stream(s)>>>(p, S);
 }
 
-void launch_indexer_topks(const IndexerParams* ps, int64_t count, Scratch& scratch, Stream s) {
-    if (count == 1) return launch_indexer_topk(ps[0], scratch, s, IndexerVariant::kWarpHeads);  // no table
+void launch_indexer_topks(const IndexerParams* ps, int64_t count, Scratch& scratch, Stream s,
+                          IndexerVariant v) {
+    if (count == 1) return launch_indexer_topk(ps[0], scratch, s, v);  // no table
     std::vector<IndexerJob> jobs;
     int64_t scores = 0, L = 0, T = 0;
     for (int64_t i = 0; i < count; ++i) {
@@ -288,9 +377,14 @@ void launch_indexer_topks(const IndexerParams* ps, int64_t count, Scratch& scrat
     for (IndexerJob& j : jobs) j.S = S, S += j.p.L * j.p.T;
     DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs.data(), jobs.size() * sizeof(IndexerJob), cudaMemcpyHostToDevice,
                                   as_stream(s)));  // pageable: staged before the call returns
-    const unsigned blocks = std::min<unsigned>(blocks_for(T, kWarpEntries), kWarpMaxBlocks);
     const unsigned n = unsigned(jobs.size());
-    scores_warp_kernel<<<dim3(blocks, unsigned(L), n), kWarpEntries * 32, 0, as_stream(s)>>>(dev);
+    if (v == IndexerVariant::kTiled) {
+        scores_tiled_kernel<<<dim3(unsigned(blocks_for(T, kTileEntries)), unsigned(L), n), 256, 0,
+                              as_stream(s)>>>(dev);
+    } else {
+        const unsigned blocks = std::min<unsigned>(blocks_for(T, kWarpEntries), kWarpMaxBlocks);
+        scores_warp_kernel<<<dim3(blocks, unsigned(L), n), kWarpEntries * 32, 0, as_stream(s)>>>(dev);
+    }
     topks_kernel<<<dim3(unsigned(L), n), 1024, 0, as_stream(s)>>>(dev);
 }
 

@@ -209,16 +209,20 @@ struct IndexerParams {
     float weight_scale, score_scale;
 };
 // Scores then top-k. Score variants:
-//   kWarpHeads  a warp per entry, lanes over dim (float4), the heads in order with warp sums: the decode
-//               kernel (dim % 4 == 0, dim <= 512, 16-byte aligned q and key rows; indexer_warp_supported)
+//   kTiled      a block per 64 entries, all heads as a register-tiled product staged in shared memory (dim
+//               % 4 == 0, 16-byte aligned q and key rows; indexer_tiled_supported)
+//   kWarpHeads  a warp per entry, lanes over dim (float4), the heads in order with warp sums (dim % 4 == 0,
+//               dim <= 512, 16-byte aligned q and key rows; indexer_warp_supported)
 //   kBlock      a block per 64 entries, each thread a serial dot per (entry, head group): the fallback
-enum class IndexerVariant { kWarpHeads, kBlock };
+enum class IndexerVariant { kTiled, kWarpHeads, kBlock };
+bool indexer_tiled_supported(const IndexerParams& p);
 bool indexer_warp_supported(const IndexerParams& p);
 void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, IndexerVariant v);
 int indexer_max_topk();
-// Several sequences' indexer calls, each indexer_warp_supported, in two launches (scores, top-k): the same
-// bits as launch_indexer_topk with kWarpHeads on each.
-void launch_indexer_topks(const IndexerParams* jobs, int64_t count, Scratch& scratch, Stream s);
+// Several sequences' indexer calls on variant v (kTiled or kWarpHeads, which each job takes) in two launches
+// (scores, top-k): the same bits as launch_indexer_topk with v on each.
+void launch_indexer_topks(const IndexerParams* jobs, int64_t count, Scratch& scratch, Stream s,
+                          IndexerVariant v);
 
 struct MhcParams {
     const float* streams;  // [n, hc, D] contiguous

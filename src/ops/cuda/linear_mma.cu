@@ -1,15 +1,17 @@
 // y[n, out] = x[n, in] . W^T for fp8 block-scaled weights on the tensor cores (mma.sync m16n8k16), f32
 // activations as hi/lo f16 chunks in the fp8 order of mma_frag.cuh (one launch prepares them):
-//   block (token group of 4, tile of 16 MT rows), W warps each over a W-th of K; a thread streams 32 bytes
-//   of rows g and g + 8 per chunk and converts them with one cvt per f16 pair (e4m3 is exact in f16)
+//   block (G token groups of 4, tile of 16 MT rows), W warps each over a W-th of K; a thread streams 32
+//   bytes of rows g and g + 8 per chunk and converts them with one cvt per f16 pair (e4m3 is exact in f16),
+//   once for all G groups: each group is its own n8 mma on the same A fragments
 //   each chunk's partial product is multiplied by 1/s of the token's chunk and by the 128x128 block scale
 //   of the weight (a 16-row tile lies in one block), then the warps' partials are added in warp order
 // Token groups are x-fastest in the grid, so the blocks that read a row tile run together and the L2 serves
-// the tile's repeat reads for groups after the first. A token's sums do not depend on the other tokens:
-// deterministic and batch-invariant.
+// the tile's repeat reads for groups after the first G. A token's sums do not depend on the other tokens or
+// on G (an mma's columns are independent): deterministic and batch-invariant.
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "ops/cuda/mma_frag.cuh"
 
@@ -30,12 +32,12 @@ struct Params {
     int64_t n, K, out;
 };
 
-template <int MT>
+template <int MT, int G>
 struct Frag {
     uint4 w[MT][2][2];  // [tile][row g, g + 8][16-byte half]
     float ws[MT];       // the tile's block scale for this chunk
-    uint4 b[4];
-    float inv;
+    uint4 b[G][4];      // per token group
+    float inv[G];
 };
 
 __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
@@ -43,9 +45,9 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
     return uint32_t(r.x) | (uint32_t(r.y) << 16);
 }
 
-template <int MT>
-__device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const uint32_t* act,
-                                          const float* inv, int c, int g, int q, Frag<MT>& f) {
+template <int MT, int G>
+__device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const uint32_t* const (&act)[G],
+                                          const float* const (&inv)[G], int c, int g, int q, Frag<MT, G>& f) {
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
 #pragma unroll
@@ -59,15 +61,18 @@ __device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const u
         f.ws[t] = p.scale_e8m0 ? e8m0_to_f(__ldg(static_cast<const uint8_t*>(p.scale) + si))
                                : __ldg(static_cast<const float*>(p.scale) + si);
     }
-    if (act != nullptr) {
-        const uint4* b = reinterpret_cast<const uint4*>(act + int64_t(c) * kChunkWords);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) f.b[i] = __ldg(b + i);
-    } else {
+    for (int gi = 0; gi < G; ++gi) {
+        if (act[gi] != nullptr) {
+            const uint4* b = reinterpret_cast<const uint4*>(act[gi] + int64_t(c) * kChunkWords);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) f.b[i] = make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < 4; ++i) f.b[gi][i] = __ldg(b + i);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) f.b[gi][i] = make_uint4(0, 0, 0, 0);
+        }
+        f.inv[gi] = inv[gi] != nullptr ? __ldg(inv[gi] + c) : 0.0f;
     }
-    f.inv = inv != nullptr ? __ldg(inv + c) : 0.0f;
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4 (&h)[2], int s) {
@@ -84,48 +89,76 @@ __device__ __forceinline__ uint32_t word_of(const uint4 (&h)[2], int s) {
     }
 }
 
-template <int MT>
-__device__ __forceinline__ void compute_frag(const Frag<MT>& f, float (&acc)[MT][4]) {
-    const uint32_t bw[16] = {f.b[0].x, f.b[0].y, f.b[0].z, f.b[0].w, f.b[1].x, f.b[1].y, f.b[1].z, f.b[1].w,
-                             f.b[2].x, f.b[2].y, f.b[2].z, f.b[2].w, f.b[3].x, f.b[3].y, f.b[3].z, f.b[3].w};
+__device__ __forceinline__ uint32_t word4(const uint4 (&b)[4], int i) {
+    const uint4& u = b[i >> 2];
+    switch (i & 3) {
+        case 0:
+            return u.x;
+        case 1:
+            return u.y;
+        case 2:
+            return u.z;
+        default:
+            return u.w;
+    }
+}
+
+template <int MT, int G>
+__device__ __forceinline__ void compute_frag(const Frag<MT, G>& f, float (&acc)[MT][G][4]) {
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float d[G][4];
+#pragma unroll
+        for (int gi = 0; gi < G; ++gi)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) d[gi][e] = 0.0f;
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             const uint32_t w0 = word_of(f.w[t][0], s), w1 = word_of(f.w[t][1], s);
             const uint32_t a[4] = {fp8x2_to_f16x2(w0), fp8x2_to_f16x2(w1), fp8x2_to_f16x2(w0 >> 16),
                                    fp8x2_to_f16x2(w1 >> 16)};
-            mma16816(d, a, bw[2 * s], bw[2 * s + 1]);
-        }
-        const float m = f.inv * f.ws[t];  // both powers of two for UE8M0 scales; 1/s is one always
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[t][e] = fmaf(m, d[e], acc[t][e]);
+            for (int gi = 0; gi < G; ++gi)
+                mma16816(d[gi], a, word4(f.b[gi], 2 * s), word4(f.b[gi], 2 * s + 1));
+        }
+#pragma unroll
+        for (int gi = 0; gi < G; ++gi) {
+            const float m = f.inv[gi] * f.ws[t];  // both powers of two for UE8M0 scales; 1/s is one always
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[t][gi][e] = fmaf(m, d[gi][e], acc[t][gi][e]);
+        }
     }
 }
 
-// grid (ceil(n / 4), out / (16 MT)), 32 W threads.
-template <int MT>
+// grid (ceil(n / (4 G)), out / (16 MT)), 32 W threads.
+template <int MT, int G>
 __global__ void __launch_bounds__(256) linear_mma_kernel(Params p) {
     allow_early_next();
-    extern __shared__ float red[];  // [W][16 MT][8]
+    extern __shared__ float red[];  // [W][16 MT][8 G]
     constexpr int R = 16 * MT;
     const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
               q = lane & 3;
-    const int64_t t0 = int64_t(blockIdx.x) * 4, row0 = int64_t(blockIdx.y) * R;
-    const int nt = int(min(int64_t(4), p.n - t0));
+    const int64_t t0 = int64_t(blockIdx.x) * 4 * G, row0 = int64_t(blockIdx.y) * R;
+    const int nt = int(min(int64_t(4 * G), p.n - t0));
     const int64_t chunks = p.K / kChunk, cpw = chunks / W;
-    const int64_t brow = (g >> 1) < nt ? t0 + (g >> 1) : -1, crow = q < nt ? t0 + q : -1;
-    const uint32_t* act =
-        brow < 0 ? nullptr : p.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
-    const float* inv = crow < 0 ? nullptr : p.act.inv + crow * chunks;
-    float acc[MT][4];
+    const uint32_t* act[G];
+    const float* inv[G];
+#pragma unroll
+    for (int gi = 0; gi < G; ++gi) {
+        const int64_t brow = 4 * gi + (g >> 1) < nt ? t0 + 4 * gi + (g >> 1) : -1,
+                      crow = 4 * gi + q < nt ? t0 + 4 * gi + q : -1;
+        act[gi] = brow < 0 ? nullptr : p.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
+        inv[gi] = crow < 0 ? nullptr : p.act.inv + crow * chunks;
+    }
+    float acc[MT][G][4];
 #pragma unroll
     for (int t = 0; t < MT; ++t)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[t][e] = 0.0f;
+        for (int gi = 0; gi < G; ++gi)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[t][gi][e] = 0.0f;
     const int c0 = int(warp * cpw), c1 = int((warp + 1) * cpw);
-    Frag<MT> f0, f1;
+    Frag<MT, G> f0, f1;
     load_frag(p, row0, act, inv, c0, g, q, f0);
 #pragma unroll 1
     for (int c = c0; c < c1; c += 2) {
@@ -139,20 +172,39 @@ __global__ void __launch_bounds__(256) linear_mma_kernel(Params p) {
 #pragma unroll
     for (int t = 0; t < MT; ++t)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float* dst = red + (warp * R + t * 16 + r * 8 + g) * 8 + 2 * q;
-            dst[0] = acc[t][2 * r], dst[1] = acc[t][2 * r + 1];
-        }
+        for (int gi = 0; gi < G; ++gi)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float* dst = red + (warp * R + t * 16 + r * 8 + g) * 8 * G + gi * 8 + 2 * q;
+                dst[0] = acc[t][gi][2 * r], dst[1] = acc[t][gi][2 * r + 1];
+            }
     __syncthreads();
     for (int i = threadIdx.x; i < R * nt; i += blockDim.x) {
         const int lr = i / nt, t = i % nt;
         float s = 0.0f;
         for (int w = 0; w < W; ++w) {
-            const float* src = red + (w * R + lr) * 8 + 2 * t;
+            const float* src = red + (w * R + lr) * 8 * G + (t >> 2) * 8 + 2 * (t & 3);
             s += src[0] + src[1];
         }
         p.y[(t0 + t) * p.ldy + row0 + lr] = s;
     }
+}
+
+// Token groups of 4 per block: each block reads its weight tile once for up to 16 tokens. The weights'
+// f16 conversion is shared by the groups; their activation fragments are registers of their own (four
+// groups keep one row tile per warp). The most groups that still leave every multiprocessor two blocks
+// (16-row tiles: a 1024-row matrix has 64, so at 16 tokens it keeps one group a block). DEEPINFER_MMA_GROUPS
+// =1|2|4 caps it (same bits at any cap: an A/B knob for the benchmarks).
+int mma_groups_per_block(int64_t groups, int64_t tiles) {
+    static const int cap = [] {
+        const char* e = std::getenv("DEEPINFER_MMA_GROUPS");
+        const int v = e != nullptr ? std::atoi(e) : 4;
+        return v >= 4 ? 4 : v >= 2 ? 2 : 1;
+    }();
+    const int64_t want = 2 * int64_t(sm_count());
+    for (int G : {4, 2})
+        if (G <= cap && groups >= G && tiles * ((groups + G - 1) / G) >= want) return G;
+    return 1;
 }
 
 // Warps splitting K: 4 where the chunks allow, 8 when there are too few row tiles to give every
@@ -160,6 +212,13 @@ __global__ void __launch_bounds__(256) linear_mma_kernel(Params p) {
 int warps_for(int64_t chunks, int64_t tiles) {
     if (tiles < 2 * int64_t(sm_count()) && chunks % 8 == 0) return 8;
     return chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
+}
+
+template <int MT, int G>
+void run_mma(const Params& p, int64_t chunks, unsigned gx, cudaStream_t st) {
+    const int W = warps_for(chunks, p.out / (16 * MT));
+    linear_mma_kernel<MT, G>
+        <<<dim3(gx, unsigned(p.out / (16 * MT))), 32 * W, size_t(W * 16 * MT * 8 * G) * 4, st>>>(p);
 }
 
 }  // namespace
@@ -189,17 +248,17 @@ void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y
                    n,
                    w.in_dim,
                    w.out_dim};
-    const unsigned groups = unsigned((n + 3) / 4);
-    if (w.out_dim % 32 == 0 &&
-        w.out_dim >= 32 * 2 * int64_t(sm_count())) {  // two row tiles per warp: rows plenty
-        const int W = warps_for(chunks, w.out_dim / 32);
-        linear_mma_kernel<2>
-            <<<dim3(groups, unsigned(w.out_dim / 32)), 32 * W, size_t(W * 32 * 8) * 4, st>>>(p);
-    } else {
-        const int W = warps_for(chunks, w.out_dim / 16);
-        linear_mma_kernel<1>
-            <<<dim3(groups, unsigned(w.out_dim / 16)), 32 * W, size_t(W * 16 * 8) * 4, st>>>(p);
-    }
+    const int64_t groups = (n + 3) / 4;
+    const int G = mma_groups_per_block(groups, w.out_dim / 16);
+    const unsigned gx = unsigned((groups + G - 1) / G);
+    // Two row tiles per warp where rows are plenty; four token groups keep one (registers).
+    const bool two_tiles = w.out_dim % 32 == 0 && w.out_dim >= 32 * 2 * int64_t(sm_count());
+    if (G == 4)
+        run_mma<1, 4>(p, chunks, gx, st);
+    else if (G == 2)
+        two_tiles ? run_mma<2, 2>(p, chunks, gx, st) : run_mma<1, 2>(p, chunks, gx, st);
+    else
+        two_tiles ? run_mma<2, 1>(p, chunks, gx, st) : run_mma<1, 1>(p, chunks, gx, st);
 }
 
 }  // namespace di::cuda
