@@ -1,6 +1,6 @@
 // Attention of one sequence's chunk over its window ring, its own kv rows and compressed entries, with sinks.
-// Block = (query t, 8 heads; split_kv at head_dim 512: 16); warp = one head (two); keys are staged in shared
-// memory in tiles of kTile rows and shared by the block's heads. Two variants:
+// Block = (query t, 8 heads); warp = one head; keys are staged in shared memory in tiles of kTile rows and
+// shared by the block's heads. Two variants:
 //   per_query (the fallback): one block walks all keys of its query, online softmax in f32 that starts
 //             from the sink (m = sink, l = 1). A decode step (one query, 64 heads) is 8 blocks.
 //   split_kv:  the query's key slots (window, then causal entries or pick slots) split into S ranges, one
@@ -132,27 +132,19 @@ __device__ __forceinline__ Slots slots_of(const AttentionParams& p, int64_t t) {
     return {lo, pos - lo + 1, n_comp};
 }
 
-// Heads per warp of split_kv: two at head_dim 512 (each key's shared-memory reads then feed both heads'
-// FMAs: the kernel is bound by those reads), one otherwise.
-template <bool kFull>
-inline constexpr int kSplitHpw = kFull ? 2 : 1;
-__host__ __device__ constexpr int split_heads_per_block(bool full) { return kHeadsPerBlock * (full ? 2 : 1); }
-
-// grid (L, ceil(H / (8 hpw)), S): block (t, g, s) takes slots [s * chunk, (s + 1) * chunk) of query t and
-// writes part_ml[((t * H + h) * S + s) * 2 + {0, 1}] = (m, l) and part_acc[((t * H + h) * S + s) * hd + c];
-// warp w holds heads 8 hpw g + hpw w .. + hpw - 1 (hpw = kSplitHpw).
+// grid (L, ceil(H / 8), S): block (t, g, s) takes slots [s * chunk, (s + 1) * chunk) of query t and writes
+// part_ml[((t * H + h) * S + s) * 2 + {0, 1}] = (m, l) and part_acc[((t * H + h) * S + s) * hd + c].
 // kFull: head_dim == 512, lane l owning columns 128 g + 4 l .. + 3 (g < 4): float4 shared-memory reads and no
 // per-element guards (the generic path, one column per lane per 32, costs ~3x the instructions per key).
 template <bool kFull>
 __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, int64_t sp, int64_t S,
                                            float* part_ml, float* part_acc) {
-    constexpr int kHpw = kSplitHpw<kFull>;
     extern __shared__ __align__(16) float smem[];
     float* tile = smem;                                               // [kTile][hd]
     int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);  // [k] picks row, then [chunk] kept ids
     __shared__ int n_list;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t h0 = int64_t(blockIdx.y) * kHeadsPerBlock * kHpw + int64_t(warp) * kHpw;
+    const int64_t h = int64_t(blockIdx.y) * kHeadsPerBlock + warp;
     const Slots sl = slots_of(p, t);
     const int64_t n_slots = sl.n_win + sl.n_comp_slots, chunk = (n_slots + S - 1) / S;
     const int64_t j0 = min(n_slots, sp * chunk), j1 = min(n_slots, j0 + chunk);
@@ -184,19 +176,15 @@ __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, 
 
     // element i of a lane: column col(i)
     auto col = [&](int i) -> int { return kFull ? 128 * (i / 4) + 4 * lane + i % 4 : lane + 32 * i; };
-    float q[kHpw][kMaxPerLane], acc[kHpw][kMaxPerLane], m[kHpw], l[kHpw];
-    const bool active = h0 < p.H;  // the warp's first head; a second past H computes on zeros, unwritten
+    float q[kMaxPerLane], acc[kMaxPerLane];
+    const bool active = h < p.H;
+    const float* qh = p.q + t * p.q_s0 + (active ? h : 0) * p.q_s1;
 #pragma unroll
-    for (int hh = 0; hh < kHpw; ++hh) {
-        const int64_t h = h0 + hh;
-        const float* qh = p.q + t * p.q_s0 + (h < p.H ? h : 0) * p.q_s1;
-#pragma unroll
-        for (int i = 0; i < kMaxPerLane; ++i) {
-            q[hh][i] = h < p.H && (kFull || col(i) < p.hd) ? qh[col(i)] : 0.0f;
-            acc[hh][i] = 0.0f;
-        }
-        m[hh] = -INFINITY, l[hh] = 0.0f;
+    for (int i = 0; i < kMaxPerLane; ++i) {
+        q[i] = (kFull || col(i) < p.hd) ? qh[col(i)] : 0.0f;
+        acc[i] = 0.0f;
     }
+    float m = -INFINITY, l = 0.0f;
     const int64_t nw_local = w1 - w0;
     for (int64_t k0 = 0; k0 < n_keys; k0 += kTile) {
         const int nt = int(min(int64_t(kTile), n_keys - k0));
@@ -232,96 +220,68 @@ __device__ __forceinline__ void split_body(const AttentionParams& p, int64_t t, 
         __syncthreads();
         if (!active) continue;
         // all nt dot products first (independent chains), then one softmax rescale per tile
-        float z[kHpw][kTile];
+        float z[kTile];
 #pragma unroll
         for (int r = 0; r < kTile; ++r) {
-            float dot[kHpw];
-#pragma unroll
-            for (int hh = 0; hh < kHpw; ++hh) dot[hh] = 0.0f;
+            float dot = 0.0f;
             if (r < nt) {
                 const float* kr = tile + r * p.hd;
                 if constexpr (kFull) {
 #pragma unroll
                     for (int g = 0; g < 4; ++g) {
                         const float4 k4 = *reinterpret_cast<const float4*>(kr + 128 * g + 4 * lane);
-#pragma unroll
-                        for (int hh = 0; hh < kHpw; ++hh) {
-                            dot[hh] = fmaf(q[hh][4 * g], k4.x, dot[hh]);
-                            dot[hh] = fmaf(q[hh][4 * g + 1], k4.y, dot[hh]);
-                            dot[hh] = fmaf(q[hh][4 * g + 2], k4.z, dot[hh]);
-                            dot[hh] = fmaf(q[hh][4 * g + 3], k4.w, dot[hh]);
-                        }
+                        dot = fmaf(q[4 * g], k4.x, dot);
+                        dot = fmaf(q[4 * g + 1], k4.y, dot);
+                        dot = fmaf(q[4 * g + 2], k4.z, dot);
+                        dot = fmaf(q[4 * g + 3], k4.w, dot);
                     }
                 } else {
 #pragma unroll
                     for (int i = 0; i < kMaxPerLane; ++i)
-                        if (col(i) < p.hd)
-#pragma unroll
-                            for (int hh = 0; hh < kHpw; ++hh) dot[hh] = fmaf(q[hh][i], kr[col(i)], dot[hh]);
+                        if (col(i) < p.hd) dot = fmaf(q[i], kr[col(i)], dot);
                 }
             }
-#pragma unroll
-            for (int hh = 0; hh < kHpw; ++hh) z[hh][r] = dot[hh];
+            z[r] = dot;
         }
 #pragma unroll
-        for (int hh = 0; hh < kHpw; ++hh)
+        for (int r = 0; r < kTile; ++r) z[r] = warp_sum(z[r]) * p.scale;
+        float mt = m;
 #pragma unroll
-            for (int r = 0; r < kTile; ++r) z[hh][r] = warp_sum(z[hh][r]) * p.scale;
-        float pz[kHpw][kTile];
+        for (int r = 0; r < kTile; ++r)
+            if (r < nt) mt = fmaxf(mt, z[r]);
+        const float corr = expf(m - mt);  // m = -inf before the first tile: corr = 0
+        l *= corr;
 #pragma unroll
-        for (int hh = 0; hh < kHpw; ++hh) {
-            float mt = m[hh];
-#pragma unroll
-            for (int r = 0; r < kTile; ++r)
-                if (r < nt) mt = fmaxf(mt, z[hh][r]);
-            const float corr = expf(m[hh] - mt);  // m = -inf before the first tile: corr = 0
-            l[hh] *= corr;
-#pragma unroll
-            for (int i = 0; i < kMaxPerLane; ++i) acc[hh][i] *= corr;
-#pragma unroll
-            for (int r = 0; r < kTile; ++r) {
-                pz[hh][r] = r < nt ? expf(z[hh][r] - mt) : 0.0f;
-                if (r < nt) l[hh] += pz[hh][r];
-            }
-            m[hh] = mt;
-        }
+        for (int i = 0; i < kMaxPerLane; ++i) acc[i] *= corr;
 #pragma unroll
         for (int r = 0; r < kTile; ++r) {
             if (r >= nt) break;
+            const float pz = expf(z[r] - mt);
+            l += pz;
             const float* kr = tile + r * p.hd;
             if constexpr (kFull) {
 #pragma unroll
                 for (int g = 0; g < 4; ++g) {
                     const float4 k4 = *reinterpret_cast<const float4*>(kr + 128 * g + 4 * lane);
-#pragma unroll
-                    for (int hh = 0; hh < kHpw; ++hh) {
-                        acc[hh][4 * g] = fmaf(pz[hh][r], k4.x, acc[hh][4 * g]);
-                        acc[hh][4 * g + 1] = fmaf(pz[hh][r], k4.y, acc[hh][4 * g + 1]);
-                        acc[hh][4 * g + 2] = fmaf(pz[hh][r], k4.z, acc[hh][4 * g + 2]);
-                        acc[hh][4 * g + 3] = fmaf(pz[hh][r], k4.w, acc[hh][4 * g + 3]);
-                    }
+                    acc[4 * g] = fmaf(pz, k4.x, acc[4 * g]);
+                    acc[4 * g + 1] = fmaf(pz, k4.y, acc[4 * g + 1]);
+                    acc[4 * g + 2] = fmaf(pz, k4.z, acc[4 * g + 2]);
+                    acc[4 * g + 3] = fmaf(pz, k4.w, acc[4 * g + 3]);
                 }
             } else {
 #pragma unroll
                 for (int i = 0; i < kMaxPerLane; ++i)
-                    if (col(i) < p.hd)
-#pragma unroll
-                        for (int hh = 0; hh < kHpw; ++hh)
-                            acc[hh][i] = fmaf(pz[hh][r], kr[col(i)], acc[hh][i]);
+                    if (col(i) < p.hd) acc[i] = fmaf(pz, kr[col(i)], acc[i]);
             }
         }
+        m = mt;
     }
     if (!active) return;
+    const int64_t slot = (t * p.H + h) * S + sp;
+    if (lane == 0) part_ml[2 * slot] = m, part_ml[2 * slot + 1] = l;
 #pragma unroll
-    for (int hh = 0; hh < kHpw; ++hh) {
-        const int64_t h = h0 + hh;
-        if (h >= p.H) break;
-        const int64_t slot = (t * p.H + h) * S + sp;
-        if (lane == 0) part_ml[2 * slot] = m[hh], part_ml[2 * slot + 1] = l[hh];
-#pragma unroll
-        for (int i = 0; i < kMaxPerLane; ++i)
-            if (kFull || col(i) < p.hd) part_acc[slot * p.hd + col(i)] = acc[hh][i];
-    }
+    for (int i = 0; i < kMaxPerLane; ++i)
+        if (kFull || col(i) < p.hd) part_acc[slot * p.hd + col(i)] = acc[i];
 }
 
 template <bool kFull>
@@ -331,7 +291,7 @@ __global__ void __launch_bounds__(256)
     split_body<kFull>(p, blockIdx.x, blockIdx.z, gridDim.z, part_ml, part_acc);
 }
 
-// grid (1, ceil(H / (8 hpw)), count * s_max): block z is split z % s_max of job z / s_max (one query each).
+// grid (1, ceil(H / 8), count * s_max): block z is split z % s_max of job z / s_max (one query each).
 template <bool kFull>
 __global__ void __launch_bounds__(256) attention_split_batch_kernel(const AttentionJob* jobs, int64_t s_max) {
     allow_early_next();
@@ -405,8 +365,7 @@ bool attention_split_supported(const AttentionParams& p) {
 }
 
 int64_t attention_splits(const AttentionParams& p) {
-    const int hpb = split_heads_per_block(p.hd == 32 * kMaxPerLane);
-    const int64_t blocks = p.L * ((p.H + hpb - 1) / hpb);
+    const int64_t blocks = p.L * ((p.H + kHeadsPerBlock - 1) / kHeadsPerBlock);
     const int64_t max_slots =
         std::min(p.window, p.pos0 + p.L) + (p.comp_mask == AttnCompMask::kCausal  ? p.n_comp
                                             : p.comp_mask == AttnCompMask::kPicks ? p.k
@@ -436,7 +395,7 @@ void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, Atte
     raise_smem(kernel, smem, full ? raised_full : raised_any);
     float* ml = static_cast<float*>(scratch.get(4, size_t(p.L * p.H * S * 2) * sizeof(float)));
     float* acc = static_cast<float*>(scratch.get(5, size_t(p.L * p.H * S * p.hd) * sizeof(float)));
-    const dim3 grid(unsigned(p.L), blocks_for(p.H, split_heads_per_block(full)), unsigned(S));
+    const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock), unsigned(S));
     kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(p, ml, acc);
     attention_merge_kernel<<<dim3(unsigned(p.L), unsigned(p.H)), 128, 0, as_stream(s)>>>(p, S, ml, acc);
 }
@@ -476,7 +435,7 @@ void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& s
     static size_t raised_full = 48 * 1024, raised_any = 48 * 1024;
     auto kernel = full ? attention_split_batch_kernel<true> : attention_split_batch_kernel<false>;
     raise_smem(kernel, smem, full ? raised_full : raised_any);
-    const dim3 grid(1, blocks_for(H, split_heads_per_block(full)), unsigned(count * s_max));
+    const dim3 grid(1, blocks_for(H, kHeadsPerBlock), unsigned(count * s_max));
     kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(dev, s_max);
     attention_merge_batch_kernel<<<dim3(1, unsigned(H), unsigned(count)), 128, 0, as_stream(s)>>>(dev);
 }
