@@ -116,9 +116,15 @@ TEST(CudaBatchedState, IndexerTopksEqualEachAlone) {
         all.push_back(
             {q[i].dv(), w[i].dv(), keys[i].dv(), picks_batched[i].dv(), spec[i].pos0, rate, ws, ss});
     }
-    const int64_t before = b.gpu->dispatch_count("indexer_topk", "tiled");
+    // tiled takes the jobs of >= 256 entries, warp_heads the rest: one batched launch pair each
+    auto counts = [&] {
+        return b.gpu->dispatch_count("indexer_topk", "tiled") +
+               b.gpu->dispatch_count("indexer_topk", "warp_heads");
+    };
+    const int64_t before = counts(), tiled_before = b.gpu->dispatch_count("indexer_topk", "tiled");
     b.gpu->indexer_topks(all);
-    EXPECT_EQ(b.gpu->dispatch_count("indexer_topk", "tiled") - before, int64_t(n));
+    EXPECT_EQ(counts() - before, int64_t(n));
+    EXPECT_EQ(b.gpu->dispatch_count("indexer_topk", "tiled") - tiled_before, 2);  // T = 1000 and 4096
     for (size_t i = 0; i < n; ++i)
         EXPECT_TRUE(same_bits<int32_t>(picks_alone[i], picks_batched[i])) << "job " << i;
 }

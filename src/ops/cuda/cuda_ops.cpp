@@ -90,8 +90,8 @@ CudaBackend::CudaBackend(int device)
            {"attention", "per_query", "head_dim <= 512", true}}),
       indexer_v_(
           {{"indexer_topk", "tiled",
-            "dim a multiple of 4, 16-byte aligned q and key rows; a block per 64 entries, all heads as a "
-            "register-tiled product",
+            "dim a multiple of 4, 16-byte aligned q and key rows, from 256 entries; a block per 64 entries, "
+            "all heads as a register-tiled product",
             false},
            {"indexer_topk", "warp_heads",
             "dim a multiple of 4 and <= 512, 16-byte aligned q and key rows; a warp per entry, lanes "

@@ -210,7 +210,7 @@ struct IndexerParams {
 };
 // Scores then top-k. Score variants:
 //   kTiled      a block per 64 entries, all heads as a register-tiled product staged in shared memory (dim
-//               % 4 == 0, 16-byte aligned q and key rows; indexer_tiled_supported)
+//               % 4 == 0, 16-byte aligned q and key rows; indexer_tiled_supported; dispatch: T >= 256)
 //   kWarpHeads  a warp per entry, lanes over dim (float4), the heads in order with warp sums (dim % 4 == 0,
 //               dim <= 512, 16-byte aligned q and key rows; indexer_warp_supported)
 //   kBlock      a block per 64 entries, each thread a serial dot per (entry, head group): the fallback

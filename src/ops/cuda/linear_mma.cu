@@ -193,14 +193,19 @@ __global__ void __launch_bounds__(256) linear_mma_kernel(Params p) {
 // Token groups of 4 per block: each block reads its weight tile once for up to 16 tokens. The weights'
 // f16 conversion is shared by the groups; their activation fragments are registers of their own (four
 // groups keep one row tile per warp). The most groups that still leave every multiprocessor two blocks
-// (16-row tiles: a 1024-row matrix has 64, so at 16 tokens it keeps one group a block). DEEPINFER_MMA_GROUPS
+// (16-row tiles: a 1024-row matrix has 64, so at 16 tokens it keeps one group a block); one where rows are
+// plenty enough for two tiles per warp. On the H200 at 16 / 64 tokens (us, 1 group -> these): o_b 8192->4096
+// 39.1 -> 36.2 / 137.3 -> 111.2, shared W1 4096->2048 13.5 -> 13.4 / 43.0 -> 34.7. DEEPINFER_MMA_GROUPS
 // =1|2|4 caps it (same bits at any cap: an A/B knob for the benchmarks).
-int mma_groups_per_block(int64_t groups, int64_t tiles) {
+int mma_groups_per_block(int64_t groups, int64_t tiles, bool two_tiles) {
     static const int cap = [] {
         const char* e = std::getenv("DEEPINFER_MMA_GROUPS");
         const int v = e != nullptr ? std::atoi(e) : 4;
         return v >= 4 ? 4 : v >= 2 ? 2 : 1;
     }();
+    if (two_tiles)
+        return 1;  // q_b-like (K 1024, 32K rows): the 32-row tiles read the activations half as
+                   // often; measured at 16 and 64 tokens, faster than 2 or 4 groups of 16-row tiles
     const int64_t want = 2 * int64_t(sm_count());
     for (int G : {4, 2})
         if (G <= cap && groups >= G && tiles * ((groups + G - 1) / G) >= want) return G;
@@ -249,10 +254,10 @@ void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y
                    w.in_dim,
                    w.out_dim};
     const int64_t groups = (n + 3) / 4;
-    const int G = mma_groups_per_block(groups, w.out_dim / 16);
-    const unsigned gx = unsigned((groups + G - 1) / G);
     // Two row tiles per warp where rows are plenty; four token groups keep one (registers).
     const bool two_tiles = w.out_dim % 32 == 0 && w.out_dim >= 32 * 2 * int64_t(sm_count());
+    const int G = mma_groups_per_block(groups, w.out_dim / 16, two_tiles);
+    const unsigned gx = unsigned((groups + G - 1) / G);
     if (G == 4)
         run_mma<1, 4>(p, chunks, gx, st);
     else if (G == 2)
