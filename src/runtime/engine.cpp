@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <random>
@@ -349,11 +350,16 @@ bool Engine::Impl::step() {
         for (size_t i = 0; i < plan.chunks.size(); ++i)
             if (plan.chunks[i].samples) sampling.push_back(i);
         std::vector<EngineSequence::Draw> draws(sampling.size());
+        std::vector<std::exception_ptr> failed(sampling.size());  // rethrown here, on the loop thread
         auto draw = [&](int64_t b, int64_t e, int) {
             for (int64_t j = b; j < e; ++j) {
                 const size_t i = sampling[size_t(j)];
-                draws[size_t(j)] = chunk_seqs[i]->draw(
-                    std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)));
+                try {
+                    draws[size_t(j)] = chunk_seqs[i]->draw(
+                        std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)));
+                } catch (...) {
+                    failed[size_t(j)] = std::current_exception();
+                }
             }
         };
         if (sampling.size() > 1) {
@@ -363,6 +369,8 @@ bool Engine::Impl::step() {
         } else {
             draw(0, int64_t(sampling.size()), 0);
         }
+        for (const std::exception_ptr& f : failed)
+            if (f) std::rethrow_exception(f);
         for (size_t j = 0; j < sampling.size(); ++j) chunk_seqs[sampling[j]]->on_draw(draws[j], sm);
     }
 
