@@ -3,7 +3,8 @@
 # at each of BATCHES after a synthetic context of each of CONTEXTS tokens (model_bench --context: random
 # state contents, no prefill of them), CUDA graphs on, and the copy bandwidth of the same call. Bytes per
 # step: ../shared/tools/v4_decode_bytes.py --preset flash --layers L --context C --batch B.
-# 1048448: the largest multiple of 128 that leaves V4-Flash's 1,048,576 positions room for the prompt and decode.
+# 1048448: the largest multiple of 128 that leaves V4-Flash's 1,048,576 positions room for the prompt and
+# the decode steps.
 #   OUT=... [LAYERS=16] [BATCHES="1 16"] [CONTEXTS="65536 1048448"] [DECODE=16] tools/gpu_long_context.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_long_context}; mkdir -p "$OUT"
