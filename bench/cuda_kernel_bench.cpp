@@ -98,6 +98,23 @@ double graph_us(cudaStream_t s, int reps, const std::function<void(int)>& launch
     return 1000.0 * t[t.size() / 2] / reps;
 }
 
+// Microseconds per launch(i) over `reps` calls issued directly on the stream (no graph: for launches that
+// a capture cannot hold, such as a pageable job-table upload), after one untimed call.
+double stream_us(cudaStream_t s, int reps, const std::function<void(int)>& launch) {
+    launch(0);
+    cudaEvent_t a, b;
+    DI_CUDA_CHECK(cudaEventCreate(&a));
+    DI_CUDA_CHECK(cudaEventCreate(&b));
+    DI_CUDA_CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < reps; ++i) launch(i);
+    DI_CUDA_CHECK(cudaEventRecord(b, s));
+    DI_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    return 1000.0 * double(ms) / reps;
+}
+
 struct Row {
     std::string name, variant;
     double us, bytes;
@@ -489,22 +506,9 @@ void bench_indexer(std::vector<Row>& rows, cudaStream_t s, const char* name, int
                 launch_indexer_topks(ps.data(), jobs, scratch, s, v);
         };
         run();
-        double us = 0;
-        if (jobs == 1) {
-            us = graph_us(s, 20, [&](int) { run(); });
-        } else {  // the job table's upload is a pageable copy, which a graph cannot hold: timed by events
-            cudaEvent_t e0, e1;
-            DI_CUDA_CHECK(cudaEventCreate(&e0));
-            DI_CUDA_CHECK(cudaEventCreate(&e1));
-            DI_CUDA_CHECK(cudaEventRecord(e0, s));
-            for (int i = 0; i < 20; ++i) run();
-            DI_CUDA_CHECK(cudaEventRecord(e1, s));
-            DI_CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms = 0;
-            DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            us = 1e3 * double(ms) / 20;
-            cudaEventDestroy(e0), cudaEventDestroy(e1);
-        }
+        // the batched job table's upload is a pageable copy, which a graph cannot hold
+        const double us =
+            jobs == 1 ? graph_us(s, 20, [&](int) { run(); }) : stream_us(s, 20, [&](int) { run(); });
         DI_CUDA_CHECK(cudaGetLastError());
         rows.push_back({name, vname, us, 4.0 * double(jobs * T * dim + H * dim)});
     }

@@ -105,13 +105,9 @@ int main(int argc, char** argv) {
     if (!p) return std::fprintf(stderr, "%s\n", p.error().message.c_str()), 2;
     model.set_precision(*p);
     const auto& cfg = model.config();
-    context = perf::synthetic_context(cfg, context);
-    if (cfg.max_position_embeddings > 0 && context + n_prompt + n_decode > cfg.max_position_embeddings)
-        return std::fprintf(
-                   stderr,
-                   "model_bench: --context %lld + --prompt + --decode exceed the model's %lld positions\n",
-                   (long long)context, (long long)cfg.max_position_embeddings),
-               2;
+    Result<int64_t> ctx = perf::synthetic_context(cfg, context, n_prompt, n_decode);
+    if (!ctx) return std::fprintf(stderr, "model_bench: %s\n", ctx.error().message.c_str()), 2;
+    context = *ctx;
     // Untimed runs first, as llama-bench does: the first step of a process pays for first touches (mmapped
     // weights paged in: 48% of a cold demo prefill was its embedding lookups), graph captures and workspace
     // growth, none of which a running server pays again.

@@ -64,12 +64,9 @@ int run_bench(const Options& o) {
     std::vector<ops::OpProfile> prefill_ops, decode_ops;  // of the last run
     const auto& cfg = lm->model->config();
     const auto& ws = lm->model->weight_stats();
-    const int64_t context = perf::synthetic_context(cfg, o.context);
-    if (cfg.max_position_embeddings > 0 && context + o.prompt + o.decode > cfg.max_position_embeddings)
-        return fail(
-            fmt::format("bench: --context {} + --prompt {} + --decode {} exceed the model's {} positions "
-                        "(max_position_embeddings)",
-                        context, o.prompt, o.decode, cfg.max_position_embeddings));
+    Result<int64_t> ctx = perf::synthetic_context(cfg, o.context, o.prompt, o.decode);
+    if (!ctx) return fail("bench: " + ctx.error().message);
+    const int64_t context = *ctx;
     for (int64_t i = 0; i < o.warmup; ++i)
         perf::measure_throughput(*lm->model, o.prompt, o.decode, o.batch, {}, context);
     std::vector<double> prefill, decode, ms;

@@ -11,10 +11,17 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
-int64_t synthetic_context(const model::ModelConfig& cfg, int64_t tokens) {
+Result<int64_t> synthetic_context(const model::ModelConfig& cfg, int64_t tokens, int64_t n_prompt,
+                                  int64_t n_decode) {
     int64_t rate = 1;
     for (int l = 0; l < int(cfg.n_layers); ++l) rate = std::max(rate, cfg.compress_rate(l));
-    return (std::max<int64_t>(tokens, 0) + rate - 1) / rate * rate;
+    const int64_t context = (std::max<int64_t>(tokens, 0) + rate - 1) / rate * rate;
+    if (cfg.max_position_embeddings > 0 && context + n_prompt + n_decode > cfg.max_position_embeddings)
+        return make_error(ErrorCode::kInvalidArgument,
+                          "--context {} + --prompt {} + --decode {} exceed the model's {} positions "
+                          "(max_position_embeddings)",
+                          context, n_prompt, n_decode, cfg.max_position_embeddings);
+    return context;
 }
 
 Throughput measure_throughput(model::Model& model, int64_t n_prompt, int64_t n_decode, int64_t batch,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "core/error.h"
 #include "model/model.h"
 
 namespace di::perf {
@@ -23,8 +24,10 @@ struct Throughput {
 Throughput measure_throughput(model::Model& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
                               const std::function<void()>& after_prefill = {}, int64_t context = 0);
 
-// The synthetic context nearest above `tokens` that the model can hold: a multiple of its largest
-// compression rate.
-int64_t synthetic_context(const model::ModelConfig& cfg, int64_t tokens);
+// The synthetic context nearest above `tokens` that the model can hold (a multiple of its largest
+// compression rate), or an error naming --context where it and the prompt and decode steps after it
+// exceed max_position_embeddings.
+Result<int64_t> synthetic_context(const model::ModelConfig& cfg, int64_t tokens, int64_t n_prompt,
+                                  int64_t n_decode);
 
 }  // namespace di::perf

@@ -75,23 +75,11 @@ __device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const u
     }
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4 (&h)[2], int s) {
+// Word s of N 16-byte registers (a weight row's two halves, a token group's four B-fragment loads).
+template <int N>
+__device__ __forceinline__ uint32_t word_of(const uint4 (&h)[N], int s) {
     const uint4& u = h[s >> 2];
     switch (s & 3) {
-        case 0:
-            return u.x;
-        case 1:
-            return u.y;
-        case 2:
-            return u.z;
-        default:
-            return u.w;
-    }
-}
-
-__device__ __forceinline__ uint32_t word4(const uint4 (&b)[4], int i) {
-    const uint4& u = b[i >> 2];
-    switch (i & 3) {
         case 0:
             return u.x;
         case 1:
@@ -119,7 +107,7 @@ __device__ __forceinline__ void compute_frag(const Frag<MT, G>& f, float (&acc)[
                                    fp8x2_to_f16x2(w1 >> 16)};
 #pragma unroll
             for (int gi = 0; gi < G; ++gi)
-                mma16816(d[gi], a, word4(f.b[gi], 2 * s), word4(f.b[gi], 2 * s + 1));
+                mma16816(d[gi], a, word_of(f.b[gi], 2 * s), word_of(f.b[gi], 2 * s + 1));
         }
 #pragma unroll
         for (int gi = 0; gi < G; ++gi) {
