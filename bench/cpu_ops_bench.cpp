@@ -126,6 +126,7 @@ struct LinearCase {
     const char* name;
     int64_t n, in, out;
     ops::WeightFormat fmt;
+    ops::ActQuant act = ops::ActQuant::kNone;  // kFp8Block128: the `native` precision's fp8 activation blocks
 };
 
 void bench_linear(ops::Backend& cpu, ops::Backend& ref, const LinearCase& c, double copy_bw) {
@@ -138,14 +139,14 @@ void bench_linear(ops::Backend& cpu, ops::Backend& ref, const LinearCase& c, dou
     Tensor x(host_allocator(), DType::kF32, {c.n, c.in}), y(host_allocator(), DType::kF32, {c.n, c.out});
     for (int64_t i = 0; i < x.view().numel(); ++i)
         x.view().ptr<float>()[i] = float(int64_t(g_rand.next() % 2001) - 1000) * 1e-3f;
-    cpu.linear({x, reps[0].w, y});  // warm-up (scratch allocation)
+    cpu.linear({x, reps[0].w, y, c.act});  // warm-up (scratch allocation)
     int64_t calls = 0;
     const auto t = Clock::now();
     while (calls < int64_t(reps.size()) || since(t) < 0.5)
-        cpu.linear({x, reps[size_t(calls++ % int64_t(reps.size()))].w, y});
+        cpu.linear({x, reps[size_t(calls++ % int64_t(reps.size()))].w, y, c.act});
     const double t_cpu = since(t) / double(calls);
     const auto tr = Clock::now();
-    ref.linear({x, reps[0].w, y});
+    ref.linear({x, reps[0].w, y, c.act});
     const double t_ref = since(tr);
     const double gbs = double(reps[0].bytes()) / t_cpu;
     fmt::print("| linear {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {:.1f} | {:.0f}x |\n", c.name, c.n,
@@ -322,6 +323,16 @@ int main(int argc, char** argv) {
         {"bf16 demo lm head 256->129280", 1, 256, 129280, ops::WeightFormat::kDense},
         {"fp8 q_a 4096->1024", 16, 4096, 1024, ops::WeightFormat::kFp8Block},
         {"fp8 q_a 4096->1024", 128, 4096, 1024, ops::WeightFormat::kFp8Block},
+        {"fp8 q_a 4096->1024 native", 1, 4096, 1024, ops::WeightFormat::kFp8Block,
+         ops::ActQuant::kFp8Block128},
+        {"fp8 q_b 1024->32768 native", 1, 1024, 32768, ops::WeightFormat::kFp8Block,
+         ops::ActQuant::kFp8Block128},
+        {"fp8 o_b 8192->4096 native", 1, 8192, 4096, ops::WeightFormat::kFp8Block,
+         ops::ActQuant::kFp8Block128},
+        {"fp8 q_a 4096->1024 native", 16, 4096, 1024, ops::WeightFormat::kFp8Block,
+         ops::ActQuant::kFp8Block128},
+        {"fp8 q_a 4096->1024 native", 128, 4096, 1024, ops::WeightFormat::kFp8Block,
+         ops::ActQuant::kFp8Block128},
     };
     for (const LinearCase& c : cases) bench_linear(cpu, *ref, c, copy_bw);
     bench_moe(cpu, *ref, 1, copy_bw);

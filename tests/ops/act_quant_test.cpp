@@ -94,9 +94,12 @@ TEST(Fp8BlockQuant, RowsMatchTheIndependentQuantiser) {
         ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << "element " << i << " x " << x[size_t(i)];
 }
 
-// linear with ActQuant::kFp8Block128 (ref and cpu) against a plain ref linear on independently quantised x.
-TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {
-    const int64_t n = 5, in = 512, out = 384, x_pad = 3;
+// linear with ActQuant::kFp8Block128 (ref and cpu) against a plain ref linear on independently quantised x;
+// on AVX-512 BF16 machines the cpu side is the bf16 dot kernel (cpu_native_fp8.cpp), at 1, 2 and 5 rows
+// (its 1-, 2- and 4-row passes), short and V4-Flash-long rows.
+void check_fp8_act_linear(int64_t n, int64_t in, int64_t out) {
+    SCOPED_TRACE(testing::Message() << "n " << n << " in " << in << " out " << out);
+    const int64_t x_pad = 3;
     TestWeight tw = make_weight(ops::WeightFormat::kFp8Block, out, in);
     Tensor x(host_allocator(), DType::kF32, {n, in + x_pad});
     fill_uniform(x.view(), -2.0f, 2.0f);
@@ -128,6 +131,35 @@ TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {
         }
     EXPECT_EQ(w_ref, g_ref);  // the same f32 inputs in the same double sums
     expect_within(w_ref, g_cpu, bound, "cpu linear, fp8 activation blocks");
+}
+
+TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {
+    check_fp8_act_linear(5, 512, 384);
+    check_fp8_act_linear(1, 4096, 260);  // a partial last tile
+    check_fp8_act_linear(2, 1024, 256);
+    check_fp8_act_linear(7, 8192, 128);
+}
+
+// Each row's result of a native fp8 linear is the same bits alone, inside a batch, and on one or two threads.
+TEST(LinearFp8Act, RowsAreBatchAndThreadInvariant) {
+    const int64_t n = 7, in = 1024, out = 264;
+    TestWeight tw = make_weight(ops::WeightFormat::kFp8Block, out, in);
+    Tensor x(host_allocator(), DType::kF32, {n, in});
+    fill_uniform(x.view(), -2.0f, 2.0f);
+    auto run = [&](ops::Backend& be, int64_t r0, int64_t rows) {
+        Tensor y(host_allocator(), DType::kF32, {rows, out});
+        be.linear({x.view().rows(r0, rows), tw.w, y.view(), ops::ActQuant::kFp8Block128});
+        return std::vector<float>(y.view().ptr<float>(), y.view().ptr<float>() + rows * out);
+    };
+    const std::vector<float> all = run(*backends().cpu, 0, n);
+    ops::CpuBackend one_thread(1);
+    EXPECT_EQ(all, run(one_thread, 0, n)) << "one thread against two";
+    for (int64_t r = 0; r < n; ++r) {
+        const std::vector<float> alone = run(*backends().cpu, r, 1);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r * out)) << "row " << r << " alone";
+    }
+    const std::vector<float> pair = run(*backends().cpu, 3, 2);
+    EXPECT_TRUE(std::equal(pair.begin(), pair.end(), all.begin() + 3 * out)) << "rows 3-4 as a pair";
 }
 
 TEST(LinearFp8ActDeathTest, NeedsInDimAMultipleOf128) {

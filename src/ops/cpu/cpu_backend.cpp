@@ -62,6 +62,16 @@ void CpuBackend::linear(const LinearArgs& in_args) {
     if (n == 0 || out == 0) return;
     xrows_.resize(size_t(n));
     for (int64_t r = 0; r < n; ++r) xrows_[size_t(r)] = a.x.ptr<float>() + r * a.x.stride[0];
+    // native FP8: the quantised rows as bf16 in the kernel's order (cpu_native_fp8.cpp)
+    const bool bf16_dots = a.act == ActQuant::kFp8Block128 && cpu::native_fp8_supported(a.w);
+    if (bf16_dots) {
+        xbf_.resize(size_t(n * in));
+        xbf_rows_.resize(size_t(n));
+        for (int64_t r = 0; r < n; ++r) {
+            xbf_rows_[size_t(r)] = xbf_.data() + r * in;
+            cpu::native_fp8_prepare_x(xrows_[size_t(r)], in, xbf_.data() + r * in);
+        }
+    }
     const int64_t n_tiles = (out + cpu::kTileRows - 1) / cpu::kTileRows;
     const int64_t grain = cpu::tiles_per_task(n_tiles, cpu::kTileRows * in * n, pool_.size());
     pool_.parallel_for(n_tiles, grain, [&](int64_t t0, int64_t t1, int worker) {
@@ -69,7 +79,10 @@ void CpuBackend::linear(const LinearArgs& in_args) {
         if (s.acc.size() < size_t(n * cpu::kTileRows)) s.acc.resize(size_t(n * cpu::kTileRows));
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t o0 = t * cpu::kTileRows, nw = std::min<int64_t>(cpu::kTileRows, out - o0);
-            cpu::weight_tile(a.w, o0, nw, xrows_.data(), n, s, s.acc.data());
+            if (bf16_dots)
+                cpu::native_fp8_tile(a.w, o0, nw, xbf_rows_.data(), n, s.acc.data());
+            else
+                cpu::weight_tile(a.w, o0, nw, xrows_.data(), n, s, s.acc.data());
             for (int64_t r = 0; r < n; ++r) {
                 float* y = a.y.ptr<float>() + r * a.y.stride[0] + o0;
                 for (int64_t k = 0; k < nw; ++k) y[k] = s.acc[size_t(r * cpu::kTileRows + k)];

@@ -115,6 +115,8 @@ class CpuBackend final : public Backend {
     std::vector<CpuScratch> scratch_;  // one per pool thread
     std::vector<const float*> xrows_;  // input row pointers of the current op
     std::vector<float> xq_;            // fp8-block activations, dequantised (ActQuant::kFp8Block128)
+    std::vector<uint16_t> xbf_;        // the same as bf16 for the native FP8 kernel (cpu_native_fp8.cpp)
+    std::vector<const uint16_t*> xbf_rows_;
     // moe: token-slot pairs grouped by expert, and the intermediate activations.
     struct MoeTask {
         int32_t expert;

@@ -33,12 +33,16 @@ typedef float v16 __attribute__((vector_size(kLanes * sizeof(float))));
     return t[0];
 }
 
+}  // namespace
+
 float load_scale(const TensorView& s, int64_t r, int64_t c) {
     const int64_t i = r * s.stride[0] + c * s.stride[1];
     if (s.dtype != DType::kE8M0) return s.ptr<float>()[i];
     const uint32_t b = s.ptr<uint8_t>()[i];  // 2^(b - 127) as e8m0_to_f32, without ldexp
     return b == 0 ? 0x1p-127f : b == 255 ? NAN : std::bit_cast<float>(b << 23);
 }
+
+namespace {
 
 const float* f16_table() {
     static const std::vector<float> t = [] {
@@ -287,8 +291,6 @@ void dequant_fp4(const uint8_t* q, int64_t n_bytes, const float* sc, float* d) {
 DI_CPU_CLONES void dequant_bf16(const uint16_t* q, int64_t n, float* d) {
     for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<float>(uint32_t(q[i]) << 16);
 }
-
-constexpr int64_t kMaxScales = 4096;  // scale blocks per row: in_dim up to 131072 (fp4) / 524288 (fp8)
 
 void dequant_row(const QWeight& w, int64_t o, float* d) {
     const int64_t in = w.in_dim;
@@ -647,7 +649,8 @@ struct Bf16Rows512 {
 // decode on one thread: 97 -> 130-174 tokens/s with the next tile requested pair by pair). The fused tiles
 // ask for the pair kPrefetchRows ahead of the one they compute: of 2, 4, 16, 32 and 48 rows ahead, 4 measured
 // best on both the demo (512-byte head rows) and the mid-fullvocab model (2 KiB head rows), within the noise.
-constexpr int64_t kPrefetchRows = 4;
+}  // namespace
+
 void prefetch_rows(const QWeight& w, int64_t o, int64_t n) {
 #if defined(__x86_64__)
     const int64_t end = std::min(o + n, w.out_dim);
@@ -662,6 +665,8 @@ void prefetch_rows(const QWeight& w, int64_t o, int64_t n) {
     (void)w, (void)o, (void)n;
 #endif
 }
+
+namespace {
 
 #if defined(__x86_64__) && !defined(__clang__)
 // One pair of weight rows against nx (1 or 2) input rows: the zmm kernel on AVX-512, else the ymm one (the

@@ -17,7 +17,16 @@
 
 namespace di::ops::cpu {
 
-inline constexpr int kTileRows = 4;  // weight rows per tile
+inline constexpr int kTileRows = 4;          // weight rows per tile
+inline constexpr int64_t kMaxScales = 4096;  // scale blocks per row: in_dim up to 131072 (fp4) / 524288 (fp8)
+
+// A quantised weight's scale (f32 or e8m0) at block (r, c), as f32.
+float load_scale(const TensorView& s, int64_t r, int64_t c);
+
+// Asks for the bytes of weight rows o .. o + n - 1 (those below out_dim) ahead of their use; the fused
+// decode tiles ask for the pair kPrefetchRows ahead of the one they compute (cpu_kernels.cpp says why 4).
+inline constexpr int64_t kPrefetchRows = 4;
+void prefetch_rows(const QWeight& w, int64_t o, int64_t n);
 
 // Below this many multiply-adds a parallel_for costs more (wake-up ~10 us) than it saves.
 inline constexpr int64_t kMinParallelMacs = 1 << 16;
@@ -48,5 +57,13 @@ double sumsq_f64(const float* a, int64_t len);
 // (columns k >= nw are unspecified). Dequantises into s.w unless the weight is dense f32.
 void weight_tile(const QWeight& w, int64_t o0, int64_t nw, const float* const* x, int64_t nx, CpuScratch& s,
                  float* res);
+
+// The `native` FP8 linear on AVX-512 BF16 machines (cpu_native_fp8.cpp): x rows already quantised per
+// 128-column block (ActQuant::kFp8Block128), prepared once per op as bf16 in the kernel's lane order
+// (native_fp8_prepare_x: in_dim values), then tiles as weight_tile's (res[r * kTileRows + k]).
+bool native_fp8_supported(const QWeight& w);
+void native_fp8_prepare_x(const float* x, int64_t in, uint16_t* out);
+void native_fp8_tile(const QWeight& w, int64_t o0, int64_t nw, const uint16_t* const* x, int64_t nx,
+                     float* res);
 
 }  // namespace di::ops::cpu

@@ -1,0 +1,161 @@
+// FP8 linears of the `native` precision on AVX-512 BF16 machines: the activations are already e4m3 values
+// times power-of-two block scales (ActQuant::kFp8Block128), so they and the e4m3 weights are exact in bf16,
+// every product of the two is exact in f32, and vdpbf16ps takes 32 of them per instruction where the f32
+// path spends a conversion, a multiply and an add on 16. Per 128-column block of a (token, weight row) pair:
+// the block's products summed by vdpbf16ps in a fixed lane order, times the weight's block scale, added to
+// the row's total (one FMA); the total's 16 lanes folded at the end. Each (token, row) result comes from the
+// same instructions whatever the batch, tile or thread: batch-invariant and deterministic. Its rounding
+// differs from the f32 path's (another order, vdpbf16ps flushing denormals), so native linears are held to
+// the sum bound of ref (tests/ops/act_quant_test.cpp), as every cpu linear is.
+//
+// Weights: 64 fp8 bytes become 64 bf16 with two 128-entry byte tables (vpermi2b: the high and the low byte
+// of each value's bf16, the sign or-ed in), interleaved by unpacklo/unpackhi: so the activation chunk is
+// stored in that lane order (native_fp8_prepare_x).
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "ops/cpu/cpu_kernels.h"
+
+#if defined(__x86_64__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
+
+namespace di::ops::cpu {
+
+#if defined(__x86_64__) && !defined(__clang__)
+#define DI_NATIVE_FP8 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
+
+namespace {
+
+constexpr int kChunk = 64;    // weights converted at once
+constexpr int kBlock = 128;   // fp8 block scale width
+constexpr int kMaxRowsX = 4;  // token rows per pass
+
+// bf16 of every e4m3 magnitude (the sign is bit 7 of both), split into high and low bytes.
+struct Tables {
+    alignas(64) uint8_t hi[128];
+    alignas(64) uint8_t lo[128];
+    Tables() {
+        for (int m = 0; m < 128; ++m) {
+            const uint32_t b = std::bit_cast<uint32_t>(fp8_e4m3_to_f32(uint8_t(m)));
+            hi[m] = uint8_t(b >> 24), lo[m] = uint8_t(b >> 16);  // exact: e4m3 needs 3 mantissa bits
+        }
+    }
+};
+const Tables& tables() {
+    static const Tables t;
+    return t;
+}
+
+// 64 weights as bf16 in the lane order of native_fp8_prepare_x: a = columns 0-7, 16-23, 32-39, 48-55,
+// b = 8-15, 24-31, 40-47, 56-63.
+DI_NATIVE_FP8 inline void convert64(const uint8_t* q, __m512i thi0, __m512i thi1, __m512i tlo0, __m512i tlo1,
+                                    __m512i& a, __m512i& b) {
+    const __m512i bytes = _mm512_loadu_si512(q);
+    __m512i hi = _mm512_permutex2var_epi8(thi0, bytes, thi1);  // index bits 6..0: the magnitude
+    const __m512i lo = _mm512_permutex2var_epi8(tlo0, bytes, tlo1);
+    hi = _mm512_ternarylogic_epi32(hi, bytes, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (bytes & 0x80)
+    a = _mm512_unpacklo_epi8(lo, hi);
+    b = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// R token rows x 2 weight rows; x rows prepared (native_fp8_prepare_x), sc: the pair's block scales.
+// pf0, pf1: rows to ask for ahead, a line per chunk beside the loads (null: none).
+template <int R>
+DI_NATIVE_FP8 void pair_dots(const uint8_t* w0, const uint8_t* w1, const uint8_t* pf0, const uint8_t* pf1,
+                             const uint16_t* const* x, const float* sc, int64_t in, float* res) {
+    const Tables& t = tables();
+    const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
+    const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
+    __m512 tot[R][2];
+    for (int r = 0; r < R; ++r) tot[r][0] = tot[r][1] = _mm512_setzero_ps();
+    for (int64_t c0 = 0; c0 < in; c0 += kBlock) {
+        __m512 blk[R][2];
+        for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm512_setzero_ps();
+        for (int64_t c = c0; c < c0 + kBlock; c += kChunk) {
+            __m512i a[2], b[2];
+            if (pf0 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf0 + c), _MM_HINT_T0);
+            if (pf1 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf1 + c), _MM_HINT_T0);
+            convert64(w0 + c, thi0, thi1, tlo0, tlo1, a[0], b[0]);
+            convert64(w1 + c, thi0, thi1, tlo0, tlo1, a[1], b[1]);
+            for (int r = 0; r < R; ++r) {
+                const __m512bh xa = (__m512bh)_mm512_loadu_si512(x[r] + c);
+                const __m512bh xb = (__m512bh)_mm512_loadu_si512(x[r] + c + 32);
+                for (int k = 0; k < 2; ++k) {
+                    blk[r][k] = _mm512_dpbf16_ps(blk[r][k], (__m512bh)a[k], xa);
+                    blk[r][k] = _mm512_dpbf16_ps(blk[r][k], (__m512bh)b[k], xb);
+                }
+            }
+        }
+        const __m512 s = _mm512_set1_ps(sc[c0 / kBlock]);
+        for (int r = 0; r < R; ++r)
+            for (int k = 0; k < 2; ++k) tot[r][k] = _mm512_fmadd_ps(blk[r][k], s, tot[r][k]);
+    }
+    for (int r = 0; r < R; ++r)
+        for (int k = 0; k < 2; ++k) {  // the fixed fold of dot_tile's lanes (lane j += lane j + h)
+            alignas(64) float l[16];
+            _mm512_store_ps(l, tot[r][k]);
+            for (int h = 8; h >= 1; h /= 2)
+                for (int j = 0; j < h; ++j) l[j] += l[j + h];
+            res[r * kTileRows + k] = l[0];
+        }
+}
+
+}  // namespace
+
+bool native_fp8_supported(const QWeight& w) {
+    static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16");
+    return cpu && w.format == WeightFormat::kFp8Block && w.in_dim % kBlock == 0 &&
+           w.in_dim / kBlock <= kMaxScales && w.data.dtype == DType::kF8E4M3;
+}
+
+DI_NATIVE_FP8 void native_fp8_prepare_x(const float* x, int64_t in, uint16_t* out) {
+    for (int64_t c = 0; c < in; c += kChunk)
+        for (int h = 0; h < 2; ++h)      // a then b of convert64
+            for (int l = 0; l < 4; ++l)  // its four 128-bit lanes
+                for (int j = 0; j < 8; ++j)
+                    out[c + 32 * h + 8 * l + j] =
+                        uint16_t(std::bit_cast<uint32_t>(x[c + 16 * l + 8 * h + j]) >> 16);  // exact: e4m3
+}
+
+DI_NATIVE_FP8 void native_fp8_tile(const QWeight& w, int64_t o0, int64_t nw, const uint16_t* const* x,
+                                   int64_t nx, float* res) {
+    const int64_t in = w.in_dim, nb = in / kBlock;
+    float sc[kMaxScales];
+    for (int64_t b = 0; b < nb; ++b) sc[b] = load_scale(w.scale, o0 / kBlock, b);
+    const uint8_t* rows[kTileRows];
+    for (int64_t k = 0; k < kTileRows; ++k)
+        rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
+    const auto ahead = [&](int64_t k) -> const uint8_t* {  // the row kPrefetchRows below, if there is one
+        const int64_t o = o0 + k + kPrefetchRows;
+        return o < w.out_dim ? w.data.ptr<uint8_t>() + o * w.data.stride[0] : nullptr;
+    };
+    for (int k = 0; k < kTileRows; k += 2) {
+        const uint8_t *pf0 = ahead(k), *pf1 = ahead(k + 1);
+        for (int64_t r = 0; r < nx;) {
+            const int64_t left = nx - r;
+            float* out = res + r * kTileRows + k;
+            if (left >= kMaxRowsX) {
+                pair_dots<4>(rows[k], rows[k + 1], pf0, pf1, x + r, sc, in, out), r += 4;
+            } else if (left >= 2) {
+                pair_dots<2>(rows[k], rows[k + 1], pf0, pf1, x + r, sc, in, out), r += 2;
+            } else {
+                pair_dots<1>(rows[k], rows[k + 1], pf0, pf1, x + r, sc, in, out), r += 1;
+            }
+            pf0 = pf1 = nullptr;  // asked for once
+        }
+    }
+}
+
+#else
+
+bool native_fp8_supported(const QWeight&) { return false; }
+void native_fp8_prepare_x(const float*, int64_t, uint16_t*) {}
+void native_fp8_tile(const QWeight&, int64_t, int64_t, const uint16_t* const*, int64_t, float*) {}
+
+#endif
+
+}  // namespace di::ops::cpu
