@@ -321,6 +321,7 @@ int main(int argc, char** argv) {
         {"fp8 o_b 8192->4096", 1, 8192, 4096, ops::WeightFormat::kFp8Block},
         {"fp4 expert w1 4096->2048", 1, 4096, 2048, ops::WeightFormat::kFp4Group},
         {"bf16 demo lm head 256->129280", 1, 256, 129280, ops::WeightFormat::kDense},
+        {"bf16 mid lm head 1024->129280", 1, 1024, 129280, ops::WeightFormat::kDense},
         {"fp8 q_a 4096->1024", 16, 4096, 1024, ops::WeightFormat::kFp8Block},
         {"fp8 q_a 4096->1024", 128, 4096, 1024, ops::WeightFormat::kFp8Block},
         {"fp8 q_a 4096->1024 native", 1, 4096, 1024, ops::WeightFormat::kFp8Block,

@@ -7,13 +7,15 @@
 # (no tokenizer) borrows the demo model's, so its vocabulary must be the tokenizer's 129,280 (`--preset
 # mid-fullvocab`): the converter takes only tokenizers it recognises.
 #   bench/llama_cpp_peer.sh [--model DIR | --preset demo|mid-fullvocab] [--threads "1 2"] [--prompt 64] [--decode 16]
-#                           [--reps 3] [--work build-peer] [--deepinfer build-cpu]
+#                           [--reps 3] [--work build-peer] [--deepinfer build-cpu] [--precision exact|native|both]
+# --precision: deepinfer's (native: FP8 linears on e4m3 activation blocks, as DeepSeek's inference code and as
+# llama.cpp's Q8_0 x Q8 activations quantise theirs; both: a column each).
 set -euo pipefail
-model="" preset=demo threads="1 2" prompt=64 decode=16 reps=3 work=build-peer bin=build-cpu
+model="" preset=demo threads="1 2" prompt=64 decode=16 reps=3 work=build-peer bin=build-cpu precision=exact
 while [[ $# -gt 0 ]]; do
   case $1 in
     --model) model=$2 ;; --preset) preset=$2 ;; --threads) threads=$2 ;; --prompt) prompt=$2 ;;
-    --decode) decode=$2 ;; --reps) reps=$2 ;; --work) work=$2 ;; --deepinfer) bin=$2 ;;
+    --decode) decode=$2 ;; --reps) reps=$2 ;; --work) work=$2 ;; --deepinfer) bin=$2 ;; --precision) precision=$2 ;;
     *) echo "llama_cpp_peer.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -86,19 +88,20 @@ echo "model $model ($(du -shL "$model" | cut -f1)), gguf $(du -sh "$gguf" | cut 
 repack=""
 "$src/build/bin/llama-bench" -m "$gguf" -t 1 -p 8 -n 1 -r 1 -o csv > /dev/null 2>&1 || {
   repack="--repack 0"; echo "llama-bench aborts with its default weight repacking here: runs with --repack 0"; }
-printf "| threads | read GB/s | rep | deepinfer decode tok/s | %% of read BW | llama.cpp decode tok/s | %% of read BW | deepinfer prefill tok/s | llama.cpp prefill tok/s |\n"
-printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+precs=$precision; [[ $precision == both ]] && precs="exact native"
+printf "| threads | read GB/s | rep | deepinfer precision | deepinfer decode tok/s | %% of read BW | llama.cpp decode tok/s | %% of read BW | deepinfer prefill tok/s | llama.cpp prefill tok/s |\n"
+printf "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n"
 pct() { [[ -n $mb ]] && python3 -c "print(f'{100 * $1 * $mb / 1e3 / $2:.0f}%')" || echo "?"; }
 for t in $threads; do
   bw=$("$bin/bench/cpu_ops_bench" --read-bandwidth --threads "$t")
-  for r in $(seq "$reps"); do
-    di=$(DEEPINFER_THREADS=$t "$bin/bench/model_bench" --model "$model" --backend cpu --prompt "$prompt" --decode "$decode" |
-         sed -n 's/.*= \([0-9.]*\) tokens\/s; decode .* = \([0-9.]*\) tokens\/s.*/\1 \2/p')
+  for r in $(seq "$reps"); do for p in $precs; do
+    di=$(DEEPINFER_THREADS=$t "$bin/bench/model_bench" --model "$model" --backend cpu --precision "$p" --prompt "$prompt" \
+         --decode "$decode" | sed -n 's/.*= \([0-9.]*\) tokens\/s; decode .* = \([0-9.]*\) tokens\/s.*/\1 \2/p')
     lc=$("$src/build/bin/llama-bench" -m "$gguf" -t "$t" -p "$prompt" -n "$decode" -r 1 $repack -o csv 2>/dev/null |
          python3 -c 'import csv,sys; rows=[r for r in csv.DictReader(sys.stdin) if r.get("n_prompt")]; d={("pp" if int(r["n_prompt"]) else "tg"): float(r["avg_ts"]) for r in rows}; print(d.get("pp",0), d.get("tg",0))')
     read -r di_pp di_tg <<< "$di"
     read -r lc_pp lc_tg <<< "$lc"
-    printf "| %s | %s | %s | %s | %s | %.2f | %s | %s | %.1f |\n" "$t" "$bw" "$r" "$di_tg" "$(pct "$di_tg" "$bw")" \
+    printf "| %s | %s | %s | %s | %s | %s | %.2f | %s | %s | %.1f |\n" "$t" "$bw" "$r" "$p" "$di_tg" "$(pct "$di_tg" "$bw")" \
       "$lc_tg" "$(pct "$lc_tg" "$bw")" "$di_pp" "$lc_pp"
-  done
+  done; done
 done

@@ -583,10 +583,12 @@ DI_AVX512_DOTS inline __m512 fp8_16_avx512(const uint8_t* q, float s) {
     return _mm512_mul_ps(fp8_values_avx512(b), _mm512_set1_ps(s));
 }
 
-struct Fp8Rows512 : Fp8Rows {  // its rows, scales and tail columns (at)
+struct Fp8Rows512 : Fp8Rows {                      // its rows, scales and tail columns (at)
+    const uint8_t* ahead[2] = {nullptr, nullptr};  // rows to ask for, a line per 64 columns (null: none)
     // 32 weights (one scale: 32 divides the 128 block) with one NaN test and one widening to 16-bit lanes
     // where chunk16 does each per 16: the f16 bits of fp8_f16_bits_avx2, so the same values.
     DI_AVX512_DOTS void chunk32(int k, int64_t i, __m512& lo, __m512& hi) const {
+        if (ahead[k] != nullptr && i % 64 == 0) _mm_prefetch((const char*)(ahead[k] + i), _MM_HINT_T0);
         const float s = sc[i / kFp8Block];
         const __m256i b = _mm256_loadu_si256((const __m256i*)(q[k] + i));
         if (!_mm256_cmpeq_epi8_mask(_mm256_and_si256(b, _mm256_set1_epi8(0x7f)), _mm256_set1_epi8(0x7f)) &&
@@ -614,7 +616,9 @@ struct Fp4Rows512 : Fp4Rows {  // its rows, scales and tail columns (at)
     // right by 4 (a 16-bit shift: the neighbour's bits that come in sit above the nibble), and vpermps reads
     // only an index's low 4 bits, so no mask; the table is scaled once per group (table[n] * s, the product
     // chunk16 makes). 6 zmm-port uops per 16 weights with the dot's multiply and add, where chunk16 takes 8.
+    const uint8_t* ahead[2] = {nullptr, nullptr};  // rows to ask for, a line per 128 columns (null: none)
     DI_AVX512_DOTS void chunk32(int k, int64_t i, __m512& lo, __m512& hi) const {
+        if (ahead[k] != nullptr && i % 128 == 0) _mm_prefetch((const char*)(ahead[k] + i / 2), _MM_HINT_T0);
         const __m128i b = _mm_loadu_si128((const __m128i*)(q[k] + i / 2));
         const __m128i shifted = _mm_srli_epi16(b, 4);
         const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(kFp4Values), _mm512_set1_ps(sc[k][i / kFp4Group]));
@@ -635,7 +639,9 @@ struct Fp4Rows512 : Fp4Rows {  // its rows, scales and tail columns (at)
 // BF16 weights widened in registers (a 16-bit shift, exact): no f32 copy of the tile to write and read back.
 struct Bf16Rows512 {
     const uint16_t* const* q;
+    const uint8_t* ahead[2] = {nullptr, nullptr};  // rows to ask for, a line per 32 columns (null: none)
     DI_AVX512_DOTS __m512 chunk16(int k, int64_t i) const {
+        if (ahead[k] != nullptr && i % 32 == 0) _mm_prefetch((const char*)(ahead[k] + 2 * i), _MM_HINT_T0);
         const __m256i b = _mm256_loadu_si256((const __m256i*)(q[k] + i));
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
     }
@@ -654,16 +660,22 @@ struct Bf16Rows512 {
 void prefetch_rows(const QWeight& w, int64_t o, int64_t n) {
 #if defined(__x86_64__)
     const int64_t end = std::min(o + n, w.out_dim);
-    const int64_t bytes =
-        w.format == WeightFormat::kFp4Group ? w.in_dim / 2 : w.in_dim * int64_t(dtype_size(w.data.dtype));
-    for (; o < end; ++o) {
-        const char* row =
-            static_cast<const char*>(w.data.data) + o * w.data.stride[0] * int64_t(dtype_size(w.data.dtype));
+    if (o >= end) return;
+    const int64_t esize = int64_t(dtype_size(w.data.dtype)), stride = w.data.stride[0] * esize;
+    const int64_t bytes = w.format == WeightFormat::kFp4Group ? w.in_dim / 2 : w.in_dim * esize;
+    const char* row = static_cast<const char*>(w.data.data) + o * stride;
+    for (; o < end; ++o, row += stride)
         for (int64_t c = 0; c < bytes; c += 64) _mm_prefetch(row + c, _MM_HINT_T0);
-    }
 #else
     (void)w, (void)o, (void)n;
 #endif
+}
+
+const uint8_t* row_ahead(const QWeight& w, int64_t o) {
+    const int64_t esize = int64_t(dtype_size(w.data.dtype));
+    const int64_t bytes = w.format == WeightFormat::kFp4Group ? w.in_dim / 2 : w.in_dim * esize;
+    o += std::max<int64_t>(kPrefetchRows, kPrefetchBytes / std::max<int64_t>(bytes, 1));
+    return o < w.out_dim ? static_cast<const uint8_t*>(w.data.data) + o * w.data.stride[0] * esize : nullptr;
 }
 
 namespace {
@@ -696,9 +708,13 @@ bool fp8_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
     for (int64_t k = 0; k < kTileRows; ++k)
         rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
     for (int k = 0; k < kTileRows; k += 2) {
-        prefetch_rows(w, o0 + k + kPrefetchRows, 2);
         const Fp8Rows pair{rows + k, sc};
-        dots_pair(x, nx, Fp8Rows512{pair}, &pair, in, res + k);
+        Fp8Rows512 pair512{pair};
+        if (has_avx512())  // the rows ahead streamed beside the pair's loads
+            for (int j = 0; j < 2; ++j) pair512.ahead[j] = row_ahead(w, o0 + k + j);
+        else
+            prefetch_rows(w, o0 + k + kPrefetchRows, 2);
+        dots_pair(x, nx, pair512, &pair, in, res + k);
     }
     return true;
 #else
@@ -723,9 +739,13 @@ bool fp4_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
             for (int64_t g = 0; g < ng; ++g)
                 sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
         const float* scp[2] = {sc[0], sc[1]};
-        prefetch_rows(w, o0 + k + kPrefetchRows, 2);
         const Fp4Rows pair{rows + k, scp};
-        dots_pair(x, nx, Fp4Rows512{pair}, &pair, in, res + k);
+        Fp4Rows512 pair512{pair};
+        if (has_avx512())
+            for (int j = 0; j < 2; ++j) pair512.ahead[j] = row_ahead(w, o0 + k + j);
+        else
+            prefetch_rows(w, o0 + k + kPrefetchRows, 2);
+        dots_pair(x, nx, pair512, &pair, in, res + k);
     }
     return true;
 #else
@@ -745,8 +765,9 @@ bool bf16_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* cons
     for (int64_t k = 0; k < kTileRows; ++k)
         rows[k] = w.data.ptr<uint16_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
     for (int k = 0; k < kTileRows; k += 2) {
-        prefetch_rows(w, o0 + k + kPrefetchRows, 2);
-        dots_pair<Bf16Rows512, void>(x, nx, Bf16Rows512{rows + k}, nullptr, w.in_dim, res + k);
+        Bf16Rows512 pair{rows + k};
+        for (int j = 0; j < 2; ++j) pair.ahead[j] = row_ahead(w, o0 + k + j);
+        dots_pair<Bf16Rows512, void>(x, nx, pair, nullptr, w.in_dim, res + k);
     }
     return true;
 #else

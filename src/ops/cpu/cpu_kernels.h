@@ -27,6 +27,11 @@ float load_scale(const TensorView& s, int64_t r, int64_t c);
 // decode tiles ask for the pair kPrefetchRows ahead of the one they compute (cpu_kernels.cpp says why 4).
 inline constexpr int64_t kPrefetchRows = 4;
 void prefetch_rows(const QWeight& w, int64_t o, int64_t n);
+// On AVX-512 the decode tiles instead ask for the row at least kPrefetchRows and kPrefetchBytes below each
+// row they read, one line per line consumed (a burst of a whole row's prefetches, or a shorter distance,
+// left the single-thread stream at 60% of the read bandwidth: docs/benchmarks.md). Null past the last row.
+inline constexpr int64_t kPrefetchBytes = 16384;
+const uint8_t* row_ahead(const QWeight& w, int64_t o);
 
 // Below this many multiply-adds a parallel_for costs more (wake-up ~10 us) than it saves.
 inline constexpr int64_t kMinParallelMacs = 1 << 16;

@@ -129,12 +129,8 @@ DI_NATIVE_FP8 void native_fp8_tile(const QWeight& w, int64_t o0, int64_t nw, con
     const uint8_t* rows[kTileRows];
     for (int64_t k = 0; k < kTileRows; ++k)
         rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
-    const auto ahead = [&](int64_t k) -> const uint8_t* {  // the row kPrefetchRows below, if there is one
-        const int64_t o = o0 + k + kPrefetchRows;
-        return o < w.out_dim ? w.data.ptr<uint8_t>() + o * w.data.stride[0] : nullptr;
-    };
     for (int k = 0; k < kTileRows; k += 2) {
-        const uint8_t *pf0 = ahead(k), *pf1 = ahead(k + 1);
+        const uint8_t *pf0 = row_ahead(w, o0 + k), *pf1 = row_ahead(w, o0 + k + 1);
         for (int64_t r = 0; r < nx;) {
             const int64_t left = nx - r;
             float* out = res + r * kTileRows + k;
