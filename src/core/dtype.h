@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -48,11 +49,18 @@ inline float fp8_e4m3_to_f32(uint8_t b) {
 inline float round_to_fp8_e4m3(float v) {
     if (std::isnan(v)) return v;
     const float a = std::fabs(v);
-    if (a >= 448.0f) return std::copysign(448.0f, v);
-    int e = 0;
-    std::frexp(a, &e);                      // a in [2^(e-1), 2^e)
-    const int q = std::max(e - 1, -6) - 3;  // 3 mantissa bits; below 2^-6 the subnormal step 2^-9
-    return std::copysign(std::ldexp(std::nearbyint(std::ldexp(a, -q)), q), v);
+    float r;
+    if (a >= 448.0f) {
+        r = 448.0f;
+    } else if (a <
+               0x1p-6f) {  // the subnormal step 2^-9: the ulp of 2^14, so the sum rounds to it (ties even)
+        r = (a + 0x1p14f) - 0x1p14f;
+    } else {  // 3 mantissa bits: the 20 below them rounded to nearest, ties to even (a carry bumps the
+              // exponent)
+        const uint32_t b = std::bit_cast<uint32_t>(a);
+        r = std::bit_cast<float>((b + 0x7FFFFu + ((b >> 20) & 1u)) & ~0xFFFFFu);
+    }
+    return std::copysign(r, v);
 }
 
 inline float e8m0_to_f32(uint8_t b) { return b == 255 ? NAN : std::ldexp(1.0f, int(b) - 127); }

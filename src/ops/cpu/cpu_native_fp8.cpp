@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/cpu/cpu_kernels.h"
@@ -62,9 +63,25 @@ DI_NATIVE_FP8 inline void convert64(const uint8_t* q, __m512i thi0, __m512i thi1
 }
 
 // R token rows x 2 weight rows; x rows prepared (native_fp8_prepare_x), sc: the pair's block scales.
-// pf0, pf1: rows to ask for ahead, a line per chunk beside the loads (null: none).
-template <int R>
-DI_NATIVE_FP8 void pair_dots(const uint8_t* w0, const uint8_t* w1, const uint8_t* pf0, const uint8_t* pf1,
+// Two weight rows as convert64 makes them (a then b per chunk), for token rows past the first group.
+DI_NATIVE_FP8 void convert_rows(const uint8_t* w0, const uint8_t* w1, int64_t in, uint16_t* out) {
+    const Tables& t = tables();
+    const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
+    const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
+    for (int k = 0; k < 2; ++k)
+        for (int64_t c = 0; c < in; c += kChunk) {
+            __m512i a, b;
+            convert64((k == 0 ? w0 : w1) + c, thi0, thi1, tlo0, tlo1, a, b);
+            _mm512_storeu_si512(out + k * in + c, a);
+            _mm512_storeu_si512(out + k * in + c + 32, b);
+        }
+}
+
+// R token rows x 2 weight rows. kConverted: w0, w1 are convert_rows' bf16 rows, else the fp8 rows (then
+// pf0, pf1: rows to ask for ahead, a line per chunk beside the loads; null: none). The same values in the
+// same instructions either way, so the same bits.
+template <int R, bool kConverted>
+DI_NATIVE_FP8 void pair_dots(const void* w0, const void* w1, const uint8_t* pf0, const uint8_t* pf1,
                              const uint16_t* const* x, const float* sc, int64_t in, float* res) {
     const Tables& t = tables();
     const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
@@ -76,10 +93,17 @@ DI_NATIVE_FP8 void pair_dots(const uint8_t* w0, const uint8_t* w1, const uint8_t
         for (int r = 0; r < R; ++r) blk[r][0] = blk[r][1] = _mm512_setzero_ps();
         for (int64_t c = c0; c < c0 + kBlock; c += kChunk) {
             __m512i a[2], b[2];
-            if (pf0 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf0 + c), _MM_HINT_T0);
-            if (pf1 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf1 + c), _MM_HINT_T0);
-            convert64(w0 + c, thi0, thi1, tlo0, tlo1, a[0], b[0]);
-            convert64(w1 + c, thi0, thi1, tlo0, tlo1, a[1], b[1]);
+            if constexpr (kConverted) {
+                const auto* v0 = static_cast<const uint16_t*>(w0) + c;
+                const auto* v1 = static_cast<const uint16_t*>(w1) + c;
+                a[0] = _mm512_loadu_si512(v0), b[0] = _mm512_loadu_si512(v0 + 32);
+                a[1] = _mm512_loadu_si512(v1), b[1] = _mm512_loadu_si512(v1 + 32);
+            } else {
+                if (pf0 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf0 + c), _MM_HINT_T0);
+                if (pf1 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf1 + c), _MM_HINT_T0);
+                convert64(static_cast<const uint8_t*>(w0) + c, thi0, thi1, tlo0, tlo1, a[0], b[0]);
+                convert64(static_cast<const uint8_t*>(w1) + c, thi0, thi1, tlo0, tlo1, a[1], b[1]);
+            }
             for (int r = 0; r < R; ++r) {
                 const __m512bh xa = (__m512bh)_mm512_loadu_si512(x[r] + c);
                 const __m512bh xb = (__m512bh)_mm512_loadu_si512(x[r] + c + 32);
@@ -129,19 +153,30 @@ DI_NATIVE_FP8 void native_fp8_tile(const QWeight& w, int64_t o0, int64_t nw, con
     const uint8_t* rows[kTileRows];
     for (int64_t k = 0; k < kTileRows; ++k)
         rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
+    thread_local std::vector<uint16_t> conv;  // a pair's rows as bf16, when more than one group reads them
     for (int k = 0; k < kTileRows; k += 2) {
         const uint8_t *pf0 = row_ahead(w, o0 + k), *pf1 = row_ahead(w, o0 + k + 1);
+        const bool reuse = nx > kMaxRowsX;
+        if (reuse) {
+            conv.resize(size_t(2 * in));
+            convert_rows(rows[k], rows[k + 1], in, conv.data());
+        }
+        const void* w0 = reuse ? static_cast<const void*>(conv.data()) : rows[k];
+        const void* w1 = reuse ? static_cast<const void*>(conv.data() + in) : rows[k + 1];
         for (int64_t r = 0; r < nx;) {
             const int64_t left = nx - r;
             float* out = res + r * kTileRows + k;
-            if (left >= kMaxRowsX) {
-                pair_dots<4>(rows[k], rows[k + 1], pf0, pf1, x + r, sc, in, out), r += 4;
-            } else if (left >= 2) {
-                pair_dots<2>(rows[k], rows[k + 1], pf0, pf1, x + r, sc, in, out), r += 2;
+            const int g = left >= kMaxRowsX ? 4 : left >= 2 ? 2 : 1;
+            if (reuse) {
+                g == 4   ? pair_dots<4, true>(w0, w1, nullptr, nullptr, x + r, sc, in, out)
+                : g == 2 ? pair_dots<2, true>(w0, w1, nullptr, nullptr, x + r, sc, in, out)
+                         : pair_dots<1, true>(w0, w1, nullptr, nullptr, x + r, sc, in, out);
             } else {
-                pair_dots<1>(rows[k], rows[k + 1], pf0, pf1, x + r, sc, in, out), r += 1;
+                g == 4   ? pair_dots<4, false>(w0, w1, pf0, pf1, x + r, sc, in, out)
+                : g == 2 ? pair_dots<2, false>(w0, w1, pf0, pf1, x + r, sc, in, out)
+                         : pair_dots<1, false>(w0, w1, pf0, pf1, x + r, sc, in, out);
             }
-            pf0 = pf1 = nullptr;  // asked for once
+            r += g;
         }
     }
 }
