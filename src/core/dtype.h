@@ -52,11 +52,11 @@ inline float round_to_fp8_e4m3(float v) {
     float r;
     if (a >= 448.0f) {
         r = 448.0f;
-    } else if (a <
-               0x1p-6f) {  // the subnormal step 2^-9: the ulp of 2^14, so the sum rounds to it (ties even)
+    } else if (a < 0x1p-6f) {
+        // the subnormal step 2^-9 is the ulp of 2^14, so the sum rounds to it (ties to even)
         r = (a + 0x1p14f) - 0x1p14f;
-    } else {  // 3 mantissa bits: the 20 below them rounded to nearest, ties to even (a carry bumps the
-              // exponent)
+    } else {
+        // 3 mantissa bits: the 20 below them rounded to nearest, ties to even (a carry bumps the exponent)
         const uint32_t b = std::bit_cast<uint32_t>(a);
         r = std::bit_cast<float>((b + 0x7FFFFu + ((b >> 20) & 1u)) & ~0xFFFFFu);
     }
