@@ -568,6 +568,16 @@ DI_AVX512_DOTS void dots_avx512(const float* const* x, const Rows& w, int64_t le
     }
     for (int r = 0; r < R; ++r)
         for (int k = 0; k < 2; ++k) {
+            if (i ==
+                len) {  // no tail: finish_lanes' fold tree in registers (each add the same pair of lanes)
+                const __m512 a = acc[r][k];
+                const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+                const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
+                const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+                const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+                res[r * kTileRows + k] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+                continue;
+            }
             alignas(64) float t[16];
             _mm512_store_ps(t, acc[r][k]);
             res[r * kTileRows + k] = finish_lanes(t, x[r], w, k, i, len);
