@@ -55,6 +55,7 @@ const ArgmaxCase kCases[] = {
     {"vocab_16_rows_ties_specials", 16, 129280, 0, true, true},
     {"small_strided_specials", 7, 5, 3, false, true},
     {"odd_width_ties", 3, 1031, 1, true, false},
+    {"unaligned_rows_ties_specials", 4, 1030, 1, true, true},  // rows 2 and 4 start off 16 bytes: no float4s
 };
 INSTANTIATE_TEST_SUITE_P(Cases, CudaArgmax, ::testing::ValuesIn(kCases),
                          [](const auto& tp) { return std::string(tp.param.name); });

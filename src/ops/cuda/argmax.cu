@@ -1,6 +1,7 @@
-// One block per row: each thread keeps the first maximum of its strided elements (increasing indices), then
-// the block keeps the larger value, on a tie the lower index: the first maximum of the row, as the host
-// sampler's greedy rule. Non-finite values are skipped and their lowest index reported.
+// One block per row: each thread keeps the first maximum of its elements (in increasing index order: a
+// 16-byte aligned row in float4s, four loads in flight, then its tail), then the block keeps the larger
+// value, on a tie the lower index: the first maximum of the row, as the host sampler's greedy rule.
+// Non-finite values are skipped and their lowest index reported.
 #include <climits>
 
 #include "ops/cuda/argmax.h"
@@ -23,13 +24,34 @@ __global__ void __launch_bounds__(kThreads)
     const float* row = x + int64_t(blockIdx.x) * ldx;
     float best = -INFINITY;
     int bi = INT_MAX, nb = INT_MAX;
-    for (int64_t v = threadIdx.x; v < V; v += kThreads) {
-        const float f = row[v];
+    auto take = [&](float f, int64_t v) {  // a thread's elements in increasing index order
         if (!isfinite(f))
             nb = min(nb, int(v));
         else if (bi == INT_MAX || f > best)
             best = f, bi = int(v);
+    };
+    int64_t v0 = 0;
+    if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {  // 4 consecutive elements per thread, 4 loads in flight
+        const int64_t n4 = V / 4;
+        const float4* r4 = reinterpret_cast<const float4*>(row);
+        int64_t j = threadIdx.x;
+        for (; j + 3 * kThreads < n4; j += 4 * kThreads) {
+            float4 q[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) q[u] = __ldg(r4 + j + u * kThreads);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int64_t v = 4 * (j + u * kThreads);
+                take(q[u].x, v), take(q[u].y, v + 1), take(q[u].z, v + 2), take(q[u].w, v + 3);
+            }
+        }
+        for (; j < n4; j += kThreads) {
+            const float4 q = __ldg(r4 + j);
+            take(q.x, 4 * j), take(q.y, 4 * j + 1), take(q.z, 4 * j + 2), take(q.w, 4 * j + 3);
+        }
+        v0 = 4 * n4;
     }
+    for (int64_t v = v0 + threadIdx.x; v < V; v += kThreads) take(row[v], v);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
