@@ -41,6 +41,9 @@ struct Segment {
 struct Compare {
     std::vector<Segment> segments;
     bool exact = false;
+    // An exact compare's allowed difference: same(i, got, want) says that position i's two values, bits
+    // apart, are still equivalent (the indexer: two entries whose double scores are near-ties).
+    std::function<bool(size_t, float, float)> same;
 };
 
 // Runs the fallback, then the candidate, on one case: `run(y)` computes the op into y (on be's device),
