@@ -568,8 +568,8 @@ DI_AVX512_DOTS void dots_avx512(const float* const* x, const Rows& w, int64_t le
     }
     for (int r = 0; r < R; ++r)
         for (int k = 0; k < 2; ++k) {
-            if (i ==
-                len) {  // no tail: finish_lanes' fold tree in registers (each add the same pair of lanes)
+            if (i == len) {
+                // no tail: finish_lanes' fold tree in registers (each add takes the same pair of lanes)
                 const __m512 a = acc[r][k];
                 const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
                 const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
@@ -662,9 +662,10 @@ struct Bf16Rows512 {
 
 // Asks for the bytes of weight rows o .. o + n - 1 (those below out_dim) ahead of their use: at decode a
 // thread streams its tiles one after another, and without this it waits on each row's loads (a demo-model
-// decode on one thread: 97 -> 130-174 tokens/s with the next tile requested pair by pair). The fused tiles
-// ask for the pair kPrefetchRows ahead of the one they compute: of 2, 4, 16, 32 and 48 rows ahead, 4 measured
-// best on both the demo (512-byte head rows) and the mid-fullvocab model (2 KiB head rows), within the noise.
+// decode on one thread: 97 -> 130-174 tokens/s with the next tile requested pair by pair). The AVX2 fused
+// tiles ask for the pair kPrefetchRows ahead of the one they compute: of 2, 4, 16, 32 and 48 rows ahead, 4
+// measured best on both the demo (512-byte head rows) and the mid-fullvocab model (2 KiB head rows), within
+// the noise, on an Intel VM. The AVX-512 tiles stream row_ahead's rows instead (cpu_kernels.h).
 }  // namespace
 
 void prefetch_rows(const QWeight& w, int64_t o, int64_t n) {
