@@ -72,26 +72,6 @@ double rel_l2(const std::vector<float>& got, const float* ref, size_t n) {
 }
 
 // The worst error of `got` against `ref` under `cmp`.
-double error_of(const std::vector<float>& got, const std::vector<float>& ref, const Compare& cmp) {
-    if (cmp.exact) {
-        size_t differ = 0;
-        for (size_t i = 0; i < ref.size(); ++i)
-            differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0 &&
-                      !(cmp.same && cmp.same(i, got[i], ref[i]));
-        return double(differ) / double(std::max<size_t>(ref.size(), 1));
-    }
-    if (cmp.segments.empty()) return rel_l2(got, ref.data(), ref.size());
-    double worst = 0;
-    for (const Segment& s : cmp.segments) {
-        std::vector<float> g(s.count), r(s.count);
-        for (size_t i = 0; i < s.count; ++i) {
-            const size_t at = s.first + (i / s.width) * s.period + i % s.width;
-            g[i] = got[at], r[i] = ref[at];
-        }
-        worst = std::max(worst, rel_l2(g, r.data(), s.count));
-    }
-    return worst;
-}
 
 double median_us(ops::Backend& be, const std::function<void()>& run) {
     std::vector<double> t;
@@ -128,6 +108,27 @@ std::string format_name(const ops::QWeight& w) {
 }
 
 }  // namespace
+
+double error_of(const std::vector<float>& got, const std::vector<float>& ref, const Compare& cmp) {
+    if (cmp.exact) {
+        size_t differ = 0;
+        for (size_t i = 0; i < ref.size(); ++i)
+            differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0 &&
+                      !(cmp.same && cmp.same(i, got[i], ref[i]));
+        return double(differ) / double(std::max<size_t>(ref.size(), 1));
+    }
+    if (cmp.segments.empty()) return rel_l2(got, ref.data(), ref.size());
+    double worst = 0;
+    for (const Segment& s : cmp.segments) {
+        std::vector<float> g(s.count), r(s.count);
+        for (size_t i = 0; i < s.count; ++i) {
+            const size_t at = s.first + (i / s.width) * s.period + i % s.width;
+            g[i] = got[at], r[i] = ref[at];
+        }
+        worst = std::max(worst, rel_l2(g, r.data(), s.count));
+    }
+    return worst;
+}
 
 ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape,
                 const std::vector<float>& ref, int64_t k_len, const TensorView& y,

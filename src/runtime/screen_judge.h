@@ -45,6 +45,9 @@ struct Compare {
     // apart, are still equivalent (the indexer: two entries whose double scores are near-ties).
     std::function<bool(size_t, float, float)> same;
 };
+// A candidate's error against ref under cmp: the worst relative L2 error, or for an exact compare the
+// fraction of words that differ and that cmp.same does not accept.
+double error_of(const std::vector<float>& got, const std::vector<float>& ref, const Compare& cmp);
 
 // Runs the fallback, then the candidate, on one case: `run(y)` computes the op into y (on be's device),
 // `run_one(y1)` its row 0 alone (nullptr: no batch-invariance check). `ref` holds y's reference values

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -15,6 +16,7 @@
 #include "ref_forwarding_backend.h"
 #include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
+#include "runtime/screen_judge.h"
 
 namespace di {
 namespace {
@@ -276,6 +278,27 @@ TEST(KernelsFile, StrictParsingAndDispatchObeysIt) {
     auto again = runtime::parse_kernels_file(runtime::kernels_file_text(*simd), "k.json", *be);
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->pairs(), simd->pairs());
+}
+
+// An exact (ids) compare counts every differing word, except those its `same` rule accepts: a rule that
+// accepts one swap leaves a wrong id counted.
+TEST(Screen, ExactCompareCountsOnlyTheDifferencesItsRuleDoesNotAccept) {
+    auto ids = [](std::initializer_list<int32_t> v) {
+        std::vector<float> f;
+        for (int32_t i : v) f.push_back(std::bit_cast<float>(i));
+        return f;
+    };
+    const std::vector<float> ref = ids({5, 7, 9, 11});
+    runtime::screen_detail::Compare cmp;
+    cmp.exact = true;
+    EXPECT_EQ(runtime::screen_detail::error_of(ids({5, 9, 7, 11}), ref, cmp), 0.5);
+    cmp.same = [](size_t, float a, float b) {  // 7 and 9 are near-ties
+        const int32_t x = std::bit_cast<int32_t>(a), y = std::bit_cast<int32_t>(b);
+        return (x == 7 && y == 9) || (x == 9 && y == 7);
+    };
+    EXPECT_EQ(runtime::screen_detail::error_of(ids({5, 9, 7, 11}), ref, cmp), 0.0);
+    EXPECT_EQ(runtime::screen_detail::error_of(ids({5, 9, 8, 11}), ref, cmp), 0.25);
+    EXPECT_EQ(runtime::screen_detail::error_of(ref, ref, cmp), 0.0);
 }
 
 }  // namespace
