@@ -627,11 +627,16 @@ struct Fp4Rows512 : Fp4Rows {  // its rows, scales and tail columns (at)
     // only an index's low 4 bits, so no mask; the table is scaled once per group (table[n] * s, the product
     // chunk16 makes). 6 zmm-port uops per 16 weights with the dot's multiply and add, where chunk16 takes 8.
     const uint8_t* ahead[2] = {nullptr, nullptr};  // rows to ask for, a line per 128 columns (null: none)
+    // the rows' e8m0 scale bytes, every one in 1..254 (2^(b - 127) is then the float with exponent field b,
+    // load_scale's value), or null: sc's floats
+    const uint8_t* sb[2] = {nullptr, nullptr};
     DI_AVX512_DOTS void chunk32(int k, int64_t i, __m512& lo, __m512& hi) const {
         if (ahead[k] != nullptr && i % 128 == 0) _mm_prefetch((const char*)(ahead[k] + i / 2), _MM_HINT_T0);
         const __m128i b = _mm_loadu_si128((const __m128i*)(q[k] + i / 2));
         const __m128i shifted = _mm_srli_epi16(b, 4);
-        const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(kFp4Values), _mm512_set1_ps(sc[k][i / kFp4Group]));
+        const float s = sb[k] != nullptr ? std::bit_cast<float>(uint32_t(sb[k][i / kFp4Group]) << 23)
+                                         : sc[k][i / kFp4Group];
+        const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(kFp4Values), _mm512_set1_ps(s));
         lo = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, shifted)), table);
         hi = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, shifted)), table);
     }
@@ -744,14 +749,27 @@ bool fp4_tile_fused(const QWeight& w, int64_t o0, int64_t nw, const float* const
     const uint8_t* rows[kTileRows];
     for (int64_t k = 0; k < kTileRows; ++k)
         rows[k] = w.data.ptr<uint8_t>() + (o0 + std::min(k, nw - 1)) * w.data.stride[0];
+    // on AVX-512, rows without a tail read their e8m0 scale bytes in the loop (Fp4Rows512::sb)
+    const bool bytes =
+        has_avx512() && in % kFp4Group == 0 && w.scale.dtype == DType::kE8M0 && w.scale.stride[1] == 1;
     for (int k = 0; k < kTileRows; k += 2) {
+        const uint8_t* sb[2] = {nullptr, nullptr};
+        bool ok = bytes;
+        for (int j = 0; j < 2 && ok; ++j) {
+            sb[j] = w.scale.ptr<uint8_t>() + (o0 + std::min<int64_t>(k + j, nw - 1)) * w.scale.stride[0];
+            uint8_t lo = 255, hi = 0;
+            for (int64_t g = 0; g < ng; ++g) lo = std::min(lo, sb[j][g]), hi = std::max(hi, sb[j][g]);
+            ok = lo >= 1 && hi <= 254;
+        }
         float sc[2][kMaxScales / 2];
-        for (int j = 0; j < 2; ++j)
-            for (int64_t g = 0; g < ng; ++g)
-                sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
+        if (!ok)
+            for (int j = 0; j < 2; ++j)
+                for (int64_t g = 0; g < ng; ++g)
+                    sc[j][g] = load_scale(w.scale, o0 + std::min<int64_t>(k + j, nw - 1), g);
         const float* scp[2] = {sc[0], sc[1]};
         const Fp4Rows pair{rows + k, scp};
         Fp4Rows512 pair512{pair};
+        if (ok) pair512.sb[0] = sb[0], pair512.sb[1] = sb[1];
         if (has_avx512())
             for (int j = 0; j < 2; ++j) pair512.ahead[j] = row_ahead(w, o0 + k + j);
         else
