@@ -33,17 +33,6 @@ typedef float v16 __attribute__((vector_size(kLanes * sizeof(float))));
     return t[0];
 }
 
-}  // namespace
-
-float load_scale(const TensorView& s, int64_t r, int64_t c) {
-    const int64_t i = r * s.stride[0] + c * s.stride[1];
-    if (s.dtype != DType::kE8M0) return s.ptr<float>()[i];
-    const uint32_t b = s.ptr<uint8_t>()[i];  // 2^(b - 127) as e8m0_to_f32, without ldexp
-    return b == 0 ? 0x1p-127f : b == 255 ? NAN : std::bit_cast<float>(b << 23);
-}
-
-namespace {
-
 const float* f16_table() {
     static const std::vector<float> t = [] {
         std::vector<float> v(65536);
@@ -568,14 +557,8 @@ DI_AVX512_DOTS void dots_avx512(const float* const* x, const Rows& w, int64_t le
     }
     for (int r = 0; r < R; ++r)
         for (int k = 0; k < 2; ++k) {
-            if (i == len) {
-                // no tail: finish_lanes' fold tree in registers (each add takes the same pair of lanes)
-                const __m512 a = acc[r][k];
-                const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-                const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
-                const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
-                const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-                res[r * kTileRows + k] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+            if (i == len) {  // no tail: finish_lanes' fold in registers
+                res[r * kTileRows + k] = fold_lanes(acc[r][k]);
                 continue;
             }
             alignas(64) float t[16];
@@ -664,37 +647,6 @@ struct Bf16Rows512 {
 };
 #pragma GCC diagnostic pop
 #endif
-
-// Asks for the bytes of weight rows o .. o + n - 1 (those below out_dim) ahead of their use: at decode a
-// thread streams its tiles one after another, and without this it waits on each row's loads (a demo-model
-// decode on one thread: 97 -> 130-174 tokens/s with the next tile requested pair by pair). The AVX2 fused
-// tiles ask for the pair kPrefetchRows ahead of the one they compute: of 2, 4, 16, 32 and 48 rows ahead, 4
-// measured best on both the demo (512-byte head rows) and the mid-fullvocab model (2 KiB head rows), within
-// the noise, on an Intel VM. The AVX-512 tiles stream row_ahead's rows instead (cpu_kernels.h).
-}  // namespace
-
-void prefetch_rows(const QWeight& w, int64_t o, int64_t n) {
-#if defined(__x86_64__)
-    const int64_t end = std::min(o + n, w.out_dim);
-    if (o >= end) return;
-    const int64_t esize = int64_t(dtype_size(w.data.dtype)), stride = w.data.stride[0] * esize;
-    const int64_t bytes = w.format == WeightFormat::kFp4Group ? w.in_dim / 2 : w.in_dim * esize;
-    const char* row = static_cast<const char*>(w.data.data) + o * stride;
-    for (; o < end; ++o, row += stride)
-        for (int64_t c = 0; c < bytes; c += 64) _mm_prefetch(row + c, _MM_HINT_T0);
-#else
-    (void)w, (void)o, (void)n;
-#endif
-}
-
-const uint8_t* row_ahead(const QWeight& w, int64_t o) {
-    const int64_t esize = int64_t(dtype_size(w.data.dtype));
-    const int64_t bytes = w.format == WeightFormat::kFp4Group ? w.in_dim / 2 : w.in_dim * esize;
-    o += std::max<int64_t>(kPrefetchRows, kPrefetchBytes / std::max<int64_t>(bytes, 1));
-    return o < w.out_dim ? static_cast<const uint8_t*>(w.data.data) + o * w.data.stride[0] * esize : nullptr;
-}
-
-namespace {
 
 #if defined(__x86_64__) && !defined(__clang__)
 // One pair of weight rows against nx (1 or 2) input rows: the zmm kernel on AVX-512, else the ymm one (the

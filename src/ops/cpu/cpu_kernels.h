@@ -8,6 +8,10 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/linear.h"
 
+#if defined(__x86_64__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
+
 // The generic vector kernels are compiled once per x86-64 level (AVX-512, AVX2, baseline), picked at load.
 #if defined(__x86_64__) && !defined(__clang__)
 #define DI_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -17,6 +21,21 @@
 
 namespace di::ops::cpu {
 
+#if defined(__x86_64__) && !defined(__clang__)
+// The 16 lanes of a zmm accumulator folded by the fixed tree of the generic kernels (lane j += lane j + h
+// for h = 8, 4, 2, 1), in registers: each add takes the same pair of lanes, so the same bits.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in avx512fintrin.h
+__attribute__((target("avx512f"))) inline float fold_lanes(__m512 a) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
+    const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+#pragma GCC diagnostic pop
+#endif
+
 inline constexpr int kTileRows = 4;          // weight rows per tile
 inline constexpr int64_t kMaxScales = 4096;  // scale blocks per row: in_dim up to 131072 (fp4) / 524288 (fp8)
 
@@ -24,7 +43,7 @@ inline constexpr int64_t kMaxScales = 4096;  // scale blocks per row: in_dim up 
 float load_scale(const TensorView& s, int64_t r, int64_t c);
 
 // Asks for the bytes of weight rows o .. o + n - 1 (those below out_dim) ahead of their use; the fused
-// decode tiles ask for the pair kPrefetchRows ahead of the one they compute (cpu_kernels.cpp says why 4).
+// decode tiles ask for the pair kPrefetchRows ahead of the one they compute (cpu_weight_rows.cpp says why 4).
 inline constexpr int64_t kPrefetchRows = 4;
 void prefetch_rows(const QWeight& w, int64_t o, int64_t n);
 // On AVX-512 the decode tiles instead ask for the row at least kPrefetchRows and kPrefetchBytes below each

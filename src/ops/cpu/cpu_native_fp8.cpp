@@ -62,7 +62,6 @@ DI_NATIVE_FP8 inline void convert64(const uint8_t* q, __m512i thi0, __m512i thi1
     b = _mm512_unpackhi_epi8(lo, hi);
 }
 
-// R token rows x 2 weight rows; x rows prepared (native_fp8_prepare_x), sc: the pair's block scales.
 // Two weight rows as convert64 makes them (a then b per chunk), for token rows past the first group.
 DI_NATIVE_FP8 void convert_rows(const uint8_t* w0, const uint8_t* w1, int64_t in, uint16_t* out) {
     const Tables& t = tables();
@@ -77,9 +76,9 @@ DI_NATIVE_FP8 void convert_rows(const uint8_t* w0, const uint8_t* w1, int64_t in
         }
 }
 
-// R token rows x 2 weight rows. kConverted: w0, w1 are convert_rows' bf16 rows, else the fp8 rows (then
-// pf0, pf1: rows to ask for ahead, a line per chunk beside the loads; null: none). The same values in the
-// same instructions either way, so the same bits.
+// R token rows (prepared by native_fp8_prepare_x) x 2 weight rows, sc: the pair's block scales. kConverted:
+// w0, w1 are convert_rows' bf16 rows, else the fp8 rows (then pf0, pf1: rows to ask for ahead, a line per
+// chunk beside the loads; null: none). The same values in the same instructions either way, so the same bits.
 template <int R, bool kConverted>
 DI_NATIVE_FP8 void pair_dots(const void* w0, const void* w1, const uint8_t* pf0, const uint8_t* pf1,
                              const uint16_t* const* x, const float* sc, int64_t in, float* res) {
@@ -118,13 +117,7 @@ DI_NATIVE_FP8 void pair_dots(const void* w0, const void* w1, const uint8_t* pf0,
             for (int k = 0; k < 2; ++k) tot[r][k] = _mm512_fmadd_ps(blk[r][k], s, tot[r][k]);
     }
     for (int r = 0; r < R; ++r)
-        for (int k = 0; k < 2; ++k) {  // the fixed fold of dot_tile's lanes (lane j += lane j + h)
-            alignas(64) float l[16];
-            _mm512_store_ps(l, tot[r][k]);
-            for (int h = 8; h >= 1; h /= 2)
-                for (int j = 0; j < h; ++j) l[j] += l[j + h];
-            res[r * kTileRows + k] = l[0];
-        }
+        for (int k = 0; k < 2; ++k) res[r * kTileRows + k] = fold_lanes(tot[r][k]);
 }
 
 }  // namespace
