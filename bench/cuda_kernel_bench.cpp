@@ -4,7 +4,7 @@
 // (or expert choices) that the data cannot sit in the 50 MB L2: what the kernel costs inside a captured
 // decode step. Attention decode and mhc_pre are timed without rotation (their few MB stay in L2: an
 // optimistic figure for a step, where the previous layer has evicted them).
-//   cuda_kernel_bench [--out results.md] [--quick] [--only linear|gemm|moe|attention|mhc|indexer]
+//   cuda_kernel_bench [--out results.md] [--quick] [--only linear|gemm|moe|moe_prefill|attention|mhc|indexer]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -280,8 +280,9 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
 }
 
 // The table's benchmark MoE shape (fp4 experts; its row count is swept here).
-void bench_moe(std::vector<Row>& rows, cudaStream_t s, const di::ops::cases::MoeCase& c,
-               const std::vector<int64_t>& ns) {
+// Rows of more than kMoeGroupedMaxPairs pairs (a prefill's chunk) go to `prefill` with their FLOPs.
+void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream_t s,
+               const di::ops::cases::MoeCase& c, const std::vector<int64_t>& ns) {
     const int64_t E = c.E, D = c.D, I = c.I, k = c.k;
     std::vector<WeightRef> table;
     for (int64_t e = 0; e < E; ++e)
@@ -338,10 +339,14 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const di::ops::cases::Moe
                     .limit = 10.0f,
                     .gemv_format = gemv_format(table[0]),
                     .mma_ok = fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s)};
+        const bool big = n * k > kMoeGroupedMaxPairs;
         for (auto [vname, v] :
-             {std::pair{"mma", MoeVariant::kMma}, std::pair{"split_rows", MoeVariant::kSplitRows},
-              std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
+             {std::pair{"gemm", MoeVariant::kGemm}, std::pair{"mma", MoeVariant::kMma},
+              std::pair{"split_rows", MoeVariant::kSplitRows}, std::pair{"grouped", MoeVariant::kGrouped},
+              std::pair{"per_pair", MoeVariant::kPerPair}}) {
             p.ids = ids[0];
+            if (v == MoeVariant::kGemm && !moe_gemm_supported(p, true)) continue;
+            if (big && v != MoeVariant::kGemm) continue;  // the others take at most kMoeGroupedMaxPairs
             if (v == MoeVariant::kMma && !moe_mma_supported(p)) continue;
             if (v == MoeVariant::kSplitRows && !moe_split_supported(p)) continue;
             if (v == MoeVariant::kGrouped && !moe_grouped_supported(p)) continue;
@@ -354,6 +359,12 @@ void bench_moe(std::vector<Row>& rows, cudaStream_t s, const di::ops::cases::Moe
                 launch_moe(q, scratch, s, v);
             });
             DI_CUDA_CHECK(cudaGetLastError());
+            if (n >= 128) {  // a prefill's chunk: compute-bound, in TFLOP/s
+                prefill.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                                       " experts, k=" + std::to_string(k) + " (exact: hi + lo f16 products)",
+                                   vname, us, 2.0 * 3.0 * double(n * k) * double(D) * double(I)});
+                continue;
+            }
             rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
                                 " experts, k=" + std::to_string(k) + " (" +
                                 std::to_string(int(distinct + 0.5)) + " experts read)",
@@ -573,7 +584,11 @@ int main(int argc, char** argv) {
     }
     if (want("moe"))
         for (const di::ops::cases::MoeCase& c : di::ops::cases::moe_cases(di::ops::cases::kBench))
-            bench_moe(rows, s, c, quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
+            bench_moe(rows, gemm_rows, s, c,
+                      quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
+    if (want("moe_prefill"))  // 1024 and 16380 pairs: the CUDA backend's chunks of mma and of gemm
+        for (const di::ops::cases::MoeCase& c : di::ops::cases::moe_cases(di::ops::cases::kBench))
+            bench_moe(rows, gemm_rows, s, c, {170, 2730});
     if (want("attention")) {
         bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)",
                         AttnCompMask::kCausal, 512);
@@ -610,8 +625,10 @@ int main(int argc, char** argv) {
     if (!gemm_rows.empty()) {
         std::snprintf(
             buf, sizeof buf,
-            "\nFP8 linears of the native precision (times include the activation quantisation and the "
-            "weight-scale widening); dense cuBLASLt rates in this run: FP8 %.0f, BF16 %.0f TFLOP/s.\n\n",
+            "\nTensor-core products: the FP8 linears of the native precision (times include the activation "
+            "quantisation and the weight-scale widening) and a prefill's MoE; dense cuBLASLt rates in this "
+            "run: "
+            "FP8 %.0f, BF16 %.0f TFLOP/s.\n\n",
             r.fp8_tflops, r.bf16_tflops);
         md += buf;
         md +=

@@ -101,10 +101,10 @@ TEST_P(CudaMoe, MatchesRef) {
     const bool split_ok = split_dim(c.D) && split_dim(c.I);
     if (variant == "split_rows" && !split_ok)
         GTEST_SKIP() << "split_rows needs hidden and moe_dim of 1024, 2048, 4096 or 8192";
-    if (variant == "mma" &&
+    if ((variant == "mma" || variant == "gemm") &&
         (c.fmt != ops::WeightFormat::kFp4Group || c.D % 128 != 0 || c.I % 128 != 0 || c.wide_scales))
-        GTEST_SKIP()
-            << "mma needs fp4 experts with scales in [2^-23, 2^1], hidden and moe_dim multiples of 128";
+        GTEST_SKIP() << variant
+                     << " needs fp4 experts with scales in [2^-23, 2^1], hidden and moe_dim multiples of 128";
     auto& b = backends();
     // The experts of a case are drawn once and shared by its variants (256 FP4 experts take ~40 s to draw).
     static std::map<std::string, std::pair<std::vector<Pair>, std::vector<Pair>>> cache;
@@ -171,13 +171,18 @@ TEST_P(CudaMoe, MatchesRef) {
             ids.hv().ptr<int32_t>()[t * c.k + 1] = (ids.hv().ptr<int32_t>()[t * c.k] + 1) % int32_t(c.E);
     ids.upload();
     ASSERT_TRUE(b.gpu->force_variant("moe", variant)) << variant;
-    const int64_t mma_before = b.gpu->dispatch_count("moe", "mma");
+    const int64_t mma_before = b.gpu->dispatch_count("moe", "mma"),
+                  gemm_before = b.gpu->dispatch_count("moe", "gemm");
     b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), c.limit});
     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit});
     expect_close(out, ops::cases::kMoeCuda.value, c.name);
-    if (c.wide_scales) EXPECT_EQ(b.gpu->dispatch_count("moe", "mma"), mma_before) << "mma took wide scales";
+    if (c.wide_scales) {
+        EXPECT_EQ(b.gpu->dispatch_count("moe", "mma"), mma_before) << "mma took wide scales";
+        EXPECT_EQ(b.gpu->dispatch_count("moe", "gemm"), gemm_before) << "gemm took wide scales";
+    }
     if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("moe", variant), 0) << variant << " did not run";
-    if ((variant == "grouped" || variant == "split_rows" || variant == "mma") && c.n > 1) {  // token 0 alone
+    if ((variant == "grouped" || variant == "split_rows" || variant == "mma" || variant == "gemm") &&
+        c.n > 1) {  // token 0 alone
         Pair one(DType::kF32, {1, c.D});
         one.poison();
         b.gpu->moe(
@@ -224,8 +229,8 @@ TEST_P(CudaMoe, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
-                         ::testing::ValuesIn(variant_runs(kMoe,
-                                                          {"", "mma", "split_rows", "grouped", "per_pair"})),
+                         ::testing::ValuesIn(variant_runs(kMoe, {"", "gemm", "mma", "split_rows", "grouped",
+                                                                 "per_pair"})),
                          VariantRunName());
 
 // mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.

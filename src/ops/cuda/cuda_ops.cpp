@@ -18,8 +18,9 @@ constexpr int64_t kLtMinRows = 16;
 // Rows from which bf16 weights go to the tensor cores as bf16x3 (fewer: the GEMVs stream them at the
 // bandwidth; measured on the H200, docs/benchmarks.md).
 constexpr int64_t kBf16x3MinRows = 4;
-constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kMma, cuda::MoeVariant::kSplitRows,
-                                         cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
+constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kGemm, cuda::MoeVariant::kMma,
+                                         cuda::MoeVariant::kSplitRows, cuda::MoeVariant::kGrouped,
+                                         cuda::MoeVariant::kPerPair};
 constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
 
 std::vector<KernelVariant> mhc_variants(const char* op) {
@@ -68,7 +69,13 @@ CudaBackend::CudaBackend(int device)
            {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
            {"linear", "tiled", "any n", true}}),
       moe_v_(
-          {{"moe", "mma",
+          {{"moe", "gemm",
+            "what mma takes, from 1024 to 16384 (token, slot) pairs a chunk; each expert's rows times 32 of "
+            "its "
+            "tokens at a time on mma.sync tensor cores, f32 activations as hi + lo f16 with one scale per "
+            "row",
+            false},
+           {"moe", "mma",
             "fp4 experts with UE8M0 scales in [2^-23, 2^1]; hidden and moe_dim multiples of 128; tokens in "
             "chunks of <= 1024 pairs; mma.sync tensor cores, f32 activations as hi + lo f16 per 128 elements",
             false},
@@ -600,9 +607,30 @@ void CudaBackend::moe(const MoeArgs& a) {
     const ExpertTable& table = expert_table(a);
     // Tokens in chunks of at most kMoeGroupedMaxPairs (token, slot) pairs, the most the grouped kernels plan
     // for: a prefill reads each selected expert once per chunk instead of falling back to one weight pass per
-    // pair. Every variant computes a token's row from its own pairs alone, so chunking changes no bits.
-    const int64_t chunk = std::max<int64_t>(1, cuda::kMoeGroupedMaxPairs / k);
+    // pair; of up to kMoeGemmMaxPairs where gemm takes them. Every variant computes a token's row from its
+    // own pairs alone, so chunking changes no bits of a variant.
     const bool experts_pass = a.pass == MoeArgs::Pass::kExperts;
+    auto takes = [&](const cuda::MoeParams& p, int i, bool forced) {
+        switch (kMoeEnum[i]) {
+            case cuda::MoeVariant::kGemm:
+                return cuda::moe_gemm_supported(p, forced);
+            case cuda::MoeVariant::kMma:
+                return cuda::moe_mma_supported(p);
+            case cuda::MoeVariant::kSplitRows:
+                return cuda::moe_split_supported(p);
+            case cuda::MoeVariant::kGrouped:
+                return cuda::moe_grouped_supported(p);
+            default:
+                return true;
+        }
+    };
+    int64_t chunk = std::max<int64_t>(1, cuda::kMoeGroupedMaxPairs / k);
+    if (n > chunk) {
+        cuda::MoeParams probe{};
+        probe.n = std::min(n, cuda::kMoeGemmMaxPairs / k), probe.k = k, probe.D = D, probe.I = I;
+        probe.gemv_format = table.gemv_format, probe.mma_ok = table.mma_ok;
+        if (moe_v_.picks(0, [&](int i, bool forced) { return takes(probe, i, forced); })) chunk = probe.n;
+    }
     if (experts_pass)  // the pairs of other ranks' experts stay zero
         DI_CUDA_CHECK(cudaMemsetAsync(a.slots.data, 0, size_t(a.slots.nbytes()), stream()));
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
@@ -628,18 +656,7 @@ void CudaBackend::moe(const MoeArgs& a) {
             p.owned_first = a.expert_first, p.owned_end = a.expert_end,
             p.y_out = a.slots.ptr<float>() + t0 * k * D;
         const int v = moe_v_.choose(
-            [&](int i, bool) {
-                switch (kMoeEnum[i]) {
-                    case cuda::MoeVariant::kMma:
-                        return cuda::moe_mma_supported(p);
-                    case cuda::MoeVariant::kSplitRows:
-                        return cuda::moe_split_supported(p);
-                    case cuda::MoeVariant::kGrouped:
-                        return cuda::moe_grouped_supported(p);
-                    default:
-                        return true;
-                }
-            },
+            [&](int i, bool forced) { return takes(p, i, forced); },
             [&] { return fmt::format("{} pairs, expert format {}", m * k, table.gemv_format); });
         cuda::launch_moe(p, scratch_, stream_, kMoeEnum[v]);
         launched("moe");

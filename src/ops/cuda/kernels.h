@@ -294,16 +294,21 @@ struct MoeParams {
     int64_t owned_first = 0, owned_end = INT64_MAX;
     float* y_out = nullptr;
 };
-// Variants: kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16 chunks; D and
-// I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a
-// block's threads with x in registers; D and I each 1024, 2048, 4096 or 8192, n * k <= kMoeGroupedMaxPairs,
-// gemv_format >= 0; up, down and the combine for one token), kGrouped (moe_grouped.cu: each selected expert's
-// weights streamed once per step for all the tokens that chose it; n * k <= kMoeGroupedMaxPairs and
-// gemv_format >= 0) and kPerPair (one pass over an expert's weights per (token, slot); the first kernel, kept
-// as the fallback). kAuto: grouped where it applies.
-enum class MoeVariant { kAuto, kMma, kSplitRows, kGrouped, kPerPair };
+// Variants: kGemm (moe_gemm.cu: a prefill's many tokens per expert as register-tiled products on mma.sync,
+// activations as hi/lo f16 with one scale per row; what kMma takes, from kMoeGemmMinPairs to kMoeGemmMaxPairs
+// pairs, any count when forced), kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo
+// f16 chunks; D and I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows
+// split over a block's threads with x in registers; D and I each 1024, 2048, 4096 or 8192, n * k <=
+// kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine for one token), kGrouped (moe_grouped.cu:
+// each selected expert's weights streamed once per step for all the tokens that chose it; n * k <=
+// kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an expert's weights per (token,
+// slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
+enum class MoeVariant { kAuto, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
+inline constexpr int64_t kMoeGemmMinPairs = 1024, kMoeGemmMaxPairs = 16384;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
+bool moe_gemm_supported(const MoeParams& p, bool forced = false);
+void launch_moe_gemm(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_mma_supported(const MoeParams& p);
 void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s);
 // Whether every scale byte of the table's fp4 matrices lies in the range moe_mma folds into f16 (one pass

@@ -18,7 +18,35 @@ __global__ void __launch_bounds__(32 * kWarps)
                           int(threadIdx.x & 31));
 }
 
+// One block per row: the row's max, then its chunks with the one shift, a warp per chunk.
+__global__ void __launch_bounds__(32 * kWarps)
+    act_rows_kernel(const float* x, int64_t ldx, int64_t chunks, ActChunks out) {
+    allow_early_next();
+    const float* row = x + int64_t(blockIdx.x) * ldx;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < chunks * kChunk; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __shared__ float part[kWarps];
+    if (lane == 0) part[warp] = m;
+    __syncthreads();
+    m = part[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, part[w]);
+    const int sh = chunk_shift(m);
+    uint32_t* dst = out.data + int64_t(blockIdx.x) * chunks * kChunkWords;
+    for (int64_t c = warp; c < chunks; c += kWarps)
+        warp_chunk_at<false>(row + c * kChunk, dst + c * kChunkWords, sh, lane);
+    if (threadIdx.x == 0) out.inv[blockIdx.x] = __int_as_float((127 - sh) << 23);
+}
+
 }  // namespace
+
+void launch_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s) {
+    if (rows == 0) return;
+    act_rows_kernel<<<unsigned(rows), 32 * kWarps, 0, s>>>(x, ldx, K / kChunk, out);
+}
 
 void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, bool fp8_order,
                        cudaStream_t s) {

@@ -41,39 +41,50 @@ struct ActChunks {
     uint32_t* data;
     float* inv;
 };
-// One chunk by one warp: 128 floats at src to its kChunkWords words at dst and its 1/s at *inv (lane 0).
+// The power of two 2^sh that puts m (a chunk's or a row's max |x|) in [2^14, 2^15); 0 and inf keep 2^0.
+__device__ __forceinline__ int chunk_shift(float m) {
+    if (!(m > 0.0f && m <= 3.4e38f)) return 0;
+    int e;
+    frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
+    return min(max(15 - e, -120), 120);
+}
+// One chunk by one warp with a given shift: 128 floats at src, times 2^sh, to hi/lo words at dst.
 template <bool kFp8Order>
-__device__ __forceinline__ void warp_chunk(const float* src, uint32_t* dst_words, float* inv, int lane) {
-    float v[4];
-    float m = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = src[32 * j + lane], m = fmaxf(m, fabsf(v[j]));  // fmaxf skips NaN
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    int sh = 0;  // s = 2^sh puts the max in [2^14, 2^15); 0 and inf keep s = 1
-    if (m > 0.0f && m <= 3.4e38f) {
-        int e;
-        frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
-        sh = min(max(15 - e, -120), 120);
-    }
+__device__ __forceinline__ void warp_chunk_at(const float* src, uint32_t* dst_words, int sh, int lane) {
     const float s = __int_as_float((127 + sh) << 23);
     __half* dst = reinterpret_cast<__half*>(dst_words);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int e = 32 * j + lane;
-        const float xs = v[j] * s;
+        const float xs = src[e] * s;
         const __half hi = __float2half_rn(xs);
         const __half lo = __float2half_rn(xs - __half2float(hi));
         const int at = kFp8Order ? act_word_fp8(e) * 2 + act_half_fp8(e) : act_word(e) * 2 + act_half(e);
         dst[at] = hi;
         dst[2 * 64 + at] = lo;  // the lo half of the chunk follows the 64 words of hi
     }
+}
+// One chunk by one warp: 128 floats at src to its kChunkWords words at dst and its 1/s at *inv (lane 0).
+template <bool kFp8Order>
+__device__ __forceinline__ void warp_chunk(const float* src, uint32_t* dst_words, float* inv, int lane) {
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = fmaxf(m, fabsf(src[32 * j + lane]));  // fmaxf skips NaN
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int sh = chunk_shift(m);
+    warp_chunk_at<kFp8Order>(src, dst_words, sh, lane);
     if (lane == 0) *inv = __int_as_float((127 - sh) << 23);
 }
 
 // fp8_order: act_word_fp8's order (linear_mma.cu) instead of act_word's (fp4 weights, moe_mma.cu).
 void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, bool fp8_order,
                        cudaStream_t s);
+// The same chunks (fp4 order) with one scale per row instead of per chunk: inv [rows] holds the row's 1/s.
+// Its hi + lo keep 22 bits of every element that is at least 2^-17 of the row's max, and elements below
+// that to within 2^-39 of the max: far under f32's rounding of the sums they enter. Lets a product
+// accumulate a row's chunks without scaling each chunk's partial sum (moe_gemm.cu).
+void launch_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s);
 
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

@@ -24,27 +24,41 @@ constexpr int kUnits = NT == 1 ? 4 : 2;
 
 using Plan = MoePlan;
 
-__global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
+constexpr int kPlanWarps = 8;
+
+// Counting sort of the pairs by expert: warp w counts and then places the pairs of its segment [w P / 8, ..)
+// in pair order, after the segments of warps before it, so each expert's pairs stay in pair order.
+__global__ void __launch_bounds__(32 * kPlanWarps) moe_plan_kernel(MoeParams p, Plan plan) {
     allow_early_next();
     extern __shared__ int32_t sm[];
-    int32_t* count = sm;                // [E]
-    int32_t* start = sm + p.n_experts;  // [E]
+    const int64_t E = p.n_experts;
+    int32_t* count = sm;          // [E]
+    int32_t* start = sm + E;      // [E]
+    int32_t* wnext = sm + 2 * E;  // [kPlanWarps][E]: warp w's pairs per expert, then its next position
     const int64_t P = p.n * p.k;
-    for (int64_t e = threadIdx.x; e < p.n_experts; e += blockDim.x) count[e] = 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t seg = (P + kPlanWarps - 1) / kPlanWarps, q0 = min(P, warp * seg), q1 = min(P, q0 + seg);
+    for (int64_t i = threadIdx.x; i < kPlanWarps * E; i += blockDim.x) wnext[i] = 0;
     __syncthreads();
-    for (int64_t q = threadIdx.x; q < P; q += blockDim.x) {
+    for (int64_t q = q0 + lane; q < q1; q += 32) {
         const int e = moe_expert_of(p, q);
-        if (e >= 0) atomicAdd(&count[e], 1);  // integer counts: order-free
+        if (e >= 0) atomicAdd(&wnext[warp * E + e], 1);  // integer counts: order-free
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+        int32_t c = 0;
+        for (int w = 0; w < kPlanWarps; ++w) c += wnext[w * E + e];
+        count[e] = c;
     }
     __syncthreads();
     // exclusive prefix over experts (pair offsets and active-slot numbers, active slots in ascending
     // expert id): each thread scans a run of consecutive experts, the runs' totals by a block scan
-    const int64_t per = (p.n_experts + blockDim.x - 1) / blockDim.x, e0 = threadIdx.x * per;
-    const int64_t e1 = min(p.n_experts, e0 + per);
+    const int64_t per = (E + blockDim.x - 1) / blockDim.x, e0 = threadIdx.x * per;
+    const int64_t e1 = min(E, e0 + per);
     int32_t pairs_run = 0, active_run = 0;
     for (int64_t e = e0; e < e1; ++e) pairs_run += count[e], active_run += count[e] > 0;
     __shared__ int32_t warp_tot[2][32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    const int nw = (blockDim.x + 31) >> 5;
     int32_t inc_p = pairs_run, inc_a = active_run;  // inclusive warp scans
     for (int o = 1; o < 32; o <<= 1) {
         const int32_t up_p = __shfl_up_sync(0xffffffffu, inc_p, o),
@@ -71,13 +85,24 @@ __global__ void __launch_bounds__(256) moe_plan_kernel(MoeParams p, Plan plan) {
         *plan.n_active = tot_a;
     }
     __syncthreads();
-    // Stable placement: a pair's rank among earlier pairs of the same expert (P <= kMoeGroupedMaxPairs).
-    for (int64_t q = threadIdx.x; q < P; q += blockDim.x) {
-        const int e = moe_expert_of(p, q);
-        if (e < 0) continue;
-        int32_t rank = 0;
-        for (int64_t r = 0; r < q; ++r) rank += p.ids[(r / p.k) * p.ld_ids + r % p.k] == e;
-        plan.pairs[start[e] + rank] = int32_t(q);
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {  // each warp's first position per expert
+        int32_t at = start[e];
+        for (int w = 0; w < kPlanWarps; ++w) {
+            const int32_t c = wnext[w * E + e];
+            wnext[w * E + e] = at;
+            at += c;
+        }
+    }
+    __syncthreads();
+    int32_t* next = wnext + warp * E;
+    for (int64_t base = q0; base < q1; base += 32) {  // 32 pairs at a time, ranked among equal experts
+        const int64_t q = base + lane;
+        const int e = q < q1 ? moe_expert_of(p, q) : -1;
+        const unsigned same = __match_any_sync(0xffffffffu, e);
+        if (e >= 0) plan.pairs[next[e] + __popc(same & ((1u << lane) - 1u))] = int32_t(q);
+        __syncwarp();
+        if (e >= 0 && lane == __ffs(same) - 1) next[e] += __popc(same);
+        __syncwarp();
     }
 }
 
@@ -206,7 +231,11 @@ MoePlan moe_plan_buffers(Scratch& scratch, int64_t pairs, unsigned max_active) {
 }
 
 void launch_moe_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s) {
-    moe_plan_kernel<<<1, 256, size_t(2 * p.n_experts) * sizeof(int32_t), s>>>(p, plan);
+    const size_t smem = size_t((2 + kPlanWarps) * p.n_experts) * sizeof(int32_t);
+    if (smem > 48 * 1024)
+        DI_CUDA_CHECK(
+            cudaFuncSetAttribute(moe_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    moe_plan_kernel<<<1, 32 * kPlanWarps, smem, s>>>(p, plan);
 }
 
 bool moe_grouped_supported(const MoeParams& p) {
