@@ -174,6 +174,11 @@ constexpr AttentionCase kAttention[] = {
     {"decode_picks_split_small", 1, 4, 64, 16, 300, 15, CompMask::kPicks, 50, 4, 40, kCudaTest},
     {"decode_head_dim_30_fallback_only", 1, 5, 30, 8, 40, 7, CompMask::kPicks, 10, 4, 5, kCudaTest},
     {"decode_hca_flash_64k", 1, 64, 512, 128, 70000, 127, CompMask::kCausal, 546, 128, 0, kCudaTest},
+    // prefill chunks of V4-Flash's shape (the mma variant): behind a full ring, CSA picks with -1s and
+    // duplicates, HCA from position 0 past the first entry
+    {"prefill_sliding_flash", 80, 64, 512, 128, 300, 127, CompMask::kNone, 0, 1, 0, kCudaTest},
+    {"prefill_csa_picks_flash", 16, 64, 512, 128, 2000, 127, CompMask::kPicks, 600, 4, 512, kCudaTest},
+    {"prefill_hca_flash_from_zero", 150, 64, 512, 128, 0, 0, CompMask::kCausal, 2, 128, 0, kCudaTest},
 };
 
 constexpr IndexerCase kIndexer[] = {

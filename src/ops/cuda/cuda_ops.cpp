@@ -70,7 +70,8 @@ CudaBackend::CudaBackend(int device)
            {"linear", "tiled", "any n", true}}),
       moe_v_(
           {{"moe", "gemm",
-            "what mma takes, from 1024 to 16384 (token, slot) pairs a chunk; each expert's rows times 32 of "
+            "what mma takes, from 2048 (and 8 per expert) to 16384 (token, slot) pairs a chunk; each "
+            "expert's rows times 32 of "
             "its "
             "tokens at a time on mma.sync tensor cores, f32 activations as hi + lo f16 with one scale per "
             "row",
@@ -90,7 +91,13 @@ CudaBackend::CudaBackend(int device)
       mhc_pre_v_(mhc_variants("mhc_pre")),
       hc_head_v_(mhc_variants("hc_head")),
       attention_v_(
-          {{"attention", "split_kv",
+          {{"attention", "mma",
+            "head_dim 512, heads a multiple of 16, 16-byte aligned key rows, chunks of >= 16 queries; a "
+            "block "
+            "per query and 16 heads on mma.sync tensor cores, hi + lo f16 operands; a query's bits do not "
+            "depend on the other queries, but shorter chunks run another kernel, so not batch-invariant",
+            false, true, false},
+           {"attention", "split_kv",
             "head_dim <= 512, a multiple of 4, 16-byte aligned key rows; keys split across blocks, merged "
             "with the sink; the split count depends on the chunk's query count, so not batch-invariant",
             false, true, false},

@@ -15,8 +15,8 @@ constexpr cuda::IndexerVariant kIndexerEnum[] = {
 // tiled against warp_heads on the H200 (one query, 64 heads x 128): 5 entries 11.0 us / 9.9, 4,096 entries
 // 29.5 / 35.1, 16,384 entries 52.6 / 83.6, 16 queries of 16,384 each 215 / 692.
 constexpr int64_t kIndexerTiledMinEntries = 256;
-constexpr cuda::AttentionVariant kAttentionEnum[] = {cuda::AttentionVariant::kSplitKv,
-                                                     cuda::AttentionVariant::kPerQuery};
+constexpr cuda::AttentionVariant kAttentionEnum[] = {
+    cuda::AttentionVariant::kMma, cuda::AttentionVariant::kSplitKv, cuda::AttentionVariant::kPerQuery};
 
 }  // namespace
 
@@ -165,9 +165,16 @@ std::pair<cuda::AttentionParams, int> CudaBackend::attention_call(const Attentio
                             .rate = a.rate,
                             .scale = a.scale};
     const int v = attention_v_.choose(
-        [&](int i, bool) {
-            return kAttentionEnum[i] != cuda::AttentionVariant::kSplitKv ||
-                   cuda::attention_split_supported(p);
+        [&](int i, bool forced) {
+            switch (kAttentionEnum[i]) {
+                case cuda::AttentionVariant::kMma:
+                    return cuda::attention_mma_supported(p) &&
+                           (forced || p.L >= cuda::kAttentionMmaMinQueries);
+                case cuda::AttentionVariant::kSplitKv:
+                    return cuda::attention_split_supported(p);
+                default:
+                    return true;
+            }
         },
         [&] { return fmt::format("head_dim {}, key rows not 16-byte aligned or head_dim % 4 != 0", p.hd); });
     return {p, v};

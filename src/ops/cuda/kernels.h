@@ -150,9 +150,16 @@ struct AttentionParams {
     int64_t rate;
     float scale;
 };
-// kSplitKv: each query's keys split across blocks (flash-decoding), partials merged with the sink in a
-// fixed order; kPerQuery: one block per (query, 8 heads) over all its keys, the fallback.
-enum class AttentionVariant { kSplitKv, kPerQuery };
+// kMma: a prefill's queries on the tensor cores (attention_mma.cu: a block per query and 16 heads, scores and
+// output on mma.sync with hi + lo f16 operands); kSplitKv: each query's keys split across blocks
+// (flash-decoding), partials merged with the sink in a fixed order; kPerQuery: one block per (query, 8 heads)
+// over all its keys, the fallback.
+enum class AttentionVariant { kMma, kSplitKv, kPerQuery };
+// kMma: head_dim 512, heads a multiple of 16, 16-byte aligned key rows, 8-byte aligned q and out rows;
+// dispatch gives it chunks of at least kAttentionMmaMinQueries queries.
+bool attention_mma_supported(const AttentionParams& p);
+void launch_attention_mma(const AttentionParams& p, Stream s);
+inline constexpr int64_t kAttentionMmaMinQueries = 16;
 void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, AttentionVariant v);
 // kSplitKv loads keys in 16-byte units: head_dim % 4 == 0 and 16-byte aligned key rows.
 bool attention_split_supported(const AttentionParams& p);
@@ -295,17 +302,19 @@ struct MoeParams {
     float* y_out = nullptr;
 };
 // Variants: kGemm (moe_gemm.cu: a prefill's many tokens per expert as register-tiled products on mma.sync,
-// activations as hi/lo f16 with one scale per row; what kMma takes, from kMoeGemmMinPairs to kMoeGemmMaxPairs
-// pairs, any count when forced), kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo
-// f16 chunks; D and I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows
-// split over a block's threads with x in registers; D and I each 1024, 2048, 4096 or 8192, n * k <=
-// kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine for one token), kGrouped (moe_grouped.cu:
-// each selected expert's weights streamed once per step for all the tokens that chose it; n * k <=
-// kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an expert's weights per (token,
-// slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
+// activations as hi/lo f16 with one scale per row; what kMma takes, from kMoeGemmMinPairs (and 8 per expert)
+// to kMoeGemmMaxPairs pairs, any count when forced), kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores,
+// activations as hi/lo f16 chunks; D and I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs),
+// kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I each 1024, 2048,
+// 4096 or 8192, n * k <= kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine for one token),
+// kGrouped (moe_grouped.cu: each selected expert's weights streamed once per step for all the tokens that
+// chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an expert's
+// weights per (token, slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
 enum class MoeVariant { kAuto, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
-inline constexpr int64_t kMoeGemmMinPairs = 1024, kMoeGemmMaxPairs = 16384;
+// gemm from 2048 pairs and 8 per expert (H200, 256 experts: at 1020 pairs, ~4 tokens per expert, gemm took
+// 3.45 ms against mma's 1.94; its 32-token tiles run mostly empty)
+inline constexpr int64_t kMoeGemmMinPairs = 2048, kMoeGemmMaxPairs = 16384;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
 bool moe_gemm_supported(const MoeParams& p, bool forced = false);
 void launch_moe_gemm(const MoeParams& p, Scratch& scratch, Stream s);

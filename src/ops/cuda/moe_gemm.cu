@@ -172,7 +172,8 @@ void launch_gemm(const MoeParams& p, const MoePlan& plan, const GemmIo& io, unsi
 
 bool moe_gemm_supported(const MoeParams& p, bool forced) {
     return p.mma_ok && p.gemv_format == gemv::kFp4 && p.D % kChunk == 0 && p.I % kChunk == 0 &&
-           p.n * p.k <= kMoeGemmMaxPairs && (forced || p.n * p.k >= kMoeGemmMinPairs);
+           p.n * p.k <= kMoeGemmMaxPairs &&
+           (forced || (p.n * p.k >= kMoeGemmMinPairs && p.n * p.k >= 8 * p.n_experts));
 }
 
 void launch_moe_gemm(const MoeParams& p, Scratch& scratch, Stream s) {
