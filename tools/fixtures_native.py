@@ -3,7 +3,9 @@
 
   logits_native.npy  the fp32 model with DeepSeek's activation quantisation (act_quant with UE8M0 scales:
                      s = 2^ceil(log2(max(amax, 1e-4) / 448)) per 128 columns, e4m3 round-to-nearest-even
-                     after clamping to +-448) applied to the input of every FP8 linear by forward pre-hooks:
+                     after clamping to +-448) applied to the input of every FP8 linear by forward pre-hooks,
+                     and to the routed experts' input and SwiGLU output (their FP8 x FP4 GEMMs) by a forward
+                     that repeats DeepseekV4Experts' eager loop with the two quantisations added:
                      what `--precision native` computes, by an independent implementation of the model.
   logits_bf16.npy    the bf16 model of the same weights (fp32 islands kept, as fixtures_bf16),
                      the reference's own noise floor for this fixture.
@@ -14,8 +16,11 @@ import os
 import sys
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # CPU: the FP8 quantizer dequantizes at load
+import types  # noqa: E402
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fixtures_bf16  # noqa: E402
@@ -38,6 +43,25 @@ def act_quant_dequant(x):
     s = pow2_ceil(xb.abs().amax(-1, keepdim=True).clamp_min(1e-4) / 448.0)
     q = (xb / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
     return (q * s).reshape(shape).to(x.dtype)
+
+
+def quantised_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """DeepseekV4Experts.forward (transformers 5.17, eager) with the expert GEMMs' inputs quantised."""
+    final = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        mask = F.one_hot(top_k_index, num_classes=self.num_experts).permute(2, 1, 0)
+        hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+    for expert_idx in hit:
+        expert_idx = expert_idx[0]
+        if expert_idx == self.num_experts:
+            continue
+        top_k_pos, token_idx = torch.where(mask[expert_idx])
+        x = act_quant_dequant(hidden_states[token_idx])
+        current = self._apply_gate(F.linear(x, self.gate_up_proj[expert_idx]))
+        current = F.linear(act_quant_dequant(current), self.down_proj[expert_idx])
+        current = current * top_k_weights[token_idx, top_k_pos, None]
+        final.index_add_(0, token_idx, current.to(final.dtype))
+    return final
 
 
 def bf16_same_weights(model):
@@ -77,9 +101,14 @@ def main():
         if name.endswith(FP8_LINEARS):
             mod.register_forward_pre_hook(lambda m, args: (act_quant_dequant(args[0]),) + tuple(args[1:]))
             hooked += 1
+    experts = 0
+    for name, mod in model.named_modules():
+        if type(mod).__name__ == "DeepseekV4Experts":
+            mod.forward = types.MethodType(quantised_experts_forward, mod)
+            experts += 1
     native = fc.full_forward(model, prompt).numpy()
-    print("hooked %d FP8 linears; native vs fp32: max |d| / max |logit| %.3g" %
-          (hooked, np.abs(native - plain).max() / np.abs(plain).max()), flush=True)
+    print("hooked %d FP8 linears and %d expert sets; native vs fp32: max |d| / max |logit| %.3g" %
+          (hooked, experts, np.abs(native - plain).max() / np.abs(plain).max()), flush=True)
     os.makedirs(out, exist_ok=True)
     np.save(os.path.join(out, "logits_native.npy"), native.astype(np.float32))
     np.save(os.path.join(out, "logits_bf16.npy"), bf16.astype(np.float32))

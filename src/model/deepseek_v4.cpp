@@ -2,6 +2,7 @@
 // embed -> per layer (mHC, attention, mHC, MoE) -> hc head -> norm -> lm head.
 #include "model/deepseek_v4.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -471,13 +472,21 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
                                                                : ops::ScoreFunc::kSqrtSoftplus,
                 .scaling = float(cfg_.routed_scaling_factor)});
     TensorView routed = ws_.take(DType::kF32, {n, D});
+    // native: the experts' inputs quantised as DeepSeek runs its FP8 x FP4 (and FP8 x FP8) expert GEMMs
+    const auto placed = std::find_if(fw.experts.begin(), fw.experts.end(), [](const ops::ExpertWeights& e) {
+        return !e.w1.empty();  // expert parallelism leaves the other ranks' experts empty
+    });
+    const bool quant = precision_ == Precision::kNative && placed != fw.experts.end() &&
+                       placed->w1.format != ops::WeightFormat::kDense && D % ops::kActBlock == 0 &&
+                       placed->w1.out_dim % ops::kActBlock == 0;
     routed_experts({.x = y,
                     .ids = ids,
                     .weights = weights,
                     .experts = fw.experts.data(),
                     .n_experts = int64_t(fw.experts.size()),
                     .out = routed,
-                    .limit = limit},
+                    .limit = limit,
+                    .act = quant ? ops::ActQuant::kFp8Block128 : ops::ActQuant::kNone},
                    n);
     TensorView gate = ws_.take(DType::kF32, {n, I});
     TensorView up = ws_.take(DType::kF32, {n, I});

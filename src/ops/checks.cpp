@@ -2,6 +2,7 @@
 #include <climits>
 #include <cmath>
 
+#include "ops/act_quant.h"
 #include "ops/backend.h"
 
 namespace di::ops {
@@ -148,6 +149,14 @@ void check(const MoeArgs& a) {
     same_shape(a.ids, a.weights, "moe ids/weights");
     DI_CHECK(a.experts != nullptr && a.n_experts > 0, "moe: no experts");
     DI_CHECK(a.limit > 0, "moe: limit {} must be > 0 (+inf: no clamp)", a.limit);  // NaN fails too
+    if (a.act == ActQuant::kFp8Block128) {
+        DI_CHECK(a.x.shape[1] % kActBlock == 0, "moe: quantised activations need hidden {} a multiple of {}",
+                 a.x.shape[1], kActBlock);
+        for (int64_t e = 0; e < a.n_experts; ++e)
+            DI_CHECK(a.experts[e].w1.out_dim % kActBlock == 0,
+                     "moe: quantised activations need moe_dim {} (expert {}) a multiple of {}",
+                     a.experts[e].w1.out_dim, e, kActBlock);
+    }
     if (a.pass != MoeArgs::Pass::kWhole) {
         DI_CHECK(a.slots.dtype == DType::kF32 && a.slots.is_contiguous() && a.slots.ndim == 3 &&
                      a.slots.shape[0] == a.x.shape[0] && a.slots.shape[1] == a.ids.shape[1] &&

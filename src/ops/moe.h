@@ -3,7 +3,9 @@
 //   route (hash-routed):  ids = tid2eid[token];                        w likewise from s = phi(logits)
 //   phi = sqrt(softplus) | sigmoid.  Tie rule for top-k: lower expert id first.
 //   moe: out[t] = sum over slots j of w[t, j] * W2_e (swiglu(W1_e x, W3_e x)),  e = ids[t, j], summed in slot
-//   order
+//   order; with act = kFp8Block128 (the native precision) x and the swiglu output enter their products
+//   quantised per row and 128-column block (ops/act_quant.h), as DeepSeek's inference code runs its FP8 x FP4
+//   expert GEMMs (the routing weight still multiplies after W2, as transformers does)
 // ref: transformers 5.17 DeepseekV4TopKRouter / DeepseekV4HashRouter / DeepseekV4Experts (grouped_mm).
 #pragma once
 
@@ -51,6 +53,7 @@ struct MoeArgs {
     int64_t n_experts = 0;
     TensorView out;                                        // f32 [n, hidden_dim]
     float limit = std::numeric_limits<float>::infinity();  // swiglu_limit: > 0, +inf no clamp (elementwise.h)
+    ActQuant act = ActQuant::kNone;  // kFp8Block128: hidden and moe_dim multiples of 128
     // Expert parallelism (model/expert_partition.h) in two calls, with the ranks' slots summed between
     // them (exact: each (token, slot) is non-zero on one rank only). Pass `experts` of the experts in
     // [expert_first, expert_end): each pair whose expert lies there writes its unweighted output to

@@ -150,6 +150,13 @@ constexpr MoeCase kMoe[] = {
      false, kCudaTest},
     {"fp4_gemm_chunks", 9000, 128, 128, 8, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
      false, kCudaTest},
+    // native precision's quantised activations: one token (mma's two launches), mma's token passes, gemm
+    {"native_fp4_one_token", 1, 512, 256, 16, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest, true},
+    {"native_fp4_16_experts", 192, 512, 256, 16, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest, true},
+    {"native_fp8_experts", 40, 256, 256, 8, 2, WeightFormat::kFp8Block, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest, true},
     // CUDA's dispatch must not give these to mma
     {"fp4_wide_scales", 3, 256, 128, 4, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false, true,
      kCudaTest},

@@ -173,9 +173,10 @@ TEST_P(CudaMoe, MatchesRef) {
     ASSERT_TRUE(b.gpu->force_variant("moe", variant)) << variant;
     const int64_t mma_before = b.gpu->dispatch_count("moe", "mma"),
                   gemm_before = b.gpu->dispatch_count("moe", "gemm");
-    b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), c.limit});
-    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit});
-    expect_close(out, ops::cases::kMoeCuda.value, c.name);
+    const ops::ActQuant act = c.act_fp8 ? ops::ActQuant::kFp8Block128 : ops::ActQuant::kNone;
+    b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), c.E, out.hv(), c.limit, act});
+    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit, act});
+    expect_close(out, (c.act_fp8 ? ops::cases::kMoeNativeCuda : ops::cases::kMoeCuda).value, c.name);
     if (c.wide_scales) {
         EXPECT_EQ(b.gpu->dispatch_count("moe", "mma"), mma_before) << "mma took wide scales";
         EXPECT_EQ(b.gpu->dispatch_count("moe", "gemm"), gemm_before) << "gemm took wide scales";
@@ -185,8 +186,8 @@ TEST_P(CudaMoe, MatchesRef) {
         c.n > 1) {  // token 0 alone
         Pair one(DType::kF32, {1, c.D});
         one.poison();
-        b.gpu->moe(
-            {x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(), c.limit});
+        b.gpu->moe({x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E, one.dv(),
+                    c.limit, act});
         const std::vector<float> all = out.device_f32(), alone = one.device_f32();
         EXPECT_EQ(0, std::memcmp(all.data(), alone.data(), size_t(c.D) * sizeof(float)))
             << c.name
@@ -207,7 +208,7 @@ TEST_P(CudaMoe, MatchesRef) {
                 if (e < first || e >= end)
                     for (ops::QWeight* q : {&ew[size_t(e)].w1, &ew[size_t(e)].w3, &ew[size_t(e)].w2})
                         q->data = TensorView{}, q->scale = TensorView{};
-            ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew.data(), c.E, out.dv(), c.limit};
+            ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew.data(), c.E, out.dv(), c.limit, act};
             a.pass = ops::MoeArgs::Pass::kExperts, a.slots = slots.dv(), a.expert_first = first,
             a.expert_end = end;
             slots.poison();
@@ -218,7 +219,7 @@ TEST_P(CudaMoe, MatchesRef) {
         std::memcpy(summed.hv().data, acc.data(), acc.size() * sizeof(float));
         summed.upload();
         ep.poison();
-        ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, ep.dv(), c.limit};
+        ops::MoeArgs a{x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, ep.dv(), c.limit, act};
         a.pass = ops::MoeArgs::Pass::kCombine, a.slots = summed.dv();
         b.gpu->moe(a);
         const std::vector<float> split = ep.device_f32();

@@ -143,9 +143,17 @@ TEST(GoldenNative, Fp8FixtureWithinTransformersOwnFp8Deviation) {
     line("deepinfer native vs transformers fp32", got);
     line("deepinfer native vs transformers fp8 act.", to_hf_native);
     EXPECT_NE(exact, native) << "native precision changed nothing";
-    EXPECT_GE(got.top1, hf_native.top1);
-    EXPECT_LE(got.max_rel, hf_native.max_rel);
-    EXPECT_LE(got.median_rel, hf_native.median_rel);
+    // The quantised forward is chaotic: two implementations of the same steps differ by about as much as
+    // either differs from fp32 (both quantise the routed experts' inputs too since the experts' FP8 x FP4
+    // GEMMs joined native precision; before that each metric was no worse than transformers', with this the
+    // median came out 2% above). So deepinfer's deviation from fp32 is held to transformers' own fp8
+    // deviation within 10% (median, max) and 3 of the 60 top-1 positions, and deepinfer's median distance to
+    // transformers' native run must stay under 0.8 of that run's distance to fp32 (0.61 here; with the
+    // experts' quantisation left out of deepinfer it was 0.94).
+    EXPECT_GE(got.top1, hf_native.top1 - 3.0 / 60);
+    EXPECT_LE(got.max_rel, 1.1 * hf_native.max_rel);
+    EXPECT_LE(got.median_rel, 1.1 * hf_native.median_rel);
+    EXPECT_LT(to_hf_native.median_rel, 0.8 * hf_native.median_rel);
 }
 
 }  // namespace

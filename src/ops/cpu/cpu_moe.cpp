@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "ops/act_quant.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/cpu_kernels.h"
 
@@ -43,6 +44,12 @@ void CpuBackend::moe(const MoeArgs& a) {
                 std::fill_n(a.slots.ptr<float>() + (t * k + j) * D, D, 0.0f);
         }
     for (int64_t e = 0; e < E; ++e) moe_offsets_[size_t(e + 1)] += moe_offsets_[size_t(e)];
+    const bool quant = a.act == ActQuant::kFp8Block128;
+    if (quant) {  // the tokens' rows quantised once, read by every slot
+        moe_xq_.resize(size_t(n * D));
+        for (int64_t t = 0; t < n; ++t)
+            fp8_block_quant_dequant_row(a.x.ptr<float>() + t * a.x.stride[0], D, moe_xq_.data() + t * D);
+    }
     moe_pairs_.resize(size_t(n * k));
     xrows_.resize(size_t(n * k));
     moe_hrows_.resize(size_t(n * k));
@@ -54,7 +61,7 @@ void CpuBackend::moe(const MoeArgs& a) {
             if (!a.owns(e)) continue;
             const int64_t slot = moe_cursor_[size_t(e)]++;
             moe_pairs_[size_t(slot)] = t * k + j;
-            xrows_[size_t(slot)] = a.x.ptr<float>() + t * a.x.stride[0];
+            xrows_[size_t(slot)] = quant ? moe_xq_.data() + t * D : a.x.ptr<float>() + t * a.x.stride[0];
             const ExpertWeights& ew = a.experts[e];
             DI_CHECK(ew.w1.in_dim == D && ew.w3.in_dim == D && ew.w3.out_dim == ew.w1.out_dim &&
                          ew.w2.out_dim == D && ew.w2.in_dim == ew.w1.out_dim,
@@ -110,6 +117,16 @@ void CpuBackend::moe(const MoeArgs& a) {
             }
         }
     });
+
+    if (quant)  // the used pairs' h rows, in place (each row alone: any split gives the same bits)
+        pool_.parallel_for(used, used < 64 ? int64_t(1) << 40 : 1, [&](int64_t b, int64_t end, int) {
+            for (int64_t s = b; s < end; ++s) {
+                const int64_t pair = moe_pairs_[size_t(s)];
+                const int32_t e = a.ids.ptr<int32_t>()[(pair / k) * a.ids.stride[0] + pair % k];
+                float* h = moe_h_.data() + pair * I;
+                fp8_block_quant_dequant_row(h, a.experts[e].w1.out_dim, h);
+            }
+        });
 
     make_tasks(true);
     pool_.parallel_for(int64_t(moe_tasks_.size()), grain, [&](int64_t b, int64_t end, int worker) {

@@ -662,6 +662,11 @@ void CudaBackend::moe(const MoeArgs& a) {
         if (experts_pass)
             p.owned_first = a.expert_first, p.owned_end = a.expert_end,
             p.y_out = a.slots.ptr<float>() + t0 * k * D;
+        if (a.act == ActQuant::kFp8Block128) {  // the chunk's rows quantised once for every variant
+            auto* xq = static_cast<float*>(scratch_.get(6, size_t(m * D) * sizeof(float)));
+            cuda::launch_act_quant_dequant(p.x, p.ld_x, m, D, xq, stream_);
+            p.x = xq, p.ld_x = D, p.act_fp8 = true;
+        }
         const int v = moe_v_.choose(
             [&](int i, bool forced) { return takes(p, i, forced); },
             [&] { return fmt::format("{} pairs, expert format {}", m * k, table.gemv_format); });

@@ -300,6 +300,9 @@ struct MoeParams {
     // ([n * k, D], the slots; the other rows are left as they are) and no combine runs.
     int64_t owned_first = 0, owned_end = INT64_MAX;
     float* y_out = nullptr;
+    // MoeArgs::act: x comes quantised (the backend's copy) and every variant quantises h between its up and
+    // down launches (moe_quantise_h); gemm then drops the lo halves, zero for quantised values.
+    bool act_fp8 = false;
 };
 // Variants: kGemm (moe_gemm.cu: a prefill's many tokens per expert as register-tiled products on mma.sync,
 // activations as hi/lo f16 with one scale per row; what kMma takes, from kMoeGemmMinPairs (and 8 per expert)

@@ -236,6 +236,7 @@ void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
     float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
     moe_up_kernel<<<dim3(blocks_for(p.I, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h);
+    moe_quantise_h(p, h, pairs, as_stream(s));
     moe_down_kernel<<<dim3(blocks_for(p.D, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h, y);
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }

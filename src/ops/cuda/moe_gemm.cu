@@ -15,6 +15,8 @@
 // the tensor cores sum a row's chunks directly, and a product depends only on its own token: deterministic
 // and batch-invariant (not bit-equal to moe_mma, which scales each chunk).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
@@ -44,14 +46,16 @@ struct WeightRegs {
 };
 
 // grid (n_out / (32 MT), max active experts), 128 threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2).
-template <int NM, int MT, int NT>
+// kLo: B columns 2t and 2t + 1 are token t's hi and lo halves (4 tokens an n-tile); else only the hi halves,
+// 8 tokens an n-tile (quantised activations, whose lo halves are zero).
+template <int NM, int MT, int NT, bool kLo>
 __global__ void __launch_bounds__(32 * kWarps) moe_gemm_kernel(MoeParams p, MoePlan plan, GemmIo io) {
     allow_early_next();
     const int a = blockIdx.y;
     if (a >= *plan.n_active) return;
     const int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    constexpr int kTokWarp = 4 * NT, kTokBlock = 2 * kTokWarp;
+    constexpr int kTokTile = kLo ? 4 : 8, kTokWarp = kTokTile * NT, kTokBlock = 2 * kTokWarp;
     const int64_t row0 = int64_t(blockIdx.x) * (32 * MT) + (warp & 1) * 16 * MT;
     const int64_t chunks = io.K / kChunk;
     const uint8_t* wp[NM];
@@ -77,11 +81,12 @@ __global__ void __launch_bounds__(32 * kWarps) moe_gemm_kernel(MoeParams p, MoeP
                 }
     };
     for (int i0 = 0; i0 < cnt; i0 += kTokBlock) {
-        // B column g of n-tile n: token i0 + tok(n) of the expert, its hi (g even) or lo words
+        // B column g of n-tile n: token i0 + tok(n) of the expert, its hi (g even) or lo words (kLo), or its
+        // hi words
         const uint4* bp[NT];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const int ti = i0 + (warp >> 1) * kTokWarp + n * 4 + (g >> 1);
+            const int ti = i0 + (warp >> 1) * kTokWarp + n * kTokTile + (kLo ? g >> 1 : g);
             int64_t row = -1;
             if (ti < cnt) {
                 const int32_t pair = plan.pairs[b0 + ti];
@@ -89,7 +94,7 @@ __global__ void __launch_bounds__(32 * kWarps) moe_gemm_kernel(MoeParams p, MoeP
             }
             bp[n] = row < 0 ? nullptr
                             : reinterpret_cast<const uint4*>(io.act.data + row * chunks * kChunkWords +
-                                                             (g & 1) * 64 + q * 16);
+                                                             (kLo ? (g & 1) * 64 : 0) + q * 16);
         }
         float acc[NM][MT][NT][4];
 #pragma unroll
@@ -141,31 +146,40 @@ __global__ void __launch_bounds__(32 * kWarps) moe_gemm_kernel(MoeParams p, MoeP
             }
             if (c + 1 < chunks) cur = nxt;
         }
-        // acc[..][n] = rows (g, g + 8) x columns (2q: hi, 2q + 1: lo) of token tok(n) = n * 4 + q
+        // acc[..][n] = rows (g, g + 8) x columns 2q, 2q + 1: token n * 4 + q's hi and lo (kLo), or tokens
+        // n * 8 + 2q and + 1
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            const int ti = i0 + (warp >> 1) * kTokWarp + n * 4 + q;
-            if (ti >= cnt) continue;
-            const int32_t pair = plan.pairs[b0 + ti];
-            const float inv = io.act.inv[NM == 2 ? pair / p.k : pair];
+        for (int n = 0; n < NT; ++n)
 #pragma unroll
-            for (int t = 0; t < MT; ++t)
+            for (int c = 0; c < (kLo ? 1 : 2); ++c) {
+                const int ti = i0 + (warp >> 1) * kTokWarp + n * kTokTile + (kLo ? q : 2 * q + c);
+                if (ti >= cnt) continue;
+                const int32_t pair = plan.pairs[b0 + ti];
+                const float inv = io.act.inv[NM == 2 ? pair / p.k : pair];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    float v[NM];
+                for (int t = 0; t < MT; ++t)
 #pragma unroll
-                    for (int m = 0; m < NM; ++m) v[m] = (acc[m][t][n][2 * h] + acc[m][t][n][2 * h + 1]) * inv;
-                    const float out = NM == 2 ? swiglu_clamped(v[0], v[NM - 1], p.limit) : v[0];
-                    io.out[int64_t(pair) * io.n_out + row0 + t * 16 + h * 8 + g] = out;
-                }
-        }
+                    for (int h = 0; h < 2; ++h) {
+                        float v[NM];
+#pragma unroll
+                        for (int m = 0; m < NM; ++m)
+                            v[m] = (kLo ? acc[m][t][n][2 * h] + acc[m][t][n][2 * h + 1]
+                                        : acc[m][t][n][2 * h + c]) *
+                                   inv;
+                        const float out = NM == 2 ? swiglu_clamped(v[0], v[NM - 1], p.limit) : v[0];
+                        io.out[int64_t(pair) * io.n_out + row0 + t * 16 + h * 8 + g] = out;
+                    }
+            }
     }
 }
 
 template <int NM, int MT, int NT>
 void launch_gemm(const MoeParams& p, const MoePlan& plan, const GemmIo& io, unsigned slots, cudaStream_t s) {
     const dim3 grid(unsigned(io.n_out / (32 * MT)), slots);
-    moe_gemm_kernel<NM, MT, NT><<<grid, 32 * kWarps, 0, s>>>(p, plan, io);
+    if (p.act_fp8)
+        moe_gemm_kernel<NM, MT, NT, false><<<grid, 32 * kWarps, 0, s>>>(p, plan, io);
+    else
+        moe_gemm_kernel<NM, MT, NT, true><<<grid, 32 * kWarps, 0, s>>>(p, plan, io);
 }
 
 }  // namespace
@@ -190,9 +204,20 @@ void launch_moe_gemm(const MoeParams& p, Scratch& scratch, Stream s) {
     const MoePlan plan = moe_plan_buffers(scratch, pairs, slots);
     launch_moe_plan(p, plan, st);
     launch_act_rows(p.x, p.ld_x, p.n, p.D, xa, st);
-    launch_gemm<2, 2, 4>(p, plan, GemmIo{xa, h, p.D, p.I}, slots, st);
+    static const bool wide = [] {  // tile shape under test: 16 tokens x 64 rows a warp, or 32 x 32
+        const char* e = std::getenv("DEEPINFER_MOE_GEMM_TILE");
+        return e != nullptr && std::string(e) == "wide";
+    }();
+    if (wide)
+        launch_gemm<2, 1, 8>(p, plan, GemmIo{xa, h, p.D, p.I}, slots, st);
+    else
+        launch_gemm<2, 2, 4>(p, plan, GemmIo{xa, h, p.D, p.I}, slots, st);
+    moe_quantise_h(p, h, pairs, st);
     launch_act_rows(h, p.I, pairs, p.I, ha, st);
-    launch_gemm<1, 4, 4>(p, plan, GemmIo{ha, y, p.I, p.D}, slots, st);
+    if (wide)
+        launch_gemm<1, 2, 8>(p, plan, GemmIo{ha, y, p.I, p.D}, slots, st);
+    else
+        launch_gemm<1, 4, 4>(p, plan, GemmIo{ha, y, p.I, p.D}, slots, st);
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 

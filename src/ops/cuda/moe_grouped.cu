@@ -210,6 +210,7 @@ void launch_fn(const MoeParams& p, const Plan& plan, float* h, float* y, unsigne
     (void)raised;
     moe_up_grouped<F, NT>
         <<<dim3(blocks_per_expert(p.I, max_active), max_active), 256, smem_up, s>>>(p, plan, h);
+    moe_quantise_h(p, h, p.n * p.k, s);
     moe_down_grouped<F, NT>
         <<<dim3(blocks_per_expert(p.D, max_active), max_active), 256, smem_dn, s>>>(p, plan, h, y);
 }

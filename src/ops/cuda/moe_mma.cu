@@ -322,6 +322,7 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
             p.y_out ? nullptr : static_cast<int32_t*>(scratch.get(8, size_t(p.D / 32) * sizeof(int32_t)));
         const MoePlan none{};
         launch_half<2, 1>(p, none, Io{{}, p.x, h, p.D, p.I, done}, slots, true, st);
+        moe_quantise_h(p, h, pairs, st);
         launch_half<1, 2>(p, none, Io{{}, h, y, p.I, p.D, done}, slots, true, st);
         return;
     }
@@ -334,6 +335,7 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
     launch_moe_plan(p, plan, st);
     launch_act_chunks(p.x, p.ld_x, p.n, p.D, xa, false, st);
     launch_half<2, 1>(p, plan, Io{xa, nullptr, h, p.D, p.I, nullptr}, slots, false, st);
+    moe_quantise_h(p, h, pairs, st);
     launch_act_chunks(h, p.I, pairs, p.I, ha, false, st);
     launch_half<1, 2>(p, plan, Io{ha, nullptr, y, p.I, p.D, nullptr}, slots, false, st);
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/fp8_gemm.h"
 
 namespace di::cuda {
 
@@ -38,6 +39,12 @@ __device__ __forceinline__ float combine_column(const MoeParams& p, const float*
         acc += double(yv) * p.w[t * p.ld_w + j];
     }
     return float(acc);
+}
+
+// MoeParams::act_fp8: the swiglu outputs h [pairs, I] quantised in place (rows without an expert too: no
+// variant reads them).
+inline void moe_quantise_h(const MoeParams& p, float* h, int64_t pairs, cudaStream_t s) {
+    if (p.act_fp8) launch_act_quant_dequant(h, p.I, pairs, p.I, h, s);
 }
 
 }  // namespace di::cuda

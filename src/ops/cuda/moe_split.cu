@@ -156,9 +156,11 @@ void launch_f(const MoeParams& p, Scratch& scratch, cudaStream_t s) {
     const size_t up_smem = size_t(2 * up * nt * up_warps) * 4, dn_smem = size_t(dn * nt * dn_warps) * 4;
     if (direct) {
         moe_up_split<F, true><<<up_grid, 256, up_smem, s>>>(p, plan, h, up);
+        moe_quantise_h(p, h, pairs, s);
         moe_down_split<F, true><<<dn_grid, 256, dn_smem, s>>>(p, plan, h, y, dn);
     } else {
         moe_up_split<F, false><<<up_grid, 256, up_smem, s>>>(p, plan, h, up);
+        moe_quantise_h(p, h, pairs, s);
         moe_down_split<F, false><<<dn_grid, 256, dn_smem, s>>>(p, plan, h, y, dn);
     }
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "ops/act_quant.h"
 #include "ops/ref/ref_backend_impl.h"
 
 namespace di::ops {
@@ -60,10 +61,12 @@ void RefBackend::moe(const MoeArgs& a) {
     check(a);
     using Pass = MoeArgs::Pass;
     const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1];
-    std::vector<float> d(static_cast<size_t>(D));
+    const bool quant = a.act == ActQuant::kFp8Block128;
+    std::vector<float> d(static_cast<size_t>(D)), xq(quant ? size_t(D) : 0);
     for (int64_t t = 0; t < n; ++t) {
         std::vector<double> acc(size_t(D), 0.0);
         const float* x = row_f32(a.x, t);
+        if (quant) fp8_block_quant_dequant_row(x, D, xq.data()), x = xq.data();
         for (int64_t j = 0; j < k; ++j) {
             float* slot = a.pass == Pass::kWhole ? nullptr : a.slots.ptr<float>() + (t * k + j) * D;
             if (a.pass == Pass::kCombine) {
@@ -88,6 +91,7 @@ void RefBackend::moe(const MoeArgs& a) {
                                 uc = std::clamp(float(u), -a.limit, a.limit);
                     h[size_t(r)] = float(double(gc) / (1.0 + std::exp(-double(gc))) * double(uc));
                 }
+                if (quant) fp8_block_quant_dequant_row(h.data(), I, h.data());
                 for (int64_t c = 0; c < D; ++c) {
                     double dd = 0;
                     for (int64_t r = 0; r < I; ++r) dd += double(h[size_t(r)]) * ew.w2.at(c, r);

@@ -1,0 +1,114 @@
+// moe with quantised activations (MoeArgs::act, the native precision: DeepSeek's FP8 x FP4 expert GEMMs):
+// ref against the same steps composed here from ref's linear and the quantiser of ops/act_quant.h (x and the
+// SwiGLU output quantised, nothing else), and cpu against ref.
+#include <cmath>
+#include <numeric>
+
+#include "cpu_test_util.h"
+#include "ops/act_quant.h"
+
+namespace di::cputest {
+namespace {
+
+using ops::ActQuant;
+using ops::WeightFormat;
+
+double rel_l2(const std::vector<float>& want, const std::vector<float>& got) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        const double d = double(got[i]) - double(want[i]);
+        num += d * d, den += double(want[i]) * double(want[i]);
+    }
+    return std::sqrt(num / den);
+}
+
+struct Moe {
+    int64_t n = 6, D = 256, I = 128, E = 4, k = 2;
+    float limit = 10.0f;
+    std::vector<TestWeight> w;  // [E][w1, w3, w2]
+    std::vector<ops::ExpertWeights> experts;
+    Tensor x, ids, wts;
+
+    explicit Moe(WeightFormat fmt) {
+        for (int64_t e = 0; e < E; ++e) {
+            w.push_back(make_weight(fmt, I, D));
+            w.push_back(make_weight(fmt, I, D));
+            w.push_back(make_weight(fmt, D, I));
+        }
+        for (int64_t e = 0; e < E; ++e)
+            experts.push_back({w[size_t(3 * e)].w, w[size_t(3 * e + 1)].w, w[size_t(3 * e + 2)].w});
+        x = Tensor(host_allocator(), DType::kF32, {n, D});
+        ids = Tensor(host_allocator(), DType::kI32, {n, k});
+        wts = Tensor(host_allocator(), DType::kF32, {n, k});
+        fill_uniform(x.view(), -2.0f, 2.0f);
+        fill_uniform(wts.view(), 0.05f, 1.0f);
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t j = 0; j < k; ++j) ids.view().ptr<int32_t>()[t * k + j] = int32_t((t + 3 * j) % E);
+    }
+    std::vector<float> run(ops::Backend& be, ActQuant act) {
+        Tensor out(host_allocator(), DType::kF32, {n, D});
+        poison(out.view());
+        ops::MoeArgs a{.x = x.view(),
+                       .ids = ids.view(),
+                       .weights = wts.view(),
+                       .experts = experts.data(),
+                       .n_experts = E,
+                       .out = out.view(),
+                       .limit = limit,
+                       .act = act};
+        be.moe(a);
+        return to_vector(out.view());
+    }
+};
+
+// The native steps from ref's linear: per (token, slot) xq = Q(x), h = swiglu(W1 xq, W3 xq), d = W2 Q(h),
+// out = sum_j w_j d_j in slot order. Tolerance 1e-4 (relative L2): the same sums as ref's moe, but a SwiGLU
+// output within an ulp of an e4m3 rounding boundary could round to the other neighbour.
+TEST(MoeAct, RefQuantisesTheInputAndTheSwigluOutputOnly) {
+    ops::Backend& ref = *backends().ref;
+    for (WeightFormat fmt : {WeightFormat::kFp4Group, WeightFormat::kFp8Block}) {
+        Moe m(fmt);
+        const std::vector<float> got = m.run(ref, ActQuant::kFp8Block128);
+        std::vector<float> want(size_t(m.n * m.D));
+        Tensor xq(host_allocator(), DType::kF32, {1, m.D}), g(host_allocator(), DType::kF32, {1, m.I}),
+            u(host_allocator(), DType::kF32, {1, m.I}), d(host_allocator(), DType::kF32, {1, m.D});
+        for (int64_t t = 0; t < m.n; ++t) {
+            std::vector<double> acc(size_t(m.D), 0.0);
+            ops::fp8_block_quant_dequant_row(m.x.view().ptr<float>() + t * m.D, m.D, xq.view().ptr<float>());
+            for (int64_t j = 0; j < m.k; ++j) {
+                const ops::ExpertWeights& ew = m.experts[size_t(m.ids.view().ptr<int32_t>()[t * m.k + j])];
+                ref.linear({.x = xq.view(), .w = ew.w1, .y = g.view()});
+                ref.linear({.x = xq.view(), .w = ew.w3, .y = u.view()});
+                float* h = g.view().ptr<float>();
+                for (int64_t r = 0; r < m.I; ++r) {
+                    const float gc = std::min(h[r], m.limit),
+                                uc = std::clamp(u.view().ptr<float>()[r], -m.limit, m.limit);
+                    h[r] = float(double(gc) / (1.0 + std::exp(-double(gc))) * double(uc));
+                }
+                ops::fp8_block_quant_dequant_row(h, m.I, h);
+                ref.linear({.x = g.view(), .w = ew.w2, .y = d.view()});
+                const double wj = m.wts.view().ptr<float>()[t * m.k + j];
+                for (int64_t c = 0; c < m.D; ++c) acc[size_t(c)] += double(d.view().ptr<float>()[c]) * wj;
+            }
+            for (int64_t c = 0; c < m.D; ++c) want[size_t(t * m.D + c)] = float(acc[size_t(c)]);
+        }
+        EXPECT_LE(rel_l2(want, got), 1e-4) << int(fmt);
+        // and the quantisation is not a no-op: e4m3's 3 mantissa bits move the result by far more
+        EXPECT_GE(rel_l2(m.run(ref, ActQuant::kNone), got), 1e-3) << int(fmt);
+    }
+}
+
+// cpu against ref, relative L2 <= 1e-3: their gate/up sums (f32 against double) may put a SwiGLU output on
+// different sides of an e4m3 rounding boundary, which moves that pair's row by up to 2^-4 |h_i| |W2[:, i]|
+// (about 1e-3 of a row at these sizes); elsewhere the two agree to f32 rounding.
+TEST(MoeAct, CpuMatchesRef) {
+    for (WeightFormat fmt : {WeightFormat::kFp4Group, WeightFormat::kFp8Block}) {
+        Moe m(fmt);
+        const std::vector<float> want = m.run(*backends().ref, ActQuant::kFp8Block128),
+                                 got = m.run(*backends().cpu, ActQuant::kFp8Block128);
+        EXPECT_LE(rel_l2(want, got), 1e-3) << int(fmt);
+    }
+}
+
+}  // namespace
+}  // namespace di::cputest
