@@ -414,6 +414,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
         a.n_cached = std::min(pos0, cfg_.window - 1);
         a.window = cfg_.window;
         a.scale = float(1.0 / std::sqrt(double(hd)));
+        a.f16 = precision_ == Precision::kNative;
         if (n_comp[c] > 0) {
             a.comp = ls.comp.entries.rows(0, n_comp[c]);
             a.comp_mask = csa ? CompMask::kPicks : CompMask::kCausal;

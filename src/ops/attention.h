@@ -27,6 +27,9 @@ struct AttentionArgs {
     CompMask comp_mask = CompMask::kNone;
     int64_t rate = 1;    // compress_rate (kCausal)
     float scale = 1.0f;  // head_dim^-1/2
+    // The native precision's permission: q, the keys and the probabilities may enter their products rounded
+    // to f16 (CUDA's tensor-core prefill takes it; ref and cpu compute in f32 as always).
+    bool f16 = false;
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, q, Role::kIn);

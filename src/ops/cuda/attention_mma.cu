@@ -8,7 +8,9 @@
 //   softmax: online, from the sink (m = sink, l = 1) as per_query, in f32;
 //   output:  p (times 2^14, as hi + lo f16: the score fragments are the A fragments) times the tile's keys
 //            (ldmatrix.trans), into f32 accumulators kept in the current tile's scale.
-// Every sum runs in a fixed order: deterministic; a query's result does not depend on the other queries.
+// AttentionParams::f16 (native precision): the hi halves alone, one product each (q, keys and p rounded to
+// f16). Every sum runs in a fixed order: deterministic; a query's result does not depend on the other
+// queries.
 #include <algorithm>
 
 #include "ops/cuda/device_util.cuh"
@@ -64,6 +66,8 @@ __device__ __forceinline__ const float* key_ptr(const AttentionParams& p, int64_
     return p.comp + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c])) * p.ld_comp;
 }
 
+// kLo: hi + lo operands (exact precision); else hi only (AttentionParams::f16, the native precision).
+template <bool kLo>
 __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(AttentionParams p) {
     allow_early_next();
     extern __shared__ __align__(16) unsigned char smem[];
@@ -155,7 +159,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(Attention
                 split_pair(v.x * s, v.y * s, hi.x, lw.x);
                 split_pair(v.z * s, v.w * s, hi.y, lw.y);
                 *reinterpret_cast<uint2*>(kh + r * kRow + 4 * c4) = hi;
-                *reinterpret_cast<uint2*>(kl + r * kRow + 4 * c4) = lw;
+                if (kLo) *reinterpret_cast<uint2*>(kl + r * kRow + 4 * c4) = lw;
             }
             return km;
         };
@@ -182,11 +186,13 @@ __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(Attention
                 const int at = (nt * 8 + g) * kRow + d0 + 16 * kk + 2 * q;
                 const uint32_t bh0 = *reinterpret_cast<const uint32_t*>(kh + at),
                                bh1 = *reinterpret_cast<const uint32_t*>(kh + at + 8);
-                const uint32_t bl0 = *reinterpret_cast<const uint32_t*>(kl + at),
-                               bl1 = *reinterpret_cast<const uint32_t*>(kl + at + 8);
                 mma16816(s[nt], qa[0][kk], bh0, bh1);
-                mma16816(s[nt], qa[0][kk], bl0, bl1);
-                mma16816(s[nt], qa[1][kk], bh0, bh1);
+                if (kLo) {
+                    const uint32_t bl0 = *reinterpret_cast<const uint32_t*>(kl + at),
+                                   bl1 = *reinterpret_cast<const uint32_t*>(kl + at + 8);
+                    mma16816(s[nt], qa[0][kk], bl0, bl1);
+                    mma16816(s[nt], qa[1][kk], bh0, bh1);
+                }
             }
         float* mine = sp + warp * kHeads * kKeys;
 #pragma unroll
@@ -258,15 +264,18 @@ __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(Attention
             const int at = (16 * ks + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRow + d0 + (lane >> 4) * 8;
 #pragma unroll
             for (int n = 0; n < 8; n += 2) {
-                uint32_t bh[4], bl[4];
+                uint32_t bh[4];
                 ldsm_x4_trans(bh, kh + at + 8 * n);
-                ldsm_x4_trans(bl, kl + at + 8 * n);
                 mma16816(o[n], ah, bh[0], bh[1]);
                 mma16816(o[n + 1], ah, bh[2], bh[3]);
-                mma16816(o[n], ah, bl[0], bl[1]);
-                mma16816(o[n + 1], ah, bl[2], bl[3]);
-                mma16816(o[n], al, bh[0], bh[1]);
-                mma16816(o[n + 1], al, bh[2], bh[3]);
+                if (kLo) {
+                    uint32_t bl[4];
+                    ldsm_x4_trans(bl, kl + at + 8 * n);
+                    mma16816(o[n], ah, bl[0], bl[1]);
+                    mma16816(o[n + 1], ah, bl[2], bl[3]);
+                    mma16816(o[n], al, bh[0], bh[1]);
+                    mma16816(o[n + 1], al, bh[2], bh[3]);
+                }
             }
         }
     }
@@ -305,11 +314,15 @@ void launch_attention_mma(const AttentionParams& p, Stream s) {
     const size_t smem = smem_bytes(p);
     static size_t raised = 48 * 1024;
     if (smem > raised) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem)));
+        for (auto* k : {attention_mma_kernel<true>, attention_mma_kernel<false>})
+            DI_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         raised = smem;
     }
-    attention_mma_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), 32 * kWarps, smem, as_stream(s)>>>(p);
+    const dim3 grid(unsigned(p.L), unsigned(p.H / kHeads));
+    if (p.f16)
+        attention_mma_kernel<false><<<grid, 32 * kWarps, smem, as_stream(s)>>>(p);
+    else
+        attention_mma_kernel<true><<<grid, 32 * kWarps, smem, as_stream(s)>>>(p);
 }
 
 }  // namespace di::cuda

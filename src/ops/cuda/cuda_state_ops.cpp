@@ -163,7 +163,8 @@ std::pair<cuda::AttentionParams, int> CudaBackend::attention_call(const Attentio
                             .window = a.window,
                             .comp_mask = cuda::AttnCompMask(int(a.comp_mask)),
                             .rate = a.rate,
-                            .scale = a.scale};
+                            .scale = a.scale,
+                            .f16 = a.f16};
     const int v = attention_v_.choose(
         [&](int i, bool forced) {
             switch (kAttentionEnum[i]) {

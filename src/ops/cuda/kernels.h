@@ -149,6 +149,7 @@ struct AttentionParams {
     AttnCompMask comp_mask;
     int64_t rate;
     float scale;
+    bool f16 = false;  // AttentionArgs::f16
 };
 // kMma: a prefill's queries on the tensor cores (attention_mma.cu: a block per query and 16 heads, scores and
 // output on mma.sync with hi + lo f16 operands); kSplitKv: each query's keys split across blocks
