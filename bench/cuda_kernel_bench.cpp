@@ -238,6 +238,7 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
     DI_CUDA_CHECK(cudaMalloc(&sw, size_t(out / 128 * lt_scale_ld(in / 128)) * 4));
     DI_CUDA_CHECK(cudaMalloc(&xd, size_t(nmax * in) * 4));
     DI_CUDA_CHECK(cudaMalloc(&tmp, size_t(lt_rows(nmax) * out) * 4));
+    BenchScratch scratch;
     for (int64_t n : ns) {
         const double flops = 2.0 * double(n) * double(out) * double(in);
         const std::string label = std::string(name) + ", n=" + std::to_string(n);
@@ -264,6 +265,21 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
                                      lt->run(q, sx, w.data, w.ld, sw, n, in, out, y, out, tmp, s);
                                  }),
                         flops});
+        if (n >= 64) {  // the exact precision's tensor-core paths on f32 x
+            scratch.get(8, size_t(n * in + n * (in / 128 + 1)) * 4);  // before capture
+            for (auto [vname, gemm] : {std::pair{"exact: gemm (f32 x as hi + lo f16)", true},
+                                       std::pair{"exact: mma (f32 x as hi + lo f16)", false}})
+                rows.push_back({label, vname,
+                                graph_us(s, std::min(reps, 20),
+                                         [&](int i) {
+                                             const WeightRef& w = ws.copies[size_t(i) % ws.copies.size()];
+                                             if (gemm)
+                                                 launch_linear_gemm(x, in, w, y, out, n, scratch, s);
+                                             else
+                                                 launch_linear_mma(x, in, w, y, out, n, scratch, s);
+                                         }),
+                                flops});
+        }
         const LinearVariant f32v = n <= kGemvMaxRows ? LinearVariant::kStreamGemv : LinearVariant::kTiled;
         if (n > 512) continue;  // the f32 tiles take seconds at prefill sizes
         rows.push_back({label, n <= kGemvMaxRows ? "dequant + stream_gemv (f32)" : "dequant + tiled (f32)",

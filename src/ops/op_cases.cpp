@@ -99,6 +99,12 @@ constexpr LinearCase kLinear[] = {
     {"fp4_partial_group", 4, 50, 7, WeightFormat::kFp4Group, DType::kBF16, DType::kE8M0, 3, 0, 2, kCpuTest},
     {"fp4_f32_scale_n2_k1024", 2, 1024, 64, WeightFormat::kFp4Group, DType::kBF16, DType::kF32, 0, 0, 0,
      kCudaTest},
+    // a prefill's rows on CUDA's gemm: partial 32-token tiles, a partial 128-row scale block, f32 scales,
+    // strided x and y
+    {"fp8_prefill_rows", 300, 512, 320, WeightFormat::kFp8Block, DType::kBF16, DType::kE8M0, 0, 0, 0,
+     kCudaTest},
+    {"fp8_prefill_f32_scales_strided", 77, 256, 192, WeightFormat::kFp8Block, DType::kBF16, DType::kF32, 8, 4,
+     0, kCudaTest},
 };
 
 // The experts of the V4-Flash cases are 256 FP4 matrices of 2048 x 4096 (~40 s to draw on the CPU once).

@@ -46,6 +46,8 @@ TEST_P(CudaLinear, MatchesRef) {
         GTEST_SKIP() << "split_rows does not take this case";
     if (variant == "mma" && (c.fmt != WeightFormat::kFp8Block || c.in % 128 != 0 || c.out % 16 != 0))
         GTEST_SKIP() << "mma takes fp8 weights with in_dim a multiple of 128 and out_dim of 16";
+    if (variant == "gemm" && (c.fmt != WeightFormat::kFp8Block || c.in % 128 != 0 || c.out % 64 != 0))
+        GTEST_SKIP() << "gemm takes fp8 weights with in_dim a multiple of 128 and out_dim of 64";
     if (variant == "cublaslt_bf16x3" &&
         (c.fmt != WeightFormat::kDense || c.dense_dt != DType::kBF16 || c.in % 8 != 0 || c.out % 4 != 0))
         GTEST_SKIP() << "cublaslt_bf16x3 takes bf16 weights with in_dim a multiple of 8 and out_dim of 4";
@@ -91,7 +93,7 @@ TEST_P(CudaLinear, MatchesRef) {
     b.gpu->synchronize();
     expect_close(y, ops::cases::kLinearCuda.value, c.name);
     if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("linear", variant), 0) << variant << " did not run";
-    if ((variant == "stream_gemv" || variant == "split_rows" || variant == "mma") &&
+    if ((variant == "stream_gemv" || variant == "split_rows" || variant == "mma" || variant == "gemm") &&
         c.n > 1) {  // batch invariance: row 0 alone is bit-identical
         Pair y1(DType::kF32, {1, c.out});
         y1.poison();
@@ -106,8 +108,9 @@ TEST_P(CudaLinear, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinear,
-                         ::testing::ValuesIn(variant_runs(kCases, {"", "cublaslt_bf16x3", "mma", "split_rows",
-                                                                   "stream_gemv", "warp_gemv", "tiled"})),
+                         ::testing::ValuesIn(variant_runs(kCases,
+                                                          {"", "cublaslt_bf16x3", "gemm", "mma", "split_rows",
+                                                           "stream_gemv", "warp_gemv", "tiled"})),
                          VariantRunName());
 
 }  // namespace

@@ -10,9 +10,9 @@ namespace {
 // The variants of each multi-kernel op in dispatch preference order, the fallback last; kXxxEnum[i] is the
 // launcher's name for variant i (indexer_topk's and attention's: cuda_state_ops.cpp).
 constexpr cuda::LinearVariant kLinearEnum[] = {
-    cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kCublasLtBf16x3, cuda::LinearVariant::kMma,
-    cuda::LinearVariant::kSplitRows,   cuda::LinearVariant::kStreamGemv,     cuda::LinearVariant::kWarpGemv,
-    cuda::LinearVariant::kTiled};
+    cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kCublasLtBf16x3, cuda::LinearVariant::kGemm,
+    cuda::LinearVariant::kMma,         cuda::LinearVariant::kSplitRows,      cuda::LinearVariant::kStreamGemv,
+    cuda::LinearVariant::kWarpGemv,    cuda::LinearVariant::kTiled};
 // Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
 constexpr int64_t kLtMinRows = 16;
 // Rows from which bf16 weights go to the tensor cores as bf16x3 (fewer: the GEMVs stream them at the
@@ -50,6 +50,13 @@ CudaBackend::CudaBackend(int device)
             "aligned weight with rows of 16-byte multiples; f32 activations as three bf16 pieces that sum to "
             "them exactly, one cuBLASLt BF16 GEMM with f32 accumulation; split-K partials kept out of the "
             "output, so deterministic; its algorithm depends on n, so not batch-invariant",
+            false, true, false},
+           {"linear", "gemm",
+            "fp8 block weights; n >= 64 rows (any n when forced); in_dim a multiple of 128, out_dim of 64, "
+            "16-byte weight rows; 64 weight rows x 32 tokens a block on mma.sync tensor cores, f32 "
+            "activations as hi + lo f16 with one scale per row; a row's bits do not depend on the other "
+            "rows, "
+            "but fewer rows run another kernel, so not batch-invariant",
             false, true, false},
            {"linear", "mma",
             "fp8 block weights; n >= 4 rows, or 2 on >= 4096 output rows (any n when forced); in_dim a "
@@ -211,6 +218,8 @@ struct LinearTakes {
                 return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
             case cuda::LinearVariant::kCublasLtBf16x3:
                 return (forced || n >= kBf16x3MinRows) && bf16x3_takes(w, n);
+            case cuda::LinearVariant::kGemm:
+                return (forced || n >= cuda::kLinearGemmMinRows) && cuda::linear_gemm_supported(w);
             case cuda::LinearVariant::kMma:  // H200: the GEMVs win at n = 1, and at n = 2 on < 4096 rows
                 return (forced || n >= 4 || (n >= 2 && w.out_dim >= 4096)) &&
                        cuda::linear_mma_supported(w, n);
@@ -255,6 +264,8 @@ void CudaBackend::run_linear(const float* x, int64_t ldx, const WeightRef& w, fl
                              int64_t n, cuda::LinearVariant v) {
     if (v == cuda::LinearVariant::kMma) {
         cuda::launch_linear_mma(x, ldx, w, y, ldy, n, scratch_, stream_);
+    } else if (v == cuda::LinearVariant::kGemm) {
+        cuda::launch_linear_gemm(x, ldx, w, y, ldy, n, scratch_, stream_);
     } else if (v == cuda::LinearVariant::kCublasLtBf16x3) {
         void* tmp = scratch_.get(7, cuda::LtBf16x3Gemm::tmp_bytes(n, w.in_dim, w.out_dim));
         const bool ran = cuda::LtBf16x3Gemm::instance()->run(x, ldx, w.data, w.ld, n, w.in_dim, w.out_dim, y,

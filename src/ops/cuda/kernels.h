@@ -59,6 +59,9 @@ struct RopeParams {
 void launch_rope(const RopeParams& p, Stream s);
 
 // y[n, out] = x[n, in] . W^T, W dequantised in the kernel. Variants (each forceable by the tests):
+//   kGemm        many rows (a prefill) of fp8 block weights, 64 weight rows x 32 tokens a block on mma.sync
+//                (linear_gemm.cu), x as hi/lo f16 with one scale per row; in_dim a multiple of 128, out_dim
+//                of 64; needs linear_gemm_supported() and scratch: runs through launch_linear_gemm
 //   kMma         fp8 block weights on mma.sync tensor cores, x as hi/lo f16 chunks (linear_mma.cu); in_dim a
 //                multiple of 128, out_dim of 16; needs linear_mma_supported() and scratch, so it runs through
 //                launch_linear_mma, not launch_linear
@@ -74,6 +77,7 @@ enum class LinearVariant {
     kAuto,
     kCublasLtFp8,
     kCublasLtBf16x3,
+    kGemm,
     kMma,
     kSplitRows,
     kStreamGemv,
@@ -86,6 +90,10 @@ void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, in
                    Stream s, LinearVariant v = LinearVariant::kAuto);
 bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
 bool linear_mma_supported(const WeightRef& w, int64_t n);
+bool linear_gemm_supported(const WeightRef& w);
+void launch_linear_gemm(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
+                        Scratch& scratch, Stream s);
+inline constexpr int64_t kLinearGemmMinRows = 64;
 void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                        Scratch& scratch, Stream s);
 // gemv.cuh's format code of w when its layout can be streamed in 16-byte units, else -1.

@@ -126,7 +126,8 @@ void launch_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, in
             : gemv_supported(x, ldx, w, n)     ? LinearVariant::kStreamGemv
             : n <= kGemvRows                   ? LinearVariant::kWarpGemv
                                                : LinearVariant::kTiled;
-    if (v == LinearVariant::kCublasLtFp8 || v == LinearVariant::kCublasLtBf16x3 || v == LinearVariant::kMma) {
+    if (v == LinearVariant::kCublasLtFp8 || v == LinearVariant::kCublasLtBf16x3 || v == LinearVariant::kMma ||
+        v == LinearVariant::kGemm) {
         std::fprintf(stderr, "deepinfer: linear variants cublaslt_* and mma have their own launchers\n");
         std::abort();
     }

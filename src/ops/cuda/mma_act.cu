@@ -19,6 +19,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 }
 
 // One block per row: the row's max, then its chunks with the one shift, a warp per chunk.
+template <bool kFp8Order>
 __global__ void __launch_bounds__(32 * kWarps)
     act_rows_kernel(const float* x, int64_t ldx, int64_t chunks, ActChunks out) {
     allow_early_next();
@@ -37,15 +38,19 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int sh = chunk_shift(m);
     uint32_t* dst = out.data + int64_t(blockIdx.x) * chunks * kChunkWords;
     for (int64_t c = warp; c < chunks; c += kWarps)
-        warp_chunk_at<false>(row + c * kChunk, dst + c * kChunkWords, sh, lane);
+        warp_chunk_at<kFp8Order>(row + c * kChunk, dst + c * kChunkWords, sh, lane);
     if (threadIdx.x == 0) out.inv[blockIdx.x] = __int_as_float((127 - sh) << 23);
 }
 
 }  // namespace
 
-void launch_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s) {
+void launch_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s,
+                     bool fp8_order) {
     if (rows == 0) return;
-    act_rows_kernel<<<unsigned(rows), 32 * kWarps, 0, s>>>(x, ldx, K / kChunk, out);
+    if (fp8_order)
+        act_rows_kernel<true><<<unsigned(rows), 32 * kWarps, 0, s>>>(x, ldx, K / kChunk, out);
+    else
+        act_rows_kernel<false><<<unsigned(rows), 32 * kWarps, 0, s>>>(x, ldx, K / kChunk, out);
 }
 
 void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, bool fp8_order,

@@ -80,11 +80,12 @@ __device__ __forceinline__ void warp_chunk(const float* src, uint32_t* dst_words
 // fp8_order: act_word_fp8's order (linear_mma.cu) instead of act_word's (fp4 weights, moe_mma.cu).
 void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, bool fp8_order,
                        cudaStream_t s);
-// The same chunks (fp4 order) with one scale per row instead of per chunk: inv [rows] holds the row's 1/s.
-// Its hi + lo keep 22 bits of every element that is at least 2^-17 of the row's max, and elements below
+// The same chunks (fp4 or fp8 order) with one scale per row instead of per chunk: inv [rows] holds the row's
+// 1/s. Its hi + lo keep 22 bits of every element that is at least 2^-17 of the row's max, and elements below
 // that to within 2^-39 of the max: far under f32's rounding of the sums they enter. Lets a product
 // accumulate a row's chunks without scaling each chunk's partial sum (moe_gemm.cu).
-void launch_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s);
+void launch_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s,
+                     bool fp8_order = false);
 
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
