@@ -155,7 +155,8 @@ void bench_linear(ops::Backend& cpu, ops::Backend& ref, const LinearCase& c, dou
 }
 
 // V4-Flash routed experts: 256 ids over 32 distinct FP4 expert weight sets (400 MB, > L3), k = 6.
-void bench_moe(ops::Backend& cpu, ops::Backend& ref, int64_t n, double copy_bw) {
+void bench_moe(ops::Backend& cpu, ops::Backend& ref, int64_t n, double copy_bw,
+               ops::ActQuant act = ops::ActQuant::kNone) {
     const int64_t D = 4096, I = 2048, E = 256, k = 6, distinct = 32;
     std::vector<Weight> store;
     for (int64_t e = 0; e < distinct; ++e) {
@@ -185,7 +186,7 @@ void bench_moe(ops::Backend& cpu, ops::Backend& ref, int64_t n, double copy_bw) 
                 ids.view().ptr<int32_t>()[t * k + j] = e;
             }
     };
-    ops::MoeArgs a{x, ids, w, experts.data(), E, out, 10.0f};
+    ops::MoeArgs a{x, ids, w, experts.data(), E, out, 10.0f, act};
     route();
     cpu.moe(a);
     int64_t calls = 0;
@@ -209,9 +210,10 @@ void bench_moe(ops::Backend& cpu, ops::Backend& ref, int64_t n, double copy_bw) 
     const double t_ref = since(tr);
     const double gbs = per_call / t_cpu;
     fmt::print(
-        "| moe fp4 256 experts k=6, 4096x2048 | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {:.1f} | {:.0f}x "
+        "| moe fp4 256 experts k=6, 4096x2048{} | {} | {:.3f} | {:.1f} | {:.1f} | {:.0f}% | {:.1f} | {:.0f}x "
         "|\n",
-        n, per_call / 1e6, t_cpu * 1e6, gbs / 1e9, 100.0 * gbs / (copy_bw / 2), t_ref * 1e3, t_ref / t_cpu);
+        act == ops::ActQuant::kNone ? "" : " native", n, per_call / 1e6, t_cpu * 1e6, gbs / 1e9,
+        100.0 * gbs / (copy_bw / 2), t_ref * 1e3, t_ref / t_cpu);
 }
 
 struct DecodeResult {
@@ -338,6 +340,8 @@ int main(int argc, char** argv) {
     for (const LinearCase& c : cases) bench_linear(cpu, *ref, c, copy_bw);
     bench_moe(cpu, *ref, 1, copy_bw);
     bench_moe(cpu, *ref, 8, copy_bw);
+    bench_moe(cpu, *ref, 1, copy_bw, ops::ActQuant::kFp8Block128);
+    bench_moe(cpu, *ref, 8, copy_bw, ops::ActQuant::kFp8Block128);
     if (!e2e) return 0;
 
     auto dir = demo::ensure_demo_model();

@@ -6,6 +6,7 @@
 
 #include "cpu_test_util.h"
 #include "ops/act_quant.h"
+#include "ops/cpu/cpu_kernels.h"
 
 namespace di::cputest {
 namespace {
@@ -107,6 +108,66 @@ TEST(MoeAct, CpuMatchesRef) {
         const std::vector<float> want = m.run(*backends().ref, ActQuant::kFp8Block128),
                                  got = m.run(*backends().cpu, ActQuant::kFp8Block128);
         EXPECT_LE(rel_l2(want, got), 1e-3) << int(fmt);
+    }
+}
+
+// A token's row is the same bits alone and inside the batch (the native fp4 kernel's passes of 1, 2 and 4
+// token rows run the same instructions per row).
+TEST(MoeAct, CpuTokensAloneEqualTheirRowsInTheBatch) {
+    Moe m(WeightFormat::kFp4Group);
+    const std::vector<float> all = m.run(*backends().cpu, ActQuant::kFp8Block128);
+    for (int64_t t = 0; t < m.n; ++t) {
+        Tensor out(host_allocator(), DType::kF32, {1, m.D});
+        ops::MoeArgs a{.x = m.x.view().rows(t, 1),
+                       .ids = m.ids.view().rows(t, 1),
+                       .weights = m.wts.view().rows(t, 1),
+                       .experts = m.experts.data(),
+                       .n_experts = m.E,
+                       .out = out.view(),
+                       .limit = m.limit,
+                       .act = ActQuant::kFp8Block128};
+        backends().cpu->moe(a);
+        EXPECT_TRUE(std::equal(all.begin() + t * m.D, all.begin() + (t + 1) * m.D, out.view().ptr<float>()))
+            << "token " << t;
+    }
+}
+
+// The native fp4 kernel (AVX-512 BF16 machines) against ref's linear on the same quantised rows: within the
+// sum bound of every cpu linear (float_sum_tol(in) sum |x w|), at 1, 2, 3 and 5 token rows (its 1-, 2- and
+// 4-row passes), a partial tile, short and V4-Flash-long rows.
+TEST(NativeFp4Tile, EqualsRefLinearOnQuantisedRows) {
+    for (auto [nx, in] : {std::pair<int64_t, int64_t>{1, 4096}, {2, 2048}, {3, 128}, {5, 256}}) {
+        SCOPED_TRACE(testing::Message() << "rows " << nx << " in " << in);
+        TestWeight tw = make_weight(WeightFormat::kFp4Group, 7, in);
+        if (!ops::cpu::native_fp4_supported(tw.w)) GTEST_SKIP() << "no AVX-512 BF16 + VBMI here";
+        Tensor x(host_allocator(), DType::kF32, {nx, in}), want(host_allocator(), DType::kF32, {nx, 7});
+        fill_uniform(x.view(), -2.0f, 2.0f);
+        std::vector<uint16_t> xbf(size_t(nx * in));
+        std::vector<const uint16_t*> rows;
+        for (int64_t r = 0; r < nx; ++r) {
+            float* xr = x.view().ptr<float>() + r * in;
+            ops::fp8_block_quant_dequant_row(xr, in, xr);
+            ops::cpu::native_fp4_prepare_x(xr, in, xbf.data() + r * in);
+            rows.push_back(xbf.data() + r * in);
+        }
+        backends().ref->linear({.x = x.view(), .w = tw.w, .y = want.view()});
+        std::vector<float> want_v, got_v;
+        std::vector<double> bound;
+        for (int64_t o0 = 0; o0 < 7; o0 += ops::cpu::kTileRows) {
+            const int64_t nw = std::min<int64_t>(ops::cpu::kTileRows, 7 - o0);
+            std::vector<float> res(size_t(nx * ops::cpu::kTileRows));
+            ops::cpu::native_fp4_tile(tw.w, o0, nw, rows.data(), nx, res.data());
+            for (int64_t r = 0; r < nx; ++r)
+                for (int64_t k = 0; k < nw; ++k) {
+                    double abs_sum = 0;
+                    for (int64_t i = 0; i < in; ++i)
+                        abs_sum += std::fabs(double(x.view().ptr<float>()[r * in + i]) * tw.w.at(o0 + k, i));
+                    want_v.push_back(want.view().ptr<float>()[r * 7 + o0 + k]);
+                    got_v.push_back(res[size_t(r * ops::cpu::kTileRows + k)]);
+                    bound.push_back(float_sum_tol(in) * abs_sum);
+                }
+        }
+        expect_within(want_v, got_v, bound, "native fp4 tile");
     }
 }
 

@@ -127,7 +127,9 @@ class CpuBackend final : public Backend {
     std::vector<int64_t> moe_pairs_;    // token * k + slot, grouped by expert, token order within
     std::vector<MoeTask> moe_tasks_;
     std::vector<const float*> moe_hrows_;
-    std::vector<float> moe_xq_;  // the tokens' quantised rows (MoeArgs::act)
+    std::vector<float> moe_xq_;                // the tokens' quantised rows (MoeArgs::act)
+    std::vector<uint16_t> moe_xbf_, moe_hbf_;  // those rows and h's as bf16 for the native fp4 kernel
+    std::vector<const uint16_t*> moe_xbf_rows_, moe_hbf_rows_;
     std::vector<float> moe_h_, moe_d_;
     // attention: visible key rows of query t are att_keys_[att_off_[t] .. att_off_[t + 1]).
     std::vector<const float*> att_keys_;

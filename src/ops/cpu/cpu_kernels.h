@@ -90,4 +90,11 @@ void native_fp8_prepare_x(const float* x, int64_t in, uint16_t* out);
 void native_fp8_tile(const QWeight& w, int64_t o0, int64_t nw, const uint16_t* const* x, int64_t nx,
                      float* res);
 
+// The same for fp4 experts with UE8M0 group scales (cpu_native_fp4.cpp, MoeArgs::act): in_dim a multiple of
+// 128; x rows prepared by native_fp4_prepare_x (another lane order than fp8's).
+bool native_fp4_supported(const QWeight& w);
+void native_fp4_prepare_x(const float* x, int64_t in, uint16_t* out);
+void native_fp4_tile(const QWeight& w, int64_t o0, int64_t nw, const uint16_t* const* x, int64_t nx,
+                     float* res);
+
 }  // namespace di::ops::cpu

@@ -45,13 +45,19 @@ void CpuBackend::moe(const MoeArgs& a) {
         }
     for (int64_t e = 0; e < E; ++e) moe_offsets_[size_t(e + 1)] += moe_offsets_[size_t(e)];
     const bool quant = a.act == ActQuant::kFp8Block128;
-    if (quant) {  // the tokens' rows quantised once, read by every slot
+    // native FP4 experts on bf16 dot products (cpu_native_fp4.cpp) where the machine and the weights allow
+    auto bf16_dots = [&](const QWeight& w) { return quant && cpu::native_fp4_supported(w); };
+    if (quant) {  // the tokens' rows quantised once, read by every slot (and as bf16 by the native kernel)
         moe_xq_.resize(size_t(n * D));
-        for (int64_t t = 0; t < n; ++t)
+        moe_xbf_.resize(size_t(n * D));
+        for (int64_t t = 0; t < n; ++t) {
             fp8_block_quant_dequant_row(a.x.ptr<float>() + t * a.x.stride[0], D, moe_xq_.data() + t * D);
+            if (D % 128 == 0) cpu::native_fp4_prepare_x(moe_xq_.data() + t * D, D, moe_xbf_.data() + t * D);
+        }
     }
     moe_pairs_.resize(size_t(n * k));
     xrows_.resize(size_t(n * k));
+    moe_xbf_rows_.resize(size_t(n * k));
     moe_hrows_.resize(size_t(n * k));
     moe_cursor_.assign(moe_offsets_.begin(), moe_offsets_.end() - 1);
     int64_t I = 0;  // widest moe_dim among the used experts: row stride of h
@@ -62,6 +68,7 @@ void CpuBackend::moe(const MoeArgs& a) {
             const int64_t slot = moe_cursor_[size_t(e)]++;
             moe_pairs_[size_t(slot)] = t * k + j;
             xrows_[size_t(slot)] = quant ? moe_xq_.data() + t * D : a.x.ptr<float>() + t * a.x.stride[0];
+            moe_xbf_rows_[size_t(slot)] = quant ? moe_xbf_.data() + t * D : nullptr;
             const ExpertWeights& ew = a.experts[e];
             DI_CHECK(ew.w1.in_dim == D && ew.w3.in_dim == D && ew.w3.out_dim == ew.w1.out_dim &&
                          ew.w2.out_dim == D && ew.w2.in_dim == ew.w1.out_dim,
@@ -75,6 +82,12 @@ void CpuBackend::moe(const MoeArgs& a) {
     moe_d_.resize(a.pass == MoeArgs::Pass::kExperts ? 0 : size_t(n * k * D));
     float* dout = a.pass == MoeArgs::Pass::kExperts ? a.slots.ptr<float>() : moe_d_.data();  // [n * k, D]
     for (int64_t s = 0; s < used; ++s) moe_hrows_[size_t(s)] = moe_h_.data() + moe_pairs_[size_t(s)] * I;
+    if (quant) {  // h's quantised rows as bf16 for the native kernel, in pair order like moe_h_
+        moe_hbf_.resize(size_t(n * k * I));
+        moe_hbf_rows_.resize(size_t(used));
+        for (int64_t s = 0; s < used; ++s)
+            moe_hbf_rows_[size_t(s)] = moe_hbf_.data() + moe_pairs_[size_t(s)] * I;
+    }
 
     // Tasks: (expert, range of weight rows), about 8 per thread over all used experts.
     auto make_tasks = [&](bool down) {
@@ -107,8 +120,13 @@ void CpuBackend::moe(const MoeArgs& a) {
             float *g = s.acc.data(), *u = s.acc.data() + np * cpu::kTileRows;
             for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
                 const int64_t nw = std::min<int64_t>(cpu::kTileRows, task.o1 - o0);
-                cpu::weight_tile(ew.w1, o0, nw, xrows_.data() + p0, np, s, g);
-                cpu::weight_tile(ew.w3, o0, nw, xrows_.data() + p0, np, s, u);
+                if (bf16_dots(ew.w1) && bf16_dots(ew.w3)) {
+                    cpu::native_fp4_tile(ew.w1, o0, nw, moe_xbf_rows_.data() + p0, np, g);
+                    cpu::native_fp4_tile(ew.w3, o0, nw, moe_xbf_rows_.data() + p0, np, u);
+                } else {
+                    cpu::weight_tile(ew.w1, o0, nw, xrows_.data() + p0, np, s, g);
+                    cpu::weight_tile(ew.w3, o0, nw, xrows_.data() + p0, np, s, u);
+                }
                 for (int64_t q = 0; q < np; ++q) {
                     float* h = moe_h_.data() + moe_pairs_[size_t(p0 + q)] * I + o0;
                     for (int64_t c = 0; c < nw; ++c)
@@ -125,6 +143,8 @@ void CpuBackend::moe(const MoeArgs& a) {
                 const int32_t e = a.ids.ptr<int32_t>()[(pair / k) * a.ids.stride[0] + pair % k];
                 float* h = moe_h_.data() + pair * I;
                 fp8_block_quant_dequant_row(h, a.experts[e].w1.out_dim, h);
+                if (bf16_dots(a.experts[e].w2))
+                    cpu::native_fp4_prepare_x(h, a.experts[e].w1.out_dim, moe_hbf_.data() + pair * I);
             }
         });
 
@@ -139,7 +159,10 @@ void CpuBackend::moe(const MoeArgs& a) {
             if (s.acc.size() < size_t(np * cpu::kTileRows)) s.acc.resize(size_t(np * cpu::kTileRows));
             for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
                 const int64_t nw = std::min<int64_t>(cpu::kTileRows, task.o1 - o0);
-                cpu::weight_tile(ew.w2, o0, nw, moe_hrows_.data() + p0, np, s, s.acc.data());
+                if (bf16_dots(ew.w2))
+                    cpu::native_fp4_tile(ew.w2, o0, nw, moe_hbf_rows_.data() + p0, np, s.acc.data());
+                else
+                    cpu::weight_tile(ew.w2, o0, nw, moe_hrows_.data() + p0, np, s, s.acc.data());
                 for (int64_t q = 0; q < np; ++q) {
                     float* d = dout + moe_pairs_[size_t(p0 + q)] * D + o0;
                     for (int64_t c = 0; c < nw; ++c) d[c] = s.acc[size_t(q * cpu::kTileRows + c)];
