@@ -1,6 +1,10 @@
 #include "ops/cuda/cuda_allocator.h"
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace di::ops::cuda_impl {
 
@@ -28,6 +32,17 @@ void* CachingAllocator::allocate(size_t bytes) {
             }
             free_.clear();
             e = cudaMalloc(&p, size);
+        }
+        if (e == cudaErrorMemoryAllocation) {  // a resource limit, not a bug: one line and a failing exit
+            std::fputs(
+                fmt::format("deepinfer: out of GPU memory on device {}: {:.2f} GiB more needed with {:.2f} "
+                            "GiB in use; fewer tokens per step (serve: --step-tokens, --prefill-chunk) "
+                            "or fewer sequences need less\n",
+                            device_, double(size) / double(1 << 30), double(in_use_) / double(1 << 30))
+                    .c_str(),
+                stderr);
+            std::fflush(stderr);
+            std::_Exit(EXIT_FAILURE);
         }
         DI_CHECK(e == cudaSuccess, "cudaMalloc of {} bytes failed: {} ({} bytes in use)", size,
                  cudaGetErrorString(e), in_use_);
