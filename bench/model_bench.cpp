@@ -2,6 +2,7 @@
 // state memory as the sequence grows, for a model directory or a built-in random model ("demo", "mid").
 //   model_bench [--model DIR | --preset demo|mid|flash] [--backend ref|cpu|cuda] [--prompt N] [--decode N]
 //               [--layers L]  (flash: the first L layers of V4-Flash, 4 by default, drawn in memory: no file)
+//               [--prefill-chunk C] (the prompt in steps of C tokens: long prompts; 0, the default: one step)
 //               [--warmup W]  (W untimed runs of the same prompt first, 1 by default; 0 times the cold step)
 //               [--batch B]   (B sequences: B prefills of N tokens in one step, then steps of B decodes)
 //               [--context C] (each sequence first holds a synthetic state of C tokens, rounded up to a
@@ -30,7 +31,8 @@ using namespace di;
 
 int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
-    int64_t n_prompt = 256, n_decode = 16, batch = 1, n_layers = 4, warmup = 1, context = 0;
+    int64_t n_prompt = 256, n_decode = 16, batch = 1, n_layers = 4, warmup = 1, context = 0,
+            prefill_chunk = 0;
     std::string profile = "0", precision = "exact", graphs = "on";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -56,6 +58,8 @@ int main(int argc, char** argv) {
             graphs = v;  // on | off (CUDA graph replay of the step's segments)
         else if (k == "--context")
             context = std::stoll(v);
+        else if (k == "--prefill-chunk")
+            prefill_chunk = std::stoll(v);  // prompt tokens per prefill step (0: the whole prompt in one)
         else if (k == "--warmup")
             warmup = std::stoll(v);  // untimed runs of the same prompt first (0: time the cold first step)
     }
@@ -112,26 +116,30 @@ int main(int argc, char** argv) {
     // weights paged in: 48% of a cold demo prefill was its embedding lookups), graph captures and workspace
     // growth, none of which a running server pays again.
     for (int64_t i = 0; i < warmup; ++i)
-        perf::measure_throughput(model, n_prompt, std::min<int64_t>(n_decode, 2), batch, {}, context);
+        perf::measure_throughput(model, n_prompt, std::min<int64_t>(n_decode, 2), batch, {}, context,
+                                 prefill_chunk);
     if (prof) prof->reset();
     const perf::Throughput t = perf::measure_throughput(
         model, n_prompt, n_decode, batch,
         [&] {
             if (!prof) return;
-            fmt::print("profile of the prefill ({} x {} tokens, one step):\n{}\n", batch, n_prompt,
-                       prof->markdown());
+            fmt::print(
+                "profile of the prefill ({} x {} tokens, {}):\n{}\n", batch, n_prompt,
+                prefill_chunk > 0 ? fmt::format("steps of {}", prefill_chunk) : std::string("one step"),
+                prof->markdown());
             prof->reset();
         },
-        context);
+        context, prefill_chunk);
     if (prof) fmt::print("profile of {} decode steps (batch {}):\n{}\n", n_decode, batch, prof->markdown());
     const auto& ws = model.weight_stats();
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);
     fmt::print(
-        "backend {} precision {} graphs {} batch {} warm-up {} synthetic context {}: prefill {} tokens in "
+        "backend {} precision {} graphs {} batch {} warm-up {} synthetic context {}: prefill {} tokens{} in "
         "{:.3f} s = {:.1f} tokens/s; decode {} steps in {:.3f} s = {:.2f} tokens/s, {:.1f} ms/step\n",
-        backend_name, precision, graphs, batch, warmup, context, batch * n_prompt, t.prefill_seconds,
+        backend_name, precision, graphs, batch, warmup, context, batch * n_prompt,
+        prefill_chunk > 0 ? fmt::format(" (steps of {})", prefill_chunk) : std::string(), t.prefill_seconds,
         t.prefill_tokens_per_s(), n_decode, t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
     const model::StateSize ss = model.state_size();
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,

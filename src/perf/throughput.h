@@ -20,9 +20,12 @@ struct Throughput {
     double ms_per_step() const { return 1e3 * decode_seconds / double(decode_steps > 0 ? decode_steps : 1); }
 };
 
-// `after_prefill` (optional) runs between the prefill and the first decode step (a profiler's split).
+// `after_prefill` (optional) runs between the prefill and the first decode step (a profiler's split);
+// prefill_chunk > 0 prefills the prompt in steps of that many tokens (long prompts whose one-step workspace
+// would not fit), else in one step.
 Throughput measure_throughput(model::Model& model, int64_t n_prompt, int64_t n_decode, int64_t batch,
-                              const std::function<void()>& after_prefill = {}, int64_t context = 0);
+                              const std::function<void()>& after_prefill = {}, int64_t context = 0,
+                              int64_t prefill_chunk = 0);
 
 // The synthetic context nearest above `tokens` that the model can hold (a multiple of its largest
 // compression rate), or an error naming --context where it and the prompt and decode steps after it
