@@ -30,7 +30,7 @@ struct Moe {
     std::vector<ops::ExpertWeights> experts;
     Tensor x, ids, wts;
 
-    explicit Moe(WeightFormat fmt) {
+    explicit Moe(WeightFormat fmt, int64_t tokens = 6) : n(tokens) {
         for (int64_t e = 0; e < E; ++e) {
             w.push_back(make_weight(fmt, I, D));
             w.push_back(make_weight(fmt, I, D));
@@ -112,9 +112,10 @@ TEST(MoeAct, CpuMatchesRef) {
 }
 
 // A token's row is the same bits alone and inside the batch (the native fp4 kernel's passes of 1, 2 and 4
-// token rows run the same instructions per row).
+// token rows run the same instructions per row, on weight rows converted once where an expert has more than
+// 4 of the batch's tokens: 12 tokens x 2 slots over 4 experts).
 TEST(MoeAct, CpuTokensAloneEqualTheirRowsInTheBatch) {
-    Moe m(WeightFormat::kFp4Group);
+    Moe m(WeightFormat::kFp4Group, 12);
     const std::vector<float> all = m.run(*backends().cpu, ActQuant::kFp8Block128);
     for (int64_t t = 0; t < m.n; ++t) {
         Tensor out(host_allocator(), DType::kF32, {1, m.D});
@@ -133,10 +134,10 @@ TEST(MoeAct, CpuTokensAloneEqualTheirRowsInTheBatch) {
 }
 
 // The native fp4 kernel (AVX-512 BF16 machines) against ref's linear on the same quantised rows: within the
-// sum bound of every cpu linear (float_sum_tol(in) sum |x w|), at 1, 2, 3 and 5 token rows (its 1-, 2- and
-// 4-row passes), a partial tile, short and V4-Flash-long rows.
+// sum bound of every cpu linear (float_sum_tol(in) sum |x w|), at 1, 2, 3, 5 and 9 token rows (its 1-, 2- and
+// 4-row passes; from 5 rows on weight rows converted once), a partial tile, short and V4-Flash-long rows.
 TEST(NativeFp4Tile, EqualsRefLinearOnQuantisedRows) {
-    for (auto [nx, in] : {std::pair<int64_t, int64_t>{1, 4096}, {2, 2048}, {3, 128}, {5, 256}}) {
+    for (auto [nx, in] : {std::pair<int64_t, int64_t>{1, 4096}, {2, 2048}, {3, 128}, {5, 256}, {9, 4096}}) {
         SCOPED_TRACE(testing::Message() << "rows " << nx << " in " << in);
         TestWeight tw = make_weight(WeightFormat::kFp4Group, 7, in);
         if (!ops::cpu::native_fp4_supported(tw.w)) GTEST_SKIP() << "no AVX-512 BF16 + VBMI here";

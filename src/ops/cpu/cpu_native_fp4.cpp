@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/cpu/cpu_kernels.h"
@@ -79,10 +80,23 @@ DI_NATIVE_FP4 inline void convert128(const uint8_t* q, __m512i thi, __m512i tlo,
     v[2] = _mm512_unpacklo_epi8(lo, ho), v[3] = _mm512_unpackhi_epi8(lo, ho);
 }
 
-// R token rows x 2 weight rows; sc0, sc1: the rows' group scales; pf0, pf1: rows to ask for ahead, a line per
-// step beside the loads (null: none).
-template <int R>
-DI_NATIVE_FP4 void pair_dots(const uint8_t* w0, const uint8_t* w1, const uint8_t* pf0, const uint8_t* pf1,
+// Two weight rows as convert128 makes them (in bf16 per row), for token rows past the first group.
+DI_NATIVE_FP4 void convert_rows(const uint8_t* w0, const uint8_t* w1, int64_t in, uint16_t* out) {
+    const Tables& t = tables();
+    const __m512i thi = _mm512_load_si512(t.hi), tlo = _mm512_load_si512(t.lo);
+    for (int k = 0; k < 2; ++k)
+        for (int64_t b = 0; b < in / 2; b += kBytes) {
+            __m512i v[4];
+            convert128((k == 0 ? w0 : w1) + b, thi, tlo, v);
+            for (int j = 0; j < 4; ++j) _mm512_storeu_si512(out + k * in + 2 * b + 32 * j, v[j]);
+        }
+}
+
+// R token rows x 2 weight rows; sc0, sc1: the rows' group scales. kConverted: w0, w1 are convert_rows' bf16
+// rows, else the fp4 rows (then pf0, pf1: rows to ask for ahead, a line per step beside the loads; null:
+// none). The same values in the same instructions either way, so the same bits.
+template <int R, bool kConverted>
+DI_NATIVE_FP4 void pair_dots(const void* w0, const void* w1, const uint8_t* pf0, const uint8_t* pf1,
                              const float* sc0, const float* sc1, const uint16_t* const* x, int64_t in,
                              float* res) {
     const Tables& t = tables();
@@ -91,11 +105,18 @@ DI_NATIVE_FP4 void pair_dots(const uint8_t* w0, const uint8_t* w1, const uint8_t
     __m512 tot[R][2];
     for (int r = 0; r < R; ++r) tot[r][0] = tot[r][1] = _mm512_setzero_ps();
     for (int64_t b = 0; b < in / 2; b += kBytes) {  // bytes b .. b + 63: values 2b .. 2b + 127
-        if (pf0 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf0 + b), _MM_HINT_T0);
-        if (pf1 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf1 + b), _MM_HINT_T0);
         __m512i v[2][4];
-        convert128(w0 + b, thi, tlo, v[0]);
-        convert128(w1 + b, thi, tlo, v[1]);
+        if constexpr (kConverted) {
+            for (int j = 0; j < 4; ++j) {
+                v[0][j] = _mm512_loadu_si512(static_cast<const uint16_t*>(w0) + 2 * b + 32 * j);
+                v[1][j] = _mm512_loadu_si512(static_cast<const uint16_t*>(w1) + 2 * b + 32 * j);
+            }
+        } else {
+            if (pf0 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf0 + b), _MM_HINT_T0);
+            if (pf1 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf1 + b), _MM_HINT_T0);
+            convert128(static_cast<const uint8_t*>(w0) + b, thi, tlo, v[0]);
+            convert128(static_cast<const uint8_t*>(w1) + b, thi, tlo, v[1]);
+        }
         const int64_t g = 2 * b / kGroup;
         const __m512 s[2] = {_mm512_permutexvar_ps(lanes, _mm512_broadcast_f32x4(_mm_loadu_ps(sc0 + g))),
                              _mm512_permutexvar_ps(lanes, _mm512_broadcast_f32x4(_mm_loadu_ps(sc1 + g)))};
@@ -138,6 +159,7 @@ DI_NATIVE_FP4 void native_fp4_tile(const QWeight& w, int64_t o0, int64_t nw, con
                                    int64_t nx, float* res) {
     const int64_t in = w.in_dim;
     alignas(64) float sc[2][kMaxGroups];
+    thread_local std::vector<uint16_t> conv;  // a pair's rows as bf16, when more than one group reads them
     for (int k = 0; k < kTileRows; k += 2) {
         const int64_t r0 = o0 + std::min<int64_t>(k, nw - 1), r1 = o0 + std::min<int64_t>(k + 1, nw - 1);
         const uint8_t* w0 = w.data.ptr<uint8_t>() + r0 * w.data.stride[0];
@@ -145,13 +167,26 @@ DI_NATIVE_FP4 void native_fp4_tile(const QWeight& w, int64_t o0, int64_t nw, con
         row_scales(w, r0, sc[0]);
         row_scales(w, r1, sc[1]);
         const uint8_t *pf0 = row_ahead(w, o0 + k), *pf1 = row_ahead(w, o0 + k + 1);
+        const bool reuse = nx > kMaxRowsX;
+        if (reuse) {
+            conv.resize(size_t(2 * in));
+            convert_rows(w0, w1, in, conv.data());
+        }
+        const void* v0 = reuse ? static_cast<const void*>(conv.data()) : w0;
+        const void* v1 = reuse ? static_cast<const void*>(conv.data() + in) : w1;
         for (int64_t r = 0; r < nx;) {
             const int64_t left = nx - r;
             float* out = res + r * kTileRows + k;
             const int g = left >= kMaxRowsX ? 4 : left >= 2 ? 2 : 1;
-            g == 4   ? pair_dots<4>(w0, w1, pf0, pf1, sc[0], sc[1], x + r, in, out)
-            : g == 2 ? pair_dots<2>(w0, w1, pf0, pf1, sc[0], sc[1], x + r, in, out)
-                     : pair_dots<1>(w0, w1, pf0, pf1, sc[0], sc[1], x + r, in, out);
+            if (reuse) {
+                g == 4   ? pair_dots<4, true>(v0, v1, nullptr, nullptr, sc[0], sc[1], x + r, in, out)
+                : g == 2 ? pair_dots<2, true>(v0, v1, nullptr, nullptr, sc[0], sc[1], x + r, in, out)
+                         : pair_dots<1, true>(v0, v1, nullptr, nullptr, sc[0], sc[1], x + r, in, out);
+            } else {
+                g == 4   ? pair_dots<4, false>(v0, v1, pf0, pf1, sc[0], sc[1], x + r, in, out)
+                : g == 2 ? pair_dots<2, false>(v0, v1, pf0, pf1, sc[0], sc[1], x + r, in, out)
+                         : pair_dots<1, false>(v0, v1, pf0, pf1, sc[0], sc[1], x + r, in, out);
+            }
             r += g;
         }
     }
