@@ -18,6 +18,9 @@ struct KernelVariant {
     bool fallback = false;        // a verified default: always allowed
     bool deterministic = true;    // the same inputs give the same bits
     bool batch_invariant = true;  // a row's bits do not depend on the other rows
+    // A stated accuracy beyond f32 sums (relative L2), with its reason in `claims`: the least tolerance the
+    // screen holds this variant to (0: the f32 bound alone).
+    double tolerance = 0;
 };
 
 class AllowList {

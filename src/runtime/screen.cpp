@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "model/deepseek_v4.h"
+#include "ops/act_quant.h"
 #include "ops/ref/ref_backend.h"
 #include "runtime/screen_judge.h"
 
@@ -141,8 +142,9 @@ ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape
     run(y);
     const double err_fb = error_of(to_host_f32(be, y), ref, cmp);
     row.fallback_us = median_us(be, [&] { run(y); });
-    row.tolerance =
-        cmp.exact ? 0.0 : std::max(2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)));
+    row.tolerance = cmp.exact ? 0.0
+                              : std::max({2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)),
+                                          cmp.floor, v.tolerance});
     allow_only(be, &v, with_ops);
     const int64_t c0 = be.dispatch_count(v.op, v.name);
     poison(be, y);
@@ -201,12 +203,12 @@ HostWeight host_weight(ops::Backend& be, const ops::QWeight& w) {
 }
 
 ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w,
-                        const ops::QWeight& host, int64_t n, std::mt19937_64& rng) {
+                        const ops::QWeight& host, int64_t n, std::mt19937_64& rng, ops::ActQuant act) {
     const int64_t K = w.in_dim, O = w.out_dim;
     Tensor xh = host_tensor(DType::kF32, {n, K});
     fill_uniform(xh, rng, -1, 1);
     Tensor yh = host_tensor(DType::kF32, {n, O});
-    ops::make_ref_backend()->linear({xh.view(), host, yh.view()});
+    ops::make_ref_backend()->linear({xh.view(), host, yh.view(), act});
     const std::vector<float> ref(yh.view().ptr<float>(), yh.view().ptr<float>() + n * O);
     const Buf xd = on_device(be, xh);
     Tensor yd(be.allocator(), DType::kF32, {n, O}), y1(be.allocator(), DType::kF32, {1, O});
@@ -214,15 +216,16 @@ ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops
     // As a pair of independent jobs (Backend::linears): a variant that shares launches between the linears
     // of a step (cuda split_rows) runs here as the model runs it, whatever the size of one matrix.
     auto run = [&](const TensorView& y) {
-        const ops::LinearArgs jobs[] = {{xd.v, w, y}, {xd.v, w, twin.view()}};
+        const ops::LinearArgs jobs[] = {{xd.v, w, y, act}, {xd.v, w, twin.view(), act}};
         be.linears(jobs);
     };
     auto run_one = [&](const TensorView& y) {
-        const ops::LinearArgs jobs[] = {{xd.v.rows(0, 1), w, y},
-                                        {xd.v.rows(0, 1), w, twin.view().rows(0, 1)}};
+        const ops::LinearArgs jobs[] = {{xd.v.rows(0, 1), w, y, act},
+                                        {xd.v.rows(0, 1), w, twin.view().rows(0, 1), act}};
         be.linears(jobs);
     };
-    const std::string shape = fmt::format("{} {}x{}, n={}", format_name(w), O, K, n);
+    const std::string shape = fmt::format("{} {}x{}, n={}{}", format_name(w), O, K, n,
+                                          act != ops::ActQuant::kNone ? ", native" : "");
     return judge(be, v, shape, ref, K, yd.view(), run, y1.view(),
                  n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr);
 }
@@ -231,7 +234,7 @@ namespace {
 
 ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v,
                      const std::vector<ops::ExpertWeights>& experts, int64_t n, int64_t k,
-                     std::mt19937_64& rng) {
+                     std::mt19937_64& rng, ops::ActQuant act) {
     const int64_t E = int64_t(experts.size()), D = experts[0].w1.in_dim, I = experts[0].w1.out_dim;
     Tensor xh = host_tensor(DType::kF32, {n, D}), wh = host_tensor(DType::kF32, {n, k});
     Tensor idh = host_tensor(DType::kI32, {n, k});
@@ -256,18 +259,21 @@ ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v,
         if (h.w1.empty()) h = host[size_t(*used.begin())];
     Tensor yh = host_tensor(DType::kF32, {n, D});
     const float limit = 10.0f;
-    ops::make_ref_backend()->moe({xh.view(), idh.view(), wh.view(), host.data(), E, yh.view(), limit});
+    ops::make_ref_backend()->moe({xh.view(), idh.view(), wh.view(), host.data(), E, yh.view(), limit, act});
     const std::vector<float> ref(yh.view().ptr<float>(), yh.view().ptr<float>() + n * D);
     const Buf xd = on_device(be, xh), wd = on_device(be, wh), idd = on_device(be, idh);
     Tensor yd(be.allocator(), DType::kF32, {n, D}), y1(be.allocator(), DType::kF32, {1, D});
-    auto run = [&](const TensorView& y) { be.moe({xd.v, idd.v, wd.v, experts.data(), E, y, limit}); };
+    auto run = [&](const TensorView& y) { be.moe({xd.v, idd.v, wd.v, experts.data(), E, y, limit, act}); };
     auto run_one = [&](const TensorView& y) {
-        be.moe({xd.v.rows(0, 1), idd.v.rows(0, 1), wd.v.rows(0, 1), experts.data(), E, y, limit});
+        be.moe({xd.v.rows(0, 1), idd.v.rows(0, 1), wd.v.rows(0, 1), experts.data(), E, y, limit, act});
     };
-    const std::string shape =
-        fmt::format("{} {} experts {}x{}, k={}, n={}", format_name(experts[0].w1), E, I, D, k, n);
+    const bool native = act != ops::ActQuant::kNone;
+    const std::string shape = fmt::format("{} {} experts {}x{}, k={}, n={}{}", format_name(experts[0].w1), E,
+                                          I, D, k, n, native ? ", native" : "");
+    Compare cmp;
+    cmp.floor = native ? kNativeMoeFloor : 0.0;
     return judge(be, v, shape, ref, std::max(D, I), yd.view(), run, y1.view(),
-                 n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr);
+                 n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr, cmp);
 }
 
 // Every distinct (format, dtype, out, in) linear weight of the model, in order of first use.
@@ -329,20 +335,32 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
         for (const ops::KernelVariant& v : variants)
             if (v.op == "linear" && !v.fallback)
                 for (size_t i = 0; i < linears.size(); ++i)
-                    for (int64_t n : o.batches)
+                    for (int64_t n : o.batches) {
                         rep.rows.push_back(screen_linear(be, v, *linears[i], hosts[i].w, n, rng));
+                        const ops::QWeight& q = *linears[i];
+                        if (o.native && q.format == ops::WeightFormat::kFp8Block &&
+                            q.in_dim % ops::kActBlock == 0)
+                            rep.rows.push_back(
+                                screen_linear(be, v, q, hosts[i].w, n, rng, ops::ActQuant::kFp8Block128));
+                    }
         screen_table_linears(be, variants, rng, rep.rows);  // the case table's odd sizes
     }
     if (wanted("moe")) {
         const model::LayerWeights* layer = nullptr;
         for (const auto& l : m.weights().layers)
             if (!l.ffn.experts.empty()) layer = &l;
+        const auto& ex = layer ? layer->ffn.experts : std::vector<ops::ExpertWeights>{};
+        const bool native = layer && o.native && ex[0].w1.format != ops::WeightFormat::kDense &&
+                            ex[0].w1.in_dim % ops::kActBlock == 0 && ex[0].w1.out_dim % ops::kActBlock == 0;
         if (layer)
             for (const ops::KernelVariant& v : variants)
                 if (v.op == "moe" && !v.fallback)
-                    for (int64_t n : o.batches)
-                        rep.rows.push_back(
-                            screen_moe(be, v, layer->ffn.experts, n, m.config().n_experts_active, rng));
+                    for (int64_t n : o.batches) {
+                        const int64_t k = m.config().n_experts_active;
+                        rep.rows.push_back(screen_moe(be, v, ex, n, k, rng, ops::ActQuant::kNone));
+                        if (native)
+                            rep.rows.push_back(screen_moe(be, v, ex, n, k, rng, ops::ActQuant::kFp8Block128));
+                    }
     }
     if (wanted("attention")) screen_attention(be, variants, m.config(), o.batches, rng, rep.rows);
     if (wanted("indexer_topk")) screen_indexer(be, variants, m.config(), o.batches, rng, rep.rows);

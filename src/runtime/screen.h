@@ -36,6 +36,9 @@ struct ScreenOptions {
                                     "mhc_pre",      "hc_head",     "rms_norm_rope", "mhc_pre_norm",
                                     "hc_head_norm", "add_mhc_post"};
     std::vector<int64_t> batches = {1, 8, 64};
+    // Also the native precision's cases where the model's formats have them (FP8 linears and quantised
+    // expert inputs, each variant with the same rows quantised)
+    bool native = true;
     uint64_t seed = 1;
 };
 
@@ -53,9 +56,11 @@ struct HostWeight {
 };
 HostWeight host_weight(ops::Backend& be, const ops::QWeight& w);
 
-// One linear case: weight `w` (on be's device) and its host copy, n random rows.
+// One linear case: weight `w` (on be's device) and its host copy, n random rows; act: the native
+// precision's quantised rows (the reference quantises the same way).
 ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w,
-                        const ops::QWeight& host, int64_t n, std::mt19937_64& rng);
+                        const ops::QWeight& host, int64_t n, std::mt19937_64& rng,
+                        ops::ActQuant act = ops::ActQuant::kNone);
 
 // Collects the verdicts into the allow-list the report carries.
 ops::AllowList allow_list_from(const ops::Backend& be, const std::vector<ScreenRow>& rows);

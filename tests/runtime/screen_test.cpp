@@ -29,6 +29,7 @@ class Planted final : public test::RefForwarding {
         std::vector<ops::KernelVariant> v = {{"linear", "ref", "any", true}};
         for (const char* n : {"exact", "ulp100", "fewer_rows", "noisy", "batch_dependent", "silent"})
             v.push_back({"linear", n, "any", false});
+        v.push_back({"linear", "ulp100_stated", "states its accuracy: 1e-3", false, true, true, 1e-3});
         return v;
     }
     void set_allow_list(const ops::AllowList& l) override {
@@ -49,7 +50,8 @@ class Planted final : public test::RefForwarding {
         for (int64_t r = 0; r < n; ++r)
             for (int64_t c = 0; c < o; ++c) {
                 float& y = a.y.ptr<float>()[r * a.y.stride[0] + c];
-                if (active_ == "ulp100") y = std::nextafter(y, INFINITY), y *= 1.0f + 100 * 0x1p-23f;
+                if (active_ == "ulp100" || active_ == "ulp100_stated")
+                    y = std::nextafter(y, INFINITY), y *= 1.0f + 100 * 0x1p-23f;
                 if (active_ == "fewer_rows" && r == n - 1) std::memset(&y, 0xff, sizeof y);
                 if (active_ == "noisy" && rng_() % 2) y = std::nextafter(y, INFINITY);
                 if (active_ == "batch_dependent" && n > 1) y = std::nextafter(y, INFINITY);
@@ -78,6 +80,7 @@ TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
         {"noisy", "fail: two runs differ"},
         {"batch_dependent", "fail: row 0 alone differs"},
         {"silent", "skip: not dispatched"},
+        {"ulp100_stated", "pass"},  // within the accuracy it states
     };
     std::vector<runtime::ScreenRow> rows;
     for (const ops::KernelVariant& v : be.kernel_variants()) {
@@ -91,6 +94,37 @@ TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
     EXPECT_TRUE(l.allows("linear", "ref"));  // fallbacks always
     for (const char* bad : {"ulp100", "fewer_rows", "noisy", "batch_dependent", "silent"})
         EXPECT_FALSE(l.allows("linear", bad)) << bad;
+}
+
+// The native precision's linear cases (fp8 weights, the rows quantised for reference and candidate alike)
+// are judged at the f32 bound too: the same planted variants are caught with the same reasons.
+TEST(Screen, NativeLinearCasesCatchThePlantedVariants) {
+    Planted be;
+    const int64_t out = 48, in = 256;
+    Tensor q(host_allocator(), DType::kF8E4M3, {out, in}), sc(host_allocator(), DType::kE8M0, {1, 2});
+    std::mt19937_64 rng(4);
+    for (int64_t i = 0; i < out * in; ++i) {
+        uint8_t b = uint8_t(rng() % 256);
+        if ((b & 0x7f) == 0x7f) b ^= 1;  // not NaN
+        q.view().ptr<uint8_t>()[i] = b;
+    }
+    sc.view().ptr<uint8_t>()[0] = 120, sc.view().ptr<uint8_t>()[1] = 122;
+    ops::QWeight w;
+    w.format = ops::WeightFormat::kFp8Block, w.data = q.view(), w.scale = sc.view(), w.out_dim = out,
+    w.in_dim = in;
+    const std::map<std::string, std::string> expect = {{"exact", "pass"},
+                                                       {"ulp100", "fail: error"},
+                                                       {"fewer_rows", "fail: non-finite"},
+                                                       {"noisy", "fail: two runs"},
+                                                       {"batch_dependent", "fail: row 0 alone"},
+                                                       {"silent", "skip"},
+                                                       {"ulp100_stated", "pass"}};
+    for (const ops::KernelVariant& v : be.kernel_variants()) {
+        if (v.fallback) continue;
+        const runtime::ScreenRow r = runtime::screen_linear(be, v, w, w, 8, rng, ops::ActQuant::kFp8Block128);
+        EXPECT_NE(r.shape.find("native"), std::string::npos) << r.shape;
+        EXPECT_EQ(r.verdict.rfind(expect.at(v.name), 0), 0u) << v.name << ": " << r.verdict;
+    }
 }
 
 // Planted variants of the stateful and mHC ops and of the fused pairs, screened on the tiny fixture's own

@@ -43,8 +43,10 @@ CudaBackend::CudaBackend(int device)
             "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when forced); "
             "in_dim and out_dim multiples of 128, 256-byte aligned weight and y; cuBLASLt block-scaled "
             "FP8 on tensor cores; "
-            "its algorithm depends on n, so not batch-invariant",
-            false, true, false},
+            "its algorithm depends on n, so not batch-invariant; its tensor cores accumulate each 128-wide K "
+            "block at reduced precision (2.2e-4 to 2.4e-4 relative L2 against the reference on the H200), so "
+            "held to 1e-3",
+            false, true, false, 1e-3},
            {"linear", "cublaslt_bf16x3",
             "bf16 weights; n >= 4 rows (any n when forced); in_dim a multiple of 8, out_dim of 4, 256-byte "
             "aligned weight with rows of 16-byte multiples; f32 activations as three bf16 pieces that sum to "
