@@ -362,7 +362,7 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
                             rep.rows.push_back(screen_moe(be, v, ex, n, k, rng, ops::ActQuant::kFp8Block128));
                     }
     }
-    if (wanted("attention")) screen_attention(be, variants, m.config(), o.batches, rng, rep.rows);
+    if (wanted("attention")) screen_attention(be, variants, m.config(), o.batches, rng, rep.rows, o.native);
     if (wanted("indexer_topk")) screen_indexer(be, variants, m.config(), o.batches, rng, rep.rows);
     if (wanted("mhc_pre") || wanted("hc_head")) {
         std::vector<ops::KernelVariant> mhc;

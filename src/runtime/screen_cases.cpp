@@ -46,7 +46,7 @@ std::vector<float> floats_of(const Tensor& t) {
 
 void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                       const model::ModelConfig& cfg, const std::vector<int64_t>& batches,
-                      std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
+                      std::mt19937_64& rng, std::vector<ScreenRow>& rows, bool native) {
     const auto cands = candidates(variants, "attention");
     if (cands.empty()) return;
     const int64_t H = cfg.n_heads, hd = cfg.head_dim, window = cfg.window;
@@ -67,10 +67,12 @@ void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& v
                 fill_uniform(sinks, rng, -2, 2);
                 for (int64_t i = 0; i < L * k; ++i)  // -1s and repeats included, as the op allows
                     pk.view().ptr<int32_t>()[i] = int32_t(int64_t(rng() % uint64_t(T + 1)) - 1);
+                bool f16 = false;  // the native precision's permission (AttentionArgs::f16)
                 auto args = [&](const TensorView& qv, const TensorView& rv, const TensorView& kvv,
                                 const TensorView& cv, const TensorView& pv, const TensorView& sv,
                                 const TensorView& ov) {
                     ops::AttentionArgs a;
+                    a.f16 = f16;
                     a.q = qv, a.ring = rv, a.kv = kvv, a.sinks = sv, a.out = ov;
                     if (rate > 0) a.comp = cv;
                     if (picks) a.picks = pv;
@@ -104,6 +106,15 @@ void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& v
                 for (const ops::KernelVariant* v : cands)
                     rows.push_back(judge(be, *v, shape, ref, std::max(hd, window + (picks ? k : T)), y.view(),
                                          run, y1.view(), L > 1 ? one : nullptr));
+                if (!native) continue;
+                f16 =
+                    true;  // the same reference: f16 operands are a permission, held to kNativeAttentionFloor
+                Compare cmp;
+                cmp.floor = kNativeAttentionFloor;
+                for (const ops::KernelVariant* v : cands)
+                    rows.push_back(judge(be, *v, shape + ", native", ref,
+                                         std::max(hd, window + (picks ? k : T)), y.view(), run, y1.view(),
+                                         L > 1 ? one : nullptr, cmp));
             }
 }
 

@@ -50,6 +50,9 @@ struct Compare {
     double floor = 0;
 };
 inline constexpr double kNativeMoeFloor = 1e-3;
+// Native attention may take q, keys and probabilities as f16 (2^-12 relative each): the scores' error is
+// ~2^-12 |q| |k| / sqrt(head_dim), amplified by the softmax (ops/op_cases.h kAttentionNativeCuda).
+inline constexpr double kNativeAttentionFloor = 2e-3;
 // A candidate's error against ref under cmp: the worst relative L2 error, or for an exact compare the
 // fraction of words that differ and that cmp.same does not accept.
 double error_of(const std::vector<float>& got, const std::vector<float>& ref, const Compare& cmp);
@@ -66,9 +69,10 @@ ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape
                 const std::vector<std::string>& with_ops = {});
 
 // The cases of the stateful and mHC ops for every non-fallback variant of `variants` (screen_cases.cpp).
+// native: each case again with the native precision's f16 permission (AttentionArgs::f16).
 void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                       const model::ModelConfig& cfg, const std::vector<int64_t>& batches,
-                      std::mt19937_64& rng, std::vector<ScreenRow>& rows);
+                      std::mt19937_64& rng, std::vector<ScreenRow>& rows, bool native);
 void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                     const model::ModelConfig& cfg, const std::vector<int64_t>& batches, std::mt19937_64& rng,
                     std::vector<ScreenRow>& rows);
