@@ -639,13 +639,11 @@ int main(int argc, char** argv) {
         md += buf;
     }
     if (!gemm_rows.empty()) {
-        std::snprintf(
-            buf, sizeof buf,
-            "\nTensor-core products: the FP8 linears of the native precision (times include the activation "
-            "quantisation and the weight-scale widening) and a prefill's MoE; dense cuBLASLt rates in this "
-            "run: "
-            "FP8 %.0f, BF16 %.0f TFLOP/s.\n\n",
-            r.fp8_tflops, r.bf16_tflops);
+        std::snprintf(buf, sizeof buf,
+                      "\nTensor-core products: the FP8 linears of the native precision (times include the "
+                      "activation quantisation and the weight-scale widening) and a prefill's MoE; dense "
+                      "cuBLASLt rates in this run: FP8 %.0f, BF16 %.0f TFLOP/s.\n\n",
+                      r.fp8_tflops, r.bf16_tflops);
         md += buf;
         md +=
             "| linear (V4-Flash shape) | path | time us | TFLOP/s | % of dense FP8 "

@@ -137,9 +137,9 @@ inline constexpr Tolerance kMoeCpu{
 
 inline constexpr Tolerance kMoeNativeCuda{
     "relative L2 over the output", 1e-3,
-    "quantised activations: f32 sums against the reference's double ones may put a SwiGLU output on the "
-    "other "
-    "side of an e4m3 rounding boundary, moving its pair's row by up to 2^-4 |h_i| |W2[:, i]|"};
+    "quantised activations: f32 sums against the reference's double ones may put a SwiGLU output "
+    "on the other side of an e4m3 rounding boundary, moving its pair's row by up to "
+    "2^-4 |h_i| |W2[:, i]|"};
 inline constexpr Tolerance kMoeCuda{
     "relative L2 over the output", 2e-5,
     "f32 dot products of length hidden and moe_dim against the reference's double ones; mma's hi + lo f16 "

@@ -40,12 +40,11 @@ std::vector<KernelVariant> fused_variants(const char* op, const char* claims) {
 CudaBackend::CudaBackend(int device)
     : linear_v_(
           {{"linear", "cublaslt_fp8",
-            "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when forced); "
-            "in_dim and out_dim multiples of 128, 256-byte aligned weight and y; cuBLASLt block-scaled "
-            "FP8 on tensor cores; "
-            "its algorithm depends on n, so not batch-invariant; its tensor cores accumulate each 128-wide K "
-            "block at reduced precision (2.2e-4 to 2.4e-4 relative L2 against the reference on the H200), so "
-            "held to 1e-3",
+            "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when "
+            "forced); in_dim and out_dim multiples of 128, 256-byte aligned weight and y; cuBLASLt "
+            "block-scaled FP8 on tensor cores; its algorithm depends on n, so not batch-invariant; its "
+            "tensor cores accumulate each 128-wide K block at reduced precision (2.2e-4 to 2.4e-4 "
+            "relative L2 against the reference on the H200), so held to 1e-3",
             false, true, false, 1e-3},
            {"linear", "cublaslt_bf16x3",
             "bf16 weights; n >= 4 rows (any n when forced); in_dim a multiple of 8, out_dim of 4, 256-byte "
@@ -54,11 +53,10 @@ CudaBackend::CudaBackend(int device)
             "output, so deterministic; its algorithm depends on n, so not batch-invariant",
             false, true, false},
            {"linear", "gemm",
-            "fp8 block weights; n >= 64 rows (any n when forced); in_dim a multiple of 128, out_dim of 64, "
-            "16-byte weight rows; 64 weight rows x 32 tokens a block on mma.sync tensor cores, f32 "
-            "activations as hi + lo f16 with one scale per row; a row's bits do not depend on the other "
-            "rows, "
-            "but fewer rows run another kernel, so not batch-invariant",
+            "fp8 block weights; n >= 64 rows (any n when forced); in_dim a multiple of 128, "
+            "out_dim of 64, 16-byte weight rows; 64 weight rows x 32 tokens a block on mma.sync "
+            "tensor cores, f32 activations as hi + lo f16 with one scale per row; a row's bits do not "
+            "depend on the other rows, but fewer rows run another kernel, so not batch-invariant",
             false, true, false},
            {"linear", "mma",
             "fp8 block weights; n >= 4 rows, or 2 on >= 4096 output rows (any n when forced); in_dim a "
@@ -79,11 +77,9 @@ CudaBackend::CudaBackend(int device)
            {"linear", "tiled", "any n", true}}),
       moe_v_(
           {{"moe", "gemm",
-            "what mma takes, from 2048 (and 8 per expert) to 16384 (token, slot) pairs a chunk; each "
-            "expert's rows times 32 of "
-            "its "
-            "tokens at a time on mma.sync tensor cores, f32 activations as hi + lo f16 with one scale per "
-            "row",
+            "what mma takes, from 2048 (and 8 per expert) to 16384 (token, slot) pairs a chunk; "
+            "each expert's rows times 32 of its tokens at a time on mma.sync tensor cores, f32 "
+            "activations as hi + lo f16 with one scale per row (hi only for native's quantised ones)",
             false},
            {"moe", "mma",
             "fp4 experts with UE8M0 scales in [2^-23, 2^1]; hidden and moe_dim multiples of 128; tokens in "
@@ -101,10 +97,10 @@ CudaBackend::CudaBackend(int device)
       hc_head_v_(mhc_variants("hc_head")),
       attention_v_(
           {{"attention", "mma",
-            "head_dim 512, heads a multiple of 16, 16-byte aligned key rows, chunks of >= 16 queries; a "
-            "block "
-            "per query and 16 heads on mma.sync tensor cores, hi + lo f16 operands; a query's bits do not "
-            "depend on the other queries, but shorter chunks run another kernel, so not batch-invariant",
+            "head_dim 512, heads a multiple of 16, 16-byte aligned key rows, chunks of >= 16 queries; "
+            "a block per query and 16 heads on mma.sync tensor cores, hi + lo f16 operands (hi only "
+            "with the native precision's f16 permission); a query's bits do not depend on the other "
+            "queries, but shorter chunks run another kernel, so not batch-invariant",
             false, true, false},
            {"attention", "split_kv",
             "head_dim <= 512, a multiple of 4, 16-byte aligned key rows; keys split across blocks, merged "
