@@ -20,10 +20,12 @@ struct EngineOptions {
     std::string model_dir;        // config.json + safetensors
     std::string backend = "ref";  // see runtime::backend_names()
     std::string tokenizer_path;   // "": model_dir; a model without tokenizer.json runs on ids only
-    int64_t state_memory_bytes = int64_t(2) << 30;        // sequence state shared by all running requests
-    int max_running = kDefaultMaxRunning;                 // requests in the batch at once
-    int64_t step_token_budget = kDefaultStepTokenBudget;  // tokens per step (each decode counts 1)
-    int64_t prefill_chunk = kDefaultPrefillChunk;         // prompt tokens per prefill chunk
+    int64_t state_memory_bytes = int64_t(2) << 30;  // sequence state shared by all running requests
+    int max_running = kDefaultMaxRunning;           // requests in the batch at once
+    // tokens per step (each decode counts 1) and prompt tokens per prefill chunk; 0: the backend's defaults
+    // (kDefaultStepTokenBudget / kDefaultPrefillChunk, on cuda the *Cuda ones)
+    int64_t step_token_budget = 0;
+    int64_t prefill_chunk = 0;
     size_t max_waiting = kDefaultMaxWaiting;  // queued for admission; more are refused (kCapacity)
     int64_t max_context = 0;  // prompt + max_tokens limit; 0: the model's max_position_embeddings
     std::chrono::milliseconds default_timeout{600000};

@@ -99,9 +99,19 @@ Status check_options(const EngineOptions& o) {
     return ok_status();
 }
 
+// 0 in the step options: the backend's defaults (deepinfer/defaults.h).
+EngineOptions with_step_defaults(EngineOptions o) {
+    const bool cuda = o.backend == "cuda";
+    if (o.step_token_budget == 0)
+        o.step_token_budget = cuda ? kDefaultStepTokenBudgetCuda : kDefaultStepTokenBudget;
+    if (o.prefill_chunk == 0) o.prefill_chunk = cuda ? kDefaultPrefillChunkCuda : kDefaultPrefillChunk;
+    return o;
+}
+
 }  // namespace
 
-Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& o) {
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
+    const EngineOptions o = with_step_defaults(options);
     DI_TRY_STATUS(check_options(o));
     auto impl = std::make_unique<Impl>(scheduler_config(o));
     impl->opt = o;
