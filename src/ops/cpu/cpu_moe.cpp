@@ -47,12 +47,15 @@ void CpuBackend::moe(const MoeArgs& a) {
     const bool quant = a.act == ActQuant::kFp8Block128;
     // native FP4 experts on bf16 dot products (cpu_native_fp4.cpp) where the machine and the weights allow
     auto bf16_dots = [&](const QWeight& w) { return quant && cpu::native_fp4_supported(w); };
+    const ExpertWeights* placed = a.experts;  // a placed expert: the experts share one format
+    while (placed + 1 < a.experts + E && placed->w1.empty()) ++placed;
+    const bool bf16_x = bf16_dots(placed->w1) && bf16_dots(placed->w3);  // the up products' kernel
     if (quant) {  // the tokens' rows quantised once, read by every slot (and as bf16 by the native kernel)
         moe_xq_.resize(size_t(n * D));
-        moe_xbf_.resize(size_t(n * D));
+        moe_xbf_.resize(bf16_x ? size_t(n * D) : 0);
         for (int64_t t = 0; t < n; ++t) {
             fp8_block_quant_dequant_row(a.x.ptr<float>() + t * a.x.stride[0], D, moe_xq_.data() + t * D);
-            if (D % 128 == 0) cpu::native_fp4_prepare_x(moe_xq_.data() + t * D, D, moe_xbf_.data() + t * D);
+            if (bf16_x) cpu::native_fp4_prepare_x(moe_xq_.data() + t * D, D, moe_xbf_.data() + t * D);
         }
     }
     moe_pairs_.resize(size_t(n * k));
@@ -68,7 +71,7 @@ void CpuBackend::moe(const MoeArgs& a) {
             const int64_t slot = moe_cursor_[size_t(e)]++;
             moe_pairs_[size_t(slot)] = t * k + j;
             xrows_[size_t(slot)] = quant ? moe_xq_.data() + t * D : a.x.ptr<float>() + t * a.x.stride[0];
-            moe_xbf_rows_[size_t(slot)] = quant ? moe_xbf_.data() + t * D : nullptr;
+            moe_xbf_rows_[size_t(slot)] = bf16_x ? moe_xbf_.data() + t * D : nullptr;
             const ExpertWeights& ew = a.experts[e];
             DI_CHECK(ew.w1.in_dim == D && ew.w3.in_dim == D && ew.w3.out_dim == ew.w1.out_dim &&
                          ew.w2.out_dim == D && ew.w2.in_dim == ew.w1.out_dim,
@@ -120,7 +123,7 @@ void CpuBackend::moe(const MoeArgs& a) {
             float *g = s.acc.data(), *u = s.acc.data() + np * cpu::kTileRows;
             for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
                 const int64_t nw = std::min<int64_t>(cpu::kTileRows, task.o1 - o0);
-                if (bf16_dots(ew.w1) && bf16_dots(ew.w3)) {
+                if (bf16_x && bf16_dots(ew.w1) && bf16_dots(ew.w3)) {
                     cpu::native_fp4_tile(ew.w1, o0, nw, moe_xbf_rows_.data() + p0, np, g);
                     cpu::native_fp4_tile(ew.w3, o0, nw, moe_xbf_rows_.data() + p0, np, u);
                 } else {

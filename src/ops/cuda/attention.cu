@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "ops/cuda/device_util.cuh"
+#include "ops/cuda/attention_keys.cuh"
 
 namespace di::cuda {
 namespace {
@@ -20,53 +20,16 @@ constexpr int kHeadsPerBlock = 8;
 constexpr int kTile = 16;
 constexpr int kMaxPerLane = 16;  // head_dim <= 512
 
-__device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_t j, int64_t lo,
-                                                int64_t n_win, const int32_t* list) {
-    if (j < n_win) {
-        const int64_t pp = lo + j;
-        return pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
-    }
-    const int64_t c = j - n_win;
-    return p.comp + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c])) * p.ld_comp;
-}
-
 __global__ void __launch_bounds__(256) attention_kernel(AttentionParams p) {
     allow_early_next();
     extern __shared__ __align__(16) float smem[];
     float* tile = smem;                                               // [kTile][hd]
     int32_t* list = reinterpret_cast<int32_t*>(smem + kTile * p.hd);  // [2k] picks, then keep flags
-    __shared__ int n_list;
-    const int64_t t = blockIdx.x, pos = p.pos0 + t;
+    const int64_t t = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t h = int64_t(blockIdx.y) * kHeadsPerBlock + warp;
-
-    const int64_t lo = max(pos - p.window + 1, p.pos0 - p.n_cached);
-    const int64_t n_win = pos - lo + 1;
-    int64_t n_comp = 0;
-    if (p.comp_mask == AttnCompMask::kCausal) {
-        n_comp = min(p.n_comp, (pos + 1) / p.rate);
-    } else if (p.comp_mask == AttnCompMask::kPicks) {
-        // keep the first occurrence of each valid pick, in pick order: flags in parallel, compaction serial
-        const int32_t* pk = p.picks + t * p.ld_picks;
-        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) list[j] = pk[j];
-        __syncthreads();
-        int32_t* keep = list + p.k;
-        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
-            const int32_t w = list[j];
-            bool ok = w >= 0 && w < p.n_comp;
-            for (int64_t i = 0; i < j && ok; ++i) ok = list[i] != w;
-            keep[j] = ok;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int cnt = 0;
-            for (int64_t j = 0; j < p.k; ++j)
-                if (keep[j]) list[cnt++] = list[j];
-            n_list = cnt;
-        }
-        __syncthreads();
-        n_comp = n_list;
-    }
+    const QueryKeys keys = query_keys(p, t, list);
+    const int64_t lo = keys.lo, n_win = keys.n_win, n_comp = keys.n_comp;
     const int64_t n_keys = n_win + n_comp;
 
     float q[kMaxPerLane], acc[kMaxPerLane];

@@ -13,7 +13,7 @@
 // queries.
 #include <algorithm>
 
-#include "ops/cuda/device_util.cuh"
+#include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/mma_frag.cuh"
 
 namespace di::cuda {
@@ -56,16 +56,6 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     return m;
 }
 
-__device__ __forceinline__ const float* key_ptr(const AttentionParams& p, int64_t j, int64_t lo,
-                                                int64_t n_win, const int32_t* list) {
-    if (j < n_win) {
-        const int64_t pp = lo + j;
-        return pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
-    }
-    const int64_t c = j - n_win;
-    return p.comp + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c])) * p.ld_comp;
-}
-
 // kLo: hi + lo operands (exact precision); else hi only (AttentionParams::f16, the native precision).
 template <bool kLo>
 __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(AttentionParams p) {
@@ -77,37 +67,12 @@ __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(Attention
     float* sf = sp + kWarps * kHeads * kKeys;                  // [kHeads][kKeys] scores
     float* red = sf + kHeads * kKeys;                          // [kWarps]
     int32_t* list = reinterpret_cast<int32_t*>(red + kWarps);  // [2k] picks, then keep flags
-    __shared__ int n_list;
-    const int64_t t = blockIdx.x, pos = p.pos0 + t, h0 = int64_t(blockIdx.y) * kHeads;
+    const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kHeads;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int d0 = warp * kSlice;
 
-    const int64_t lo = max(pos - p.window + 1, p.pos0 - p.n_cached);
-    const int64_t n_win = pos - lo + 1;
-    int64_t n_comp = 0;
-    if (p.comp_mask == AttnCompMask::kCausal) {
-        n_comp = min(p.n_comp, (pos + 1) / p.rate);
-    } else if (p.comp_mask == AttnCompMask::kPicks) {  // first occurrence of each valid pick, in pick order
-        const int32_t* pk = p.picks + t * p.ld_picks;
-        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) list[j] = pk[j];
-        __syncthreads();
-        int32_t* keep = list + p.k;
-        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
-            const int32_t w = list[j];
-            bool ok = w >= 0 && w < p.n_comp;
-            for (int64_t i = 0; i < j && ok; ++i) ok = list[i] != w;
-            keep[j] = ok;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int cnt = 0;
-            for (int64_t j = 0; j < p.k; ++j)
-                if (keep[j]) list[cnt++] = list[j];
-            n_list = cnt;
-        }
-        __syncthreads();
-        n_comp = n_list;
-    }
+    const QueryKeys keys = query_keys(p, t, list);
+    const int64_t lo = keys.lo, n_win = keys.n_win, n_comp = keys.n_comp;
     const int64_t n_keys = n_win + n_comp;
 
     // q's A fragments of this warp's slice: k-step kk, register r = rows g (+8 for odd r), columns 2q (+8
@@ -153,7 +118,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(Attention
                 const int r = r0 + 2 * u;
                 float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (j0 + r < n_keys)
-                    v = __ldg(reinterpret_cast<const float4*>(key_ptr(p, j0 + r, lo, n_win, list)) + c4);
+                    v = __ldg(reinterpret_cast<const float4*>(key_row(p, j0 + r, lo, n_win, list)) + c4);
                 km = fmaxf(km, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
                 uint2 hi, lw;
                 split_pair(v.x * s, v.y * s, hi.x, lw.x);

@@ -7,8 +7,6 @@
 // exactly, one cvt per pair, as linear_mma.cu reads them; the tokens' chunks come through the L1, shared by
 // the block's warps. A token's sums do not depend on the other tokens: deterministic and batch-invariant
 // (not bit-equal to linear_mma, which scales each chunk of x).
-#include <cuda_fp8.h>
-
 #include "ops/cuda/mma_frag.cuh"
 
 namespace di::cuda {
@@ -29,14 +27,6 @@ struct Params {
     float* y;
     int64_t ldy, n, K;
 };
-
-__device__ __forceinline__ uint32_t f16x2_of_fp8x2(uint32_t v) {
-    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
-    return uint32_t(r.x) | (uint32_t(r.y) << 16);
-}
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
 
 struct WeightRegs {
     uint4 w[kMT][2][2];  // [m-tile][row g, g + 8][16-byte half]: the thread's 32 bytes of the chunk
@@ -103,10 +93,9 @@ __global__ void __launch_bounds__(32 * kWarps) linear_gemm_kernel(Params p) {
 #pragma unroll
                 for (int k = 0; k < 2; ++k) {  // k-step s = 2i + k: word s of the rows' 32 bytes
                     const int s = 2 * i + k;
-                    const uint32_t w0 = word(cur.w[m][0][s >> 2], s & 3),
-                                   w1 = word(cur.w[m][1][s >> 2], s & 3);
-                    const uint32_t a[4] = {f16x2_of_fp8x2(w0), f16x2_of_fp8x2(w1), f16x2_of_fp8x2(w0 >> 16),
-                                           f16x2_of_fp8x2(w1 >> 16)};
+                    const uint32_t w0 = word_of(cur.w[m][0], s), w1 = word_of(cur.w[m][1], s);
+                    const uint32_t a[4] = {fp8x2_to_f16x2(w0), fp8x2_to_f16x2(w1), fp8x2_to_f16x2(w0 >> 16),
+                                           fp8x2_to_f16x2(w1 >> 16)};
 #pragma unroll
                     for (int n = 0; n < kNT; ++n)
                         mma16816(d[m][n], a, k == 0 ? b[n].x : b[n].z, k == 0 ? b[n].y : b[n].w);

@@ -40,11 +40,6 @@ struct Frag {
     float inv[G];
 };
 
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
-    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
-    return uint32_t(r.x) | (uint32_t(r.y) << 16);
-}
-
 template <int MT, int G>
 __device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const uint32_t* const (&act)[G],
                                           const float* const (&inv)[G], int c, int g, int q, Frag<MT, G>& f) {
@@ -72,22 +67,6 @@ __device__ __forceinline__ void load_frag(const Params& p, int64_t row0, const u
             for (int i = 0; i < 4; ++i) f.b[gi][i] = make_uint4(0, 0, 0, 0);
         }
         f.inv[gi] = inv[gi] != nullptr ? __ldg(inv[gi] + c) : 0.0f;
-    }
-}
-
-// Word s of N 16-byte registers (a weight row's two halves, a token group's four B-fragment loads).
-template <int N>
-__device__ __forceinline__ uint32_t word_of(const uint4 (&h)[N], int s) {
-    const uint4& u = h[s >> 2];
-    switch (s & 3) {
-        case 0:
-            return u.x;
-        case 1:
-            return u.y;
-        case 2:
-            return u.z;
-        default:
-            return u.w;
     }
 }
 

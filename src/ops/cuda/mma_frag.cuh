@@ -12,6 +12,8 @@
 // chunk uses the same permutation, and a dot product does not depend on the order of its terms' positions.
 #pragma once
 
+#include <cuda_fp8.h>
+
 #include "ops/cuda/device_util.cuh"
 
 namespace di::cuda::mma {
@@ -113,6 +115,22 @@ __device__ __forceinline__ uint32_t fp4_multiplier(uint32_t e8m0) {
 // UE8M0 bytes for which every e2m1 value times the scale is an exact f16 (0.5 * 2^e >= 2^-24, 6 * 2^e <=
 // 65504) and 2^(14 + e) is a normal f16.
 inline constexpr int kFp4F16ScaleMin = 127 - 23, kFp4F16ScaleMax = 127 + 1;
+
+// Word i (0..3) of a 16-byte register, and word s of N of them (a weight row's 16-byte units, a token's
+// B-fragment loads).
+__device__ __forceinline__ uint32_t word_of(const uint4& u, int i) {
+    return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+template <int N>
+__device__ __forceinline__ uint32_t word_of(const uint4 (&h)[N], int s) {
+    return word_of(h[s >> 2], s & 3);
+}
+
+// The low two e4m3 bytes of v as an f16 pair (exact: e4m3 is a subset of f16).
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
+    return uint32_t(r.x) | (uint32_t(r.y) << 16);
+}
 
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
     const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));

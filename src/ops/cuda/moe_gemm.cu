@@ -33,10 +33,6 @@ struct GemmIo {
     int64_t K, n_out;
 };
 
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
 template <int NM, int MT>
 struct WeightRegs {
     uint4 w[NM][MT][2];  // rows g and g + 8 of each m-tile: the thread's 16 bytes of the chunk
@@ -126,7 +122,7 @@ __global__ void __launch_bounds__(32 * kWarps) moe_gemm_kernel(MoeParams p, MoeP
                 for (int m = 0; m < NM; ++m)
 #pragma unroll
                     for (int t = 0; t < MT; ++t) {
-                        const uint32_t w0 = word(cur.w[m][t][0], i), w1 = word(cur.w[m][t][1], i);
+                        const uint32_t w0 = word_of(cur.w[m][t][0], i), w1 = word_of(cur.w[m][t][1], i);
                         const uint32_t m0 = mul[m][t][0], m1 = mul[m][t][1];
                         // k-step 2i: nibble pairs (0, 4) and (1, 5); 2i + 1: (2, 6) and (3, 7)
                         const uint32_t k0[4] = {

@@ -1,0 +1,58 @@
+// The key slots of one query, shared by the attention kernels that walk all of a query's keys in one block
+// (per_query in attention.cu, mma in attention_mma.cu): the window, then the causal entries or the
+// deduplicated picks.
+#pragma once
+
+#include "ops/cuda/device_util.cuh"
+
+namespace di::cuda {
+
+struct QueryKeys {
+    int64_t lo, n_win, n_comp;  // window positions [lo, lo + n_win), then n_comp compressed entries
+};
+
+// Query t's keys; for picks, `list` (2 k ints of shared memory) ends up holding the first occurrence of each
+// valid pick in pick order (flags in parallel, compaction serial). Every thread of the block calls it.
+__device__ __forceinline__ QueryKeys query_keys(const AttentionParams& p, int64_t t, int32_t* list) {
+    __shared__ int n_list;
+    const int64_t pos = p.pos0 + t;
+    const int64_t lo = max(pos - p.window + 1, p.pos0 - p.n_cached);
+    int64_t n_comp = 0;
+    if (p.comp_mask == AttnCompMask::kCausal) {
+        n_comp = min(p.n_comp, (pos + 1) / p.rate);
+    } else if (p.comp_mask == AttnCompMask::kPicks) {
+        const int32_t* pk = p.picks + t * p.ld_picks;
+        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) list[j] = pk[j];
+        __syncthreads();
+        int32_t* keep = list + p.k;
+        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+            const int32_t w = list[j];
+            bool ok = w >= 0 && w < p.n_comp;
+            for (int64_t i = 0; i < j && ok; ++i) ok = list[i] != w;
+            keep[j] = ok;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int cnt = 0;
+            for (int64_t j = 0; j < p.k; ++j)
+                if (keep[j]) list[cnt++] = list[j];
+            n_list = cnt;
+        }
+        __syncthreads();
+        n_comp = n_list;
+    }
+    return {lo, pos - lo + 1, n_comp};
+}
+
+// Key slot j of a query: window slot j < n_win (the ring or the chunk's own rows), then entry j - n_win.
+__device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_t j, int64_t lo,
+                                                int64_t n_win, const int32_t* list) {
+    if (j < n_win) {
+        const int64_t pp = lo + j;
+        return pp < p.pos0 ? p.ring + (pp % (p.window - 1)) * p.ld_ring : p.kv + (pp - p.pos0) * p.ld_kv;
+    }
+    const int64_t c = j - n_win;
+    return p.comp + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c])) * p.ld_comp;
+}
+
+}  // namespace di::cuda
