@@ -349,18 +349,20 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
         const model::LayerWeights* layer = nullptr;
         for (const auto& l : m.weights().layers)
             if (!l.ffn.experts.empty()) layer = &l;
-        const auto& ex = layer ? layer->ffn.experts : std::vector<ops::ExpertWeights>{};
-        const bool native = layer && o.native && ex[0].w1.format != ops::WeightFormat::kDense &&
-                            ex[0].w1.in_dim % ops::kActBlock == 0 && ex[0].w1.out_dim % ops::kActBlock == 0;
-        if (layer)
+        if (layer) {
+            const std::vector<ops::ExpertWeights>& ex = layer->ffn.experts;
+            const ops::QWeight& w1 = ex[0].w1;
+            const bool native = o.native && w1.format != ops::WeightFormat::kDense &&
+                                w1.in_dim % ops::kActBlock == 0 && w1.out_dim % ops::kActBlock == 0;
+            const int64_t k = m.config().n_experts_active;
             for (const ops::KernelVariant& v : variants)
                 if (v.op == "moe" && !v.fallback)
                     for (int64_t n : o.batches) {
-                        const int64_t k = m.config().n_experts_active;
                         rep.rows.push_back(screen_moe(be, v, ex, n, k, rng, ops::ActQuant::kNone));
                         if (native)
                             rep.rows.push_back(screen_moe(be, v, ex, n, k, rng, ops::ActQuant::kFp8Block128));
                     }
+        }
     }
     if (wanted("attention")) screen_attention(be, variants, m.config(), o.batches, rng, rep.rows, o.native);
     if (wanted("indexer_topk")) screen_indexer(be, variants, m.config(), o.batches, rng, rep.rows);
