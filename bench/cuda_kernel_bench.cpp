@@ -354,37 +354,48 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                     .I = I,
                     .limit = 10.0f,
                     .gemv_format = gemv_format(table[0]),
-                    .mma_ok = fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s)};
+                    .mma_ok = fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s),
+                    .scales_4b = true};  // cudaMalloc'd scale rows of in / 32 bytes
         const bool big = n * k > kMoeGroupedMaxPairs;
-        for (auto [vname, v] :
-             {std::pair{"gemm", MoeVariant::kGemm}, std::pair{"mma", MoeVariant::kMma},
-              std::pair{"split_rows", MoeVariant::kSplitRows}, std::pair{"grouped", MoeVariant::kGrouped},
-              std::pair{"per_pair", MoeVariant::kPerPair}}) {
-            p.ids = ids[0];
-            if (v == MoeVariant::kGemm && !moe_gemm_supported(p, true)) continue;
-            if (big && v != MoeVariant::kGemm) continue;  // the others take at most kMoeGroupedMaxPairs
-            if (v == MoeVariant::kMma && !moe_mma_supported(p)) continue;
-            if (v == MoeVariant::kSplitRows && !moe_split_supported(p)) continue;
-            if (v == MoeVariant::kGrouped && !moe_grouped_supported(p)) continue;
-            scratch.get(1, size_t(n * k * I) * 4), scratch.get(2, size_t(n * k * D) * 4);  // before capture
-            scratch.get(3, size_t(2 + 2 * std::min<int64_t>(n * k, E) + n * k) * 4);
-            scratch.get(8, size_t(n * D + n * k * I + n * D / 128 + n * k * I / 128) * 4);
-            const double us = graph_us(s, 2 * kSets, [&](int i) {
-                MoeParams q = p;
-                q.ids = ids[size_t(i % kSets)];
-                launch_moe(q, scratch, s, v);
-            });
-            DI_CUDA_CHECK(cudaGetLastError());
-            if (n >= 128) {  // a prefill's chunk: compute-bound, in TFLOP/s
-                prefill.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
-                                       " experts, k=" + std::to_string(k) + " (exact: hi + lo f16 products)",
-                                   vname, us, 2.0 * 3.0 * double(n * k) * double(D) * double(I)});
-                continue;
+        // a prefill's chunk also in native precision (quantised activations: hi halves only)
+        for (const bool native : {false, true}) {
+            if (native && n < 128) break;
+            p.act_fp8 = native;
+            for (auto [vname, v] :
+                 {std::pair{"wgmma", MoeVariant::kWgmma}, std::pair{"gemm", MoeVariant::kGemm},
+                  std::pair{"mma", MoeVariant::kMma}, std::pair{"split_rows", MoeVariant::kSplitRows},
+                  std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
+                p.ids = ids[0];
+                const bool tiled = v == MoeVariant::kGemm || v == MoeVariant::kWgmma;
+                if (v == MoeVariant::kGemm && !moe_gemm_supported(p, true)) continue;
+                if (v == MoeVariant::kWgmma && !moe_wgmma_supported(p, true)) continue;
+                if ((big || native) && !tiled) continue;  // the others take at most kMoeGroupedMaxPairs
+                if (v == MoeVariant::kMma && !moe_mma_supported(p)) continue;
+                if (v == MoeVariant::kSplitRows && !moe_split_supported(p)) continue;
+                if (v == MoeVariant::kGrouped && !moe_grouped_supported(p)) continue;
+                scratch.get(1, size_t(n * k * I) * 4),
+                    scratch.get(2, size_t(n * k * D) * 4);  // before capture
+                scratch.get(3, size_t(2 + 2 * std::min<int64_t>(n * k, E) + n * k) * 4);
+                scratch.get(8, size_t(n * D + n * k * I + n * D / 128 + n * k * I / 128) * 4);
+                const double us = graph_us(s, 2 * kSets, [&](int i) {
+                    MoeParams q = p;
+                    q.ids = ids[size_t(i % kSets)];
+                    launch_moe(q, scratch, s, v);
+                });
+                DI_CUDA_CHECK(cudaGetLastError());
+                if (n >= 128) {  // a prefill's chunk: compute-bound, in TFLOP/s
+                    prefill.push_back(
+                        {"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                             " experts, k=" + std::to_string(k) +
+                             (native ? " (native: hi f16 products)" : " (exact: hi + lo f16 products)"),
+                         vname, us, 2.0 * 3.0 * double(n * k) * double(D) * double(I)});
+                    continue;
+                }
+                rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                                    " experts, k=" + std::to_string(k) + " (" +
+                                    std::to_string(int(distinct + 0.5)) + " experts read)",
+                                vname, us, distinct * per_expert + 4.0 * n * D * 2});
             }
-            rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
-                                " experts, k=" + std::to_string(k) + " (" +
-                                std::to_string(int(distinct + 0.5)) + " experts read)",
-                            vname, us, distinct * per_expert + 4.0 * n * D * 2});
         }
         for (auto* d : ids) cudaFree(d);
         cudaFree(x), cudaFree(w), cudaFree(out);

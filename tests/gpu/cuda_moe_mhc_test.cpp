@@ -101,7 +101,7 @@ TEST_P(CudaMoe, MatchesRef) {
     const bool split_ok = split_dim(c.D) && split_dim(c.I);
     if (variant == "split_rows" && !split_ok)
         GTEST_SKIP() << "split_rows needs hidden and moe_dim of 1024, 2048, 4096 or 8192";
-    if ((variant == "mma" || variant == "gemm") &&
+    if ((variant == "mma" || variant == "gemm" || variant == "wgmma") &&
         (c.fmt != ops::WeightFormat::kFp4Group || c.D % 128 != 0 || c.I % 128 != 0 || c.wide_scales))
         GTEST_SKIP() << variant
                      << " needs fp4 experts with scales in [2^-23, 2^1], hidden and moe_dim multiples of 128";
@@ -230,8 +230,8 @@ TEST_P(CudaMoe, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
-                         ::testing::ValuesIn(variant_runs(kMoe, {"", "gemm", "mma", "split_rows", "grouped",
-                                                                 "per_pair"})),
+                         ::testing::ValuesIn(variant_runs(kMoe, {"", "wgmma", "gemm", "mma", "split_rows",
+                                                                 "grouped", "per_pair"})),
                          VariantRunName());
 
 // mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.

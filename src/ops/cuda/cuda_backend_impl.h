@@ -184,8 +184,9 @@ class CudaBackend final : public Backend {
     struct ExpertTable {
         std::vector<WeightRef> host;
         void* device = nullptr;
-        int gemv_format = -1;  // shared gemv_format() of every expert matrix, or -1
-        bool mma_ok = false;   // moe_mma takes it (MoeParams::mma_ok)
+        int gemv_format = -1;    // shared gemv_format() of every expert matrix, or -1
+        bool mma_ok = false;     // moe_mma takes it (MoeParams::mma_ok)
+        bool scales_4b = false;  // MoeParams::scales_4b
     };
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.

@@ -18,9 +18,9 @@ constexpr int64_t kLtMinRows = 16;
 // Rows from which bf16 weights go to the tensor cores as bf16x3 (fewer: the GEMVs stream them at the
 // bandwidth; measured on the H200, docs/benchmarks.md).
 constexpr int64_t kBf16x3MinRows = 4;
-constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kGemm, cuda::MoeVariant::kMma,
-                                         cuda::MoeVariant::kSplitRows, cuda::MoeVariant::kGrouped,
-                                         cuda::MoeVariant::kPerPair};
+constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kWgmma,   cuda::MoeVariant::kGemm,
+                                         cuda::MoeVariant::kMma,     cuda::MoeVariant::kSplitRows,
+                                         cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
 constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
 
 std::vector<KernelVariant> mhc_variants(const char* op) {
@@ -76,7 +76,13 @@ CudaBackend::CudaBackend(int device)
            {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
            {"linear", "tiled", "any n", true}}),
       moe_v_(
-          {{"moe", "gemm",
+          {{"moe", "wgmma",
+            "what gemm takes, from 2048 (and 8 per expert) to 16384 (token, slot) pairs a chunk; "
+            "each expert's rows times 64 token rows (hi halves, or 32 tokens' hi and lo) at a time on the "
+            "warpgroup tensor cores (wgmma, token rows staged in shared memory by cp.async), f32 "
+            "activations as hi + lo f16 with one scale per row (hi only for native's quantised ones)",
+            false},
+           {"moe", "gemm",
             "what mma takes, from 2048 (and 8 per expert) to 16384 (token, slot) pairs a chunk; "
             "each expert's rows times 32 of its tokens at a time on mma.sync tensor cores, f32 "
             "activations as hi + lo f16 with one scale per row (hi only for native's quantised ones)",
@@ -597,6 +603,9 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
         bool w13_alike = true;  // moe_mma walks an expert's W1 and W3 rows with one stride
         for (size_t e = 0; e + 2 < t.host.size(); e += 3)
             w13_alike &= t.host[e].ld == t.host[e + 1].ld && t.host[e].ld_scale == t.host[e + 1].ld_scale;
+        t.scales_4b = true;
+        for (const WeightRef& w : t.host)
+            t.scales_4b &= reinterpret_cast<uintptr_t>(w.scale) % 4 == 0 && w.ld_scale % 4 == 0;
         t.mma_ok = w13_alike && cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device),
                                                              t.host.data(), int64_t(t.host.size()), stream());
     }
@@ -628,6 +637,8 @@ void CudaBackend::moe(const MoeArgs& a) {
     const bool experts_pass = a.pass == MoeArgs::Pass::kExperts;
     auto takes = [&](const cuda::MoeParams& p, int i, bool forced) {
         switch (kMoeEnum[i]) {
+            case cuda::MoeVariant::kWgmma:
+                return cuda::moe_wgmma_supported(p, forced);
             case cuda::MoeVariant::kGemm:
                 return cuda::moe_gemm_supported(p, forced);
             case cuda::MoeVariant::kMma:
@@ -644,8 +655,9 @@ void CudaBackend::moe(const MoeArgs& a) {
     if (n > chunk) {
         cuda::MoeParams probe{};
         probe.n = std::min(n, cuda::kMoeGemmMaxPairs / k), probe.k = k, probe.D = D, probe.I = I;
-        probe.gemv_format = table.gemv_format, probe.mma_ok = table.mma_ok;
-        if (moe_v_.picks(0, [&](int i, bool forced) { return takes(probe, i, forced); })) chunk = probe.n;
+        probe.gemv_format = table.gemv_format, probe.mma_ok = table.mma_ok, probe.scales_4b = table.scales_4b;
+        auto probe_takes = [&](int i, bool forced) { return takes(probe, i, forced); };
+        if (moe_v_.picks(0, probe_takes) || moe_v_.picks(1, probe_takes)) chunk = probe.n;  // wgmma, gemm
     }
     if (experts_pass)  // the pairs of other ranks' experts stay zero
         DI_CUDA_CHECK(cudaMemsetAsync(a.slots.data, 0, size_t(a.slots.nbytes()), stream()));
@@ -667,7 +679,8 @@ void CudaBackend::moe(const MoeArgs& a) {
                           .I = I,
                           .limit = a.limit,
                           .gemv_format = table.gemv_format,
-                          .mma_ok = table.mma_ok};
+                          .mma_ok = table.mma_ok,
+                          .scales_4b = table.scales_4b};
         if (experts_pass)
             p.owned_first = a.expert_first, p.owned_end = a.expert_end,
             p.y_out = a.slots.ptr<float>() + t0 * k * D;

@@ -304,6 +304,8 @@ struct MoeParams {
     int gemv_format = -1;  // every expert matrix's gemv_format(), or -1 if they differ
     bool mma_ok = false;   // moe_mma takes the table: every scale UE8M0 in [kFp4F16ScaleMin,
                            // kFp4F16ScaleMax], each expert's W1 and W3 with one row stride
+    bool scales_4b =
+        false;  // every scale row 4-byte aligned (moe_wgmma copies a row's 4 group scales at once)
     // Expert parallelism's `experts` pass (ops/moe.h): experts outside [owned_first, owned_end) count as ids
     // outside [0, n_experts) (their pairs take no part), every taking pair's unweighted row goes to y_out
     // ([n * k, D], the slots; the other rows are left as they are) and no combine runs.
@@ -313,21 +315,25 @@ struct MoeParams {
     // down launches (moe_quantise_h); gemm then drops the lo halves, zero for quantised values.
     bool act_fp8 = false;
 };
-// Variants: kGemm (moe_gemm.cu: a prefill's many tokens per expert as register-tiled products on mma.sync,
-// activations as hi/lo f16 with one scale per row; what kMma takes, from kMoeGemmMinPairs (and 8 per expert)
-// to kMoeGemmMaxPairs pairs, any count when forced), kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores,
-// activations as hi/lo f16 chunks; D and I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs),
-// kSplitRows (moe_split.cu: rows split over a block's threads with x in registers; D and I each 1024, 2048,
-// 4096 or 8192, n * k <= kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine for one token),
-// kGrouped (moe_grouped.cu: each selected expert's weights streamed once per step for all the tokens that
-// chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an expert's
-// weights per (token, slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
-enum class MoeVariant { kAuto, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
+// Variants: kWgmma (moe_wgmma.cu: what kGemm takes, on the warpgroup tensor cores: 64 weight rows x 64 token
+// halves a wgmma, the token rows staged in shared memory), kGemm (moe_gemm.cu: a prefill's many tokens per
+// expert as register-tiled products on mma.sync, activations as hi/lo f16 with one scale per row; what kMma
+// takes, from kMoeGemmMinPairs (and 8 per expert) to kMoeGemmMaxPairs pairs, any count when forced), kMma
+// (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16 chunks; D and I multiples of
+// 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a block's threads
+// with x in registers; D and I each 1024, 2048, 4096 or 8192, n * k <= kMoeGroupedMaxPairs, gemv_format >= 0;
+// up, down and the combine for one token), kGrouped (moe_grouped.cu: each selected expert's weights streamed
+// once per step for all the tokens that chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and
+// kPerPair (one pass over an expert's weights per (token, slot); the first kernel, kept as the fallback).
+// kAuto: grouped where it applies.
+enum class MoeVariant { kAuto, kWgmma, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 // gemm from 2048 pairs and 8 per expert (H200, 256 experts: at 1020 pairs, ~4 tokens per expert, gemm took
 // 3.45 ms against mma's 1.94; its 32-token tiles run mostly empty)
 inline constexpr int64_t kMoeGemmMinPairs = 2048, kMoeGemmMaxPairs = 16384;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
+bool moe_wgmma_supported(const MoeParams& p, bool forced = false);
+void launch_moe_wgmma(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_gemm_supported(const MoeParams& p, bool forced = false);
 void launch_moe_gemm(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_mma_supported(const MoeParams& p);

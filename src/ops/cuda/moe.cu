@@ -199,11 +199,19 @@ void launch_route(const RouteParams& p, Stream s) {
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     if (p.n == 0) return;
     if (v == MoeVariant::kAuto)
-        v = moe_gemm_supported(p)      ? MoeVariant::kGemm
+        v = moe_wgmma_supported(p)     ? MoeVariant::kWgmma
+            : moe_gemm_supported(p)    ? MoeVariant::kGemm
             : moe_mma_supported(p)     ? MoeVariant::kMma
             : moe_split_supported(p)   ? MoeVariant::kSplitRows
             : moe_grouped_supported(p) ? MoeVariant::kGrouped
                                        : MoeVariant::kPerPair;
+    if (v == MoeVariant::kWgmma) {
+        if (!moe_wgmma_supported(p, true)) {
+            std::fprintf(stderr, "deepinfer: moe variant wgmma forced where it does not apply\n");
+            std::abort();
+        }
+        return launch_moe_wgmma(p, scratch, s);
+    }
     if (v == MoeVariant::kGemm) {
         if (!moe_gemm_supported(p, true)) {
             std::fprintf(stderr, "deepinfer: moe variant gemm forced where it does not apply\n");
