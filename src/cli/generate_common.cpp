@@ -31,9 +31,10 @@ void add_model_options(CLI::App& app, GenOptions& o) {
 }
 
 void add_expert_ranks_option(CLI::App& app, int& ranks) {
-    app.add_option("--expert-ranks", ranks,
-                   "expert-parallel ranks, threads of this process each holding a block of the routed "
-                   "experts (cpu and ref backends so far); the same output as one rank, bit for bit")
+    app.add_option("--expert-ranks,--gpus", ranks,
+                   "expert-parallel ranks, each holding a block of the routed experts: threads of this "
+                   "process (cpu, ref), or GPUs 0 .. N-1 through NCCL (cuda); the same output as one rank, "
+                   "bit for bit")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
 }

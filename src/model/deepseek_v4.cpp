@@ -222,8 +222,9 @@ void DeepseekV4::set_expert_parallel(parallel::Communicator* comm, ExpertPartiti
     DI_CHECK(comm == nullptr || (comm->rank() == experts.rank && comm->size() == experts.size),
              "rank {} of {} with the experts of rank {} of {}", comm ? comm->rank() : 0,
              comm ? comm->size() : 1, experts.rank, experts.size);
-    DI_CHECK(comm == nullptr || be_->allocator().device() == Device::kHost,
-             "expert parallelism runs on host backends only so far, not on {}", be_->name());
+    DI_CHECK(comm == nullptr || comm->device_memory() == (be_->allocator().device() != Device::kHost),
+             "expert parallelism on the {} backend needs a communicator of {} memory", be_->name(),
+             be_->allocator().device() == Device::kHost ? "host" : "device");
     comm_ = comm;
     experts_ = experts;
 }

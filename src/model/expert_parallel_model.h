@@ -19,10 +19,13 @@ namespace di::model {
 
 class ExpertParallelModel final : public Model {
   public:
-    // `make_backend` makes ranks 1.. their backends (rank 0 runs on `backend`); host backends only so far.
+    // Rank r of comms.size() holds block r of the routed experts and runs on `backend` (r = 0) or on
+    // make_backend(r); every rank's backend works in the memory its communicator sums (host memory for
+    // threads as ranks, device memory for NCCL: rank r on GPU r).
     static Result<std::unique_ptr<Model>> load(
-        ModelConfig cfg, std::shared_ptr<io::Checkpoint> ckpt, ops::Backend& backend, int ranks,
-        const std::function<Result<std::unique_ptr<ops::Backend>>()>& make_backend);
+        ModelConfig cfg, std::shared_ptr<io::Checkpoint> ckpt, ops::Backend& backend,
+        std::vector<std::unique_ptr<parallel::Communicator>> comms,
+        const std::function<Result<std::unique_ptr<ops::Backend>>(int rank)>& make_backend);
     ~ExpertParallelModel() override;
 
     const ModelConfig& config() const override { return ranks_[0]->config(); }

@@ -38,6 +38,9 @@ class Backend {
     virtual void copy(const TensorView& dst, const TensorView& src) = 0;
     virtual void fill_zero(const TensorView& dst) = 0;
     virtual void synchronize() {}
+    // Makes the calling thread's later calls run on this backend's device (a CUDA backend of GPU r, called
+    // from a thread that last used another GPU: expert parallelism's rank threads).
+    virtual void bind_thread() {}
     // A label for what runs next ("layer 3 / attention"); used by compare mode and profilers.
     virtual void set_scope(std::string_view) {}
     // Kernel variants (ops/kernel_variants.h): every variant this backend has, the allow-list dispatch

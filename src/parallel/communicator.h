@@ -20,6 +20,8 @@ class Communicator {
     virtual ~Communicator() = default;
     virtual int rank() const = 0;
     virtual int size() const = 0;
+    // Whether the buffers of the collectives are device memory (NCCL) or host memory (threads as ranks).
+    virtual bool device_memory() const = 0;
     // buf (f32, contiguous, the same shape on every rank) becomes the sum over the ranks, added in rank
     // order ((r0 + r1) + r2 ...).
     virtual Status all_reduce_sum(const TensorView& buf) = 0;

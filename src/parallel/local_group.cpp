@@ -29,6 +29,7 @@ class LocalComm final : public Communicator {
     LocalComm(std::shared_ptr<Shared> s, int rank) : s_(std::move(s)), rank_(rank) {}
     int rank() const override { return rank_; }
     int size() const override { return s_->size; }
+    bool device_memory() const override { return false; }
 
     Status barrier() override { return rendezvous("barrier"); }
 

@@ -29,12 +29,22 @@ BackendChoice resolve_backend(const std::string& name) {
 }
 
 Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& requested) {
+    return make_backend_on(requested, 0);
+}
+
+Result<std::unique_ptr<ops::Backend>> make_backend_on(const std::string& requested, int device) {
     const std::string name = resolve_backend(requested).name;
     if (name == "ref") return ops::make_ref_backend();
     if (name == "cpu") return ops::make_cpu_backend();
 #ifdef DEEPINFER_WITH_CUDA
-    if (name == "cuda") return ops::make_cuda_backend(0);
+    if (name == "cuda") {
+        const int have = ops::cuda_device_count();
+        if (device < 0 || device >= have)
+            return make_error(ErrorCode::kInvalidArgument, "GPU {} asked for, {} present", device, have);
+        return ops::make_cuda_backend(device);
+    }
 #endif
+    (void)device;  // host backends
     return make_error(ErrorCode::kUnsupported, "unknown backend '{}' (this build has: {}, or auto)", name,
                       fmt::join(backend_names(), ", "));
 }

@@ -18,6 +18,9 @@ struct BackendChoice {
 BackendChoice resolve_backend(const std::string& name);
 
 Result<std::unique_ptr<ops::Backend>> make_backend(const std::string& name);  // "auto" resolved first
-std::vector<std::string> backend_names();                                     // those built into this binary
+// The same on a given device: GPU `device` for cuda (an error where there is no such GPU); host backends
+// ignore it.
+Result<std::unique_ptr<ops::Backend>> make_backend_on(const std::string& name, int device);
+std::vector<std::string> backend_names();  // those built into this binary
 
 }  // namespace di::runtime

@@ -1,16 +1,37 @@
 #include "runtime/model_loader.h"
 
+#include <chrono>
 #include <tuple>
 
 #include "io/finite_scan.h"
 #include "io/safetensors.h"
 #include "model/expert_parallel_model.h"
 #include "model/registry.h"
+#include "parallel/communicator.h"
 #include "runtime/backend_factory.h"
+#ifdef DEEPINFER_WITH_CUDA
+#include "parallel/nccl/nccl_group.h"
+#endif
 
 namespace di::runtime {
 
 namespace {
+
+// Collectives of a healthy step take microseconds; a peer silent for this long has failed.
+constexpr auto kCollectiveTimeout = std::chrono::minutes(5);
+
+// The ranks' communicators: threads exchanging host memory for host backends, NCCL over GPUs 0 .. ranks - 1
+// for cuda.
+Result<std::vector<std::unique_ptr<parallel::Communicator>>> rank_group(ops::Backend& backend, int ranks) {
+    const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kCollectiveTimeout);
+    if (backend.allocator().device() == Device::kHost) return parallel::make_local_group(ranks, timeout);
+#ifdef DEEPINFER_WITH_CUDA
+    return parallel::make_nccl_group(ranks, timeout);
+#else
+    return make_error(ErrorCode::kUnsupported, "expert parallelism on the {} backend needs NCCL",
+                      backend.name());
+#endif
+}
 
 Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& backend,
                            const std::string& source) {
@@ -38,10 +59,14 @@ Result<std::unique_ptr<model::Model>> load_model(const std::string& dir, ops::Ba
         if (cfg.architecture != "DeepseekV4ForCausalLM")
             return make_error(ErrorCode::kUnsupported, "{}: expert parallelism is not written for {}", dir,
                               cfg.architecture);
+        if (expert_ranks < 1 || expert_ranks > cfg.n_experts)
+            return make_error(ErrorCode::kInvalidArgument, "{} expert-parallel ranks for {} routed experts",
+                              expert_ranks, cfg.n_experts);
         const std::string name(backend.name());
-        return model::ExpertParallelModel::load(std::move(cfg),
-                                                std::make_shared<io::Checkpoint>(std::move(ckpt)), backend,
-                                                expert_ranks, [&] { return make_backend(name); });
+        DI_TRY(auto comms, rank_group(backend, expert_ranks));
+        return model::ExpertParallelModel::load(
+            std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ckpt)), backend, std::move(comms),
+            [&](int rank) { return make_backend_on(name, rank); });
     }
     const model::ModelFamily& family = model::family_of(cfg);
     return family.load(std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ckpt)), backend);

@@ -118,6 +118,7 @@ class CudaBackend final : public Backend {
         on_device(dst, "fill_zero");
         DI_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), stream()));
     }
+    void bind_thread() override { DI_CUDA_CHECK(cudaSetDevice(device_)); }
     void synchronize() override {
         before_host_sync();
         const cudaError_t e = cudaStreamSynchronize(stream());

@@ -65,6 +65,7 @@ class NcclComm final : public Communicator {
     }
     int rank() const override { return rank_; }
     int size() const override { return size_; }
+    bool device_memory() const override { return true; }
 
     Status all_reduce_sum(const TensorView& buf) override {
         DI_CHECK(buf.dtype == DType::kF32 && buf.is_contiguous() && buf.device != Device::kHost,
