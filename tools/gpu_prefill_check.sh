@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One GPU call for the prefill work (issue 11), about 6 minutes: the prefill MoE variants on V4-Flash's
+# expert shape against the reference (the 256-expert cases last: drawing their experts takes ~40 s), the
+# kernels' rates with the dense cuBLASLt rates of the same call, Nsight Compute's view of the moe `wgmma`
+# kernel (speed of light, shared-memory and pipe use, stall reasons), and the 4-layer V4-Flash-shaped model's
+# 4,096-token prefill in both precisions, profiled and not, beside transformers bf16 eager.
+#   OUT=... tools/gpu_prefill_check.sh   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
+#   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench")
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu_prefill_check}; mkdir -p "$OUT"
+d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
+summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -12; }
+timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*wgmma*:*CudaMoe*native*:-*flash*' > "$OUT/moe.log" 2>&1
+echo "moe rc $?"; summary "$OUT/moe.log"
+timeout 200 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/kb_moe.log" 2>&1; echo "kernel bench moe rc $?"
+grep -E "^\| moe fp4 n=2730" "$OUT/kb_moe.log"
+timeout 120 $d/bin/cuda_kernel_bench --quick --only gemm > "$OUT/kb_gemm.log" 2>&1; echo "kernel bench gemm rc $?"
+grep -E "dense|cuBLASLt|n=4096" "$OUT/kb_gemm.log" | head -12
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+timeout 150 "$ncu" -k "regex:moe_wgmma_kernel" --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+  --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
+  --section Occupancy --print-summary none $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/ncu.txt" 2>&1
+echo "ncu rc $?"; grep -vE "^\s*$|^==PROF==|----" "$OUT/ncu.txt" | grep -vi "OPT \|INF " | cut -c1-150 | head -70
+for pr in native exact; do
+  for prof in 0 1; do
+    timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision $pr --prompt 4096 \
+      --decode 2 --profile $prof > "$OUT/model_${pr}_p$prof.log" 2>&1
+    echo "model $pr profile $prof rc $?"; grep -E "^backend" "$OUT/model_${pr}_p$prof.log"
+    [[ $prof == 1 ]] && grep -E "^\| (moe|attention|linear|mhc_pre_norm|total) " "$OUT/model_${pr}_p$prof.log" | head -6
+  done
+done
+timeout 200 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 4 > "$OUT/hf.log" 2>&1
+echo "transformers rc $?"; tail -3 "$OUT/hf.log"
+timeout 200 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*flash*wgmma*' > "$OUT/moe_flash.log" 2>&1
+echo "moe flash rc $? (124: its time limit)"; summary "$OUT/moe_flash.log"
+exit 0
