@@ -1,7 +1,8 @@
 // mHC pre (and the hc head): the norm and the M = (2 + hc) * hc mixing dot products in double, then the
 // sigmoid / softmax / Sinkhorn step, then the collapse x = sum_i pre_i stream_i. Two variants:
 //   split_k:  the hc * D columns split over blocks of 512 (a float4 per thread), each block summing its
-//             columns' squares and M products for up to 8 tokens (fn columns L1-resident across them);
+//             columns' squares and M products for up to 8 tokens (fn columns L1-resident across them; a
+//             warp sums its lanes' M + 1 values together in one halving tree, warp_sum_slots);
 //             a finish block per token adds the partials (a warp per value, fixed tree), runs Sinkhorn with
 //             one lane per matrix element (each lane divides its own element: 2 * iters - 1 dependent
 //             divisions, not hc^2 times that), and collapses. mix = inv_rms * sum v fn (the reference rounds
@@ -90,12 +91,37 @@ constexpr int kSplitCols = 4 * kSplitThreads;  // columns per split block, four 
 constexpr int kSplitTokens = 8;                // tokens per split block
 constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 
+// Each of the P values of every lane (P a power of two <= 32) summed over the warp, in P - 1 + log2(32 / P)
+// shuffles instead of P log2(32): each halving step keeps one half of the values (the lower half where the
+// lane's bit o is clear) and adds the partner's copy of that half. Lane l returns the total of value
+// l / (32 / P). A fixed tree: the same bits for the same inputs.
+template <int N, int O, int P>
+__device__ __forceinline__ void halve_slots(double (&v)[P], int lane) {
+    const bool upper = (lane & O) != 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const double keep = upper ? v[N + i] : v[i], give = upper ? v[i] : v[N + i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, give, O);
+    }
+    if constexpr (N > 1) halve_slots<N / 2, O / 2>(v, lane);
+}
+template <int P>
+__device__ __forceinline__ double warp_sum_slots(double (&v)[P], int lane) {
+    static_assert(P >= 2 && P <= 32 && (P & (P - 1)) == 0);
+    halve_slots<P / 2, 16>(v, lane);
+#pragma unroll
+    for (int o = 16 / P; o >= 1; o /= 2) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+    return v[0];
+}
+
 // grid (splits, ceil(n / 8)), block 128: part[(t * splits + s) * (M + 1) + 0] = sum of squares of token t's
 // columns of split s, [.. + 1 + m] = sum v * fn[m] over them. Needs hc * D % 4 == 0 and 16-byte rows.
 // kRows fn rows' loads are issued together (24: all of hc = 4's mixes at once; a loop of one load per row
 // waited for each in turn, ~24 memory latencies per block).
 template <int kRows>
 __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, int M, double* part) {
+    constexpr int kSlots = kRows < 16 ? 16 : 32;  // the rows' products and the sum of squares, one spare
+    static_assert(kRows < kSlots);
     allow_early_next();
     __shared__ double red[kSplitThreads / 32][kMaxMix + 1];
     const int64_t width = p.hc * p.D, splits = gridDim.x, s = blockIdx.x;
@@ -107,8 +133,7 @@ __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, i
         const float4 v =
             inside ? *reinterpret_cast<const float4*>(p.streams + t * width + col) : make_float4(0, 0, 0, 0);
         const double vx = v.x, vy = v.y, vz = v.z, vw = v.w;
-        const double ss = warp_sum_d(vx * vx + vy * vy + vz * vz + vw * vw);
-        if (lane == 0) red[warp][0] = ss;
+        const double ss = vx * vx + vy * vy + vz * vz + vw * vw;  // this lane's part of the sum of squares
         for (int m0 = 0; m0 < M; m0 += kRows) {
             float4 f[kRows];
 #pragma unroll
@@ -116,15 +141,19 @@ __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, i
                 f[j] = inside && m0 + j < M
                            ? __ldg(reinterpret_cast<const float4*>(p.fn + (m0 + j) * p.ld_fn + col))
                            : make_float4(0, 0, 0, 0);
-            double prod[kRows];
+            // slots 0 .. kRows - 1: the rows' products; slot kRows: the sum of squares (first group only)
+            double val[kSlots];
 #pragma unroll
-            for (int j = 0; j < kRows; ++j) prod[j] = vx * f[j].x + vy * f[j].y + vz * f[j].z + vw * f[j].w;
-#pragma unroll
-            for (int j = 0; j < kRows; ++j) prod[j] = warp_sum_d(prod[j]);
-            if (lane == 0)
-#pragma unroll
-                for (int j = 0; j < kRows; ++j)
-                    if (m0 + j < M) red[warp][1 + m0 + j] = prod[j];
+            for (int j = 0; j < kSlots; ++j)
+                val[j] = j < kRows    ? vx * f[j].x + vy * f[j].y + vz * f[j].z + vw * f[j].w
+                         : j == kRows ? (m0 == 0 ? ss : 0.0)
+                                      : 0.0;
+            const double tot = warp_sum_slots<kSlots>(val, lane);
+            const int slot = lane / (32 / kSlots);
+            if (lane % (32 / kSlots) == 0) {
+                if (slot < kRows && m0 + slot < M) red[warp][1 + m0 + slot] = tot;
+                if (slot == kRows && m0 == 0) red[warp][0] = tot;
+            }
         }
         __syncthreads();
         for (int m = threadIdx.x; m <= M; m += blockDim.x) {
