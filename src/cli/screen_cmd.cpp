@@ -28,6 +28,7 @@ struct Options : GenOptions {
     std::string batches = "1,8,64", out, markdown;
     std::string preset;  // a random-weight shape (demo/presets.h) instead of --model
     int64_t layers = 4;  // of the preset: V4-Flash's first four hold every attention type
+    int64_t prefill_rows = -1;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -57,6 +58,7 @@ int run_screen(Options& o) {
         if (std::find(all.ops.begin(), all.ops.end(), op) == all.ops.end())
             return fail(fmt::format("screen: --ops: {} has no variants to screen ({})", op,
                                     fmt::join(all.ops, ", ")));
+    so.prefill_rows = o.prefill_rows;
     so.batches.clear();
     for (const std::string& b : split(o.batches)) {
         char* end = nullptr;
@@ -104,6 +106,11 @@ std::function<int()> setup(CLI::App& app) {
     add_model_options(app, *o);
     app.add_option("--ops", o->ops, "ops to screen, comma separated")->capture_default_str();
     app.add_option("--batches", o->batches, "token rows per case, comma separated")->capture_default_str();
+    app.add_option("--prefill-rows", o->prefill_rows,
+                   "the linear and MoE cases also at this many rows, where the prefill variants run (0: not; "
+                   "-1: 512 on cuda, none on cpu and ref)")
+        ->check(CLI::Range(int64_t(-1), int64_t(4096)))
+        ->capture_default_str();
     app.add_option("--out", o->out, "write the allow-list (kernels JSON) here");
     app.add_option("--markdown", o->markdown, "write the table here too");
     app.add_option("--preset", o->preset, "screen a random-weight model of this shape instead (mid, flash)");

@@ -10,6 +10,8 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <span>
+#include <thread>
 #include <tuple>
 
 #include "model/deepseek_v4.h"
@@ -135,13 +137,22 @@ ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape
                 const std::vector<float>& ref, int64_t k_len, const TensorView& y,
                 const std::function<void(const TensorView&)>& run, const TensorView& y1,
                 const std::function<void(const TensorView&)>& run_one, const Compare& cmp,
-                const std::vector<std::string>& with_ops) {
+                const std::vector<std::string>& with_ops, FallbackRun* fallback) {
     ScreenRow row{v.op, v.name, std::move(shape), "", 0, 0, 0, 0};
-    allow_only(be, nullptr, with_ops);
-    poison(be, y);
-    run(y);
-    const double err_fb = error_of(to_host_f32(be, y), ref, cmp);
-    row.fallback_us = median_us(be, [&] { run(y); });
+    FallbackRun fb;
+    if (fallback != nullptr && fallback->done) {
+        fb = *fallback;
+    } else {
+        allow_only(be, nullptr, with_ops);
+        poison(be, y);
+        run(y);
+        fb.error = error_of(to_host_f32(be, y), ref, cmp);
+        fb.us = median_us(be, [&] { run(y); });
+        fb.done = true;
+        if (fallback != nullptr) *fallback = fb;
+    }
+    const double err_fb = fb.error;
+    row.fallback_us = fb.us;
     row.tolerance = cmp.exact ? 0.0
                               : std::max({2 * err_fb, 4 * std::ldexp(1.0, -24) * std::sqrt(double(k_len)),
                                           cmp.floor, v.tolerance});
@@ -202,13 +213,34 @@ HostWeight host_weight(ops::Backend& be, const ops::QWeight& w) {
     return h;
 }
 
-ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w,
-                        const ops::QWeight& host, int64_t n, std::mt19937_64& rng, ops::ActQuant act) {
+namespace {
+
+// The reference of rows [0, n) in blocks of rows on the host's threads, each on its own reference backend:
+// every op screened this way computes a row from that row alone, so the blocks give the one call's bits
+// and a prefill-sized case's reference takes seconds instead of minutes.
+void reference_rows(int64_t n, const std::function<void(ops::Backend& ref, int64_t r0, int64_t rows)>& fn) {
+    const int64_t threads =
+        std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(1, n / 8));
+    const int64_t per = (n + threads - 1) / threads;
+    std::vector<std::thread> pool;
+    for (int64_t r0 = 0; r0 < n; r0 += per)
+        pool.emplace_back(
+            [&fn, r0, rows = std::min(per, n - r0)] { fn(*ops::make_ref_backend(), r0, rows); });
+    for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
+std::vector<ScreenRow> screen_linear(ops::Backend& be, std::span<const ops::KernelVariant* const> vs,
+                                     const ops::QWeight& w, const ops::QWeight& host, int64_t n,
+                                     std::mt19937_64& rng, ops::ActQuant act) {
     const int64_t K = w.in_dim, O = w.out_dim;
     Tensor xh = host_tensor(DType::kF32, {n, K});
     fill_uniform(xh, rng, -1, 1);
     Tensor yh = host_tensor(DType::kF32, {n, O});
-    ops::make_ref_backend()->linear({xh.view(), host, yh.view(), act});
+    reference_rows(n, [&](ops::Backend& ref, int64_t r0, int64_t rows) {
+        ref.linear({xh.view().rows(r0, rows), host, yh.view().rows(r0, rows), act});
+    });
     const std::vector<float> ref(yh.view().ptr<float>(), yh.view().ptr<float>() + n * O);
     const Buf xd = on_device(be, xh);
     Tensor yd(be.allocator(), DType::kF32, {n, O}), y1(be.allocator(), DType::kF32, {1, O});
@@ -226,15 +258,26 @@ ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops
     };
     const std::string shape = fmt::format("{} {}x{}, n={}{}", format_name(w), O, K, n,
                                           act != ops::ActQuant::kNone ? ", native" : "");
-    return judge(be, v, shape, ref, K, yd.view(), run, y1.view(),
-                 n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr);
+    std::vector<ScreenRow> rows;
+    FallbackRun fb;
+    for (const ops::KernelVariant* v : vs)
+        rows.push_back(judge(be, *v, shape, ref, K, yd.view(), run, y1.view(),
+                             n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr, {}, {}, &fb));
+    return rows;
+}
+
+ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w,
+                        const ops::QWeight& host, int64_t n, std::mt19937_64& rng, ops::ActQuant act) {
+    const ops::KernelVariant* one[] = {&v};
+    return screen_linear(be, one, w, host, n, rng, act).front();
 }
 
 namespace {
 
-ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v,
-                     const std::vector<ops::ExpertWeights>& experts, int64_t n, int64_t k,
-                     std::mt19937_64& rng, ops::ActQuant act) {
+// One MoE case (random inputs, distinct experts per token) for each of the variants, against one reference.
+std::vector<ScreenRow> screen_moe(ops::Backend& be, std::span<const ops::KernelVariant* const> vs,
+                                  const std::vector<ops::ExpertWeights>& experts, int64_t n, int64_t k,
+                                  std::mt19937_64& rng, ops::ActQuant act) {
     const int64_t E = int64_t(experts.size()), D = experts[0].w1.in_dim, I = experts[0].w1.out_dim;
     Tensor xh = host_tensor(DType::kF32, {n, D}), wh = host_tensor(DType::kF32, {n, k});
     Tensor idh = host_tensor(DType::kI32, {n, k});
@@ -259,7 +302,10 @@ ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v,
         if (h.w1.empty()) h = host[size_t(*used.begin())];
     Tensor yh = host_tensor(DType::kF32, {n, D});
     const float limit = 10.0f;
-    ops::make_ref_backend()->moe({xh.view(), idh.view(), wh.view(), host.data(), E, yh.view(), limit, act});
+    reference_rows(n, [&](ops::Backend& ref, int64_t r0, int64_t rows) {
+        ref.moe({xh.view().rows(r0, rows), idh.view().rows(r0, rows), wh.view().rows(r0, rows), host.data(),
+                 E, yh.view().rows(r0, rows), limit, act});
+    });
     const std::vector<float> ref(yh.view().ptr<float>(), yh.view().ptr<float>() + n * D);
     const Buf xd = on_device(be, xh), wd = on_device(be, wh), idd = on_device(be, idh);
     Tensor yd(be.allocator(), DType::kF32, {n, D}), y1(be.allocator(), DType::kF32, {1, D});
@@ -272,8 +318,13 @@ ScreenRow screen_moe(ops::Backend& be, const ops::KernelVariant& v,
                                           I, D, k, n, native ? ", native" : "");
     Compare cmp;
     cmp.floor = native ? kNativeMoeFloor : 0.0;
-    return judge(be, v, shape, ref, std::max(D, I), yd.view(), run, y1.view(),
-                 n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr, cmp);
+    std::vector<ScreenRow> rows;
+    FallbackRun fb;
+    for (const ops::KernelVariant* v : vs)
+        rows.push_back(judge(be, *v, shape, ref, std::max(D, I), yd.view(), run, y1.view(),
+                             n > 1 ? std::function<void(const TensorView&)>(run_one) : nullptr, cmp, {},
+                             &fb));
+    return rows;
 }
 
 // Every distinct (format, dtype, out, in) linear weight of the model, in order of first use.
@@ -294,6 +345,20 @@ std::vector<const ops::QWeight*> distinct_linears(const model::ModelWeights& w) 
         if (!q->empty() && seen.insert({int(q->format), int(q->data.dtype), q->out_dim, q->in_dim}).second)
             out.push_back(q);
     return out;
+}
+
+}  // namespace
+
+namespace {
+
+// The linear and MoE cases' row counts: the batches, and a prefill's rows where the prefill variants run.
+std::vector<int64_t> rows_of(const ScreenOptions& o, ops::Backend& be) {
+    std::vector<int64_t> r = o.batches;
+    const int64_t prefill = o.prefill_rows >= 0                        ? o.prefill_rows
+                            : be.allocator().device() == Device::kHost ? 0
+                                                                       : ScreenOptions::kDevicePrefillRows;
+    if (prefill > 0 && std::find(r.begin(), r.end(), prefill) == r.end()) r.push_back(prefill);
+    return r;
 }
 
 }  // namespace
@@ -332,17 +397,19 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
         const auto linears = distinct_linears(m.weights());
         std::vector<HostWeight> hosts;
         for (const ops::QWeight* q : linears) hosts.push_back(host_weight(be, *q));
+        std::vector<const ops::KernelVariant*> lin;
         for (const ops::KernelVariant& v : variants)
-            if (v.op == "linear" && !v.fallback)
-                for (size_t i = 0; i < linears.size(); ++i)
-                    for (int64_t n : o.batches) {
-                        rep.rows.push_back(screen_linear(be, v, *linears[i], hosts[i].w, n, rng));
-                        const ops::QWeight& q = *linears[i];
-                        if (o.native && q.format == ops::WeightFormat::kFp8Block &&
-                            q.in_dim % ops::kActBlock == 0)
-                            rep.rows.push_back(
-                                screen_linear(be, v, q, hosts[i].w, n, rng, ops::ActQuant::kFp8Block128));
-                    }
+            if (v.op == "linear" && !v.fallback) lin.push_back(&v);
+        auto add = [&](std::vector<ScreenRow> r) { rep.rows.insert(rep.rows.end(), r.begin(), r.end()); };
+        if (!lin.empty())
+            for (size_t i = 0; i < linears.size(); ++i)
+                for (int64_t n : rows_of(o, be)) {
+                    add(screen_linear(be, lin, *linears[i], hosts[i].w, n, rng));
+                    const ops::QWeight& q = *linears[i];
+                    if (o.native && q.format == ops::WeightFormat::kFp8Block &&
+                        q.in_dim % ops::kActBlock == 0)
+                        add(screen_linear(be, lin, q, hosts[i].w, n, rng, ops::ActQuant::kFp8Block128));
+                }
         screen_table_linears(be, variants, rng, rep.rows);  // the case table's odd sizes
     }
     if (wanted("moe")) {
@@ -355,13 +422,15 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
             const bool native = o.native && w1.format != ops::WeightFormat::kDense &&
                                 w1.in_dim % ops::kActBlock == 0 && w1.out_dim % ops::kActBlock == 0;
             const int64_t k = m.config().n_experts_active;
+            std::vector<const ops::KernelVariant*> mv;
             for (const ops::KernelVariant& v : variants)
-                if (v.op == "moe" && !v.fallback)
-                    for (int64_t n : o.batches) {
-                        rep.rows.push_back(screen_moe(be, v, ex, n, k, rng, ops::ActQuant::kNone));
-                        if (native)
-                            rep.rows.push_back(screen_moe(be, v, ex, n, k, rng, ops::ActQuant::kFp8Block128));
-                    }
+                if (v.op == "moe" && !v.fallback) mv.push_back(&v);
+            auto add = [&](std::vector<ScreenRow> r) { rep.rows.insert(rep.rows.end(), r.begin(), r.end()); };
+            if (!mv.empty())
+                for (int64_t n : rows_of(o, be)) {
+                    add(screen_moe(be, mv, ex, n, k, rng, ops::ActQuant::kNone));
+                    if (native) add(screen_moe(be, mv, ex, n, k, rng, ops::ActQuant::kFp8Block128));
+                }
         }
     }
     if (wanted("attention")) screen_attention(be, variants, m.config(), o.batches, rng, rep.rows, o.native);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ struct ScreenOptions {
                                     "mhc_pre",      "hc_head",     "rms_norm_rope", "mhc_pre_norm",
                                     "hc_head_norm", "add_mhc_post"};
     std::vector<int64_t> batches = {1, 8, 64};
+    // The linear and MoE cases also at this many rows (0: not), where the prefill variants take them (a
+    // 512-row MoE is 3,072 pairs at k = 6, above the CUDA tiled variants' 2,048); each case's reference and
+    // fallback run once for all the op's variants, the reference in row blocks on the host's threads.
+    // -1: kDevicePrefillRows on a device backend, none on a host backend (whose variants do not change
+    // with the row count, and whose fallbacks take seconds at that size).
+    static constexpr int64_t kDevicePrefillRows = 512;
+    int64_t prefill_rows = -1;
     // Also the native precision's cases where the model's formats have them (FP8 linears and quantised
     // expert inputs, each variant with the same rows quantised)
     bool native = true;
@@ -61,6 +69,10 @@ HostWeight host_weight(ops::Backend& be, const ops::QWeight& w);
 ScreenRow screen_linear(ops::Backend& be, const ops::KernelVariant& v, const ops::QWeight& w,
                         const ops::QWeight& host, int64_t n, std::mt19937_64& rng,
                         ops::ActQuant act = ops::ActQuant::kNone);
+// The same case for several variants against one reference.
+std::vector<ScreenRow> screen_linear(ops::Backend& be, std::span<const ops::KernelVariant* const> vs,
+                                     const ops::QWeight& w, const ops::QWeight& host, int64_t n,
+                                     std::mt19937_64& rng, ops::ActQuant act = ops::ActQuant::kNone);
 
 // Collects the verdicts into the allow-list the report carries.
 ops::AllowList allow_list_from(const ops::Backend& be, const std::vector<ScreenRow>& rows);

@@ -62,11 +62,17 @@ double error_of(const std::vector<float>& got, const std::vector<float>& ref, co
 // (floats, or the ids' bits for an exact compare); `k_len` the longest sum (the tolerance's floor).
 // `with_ops`: ops whose every variant stays allowed in both runs (a fused pair's parts: its one-launch
 // kernel builds on them).
+// `fallback`: where several variants are judged on one case, the fallback's error and time of the first
+// judge, reused by the others (the fallback runs six times a judge: seconds at a prefill's size).
+struct FallbackRun {
+    bool done = false;
+    double error = 0, us = 0;
+};
 ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape,
                 const std::vector<float>& ref, int64_t k_len, const TensorView& y,
                 const std::function<void(const TensorView&)>& run, const TensorView& y1,
                 const std::function<void(const TensorView&)>& run_one, const Compare& cmp = {},
-                const std::vector<std::string>& with_ops = {});
+                const std::vector<std::string>& with_ops = {}, FallbackRun* fallback = nullptr);
 
 // The cases of the stateful and mHC ops for every non-fallback variant of `variants` (screen_cases.cpp).
 // native: each case again with the native precision's f16 permission (AttentionArgs::f16).
