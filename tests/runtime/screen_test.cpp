@@ -96,6 +96,36 @@ TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
         EXPECT_FALSE(l.allows("linear", bad)) << bad;
 }
 
+// A prefill-sized case judges every variant against one reference, computed in row blocks on several
+// threads: the exact variant still passes (a block split that changed the reference would fail it), the
+// planted ones fail with the same reasons, and every row shares the one fallback time.
+TEST(Screen, OneReferenceForAllVariantsOfAPrefillCase) {
+    Planted be;
+    Tensor wt(host_allocator(), DType::kF32, {48, 64});
+    std::mt19937_64 rng(4);
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+    for (int64_t i = 0; i < wt.view().numel(); ++i) wt.view().ptr<float>()[i] = u(rng);
+    ops::QWeight w;
+    w.data = wt.view();
+    w.out_dim = 48, w.in_dim = 64;
+    const std::vector<ops::KernelVariant> all = be.kernel_variants();
+    std::vector<const ops::KernelVariant*> vs;
+    for (const ops::KernelVariant& v : all)
+        if (!v.fallback && (v.name == "exact" || v.name == "ulp100" || v.name == "fewer_rows"))
+            vs.push_back(&v);
+    ASSERT_EQ(vs.size(), 3u);
+    const std::vector<runtime::ScreenRow> rows = runtime::screen_linear(be, vs, w, w, 300, rng);
+    ASSERT_EQ(rows.size(), 3u);
+    const std::map<std::string, std::string> expect = {
+        {"exact", "pass"},
+        {"ulp100", "fail: error"},
+        {"fewer_rows", "fail: non-finite or unwritten outputs"}};
+    for (const runtime::ScreenRow& r : rows) {
+        EXPECT_EQ(r.verdict.rfind(expect.at(r.variant), 0), 0u) << r.variant << ": " << r.verdict;
+        EXPECT_EQ(r.fallback_us, rows[0].fallback_us) << r.variant;
+    }
+}
+
 // The native precision's linear cases (fp8 weights, the rows quantised for reference and candidate alike)
 // are judged at the f32 bound too: the same planted variants are caught with the same reasons.
 TEST(Screen, NativeLinearCasesCatchThePlantedVariants) {
