@@ -7,10 +7,12 @@
 //   down:      y[pair, c] = W2_e[c] . h[pair]
 //   combine:   out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
 // Block (row tile, active expert), one warpgroup: 64 rows of each of its NM x MT weight tiles times 64 B rows
-// (64 tokens' hi halves, or 32 tokens' hi and lo) per wgmma m64n64k16. The weights go from global memory to
-// registers and become the A fragments there (mma_frag.cuh: the fp4 group scale folded into the f16 weights,
-// exact for the scales mma_ok admits); the token rows come into shared memory by cp.async, kStages chunks
-// ahead, and wgmma reads them from there. With one scale per row a product sums a row's chunks directly and
+// (64 tokens' hi halves, or 32 tokens' hi and lo) per wgmma m64n64k16. Each 128-element chunk's token rows,
+// weight bytes and group scales come into shared memory by cp.async, kStages - 1 chunks ahead; each thread
+// turns its own weight bytes into the A fragments in registers (mma_frag.cuh: the fp4 group scale folded
+// into the f16 weights, exact for the scales mma_ok admits) and wgmma reads the token rows from shared
+// memory, stored in the 128-byte swizzle (unswizzled, the tensor cores' reads of them collided in the banks:
+// 1.23x slower, docs/benchmarks.md). With one scale per row a product sums a row's chunks directly and
 // depends only on its own token: deterministic and batch-invariant.
 #include <algorithm>
 
