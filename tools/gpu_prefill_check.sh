@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# One GPU call for the prefill work (issue 11), about 6 minutes: the prefill MoE variants on V4-Flash's
+# One GPU call for the prefill work (issue 11), about 7 minutes: mHC's and the fused ops' cases and the golden
+# fixtures (deepinfer score), the prefill MoE variants on V4-Flash's
 # expert shape against the reference (the 256-expert cases last: drawing their experts takes ~40 s), the
 # kernels' rates with the dense cuBLASLt rates of the same call, Nsight Compute's view of the moe `wgmma`
 # kernel (speed of light, shared-memory and pipe use, stall reasons), and the 4-layer V4-Flash-shaped model's
 # 4,096-token prefill in both precisions, profiled and not, beside transformers bf16 eager.
 #   OUT=... tools/gpu_prefill_check.sh   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
-#   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench")
+#   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench deepinfer")
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_prefill_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -12; }
+timeout 60 $d/bin/cuda_ops_test --gtest_filter='*CudaMhc*:*CudaFused*' > "$OUT/mhc.log" 2>&1
+echo "mhc rc $?"; summary "$OUT/mhc.log"
+timeout 40 tools/gpu_goldens.sh $d/bin "$OUT"
 timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*wgmma*:*CudaMoe*native*:-*flash*' > "$OUT/moe.log" 2>&1
 echo "moe rc $?"; summary "$OUT/moe.log"
 timeout 200 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/kb_moe.log" 2>&1; echo "kernel bench moe rc $?"
