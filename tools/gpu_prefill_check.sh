@@ -33,6 +33,12 @@ for pr in native exact; do
     [[ $prof == 1 ]] && grep -E "^\| (moe|attention|linear|mhc_pre_norm|total) " "$OUT/model_${pr}_p$prof.log" | head -6
   done
 done
+# the prefill chunk (the engine's step budget on cuda): throughput of a 16K-token prompt per chunk length
+for c in 1024 2048 4096 8192; do
+  timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 16384 \
+    --decode 2 --prefill-chunk $c > "$OUT/chunk_$c.log" 2>&1
+  echo "prefill chunk $c rc $? $(grep -hE "^backend" "$OUT/chunk_$c.log" | grep -oE "prefill [0-9]+ tokens in [0-9.]+ s = [0-9.]+ tokens/s")"
+done
 timeout 200 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 4 > "$OUT/hf.log" 2>&1
 echo "transformers rc $?"; tail -3 "$OUT/hf.log"
 timeout 200 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*flash*wgmma*' > "$OUT/moe_flash.log" 2>&1
