@@ -18,6 +18,11 @@ timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*wgmma*:*CudaMoe*native
 echo "moe rc $?"; summary "$OUT/moe.log"
 timeout 200 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/kb_moe.log" 2>&1; echo "kernel bench moe rc $?"
 grep -E "^\| moe fp4 n=2730" "$OUT/kb_moe.log"
+# the wgmma pipeline's A/B knob: 2 stages and 3 blocks an SM against the default 4 stages and 2 blocks
+DEEPINFER_WGMMA_STAGES=2 timeout 60 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*gemm_*wgmma*:*CudaMoe*native_fp4_16*wgmma*' \
+  > "$OUT/moe_stages2.log" 2>&1; echo "moe 2 stages rc $?"; summary "$OUT/moe_stages2.log"
+DEEPINFER_WGMMA_STAGES=2 timeout 200 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/kb_moe2.log" 2>&1
+echo "kernel bench moe, 2 stages, rc $?"; grep -E "^\| moe fp4 n=2730.*wgmma" "$OUT/kb_moe2.log"
 timeout 120 $d/bin/cuda_kernel_bench --quick --only gemm > "$OUT/kb_gemm.log" 2>&1; echo "kernel bench gemm rc $?"
 grep -E "dense|cuBLASLt|n=4096" "$OUT/kb_gemm.log" | head -12
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

@@ -8,13 +8,14 @@
 //   combine:   out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
 // Block (row tile, active expert), one warpgroup: 64 rows of each of its NM x MT weight tiles times 64 B rows
 // (64 tokens' hi halves, or 32 tokens' hi and lo) per wgmma m64n64k16. Each 128-element chunk's token rows,
-// weight bytes and group scales come into shared memory by cp.async, kStages - 1 chunks ahead; each thread
-// turns its own weight bytes into the A fragments in registers (mma_frag.cuh: the fp4 group scale folded
-// into the f16 weights, exact for the scales mma_ok admits) and wgmma reads the token rows from shared
-// memory, stored in the 128-byte swizzle (unswizzled, the tensor cores' reads of them collided in the banks:
-// 1.23x slower, docs/benchmarks.md). With one scale per row a product sums a row's chunks directly and
-// depends only on its own token: deterministic and batch-invariant.
+// weight bytes and group scales come into shared memory by cp.async, kStages - 1 chunks ahead (kStages 4 or
+// 2: wgmma_stages); each thread turns its own weight bytes into the A fragments in registers (mma_frag.cuh:
+// the fp4 group scale folded into the f16 weights, exact for the scales mma_ok admits) and wgmma reads the
+// token rows from shared memory, stored in the 128-byte swizzle (unswizzled, the tensor cores' reads of them
+// collided in the banks: 1.23x slower, docs/benchmarks.md). With one scale per row a product sums a row's
+// chunks directly and depends only on its own token: deterministic and batch-invariant.
 #include <algorithm>
+#include <cstdlib>
 
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
@@ -26,9 +27,8 @@ namespace {
 
 using namespace mma;
 
-constexpr int kThreads = 128;  // one warpgroup
-constexpr int kRows = 64;      // B rows (token halves) per tile
-constexpr int kStages = 4;
+constexpr int kThreads = 128;                  // one warpgroup
+constexpr int kRows = 64;                      // B rows (token halves) per tile
 constexpr int kTokBytes = kRows * kChunk * 2;  // a stage's token rows (f16)
 constexpr int kWBytes = 4 * 16 * kThreads;     // its weights: 4 (matrix, tile, row half) x 16 B a thread
 constexpr int kScBytes = 4 * 4 * kThreads;     // their scale rows: 4 x 4 group scales a thread
@@ -85,8 +85,9 @@ struct WgIo {
 // grid (n_out / (64 MT), max active experts), 128 threads, kStages * kStageBytes of dynamic shared memory.
 // NM = 2: up (W1, W3, swiglu), MT = 1; NM = 1: down (W2), MT = 2. kLo: B row 2t is token t's hi half and row
 // 2t + 1 its lo half (32 tokens a tile); else 64 tokens' hi halves (quantised activations: lo is zero).
-template <int NM, int MT, bool kLo>
-__global__ void __launch_bounds__(kThreads) moe_wgmma_kernel(MoeParams p, MoePlan plan, WgIo io) {
+template <int NM, int MT, bool kLo, int kStages>
+__global__ void __launch_bounds__(kThreads, kStages <= 2 ? 3 : 1)
+    moe_wgmma_kernel(MoeParams p, MoePlan plan, WgIo io) {
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const int a = blockIdx.y;
@@ -259,23 +260,37 @@ __global__ void __launch_bounds__(kThreads) moe_wgmma_kernel(MoeParams p, MoePla
     }
 }
 
-template <int NM, int MT, bool kLo>
+// kStages chunks in flight: 4 (105 KB of shared memory, 2 blocks an SM) or 2 (53 KB, 3 blocks an SM, the
+// registers capped at 168 for it). DEEPINFER_WGMMA_STAGES=2|4 picks one (4 by default): the same bits either
+// way, an A/B knob for the benchmarks until one is measured the better.
+int wgmma_stages() {
+    static const int v = [] {
+        const char* e = std::getenv("DEEPINFER_WGMMA_STAGES");
+        return e != nullptr && std::atoi(e) == 2 ? 2 : 4;
+    }();
+    return v;
+}
+
+template <int NM, int MT, bool kLo, int kStages>
 void launch_tiles(const MoeParams& p, const MoePlan& plan, const WgIo& io, unsigned slots, cudaStream_t s) {
     constexpr int smem = kStages * kStageBytes + 1024;  // + the alignment of the swizzled stages
     static const bool raised =
-        cudaFuncSetAttribute(moe_wgmma_kernel<NM, MT, kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             smem) == cudaSuccess;
+        cudaFuncSetAttribute(moe_wgmma_kernel<NM, MT, kLo, kStages>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
-    moe_wgmma_kernel<NM, MT, kLo>
+    moe_wgmma_kernel<NM, MT, kLo, kStages>
         <<<dim3(unsigned(io.n_out / (64 * MT)), slots), kThreads, smem, s>>>(p, plan, io);
 }
 
 template <int NM, int MT>
 void launch_wgmma(const MoeParams& p, const MoePlan& plan, const WgIo& io, unsigned slots, cudaStream_t s) {
+    const bool two = wgmma_stages() == 2;
     if (p.act_fp8)
-        launch_tiles<NM, MT, false>(p, plan, io, slots, s);
+        two ? launch_tiles<NM, MT, false, 2>(p, plan, io, slots, s)
+            : launch_tiles<NM, MT, false, 4>(p, plan, io, slots, s);
     else
-        launch_tiles<NM, MT, true>(p, plan, io, slots, s);
+        two ? launch_tiles<NM, MT, true, 2>(p, plan, io, slots, s)
+            : launch_tiles<NM, MT, true, 4>(p, plan, io, slots, s);
 }
 
 void launch_wg_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, uint32_t* data, float* inv,
