@@ -6,7 +6,7 @@
 # kernel (speed of light, shared-memory and pipe use, stall reasons), and the 4-layer V4-Flash-shaped model's
 # 4,096-token prefill in both precisions, profiled and not, beside transformers bf16 eager.
 #   OUT=... tools/gpu_prefill_check.sh   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
-#   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench deepinfer")
+#   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench bench/wgmma_probe deepinfer")
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_prefill_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
@@ -18,6 +18,8 @@ timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*wgmma*:*CudaMoe*native
 echo "moe rc $?"; summary "$OUT/moe.log"
 timeout 200 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/kb_moe.log" 2>&1; echo "kernel bench moe rc $?"
 grep -E "^\| moe fp4 n=2730" "$OUT/kb_moe.log"
+# the instruction shape's own ceiling (no memory traffic), with and without the fp4 conversion
+[ -x $d/bin/wgmma_probe ] && timeout 60 $d/bin/wgmma_probe | tee "$OUT/wgmma_probe.txt"
 # the wgmma pipeline's A/B knob: 2 stages and 3 blocks an SM against the default 4 stages and 2 blocks
 DEEPINFER_WGMMA_STAGES=2 timeout 60 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*gemm_*wgmma*:*CudaMoe*native_fp4_16*wgmma*' \
   > "$OUT/moe_stages2.log" 2>&1; echo "moe 2 stages rc $?"; summary "$OUT/moe_stages2.log"
