@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# One GPU call for the prefill work (issue 11), about 7 minutes: mHC's and the fused ops' cases and the golden
-# fixtures (deepinfer score), the prefill MoE variants on V4-Flash's
-# expert shape against the reference (the 256-expert cases last: drawing their experts takes ~40 s), the
-# kernels' rates with the dense cuBLASLt rates of the same call, Nsight Compute's view of the moe `wgmma`
-# kernel (speed of light, shared-memory and pipe use, stall reasons), and the 4-layer V4-Flash-shaped model's
-# 4,096-token prefill in both precisions, profiled and not, beside transformers bf16 eager.
-#   OUT=... tools/gpu_prefill_check.sh   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
+# Two GPU calls for the prefill work (issue 11), each within a call's 10-minute limit.
+# Part 1 (~5 min): mHC's and the fused ops' cases and the golden fixtures (deepinfer score), the prefill MoE
+# variants on V4-Flash's expert shape against the reference, the MoE kernels' rates, the instruction shape's
+# own rate (wgmma_probe), the wgmma stages A/B, the dense cuBLASLt rates.
+# Part 2 (~6 min): Nsight Compute's view of the moe `wgmma` kernel (speed of light, shared-memory and pipe use,
+# stall reasons), the 4-layer V4-Flash-shaped model's 4,096-token prefill in both precisions, profiled and
+# not, the prefill chunk swept on a 16K prompt, transformers bf16 eager beside it, and the 256-expert wgmma
+# cases last (drawing their experts takes ~40 s).
+#   OUT=... tools/gpu_prefill_check.sh 1|2   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
 #   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench bench/wgmma_probe deepinfer")
 set -uo pipefail
+part=${1:-1}
 OUT=${OUT:-/tmp/gpu_prefill_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -12; }
+if [[ $part == 1 ]]; then
 timeout 60 $d/bin/cuda_ops_test --gtest_filter='*CudaMhc*:*CudaFused*' > "$OUT/mhc.log" 2>&1
 echo "mhc rc $?"; summary "$OUT/mhc.log"
 timeout 40 tools/gpu_goldens.sh $d/bin "$OUT"
@@ -27,6 +31,8 @@ DEEPINFER_WGMMA_STAGES=2 timeout 200 $d/bin/cuda_kernel_bench --only moe_prefill
 echo "kernel bench moe, 2 stages, rc $?"; grep -E "^\| moe fp4 n=2730.*wgmma" "$OUT/kb_moe2.log"
 timeout 120 $d/bin/cuda_kernel_bench --quick --only gemm > "$OUT/kb_gemm.log" 2>&1; echo "kernel bench gemm rc $?"
 grep -E "dense|cuBLASLt|n=4096" "$OUT/kb_gemm.log" | head -12
+exit 0
+fi
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 timeout 150 "$ncu" -k "regex:moe_wgmma_kernel" --launch-skip 2 --launch-count 1 --section SpeedOfLight \
   --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
