@@ -347,10 +347,6 @@ std::vector<const ops::QWeight*> distinct_linears(const model::ModelWeights& w) 
     return out;
 }
 
-}  // namespace
-
-namespace {
-
 // The linear and MoE cases' row counts: the batches, and a prefill's rows where the prefill variants run.
 std::vector<int64_t> rows_of(const ScreenOptions& o, ops::Backend& be) {
     std::vector<int64_t> r = o.batches;

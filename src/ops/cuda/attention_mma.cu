@@ -19,6 +19,7 @@
 namespace di::cuda {
 namespace {
 
+using mma::block_max;
 using mma::chunk_shift;
 using mma::mma16816;
 
@@ -41,19 +42,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
-}
-
-// The block's max of v (every thread gets it); red: kWarps floats.
-__device__ __forceinline__ float block_max(float v, float* red) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();  // red's readers of the previous call are done
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float m = red[0];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[w]);
-    return m;
 }
 
 // kLo: hi + lo operands (exact precision); else hi only (AttentionParams::f16, the native precision).
@@ -88,7 +76,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(Attention
                                                          (r >> 1) * 8);
             qmax = fmaxf(qmax, fmaxf(fabsf(qv[kk][r].x), fabsf(qv[kk][r].y)));
         }
-    const int shq = chunk_shift(block_max(qmax, red));
+    const int shq = chunk_shift(block_max<kWarps>(qmax, red));
     uint32_t qa[2][4][4];  // [hi, lo][kk][r]
     {
         const float s = pow2f(shq);
@@ -129,7 +117,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(Attention
             return km;
         };
         __syncthreads();  // the previous tile's readers are done
-        const float km = block_max(stage(sh_guess), red);
+        const float km = block_max<kWarps>(stage(sh_guess), red);
         int sht = sh_guess;
         const float scaled = km * pow2f(sh_guess);
         if (km > 0.0f && km <= 3.4e38f && !(scaled >= 1024.0f && scaled < 32768.0f)) {

@@ -25,17 +25,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     allow_early_next();
     const float* row = x + int64_t(blockIdx.x) * ldx;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float m = 0.0f;
-    for (int64_t i = threadIdx.x; i < chunks * kChunk; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    __shared__ float part[kWarps];
-    if (lane == 0) part[warp] = m;
-    __syncthreads();
-    m = part[0];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, part[w]);
-    const int sh = chunk_shift(m);
+    __shared__ float red[kWarps];
+    const int sh = row_shift<kWarps>(row, chunks * kChunk, red);
     uint32_t* dst = out.data + int64_t(blockIdx.x) * chunks * kChunkWords;
     for (int64_t c = warp; c < chunks; c += kWarps)
         warp_chunk_at<kFp8Order>(row + c * kChunk, dst + c * kChunkWords, sh, lane);

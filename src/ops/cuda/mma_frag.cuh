@@ -50,6 +50,27 @@ __device__ __forceinline__ int chunk_shift(float m) {
     frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
     return min(max(15 - e, -120), 120);
 }
+// The max of v over a block of kWarps warps (every thread gets it); red: kWarps floats of shared memory.
+template <int kWarps>
+__device__ __forceinline__ float block_max(float v, float* red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();  // red's readers of a previous call are done
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = red[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[w]);
+    return m;
+}
+// chunk_shift of the max |x| of a row of n floats, by a block of kWarps warps (every thread gets it).
+template <int kWarps>
+__device__ __forceinline__ int row_shift(const float* row, int64_t n, float* red) {
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));  // fmaxf skips NaN
+    return chunk_shift(block_max<kWarps>(m, red));
+}
+
 // One chunk by one warp with a given shift: 128 floats at src, times 2^sh, to hi/lo words at dst.
 template <bool kFp8Order>
 __device__ __forceinline__ void warp_chunk_at(const float* src, uint32_t* dst_words, int sh, int lane) {

@@ -50,15 +50,8 @@ __global__ void __launch_bounds__(128)
     allow_early_next();
     const float* row = x + int64_t(blockIdx.x) * ldx;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float m = 0.0f;
-    for (int64_t i = threadIdx.x; i < chunks * kChunk; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    __shared__ float part[4];
-    if (lane == 0) part[warp] = m;
-    __syncthreads();
-    m = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
-    const int sh = chunk_shift(m);
+    __shared__ float red[4];
+    const int sh = row_shift<4>(row, chunks * kChunk, red);
     const float s = __int_as_float((127 + sh) << 23);
     constexpr int64_t kWords = kLo ? 128 : 64;
     __half* dst = reinterpret_cast<__half*>(data + int64_t(blockIdx.x) * chunks * kWords);
@@ -305,9 +298,8 @@ void launch_wg_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, ui
 }  // namespace
 
 bool moe_wgmma_supported(const MoeParams& p, bool forced) {
-    return p.mma_ok && p.scales_4b && p.gemv_format == gemv::kFp4 && p.D % 128 == 0 && p.I % 128 == 0 &&
-           p.n * p.k <= kMoeGemmMaxPairs &&
-           (forced || (p.n * p.k >= kMoeGemmMinPairs && p.n * p.k >= 8 * p.n_experts));
+    return p.scales_4b &&
+           moe_gemm_supported(p, forced);  // gemm's cases, its scale rows copied 4 bytes at once
 }
 
 void launch_moe_wgmma(const MoeParams& p, Scratch& scratch, Stream s) {
