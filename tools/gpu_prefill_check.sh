@@ -46,11 +46,16 @@ for pr in native exact; do
     [[ $prof == 1 ]] && grep -E "^\| (moe|attention|linear|mhc_pre_norm|total) " "$OUT/model_${pr}_p$prof.log" | head -6
   done
 done
+# each kernel's share of the native prefill (CUPTI timeline; --decode 0 keeps the decode steps out)
+CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/trace_native.csv timeout 120 \
+  $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 1 \
+  > "$OUT/model_trace.log" 2>&1
+echo "traced model rc $?"; python3 tools/trace_totals.py "$OUT/trace_native.csv" 25
 # the prefill chunk (the engine's step budget on cuda): throughput of a 16K-token prompt per chunk length
 for c in 1024 2048 4096 8192; do
   timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 16384 \
     --decode 2 --prefill-chunk $c > "$OUT/chunk_$c.log" 2>&1
-  echo "prefill chunk $c rc $? $(grep -hE "^backend" "$OUT/chunk_$c.log" | grep -oE "prefill [0-9]+ tokens in [0-9.]+ s = [0-9.]+ tokens/s")"
+  echo "prefill chunk $c rc $? $(grep -hE "^backend" "$OUT/chunk_$c.log" | grep -oE "prefill [0-9]+ tokens [(]steps of [0-9]+[)] in [0-9.]+ s = [0-9.]+ tokens/s")"
 done
 timeout 200 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 4 > "$OUT/hf.log" 2>&1
 echo "transformers rc $?"; tail -3 "$OUT/hf.log"

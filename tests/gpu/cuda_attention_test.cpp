@@ -61,14 +61,18 @@ TEST_P(CudaAttention, MatchesRef) {
         EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << variant;
         expect_close(out, ops::cases::kAttentionCuda.value, std::string(c.name) + " " + variant);
     }
-    if (c.hd == 512 && c.H % 16 == 0) {  // the native precision's f16 operands (mma only)
+    for (const char* variant : {"mma64", "mma"}) {  // the native precision's f16 operands
+        if (c.hd != 512 || c.H % (std::string(variant) == "mma64" ? 64 : 16) != 0) continue;
         out.poison();
-        ASSERT_TRUE(b.gpu->force_variant("attention", "mma"));
+        ASSERT_TRUE(b.gpu->force_variant("attention", variant));
         ops::AttentionArgs a = make(true);
         a.f16 = true;
+        const int64_t before = b.gpu->dispatch_count("attention", variant);
         b.gpu->attention(a);
+        EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << variant;
         std::memcpy(out.hv().data, want.data(), want.size() * sizeof(float));
-        expect_close(out, ops::cases::kAttentionNativeCuda.value, std::string(c.name) + " mma f16");
+        expect_close(out, ops::cases::kAttentionNativeCuda.value,
+                     std::string(c.name) + " " + variant + " f16");
     }
     ASSERT_TRUE(b.gpu->force_variant("attention", ""));
 }

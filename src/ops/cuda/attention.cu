@@ -340,6 +340,7 @@ int64_t attention_splits(const AttentionParams& p) {
 
 void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, AttentionVariant v) {
     if (p.L == 0) return;
+    if (v == AttentionVariant::kMma64) return launch_attention_mma64(p, scratch, s);
     if (v == AttentionVariant::kMma) return launch_attention_mma(p, s);
     const size_t tile = size_t(kTile * p.hd) * sizeof(float);
     if (v == AttentionVariant::kPerQuery) {

@@ -11,10 +11,36 @@ struct QueryKeys {
     int64_t lo, n_win, n_comp;  // window positions [lo, lo + n_win), then n_comp compressed entries
 };
 
+// Stable in-place compaction of list[j] where keep[j], by the whole block (a ballot per warp, the warps'
+// counts added in order; a round of blockDim.x entries reads all its entries before any is written, and
+// writes only below the next round's). Returns the kept count to every thread. (One thread walking k = 512
+// entries took ~2.5 us a block.)
+__device__ __forceinline__ int64_t compact_kept(int32_t* list, const int32_t* keep, int64_t k) {
+    __shared__ int warp_count[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    int64_t base = 0;
+    for (int64_t j0 = 0; j0 < k; j0 += blockDim.x) {
+        const int64_t j = j0 + threadIdx.x;
+        const bool kept = j < k && keep[j] != 0;
+        const int32_t w = kept ? list[j] : 0;
+        const unsigned ballot = __ballot_sync(0xffffffffu, kept);
+        if (lane == 0) warp_count[warp] = __popc(ballot);
+        __syncthreads();
+        int64_t before = base, total = base;
+        for (int i = 0; i < warps; ++i) {
+            if (i < warp) before += warp_count[i];
+            total += warp_count[i];
+        }
+        if (kept) list[before + __popc(ballot & ((1u << lane) - 1u))] = w;
+        base = total;
+        __syncthreads();  // warp_count and this round's writes, before the next round
+    }
+    return base;
+}
+
 // Query t's keys; for picks, `list` (2 k ints of shared memory) ends up holding the first occurrence of each
-// valid pick in pick order (flags in parallel, compaction serial). Every thread of the block calls it.
+// valid pick in pick order (flags and compaction in parallel). Every thread of the block calls it.
 __device__ __forceinline__ QueryKeys query_keys(const AttentionParams& p, int64_t t, int32_t* list) {
-    __shared__ int n_list;
     const int64_t pos = p.pos0 + t;
     const int64_t lo = max(pos - p.window + 1, p.pos0 - p.n_cached);
     int64_t n_comp = 0;
@@ -32,14 +58,7 @@ __device__ __forceinline__ QueryKeys query_keys(const AttentionParams& p, int64_
             keep[j] = ok;
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int cnt = 0;
-            for (int64_t j = 0; j < p.k; ++j)
-                if (keep[j]) list[cnt++] = list[j];
-            n_list = cnt;
-        }
-        __syncthreads();
-        n_comp = n_list;
+        n_comp = compact_kept(list, keep, p.k);
     }
     return {lo, pos - lo + 1, n_comp};
 }

@@ -16,7 +16,8 @@ constexpr cuda::IndexerVariant kIndexerEnum[] = {
 // 29.5 / 35.1, 16,384 entries 52.6 / 83.6, 16 queries of 16,384 each 215 / 692.
 constexpr int64_t kIndexerTiledMinEntries = 256;
 constexpr cuda::AttentionVariant kAttentionEnum[] = {
-    cuda::AttentionVariant::kMma, cuda::AttentionVariant::kSplitKv, cuda::AttentionVariant::kPerQuery};
+    cuda::AttentionVariant::kMma64, cuda::AttentionVariant::kMma, cuda::AttentionVariant::kSplitKv,
+    cuda::AttentionVariant::kPerQuery};
 
 }  // namespace
 
@@ -168,6 +169,9 @@ std::pair<cuda::AttentionParams, int> CudaBackend::attention_call(const Attentio
     const int v = attention_v_.choose(
         [&](int i, bool forced) {
             switch (kAttentionEnum[i]) {
+                case cuda::AttentionVariant::kMma64:
+                    return cuda::attention_mma64_supported(p) &&
+                           (forced || p.L >= cuda::kAttentionMmaMinQueries);
                 case cuda::AttentionVariant::kMma:
                     return cuda::attention_mma_supported(p) &&
                            (forced || p.L >= cuda::kAttentionMmaMinQueries);

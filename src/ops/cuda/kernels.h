@@ -159,15 +159,19 @@ struct AttentionParams {
     float scale;
     bool f16 = false;  // AttentionArgs::f16
 };
-// kMma: a prefill's queries on the tensor cores (attention_mma.cu: a block per query and 16 heads, scores and
-// output on mma.sync with hi + lo f16 operands); kSplitKv: each query's keys split across blocks
-// (flash-decoding), partials merged with the sink in a fixed order; kPerQuery: one block per (query, 8 heads)
-// over all its keys, the fallback.
-enum class AttentionVariant { kMma, kSplitKv, kPerQuery };
+// kMma64: the native precision's prefill queries on the tensor cores with all 64 heads a block and the key
+// rows turned into f16 once per call (attention_mma64.cu); kMma: a prefill's queries on the tensor cores
+// (attention_mma.cu: a block per query and 16 heads, scores and output on mma.sync with hi + lo f16
+// operands); kSplitKv: each query's keys split across blocks (flash-decoding), partials merged with the sink
+// in a fixed order; kPerQuery: one block per (query, 8 heads) over all its keys, the fallback.
+enum class AttentionVariant { kMma64, kMma, kSplitKv, kPerQuery };
 // kMma: head_dim 512, heads a multiple of 16, 16-byte aligned key rows, 8-byte aligned q and out rows;
 // dispatch gives it chunks of at least kAttentionMmaMinQueries queries.
 bool attention_mma_supported(const AttentionParams& p);
 void launch_attention_mma(const AttentionParams& p, Stream s);
+// kMma64: AttentionParams::f16, head_dim 512, heads a multiple of 64, the alignment of kMma; the same chunks.
+bool attention_mma64_supported(const AttentionParams& p);
+void launch_attention_mma64(const AttentionParams& p, Scratch& scratch, Stream s);
 inline constexpr int64_t kAttentionMmaMinQueries = 16;
 void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, AttentionVariant v);
 // kSplitKv loads keys in 16-byte units: head_dim % 4 == 0 and 16-byte aligned key rows.

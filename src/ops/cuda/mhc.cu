@@ -1,15 +1,16 @@
 // mHC pre (and the hc head): the norm and the M = (2 + hc) * hc mixing dot products in double, then the
 // sigmoid / softmax / Sinkhorn step, then the collapse x = sum_i pre_i stream_i. Two variants:
 //   split_k:  the hc * D columns split over blocks of 512 (a float4 per thread), each block summing its
-//             columns' squares and M products for up to 8 tokens (fn columns L1-resident across them; a
-//             warp sums its lanes' M + 1 values together in one halving tree, warp_sum_slots);
+//             columns' squares and M products for 8 tokens (32 in a prefill; fn columns in registers across
+//             them; each thread's four columns in f32, then double; a warp sums its lanes' M + 1 values
+//             together in one halving tree, warp_sum_slots);
 //             a finish block per token adds the partials (a warp per value, fixed tree), runs Sinkhorn with
 //             one lane per matrix element (each lane divides its own element: 2 * iters - 1 dependent
 //             divisions, not hc^2 times that), and collapses. mix = inv_rms * sum v fn (the reference rounds
 //             v * inv_rms to f32 first: a relative difference of ~1e-7 in mix).
 //   per_mix:  the first kernel, kept as the fallback: one block per (mix row, token), Sinkhorn on one
 //             thread (its double divisions in series dominate: ~100 us per call on V4-Flash).
-// Both deterministic (fixed reduction trees); fn is read once per token (1.5 MB for V4-Flash, from L2).
+// Both deterministic (fixed reduction trees).
 // launch_mhc_pre_norm (fused_kernels.h) runs split_k with the following rms_norm in the finish kernel.
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/fused_kernels.h"
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(256) mhc_finish_kernel(MhcParams p, const doub
 
 constexpr int kSplitThreads = 128;
 constexpr int kSplitCols = 4 * kSplitThreads;  // columns per split block, four per thread (one float4)
-constexpr int kSplitTokens = 8;                // tokens per split block
+constexpr int kSplitTokens = 8;  // tokens per split block (32 from 2,048 tokens: see launch_split)
 constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;
 
 // Each of the P values of every lane (P a power of two <= 32) summed over the warp, in P - 1 + log2(32 / P)
@@ -114,12 +115,17 @@ __device__ __forceinline__ double warp_sum_slots(double (&v)[P], int lane) {
     return v[0];
 }
 
-// grid (splits, ceil(n / 8)), block 128: part[(t * splits + s) * (M + 1) + 0] = sum of squares of token t's
-// columns of split s, [.. + 1 + m] = sum v * fn[m] over them. Needs hc * D % 4 == 0 and 16-byte rows.
+// grid (splits, ceil(n / tokens)), block 128: part[(t * splits + s) * (M + 1) + 0] = sum of squares of token
+// t's columns of split s, [.. + 1 + m] = sum v * fn[m] over them. Needs hc * D % 4 == 0 and 16-byte rows.
 // kRows fn rows' loads are issued together (24: all of hc = 4's mixes at once; a loop of one load per row
-// waited for each in turn, ~24 memory latencies per block).
+// waited for each in turn, ~24 memory latencies per block). Where all M rows fit one group they are loaded
+// once per block and kept in registers for all its tokens (reloading them per token from the L1 cost 48 KB
+// of L1 traffic per token and split). Each thread's four columns are summed in f32 and widened once per row:
+// the f32 -> f64 conversion runs at a quarter of the f64 rate, and converting every element cost more than
+// the products (four f32 terms round to ~1e-7 of their magnitudes; the tests hold the result to 1e-6).
 template <int kRows>
-__global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, int M, double* part) {
+__global__ void __launch_bounds__(kSplitThreads)
+    mhc_split_kernel(MhcParams p, int M, int tokens, double* part) {
     constexpr int kSlots = kRows < 16 ? 16 : 32;  // the rows' products and the sum of squares, one spare
     static_assert(kRows < kSlots);
     allow_early_next();
@@ -127,25 +133,34 @@ __global__ void __launch_bounds__(kSplitThreads) mhc_split_kernel(MhcParams p, i
     const int64_t width = p.hc * p.D, splits = gridDim.x, s = blockIdx.x;
     const int64_t col = s * kSplitCols + 4 * int64_t(threadIdx.x);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const bool inside = col < width;
-    for (int64_t t = int64_t(blockIdx.y) * kSplitTokens; t < min(p.n, int64_t(blockIdx.y + 1) * kSplitTokens);
-         ++t) {
-        const float4 v =
-            inside ? *reinterpret_cast<const float4*>(p.streams + t * width + col) : make_float4(0, 0, 0, 0);
-        const double vx = v.x, vy = v.y, vz = v.z, vw = v.w;
-        const double ss = vx * vx + vy * vy + vz * vz + vw * vw;  // this lane's part of the sum of squares
-        for (int m0 = 0; m0 < M; m0 += kRows) {
-            float4 f[kRows];
+    const bool inside = col < width, hoisted = M <= kRows;
+    float4 f[kRows];
+    auto load_rows = [&](int m0) {
 #pragma unroll
-            for (int j = 0; j < kRows; ++j)
-                f[j] = inside && m0 + j < M
-                           ? __ldg(reinterpret_cast<const float4*>(p.fn + (m0 + j) * p.ld_fn + col))
-                           : make_float4(0, 0, 0, 0);
+        for (int j = 0; j < kRows; ++j)
+            f[j] = inside && m0 + j < M
+                       ? __ldg(reinterpret_cast<const float4*>(p.fn + (m0 + j) * p.ld_fn + col))
+                       : make_float4(0, 0, 0, 0);
+    };
+    if (hoisted) load_rows(0);
+    const int64_t t0 = int64_t(blockIdx.y) * tokens, t_end = min(p.n, t0 + tokens);
+    auto load_v = [&](int64_t t) {
+        return inside && t < t_end ? *reinterpret_cast<const float4*>(p.streams + t * width + col)
+                                   : make_float4(0, 0, 0, 0);
+    };
+    float4 v_next = load_v(t0);  // one token ahead: few warps an SM (registers), so each hides its own loads
+    for (int64_t t = t0; t < t_end; ++t) {
+        const float4 v = v_next;
+        v_next = load_v(t + 1);
+        const double ss = double(fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, v.x * v.x))));
+        for (int m0 = 0; m0 < M; m0 += kRows) {
+            if (!hoisted) load_rows(m0);
             // slots 0 .. kRows - 1: the rows' products; slot kRows: the sum of squares (first group only)
             double val[kSlots];
 #pragma unroll
             for (int j = 0; j < kSlots; ++j)
-                val[j] = j < kRows    ? vx * f[j].x + vy * f[j].y + vz * f[j].z + vw * f[j].w
+                val[j] = j < kRows
+                             ? double(fmaf(v.w, f[j].w, fmaf(v.z, f[j].z, fmaf(v.y, f[j].y, v.x * f[j].x))))
                          : j == kRows ? (m0 == 0 ? ss : 0.0)
                                       : 0.0;
             const double tot = warp_sum_slots<kSlots>(val, lane);
@@ -404,11 +419,13 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
     const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
     const int64_t splits = (p.hc * p.D + kSplitCols - 1) / kSplitCols;
     double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
-    const dim3 grid(unsigned(splits), blocks_for(p.n, kSplitTokens));
+    // a prefill's blocks take more tokens each: the fn rows they hold in registers are loaded once per block
+    const int tokens = p.n >= 2048 ? 4 * kSplitTokens : kSplitTokens;
+    const dim3 grid(unsigned(splits), blocks_for(p.n, tokens));
     if (M > 8)
-        mhc_split_kernel<24><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, part);
+        mhc_split_kernel<24><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
     else
-        mhc_split_kernel<8><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, part);
+        mhc_split_kernel<8><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
     mhc_split_finish_kernel<<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, splits, part, norm);
 }
 }  // namespace
