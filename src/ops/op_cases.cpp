@@ -149,12 +149,12 @@ constexpr MoeCase kMoe[] = {
     {"fp4_split_chunks", 520, 1024, 1024, 8, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
      false, kCudaTest},
     // a prefill's chunk on CUDA's gemm: partial 32-token tiles of 8 experts, 16 experts with 72 tokens each
-    // at k = 6, and 18000 pairs (chunks of 8192 + 808 tokens)
+    // at k = 6, and 36000 pairs (chunks of 16384 + 1616 tokens)
     {"fp4_gemm_token_tiles", 300, 512, 256, 8, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
      false, kCudaTest},
     {"fp4_gemm_16_experts", 192, 512, 256, 16, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
      false, kCudaTest},
-    {"fp4_gemm_chunks", 9000, 128, 128, 8, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
+    {"fp4_gemm_chunks", 18000, 128, 128, 8, 2, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
      false, kCudaTest},
     // native precision's quantised activations: one token (mma's two launches), mma's token passes, gemm
     {"native_fp4_one_token", 1, 512, 256, 16, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,

@@ -77,13 +77,13 @@ CudaBackend::CudaBackend(int device)
            {"linear", "tiled", "any n", true}}),
       moe_v_(
           {{"moe", "wgmma",
-            "what gemm takes, from 2048 (and 8 per expert) to 16384 (token, slot) pairs a chunk; "
+            "what gemm takes, from 2048 (and 8 per expert) to 32768 (token, slot) pairs a chunk; "
             "each expert's rows times 64 token rows (hi halves, or 32 tokens' hi and lo) at a time on the "
             "warpgroup tensor cores (wgmma, token rows staged in shared memory by cp.async), f32 "
             "activations as hi + lo f16 with one scale per row (hi only for native's quantised ones)",
             false},
            {"moe", "gemm",
-            "what mma takes, from 2048 (and 8 per expert) to 16384 (token, slot) pairs a chunk; "
+            "what mma takes, from 2048 (and 8 per expert) to 32768 (token, slot) pairs a chunk; "
             "each expert's rows times 32 of its tokens at a time on mma.sync tensor cores, f32 "
             "activations as hi + lo f16 with one scale per row (hi only for native's quantised ones)",
             false},

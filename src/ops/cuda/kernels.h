@@ -334,7 +334,9 @@ enum class MoeVariant { kAuto, kWgmma, kGemm, kMma, kSplitRows, kGrouped, kPerPa
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 // gemm from 2048 pairs and 8 per expert (H200, 256 experts: at 1020 pairs, ~4 tokens per expert, gemm took
 // 3.45 ms against mma's 1.94; its 32-token tiles run mostly empty)
-inline constexpr int64_t kMoeGemmMinPairs = 2048, kMoeGemmMaxPairs = 16384;
+// The most: a 4,096-token prefill chunk at k = 6 (24,576 pairs) in one pass, each selected expert's weights
+// read once (at 16,384 it ran as 2,730 + 1,366 tokens, reading them twice).
+inline constexpr int64_t kMoeGemmMinPairs = 2048, kMoeGemmMaxPairs = 32768;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
 bool moe_wgmma_supported(const MoeParams& p, bool forced = false);
 void launch_moe_wgmma(const MoeParams& p, Scratch& scratch, Stream s);
