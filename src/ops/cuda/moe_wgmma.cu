@@ -6,15 +6,14 @@
 //   h rows:    h the same way, one scale per pair
 //   down:      y[pair, c] = W2_e[c] . h[pair]
 //   combine:   out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
-// Block (row tile, active expert), two warpgroups, each 64 weight rows (up: W1's and W3's same rows; down:
-// two 64-row halves of a 128-row W2 tile) times the same 128 B rows (128 tokens' hi halves, or 64 tokens' hi
-// and lo) per wgmma m64n128k16. Each 128-element chunk's token rows, weight bytes and group scales come into
-// shared memory by cp.async, three chunks ahead; each thread turns its own weight bytes into the A fragments
-// in registers (mma_frag.cuh: the fp4 group scale folded into the f16 weights, exact for the scales mma_ok
-// admits) for the next chunk while the tensor cores run this one's, and wgmma reads the token rows from
-// shared memory, stored in the 128-byte swizzle (unswizzled, the tensor cores' reads of them collided in the
-// banks: 1.23x slower, docs/benchmarks.md). With one scale per row a product sums a row's chunks directly
-// and depends only on its own token: deterministic and batch-invariant.
+// Block (row tile, active expert), one warpgroup: 64 rows of each of its NM x MT weight tiles times 64 B rows
+// (64 tokens' hi halves, or 32 tokens' hi and lo) per wgmma m64n64k16. Each 128-element chunk's token rows,
+// weight bytes and group scales come into shared memory by cp.async, three chunks ahead; each thread turns
+// its own weight bytes into the A fragments in registers (mma_frag.cuh: the fp4 group scale folded into the
+// f16 weights, exact for the scales mma_ok admits) and wgmma reads the token rows from shared memory, stored
+// in the 128-byte swizzle (unswizzled, the tensor cores' reads of them collided in the banks: 1.23x slower,
+// docs/benchmarks.md). With one scale per row a product sums a row's chunks directly and depends only on its
+// own token: deterministic and batch-invariant.
 #include <algorithm>
 
 #include "ops/cuda/gemv.cuh"
@@ -26,6 +25,16 @@ namespace di::cuda {
 namespace {
 
 using namespace mma;
+
+constexpr int kThreads = 128;                  // one warpgroup
+constexpr int kRows = 64;                      // B rows (token halves) per tile
+constexpr int kTokBytes = kRows * kChunk * 2;  // a stage's token rows (f16)
+constexpr int kWBytes = 4 * 16 * kThreads;     // its weights: 4 (matrix, tile, row half) x 16 B a thread
+constexpr int kScBytes = 4 * 4 * kThreads;     // their scale rows: 4 x 4 group scales a thread
+constexpr int kStageBytes = kTokBytes + kWBytes + kScBytes;
+// chunks in flight (105 KB of shared memory: two blocks an SM; two stages and three blocks an SM measured no
+// faster, nor did two warpgroups a block over 128 token rows: docs/benchmarks.md)
+constexpr int kStages = 4;
 
 // Element e of a 128-element chunk -> its f16 index in the wgmma order: k-step s (16 elements each) and place
 // kk in the step such that the weights' fp4 nibbles (thread q's 16 bytes: word i, nibble m) meet it in A:
@@ -68,60 +77,35 @@ struct WgIo {
     int64_t K, n_out;
 };
 
-constexpr int kThreads = 256;                  // two warpgroups
-constexpr int kRows = 128;                     // B rows (token halves) per tile
-constexpr int kTokBytes = kRows * kChunk * 2;  // a stage's token rows (f16)
-constexpr int kWBytes = 2 * 16 * kThreads;     // its weights: 2 row halves x 16 B a thread
-constexpr int kScBytes = 2 * 4 * kThreads;     // their scale rows: 2 x 4 group scales a thread
-constexpr int kStageBytes = kTokBytes + kWBytes + kScBytes;
-constexpr int kStages = 4;  // chunks in flight (172 KB of shared memory: one block an SM)
-
-// The thread's A fragments of chunk c (8 k-steps) from its staged weight units and scale rows: the fp4 bytes
-// as f16 with the group scale folded in (mma_frag.cuh).
-__device__ __forceinline__ void convert_chunk(const uint8_t* ws, int tid, int q, uint32_t (&af)[8][4]) {
-    const uint4 r0 = *reinterpret_cast<const uint4*>(ws + tid * 16);
-    const uint4 r1 = *reinterpret_cast<const uint4*>(ws + (kThreads + tid) * 16);
-    const uint32_t s0 = *reinterpret_cast<const uint32_t*>(ws + kWBytes + tid * 4);
-    const uint32_t s1 = *reinterpret_cast<const uint32_t*>(ws + kWBytes + (kThreads + tid) * 4);
-    const uint32_t m0 = fp4_multiplier((s0 >> (8 * q)) & 0xffu), m1 = fp4_multiplier((s1 >> (8 * q)) & 0xffu);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // k-steps 2i and 2i + 1: word i of each 16-byte unit
-        const uint32_t w0 = word_of(r0, i), w1 = word_of(r1, i);
-        uint32_t(&k0)[4] = af[2 * i];
-        uint32_t(&k1)[4] = af[2 * i + 1];
-        k0[0] = hmul2_bits(fp4_pair<0>(w0), m0), k0[1] = hmul2_bits(fp4_pair<0>(w1), m1);
-        k0[2] = hmul2_bits(fp4_pair<1>(w0), m0), k0[3] = hmul2_bits(fp4_pair<1>(w1), m1);
-        k1[0] = hmul2_bits(fp4_pair<2>(w0), m0), k1[1] = hmul2_bits(fp4_pair<2>(w1), m1);
-        k1[2] = hmul2_bits(fp4_pair<3>(w0), m0), k1[3] = hmul2_bits(fp4_pair<3>(w1), m1);
-    }
-}
-
-// grid (up: I / 64, down: D / 128; max active experts), 256 threads, kStages * kStageBytes (+ 1 KB alignment)
-// of dynamic shared memory. Warpgroup w takes 64 weight rows: up, rows 64 x .. + 63 of W1 (w = 0) or W3 (w =
-// 1); down, rows 128 x + 64 w .. + 63 of W2; both read the same staged token rows. kLo: B row 2t is token t's
-// hi half and row 2t + 1 its lo half (64 tokens a tile); else 128 tokens' hi halves (quantised activations:
-// lo is zero). Each warpgroup turns chunk c + 1's weights into its A fragments while chunk c's 8 wgmmas run.
-template <bool kUp, bool kLo>
+// grid (n_out / (64 MT), max active experts), 128 threads, kStages * kStageBytes of dynamic shared memory.
+// NM = 2: up (W1, W3, swiglu), MT = 1; NM = 1: down (W2), MT = 2. kLo: B row 2t is token t's hi half and row
+// 2t + 1 its lo half (32 tokens a tile); else 64 tokens' hi halves (quantised activations: lo is zero).
+template <int NM, int MT, bool kLo>
 __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeParams p, MoePlan plan, WgIo io) {
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const int a = blockIdx.y;
     if (a >= *plan.n_active) return;
     const int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
-    const int tid = threadIdx.x, wgi = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
-              q = lane & 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     constexpr int kTok = kLo ? kRows / 2 : kRows;
     constexpr int64_t kWords = kLo ? 128 : 64;  // u32 per (row, chunk)
-    const int64_t wrow0 = kUp ? int64_t(blockIdx.x) * 64 : int64_t(blockIdx.x) * 128 + 64 * wgi;
-    const int64_t row0 = wrow0 + 16 * warp;  // the warp's 16 rows
+    const int64_t row0 = int64_t(blockIdx.x) * (64 * MT) + 16 * warp;
     const int64_t chunks = io.K / kChunk;
-    const WeightRef& w = p.table[3 * e + (kUp ? wgi : 2)];
-    const uint8_t* wp = static_cast<const uint8_t*>(w.data) + (row0 + g) * w.ld + q * 16;
-    const uint8_t* sp = static_cast<const uint8_t*>(w.scale) + (row0 + g) * w.ld_scale;  // its 4 group scales
-    const int64_t ld = w.ld, ld_sc = w.ld_scale;
+    const uint8_t* wp[NM];
+    const uint8_t* sp[NM];
+    int64_t ld = 0, ld_sc = 0;  // one for W1 and W3 (mma_ok)
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+        const WeightRef& w = p.table[3 * e + (NM == 2 ? m : 2)];
+        ld = w.ld, ld_sc = w.ld_scale;
+        wp[m] = static_cast<const uint8_t*>(w.data) + (row0 + g) * w.ld + q * 16;
+        sp[m] = static_cast<const uint8_t*>(w.scale) + (row0 + g) * w.ld_scale;  // the row's 4 group scales
+    }
     // The tile's token rows in a stage: K-major with the 128-byte swizzle, [K half kc][tile row n][128
-    // bytes], the 16-byte unit c of a row at c ^ (n % 8). This thread copies units c = tid % 8 of tile rows n
-    // = 32 i + tid / 8 (i < 4), both K halves.
+    // bytes], the 16-byte unit c of a row at c ^ (n % 8) (rows read by the tensor cores in one go then spread
+    // over all banks). This thread copies units c = tid % 8 of tile rows n = 16 i + tid / 8 (i < 4), both K
+    // halves: a warp's copies read 128 contiguous bytes of each of 4 rows and fill 512 contiguous bytes.
     const uint32_t smem0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
     const int c_unit = tid & 7;
@@ -131,12 +115,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeParams p, Moe
         uint32_t dst[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int n = 32 * i + (tid >> 3), ti = i0 + (kLo ? n >> 1 : n);
+            const int n = 16 * i + (tid >> 3), ti = i0 + (kLo ? n >> 1 : n);
             valid[i] = ti < cnt;
             src[i] = reinterpret_cast<const uint8_t*>(io.act);  // mapped, not read, where !valid
             if (valid[i]) {
                 const int32_t pair = plan.pairs[b0 + ti];
-                const int64_t row = kUp ? pair / p.k : pair;
+                const int64_t row = NM == 2 ? pair / p.k : pair;
                 src[i] = reinterpret_cast<const uint8_t*>(io.act + row * chunks * kWords +
                                                           (kLo ? (n & 1) * 64 : 0)) +
                          c_unit * 16;
@@ -144,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeParams p, Moe
             dst[i] = uint32_t(n * 128 + ((c_unit ^ (n & 7)) * 16));
         }
         // chunk c into its stage: the tile's token rows, and the thread's own weight units and scale rows
-        // (each thread reads back only what it copied: [row half][thread] 16 and 4 bytes)
+        // (each thread reads back only what it copied: [matrix, tile, row half][thread] 16 and 4 bytes)
         auto issue = [&](int64_t c) {
             const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
@@ -154,105 +138,139 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeParams p, Moe
                     wg::cp_async16(stage + kc * (kTokBytes / 2) + dst[i], src[i] + c * kWords * 4 + kc * 128,
                                    valid[i]);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                wg::cp_async16(stage + kTokBytes + (h * kThreads + tid) * 16, wp + h * 8 * ld + c * 64, true);
-                wg::cp_async4(stage + kTokBytes + kWBytes + (h * kThreads + tid) * 4,
-                              sp + h * 8 * ld_sc + c * 4);
-            }
+            for (int m = 0; m < NM; ++m)
+#pragma unroll
+                for (int t = 0; t < MT; ++t)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int u = (m * MT + t) * 2 + h;
+                        const int64_t off = int64_t(t * 64 + h * 8);
+                        wg::cp_async16(stage + kTokBytes + (u * kThreads + tid) * 16,
+                                       wp[m] + off * ld + c * 64, true);
+                        wg::cp_async4(stage + kTokBytes + kWBytes + (u * kThreads + tid) * 4,
+                                      sp[m] + off * ld_sc + c * 4);
+                    }
         };
-        auto weights = [&](int64_t c) { return smem_al + (c % kStages) * kStageBytes + kTokBytes; };
         __syncthreads();  // the previous tile's last reads of the stages are done
 #pragma unroll
         for (int c = 0; c < kStages - 1; ++c) {
             if (c < chunks) issue(c);
             wg::cp_async_commit();
         }
-        float acc[64];
+        float acc[NM][MT][32];
 #pragma unroll
-        for (int v = 0; v < 64; ++v) acc[v] = 0.0f;
-        uint32_t af[2][8][4];
-        wg::cp_async_wait<kStages - 2>();  // chunk 0
-        wg::fence_proxy_async();
-        __syncthreads();
-        convert_chunk(weights(0), tid, q, af[0]);
-        // chunk c: its wgmmas from af[b], then (while they run) chunk c + 1 landed, chunk c + kStages - 1
-        // into the stage chunk c - 1 used (its wgmmas are done), chunk c + 1's fragments into af[b ^ 1]
-        auto step = [&](int64_t c, uint32_t(&cur)[8][4], uint32_t(&nxt)[8][4]) {
+        for (int m = 0; m < NM; ++m)
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int v = 0; v < 32; ++v) acc[m][t][v] = 0.0f;
+#pragma unroll 1
+        for (int64_t c = 0; c < chunks; ++c) {
+            wg::cp_async_wait<kStages - 2>();  // this thread's copies of chunk c have landed
+            wg::fence_proxy_async();
+            __syncthreads();  // everyone's have, and chunk c - 1's stage is free again
+            if (c + kStages - 1 < chunks) issue(c + kStages - 1);
+            wg::cp_async_commit();
             const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
+            const uint8_t* ws = smem_al + (c % kStages) * kStageBytes + kTokBytes;
+            uint32_t af[8][NM][MT][4];
+#pragma unroll
+            for (int m = 0; m < NM; ++m)
+#pragma unroll
+                for (int t = 0; t < MT; ++t) {
+                    const int u = (m * MT + t) * 2;
+                    const uint4 r0 = *reinterpret_cast<const uint4*>(ws + (u * kThreads + tid) * 16);
+                    const uint4 r1 = *reinterpret_cast<const uint4*>(ws + ((u + 1) * kThreads + tid) * 16);
+                    const uint32_t s0 =
+                        *reinterpret_cast<const uint32_t*>(ws + kWBytes + (u * kThreads + tid) * 4);
+                    const uint32_t s1 =
+                        *reinterpret_cast<const uint32_t*>(ws + kWBytes + ((u + 1) * kThreads + tid) * 4);
+                    const uint32_t m0 = fp4_multiplier((s0 >> (8 * q)) & 0xffu);
+                    const uint32_t m1 = fp4_multiplier((s1 >> (8 * q)) & 0xffu);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {  // k-steps 2i and 2i + 1: word i of each 16-byte unit
+                        const uint32_t w0 = word_of(r0, i), w1 = word_of(r1, i);
+                        uint32_t(&k0)[4] = af[2 * i][m][t];
+                        uint32_t(&k1)[4] = af[2 * i + 1][m][t];
+                        k0[0] = hmul2_bits(fp4_pair<0>(w0), m0), k0[1] = hmul2_bits(fp4_pair<0>(w1), m1);
+                        k0[2] = hmul2_bits(fp4_pair<1>(w0), m0), k0[3] = hmul2_bits(fp4_pair<1>(w1), m1);
+                        k1[0] = hmul2_bits(fp4_pair<2>(w0), m0), k1[1] = hmul2_bits(fp4_pair<2>(w1), m1);
+                        k1[2] = hmul2_bits(fp4_pair<3>(w0), m0), k1[3] = hmul2_bits(fp4_pair<3>(w1), m1);
+                    }
+                }
             wg::fence();
 #pragma unroll
-            for (int s = 0; s < 8; ++s)  // k-step s: K half s / 4, 32 bytes into its rows
-                wg::mma_m64n128k16(acc, cur[s],
-                                   wg::desc_k_major_sw128(stage + (s >> 2) * (kTokBytes / 2) + (s & 3) * 32));
-            wg::commit();
-            if (c + 1 < chunks) {
-                wg::cp_async_wait<kStages - 3>();  // this thread's copies of chunk c + 1
-                wg::fence_proxy_async();
-                __syncthreads();  // everyone's, and every warpgroup is done with chunk c - 1's stage
-                if (c + kStages - 1 < chunks) issue(c + kStages - 1);
-                wg::cp_async_commit();
-                convert_chunk(weights(c + 1), tid, q, nxt);
+            for (int s = 0; s < 8; ++s) {
+                // k-step s: K half s / 4, 32 bytes into its rows
+                const uint64_t desc =
+                    wg::desc_k_major_sw128(stage + (s >> 2) * (kTokBytes / 2) + (s & 3) * 32);
+#pragma unroll
+                for (int m = 0; m < NM; ++m)
+#pragma unroll
+                    for (int t = 0; t < MT; ++t) wg::mma_m64n64k16(acc[m][t], af[s][m][t], desc);
             }
+            wg::commit();
             wg::wait<0>();
 #pragma unroll
             for (int s = 0; s < 8; ++s)
 #pragma unroll
-                for (int v = 0; v < 4; ++v) wg::keep(cur[s][v]);
+                for (int m = 0; m < NM; ++m)
 #pragma unroll
-            for (int v = 0; v < 64; ++v) wg::keep(acc[v]);
-        };
-#pragma unroll 1
-        for (int64_t c = 0; c < chunks; c += 2) {
-            step(c, af[0], af[1]);
-            if (c + 1 < chunks) step(c + 1, af[1], af[0]);
+                    for (int t = 0; t < MT; ++t)
+#pragma unroll
+                        for (int v = 0; v < 4; ++v) wg::keep(af[s][m][t][v]);
+#pragma unroll
+            for (int m = 0; m < NM; ++m)
+#pragma unroll
+                for (int t = 0; t < MT; ++t)
+#pragma unroll
+                    for (int v = 0; v < 32; ++v) wg::keep(acc[m][t][v]);
         }
         wg::cp_async_wait<0>();
-        // acc[4j + v]: row g + 8 (v >> 1) of the warp's 16, B row 8j + 2q + (v & 1): token i0 + 8j + 2q +
-        // (v & 1), or (kLo) the hi (v even) and lo (v odd) halves of token i0 + 4j + q
-        float* xch = reinterpret_cast<float*>(smem_al);  // up: W3's sums for W1's warpgroup, [64 rows][129]
-        if (kUp) {
-            __syncthreads();  // every warpgroup is done with the stages
-            if (wgi == 1)
+        // acc[m][t][4j + v]: row g + 8 (v >> 1) of the warp's 16, B row 8j + 2q + (v & 1): token i0 + 8j + 2q
+        // + (v & 1), or (kLo) the hi (v even) and lo (v odd) halves of token i0 + 4j + q
 #pragma unroll
-                for (int v = 0; v < 64; ++v)
-                    xch[(16 * warp + g + 8 * ((v >> 1) & 1)) * 129 + 8 * (v >> 2) + 2 * q + (v & 1)] = acc[v];
-            __syncthreads();
-            if (wgi == 1) continue;
-        }
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
             for (int c = 0; c < (kLo ? 1 : 2); ++c) {
                 const int ti = i0 + (kLo ? 4 * j + q : 8 * j + 2 * q + c);
                 if (ti >= cnt) continue;
                 const int32_t pair = plan.pairs[b0 + ti];
-                const float inv = io.inv[kUp ? pair / p.k : pair];
+                const float inv = io.inv[NM == 2 ? pair / p.k : pair];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int v0 = 4 * j + 2 * h;
-                    const float x = (kLo ? acc[v0] + acc[v0 + 1] : acc[v0 + c]) * inv;
-                    float out = x;
-                    if (kUp) {
-                        const float* x3 = xch + (16 * warp + g + 8 * h) * 129 + 8 * j + 2 * q;
-                        out = swiglu_clamped(x, (kLo ? x3[0] + x3[1] : x3[c]) * inv, p.limit);
+                for (int t = 0; t < MT; ++t)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        float v[NM];
+#pragma unroll
+                        for (int m = 0; m < NM; ++m)
+                            v[m] = (kLo ? acc[m][t][4 * j + 2 * h] + acc[m][t][4 * j + 2 * h + 1]
+                                        : acc[m][t][4 * j + 2 * h + c]) *
+                                   inv;
+                        const float out = NM == 2 ? swiglu_clamped(v[0], v[NM - 1], p.limit) : v[0];
+                        io.out[int64_t(pair) * io.n_out + row0 + t * 64 + h * 8 + g] = out;
                     }
-                    io.out[int64_t(pair) * io.n_out + row0 + h * 8 + g] = out;
-                }
             }
     }
 }
 
-template <bool kUp>
+template <int NM, int MT, bool kLo>
 void launch_tiles(const MoeParams& p, const MoePlan& plan, const WgIo& io, unsigned slots, cudaStream_t s) {
     constexpr int smem = kStages * kStageBytes + 1024;  // + the alignment of the swizzled stages
-    auto* kernel = p.act_fp8 ? moe_wgmma_kernel<kUp, false> : moe_wgmma_kernel<kUp, true>;
-    static const bool raised[2] = {
-        cudaFuncSetAttribute(moe_wgmma_kernel<kUp, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             smem) == cudaSuccess,
-        cudaFuncSetAttribute(moe_wgmma_kernel<kUp, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             smem) == cudaSuccess};
+    static const bool raised =
+        cudaFuncSetAttribute(moe_wgmma_kernel<NM, MT, kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem) == cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
-    kernel<<<dim3(unsigned(io.n_out / (kUp ? 64 : 128)), slots), kThreads, smem, s>>>(p, plan, io);
+    moe_wgmma_kernel<NM, MT, kLo>
+        <<<dim3(unsigned(io.n_out / (64 * MT)), slots), kThreads, smem, s>>>(p, plan, io);
+}
+
+template <int NM, int MT>
+void launch_wgmma(const MoeParams& p, const MoePlan& plan, const WgIo& io, unsigned slots, cudaStream_t s) {
+    if (p.act_fp8)
+        launch_tiles<NM, MT, false>(p, plan, io, slots, s);
+    else
+        launch_tiles<NM, MT, true>(p, plan, io, slots, s);
 }
 
 void launch_wg_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, uint32_t* data, float* inv,
@@ -286,10 +304,10 @@ void launch_moe_wgmma(const MoeParams& p, Scratch& scratch, Stream s) {
     const MoePlan plan = moe_plan_buffers(scratch, pairs, slots);
     launch_moe_plan(p, plan, st);
     launch_wg_act_rows(p.x, p.ld_x, p.n, p.D, words, x_inv, lo, st);
-    launch_tiles<true>(p, plan, WgIo{words, x_inv, h, p.D, p.I}, slots, st);
+    launch_wgmma<2, 1>(p, plan, WgIo{words, x_inv, h, p.D, p.I}, slots, st);
     moe_quantise_h(p, h, pairs, st);
     launch_wg_act_rows(h, p.I, pairs, p.I, words + xw, h_inv, lo, st);
-    launch_tiles<false>(p, plan, WgIo{words + xw, h_inv, y, p.I, p.D}, slots, st);
+    launch_wgmma<1, 2>(p, plan, WgIo{words + xw, h_inv, y, p.I, p.D}, slots, st);
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 
