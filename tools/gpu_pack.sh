@@ -2,8 +2,9 @@
 # Packs what the GPU machine needs from a CUDA build into a small folder that the device tool can carry
 # (the whole build directory is far over its 64 MiB limit): the gpu test and benchmark binaries plus the
 # shared libraries they need that the GPU image lacks (libfmt, libedit, libcpp-httplib and what they link), and the same as one xz tarball
-# ($out.tar.xz, ~2 MB: the tracked tree alone is ~57 MB of the 64 MiB a call may carry). On the GPU
-# machine: tar xJf build-cuda-xz/carry.tar.xz (tools/gpu_decode_run.sh does it).
+# (${out%-carry}-xz/carry.tar.xz, ~2 MB a binary: the tracked tree alone is ~59 MB of the 64 MiB a call may
+# carry, so three binaries at most). On the GPU machine: tar xJf build-cuda-xz/carry.tar.xz
+# (tools/gpu_decode_run.sh does it).
 #   [BINS="deepinfer bench/model_bench ..."] tools/gpu_pack.sh [build-dir=build-cuda] [out=build-cuda-carry]
 set -euo pipefail
 build=${1:-build-cuda}
@@ -26,6 +27,7 @@ fi
 strip "$out"/bin/* 2>/dev/null || true
 du -sh "$out"
 for f in "$out"/bin/*; do echo "== $f"; ldd "$f" | awk '{print "   " $1}'; done
-mkdir -p build-cuda-xz
-tar cf - "$out" | xz -9 -T2 > build-cuda-xz/carry.tar.xz
+xz_dir=${out%-carry}-xz  # build-cuda-carry -> build-cuda-xz: a second pack beside the first keeps both
+mkdir -p "$xz_dir"
+tar cf - "$out" | xz -9 -T2 > "$xz_dir/carry.tar.xz"
 ls -la build-cuda-xz/carry.tar.xz

@@ -8,15 +8,17 @@
 # not, the prefill chunk swept on a 16K prompt, transformers bf16 eager beside it, and the 256-expert wgmma
 # cases last (drawing their experts takes ~40 s).
 #   OUT=... tools/gpu_prefill_check.sh 1|2   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
-#   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench bench/wgmma_probe deepinfer")
+#   part 1: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench deepinfer bench/wgmma_probe"
+#   part 2: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench bench/model_bench"; the 64 MiB a call carries
+#   hold the tracked tree and three or four binaries)
 set -uo pipefail
 part=${1:-1}
 OUT=${OUT:-/tmp/gpu_prefill_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -12; }
 if [[ $part == 1 ]]; then
-timeout 60 $d/bin/cuda_ops_test --gtest_filter='*CudaMhc*:*CudaFused*' > "$OUT/mhc.log" 2>&1
-echo "mhc rc $?"; summary "$OUT/mhc.log"
+timeout 90 $d/bin/cuda_ops_test --gtest_filter='*CudaMhc*:*CudaFused*:*CudaAttention*' > "$OUT/mhc.log" 2>&1
+echo "mhc, fused, attention rc $?"; summary "$OUT/mhc.log"
 timeout 40 tools/gpu_goldens.sh $d/bin "$OUT"
 timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*wgmma*:*CudaMoe*native*:-*flash*' > "$OUT/moe.log" 2>&1
 echo "moe rc $?"; summary "$OUT/moe.log"
@@ -33,6 +35,14 @@ timeout 150 "$ncu" -k "regex:moe_wgmma_kernel" --launch-skip 2 --launch-count 1 
   --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
   --section Occupancy --print-summary none $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/ncu.txt" 2>&1
 echo "ncu rc $?"; grep -vE "^\s*$|^==PROF==|----" "$OUT/ncu.txt" | grep -vi "OPT \|INF " | cut -c1-150 | head -70
+# mHC's pre at a prefill's size (the warm-up prefill's first split and finish launches): ~430 and ~300 us a
+# call where the bytes take ~70 and ~100
+timeout 120 "$ncu" -k "regex:mhc_split" --launch-count 2 --section SpeedOfLight --section WarpStateStats \
+  --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
+  --print-summary none $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+  --prompt 4096 --decode 1 > "$OUT/ncu_mhc.txt" 2>&1
+echo "ncu mhc rc $?"; grep -E "mhc_split|Duration|Throughput|Issued|stalled|Registers|Achieved" "$OUT/ncu_mhc.txt" \
+  | awk '$NF != "0" && $NF != "0.00"' | cut -c1-130 | head -50
 for pr in native exact; do
   for prof in 0 1; do
     timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision $pr --prompt 4096 \

@@ -103,11 +103,10 @@ CudaBackend::CudaBackend(int device)
       hc_head_v_(mhc_variants("hc_head")),
       attention_v_(
           {{"attention", "mma64",
-            "native precision (f16 operands), head_dim 512, heads a multiple of 64, 16-byte aligned key "
-            "rows, "
-            "chunks of >= 16 queries; key rows turned into f16 with one scale each, then a block per query "
-            "and 64 heads on mma.sync tensor cores; a query's bits do not depend on the other queries, but "
-            "shorter chunks run another kernel, so not batch-invariant",
+            "native precision (f16 operands), head_dim 512, heads a multiple of 64, 16-byte aligned "
+            "key rows, chunks of >= 16 queries; key rows turned into f16 with one scale each, then a "
+            "block per query and 64 heads on mma.sync tensor cores; a query's bits do not depend on the "
+            "other queries, but shorter chunks run another kernel, so not batch-invariant",
             false, true, false},
            {"attention", "mma",
             "head_dim 512, heads a multiple of 16, 16-byte aligned key rows, chunks of >= 16 queries; "
