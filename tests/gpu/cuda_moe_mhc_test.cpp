@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "gpu_test_util.h"
+#include "ops/cuda/kernels.h"
 #include "ops/op_cases.h"
 
 namespace di::gputest {
@@ -288,6 +289,66 @@ TEST(CudaMhc, PrePostHead) {
         }
         ASSERT_TRUE(b.gpu->force_variant("hc_head", ""));
     }
+}
+
+// split_k's partial sums by a token per thread (a prefill's alternative) against the warp kernel: the same
+// bits for mhc_pre (24 mixes), hc_head (4) and mhc_pre_norm, at V4-Flash's width and at a width under one
+// 512-column split, with a partial last block of tokens; and within the op's tolerance of the reference.
+TEST(CudaMhc, SplitLanesBitIdenticalToTheWarpKernel) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    struct Shape {
+        int64_t n, hc, D;
+    };
+    for (const Shape c : {Shape{300, 4, 4096}, Shape{260, 4, 100}}) {
+        const int64_t M = (2 + c.hc) * c.hc;
+        Pair st(DType::kF32, {c.n, c.hc, c.D}), fn(DType::kF32, {M, c.hc * c.D}), base(DType::kF32, {M});
+        Pair scale(DType::kF32, {3}), x(DType::kF32, {c.n, c.D}), post(DType::kF32, {c.n, c.hc});
+        Pair comb(DType::kF32, {c.n, c.hc, c.hc});
+        Pair hfn(DType::kF32, {c.hc, c.hc * c.D}), hbase(DType::kF32, {c.hc}), hscale(DType::kF32, {1});
+        Pair nw(DType::kF32, {c.D}), y(DType::kF32, {c.n, c.D});
+        fill_uniform(st), fill_uniform(fn, -0.05f, 0.05f), fill_uniform(base),
+            fill_uniform(scale, 0.5f, 2.0f);
+        fill_uniform(hfn, -0.05f, 0.05f), fill_uniform(hbase), fill_uniform(hscale, 0.5f, 2.0f),
+            fill_uniform(nw, 0.5f, 1.5f);
+        const std::string tag = "n " + std::to_string(c.n) + " D " + std::to_string(c.D);
+        auto run = [&](bool lanes, std::vector<std::vector<float>>& got) {
+            cuda::set_mhc_split_lanes(lanes);
+            ASSERT_TRUE(b.gpu->force_variant("mhc_pre", "split_k"));
+            ASSERT_TRUE(b.gpu->force_variant("hc_head", "split_k"));
+            ASSERT_TRUE(b.gpu->force_variant("mhc_pre_norm", "fused"));
+            x.poison(), post.poison(), comb.poison(), y.poison();
+            b.gpu->mhc_pre(
+                {st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20});
+            got = {x.device_f32(), post.device_f32(), comb.device_f32()};
+            b.gpu->hc_head({st.dv(), hfn.dv(), hbase.dv(), hscale.dv(), x.dv(), 1e-6f, 1e-6f});
+            got.push_back(x.device_f32());
+            b.gpu->mhc_pre_norm(
+                {st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20},
+                {x.dv(), nw.dv(), y.dv(), 1e-6f});
+            got.push_back(y.device_f32());
+            cuda::set_mhc_split_lanes(false);
+        };
+        std::vector<std::vector<float>> warps, lanes;
+        ASSERT_NO_FATAL_FAILURE(run(false, warps));
+        ASSERT_NO_FATAL_FAILURE(run(true, lanes));
+        const char* names[] = {"mhc_pre.x", "mhc_pre.post", "mhc_pre.comb", "hc_head.x", "mhc_pre_norm.y"};
+        for (size_t i = 0; i < warps.size(); ++i)
+            EXPECT_EQ(0, std::memcmp(warps[i].data(), lanes[i].data(), warps[i].size() * sizeof(float)))
+                << names[i] << " " << tag;
+        // and the lanes' result against the reference
+        Pair rx(DType::kF32, {c.n, c.D}), rpost(DType::kF32, {c.n, c.hc}),
+            rcomb(DType::kF32, {c.n, c.hc, c.hc});
+        b.ref->mhc_pre(
+            {st.hv(), fn.hv(), base.hv(), scale.hv(), rx.hv(), rpost.hv(), rcomb.hv(), 1e-6f, 1e-6f, 20});
+        const Pair* refs[] = {&rx, &rpost, &rcomb};
+        for (size_t i = 0; i < 3; ++i) {
+            const Diff d = diff(refs[i]->host_f32(), lanes[i]);
+            EXPECT_EQ(d.nan, 0) << names[i] << " " << tag;
+            EXPECT_LE(d.rel_l2, 1e-6) << names[i] << " " << tag << ": max abs err " << d.max_abs;
+        }
+    }
+    for (const char* op : {"mhc_pre", "hc_head", "mhc_pre_norm"}) ASSERT_TRUE(b.gpu->force_variant(op, ""));
 }
 
 }  // namespace

@@ -267,6 +267,10 @@ enum class MhcVariant { kSplitK, kPerMix };
 void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v);
 // kSplitK reads float4s: hc * D % 4 == 0, 16-byte aligned streams and fn rows.
 bool mhc_split_supported(const MhcParams& p);
+// kSplitK's partial sums at >= 256 tokens by a token per thread instead of a warp per 128 columns: the same
+// bits (a test holds them equal). Off until measured on the GPU (DEEPINFER_MHC_SPLIT_LANES in the
+// environment turns it on; the tests and benchmarks set it here).
+void set_mhc_split_lanes(bool on);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,
