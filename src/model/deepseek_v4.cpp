@@ -392,7 +392,8 @@ void DeepseekV4::attention_layer(int l, Step& s) {
                             .pos0 = s.pos0[c],
                             .rate = cfg_.csa_rate,
                             .weight_scale = float(1.0 / std::sqrt(double(nIH))),
-                            .score_scale = float(1.0 / std::sqrt(double(ihd)))});
+                            .score_scale = float(1.0 / std::sqrt(double(ihd))),
+                            .f16 = precision_ == Precision::kNative});
         }
         be_->indexer_topks(jobs);
     }

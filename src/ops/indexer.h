@@ -19,6 +19,10 @@ struct IndexerTopkArgs {
     int64_t rate = 1;
     float weight_scale = 1.0f;  // index_heads^-1/2
     float score_scale = 1.0f;   // index_dim^-1/2
+    // Native precision's permission to round q and keys to f16 before the products (CUDA's tensor-core
+    // scores take it; ref and cpu compute in f32 as always). Picks may then differ from the reference
+    // between entries whose scores lie within the rounding's bound of each other.
+    bool f16 = false;
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, q, Role::kIn);

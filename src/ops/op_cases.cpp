@@ -208,6 +208,8 @@ constexpr IndexerCase kIndexer[] = {
     {"flash_decode_short_all_picked", 1, 64, 128, 5, 5, 20, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
     {"flash_decode_64k_context", 1, 64, 128, 16384, 512, 65540, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
     {"flash_prefill_causal_cut", 6, 64, 128, 700, 512, 2790, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
+    // a prefill chunk from position 0: most queries see few entries (the tensor-core scores skip whole tiles)
+    {"flash_prefill_from_zero", 300, 64, 128, 75, 64, 0, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
     {"ties_at_zero", 5, 8, 64, 300, 40, 1200, 4, IndexerKeys::kManyZeroScores, 0.0f, kCudaTest},
     {"k_equals_T_with_fillers", 9, 4, 32, 10, 10, 20, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},
     {"odd_dims", 3, 3, 20, 37, 7, 150, 4, IndexerKeys::kRandom, 0.0f, kCudaTest},

@@ -267,6 +267,84 @@ TEST_P(CudaIndexer, PicksMatchRef) {
                                      << " of them near-ties";
 }
 
+// The native precision's tensor-core scores (variant mma: q and keys rounded to f16) on the cases of its
+// shape (64 heads x 128): picks may differ from ref's only where the rounding can reorder them. Each dot's
+// error is at most (2 * 2^-11 + 2^-22 + 128 * 2^-24) sum_j |q_hj k_j| (two f16 roundings, their product, f32
+// sums), relu keeps it and the heads' weighted sum adds it up: E(e) = ws ss sum_h |w_h| 1.1e-3 sum_j |q_hj
+// k_ej|. Every entry picked over a missed one, and every pair of neighbours in the pick order, must then be
+// within E of each other; the counts of valid picks must match exactly.
+TEST(CudaIndexerNative, MmaPicksWithinTheF16Bound) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    for (const IndexerCase& c : kIndexer) {
+        if (c.H != 64 || c.dim != 128) continue;
+        Pair q(DType::kF32, {c.L, c.H, c.dim}), w(DType::kF32, {c.L, c.H}), keys(DType::kF32, {c.T, c.dim});
+        Pair picks(DType::kI32, {c.L, c.k});
+        fill_uniform(q), fill_uniform(w), fill_uniform(keys);
+        picks.poison();
+        const float ws = 1.0f / std::sqrt(float(c.H)), ss = 1.0f / std::sqrt(float(c.dim));
+        b.ref->indexer_topk({q.hv(), w.hv(), keys.hv(), picks.hv(), c.pos0, c.rate, ws, ss});
+        ASSERT_TRUE(b.gpu->force_variant("indexer_topk", "mma"));
+        const int64_t ran = b.gpu->dispatch_count("indexer_topk", "mma");
+        ops::IndexerTopkArgs a{q.dv(), w.dv(), keys.dv(), picks.dv(), c.pos0, c.rate, ws, ss};
+        a.f16 = true;
+        b.gpu->indexer_topk(a);
+        ASSERT_TRUE(b.gpu->force_variant("indexer_topk", ""));
+        EXPECT_EQ(b.gpu->dispatch_count("indexer_topk", "mma"), ran + 1) << c.name;
+        const auto got = picks.device_as<int32_t>();
+        const int32_t* want = picks.hv().ptr<int32_t>();
+        const float* qh = q.hv().ptr<float>();
+        const float* kh = keys.hv().ptr<float>();
+        const float* wh = w.hv().ptr<float>();
+        auto score = [&](int64_t t, int64_t e, double& bound) {
+            double s = 0;
+            bound = 0;
+            for (int64_t h = 0; h < c.H; ++h) {
+                double dot = 0, mag = 0;
+                for (int64_t j = 0; j < c.dim; ++j) {
+                    const double x = double(qh[(t * c.H + h) * c.dim + j]) * kh[e * c.dim + j];
+                    dot += x, mag += std::abs(x);
+                }
+                s += std::max(dot, 0.0) * ss * wh[t * c.H + h] * ws;
+                bound += 1.1e-3 * mag * ss * std::abs(wh[t * c.H + h]) * ws;
+            }
+            bound += 1e-6 * std::abs(s);
+            return s;
+        };
+        for (int64_t t = 0; t < c.L; ++t) {
+            std::set<int32_t> g, r;
+            for (int64_t i = 0; i < c.k; ++i) {
+                if (got[size_t(t * c.k + i)] >= 0) g.insert(got[size_t(t * c.k + i)]);
+                if (want[t * c.k + i] >= 0) r.insert(want[t * c.k + i]);
+            }
+            ASSERT_EQ(g.size(), r.size()) << c.name << " query " << t << ": valid picks";
+            double worst_in = INFINITY,
+                   best_out = -INFINITY;  // min (s + E) picked only here, max (s - E) missed
+            for (int32_t e : g)
+                if (!r.count(e)) {
+                    double bound = 0;
+                    const double s = score(t, e, bound);
+                    worst_in = std::min(worst_in, s + bound);
+                }
+            for (int32_t e : r)
+                if (!g.count(e)) {
+                    double bound = 0;
+                    const double s = score(t, e, bound);
+                    best_out = std::max(best_out, s - bound);
+                }
+            EXPECT_LE(best_out, worst_in)
+                << c.name << " query " << t << ": an entry picked over a better one "
+                << "beyond the f16 bound";
+            for (int64_t i = 0; i + 1 < int64_t(g.size()); ++i) {  // the order, best first
+                double b0 = 0, b1 = 0;
+                const double s0 = score(t, got[size_t(t * c.k + i)], b0);
+                const double s1 = score(t, got[size_t(t * c.k + i + 1)], b1);
+                EXPECT_LE(s1 - b1, s0 + b0) << c.name << " query " << t << " position " << i;
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, CudaIndexer,
                          ::testing::ValuesIn(variant_runs(kIndexer, {"", "tiled", "warp_heads", "block"})),
                          VariantRunName());

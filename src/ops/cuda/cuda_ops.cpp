@@ -120,7 +120,12 @@ CudaBackend::CudaBackend(int device)
             false, true, false},
            {"attention", "per_query", "head_dim <= 512", true}}),
       indexer_v_(
-          {{"indexer_topk", "tiled",
+          {{"indexer_topk", "mma",
+            "native precision (f16 q and keys), 64 heads x 128 dims, 16-byte aligned key rows; scores on "
+            "mma.sync tensor cores, a block per 64 entries and 2 queries, tiles no query sees skipped; "
+            "dispatch takes it only when forced until it is measured on the GPU",
+            false},
+           {"indexer_topk", "tiled",
             "dim a multiple of 4, 16-byte aligned q and key rows, from 256 entries; a block per 64 entries, "
             "all heads as a register-tiled product",
             false},

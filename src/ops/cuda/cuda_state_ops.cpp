@@ -10,8 +10,9 @@ static_assert(int(CompMask::kNone) == int(cuda::AttnCompMask::kNone) &&
               int(CompMask::kPicks) == int(cuda::AttnCompMask::kPicks));
 
 // Dispatch preference order, the fallback last (the names in CudaBackend's constructor, cuda_ops.cpp).
-constexpr cuda::IndexerVariant kIndexerEnum[] = {
-    cuda::IndexerVariant::kTiled, cuda::IndexerVariant::kWarpHeads, cuda::IndexerVariant::kBlock};
+constexpr cuda::IndexerVariant kIndexerEnum[] = {cuda::IndexerVariant::kMma, cuda::IndexerVariant::kTiled,
+                                                 cuda::IndexerVariant::kWarpHeads,
+                                                 cuda::IndexerVariant::kBlock};
 // tiled against warp_heads on the H200 (one query, 64 heads x 128): 5 entries 11.0 us / 9.9, 4,096 entries
 // 29.5 / 35.1, 16,384 entries 52.6 / 83.6, 16 queries of 16,384 each 215 / 692.
 constexpr int64_t kIndexerTiledMinEntries = 256;
@@ -87,10 +88,13 @@ std::pair<cuda::IndexerParams, int> CudaBackend::indexer_call(const IndexerTopkA
                           .pos0 = a.pos0,
                           .rate = a.rate,
                           .weight_scale = a.weight_scale,
-                          .score_scale = a.score_scale};
+                          .score_scale = a.score_scale,
+                          .f16 = a.f16};
     const int v = indexer_v_.choose(
         [&](int i, bool forced) {
             switch (kIndexerEnum[i]) {
+                case cuda::IndexerVariant::kMma:  // forced only until its first measurement on the GPU
+                    return forced && cuda::indexer_mma_supported(p);
                 case cuda::IndexerVariant::kTiled:  // forced: any T; else where its 64-entry blocks fill
                     return cuda::indexer_tiled_supported(p) && (forced || p.T >= kIndexerTiledMinEntries);
                 case cuda::IndexerVariant::kWarpHeads:

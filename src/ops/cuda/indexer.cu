@@ -337,6 +337,11 @@ bool indexer_tiled_supported(const IndexerParams& p) {
 void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, IndexerVariant v) {
     if (p.L == 0 || p.k == 0) return;
     float* S = static_cast<float*>(scratch.get(0, size_t(p.L * p.T) * sizeof(float)));
+    if (v == IndexerVariant::kMma) {
+        launch_indexer_scores_mma(p, S, scratch, s);
+        topk_kernel<<<unsigned(p.L), 1024, 0, as_stream(s)>>>(p, S);
+        return;
+    }
     if (v == IndexerVariant::kTiled) {
         score_tiled_kernel<<<dim3(unsigned(blocks_for(p.T, kTileEntries)), unsigned(p.L)), 256, 0,
                              as_stream(s)>>>(p, S);

@@ -17,11 +17,11 @@ enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 class Scratch {
   public:
     virtual ~Scratch() = default;
-    // A buffer of at least `bytes` for slot `slot` (0..12), valid until the next get of the same slot.
+    // A buffer of at least `bytes` for slot `slot` (0..13), valid until the next get of the same slot.
     // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 the cuBLASLt
     // variants' temporaries (fp8 GEMM inputs; bf16x3 pieces and products), 8 activation chunks of the mma
     // variants (moe, linear), 9 window_stores' job table, 10 launch_compresses' job table, 11
-    // launch_indexer_topks' job table, 12 launch_rms_norm_ropes' job table.
+    // launch_indexer_topks' job table, 12 launch_rms_norm_ropes' job table, 13 the indexer's f16 keys (kMma).
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -227,6 +227,7 @@ struct IndexerParams {
     int64_t ld_picks;  // [L, k]
     int64_t L, H, dim, T, k, pos0, rate;
     float weight_scale, score_scale;
+    bool f16 = false;  // IndexerTopkArgs::f16
 };
 // Scores then top-k. Score variants:
 //   kTiled      a block per 64 entries, all heads as a register-tiled product staged in shared memory (dim
@@ -234,7 +235,12 @@ struct IndexerParams {
 //   kWarpHeads  a warp per entry, lanes over dim (float4), the heads in order with warp sums (dim % 4 == 0,
 //               dim <= 512, 16-byte aligned q and key rows; indexer_warp_supported)
 //   kBlock      a block per 64 entries, each thread a serial dot per (entry, head group): the fallback
-enum class IndexerVariant { kTiled, kWarpHeads, kBlock };
+//   kMma        the native precision's scores on mma.sync: 64 heads x 128 dims, q and keys as f16, a block
+//   per
+//               64 entries and 2 queries (indexer_mma.cu; indexer_mma_supported)
+enum class IndexerVariant { kMma, kTiled, kWarpHeads, kBlock };
+bool indexer_mma_supported(const IndexerParams& p);
+void launch_indexer_scores_mma(const IndexerParams& p, float* S, Scratch& scratch, Stream s);
 bool indexer_tiled_supported(const IndexerParams& p);
 bool indexer_warp_supported(const IndexerParams& p);
 void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, IndexerVariant v);
