@@ -17,8 +17,9 @@ OUT=${OUT:-/tmp/gpu_prefill_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -12; }
 if [[ $part == 1 ]]; then
-timeout 90 $d/bin/cuda_ops_test --gtest_filter='*CudaMhc*:*CudaFused*:*CudaAttention*' > "$OUT/mhc.log" 2>&1
-echo "mhc, fused, attention rc $?"; summary "$OUT/mhc.log"
+timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMhc*:*CudaFused*:*CudaAttention*:*CudaIndexer*' \
+  > "$OUT/mhc.log" 2>&1
+echo "mhc, fused, attention, indexer rc $?"; summary "$OUT/mhc.log"
 timeout 40 tools/gpu_goldens.sh $d/bin "$OUT"
 timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*wgmma*:*CudaMoe*native*:-*flash*' > "$OUT/moe.log" 2>&1
 echo "moe rc $?"; summary "$OUT/moe.log"
