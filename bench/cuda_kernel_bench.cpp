@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_roofline.h"
@@ -553,6 +554,49 @@ void bench_indexer(std::vector<Row>& rows, cudaStream_t s, const char* name, int
     cudaFree(q), cudaFree(w), cudaFree(keys), cudaFree(picks);
 }
 
+// The indexer of a prefill chunk: L queries from position 0 over the chunk's T = L / 4 entries, top-min(512,
+// T): the native precision's tensor-core scores (mma, f16 q and keys) against the f32 tiles. Bytes: q, w and
+// the keys read once.
+void bench_indexer_prefill(std::vector<Row>& rows, cudaStream_t s, int64_t L) {
+    const int64_t H = 64, dim = 128, T = L / 4, k = std::min<int64_t>(512, T);
+    float* q = static_cast<float*>(random_device(size_t(L * H * dim) * 4, 2));
+    float* w = static_cast<float*>(random_device(size_t(L * H) * 4, 2));
+    float* keys = static_cast<float*>(random_device(size_t(T * dim) * 4, 2));
+    int32_t* picks = nullptr;
+    DI_CUDA_CHECK(cudaMalloc(&picks, size_t(L * k) * 4));
+    IndexerParams p{.q = q,
+                    .q_s0 = H * dim,
+                    .q_s1 = dim,
+                    .w = w,
+                    .ld_w = H,
+                    .keys = keys,
+                    .ld_keys = dim,
+                    .picks = picks,
+                    .ld_picks = k,
+                    .L = L,
+                    .H = H,
+                    .dim = dim,
+                    .T = T,
+                    .k = k,
+                    .pos0 = 0,
+                    .rate = 4,
+                    .weight_scale = 0.125f,
+                    .score_scale = 0.088f};
+    BenchScratch scratch;
+    const std::string name = fmt::format("indexer prefill, {} queries from 0, top-{} of {} entries", L, k, T);
+    for (auto [vname, v, f16] : {std::tuple{"mma (native: f16 q and keys)", IndexerVariant::kMma, true},
+                                 std::tuple{"tiled", IndexerVariant::kTiled, false}}) {
+        p.f16 = f16;
+        if (v == IndexerVariant::kMma && !indexer_mma_supported(p)) continue;
+        auto run = [&] { launch_indexer_topk(p, scratch, s, v); };
+        run();
+        const double us = stream_us(s, 10, [&](int) { run(); });
+        DI_CUDA_CHECK(cudaGetLastError());
+        rows.push_back({name, vname, us, 4.0 * double(L * H * dim + L * H + T * dim)});
+    }
+    cudaFree(q), cudaFree(w), cudaFree(keys), cudaFree(picks);
+}
+
 }  // namespace
 }  // namespace di::bench
 
@@ -631,6 +675,7 @@ int main(int argc, char** argv) {
         bench_indexer(rows, s, "indexer decode, top-512 of 4096 entries (16K context)", 4096);
         bench_indexer(rows, s, "indexer decode, top-512 of 16384 entries (64K context)", 16384);
         bench_indexer(rows, s, "indexer decode, top-512 of 262144 entries (1M context)", 262144);
+        bench_indexer_prefill(rows, s, 4096);
         bench_indexer(rows, s, "indexer decode, 16 sequences, top-512 of 16384 entries each (64K context)",
                       16384, 16);
     }

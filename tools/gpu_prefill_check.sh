@@ -3,13 +3,16 @@
 # Part 1 (~4 min): mHC's and the fused ops' cases and the golden fixtures (deepinfer score), the prefill MoE
 # variants on V4-Flash's expert shape against the reference, the MoE kernels' rates, the instruction shape's
 # own rate (wgmma_probe), the dense cuBLASLt rates.
-# Part 2 (~6 min): Nsight Compute's view of the moe `wgmma` kernel (speed of light, shared-memory and pipe use,
-# stall reasons), the 4-layer V4-Flash-shaped model's 4,096-token prefill in both precisions, profiled and
-# not, the prefill chunk swept on a 16K prompt, transformers bf16 eager beside it, and the 256-expert wgmma
-# cases last (drawing their experts takes ~40 s).
+# Part 2 (~8 min): Nsight Compute's view of the moe `wgmma` kernel and of mHC's split and finish kernels
+# (speed of light, stall reasons), the 4-layer V4-Flash-shaped model's 4,096-token prefill in both precisions,
+# profiled and not, its kernel timeline, transformers bf16 eager beside it, and the 256-expert wgmma cases
+# last (drawing their experts takes ~40 s).
+# Part 3 (~4 min): the kernels written without a GPU (mHC's token-per-thread partial sums, the indexer's
+# tensor-core scores): their tests, the indexer's prefill rates, the model with DEEPINFER_MHC_SPLIT_LANES=1
+# against without.
 #   OUT=... tools/gpu_prefill_check.sh 1|2   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
 #   part 1: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench deepinfer bench/wgmma_probe"
-#   part 2: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench bench/model_bench"; the 64 MiB a call carries
+#   parts 2 and 3: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench bench/model_bench"; the 64 MiB a call carries
 #   hold the tracked tree and three or four binaries)
 set -uo pipefail
 part=${1:-1}
@@ -29,6 +32,23 @@ grep -E "^\| moe fp4 n=2730" "$OUT/kb_moe.log"
 [ -x $d/bin/wgmma_probe ] && timeout 60 $d/bin/wgmma_probe | tee "$OUT/wgmma_probe.txt"
 timeout 120 $d/bin/cuda_kernel_bench --quick --only gemm > "$OUT/kb_gemm.log" 2>&1; echo "kernel bench gemm rc $?"
 grep -E "dense|cuBLASLt|n=4096" "$OUT/kb_gemm.log" | head -12
+exit 0
+fi
+if [[ $part == 3 ]]; then
+timeout 150 $d/bin/cuda_ops_test --gtest_filter='*SplitLanes*:*CudaIndexerNative*:*CudaIndexer*flash_prefill*' \
+  > "$OUT/new.log" 2>&1
+echo "new kernels' tests rc $?"; summary "$OUT/new.log"
+timeout 150 $d/bin/cuda_kernel_bench --only indexer > "$OUT/kb_indexer.log" 2>&1; echo "kernel bench indexer rc $?"
+grep -E "indexer prefill" "$OUT/kb_indexer.log"
+for lanes in 0 1; do
+  for prof in 0 1; do
+    env $([[ $lanes == 1 ]] && echo DEEPINFER_MHC_SPLIT_LANES=1) timeout 120 $d/bin/model_bench --preset flash \
+      --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 --profile $prof \
+      > "$OUT/model_lanes${lanes}_p$prof.log" 2>&1
+    echo "model, mHC lanes $lanes, profile $prof rc $?"; grep -E "^backend" "$OUT/model_lanes${lanes}_p$prof.log"
+    [[ $prof == 1 ]] && grep -E "^\| (mhc_pre_norm|total) " "$OUT/model_lanes${lanes}_p$prof.log"
+  done
+done
 exit 0
 fi
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -57,12 +77,6 @@ CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/tr
   $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 1 \
   > "$OUT/model_trace.log" 2>&1
 echo "traced model rc $?"; python3 tools/trace_totals.py "$OUT/trace_native.csv" 25
-# the prefill chunk (the engine's step budget on cuda): throughput of a 16K-token prompt per chunk length
-for c in 1024 2048 4096 8192; do
-  timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 16384 \
-    --decode 2 --prefill-chunk $c > "$OUT/chunk_$c.log" 2>&1
-  echo "prefill chunk $c rc $? $(grep -hE "^backend" "$OUT/chunk_$c.log" | grep -oE "prefill [0-9]+ tokens [(]steps of [0-9]+[)] in [0-9.]+ s = [0-9.]+ tokens/s")"
-done
 timeout 200 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 4 > "$OUT/hf.log" 2>&1
 echo "transformers rc $?"; tail -3 "$OUT/hf.log"
 timeout 200 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe*flash*wgmma*' > "$OUT/moe_flash.log" 2>&1
