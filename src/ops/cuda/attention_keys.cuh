@@ -1,6 +1,6 @@
 // The key slots of one query, shared by the attention kernels that walk all of a query's keys in one block
-// (per_query in attention.cu, mma in attention_mma.cu): the window, then the causal entries or the
-// deduplicated picks.
+// (per_query in attention.cu, mma in attention_mma.cu, mma64 in attention_mma64.cu): the window, then the
+// causal entries or the deduplicated picks; and the online softmax step of the tensor-core kernels.
 #pragma once
 
 #include "ops/cuda/device_util.cuh"
@@ -72,6 +72,41 @@ __device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_
     }
     const int64_t c = j - n_win;
     return p.comp + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c])) * p.ld_comp;
+}
+
+// One 32-key tile of the online softmax on an m16n8k16 score fragment (s[nt][v]: rows g (v < 2) and g + 8,
+// keys 8 nt + 2q + (v & 1); -inf for keys past the end): m moves to the rows' running max, s becomes
+// exp(s - m), l = l f + the tile's sum (over the quad), and f = exp(m_old - m_new) is what the accumulators
+// must be multiplied by.
+__device__ __forceinline__ void online_softmax_tile(float (&s)[4][4], float (&m)[2], float (&l)[2],
+                                                    float (&f)[2]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) mx[v >> 1] = fmaxf(mx[v >> 1], s[nt][v]);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float m_new = fmaxf(m[i], mx[i]);
+        f[i] = expf(m[i] - m_new);
+        m[i] = m_new;
+    }
+    float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            s[nt][v] = expf(s[nt][v] - m[v >> 1]);  // exp(-inf) = 0 for keys past the end
+            ps[v >> 1] += s[nt][v];
+        }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 1);
+        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 2);
+        l[i] = l[i] * f[i] + ps[i];
+    }
 }
 
 }  // namespace di::cuda

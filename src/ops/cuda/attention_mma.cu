@@ -21,7 +21,9 @@ namespace {
 
 using mma::block_max;
 using mma::chunk_shift;
+using mma::ldsm_x4_trans;
 using mma::mma16816;
+using mma::pow2f;
 
 constexpr int kHd = 512, kHeads = 16, kWarps = 8, kSlice = kHd / kWarps, kKeys = 32;
 constexpr int kRow = kHd + 8;  // halves per staged key row: conflict-free fragment loads
@@ -34,14 +36,6 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint3
     const __half hx = __float2half_rn(x), hy = __float2half_rn(y);
     hi = pack2(hx, hy);
     lo = pack2(__float2half_rn(x - __half2float(hx)), __float2half_rn(y - __half2float(hy)));
-}
-__device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); }
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p) {
-    const unsigned a = unsigned(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
 }
 
 // kLo: hi + lo operands (exact precision); else hi only (AttentionParams::f16, the native precision).
@@ -168,39 +162,18 @@ __global__ void __launch_bounds__(32 * kWarps, 2) attention_mma_kernel(Attention
         __syncthreads();
 
         const float zs = scalbnf(p.scale, -(shq + sht));
-        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int v = 0; v < 4; ++v) {
                 const int key = nt * 8 + 2 * q + (v & 1), row = g + (v >> 1) * 8;
                 s[nt][v] = j0 + key < n_keys ? sf[row * kKeys + key] * zs : -INFINITY;
-                mx[v >> 1] = fmaxf(mx[v >> 1], s[nt][v]);
             }
         float f[2];
+        online_softmax_tile(s, m, l, f);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            const float m_new = fmaxf(m[i], mx[i]);
-            f[i] = expf(m[i] - m_new);
-            m[i] = m_new;
-        }
-        float ps[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                s[nt][v] = expf(s[nt][v] - m[v >> 1]);  // exp(-inf) = 0 for keys past the end
-                ps[v >> 1] += s[nt][v];
-            }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 1);
-            ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 2);
-            l[i] = l[i] * f[i] + ps[i];
+        for (int i = 0; i < 2; ++i)
             f[i] = scalbnf(f[i], sht - sh_prev);  // the accumulators move to this tile's key scale
-        }
         sh_prev = sht;
 #pragma unroll
         for (int n = 0; n < 8; ++n) o[n][0] *= f[0], o[n][1] *= f[0], o[n][2] *= f[1], o[n][3] *= f[1];

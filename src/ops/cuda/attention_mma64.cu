@@ -23,33 +23,13 @@
 namespace di::cuda {
 namespace {
 
-using mma::block_max;
-using mma::chunk_shift;
-using mma::mma16816;
+using namespace mma;
 
 constexpr int kHd = 512, kHeads = 64, kWarps = 8, kThreads = 32 * kWarps, kHalf = kHd / 2, kKeys = 32;
-constexpr int kRow = kHd + 8;     // halves per staged row: ldmatrix rows 16 bytes apart in the banks
-constexpr int kSp = kKeys + 8;    // floats per partial-score row: conflict-free float2 stores
-constexpr int kStages = 2;        // tiles in flight
-constexpr int kEmptyShift = 120;  // an all-zero row's shift: never its tile's smallest
+constexpr int kRow = kHd + 8;   // halves per staged row: ldmatrix rows 16 bytes apart in the banks
+constexpr int kSp = kKeys + 8;  // floats per partial-score row: conflict-free float2 stores
+constexpr int kStages = 2;      // tiles in flight
 constexpr int kStageHalves = kKeys * kRow;
-
-__device__ __forceinline__ uint32_t pack2(float x, float y) {
-    return uint32_t(__half_as_ushort(__float2half_rn(x))) |
-           (uint32_t(__half_as_ushort(__float2half_rn(y))) << 16);
-}
-__device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(wg::smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(wg::smem_addr(p)));
-}
 
 // The converted rows: [ring rows (when the chunk reaches back into the ring), the chunk's L rows, the n_comp
 // entries] x 512 halves, and each row's shift.
@@ -68,21 +48,7 @@ __global__ void __launch_bounds__(256) key_rows_f16_kernel(AttentionParams p, F1
     const float* src = row < r.ring_rows         ? p.ring + row * p.ld_ring
                        : row < r.ring_rows + p.L ? p.kv + (row - r.ring_rows) * p.ld_kv
                                                  : p.comp + (row - r.ring_rows - p.L) * p.ld_comp;
-    float4 v[4];
-    float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        v[i] = __ldg(reinterpret_cast<const float4*>(src) + lane + 32 * i);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const int sh = m > 0.0f ? chunk_shift(m) : kEmptyShift;
-    const float s = pow2f(m > 0.0f ? sh : 0);
-    uint2* dst = reinterpret_cast<uint2*>(r.rows + row * kHd);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-        dst[lane + 32 * i] = make_uint2(pack2(v[i].x * s, v[i].y * s), pack2(v[i].z * s, v[i].w * s));
+    const int sh = warp_row_to_f16<4>(src, r.rows + row * kHd, lane);
     if (lane == 0) r.shift[row] = sh;
 }
 
@@ -130,7 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionP
         }
         if (tid < kKeys) {
             const int64_t j = j0 + tid;
-            tile_sh[st * kKeys + tid] = j < n_keys ? r.shift[f16_row(p, r, j, lo, n_win, list)] : kEmptyShift;
+            tile_sh[st * kKeys + tid] =
+                j < n_keys ? r.shift[f16_row(p, r, j, lo, n_win, list)] : kEmptyRowShift;
         }
     };
     issue(0);
@@ -157,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionP
 #pragma unroll
         for (int kk = 0; kk < 16; ++kk)
 #pragma unroll
-            for (int v = 0; v < 4; ++v) qa[kk][v] = pack2(qv[kk][v].x * s, qv[kk][v].y * s);
+            for (int v = 0; v < 4; ++v) qa[kk][v] = pack_f16x2(qv[kk][v].x * s, qv[kk][v].y * s);
         zs = scalbnf(p.scale, -shq);
     }
 
@@ -205,7 +172,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionP
 
         const float* h0p = sp + hw * kSp;
         const float* h1p = sp + (kHeads + hw) * kSp;
-        float mx[2] = {-INFINITY, -INFINITY};
         int kshift[4][2];  // the shifts of the thread's score columns, and their scales
         float kscale[4][2];
 #pragma unroll
@@ -222,35 +188,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionP
                 const int key = nt * 8 + 2 * q + (v & 1), row = g + (v >> 1) * 8;
                 const float sum = h0p[row * kSp + key] + h1p[row * kSp + key];  // half 0 + half 1
                 s[nt][v] = tile * kKeys + key < n_keys ? sum * kscale[nt][v & 1] : -INFINITY;
-                mx[v >> 1] = fmaxf(mx[v >> 1], s[nt][v]);
             }
         float f[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            const float m_new = fmaxf(m[i], mx[i]);
-            f[i] = expf(m[i] - m_new);
-            m[i] = m_new;
-        }
-        float ps[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                s[nt][v] = expf(s[nt][v] - m[v >> 1]);  // exp(-inf) = 0 for keys past the end
-                ps[v >> 1] += s[nt][v];
-            }
+        online_softmax_tile(s, m, l, f);
         // the accumulators' scale from here: never up (the rescale below then never overflows), and at most
         // this tile's smallest shift (so that no probability exceeds 2^14 in f16)
         const int t_ref = tile == 0 ? t_min : min(t_min, t_prev);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 1);
-            ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 2);
-            l[i] = l[i] * f[i] + ps[i];
+        for (int i = 0; i < 2; ++i)
             f[i] = tile == 0 ? 0.0f : scalbnf(f[i], t_ref - t_prev);  // (the accumulators are zero at tile 0)
-        }
         t_prev = t_ref;
 #pragma unroll
         for (int n = 0; n < 32; ++n) o[n][0] *= f[0], o[n][1] *= f[0], o[n][2] *= f[1], o[n][3] *= f[1];
@@ -264,10 +210,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionP
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {  // keys 16 ks .. + 15: score tiles 2 ks and 2 ks + 1
             uint32_t a[4];
-            a[0] = pack2(s[2 * ks][0] * pf[2 * ks][0], s[2 * ks][1] * pf[2 * ks][1]);
-            a[1] = pack2(s[2 * ks][2] * pf[2 * ks][0], s[2 * ks][3] * pf[2 * ks][1]);
-            a[2] = pack2(s[2 * ks + 1][0] * pf[2 * ks + 1][0], s[2 * ks + 1][1] * pf[2 * ks + 1][1]);
-            a[3] = pack2(s[2 * ks + 1][2] * pf[2 * ks + 1][0], s[2 * ks + 1][3] * pf[2 * ks + 1][1]);
+            a[0] = pack_f16x2(s[2 * ks][0] * pf[2 * ks][0], s[2 * ks][1] * pf[2 * ks][1]);
+            a[1] = pack_f16x2(s[2 * ks][2] * pf[2 * ks][0], s[2 * ks][3] * pf[2 * ks][1]);
+            a[2] = pack_f16x2(s[2 * ks + 1][0] * pf[2 * ks + 1][0], s[2 * ks + 1][1] * pf[2 * ks + 1][1]);
+            a[3] = pack_f16x2(s[2 * ks + 1][2] * pf[2 * ks + 1][0], s[2 * ks + 1][3] * pf[2 * ks + 1][1]);
             // ldmatrix.trans rows: matrix lane / 8 = keys + 8 (odd), columns + 8 (>= 2)
             const __half* vb =
                 kt + (16 * ks + ((lane >> 3) & 1) * 8 + (lane & 7)) * kRow + d0 + (lane >> 4) * 8;

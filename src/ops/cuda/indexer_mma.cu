@@ -16,18 +16,10 @@
 namespace di::cuda {
 namespace {
 
-using mma::chunk_shift;
-using mma::mma16816;
+using namespace mma;
 
 constexpr int kH = 64, kDim = 128, kEntries = 64, kQueries = 2, kThreads = 256;
 constexpr int kRow = kDim + 8;  // halves per staged key row: ldmatrix rows 16 bytes apart in the banks
-constexpr int kEmptyShift = 120;
-
-__device__ __forceinline__ uint32_t pack2(float x, float y) {
-    return uint32_t(__half_as_ushort(__float2half_rn(x))) |
-           (uint32_t(__half_as_ushort(__float2half_rn(y))) << 16);
-}
-__device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); }
 
 // A warp per key row: four floats a lane.
 __global__ void __launch_bounds__(256)
@@ -36,14 +28,7 @@ __global__ void __launch_bounds__(256)
     const int lane = threadIdx.x & 31;
     const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
     if (row >= T) return;
-    const float4 v = __ldg(reinterpret_cast<const float4*>(keys + row * ld) + lane);
-    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const int sh = m > 0.0f ? chunk_shift(m) : kEmptyShift;
-    const float s = pow2f(m > 0.0f ? sh : 0);
-    reinterpret_cast<uint2*>(out + row * kDim)[lane] =
-        make_uint2(pack2(v.x * s, v.y * s), pack2(v.z * s, v.w * s));
+    const int sh = warp_row_to_f16<1>(keys + row * ld, out + row * kDim, lane);
     if (lane == 0) shift[row] = sh;
 }
 
@@ -101,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk)
 #pragma unroll
-            for (int v = 0; v < 4; ++v) qa[kk][v] = pack2(qv[kk][v].x * s, qv[kk][v].y * s);
+            for (int v = 0; v < 4; ++v) qa[kk][v] = pack_f16x2(qv[kk][v].x * s, qv[kk][v].y * s);
     }
     wg::cp_async_wait<0>();
     __syncthreads();
@@ -116,9 +101,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int nt = 0; nt < 8; nt += 2) {
                 uint32_t b[4];
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                             : "r"(wg::smem_addr(kb + nt * 8 * kRow + 16 * kk)));
+                ldsm_x4(b, kb + nt * 8 * kRow + 16 * kk);
                 mma16816(s[nt], qa[kk], b[0], b[1]);
                 mma16816(s[nt + 1], qa[kk], b[2], b[3]);
             }

@@ -110,6 +110,49 @@ void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, Act
 void launch_act_rows(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, cudaStream_t s,
                      bool fp8_order = false);
 
+// 2^e as a float (e in -126 .. 127).
+__device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); }
+// Two floats as an f16 pair, x the low half.
+__device__ __forceinline__ uint32_t pack_f16x2(float x, float y) {
+    return uint32_t(__half_as_ushort(__float2half_rn(x))) |
+           (uint32_t(__half_as_ushort(__float2half_rn(y))) << 16);
+}
+// Four 8x8 f16 matrices from shared memory (lane l gives row l % 8 of matrix l / 8), plain or transposed.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(unsigned(__cvta_generic_to_shared(p))));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(unsigned(__cvta_generic_to_shared(p))));
+}
+
+// The shift of an all-zero row (warp_row_to_f16): larger than any chunk_shift, so never a tile's smallest.
+inline constexpr int kEmptyRowShift = 120;
+// A row of 128 V floats by one warp (lane l: float4s l + 32 i): the row times 2^sh as f16 at dst, sh the
+// chunk_shift of its max |x| (kEmptyRowShift for an all-zero row, left unscaled); returns sh.
+template <int V>
+__device__ __forceinline__ int warp_row_to_f16(const float* src, __half* dst, int lane) {
+    float4 v[V];
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        v[i] = __ldg(reinterpret_cast<const float4*>(src) + lane + 32 * i);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int sh = m > 0.0f ? chunk_shift(m) : kEmptyRowShift;
+    const float s = pow2f(m > 0.0f ? sh : 0);
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+        reinterpret_cast<uint2*>(dst)[lane + 32 * i] =
+            make_uint2(pack_f16x2(v[i].x * s, v[i].y * s), pack_f16x2(v[i].z * s, v[i].w * s));
+    return sh;
+}
+
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
@@ -156,6 +199,17 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
     const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
     return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// The A fragments of k-steps 2i (k0) and 2i + 1 (k1) from word i of rows g (w0) and g + 8 (w1) of the fp4
+// units, with their group scales' multipliers m0 and m1 (fp4_multiplier) folded in: k-step 2i takes the
+// nibble pairs (0, 4) and (1, 5), 2i + 1 the pairs (2, 6) and (3, 7).
+__device__ __forceinline__ void fp4_a_frags(uint32_t w0, uint32_t w1, uint32_t m0, uint32_t m1,
+                                            uint32_t (&k0)[4], uint32_t (&k1)[4]) {
+    k0[0] = hmul2_bits(fp4_pair<0>(w0), m0), k0[1] = hmul2_bits(fp4_pair<0>(w1), m1);
+    k0[2] = hmul2_bits(fp4_pair<1>(w0), m0), k0[3] = hmul2_bits(fp4_pair<1>(w1), m1);
+    k1[0] = hmul2_bits(fp4_pair<2>(w0), m0), k1[1] = hmul2_bits(fp4_pair<2>(w1), m1);
+    k1[2] = hmul2_bits(fp4_pair<3>(w0), m0), k1[3] = hmul2_bits(fp4_pair<3>(w1), m1);
 }
 
 }  // namespace di::cuda::mma

@@ -52,16 +52,12 @@ __global__ void __launch_bounds__(32 * kWarps) moe_gemm_kernel(MoeParams p, MoeP
     constexpr int kTokTile = kLo ? 4 : 8, kTokWarp = kTokTile * NT, kTokBlock = 2 * kTokWarp;
     const int64_t row0 = int64_t(blockIdx.x) * (32 * MT) + (warp & 1) * 16 * MT;
     const int64_t chunks = io.K / kChunk;
-    const uint8_t* wp[NM];
-    const uint8_t* sp[NM];
-    int64_t ld = 0, ld_sc = 0;  // one for W1 and W3 (mma_ok)
+    const ExpertRows<NM> rows = expert_rows<NM>(p, e, row0 + g, q);
+    const uint8_t* const* wp = rows.w;
+    const uint8_t* sp[NM];  // the thread's group scale in each chunk
 #pragma unroll
-    for (int m = 0; m < NM; ++m) {
-        const WeightRef& w = p.table[3 * e + (NM == 2 ? m : 2)];
-        ld = w.ld, ld_sc = w.ld_scale;
-        wp[m] = static_cast<const uint8_t*>(w.data) + (row0 + g) * w.ld + q * 16;
-        sp[m] = static_cast<const uint8_t*>(w.scale) + (row0 + g) * w.ld_scale + q;
-    }
+    for (int m = 0; m < NM; ++m) sp[m] = rows.sc[m] + q;
+    const int64_t ld = rows.ld, ld_sc = rows.ld_sc;
     auto load_w = [&](int64_t c, WeightRegs<NM, MT>& r) {
 #pragma unroll
         for (int m = 0; m < NM; ++m)
@@ -124,13 +120,8 @@ __global__ void __launch_bounds__(32 * kWarps) moe_gemm_kernel(MoeParams p, MoeP
                     for (int t = 0; t < MT; ++t) {
                         const uint32_t w0 = word_of(cur.w[m][t][0], i), w1 = word_of(cur.w[m][t][1], i);
                         const uint32_t m0 = mul[m][t][0], m1 = mul[m][t][1];
-                        // k-step 2i: nibble pairs (0, 4) and (1, 5); 2i + 1: (2, 6) and (3, 7)
-                        const uint32_t k0[4] = {
-                            hmul2_bits(fp4_pair<0>(w0), m0), hmul2_bits(fp4_pair<0>(w1), m1),
-                            hmul2_bits(fp4_pair<1>(w0), m0), hmul2_bits(fp4_pair<1>(w1), m1)};
-                        const uint32_t k1[4] = {
-                            hmul2_bits(fp4_pair<2>(w0), m0), hmul2_bits(fp4_pair<2>(w1), m1),
-                            hmul2_bits(fp4_pair<3>(w0), m0), hmul2_bits(fp4_pair<3>(w1), m1)};
+                        uint32_t k0[4], k1[4];
+                        fp4_a_frags(w0, w1, m0, m1, k0, k1);
 #pragma unroll
                         for (int n = 0; n < NT; ++n) {
                             mma16816(acc[m][t][n], k0, b[n].x, b[n].y);

@@ -14,6 +14,28 @@ struct MoePlan {
     int32_t* pairs;     // [n * k] pair ids (t * k + j), grouped by expert
 };
 
+// Row `row` of expert e's matrices (W1 and W3 for the up products, NM = 2; W2 for the down one, NM = 1) for
+// a thread's 16-byte fp4 unit q: its bytes and its scale row; one row stride for W1 and W3
+// (MoeParams::mma_ok).
+template <int NM>
+struct ExpertRows {
+    const uint8_t* w[NM];
+    const uint8_t* sc[NM];
+    int64_t ld = 0, ld_sc = 0;
+};
+template <int NM>
+__device__ __forceinline__ ExpertRows<NM> expert_rows(const MoeParams& p, int e, int64_t row, int q) {
+    ExpertRows<NM> r;
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+        const WeightRef& w = p.table[3 * e + (NM == 2 ? m : 2)];
+        r.ld = w.ld, r.ld_sc = w.ld_scale;
+        r.w[m] = static_cast<const uint8_t*>(w.data) + row * w.ld + q * 16;
+        r.sc[m] = static_cast<const uint8_t*>(w.scale) + row * w.ld_scale;
+    }
+    return r;
+}
+
 // The plan's arrays in scratch slot 3, for n * k pairs and at most max_active experts.
 MoePlan moe_plan_buffers(Scratch& scratch, int64_t pairs, unsigned max_active);
 // One block; a fixed order, so deterministic.

@@ -92,16 +92,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeParams p, Moe
     constexpr int64_t kWords = kLo ? 128 : 64;  // u32 per (row, chunk)
     const int64_t row0 = int64_t(blockIdx.x) * (64 * MT) + 16 * warp;
     const int64_t chunks = io.K / kChunk;
-    const uint8_t* wp[NM];
-    const uint8_t* sp[NM];
-    int64_t ld = 0, ld_sc = 0;  // one for W1 and W3 (mma_ok)
-#pragma unroll
-    for (int m = 0; m < NM; ++m) {
-        const WeightRef& w = p.table[3 * e + (NM == 2 ? m : 2)];
-        ld = w.ld, ld_sc = w.ld_scale;
-        wp[m] = static_cast<const uint8_t*>(w.data) + (row0 + g) * w.ld + q * 16;
-        sp[m] = static_cast<const uint8_t*>(w.scale) + (row0 + g) * w.ld_scale;  // the row's 4 group scales
-    }
+    const ExpertRows<NM> rows = expert_rows<NM>(p, e, row0 + g, q);  // scale rows: a chunk's 4 group scales
+    const uint8_t* const* wp = rows.w;
+    const uint8_t* const* sp = rows.sc;
+    const int64_t ld = rows.ld, ld_sc = rows.ld_sc;
     // The tile's token rows in a stage: K-major with the 128-byte swizzle, [K half kc][tile row n][128
     // bytes], the 16-byte unit c of a row at c ^ (n % 8) (rows read by the tensor cores in one go then spread
     // over all banks). This thread copies units c = tid % 8 of tile rows n = 16 i + tid / 8 (i < 4), both K
@@ -189,13 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeParams p, Moe
                     const uint32_t m1 = fp4_multiplier((s1 >> (8 * q)) & 0xffu);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {  // k-steps 2i and 2i + 1: word i of each 16-byte unit
-                        const uint32_t w0 = word_of(r0, i), w1 = word_of(r1, i);
-                        uint32_t(&k0)[4] = af[2 * i][m][t];
-                        uint32_t(&k1)[4] = af[2 * i + 1][m][t];
-                        k0[0] = hmul2_bits(fp4_pair<0>(w0), m0), k0[1] = hmul2_bits(fp4_pair<0>(w1), m1);
-                        k0[2] = hmul2_bits(fp4_pair<1>(w0), m0), k0[3] = hmul2_bits(fp4_pair<1>(w1), m1);
-                        k1[0] = hmul2_bits(fp4_pair<2>(w0), m0), k1[1] = hmul2_bits(fp4_pair<2>(w1), m1);
-                        k1[2] = hmul2_bits(fp4_pair<3>(w0), m0), k1[3] = hmul2_bits(fp4_pair<3>(w1), m1);
+                        fp4_a_frags(word_of(r0, i), word_of(r1, i), m0, m1, af[2 * i][m][t],
+                                    af[2 * i + 1][m][t]);
                     }
                 }
             wg::fence();
