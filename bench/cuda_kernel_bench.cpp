@@ -503,6 +503,30 @@ void bench_mhc(std::vector<Row>& rows, cudaStream_t s, int64_t n) {
     cudaFree(st), cudaFree(fn), cudaFree(base), cudaFree(scale), cudaFree(x), cudaFree(post), cudaFree(comb);
 }
 
+// V4-Flash's indexer (64 heads x 128, CSA rate 4) on L queries from position pos0 over T entries, top-k.
+IndexerParams flash_indexer(const float* q, const float* w, const float* keys, int32_t* picks, int64_t L,
+                            int64_t T, int64_t k, int64_t pos0) {
+    constexpr int64_t H = 64, dim = 128;
+    return {.q = q,
+            .q_s0 = H * dim,
+            .q_s1 = dim,
+            .w = w,
+            .ld_w = H,
+            .keys = keys,
+            .ld_keys = dim,
+            .picks = picks,
+            .ld_picks = k,
+            .L = L,
+            .H = H,
+            .dim = dim,
+            .T = T,
+            .k = k,
+            .pos0 = pos0,
+            .rate = 4,
+            .weight_scale = 0.125f,
+            .score_scale = 0.088f};
+}
+
 // The indexer's decode step for one query: scores of 64 heads x 128 over T compressed entries, then the
 // top-min(512, T). Bytes: the keys read once + q.
 // `jobs` sequences' decode queries at once (launch_indexer_topks), each with keys of its own.
@@ -515,24 +539,7 @@ void bench_indexer(std::vector<Row>& rows, cudaStream_t s, const char* name, int
     DI_CUDA_CHECK(cudaMalloc(&picks, size_t(jobs * k) * 4));
     std::vector<IndexerParams> ps;
     for (int64_t j = 0; j < jobs; ++j)
-        ps.push_back({.q = q,
-                      .q_s0 = H * dim,
-                      .q_s1 = dim,
-                      .w = w,
-                      .ld_w = H,
-                      .keys = keys + j * T * dim,
-                      .ld_keys = dim,
-                      .picks = picks + j * k,
-                      .ld_picks = k,
-                      .L = 1,
-                      .H = H,
-                      .dim = dim,
-                      .T = T,
-                      .k = k,
-                      .pos0 = 4 * T,
-                      .rate = 4,
-                      .weight_scale = 0.125f,
-                      .score_scale = 0.088f});
+        ps.push_back(flash_indexer(q, w, keys + j * T * dim, picks + j * k, 1, T, k, 4 * T));
     BenchScratch scratch;
     for (auto [vname, v] :
          {std::pair{"tiled", IndexerVariant::kTiled}, std::pair{"warp_heads", IndexerVariant::kWarpHeads},
@@ -564,24 +571,7 @@ void bench_indexer_prefill(std::vector<Row>& rows, cudaStream_t s, int64_t L) {
     float* keys = static_cast<float*>(random_device(size_t(T * dim) * 4, 2));
     int32_t* picks = nullptr;
     DI_CUDA_CHECK(cudaMalloc(&picks, size_t(L * k) * 4));
-    IndexerParams p{.q = q,
-                    .q_s0 = H * dim,
-                    .q_s1 = dim,
-                    .w = w,
-                    .ld_w = H,
-                    .keys = keys,
-                    .ld_keys = dim,
-                    .picks = picks,
-                    .ld_picks = k,
-                    .L = L,
-                    .H = H,
-                    .dim = dim,
-                    .T = T,
-                    .k = k,
-                    .pos0 = 0,
-                    .rate = 4,
-                    .weight_scale = 0.125f,
-                    .score_scale = 0.088f};
+    IndexerParams p = flash_indexer(q, w, keys, picks, L, T, k, 0);
     BenchScratch scratch;
     const std::string name = fmt::format("indexer prefill, {} queries from 0, top-{} of {} entries", L, k, T);
     for (auto [vname, v, f16] : {std::tuple{"mma (native: f16 q and keys)", IndexerVariant::kMma, true},
