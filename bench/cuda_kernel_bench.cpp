@@ -356,18 +356,22 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                     .limit = 10.0f,
                     .gemv_format = gemv_format(table[0]),
                     .mma_ok = fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s),
-                    .scales_4b = true};  // cudaMalloc'd scale rows of in / 32 bytes
+                    .scales_4b = true,  // cudaMalloc'd scale rows of in / 32 bytes
+                    .e4m3_ok = fp4_scales_fold_to_e4m3(dtable, table.data(), int64_t(table.size()), s)};
         const bool big = n * k > kMoeGroupedMaxPairs;
         // a prefill's chunk also in native precision (quantised activations: hi halves only)
         for (const bool native : {false, true}) {
             if (native && n < 128) break;
             p.act_fp8 = native;
             for (auto [vname, v] :
-                 {std::pair{"wgmma", MoeVariant::kWgmma}, std::pair{"gemm", MoeVariant::kGemm},
-                  std::pair{"mma", MoeVariant::kMma}, std::pair{"split_rows", MoeVariant::kSplitRows},
-                  std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
+                 {std::pair{"w4a8", MoeVariant::kW4a8}, std::pair{"wgmma", MoeVariant::kWgmma},
+                  std::pair{"gemm", MoeVariant::kGemm}, std::pair{"mma", MoeVariant::kMma},
+                  std::pair{"split_rows", MoeVariant::kSplitRows}, std::pair{"grouped", MoeVariant::kGrouped},
+                  std::pair{"per_pair", MoeVariant::kPerPair}}) {
                 p.ids = ids[0];
-                const bool tiled = v == MoeVariant::kGemm || v == MoeVariant::kWgmma;
+                const bool tiled =
+                    v == MoeVariant::kGemm || v == MoeVariant::kWgmma || v == MoeVariant::kW4a8;
+                if (v == MoeVariant::kW4a8 && !moe_w4a8_supported(p, true)) continue;
                 if (v == MoeVariant::kGemm && !moe_gemm_supported(p, true)) continue;
                 if (v == MoeVariant::kWgmma && !moe_wgmma_supported(p, true)) continue;
                 if ((big || native) && !tiled) continue;  // the others take at most kMoeGroupedMaxPairs
@@ -388,7 +392,7 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                     prefill.push_back(
                         {"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
                              " experts, k=" + std::to_string(k) +
-                             (native ? " (native: hi f16 products)" : " (exact: hi + lo f16 products)"),
+                             (native ? " (native: quantised activations)" : " (exact: hi + lo f16 products)"),
                          vname, us, 2.0 * 3.0 * double(n * k) * double(D) * double(I)});
                     continue;
                 }

@@ -161,6 +161,15 @@ constexpr MoeCase kMoe[] = {
      false, kCudaTest, true},
     {"native_fp4_16_experts", 192, 512, 256, 16, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
      false, kCudaTest, true},
+    // w4a8: three token tiles (the last of two rows) per expert, odd chunk counts (5 and 3), from 2048 pairs
+    {"native_fp4_w4a8_tiles", 260, 640, 384, 16, 8, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
+     false, kCudaTest, true},
+    // the same with exact up sums: w4a8 within the f32 variants' tolerance
+    {"native_fp4_w4a8_exact_sums", 260, 640, 384, 16, 8, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0,
+     false, false, kCudaTest, true, true},
+    // group scales up to 2^39 apart within a chunk: w4a8 must not take them
+    {"native_fp4_wide_scales", 300, 256, 128, 16, 8, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0,
+     false, true, kCudaTest, true},
     {"native_fp8_experts", 40, 256, 256, 8, 2, WeightFormat::kFp8Block, 10.0f, 0, DType::kE8M0, 0, false,
      false, kCudaTest, true},
     // CUDA's dispatch must not give these to mma

@@ -11,12 +11,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-__device__ float pow2_ceil(float v) {
-    unsigned u = __float_as_uint(v);
-    if (u & 0x007fffffu) u = (u & 0x7f800000u) + 0x00800000u;
-    return __uint_as_float(u);
-}
-
 template <bool kDequant>
 __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64_t n, int64_t in,
                                  uint8_t* __restrict__ q, float* __restrict__ sx, int64_t ld_sx,
@@ -36,7 +30,7 @@ __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64
     for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = pow2_ceil(__fdiv_rn(fmaxf(amax, 1e-4f), 448.0f));
+    const float s = act_quant_scale(amax);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         float t = __fdiv_rn(v[i], s);

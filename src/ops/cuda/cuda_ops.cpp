@@ -18,9 +18,10 @@ constexpr int64_t kLtMinRows = 16;
 // Rows from which bf16 weights go to the tensor cores as bf16x3 (fewer: the GEMVs stream them at the
 // bandwidth; measured on the H200, docs/benchmarks.md).
 constexpr int64_t kBf16x3MinRows = 4;
-constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kWgmma,   cuda::MoeVariant::kGemm,
-                                         cuda::MoeVariant::kMma,     cuda::MoeVariant::kSplitRows,
-                                         cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
+constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kW4a8,      cuda::MoeVariant::kWgmma,
+                                         cuda::MoeVariant::kGemm,      cuda::MoeVariant::kMma,
+                                         cuda::MoeVariant::kSplitRows, cuda::MoeVariant::kGrouped,
+                                         cuda::MoeVariant::kPerPair};
 constexpr cuda::MhcVariant kMhcEnum[] = {cuda::MhcVariant::kSplitK, cuda::MhcVariant::kPerMix};
 
 std::vector<KernelVariant> mhc_variants(const char* op) {
@@ -76,7 +77,15 @@ CudaBackend::CudaBackend(int device)
            {"linear", "warp_gemv", "n <= 8 rows (any n when forced)", true},
            {"linear", "tiled", "any n", true}}),
       moe_v_(
-          {{"moe", "wgmma",
+          {{"moe", "w4a8",
+            "native precision, fp4 experts whose four group scales of each 128-element chunk of a row lie "
+            "within 2^11; the pairs gemm takes; W4A8 on the FP8 warpgroup tensor cores: each expert's rows "
+            "times 64 token rows a wgmma, fp4 turned into e4m3 in registers (the group scale folded in), "
+            "activations quantised per 128 as the native precision's quantiser does, f32 sums promoted "
+            "every 128; held to 1e-2 relative L2 (the tensor cores sum a chunk's FP8 products at ~14 bits, "
+            "moving more SwiGLU outputs across e4m3 rounding boundaries: ops/op_cases.h kMoeW4a8Cuda)",
+            false, true, true, 1e-2},
+           {"moe", "wgmma",
             "what gemm takes, from 2048 (and 8 per expert) to 32768 (token, slot) pairs a chunk; "
             "each expert's rows times 64 token rows (hi halves, or 32 tokens' hi and lo) at a time on the "
             "warpgroup tensor cores (wgmma, token rows staged in shared memory by cp.async), f32 "
@@ -123,7 +132,7 @@ CudaBackend::CudaBackend(int device)
           {{"indexer_topk", "mma",
             "native precision (f16 q and keys), 64 heads x 128 dims, 16-byte aligned key rows; scores on "
             "mma.sync tensor cores, a block per 64 entries and 2 queries, tiles no query sees skipped; "
-            "dispatch takes it only when forced until it is measured on the GPU",
+            "dispatch: chunks of >= 16 queries (decode keeps tiled until measured there)",
             false},
            {"indexer_topk", "tiled",
             "dim a multiple of 4, 16-byte aligned q and key rows, from 256 entries; a block per 64 entries, "
@@ -619,6 +628,9 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
             t.scales_4b &= reinterpret_cast<uintptr_t>(w.scale) % 4 == 0 && w.ld_scale % 4 == 0;
         t.mma_ok = w13_alike && cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device),
                                                              t.host.data(), int64_t(t.host.size()), stream());
+        t.e4m3_ok =
+            w13_alike && cuda::fp4_scales_fold_to_e4m3(static_cast<const WeightRef*>(t.device), t.host.data(),
+                                                       int64_t(t.host.size()), stream());
     }
     return t;
 }
@@ -648,6 +660,8 @@ void CudaBackend::moe(const MoeArgs& a) {
     const bool experts_pass = a.pass == MoeArgs::Pass::kExperts;
     auto takes = [&](const cuda::MoeParams& p, int i, bool forced) {
         switch (kMoeEnum[i]) {
+            case cuda::MoeVariant::kW4a8:
+                return cuda::moe_w4a8_supported(p, forced);
             case cuda::MoeVariant::kWgmma:
                 return cuda::moe_wgmma_supported(p, forced);
             case cuda::MoeVariant::kGemm:
@@ -667,8 +681,10 @@ void CudaBackend::moe(const MoeArgs& a) {
         cuda::MoeParams probe{};
         probe.n = std::min(n, cuda::kMoeGemmMaxPairs / k), probe.k = k, probe.D = D, probe.I = I;
         probe.gemv_format = table.gemv_format, probe.mma_ok = table.mma_ok, probe.scales_4b = table.scales_4b;
+        probe.e4m3_ok = table.e4m3_ok, probe.act_fp8 = a.act == ActQuant::kFp8Block128;
         auto probe_takes = [&](int i, bool forced) { return takes(probe, i, forced); };
-        if (moe_v_.picks(0, probe_takes) || moe_v_.picks(1, probe_takes)) chunk = probe.n;  // wgmma, gemm
+        if (moe_v_.picks(0, probe_takes) || moe_v_.picks(1, probe_takes) || moe_v_.picks(2, probe_takes))
+            chunk = probe.n;  // w4a8, wgmma, gemm
     }
     if (experts_pass)  // the pairs of other ranks' experts stay zero
         DI_CUDA_CHECK(cudaMemsetAsync(a.slots.data, 0, size_t(a.slots.nbytes()), stream()));
@@ -691,7 +707,8 @@ void CudaBackend::moe(const MoeArgs& a) {
                           .limit = a.limit,
                           .gemv_format = table.gemv_format,
                           .mma_ok = table.mma_ok,
-                          .scales_4b = table.scales_4b};
+                          .scales_4b = table.scales_4b,
+                          .e4m3_ok = table.e4m3_ok};
         if (experts_pass)
             p.owned_first = a.expert_first, p.owned_end = a.expert_end,
             p.y_out = a.slots.ptr<float>() + t0 * k * D;

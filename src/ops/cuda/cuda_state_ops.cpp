@@ -16,6 +16,8 @@ constexpr cuda::IndexerVariant kIndexerEnum[] = {cuda::IndexerVariant::kMma, cud
 // tiled against warp_heads on the H200 (one query, 64 heads x 128): 5 entries 11.0 us / 9.9, 4,096 entries
 // 29.5 / 35.1, 16,384 entries 52.6 / 83.6, 16 queries of 16,384 each 215 / 692.
 constexpr int64_t kIndexerTiledMinEntries = 256;
+// mma against tiled on the H200, 4,096 queries from position 0 over 1,024 entries: 733 us / 2,800.
+constexpr int64_t kIndexerMmaMinQueries = 16;
 constexpr cuda::AttentionVariant kAttentionEnum[] = {
     cuda::AttentionVariant::kMma64, cuda::AttentionVariant::kMma, cuda::AttentionVariant::kSplitKv,
     cuda::AttentionVariant::kPerQuery};
@@ -93,8 +95,9 @@ std::pair<cuda::IndexerParams, int> CudaBackend::indexer_call(const IndexerTopkA
     const int v = indexer_v_.choose(
         [&](int i, bool forced) {
             switch (kIndexerEnum[i]) {
-                case cuda::IndexerVariant::kMma:  // forced only until its first measurement on the GPU
-                    return forced && cuda::indexer_mma_supported(p);
+                case cuda::IndexerVariant::kMma:  // prefill chunks (3.8x tiled there); decode not yet
+                                                  // measured
+                    return cuda::indexer_mma_supported(p) && (forced || p.L >= kIndexerMmaMinQueries);
                 case cuda::IndexerVariant::kTiled:  // forced: any T; else where its 64-entry blocks fill
                     return cuda::indexer_tiled_supported(p) && (forced || p.T >= kIndexerTiledMinEntries);
                 case cuda::IndexerVariant::kWarpHeads:

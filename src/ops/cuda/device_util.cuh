@@ -36,6 +36,14 @@ __device__ __forceinline__ float fp8_e4m3_to_f(uint8_t b) {
     return __int_as_float(int(sign | ((e + 120) << 23) | (m << 20)));
 }
 
+// The activation quantiser's power-of-two scale of a 128-element block (ops/act_quant.h): the smallest power
+// of two >= max(amax, 1e-4) / 448, the division rounded to nearest.
+__device__ __forceinline__ float act_quant_scale(float amax) {
+    unsigned u = __float_as_uint(__fdiv_rn(fmaxf(amax, 1e-4f), 448.0f));
+    if (u & 0x007fffffu) u = (u & 0x7f800000u) + 0x00800000u;
+    return __uint_as_float(u);
+}
+
 __device__ __forceinline__ float e8m0_to_f(uint8_t b) {
     return b == 255 ? __int_as_float(0x7fc00000)
                     : (b == 0 ? __int_as_float(0x00400000) : __int_as_float(int(b) << 23));

@@ -235,9 +235,9 @@ struct IndexerParams {
 //   kWarpHeads  a warp per entry, lanes over dim (float4), the heads in order with warp sums (dim % 4 == 0,
 //               dim <= 512, 16-byte aligned q and key rows; indexer_warp_supported)
 //   kBlock      a block per 64 entries, each thread a serial dot per (entry, head group): the fallback
-//   kMma        the native precision's scores on mma.sync: 64 heads x 128 dims, q and keys as f16, a block
-//   per
-//               64 entries and 2 queries (indexer_mma.cu; indexer_mma_supported)
+//   kMma        the native precision's scores on mma.sync: 64 heads x 128 dims, q and keys as f16, a
+//               block per 64 entries and 2 queries (indexer_mma.cu; indexer_mma_supported; dispatch: a
+//               chunk of >= 16 queries)
 enum class IndexerVariant { kMma, kTiled, kWarpHeads, kBlock };
 bool indexer_mma_supported(const IndexerParams& p);
 void launch_indexer_scores_mma(const IndexerParams& p, float* S, Scratch& scratch, Stream s);
@@ -273,10 +273,6 @@ enum class MhcVariant { kSplitK, kPerMix };
 void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v);
 // kSplitK reads float4s: hc * D % 4 == 0, 16-byte aligned streams and fn rows.
 bool mhc_split_supported(const MhcParams& p);
-// kSplitK's partial sums at >= 256 tokens by a token per thread instead of a warp per 128 columns: the same
-// bits (a test holds them equal). Off until measured on the GPU (DEEPINFER_MHC_SPLIT_LANES in the
-// environment turns it on; the tests and benchmarks set it here).
-void set_mhc_split_lanes(bool on);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,
@@ -319,7 +315,9 @@ struct MoeParams {
     bool mma_ok = false;   // moe_mma takes the table: every scale UE8M0 in [kFp4F16ScaleMin,
                            // kFp4F16ScaleMax], each expert's W1 and W3 with one row stride
     bool scales_4b =
-        false;  // every scale row 4-byte aligned (moe_wgmma copies a row's 4 group scales at once)
+        false;             // every scale row 4-byte aligned (moe_wgmma copies a row's 4 group scales at once)
+    bool e4m3_ok = false;  // moe_w4a8 takes the table: fp4 with UE8M0 scales, each row's four group scales of
+                           // a 128-element chunk within 2^11 of each other (fp4_scales_fold_to_e4m3)
     // Expert parallelism's `experts` pass (ops/moe.h): experts outside [owned_first, owned_end) count as ids
     // outside [0, n_experts) (their pairs take no part), every taking pair's unweighted row goes to y_out
     // ([n * k, D], the slots; the other rows are left as they are) and no combine runs.
@@ -329,7 +327,9 @@ struct MoeParams {
     // down launches (moe_quantise_h); gemm then drops the lo halves, zero for quantised values.
     bool act_fp8 = false;
 };
-// Variants: kWgmma (moe_wgmma.cu: what kGemm takes, on the warpgroup tensor cores: 64 weight rows x 64 token
+// Variants: kW4a8 (moe_w4a8.cu: native precision's prefill chunks as W4A8 on the FP8 warpgroup tensor cores,
+// fp4 turned into e4m3 in registers, activations quantised per 128; e4m3_ok, scales_4b, the pairs gemm
+// takes), kWgmma (moe_wgmma.cu: what kGemm takes, on the warpgroup tensor cores: 64 weight rows x 64 token
 // halves a wgmma, the token rows staged in shared memory), kGemm (moe_gemm.cu: a prefill's many tokens per
 // expert as register-tiled products on mma.sync, activations as hi/lo f16 with one scale per row; what kMma
 // takes, from kMoeGemmMinPairs (and 8 per expert) to kMoeGemmMaxPairs pairs, any count when forced), kMma
@@ -340,7 +340,7 @@ struct MoeParams {
 // once per step for all the tokens that chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and
 // kPerPair (one pass over an expert's weights per (token, slot); the first kernel, kept as the fallback).
 // kAuto: grouped where it applies.
-enum class MoeVariant { kAuto, kWgmma, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
+enum class MoeVariant { kAuto, kW4a8, kWgmma, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 // gemm from 2048 pairs and 8 per expert (H200, 256 experts: at 1020 pairs, ~4 tokens per expert, gemm took
 // 3.45 ms against mma's 1.94; its 32-token tiles run mostly empty)
@@ -348,6 +348,12 @@ inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 // read once (at 16,384 it ran as 2,730 + 1,366 tokens, reading them twice).
 inline constexpr int64_t kMoeGemmMinPairs = 2048, kMoeGemmMaxPairs = 32768;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
+bool moe_w4a8_supported(const MoeParams& p, bool forced = false);
+void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s);
+// Whether every fp4 matrix of the table (device copy and host copy, count entries) folds its group scales
+// into e4m3 as moe_w4a8 needs (MoeParams::e4m3_ok); synchronises the stream.
+bool fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
+                             Stream s);
 bool moe_wgmma_supported(const MoeParams& p, bool forced = false);
 void launch_moe_wgmma(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_gemm_supported(const MoeParams& p, bool forced = false);

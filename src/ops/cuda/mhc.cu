@@ -182,96 +182,6 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
 }
 
-// The same partials with a token per thread (a prefill's alternative to mhc_split_kernel, bit for bit the
-// same): grid (splits, ceil(n / 128)), block 128, the split's fn rows in shared memory [kLanesRows][512]
-// (zero rows past M and columns past hc * D). mhc_split_kernel's lane l of its warp w sums columns s * 512 +
-// 128 w + 4 l .. + 3 in f32 and widens them; its warps add their lanes' values in a butterfly (lanes paired
-// at xor 16, then 8, 4, 2, 1: a balanced tree over the lane bits from bit 4 down), then the block adds the
-// warps' sums in order from 0.0. Here each thread walks those leaves in bit-reversed lane order, which makes
-// the butterfly an ordinary left-to-right binary tree (pairs of neighbours first), kept on a stack of five
-// levels; IEEE addition commutes, so each sum has the same operands in the same tree: the same bits.
-// No shuffles and no barrier per token (the warp kernel pays both per token and split); five values a
-// pass (the stack is 5 x 5 doubles), the token's columns re-read from the L1 for each pass.
-constexpr int kLanesRows = 24, kLanesThreads = 128, kLanesGroup = 5;
-constexpr int64_t kLanesMinTokens = 256;
-
-__host__ __device__ constexpr int bitrev5(int r) {
-    return ((r & 1) << 4) | ((r & 2) << 2) | (r & 4) | ((r & 8) >> 2) | ((r & 16) >> 4);
-}
-__host__ __device__ constexpr int trailing_ones(int r) {
-    return (r & 1) == 0 ? 0 : 1 + trailing_ones(r >> 1);
-}
-static_assert(bitrev5(1) == 16 && bitrev5(6) == 12 && trailing_ones(7) == 3 && trailing_ones(31) == 5);
-
-__global__ void __launch_bounds__(kLanesThreads, 4) mhc_split_lanes_kernel(MhcParams p, int M, double* part) {
-    allow_early_next();
-    extern __shared__ __align__(16) float fn_s[];  // [kLanesRows][kSplitCols]
-    const int64_t width = p.hc * p.D, splits = gridDim.x, s = blockIdx.x, c0 = s * kSplitCols;
-    for (int i = threadIdx.x; i < kLanesRows * kSplitCols / 4; i += blockDim.x) {
-        const int row = i / (kSplitCols / 4), c = 4 * (i % (kSplitCols / 4));
-        float4 f = make_float4(0, 0, 0, 0);
-        if (row < M && c0 + c < width)
-            f = __ldg(reinterpret_cast<const float4*>(p.fn + row * p.ld_fn + c0 + c));
-        *reinterpret_cast<float4*>(fn_s + row * kSplitCols + c) = f;
-    }
-    __syncthreads();
-    const int64_t t = int64_t(blockIdx.y) * kLanesThreads + threadIdx.x;
-    if (t >= p.n) return;
-    const float* v_row = p.streams + t * width;
-    double* out = part + (t * splits + s) * (M + 1);
-    // values 0 .. M - 1: the rows' products (out[1 + m]); value M: the sum of squares (out[0])
-    for (int j0 = 0; j0 <= M; j0 += kLanesGroup) {
-        double block_sum[kLanesGroup];
-#pragma unroll
-        for (int j = 0; j < kLanesGroup; ++j) block_sum[j] = 0.0;
-#pragma unroll 1
-        for (int w = 0; w < kSplitThreads / 32; ++w) {
-            double stack[5][kLanesGroup];
-#pragma unroll
-            for (int r = 0; r < 32; ++r) {
-                const int64_t col = c0 + 128 * w + 4 * bitrev5(r);
-                const float4 v = col < width ? __ldg(reinterpret_cast<const float4*>(v_row + col))
-                                             : make_float4(0, 0, 0, 0);
-                double leaf[kLanesGroup];
-#pragma unroll
-                for (int j = 0; j < kLanesGroup; ++j) {
-                    const int m = j0 + j;
-                    if (m == M) {
-                        leaf[j] = double(fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, v.x * v.x))));
-                    } else {
-                        const float4 f = *reinterpret_cast<const float4*>(
-                            fn_s + min(m, kLanesRows - 1) * kSplitCols + int(col - c0));
-                        leaf[j] = double(fmaf(v.w, f.w, fmaf(v.z, f.z, fmaf(v.y, f.y, v.x * f.x))));
-                    }
-                }
-                // push the leaf: combine with the pending left siblings (one per trailing one bit of r)
-                const int level = trailing_ones(r);
-#pragma unroll
-                for (int b = 0; b < 5; ++b)
-                    if (b < level)
-#pragma unroll
-                        for (int j = 0; j < kLanesGroup; ++j) leaf[j] = stack[b][j] + leaf[j];
-#pragma unroll
-                for (int b = 0; b < 5; ++b)
-                    if (b == level)
-#pragma unroll
-                        for (int j = 0; j < kLanesGroup; ++j) stack[b][j] = leaf[j];
-                if (level == 5)
-#pragma unroll
-                    for (int j = 0; j < kLanesGroup; ++j) block_sum[j] += leaf[j];  // the warp's total
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < kLanesGroup; ++j) {
-            const int m = j0 + j;
-            if (m < M) out[1 + m] = block_sum[j];
-            if (m == M) out[0] = block_sum[j];
-        }
-    }
-}
-
-bool lanes_enabled = std::getenv("DEEPINFER_MHC_SPLIT_LANES") != nullptr;
-
 // 1 / d for d > 0 from the f32 reciprocal and two Newton steps (to ~1 ulp of the double quotient): the
 // IEEE double division is a slow-path call, and Sinkhorn runs 39 of them back to back.
 __device__ __forceinline__ double recip_d(double d) {
@@ -501,8 +411,6 @@ __global__ void __launch_bounds__(kFinishThreads)
 
 int mhc_max_hc() { return kMaxHc; }
 
-void set_mhc_split_lanes(bool on) { lanes_enabled = on; }
-
 bool mhc_split_supported(const MhcParams& p) {
     return (p.hc * p.D) % 4 == 0 && p.ld_fn % 4 == 0 && reinterpret_cast<uintptr_t>(p.streams) % 16 == 0 &&
            reinterpret_cast<uintptr_t>(p.fn) % 16 == 0;
@@ -516,15 +424,7 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
     // a prefill's blocks take more tokens each: the fn rows they hold in registers are loaded once per block
     const int tokens = p.n >= 2048 ? 4 * kSplitTokens : kSplitTokens;
     const dim3 grid(unsigned(splits), blocks_for(p.n, tokens));
-    if (lanes_enabled && p.n >= kLanesMinTokens && M <= kLanesRows) {
-        constexpr int smem = kLanesRows * kSplitCols * sizeof(float);
-        static const bool raised =
-            cudaFuncSetAttribute(mhc_split_lanes_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
-            cudaSuccess;
-        (void)raised;  // a failure shows as the launch's error
-        mhc_split_lanes_kernel<<<dim3(unsigned(splits), blocks_for(p.n, kLanesThreads)), kLanesThreads, smem,
-                                 as_stream(s)>>>(p, M, part);
-    } else if (M > 8)
+    if (M > 8)
         mhc_split_kernel<24><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
     else
         mhc_split_kernel<8><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);

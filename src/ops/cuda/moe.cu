@@ -189,6 +189,34 @@ __global__ void moe_combine_kernel(MoeParams p, const float* y) {
         p.out[t * p.ld_out + c] = combine_column(p, y, t, c);
 }
 
+// The same sums (combine_column's arithmetic, in slot order) four columns a thread for k <= kCombine4MaxK:
+// the slots' experts and weights read first, then every slot's row loaded at once (combine_column's loads
+// wait on each slot's expert id in turn).
+constexpr int kCombine4MaxK = 8;
+__global__ void __launch_bounds__(256) moe_combine4_kernel(MoeParams p, const float* y) {
+    allow_early_next();
+    const int64_t t = blockIdx.x, c = 4 * (int64_t(blockIdx.y) * blockDim.x + threadIdx.x);
+    if (c >= p.D) return;
+    float4 v[kCombine4MaxK];
+    double w[kCombine4MaxK];
+#pragma unroll
+    for (int j = 0; j < kCombine4MaxK; ++j) {
+        const int64_t pair = t * p.k + j;
+        const bool has = j < p.k && moe_expert_of(p, pair) >= 0;
+        w[j] = j < p.k ? double(p.w[t * p.ld_w + j]) : 0.0;
+        v[j] = has ? *reinterpret_cast<const float4*>(y + pair * p.D + c) : make_float4(0, 0, 0, 0);
+    }
+    double acc[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < kCombine4MaxK; ++j)
+        if (j < p.k)
+            acc[0] += double(v[j].x) * w[j], acc[1] += double(v[j].y) * w[j], acc[2] += double(v[j].z) * w[j],
+                acc[3] += double(v[j].w) * w[j];
+    float* out = p.out + t * p.ld_out + c;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = float(acc[i]);
+}
+
 }  // namespace
 
 void launch_route(const RouteParams& p, Stream s) {
@@ -199,12 +227,20 @@ void launch_route(const RouteParams& p, Stream s) {
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     if (p.n == 0) return;
     if (v == MoeVariant::kAuto)
-        v = moe_wgmma_supported(p)     ? MoeVariant::kWgmma
+        v = moe_w4a8_supported(p)      ? MoeVariant::kW4a8
+            : moe_wgmma_supported(p)   ? MoeVariant::kWgmma
             : moe_gemm_supported(p)    ? MoeVariant::kGemm
             : moe_mma_supported(p)     ? MoeVariant::kMma
             : moe_split_supported(p)   ? MoeVariant::kSplitRows
             : moe_grouped_supported(p) ? MoeVariant::kGrouped
                                        : MoeVariant::kPerPair;
+    if (v == MoeVariant::kW4a8) {
+        if (!moe_w4a8_supported(p, true)) {
+            std::fprintf(stderr, "deepinfer: moe variant w4a8 forced where it does not apply\n");
+            std::abort();
+        }
+        return launch_moe_w4a8(p, scratch, s);
+    }
     if (v == MoeVariant::kWgmma) {
         if (!moe_wgmma_supported(p, true)) {
             std::fprintf(stderr, "deepinfer: moe variant wgmma forced where it does not apply\n");
@@ -250,6 +286,10 @@ void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
 }
 
 void launch_moe_combine(const MoeParams& p, const float* y, Stream s) {
+    if (p.k <= kCombine4MaxK && p.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0)
+        return void(
+            moe_combine4_kernel<<<dim3(unsigned(p.n), blocks_for(p.D / 4, 256)), 256, 0, as_stream(s)>>>(p,
+                                                                                                         y));
     moe_combine_kernel<<<dim3(unsigned(p.n), unsigned(std::min<int64_t>(blocks_for(p.D, 256), 64))), 256, 0,
                          as_stream(s)>>>(p, y);
 }

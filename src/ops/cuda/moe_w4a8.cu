@@ -1,0 +1,342 @@
+// Routed experts of a prefill as W4A8 on Hopper's FP8 warpgroup tensor cores (native precision; fp4 experts
+// whose group scales fold into e4m3: MoeParams::e4m3_ok):
+//   x rows:  the chunk's tokens quantised as the activation quantiser does (e4m3 with a power-of-two scale
+//   per
+//            128 elements, ops/act_quant.h), each 128-byte chunk in the k order of the weights' A fragments
+//   up:      g[pair, r] = W1_e[r] . x_t and W3_e[r] . x_t side by side ([pairs, 2 I], f32)
+//   h rows:  h = swiglu(W1 part, W3 part) quantised the same way (what moe_quantise_h gives the others)
+//   down:    y[pair, c] = W2_e[c] . h[pair]
+//   combine: out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
+// Block (64-row weight tile, active expert), one warpgroup, m64n128k32 wgmma with A from registers: each
+// thread turns its fp4 bytes into e4m3 through a table of the 8 magnitudes per 32-element group, the group's
+// scale folded in as 2^k relative to the largest scale of its 128-element chunk (e2m1 x 2^k is an e4m3 value
+// for k in [-5, 6]: exact), while up to 128 token rows come from shared memory in the 128-byte swizzle (one
+// tile holds a 4,096-token chunk's ~96 tokens an expert: its weights are converted once). A chunk's four
+// k-steps sum in fresh registers, then join the f32 sums times the token's scale and the row's factor (the
+// tensor cores sum FP8 products at reduced precision: promoted every 128, as DeepSeek's kernels do). The
+// conversion of chunk c + 1 runs while chunk c's wgmmas do. A product depends on its own token only:
+// deterministic and batch-invariant.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "ops/cuda/gemv.cuh"
+#include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/moe_plan.cuh"
+#include "ops/cuda/wgmma.cuh"
+
+namespace di::cuda {
+namespace {
+
+using mma::kChunk;
+using mma::word_of;
+
+constexpr int kThreads = 128;                // one warpgroup
+constexpr int kRows = 128;                   // token rows per tile
+constexpr int kTokBytes = kRows * kChunk;    // a chunk of the tile's token rows (e4m3)
+constexpr int kWBytes = 2 * 16 * kThreads;   // its weights: 2 row halves x 16 B a thread
+constexpr int kWScBytes = 2 * 4 * kThreads;  // their scale rows: the chunk's 4 group scales
+constexpr int kTScBytes = kRows * 4;         // the token rows' scales
+constexpr int kStageBytes = (kTokBytes + kWBytes + kWScBytes + kTScBytes + 1023) / 1024 * 1024;
+constexpr int kStages = 4;           // 89 KB of shared memory: two blocks an SM
+constexpr int kAhead = kStages - 2;  // chunk c - 1's wgmmas may still read its stage during chunk c
+
+// Element e of a 128-element chunk -> its byte in the wgmma k order: thread q's 16 fp4 bytes are group q
+// (elements 32q ..), its word w k-step w, nibbles 0..3 in A register 0 or 1 (k 4q ..), 4..7 in 2 or 3 (k 16
+// + 4q ..).
+__host__ __device__ constexpr int w8_index(int e) {
+    const int q = e >> 5, w = (e >> 3) & 3, m = e & 7;
+    return 32 * w + (m < 4 ? 4 * q + m : 16 + 4 * q + (m - 4));
+}
+static_assert(w8_index(0) == 0 && w8_index(4) == 16 && w8_index(8) == 32 && w8_index(32) == 4 &&
+              w8_index(127) == 3 * 32 + 16 + 12 + 3);
+
+// One block per row, a warp per chunk: the activation quantiser's scale and e4m3 bytes (its rounding and
+// saturation), the bytes in w8_index order: lane l's four elements 4l .. 4l + 3 land in one word. kSwiglu:
+// the row is [W1 part | W3 part] (2 x chunks x 128) and the values swiglu of the two. Rows 16-byte aligned.
+// q [rows, chunks, 128], sc [rows, chunks].
+template <bool kSwiglu>
+__global__ void __launch_bounds__(128)
+    w8_act_rows_kernel(const float* x, int64_t ldx, int64_t chunks, float limit, uint8_t* q, float* sc) {
+    allow_early_next();
+    const float* row = x + int64_t(blockIdx.x) * ldx;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int64_t c = warp; c < chunks; c += 4) {
+        float4 v = *reinterpret_cast<const float4*>(row + c * kChunk + 4 * lane);
+        if constexpr (kSwiglu) {
+            const float4 u = *reinterpret_cast<const float4*>(row + (chunks + c) * kChunk + 4 * lane);
+            v = make_float4(swiglu_clamped(v.x, u.x, limit), swiglu_clamped(v.y, u.y, limit),
+                            swiglu_clamped(v.z, u.z, limit), swiglu_clamped(v.w, u.w, limit));
+        }
+        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float s = act_quant_scale(amax);
+        auto byte = [s](float f) {
+            float t = __fdiv_rn(f, s);
+            t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;
+            return uint32_t(__nv_fp8_e4m3(t).__x);
+        };
+        const uint32_t word = byte(v.x) | byte(v.y) << 8 | byte(v.z) << 16 | byte(v.w) << 24;
+        static_assert(w8_index(4 * 3 + 1) == w8_index(4 * 3) + 1 && w8_index(4 * 3) % 4 == 0);
+        *reinterpret_cast<uint32_t*>(q + (int64_t(blockIdx.x) * chunks + c) * kChunk + w8_index(4 * lane)) =
+            word;
+        if (lane == 0) sc[int64_t(blockIdx.x) * chunks + c] = s;
+    }
+}
+
+// The e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (lut0) and 2, 3, 4, 6 (lut1) times 2^k, k in [-5, 6]:
+// 0.5 x 2^k has the exponent field k + 6 (normal from k = -5), 6 x 2^6 = 384 < 448.
+__device__ __forceinline__ void w4a8_lut(int k, uint32_t& lut0, uint32_t& lut1) {
+    lut0 = 0x3C383000u + uint32_t(k) * 0x08080800u;
+    lut1 = 0x4C484440u + uint32_t(k) * 0x08080808u;
+}
+
+// An fp4 word (e2m1 nibbles v0..v7) -> the e4m3 bytes of v0..v3 (lo) and v4..v7 (hi) through the table; the
+// signs (nibble bit 3) by prmt's sign-replicating selects: v0, v2's at bits 7, 15 of w << 4, v1, v3's at bits
+// 7, 15 of w (v4..v7 the same in the upper half).
+__device__ __forceinline__ void fp4x8_to_e4m3(uint32_t w, uint32_t lut0, uint32_t lut1, uint32_t& lo,
+                                              uint32_t& hi) {
+    const uint32_t mag = w & 0x77777777u, w4 = w << 4;
+    uint32_t s_lo, s_hi;
+    asm("prmt.b32 %0, %1, %2, 0xD9C8;" : "=r"(s_lo) : "r"(w4), "r"(w));
+    asm("prmt.b32 %0, %1, %2, 0xFBEA;" : "=r"(s_hi) : "r"(w4), "r"(w));
+    lo = __byte_perm(lut0, lut1, mag) | (s_lo & 0x80808080u);
+    hi = __byte_perm(lut0, lut1, mag >> 16) | (s_hi & 0x80808080u);
+}
+
+struct W8Io {
+    const uint8_t* act;  // up: token rows; down: pair rows (w8_act_rows)
+    const float* sc;     // their scales [rows, chunks]
+    float* out;          // up: [pairs, 2 I]; down: y [pairs, D]
+    int64_t K, n_out;    // n_out: 2 I (up: W1's rows then W3's) or D
+    bool up;
+};
+
+// grid (n_out / 64, max active experts), 128 threads, kStages * kStageBytes (+ alignment, + the tile's pair
+// ids) of dynamic shared memory.
+__global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
+    allow_early_next();
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int a = blockIdx.y;
+    if (a >= *plan.n_active) return;
+    const int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int64_t tile0 = int64_t(blockIdx.x) * 64;  // the tile's first row of the n_out rows
+    const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
+    const WeightRef& wr = p.table[3 * e + m];
+    const int64_t row = tile0 - (m == 1 ? p.I : 0) + 16 * warp + g;  // this thread's rows: row, row + 8
+    const uint8_t* wp = static_cast<const uint8_t*>(wr.data) + row * wr.ld + q * 16;
+    const uint8_t* sp = static_cast<const uint8_t*>(wr.scale) + row * wr.ld_scale;
+    const int64_t ld = wr.ld, ld_sc = wr.ld_scale, chunks = io.K / kChunk;
+    const uint32_t smem0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
+    uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
+    int32_t* const act_rows =
+        reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [kRows], -1: none
+    // Token rows in a stage: [tile row n][128 bytes], the 16-byte unit c of row n at c ^ (n % 8); this thread
+    // copies unit tid % 8 of rows 16 i + tid / 8 (i < 8) and row tid's scale.
+    const int c_unit = tid & 7;
+    const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
+    for (int i0 = 0; i0 < cnt; i0 += kRows) {
+        __syncthreads();  // the previous tile's last reads of the stages and rows are done
+        if (i0 + tid < cnt) {
+            const int32_t pair = plan.pairs[b0 + i0 + tid];
+            act_rows[tid] = io.up ? pair / int32_t(p.k) : pair;
+        } else {
+            act_rows[tid] = -1;
+        }
+        __syncthreads();
+        int32_t src_row[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) src_row[i] = act_rows[16 * i + (tid >> 3)];
+        const float* sc_src = io.sc + int64_t(max(act_rows[tid], 0)) * chunks;  // row 0's past the tokens
+        auto issue = [&](int64_t c) {
+            const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
+#pragma unroll
+            for (int i = 0; i < 8; ++i)  // rows past the tokens: zeros (the source mapped, not read)
+                wg::cp_async16(stage + dst0 + i * 2048,
+                               io.act + (int64_t(max(src_row[i], 0)) * chunks + c) * kChunk + c_unit * 16,
+                               src_row[i] >= 0);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                wg::cp_async16(stage + kTokBytes + (h * kThreads + tid) * 16,
+                               wp + int64_t(h * 8) * ld + c * 64, true);
+                wg::cp_async4(stage + kTokBytes + kWBytes + (h * kThreads + tid) * 4,
+                              sp + int64_t(h * 8) * ld_sc + c * 4);
+            }
+            wg::cp_async4(stage + kTokBytes + kWBytes + kWScBytes + tid * 4, sc_src + c);
+        };
+        // Chunk c's weights -> A fragments af[k-step] and the rows' factors 2^(max scale - 6) (rf).
+        auto convert = [&](int64_t c, uint32_t(&af)[4][4], float(&rf)[2]) {
+            const uint8_t* ws = smem_al + (c % kStages) * kStageBytes + kTokBytes;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint4 r = *reinterpret_cast<const uint4*>(ws + (h * kThreads + tid) * 16);
+                const uint32_t s4 =
+                    *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kThreads + tid) * 4);
+                const int bmax = max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
+                                     max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
+                uint32_t lut0, lut1;
+                w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
+                rf[h] = __int_as_float((bmax - 6) << 23);  // 2^(bmax - 127 - 6)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) fp4x8_to_e4m3(word_of(r, i), lut0, lut1, af[i][h], af[i][2 + h]);
+            }
+        };
+        float acc[64], part[64];
+#pragma unroll
+        for (int v = 0; v < 64; ++v) acc[v] = 0.0f, part[v] = 0.0f;
+        // part[4j + v]: row g + 8 (v >> 1) of the warp's 16, token column 8j + 2q + (v & 1)
+        auto promote = [&](int64_t c, const float(&rf)[2]) {
+            const float* ts = reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
+                                                             kTokBytes + kWBytes + kWScBytes);
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
+#pragma unroll
+                for (int v = 0; v < 4; ++v)
+                    acc[4 * j + v] =
+                        fmaf(part[4 * j + v], ((v & 1) ? s2.y : s2.x) * rf[v >> 1], acc[4 * j + v]);
+            }
+        };
+        auto keep_all = [&](uint32_t(&af)[4][4]) {
+#pragma unroll
+            for (int v = 0; v < 64; ++v) wg::keep(part[v]);
+#pragma unroll
+            for (int s = 0; s < 4; ++s)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) wg::keep(af[s][v]);
+        };
+        uint32_t af_a[4][4], af_b[4][4];
+        float rf_a[2], rf_b[2];
+        // chunk c: its copies landed, chunk c + kAhead's issued, its weights converted (in the registers
+        // chunk c - 1's wgmmas do not read), chunk c - 1's sums promoted once its wgmmas are done, its own
+        // wgmmas issued
+        auto step = [&](int64_t c, uint32_t(&af)[4][4], float(&rf)[2], uint32_t(&af_prev)[4][4],
+                        const float(&rf_prev)[2]) {
+            wg::cp_async_wait<kAhead - 1>();
+            wg::fence_proxy_async();
+            __syncthreads();  // everyone's copies of chunk c landed; chunk c - 2's stage is free
+            if (c + kAhead < chunks) issue(c + kAhead);
+            wg::cp_async_commit();
+            convert(c, af, rf);
+            if (c > 0) {
+                wg::wait<0>();
+                keep_all(af_prev);
+                promote(c - 1, rf_prev);
+            }
+            wg::fence();
+            const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
+#pragma unroll
+            for (int s = 0; s < 4; ++s)
+                wg::mma_m64n128k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
+            wg::commit();
+        };
+#pragma unroll
+        for (int c = 0; c < kAhead; ++c) {
+            if (c < chunks) issue(c);
+            wg::cp_async_commit();
+        }
+#pragma unroll 1
+        for (int64_t c = 0; c < chunks; c += 2) {
+            step(c, af_a, rf_a, af_b, rf_b);
+            if (c + 1 < chunks) step(c + 1, af_b, rf_b, af_a, rf_a);
+        }
+        wg::wait<0>();
+        if ((chunks - 1) % 2 == 0) {
+            keep_all(af_a);
+            promote(chunks - 1, rf_a);
+        } else {
+            keep_all(af_b);
+            promote(chunks - 1, rf_b);
+        }
+        wg::cp_async_wait<0>();
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int cc = 0; cc < 2; ++cc) {
+                const int ti = i0 + 8 * j + 2 * q + cc;
+                if (ti >= cnt) continue;
+                float* out = io.out + int64_t(plan.pairs[b0 + ti]) * io.n_out + tile0 + 16 * warp + g;
+                out[0] = acc[4 * j + cc];
+                out[8] = acc[4 * j + 2 + cc];
+            }
+    }
+}
+
+void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+    // + the alignment of the swizzled stages, + the tile's rows
+    constexpr int smem = kStages * kStageBytes + 1024 + kRows * 4;
+    static const bool raised =
+        cudaFuncSetAttribute(moe_w4a8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+        cudaSuccess;
+    (void)raised;  // a failure shows as the launch's error
+    moe_w4a8_kernel<<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);
+}
+
+// flag |= 1 where a 128-element chunk's four group scales of a row of matrix blockIdx.x do not fold into
+// e4m3 (more than 11 binades apart, the largest under 2^-120 or NaN).
+__global__ void __launch_bounds__(256) e4m3_fold_kernel(const WeightRef* table, int* flag) {
+    allow_early_next();
+    const WeightRef w = table[blockIdx.x];
+    const auto* sc = static_cast<const uint8_t*>(w.scale);
+    const int64_t chunks = w.in_dim / kChunk;
+    bool bad = false;
+    for (int64_t i = threadIdx.x; i < w.out_dim * chunks; i += blockDim.x) {
+        const uint8_t* b = sc + (i / chunks) * w.ld_scale + (i % chunks) * 4;
+        const int lo = min(min(b[0], b[1]), min(b[2], b[3])), hi = max(max(b[0], b[1]), max(b[2], b[3]));
+        bad |= hi - lo > 11 || hi < 7 || hi == 255;
+    }
+    if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
+}
+
+}  // namespace
+
+bool fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
+                             Stream s) {
+    if (count == 0) return false;
+    for (int64_t i = 0; i < count; ++i)
+        if (table_host[i].format != 2 || !table_host[i].scale_e8m0 || table_host[i].in_dim % kChunk != 0)
+            return false;
+    const cudaStream_t st = as_stream(s);
+    int* flag = nullptr;
+    int host = 1;
+    DI_CUDA_CHECK(cudaMallocAsync(&flag, sizeof(int), st));
+    DI_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), st));
+    e4m3_fold_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
+    DI_CUDA_CHECK(cudaMemcpyAsync(&host, flag, sizeof(int), cudaMemcpyDeviceToHost, st));
+    DI_CUDA_CHECK(cudaFreeAsync(flag, st));
+    DI_CUDA_CHECK(cudaStreamSynchronize(st));
+    return host == 0;
+}
+
+bool moe_w4a8_supported(const MoeParams& p, bool forced) {
+    const int64_t pairs = p.n * p.k;
+    return p.act_fp8 && p.e4m3_ok && p.scales_4b && p.gemv_format == gemv::kFp4 && p.D % kChunk == 0 &&
+           p.ld_x % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.I % kChunk == 0 &&
+           pairs <= kMoeGemmMaxPairs && (forced || (pairs >= kMoeGemmMinPairs && pairs >= 8 * p.n_experts));
+}
+
+void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
+    const cudaStream_t st = as_stream(s);
+    const int64_t pairs = p.n * p.k, xc = p.D / kChunk, hc = p.I / kChunk;
+    const unsigned slots = unsigned(std::min(pairs, p.n_experts));
+    float* g = static_cast<float*>(scratch.get(1, size_t(pairs * 2 * p.I) * sizeof(float)));
+    float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
+    // e4m3 rows of x [n, D] and h [pairs, I], then their scales (offsets multiples of 128 bytes)
+    auto* bytes = static_cast<uint8_t*>(
+        scratch.get(8, size_t(p.n * p.D + pairs * p.I) + size_t(p.n * xc + pairs * hc) * sizeof(float)));
+    uint8_t* xq = bytes;
+    uint8_t* hq = bytes + p.n * p.D;
+    float* xs = reinterpret_cast<float*>(hq + pairs * p.I);
+    float* hs = xs + p.n * xc;
+    const MoePlan plan = moe_plan_buffers(scratch, pairs, slots);
+    launch_moe_plan(p, plan, st);
+    w8_act_rows_kernel<false><<<unsigned(p.n), 128, 0, st>>>(p.x, p.ld_x, xc, p.limit, xq, xs);
+    launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true}, slots, st);
+    w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs);
+    launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false}, slots, st);
+    if (p.y_out == nullptr) launch_moe_combine(p, y, s);
+}
+
+}  // namespace di::cuda
