@@ -339,6 +339,7 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
         float* w = static_cast<float*>(random_device(size_t(n * k) * 4, 2));
         float* out = nullptr;
         DI_CUDA_CHECK(cudaMalloc(&out, size_t(n * D) * 4));
+        const E4m3Fold fold = fp4_scales_fold_to_e4m3(dtable, table.data(), int64_t(table.size()), s);
         MoeParams p{.x = x,
                     .ld_x = D,
                     .ids = nullptr,
@@ -357,7 +358,8 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                     .gemv_format = gemv_format(table[0]),
                     .mma_ok = fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s),
                     .scales_4b = true,  // cudaMalloc'd scale rows of in / 32 bytes
-                    .e4m3_ok = fp4_scales_fold_to_e4m3(dtable, table.data(), int64_t(table.size()), s)};
+                    .e4m3_ok = fold.chunks,
+                    .e4m3_rows = fold.rows};
         const bool big = n * k > kMoeGroupedMaxPairs;
         // a prefill's chunk also in native precision (quantised activations: hi halves only)
         for (const bool native : {false, true}) {

@@ -167,6 +167,9 @@ constexpr MoeCase kMoe[] = {
     // the same with exact up sums: w4a8 within the f32 variants' tolerance
     {"native_fp4_w4a8_exact_sums", 260, 640, 384, 16, 8, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0,
      false, false, kCudaTest, true, true},
+    // the same with scales that fold a chunk at a time only
+    {"native_fp4_w4a8_chunk_scales", 260, 640, 384, 16, 8, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0,
+     false, false, kCudaTest, true, false, true},
     // group scales up to 2^39 apart within a chunk: w4a8 must not take them
     {"native_fp4_wide_scales", 300, 256, 128, 16, 8, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0,
      false, true, kCudaTest, true},

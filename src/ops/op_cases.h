@@ -50,6 +50,9 @@ struct MoeCase {
     // x in {-1, 1}, fp4 weights in {0, +-1, +-2} with one scale: a chunk's up products sum exactly at any
     // precision (CUDA's w4a8: its up outputs carry no tensor-core rounding)
     bool small_ints = false;
+    // fp4 scales stepping along K: a chunk's four alike, a row's up to 2^16 apart (CUDA's w4a8: its per-chunk
+    // fold, not the row's)
+    bool chunk_scales = false;
 };
 
 std::span<const MoeCase> moe_cases();

@@ -132,6 +132,13 @@ TEST_P(CudaMoe, MatchesRef) {
             fill_uniform(data.back());
             scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
             fill_e8m0(scale.back());
+            if (c.chunk_scales) {  // scale of row r, group i: 2^(-15 + (5 (i / 4) + r) % 17)
+                auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
+                for (int64_t r = 0; r < out; ++r)
+                    for (int64_t i = 0; i < in / 32; ++i)
+                        sb[r * (in / 32) + i] = uint8_t(112 + (5 * (i / 4) + r) % 17);
+                scale.back().upload();
+            }
             if (c.small_ints) {  // nibbles of 0, +-1, +-2 (magnitude codes 0, 2, 4), every scale 2^-3
                 auto* wb = static_cast<uint8_t*>(data.back().hv().data);
                 auto nib = [] { return uint8_t(2 * (rng()() % 3) | (rng()() % 2) << 3); };

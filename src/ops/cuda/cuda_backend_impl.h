@@ -189,6 +189,7 @@ class CudaBackend final : public Backend {
         bool mma_ok = false;     // moe_mma takes it (MoeParams::mma_ok)
         bool scales_4b = false;  // MoeParams::scales_4b
         bool e4m3_ok = false;    // MoeParams::e4m3_ok
+        bool e4m3_rows = false;  // MoeParams::e4m3_rows
     };
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.

@@ -628,9 +628,9 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
             t.scales_4b &= reinterpret_cast<uintptr_t>(w.scale) % 4 == 0 && w.ld_scale % 4 == 0;
         t.mma_ok = w13_alike && cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device),
                                                              t.host.data(), int64_t(t.host.size()), stream());
-        t.e4m3_ok =
-            w13_alike && cuda::fp4_scales_fold_to_e4m3(static_cast<const WeightRef*>(t.device), t.host.data(),
-                                                       int64_t(t.host.size()), stream());
+        const cuda::E4m3Fold fold = cuda::fp4_scales_fold_to_e4m3(
+            static_cast<const WeightRef*>(t.device), t.host.data(), int64_t(t.host.size()), stream());
+        t.e4m3_ok = w13_alike && fold.chunks, t.e4m3_rows = t.e4m3_ok && fold.rows;
     }
     return t;
 }
@@ -708,7 +708,8 @@ void CudaBackend::moe(const MoeArgs& a) {
                           .gemv_format = table.gemv_format,
                           .mma_ok = table.mma_ok,
                           .scales_4b = table.scales_4b,
-                          .e4m3_ok = table.e4m3_ok};
+                          .e4m3_ok = table.e4m3_ok,
+                          .e4m3_rows = table.e4m3_rows};
         if (experts_pass)
             p.owned_first = a.expert_first, p.owned_end = a.expert_end,
             p.y_out = a.slots.ptr<float>() + t0 * k * D;

@@ -318,6 +318,7 @@ struct MoeParams {
         false;             // every scale row 4-byte aligned (moe_wgmma copies a row's 4 group scales at once)
     bool e4m3_ok = false;  // moe_w4a8 takes the table: fp4 with UE8M0 scales, each row's four group scales of
                            // a 128-element chunk within 2^11 of each other (fp4_scales_fold_to_e4m3)
+    bool e4m3_rows = false;  // and all of a row's group scales within 2^11: one fold base a row (fewer ops)
     // Expert parallelism's `experts` pass (ops/moe.h): experts outside [owned_first, owned_end) count as ids
     // outside [0, n_experts) (their pairs take no part), every taking pair's unweighted row goes to y_out
     // ([n * k, D], the slots; the other rows are left as they are) and no combine runs.
@@ -351,9 +352,13 @@ void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = M
 bool moe_w4a8_supported(const MoeParams& p, bool forced = false);
 void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s);
 // Whether every fp4 matrix of the table (device copy and host copy, count entries) folds its group scales
-// into e4m3 as moe_w4a8 needs (MoeParams::e4m3_ok); synchronises the stream.
-bool fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
-                             Stream s);
+// into e4m3 as moe_w4a8 needs: relative to each chunk's largest (MoeParams::e4m3_ok), or to each row's
+// (e4m3_rows); synchronises the stream.
+struct E4m3Fold {
+    bool chunks = false, rows = false;
+};
+E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
+                                 Stream s);
 bool moe_wgmma_supported(const MoeParams& p, bool forced = false);
 void launch_moe_wgmma(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_gemm_supported(const MoeParams& p, bool forced = false);

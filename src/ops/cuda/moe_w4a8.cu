@@ -114,7 +114,10 @@ struct W8Io {
 };
 
 // grid (n_out / 64, max active experts), 128 threads, kStages * kStageBytes (+ alignment, + the tile's pair
-// ids) of dynamic shared memory.
+// ids) of dynamic shared memory. kRowBase (MoeParams::e4m3_rows): the groups fold relative to the row's
+// largest scale instead of the chunk's, so a chunk's promotion takes the token's scale alone and the row's
+// factor multiplies the sums once at the end.
+template <bool kRowBase>
 __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
@@ -135,6 +138,19 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
         reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [kRows], -1: none
     // Token rows in a stage: [tile row n][128 bytes], the 16-byte unit c of row n at c ^ (n % 8); this thread
     // copies unit tid % 8 of rows 16 i + tid / 8 (i < 8) and row tid's scale.
+    int row_max[2] = {0, 0};  // kRowBase: the largest scale byte of rows row and row + 8
+    if constexpr (kRowBase)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* r = sp + int64_t(h * 8) * ld_sc;
+            uint32_t m4 = 0;  // four bytewise maxima: the quad's lanes take every fourth chunk
+            for (int64_t c = q; c < chunks; c += 4)
+                m4 = __vmaxu4(m4, *reinterpret_cast<const uint32_t*>(r + 4 * c));
+            int m = max(max(int(m4 & 0xffu), int((m4 >> 8) & 0xffu)),
+                        max(int((m4 >> 16) & 0xffu), int(m4 >> 24)));
+            m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            row_max[h] = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        }
     const int c_unit = tid & 7;
     const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
     for (int i0 = 0; i0 < cnt; i0 += kRows) {
@@ -174,8 +190,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
                 const uint4 r = *reinterpret_cast<const uint4*>(ws + (h * kThreads + tid) * 16);
                 const uint32_t s4 =
                     *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kThreads + tid) * 4);
-                const int bmax = max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
-                                     max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
+                const int bmax = kRowBase ? row_max[h]
+                                          : max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
+                                                max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
                 uint32_t lut0, lut1;
                 w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
                 rf[h] = __int_as_float((bmax - 6) << 23);  // 2^(bmax - 127 - 6)
@@ -196,7 +213,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
 #pragma unroll
                 for (int v = 0; v < 4; ++v)
                     acc[4 * j + v] =
-                        fmaf(part[4 * j + v], ((v & 1) ? s2.y : s2.x) * rf[v >> 1], acc[4 * j + v]);
+                        fmaf(part[4 * j + v], ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : rf[v >> 1]),
+                             acc[4 * j + v]);
             }
         };
         auto keep_all = [&](uint32_t(&af)[4][4]) {
@@ -251,6 +269,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
             promote(chunks - 1, rf_b);
         }
         wg::cp_async_wait<0>();
+        // kRowBase: the rows' factors 2^(row max - 127 - 6), exact (row max >= 7: e4m3_fold_kernel)
+        const float f0 = kRowBase ? __int_as_float((row_max[0] - 6) << 23) : 1.0f,
+                    f1 = kRowBase ? __int_as_float((row_max[1] - 6) << 23) : 1.0f;
 #pragma unroll
         for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -258,8 +279,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
                 const int ti = i0 + 8 * j + 2 * q + cc;
                 if (ti >= cnt) continue;
                 float* out = io.out + int64_t(plan.pairs[b0 + ti]) * io.n_out + tile0 + 16 * warp + g;
-                out[0] = acc[4 * j + cc];
-                out[8] = acc[4 * j + 2 + cc];
+                out[0] = kRowBase ? acc[4 * j + cc] * f0 : acc[4 * j + cc];
+                out[8] = kRowBase ? acc[4 * j + 2 + cc] * f1 : acc[4 * j + 2 + cc];
             }
     }
 }
@@ -268,46 +289,59 @@ void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsig
     // + the alignment of the swizzled stages, + the tile's rows
     constexpr int smem = kStages * kStageBytes + 1024 + kRows * 4;
     static const bool raised =
-        cudaFuncSetAttribute(moe_w4a8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
-        cudaSuccess;
+        cudaFuncSetAttribute(moe_w4a8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+            cudaSuccess &&
+        cudaFuncSetAttribute(moe_w4a8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+            cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
-    moe_w4a8_kernel<<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);
+    const dim3 grid(unsigned(io.n_out / 64), slots);
+    if (p.e4m3_rows)
+        moe_w4a8_kernel<true><<<grid, kThreads, smem, s>>>(p, plan, io);
+    else
+        moe_w4a8_kernel<false><<<grid, kThreads, smem, s>>>(p, plan, io);
 }
 
 // flag |= 1 where a 128-element chunk's four group scales of a row of matrix blockIdx.x do not fold into
-// e4m3 (more than 11 binades apart, the largest under 2^-120 or NaN).
+// e4m3 (more than 11 binades apart, the largest under 2^-120 or NaN), |= 2 where a whole row's do not. A
+// thread per row: run once when the expert table is built.
 __global__ void __launch_bounds__(256) e4m3_fold_kernel(const WeightRef* table, int* flag) {
     allow_early_next();
     const WeightRef w = table[blockIdx.x];
     const auto* sc = static_cast<const uint8_t*>(w.scale);
     const int64_t chunks = w.in_dim / kChunk;
-    bool bad = false;
-    for (int64_t i = threadIdx.x; i < w.out_dim * chunks; i += blockDim.x) {
-        const uint8_t* b = sc + (i / chunks) * w.ld_scale + (i % chunks) * 4;
-        const int lo = min(min(b[0], b[1]), min(b[2], b[3])), hi = max(max(b[0], b[1]), max(b[2], b[3]));
-        bad |= hi - lo > 11 || hi < 7 || hi == 255;
+    bool chunk_bad = false, row_bad = false;
+    for (int64_t r = threadIdx.x; r < w.out_dim; r += blockDim.x) {
+        int row_lo = 255, row_hi = 0;
+        for (int64_t c = 0; c < chunks; ++c) {
+            const uint8_t* b = sc + r * w.ld_scale + 4 * c;
+            const int lo = min(min(b[0], b[1]), min(b[2], b[3])), hi = max(max(b[0], b[1]), max(b[2], b[3]));
+            chunk_bad |= hi - lo > 11 || hi < 7 || hi == 255;
+            row_lo = min(row_lo, lo), row_hi = max(row_hi, hi);
+        }
+        row_bad |= row_hi - row_lo > 11;
     }
-    if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
+    const int bad = (__syncthreads_or(chunk_bad) ? 1 : 0) | (__syncthreads_or(row_bad) ? 2 : 0);
+    if (bad != 0 && threadIdx.x == 0) atomicOr(flag, bad);
 }
 
 }  // namespace
 
-bool fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
-                             Stream s) {
-    if (count == 0) return false;
+E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
+                                 Stream s) {
+    if (count == 0) return {};
     for (int64_t i = 0; i < count; ++i)
         if (table_host[i].format != 2 || !table_host[i].scale_e8m0 || table_host[i].in_dim % kChunk != 0)
-            return false;
+            return {};
     const cudaStream_t st = as_stream(s);
     int* flag = nullptr;
-    int host = 1;
+    int host = 3;
     DI_CUDA_CHECK(cudaMallocAsync(&flag, sizeof(int), st));
     DI_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), st));
     e4m3_fold_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
     DI_CUDA_CHECK(cudaMemcpyAsync(&host, flag, sizeof(int), cudaMemcpyDeviceToHost, st));
     DI_CUDA_CHECK(cudaFreeAsync(flag, st));
     DI_CUDA_CHECK(cudaStreamSynchronize(st));
-    return host == 0;
+    return {(host & 1) == 0, host == 0};
 }
 
 bool moe_w4a8_supported(const MoeParams& p, bool forced) {
