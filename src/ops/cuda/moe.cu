@@ -286,12 +286,12 @@ void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
 }
 
 void launch_moe_combine(const MoeParams& p, const float* y, Stream s) {
+    const cudaStream_t st = as_stream(s);
     if (p.k <= kCombine4MaxK && p.D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0)
-        return void(
-            moe_combine4_kernel<<<dim3(unsigned(p.n), blocks_for(p.D / 4, 256)), 256, 0, as_stream(s)>>>(p,
-                                                                                                         y));
-    moe_combine_kernel<<<dim3(unsigned(p.n), unsigned(std::min<int64_t>(blocks_for(p.D, 256), 64))), 256, 0,
-                         as_stream(s)>>>(p, y);
+        moe_combine4_kernel<<<dim3(unsigned(p.n), blocks_for(p.D / 4, 256)), 256, 0, st>>>(p, y);
+    else
+        moe_combine_kernel<<<dim3(unsigned(p.n), unsigned(std::min<int64_t>(blocks_for(p.D, 256), 64))), 256,
+                             0, st>>>(p, y);
 }
 
 }  // namespace di::cuda
