@@ -1,6 +1,7 @@
 // route, moe, mhc_pre, mhc_post and hc_head on CUDA vs ref. Expert ids must match exactly (lower id first on
 // ties); everything else within f32-vs-double accumulation error.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -267,6 +268,64 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
                          ::testing::ValuesIn(variant_runs(kMoe, {"", "w4a8", "wgmma", "gemm", "mma",
                                                                  "split_rows", "grouped", "per_pair"})),
                          VariantRunName());
+
+// w4a8's token copies by 32-bit unit offsets (cuda::set_moe_w4a8_units) against the default addressing: the
+// same bytes land in the same places, so the outputs are the same bits; with scales that fold a row at a time
+// and with scales that fold a chunk at a time only (both kernels), three token tiles an expert.
+TEST(CudaMoeW4a8, UnitOffsetsGiveTheSameBits) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    const int64_t n = 260, D = 640, I = 384, E = 16, k = 8;
+    for (const bool chunk_scales : {false, true}) {
+        std::vector<Pair> data, scale;
+        data.reserve(size_t(3 * E)), scale.reserve(size_t(3 * E));
+        std::vector<ops::ExpertWeights> ew(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e) {
+            ops::QWeight* ws[3] = {&ew[size_t(e)].w1, &ew[size_t(e)].w3, &ew[size_t(e)].w2};
+            for (int j = 0; j < 3; ++j) {
+                const int64_t out = j == 2 ? D : I, in = j == 2 ? I : D;
+                data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
+                fill_uniform(data.back());
+                scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
+                fill_e8m0(scale.back());
+                if (chunk_scales) {
+                    auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
+                    for (int64_t r = 0; r < out; ++r)
+                        for (int64_t i = 0; i < in / 32; ++i)
+                            sb[r * (in / 32) + i] = uint8_t(112 + (5 * (i / 4) + r) % 17);
+                    scale.back().upload();
+                }
+                ws[j]->format = ops::WeightFormat::kFp4Group;
+                ws[j]->data = data.back().dv(), ws[j]->scale = scale.back().dv();
+                ws[j]->out_dim = out, ws[j]->in_dim = in;
+            }
+        }
+        Pair x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}),
+            out(DType::kF32, {n, D});
+        fill_uniform(x), fill_uniform(w, 0.1f, 1.0f);
+        for (int64_t t = 0; t < n; ++t) {
+            std::vector<int> perm(static_cast<size_t>(E));
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng());
+            for (int64_t j = 0; j < k; ++j) ids.hv().ptr<int32_t>()[t * k + j] = perm[size_t(j)];
+        }
+        ids.upload();
+        ASSERT_TRUE(b.gpu->force_variant("moe", "w4a8"));
+        std::vector<float> got[2];
+        for (const bool units : {false, true}) {
+            cuda::set_moe_w4a8_units(units);
+            out.poison();
+            b.gpu->moe(
+                {x.dv(), ids.dv(), w.dv(), ew.data(), E, out.dv(), 10.0f, ops::ActQuant::kFp8Block128});
+            got[units] = out.device_f32();
+        }
+        cuda::set_moe_w4a8_units(false);
+        ASSERT_TRUE(b.gpu->force_variant("moe", ""));
+        EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
+            << (chunk_scales ? "chunk" : "row") << " fold base";
+        EXPECT_TRUE(std::all_of(got[1].begin(), got[1].end(), [](float v) { return std::isfinite(v); }));
+    }
+}
 
 // mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.
 TEST(CudaMhc, PrePostHead) {

@@ -19,6 +19,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
@@ -116,8 +117,10 @@ struct W8Io {
 // grid (n_out / 64, max active experts), 128 threads, kStages * kStageBytes (+ alignment, + the tile's pair
 // ids) of dynamic shared memory. kRowBase (MoeParams::e4m3_rows): the groups fold relative to the row's
 // largest scale instead of the chunk's, so a chunk's promotion takes the token's scale alone and the row's
-// factor multiplies the sums once at the end.
-template <bool kRowBase>
+// factor multiplies the sums once at the end. kUnits (set_moe_w4a8_units): the token rows' copies addressed
+// by 32-bit 16-byte unit offsets kept for the tile (the 64-bit row x chunk products per copy took ~10
+// instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
+template <bool kRowBase, bool kUnits>
 __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
@@ -162,17 +165,29 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
             act_rows[tid] = -1;
         }
         __syncthreads();
+        // the tile rows' activation rows (-1: none), or (kUnits) their first 16-byte units row x chunks x 8 +
+        // tid % 8 (-1: none; < 2^31 for the pairs and K a pass takes)
         int32_t src_row[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) src_row[i] = act_rows[16 * i + (tid >> 3)];
+        for (int i = 0; i < 8; ++i) {
+            const int32_t r = act_rows[16 * i + (tid >> 3)];
+            src_row[i] = kUnits && r >= 0 ? r * int32_t(chunks) * 8 + c_unit : r;
+        }
         const float* sc_src = io.sc + int64_t(max(act_rows[tid], 0)) * chunks;  // row 0's past the tokens
         auto issue = [&](int64_t c) {
             const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
-            for (int i = 0; i < 8; ++i)  // rows past the tokens: zeros (the source mapped, not read)
-                wg::cp_async16(stage + dst0 + i * 2048,
-                               io.act + (int64_t(max(src_row[i], 0)) * chunks + c) * kChunk + c_unit * 16,
-                               src_row[i] >= 0);
+            for (int i = 0; i < 8; ++i) {  // rows past the tokens: zeros (the source mapped, not read)
+                if constexpr (kUnits) {
+                    const uint4* base = reinterpret_cast<const uint4*>(io.act) + int32_t(c) * 8;
+                    wg::cp_async16(stage + dst0 + i * 2048, src_row[i] >= 0 ? base + src_row[i] : base,
+                                   src_row[i] >= 0);
+                } else {
+                    wg::cp_async16(stage + dst0 + i * 2048,
+                                   io.act + (int64_t(max(src_row[i], 0)) * chunks + c) * kChunk + c_unit * 16,
+                                   src_row[i] >= 0);
+                }
+            }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 wg::cp_async16(stage + kTokBytes + (h * kThreads + tid) * 16,
@@ -285,20 +300,27 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
     }
 }
 
-void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+bool units_enabled = std::getenv("DEEPINFER_W4A8_UNITS") != nullptr;
+
+template <bool kRowBase, bool kUnits>
+void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     // + the alignment of the swizzled stages, + the tile's rows
     constexpr int smem = kStages * kStageBytes + 1024 + kRows * 4;
     static const bool raised =
-        cudaFuncSetAttribute(moe_w4a8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
-            cudaSuccess &&
-        cudaFuncSetAttribute(moe_w4a8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
-            cudaSuccess;
+        cudaFuncSetAttribute(moe_w4a8_kernel<kRowBase, kUnits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem) == cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
-    const dim3 grid(unsigned(io.n_out / 64), slots);
+    moe_w4a8_kernel<kRowBase, kUnits>
+        <<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);
+}
+
+void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     if (p.e4m3_rows)
-        moe_w4a8_kernel<true><<<grid, kThreads, smem, s>>>(p, plan, io);
+        units_enabled ? launch_kernel<true, true>(p, plan, io, slots, s)
+                      : launch_kernel<true, false>(p, plan, io, slots, s);
     else
-        moe_w4a8_kernel<false><<<grid, kThreads, smem, s>>>(p, plan, io);
+        units_enabled ? launch_kernel<false, true>(p, plan, io, slots, s)
+                      : launch_kernel<false, false>(p, plan, io, slots, s);
 }
 
 // flag |= 1 where a 128-element chunk's four group scales of a row of matrix blockIdx.x do not fold into
@@ -343,6 +365,8 @@ E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef*
     DI_CUDA_CHECK(cudaStreamSynchronize(st));
     return {(host & 1) == 0, host == 0};
 }
+
+void set_moe_w4a8_units(bool on) { units_enabled = on; }
 
 bool moe_w4a8_supported(const MoeParams& p, bool forced) {
     const int64_t pairs = p.n * p.k;
