@@ -7,8 +7,9 @@
 # (speed of light, stall reasons), the 4-layer V4-Flash-shaped model's 4,096-token prefill in both precisions,
 # profiled and not, its kernel timeline, transformers bf16 eager beside it, and the 256-expert wgmma cases
 # last (drawing their experts takes ~40 s).
-# Part 3 (~3 min): w4a8's token copies by unit offsets (off by default): the same bits as the default
-# addressing, the model and the kernel's rate with DEEPINFER_W4A8_UNITS=1 against without.
+# Part 3 (~5 min): w4a8's options written without a GPU (off by default: DEEPINFER_W4A8_UNITS, the token copies
+# by 32-bit unit offsets; DEEPINFER_W4A8_N64, 64-row tiles where an expert averages <= 64 pairs): their test,
+# the model at 4K and 1K prefill chunks and the kernel's rate with each against without.
 #   OUT=... tools/gpu_prefill_check.sh 1|2   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
 #   part 1: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench deepinfer bench/wgmma_probe"
 #   parts 2 and 3: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench bench/model_bench"; the 64 MiB a call carries
@@ -34,20 +35,20 @@ grep -E "dense|cuBLASLt|n=4096" "$OUT/kb_gemm.log" | head -12
 exit 0
 fi
 if [[ $part == 3 ]]; then
-# w4a8's token copies by unit offsets (written without a GPU, off by default): the same bits, then its rate
+# w4a8's options written without a GPU (off by default): their test, then the model (4K and 1K chunks) and the
+# kernel's rate with each
 timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMoeW4a8*' > "$OUT/new.log" 2>&1
-echo "w4a8 unit offsets test rc $?"; summary "$OUT/new.log"
-for units in 0 1; do
-  for prof in 0 1; do
-    env $([[ $units == 1 ]] && echo DEEPINFER_W4A8_UNITS=1) timeout 60 $d/bin/model_bench --preset flash \
-      --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 --profile $prof \
-      > "$OUT/model_units${units}_p$prof.log" 2>&1
-    echo "model, w4a8 unit offsets $units, profile $prof rc $?"; grep -E "^backend" "$OUT/model_units${units}_p$prof.log"
-    [[ $prof == 1 ]] && grep -E "^\| (moe|total) " "$OUT/model_units${units}_p$prof.log"
+echo "w4a8 options test rc $?"; summary "$OUT/new.log"
+for opt in none DEEPINFER_W4A8_UNITS=1 DEEPINFER_W4A8_N64=1; do
+  for chunk in 4096 1024; do
+    env $([[ $opt != none ]] && echo $opt) timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+      --precision native --prompt 4096 --prefill-chunk $chunk --decode 2 > "$OUT/model_${opt%%=*}_$chunk.log" 2>&1
+    echo "model, $opt, chunk $chunk rc $?"; grep -E "^backend" "$OUT/model_${opt%%=*}_$chunk.log"
   done
+  env $([[ $opt != none ]] && echo $opt) timeout 100 $d/bin/cuda_kernel_bench --only moe_prefill \
+    > "$OUT/kb_moe_${opt%%=*}.log" 2>&1
+  echo "kernel bench moe, $opt rc $?"; grep -E "n=2730.*native" "$OUT/kb_moe_${opt%%=*}.log"
 done
-env DEEPINFER_W4A8_UNITS=1 timeout 100 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/kb_moe_units.log" 2>&1
-echo "kernel bench moe, unit offsets rc $?"; grep -E "n=2730.*native" "$OUT/kb_moe_units.log"
 exit 0
 fi
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

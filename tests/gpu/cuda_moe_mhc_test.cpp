@@ -1,7 +1,6 @@
 // route, moe, mhc_pre, mhc_post and hc_head on CUDA vs ref. Expert ids must match exactly (lower id first on
 // ties); everything else within f32-vs-double accumulation error.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -269,40 +268,47 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
                                                                  "split_rows", "grouped", "per_pair"})),
                          VariantRunName());
 
-// w4a8's token copies by 32-bit unit offsets (cuda::set_moe_w4a8_units) against the default addressing: the
-// same bytes land in the same places, so the outputs are the same bits; with scales that fold a row at a time
-// and with scales that fold a chunk at a time only (both kernels), three token tiles an expert.
-TEST(CudaMoeW4a8, UnitOffsetsGiveTheSameBits) {
+// w4a8's options written before their first GPU run, on inputs whose up sums are exact (x +-1, weights 0,
+// +-1,
+// +-2, a chunk's four group scales alike): 64-row tiles (set_moe_w4a8_n64) and the token copies by 32-bit
+// unit offsets (set_moe_w4a8_units), each combination within the f32 variants' 1e-3 of the reference, and the
+// unit offsets the same bits as the default addressing (the same bytes land in the same places); with scales
+// that fold a row at a time and scales that fold a chunk at a time only, several token tiles an expert.
+TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
     const int64_t n = 260, D = 640, I = 384, E = 16, k = 8;
     for (const bool chunk_scales : {false, true}) {
         std::vector<Pair> data, scale;
         data.reserve(size_t(3 * E)), scale.reserve(size_t(3 * E));
-        std::vector<ops::ExpertWeights> ew(static_cast<size_t>(E));
-        for (int64_t e = 0; e < E; ++e) {
-            ops::QWeight* ws[3] = {&ew[size_t(e)].w1, &ew[size_t(e)].w3, &ew[size_t(e)].w2};
+        std::vector<ops::ExpertWeights> ew_h(static_cast<size_t>(E)), ew_d(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e)
             for (int j = 0; j < 3; ++j) {
                 const int64_t out = j == 2 ? D : I, in = j == 2 ? I : D;
                 data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
-                fill_uniform(data.back());
+                auto* wb = static_cast<uint8_t*>(data.back().hv().data);
+                auto nib = [] { return uint8_t(2 * (rng()() % 3) | (rng()() % 2) << 3); };
+                for (size_t i = 0; i < data.back().hv().nbytes(); ++i) wb[i] = uint8_t(nib() | nib() << 4);
+                data.back().upload();
                 scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
-                fill_e8m0(scale.back());
-                if (chunk_scales) {
-                    auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
-                    for (int64_t r = 0; r < out; ++r)
-                        for (int64_t i = 0; i < in / 32; ++i)
-                            sb[r * (in / 32) + i] = uint8_t(112 + (5 * (i / 4) + r) % 17);
-                    scale.back().upload();
+                auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
+                for (int64_t r = 0; r < out; ++r)
+                    for (int64_t i = 0; i < in / 32; ++i)
+                        sb[r * (in / 32) + i] = uint8_t(chunk_scales ? 112 + (5 * (i / 4) + r) % 17 : 124);
+                scale.back().upload();
+                for (const bool d : {false, true}) {
+                    ops::ExpertWeights& x = (d ? ew_d : ew_h)[size_t(e)];
+                    ops::QWeight& q = j == 0 ? x.w1 : j == 1 ? x.w3 : x.w2;
+                    q.format = ops::WeightFormat::kFp4Group;
+                    q.data = d ? data.back().dv() : data.back().hv();
+                    q.scale = d ? scale.back().dv() : scale.back().hv();
+                    q.out_dim = out, q.in_dim = in;
                 }
-                ws[j]->format = ops::WeightFormat::kFp4Group;
-                ws[j]->data = data.back().dv(), ws[j]->scale = scale.back().dv();
-                ws[j]->out_dim = out, ws[j]->in_dim = in;
             }
-        }
         Pair x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}),
-            out(DType::kF32, {n, D});
-        fill_uniform(x), fill_uniform(w, 0.1f, 1.0f);
+            out(DType::kF32, {n, D}), ref(DType::kF32, {n, D});
+        for (int64_t i = 0; i < x.hv().numel(); ++i) x.hv().ptr<float>()[i] = rng()() % 2 ? 1.0f : -1.0f;
+        x.upload(), fill_uniform(w, 0.1f, 1.0f);
         for (int64_t t = 0; t < n; ++t) {
             std::vector<int> perm(static_cast<size_t>(E));
             std::iota(perm.begin(), perm.end(), 0);
@@ -310,20 +316,28 @@ TEST(CudaMoeW4a8, UnitOffsetsGiveTheSameBits) {
             for (int64_t j = 0; j < k; ++j) ids.hv().ptr<int32_t>()[t * k + j] = perm[size_t(j)];
         }
         ids.upload();
+        const ops::ActQuant act = ops::ActQuant::kFp8Block128;
+        b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), E, ref.hv(), 10.0f, act});
         ASSERT_TRUE(b.gpu->force_variant("moe", "w4a8"));
-        std::vector<float> got[2];
-        for (const bool units : {false, true}) {
-            cuda::set_moe_w4a8_units(units);
-            out.poison();
-            b.gpu->moe(
-                {x.dv(), ids.dv(), w.dv(), ew.data(), E, out.dv(), 10.0f, ops::ActQuant::kFp8Block128});
-            got[units] = out.device_f32();
+        for (const bool n64 : {false, true}) {
+            std::vector<float> got[2];
+            for (const bool units : {false, true}) {
+                cuda::set_moe_w4a8_n64(n64), cuda::set_moe_w4a8_units(units);
+                out.poison();
+                b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+                cuda::set_moe_w4a8_n64(false), cuda::set_moe_w4a8_units(false);
+                const std::string tag = std::string(chunk_scales ? "chunk" : "row") + " fold, " +
+                                        (n64 ? "64" : "128") + "-row tiles, unit offsets " +
+                                        (units ? "on" : "off");
+                got[units] = out.device_f32();
+                const Diff d = diff(ref.host_f32(), got[units]);
+                EXPECT_EQ(d.nan, 0) << tag;
+                EXPECT_LE(d.rel_l2, ops::cases::kMoeNativeCuda.value) << tag << ": max abs err " << d.max_abs;
+            }
+            EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
+                << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128) << "-row tiles";
         }
-        cuda::set_moe_w4a8_units(false);
         ASSERT_TRUE(b.gpu->force_variant("moe", ""));
-        EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
-            << (chunk_scales ? "chunk" : "row") << " fold base";
-        EXPECT_TRUE(std::all_of(got[1].begin(), got[1].end(), [](float v) { return std::isfinite(v); }));
     }
 }
 

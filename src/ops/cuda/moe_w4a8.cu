@@ -33,13 +33,14 @@ using mma::kChunk;
 using mma::word_of;
 
 constexpr int kThreads = 128;                // one warpgroup
-constexpr int kRows = 128;                   // token rows per tile
-constexpr int kTokBytes = kRows * kChunk;    // a chunk of the tile's token rows (e4m3)
-constexpr int kWBytes = 2 * 16 * kThreads;   // its weights: 2 row halves x 16 B a thread
+constexpr int kWBytes = 2 * 16 * kThreads;   // a chunk's weights: 2 row halves x 16 B a thread
 constexpr int kWScBytes = 2 * 4 * kThreads;  // their scale rows: the chunk's 4 group scales
-constexpr int kTScBytes = kRows * 4;         // the token rows' scales
-constexpr int kStageBytes = (kTokBytes + kWBytes + kWScBytes + kTScBytes + 1023) / 1024 * 1024;
-constexpr int kStages = 4;           // 89 KB of shared memory: two blocks an SM
+// A stage for N token rows a tile: the rows' chunk (e4m3), the weights, their scales, the rows' scales.
+__host__ __device__ constexpr int tok_bytes(int n) { return n * kChunk; }
+__host__ __device__ constexpr int stage_bytes(int n) {
+    return (tok_bytes(n) + kWBytes + kWScBytes + n * 4 + 1023) / 1024 * 1024;
+}
+constexpr int kStages = 4;           // 89 KB of shared memory at N = 128: two blocks an SM
 constexpr int kAhead = kStages - 2;  // chunk c - 1's wgmmas may still read its stage during chunk c
 
 // Element e of a 128-element chunk -> its byte in the wgmma k order: thread q's 16 fp4 bytes are group q
@@ -114,14 +115,15 @@ struct W8Io {
     bool up;
 };
 
-// grid (n_out / 64, max active experts), 128 threads, kStages * kStageBytes (+ alignment, + the tile's pair
-// ids) of dynamic shared memory. kRowBase (MoeParams::e4m3_rows): the groups fold relative to the row's
-// largest scale instead of the chunk's, so a chunk's promotion takes the token's scale alone and the row's
-// factor multiplies the sums once at the end. kUnits (set_moe_w4a8_units): the token rows' copies addressed
-// by 32-bit 16-byte unit offsets kept for the tile (the 64-bit row x chunk products per copy took ~10
-// instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
-template <bool kRowBase, bool kUnits>
-__global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
+// grid (n_out / 64, max active experts), 128 threads, kStages * stage_bytes(N) (+ alignment, + the tile's
+// rows) of dynamic shared memory; N (64 or 128) token rows a tile. kRowBase (MoeParams::e4m3_rows): the
+// groups fold relative to the row's largest scale instead of the chunk's, so a chunk's promotion takes the
+// token's scale alone and the row's factor multiplies the sums once at the end. kUnits (set_moe_w4a8_units):
+// the token rows' copies addressed by 32-bit 16-byte unit offsets kept for the tile (the 64-bit row x chunk
+// products per copy took ~10 instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
+template <int N, bool kRowBase, bool kUnits>
+__global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1) moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
+    constexpr int kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N);
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const int a = blockIdx.y;
@@ -137,8 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
     const int64_t ld = wr.ld, ld_sc = wr.ld_scale, chunks = io.K / kChunk;
     const uint32_t smem0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
-    int32_t* const act_rows =
-        reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [kRows], -1: none
+    int32_t* const act_rows = reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [N], -1: none
     // Token rows in a stage: [tile row n][128 bytes], the 16-byte unit c of row n at c ^ (n % 8); this thread
     // copies unit tid % 8 of rows 16 i + tid / 8 (i < 8) and row tid's scale.
     int row_max[2] = {0, 0};  // kRowBase: the largest scale byte of rows row and row + 8
@@ -156,28 +157,30 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
         }
     const int c_unit = tid & 7;
     const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
-    for (int i0 = 0; i0 < cnt; i0 += kRows) {
+    for (int i0 = 0; i0 < cnt; i0 += N) {
         __syncthreads();  // the previous tile's last reads of the stages and rows are done
-        if (i0 + tid < cnt) {
-            const int32_t pair = plan.pairs[b0 + i0 + tid];
-            act_rows[tid] = io.up ? pair / int32_t(p.k) : pair;
-        } else {
-            act_rows[tid] = -1;
+        if (tid < N) {
+            if (i0 + tid < cnt) {
+                const int32_t pair = plan.pairs[b0 + i0 + tid];
+                act_rows[tid] = io.up ? pair / int32_t(p.k) : pair;
+            } else {
+                act_rows[tid] = -1;
+            }
         }
         __syncthreads();
         // the tile rows' activation rows (-1: none), or (kUnits) their first 16-byte units row x chunks x 8 +
         // tid % 8 (-1: none; < 2^31 for the pairs and K a pass takes)
-        int32_t src_row[8];
+        int32_t src_row[N / 16];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < N / 16; ++i) {
             const int32_t r = act_rows[16 * i + (tid >> 3)];
             src_row[i] = kUnits && r >= 0 ? r * int32_t(chunks) * 8 + c_unit : r;
         }
-        const float* sc_src = io.sc + int64_t(max(act_rows[tid], 0)) * chunks;  // row 0's past the tokens
+        const float* sc_src = io.sc + int64_t(max(act_rows[tid % N], 0)) * chunks;  // row 0's past the tokens
         auto issue = [&](int64_t c) {
             const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {  // rows past the tokens: zeros (the source mapped, not read)
+            for (int i = 0; i < N / 16; ++i) {  // rows past the tokens: zeros (the source mapped, not read)
                 if constexpr (kUnits) {
                     const uint4* base = reinterpret_cast<const uint4*>(io.act) + int32_t(c) * 8;
                     wg::cp_async16(stage + dst0 + i * 2048, src_row[i] >= 0 ? base + src_row[i] : base,
@@ -195,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
                 wg::cp_async4(stage + kTokBytes + kWBytes + (h * kThreads + tid) * 4,
                               sp + int64_t(h * 8) * ld_sc + c * 4);
             }
-            wg::cp_async4(stage + kTokBytes + kWBytes + kWScBytes + tid * 4, sc_src + c);
+            if (tid < N) wg::cp_async4(stage + kTokBytes + kWBytes + kWScBytes + tid * 4, sc_src + c);
         };
         // Chunk c's weights -> A fragments af[k-step] and the rows' factors 2^(max scale - 6) (rf).
         auto convert = [&](int64_t c, uint32_t(&af)[4][4], float(&rf)[2]) {
@@ -215,15 +218,15 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
                 for (int i = 0; i < 4; ++i) fp4x8_to_e4m3(word_of(r, i), lut0, lut1, af[i][h], af[i][2 + h]);
             }
         };
-        float acc[64], part[64];
+        float acc[N / 2], part[N / 2];
 #pragma unroll
-        for (int v = 0; v < 64; ++v) acc[v] = 0.0f, part[v] = 0.0f;
+        for (int v = 0; v < N / 2; ++v) acc[v] = 0.0f, part[v] = 0.0f;
         // part[4j + v]: row g + 8 (v >> 1) of the warp's 16, token column 8j + 2q + (v & 1)
         auto promote = [&](int64_t c, const float(&rf)[2]) {
             const float* ts = reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
                                                              kTokBytes + kWBytes + kWScBytes);
 #pragma unroll
-            for (int j = 0; j < 16; ++j) {
+            for (int j = 0; j < N / 8; ++j) {
                 const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
 #pragma unroll
                 for (int v = 0; v < 4; ++v)
@@ -234,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
         };
         auto keep_all = [&](uint32_t(&af)[4][4]) {
 #pragma unroll
-            for (int v = 0; v < 64; ++v) wg::keep(part[v]);
+            for (int v = 0; v < N / 2; ++v) wg::keep(part[v]);
 #pragma unroll
             for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -261,8 +264,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
             wg::fence();
             const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
-            for (int s = 0; s < 4; ++s)
-                wg::mma_m64n128k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
+            for (int s = 0; s < 4; ++s) {
+                if constexpr (N == 128)
+                    wg::mma_m64n128k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
+                else
+                    wg::mma_m64n64k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
+            }
             wg::commit();
         };
 #pragma unroll
@@ -288,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
         const float f0 = kRowBase ? __int_as_float((row_max[0] - 6) << 23) : 1.0f,
                     f1 = kRowBase ? __int_as_float((row_max[1] - 6) << 23) : 1.0f;
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
+        for (int j = 0; j < N / 8; ++j)
 #pragma unroll
             for (int cc = 0; cc < 2; ++cc) {
                 const int ti = i0 + 8 * j + 2 * q + cc;
@@ -302,25 +309,35 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(MoeParams p, MoeP
 
 bool units_enabled = std::getenv("DEEPINFER_W4A8_UNITS") != nullptr;
 
-template <bool kRowBase, bool kUnits>
+bool n64_enabled = std::getenv("DEEPINFER_W4A8_N64") != nullptr;
+
+template <int N, bool kRowBase, bool kUnits>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    // + the alignment of the swizzled stages, + the tile's rows
-    constexpr int smem = kStages * kStageBytes + 1024 + kRows * 4;
+    constexpr int smem = kStages * stage_bytes(N) + 1024 + N * 4;  // + the swizzle's alignment, + the rows
     static const bool raised =
-        cudaFuncSetAttribute(moe_w4a8_kernel<kRowBase, kUnits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             smem) == cudaSuccess;
+        cudaFuncSetAttribute(moe_w4a8_kernel<N, kRowBase, kUnits>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
-    moe_w4a8_kernel<kRowBase, kUnits>
+    moe_w4a8_kernel<N, kRowBase, kUnits>
         <<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);
 }
 
-void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+template <int N>
+void launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     if (p.e4m3_rows)
-        units_enabled ? launch_kernel<true, true>(p, plan, io, slots, s)
-                      : launch_kernel<true, false>(p, plan, io, slots, s);
+        units_enabled ? launch_kernel<N, true, true>(p, plan, io, slots, s)
+                      : launch_kernel<N, true, false>(p, plan, io, slots, s);
     else
-        units_enabled ? launch_kernel<false, true>(p, plan, io, slots, s)
-                      : launch_kernel<false, false>(p, plan, io, slots, s);
+        units_enabled ? launch_kernel<N, false, true>(p, plan, io, slots, s)
+                      : launch_kernel<N, false, false>(p, plan, io, slots, s);
+}
+
+// 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until measured)
+void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+    if (n64_enabled && p.n * p.k <= 64 * int64_t(slots))
+        launch_n<64>(p, plan, io, slots, s);
+    else
+        launch_n<128>(p, plan, io, slots, s);
 }
 
 // flag |= 1 where a 128-element chunk's four group scales of a row of matrix blockIdx.x do not fold into
@@ -367,6 +384,7 @@ E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef*
 }
 
 void set_moe_w4a8_units(bool on) { units_enabled = on; }
+void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 
 bool moe_w4a8_supported(const MoeParams& p, bool forced) {
     const int64_t pairs = p.n * p.k;
