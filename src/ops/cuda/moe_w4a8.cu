@@ -122,7 +122,8 @@ struct W8Io {
 // the token rows' copies addressed by 32-bit 16-byte unit offsets kept for the tile (the 64-bit row x chunk
 // products per copy took ~10 instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
 template <int N, bool kRowBase, bool kUnits>
-__global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1) moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
+__global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
+    moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
     constexpr int kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N);
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
