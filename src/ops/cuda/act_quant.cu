@@ -33,9 +33,7 @@ __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64
     const float s = act_quant_scale(amax);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        float t = __fdiv_rn(v[i], s);
-        t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;  // NaN passes, as on the host
-        const __nv_fp8_e4m3 f(t);
+        const __nv_fp8_e4m3 f = act_quant_e4m3(v[i], s);
         const int64_t col = kb * 128 + lane + 32 * i;
         if constexpr (kDequant)
             out[r * in + col] = float(f) * s;

@@ -144,19 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionP
         const int* ksh = tile_sh + st * kKeys;
 
         float s[4][4];  // scores of keys 8 nt + 2q (+1): heads g (0, 1), g + 8 (2, 3)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         // ldmatrix rows: matrix lane / 8 = columns + 8 (odd), keys + 8 (>= 2)
-        const __half* kb = kt + ((lane >> 4) * 8 + (lane & 7)) * kRow + d0 + ((lane >> 3) & 1) * 8;
-#pragma unroll
-        for (int kk = 0; kk < 16; ++kk)
-#pragma unroll
-            for (int nt = 0; nt < 4; nt += 2) {
-                uint32_t b[4];
-                ldsm_x4(b, kb + nt * 8 * kRow + 16 * kk);
-                mma16816(s[nt], qa[kk], b[0], b[1]);
-                mma16816(s[nt + 1], qa[kk], b[2], b[3]);
-            }
+        mma_rows_by_smem_cols(s, qa, kt + ((lane >> 4) * 8 + (lane & 7)) * kRow + d0 + ((lane >> 3) & 1) * 8,
+                              kRow);
         float* mine = sp + (half * kHeads + hw) * kSp;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {

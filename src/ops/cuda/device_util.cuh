@@ -3,6 +3,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -16,6 +17,22 @@ namespace di::cuda {
 
 inline cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+// The value a one-off check leaves in a device int that starts at 0: launch(flag, stream) runs the check's
+// kernels; synchronises the stream (the expert tables' scale checks, once when a table is built).
+template <class Launch>
+int device_flag(Stream s, Launch launch) {
+    const cudaStream_t st = as_stream(s);
+    int* flag = nullptr;
+    int host = 0;
+    DI_CUDA_CHECK(cudaMallocAsync(&flag, sizeof(int), st));
+    DI_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), st));
+    launch(flag, st);
+    DI_CUDA_CHECK(cudaMemcpyAsync(&host, flag, sizeof(int), cudaMemcpyDeviceToHost, st));
+    DI_CUDA_CHECK(cudaFreeAsync(flag, st));
+    DI_CUDA_CHECK(cudaStreamSynchronize(st));
+    return host;
+}
 
 __device__ __forceinline__ float load_f(const void* p, Fdt t, int64_t i) {
     switch (t) {
@@ -42,6 +59,13 @@ __device__ __forceinline__ float act_quant_scale(float amax) {
     unsigned u = __float_as_uint(__fdiv_rn(fmaxf(amax, 1e-4f), 448.0f));
     if (u & 0x007fffffu) u = (u & 0x7f800000u) + 0x00800000u;
     return __uint_as_float(u);
+}
+// The quantiser's e4m3 value of v under scale s: IEEE division by the power of two, saturated at +-448 (NaN
+// passes, as on the host), rounded to nearest even.
+__device__ __forceinline__ __nv_fp8_e4m3 act_quant_e4m3(float v, float s) {
+    float t = __fdiv_rn(v, s);
+    t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;
+    return __nv_fp8_e4m3(t);
 }
 
 __device__ __forceinline__ float e8m0_to_f(uint8_t b) {

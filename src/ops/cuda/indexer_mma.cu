@@ -92,19 +92,9 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (t < p.L) {
         float s[8][4];  // entries 8 nt + 2q (+1): heads g (0, 1), g + 8 (2, 3)
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         // ldmatrix rows: matrix lane / 8 = dims + 8 (odd), entries + 8 (>= 2)
-        const __half* kb = kt + ((lane >> 4) * 8 + (lane & 7)) * kRow + ((lane >> 3) & 1) * 8;
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk)
-#pragma unroll
-            for (int nt = 0; nt < 8; nt += 2) {
-                uint32_t b[4];
-                ldsm_x4(b, kb + nt * 8 * kRow + 16 * kk);
-                mma16816(s[nt], qa[kk], b[0], b[1]);
-                mma16816(s[nt + 1], qa[kk], b[2], b[3]);
-            }
+        mma_rows_by_smem_cols(s, qa, kt + ((lane >> 4) * 8 + (lane & 7)) * kRow + ((lane >> 3) & 1) * 8,
+                              kRow);
         const float w0 = p.w[t * p.ld_w + 16 * hg + g], w1 = p.w[t * p.ld_w + 16 * hg + g + 8];
         const float warp_scale = pow2f(-shq);
 #pragma unroll

@@ -160,6 +160,25 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// s[nt] = the warp's 16 A rows (qa: KK k16 fragments) times the 8 B columns of tile nt (NT tiles), B from f16
+// rows `ld` halves apart in shared memory, read by ldmatrix: kb is this lane's row address (matrix lane / 8 =
+// k + 8 (odd), columns + 8 (>= 2)), tile nt at kb + 8 nt ld, k-step kk 16 halves further.
+template <int KK, int NT>
+__device__ __forceinline__ void mma_rows_by_smem_cols(float (&s)[NT][4], const uint32_t (&qa)[KK][4],
+                                                      const __half* kb, int ld) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+            uint32_t b[4];
+            ldsm_x4(b, kb + nt * 8 * ld + 16 * kk);
+            mma16816(s[nt], qa[kk], b[0], b[1]);
+            mma16816(s[nt + 1], qa[kk], b[2], b[3]);
+        }
+}
+
 // Nibbles idx and idx + 4 of fp4 word w as an f16 pair times 2^-14 (exact: the 3 magnitude bits become the
 // f16's low exponent bits and its first mantissa bit, e2m1's subnormal 0.5 an f16 subnormal).
 template <int idx>

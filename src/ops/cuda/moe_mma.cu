@@ -293,16 +293,9 @@ bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* tabl
         if (table_host[i].format != 2 || !table_host[i].scale_e8m0 || table_host[i].in_dim % 32 != 0)
             return false;
     if (count == 0) return false;
-    const cudaStream_t st = as_stream(s);
-    int* flag = nullptr;
-    int host = 1;
-    DI_CUDA_CHECK(cudaMallocAsync(&flag, sizeof(int), st));
-    DI_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), st));
-    scale_range_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
-    DI_CUDA_CHECK(cudaMemcpyAsync(&host, flag, sizeof(int), cudaMemcpyDeviceToHost, st));
-    DI_CUDA_CHECK(cudaFreeAsync(flag, st));
-    DI_CUDA_CHECK(cudaStreamSynchronize(st));
-    return host == 0;
+    return device_flag(s, [&](int* flag, cudaStream_t st) {
+               scale_range_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
+           }) == 0;
 }
 
 bool moe_mma_supported(const MoeParams& p) {

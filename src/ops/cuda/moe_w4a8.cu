@@ -16,7 +16,6 @@
 // sum FP8 products at reduced precision, promoted every 128 as DeepSeek's kernels do. The conversion of chunk
 // c + 1 runs while chunk c's wgmmas do. A product depends on its own token only: deterministic and
 // batch-invariant.
-#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -74,11 +73,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float s = act_quant_scale(amax);
-        auto byte = [s](float f) {
-            float t = __fdiv_rn(f, s);
-            t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;
-            return uint32_t(__nv_fp8_e4m3(t).__x);
-        };
+        auto byte = [s](float f) { return uint32_t(act_quant_e4m3(f, s).__x); };
         const uint32_t word = byte(v.x) | byte(v.y) << 8 | byte(v.z) << 16 | byte(v.w) << 24;
         static_assert(w8_index(4 * 3 + 1) == w8_index(4 * 3) + 1 && w8_index(4 * 3) % 4 == 0);
         *reinterpret_cast<uint32_t*>(q + (int64_t(blockIdx.x) * chunks + c) * kChunk + w8_index(4 * lane)) =
@@ -372,16 +367,10 @@ E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef*
     for (int64_t i = 0; i < count; ++i)
         if (table_host[i].format != 2 || !table_host[i].scale_e8m0 || table_host[i].in_dim % kChunk != 0)
             return {};
-    const cudaStream_t st = as_stream(s);
-    int* flag = nullptr;
-    int host = 3;
-    DI_CUDA_CHECK(cudaMallocAsync(&flag, sizeof(int), st));
-    DI_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), st));
-    e4m3_fold_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
-    DI_CUDA_CHECK(cudaMemcpyAsync(&host, flag, sizeof(int), cudaMemcpyDeviceToHost, st));
-    DI_CUDA_CHECK(cudaFreeAsync(flag, st));
-    DI_CUDA_CHECK(cudaStreamSynchronize(st));
-    return {(host & 1) == 0, host == 0};
+    const int bad = device_flag(s, [&](int* flag, cudaStream_t st) {
+        e4m3_fold_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
+    });
+    return {(bad & 1) == 0, bad == 0};
 }
 
 void set_moe_w4a8_units(bool on) { units_enabled = on; }
