@@ -653,9 +653,10 @@ int main(int argc, char** argv) {
         for (const di::ops::cases::MoeCase& c : di::ops::cases::moe_cases(di::ops::cases::kBench))
             bench_moe(rows, gemm_rows, s, c,
                       quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
-    if (want("moe_prefill"))  // 1024 and 16380 pairs: the CUDA backend's chunks of mma and of gemm
+    if (want("moe_prefill"))  // 1024 and 16380 pairs: the chunks of mma and of gemm; 24576: a 4,096-token
+                              // chunk
         for (const di::ops::cases::MoeCase& c : di::ops::cases::moe_cases(di::ops::cases::kBench))
-            bench_moe(rows, gemm_rows, s, c, {170, 2730});
+            bench_moe(rows, gemm_rows, s, c, {170, 2730, 4096});
     if (want("attention")) {
         bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)",
                         AttnCompMask::kCausal, 512);

@@ -215,6 +215,19 @@ TEST_P(CudaMoe, MatchesRef) {
         EXPECT_EQ(b.gpu->dispatch_count("moe", "w4a8"), w4a8_before) << "w4a8 took wide scales";
     }
     if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("moe", variant), 0) << variant << " did not run";
+    if (variant == "w4a8") {  // the warp-specialised kernel: the same products and sums, so the same bits
+        const std::vector<float> one_wg = out.device_f32();
+        out.poison();
+        cuda::set_moe_w4a8_ws(true);
+        b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit, act});
+        cuda::set_moe_w4a8_ws(false);
+        const std::vector<float> ws = out.device_f32();
+        EXPECT_EQ(0, std::memcmp(one_wg.data(), ws.data(), ws.size() * sizeof(float)))
+            << c.name << ": the warp-specialised kernel differs from the one-warpgroup kernel (max abs "
+            << diff(one_wg, ws).max_abs << ")";
+        std::memcpy(out.hv().data, one_wg.data(), one_wg.size() * sizeof(float));
+        out.upload();
+    }
     if ((variant == "grouped" || variant == "split_rows" || variant == "mma" || variant == "gemm" ||
          variant == "w4a8") &&
         c.n > 1) {  // token 0 alone
@@ -269,18 +282,21 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
                          VariantRunName());
 
 // w4a8's options written before their first GPU run, on inputs whose up sums are exact (x +-1, weights 0,
-// +-1,
-// +-2, a chunk's four group scales alike): 64-row tiles (set_moe_w4a8_n64) and the token copies by 32-bit
-// unit offsets (set_moe_w4a8_units), each combination within the f32 variants' 1e-3 of the reference, and the
-// unit offsets the same bits as the default addressing (the same bytes land in the same places); with scales
-// that fold a row at a time and scales that fold a chunk at a time only, several token tiles an expert.
+// +-1, +-2, a chunk's four group scales alike): 64-row tiles (set_moe_w4a8_n64) and the token copies by
+// 32-bit unit offsets (set_moe_w4a8_units), each combination within the f32 variants' 1e-3 of the reference,
+// and the unit offsets the same bits as the default addressing (the same bytes land in the same places), the
+// warp-specialised kernel (set_moe_w4a8_ws) the same bits as the default; with scales that fold a row at a
+// time and scales that fold a chunk at a time only, several token tiles an expert.
 TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
     const int64_t n = 260, D = 640, I = 384, E = 16, k = 8;
+    // Both passes' experts stay allocated: the backend's expert table is keyed by the weights' addresses (a
+    // model's weights do not change while it is loaded), so the second pass's weights must not reuse the
+    // first's addresses with other scales.
+    std::vector<Pair> data, scale;
+    data.reserve(size_t(6 * E)), scale.reserve(size_t(6 * E));
     for (const bool chunk_scales : {false, true}) {
-        std::vector<Pair> data, scale;
-        data.reserve(size_t(3 * E)), scale.reserve(size_t(3 * E));
         std::vector<ops::ExpertWeights> ew_h(static_cast<size_t>(E)), ew_d(static_cast<size_t>(E));
         for (int64_t e = 0; e < E; ++e)
             for (int j = 0; j < 3; ++j) {
@@ -336,6 +352,15 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
             }
             EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
                 << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128) << "-row tiles";
+            if (n64) continue;
+            cuda::set_moe_w4a8_ws(true);  // the warp-specialised kernel: the default's bits
+            out.poison();
+            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+            cuda::set_moe_w4a8_ws(false);
+            const std::vector<float> ws = out.device_f32();
+            EXPECT_EQ(0, std::memcmp(got[0].data(), ws.data(), ws.size() * sizeof(float)))
+                << (chunk_scales ? "chunk" : "row") << " fold, warp-specialised: max abs err against the "
+                << "reference " << diff(ref.host_f32(), ws).max_abs;
         }
         ASSERT_TRUE(b.gpu->force_variant("moe", ""));
     }

@@ -561,7 +561,9 @@ void CudaBackend::route(const RouteArgs& a) {
 // Whether an expert's weights are on this device (expert parallelism places a block of them per rank).
 static bool placed(const ExpertWeights& w) { return w.w1.data.data != nullptr; }
 
-// The experts' WeightRefs live in device memory; rebuilt (one host->device copy) only when they change.
+// The experts' WeightRefs live in device memory; rebuilt (one host->device copy) only when they change. The
+// scale checks (mma_ok, e4m3_ok, e4m3_rows) read the scales once: weights at the same addresses are taken to
+// hold the same values (a model's weights do not change while it is loaded).
 // Experts not placed on this device (expert parallelism: another rank holds them) take the first placed
 // expert's entry, which no kernel reads for them (MoeParams::owned_first/end) and which keeps the table's
 // format and mma checks those of the experts that are here.

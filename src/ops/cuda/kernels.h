@@ -357,6 +357,9 @@ void set_moe_w4a8_units(bool on);
 // w4a8's tiles of 64 token rows where an expert averages <= 64 of the pass's pairs (128 otherwise); off until
 // measured on the GPU (DEEPINFER_W4A8_N64).
 void set_moe_w4a8_n64(bool on);
+// w4a8's 128-row tiles on the warp-specialised kernel (moe_w4a8_ws.cu: a warpgroup that copies and converts,
+// two that multiply; the same sums); off until measured on the GPU (DEEPINFER_W4A8_WS).
+void set_moe_w4a8_ws(bool on);
 // Whether every fp4 matrix of the table (device copy and host copy, count entries) folds its group scales
 // into e4m3 as moe_w4a8 needs: relative to each chunk's largest (MoeParams::e4m3_ok), or to each row's
 // (e4m3_rows); synchronises the stream.

@@ -23,6 +23,7 @@
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
+#include "ops/cuda/moe_w4a8.cuh"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -30,6 +31,10 @@ namespace {
 
 using mma::kChunk;
 using mma::word_of;
+using w4a8::fp4x8_to_e4m3;
+using w4a8::w4a8_lut;
+using w4a8::w8_index;
+using w4a8::W8Io;
 
 constexpr int kThreads = 128;                // one warpgroup
 constexpr int kWBytes = 2 * 16 * kThreads;   // a chunk's weights: 2 row halves x 16 B a thread
@@ -41,16 +46,6 @@ __host__ __device__ constexpr int stage_bytes(int n) {
 }
 constexpr int kStages = 4;           // 89 KB of shared memory at N = 128: two blocks an SM
 constexpr int kAhead = kStages - 2;  // chunk c - 1's wgmmas may still read its stage during chunk c
-
-// Element e of a 128-element chunk -> its byte in the wgmma k order: thread q's 16 fp4 bytes are group q
-// (elements 32q ..), its word w k-step w, nibbles 0..3 in A register 0 or 1 (k 4q ..), 4..7 in 2 or 3 (k 16
-// + 4q ..).
-__host__ __device__ constexpr int w8_index(int e) {
-    const int q = e >> 5, w = (e >> 3) & 3, m = e & 7;
-    return 32 * w + (m < 4 ? 4 * q + m : 16 + 4 * q + (m - 4));
-}
-static_assert(w8_index(0) == 0 && w8_index(4) == 16 && w8_index(8) == 32 && w8_index(32) == 4 &&
-              w8_index(127) == 3 * 32 + 16 + 12 + 3);
 
 // One block per row, a warp per chunk: the activation quantiser's scale and e4m3 bytes (its rounding and
 // saturation), the bytes in w8_index order: lane l's four elements 4l .. 4l + 3 land in one word. kSwiglu:
@@ -81,34 +76,6 @@ __global__ void __launch_bounds__(128)
         if (lane == 0) sc[int64_t(blockIdx.x) * chunks + c] = s;
     }
 }
-
-// The e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (lut0) and 2, 3, 4, 6 (lut1) times 2^k, k in [-5, 6]:
-// 0.5 x 2^k has the exponent field k + 6 (normal from k = -5), 6 x 2^6 = 384 < 448.
-__device__ __forceinline__ void w4a8_lut(int k, uint32_t& lut0, uint32_t& lut1) {
-    lut0 = 0x3C383000u + uint32_t(k) * 0x08080800u;
-    lut1 = 0x4C484440u + uint32_t(k) * 0x08080808u;
-}
-
-// An fp4 word (e2m1 nibbles v0..v7) -> the e4m3 bytes of v0..v3 (lo) and v4..v7 (hi) through the table; the
-// signs (nibble bit 3) by prmt's sign-replicating selects: v0, v2's at bits 7, 15 of w << 4, v1, v3's at bits
-// 7, 15 of w (v4..v7 the same in the upper half).
-__device__ __forceinline__ void fp4x8_to_e4m3(uint32_t w, uint32_t lut0, uint32_t lut1, uint32_t& lo,
-                                              uint32_t& hi) {
-    const uint32_t mag = w & 0x77777777u, w4 = w << 4;
-    uint32_t s_lo, s_hi;
-    asm("prmt.b32 %0, %1, %2, 0xD9C8;" : "=r"(s_lo) : "r"(w4), "r"(w));
-    asm("prmt.b32 %0, %1, %2, 0xFBEA;" : "=r"(s_hi) : "r"(w4), "r"(w));
-    lo = __byte_perm(lut0, lut1, mag) | (s_lo & 0x80808080u);
-    hi = __byte_perm(lut0, lut1, mag >> 16) | (s_hi & 0x80808080u);
-}
-
-struct W8Io {
-    const uint8_t* act;  // up: token rows; down: pair rows (w8_act_rows)
-    const float* sc;     // their scales [rows, chunks]
-    float* out;          // up: [pairs, 2 I]; down: y [pairs, D]
-    int64_t K, n_out;    // n_out: 2 I (up: W1's rows then W3's) or D
-    bool up;
-};
 
 // grid (n_out / 64, max active experts), 128 threads, kStages * stage_bytes(N) (+ alignment, + the tile's
 // rows) of dynamic shared memory; N (64 or 128) token rows a tile. kRowBase (MoeParams::e4m3_rows): the
@@ -307,6 +274,8 @@ bool units_enabled = std::getenv("DEEPINFER_W4A8_UNITS") != nullptr;
 
 bool n64_enabled = std::getenv("DEEPINFER_W4A8_N64") != nullptr;
 
+bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
+
 template <int N, bool kRowBase, bool kUnits>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     constexpr int smem = kStages * stage_bytes(N) + 1024 + N * 4;  // + the swizzle's alignment, + the rows
@@ -328,10 +297,14 @@ void launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned 
                       : launch_kernel<N, false, false>(p, plan, io, slots, s);
 }
 
-// 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until measured)
+// 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until
+// measured); 128-row tiles on the warp-specialised kernel where set (set_moe_w4a8_ws: off until measured)
 void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     if (n64_enabled && p.n * p.k <= 64 * int64_t(slots))
         launch_n<64>(p, plan, io, slots, s);
+    else if (ws_enabled)
+        p.e4m3_rows ? w4a8::launch_ws<true>(p, plan, io, slots, s)
+                    : w4a8::launch_ws<false>(p, plan, io, slots, s);
     else
         launch_n<128>(p, plan, io, slots, s);
 }
@@ -375,6 +348,7 @@ E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef*
 
 void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
+void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 
 bool moe_w4a8_supported(const MoeParams& p, bool forced) {
     const int64_t pairs = p.n * p.k;

@@ -1,6 +1,6 @@
 // Hopper's warpgroup matrix instructions (sm_90a) and the asynchronous copies that feed them, as thin inline
-// wrappers: wgmma with A from registers and B from shared memory (K-major, no swizzle), cp.async with zero
-// fill, and the fences and waits their ordering needs.
+// wrappers: wgmma with A from registers or shared memory and B from shared memory (K-major), cp.async with
+// zero fill, mbarriers, and the fences and waits their ordering needs.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,27 @@ __device__ __forceinline__ void cp_async_wait() {
 // Shared memory written through the generic proxy (cp.async, st.shared) and read next by wgmma.
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// mbarriers in shared memory: a phase completes once `count` arrivals came; a waiter names the parity of the
+// phase it waits for (a fresh barrier counts its phase before the first as complete: parity 1 passes at
+// once).
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
+            "p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (done == 0);
 }
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -124,6 +145,17 @@ __device__ __forceinline__ void mma_m64n128k32_e4m3(float (&d)[64], const uint32
         ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
         : DI_WG_D64(d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate)
+        : "memory");
+}
+
+// The same with A from shared memory too (K-major, a: its descriptor).
+__device__ __forceinline__ void mma_m64n128k32_e4m3_ss(float (&d)[64], uint64_t a, uint64_t b,
+                                                       int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " DI_WG_D64_NAMES ", %64, %65, p, 1, 1;\n}\n"
+        : DI_WG_D64(d)
+        : "l"(a), "l"(b), "r"(accumulate)
         : "memory");
 }
 

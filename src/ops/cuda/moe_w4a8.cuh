@@ -1,0 +1,56 @@
+// What the two W4A8 MoE kernels share (moe_w4a8.cu: a warpgroup converts and multiplies; moe_w4a8_ws.cu:
+// warpgroups specialised to convert or to multiply): the k order of a chunk's bytes, the fp4 -> e4m3
+// conversion with a group's scale folded in, the launches' operands.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/moe_plan.cuh"
+
+namespace di::cuda::w4a8 {
+
+// Element e of a 128-element chunk -> its byte in the wgmma k order: thread q's 16 fp4 bytes are group q
+// (elements 32q ..), its word w k-step w, nibbles 0..3 in A register 0 or 1 (k 4q ..), 4..7 in 2 or 3 (k 16
+// + 4q ..).
+__host__ __device__ constexpr int w8_index(int e) {
+    const int q = e >> 5, w = (e >> 3) & 3, m = e & 7;
+    return 32 * w + (m < 4 ? 4 * q + m : 16 + 4 * q + (m - 4));
+}
+static_assert(w8_index(0) == 0 && w8_index(4) == 16 && w8_index(8) == 32 && w8_index(32) == 4 &&
+              w8_index(127) == 3 * 32 + 16 + 12 + 3);
+
+// The e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (lut0) and 2, 3, 4, 6 (lut1) times 2^k, k in [-5, 6]:
+// 0.5 x 2^k has the exponent field k + 6 (normal from k = -5), 6 x 2^6 = 384 < 448.
+__device__ __forceinline__ void w4a8_lut(int k, uint32_t& lut0, uint32_t& lut1) {
+    lut0 = 0x3C383000u + uint32_t(k) * 0x08080800u;
+    lut1 = 0x4C484440u + uint32_t(k) * 0x08080808u;
+}
+
+// An fp4 word (e2m1 nibbles v0..v7) -> the e4m3 bytes of v0..v3 (lo) and v4..v7 (hi) through the table; the
+// signs (nibble bit 3) by prmt's sign-replicating selects: v0, v2's at bits 7, 15 of w << 4, v1, v3's at bits
+// 7, 15 of w (v4..v7 the same in the upper half).
+__device__ __forceinline__ void fp4x8_to_e4m3(uint32_t w, uint32_t lut0, uint32_t lut1, uint32_t& lo,
+                                              uint32_t& hi) {
+    const uint32_t mag = w & 0x77777777u, w4 = w << 4;
+    uint32_t s_lo, s_hi;
+    asm("prmt.b32 %0, %1, %2, 0xD9C8;" : "=r"(s_lo) : "r"(w4), "r"(w));
+    asm("prmt.b32 %0, %1, %2, 0xFBEA;" : "=r"(s_hi) : "r"(w4), "r"(w));
+    lo = __byte_perm(lut0, lut1, mag) | (s_lo & 0x80808080u);
+    hi = __byte_perm(lut0, lut1, mag >> 16) | (s_hi & 0x80808080u);
+}
+
+struct W8Io {
+    const uint8_t* act;  // up: token rows; down: pair rows (w8_act_rows)
+    const float* sc;     // their scales [rows, chunks]
+    float* out;          // up: [pairs, 2 I]; down: y [pairs, D]
+    int64_t K, n_out;    // n_out: 2 I (up: W1's rows then W3's) or D
+    bool up;
+};
+
+// The warp-specialised kernel (moe_w4a8_ws.cu) on the same operands and with the same sums as
+// moe_w4a8_kernel's 128-token tiles: kRowBase as there.
+template <bool kRowBase>
+void launch_ws(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s);
+
+}  // namespace di::cuda::w4a8
