@@ -249,6 +249,8 @@ constexpr MhcCase kMhc[] = {
     {"v4flash_3_tokens", 3, 4, 4096, 1e-6f, 20, kCudaTest},
     {"v4flash_9_tokens", 9, 4, 4096, 1e-6f, 20, kCudaTest},
     {"width_100", 2, 4, 100, 1e-6f, 20, kCudaTest},
+    // a prefill's chunk (CUDA: the sums on the FP64 tensor cores from 2,048 tokens), 8 tokens of a last block
+    {"v4flash_prefill", 2056, 4, 4096, 1e-6f, 20, kCudaTest},
     {"hc2_width_7", 5, 2, 7, 1e-6f, 20, kCudaTest},
 };
 

@@ -273,6 +273,12 @@ enum class MhcVariant { kSplitK, kPerMix };
 void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v);
 // kSplitK reads float4s: hc * D % 4 == 0, 16-byte aligned streams and fn rows.
 bool mhc_split_supported(const MhcParams& p);
+// kSplitK's sums from kMhcDmmaMinTokens tokens on (mhc_mix_dmma.cu: FP64 tensor cores, the products and sums
+// in double) where it applies: M <= 24 mixes, hc * D a multiple of 128, 16-byte aligned streams and fn rows.
+// part [n, M + 1]: each token's sum of squares, then its M mixes.
+inline constexpr int64_t kMhcDmmaMinTokens = 2048;
+bool mhc_mix_dmma_supported(const MhcParams& p, int M);
+void launch_mhc_mix_dmma(const MhcParams& p, int M, double* part, Stream s);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,

@@ -10,6 +10,8 @@
 //             v * inv_rms to f32 first: a relative difference of ~1e-7 in mix).
 //   per_mix:  the first kernel, kept as the fallback: one block per (mix row, token), Sinkhorn on one
 //             thread (its double divisions in series dominate: ~100 us per call on V4-Flash).
+// From kMhcDmmaMinTokens tokens (a prefill), split_k's partial sums come from mhc_mix_dmma.cu instead (the
+// FP64 tensor cores, one split) and the same finish kernel follows.
 // Both deterministic (fixed reduction trees).
 // launch_mhc_pre_norm (fused_kernels.h) runs split_k with the following rms_norm in the finish kernel.
 #include <cstdlib>
@@ -419,6 +421,13 @@ bool mhc_split_supported(const MhcParams& p) {
 namespace {
 void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s) {
     const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
+    if (p.n >= kMhcDmmaMinTokens &&
+        mhc_mix_dmma_supported(p, M)) {  // a prefill: the sums on FP64 tensor cores
+        double* part = static_cast<double*>(scratch.get(3, size_t(p.n * (M + 1)) * sizeof(double)));
+        launch_mhc_mix_dmma(p, M, part, s);
+        mhc_split_finish_kernel<<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, 1, part, norm);
+        return;
+    }
     const int64_t splits = (p.hc * p.D + kSplitCols - 1) / kSplitCols;
     double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
     // a prefill's blocks take more tokens each: the fn rows they hold in registers are loaded once per block
