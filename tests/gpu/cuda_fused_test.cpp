@@ -85,7 +85,9 @@ TEST(CudaFused, MhcPreNormAndHead) {
         int64_t n, hc, D;
         DType w;
     };
-    for (C c : {C{1, 4, 4096, DType::kBF16}, C{9, 4, 4096, DType::kF32}, C{2, 4, 100, DType::kF32}}) {
+    // 2,056 tokens: a prefill's (mhc_pre's sums on the FP64 tensor cores, then the finish kernel's norm)
+    for (C c : {C{1, 4, 4096, DType::kBF16}, C{9, 4, 4096, DType::kF32}, C{2, 4, 100, DType::kF32},
+                C{2056, 4, 4096, DType::kBF16}}) {
         const int64_t M = (2 + c.hc) * c.hc;
         Pair st(DType::kF32, {c.n, c.hc, c.D}), fn(DType::kF32, {M, c.hc * c.D}), base(DType::kF32, {M});
         Pair scale(DType::kF32, {3}), x(DType::kF32, {c.n, c.D}), y(DType::kF32, {c.n, c.D}), w(c.w, {c.D});
