@@ -38,8 +38,8 @@ fi
 if [[ $part == 3 ]]; then
 # w4a8's options written without a GPU (off by default): their test, then the model (4K and 1K chunks) and the
 # kernel's rate with each
-timeout 200 $d/bin/cuda_ops_test --gtest_filter='*CudaMoeW4a8*:*native_fp4*_w4a8' > "$OUT/new.log" 2>&1
-echo "w4a8 options test rc $?"; summary "$OUT/new.log"
+timeout 240 $d/bin/cuda_ops_test --gtest_filter='*CudaMoeW4a8*:*native_fp4*_w4a8:*CudaMhc*:*CudaFused*' > "$OUT/new.log" 2>&1
+echo "w4a8 options and mHC tests rc $?"; summary "$OUT/new.log"
 for opt in ${OPTS:-none DEEPINFER_W4A8_WS=1}; do
   for chunk in 4096 1024; do
     env $([[ $opt != none ]] && echo $opt) timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
