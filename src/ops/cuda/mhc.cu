@@ -421,22 +421,22 @@ bool mhc_split_supported(const MhcParams& p) {
 namespace {
 void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s) {
     const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
-    if (p.n >= kMhcDmmaMinTokens &&
-        mhc_mix_dmma_supported(p, M)) {  // a prefill: the sums on FP64 tensor cores
-        double* part = static_cast<double*>(scratch.get(3, size_t(p.n * (M + 1)) * sizeof(double)));
-        launch_mhc_mix_dmma(p, M, part, s);
-        mhc_split_finish_kernel<<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, 1, part, norm);
-        return;
-    }
-    const int64_t splits = (p.hc * p.D + kSplitCols - 1) / kSplitCols;
+    const bool dmma =
+        p.n >= kMhcDmmaMinTokens && mhc_mix_dmma_supported(p, M);  // a prefill: FP64 tensor cores
+    const int64_t splits = dmma ? 1 : (p.hc * p.D + kSplitCols - 1) / kSplitCols;
     double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
-    // a prefill's blocks take more tokens each: the fn rows they hold in registers are loaded once per block
-    const int tokens = p.n >= 2048 ? 4 * kSplitTokens : kSplitTokens;
-    const dim3 grid(unsigned(splits), blocks_for(p.n, tokens));
-    if (M > 8)
-        mhc_split_kernel<24><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
-    else
-        mhc_split_kernel<8><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
+    if (dmma) {
+        launch_mhc_mix_dmma(p, M, part, s);
+    } else {
+        // a prefill's blocks take more tokens each: the fn rows they hold in registers are loaded once a
+        // block
+        const int tokens = p.n >= 2048 ? 4 * kSplitTokens : kSplitTokens;
+        const dim3 grid(unsigned(splits), blocks_for(p.n, tokens));
+        if (M > 8)
+            mhc_split_kernel<24><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
+        else
+            mhc_split_kernel<8><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
+    }
     mhc_split_finish_kernel<<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, splits, part, norm);
 }
 }  // namespace

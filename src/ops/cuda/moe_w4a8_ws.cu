@@ -19,7 +19,6 @@
 
 #include <algorithm>
 
-#include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_w4a8.cuh"
 #include "ops/cuda/wgmma.cuh"
