@@ -140,7 +140,8 @@ TEST(CudaBatchedState, RmsNormRopesEqualEachAlone) {
     };
     const Job spec[] = {{1, 1, 512, 32, DType::kBF16}, {3, 1, 512, 32, DType::kBF16},
                         {1, 1, 512, 32, DType::kF32},  {2, 4, 128, 32, DType::kBF16},
-                        {1, 1, 64, 8, DType::kF32},    {5, 1, 512, 32, DType::kBF16}};
+                        {1, 1, 64, 8, DType::kF32},    {5, 1, 512, 32, DType::kBF16},
+                        {2, 3, 18, 4, DType::kF32}};  // a width off the warp kernel: each job launched alone
     const size_t n = std::size(spec);
     std::vector<Pair> x_alone, x_batched, w, pos, freq;
     for (const Job& j : spec) {

@@ -38,9 +38,11 @@ TEST(CudaFused, RmsNormRope) {
         bool weighted, inverse;
     };
     // V4-Flash q (64 heads of 512, unweighted) and kv (one head, weighted); compressor entries of 128;
-    // odd token counts, a head dim past 1024 (the 16-per-thread kernel), rope over the whole row.
+    // odd token counts, a head dim past 1024 (the 16-per-thread kernel), rope over the whole row; six heads
+    // (a warp's four and a group of two), a row width not a multiple of 4 (the block-a-row kernel).
     for (C c : {C{3, 64, 512, 64, false, false}, C{1, 1, 512, 64, true, false}, C{5, 1, 128, 64, true, false},
-                C{7, 3, 2048, 64, true, true}, C{2, 2, 16, 16, false, false}}) {
+                C{7, 3, 2048, 64, true, true}, C{2, 2, 16, 16, false, false}, C{9, 6, 512, 64, true, true},
+                C{3, 5, 18, 8, true, false}, C{70, 64, 512, 64, false, false}}) {
         const int64_t rows = c.n * c.heads;
         Pair x(DType::kF32, {rows, c.hd}), w(DType::kF32, {c.hd}), pos(DType::kI32, {c.n});
         Pair inv(DType::kF32, {c.rope / 2});

@@ -48,8 +48,11 @@ TEST(CudaSmallOps, RmsNorm) {
         DType w;
         bool weighted;
     };
-    for (C c : {C{1, 4096, DType::kBF16, true}, C{7 * 64, 512, DType::kF32, false},
-                C{5, 1024, DType::kF32, true}, C{3, 77, DType::kBF16, true}}) {
+    // a row of the hidden size, q's heads, q_lora's rows (a block a row), an odd width; a warp a row from
+    // 512 down, with four rows a warp from 4,096 rows (the last warp's rows partly past n)
+    for (C c :
+         {C{1, 4096, DType::kBF16, true}, C{7 * 64, 512, DType::kF32, false}, C{5, 1024, DType::kF32, true},
+          C{3, 77, DType::kBF16, true}, C{4101, 128, DType::kBF16, true}, C{9, 20, DType::kF32, true}}) {
         Pair x(DType::kF32, {c.n, c.d}), y(DType::kF32, {c.n, c.d}), w(c.w, {c.d});
         fill_uniform(x, -3, 3), fill_uniform(w, 0.5f, 1.5f), y.poison();
         b.ref->rms_norm({x.hv(), c.weighted ? w.hv() : TensorView{}, y.hv(), 1e-6f});

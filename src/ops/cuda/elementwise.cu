@@ -5,6 +5,7 @@
 
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/fused_kernels.h"
+#include "ops/cuda/norm_warp.h"
 
 namespace di::cuda {
 namespace {
@@ -221,6 +222,74 @@ dim3 row_grid(int64_t rows, int64_t d, int threads) {
     return dim3(unsigned(rows), unsigned(std::min<int64_t>((d + threads - 1) / threads, 64)));
 }
 
+// The same for hc = 4 with 16-byte aligned rows: a thread owns four columns of every stream (float4 loads,
+// all issued before any store, so out may alias streams and sum may alias a or b), post and comb widened to
+// double once a block in shared memory rather than once an element: the f32 -> f64 conversions, not the
+// bytes, set the time of the scalar kernel at a prefill's size. The same products and sums in the same order.
+constexpr int kPostThreads = 128;
+__global__ void __launch_bounds__(kPostThreads)
+    mhc_post4_kernel(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
+                     float* sum, int64_t ld_sum, const float* post, int64_t ld_post, const float* comb,
+                     int64_t ld_comb, float* out, int64_t D) {
+    allow_early_next();
+    __shared__ double pc[4 + 16];  // post[k], then comb[j * 4 + k]
+    const int64_t t = blockIdx.x, c = 4 * (blockIdx.y * int64_t(kPostThreads) + threadIdx.x);
+    if (threadIdx.x < 4)
+        pc[threadIdx.x] = post[t * ld_post + threadIdx.x];
+    else if (threadIdx.x < 20)
+        pc[threadIdx.x] = comb[t * ld_comb + threadIdx.x - 4];
+    float4 av{}, bv{}, st[4];
+    const bool live = c < D;
+    if (live) {
+        av = *reinterpret_cast<const float4*>(a + t * ld_a + c);
+        if (b != nullptr) bv = *reinterpret_cast<const float4*>(b + t * ld_b + c);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) st[j] = *reinterpret_cast<const float4*>(streams + (t * 4 + j) * D + c);
+    }
+    __syncthreads();
+    if (!live) return;
+    if (b != nullptr) {
+        av = make_float4(av.x + bv.x, av.y + bv.y, av.z + bv.z, av.w + bv.w);
+        *reinterpret_cast<float4*>(sum + t * ld_sum + c) = av;
+    }
+    const float* sv = &st[0].x;
+    const float* avs = &av.x;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            double acc = pc[k] * double(avs[e]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc += pc[4 + j * 4 + k] * double(sv[j * 4 + e]);
+            o[e] = float(acc);
+        }
+        *reinterpret_cast<float4*>(out + (t * 4 + k) * D + c) = make_float4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+bool mhc_post4_ok(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
+                  const float* sum, int64_t ld_sum, const float* out, int64_t hc, int64_t D) {
+    const auto al = [](const void* p, int64_t ld) {
+        return p == nullptr || (reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0);
+    };
+    return hc == 4 && D % 4 == 0 && al(streams, D) && al(out, D) && al(a, ld_a) && al(b, ld_b) &&
+           al(sum, ld_sum);
+}
+
+void launch_post(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b, float* sum,
+                 int64_t ld_sum, const float* post, int64_t ld_post, const float* comb, int64_t ld_comb,
+                 float* out, int64_t n, int64_t hc, int64_t D, cudaStream_t st) {
+    if (mhc_post4_ok(streams, a, ld_a, b, ld_b, sum, ld_sum, out, hc, D)) {
+        const dim3 grid(unsigned(n), unsigned((D / 4 + kPostThreads - 1) / kPostThreads));
+        mhc_post4_kernel<<<grid, kPostThreads, 0, st>>>(streams, a, ld_a, b, ld_b, sum, ld_sum, post, ld_post,
+                                                        comb, ld_comb, out, D);
+        return;
+    }
+    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, st>>>(streams, a, ld_a, b, ld_b, sum, ld_sum, post,
+                                                         ld_post, comb, ld_comb, out, hc, D);
+}
+
 }  // namespace
 
 void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table,
@@ -246,7 +315,9 @@ void launch_rms_norm(const float* x, int64_t ldx, const void* w, Fdt wdt, float*
                      int64_t d, float eps, Stream s) {
     if (n == 0) return;
     const cudaStream_t st = as_stream(s);
-    if (d <= 256 * 4)
+    if (norm_warp_ok(x, ldx, y, ldy, d))
+        launch_rms_norm_warp(x, ldx, w, wdt, y, ldy, n, d, eps, st);
+    else if (d <= 256 * 4)
         rms_norm_reg_kernel<4><<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
     else if (d <= 256 * 16)
         rms_norm_reg_kernel<16><<<unsigned(n), 256, 0, st>>>(x, ldx, w, wdt, y, ldy, d, eps);
@@ -282,16 +353,16 @@ void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const f
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,
                      Stream s) {
     if (n == 0) return;
-    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, as_stream(s)>>>(streams, a, ld_a, nullptr, 0, nullptr, 0,
-                                                                   post, ld_post, comb, ld_comb, out, hc, D);
+    launch_post(streams, a, ld_a, nullptr, 0, nullptr, 0, post, ld_post, comb, ld_comb, out, n, hc, D,
+                as_stream(s));
 }
 
 void launch_add_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
                          float* sum, int64_t ld_sum, const float* post, int64_t ld_post, const float* comb,
                          int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s) {
     if (n == 0) return;
-    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, as_stream(s)>>>(streams, a, ld_a, b, ld_b, sum, ld_sum,
-                                                                   post, ld_post, comb, ld_comb, out, hc, D);
+    launch_post(streams, a, ld_a, b, ld_b, sum, ld_sum, post, ld_post, comb, ld_comb, out, n, hc, D,
+                as_stream(s));
 }
 
 bool rms_norm_rope_supported(int64_t hd, int64_t half) {
@@ -303,7 +374,9 @@ void launch_rms_norm_rope(const float* x, int64_t ldx, const NormOut& norm, cons
     const int64_t rows = rope.n * rope.heads;
     if (rows == 0) return;
     const cudaStream_t st = as_stream(s);
-    if (rope.hd <= 256 * 4)
+    if (norm_rope_warp_ok(x, ldx, norm, rope))
+        launch_rms_norm_rope_warp(x, ldx, norm, rope, st);
+    else if (rope.hd <= 256 * 4)
         rms_norm_rope_kernel<4><<<unsigned(rows), 256, 0, st>>>(x, ldx, norm, rope);
     else
         rms_norm_rope_kernel<16><<<unsigned(rows), 256, 0, st>>>(x, ldx, norm, rope);
@@ -315,10 +388,20 @@ void launch_rms_norm_ropes(const NormRopeJob* jobs, int64_t count, Scratch& scra
     for (int64_t i = 0; i < count; ++i)
         rows = std::max(rows, jobs[i].rope.n * jobs[i].rope.heads), hd = std::max(hd, jobs[i].rope.hd);
     if (rows == 0) return;
+    // each job on the kernel its own call would take, so a job's bits do not depend on the others
+    int64_t warp_ok = 0;
+    for (int64_t i = 0; i < count; ++i)
+        warp_ok += norm_rope_warp_ok(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope);
+    if (warp_ok != 0 && warp_ok != count) {
+        for (int64_t i = 0; i < count; ++i)
+            launch_rms_norm_rope(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope, s);
+        return;
+    }
     auto* dev = static_cast<NormRopeJob*>(scratch.get(12, size_t(count) * sizeof(NormRopeJob)));
     const cudaStream_t st = as_stream(s);
     DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs, size_t(count) * sizeof(NormRopeJob), cudaMemcpyHostToDevice,
                                   st));  // pageable: staged before the call returns
+    if (warp_ok == count) return launch_rms_norm_ropes_warp(dev, jobs, count, st);
     const dim3 grid{unsigned(rows), unsigned(count)};
     if (hd <= 256 * 4)
         rms_norm_ropes_kernel<4><<<grid, 256, 0, st>>>(dev);

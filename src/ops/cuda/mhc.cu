@@ -11,7 +11,8 @@
 //   per_mix:  the first kernel, kept as the fallback: one block per (mix row, token), Sinkhorn on one
 //             thread (its double divisions in series dominate: ~100 us per call on V4-Flash).
 // From kMhcDmmaMinTokens tokens (a prefill), split_k's partial sums come from mhc_mix_dmma.cu instead (the
-// FP64 tensor cores, one split) and the same finish kernel follows.
+// FP64 tensor cores, one split); for hc = 4 the finish then runs as a warp a token for pre / post / comb and a
+// bandwidth-bound collapse (mhc_coef_kernel, mhc_collapse_kernel), otherwise the same finish kernel follows.
 // Both deterministic (fixed reduction trees).
 // launch_mhc_pre_norm (fused_kernels.h) runs split_k with the following rms_norm in the finish kernel.
 #include <cstdlib>
@@ -409,6 +410,89 @@ __global__ void __launch_bounds__(kFinishThreads)
             p.x[t * p.ld_x + c] * ninv * (norm.w != nullptr ? load_f(norm.w, norm.wdt, c) : 1.0f);
 }
 
+// A prefill's finish (one split, hc = 4) in two launches: the finish kernel holds a token a block at 512
+// threads and ~123 registers, one block an SM, so each SM waits out ~30 tokens' Sinkhorn chains in a row
+// (~290 us a call at 4,096 tokens where the bytes take ~100). Here a warp a token computes pre / post / comb
+// (the finish kernel's expressions: the same bits), then a block a token collapses and norms at the
+// bandwidth.
+constexpr int kCoefWarps = 4;
+__global__ void __launch_bounds__(32 * kCoefWarps)
+    mhc_coef_kernel(MhcParams p, int M, const double* part, float* pre_out) {
+    allow_early_next();
+    const int64_t t = int64_t(blockIdx.x) * kCoefWarps + (threadIdx.x >> 5);
+    if (t >= p.n) return;
+    const int lane = threadIdx.x & 31;
+    const double* mix = part + t * (M + 1);
+    const double inv = double(float(1.0 / sqrt(mix[0] / double(4 * p.D) + double(p.norm_eps))));
+    if (lane < 4) {
+        pre_out[t * 4 + lane] =
+            float(sigmoid_d(inv * mix[1 + lane] * double(p.scale[0]) + double(p.base[lane])) + p.hc_eps);
+        if (!p.head)
+            p.post[t * p.ld_post + lane] =
+                float(2.0 * sigmoid_d(inv * mix[5 + lane] * double(p.scale[1]) + double(p.base[4 + lane])));
+    }
+    if (!p.head) comb_sinkhorn4(p, t, inv, double(p.scale[2]), mix + 9);
+}
+
+// x = sum_k pre_k stream_k (the finish kernel's sums), then with norm.y its rms_norm; 16 columns a thread
+// (four float4s of each stream, all loaded before the first store).
+__global__ void __launch_bounds__(512) mhc_collapse_kernel(MhcParams p, const float* pre_in, NormOut norm) {
+    allow_early_next();
+    __shared__ double red[32];
+    const int64_t t = blockIdx.x;
+    const float* v = p.streams + t * 4 * p.D;
+    double pr[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) pr[k] = double(pre_in[t * 4 + k]);
+    float4 sv[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int64_t c = 4 * (threadIdx.x + int64_t(i) * blockDim.x);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            sv[i][k] =
+                c < p.D ? __ldg(reinterpret_cast<const float4*>(v + k * p.D + c)) : make_float4(0, 0, 0, 0);
+    }
+    float xs[4][4];
+    double ss = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int64_t c = 4 * (threadIdx.x + int64_t(i) * blockDim.x);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            double acc = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc += pr[k] * double((&sv[i][k].x)[e]);
+            xs[i][e] = float(acc);
+            ss += double(xs[i][e]) * xs[i][e];
+        }
+        if (c < p.D)
+            *reinterpret_cast<float4*>(p.x + t * p.ld_x + c) =
+                make_float4(xs[i][0], xs[i][1], xs[i][2], xs[i][3]);
+    }
+    if (norm.y == nullptr) return;
+    ss = block_sum_d(ss, red);
+    const float ninv = float(1.0 / sqrt(ss / double(p.D) + double(norm.eps)));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int64_t c = 4 * (threadIdx.x + int64_t(i) * blockDim.x);
+        if (c >= p.D) continue;
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            o[e] = xs[i][e] * ninv * (norm.w != nullptr ? load_f(norm.w, norm.wdt, c + e) : 1.0f);
+        *reinterpret_cast<float4*>(norm.y + t * norm.ld_y + c) = make_float4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+bool collapse_ok(const MhcParams& p, const NormOut& norm) {
+    const auto al = [](const void* q, int64_t ld) {
+        return reinterpret_cast<uintptr_t>(q) % 16 == 0 && ld % 4 == 0;
+    };
+    return p.hc == 4 && p.D % 4 == 0 && p.D <= 16 * 512 && al(p.streams, p.D) && al(p.x, p.ld_x) &&
+           (norm.y == nullptr || al(norm.y, norm.ld_y));
+}
+
 }  // namespace
 
 int mhc_max_hc() { return kMaxHc; }
@@ -424,9 +508,20 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
     const bool dmma =
         p.n >= kMhcDmmaMinTokens && mhc_mix_dmma_supported(p, M);  // a prefill: FP64 tensor cores
     const int64_t splits = dmma ? 1 : (p.hc * p.D + kSplitCols - 1) / kSplitCols;
-    double* part = static_cast<double*>(scratch.get(3, size_t(p.n * splits * (M + 1)) * sizeof(double)));
+    const bool two_step = dmma && collapse_ok(p, norm);  // pre [n, 4] after the partials
+    const size_t part_bytes = size_t(p.n * splits * (M + 1)) * sizeof(double);
+    auto* part =
+        static_cast<double*>(scratch.get(3, part_bytes + (two_step ? size_t(p.n) * 4 * sizeof(float) : 0)));
     if (dmma) {
         launch_mhc_mix_dmma(p, M, part, s);
+        if (two_step) {
+            float* pre = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(part) + part_bytes);
+            mhc_coef_kernel<<<blocks_for(p.n, kCoefWarps), 32 * kCoefWarps, 0, as_stream(s)>>>(p, M, part,
+                                                                                               pre);
+            const unsigned threads = unsigned((p.D / 16 + 31) / 32 * 32);
+            mhc_collapse_kernel<<<unsigned(p.n), threads, 0, as_stream(s)>>>(p, pre, norm);
+            return;
+        }
     } else {
         // a prefill's blocks take more tokens each: the fn rows they hold in registers are loaded once a
         // block
