@@ -113,6 +113,8 @@ std::string format_name(const ops::QWeight& w) {
 }  // namespace
 
 double error_of(const std::vector<float>& got, const std::vector<float>& ref, const Compare& cmp) {
+    if (cmp.exact && cmp.count_bad)
+        return double(cmp.count_bad(got, ref)) / double(std::max<size_t>(ref.size(), 1));
     if (cmp.exact) {
         size_t differ = 0;
         for (size_t i = 0; i < ref.size(); ++i)
@@ -430,7 +432,7 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
         }
     }
     if (wanted("attention")) screen_attention(be, variants, m.config(), o.batches, rng, rep.rows, o.native);
-    if (wanted("indexer_topk")) screen_indexer(be, variants, m.config(), o.batches, rng, rep.rows);
+    if (wanted("indexer_topk")) screen_indexer(be, variants, m.config(), o.batches, rng, rep.rows, o.native);
     if (wanted("mhc_pre") || wanted("hc_head")) {
         std::vector<ops::KernelVariant> mhc;
         for (const ops::KernelVariant& v : variants)

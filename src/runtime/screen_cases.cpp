@@ -118,9 +118,40 @@ void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& v
             }
 }
 
+size_t indexer_f16_bad(const std::vector<int32_t>& got, const std::vector<int32_t>& ref, int64_t L, int64_t k,
+                       const std::function<double(int64_t, int64_t, double&)>& score) {
+    size_t bad = 0;
+    for (int64_t t = 0; t < L; ++t) {
+        std::set<int32_t> g, r;
+        for (int64_t i = 0; i < k; ++i) {
+            if (got[size_t(t * k + i)] >= 0) g.insert(got[size_t(t * k + i)]);
+            if (ref[size_t(t * k + i)] >= 0) r.insert(ref[size_t(t * k + i)]);
+        }
+        if (g.size() != r.size()) {
+            bad += size_t(k);
+            continue;
+        }
+        double worst_in = INFINITY, best_out = -INFINITY,
+               bound = 0;  // min (s + E) in only here, max (s - E) out
+        size_t moved = 0;
+        for (int32_t e : g)
+            if (!r.count(e)) worst_in = std::min(worst_in, score(t, e, bound) + bound), ++moved;
+        for (int32_t e : r)
+            if (!g.count(e)) best_out = std::max(best_out, score(t, e, bound) - bound);
+        if (best_out > worst_in) bad += moved;
+        for (int64_t i = 0; i + 1 < int64_t(g.size()); ++i) {  // the order, best first
+            double b0 = 0, b1 = 0;
+            const double s0 = score(t, got[size_t(t * k + i)], b0),
+                         s1 = score(t, got[size_t(t * k + i + 1)], b1);
+            bad += s1 - b1 > s0 + b0;
+        }
+    }
+    return bad;
+}
+
 void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                     const model::ModelConfig& cfg, const std::vector<int64_t>& batches, std::mt19937_64& rng,
-                    std::vector<ScreenRow>& rows) {
+                    std::vector<ScreenRow>& rows, bool native) {
     const auto cands = candidates(variants, "indexer_topk");
     if (cands.empty() || cfg.index_topk <= 0 || cfg.index_heads <= 0) return;
     const int64_t nH = cfg.index_heads, dim = cfg.index_dim, rate = cfg.csa_rate;
@@ -130,16 +161,13 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
             Tensor q = host_tensor(DType::kF32, {L, nH, dim}), w = host_tensor(DType::kF32, {L, nH});
             Tensor keys = host_tensor(DType::kF32, {T, dim}), picks = host_tensor(DType::kI32, {L, k});
             for (Tensor* t : {&q, &w, &keys}) fill_uniform(*t, rng, -1, 1);
+            bool f16 = false;  // the native precision's permission
+            const float ws = float(1.0 / std::sqrt(double(nH))), ss = float(1.0 / std::sqrt(double(dim)));
             auto args = [&](const TensorView& qv, const TensorView& wv, const TensorView& kv,
                             const TensorView& pv) {
-                return ops::IndexerTopkArgs{qv,
-                                            wv,
-                                            kv,
-                                            pv,
-                                            ctx,
-                                            rate,
-                                            float(1.0 / std::sqrt(double(nH))),
-                                            float(1.0 / std::sqrt(double(dim)))};
+                ops::IndexerTopkArgs a{qv, wv, kv, pv, ctx, rate, ws, ss};
+                a.f16 = f16;
+                return a;
             };
             ops::make_ref_backend()->indexer_topk(args(q.view(), w.view(), keys.view(), picks.view()));
             const std::vector<float> ref = floats_of(picks);  // the ids' bits
@@ -177,6 +205,42 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
             for (const ops::KernelVariant* v : cands)
                 rows.push_back(
                     judge(be, *v, shape, ref, dim, y.view(), run, y1.view(), L > 1 ? one : nullptr, exact));
+            if (!native) continue;
+            // f16 q and keys: each dot's error within (2 * 2^-11 + 2^-22 + dim * 2^-24) sum_j |q_j k_j|
+            // (9.8e-4 at dim 128, taken as 1.1e-3 there as the op test does), kept by relu and summed over
+            // the heads with their weights
+            f16 = true;
+            const float* qh = q.view().ptr<float>();
+            const float* kh = keys.view().ptr<float>();
+            const float* wh = w.view().ptr<float>();
+            const double per = std::max(1.1e-3, 2 * 0x1p-11 + 0x1p-22 + double(dim) * 0x1p-24);
+            const auto f16_score = [&](int64_t t, int64_t e, double& bound) {
+                double sum = 0;
+                bound = 0;
+                for (int64_t h = 0; h < nH; ++h) {
+                    double dot = 0, mag = 0;
+                    for (int64_t j = 0; j < dim; ++j) {
+                        const double x = double(qh[(t * nH + h) * dim + j]) * kh[e * dim + j];
+                        dot += x, mag += std::abs(x);
+                    }
+                    sum += std::max(dot, 0.0) * ss * wh[t * nH + h] * ws;
+                    bound += per * mag * ss * std::abs(wh[t * nH + h]) * ws;
+                }
+                bound += 1e-6 * std::abs(sum);
+                return sum;
+            };
+            Compare within;
+            within.exact = true;
+            within.count_bad = [&](const std::vector<float>& got, const std::vector<float>& want) {
+                const int64_t rows_of = int64_t(want.size()) / k;
+                std::vector<int32_t> g(got.size()), r(want.size());
+                for (size_t i = 0; i < got.size(); ++i)
+                    g[i] = std::bit_cast<int32_t>(got[i]), r[i] = std::bit_cast<int32_t>(want[i]);
+                return indexer_f16_bad(g, r, rows_of, k, f16_score);
+            };
+            for (const ops::KernelVariant* v : cands)
+                rows.push_back(judge(be, *v, shape + ", native", ref, dim, y.view(), run, y1.view(),
+                                     L > 1 ? one : nullptr, within));
         }
 }
 

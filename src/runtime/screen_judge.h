@@ -44,6 +44,10 @@ struct Compare {
     // An exact compare's allowed difference: same(i, got, want) says that position i's two values, bits
     // apart, are still equivalent (the indexer: two entries whose double scores are near-ties).
     std::function<bool(size_t, float, float)> same;
+    // An exact compare judged whole where one accepted difference moves others (the indexer's picks under
+    // f16 scores: an entry in, another out, the ones between shifted): the number of words it does not
+    // accept. Takes the place of the word-by-word count.
+    std::function<size_t(const std::vector<float>& got, const std::vector<float>& ref)> count_bad;
     // The least tolerance of a case: the native precision's MoE, whose SwiGLU outputs are quantised inside
     // the op, so a candidate's f32 sums that straddle an e4m3 rounding boundary the reference's double sums
     // do not put that element one e4m3 step away (its row moves by up to 2^-4 |h_i| |W2[:, i]|). 0 elsewhere.
@@ -79,9 +83,17 @@ ScreenRow judge(ops::Backend& be, const ops::KernelVariant& v, std::string shape
 void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                       const model::ModelConfig& cfg, const std::vector<int64_t>& batches,
                       std::mt19937_64& rng, std::vector<ScreenRow>& rows, bool native);
+// native: each case again with the f16 permission (IndexerTopkArgs::f16), judged by indexer_f16_bad.
 void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                     const model::ModelConfig& cfg, const std::vector<int64_t>& batches, std::mt19937_64& rng,
-                    std::vector<ScreenRow>& rows);
+                    std::vector<ScreenRow>& rows, bool native);
+// The picks' rule under the f16 permission (tests/gpu/cuda_attention_test.cpp states it): per query, the
+// same number of valid picks as ref; every entry picked only here no worse, within the bounds, than every
+// entry ref picked that is missing here; and the picks in order, best first, within the bounds.
+// score(t, e, bound) gives query t's double score of entry e and sets bound to its f16 error bound.
+// Returns the number of picks that break it (a query with a different count: all its k).
+size_t indexer_f16_bad(const std::vector<int32_t>& got, const std::vector<int32_t>& ref, int64_t L, int64_t k,
+                       const std::function<double(int64_t, int64_t, double&)>& score);
 void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                 const model::ModelConfig& cfg, const model::ModelWeights& w,
                 const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows);

@@ -368,5 +368,40 @@ TEST(Screen, ExactCompareCountsOnlyTheDifferencesItsRuleDoesNotAccept) {
     EXPECT_EQ(runtime::screen_detail::error_of(ref, ref, cmp), 0.0);
 }
 
+// The indexer's rule under the f16 permission: near-tied picks may swap or trade places at the cut, a pick
+// worse than a missed entry beyond the bounds, a lost pick or picks out of order are counted.
+TEST(Screen, IndexerF16RuleAcceptsNearTiesOnly) {
+    // entry e's score and bound: 10, 9.995, 9.99, 5, 1 for e = 0..4, each within 0.01
+    const double scores[] = {10.0, 9.995, 9.99, 5.0, 1.0};
+    const auto score = [&](int64_t, int64_t e, double& bound) {
+        bound = 0.01;
+        return scores[e];
+    };
+    using runtime::screen_detail::indexer_f16_bad;
+    const std::vector<int32_t> ref = {0, 1, 3};  // query 0 picks 0, 1, 3 (ref's own near-tie call)
+    EXPECT_EQ(indexer_f16_bad(ref, ref, 1, 3, score), 0u);
+    EXPECT_EQ(indexer_f16_bad({1, 0, 3}, ref, 1, 3, score), 0u);   // a near-tied swap
+    EXPECT_EQ(indexer_f16_bad({0, 2, 3}, ref, 1, 3, score), 0u);   // 2 in for 1: within the bounds
+    EXPECT_EQ(indexer_f16_bad({0, 1, 4}, ref, 1, 3, score), 1u);   // 4 in for 3: far worse
+    EXPECT_EQ(indexer_f16_bad({0, 3, 1}, ref, 1, 3, score), 1u);   // 3 before 1: out of order
+    EXPECT_EQ(indexer_f16_bad({0, 1, -1}, ref, 1, 3, score), 3u);  // a pick lost: the query's k
+    // through error_of: the whole-output rule takes the place of the word-by-word count
+    runtime::screen_detail::Compare cmp;
+    cmp.exact = true;
+    cmp.count_bad = [&](const std::vector<float>& got, const std::vector<float>& want) {
+        std::vector<int32_t> g, r;
+        for (float f : got) g.push_back(std::bit_cast<int32_t>(f));
+        for (float f : want) r.push_back(std::bit_cast<int32_t>(f));
+        return indexer_f16_bad(g, r, 1, 3, score);
+    };
+    auto ids = [](std::initializer_list<int32_t> v) {
+        std::vector<float> f;
+        for (int32_t i : v) f.push_back(std::bit_cast<float>(i));
+        return f;
+    };
+    EXPECT_EQ(runtime::screen_detail::error_of(ids({0, 2, 3}), ids({0, 1, 3}), cmp), 0.0);
+    EXPECT_DOUBLE_EQ(runtime::screen_detail::error_of(ids({0, 1, 4}), ids({0, 1, 3}), cmp), 1.0 / 3.0);
+}
+
 }  // namespace
 }  // namespace di
