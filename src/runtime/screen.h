@@ -26,10 +26,10 @@ namespace di::runtime {
 
 struct ScreenRow {
     std::string op, variant, shape;
-    std::string verdict;  // "pass", "fail: <why>", "skip: <why>"
+    std::string verdict;  // "pass" (or "pass (<what was not checked>)"), "fail: <why>", "skip: <why>"
     double error = 0, tolerance = 0;
     double us = 0, fallback_us = 0;
-    bool passed() const { return verdict == "pass"; }
+    bool passed() const { return verdict.rfind("pass", 0) == 0; }
 };
 
 struct ScreenOptions {

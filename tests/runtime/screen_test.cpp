@@ -27,7 +27,8 @@ class Planted final : public test::RefForwarding {
     std::string_view name() const override { return "planted"; }
     std::vector<ops::KernelVariant> kernel_variants() const override {
         std::vector<ops::KernelVariant> v = {{"linear", "ref", "any", true}};
-        for (const char* n : {"exact", "ulp100", "fewer_rows", "noisy", "batch_dependent", "silent"})
+        for (const char* n : {"exact", "ulp100", "fewer_rows", "noisy", "batch_dependent", "silent",
+                              "many_rows", "many_rows_dependent"})
             v.push_back({"linear", n, "any", false});
         v.push_back({"linear", "ulp100_stated", "states its accuracy: 1e-3", false, true, true, 1e-3});
         return v;
@@ -41,25 +42,35 @@ class Planted final : public test::RefForwarding {
         auto it = counts_.find(std::string(v));
         return it == counts_.end() ? 0 : it->second;
     }
+    bool force_variant(std::string_view, std::string_view v) override {
+        forced_ = v;
+        return true;
+    }
+    // "many_rows*" take one row only when forced (as the GPU's prefill variants): "many_rows" then gives the
+    // batch's bits, "many_rows_dependent" other bits.
     void linear(const ops::LinearArgs& a) override {
         ref().linear(a);
-        if (active_.empty() || active_ == "silent")
-            return;  // "silent" claims to run but the fallback answered
-        ++counts_[active_];
+        const std::string& on = forced_.empty() ? active_ : forced_;
         const int64_t n = a.y.shape[0], o = a.y.shape[1];
+        if (on.empty() || on == "silent") return;  // "silent" claims to run but the fallback answered
+        if (on.rfind("many_rows", 0) == 0 && n == 1 && forced_.empty()) return;
+        ++counts_[on];
+        if (on == "many_rows_dependent" && n == 1)
+            for (int64_t c = 0; c < o; ++c)
+                a.y.ptr<float>()[c] = std::nextafter(a.y.ptr<float>()[c], INFINITY);
         for (int64_t r = 0; r < n; ++r)
             for (int64_t c = 0; c < o; ++c) {
                 float& y = a.y.ptr<float>()[r * a.y.stride[0] + c];
-                if (active_ == "ulp100" || active_ == "ulp100_stated")
+                if (on == "ulp100" || on == "ulp100_stated")
                     y = std::nextafter(y, INFINITY), y *= 1.0f + 100 * 0x1p-23f;
-                if (active_ == "fewer_rows" && r == n - 1) std::memset(&y, 0xff, sizeof y);
-                if (active_ == "noisy" && rng_() % 2) y = std::nextafter(y, INFINITY);
-                if (active_ == "batch_dependent" && n > 1) y = std::nextafter(y, INFINITY);
+                if (on == "fewer_rows" && r == n - 1) std::memset(&y, 0xff, sizeof y);
+                if (on == "noisy" && rng_() % 2) y = std::nextafter(y, INFINITY);
+                if (on == "batch_dependent" && n > 1) y = std::nextafter(y, INFINITY);
             }
     }
 
   private:
-    std::string active_;
+    std::string active_, forced_;
     std::map<std::string, int64_t> counts_;
     std::mt19937 rng_{5};
 };
@@ -81,6 +92,8 @@ TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
         {"batch_dependent", "fail: row 0 alone differs"},
         {"silent", "skip: not dispatched"},
         {"ulp100_stated", "pass"},  // within the accuracy it states
+        {"many_rows", "pass"},      // row 0 alone forced onto it: the batch's bits
+        {"many_rows_dependent", "fail: row 0 alone differs"},
     };
     std::vector<runtime::ScreenRow> rows;
     for (const ops::KernelVariant& v : be.kernel_variants()) {
@@ -92,7 +105,9 @@ TEST(Screen, PlantedWrongVariantsAreCaughtWithTheirReason) {
     const ops::AllowList l = runtime::allow_list_from(be, rows);
     EXPECT_TRUE(l.allows("linear", "exact"));
     EXPECT_TRUE(l.allows("linear", "ref"));  // fallbacks always
-    for (const char* bad : {"ulp100", "fewer_rows", "noisy", "batch_dependent", "silent"})
+    EXPECT_TRUE(l.allows("linear", "many_rows"));
+    for (const char* bad :
+         {"ulp100", "fewer_rows", "noisy", "batch_dependent", "silent", "many_rows_dependent"})
         EXPECT_FALSE(l.allows("linear", bad)) << bad;
 }
 
@@ -148,7 +163,9 @@ TEST(Screen, NativeLinearCasesCatchThePlantedVariants) {
                                                        {"noisy", "fail: two runs"},
                                                        {"batch_dependent", "fail: row 0 alone"},
                                                        {"silent", "skip"},
-                                                       {"ulp100_stated", "pass"}};
+                                                       {"ulp100_stated", "pass"},
+                                                       {"many_rows", "pass"},
+                                                       {"many_rows_dependent", "fail: row 0 alone"}};
     for (const ops::KernelVariant& v : be.kernel_variants()) {
         if (v.fallback) continue;
         const runtime::ScreenRow r = runtime::screen_linear(be, v, w, w, 8, rng, ops::ActQuant::kFp8Block128);
