@@ -225,6 +225,14 @@ TEST_P(CudaMoe, MatchesRef) {
         EXPECT_EQ(0, std::memcmp(one_wg.data(), ws.data(), ws.size() * sizeof(float)))
             << c.name << ": the warp-specialised kernel differs from the one-warpgroup kernel (max abs "
             << diff(one_wg, ws).max_abs << ")";
+        out.poison();  // a block a token tile: the same tiles, so the same bits
+        cuda::set_moe_w4a8_tiles(true);
+        b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit, act});
+        cuda::set_moe_w4a8_tiles(false);
+        const std::vector<float> by_tile = out.device_f32();
+        EXPECT_EQ(0, std::memcmp(one_wg.data(), by_tile.data(), by_tile.size() * sizeof(float)))
+            << c.name << ": a block a token tile differs from a block an expert (max abs "
+            << diff(one_wg, by_tile).max_abs << ")";
         std::memcpy(out.hv().data, one_wg.data(), one_wg.size() * sizeof(float));
         out.upload();
     }
@@ -285,8 +293,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
 // +-1, +-2, a chunk's four group scales alike): 64-row tiles (set_moe_w4a8_n64) and the token copies by
 // 32-bit unit offsets (set_moe_w4a8_units), each combination within the f32 variants' 1e-3 of the reference,
 // and the unit offsets the same bits as the default addressing (the same bytes land in the same places), the
-// warp-specialised kernel (set_moe_w4a8_ws) the same bits as the default; with scales that fold a row at a
-// time and scales that fold a chunk at a time only, several token tiles an expert.
+// warp-specialised kernel (set_moe_w4a8_ws) and a block a token tile (set_moe_w4a8_tiles) the same bits as
+// the default; with scales that fold a row at a time and scales that fold a chunk at a time only, several
+// token tiles an expert.
 TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
@@ -361,6 +370,14 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
             EXPECT_EQ(0, std::memcmp(got[0].data(), ws.data(), ws.size() * sizeof(float)))
                 << (chunk_scales ? "chunk" : "row") << " fold, warp-specialised: max abs err against the "
                 << "reference " << diff(ref.host_f32(), ws).max_abs;
+            cuda::set_moe_w4a8_tiles(true);  // a block a token tile (~2 an expert here): the default's bits
+            out.poison();
+            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+            cuda::set_moe_w4a8_tiles(false);
+            const std::vector<float> by_tile = out.device_f32();
+            EXPECT_EQ(0, std::memcmp(got[0].data(), by_tile.data(), by_tile.size() * sizeof(float)))
+                << (chunk_scales ? "chunk" : "row") << " fold, a block a token tile: max abs err against the "
+                << "reference " << diff(ref.host_f32(), by_tile).max_abs;
         }
         ASSERT_TRUE(b.gpu->force_variant("moe", ""));
     }

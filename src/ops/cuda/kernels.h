@@ -366,6 +366,10 @@ void set_moe_w4a8_n64(bool on);
 // w4a8's 128-row tiles on the warp-specialised kernel (moe_w4a8_ws.cu: a warpgroup that copies and converts,
 // two that multiply; the same sums); off until measured on the GPU (DEEPINFER_W4A8_WS).
 void set_moe_w4a8_ws(bool on);
+// w4a8's blocks one 128-row token tile each (a block per weight tile and (expert, token tile) pair) instead
+// of one expert each walking its token tiles in turn: an expert that many tokens chose then runs its tiles
+// side by side (the same sums, the same bits); off until measured on the GPU (DEEPINFER_W4A8_TILES).
+void set_moe_w4a8_tiles(bool on);
 // Whether every fp4 matrix of the table (device copy and host copy, count entries) folds its group scales
 // into e4m3 as moe_w4a8 needs: relative to each chunk's largest (MoeParams::e4m3_ok), or to each row's
 // (e4m3_rows); synchronises the stream.

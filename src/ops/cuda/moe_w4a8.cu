@@ -89,9 +89,16 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
     constexpr int kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N);
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
-    const int a = blockIdx.y;
-    if (a >= *plan.n_active) return;
+    int a = blockIdx.y, i_first = 0;
+    if (io.tiles != nullptr) {
+        if (int(blockIdx.y) >= *io.n_tiles) return;
+        const int32_t u = io.tiles[blockIdx.y];
+        a = u >> 16, i_first = (u & 0xffff) * N;
+    } else if (a >= *plan.n_active) {
+        return;
+    }
     const int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
+    const int i_end = io.tiles != nullptr ? min(cnt, i_first + N) : cnt;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int64_t tile0 = int64_t(blockIdx.x) * 64;  // the tile's first row of the n_out rows
     const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
@@ -120,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
         }
     const int c_unit = tid & 7;
     const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
-    for (int i0 = 0; i0 < cnt; i0 += N) {
+    for (int i0 = i_first; i0 < i_end; i0 += N) {
         __syncthreads();  // the previous tile's last reads of the stages and rows are done
         if (tid < N) {
             if (i0 + tid < cnt) {
@@ -270,11 +277,39 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
     }
 }
 
+// The (active slot, token tile) list of set_moe_w4a8_tiles, slot-major: one block, each thread a run of
+// slots placed after the runs before it (a block scan).
+__global__ void __launch_bounds__(256)
+    w4a8_tiles_kernel(MoePlan plan, int N, int32_t* tiles, int32_t* n_tiles) {
+    allow_early_next();
+    __shared__ int32_t warp_tot[8];
+    const int na = *plan.n_active, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int per = (na + int(blockDim.x) - 1) / int(blockDim.x), a0 = min(na, int(threadIdx.x) * per),
+              a1 = min(na, a0 + per);
+    auto tiles_of = [&](int a) { return (plan.begin[a + 1] - plan.begin[a] + N - 1) / N; };
+    int run = 0;
+    for (int a = a0; a < a1; ++a) run += tiles_of(a);
+    int inc = run;  // inclusive warp scan
+    for (int o = 1; o < 32; o <<= 1) {
+        const int up = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += up;
+    }
+    if (lane == 31) warp_tot[warp] = inc;
+    __syncthreads();
+    int at = inc - run;
+    for (int w = 0; w < warp; ++w) at += warp_tot[w];
+    for (int a = a0; a < a1; ++a)
+        for (int j = 0, t = tiles_of(a); j < t; ++j) tiles[at++] = a << 16 | j;
+    if (threadIdx.x == blockDim.x - 1) *n_tiles = at;  // the last run ends at the total
+}
+
 bool units_enabled = std::getenv("DEEPINFER_W4A8_UNITS") != nullptr;
 
 bool n64_enabled = std::getenv("DEEPINFER_W4A8_N64") != nullptr;
 
 bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
+
+bool tiles_enabled = std::getenv("DEEPINFER_W4A8_TILES") != nullptr;
 
 template <int N, bool kRowBase, bool kUnits>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
@@ -284,7 +319,7 @@ void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsi
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
     moe_w4a8_kernel<N, kRowBase, kUnits>
-        <<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);
+        <<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);  // slots: grid.y
 }
 
 template <int N>
@@ -299,14 +334,21 @@ void launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned 
 
 // 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until
 // measured); 128-row tiles on the warp-specialised kernel where set (set_moe_w4a8_ws: off until measured)
-void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    if (n64_enabled && p.n * p.k <= 64 * int64_t(slots))
+// 128-row tiles a block where set (set_moe_w4a8_tiles: io.tiles, max_tiles of them at most).
+bool use_n64(const MoeParams& p, unsigned slots) { return n64_enabled && p.n * p.k <= 64 * int64_t(slots); }
+
+void launch_tiles(const MoeParams& p, const MoePlan& plan, W8Io io, unsigned slots, unsigned max_tiles,
+                  cudaStream_t s) {
+    if (use_n64(p, slots)) {
+        io.tiles = nullptr;
         launch_n<64>(p, plan, io, slots, s);
-    else if (ws_enabled)
+    } else if (ws_enabled) {
+        io.tiles = nullptr;
         p.e4m3_rows ? w4a8::launch_ws<true>(p, plan, io, slots, s)
                     : w4a8::launch_ws<false>(p, plan, io, slots, s);
-    else
-        launch_n<128>(p, plan, io, slots, s);
+    } else {
+        launch_n<128>(p, plan, io, io.tiles != nullptr ? max_tiles : slots, s);
+    }
 }
 
 // flag |= 1 where a 128-element chunk's four group scales of a row of matrix blockIdx.x do not fold into
@@ -348,6 +390,7 @@ E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef*
 
 void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
+void set_moe_w4a8_tiles(bool on) { tiles_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 
 bool moe_w4a8_supported(const MoeParams& p, bool forced) {
@@ -363,19 +406,28 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
     const unsigned slots = unsigned(std::min(pairs, p.n_experts));
     float* g = static_cast<float*>(scratch.get(1, size_t(pairs * 2 * p.I) * sizeof(float)));
     float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
-    // e4m3 rows of x [n, D] and h [pairs, I], then their scales (offsets multiples of 128 bytes)
+    // the token tiles of set_moe_w4a8_tiles: each active expert's pairs in tiles of 128, at most one partly
+    // filled an expert
+    const bool by_tile = tiles_enabled && !use_n64(p, slots) && !ws_enabled;
+    const unsigned max_tiles = unsigned(int64_t(slots) + (pairs + 127) / 128);
+    // e4m3 rows of x [n, D] and h [pairs, I], then their scales (offsets multiples of 128 bytes), then the
+    // tile list and its count
     auto* bytes = static_cast<uint8_t*>(
-        scratch.get(8, size_t(p.n * p.D + pairs * p.I) + size_t(p.n * xc + pairs * hc) * sizeof(float)));
+        scratch.get(8, size_t(p.n * p.D + pairs * p.I) + size_t(p.n * xc + pairs * hc) * sizeof(float) +
+                           (by_tile ? size_t(max_tiles + 1) * sizeof(int32_t) : 0)));
     uint8_t* xq = bytes;
     uint8_t* hq = bytes + p.n * p.D;
     float* xs = reinterpret_cast<float*>(hq + pairs * p.I);
     float* hs = xs + p.n * xc;
+    int32_t* tiles = by_tile ? reinterpret_cast<int32_t*>(hs + pairs * hc) : nullptr;
+    int32_t* n_tiles = by_tile ? tiles + max_tiles : nullptr;
     const MoePlan plan = moe_plan_buffers(scratch, pairs, slots);
     launch_moe_plan(p, plan, st);
+    if (by_tile) w4a8_tiles_kernel<<<1, 256, 0, st>>>(plan, 128, tiles, n_tiles);
     w8_act_rows_kernel<false><<<unsigned(p.n), 128, 0, st>>>(p.x, p.ld_x, xc, p.limit, xq, xs);
-    launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true}, slots, st);
+    launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, tiles, n_tiles}, slots, max_tiles, st);
     w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs);
-    launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false}, slots, st);
+    launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, tiles, n_tiles}, slots, max_tiles, st);
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 
