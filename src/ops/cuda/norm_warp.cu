@@ -5,14 +5,16 @@
 // run at the bandwidth. rope's cos / sin depend on the token and the column only: a warp takes up to four
 // heads of one token and computes them once. Both kernels share the norm's code, so the fused kernel keeps
 // the bits of rms_norm then rope.
+#include <algorithm>
+
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/norm_warp.h"
 
 namespace di::cuda {
 namespace {
 
-constexpr int kWarps =
-    4;  // warps a block (three blocks an SM: the rope kernel of 512-wide rows takes 144 registers)
+// Warps a block: three blocks an SM (the rope kernel of 512-wide rows takes ~140 registers).
+constexpr int kWarps = 4;
 constexpr int kMaxRows = 4;  // rows a warp (their loads issued together)
 
 // The lane's 4V values of a row (zeros past d).
