@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -298,8 +299,11 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
 
 // The table's benchmark MoE shape (fp4 experts; its row count is swept here).
 // Rows of more than kMoeGroupedMaxPairs pairs (a prefill's chunk) go to `prefill` with their FLOPs.
+// skewed: each token's experts drawn with weights 1 / sqrt(rank + 1) over a shuffled ranking (the first by
+// ~18% of the tokens, ~7x the average, as a router without load balancing may), where the default draws
+// uniformly.
 void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream_t s,
-               const di::ops::cases::MoeCase& c, const std::vector<int64_t>& ns) {
+               const di::ops::cases::MoeCase& c, const std::vector<int64_t>& ns, bool skewed = false) {
     const int64_t E = c.E, D = c.D, I = c.I, k = c.k;
     std::vector<WeightRef> table;
     for (int64_t e = 0; e < E; ++e)
@@ -323,7 +327,23 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
         double distinct = 0;
         for (int set = 0; set < kSets; ++set) {
             std::vector<int32_t> h(size_t(n * k));
+            std::vector<int32_t> rank(E);
+            std::iota(rank.begin(), rank.end(), 0);
+            std::shuffle(rank.begin(), rank.end(), g_rng);
+            std::vector<double> weight(static_cast<size_t>(E));
+            for (int64_t e = 0; e < E; ++e) weight[size_t(rank[size_t(e)])] = 1.0 / std::sqrt(double(e + 1));
+            std::discrete_distribution<int32_t> pick(weight.begin(), weight.end());
             for (int64_t t = 0; t < n; ++t) {
+                if (skewed) {
+                    for (int64_t j = 0; j < k; ++j) {
+                        int32_t e;
+                        do e = pick(g_rng);
+                        while (std::find(h.begin() + t * k, h.begin() + t * k + j, e) !=
+                               h.begin() + t * k + j);
+                        h[size_t(t * k + j)] = e;
+                    }
+                    continue;
+                }
                 std::vector<int32_t> perm(E);
                 std::iota(perm.begin(), perm.end(), 0);
                 std::shuffle(perm.begin(), perm.end(), g_rng);
@@ -374,6 +394,7 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                 const bool tiled =
                     v == MoeVariant::kGemm || v == MoeVariant::kWgmma || v == MoeVariant::kW4a8;
                 if (v == MoeVariant::kW4a8 && !moe_w4a8_supported(p, true)) continue;
+                if (skewed && v != MoeVariant::kW4a8) continue;  // the routing's effect on the prefill kernel
                 if (v == MoeVariant::kGemm && !moe_gemm_supported(p, true)) continue;
                 if (v == MoeVariant::kWgmma && !moe_wgmma_supported(p, true)) continue;
                 if ((big || native) && !tiled) continue;  // the others take at most kMoeGroupedMaxPairs
@@ -383,25 +404,34 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                 scratch.get(1, size_t(n * k * I) * 4),
                     scratch.get(2, size_t(n * k * D) * 4);  // before capture
                 scratch.get(3, size_t(2 + 2 * std::min<int64_t>(n * k, E) + n * k) * 4);
-                scratch.get(8, size_t(n * D + n * k * I + n * D / 128 + n * k * I / 128) * 4);
-                const double us = graph_us(s, 2 * kSets, [&](int i) {
-                    MoeParams q = p;
-                    q.ids = ids[size_t(i % kSets)];
-                    launch_moe(q, scratch, s, v);
-                });
-                DI_CUDA_CHECK(cudaGetLastError());
-                if (n >= 128) {  // a prefill's chunk: compute-bound, in TFLOP/s
-                    prefill.push_back(
-                        {"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
-                             " experts, k=" + std::to_string(k) +
-                             (native ? " (native: quantised activations)" : " (exact: hi + lo f16 products)"),
-                         vname, us, 2.0 * 3.0 * double(n * k) * double(D) * double(I)});
-                    continue;
+                // + the token tile list of set_moe_w4a8_tiles
+                scratch.get(
+                    8, size_t(n * D + n * k * I + n * D / 128 + n * k * I / 128 + E + n * k / 128 + 2) * 4);
+                for (const bool by_tile : {false, true}) {
+                    if (by_tile && (v != MoeVariant::kW4a8 || n < 128)) break;
+                    set_moe_w4a8_tiles(by_tile);
+                    const double us = graph_us(s, 2 * kSets, [&](int i) {
+                        MoeParams q = p;
+                        q.ids = ids[size_t(i % kSets)];
+                        launch_moe(q, scratch, s, v);
+                    });
+                    set_moe_w4a8_tiles(false);
+                    DI_CUDA_CHECK(cudaGetLastError());
+                    if (n >= 128)  // a prefill's chunk: compute-bound, in TFLOP/s
+                        prefill.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                                               " experts, k=" + std::to_string(k) +
+                                               (native ? " (native: quantised activations" +
+                                                             std::string(skewed ? ", skewed routing)" : ")")
+                                                       : " (exact: hi + lo f16 products)"),
+                                           by_tile ? std::string(vname) + " tiles" : std::string(vname), us,
+                                           2.0 * 3.0 * double(n * k) * double(D) * double(I)});
+                    else
+                        rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                                            " experts, k=" + std::to_string(k) + " (" +
+                                            std::to_string(int(distinct + 0.5)) + " experts read)",
+                                        vname, us, distinct * per_expert + 4.0 * n * D * 2});
                 }
-                rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
-                                    " experts, k=" + std::to_string(k) + " (" +
-                                    std::to_string(int(distinct + 0.5)) + " experts read)",
-                                vname, us, distinct * per_expert + 4.0 * n * D * 2});
+                continue;
             }
         }
         for (auto* d : ids) cudaFree(d);
@@ -655,8 +685,10 @@ int main(int argc, char** argv) {
                       quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 64});
     if (want("moe_prefill"))  // 1024 and 16380 pairs: the chunks of mma and of gemm; 24576: a 4,096-token
                               // chunk
-        for (const di::ops::cases::MoeCase& c : di::ops::cases::moe_cases(di::ops::cases::kBench))
+        for (const di::ops::cases::MoeCase& c : di::ops::cases::moe_cases(di::ops::cases::kBench)) {
             bench_moe(rows, gemm_rows, s, c, {170, 2730, 4096});
+            bench_moe(rows, gemm_rows, s, c, {4096}, true);  // w4a8 with and without a block a token tile
+        }
     if (want("attention")) {
         bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)",
                         AttnCompMask::kCausal, 512);
