@@ -6,7 +6,8 @@
 //   h rows:  h = swiglu(W1 part, W3 part) quantised the same way (what moe_quantise_h gives the others)
 //   down:    y[pair, c] = W2_e[c] . h[pair]
 //   combine: out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
-// Block (64-row weight tile, active expert), one warpgroup, m64n128k32 wgmma with A from registers: each
+// Block (64-row weight tile, active expert; or, set_moe_w4a8_tiles, one 128-token tile of an expert), one
+// warpgroup, m64n128k32 wgmma with A from registers: each
 // thread turns its fp4 bytes into e4m3 through a table of the 8 magnitudes per 32-element group, the group's
 // scale folded in as 2^k relative to the largest scale of its 128-element chunk, or of its row where the
 // whole table allows (e4m3_rows; e2m1 x 2^k is an e4m3 value for k in [-5, 6]: exact), while up to 128 token
