@@ -7,16 +7,15 @@
 //   down:    y[pair, c] = W2_e[c] . h[pair]
 //   combine: out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
 // Block (64-row weight tile, active expert; or, set_moe_w4a8_tiles, one 128-token tile of an expert), one
-// warpgroup, m64n128k32 wgmma with A from registers: each
-// thread turns its fp4 bytes into e4m3 through a table of the 8 magnitudes per 32-element group, the group's
-// scale folded in as 2^k relative to the largest scale of its 128-element chunk, or of its row where the
-// whole table allows (e4m3_rows; e2m1 x 2^k is an e4m3 value for k in [-5, 6]: exact), while up to 128 token
-// rows come from shared memory in the 128-byte swizzle (one tile holds a 4,096-token chunk's ~96 tokens an
-// expert: its weights are converted once). A chunk's four k-steps sum in fresh registers, then join the f32
-// sums times the token's scale (and the row's factor, or once at the end with the row base): the tensor cores
-// sum FP8 products at reduced precision, promoted every 128 as DeepSeek's kernels do. The conversion of chunk
-// c + 1 runs while chunk c's wgmmas do. A product depends on its own token only: deterministic and
-// batch-invariant.
+// warpgroup, m64n128k32 wgmma with A from registers: each thread turns its fp4 bytes into e4m3 through a
+// table of the 8 magnitudes per 32-element group, the group's scale folded in as 2^k relative to the largest
+// scale of its 128-element chunk, or of its row where the whole table allows (e4m3_rows; e2m1 x 2^k is an
+// e4m3 value for k in [-5, 6]: exact), while up to 128 token rows come from shared memory in the 128-byte
+// swizzle (one tile holds a 4,096-token chunk's ~96 tokens an expert: its weights are converted once). A
+// chunk's four k-steps sum in fresh registers, then join the f32 sums times the token's scale (and the row's
+// factor, or once at the end with the row base): the tensor cores sum FP8 products at reduced precision,
+// promoted every 128 as DeepSeek's kernels do. The conversion of chunk c + 1 runs while chunk c's wgmmas do.
+// A product depends on its own token only: deterministic and batch-invariant.
 
 #include <algorithm>
 #include <cstdlib>
