@@ -311,6 +311,7 @@ bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 
 bool tiles_enabled = std::getenv("DEEPINFER_W4A8_TILES") != nullptr;
 
+// slots: the grid's y (active experts, or the tile list's bound)
 template <int N, bool kRowBase, bool kUnits>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     constexpr int smem = kStages * stage_bytes(N) + 1024 + N * 4;  // + the swizzle's alignment, + the rows
@@ -319,7 +320,7 @@ void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsi
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
     moe_w4a8_kernel<N, kRowBase, kUnits>
-        <<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);  // slots: grid.y
+        <<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);
 }
 
 template <int N>
@@ -332,11 +333,11 @@ void launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned 
                       : launch_kernel<N, false, false>(p, plan, io, slots, s);
 }
 
-// 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until
-// measured); 128-row tiles on the warp-specialised kernel where set (set_moe_w4a8_ws: off until measured)
-// 128-row tiles a block where set (set_moe_w4a8_tiles: io.tiles, max_tiles of them at most).
 bool use_n64(const MoeParams& p, unsigned slots) { return n64_enabled && p.n * p.k <= 64 * int64_t(slots); }
 
+// 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until
+// measured); 128-row tiles on the warp-specialised kernel where set (set_moe_w4a8_ws: off until measured);
+// otherwise 128-row tiles, a block each where io.tiles is set (set_moe_w4a8_tiles: at most max_tiles).
 void launch_tiles(const MoeParams& p, const MoePlan& plan, W8Io io, unsigned slots, unsigned max_tiles,
                   cudaStream_t s) {
     if (use_n64(p, slots)) {
