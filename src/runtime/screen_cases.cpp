@@ -149,6 +149,19 @@ size_t indexer_f16_bad(const std::vector<int32_t>& got, const std::vector<int32_
     return bad;
 }
 
+Compare indexer_f16_compare(int64_t k, std::function<double(int64_t, int64_t, double&)> score) {
+    Compare c;
+    c.exact = true;
+    c.count_bad = [k, score = std::move(score)](const std::vector<float>& got,
+                                                const std::vector<float>& want) {
+        std::vector<int32_t> g(got.size()), r(want.size());
+        for (size_t i = 0; i < got.size(); ++i) g[i] = std::bit_cast<int32_t>(got[i]);
+        for (size_t i = 0; i < want.size(); ++i) r[i] = std::bit_cast<int32_t>(want[i]);
+        return indexer_f16_bad(g, r, int64_t(want.size()) / k, k, score);
+    };
+    return c;
+}
+
 void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                     const model::ModelConfig& cfg, const std::vector<int64_t>& batches, std::mt19937_64& rng,
                     std::vector<ScreenRow>& rows, bool native) {
@@ -179,42 +192,14 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
             };
             const std::string shape =
                 fmt::format("{} x {}, {} entries, top-{}, {} queries", nH, dim, T, k, L);
-            Compare exact;
-            exact.exact = true;
-            // as the op tests (tests/gpu/cuda_attention_test.cpp): a pick may differ from ref's only where
-            // the two entries' double scores are within 1e-5 relative, a near-tie that f32 and double sums
-            // can order either way
-            exact.same = [&](size_t i, float got_bits, float want_bits) {
-                const int32_t a = std::bit_cast<int32_t>(got_bits), b = std::bit_cast<int32_t>(want_bits);
-                if (a < 0 || b < 0 || a >= T || b >= T) return false;
-                const int64_t t = int64_t(i) / k;
-                auto score = [&](int64_t e) {
-                    double sum = 0;
-                    for (int64_t h = 0; h < nH; ++h) {
-                        double dot = 0;
-                        for (int64_t j = 0; j < dim; ++j)
-                            dot += double(q.view().ptr<float>()[(t * nH + h) * dim + j]) *
-                                   keys.view().ptr<float>()[e * dim + j];
-                        sum += std::max(dot, 0.0) * w.view().ptr<float>()[t * nH + h];
-                    }
-                    return sum;
-                };
-                const double sa = score(a), sb = score(b);
-                return std::abs(sa - sb) <= 1e-5 * std::max(std::abs(sa), std::abs(sb));
-            };
-            for (const ops::KernelVariant* v : cands)
-                rows.push_back(
-                    judge(be, *v, shape, ref, dim, y.view(), run, y1.view(), L > 1 ? one : nullptr, exact));
-            if (!native) continue;
-            // f16 q and keys: each dot's error within (2 * 2^-11 + 2^-22 + dim * 2^-24) sum_j |q_j k_j|
-            // (9.8e-4 at dim 128, taken as 1.1e-3 there as the op test does), kept by relu and summed over
-            // the heads with their weights
-            f16 = true;
+            // Query t's double score of entry e, and the f16 permission's bound on its error: f16 q and keys
+            // put each dot within (2 * 2^-11 + 2^-22 + dim * 2^-24) sum_j |q_j k_j| (9.8e-4 at dim 128, taken
+            // as 1.1e-3 there as the op test does), kept by relu and summed over the heads with their weights
             const float* qh = q.view().ptr<float>();
             const float* kh = keys.view().ptr<float>();
             const float* wh = w.view().ptr<float>();
             const double per = std::max(1.1e-3, 2 * 0x1p-11 + 0x1p-22 + double(dim) * 0x1p-24);
-            const auto f16_score = [&](int64_t t, int64_t e, double& bound) {
+            const auto score = [&](int64_t t, int64_t e, double& bound) {
                 double sum = 0;
                 bound = 0;
                 for (int64_t h = 0; h < nH; ++h) {
@@ -229,18 +214,26 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
                 bound += 1e-6 * std::abs(sum);
                 return sum;
             };
-            Compare within;
-            within.exact = true;
-            within.count_bad = [&](const std::vector<float>& got, const std::vector<float>& want) {
-                const int64_t rows_of = int64_t(want.size()) / k;
-                std::vector<int32_t> g(got.size()), r(want.size());
-                for (size_t i = 0; i < got.size(); ++i)
-                    g[i] = std::bit_cast<int32_t>(got[i]), r[i] = std::bit_cast<int32_t>(want[i]);
-                return indexer_f16_bad(g, r, rows_of, k, f16_score);
+            Compare exact;
+            exact.exact = true;
+            // as the op tests (tests/gpu/cuda_attention_test.cpp): a pick may differ from ref's only where
+            // the two entries' double scores are within 1e-5 relative, a near-tie that f32 and double sums
+            // can order either way
+            exact.same = [&](size_t i, float got_bits, float want_bits) {
+                const int32_t a = std::bit_cast<int32_t>(got_bits), b = std::bit_cast<int32_t>(want_bits);
+                if (a < 0 || b < 0 || a >= T || b >= T) return false;
+                double unused = 0;
+                const double sa = score(int64_t(i) / k, a, unused), sb = score(int64_t(i) / k, b, unused);
+                return std::abs(sa - sb) <= 1e-5 * std::max(std::abs(sa), std::abs(sb));
             };
             for (const ops::KernelVariant* v : cands)
+                rows.push_back(
+                    judge(be, *v, shape, ref, dim, y.view(), run, y1.view(), L > 1 ? one : nullptr, exact));
+            if (!native) continue;
+            f16 = true;
+            for (const ops::KernelVariant* v : cands)
                 rows.push_back(judge(be, *v, shape + ", native", ref, dim, y.view(), run, y1.view(),
-                                     L > 1 ? one : nullptr, within));
+                                     L > 1 ? one : nullptr, indexer_f16_compare(k, score)));
         }
 }
 

@@ -94,6 +94,8 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
 // Returns the number of picks that break it (a query with a different count: all its k).
 size_t indexer_f16_bad(const std::vector<int32_t>& got, const std::vector<int32_t>& ref, int64_t L, int64_t k,
                        const std::function<double(int64_t, int64_t, double&)>& score);
+// An exact compare of the ids' bits (k picks a query) by indexer_f16_bad.
+Compare indexer_f16_compare(int64_t k, std::function<double(int64_t, int64_t, double&)> score);
 void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                 const model::ModelConfig& cfg, const model::ModelWeights& w,
                 const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows);

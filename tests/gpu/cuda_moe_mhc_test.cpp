@@ -214,25 +214,23 @@ TEST_P(CudaMoe, MatchesRef) {
         EXPECT_EQ(b.gpu->dispatch_count("moe", "gemm"), gemm_before) << "gemm took wide scales";
         EXPECT_EQ(b.gpu->dispatch_count("moe", "w4a8"), w4a8_before) << "w4a8 took wide scales";
     }
-    if (!variant.empty()) EXPECT_GT(b.gpu->dispatch_count("moe", variant), 0) << variant << " did not run";
-    if (variant == "w4a8") {  // the warp-specialised kernel: the same products and sums, so the same bits
+    if (!variant.empty()) {
+        EXPECT_GT(b.gpu->dispatch_count("moe", variant), 0) << variant << " did not run";
+    }
+    if (variant == "w4a8") {  // its options: the same products and sums, so the same bits
         const std::vector<float> one_wg = out.device_f32();
-        out.poison();
-        cuda::set_moe_w4a8_ws(true);
-        b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit, act});
-        cuda::set_moe_w4a8_ws(false);
-        const std::vector<float> ws = out.device_f32();
-        EXPECT_EQ(0, std::memcmp(one_wg.data(), ws.data(), ws.size() * sizeof(float)))
-            << c.name << ": the warp-specialised kernel differs from the one-warpgroup kernel (max abs "
-            << diff(one_wg, ws).max_abs << ")";
-        out.poison();  // a block a token tile: the same tiles, so the same bits
-        cuda::set_moe_w4a8_tiles(true);
-        b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit, act});
-        cuda::set_moe_w4a8_tiles(false);
-        const std::vector<float> by_tile = out.device_f32();
-        EXPECT_EQ(0, std::memcmp(one_wg.data(), by_tile.data(), by_tile.size() * sizeof(float)))
-            << c.name << ": a block a token tile differs from a block an expert (max abs "
-            << diff(one_wg, by_tile).max_abs << ")";
+        const std::pair<void (*)(bool), const char*> options[] = {
+            {cuda::set_moe_w4a8_ws, "the warp-specialised kernel differs from the one-warpgroup kernel"},
+            {cuda::set_moe_w4a8_tiles, "a block a token tile differs from a block an expert"}};
+        for (const auto& [set, what] : options) {
+            out.poison();
+            set(true);
+            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit, act});
+            set(false);
+            const std::vector<float> got = out.device_f32();
+            EXPECT_EQ(0, std::memcmp(one_wg.data(), got.data(), got.size() * sizeof(float)))
+                << c.name << ": " << what << " (max abs " << diff(one_wg, got).max_abs << ")";
+        }
         std::memcpy(out.hv().data, one_wg.data(), one_wg.size() * sizeof(float));
         out.upload();
     }
@@ -362,22 +360,20 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
             EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
                 << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128) << "-row tiles";
             if (n64) continue;
-            cuda::set_moe_w4a8_ws(true);  // the warp-specialised kernel: the default's bits
-            out.poison();
-            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-            cuda::set_moe_w4a8_ws(false);
-            const std::vector<float> ws = out.device_f32();
-            EXPECT_EQ(0, std::memcmp(got[0].data(), ws.data(), ws.size() * sizeof(float)))
-                << (chunk_scales ? "chunk" : "row") << " fold, warp-specialised: max abs err against the "
-                << "reference " << diff(ref.host_f32(), ws).max_abs;
-            cuda::set_moe_w4a8_tiles(true);  // a block a token tile (~2 an expert here): the default's bits
-            out.poison();
-            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-            cuda::set_moe_w4a8_tiles(false);
-            const std::vector<float> by_tile = out.device_f32();
-            EXPECT_EQ(0, std::memcmp(got[0].data(), by_tile.data(), by_tile.size() * sizeof(float)))
-                << (chunk_scales ? "chunk" : "row") << " fold, a block a token tile: max abs err against the "
-                << "reference " << diff(ref.host_f32(), by_tile).max_abs;
+            // the warp-specialised kernel and a block a token tile (~2 an expert here): the default's bits
+            const std::pair<void (*)(bool), const char*> options[] = {
+                {cuda::set_moe_w4a8_ws, "warp-specialised"},
+                {cuda::set_moe_w4a8_tiles, "a block a token tile"}};
+            for (const auto& [set, what] : options) {
+                set(true);
+                out.poison();
+                b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+                set(false);
+                const std::vector<float> opt = out.device_f32();
+                EXPECT_EQ(0, std::memcmp(got[0].data(), opt.data(), opt.size() * sizeof(float)))
+                    << (chunk_scales ? "chunk" : "row") << " fold, " << what << ": max abs err against the "
+                    << "reference " << diff(ref.host_f32(), opt).max_abs;
+            }
         }
         ASSERT_TRUE(b.gpu->force_variant("moe", ""));
     }

@@ -70,7 +70,6 @@ TEST(CudaSmallOps, Rope) {
         bool inverse;
     };
     // 64 heads (a thread rotates a pair in eight heads), 12 (groups of eight and four), one head
-    // (rope_kernel)
     for (C c : {C{3, 64, 512, 64, 1.0f, false}, C{2, 64, 512, 64, 1.0f, true}, C{4, 1, 10, 4, 1.3f, false},
                 C{1, 64, 128, 64, 1.0f, false}, C{5, 12, 128, 32, 1.1f, true}}) {
         Pair x(DType::kF32, {c.n, c.heads, c.hd}), pos(DType::kI32, {c.n}), inv(DType::kF32, {c.rope / 2});

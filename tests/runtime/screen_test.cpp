@@ -367,14 +367,16 @@ TEST(KernelsFile, StrictParsingAndDispatchObeysIt) {
     EXPECT_EQ(again->pairs(), simd->pairs());
 }
 
+// Ids as the screen compares them: their bits in floats.
+std::vector<float> ids(std::initializer_list<int32_t> v) {
+    std::vector<float> f;
+    for (int32_t i : v) f.push_back(std::bit_cast<float>(i));
+    return f;
+}
+
 // An exact (ids) compare counts every differing word, except those its `same` rule accepts: a rule that
 // accepts one swap leaves a wrong id counted.
 TEST(Screen, ExactCompareCountsOnlyTheDifferencesItsRuleDoesNotAccept) {
-    auto ids = [](std::initializer_list<int32_t> v) {
-        std::vector<float> f;
-        for (int32_t i : v) f.push_back(std::bit_cast<float>(i));
-        return f;
-    };
     const std::vector<float> ref = ids({5, 7, 9, 11});
     runtime::screen_detail::Compare cmp;
     cmp.exact = true;
@@ -406,19 +408,7 @@ TEST(Screen, IndexerF16RuleAcceptsNearTiesOnly) {
     EXPECT_EQ(indexer_f16_bad({0, 3, 1}, ref, 1, 3, score), 1u);   // 3 before 1: out of order
     EXPECT_EQ(indexer_f16_bad({0, 1, -1}, ref, 1, 3, score), 3u);  // a pick lost: the query's k
     // through error_of: the whole-output rule takes the place of the word-by-word count
-    runtime::screen_detail::Compare cmp;
-    cmp.exact = true;
-    cmp.count_bad = [&](const std::vector<float>& got, const std::vector<float>& want) {
-        std::vector<int32_t> g, r;
-        for (float f : got) g.push_back(std::bit_cast<int32_t>(f));
-        for (float f : want) r.push_back(std::bit_cast<int32_t>(f));
-        return indexer_f16_bad(g, r, 1, 3, score);
-    };
-    auto ids = [](std::initializer_list<int32_t> v) {
-        std::vector<float> f;
-        for (int32_t i : v) f.push_back(std::bit_cast<float>(i));
-        return f;
-    };
+    const runtime::screen_detail::Compare cmp = runtime::screen_detail::indexer_f16_compare(3, score);
     EXPECT_EQ(runtime::screen_detail::error_of(ids({0, 2, 3}), ids({0, 1, 3}), cmp), 0.0);
     EXPECT_DOUBLE_EQ(runtime::screen_detail::error_of(ids({0, 1, 4}), ids({0, 1, 3}), cmp), 1.0 / 3.0);
 }

@@ -163,6 +163,24 @@ __device__ __forceinline__ float swiglu_clamped(float g, float u, float limit) {
     return float(double(g) / (1.0 + exp(-double(g))) * double(u));
 }
 
+// rope's factors for one pair at `angle` (position x inverse frequency, in f32 as the reference): cos and
+// sin in double, rounded to f32, times mscale; sin negated for the inverse rotation. Every rope kernel uses
+// these two helpers, so their bits agree.
+struct RopeCs {
+    float cs, sn;
+};
+__device__ __forceinline__ RopeCs rope_cs(float angle, float mscale, bool inverse) {
+    const float sn = float(sin(double(angle))) * mscale;
+    return {float(cos(double(angle))) * mscale, inverse ? -sn : sn};
+}
+// The pair (u, v) rotated: no FMA, as the reference rounds each product.
+__device__ __forceinline__ float rope_first(float u, float v, RopeCs f) {
+    return __fsub_rn(__fmul_rn(u, f.cs), __fmul_rn(v, f.sn));
+}
+__device__ __forceinline__ float rope_second(float u, float v, RopeCs f) {
+    return __fadd_rn(__fmul_rn(v, f.cs), __fmul_rn(u, f.sn));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

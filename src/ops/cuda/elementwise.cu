@@ -130,12 +130,8 @@ __device__ __forceinline__ void rms_norm_rope_row(const float* x, int64_t ldx, c
         const int64_t c = threadIdx.x + 256 * int64_t(i);
         const float other = __shfl_xor_sync(0xffffffffu, v[i], 1);
         if (c >= off && c < rp.hd) {
-            const float angle = pos * f[i];
-            const float cs = float(cos(double(angle))) * rp.mscale;
-            float sn = float(sin(double(angle))) * rp.mscale;
-            if (rp.inverse) sn = -sn;
-            v[i] = (c & 1) == 0 ? __fsub_rn(__fmul_rn(v[i], cs), __fmul_rn(other, sn))
-                                : __fadd_rn(__fmul_rn(v[i], cs), __fmul_rn(other, sn));
+            const RopeCs cs = rope_cs(pos * f[i], rp.mscale, rp.inverse);
+            v[i] = (c & 1) == 0 ? rope_first(v[i], other, cs) : rope_second(other, v[i], cs);
         }
         if (c < rp.hd) norm.y[r * norm.ld_y + c] = v[i];
     }
@@ -160,19 +156,16 @@ __global__ void __launch_bounds__(256) rms_norm_ropes_kernel(const NormRopeJob* 
 }
 
 // One thread per (row, group of kRopeHeads heads, pair): the angle's cos / sin (double) once for the group's
-// heads, the same products as rope_kernel. A thread per (row, head, pair) spent its time on those: 8.4 M of
-// them for a 4,096-token prefill's 64 heads where 131 K differ.
+// heads. A thread per (row, head, pair) spent its time on those: 8.4 M of them for a 4,096-token prefill's 64
+// heads where 131 K differ.
 constexpr int kRopeHeads = 8;
-__global__ void rope_heads_kernel(RopeParams p) {
+__global__ void rope_kernel(RopeParams p) {
     allow_early_next();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     const int64_t G = (p.heads + kRopeHeads - 1) / kRopeHeads;
     const int64_t pair = i % p.half, hg = (i / p.half) % G, t = i / (p.half * G);
     if (t >= p.n) return;
-    const float angle = float(p.pos[t]) * p.inv_freq[pair];
-    const float cs = float(cos(double(angle))) * p.mscale;
-    float sn = float(sin(double(angle))) * p.mscale;
-    if (p.inverse) sn = -sn;
+    const RopeCs cs = rope_cs(float(p.pos[t]) * p.inv_freq[pair], p.mscale, p.inverse);
     float* x0 = p.x + t * p.s0 + (p.hd - 2 * p.half) + 2 * pair;
     const int64_t h0 = hg * kRopeHeads;
     float u[kRopeHeads], v[kRopeHeads];
@@ -183,26 +176,9 @@ __global__ void rope_heads_kernel(RopeParams p) {
     for (int k = 0; k < kRopeHeads; ++k)
         if (h0 + k < p.heads) {
             float* x = x0 + (h0 + k) * p.s1;
-            x[0] = __fsub_rn(__fmul_rn(u[k], cs), __fmul_rn(v[k], sn));  // no FMA: the reference rounds each
-            x[1] = __fadd_rn(__fmul_rn(v[k], cs), __fmul_rn(u[k], sn));
+            x[0] = rope_first(u[k], v[k], cs);
+            x[1] = rope_second(u[k], v[k], cs);
         }
-}
-
-// One thread per (row, head, pair).
-__global__ void rope_kernel(RopeParams p) {
-    allow_early_next();
-    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    const int64_t total = p.n * p.heads * p.half;
-    if (i >= total) return;
-    const int64_t pair = i % p.half, h = (i / p.half) % p.heads, t = i / (p.half * p.heads);
-    const float angle = float(p.pos[t]) * p.inv_freq[pair];
-    const float cs = float(cos(double(angle))) * p.mscale;
-    float sn = float(sin(double(angle))) * p.mscale;
-    if (p.inverse) sn = -sn;
-    float* x = p.x + t * p.s0 + h * p.s1 + (p.hd - 2 * p.half) + 2 * pair;
-    const float u = x[0], v = x[1];
-    x[0] = __fsub_rn(__fmul_rn(u, cs), __fmul_rn(v, sn));  // no FMA: the reference rounds each product
-    x[1] = __fadd_rn(__fmul_rn(v, cs), __fmul_rn(u, sn));
 }
 
 __global__ void window_store_kernel(const float* kv, int64_t ld_kv, int64_t t0, int64_t hd, float* ring,
@@ -355,14 +331,9 @@ void launch_rms_norm(const float* x, int64_t ldx, const void* w, Fdt wdt, float*
 }
 
 void launch_rope(const RopeParams& p, Stream s) {
-    const int64_t total = p.n * p.heads * p.half;
-    if (total == 0) return;
-    if (p.heads >= kRopeHeads) {
-        const int64_t threads = p.n * ((p.heads + kRopeHeads - 1) / kRopeHeads) * p.half;
-        rope_heads_kernel<<<blocks_for(threads, 256), 256, 0, as_stream(s)>>>(p);
-        return;
-    }
-    rope_kernel<<<blocks_for(total, 256), 256, 0, as_stream(s)>>>(p);
+    const int64_t threads = p.n * ((p.heads + kRopeHeads - 1) / kRopeHeads) * p.half;
+    if (threads == 0) return;
+    rope_kernel<<<blocks_for(threads, 256), 256, 0, as_stream(s)>>>(p);
 }
 
 void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s) {

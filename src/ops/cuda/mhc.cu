@@ -27,6 +27,18 @@ constexpr int kMaxHc = 8;
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+// split_k's weights from a token's summed partials (its finish kernel and, for a prefill, mhc_coef_kernel:
+// the same bits): the mixes' common factor f32(1 / rms) of the streams, then pre and post.
+__device__ __forceinline__ double mix_inv(double sumsq, int64_t width, float eps) {
+    return double(float(1.0 / sqrt(sumsq / double(width) + double(eps))));
+}
+__device__ __forceinline__ float pre_weight(double inv, double mix, double scale, double base, float hc_eps) {
+    return float(sigmoid_d(inv * mix * scale + base) + hc_eps);
+}
+__device__ __forceinline__ float post_weight(double inv, double mix, double scale, double base) {
+    return float(2.0 * sigmoid_d(inv * mix * scale + base));
+}
+
 // grid (M, n): block (m, t) computes mix[t, m] = fn[m] . rms(streams[t]); every block recomputes the token's
 // norm (hc * D * 4 bytes, L2-resident) so that a single token still spreads over M blocks.
 __global__ void __launch_bounds__(256) mhc_mix_kernel(MhcParams p, double* mix_out) {
@@ -372,14 +384,13 @@ __global__ void __launch_bounds__(kFinishThreads)
             }
     }
     __syncthreads();
-    const double inv = double(float(1.0 / sqrt(mix[0] / double(width) + double(p.norm_eps))));
-    if (threadIdx.x < hc) pre[lane] = float(sigmoid_d(inv * mix[1 + lane] * sc[0] + base_pre) + p.hc_eps);
+    const double inv = mix_inv(mix[0], width, p.norm_eps);
+    if (threadIdx.x < hc) pre[lane] = pre_weight(inv, mix[1 + lane], sc[0], base_pre, p.hc_eps);
     __syncthreads();
     if (warp == 0) {  // post and comb, while the other warps collapse
         if (!p.head) {
             if (lane < hc)
-                p.post[t * p.ld_post + lane] =
-                    float(2.0 * sigmoid_d(inv * mix[1 + hc + lane] * sc[1] + base_post));
+                p.post[t * p.ld_post + lane] = post_weight(inv, mix[1 + hc + lane], sc[1], base_post);
             if (hc == 4)
                 comb_sinkhorn4(p, t, inv, sc[2], mix + 1 + 2 * hc);
             else
@@ -423,13 +434,11 @@ __global__ void __launch_bounds__(32 * kCoefWarps)
     if (t >= p.n) return;
     const int lane = threadIdx.x & 31;
     const double* mix = part + t * (M + 1);
-    const double inv = double(float(1.0 / sqrt(mix[0] / double(4 * p.D) + double(p.norm_eps))));
+    const double inv = mix_inv(mix[0], 4 * p.D, p.norm_eps);
     if (lane < 4) {
-        pre_out[t * 4 + lane] =
-            float(sigmoid_d(inv * mix[1 + lane] * double(p.scale[0]) + double(p.base[lane])) + p.hc_eps);
+        pre_out[t * 4 + lane] = pre_weight(inv, mix[1 + lane], p.scale[0], p.base[lane], p.hc_eps);
         if (!p.head)
-            p.post[t * p.ld_post + lane] =
-                float(2.0 * sigmoid_d(inv * mix[5 + lane] * double(p.scale[1]) + double(p.base[4 + lane])));
+            p.post[t * p.ld_post + lane] = post_weight(inv, mix[5 + lane], p.scale[1], p.base[4 + lane]);
     }
     if (!p.head) comb_sinkhorn4(p, t, inv, double(p.scale[2]), mix + 9);
 }

@@ -17,6 +17,11 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMaxRows = 4;  // rows a warp (their loads issued together)
 
+// A rope job's rows a warp: up to kMaxRows heads of one token (their cos / sin computed once).
+__host__ __device__ __forceinline__ int rows_a_warp(int64_t heads) {
+    return int(heads < kMaxRows ? heads : kMaxRows);
+}
+
 // The lane's 4V values of a row (zeros past d).
 template <int V>
 __device__ __forceinline__ void load_row(const float* xr, int64_t d, float (&v)[V][4]) {
@@ -89,10 +94,10 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
 }
 
 // rope's factors of the lane's pairs (columns 128 i + 4 l + 2 p, p < 2) for position pos; zero where the
-// column is not rotated. The products as rope_kernel's.
+// column is not rotated.
 template <int V>
 struct RopeFactors {
-    float cs[V][2], sn[V][2];
+    RopeCs f[V][2];
 };
 
 template <int V>
@@ -105,13 +110,9 @@ __device__ __forceinline__ RopeFactors<V> rope_factors(const RopeParams& rp, flo
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
             const int64_t c = 128 * i + 4 * lane + 2 * p;
-            f.cs[i][p] = f.sn[i][p] = 0.0f;
-            if (c >= off && c < rp.hd) {
-                const float angle = pos * __ldg(rp.inv_freq + ((c - off) >> 1));
-                f.cs[i][p] = float(cos(double(angle))) * rp.mscale;
-                const float sn = float(sin(double(angle))) * rp.mscale;
-                f.sn[i][p] = rp.inverse ? -sn : sn;
-            }
+            f.f[i][p] = c >= off && c < rp.hd
+                            ? rope_cs(pos * __ldg(rp.inv_freq + ((c - off) >> 1)), rp.mscale, rp.inverse)
+                            : RopeCs{0.0f, 0.0f};
         }
     return f;
 }
@@ -126,9 +127,9 @@ __device__ __forceinline__ void rotate_row(float (&v)[V][4], const RopeFactors<V
         for (int p = 0; p < 2; ++p) {
             const int64_t c = 128 * i + 4 * lane + 2 * p;
             if (c < off || c >= rp.hd) continue;
-            const float u = v[i][2 * p], w = v[i][2 * p + 1], cs = f.cs[i][p], sn = f.sn[i][p];
-            v[i][2 * p] = __fsub_rn(__fmul_rn(u, cs), __fmul_rn(w, sn));  // no FMA: the reference rounds each
-            v[i][2 * p + 1] = __fadd_rn(__fmul_rn(w, cs), __fmul_rn(u, sn));
+            const float u = v[i][2 * p], w = v[i][2 * p + 1];
+            v[i][2 * p] = rope_first(u, w, f.f[i][p]);
+            v[i][2 * p + 1] = rope_second(u, w, f.f[i][p]);
         }
 }
 
@@ -162,12 +163,12 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
     norm_rope_warp<V>(x, ldx, norm, rp, R, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
 }
 
-// Job blockIdx.y of a batch (each its own R, see rows_a_warp).
+// Job blockIdx.y of a batch (each its own R: rows_a_warp).
 template <int V>
 __global__ void __launch_bounds__(32 * kWarps, 3) rms_norm_ropes_warp_kernel(const NormRopeJob* jobs) {
     allow_early_next();
     const NormRopeJob& j = jobs[blockIdx.y];
-    const int R = int(min(j.rope.heads, int64_t(kMaxRows)));
+    const int R = rows_a_warp(j.rope.heads);
     norm_rope_warp<V>(j.x, j.ldx, j.norm, j.rope, R, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
 }
 
@@ -206,7 +207,7 @@ bool norm_rope_warp_ok(const float* x, int64_t ldx, const NormOut& norm, const R
 
 void launch_rms_norm_rope_warp(const float* x, int64_t ldx, const NormOut& norm, const RopeParams& rp,
                                cudaStream_t st) {
-    const int R = int(std::min<int64_t>(rp.heads, kMaxRows));
+    const int R = rows_a_warp(rp.heads);
     const unsigned blocks = unsigned((warps_of(rp, R) + kWarps - 1) / kWarps);
     switch (vec_per_lane(rp.hd)) {
         case 1:
@@ -223,7 +224,7 @@ void launch_rms_norm_ropes_warp(const NormRopeJob* dev, const NormRopeJob* host,
     int64_t warps = 0, hd = 0;
     for (int64_t i = 0; i < count; ++i) {
         const RopeParams& rp = host[i].rope;
-        warps = std::max(warps, warps_of(rp, int(std::min<int64_t>(rp.heads, kMaxRows))));
+        warps = std::max(warps, warps_of(rp, rows_a_warp(rp.heads)));
         hd = std::max(hd, rp.hd);
     }
     if (warps == 0) return;
