@@ -404,18 +404,13 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                 scratch.get(1, size_t(n * k * I) * 4),
                     scratch.get(2, size_t(n * k * D) * 4);  // before capture
                 scratch.get(3, size_t(2 + 2 * std::min<int64_t>(n * k, E) + n * k) * 4);
-                // + the token tile list of set_moe_w4a8_tiles
-                scratch.get(
-                    8, size_t(n * D + n * k * I + n * D / 128 + n * k * I / 128 + E + n * k / 128 + 2) * 4);
-                for (const bool by_tile : {false, true}) {
-                    if (by_tile && (v != MoeVariant::kW4a8 || n < 128)) break;
-                    set_moe_w4a8_tiles(by_tile);
+                scratch.get(8, size_t(n * D + n * k * I + n * D / 128 + n * k * I / 128) * 4);
+                {
                     const double us = graph_us(s, 2 * kSets, [&](int i) {
                         MoeParams q = p;
                         q.ids = ids[size_t(i % kSets)];
                         launch_moe(q, scratch, s, v);
                     });
-                    set_moe_w4a8_tiles(false);
                     DI_CUDA_CHECK(cudaGetLastError());
                     if (n >= 128)  // a prefill's chunk: compute-bound, in TFLOP/s
                         prefill.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
@@ -423,7 +418,7 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                                                (native ? " (native: quantised activations" +
                                                              std::string(skewed ? ", skewed routing)" : ")")
                                                        : " (exact: hi + lo f16 products)"),
-                                           by_tile ? std::string(vname) + " tiles" : std::string(vname), us,
+                                           std::string(vname), us,
                                            2.0 * 3.0 * double(n * k) * double(D) * double(I)});
                     else
                         rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +

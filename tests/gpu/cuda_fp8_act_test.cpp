@@ -189,11 +189,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearFp8Act,
                          VariantRunName());
 
 // linears() with fp8 activation blocks: the eight grouped output-projection jobs (strided slices of one x and
-// y) at one token (dequantised, then split_rows in shared launches) and at 40 tokens (each on cuBLASLt).
+// y) at one token (dequantised, then split_rows in shared launches) and at 40 and 37 tokens (each on
+// cuBLASLt, their columns of x quantised as one block; 37: the GEMM's padding rows).
 TEST(CudaLinearsFp8Act, GroupedJobsMatchRef) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     auto& b = backends();
-    for (const int64_t n : {int64_t(1), int64_t(40)}) {
+    for (const int64_t n : {int64_t(1), int64_t(40), int64_t(37)}) {
         cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
         ASSERT_TRUE(lt && lt->supports(40, 4096, 1024, 4096, 8 * 1024))
             << "cuBLASLt takes no [40, 4096] x [1024, 4096]";
@@ -228,6 +229,55 @@ TEST(CudaLinearsFp8Act, GroupedJobsMatchRef) {
         expect_close(ys, n == 1 ? 2e-5 : 1e-3, "grouped projection, n " + std::to_string(n));
         EXPECT_EQ(b.gpu->dispatch_count("linear", "split_rows") - split0, n == 1 ? 8 : 0);
         EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt0, n == 1 ? 0 : 8);
+    }
+}
+
+// linears() on cuBLASLt with inputs shared or not: two jobs on the same x (as wq_a and wkv read y), one on a
+// part of it (columns 4096..), one on another x; then x's column blocks 0 and 2 only (a gap: each quantised
+// alone). Every output against the reference.
+TEST(CudaLinearsFp8Act, SharedInputsMatchRef) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto& b = backends();
+    const int64_t n = 48, in = 3 * 4096;
+    Pair x(DType::kF32, {n, in}), x2(DType::kF32, {n, 4096});
+    fill_uniform(x), fill_uniform(x2);
+    // weights [1024, in] and [1024, 4096]
+    Pair wide(DType::kF8E4M3, {1024, in}), wide_s(DType::kE8M0, {1024 / 128, in / 128});
+    Pair narrow(DType::kF8E4M3, {1024, 4096}), narrow_s(DType::kE8M0, {1024 / 128, 4096 / 128});
+    fill_fp8(wide), fill_e8m0(wide_s), fill_fp8(narrow), fill_e8m0(narrow_s);
+    Pair y0(DType::kF32, {n, 1024}), y1(DType::kF32, {n, 512}), y2(DType::kF32, {n, 1024}),
+        y3(DType::kF32, {n, 1024});
+    auto job = [&](bool dev, Pair& xp, int64_t c0, int64_t width, Pair& y, int64_t rows) {
+        Pair& d = width == in ? wide : narrow;
+        Pair& sc = width == in ? wide_s : narrow_s;
+        ops::LinearArgs a;
+        a.x = dev ? xp.dv() : xp.hv(), a.y = dev ? y.dv() : y.hv();
+        a.x.data = static_cast<float*>(a.x.data) + c0, a.x.shape[1] = width;
+        a.w.format = WeightFormat::kFp8Block;
+        a.w.data = dev ? d.dv() : d.hv();
+        a.w.scale = dev ? sc.dv() : sc.hv();
+        a.w.out_dim = 1024, a.w.in_dim = width;
+        a.w = a.w.rows(0, rows);
+        a.act = ops::ActQuant::kFp8Block128;
+        return a;
+    };
+    for (const bool gap : {false, true}) {
+        for (Pair* y : {&y0, &y1, &y2, &y3}) y->poison();
+        auto make = [&](bool dev) {
+            if (gap)
+                return std::vector<ops::LinearArgs>{job(dev, x, 0, 4096, y0, 1024),
+                                                    job(dev, x, 8192, 4096, y2, 1024)};
+            return std::vector<ops::LinearArgs>{job(dev, x, 0, in, y0, 1024), job(dev, x, 0, in, y1, 512),
+                                                job(dev, x, 4096, 4096, y2, 1024),
+                                                job(dev, x2, 0, 4096, y3, 1024)};
+        };
+        const int64_t lt0 = b.gpu->dispatch_count("linear", "cublaslt_fp8");
+        for (const ops::LinearArgs& a : make(false)) b.ref->linear(a);
+        b.gpu->linears(make(true));
+        b.gpu->synchronize();
+        EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt0, gap ? 2 : 4);
+        for (Pair* y : gap ? std::vector<Pair*>{&y0, &y2} : std::vector<Pair*>{&y0, &y1, &y2, &y3})
+            expect_close(*y, 1e-3, gap ? "columns with a gap" : "shared inputs");
     }
 }
 

@@ -220,8 +220,7 @@ TEST_P(CudaMoe, MatchesRef) {
     if (variant == "w4a8") {  // its options: the same products and sums, so the same bits
         const std::vector<float> one_wg = out.device_f32();
         const std::pair<void (*)(bool), const char*> options[] = {
-            {cuda::set_moe_w4a8_ws, "the warp-specialised kernel differs from the one-warpgroup kernel"},
-            {cuda::set_moe_w4a8_tiles, "a block a token tile differs from a block an expert"}};
+            {cuda::set_moe_w4a8_ws, "the warp-specialised kernel differs from the one-warpgroup kernel"}};
         for (const auto& [set, what] : options) {
             out.poison();
             set(true);
@@ -291,9 +290,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
 // +-1, +-2, a chunk's four group scales alike): 64-row tiles (set_moe_w4a8_n64) and the token copies by
 // 32-bit unit offsets (set_moe_w4a8_units), each combination within the f32 variants' 1e-3 of the reference,
 // and the unit offsets the same bits as the default addressing (the same bytes land in the same places), the
-// warp-specialised kernel (set_moe_w4a8_ws) and a block a token tile (set_moe_w4a8_tiles) the same bits as
-// the default; with scales that fold a row at a time and scales that fold a chunk at a time only, several
-// token tiles an expert.
+// warp-specialised kernel (set_moe_w4a8_ws) the same bits as the default; with scales that fold a row at a
+// time and scales that fold a chunk at a time only, several token tiles an expert.
 TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
@@ -360,10 +358,9 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
             EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
                 << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128) << "-row tiles";
             if (n64) continue;
-            // the warp-specialised kernel and a block a token tile (~2 an expert here): the default's bits
+            // the warp-specialised kernel: the default's bits
             const std::pair<void (*)(bool), const char*> options[] = {
-                {cuda::set_moe_w4a8_ws, "warp-specialised"},
-                {cuda::set_moe_w4a8_tiles, "a block a token tile"}};
+                {cuda::set_moe_w4a8_ws, "warp-specialised"}};
             for (const auto& [set, what] : options) {
                 set(true);
                 out.poison();

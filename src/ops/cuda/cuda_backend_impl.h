@@ -84,7 +84,7 @@ class DeviceScratch final : public cuda::Scratch {
         uint32_t generation = 0;
     };
     Allocator& alloc_;
-    std::array<Slot, 14> slots_{};
+    std::array<Slot, 15> slots_{};
     uint32_t touched_ = 0;
 };
 
@@ -200,8 +200,25 @@ class CudaBackend final : public Backend {
     // One linear on f32 x by a variant other than cublaslt_fp8 (mma needs the scratch).
     void run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                     cuda::LinearVariant v);
-    // fp8 activation blocks quantised, then cuBLASLt's block-scaled FP8 matmul (choose_linear picked it).
-    void linear_lt_fp8(const LinearArgs& a, const WeightRef& w);
+    // An fp8 GEMM's input as cuBLASLt takes it: e4m3 rows (row stride ldq) and their K-block-major scales
+    // (lt_rows(n) a block).
+    struct LtInput {
+        const float* x = nullptr;  // the first f32 column it holds
+        const uint8_t* q = nullptr;
+        const float* sx = nullptr;
+        int64_t ldq = 0, rows = 0;
+        // from f32 column `col` of the same rows on (128-aligned to x)
+        LtInput from(const float* col) const {
+            const int64_t c = col - x;
+            return {col, q + c, sx + c / 128 * rows, ldq, rows};
+        }
+    };
+    // x [n, width] quantised per 128 as the native quantiser does, into scratch slot 14.
+    LtInput lt_quantise(const float* x, int64_t ldx, int64_t n, int64_t width);
+    std::optional<LtInput> lt_shared_input(std::span<const LinearArgs> jobs, std::span<const WeightRef> w,
+                                           const std::vector<bool>& lt);
+    // cuBLASLt's block-scaled FP8 matmul (choose_linear picked it) on `in`, or on a.x quantised here.
+    void linear_lt_fp8(const LinearArgs& a, const WeightRef& w, const LtInput* in = nullptr);
     // The ops with several kernels (cuda_ops.cpp lists them); the rest have one kernel each ("cuda"),
     // counted in launches_.
     OpVariants linear_v_, moe_v_, mhc_pre_v_, hc_head_v_, attention_v_, indexer_v_;

@@ -1,4 +1,6 @@
 // CudaBackend op methods: check(args) first, then the device check, then the launch with plain params.
+#include <algorithm>
+
 #include "ops/cuda/argmax.h"
 #include "ops/cuda/bf16_gemm.h"
 #include "ops/cuda/cuda_backend_impl.h"
@@ -301,30 +303,70 @@ void CudaBackend::run_linear(const float* x, int64_t ldx, const WeightRef& w, fl
     launched("linear");
 }
 
-void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w) {
-    const int64_t n = a.x.shape[0], in = w.in_dim, out = w.out_dim, rows = cuda::lt_rows(n);
-    const int64_t kb = in / 128, ob = out / 128, ld_sw = cuda::lt_scale_ld(kb);
-    auto up = [](size_t b) { return (b + 255) / 256 * 256; };
-    const size_t q_bytes = up(size_t(rows * in)), sx_bytes = up(size_t(rows * kb) * 4),
-                 sw_bytes = up(size_t(ob * ld_sw) * 4);
-    auto* base =
-        static_cast<uint8_t*>(scratch_.get(7, q_bytes + sx_bytes + sw_bytes + size_t(rows * out) * 4));
-    uint8_t* q = base;
-    auto* sx = reinterpret_cast<float*>(base + q_bytes);
+CudaBackend::LtInput CudaBackend::lt_quantise(const float* x, int64_t ldx, int64_t n, int64_t width) {
+    const int64_t rows = cuda::lt_rows(n);
+    const size_t q_bytes = (size_t(rows * width) + 255) / 256 * 256,
+                 sx_bytes = size_t(rows * (width / 128)) * 4;
+    auto* q = static_cast<uint8_t*>(scratch_.get(14, q_bytes + sx_bytes));
+    auto* sx = reinterpret_cast<float*>(q + q_bytes);
     if (rows != n)
-        DI_CUDA_CHECK(cudaMemsetAsync(base, 0, q_bytes + sx_bytes, stream()));  // the padding rows: zeros
+        DI_CUDA_CHECK(cudaMemsetAsync(q, 0, q_bytes + sx_bytes, stream()));  // the padding rows: zeros
+    cuda::launch_act_quant_fp8(x, ldx, n, width, q, sx, rows, stream_);
+    return {x, q, sx, width, rows};
+}
+
+void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w, const LtInput* in) {
+    const int64_t n = a.x.shape[0], kb = w.in_dim / 128, ob = w.out_dim / 128, ld_sw = cuda::lt_scale_ld(kb);
+    const LtInput own = in ? LtInput{} : lt_quantise(f32(a.x), ld(a.x), n, w.in_dim);
+    if (!in) in = &own;
+    const size_t sw_bytes = (size_t(ob * ld_sw) * 4 + 255) / 256 * 256;
+    auto* base = static_cast<uint8_t*>(scratch_.get(7, sw_bytes + size_t(in->rows * w.out_dim) * 4));
     const float* sw = reinterpret_cast<const float*>(w.scale);
     if (w.scale_e8m0 || w.ld_scale != ld_sw || reinterpret_cast<uintptr_t>(w.scale) % 16 != 0) {
-        auto* wide = reinterpret_cast<float*>(base + q_bytes + sx_bytes);  // f32, rows of 16-byte multiples
+        auto* wide = reinterpret_cast<float*>(base);  // f32, rows of 16-byte multiples
         cuda::launch_scales_to_f32(w.scale, w.scale_e8m0, w.ld_scale, ob, kb, wide, ld_sw, stream_);
         sw = wide;
     }
-    cuda::launch_act_quant_fp8(f32(a.x), ld(a.x), n, in, q, sx, rows, stream_);
-    const bool ran = cuda::LtFp8Gemm::instance()->run(q, sx, w.data, w.ld, sw, n, in, out, f32m(a.y), ld(a.y),
-                                                      base + q_bytes + sx_bytes + sw_bytes, stream_);
-    DI_CHECK(ran, "linear: cuBLASLt FP8 matmul failed for n {}, weight [{}, {}] (scope '{}')", n, out, in,
-             scope_);
+    const bool ran = cuda::LtFp8Gemm::instance()->run(in->q, in->sx, w.data, w.ld, sw, n, w.in_dim, w.out_dim,
+                                                      f32m(a.y), ld(a.y), base + sw_bytes, stream_, in->ldq);
+    DI_CHECK(ran, "linear: cuBLASLt FP8 matmul failed for n {}, weight [{}, {}] (scope '{}')", n, w.out_dim,
+             w.in_dim, scope_);
     launched("linear");
+}
+
+// The inputs of a linears call's cuBLASLt jobs as one quantised block, when they are columns of the same rows
+// (the same n and row stride) that together cover one 128-aligned span without gaps: wq_a and wkv read the
+// same y, the shared expert's w1 and w3 too, wo_a's groups each its columns of o. Per-row 128-blocks make
+// the span's quantised columns those of each job's own input. Empty where the jobs do not form one span.
+std::optional<CudaBackend::LtInput> CudaBackend::lt_shared_input(std::span<const LinearArgs> jobs,
+                                                                 std::span<const WeightRef> w,
+                                                                 const std::vector<bool>& lt) {
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < jobs.size(); ++i)
+        if (lt[i]) idx.push_back(i);
+    if (idx.size() < 2) return std::nullopt;
+    const int64_t n = jobs[idx[0]].x.shape[0], ldx = ld(jobs[idx[0]].x);
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return f32(jobs[a].x) < f32(jobs[b].x); });
+    const float* lo = f32(jobs[idx[0]].x);
+    const float* hi = lo;
+    for (size_t i : idx) {
+        const float* x = f32(jobs[i].x);
+        if (jobs[i].x.shape[0] != n || ld(jobs[i].x) != ldx || x > hi || (x - lo) % 128 != 0)
+            return std::nullopt;
+        hi = std::max(hi, x + w[i].in_dim);
+    }
+    const int64_t width = hi - lo, rows = cuda::lt_rows(n);
+    if (width > ldx && n > 1) return std::nullopt;  // rows of the span would overlap the next row's
+    // each job's q and scales 256-byte aligned, as cuBLASLt's algorithms assume by default (lt_fp8_takes)
+    for (size_t i : idx) {
+        const int64_t c = f32(jobs[i].x) - lo;
+        if (c % 256 != 0 || (c / 128 * rows * 4) % 256 != 0) return std::nullopt;
+    }
+    for (size_t i : idx)
+        if (!cuda::LtFp8Gemm::instance()->supports(n, w[i].in_dim, w[i].out_dim, w[i].ld, ld(jobs[i].y),
+                                                   nullptr, nullptr, width))
+            return std::nullopt;
+    return lt_quantise(lo, ldx, n, width);
 }
 
 void CudaBackend::linears(std::span<const LinearArgs> jobs) {
@@ -333,26 +375,37 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     std::vector<WeightRef> w(jobs.size());
     std::vector<cuda::SplitJob> sj(jobs.size());
     std::vector<int> peers(jobs.size(), 0);
-    // fp8 activation blocks: the jobs cuBLASLt takes run alone; the others' inputs are dequantised first,
-    // into one scratch buffer.
-    std::vector<bool> done(jobs.size(), false);
+    // fp8 activation blocks: the jobs cuBLASLt takes run alone (their inputs quantised once where they are
+    // columns of the same rows: lt_shared_input); the others' inputs are dequantised first, into one scratch
+    // buffer.
+    std::vector<bool> done(jobs.size(), false), lt(jobs.size(), false);
     size_t xq_floats = 0;
-    for (const LinearArgs& a : jobs)
-        if (a.act == ActQuant::kFp8Block128) xq_floats += size_t(a.x.shape[0] * a.w.in_dim);
-    float* xq = xq_floats ? static_cast<float*>(scratch_.get(6, xq_floats * sizeof(float))) : nullptr;
     for (size_t i = 0; i < jobs.size(); ++i) {
-        check(jobs[i]);
-        device_args(jobs[i], "linear");
-        w[i] = weight_ref(jobs[i].w, "linear.w");
+        const LinearArgs& a = jobs[i];
+        check(a);
+        device_args(a, "linear");
+        w[i] = weight_ref(a.w, "linear.w");
+        if (a.act != ActQuant::kFp8Block128) continue;
+        lt[i] = linear_v_.picks(0, LinearTakes{a, w[i], false});  // variant 0: cublaslt_fp8
+        if (!lt[i]) xq_floats += size_t(a.x.shape[0] * a.w.in_dim);
+    }
+    float* xq = xq_floats ? static_cast<float*>(scratch_.get(6, xq_floats * sizeof(float))) : nullptr;
+    const std::optional<LtInput> shared = lt_shared_input(jobs, w, lt);
+    for (size_t i = 0; i < jobs.size(); ++i) {
         const LinearArgs& a = jobs[i];
         sj[i] = {f32(a.x), ld(a.x), w[i], f32m(a.y), ld(a.y)};
-        if (a.act == ActQuant::kFp8Block128) {
-            if (linear_v_.picks(0, LinearTakes{a, w[i], false})) {  // variant 0: cublaslt_fp8
-                linear_v_.count_dispatch(0);
+        if (lt[i]) {
+            linear_v_.count_dispatch(0);
+            if (shared) {
+                const LtInput in = shared->from(f32(a.x));
+                linear_lt_fp8(a, w[i], &in);
+            } else {
                 linear_lt_fp8(a, w[i]);
-                done[i] = true;
-                continue;
             }
+            done[i] = true;
+            continue;
+        }
+        if (a.act == ActQuant::kFp8Block128) {
             cuda::launch_act_quant_dequant(sj[i].x, sj[i].ldx, a.x.shape[0], w[i].in_dim, xq, stream_);
             launched("linear");
             sj[i].x = xq, sj[i].ldx = w[i].in_dim;
@@ -715,14 +768,25 @@ void CudaBackend::moe(const MoeArgs& a) {
         if (experts_pass)
             p.owned_first = a.expert_first, p.owned_end = a.expert_end,
             p.y_out = a.slots.ptr<float>() + t0 * k * D;
+        const cuda::MoeParams unquantised = p;
+        float* xq = nullptr;
         if (a.act == ActQuant::kFp8Block128) {  // the chunk's rows quantised once for every variant
-            auto* xq = static_cast<float*>(scratch_.get(6, size_t(m * D) * sizeof(float)));
-            cuda::launch_act_quant_dequant(p.x, p.ld_x, m, D, xq, stream_);
+            xq = static_cast<float*>(scratch_.get(6, size_t(m * D) * sizeof(float)));
             p.x = xq, p.ld_x = D, p.act_fp8 = true;
         }
         const int v = moe_v_.choose(
             [&](int i, bool forced) { return takes(p, i, forced); },
             [&] { return fmt::format("{} pairs, expert format {}", m * k, table.gemv_format); });
+        if (p.act_fp8) {
+            cuda::MoeParams direct = unquantised;
+            direct.act_fp8 = true;
+            // w4a8 quantises x itself, so it takes x as it is: quantising the dequantised copy again gives
+            // the same values (e4m3 times scale; at most the scale halved and the bytes doubled)
+            if (kMoeEnum[v] == cuda::MoeVariant::kW4a8 && cuda::moe_w4a8_supported(direct, true))
+                p.x = direct.x, p.ld_x = direct.ld_x;
+            else
+                cuda::launch_act_quant_dequant(unquantised.x, unquantised.ld_x, m, D, xq, stream_);
+        }
         cuda::launch_moe(p, scratch_, stream_, kMoeEnum[v]);
         launched("moe");
     }

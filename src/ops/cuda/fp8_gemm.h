@@ -36,17 +36,18 @@ class LtFp8Gemm {
   public:
     // nullptr when libcublasLt cannot be loaded; `why` then says why.
     static LtFp8Gemm* instance(const char** why = nullptr);
-    // y[n, out] (f32, row stride ldy) = (q * sx) . (w * sw)^T, q [lt_rows(n), in], sx [in / 128][lt_rows(n)],
+    // y[n, out] (f32, row stride ldy) = (q * sx) . (w * sw)^T, q [lt_rows(n), in] with row stride ldq (0:
+    // in; a multiple of 16: q may be columns of a wider quantised input), sx [in / 128][lt_rows(n)],
     // w e4m3 [out, in] with row stride ldw, sw f32 [out / 128][in / 128] with row stride
     // lt_scale_ld(in / 128); out and in multiples of 128. False if cuBLASLt has no algorithm for the shape.
     // `tmp` (lt_rows(n) * out * 4 bytes) takes D when it cannot go to y directly (padded rows, or an
     // algorithm that writes bf16, widened into y).
     bool run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n,
-             int64_t in, int64_t out, float* y, int64_t ldy, void* tmp, Stream s);
+             int64_t in, int64_t out, float* y, int64_t ldy, void* tmp, Stream s, int64_t ldq = 0);
     // Whether the shape has an algorithm, and whether it writes f32 (else bf16, widened); `note`: what the
     // heuristic answered (valid while this object lives).
     bool supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out = nullptr,
-                  const char** note = nullptr);
+                  const char** note = nullptr, int64_t ldq = 0);
 
   private:
     struct Impl;

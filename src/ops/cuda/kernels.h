@@ -17,11 +17,12 @@ enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 class Scratch {
   public:
     virtual ~Scratch() = default;
-    // A buffer of at least `bytes` for slot `slot` (0..13), valid until the next get of the same slot.
+    // A buffer of at least `bytes` for slot `slot` (0..14), valid until the next get of the same slot.
     // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 the cuBLASLt
-    // variants' temporaries (fp8 GEMM inputs; bf16x3 pieces and products), 8 activation chunks of the mma
-    // variants (moe, linear), 9 window_stores' job table, 10 launch_compresses' job table, 11
-    // launch_indexer_topks' job table, 12 launch_rms_norm_ropes' job table, 13 the indexer's f16 keys (kMma).
+    // variants' temporaries (fp8 weight scales and outputs; bf16x3 pieces and products), 8 activation chunks
+    // of the mma variants (moe, linear), 9 window_stores' job table, 10 launch_compresses' job table, 11
+    // launch_indexer_topks' job table, 12 launch_rms_norm_ropes' job table, 13 the indexer's f16 keys (kMma),
+    // 14 the fp8 GEMMs' quantised inputs.
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -330,8 +331,9 @@ struct MoeParams {
     // ([n * k, D], the slots; the other rows are left as they are) and no combine runs.
     int64_t owned_first = 0, owned_end = INT64_MAX;
     float* y_out = nullptr;
-    // MoeArgs::act: x comes quantised (the backend's copy) and every variant quantises h between its up and
-    // down launches (moe_quantise_h); gemm then drops the lo halves, zero for quantised values.
+    // MoeArgs::act: x comes quantised (the backend's copy; kW4a8 takes x unquantised and quantises it itself)
+    // and every variant quantises h between its up and down launches (moe_quantise_h); gemm then drops the lo
+    // halves, zero for quantised values.
     bool act_fp8 = false;
 };
 // Variants: kW4a8 (moe_w4a8.cu: native precision's prefill chunks as W4A8 on the FP8 warpgroup tensor cores,
@@ -364,12 +366,9 @@ void set_moe_w4a8_units(bool on);
 // measured on the GPU (DEEPINFER_W4A8_N64).
 void set_moe_w4a8_n64(bool on);
 // w4a8's 128-row tiles on the warp-specialised kernel (moe_w4a8_ws.cu: a warpgroup that copies and converts,
-// two that multiply; the same sums); off until measured on the GPU (DEEPINFER_W4A8_WS).
+// two that multiply; the same sums); off: measured slower on the H200 (DEEPINFER_W4A8_WS,
+// docs/benchmarks.md).
 void set_moe_w4a8_ws(bool on);
-// w4a8's blocks one 128-row token tile each (a block per weight tile and (expert, token tile) pair) instead
-// of one expert each walking its token tiles in turn: an expert that many tokens chose then runs its tiles
-// side by side (the same sums, the same bits); off until measured on the GPU (DEEPINFER_W4A8_TILES).
-void set_moe_w4a8_tiles(bool on);
 // Whether every fp4 matrix of the table (device copy and host copy, count entries) folds its group scales
 // into e4m3 as moe_w4a8 needs: relative to each chunk's largest (MoeParams::e4m3_ok), or to each row's
 // (e4m3_rows); synchronises the stream.

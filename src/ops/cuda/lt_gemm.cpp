@@ -25,14 +25,15 @@ struct LtFp8Gemm::Impl {
         cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
         cublasLtMatmulAlgo_t algo{};
     };
-    using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;  // n, in, out, ldw, ldy
+    using Key =
+        std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // n, in, out, ldw, ldy, ldq
     std::map<Key, Plan> plans;
     std::mutex mu;
 
     // A plan writing f32 if cuBLASLt has one for the shape, else bf16, else none; each with split-K partials
     // kept out of the output first (the same bits on every run), then with any reduction. `note` records
     // what the heuristic answered to each try.
-    Plan make_plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy) {
+    Plan make_plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq) {
         Plan none;
         for (const bool f32 : {true, false})
             for (const bool no_inplace : {true, false}) {
@@ -50,7 +51,7 @@ struct LtFp8Gemm::Impl {
                 lt->desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof any);
                 lt->desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof any);
                 lt->layout_create(&p.la, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(out), ldw);
-                lt->layout_create(&p.lb, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(n), in);
+                lt->layout_create(&p.lb, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(n), ldq);
                 lt->layout_create(&p.ld, f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(out), uint64_t(n),
                                   f32 ? ldy : out);
                 cublasLtMatmulPreference_t pref = lt->preference(no_inplace);
@@ -72,11 +73,11 @@ struct LtFp8Gemm::Impl {
         return none;
     }
 
-    Plan& plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy) {
+    Plan& plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq) {
         std::lock_guard lk(mu);
-        const Key k{n, in, out, ldw, ldy};
+        const Key k{n, in, out, ldw, ldy, ldq};
         auto it = plans.find(k);
-        if (it == plans.end()) it = plans.emplace(k, make_plan(n, in, out, ldw, ldy)).first;
+        if (it == plans.end()) it = plans.emplace(k, make_plan(n, in, out, ldw, ldy, ldq)).first;
         return it->second;
     }
 };
@@ -95,21 +96,25 @@ LtFp8Gemm* LtFp8Gemm::instance(const char** why) {
 }
 
 bool LtFp8Gemm::supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out,
-                         const char** note) {
-    if (n <= 0 || in % 128 != 0 || out % 128 != 0 || ldw % 16 != 0 || ldy % 4 != 0) return false;
+                         const char** note, int64_t ldq) {
+    if (ldq == 0) ldq = in;
+    if (n <= 0 || in % 128 != 0 || out % 128 != 0 || ldw % 16 != 0 || ldy % 4 != 0 || ldq % 16 != 0 ||
+        ldq < in)
+        return false;
     const int64_t rows = lt_rows(n);
-    const Impl::Plan& p = impl_->plan(rows, in, out, ldw, rows == n ? ldy : out);
+    const Impl::Plan& p = impl_->plan(rows, in, out, ldw, rows == n ? ldy : out, ldq);
     if (f32_out) *f32_out = p.f32_out;
     if (note) *note = p.note.c_str();
     return p.ok;
 }
 
 bool LtFp8Gemm::run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n,
-                    int64_t in, int64_t out, float* y, int64_t ldy, void* tmp, Stream s) {
-    if (!supports(n, in, out, ldw, ldy)) return false;
+                    int64_t in, int64_t out, float* y, int64_t ldy, void* tmp, Stream s, int64_t ldq) {
+    if (ldq == 0) ldq = in;
+    if (!supports(n, in, out, ldw, ldy, nullptr, nullptr, ldq)) return false;
     const int64_t rows = lt_rows(n);
     const bool direct = rows == n;
-    Impl::Plan& p = impl_->plan(rows, in, out, ldw, direct ? ldy : out);
+    Impl::Plan& p = impl_->plan(rows, in, out, ldw, direct ? ldy : out, ldq);
     LtLib& lt = *impl_->lt;
     lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw);
     lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);

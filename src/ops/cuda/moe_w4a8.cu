@@ -6,16 +6,16 @@
 //   h rows:  h = swiglu(W1 part, W3 part) quantised the same way (what moe_quantise_h gives the others)
 //   down:    y[pair, c] = W2_e[c] . h[pair]
 //   combine: out[t] = sum_j w[t, j] y[t, j] in slot order (launch_moe_combine, moe.cu)
-// Block (64-row weight tile, active expert; or, set_moe_w4a8_tiles, one 128-token tile of an expert), one
-// warpgroup, m64n128k32 wgmma with A from registers: each thread turns its fp4 bytes into e4m3 through a
-// table of the 8 magnitudes per 32-element group, the group's scale folded in as 2^k relative to the largest
-// scale of its 128-element chunk, or of its row where the whole table allows (e4m3_rows; e2m1 x 2^k is an
-// e4m3 value for k in [-5, 6]: exact), while up to 128 token rows come from shared memory in the 128-byte
-// swizzle (one tile holds a 4,096-token chunk's ~96 tokens an expert: its weights are converted once). A
-// chunk's four k-steps sum in fresh registers, then join the f32 sums times the token's scale (and the row's
-// factor, or once at the end with the row base): the tensor cores sum FP8 products at reduced precision,
-// promoted every 128 as DeepSeek's kernels do. The conversion of chunk c + 1 runs while chunk c's wgmmas do.
-// A product depends on its own token only: deterministic and batch-invariant.
+// Block (64-row weight tile, active expert), one warpgroup, m64n128k32 wgmma with A from registers: each
+// thread turns its fp4 bytes into e4m3 through a table of the 8 magnitudes per 32-element group, the group's
+// scale folded in as 2^k relative to the largest scale of its 128-element chunk, or of its row where the
+// whole table allows (e4m3_rows; e2m1 x 2^k is an e4m3 value for k in [-5, 6]: exact), while up to 128 token
+// rows come from shared memory in the 128-byte swizzle (one tile holds a 4,096-token chunk's ~96 tokens an
+// expert: its weights are converted once). A chunk's four k-steps sum in fresh registers, then join the f32
+// sums times the token's scale (and the row's factor, or once at the end with the row base): the tensor cores
+// sum FP8 products at reduced precision, promoted every 128 as DeepSeek's kernels do. The conversion of chunk
+// c + 1 runs while chunk c's wgmmas do. A product depends on its own token only: deterministic and
+// batch-invariant.
 
 #include <algorithm>
 #include <cstdlib>
@@ -89,16 +89,9 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
     constexpr int kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N);
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
-    int a = blockIdx.y, i_first = 0;
-    if (io.tiles != nullptr) {
-        if (int(blockIdx.y) >= *io.n_tiles) return;
-        const int32_t u = io.tiles[blockIdx.y];
-        a = u >> 16, i_first = (u & 0xffff) * N;
-    } else if (a >= *plan.n_active) {
-        return;
-    }
+    const int a = blockIdx.y;
+    if (a >= *plan.n_active) return;
     const int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
-    const int i_end = io.tiles != nullptr ? min(cnt, i_first + N) : cnt;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int64_t tile0 = int64_t(blockIdx.x) * 64;  // the tile's first row of the n_out rows
     const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
@@ -127,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
         }
     const int c_unit = tid & 7;
     const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
-    for (int i0 = i_first; i0 < i_end; i0 += N) {
+    for (int i0 = 0; i0 < cnt; i0 += N) {
         __syncthreads();  // the previous tile's last reads of the stages and rows are done
         if (tid < N) {
             if (i0 + tid < cnt) {
@@ -277,41 +270,13 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
     }
 }
 
-// The (active slot, token tile) list of set_moe_w4a8_tiles, slot-major: one block, each thread a run of
-// slots placed after the runs before it (a block scan).
-__global__ void __launch_bounds__(256)
-    w4a8_tiles_kernel(MoePlan plan, int N, int32_t* tiles, int32_t* n_tiles) {
-    allow_early_next();
-    __shared__ int32_t warp_tot[8];
-    const int na = *plan.n_active, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int per = (na + int(blockDim.x) - 1) / int(blockDim.x), a0 = min(na, int(threadIdx.x) * per),
-              a1 = min(na, a0 + per);
-    auto tiles_of = [&](int a) { return (plan.begin[a + 1] - plan.begin[a] + N - 1) / N; };
-    int run = 0;
-    for (int a = a0; a < a1; ++a) run += tiles_of(a);
-    int inc = run;  // inclusive warp scan
-    for (int o = 1; o < 32; o <<= 1) {
-        const int up = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += up;
-    }
-    if (lane == 31) warp_tot[warp] = inc;
-    __syncthreads();
-    int at = inc - run;
-    for (int w = 0; w < warp; ++w) at += warp_tot[w];
-    for (int a = a0; a < a1; ++a)
-        for (int j = 0, t = tiles_of(a); j < t; ++j) tiles[at++] = a << 16 | j;
-    if (threadIdx.x == blockDim.x - 1) *n_tiles = at;  // the last run ends at the total
-}
-
 bool units_enabled = std::getenv("DEEPINFER_W4A8_UNITS") != nullptr;
 
 bool n64_enabled = std::getenv("DEEPINFER_W4A8_N64") != nullptr;
 
 bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 
-bool tiles_enabled = std::getenv("DEEPINFER_W4A8_TILES") != nullptr;
-
-// slots: the grid's y (active experts, or the tile list's bound)
+// slots: the grid's y (the active experts' bound)
 template <int N, bool kRowBase, bool kUnits>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     constexpr int smem = kStages * stage_bytes(N) + 1024 + N * 4;  // + the swizzle's alignment, + the rows
@@ -336,20 +301,16 @@ void launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned 
 bool use_n64(const MoeParams& p, unsigned slots) { return n64_enabled && p.n * p.k <= 64 * int64_t(slots); }
 
 // 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until
-// measured); 128-row tiles on the warp-specialised kernel where set (set_moe_w4a8_ws: off until measured);
-// otherwise 128-row tiles, a block each where io.tiles is set (set_moe_w4a8_tiles: at most max_tiles).
-void launch_tiles(const MoeParams& p, const MoePlan& plan, W8Io io, unsigned slots, unsigned max_tiles,
-                  cudaStream_t s) {
-    if (use_n64(p, slots)) {
-        io.tiles = nullptr;
+// measured); 128-row tiles on the warp-specialised kernel where set (set_moe_w4a8_ws: off, slower);
+// otherwise 128-row tiles.
+void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+    if (use_n64(p, slots))
         launch_n<64>(p, plan, io, slots, s);
-    } else if (ws_enabled) {
-        io.tiles = nullptr;
+    else if (ws_enabled)
         p.e4m3_rows ? w4a8::launch_ws<true>(p, plan, io, slots, s)
                     : w4a8::launch_ws<false>(p, plan, io, slots, s);
-    } else {
-        launch_n<128>(p, plan, io, io.tiles != nullptr ? max_tiles : slots, s);
-    }
+    else
+        launch_n<128>(p, plan, io, slots, s);
 }
 
 // flag |= 1 where a 128-element chunk's four group scales of a row of matrix blockIdx.x do not fold into
@@ -391,14 +352,20 @@ E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef*
 
 void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
-void set_moe_w4a8_tiles(bool on) { tiles_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
+
+// w4a8 from 64 pairs an expert: its 128-token tiles convert an expert's weights once a tile, so with fewer
+// tokens an expert wgmma is faster (H200, 256 experts, k = 6, the screen and the kernel bench: 512 tokens, 12
+// pairs an expert, wgmma 2,455 us against w4a8 3,772; 2,730 tokens, 64, 4,146 against 4,096; 4,096 tokens,
+// 96, 5,809 against 4,333).
+constexpr int64_t kMinPairsAnExpert = 64;
 
 bool moe_w4a8_supported(const MoeParams& p, bool forced) {
     const int64_t pairs = p.n * p.k;
     return p.act_fp8 && p.e4m3_ok && p.scales_4b && p.gemv_format == gemv::kFp4 && p.D % kChunk == 0 &&
            p.ld_x % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.I % kChunk == 0 &&
-           pairs <= kMoeGemmMaxPairs && (forced || (pairs >= kMoeGemmMinPairs && pairs >= 8 * p.n_experts));
+           pairs <= kMoeGemmMaxPairs &&
+           (forced || (pairs >= kMoeGemmMinPairs && pairs >= kMinPairsAnExpert * p.n_experts));
 }
 
 void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
@@ -407,28 +374,19 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
     const unsigned slots = unsigned(std::min(pairs, p.n_experts));
     float* g = static_cast<float*>(scratch.get(1, size_t(pairs * 2 * p.I) * sizeof(float)));
     float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
-    // the token tiles of set_moe_w4a8_tiles: each active expert's pairs in tiles of 128, at most one partly
-    // filled an expert
-    const bool by_tile = tiles_enabled && !use_n64(p, slots) && !ws_enabled;
-    const unsigned max_tiles = unsigned(int64_t(slots) + (pairs + 127) / 128);
-    // e4m3 rows of x [n, D] and h [pairs, I], then their scales (offsets multiples of 128 bytes), then the
-    // tile list and its count
+    // e4m3 rows of x [n, D] and h [pairs, I], then their scales (offsets multiples of 128 bytes)
     auto* bytes = static_cast<uint8_t*>(
-        scratch.get(8, size_t(p.n * p.D + pairs * p.I) + size_t(p.n * xc + pairs * hc) * sizeof(float) +
-                           (by_tile ? size_t(max_tiles + 1) * sizeof(int32_t) : 0)));
+        scratch.get(8, size_t(p.n * p.D + pairs * p.I) + size_t(p.n * xc + pairs * hc) * sizeof(float)));
     uint8_t* xq = bytes;
     uint8_t* hq = bytes + p.n * p.D;
     float* xs = reinterpret_cast<float*>(hq + pairs * p.I);
     float* hs = xs + p.n * xc;
-    int32_t* tiles = by_tile ? reinterpret_cast<int32_t*>(hs + pairs * hc) : nullptr;
-    int32_t* n_tiles = by_tile ? tiles + max_tiles : nullptr;
     const MoePlan plan = moe_plan_buffers(scratch, pairs, slots);
     launch_moe_plan(p, plan, st);
-    if (by_tile) w4a8_tiles_kernel<<<1, 256, 0, st>>>(plan, 128, tiles, n_tiles);
     w8_act_rows_kernel<false><<<unsigned(p.n), 128, 0, st>>>(p.x, p.ld_x, xc, p.limit, xq, xs);
-    launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, tiles, n_tiles}, slots, max_tiles, st);
+    launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true}, slots, st);
     w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs);
-    launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, tiles, n_tiles}, slots, max_tiles, st);
+    launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false}, slots, st);
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 

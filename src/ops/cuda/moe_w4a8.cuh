@@ -46,10 +46,6 @@ struct W8Io {
     float* out;          // up: [pairs, 2 I]; down: y [pairs, D]
     int64_t K, n_out;    // n_out: 2 I (up: W1's rows then W3's) or D
     bool up;
-    // set_moe_w4a8_tiles: block y takes the one token tile tiles[y] = active slot << 16 | tile index, of
-    // *n_tiles; null: block y takes every token tile of active slot y in turn.
-    const int32_t* tiles = nullptr;
-    const int32_t* n_tiles = nullptr;
 };
 
 // The warp-specialised kernel (moe_w4a8_ws.cu) on the same operands and with the same sums as
