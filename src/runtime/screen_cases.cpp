@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <string>
 
+#include "ops/op_cases.h"
 #include "ops/ref/ref_backend.h"
 #include "runtime/screen_judge.h"
 
@@ -44,6 +46,69 @@ std::vector<float> floats_of(const Tensor& t) {
     return v;
 }
 
+namespace {
+
+// One attention case: `label` names where its shape comes from (the model's attention type, or a case of
+// the table).
+struct AttnShape {
+    std::string label;
+    int64_t L, H, hd, window, pos0, n_cached;
+    ops::CompMask mask;
+    int64_t T, rate, k;  // compressed entries, their rate, picks per query
+};
+
+void attention_case(ops::Backend& be, const std::vector<const ops::KernelVariant*>& cands, const AttnShape& c,
+                    std::mt19937_64& rng, std::vector<ScreenRow>& rows, bool native) {
+    const bool picks = c.mask == ops::CompMask::kPicks, comp = c.mask != ops::CompMask::kNone;
+    const int64_t L = c.L, H = c.H, hd = c.hd, T = std::max<int64_t>(c.T, 1), k = std::max<int64_t>(c.k, 1);
+    Tensor q = host_tensor(DType::kF32, {L, H, hd}), ring = host_tensor(DType::kF32, {c.window - 1, hd});
+    Tensor kv = host_tensor(DType::kF32, {L, hd}), entries = host_tensor(DType::kF32, {T, hd});
+    Tensor sinks = host_tensor(DType::kF32, {H}), pk = host_tensor(DType::kI32, {L, k});
+    Tensor out = host_tensor(DType::kF32, {L, H, hd});
+    for (Tensor* t : {&q, &ring, &kv, &entries}) fill_uniform(*t, rng, -1, 1);
+    fill_uniform(sinks, rng, -2, 2);
+    for (int64_t i = 0; i < L * k; ++i)  // -1s and repeats included, as the op allows
+        pk.view().ptr<int32_t>()[i] = int32_t(int64_t(rng() % uint64_t(T + 1)) - 1);
+    bool f16 = false;  // the native precision's permission (AttentionArgs::f16)
+    auto args = [&](const TensorView& qv, const TensorView& rv, const TensorView& kvv, const TensorView& cv,
+                    const TensorView& pv, const TensorView& sv, const TensorView& ov) {
+        ops::AttentionArgs a;
+        a.f16 = f16;
+        a.q = qv, a.ring = rv, a.kv = kvv, a.sinks = sv, a.out = ov;
+        if (comp) a.comp = cv.rows(0, c.T);
+        if (picks) a.picks = pv;
+        a.pos0 = c.pos0, a.n_cached = c.n_cached, a.window = c.window;
+        a.comp_mask = c.mask;
+        a.rate = c.rate;
+        a.scale = float(1.0 / std::sqrt(double(hd)));
+        return a;
+    };
+    ops::make_ref_backend()->attention(
+        args(q.view(), ring.view(), kv.view(), entries.view(), pk.view(), sinks.view(), out.view()));
+    const std::vector<float> ref = floats_of(out);
+    const Buf qd = on_device(be, q), rd = on_device(be, ring), kd = on_device(be, kv);
+    const Buf cd = on_device(be, entries), pd = on_device(be, pk), sd = on_device(be, sinks);
+    Tensor y(be.allocator(), DType::kF32, {L, H, hd}), y1(be.allocator(), DType::kF32, {1, H, hd});
+    const RunFn run = [&](const TensorView& o) { be.attention(args(qd.v, rd.v, kd.v, cd.v, pd.v, sd.v, o)); };
+    const RunFn one = [&](const TensorView& o) {
+        be.attention(args(qd.v.rows(0, 1), rd.v, kd.v.rows(0, 1), cd.v, pd.v.rows(0, 1), sd.v, o));
+    };
+    const std::string shape =
+        fmt::format("{} {} x {}, window {}, context {}, {} queries", c.label, H, hd, c.window, c.pos0, L);
+    const int64_t terms = std::max(hd, c.window + (picks ? k : T));
+    for (const ops::KernelVariant* v : cands)
+        rows.push_back(judge(be, *v, shape, ref, terms, y.view(), run, y1.view(), L > 1 ? one : nullptr));
+    if (!native) return;
+    f16 = true;  // the same reference: f16 operands are a permission, held to kNativeAttentionFloor
+    Compare cmp;
+    cmp.floor = kNativeAttentionFloor;
+    for (const ops::KernelVariant* v : cands)
+        rows.push_back(judge(be, *v, shape + ", native", ref, terms, y.view(), run, y1.view(),
+                             L > 1 ? one : nullptr, cmp));
+}
+
+}  // namespace
+
 void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                       const model::ModelConfig& cfg, const std::vector<int64_t>& batches,
                       std::mt19937_64& rng, std::vector<ScreenRow>& rows, bool native) {
@@ -56,66 +121,24 @@ void screen_attention(ops::Backend& be, const std::vector<ops::KernelVariant>& v
         for (int64_t ctx : contexts(cfg))
             for (int64_t L : batches) {
                 const bool picks = rate == cfg.csa_rate && rate > 0, causal = rate > 0 && !picks;
-                const int64_t T = rate > 0 ? std::max<int64_t>((ctx + L) / rate, 1) : 1;
-                const int64_t k = picks ? std::min(cfg.index_topk, T) : 1;
-                Tensor q = host_tensor(DType::kF32, {L, H, hd}),
-                       ring = host_tensor(DType::kF32, {window - 1, hd});
-                Tensor kv = host_tensor(DType::kF32, {L, hd}), comp = host_tensor(DType::kF32, {T, hd});
-                Tensor sinks = host_tensor(DType::kF32, {H}), pk = host_tensor(DType::kI32, {L, k});
-                Tensor out = host_tensor(DType::kF32, {L, H, hd});
-                for (Tensor* t : {&q, &ring, &kv, &comp}) fill_uniform(*t, rng, -1, 1);
-                fill_uniform(sinks, rng, -2, 2);
-                for (int64_t i = 0; i < L * k; ++i)  // -1s and repeats included, as the op allows
-                    pk.view().ptr<int32_t>()[i] = int32_t(int64_t(rng() % uint64_t(T + 1)) - 1);
-                bool f16 = false;  // the native precision's permission (AttentionArgs::f16)
-                auto args = [&](const TensorView& qv, const TensorView& rv, const TensorView& kvv,
-                                const TensorView& cv, const TensorView& pv, const TensorView& sv,
-                                const TensorView& ov) {
-                    ops::AttentionArgs a;
-                    a.f16 = f16;
-                    a.q = qv, a.ring = rv, a.kv = kvv, a.sinks = sv, a.out = ov;
-                    if (rate > 0) a.comp = cv;
-                    if (picks) a.picks = pv;
-                    a.pos0 = ctx, a.n_cached = std::min(ctx, window - 1), a.window = window;
-                    a.comp_mask = picks    ? ops::CompMask::kPicks
-                                  : causal ? ops::CompMask::kCausal
-                                           : ops::CompMask::kNone;
-                    a.rate = rate > 0 ? rate : 1;
-                    a.scale = float(1.0 / std::sqrt(double(hd)));
-                    return a;
-                };
-                ops::make_ref_backend()->attention(
-                    args(q.view(), ring.view(), kv.view(), comp.view(), pk.view(), sinks.view(), out.view()));
-                const std::vector<float> ref = floats_of(out);
-                const Buf qd = on_device(be, q), rd = on_device(be, ring), kd = on_device(be, kv);
-                const Buf cd = on_device(be, comp), pd = on_device(be, pk), sd = on_device(be, sinks);
-                Tensor y(be.allocator(), DType::kF32, {L, H, hd}),
-                    y1(be.allocator(), DType::kF32, {1, H, hd});
-                const RunFn run = [&](const TensorView& o) {
-                    be.attention(args(qd.v, rd.v, kd.v, cd.v, pd.v, sd.v, o));
-                };
-                const RunFn one = [&](const TensorView& o) {
-                    be.attention(
-                        args(qd.v.rows(0, 1), rd.v, kd.v.rows(0, 1), cd.v, pd.v.rows(0, 1), sd.v, o));
-                };
-                const std::string shape = fmt::format("{} {} x {}, window {}, context {}, {} queries",
-                                                      picks    ? "CSA"
-                                                      : causal ? "HCA"
-                                                               : "sliding",
-                                                      H, hd, window, ctx, L);
-                for (const ops::KernelVariant* v : cands)
-                    rows.push_back(judge(be, *v, shape, ref, std::max(hd, window + (picks ? k : T)), y.view(),
-                                         run, y1.view(), L > 1 ? one : nullptr));
-                if (!native) continue;
-                f16 =
-                    true;  // the same reference: f16 operands are a permission, held to kNativeAttentionFloor
-                Compare cmp;
-                cmp.floor = kNativeAttentionFloor;
-                for (const ops::KernelVariant* v : cands)
-                    rows.push_back(judge(be, *v, shape + ", native", ref,
-                                         std::max(hd, window + (picks ? k : T)), y.view(), run, y1.view(),
-                                         L > 1 ? one : nullptr, cmp));
+                const int64_t T = rate > 0 ? std::max<int64_t>((ctx + L) / rate, 1) : 0;
+                attention_case(be, cands,
+                               {picks    ? "CSA"
+                                : causal ? "HCA"
+                                         : "sliding",
+                                L, H, hd, window, ctx, std::min(ctx, window - 1),
+                                picks    ? ops::CompMask::kPicks
+                                : causal ? ops::CompMask::kCausal
+                                         : ops::CompMask::kNone,
+                                T, rate > 0 ? rate : 1, picks ? std::min(cfg.index_topk, T) : 0},
+                               rng, rows, native);
             }
+    // the case table's odd shapes (ops/op_cases.h, kScreen), with the picks drawn here
+    for (const ops::cases::AttentionCase& c : ops::cases::attention_cases(ops::cases::kScreen))
+        attention_case(be, cands,
+                       {fmt::format("case {}:", c.name), c.L, c.H, c.hd, c.window, c.pos0, c.n_cached, c.mask,
+                        c.T, c.rate, c.n_picks},
+                       rng, rows, native);
 }
 
 size_t indexer_f16_bad(const std::vector<int32_t>& got, const std::vector<int32_t>& ref, int64_t L, int64_t k,

@@ -1,13 +1,19 @@
 // The fused pairs on CUDA (rms_norm_rope, mhc_pre_norm, hc_head_norm, add_mhc_post) against the
 // reference backend's separate calls, on each variant: "fused" must really run (its dispatch
-// count) and match ref within the parts' own tolerances (1e-6, tests/gpu/cuda_small_ops_test.cpp), and
+// count) and match ref within the parts' own tolerances (ops/op_cases_rows.h), and
 // where it claims bit-identity with "separate" (rms_norm_rope, add_mhc_post) equal it bit for bit.
 #include <tuple>
 
 #include "gpu_test_util.h"
+#include "ops/op_cases_rows.h"
 
 namespace di::gputest {
 namespace {
+
+namespace cases = ops::cases;
+// a norm after mHC, or rope after a norm: the larger of the parts' tolerances
+const double kNormRope = std::max(cases::kRmsNormCuda.value, cases::kRopeCuda.value);
+const double kMhcNorm = std::max(cases::kMhcCuda.value, cases::kRmsNormCuda.value);
 
 #define SKIP_WITHOUT_GPU() \
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
@@ -71,7 +77,7 @@ TEST(CudaFused, RmsNormRope) {
             b.gpu->copy(x.dv(), x0.view());
             auto [gn, gr] = args(x.dv(), w.dv(), pos.dv(), inv.dv());
             run_forced("rms_norm_rope", variants[v], [&] { b.gpu->rms_norm_rope(gn, gr); });
-            expect_close(x, 1e-6,
+            expect_close(x, kNormRope,
                          std::string("rms_norm_rope ") + variants[v] + " hd " + std::to_string(c.hd));
             got[v] = x.device_f32();
         }
@@ -113,9 +119,10 @@ TEST(CudaFused, MhcPreNormAndHead) {
             run_forced("mhc_pre_norm", variant, [&] { b.gpu->mhc_pre_norm(pre(true), norm(true)); });
             const std::string tag =
                 std::string(variant) + " n " + std::to_string(c.n) + " D " + std::to_string(c.D);
-            expect_close(x, 1e-6, "mhc_pre_norm.x " + tag), expect_close(y, 1e-6, "mhc_pre_norm.y " + tag);
-            expect_close(post, 1e-6, "mhc_pre_norm.post " + tag),
-                expect_close(comb, 1e-6, "mhc_pre_norm.comb " + tag);
+            expect_close(x, cases::kMhcCuda.value, "mhc_pre_norm.x " + tag),
+                expect_close(y, kMhcNorm, "mhc_pre_norm.y " + tag);
+            expect_close(post, cases::kMhcCuda.value, "mhc_pre_norm.post " + tag),
+                expect_close(comb, cases::kMhcCuda.value, "mhc_pre_norm.comb " + tag);
         }
         // the head: its out normed in place, as the model calls it
         auto head = [&](bool dev) -> ops::HcHeadArgs {
@@ -130,7 +137,7 @@ TEST(CudaFused, MhcPreNormAndHead) {
         for (const char* variant : {"fused", "separate"}) {
             poison_device(y);
             run_forced("hc_head_norm", variant, [&] { b.gpu->hc_head_norm(head(true), head_norm(true)); });
-            expect_close(y, 1e-6, std::string("hc_head_norm ") + variant + " D " + std::to_string(c.D));
+            expect_close(y, kMhcNorm, std::string("hc_head_norm ") + variant + " D " + std::to_string(c.D));
         }
     }
     // Where mhc_pre does not take split_k, the pair runs separately and still matches.
@@ -147,7 +154,7 @@ TEST(CudaFused, MhcPreNormAndHead) {
     b.gpu->mhc_pre_norm(
         {st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20},
         {.x = x.dv(), .weight = {}, .y = y.dv()});
-    expect_close(y, 1e-6, "mhc_pre_norm on per_mix");
+    expect_close(y, kMhcNorm, "mhc_pre_norm on per_mix");
     EXPECT_EQ(b.gpu->dispatch_count("mhc_pre_norm", "fused"), fused_before);
     ASSERT_TRUE(b.gpu->force_variant("mhc_pre", ""));
 }
@@ -173,8 +180,8 @@ TEST(CudaFused, AddMhcPost) {
                 b.gpu->add_mhc_post({a.dv(), s.dv(), a.dv()},
                                     {st.dv(), a.dv(), post.dv(), comb.dv(), out.dv()});
             });
-            expect_close(a, 0.0, std::string("add_mhc_post sum ") + variants[v]);
-            expect_close(out, 1e-6, std::string("add_mhc_post ") + variants[v]);
+            expect_close(a, cases::kCopyExact.value, std::string("add_mhc_post sum ") + variants[v]);
+            expect_close(out, cases::kMhcCuda.value, std::string("add_mhc_post ") + variants[v]);
             got[v] = out.device_f32(), sum[v] = a.device_f32();
         }
         EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))

@@ -8,6 +8,7 @@
 #include "gpu_test_util.h"
 #include "ops/cuda/kernels.h"
 #include "ops/op_cases.h"
+#include "ops/op_cases_rows.h"
 
 namespace di::gputest {
 namespace {
@@ -15,20 +16,7 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
-struct RouteCase {
-    const char* name;
-    int64_t n, E, k;
-    ops::ScoreFunc func;
-    bool bias, hash, i64, ties;
-};
-
-const RouteCase kRoute[] = {
-    {"flash_sqrt_softplus_bias", 5, 256, 6, ops::ScoreFunc::kSqrtSoftplus, true, false, false, false},
-    {"sigmoid_no_bias", 3, 64, 4, ops::ScoreFunc::kSigmoid, false, false, false, false},
-    {"ties_lower_id_first", 4, 256, 6, ops::ScoreFunc::kSqrtSoftplus, false, false, false, true},
-    {"hash_i64", 6, 256, 6, ops::ScoreFunc::kSqrtSoftplus, false, true, true, false},
-    {"hash_i32_one_token", 1, 16, 2, ops::ScoreFunc::kSigmoid, false, true, false, false},
-};
+using ops::cases::RouteCase;
 
 class CudaRoute : public ::testing::TestWithParam<RouteCase> {};
 
@@ -71,11 +59,11 @@ TEST_P(CudaRoute, IdsExactWeightsClose) {
     b.gpu->route(make(true));
     const auto got = ids.device_as<int32_t>();
     for (int64_t i = 0; i < c.n * c.k; ++i)
-        EXPECT_EQ(got[size_t(i)], ids.hv().ptr<int32_t>()[i]) << c.name << " slot " << i;
-    expect_close(weights, 1e-6, c.name);  // double math on both sides, rounded to f32
+        EXPECT_EQ(got[size_t(i)], ids.hv().ptr<int32_t>()[i]) << c.name << " slot " << i;  // kRouteIdsExact
+    expect_close(weights, ops::cases::kRouteWeightsCuda.value, c.name);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaRoute, ::testing::ValuesIn(kRoute),
+INSTANTIATE_TEST_SUITE_P(Cases, CudaRoute, ::testing::ValuesIn(ops::cases::route_cases()),
                          [](const auto& tp) { return std::string(tp.param.name); });
 
 using ops::cases::MoeCase;
@@ -376,7 +364,7 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     }
 }
 
-// mHC: norm and mixing in double on both sides; pre/post/comb 1e-6, collapse and residual mix 1e-6.
+// mHC: norm and mixing in double on both sides; each output within ops::cases::kMhcCuda.
 TEST(CudaMhc, PrePostHead) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
@@ -409,8 +397,9 @@ TEST(CudaMhc, PrePostHead) {
                 {st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20});
             const std::string tag =
                 std::string(variant) + " n " + std::to_string(c.n) + " hc " + std::to_string(c.hc);
-            expect_close(x, 1e-6, "mhc_pre.x " + tag), expect_close(post, 1e-6, "mhc_pre.post " + tag);
-            expect_close(comb, 1e-6, "mhc_pre.comb " + tag);
+            const double tol = ops::cases::kMhcCuda.value;
+            expect_close(x, tol, "mhc_pre.x " + tag), expect_close(post, tol, "mhc_pre.post " + tag);
+            expect_close(comb, tol, "mhc_pre.comb " + tag);
         }
         ASSERT_TRUE(b.gpu->force_variant("mhc_pre", ""));
         // mhc_post on the same (ref-computed) post/comb for both sides
@@ -419,14 +408,14 @@ TEST(CudaMhc, PrePostHead) {
         post.upload(), comb.upload();
         b.ref->mhc_post({st.hv(), sub.hv(), post.hv(), comb.hv(), out.hv()});
         b.gpu->mhc_post({st.dv(), sub.dv(), post.dv(), comb.dv(), out.dv()});
-        expect_close(out, 1e-6, "mhc_post");
+        expect_close(out, ops::cases::kMhcCuda.value, "mhc_post");
         for (const char* variant : {"split_k", "per_mix"}) {
             if (!split_applies && std::string(variant) == "split_k") continue;
             x.poison();
             ASSERT_TRUE(b.gpu->force_variant("hc_head", variant));
             b.ref->hc_head({st.hv(), hfn.hv(), hbase.hv(), hscale.hv(), x.hv(), 1e-6f, 1e-6f});
             b.gpu->hc_head({st.dv(), hfn.dv(), hbase.dv(), hscale.dv(), x.dv(), 1e-6f, 1e-6f});
-            expect_close(x, 1e-6, std::string("hc_head ") + variant);
+            expect_close(x, ops::cases::kMhcCuda.value, std::string("hc_head ") + variant);
         }
         ASSERT_TRUE(b.gpu->force_variant("hc_head", ""));
     }

@@ -1,10 +1,10 @@
-// mhc_pre and hc_head on cpu vs ref. The cpu kernels keep ref's double arithmetic and change only the
-// order of the two long double sums (mean square and fn . n), which moves the doubles by ~1e-15 relative:
-// each float output may then round the other way, so the bound is 2 ulp (2^-22 |ref|). For x (and the head
-// output), a 1-ulp change of a float pre_i adds up to 2^-23 pre_i |stream_i[c]| (pre_i <= 1 + hc_eps), so
-// the bound there is 2^-22 (|ref| + 1.1 sum_i |stream_i[c]|).
+// mhc_pre and hc_head on cpu vs ref, within the case table's kMhcCpu (ops/op_cases_rows.h): ref's double
+// arithmetic with the two long double sums in another order, so each float output may round the other way
+// (2 ulp, 2^-22 |ref|), and x and the head output also by 2^-22 x 1.1 sum_i |stream_i[c]| (a 1-ulp change
+// of pre_i <= 1 + hc_eps).
 #include "cpu_test_util.h"
 #include "ops/op_cases.h"
+#include "ops/op_cases_rows.h"
 
 namespace di::cputest {
 namespace {

@@ -324,6 +324,36 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
     }
 }
 
+// The case table's attention cases (kScreen: odd head widths, partial rings, small rates, duplicate and -1
+// picks) run beside the model's shapes: the correct planted variant passes each, the one off by 100 ulp
+// fails each in the exact precision.
+TEST(Screen, RunsTheCaseTablesAttentionCases) {
+    PlantedOps be;
+    auto m = runtime::load_model(std::string(DI_TEST_DATA) + "/v4_tiny_fp32", be);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    runtime::ScreenOptions o;
+    o.ops = {"attention"};
+    o.batches = {1};
+    auto screened = runtime::screen_model(**m, o);
+    ASSERT_TRUE(screened.ok()) << screened.error().message;
+    int table_cases = 0;
+    for (const ops::cases::AttentionCase& c : ops::cases::attention_cases(ops::cases::kScreen)) {
+        ++table_cases;
+        const std::string label = std::string("case ") + c.name + ":";
+        std::map<std::string, int> found;
+        for (const runtime::ScreenRow& r : screened->rows) {
+            // native rows: the f16 permission's floor is above the planted error (as in the test above)
+            if (r.shape.rfind(label, 0) != 0 || r.shape.find("native") != std::string::npos) continue;
+            ++found[r.variant];
+            EXPECT_EQ(r.verdict.rfind(r.variant == "exact" ? "pass" : "fail: error", 0), 0u)
+                << c.name << " " << r.variant << ": " << r.verdict;
+        }
+        EXPECT_EQ(found["exact"], 1) << c.name;
+        EXPECT_EQ(found["wrong"], 1) << c.name;
+    }
+    EXPECT_GE(table_cases, 4);
+}
+
 TEST(KernelsFile, StrictParsingAndDispatchObeysIt) {
     auto be = ops::make_cpu_backend(1);
     auto err = [&](const std::string& text) {
