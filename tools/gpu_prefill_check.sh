@@ -7,10 +7,11 @@
 # (speed of light, stall reasons), the 4-layer V4-Flash-shaped model's 4,096-token prefill in both precisions,
 # profiled and not, its kernel timeline, transformers bf16 eager beside it, and the 256-expert wgmma cases
 # last (drawing their experts takes ~40 s).
-# Part 3 (~6 min): w4a8's options (off by default: DEEPINFER_W4A8_WS, the warp-specialised kernel;
-# DEEPINFER_W4A8_UNITS, the token copies by 32-bit unit offsets; DEEPINFER_W4A8_N64, 64-row tiles where an
-# expert averages <= 64 pairs): their tests, the model at 4K and 1K prefill chunks and the kernel's rate with
-# each in OPTS (default "none DEEPINFER_W4A8_UNITS=1": two a call fit its 10 minutes).
+# Part 3 (~6 min): the options off by default (DEEPINFER_ATTN_WGMMA, mma64's queries on the warpgroup tensor
+# cores; DEEPINFER_W4A8_WS, the warp-specialised w4a8 kernel; DEEPINFER_W4A8_UNITS, its token copies by 32-bit
+# unit offsets; DEEPINFER_W4A8_N64, 64-row tiles where an expert averages <= 64 pairs): their tests, the model
+# at 4K and 1K prefill chunks with each in OPTS (default "none DEEPINFER_ATTN_WGMMA=1") and, for none and
+# w4a8's, the MoE kernel's rate.
 #   OUT=... tools/gpu_prefill_check.sh 1|2   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
 #   part 1: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench deepinfer bench/wgmma_probe"
 #   parts 2 and 3: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench bench/model_bench"; the 64 MiB a call carries
@@ -36,16 +37,18 @@ grep -E "dense|cuBLASLt|n=4096" "$OUT/kb_gemm.log" | head -12
 exit 0
 fi
 if [[ $part == 3 ]]; then
-# w4a8's options written without a GPU (off by default): their test, then the model (4K and 1K chunks) and the
-# kernel's rate with each
-timeout 240 $d/bin/cuda_ops_test --gtest_filter='*CudaMoeW4a8*:*native_fp4*_w4a8:*CudaMhc*:*CudaFused*' > "$OUT/new.log" 2>&1
-echo "w4a8 options and mHC tests rc $?"; summary "$OUT/new.log"
-for opt in ${OPTS:-none DEEPINFER_W4A8_UNITS=1}; do
+# the options written without a GPU (off by default): their tests, then the model (4K and 1K chunks) with
+# each, and the MoE kernel's rate with w4a8's
+timeout 240 $d/bin/cuda_ops_test --gtest_filter='*CudaAttention*:*CudaMoeW4a8*:*native_fp4*_w4a8:*CudaMhc*:*CudaFused*' \
+  > "$OUT/new.log" 2>&1
+echo "attention, w4a8 options and mHC tests rc $?"; summary "$OUT/new.log"
+for opt in ${OPTS:-none DEEPINFER_ATTN_WGMMA=1}; do
   for chunk in 4096 1024; do
     env $([[ $opt != none ]] && echo $opt) timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
       --precision native --prompt 4096 --prefill-chunk $chunk --decode 2 > "$OUT/model_${opt%%=*}_$chunk.log" 2>&1
     echo "model, $opt, chunk $chunk rc $?"; grep -E "^backend" "$OUT/model_${opt%%=*}_$chunk.log"
   done
+  [[ $opt == none || $opt == DEEPINFER_W4A8_* ]] || continue
   env $([[ $opt != none ]] && echo $opt) timeout 150 $d/bin/cuda_kernel_bench --only moe_prefill \
     > "$OUT/kb_moe_${opt%%=*}.log" 2>&1
   echo "kernel bench moe, $opt rc $?"; grep -E "n=(2730|4096).*native" "$OUT/kb_moe_${opt%%=*}.log"

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "gpu_test_util.h"
+#include "ops/cuda/kernels.h"
 #include "ops/op_cases.h"
 
 namespace di::gputest {
@@ -61,18 +62,22 @@ TEST_P(CudaAttention, MatchesRef) {
         EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << variant;
         expect_close(out, ops::cases::kAttentionCuda.value, std::string(c.name) + " " + variant);
     }
-    for (const char* variant : {"mma64", "mma"}) {  // the native precision's f16 operands
-        if (c.hd != 512 || c.H % (std::string(variant) == "mma64" ? 64 : 16) != 0) continue;
+    // the native precision's f16 operands; mma64 also on the warpgroup tensor cores (set_attention_wgmma)
+    for (const std::string run : {"mma64", "mma64 wgmma", "mma"}) {
+        const bool wgmma = run == "mma64 wgmma";
+        const char* variant = run == "mma" ? "mma" : "mma64";
+        if (c.hd != 512 || c.H % (run == "mma" ? 16 : 64) != 0) continue;
         out.poison();
         ASSERT_TRUE(b.gpu->force_variant("attention", variant));
         ops::AttentionArgs a = make(true);
         a.f16 = true;
         const int64_t before = b.gpu->dispatch_count("attention", variant);
+        cuda::set_attention_wgmma(wgmma);
         b.gpu->attention(a);
-        EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << variant;
+        cuda::set_attention_wgmma(false);
+        EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << run;
         std::memcpy(out.hv().data, want.data(), want.size() * sizeof(float));
-        expect_close(out, ops::cases::kAttentionNativeCuda.value,
-                     std::string(c.name) + " " + variant + " f16");
+        expect_close(out, ops::cases::kAttentionNativeCuda.value, std::string(c.name) + " " + run + " f16");
     }
     ASSERT_TRUE(b.gpu->force_variant("attention", ""));
 }

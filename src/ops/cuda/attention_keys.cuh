@@ -74,15 +74,16 @@ __device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_
     return p.comp + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c])) * p.ld_comp;
 }
 
-// One 32-key tile of the online softmax on an m16n8k16 score fragment (s[nt][v]: rows g (v < 2) and g + 8,
-// keys 8 nt + 2q + (v & 1); -inf for keys past the end): m moves to the rows' running max, s becomes
-// exp(s - m), l = l f + the tile's sum (over the quad), and f = exp(m_old - m_new) is what the accumulators
-// must be multiplied by.
-__device__ __forceinline__ void online_softmax_tile(float (&s)[4][4], float (&m)[2], float (&l)[2],
+// One tile of 8 NT keys of the online softmax on m16n8k16 score fragments (or a warp's rows of a wgmma
+// accumulator: the same layout; s[nt][v]: rows g (v < 2) and g + 8, keys 8 nt + 2q + (v & 1); -inf for keys
+// past the end): m moves to the rows' running max, s becomes exp(s - m), l = l f + the tile's sum (over the
+// quad), and f = exp(m_old - m_new) is what the accumulators must be multiplied by.
+template <int NT>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2],
                                                     float (&f)[2]) {
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int v = 0; v < 4; ++v) mx[v >> 1] = fmaxf(mx[v >> 1], s[nt][v]);
 #pragma unroll
@@ -95,7 +96,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[4][4], float (&m)
     }
     float ps[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
             s[nt][v] = expf(s[nt][v] - m[v >> 1]);  // exp(-inf) = 0 for keys past the end

@@ -15,7 +15,9 @@
 // is its own instead of its tile's: no coarser). Sums in a fixed order: deterministic; a query's result does
 // not depend on the other queries.
 #include <algorithm>
+#include <cstdlib>
 
+#include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/wgmma.cuh"
@@ -31,14 +33,6 @@ constexpr int kSp = kKeys + 8;  // floats per partial-score row: conflict-free f
 constexpr int kStages = 2;      // tiles in flight
 constexpr int kStageHalves = kKeys * kRow;
 
-// The converted rows: [ring rows (when the chunk reaches back into the ring), the chunk's L rows, the n_comp
-// entries] x 512 halves, and each row's shift.
-struct F16Rows {
-    __half* rows;
-    int* shift;
-    int64_t ring_rows;
-};
-
 // A warp per row: 16 floats a lane (four float4), the row's max, its shift, the f16 row.
 __global__ void __launch_bounds__(256) key_rows_f16_kernel(AttentionParams p, F16Rows r, int64_t total) {
     allow_early_next();
@@ -50,17 +44,6 @@ __global__ void __launch_bounds__(256) key_rows_f16_kernel(AttentionParams p, F1
                                                  : p.comp + (row - r.ring_rows - p.L) * p.ld_comp;
     const int sh = warp_row_to_f16<4>(src, r.rows + row * kHd, lane);
     if (lane == 0) r.shift[row] = sh;
-}
-
-// Key slot j of a query -> its converted row (key_row's order).
-__device__ __forceinline__ int64_t f16_row(const AttentionParams& p, const F16Rows& r, int64_t j, int64_t lo,
-                                           int64_t n_win, const int32_t* list) {
-    if (j < n_win) {
-        const int64_t pp = lo + j;
-        return pp < p.pos0 ? pp % (p.window - 1) : r.ring_rows + (pp - p.pos0);
-    }
-    const int64_t c = j - n_win;
-    return r.ring_rows + p.L + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c]));
 }
 
 __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionParams p, F16Rows r) {
@@ -238,6 +221,8 @@ size_t smem_bytes(const AttentionParams& p) {
 
 int64_t ring_rows(const AttentionParams& p) { return p.n_cached > 0 ? p.window - 1 : 0; }
 
+bool wgmma_enabled = std::getenv("DEEPINFER_ATTN_WGMMA") != nullptr;
+
 }  // namespace
 
 bool attention_mma64_supported(const AttentionParams& p) {
@@ -266,7 +251,12 @@ void launch_attention_mma64(const AttentionParams& p, Scratch& scratch, Stream s
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         raised = smem;
     }
-    attention_mma64_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, st>>>(p, r);
+    if (wgmma_enabled && attention_wg_fits(p))
+        launch_attention_wg(p, r, st);
+    else
+        attention_mma64_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, st>>>(p, r);
 }
+
+void set_attention_wgmma(bool on) { wgmma_enabled = on; }
 
 }  // namespace di::cuda

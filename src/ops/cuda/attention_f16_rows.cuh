@@ -1,0 +1,34 @@
+// The key rows of a native-precision prefill chunk as f16 (attention_mma64.cu converts them once a call; its
+// kernel and attention_wg.cu's read them): [ring rows (when the chunk reaches back into the ring), the chunk's
+// L rows, the n_comp entries] x 512 halves, each row with its own power-of-two shift.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "ops/cuda/kernels.h"
+
+namespace di::cuda {
+
+struct F16Rows {
+    __half* rows;
+    int* shift;
+    int64_t ring_rows;
+};
+
+// Key slot j of a query (window slots j < n_win, then the entries: list holds the picks) -> its row.
+__device__ __forceinline__ int64_t f16_row(const AttentionParams& p, const F16Rows& r, int64_t j, int64_t lo,
+                                           int64_t n_win, const int32_t* list) {
+    if (j < n_win) {
+        const int64_t pp = lo + j;
+        return pp < p.pos0 ? pp % (p.window - 1) : r.ring_rows + (pp - p.pos0);
+    }
+    const int64_t c = j - n_win;
+    return r.ring_rows + p.L + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c]));
+}
+
+// attention_wg.cu: the mma64 variant's queries on the warpgroup tensor cores (set_attention_wgmma), after
+// the rows' conversion; whether it takes the call's shared memory.
+bool attention_wg_fits(const AttentionParams& p);
+void launch_attention_wg(const AttentionParams& p, const F16Rows& r, cudaStream_t s);
+
+}  // namespace di::cuda
