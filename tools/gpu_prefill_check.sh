@@ -37,9 +37,10 @@ grep -E "dense|cuBLASLt|n=4096" "$OUT/kb_gemm.log" | head -12
 exit 0
 fi
 if [[ $part == 3 ]]; then
-# the options written without a GPU (off by default): their tests, then the model (4K and 1K chunks) with
-# each, and the MoE kernel's rate with w4a8's
-timeout 240 $d/bin/cuda_ops_test --gtest_filter='*CudaAttention*:*CudaMoeW4a8*:*native_fp4*_w4a8:*CudaMhc*:*CudaFused*' \
+# the options written without a GPU (off by default): their tests (with the case table's row-wise, route and
+# mHC cases), then the model (4K and 1K chunks) with each, its attention kernels' times, and the MoE kernel's
+# rate with w4a8's
+timeout 240 $d/bin/cuda_ops_test --gtest_filter='*CudaAttention*:*CudaSmallOps*:*CudaRoute*:*CudaMoeW4a8*:*native_fp4*_w4a8:*CudaMhc*:*CudaFused*' \
   > "$OUT/new.log" 2>&1
 echo "attention, w4a8 options and mHC tests rc $?"; summary "$OUT/new.log"
 for opt in ${OPTS:-none DEEPINFER_ATTN_WGMMA=1}; do
@@ -48,6 +49,13 @@ for opt in ${OPTS:-none DEEPINFER_ATTN_WGMMA=1}; do
       --precision native --prompt 4096 --prefill-chunk $chunk --decode 2 > "$OUT/model_${opt%%=*}_$chunk.log" 2>&1
     echo "model, $opt, chunk $chunk rc $?"; grep -E "^backend" "$OUT/model_${opt%%=*}_$chunk.log"
   done
+  # the attention kernels' times in the 4K prefill (the CUPTI trace, where the pack has it)
+  if [[ -f $d/lib/libkernel_trace.so ]]; then
+    env $([[ $opt != none ]] && echo $opt) CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so \
+      DEEPINFER_TRACE_OUT="$OUT/trace_${opt%%=*}.csv" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
+      --backend cuda --precision native --prompt 4096 --decode 2 > /dev/null 2>&1
+    python3 tools/trace_totals.py "$OUT/trace_${opt%%=*}.csv" 40 --calls 4 | grep -A1 -E "attention|key_rows"
+  fi
   [[ $opt == none || $opt == DEEPINFER_W4A8_* ]] || continue
   env $([[ $opt != none ]] && echo $opt) timeout 150 $d/bin/cuda_kernel_bench --only moe_prefill \
     > "$OUT/kb_moe_${opt%%=*}.log" 2>&1
