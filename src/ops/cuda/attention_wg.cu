@@ -175,6 +175,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wg_kernel(AttentionPara
                 pa[ks][2 * h] = pack_f16x2(sv[j][0] * p0, sv[j][1] * p1);
                 pa[ks][2 * h + 1] = pack_f16x2(sv[j][2] * p0, sv[j][3] * p1);
             }
+            // the rescaled accumulators and the fragments written before the fence that orders them against
+            // the tensor cores' reads
+#pragma unroll
+        for (int i = 0; i < 128; ++i) wg::keep(o[i]);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) wg::keep(pa[ks][i]);
         wg::fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
