@@ -1,6 +1,6 @@
 // The key rows of a native-precision prefill chunk as f16 (attention_mma64.cu converts them once a call; its
-// kernel and attention_wg.cu's read them): [ring rows (when the chunk reaches back into the ring), the chunk's
-// L rows, the n_comp entries] x 512 halves, each row with its own power-of-two shift.
+// kernel and attention_wg.cu's read them): [ring rows (when the chunk reaches back into the ring), the
+// chunk's L rows, the n_comp entries] x 512 halves, each row with its own power-of-two shift.
 #pragma once
 
 #include <cuda_fp16.h>
