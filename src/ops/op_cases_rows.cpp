@@ -3,11 +3,9 @@
 namespace di::ops::cases {
 namespace {
 
-// bf16 rows of a multiple of 8 take the eight-wide kernel, the others the scalar one
 constexpr EmbedCase kEmbed[] = {
     {"bf16_table", DType::kBF16, 1000, 4096, 7},
     {"f32_table", DType::kF32, 1000, 4096, 7},
-    {"bf16_odd_width", DType::kBF16, 50, 100, 5},
 };
 
 constexpr ElementwiseCase kElementwise[] = {

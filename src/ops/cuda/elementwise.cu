@@ -21,26 +21,6 @@ __global__ void embed_kernel(const int32_t* tokens, const void* table, Fdt dt, i
         out[t * ld_out + c] = load_f(table, dt, id * ld_table + c);
 }
 
-// bf16 rows of a multiple of 8 (16-byte aligned table rows and output rows): a thread widens 8 values, one
-// 16-byte load and two float4 stores (the scalar kernel ran at ~1.25 TB/s on a prefill's 4,096 tokens).
-__global__ void embed8_kernel(const int32_t* tokens, const __nv_bfloat16* table, int64_t ld_table,
-                              int64_t vocab, int64_t dim, float* out, int64_t ld_out) {
-    allow_early_next();
-    const int64_t t = blockIdx.x;
-    int32_t id = tokens[t];
-    if (id < 0 || id >= vocab) id = 0;  // as embed_kernel
-    for (int64_t c = (blockIdx.y * int64_t(blockDim.x) + threadIdx.x) * 8; c < dim;
-         c += int64_t(gridDim.y) * blockDim.x * 8) {
-        const uint4 w = *reinterpret_cast<const uint4*>(table + id * ld_table + c);
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
-        const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]), e = __bfloat1622float2(h[2]),
-                     f = __bfloat1622float2(h[3]);
-        float4* dst = reinterpret_cast<float4*>(out + t * ld_out + c);
-        dst[0] = make_float4(a.x, a.y, b.x, b.y);
-        dst[1] = make_float4(e.x, e.y, f.x, f.y);
-    }
-}
-
 __global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo,
                            int64_t d) {
     allow_early_next();
@@ -320,12 +300,6 @@ void launch_post(const float* streams, const float* a, int64_t ld_a, const float
 void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table,
                   int64_t vocab, int64_t dim, float* out, int64_t ld_out, Stream s) {
     if (n == 0) return;
-    if (dt == Fdt::kBF16 && dim % 8 == 0 && ld_table % 8 == 0 && ld_out % 4 == 0 &&
-        reinterpret_cast<uintptr_t>(table) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-        embed8_kernel<<<row_grid(n, dim / 8, 256), 256, 0, as_stream(s)>>>(
-            tokens, static_cast<const __nv_bfloat16*>(table), ld_table, vocab, dim, out, ld_out);
-        return;
-    }
     embed_kernel<<<row_grid(n, dim, 256), 256, 0, as_stream(s)>>>(tokens, table, dt, ld_table, vocab, dim,
                                                                   out, ld_out);
 }
