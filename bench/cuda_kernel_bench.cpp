@@ -4,7 +4,8 @@
 // (or expert choices) that the data cannot sit in the 50 MB L2: what the kernel costs inside a captured
 // decode step. Attention decode and mhc_pre are timed without rotation (their few MB stay in L2: an
 // optimistic figure for a step, where the previous layer has evicted them).
-//   cuda_kernel_bench [--out results.md] [--quick] [--only linear|gemm|moe|moe_prefill|attention|mhc|indexer]
+//   cuda_kernel_bench [--out results.md] [--quick] [--only
+//   linear|gemm|moe|moe_prefill|attention|attention_prefill|mhc|indexer]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -493,6 +494,83 @@ void bench_attention(std::vector<Row>& rows, cudaStream_t s, const char* name, A
         cudaFree(picks);
 }
 
+// A prompt's attention from position 0 in one chunk of L queries, the native precision's f16 operands, 64
+// heads x 512, window 128: sliding only, HCA (rate 128, every entry so far) or CSA (rate 4, up to 512
+// distinct picks of the entries so far, -1 past them). FLOPs: 4 x 64 x 512 x the keys each query sees (scores
+// and output). mma64 with and without the warpgroup kernel (set_attention_wgmma), and mma.
+void bench_attention_prefill(std::vector<GemmRow>& rows, cudaStream_t s, const char* name, AttnCompMask mask,
+                             int64_t L) {
+    const int64_t H = 64, hd = 512, window = 128, k = 512;
+    const int64_t rate = mask == AttnCompMask::kPicks ? 4 : 128,
+                  T = mask == AttnCompMask::kNone ? 0 : L / rate;
+    float* q = static_cast<float*>(random_device(size_t(L * H * hd) * 4, 2));
+    float* kv = static_cast<float*>(random_device(size_t(L * hd) * 4, 2));
+    float* comp = static_cast<float*>(random_device(size_t(std::max<int64_t>(T, 1) * hd) * 4, 2));
+    float* sinks = static_cast<float*>(random_device(size_t(H) * 4, 2));
+    float* out = nullptr;
+    int32_t* picks = nullptr;
+    DI_CUDA_CHECK(cudaMalloc(&out, size_t(L * H * hd) * 4));
+    DI_CUDA_CHECK(cudaMalloc(&picks, size_t(L * k) * 4));
+    std::vector<int32_t> hp(size_t(L * k), -1);
+    double keys = 0;  // summed over the queries
+    std::vector<int32_t> all(size_t(std::max<int64_t>(T, 1)));
+    for (int64_t t = 0; t < L; ++t) {
+        const int64_t visible = std::min(T, (t + 1) / rate);
+        int64_t n_comp = mask == AttnCompMask::kNone ? 0 : visible;
+        if (mask == AttnCompMask::kPicks) {  // distinct picks: the first min(k, visible) of a shuffle
+            std::iota(all.begin(), all.begin() + visible, 0);
+            n_comp = std::min(k, visible);
+            for (int64_t i = 0; i < n_comp; ++i) {
+                std::swap(all[size_t(i)], all[size_t(i + int64_t(g_rng() % uint64_t(visible - i)))]);
+                hp[size_t(t * k + i)] = all[size_t(i)];
+            }
+        }
+        keys += double(std::min(t + 1, window) + n_comp);
+    }
+    DI_CUDA_CHECK(cudaMemcpy(picks, hp.data(), hp.size() * 4, cudaMemcpyHostToDevice));
+    AttentionParams p{.q = q,
+                      .q_s0 = H * hd,
+                      .q_s1 = hd,
+                      .ring = nullptr,
+                      .ld_ring = hd,
+                      .kv = kv,
+                      .ld_kv = hd,
+                      .comp = mask == AttnCompMask::kNone ? nullptr : comp,
+                      .ld_comp = hd,
+                      .n_comp = T,
+                      .picks = mask == AttnCompMask::kPicks ? picks : nullptr,
+                      .ld_picks = k,
+                      .k = mask == AttnCompMask::kPicks ? k : 0,
+                      .sinks = sinks,
+                      .out = out,
+                      .o_s0 = H * hd,
+                      .o_s1 = hd,
+                      .L = L,
+                      .H = H,
+                      .hd = hd,
+                      .pos0 = 0,
+                      .n_cached = 0,
+                      .window = window,
+                      .comp_mask = mask,
+                      .rate = rate,
+                      .scale = 0.044f,
+                      .f16 = true};
+    BenchScratch scratch;
+    for (auto [vname, v, wgmma] : {std::tuple{"mma64", AttentionVariant::kMma64, false},
+                                   std::tuple{"mma64 wgmma", AttentionVariant::kMma64, true},
+                                   std::tuple{"mma", AttentionVariant::kMma, false}}) {
+        if (v == AttentionVariant::kMma64 ? !attention_mma64_supported(p) : !attention_mma_supported(p))
+            continue;
+        set_attention_wgmma(wgmma);
+        launch_attention(p, scratch, s, v);  // scratch sized (and shared memory raised) before the capture
+        const double us = graph_us(s, 5, [&](int) { launch_attention(p, scratch, s, v); });
+        set_attention_wgmma(false);
+        DI_CUDA_CHECK(cudaGetLastError());
+        rows.push_back({name, vname, us, 4.0 * H * hd * keys});
+    }
+    cudaFree(q), cudaFree(kv), cudaFree(comp), cudaFree(sinks), cudaFree(out), cudaFree(picks);
+}
+
 // mhc_pre of n tokens, hc 4 x 4096: bytes = fn (24 x 16384 f32) + streams + x.
 void bench_mhc(std::vector<Row>& rows, cudaStream_t s, int64_t n) {
     const int64_t hc = 4, D = 4096, M = (2 + hc) * hc;
@@ -682,7 +760,7 @@ int main(int argc, char** argv) {
                               // chunk
         for (const di::ops::cases::MoeCase& c : di::ops::cases::moe_cases(di::ops::cases::kBench)) {
             bench_moe(rows, gemm_rows, s, c, {170, 2730, 4096});
-            bench_moe(rows, gemm_rows, s, c, {4096}, true);  // w4a8 with and without a block a token tile
+            bench_moe(rows, gemm_rows, s, c, {4096}, true);  // w4a8 on skewed routing
         }
     if (want("attention")) {
         bench_attention(rows, s, "attention decode, window 128 + all 512 HCA entries (64K context)",
@@ -691,6 +769,15 @@ int main(int argc, char** argv) {
                         AttnCompMask::kPicks, 16384);
         bench_attention(rows, s, "attention decode, window 128 + all 8192 HCA entries (1M context)",
                         AttnCompMask::kCausal, 8192);
+    }
+    std::vector<GemmRow> attn_rows;
+    if (want("attention_prefill")) {
+        bench_attention_prefill(attn_rows, s, "4,096 queries from 0, sliding window 128", AttnCompMask::kNone,
+                                4096);
+        bench_attention_prefill(attn_rows, s, "4,096 queries from 0, window + HCA entries (rate 128)",
+                                AttnCompMask::kCausal, 4096);
+        bench_attention_prefill(attn_rows, s, "4,096 queries from 0, window + 512 CSA picks (rate 4)",
+                                AttnCompMask::kPicks, 4096);
     }
     if (want("mhc"))
         for (int64_t n : {1, 4, 64}) bench_mhc(rows, s, n);
@@ -732,6 +819,23 @@ int main(int argc, char** argv) {
             const double tf = g.us > 0 ? g.flops / (g.us * 1e-6) / 1e12 : 0;
             std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.1f%% |\n", g.name.c_str(),
                           g.variant.c_str(), g.us, tf, r.fp8_tflops > 0 ? 100.0 * tf / r.fp8_tflops : 0.0);
+            md += buf;
+        }
+    }
+    if (!attn_rows.empty()) {
+        std::snprintf(
+            buf, sizeof buf,
+            "\nAttention prefill of V4-Flash's shape (64 heads x 512, f16 operands, f32 sums), against "
+            "the dense BF16 cuBLASLt rate in this run: %.0f TFLOP/s.\n\n",
+            r.bf16_tflops);
+        md += buf;
+        md +=
+            "| attention prefill | variant | time us | TFLOP/s | % of dense BF16 "
+            "|\n|---|---|---:|---:|---:|\n";
+        for (const GemmRow& g : attn_rows) {
+            const double tf = g.us > 0 ? g.flops / (g.us * 1e-6) / 1e12 : 0;
+            std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.1f%% |\n", g.name.c_str(),
+                          g.variant.c_str(), g.us, tf, r.bf16_tflops > 0 ? 100.0 * tf / r.bf16_tflops : 0.0);
             md += buf;
         }
     }

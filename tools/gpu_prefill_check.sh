@@ -10,8 +10,8 @@
 # Part 3 (~6 min): the options off by default (DEEPINFER_ATTN_WGMMA, mma64's queries on the warpgroup tensor
 # cores; DEEPINFER_W4A8_WS, the warp-specialised w4a8 kernel; DEEPINFER_W4A8_UNITS, its token copies by 32-bit
 # unit offsets; DEEPINFER_W4A8_N64, 64-row tiles where an expert averages <= 64 pairs): their tests, the model
-# at 4K and 1K prefill chunks with each in OPTS (default "none DEEPINFER_ATTN_WGMMA=1") and, for none and
-# w4a8's, the MoE kernel's rate.
+# at 4K and 1K prefill chunks with each in OPTS (default "none DEEPINFER_ATTN_WGMMA=1"), for none and
+# w4a8's the MoE kernel's rate, and attention prefill's TFLOP/s (cuda_kernel_bench --only attention_prefill).
 #   OUT=... tools/gpu_prefill_check.sh 1|2   (on the GPU machine, device tool carry ["build-cuda-xz"], packed with
 #   part 1: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench deepinfer bench/wgmma_probe"
 #   parts 2 and 3: BINS="tests/gpu/cuda_ops_test bench/cuda_kernel_bench bench/model_bench"; the 64 MiB a call carries
@@ -61,6 +61,9 @@ for opt in ${OPTS:-none DEEPINFER_ATTN_WGMMA=1}; do
     > "$OUT/kb_moe_${opt%%=*}.log" 2>&1
   echo "kernel bench moe, $opt rc $?"; grep -E "n=(2730|4096).*native" "$OUT/kb_moe_${opt%%=*}.log"
 done
+# attention prefill in TFLOP/s: mma64 with and without the warpgroup kernel, and mma
+timeout 120 $d/bin/cuda_kernel_bench --only attention_prefill > "$OUT/kb_attn.log" 2>&1
+echo "kernel bench attention prefill rc $?"; grep -E "^\| 4,096|BF16 cuBLASLt" "$OUT/kb_attn.log"
 exit 0
 fi
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
