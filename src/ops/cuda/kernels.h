@@ -342,17 +342,17 @@ struct MoeParams {
 };
 // Variants: kW4a8 (moe_w4a8.cu: native precision's prefill chunks as W4A8 on the FP8 warpgroup tensor cores,
 // fp4 turned into e4m3 in registers, activations quantised per 128; e4m3_ok, scales_4b, the pairs gemm
-// takes), kWgmma (moe_wgmma.cu: what kGemm takes, on the warpgroup tensor cores: 64 weight rows x 64 token
-// halves a wgmma, the token rows staged in shared memory), kGemm (moe_gemm.cu: a prefill's many tokens per
-// expert as register-tiled products on mma.sync, activations as hi/lo f16 with one scale per row; what kMma
-// takes, from kMoeGemmMinPairs (and 8 per expert) to kMoeGemmMaxPairs pairs, any count when forced), kMma
-// (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16 chunks; D and I multiples of
-// 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows split over a block's threads
-// with x in registers; D and I each 1024, 2048, 4096 or 8192, n * k <= kMoeGroupedMaxPairs, gemv_format >= 0;
-// up, down and the combine for one token), kGrouped (moe_grouped.cu: each selected expert's weights streamed
-// once per step for all the tokens that chose it; n * k <= kMoeGroupedMaxPairs and gemv_format >= 0) and
-// kPerPair (one pass over an expert's weights per (token, slot); the first kernel, kept as the fallback).
-// kAuto: grouped where it applies.
+// takes with at least 64 an expert), kWgmma (moe_wgmma.cu: what kGemm takes, on the warpgroup tensor cores:
+// 64 weight rows x 64 token halves a wgmma, the token rows staged in shared memory), kGemm (moe_gemm.cu: a
+// prefill's many tokens per expert as register-tiled products on mma.sync, activations as hi/lo f16 with one
+// scale per row; what kMma takes, from kMoeGemmMinPairs (and 8 per expert) to kMoeGemmMaxPairs pairs, any
+// count when forced), kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16
+// chunks; D and I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows
+// split over a block's threads with x in registers; D and I each 1024, 2048, 4096 or 8192, n * k <=
+// kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine for one token), kGrouped (moe_grouped.cu:
+// each selected expert's weights streamed once per step for all the tokens that chose it; n * k <=
+// kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an expert's weights per (token,
+// slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
 enum class MoeVariant { kAuto, kW4a8, kWgmma, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 // gemm from 2048 pairs and 8 per expert (H200, 256 experts: at 1020 pairs, ~4 tokens per expert, gemm took
