@@ -6,6 +6,8 @@
 // 1e-3 relative L2, and its measured error is printed.
 #include <cuda_runtime.h>
 
+#include <tuple>
+
 #include "gpu_test_util.h"
 #include "ops/act_quant.h"
 #include "ops/cuda/fp8_gemm.h"
@@ -232,9 +234,9 @@ TEST(CudaLinearsFp8Act, GroupedJobsMatchRef) {
     }
 }
 
-// linears() on cuBLASLt with inputs shared or not: two jobs on the same x (as wq_a and wkv read y), one on a
-// part of it (columns 4096..), one on another x; then x's column blocks 0 and 2 only (a gap: each quantised
-// alone). Every output against the reference.
+// linears() on cuBLASLt with inputs shared or not: two jobs on the same x (as wq_a and wkv read y) and one on
+// a part of it (columns 4096 ..: one span, quantised once), x and another x (each alone), x's column blocks
+// 0 and 2 only (a gap: each alone). Every output against the reference.
 TEST(CudaLinearsFp8Act, SharedInputsMatchRef) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     auto& b = backends();
@@ -261,23 +263,32 @@ TEST(CudaLinearsFp8Act, SharedInputsMatchRef) {
         a.act = ops::ActQuant::kFp8Block128;
         return a;
     };
-    for (const bool gap : {false, true}) {
+    // one span (quantised once: two jobs on all of x, one on its columns 4096 ..), two inputs (each alone),
+    // x's column blocks 0 and 2 (a gap: each alone)
+    struct Run {
+        const char* what;
+        std::vector<std::tuple<Pair*, int64_t, int64_t, Pair*, int64_t>> jobs;  // x, c0, width, y, rows
+    };
+    const Run runs[] = {
+        {"one span", {{&x, 0, in, &y0, 1024}, {&x, 0, in, &y1, 512}, {&x, 4096, 4096, &y2, 1024}}},
+        {"two inputs", {{&x, 0, in, &y0, 1024}, {&x2, 0, 4096, &y3, 1024}}},
+        {"columns with a gap", {{&x, 0, 4096, &y0, 1024}, {&x, 8192, 4096, &y2, 1024}}},
+    };
+    for (const Run& run : runs) {
         for (Pair* y : {&y0, &y1, &y2, &y3}) y->poison();
         auto make = [&](bool dev) {
-            if (gap)
-                return std::vector<ops::LinearArgs>{job(dev, x, 0, 4096, y0, 1024),
-                                                    job(dev, x, 8192, 4096, y2, 1024)};
-            return std::vector<ops::LinearArgs>{job(dev, x, 0, in, y0, 1024), job(dev, x, 0, in, y1, 512),
-                                                job(dev, x, 4096, 4096, y2, 1024),
-                                                job(dev, x2, 0, 4096, y3, 1024)};
+            std::vector<ops::LinearArgs> v;
+            for (const auto& [xp, c0, width, y, rows] : run.jobs)
+                v.push_back(job(dev, *xp, c0, width, *y, rows));
+            return v;
         };
         const int64_t lt0 = b.gpu->dispatch_count("linear", "cublaslt_fp8");
         for (const ops::LinearArgs& a : make(false)) b.ref->linear(a);
         b.gpu->linears(make(true));
         b.gpu->synchronize();
-        EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt0, gap ? 2 : 4);
-        for (Pair* y : gap ? std::vector<Pair*>{&y0, &y2} : std::vector<Pair*>{&y0, &y1, &y2, &y3})
-            expect_close(*y, 1e-3, gap ? "columns with a gap" : "shared inputs");
+        EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt0, int64_t(run.jobs.size()))
+            << run.what;
+        for (const auto& job_y : run.jobs) expect_close(*std::get<3>(job_y), 1e-3, run.what);
     }
 }
 
