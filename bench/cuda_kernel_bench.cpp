@@ -19,6 +19,8 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_attention_bench.h"
+#include "cuda_bench_util.h"
 #include "cuda_roofline.h"
 #include "ops/cuda/bf16_gemm.h"
 #include "ops/cuda/cuda_check.h"
@@ -30,98 +32,6 @@ namespace di::bench {
 namespace {
 
 using namespace di::cuda;
-
-std::mt19937_64 g_rng(11);
-
-// Device buffer of random bytes; `kind` keeps values finite: 0 any byte but fp8 NaN, 1 e8m0 near 2^-6,
-// 2 floats in [-1, 1], 3 bf16 in [-0.1, 0.1].
-void* random_device(size_t bytes, int kind) {
-    std::vector<uint8_t> h(bytes);
-    if (kind == 2) {
-        std::uniform_real_distribution<float> u(-1, 1);
-        for (size_t i = 0; i + 4 <= bytes; i += 4) {
-            const float f = u(g_rng);
-            std::memcpy(&h[i], &f, 4);
-        }
-    } else if (kind == 3) {
-        std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-        for (size_t i = 0; i + 2 <= bytes; i += 2) {
-            const float f = u(g_rng);
-            uint32_t b;
-            std::memcpy(&b, &f, 4);
-            const uint16_t v = uint16_t(b >> 16);
-            std::memcpy(&h[i], &v, 2);
-        }
-    } else {
-        for (size_t i = 0; i < bytes; i += 8) {
-            uint64_t r = g_rng();
-            std::memcpy(&h[i], &r, std::min<size_t>(8, bytes - i));
-        }
-        for (auto& b : h) {
-            if (kind == 1)
-                b = uint8_t(118 + b % 8);
-            else if ((b & 0x7f) == 0x7f)
-                b = 0x3c;
-        }
-    }
-    void* d = nullptr;
-    DI_CUDA_CHECK(cudaMalloc(&d, bytes));
-    DI_CUDA_CHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-
-// Median time of one launch: `launch(i)` for i in [0, reps) captured as one graph, replayed 7 times.
-double graph_us(cudaStream_t s, int reps, const std::function<void(int)>& launch) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    launch(0);  // outside the capture: one-time setup (shared-memory limits, occupancy queries)
-    DI_CUDA_CHECK(cudaStreamSynchronize(s));
-    DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < reps; ++i) launch(i);
-    DI_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    DI_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    DI_CUDA_CHECK(cudaGraphLaunch(ge, s));  // warm-up
-    DI_CUDA_CHECK(cudaStreamSynchronize(s));
-    cudaEvent_t a, b;
-    DI_CUDA_CHECK(cudaEventCreate(&a));
-    DI_CUDA_CHECK(cudaEventCreate(&b));
-    std::vector<float> t;
-    for (int k = 0; k < 7; ++k) {
-        DI_CUDA_CHECK(cudaEventRecord(a, s));
-        DI_CUDA_CHECK(cudaGraphLaunch(ge, s));
-        DI_CUDA_CHECK(cudaEventRecord(b, s));
-        DI_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        DI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    cudaEventDestroy(a), cudaEventDestroy(b);
-    cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
-    std::sort(t.begin(), t.end());
-    return 1000.0 * t[t.size() / 2] / reps;
-}
-
-// Microseconds per launch(i) over `reps` calls issued directly on the stream (no graph: for launches that
-// a capture cannot hold, such as a pageable job-table upload), after one untimed call.
-double stream_us(cudaStream_t s, int reps, const std::function<void(int)>& launch) {
-    launch(0);
-    cudaEvent_t a, b;
-    DI_CUDA_CHECK(cudaEventCreate(&a));
-    DI_CUDA_CHECK(cudaEventCreate(&b));
-    DI_CUDA_CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; ++i) launch(i);
-    DI_CUDA_CHECK(cudaEventRecord(b, s));
-    DI_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    cudaEventDestroy(a), cudaEventDestroy(b);
-    return 1000.0 * double(ms) / reps;
-}
-
-struct Row {
-    std::string name, variant;
-    double us, bytes;
-};
 
 struct WeightSet {
     std::vector<WeightRef> copies;
@@ -154,25 +64,6 @@ WeightSet make_weights(int fmt, int64_t out, int64_t in) {
 void free_weights(WeightSet& ws) {
     for (auto& w : ws.copies) cudaFree(const_cast<void*>(w.data)), cudaFree(const_cast<void*>(w.scale));
 }
-
-class BenchScratch final : public Scratch {
-  public:
-    ~BenchScratch() override {
-        for (auto& [p, b] : slots_) cudaFree(p);
-    }
-    void* get(int slot, size_t bytes) override {
-        auto& [p, b] = slots_[size_t(slot)];
-        if (bytes > b) {
-            cudaFree(p);
-            DI_CUDA_CHECK(cudaMalloc(&p, bytes));
-            b = bytes;
-        }
-        return p;
-    }
-
-  private:
-    std::pair<void*, size_t> slots_[12] = {};
-};
 
 void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int fmt, int64_t out, int64_t in,
                   const std::vector<int64_t>& ns) {
@@ -217,11 +108,6 @@ void bench_linear(std::vector<Row>& rows, cudaStream_t s, const char* name, int 
     cudaFree(x), cudaFree(y);
     free_weights(ws);
 }
-
-struct GemmRow {
-    std::string name, variant;
-    double us, flops;
-};
 
 // The native precision's fp8 linear as the backend runs it (quantise the activations, widen the weight's
 // e8m0 scales, cuBLASLt block-scaled FP8), against the f32 kernels the exact precision runs.
@@ -328,12 +214,16 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
         double distinct = 0;
         for (int set = 0; set < kSets; ++set) {
             std::vector<int32_t> h(size_t(n * k));
-            std::vector<int32_t> rank(E);
-            std::iota(rank.begin(), rank.end(), 0);
-            std::shuffle(rank.begin(), rank.end(), g_rng);
-            std::vector<double> weight(static_cast<size_t>(E));
-            for (int64_t e = 0; e < E; ++e) weight[size_t(rank[size_t(e)])] = 1.0 / std::sqrt(double(e + 1));
-            std::discrete_distribution<int32_t> pick(weight.begin(), weight.end());
+            std::discrete_distribution<int32_t> pick;  // skewed: expert rank[e] drawn with weight 1/sqrt(e+1)
+            if (skewed) {
+                std::vector<int32_t> rank(E);
+                std::iota(rank.begin(), rank.end(), 0);
+                std::shuffle(rank.begin(), rank.end(), g_rng);
+                std::vector<double> weight(static_cast<size_t>(E));
+                for (int64_t e = 0; e < E; ++e)
+                    weight[size_t(rank[size_t(e)])] = 1.0 / std::sqrt(double(e + 1));
+                pick = std::discrete_distribution<int32_t>(weight.begin(), weight.end());
+            }
             for (int64_t t = 0; t < n; ++t) {
                 if (skewed) {
                     for (int64_t j = 0; j < k; ++j) {
@@ -406,28 +296,24 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                     scratch.get(2, size_t(n * k * D) * 4);  // before capture
                 scratch.get(3, size_t(2 + 2 * std::min<int64_t>(n * k, E) + n * k) * 4);
                 scratch.get(8, size_t(n * D + n * k * I + n * D / 128 + n * k * I / 128) * 4);
-                {
-                    const double us = graph_us(s, 2 * kSets, [&](int i) {
-                        MoeParams q = p;
-                        q.ids = ids[size_t(i % kSets)];
-                        launch_moe(q, scratch, s, v);
-                    });
-                    DI_CUDA_CHECK(cudaGetLastError());
-                    if (n >= 128)  // a prefill's chunk: compute-bound, in TFLOP/s
-                        prefill.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
-                                               " experts, k=" + std::to_string(k) +
-                                               (native ? " (native: quantised activations" +
-                                                             std::string(skewed ? ", skewed routing)" : ")")
-                                                       : " (exact: hi + lo f16 products)"),
-                                           std::string(vname), us,
-                                           2.0 * 3.0 * double(n * k) * double(D) * double(I)});
-                    else
-                        rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
-                                            " experts, k=" + std::to_string(k) + " (" +
-                                            std::to_string(int(distinct + 0.5)) + " experts read)",
-                                        vname, us, distinct * per_expert + 4.0 * n * D * 2});
-                }
-                continue;
+                const double us = graph_us(s, 2 * kSets, [&](int i) {
+                    MoeParams q = p;
+                    q.ids = ids[size_t(i % kSets)];
+                    launch_moe(q, scratch, s, v);
+                });
+                DI_CUDA_CHECK(cudaGetLastError());
+                if (n >= 128)  // a prefill's chunk: compute-bound, in TFLOP/s
+                    prefill.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                                           " experts, k=" + std::to_string(k) +
+                                           (native ? " (native: quantised activations" +
+                                                         std::string(skewed ? ", skewed routing)" : ")")
+                                                   : " (exact: hi + lo f16 products)"),
+                                       vname, us, 2.0 * 3.0 * double(n * k) * double(D) * double(I)});
+                else
+                    rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                                        " experts, k=" + std::to_string(k) + " (" +
+                                        std::to_string(int(distinct + 0.5)) + " experts read)",
+                                    vname, us, distinct * per_expert + 4.0 * n * D * 2});
             }
         }
         for (auto* d : ids) cudaFree(d);
@@ -435,140 +321,6 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
     }
     for (auto& r : table) cudaFree(const_cast<void*>(r.data)), cudaFree(const_cast<void*>(r.scale));
     cudaFree(dtable);
-}
-
-// Decode attention of one query, 64 heads x 512, window 128, over `entries` compressed entries: every
-// entry (HCA, causal) or top-512 picks (CSA). Bytes: the keys read once + q + out.
-void bench_attention(std::vector<Row>& rows, cudaStream_t s, const char* name, AttnCompMask mask,
-                     int64_t entries) {
-    const int64_t H = 64, hd = 512, window = 128, k = 512,
-                  pos0 = mask == AttnCompMask::kCausal ? entries * 128 : entries * 4;
-    float* q = static_cast<float*>(random_device(size_t(H * hd) * 4, 2));
-    float* ring = static_cast<float*>(random_device(size_t((window - 1) * hd) * 4, 2));
-    float* kv = static_cast<float*>(random_device(size_t(hd) * 4, 2));
-    float* comp = static_cast<float*>(random_device(size_t(entries * hd) * 4, 2));
-    float* sinks = static_cast<float*>(random_device(size_t(H) * 4, 2));
-    float* out = nullptr;
-    DI_CUDA_CHECK(cudaMalloc(&out, size_t(H * hd) * 4));
-    std::vector<int32_t> hp(static_cast<size_t>(k));
-    for (auto& v : hp) v = int32_t(g_rng() % uint64_t(entries));
-    int32_t* picks = nullptr;
-    DI_CUDA_CHECK(cudaMalloc(&picks, size_t(k) * 4));
-    DI_CUDA_CHECK(cudaMemcpy(picks, hp.data(), size_t(k) * 4, cudaMemcpyHostToDevice));
-    AttentionParams p{.q = q,
-                      .q_s0 = H * hd,
-                      .q_s1 = hd,
-                      .ring = ring,
-                      .ld_ring = hd,
-                      .kv = kv,
-                      .ld_kv = hd,
-                      .comp = comp,
-                      .ld_comp = hd,
-                      .n_comp = entries,
-                      .picks = mask == AttnCompMask::kPicks ? picks : nullptr,
-                      .ld_picks = k,
-                      .k = mask == AttnCompMask::kPicks ? k : 0,
-                      .sinks = sinks,
-                      .out = out,
-                      .o_s0 = H * hd,
-                      .o_s1 = hd,
-                      .L = 1,
-                      .H = H,
-                      .hd = hd,
-                      .pos0 = pos0,
-                      .n_cached = window - 1,
-                      .window = window,
-                      .comp_mask = mask,
-                      .rate = 128,
-                      .scale = 0.044f};
-    const double keys = double(window + (mask == AttnCompMask::kPicks ? k : entries));
-    BenchScratch scratch;
-    for (auto [vname, v] : {std::pair{"split_kv", AttentionVariant::kSplitKv},
-                            std::pair{"per_query", AttentionVariant::kPerQuery}}) {
-        launch_attention(p, scratch, s, v);  // scratch sized before the capture
-        const double us = graph_us(s, 20, [&](int) { launch_attention(p, scratch, s, v); });
-        DI_CUDA_CHECK(cudaGetLastError());
-        rows.push_back({name, vname, us, keys * hd * 4 + 2.0 * H * hd * 4});
-    }
-    cudaFree(q), cudaFree(ring), cudaFree(kv), cudaFree(comp), cudaFree(sinks), cudaFree(out),
-        cudaFree(picks);
-}
-
-// A prompt's attention from position 0 in one chunk of L queries, the native precision's f16 operands, 64
-// heads x 512, window 128: sliding only, HCA (rate 128, every entry so far) or CSA (rate 4, up to 512
-// distinct picks of the entries so far, -1 past them). FLOPs: 4 x 64 x 512 x the keys each query sees (scores
-// and output). mma64 with and without the warpgroup kernel (set_attention_wgmma), and mma.
-void bench_attention_prefill(std::vector<GemmRow>& rows, cudaStream_t s, const char* name, AttnCompMask mask,
-                             int64_t L) {
-    const int64_t H = 64, hd = 512, window = 128, k = 512;
-    const int64_t rate = mask == AttnCompMask::kPicks ? 4 : 128,
-                  T = mask == AttnCompMask::kNone ? 0 : L / rate;
-    float* q = static_cast<float*>(random_device(size_t(L * H * hd) * 4, 2));
-    float* kv = static_cast<float*>(random_device(size_t(L * hd) * 4, 2));
-    float* comp = static_cast<float*>(random_device(size_t(std::max<int64_t>(T, 1) * hd) * 4, 2));
-    float* sinks = static_cast<float*>(random_device(size_t(H) * 4, 2));
-    float* out = nullptr;
-    int32_t* picks = nullptr;
-    DI_CUDA_CHECK(cudaMalloc(&out, size_t(L * H * hd) * 4));
-    DI_CUDA_CHECK(cudaMalloc(&picks, size_t(L * k) * 4));
-    std::vector<int32_t> hp(size_t(L * k), -1);
-    double keys = 0;  // summed over the queries
-    std::vector<int32_t> all(size_t(std::max<int64_t>(T, 1)));
-    for (int64_t t = 0; t < L; ++t) {
-        const int64_t visible = std::min(T, (t + 1) / rate);
-        int64_t n_comp = mask == AttnCompMask::kNone ? 0 : visible;
-        if (mask == AttnCompMask::kPicks) {  // distinct picks: the first min(k, visible) of a shuffle
-            std::iota(all.begin(), all.begin() + visible, 0);
-            n_comp = std::min(k, visible);
-            for (int64_t i = 0; i < n_comp; ++i) {
-                std::swap(all[size_t(i)], all[size_t(i + int64_t(g_rng() % uint64_t(visible - i)))]);
-                hp[size_t(t * k + i)] = all[size_t(i)];
-            }
-        }
-        keys += double(std::min(t + 1, window) + n_comp);
-    }
-    DI_CUDA_CHECK(cudaMemcpy(picks, hp.data(), hp.size() * 4, cudaMemcpyHostToDevice));
-    AttentionParams p{.q = q,
-                      .q_s0 = H * hd,
-                      .q_s1 = hd,
-                      .ring = nullptr,
-                      .ld_ring = hd,
-                      .kv = kv,
-                      .ld_kv = hd,
-                      .comp = mask == AttnCompMask::kNone ? nullptr : comp,
-                      .ld_comp = hd,
-                      .n_comp = T,
-                      .picks = mask == AttnCompMask::kPicks ? picks : nullptr,
-                      .ld_picks = k,
-                      .k = mask == AttnCompMask::kPicks ? k : 0,
-                      .sinks = sinks,
-                      .out = out,
-                      .o_s0 = H * hd,
-                      .o_s1 = hd,
-                      .L = L,
-                      .H = H,
-                      .hd = hd,
-                      .pos0 = 0,
-                      .n_cached = 0,
-                      .window = window,
-                      .comp_mask = mask,
-                      .rate = rate,
-                      .scale = 0.044f,
-                      .f16 = true};
-    BenchScratch scratch;
-    for (auto [vname, v, wgmma] : {std::tuple{"mma64", AttentionVariant::kMma64, false},
-                                   std::tuple{"mma64 wgmma", AttentionVariant::kMma64, true},
-                                   std::tuple{"mma", AttentionVariant::kMma, false}}) {
-        if (v == AttentionVariant::kMma64 ? !attention_mma64_supported(p) : !attention_mma_supported(p))
-            continue;
-        set_attention_wgmma(wgmma);
-        launch_attention(p, scratch, s, v);  // scratch sized (and shared memory raised) before the capture
-        const double us = graph_us(s, 5, [&](int) { launch_attention(p, scratch, s, v); });
-        set_attention_wgmma(false);
-        DI_CUDA_CHECK(cudaGetLastError());
-        rows.push_back({name, vname, us, 4.0 * H * hd * keys});
-    }
-    cudaFree(q), cudaFree(kv), cudaFree(comp), cudaFree(sinks), cudaFree(out), cudaFree(picks);
 }
 
 // mhc_pre of n tokens, hc 4 x 4096: bytes = fn (24 x 16384 f32) + streams + x.
@@ -811,16 +563,7 @@ int main(int argc, char** argv) {
                       "activation quantisation and the weight-scale widening) and a prefill's MoE; dense "
                       "cuBLASLt rates in this run: FP8 %.0f, BF16 %.0f TFLOP/s.\n\n",
                       r.fp8_tflops, r.bf16_tflops);
-        md += buf;
-        md +=
-            "| linear (V4-Flash shape) | path | time us | TFLOP/s | % of dense FP8 "
-            "|\n|---|---|---:|---:|---:|\n";
-        for (const GemmRow& g : gemm_rows) {
-            const double tf = g.us > 0 ? g.flops / (g.us * 1e-6) / 1e12 : 0;
-            std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.1f%% |\n", g.name.c_str(),
-                          g.variant.c_str(), g.us, tf, r.fp8_tflops > 0 ? 100.0 * tf / r.fp8_tflops : 0.0);
-            md += buf;
-        }
+        md += rate_table(buf, "linear (V4-Flash shape) | path", gemm_rows, r.fp8_tflops, "FP8");
     }
     if (!attn_rows.empty()) {
         std::snprintf(
@@ -828,16 +571,7 @@ int main(int argc, char** argv) {
             "\nAttention prefill of V4-Flash's shape (64 heads x 512, f16 operands, f32 sums), against "
             "the dense BF16 cuBLASLt rate in this run: %.0f TFLOP/s.\n\n",
             r.bf16_tflops);
-        md += buf;
-        md +=
-            "| attention prefill | variant | time us | TFLOP/s | % of dense BF16 "
-            "|\n|---|---|---:|---:|---:|\n";
-        for (const GemmRow& g : attn_rows) {
-            const double tf = g.us > 0 ? g.flops / (g.us * 1e-6) / 1e12 : 0;
-            std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.1f%% |\n", g.name.c_str(),
-                          g.variant.c_str(), g.us, tf, r.bf16_tflops > 0 ? 100.0 * tf / r.bf16_tflops : 0.0);
-            md += buf;
-        }
+        md += rate_table(buf, "attention prefill | variant", attn_rows, r.bf16_tflops, "BF16");
     }
     std::fputs(md.c_str(), stdout);
     if (!out_path.empty())

@@ -205,19 +205,16 @@ TEST_P(CudaMoe, MatchesRef) {
     if (!variant.empty()) {
         EXPECT_GT(b.gpu->dispatch_count("moe", variant), 0) << variant << " did not run";
     }
-    if (variant == "w4a8") {  // its options: the same products and sums, so the same bits
+    if (variant == "w4a8") {  // the warp-specialised kernel: the same products and sums, so the same bits
         const std::vector<float> one_wg = out.device_f32();
-        const std::pair<void (*)(bool), const char*> options[] = {
-            {cuda::set_moe_w4a8_ws, "the warp-specialised kernel differs from the one-warpgroup kernel"}};
-        for (const auto& [set, what] : options) {
-            out.poison();
-            set(true);
-            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit, act});
-            set(false);
-            const std::vector<float> got = out.device_f32();
-            EXPECT_EQ(0, std::memcmp(one_wg.data(), got.data(), got.size() * sizeof(float)))
-                << c.name << ": " << what << " (max abs " << diff(one_wg, got).max_abs << ")";
-        }
+        out.poison();
+        cuda::set_moe_w4a8_ws(true);
+        b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, out.dv(), c.limit, act});
+        cuda::set_moe_w4a8_ws(false);
+        const std::vector<float> got = out.device_f32();
+        EXPECT_EQ(0, std::memcmp(one_wg.data(), got.data(), got.size() * sizeof(float)))
+            << c.name << ": the warp-specialised kernel differs from the one-warpgroup kernel (max abs "
+            << diff(one_wg, got).max_abs << ")";
         std::memcpy(out.hv().data, one_wg.data(), one_wg.size() * sizeof(float));
         out.upload();
     }
@@ -347,18 +344,14 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                 << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128) << "-row tiles";
             if (n64) continue;
             // the warp-specialised kernel: the default's bits
-            const std::pair<void (*)(bool), const char*> options[] = {
-                {cuda::set_moe_w4a8_ws, "warp-specialised"}};
-            for (const auto& [set, what] : options) {
-                set(true);
-                out.poison();
-                b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-                set(false);
-                const std::vector<float> opt = out.device_f32();
-                EXPECT_EQ(0, std::memcmp(got[0].data(), opt.data(), opt.size() * sizeof(float)))
-                    << (chunk_scales ? "chunk" : "row") << " fold, " << what << ": max abs err against the "
-                    << "reference " << diff(ref.host_f32(), opt).max_abs;
-            }
+            cuda::set_moe_w4a8_ws(true);
+            out.poison();
+            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+            cuda::set_moe_w4a8_ws(false);
+            const std::vector<float> opt = out.device_f32();
+            EXPECT_EQ(0, std::memcmp(got[0].data(), opt.data(), opt.size() * sizeof(float)))
+                << (chunk_scales ? "chunk" : "row") << " fold, warp-specialised: max abs err against the "
+                << "reference " << diff(ref.host_f32(), opt).max_abs;
         }
         ASSERT_TRUE(b.gpu->force_variant("moe", ""));
     }

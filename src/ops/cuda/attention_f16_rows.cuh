@@ -6,8 +6,12 @@
 #include <cuda_fp16.h>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
+
+inline constexpr int kKeyRowHalves = 512;  // head_dim: the only one these kernels take
 
 struct F16Rows {
     __half* rows;
@@ -24,6 +28,23 @@ __device__ __forceinline__ int64_t f16_row(const AttentionParams& p, const F16Ro
     }
     const int64_t c = j - n_win;
     return r.ring_rows + p.L + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c]));
+}
+
+// Key slot j's 16-byte unit `unit` copied to shared address dst (cp.async), zeros past the last key (so that
+// a probability of 0 meets 0, never NaN).
+__device__ __forceinline__ void copy_key_unit(const AttentionParams& p, const F16Rows& r, int64_t j,
+                                              int64_t n_keys, int64_t lo, int64_t n_win, const int32_t* list,
+                                              int unit, uint32_t dst) {
+    const bool valid = j < n_keys;
+    const __half* src = r.rows;  // mapped, not read, where !valid
+    if (valid) src = r.rows + f16_row(p, r, j, lo, n_win, list) * kKeyRowHalves + unit * 8;
+    wg::cp_async16(dst, src, valid);
+}
+
+// Key slot j's shift, kEmptyRowShift past the last key (never a tile's smallest).
+__device__ __forceinline__ int key_shift(const AttentionParams& p, const F16Rows& r, int64_t j,
+                                         int64_t n_keys, int64_t lo, int64_t n_win, const int32_t* list) {
+    return j < n_keys ? r.shift[f16_row(p, r, j, lo, n_win, list)] : mma::kEmptyRowShift;
 }
 
 // attention_wg.cu: the mma64 variant's queries on the warpgroup tensor cores (set_attention_wgmma), after

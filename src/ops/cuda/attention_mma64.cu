@@ -62,8 +62,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionP
     const int64_t lo = keys.lo, n_win = keys.n_win, n_keys = n_win + keys.n_comp;
     const int64_t n_tiles = (n_keys + kKeys - 1) / kKeys;
 
-    // chunk `tile` into its stage: 32 rows x 64 units of 16 bytes, 8 a thread (zeros past the last key, so
-    // that p = 0 meets 0 and never NaN), and the rows' shifts
+    // chunk `tile` into its stage: 32 rows x 64 units of 16 bytes, 8 a thread, and the rows' shifts
     auto issue = [&](int64_t tile) {
         const int st = int(tile % kStages);
         const int64_t j0 = tile * kKeys;
@@ -71,17 +70,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionP
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int u = tid + kThreads * i, row = u >> 6, unit = u & 63;
-            const int64_t j = j0 + row;
-            const bool valid = j < n_keys;
-            const __half* src = r.rows;  // mapped, not read, where !valid
-            if (valid) src = r.rows + f16_row(p, r, j, lo, n_win, list) * kHd + unit * 8;
-            wg::cp_async16(base + uint32_t((row * kRow + unit * 8) * 2), src, valid);
+            copy_key_unit(p, r, j0 + row, n_keys, lo, n_win, list, unit,
+                          base + uint32_t((row * kRow + unit * 8) * 2));
         }
-        if (tid < kKeys) {
-            const int64_t j = j0 + tid;
-            tile_sh[st * kKeys + tid] =
-                j < n_keys ? r.shift[f16_row(p, r, j, lo, n_win, list)] : kEmptyRowShift;
-        }
+        if (tid < kKeys) tile_sh[st * kKeys + tid] = key_shift(p, r, j0 + tid, n_keys, lo, n_win, list);
     };
     issue(0);
     wg::cp_async_commit();

@@ -23,7 +23,7 @@ namespace {
 
 using namespace mma;
 
-constexpr int kHd = 512, kHeads = 64, kKeys = 64, kWarps = 8, kThreads = 32 * kWarps, kStages = 2;
+constexpr int kHeads = 64, kKeys = 64, kWarps = 8, kThreads = 32 * kWarps, kStages = 2;
 constexpr uint32_t kChunkBytes = 64 * 128;        // 64 rows x 64 halves
 constexpr uint32_t kTileBytes = 8 * kChunkBytes;  // 64 rows x 512 halves
 
@@ -55,8 +55,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wg_kernel(AttentionPara
     const int64_t lo = keys.lo, n_win = keys.n_win, n_keys = n_win + keys.n_comp;
     const int64_t n_tiles = (n_keys + kKeys - 1) / kKeys;
 
-    // tile `tile` into its stage (zeros past the last key, so that p = 0 meets 0 and never NaN) and the
-    // rows' shifts
+    // tile `tile` into its stage and the rows' shifts
     auto issue = [&](int64_t tile) {
         const int st = int(tile % kStages);
         const uint32_t dst = tiles_s + uint32_t(st) * kTileBytes;
@@ -64,17 +63,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wg_kernel(AttentionPara
 #pragma unroll 4
         for (int i = 0; i < 16; ++i) {
             const int row = r0 + 4 * i;
-            const int64_t j = j0 + row;
-            const bool valid = j < n_keys;
-            const __half* src = r.rows;  // mapped, not read, where !valid
-            if (valid) src = r.rows + f16_row(p, r, j, lo, n_win, list) * kHd + u * 8;
-            wg::cp_async16(dst + unit_at(row, u), src, valid);
+            copy_key_unit(p, r, j0 + row, n_keys, lo, n_win, list, u, dst + unit_at(row, u));
         }
-        if (tid < kKeys) {
-            const int64_t j = j0 + tid;
-            tile_sh[st * kKeys + tid] =
-                j < n_keys ? r.shift[f16_row(p, r, j, lo, n_win, list)] : kEmptyRowShift;
-        }
+        if (tid < kKeys) tile_sh[st * kKeys + tid] = key_shift(p, r, j0 + tid, n_keys, lo, n_win, list);
     };
     issue(0);
     wg::cp_async_commit();

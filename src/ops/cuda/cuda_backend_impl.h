@@ -84,7 +84,7 @@ class DeviceScratch final : public cuda::Scratch {
         uint32_t generation = 0;
     };
     Allocator& alloc_;
-    std::array<Slot, 15> slots_{};
+    std::array<Slot, cuda::kScratchSlots> slots_{};
     uint32_t touched_ = 0;
 };
 

@@ -14,6 +14,7 @@ using Stream = void*;  // cudaStream_t
 enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 
 // Device scratch memory handed to launchers that need temporaries; grows, never shrinks.
+inline constexpr int kScratchSlots = 15;  // Scratch::get's slots 0 .. 14
 class Scratch {
   public:
     virtual ~Scratch() = default;
