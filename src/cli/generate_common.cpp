@@ -32,9 +32,10 @@ void add_model_options(CLI::App& app, GenOptions& o) {
 
 void add_expert_ranks_option(CLI::App& app, int& ranks) {
     app.add_option("--expert-ranks,--gpus", ranks,
-                   "expert-parallel ranks, each holding a block of the routed experts: threads of this "
-                   "process (cpu, ref), or GPUs 0 .. N-1 through NCCL (cuda); the same output as one rank, "
-                   "bit for bit")
+                   "expert-parallel ranks, each holding a block of the routed experts and the attention "
+                   "state of its share of the sequences: threads of this process (cpu, ref), or GPUs "
+                   "0 .. N-1 through NCCL (cuda); the same output as one rank, bit for bit where the "
+                   "kernels are batch-invariant (always on cpu and ref)")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
 }

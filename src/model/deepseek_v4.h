@@ -33,11 +33,14 @@ class DeepseekV4 final : public Model {
     std::vector<float> forward(std::span<const SeqChunk> chunks) override;
     // The greedy pick on the backend (ops::Backend::argmax): only ids cross to the host.
     GreedyRows forward_greedy(std::span<const SeqChunk> chunks) override;
-    // Expert parallelism (docs/parallel.md): this model is rank comm->rank() of comm->size(), its weights
-    // bound with `experts` (bind_weights), and every rank runs the same steps. Each MoE computes the slots of
-    // its own experts, sums them over the ranks and combines as one rank does: the same logits bit for bit.
-    // Host backends only so far (the communicator sums host memory).
+    // Expert parallelism with data-parallel attention (docs/parallel.md): this model is rank comm->rank() of
+    // comm->size(), its weights bound with `experts` (bind_weights). Each rank steps its own sequences; each
+    // MoE sends the tokens' rows to the ranks that hold their experts and gets the pairs' outputs back (see
+    // routed_experts), so every rank must take part in every step: forward with its chunks, or idle_step.
     void set_expert_parallel(parallel::Communicator* comm, ExpertPartition experts);
+    // A step without sequences of this rank's own: only the MoE exchanges, computing the experts of the
+    // tokens the other ranks send.
+    void idle_step();
 
   private:
     struct Step;       // per-step views (defined in the .cpp)
@@ -47,6 +50,9 @@ class DeepseekV4 final : public Model {
     // The step's mHC collapse before a sub-layer, with that sub-layer's mixing weights.
     ops::MhcPreArgs mhc_pre_args(const HcWeights& hw, const Step& s) const;
     void routed_experts(ops::MoeArgs m, int64_t n);
+    // Layer l's routed-expert args (experts, clamp, activation quantisation) over the given tensors.
+    ops::MoeArgs moe_args(int l, const TensorView& x, const TensorView& ids, const TensorView& weights,
+                          const TensorView& out) const;
     void attention_layer(int l, Step& s);
     void ffn_layer(int l, Step& s);
     // Opens the step's next graph segment (ops::Backend::segment_begin); the ops that depend on positions,

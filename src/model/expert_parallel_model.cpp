@@ -1,35 +1,64 @@
 #include "model/expert_parallel_model.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace di::model {
 namespace {
 
-// A sequence's state on every rank (each rank keeps its own attention state: attention is replicated).
-class RanksState final : public SequenceState {
+// A sequence's state on its home rank (attention is data-parallel: no other rank holds any of it); its bytes
+// count against that rank's load while it lives.
+class HomeState final : public SequenceState {
   public:
-    RanksState(std::vector<std::unique_ptr<SequenceState>> parts, std::vector<ops::Backend*> backends,
-               int64_t capacity)
-        : SequenceState(capacity), parts_(std::move(parts)), backends_(std::move(backends)) {
-        for (const auto& p : parts_) bytes_ += p->bytes();
+    HomeState(std::unique_ptr<SequenceState> part, int rank, ops::Backend* home, ops::Backend* caller,
+              std::shared_ptr<std::vector<int64_t>> load, std::shared_ptr<std::mutex> load_m,
+              int64_t capacity)
+        : SequenceState(capacity),
+          part_(std::move(part)),
+          rank_(rank),
+          home_(home),
+          caller_(caller),
+          load_(std::move(load)),
+          load_m_(std::move(load_m)) {
+        bytes_ = part_->bytes();
     }
-    SequenceState* part(size_t r) { return parts_[r].get(); }
+    ~HomeState() override {
+        std::lock_guard lk(*load_m_);
+        (*load_)[size_t(rank_)] -= bytes_;
+    }
+    int rank() const { return rank_; }
+    SequenceState* part() { return part_.get(); }
     void reset() override {
         n_tokens_ = 0;
-        for (size_t r = 0; r < parts_.size(); ++r) backends_[r]->bind_thread(), parts_[r]->reset();
-        backends_[0]->bind_thread();
+        home_->bind_thread();
+        part_->reset();
+        caller_->bind_thread();
     }
     void fill_synthetic(int64_t n_tokens, uint32_t seed) override {
-        for (size_t r = 0; r < parts_.size(); ++r)  // the same on every rank
-            backends_[r]->bind_thread(), parts_[r]->fill_synthetic(n_tokens, seed);
-        backends_[0]->bind_thread();
+        home_->bind_thread();
+        part_->fill_synthetic(n_tokens, seed);
+        caller_->bind_thread();
         n_tokens_ = n_tokens;
     }
 
   private:
-    std::vector<std::unique_ptr<SequenceState>> parts_;
-    std::vector<ops::Backend*> backends_;  // rank r's part lives on backends_[r]'s device
+    std::unique_ptr<SequenceState> part_;
+    int rank_;
+    ops::Backend* home_;    // the part lives on this backend's device
+    ops::Backend* caller_;  // rank 0's, bound on the engine's thread
+    std::shared_ptr<std::vector<int64_t>> load_;
+    std::shared_ptr<std::mutex> load_m_;
 };
+
+HomeState& home_state(const SeqChunk& c) {
+    auto* st = dynamic_cast<HomeState*>(c.state);
+    DI_CHECK(st != nullptr, "a chunk's state was not made by this expert-parallel model");
+    return *st;
+}
+
+// Logits rows of a chunk in a step's result.
+size_t logits_rows(const SeqChunk& c) { return c.all_logits ? c.tokens.size() : c.tokens.empty() ? 0 : 1; }
 
 }  // namespace
 
@@ -64,6 +93,10 @@ Result<std::unique_ptr<Model>> ExpertParallelModel::load(
     }
     backend.bind_thread();  // the caller's thread runs rank 0
     m->rank_chunks_.resize(size_t(ranks));
+    m->rank_logits_.resize(size_t(ranks));
+    m->rank_picks_.resize(size_t(ranks));
+    m->load_ = std::make_shared<std::vector<int64_t>>(size_t(ranks), 0);
+    m->load_m_ = std::make_shared<std::mutex>();
     for (int r = 1; r < ranks; ++r) m->threads_.emplace_back([p = m.get(), r] { p->worker(r); });
     return std::unique_ptr<Model>(std::move(m));
 }
@@ -82,22 +115,19 @@ void ExpertParallelModel::set_precision(Precision p) {
 }
 
 StateSize ExpertParallelModel::state_size() const {
-    StateSize s = ranks_[0]->state_size();  // every rank keeps a sequence's full attention state
-    s.fixed_bytes *= int64_t(ranks_.size());
-    s.bytes_per_token *= int64_t(ranks_.size());
-    return s;
+    return ranks_[0]->state_size();  // a sequence's state lives on its home rank only
 }
 
 std::unique_ptr<SequenceState> ExpertParallelModel::new_state(int64_t capacity) {
-    std::vector<std::unique_ptr<SequenceState>> parts;
-    std::vector<ops::Backend*> backends;
-    for (auto& r : ranks_) {
-        r->backend().bind_thread();
-        parts.push_back(r->new_state(capacity));
-        backends.push_back(&r->backend());
-    }
+    std::lock_guard lk(*load_m_);
+    const auto least = std::min_element(load_->begin(), load_->end());
+    const int r = int(least - load_->begin());
+    ranks_[size_t(r)]->backend().bind_thread();
+    std::unique_ptr<SequenceState> part = ranks_[size_t(r)]->new_state(capacity);
     ranks_[0]->backend().bind_thread();
-    return std::make_unique<RanksState>(std::move(parts), std::move(backends), capacity);
+    *least += part->bytes();
+    return std::make_unique<HomeState>(std::move(part), r, &ranks_[size_t(r)]->backend(),
+                                       &ranks_[0]->backend(), load_, load_m_, capacity);
 }
 
 void ExpertParallelModel::worker(int rank) {
@@ -109,22 +139,32 @@ void ExpertParallelModel::worker(int rank) {
         if (stop_) return;
         seen = step_;
         lk.unlock();
-        ranks_[size_t(rank)]->forward(rank_chunks_[size_t(rank)]);
+        run_rank(rank);
         lk.lock();
         if (--pending_ == 0) cv_.notify_all();
     }
 }
 
-std::vector<float> ExpertParallelModel::forward(std::span<const SeqChunk> chunks) {
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-        std::vector<SeqChunk>& rc = rank_chunks_[r];
-        rc.assign(chunks.begin(), chunks.end());
-        for (SeqChunk& c : rc) {
-            auto* st = dynamic_cast<RanksState*>(c.state);
-            DI_CHECK(st != nullptr, "a chunk's state was not made by this expert-parallel model");
-            c.state = st->part(r);
-        }
+void ExpertParallelModel::run_rank(int rank) {
+    DeepseekV4& m = *ranks_[size_t(rank)];
+    const std::vector<SeqChunk>& chunks = rank_chunks_[size_t(rank)];
+    if (chunks.empty())
+        m.idle_step();
+    else if (greedy_)
+        rank_picks_[size_t(rank)] = m.forward_greedy(chunks);
+    else
+        rank_logits_[size_t(rank)] = m.forward(chunks);
+}
+
+void ExpertParallelModel::step(std::span<const SeqChunk> chunks, bool greedy) {
+    for (auto& rc : rank_chunks_) rc.clear();
+    for (const SeqChunk& c : chunks) {
+        HomeState& st = home_state(c);
+        SeqChunk part = c;
+        part.state = st.part();
+        rank_chunks_[size_t(st.rank())].push_back(part);
     }
+    greedy_ = greedy;
     {
         std::lock_guard lk(m_);
         pending_ = int(ranks_.size()) - 1;
@@ -132,13 +172,44 @@ std::vector<float> ExpertParallelModel::forward(std::span<const SeqChunk> chunks
     }
     cv_.notify_all();
     ranks_[0]->backend().bind_thread();  // the engine may step from another thread than the one that loaded
-    std::vector<float> logits = ranks_[0]->forward(rank_chunks_[0]);
+    run_rank(0);
     {
         std::unique_lock lk(m_);
         cv_.wait(lk, [&] { return pending_ == 0; });
     }
     for (const SeqChunk& c : chunks) c.state->advance(int64_t(c.tokens.size()));
-    return logits;
+}
+
+std::vector<float> ExpertParallelModel::forward(std::span<const SeqChunk> chunks) {
+    step(chunks, false);
+    const size_t V = size_t(config().vocab_size);
+    std::vector<float> out;
+    std::vector<size_t> next(ranks_.size(), 0);  // each rank's next logits row
+    for (const SeqChunk& c : chunks) {
+        const size_t r = size_t(home_state(c).rank()), rows = logits_rows(c);
+        const std::vector<float>& src = rank_logits_[r];
+        out.insert(out.end(), src.begin() + ptrdiff_t(next[r] * V),
+                   src.begin() + ptrdiff_t((next[r] + rows) * V));
+        next[r] += rows;
+    }
+    return out;
+}
+
+GreedyRows ExpertParallelModel::forward_greedy(std::span<const SeqChunk> chunks) {
+    step(chunks, true);
+    GreedyRows out;
+    std::vector<size_t> next(ranks_.size(), 0);
+    for (const SeqChunk& c : chunks) {
+        const size_t r = size_t(home_state(c).rank()), rows = logits_rows(c);
+        const GreedyRows& src = rank_picks_[r];
+        for (size_t i = next[r]; i < next[r] + rows; ++i) {
+            out.ids.push_back(src.ids[i]);
+            out.bad.push_back(src.bad[i]);
+            out.bad_value.push_back(src.bad_value[i]);
+        }
+        next[r] += rows;
+    }
+    return out;
 }
 
 }  // namespace di::model

@@ -1,7 +1,10 @@
 // Several expert-parallel ranks of one DeepSeek-V4 checkpoint as one Model (docs/parallel.md): rank r is a
-// DeepseekV4 on its own backend holding its block of the routed experts; a step runs on every rank at
-// once (rank 0 on the caller's thread, the others on their own) and returns rank 0's logits, which every
-// rank computes bit for bit. The engine, scheduler and server use it as any Model.
+// DeepseekV4 on its own backend holding its block of the routed experts. Attention is data-parallel: each
+// sequence lives on one rank (its home, the rank with the least state memory in use when it starts), which
+// runs its attention and dense layers; the MoE exchanges tokens between the ranks. A step runs on every rank
+// at once (rank 0 on the caller's thread, the others on their own; a rank without sequences in the step
+// still serves the others' tokens) and returns the logits of the chunks in their order. The engine,
+// scheduler and server use it as any Model.
 #pragma once
 
 #include <condition_variable>
@@ -36,11 +39,15 @@ class ExpertParallelModel final : public Model {
     StateSize state_size() const override;
     std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
     std::vector<float> forward(std::span<const SeqChunk> chunks) override;
+    GreedyRows forward_greedy(std::span<const SeqChunk> chunks) override;
     int ranks() const { return int(ranks_.size()); }
 
   private:
     ExpertParallelModel() = default;
     void worker(int rank);
+    // Splits the chunks by home rank, runs the step on every rank and waits for all of them.
+    void step(std::span<const SeqChunk> chunks, bool greedy);
+    void run_rank(int rank);
 
     std::vector<std::unique_ptr<ops::Backend>> backends_;  // ranks 1..
     std::vector<std::unique_ptr<parallel::Communicator>> comms_;
@@ -51,7 +58,12 @@ class ExpertParallelModel final : public Model {
     uint64_t step_ = 0;
     int pending_ = 0;
     bool stop_ = false;
-    std::vector<std::vector<SeqChunk>> rank_chunks_;
+    bool greedy_ = false;
+    std::vector<std::vector<SeqChunk>> rank_chunks_;  // the step's chunks of each rank, their parts' states
+    std::vector<std::vector<float>> rank_logits_;     // each rank's result of the step
+    std::vector<GreedyRows> rank_picks_;
+    std::shared_ptr<std::vector<int64_t>> load_;  // state bytes living on each rank (guarded by load_m_)
+    std::shared_ptr<std::mutex> load_m_;
     std::vector<std::thread> threads_;
 };
 

@@ -14,6 +14,13 @@ struct ExpertPartition {
     bool owns(int64_t expert, int64_t n_experts) const {
         return expert >= first(n_experts) && expert < end(n_experts);
     }
+    // The rank that holds `expert` (in [0, n_experts)) in a group of `size`.
+    int owner(int64_t expert, int64_t n_experts) const {
+        int r = int(int64_t(size) * expert / n_experts);  // the block start at or below expert, up to one off
+        while (r + 1 < size && ExpertPartition{r + 1, size}.first(n_experts) <= expert) ++r;
+        while (r > 0 && ExpertPartition{r, size}.first(n_experts) > expert) --r;
+        return r;
+    }
 };
 
 }  // namespace di::model

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -27,11 +28,23 @@ class Communicator {
     virtual Status all_reduce_sum(const TensorView& buf) = 0;
     // dst (contiguous, size() times src's bytes) receives every rank's src, in rank order.
     virtual Status all_gather(const TensorView& src, const TensorView& dst) = 0;
+    // Each rank says how many items it will send each rank; returns how many each rank will send this one
+    // (from[p] = rank p's to[this rank]): the counts an all_to_all needs before its buffers exist.
+    virtual Result<std::vector<int64_t>> exchange_counts(std::span<const int64_t> to) = 0;
+    // send holds, in rank order, send_bytes[p] bytes for rank p; recv receives, in rank order, recv_bytes[p]
+    // bytes from rank p (rank p's send_bytes[this rank]). Both contiguous (empty where nothing moves), not
+    // overlapping.
+    virtual Status all_to_all(const TensorView& send, std::span<const int64_t> send_bytes,
+                              const TensorView& recv, std::span<const int64_t> recv_bytes) = 0;
     virtual Status barrier() = 0;
     // This rank is ending (an error, an exception): every peer's pending and later collectives fail with
     // `why`.
     virtual void fail(std::string_view why) = 0;
 };
+
+// all_to_all's argument checks (every implementation's): counts >= 0, one per rank, within the buffers.
+void check_all_to_all(const TensorView& send, std::span<const int64_t> send_bytes, const TensorView& recv,
+                      std::span<const int64_t> recv_bytes);
 
 // Ranks in threads of one process, exchanging host memory (the CPU backend, and the tests of everything
 // built on a Communicator).

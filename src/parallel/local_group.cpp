@@ -13,15 +13,17 @@ namespace di::parallel {
 namespace {
 
 struct Shared {
-    Shared(int n, std::chrono::milliseconds t) : size(n), timeout(t), slots(size_t(n), nullptr) {}
+    Shared(int n, std::chrono::milliseconds t)
+        : size(n), timeout(t), slots(size_t(n), nullptr), counts(size_t(n), nullptr) {}
     const int size;
     const std::chrono::milliseconds timeout;
     std::mutex m;
     std::condition_variable cv;
     uint64_t generation = 0;  // completed rendezvous
     int arrived = 0;
-    std::vector<const void*> slots;  // each rank's published buffer for the current collective
-    std::string failure;             // set once: every later rendezvous returns it
+    std::vector<const void*> slots;      // each rank's published buffer for the current collective
+    std::vector<const int64_t*> counts;  // and its counts (exchange_counts, all_to_all)
+    std::string failure;                 // set once: every later rendezvous returns it
 };
 
 class LocalComm final : public Communicator {
@@ -69,6 +71,38 @@ class LocalComm final : public Communicator {
         return rendezvous("all_gather");  // src may be reused once every peer has copied it
     }
 
+    Result<std::vector<int64_t>> exchange_counts(std::span<const int64_t> to) override {
+        DI_CHECK(int(to.size()) == s_->size, "exchange_counts of {} counts in a group of {}", to.size(),
+                 s_->size);
+        publish(nullptr, to.data());
+        DI_TRY_STATUS(rendezvous("exchange_counts"));
+        std::vector<int64_t> from(to.size());
+        for (int r = 0; r < s_->size; ++r) from[size_t(r)] = s_->counts[size_t(r)][rank_];
+        DI_TRY_STATUS(rendezvous("exchange_counts"));
+        return from;
+    }
+
+    Status all_to_all(const TensorView& send, std::span<const int64_t> send_bytes, const TensorView& recv,
+                      std::span<const int64_t> recv_bytes) override {
+        check_all_to_all(send, send_bytes, recv, recv_bytes);
+        publish(send.data, send_bytes.data());
+        DI_TRY_STATUS(rendezvous("all_to_all"));
+        char* out = static_cast<char*>(recv.data);
+        for (int r = 0; r < s_->size; ++r) {
+            const int64_t* theirs = s_->counts[size_t(r)];
+            int64_t offset = 0;  // where rank r's bytes for this rank start in its send buffer
+            for (int q = 0; q < rank_; ++q) offset += theirs[q];
+            DI_CHECK(theirs[rank_] == recv_bytes[size_t(r)],
+                     "all_to_all: rank {} sends {} bytes to rank {}, which expects {}", r, theirs[rank_],
+                     rank_, recv_bytes[size_t(r)]);
+            if (theirs[rank_] > 0)
+                std::memcpy(out, static_cast<const char*>(s_->slots[size_t(r)]) + offset,
+                            size_t(theirs[rank_]));
+            out += recv_bytes[size_t(r)];
+        }
+        return rendezvous("all_to_all");  // send may be reused once every peer has copied from it
+    }
+
     void fail(std::string_view why) override {
         std::lock_guard lk(s_->m);
         if (s_->failure.empty()) s_->failure = fmt::format("rank {} failed: {}", rank_, why);
@@ -76,6 +110,12 @@ class LocalComm final : public Communicator {
     }
 
   private:
+    void publish(const void* buf, const int64_t* counts) {
+        std::lock_guard lk(s_->m);
+        s_->slots[size_t(rank_)] = buf;
+        s_->counts[size_t(rank_)] = counts;
+    }
+
     Status rendezvous(const char* what) {
         std::unique_lock lk(s_->m);
         if (!s_->failure.empty()) return make_error(ErrorCode::kIo, "{}: {}", what, s_->failure);
@@ -102,6 +142,24 @@ class LocalComm final : public Communicator {
 };
 
 }  // namespace
+
+void check_all_to_all(const TensorView& send, std::span<const int64_t> send_bytes, const TensorView& recv,
+                      std::span<const int64_t> recv_bytes) {
+    int64_t out = 0, in = 0;
+    for (const int64_t b : send_bytes) {
+        DI_CHECK(b >= 0, "all_to_all: {} bytes to send", b);
+        out += b;
+    }
+    for (const int64_t b : recv_bytes) {
+        DI_CHECK(b >= 0, "all_to_all: {} bytes to receive", b);
+        in += b;
+    }
+    DI_CHECK(send_bytes.size() == recv_bytes.size(), "all_to_all: {} send counts, {} receive counts",
+             send_bytes.size(), recv_bytes.size());
+    DI_CHECK((out == 0 || (send.is_contiguous() && int64_t(send.nbytes()) >= out)) &&
+                 (in == 0 || (recv.is_contiguous() && int64_t(recv.nbytes()) >= in)),
+             "all_to_all of {} bytes from {} into {} bytes of {}", out, send.describe(), in, recv.describe());
+}
 
 std::vector<std::unique_ptr<Communicator>> make_local_group(int size, std::chrono::milliseconds timeout) {
     DI_CHECK(size >= 1, "a group of {} ranks", size);

@@ -1,7 +1,8 @@
 // Expert parallelism on the GPUs of one host through NCCL (`--gpus N`): rank r on GPU r, holding block r of
-// the routed experts, gives the one-GPU logits bit for bit (the MoE slots are summed by NCCL's all-reduce,
-// each slot non-zero on one rank only, so exact in any order), on two sequences of different lengths per
-// step; and asking for more GPUs than the machine has is an error, not a crash.
+// the routed experts, each sequence on one GPU (data-parallel attention) and the MoE's tokens exchanged by
+// NCCL's all-to-all, gives the one-GPU logits bit for bit on two sequences of different lengths per step
+// (each GPU then runs fewer rows than the one GPU: the kernels these sizes take compute a row the same
+// whatever the batch, docs/cuda.md); and asking for more GPUs than the machine has is an error, not a crash.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -1,4 +1,5 @@
-// The NCCL group on this host's GPUs: all_reduce_sum, all_gather and barrier on every rank (one rank on a
+// The NCCL group on this host's GPUs: all_reduce_sum, all_gather, barrier, exchange_counts and all_to_all
+// on every rank (one rank on a
 // one-GPU machine: the sum of one is itself), and a failed rank's later collectives end with its message.
 #include "parallel/nccl/nccl_group.h"
 
@@ -57,6 +58,51 @@ TEST(NcclGroup, CollectivesOnEveryGpu) {
                 ASSERT_EQ(gathered[size_t(r)][size_t(q) * kN + size_t(i)],
                           float(q + 1) * float(i % 97) - 3.0f);
         }
+}
+
+// Rank r sends r + q + 1 values to rank q (itself included), each naming sender, receiver and index.
+TEST(NcclGroup, AllToAllOnEveryGpu) {
+    const int n = devices();
+    if (n == 0) GTEST_SKIP() << "no CUDA device";
+    auto group = make_nccl_group(n, 60s);
+    ASSERT_TRUE(group.ok()) << group.error().message;
+    std::vector<std::vector<int32_t>> got(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+            Communicator& c = *(*group)[size_t(r)];
+            cudaSetDevice(r);
+            std::vector<int64_t> to(size_t(n)), to_bytes(size_t(n)), from_bytes(size_t(n));
+            std::vector<int32_t> send;
+            for (int q = 0; q < n; ++q) {
+                to[size_t(q)] = r + q + 1, to_bytes[size_t(q)] = 4 * (r + q + 1);
+                for (int i = 0; i <= r + q; ++i) send.push_back(1000 * r + 100 * q + i);
+            }
+            auto from = c.exchange_counts(to);
+            ASSERT_TRUE(from.ok()) << from.error().message;
+            int64_t total = 0;
+            for (int q = 0; q < n; ++q) {
+                EXPECT_EQ((*from)[size_t(q)], q + r + 1);
+                from_bytes[size_t(q)] = 4 * (*from)[size_t(q)], total += (*from)[size_t(q)];
+            }
+            int32_t *sd = nullptr, *rd = nullptr;
+            cudaMalloc(&sd, send.size() * 4), cudaMalloc(&rd, size_t(total) * 4);
+            cudaMemcpy(sd, send.data(), send.size() * 4, cudaMemcpyHostToDevice);
+            const Status s = c.all_to_all(
+                TensorView::contiguous(sd, DType::kI32, {int64_t(send.size())}, Device::kCuda), to_bytes,
+                TensorView::contiguous(rd, DType::kI32, {total}, Device::kCuda), from_bytes);
+            EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+            got[size_t(r)].resize(size_t(total));
+            cudaMemcpy(got[size_t(r)].data(), rd, size_t(total) * 4, cudaMemcpyDeviceToHost);
+            cudaFree(sd), cudaFree(rd);
+        });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+        std::vector<int32_t> want;
+        for (int q = 0; q < n; ++q)
+            for (int i = 0; i <= q + r; ++i) want.push_back(1000 * q + 100 * r + i);
+        EXPECT_EQ(got[size_t(r)], want) << "rank " << r;
+    }
 }
 
 TEST(NcclGroup, AFailedRankRefusesLaterCollectives) {

@@ -1,7 +1,8 @@
 // Expert parallelism on the CPU: ranks in threads, each holding only its block of the routed experts
-// (loading by shard) and summing the MoE slots over the ranks, give the one-rank logits bit for bit on the
-// golden fixtures (a prefill chunk, then single-token decode steps), and match transformers' logits at the
-// goldens' 1e-3 as the one-rank forward does.
+// (loading by shard) and exchanging the MoE's tokens with the others, give the one-rank logits bit for bit
+// on the golden fixtures (a prefill chunk, then single-token decode steps; here every rank steps the same
+// prompt as its own sequence), and match transformers' logits at the goldens' 1e-3 as the one-rank forward
+// does.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -74,7 +75,9 @@ void expect_ranks_equal_one(const std::string& name, int ranks, bool ref) {
 }
 
 // The same through runtime::load_model's ExpertParallelModel (what the engine, `run` and `serve` use with
-// --expert-ranks): its states, its rank threads, two sequences of different lengths in one step.
+// --expert-ranks): each sequence on its home rank (three sequences on two ranks: homes 0, 1, 0), steps where
+// both ranks run sequences, where one rank has none (it still computes its experts for the other's tokens),
+// and the greedy pick, against one rank stepping the same chunks.
 TEST(ExpertParallel, LoadedModelEqualsOneRank) {
     const std::string dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp8";
     const test::Fixture fx = test::load_fixture("v4_tiny_fp8");
@@ -83,25 +86,42 @@ TEST(ExpertParallel, LoadedModelEqualsOneRank) {
     ASSERT_TRUE(one.ok()) << one.error().message;
     auto ranks = runtime::load_model(dir, *be2, false, 2);
     ASSERT_TRUE(ranks.ok()) << ranks.error().message;
-    EXPECT_EQ((*ranks)->state_size().fixed_bytes, 2 * (*one)->state_size().fixed_bytes);
-    auto run = [&](Model& m) {
-        auto a = m.new_state(64), b = m.new_state(64);
+    // a sequence's state lives on its home rank only
+    EXPECT_EQ((*ranks)->state_size().fixed_bytes, (*one)->state_size().fixed_bytes);
+    const std::vector<int32_t>& t = fx.prompt;
+    ASSERT_GE(t.size(), 24u);
+    auto run = [&](Model& m, std::vector<int32_t>& picks) {
+        auto a = m.new_state(64), b = m.new_state(64), c = m.new_state(64);
         std::vector<float> out;
-        const std::vector<int32_t> pa(fx.prompt.begin(), fx.prompt.begin() + 9),
-            pb(fx.prompt.begin() + 3, fx.prompt.begin() + 7);
-        for (int step = 0; step < 4; ++step) {
-            const SeqChunk chunks[] = {
-                {a.get(), step == 0 ? std::span<const int32_t>(pa) : std::span(pa).first(1), true},
-                {b.get(), step == 0 ? std::span<const int32_t>(pb) : std::span(pb).last(1), false}};
-            const std::vector<float> l = m.forward(chunks);
+        auto step = [&](std::initializer_list<SeqChunk> chunks) {
+            const std::vector<SeqChunk> v(chunks);
+            const std::vector<float> l = m.forward(v);
             out.insert(out.end(), l.begin(), l.end());
-        }
-        EXPECT_EQ(a->n_tokens(), 9 + 3);
+        };
+        step({{a.get(), std::span(t).first(9), true},  // every rank runs its sequences
+              {b.get(), std::span(t).subspan(3, 4), false},
+              {c.get(), std::span(t).subspan(12, 6), false}});
+        for (int i = 0; i < 2; ++i)
+            step({{a.get(), std::span(t).subspan(9 + i, 1), false},
+                  {b.get(), std::span(t).subspan(7 + i, 1), true},
+                  {c.get(), std::span(t).subspan(18 + i, 1), false}});
+        step({{c.get(), std::span(t).subspan(20, 2), true}, {a.get(), std::span(t).subspan(11, 1), false}});
+        step({{b.get(), std::span(t).subspan(9, 3), true}});  // rank 0 has none of this step's sequences
+        const std::vector<SeqChunk> last = {{a.get(), std::span(t).subspan(12, 1), false},
+                                            {b.get(), std::span(t).subspan(12, 1), false},
+                                            {c.get(), std::span(t).subspan(22, 1), false}};
+        picks = m.forward_greedy(last).ids;
+        EXPECT_EQ(a->n_tokens(), 13);
+        EXPECT_EQ(b->n_tokens(), 10);
+        EXPECT_EQ(c->n_tokens(), 11);
         return out;
     };
-    const std::vector<float> want = run(**one), got = run(**ranks);
+    std::vector<int32_t> want_picks, got_picks;
+    const std::vector<float> want = run(**one, want_picks), got = run(**ranks, got_picks);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+    EXPECT_EQ(got_picks, want_picks);
+    ASSERT_EQ(got_picks.size(), 3u);
     EXPECT_FALSE(runtime::load_model(dir, *be2, false, 9).ok());  // more ranks than the fixture's 8 experts
 }
 

@@ -13,7 +13,8 @@ namespace di::model {
 namespace {
 
 TEST(ExpertPartition, BlocksCoverEveryExpertOnce) {
-    for (auto [E, n] : {std::pair<int64_t, int>{256, 2}, {256, 8}, {8, 3}, {7, 7}, {5, 1}}) {
+    for (auto [E, n] :
+         {std::pair<int64_t, int>{256, 2}, {256, 8}, {8, 3}, {7, 7}, {5, 1}, {256, 3}, {10, 4}}) {
         std::vector<int> owner(size_t(E), -1);
         for (int r = 0; r < n; ++r) {
             const ExpertPartition p{.rank = r, .size = n};
@@ -24,7 +25,11 @@ TEST(ExpertPartition, BlocksCoverEveryExpertOnce) {
                     owner[size_t(e)] = r;
                 }
         }
-        for (int64_t e = 0; e < E; ++e) EXPECT_NE(owner[size_t(e)], -1) << "expert " << e << " of " << E;
+        for (int64_t e = 0; e < E; ++e) {
+            EXPECT_NE(owner[size_t(e)], -1) << "expert " << e << " of " << E;
+            EXPECT_EQ((ExpertPartition{.rank = 0, .size = n}.owner(e, E)), owner[size_t(e)])
+                << "expert " << e << " of " << E << " on " << n << " ranks";
+        }
     }
     EXPECT_EQ((ExpertPartition{.rank = 1, .size = 2}.first(256)), 128);
 }

@@ -1,6 +1,6 @@
 // The local communicator group: every rank gets the rank-order sum bit for bit (against a sum written
-// here), gathers in rank order, and a rank that fails or never arrives ends its peers' collectives with an
-// error naming the cause within the timeout.
+// here), gathers in rank order, exchanges counts and variable-sized parts (all_to_all), and a rank that fails
+// or never arrives ends its peers' collectives with an error naming the cause within the timeout.
 #include "parallel/communicator.h"
 
 #include <gtest/gtest.h>
@@ -69,6 +69,47 @@ TEST(LocalCommunicator, AllGatherIsInRankOrder) {
     for (int r = 0; r < kRanks; ++r)
         for (int q = 0; q < kRanks; ++q)
             for (int i = 0; i < 5; ++i) EXPECT_EQ(got[size_t(r)][size_t(q * 5 + i)], 100 * q + i);
+}
+
+// Rank r sends (r + 2q) % 4 values to rank q (some pairs nothing, itself included), each value naming its
+// sender, receiver and index: every rank learns the counts, then receives exactly its values in rank order.
+TEST(LocalCommunicator, AllToAllDeliversEachRanksPartInRankOrder) {
+    constexpr int kRanks = 4;
+    auto comms = make_local_group(kRanks, 10s);
+    auto count = [](int from, int to) { return int64_t((from + 2 * to) % 4); };
+    std::vector<std::vector<int32_t>> got(kRanks);
+    on_ranks(comms, [&](int r, Communicator& c) {
+        std::vector<int64_t> to(kRanks), to_bytes(kRanks);
+        std::vector<int32_t> send;
+        for (int q = 0; q < kRanks; ++q) {
+            to[size_t(q)] = count(r, q);
+            to_bytes[size_t(q)] = count(r, q) * 4;
+            for (int i = 0; i < count(r, q); ++i) send.push_back(1000 * r + 100 * q + i);
+        }
+        auto from = c.exchange_counts(to);
+        ASSERT_TRUE(from.ok()) << from.error().message;
+        std::vector<int64_t> from_bytes(kRanks);
+        int64_t total = 0;
+        for (int q = 0; q < kRanks; ++q) {
+            EXPECT_EQ((*from)[size_t(q)], count(q, r)) << "rank " << r << " from " << q;
+            from_bytes[size_t(q)] = (*from)[size_t(q)] * 4;
+            total += (*from)[size_t(q)];
+        }
+        got[size_t(r)].assign(size_t(total), -1);
+        const TensorView sv = send.empty()
+                                  ? TensorView{}
+                                  : TensorView::contiguous(send.data(), DType::kI32, {int64_t(send.size())});
+        const TensorView rv =
+            total == 0 ? TensorView{} : TensorView::contiguous(got[size_t(r)].data(), DType::kI32, {total});
+        const Status s = c.all_to_all(sv, to_bytes, rv, from_bytes);
+        EXPECT_TRUE(s.ok()) << s.error().message;
+    });
+    for (int r = 0; r < kRanks; ++r) {
+        std::vector<int32_t> want;
+        for (int q = 0; q < kRanks; ++q)
+            for (int i = 0; i < count(q, r); ++i) want.push_back(1000 * q + 100 * r + i);
+        EXPECT_EQ(got[size_t(r)], want) << "rank " << r;
+    }
 }
 
 TEST(LocalCommunicator, AFailedRankEndsItsPeersCollectives) {

@@ -18,6 +18,10 @@ struct Nccl {
     decltype(&ncclCommInitAll) init_all = nullptr;
     decltype(&ncclAllReduce) all_reduce = nullptr;
     decltype(&ncclAllGather) all_gather = nullptr;
+    decltype(&ncclSend) send = nullptr;
+    decltype(&ncclRecv) recv = nullptr;
+    decltype(&ncclGroupStart) group_start = nullptr;
+    decltype(&ncclGroupEnd) group_end = nullptr;
     decltype(&ncclCommAbort) abort = nullptr;
     decltype(&ncclCommDestroy) destroy = nullptr;
     decltype(&ncclCommGetAsyncError) async_error = nullptr;
@@ -40,6 +44,10 @@ const Nccl& nccl() {
         DI_NCCL_SYM(l.init_all, ncclCommInitAll)
         DI_NCCL_SYM(l.all_reduce, ncclAllReduce)
         DI_NCCL_SYM(l.all_gather, ncclAllGather)
+        DI_NCCL_SYM(l.send, ncclSend)
+        DI_NCCL_SYM(l.recv, ncclRecv)
+        DI_NCCL_SYM(l.group_start, ncclGroupStart)
+        DI_NCCL_SYM(l.group_end, ncclGroupEnd)
         DI_NCCL_SYM(l.abort, ncclCommAbort)
         DI_NCCL_SYM(l.destroy, ncclCommDestroy)
         DI_NCCL_SYM(l.async_error, ncclCommGetAsyncError)
@@ -61,6 +69,7 @@ class NcclComm final : public Communicator {
         cudaSetDevice(device_);
         if (stream_) cudaStreamDestroy(stream_);
         if (barrier_buf_) cudaFree(barrier_buf_);
+        if (counts_buf_) cudaFree(counts_buf_);
         if (!aborted_) nccl().destroy(comm_);  // an aborted communicator is already freed
     }
     int rank() const override { return rank_; }
@@ -81,6 +90,45 @@ class NcclComm final : public Communicator {
                  "nccl all_gather {} -> {}", src.describe(), dst.describe());
         return run("all_gather", [&] {
             return nccl().all_gather(src.data, dst.data, src.nbytes(), ncclChar, comm_, stream_);
+        });
+    }
+    Result<std::vector<int64_t>> exchange_counts(std::span<const int64_t> to) override {
+        DI_CHECK(int(to.size()) == size_, "exchange_counts of {} counts in a group of {}", to.size(), size_);
+        const size_t row = size_t(size_) * sizeof(int64_t);  // one rank's counts
+        cudaSetDevice(device_);
+        if (!counts_buf_ && cudaMalloc(&counts_buf_, row * size_t(size_ + 1)) != cudaSuccess)
+            return make_error(ErrorCode::kIo, "exchange_counts: no device memory on rank {}", rank_);
+        char* mine = static_cast<char*>(counts_buf_);  // then every rank's row, gathered
+        if (cudaMemcpy(mine, to.data(), row, cudaMemcpyHostToDevice) != cudaSuccess)
+            return make_error(ErrorCode::kIo, "exchange_counts: CUDA error on rank {}", rank_);
+        DI_TRY_STATUS(run("exchange_counts", [&] {
+            return nccl().all_gather(mine, mine + row, row, ncclChar, comm_, stream_);
+        }));
+        std::vector<int64_t> all(size_t(size_) * size_t(size_)), from(size_t(size_));
+        if (cudaMemcpy(all.data(), mine + row, row * size_t(size_), cudaMemcpyDeviceToHost) != cudaSuccess)
+            return make_error(ErrorCode::kIo, "exchange_counts: CUDA error on rank {}", rank_);
+        for (int r = 0; r < size_; ++r) from[size_t(r)] = all[size_t(r) * size_t(size_) + size_t(rank_)];
+        return from;
+    }
+    Status all_to_all(const TensorView& send, std::span<const int64_t> send_bytes, const TensorView& recv,
+                      std::span<const int64_t> recv_bytes) override {
+        check_all_to_all(send, send_bytes, recv, recv_bytes);
+        DI_CHECK(int(send_bytes.size()) == size_, "all_to_all: {} counts in a group of {}", send_bytes.size(),
+                 size_);
+        return run("all_to_all", [&] {  // point-to-point pairs in one group: NCCL's all-to-all
+            const char* out = static_cast<const char*>(send.data);
+            char* in = static_cast<char*>(recv.data);
+            ncclResult_t r = nccl().group_start();
+            for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
+                if (send_bytes[size_t(p)] > 0)
+                    r = nccl().send(out, size_t(send_bytes[size_t(p)]), ncclChar, p, comm_, stream_);
+                if (r == ncclSuccess && recv_bytes[size_t(p)] > 0)
+                    r = nccl().recv(in, size_t(recv_bytes[size_t(p)]), ncclChar, p, comm_, stream_);
+                out += send_bytes[size_t(p)];
+                in += recv_bytes[size_t(p)];
+            }
+            const ncclResult_t end = nccl().group_end();  // a started group is always ended
+            return r != ncclSuccess ? r : end;
         });
     }
     Status barrier() override {
@@ -145,6 +193,7 @@ class NcclComm final : public Communicator {
     std::chrono::milliseconds timeout_;
     cudaStream_t stream_ = nullptr;
     void* barrier_buf_ = nullptr;
+    void* counts_buf_ = nullptr;  // exchange_counts: this rank's row, then the gathered rows
     std::mutex m_;
     bool aborted_ = false;
     std::string failure_;
