@@ -72,7 +72,8 @@ TEST(NcclGroup, AllToAllOnEveryGpu) {
         threads.emplace_back([&, r] {
             Communicator& c = *(*group)[size_t(r)];
             cudaSetDevice(r);
-            std::vector<int64_t> to(size_t(n)), to_bytes(size_t(n)), from_bytes(size_t(n));
+            const auto ranks = static_cast<size_t>(n);
+            std::vector<int64_t> to(ranks), to_bytes(ranks), from_bytes(ranks);
             std::vector<int32_t> send;
             for (int q = 0; q < n; ++q) {
                 to[size_t(q)] = r + q + 1, to_bytes[size_t(q)] = 4 * (r + q + 1);

@@ -104,7 +104,7 @@ class NcclComm final : public Communicator {
         DI_TRY_STATUS(run("exchange_counts", [&] {
             return nccl().all_gather(mine, mine + row, row, ncclChar, comm_, stream_);
         }));
-        std::vector<int64_t> all(size_t(size_) * size_t(size_)), from(size_t(size_));
+        std::vector<int64_t> all(size_t(size_) * size_t(size_)), from(static_cast<size_t>(size_));
         if (cudaMemcpy(all.data(), mine + row, row * size_t(size_), cudaMemcpyDeviceToHost) != cudaSuccess)
             return make_error(ErrorCode::kIo, "exchange_counts: CUDA error on rank {}", rank_);
         for (int r = 0; r < size_; ++r) from[size_t(r)] = all[size_t(r) * size_t(size_) + size_t(rank_)];
