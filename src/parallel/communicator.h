@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -46,8 +47,14 @@ class Communicator {
 void check_all_to_all(const TensorView& send, std::span<const int64_t> send_bytes, const TensorView& recv,
                       std::span<const int64_t> recv_bytes);
 
+// Copies bytes between buffers of one process's address space, device memory included (cudaMemcpy with
+// cudaMemcpyDefault); it returns when the copy is done.
+using MemoryCopy = std::function<void(void* dst, const void* src, size_t bytes)>;
+
 // Ranks in threads of one process, exchanging host memory (the CPU backend, and the tests of everything
-// built on a Communicator).
-std::vector<std::unique_ptr<Communicator>> make_local_group(int size, std::chrono::milliseconds timeout);
+// built on a Communicator); with device_copy, device memory through it (several ranks on one GPU: the GPU
+// tests of the expert-parallel exchange on a machine of one GPU, where NCCL takes one rank a device).
+std::vector<std::unique_ptr<Communicator>> make_local_group(int size, std::chrono::milliseconds timeout,
+                                                            MemoryCopy device_copy = {});
 
 }  // namespace di::parallel

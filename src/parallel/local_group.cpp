@@ -13,10 +13,11 @@ namespace di::parallel {
 namespace {
 
 struct Shared {
-    Shared(int n, std::chrono::milliseconds t)
-        : size(n), timeout(t), slots(size_t(n), nullptr), counts(size_t(n), nullptr) {}
+    Shared(int n, std::chrono::milliseconds t, MemoryCopy c)
+        : size(n), timeout(t), copy(std::move(c)), slots(size_t(n), nullptr), counts(size_t(n), nullptr) {}
     const int size;
     const std::chrono::milliseconds timeout;
+    const MemoryCopy copy;  // empty: host memory (memcpy)
     std::mutex m;
     std::condition_variable cv;
     uint64_t generation = 0;  // completed rendezvous
@@ -31,7 +32,7 @@ class LocalComm final : public Communicator {
     LocalComm(std::shared_ptr<Shared> s, int rank) : s_(std::move(s)), rank_(rank) {}
     int rank() const override { return rank_; }
     int size() const override { return s_->size; }
-    bool device_memory() const override { return false; }
+    bool device_memory() const override { return bool(s_->copy); }
 
     Status barrier() override { return rendezvous("barrier"); }
 
@@ -44,15 +45,20 @@ class LocalComm final : public Communicator {
         }
         DI_TRY_STATUS(rendezvous("all_reduce_sum"));
         sum_.resize(static_cast<size_t>(n));  // kept between calls: a step's sums reuse it
+        peer_.resize(static_cast<size_t>(n));
         for (int r = 0; r < s_->size; ++r) {  // rank order: the same bits on every rank
             const float* p = static_cast<const float*>(s_->slots[size_t(r)]);
+            if (s_->copy) {  // device memory: through the host
+                s_->copy(peer_.data(), p, size_t(n) * sizeof(float));
+                p = peer_.data();
+            }
             if (r == 0)
                 std::memcpy(sum_.data(), p, size_t(n) * sizeof(float));
             else
                 for (int64_t i = 0; i < n; ++i) sum_[size_t(i)] += p[i];
         }
         DI_TRY_STATUS(rendezvous("all_reduce_sum"));  // every peer has read this rank's buffer
-        std::memcpy(buf.data, sum_.data(), size_t(n) * sizeof(float));
+        copy(buf.data, sum_.data(), size_t(n) * sizeof(float));
         return ok_status();
     }
 
@@ -66,8 +72,7 @@ class LocalComm final : public Communicator {
         }
         DI_TRY_STATUS(rendezvous("all_gather"));
         for (int r = 0; r < s_->size; ++r)
-            std::memcpy(static_cast<char*>(dst.data) + size_t(r) * src.nbytes(), s_->slots[size_t(r)],
-                        src.nbytes());
+            copy(static_cast<char*>(dst.data) + size_t(r) * src.nbytes(), s_->slots[size_t(r)], src.nbytes());
         return rendezvous("all_gather");  // src may be reused once every peer has copied it
     }
 
@@ -96,8 +101,7 @@ class LocalComm final : public Communicator {
                      "all_to_all: rank {} sends {} bytes to rank {}, which expects {}", r, theirs[rank_],
                      rank_, recv_bytes[size_t(r)]);
             if (theirs[rank_] > 0)
-                std::memcpy(out, static_cast<const char*>(s_->slots[size_t(r)]) + offset,
-                            size_t(theirs[rank_]));
+                copy(out, static_cast<const char*>(s_->slots[size_t(r)]) + offset, size_t(theirs[rank_]));
             out += recv_bytes[size_t(r)];
         }
         return rendezvous("all_to_all");  // send may be reused once every peer has copied from it
@@ -110,6 +114,13 @@ class LocalComm final : public Communicator {
     }
 
   private:
+    void copy(void* dst, const void* src, size_t bytes) const {
+        if (s_->copy)
+            s_->copy(dst, src, bytes);
+        else
+            std::memcpy(dst, src, bytes);
+    }
+
     void publish(const void* buf, const int64_t* counts) {
         std::lock_guard lk(s_->m);
         s_->slots[size_t(rank_)] = buf;
@@ -138,7 +149,7 @@ class LocalComm final : public Communicator {
 
     std::shared_ptr<Shared> s_;
     int rank_;
-    std::vector<float> sum_;
+    std::vector<float> sum_, peer_;
 };
 
 }  // namespace
@@ -161,9 +172,10 @@ void check_all_to_all(const TensorView& send, std::span<const int64_t> send_byte
              "all_to_all of {} bytes from {} into {} bytes of {}", out, send.describe(), in, recv.describe());
 }
 
-std::vector<std::unique_ptr<Communicator>> make_local_group(int size, std::chrono::milliseconds timeout) {
+std::vector<std::unique_ptr<Communicator>> make_local_group(int size, std::chrono::milliseconds timeout,
+                                                            MemoryCopy device_copy) {
     DI_CHECK(size >= 1, "a group of {} ranks", size);
-    auto shared = std::make_shared<Shared>(size, timeout);
+    auto shared = std::make_shared<Shared>(size, timeout, std::move(device_copy));
     std::vector<std::unique_ptr<Communicator>> v;
     for (int r = 0; r < size; ++r) v.push_back(std::make_unique<LocalComm>(shared, r));
     return v;

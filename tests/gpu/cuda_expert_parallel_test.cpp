@@ -3,6 +3,7 @@
 // NCCL's all-to-all, gives the one-GPU logits bit for bit on two sequences of different lengths per step
 // (each GPU then runs fewer rows than the one GPU: the kernels these sizes take compute a row the same
 // whatever the batch, docs/cuda.md); and asking for more GPUs than the machine has is an error, not a crash.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,9 +12,13 @@
 #include <iterator>
 #include <string>
 
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/expert_parallel_model.h"
 #include "model/model.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
+#include "parallel/communicator.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
 
@@ -70,6 +75,43 @@ void expect_gpus_equal_one(int gpus, model::Precision p) {
 TEST(CudaExpertParallel, TwoGpusEqualOneExact) { expect_gpus_equal_one(2, model::Precision::kExact); }
 TEST(CudaExpertParallel, TwoGpusEqualOneNative) { expect_gpus_equal_one(2, model::Precision::kNative); }
 TEST(CudaExpertParallel, FourGpusEqualOne) { expect_gpus_equal_one(4, model::Precision::kExact); }
+
+// Several ranks on GPU 0, exchanging device memory through cudaMemcpy (a local group: NCCL takes one rank a
+// device): the exchange's data flow on the GPU backend and its bits against one rank, on a machine of one
+// GPU.
+void expect_ranks_on_one_gpu_equal_one(int ranks, model::Precision p) {
+    if (ops::cuda_device_count() < 1) GTEST_SKIP() << "no CUDA device";
+    const std::string dir = fixture_dir("v4_tiny_fp8");
+    const std::vector<int32_t> tokens = prompt(dir);
+    ASSERT_GE(tokens.size(), 30u);
+    auto be1 = runtime::make_backend("cuda"), ben = runtime::make_backend("cuda");
+    ASSERT_TRUE(be1.ok() && ben.ok());
+    auto one = runtime::load_model(dir, **be1);
+    ASSERT_TRUE(one.ok()) << one.error().message;
+    auto cfg = model::load_config(dir);
+    ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+    auto ck = io::Checkpoint::open(dir);
+    ASSERT_TRUE(ck.ok()) << ck.error().message;
+    auto comms = parallel::make_local_group(
+        ranks, std::chrono::seconds(120),
+        [](void* dst, const void* src, size_t bytes) { cudaMemcpy(dst, src, bytes, cudaMemcpyDefault); });
+    auto m =
+        model::ExpertParallelModel::load(*cfg, std::make_shared<io::Checkpoint>(std::move(*ck)), **ben,
+                                         std::move(comms), [](int) { return runtime::make_backend("cuda"); });
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    (*one)->set_precision(p), (*m)->set_precision(p);
+    const std::vector<float> want = steps(**one, tokens), got = steps(**m, tokens);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+        << ranks << " ranks on one GPU differ from one rank";
+}
+
+TEST(CudaExpertParallel, TwoRanksOnOneGpuEqualOneExact) {
+    expect_ranks_on_one_gpu_equal_one(2, model::Precision::kExact);
+}
+TEST(CudaExpertParallel, ThreeRanksOnOneGpuEqualOneNative) {
+    expect_ranks_on_one_gpu_equal_one(3, model::Precision::kNative);
+}
 
 TEST(CudaExpertParallel, MoreGpusThanPresentIsAnError) {
     const int have = ops::cuda_device_count();

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -22,9 +24,24 @@ void on_ranks(std::vector<std::unique_ptr<Communicator>>& comms, Body body) {
     for (auto& t : threads) t.join();
 }
 
-TEST(LocalCommunicator, AllReduceIsTheRankOrderSumOnEveryRank) {
+// Each test runs on host memory and with a device copy (how ranks on one GPU exchange device memory), through
+// which every byte then moves.
+class LocalCommunicatorCopy : public testing::TestWithParam<bool> {
+  protected:
+    MemoryCopy copy() {
+        if (!GetParam()) return {};
+        return [this](void* dst, const void* src, size_t bytes) {
+            std::memcpy(dst, src, bytes);
+            copied += int64_t(bytes);
+        };
+    }
+    std::atomic<int64_t> copied{0};
+};
+
+TEST_P(LocalCommunicatorCopy, AllReduceIsTheRankOrderSumOnEveryRank) {
     constexpr int kRanks = 4, kN = 1000, kRounds = 30;
-    auto comms = make_local_group(kRanks, 10s);
+    auto comms = make_local_group(kRanks, 10s, copy());
+    EXPECT_EQ(comms[0]->device_memory(), GetParam());
     // inputs[round][rank]: values of mixed magnitude, so a different addition order would change bits
     std::vector<std::vector<std::vector<float>>> in(kRounds, std::vector<std::vector<float>>(kRanks));
     std::mt19937 rng(7);
@@ -51,6 +68,8 @@ TEST(LocalCommunicator, AllReduceIsTheRankOrderSumOnEveryRank) {
                 ASSERT_EQ(out[size_t(k)][size_t(r)][size_t(i)], want)
                     << "round " << k << " rank " << r << " i " << i;
         }
+    // each rank reads every rank's buffer and writes its own
+    EXPECT_EQ(copied.load(), GetParam() ? int64_t(kRounds) * kRanks * (kRanks + 1) * kN * 4 : 0);
 }
 
 TEST(LocalCommunicator, AllGatherIsInRankOrder) {
@@ -73,9 +92,9 @@ TEST(LocalCommunicator, AllGatherIsInRankOrder) {
 
 // Rank r sends (r + 2q) % 4 values to rank q (some pairs nothing, itself included), each value naming its
 // sender, receiver and index: every rank learns the counts, then receives exactly its values in rank order.
-TEST(LocalCommunicator, AllToAllDeliversEachRanksPartInRankOrder) {
+TEST_P(LocalCommunicatorCopy, AllToAllDeliversEachRanksPartInRankOrder) {
     constexpr int kRanks = 4;
-    auto comms = make_local_group(kRanks, 10s);
+    auto comms = make_local_group(kRanks, 10s, copy());
     auto count = [](int from, int to) { return int64_t((from + 2 * to) % 4); };
     std::vector<std::vector<int32_t>> got(kRanks);
     on_ranks(comms, [&](int r, Communicator& c) {
@@ -110,7 +129,13 @@ TEST(LocalCommunicator, AllToAllDeliversEachRanksPartInRankOrder) {
             for (int i = 0; i < count(q, r); ++i) want.push_back(1000 * q + 100 * r + i);
         EXPECT_EQ(got[size_t(r)], want) << "rank " << r;
     }
+    int64_t bytes = 0;  // every value moved once
+    for (int r = 0; r < kRanks; ++r)
+        for (int q = 0; q < kRanks; ++q) bytes += 4 * count(r, q);
+    EXPECT_EQ(copied.load(), GetParam() ? bytes : 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(HostAndDevice, LocalCommunicatorCopy, testing::Bool());
 
 TEST(LocalCommunicator, AFailedRankEndsItsPeersCollectives) {
     auto comms = make_local_group(3, 60s);  // far longer than the test may take: the failure must end it
