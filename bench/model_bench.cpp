@@ -11,6 +11,8 @@
 //               [--profile 1] (per-op time, bytes and GB/s of the prefill and of the decode steps; every op
 //                              synchronised, so the totals exceed the unprofiled times by the launch gaps)
 //               [--profile host] (nothing synchronised: the host's time to issue each op)
+//               [--gpus N]    (N expert-parallel ranks, each sequence on one: GPUs 0 .. N-1 on cuda,
+//                              threads on cpu and ref; docs/parallel.md)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
     std::string dir, preset = "demo", backend_name = "ref";
     int64_t n_prompt = 256, n_decode = 16, batch = 1, n_layers = 4, warmup = 1, context = 0,
             prefill_chunk = 0;
+    int expert_ranks = 1;
     std::string profile = "0", precision = "exact", graphs = "on";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -60,6 +63,8 @@ int main(int argc, char** argv) {
             context = std::stoll(v);
         else if (k == "--prefill-chunk")
             prefill_chunk = std::stoll(v);  // prompt tokens per prefill step (0: the whole prompt in one)
+        else if (k == "--gpus" || k == "--expert-ranks")
+            expert_ranks = std::stoi(v);  // expert-parallel ranks (docs/parallel.md)
         else if (k == "--warmup")
             warmup = std::stoll(v);  // untimed runs of the same prompt first (0: time the cold first step)
     }
@@ -93,15 +98,17 @@ int main(int argc, char** argv) {
                     return std::fprintf(stderr, "%s\n", st.error().message.c_str()), 1;
         }
     }
+    if (expert_ranks > 1 && profile != "0")
+        return std::fprintf(stderr, "model_bench: --profile times one backend; it does not take --gpus\n"), 2;
     auto be = runtime::make_backend(backend_name);
     if (!be) return std::fprintf(stderr, "%s\n", be.error().message.c_str()), 1;
     (*be)->set_graphs(graphs == "on");
     std::unique_ptr<ops::ProfileBackend> prof;
     if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be, profile != "host");
     ops::Backend& run_on = prof ? *prof : **be;
-    auto m = in_memory.checkpoint
-                 ? runtime::load_model_in_memory(in_memory.config_json, in_memory.checkpoint, run_on)
-                 : runtime::load_model(dir, run_on);
+    auto m = in_memory.checkpoint ? runtime::load_model_in_memory(in_memory.config_json, in_memory.checkpoint,
+                                                                  run_on, expert_ranks)
+                                  : runtime::load_model(dir, run_on, false, expert_ranks);
     in_memory = {};  // the device holds its copies now
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
     auto& model = **m;
@@ -132,6 +139,7 @@ int main(int argc, char** argv) {
         context, prefill_chunk);
     if (prof) fmt::print("profile of {} decode steps (batch {}):\n{}\n", n_decode, batch, prof->markdown());
     const auto& ws = model.weight_stats();
+    if (expert_ranks > 1) fmt::print("expert-parallel ranks {} (each sequence on one)\n", expert_ranks);
     fmt::print("model {} ({} layers, hidden {}, {:.1f} M params, {:.1f} M active, {:.1f} MiB weights)\n", dir,
                cfg.n_layers, cfg.hidden_dim, double(ws.params) / 1e6, double(ws.active_params) / 1e6,
                double(ws.bytes) / 1048576.0);

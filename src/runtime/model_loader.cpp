@@ -49,36 +49,47 @@ Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& ba
 
 }  // namespace
 
+namespace {
+
+// The family's model, or expert_ranks ranks of it (model/expert_parallel_model.h).
+Result<std::unique_ptr<model::Model>> load_ranks(model::ModelConfig cfg, std::shared_ptr<io::Checkpoint> ckpt,
+                                                 ops::Backend& backend, int expert_ranks,
+                                                 const std::string& source) {
+    if (expert_ranks == 1) {
+        const model::ModelFamily& family = model::family_of(cfg);
+        return family.load(std::move(cfg), std::move(ckpt), backend);
+    }
+    if (cfg.architecture != "DeepseekV4ForCausalLM")
+        return make_error(ErrorCode::kUnsupported, "{}: expert parallelism is not written for {}", source,
+                          cfg.architecture);
+    if (expert_ranks < 1 || expert_ranks > cfg.n_experts)
+        return make_error(ErrorCode::kInvalidArgument, "{} expert-parallel ranks for {} routed experts",
+                          expert_ranks, cfg.n_experts);
+    const std::string name(backend.name());
+    DI_TRY(auto comms, rank_group(backend, expert_ranks));
+    return model::ExpertParallelModel::load(std::move(cfg), std::move(ckpt), backend, std::move(comms),
+                                            [&](int rank) { return make_backend_on(name, rank); });
+}
+
+}  // namespace
+
 Result<std::unique_ptr<model::Model>> load_model(const std::string& dir, ops::Backend& backend,
                                                  bool check_weights, int expert_ranks) {
     DI_TRY(model::ModelConfig cfg, model::load_config(dir));
     DI_TRY_STATUS(check_kernel_limits(cfg, backend, dir + "/config.json"));
     DI_TRY(io::Checkpoint ckpt, io::Checkpoint::open(dir));
     if (check_weights) DI_TRY_STATUS(io::check_checkpoint_finite(ckpt));
-    if (expert_ranks != 1) {
-        if (cfg.architecture != "DeepseekV4ForCausalLM")
-            return make_error(ErrorCode::kUnsupported, "{}: expert parallelism is not written for {}", dir,
-                              cfg.architecture);
-        if (expert_ranks < 1 || expert_ranks > cfg.n_experts)
-            return make_error(ErrorCode::kInvalidArgument, "{} expert-parallel ranks for {} routed experts",
-                              expert_ranks, cfg.n_experts);
-        const std::string name(backend.name());
-        DI_TRY(auto comms, rank_group(backend, expert_ranks));
-        return model::ExpertParallelModel::load(
-            std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ckpt)), backend, std::move(comms),
-            [&](int rank) { return make_backend_on(name, rank); });
-    }
-    const model::ModelFamily& family = model::family_of(cfg);
-    return family.load(std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ckpt)), backend);
+    return load_ranks(std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ckpt)), backend,
+                      expert_ranks, dir);
 }
 
 Result<std::unique_ptr<model::Model>> load_model_in_memory(const std::string& config_json,
                                                            std::shared_ptr<io::Checkpoint> ckpt,
-                                                           ops::Backend& backend) {
+                                                           ops::Backend& backend, int expert_ranks) {
     DI_TRY(model::ModelConfig cfg, model::parse_config(config_json, ckpt->dir()));
     DI_TRY_STATUS(check_kernel_limits(cfg, backend, ckpt->dir()));
-    const model::ModelFamily& family = model::family_of(cfg);
-    return family.load(std::move(cfg), std::move(ckpt), backend);
+    const std::string source = ckpt->dir();
+    return load_ranks(std::move(cfg), std::move(ckpt), backend, expert_ranks, source);
 }
 
 Result<model::Precision> parse_precision(std::string_view name) {

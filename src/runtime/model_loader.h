@@ -16,10 +16,11 @@ namespace di::runtime {
 Result<std::unique_ptr<model::Model>> load_model(const std::string& dir, ops::Backend& backend,
                                                  bool check_weights = false, int expert_ranks = 1);
 
-// A model whose config text and tensors are already in memory (benchmark models drawn without a file).
+// A model whose config text and tensors are already in memory (benchmark models drawn without a file);
+// expert_ranks as load_model's.
 Result<std::unique_ptr<model::Model>> load_model_in_memory(const std::string& config_json,
                                                            std::shared_ptr<io::Checkpoint> ckpt,
-                                                           ops::Backend& backend);
+                                                           ops::Backend& backend, int expert_ranks = 1);
 
 // "exact" | "native" (model::Precision); anything else is a one-line error naming the value.
 Result<model::Precision> parse_precision(std::string_view name);
