@@ -6,31 +6,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "logits_fidelity.h"
+#include "long_prompt_golden.h"
 #include "model_fixture.h"
+#include "runtime/backend_factory.h"
+#include "runtime/model_loader.h"
 
 namespace di::test {
 namespace {
-
-struct Agreement {
-    float max_diff = 0, max_ref = 0;
-    int64_t argmax_mismatch = 0;
-};
-
-Agreement compare(const std::vector<float>& got, const std::vector<float>& ref, int64_t rows, int64_t vocab) {
-    Agreement a;
-    a.max_ref = max_abs(ref);
-    for (int64_t r = 0; r < rows; ++r) {
-        int64_t bg = 0, br = 0;
-        for (int64_t v = 0; v < vocab; ++v) {
-            const size_t i = size_t(r * vocab + v);
-            a.max_diff = std::max(a.max_diff, std::fabs(got[i] - ref[i]));
-            if (got[i] > got[size_t(r * vocab + bg)]) bg = v;
-            if (ref[i] > ref[size_t(r * vocab + br)]) br = v;
-        }
-        a.argmax_mismatch += bg != br;
-    }
-    return a;
-}
 
 class GoldenFp32 : public ::testing::TestWithParam<const char*> {};
 
@@ -85,36 +68,6 @@ TEST(GoldenBf16, MatchesFp32ReferenceAndStaysWithinBf16NoiseFloor) {
         a32.max_diff / a32.max_ref, a16.max_diff / a16.max_ref, median);
 }
 
-// Teacher-forced agreement of two logit matrices: top-1 agreement, the lowest per-row cosine, and the largest
-// and median per-row max |d| relative to max |ref|.
-struct Fidelity {
-    double top1 = 0, min_cos = 1, max_rel = 0, median_rel = 0;
-};
-Fidelity fidelity(const std::vector<float>& got, const std::vector<float>& ref, int64_t rows, int64_t vocab) {
-    Fidelity f;
-    const double m = max_abs(ref);
-    std::vector<double> rel;
-    int64_t agree = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        double dot = 0, ng = 0, nr = 0, d = 0;
-        int64_t bg = 0, br = 0;
-        for (int64_t v = 0; v < vocab; ++v) {
-            const double g = got[size_t(r * vocab + v)], e = ref[size_t(r * vocab + v)];
-            dot += g * e, ng += g * g, nr += e * e, d = std::max(d, std::fabs(g - e));
-            if (g > got[size_t(r * vocab + bg)]) bg = v;
-            if (e > ref[size_t(r * vocab + br)]) br = v;
-        }
-        agree += bg == br;
-        f.min_cos = std::min(f.min_cos, dot / std::sqrt(ng * nr));
-        rel.push_back(d / m);
-    }
-    f.top1 = double(agree) / double(rows);
-    f.max_rel = *std::max_element(rel.begin(), rel.end());
-    std::nth_element(rel.begin(), rel.begin() + long(rel.size() / 2), rel.end());
-    f.median_rel = rel[rel.size() / 2];
-    return f;
-}
-
 // Native precision (fp8 activation blocks into every FP8 linear, as DeepSeek's inference code) on the FP8
 // fixture, against transformers' fp32 run of the same bytes (logits.npy). The reference's own noise floors on
 // these weights (tools/fixtures_native.py): transformers with the same activation quantisation simulated by
@@ -154,6 +107,16 @@ TEST(GoldenNative, Fp8FixtureWithinTransformersOwnFp8Deviation) {
     EXPECT_LE(got.max_rel, 1.1 * hf_native.max_rel);
     EXPECT_LE(got.median_rel, 1.1 * hf_native.median_rel);
     EXPECT_LT(to_hf_native.median_rel, 0.8 * hf_native.median_rel);
+}
+
+// The long prompt (long_prompt_golden.h) on the cpu backend.
+TEST(GoldenNative, LongPromptExactAndNative) {
+    const std::string dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp8";
+    auto be = runtime::make_backend("cpu");
+    ASSERT_TRUE(be.ok());
+    auto m = runtime::load_model(dir, **be);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    expect_long_prompt_golden(**m, dir, "cpu");
 }
 
 }  // namespace
