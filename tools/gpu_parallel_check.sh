@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU call for expert parallelism (docs/parallel.md) on whatever GPUs the machine has (~3 min):
 # - nccl_test: the NCCL group on every GPU (one rank on a one-GPU machine), all_to_all included;
-# - cuda_model_test: graph replay, the expert-parallel model with several ranks on GPU 0 (a device-copy
+# - cuda_model_test: graph replay, the 1,100-token golden of v4_tiny_fp8 on cuda (exact, and native with
+#   the W4A8 MoE), the expert-parallel model with several ranks on GPU 0 (a device-copy
 #   group), and with 2 and 4 GPUs where present (skipped otherwise), each against one rank bit for bit;
 # - the golden fixtures through `deepinfer score`;
 # - `deepinfer run --backend cuda --temperature 0` on the demo model with --gpus 1 and every GPU count up to
