@@ -12,6 +12,7 @@ import subprocess
 import sys
 import types
 
+CALLER_ENV = dict(os.environ)  # deepinfer runs with the caller's GPUs; transformers here on the CPU
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fixtures_common as fc  # noqa: E402
@@ -30,7 +31,7 @@ def deepinfer(binary, backend, precision, prompt):
     out = subprocess.run([binary, "generate", "--backend", backend, "--model", FIXTURE, "--tokens",
                           ",".join(map(str, prompt)), "--temperature", "0", "--max-new-tokens", str(fc.GREEDY_NEW),
                           "--min-new-tokens", str(fc.GREEDY_NEW), "--output", "ids", "--precision", precision],
-                         check=True, capture_output=True, text=True)
+                         check=True, capture_output=True, text=True, env=CALLER_ENV)
     return json.loads(out.stdout)
 
 
