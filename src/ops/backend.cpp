@@ -1,6 +1,8 @@
-// Backend's default argmax, for backends whose memory is the host's (a device backend implements its own).
+// Backend's default argmax and top_candidates, for backends whose memory is the host's (a device backend
+// implements its own).
 #include "ops/backend.h"
 
+#include <cstring>
 #include <tuple>
 
 namespace di::ops {
@@ -12,6 +14,21 @@ void Backend::argmax(const ArgmaxArgs& a) {
     for (int64_t r = 0; r < a.x.shape[0]; ++r)
         std::tie(a.ids.ptr<int32_t>()[r], a.bad.ptr<int32_t>()[r]) =
             argmax_row(a.x.at<float>(r), a.x.shape[1]);
+}
+
+void Backend::top_candidates(const TopCandidatesArgs& a) {
+    check(a);
+    for (const TensorView* v : {&a.x, &a.temperature, &a.ids, &a.values, &a.sums, &a.bad})
+        DI_CHECK(v->device == Device::kHost,
+                 "top_candidates: backend {} has device memory and no op of its own", name());
+    const int64_t C = a.ids.shape[1];
+    for (int64_t r = 0; r < a.x.shape[0]; ++r) {
+        double sums[3];
+        top_candidates_row(a.x.at<float>(r), a.x.shape[1], a.temperature.ptr<float>()[r],
+                           a.ids.ptr<int32_t>() + r * C, a.values.ptr<float>() + r * C, C, sums,
+                           a.bad.ptr<int32_t>() + r);
+        std::memcpy(a.sums.ptr<int64_t>() + 3 * r, sums, sizeof(sums));
+    }
 }
 
 }  // namespace di::ops

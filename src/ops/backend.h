@@ -18,6 +18,7 @@
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/sampling.h"
 
 namespace di::ops {
 
@@ -102,6 +103,8 @@ class Backend {
     // The greedy pick of each logits row (elementwise.h). This default is for host memory; a device backend
     // computes the picks where the logits are, so only ids cross to the host.
     virtual void argmax(const ArgmaxArgs& a);
+    // The sampling candidates of each logits row (sampling.h); this default is for host memory, as argmax's.
+    virtual void top_candidates(const TopCandidatesArgs& a);
 
     // Fused pairs: each computes what its two calls in order compute, which is what these defaults do (so
     // ref, cpu and the compare and profile wrappers run and check the parts one by one). A backend may run

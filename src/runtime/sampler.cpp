@@ -6,6 +6,8 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "core/check.h"
+
 namespace di::runtime {
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
@@ -119,6 +121,91 @@ int32_t Sampler::draw(const std::vector<double>& z) {
         r -= q;
     }
     return rank.at(keep - 1);
+}
+
+// draw() on candidates: the same steps where they only read the ranking's first C entries (z = the logits,
+// no id barred, so n_ok = V, and the sums over every id are the op's); nullopt where a step reads further.
+std::optional<int32_t> Sampler::draw(const Candidates& c) {
+    const double T = p_.temperature;
+    const size_t V = size_t(c.vocab), C = c.ids.size();
+    size_t keep = p_.top_k > 0 ? std::min(V, size_t(p_.top_k)) : V;
+    auto z = [&](size_t i) { return double(c.logits[i]); };
+    const double m = z(0) / T;
+    double sum = 0;
+    if (keep < V) {
+        if (keep > C) return std::nullopt;
+        for (size_t i = 0; i < keep; ++i) sum += std::exp(z(i) / T - m);
+    } else {
+        sum = c.sum_t;
+    }
+    auto prob = [&](size_t i) { return std::exp(z(i) / T - m) / sum; };
+    const size_t before_cuts = keep;
+    if (p_.min_p > 0.0f) {
+        const double floor = p_.min_p * prob(0);
+        size_t k = 1;
+        for (; k < keep; ++k) {
+            if (k >= C) return std::nullopt;
+            if (!(prob(k) >= floor)) break;
+        }
+        keep = k;
+    }
+    if (p_.top_p < 1.0f) {
+        double mass = 0;
+        size_t k = 0;
+        while (k < keep && (k == 0 || mass < p_.top_p)) {
+            if (k >= C) return std::nullopt;
+            mass += prob(k++);
+        }
+        keep = k;
+    }
+    double total = 0;
+    if (keep == before_cuts && keep == V) {
+        total = c.total_t;
+    } else {
+        if (keep > C) return std::nullopt;
+        for (size_t i = 0; i < keep; ++i) total += prob(i);
+    }
+    double r = uniform() * total;
+    for (size_t i = 0; i < keep; ++i) {
+        if (i >= C) return std::nullopt;
+        const double q = prob(i);
+        if (r < q) return c.ids[i];
+        r -= q;
+    }
+    if (keep > C) return std::nullopt;
+    return c.ids[keep - 1];
+}
+
+bool Sampler::uses_only_logits() const {
+    return p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
+}
+
+std::optional<SampledToken> Sampler::sample(const Candidates& c) {
+    DI_CHECK(uses_only_logits() && !c.ids.empty() && c.ids.size() == c.logits.size(),
+             "sampling from candidates: penalties or no candidates");
+    const size_t C = c.ids.size();
+    if (p_.top_logprobs > 0 && std::min(size_t(c.vocab), size_t(p_.top_logprobs)) > C) return std::nullopt;
+    SampledToken out;
+    size_t at = 0;                 // the pick's place among the candidates
+    if (p_.temperature <= 0.0f) {  // the first maximum: the first candidate
+        out.id = c.ids[0];
+    } else {
+        const std::mt19937_64 before = rng_;
+        const std::optional<int32_t> id = draw(c);
+        if (!id) {
+            rng_ = before;
+            return std::nullopt;
+        }
+        out.id = *id;
+        while (c.ids[at] != out.id) ++at;
+    }
+    if (p_.logprobs || p_.top_logprobs > 0) {  // finish_logprobs' sums, the op's in the same order
+        const double raw_lse = double(c.logits[0]) + std::log(c.sum_1);
+        out.logprob = float(double(c.logits[at]) - raw_lse);
+        for (size_t i = 0; i < std::min(size_t(c.vocab), size_t(std::max(p_.top_logprobs, 0))); ++i)
+            out.top.emplace_back(c.ids[i], float(double(c.logits[i]) - raw_lse));
+    }
+    return out;
 }
 
 SampledToken Sampler::sample(std::span<const float> logits, std::span<const int32_t> context,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <utility>
@@ -31,6 +32,15 @@ struct SampledToken {
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
 };
 
+// One logits row's sampling candidates (ops/sampling.h's top_candidates, computed where the logits are): its
+// best ids by (logit descending, id ascending) with their logits, and its sums over the whole row.
+struct Candidates {
+    std::span<const int32_t> ids;
+    std::span<const float> logits;
+    double sum_1 = 0, sum_t = 0, total_t = 0;  // the op's sums for this row's temperature
+    int64_t vocab = 0;
+};
+
 // Index of the first NaN or infinite logit, or -1. A broken checkpoint or kernel shows up here: sampling
 // from such a row would return an arbitrary token, so every caller stops with an error instead.
 int64_t first_non_finite(std::span<const float> logits);
@@ -45,11 +55,19 @@ class Sampler {
     SampledToken sample(std::span<const float> logits, std::span<const int32_t> context,
                         std::span<const int32_t> generated, std::span<const int32_t> suppressed = {},
                         std::span<const uint32_t> allowed = {});
+    // The same draw from a row's candidates, for a request without penalties, suppressed ids or a mask
+    // (uses_only_logits()): the token sample() would give on the full row, bit for bit, or nullopt where the
+    // draw reads past the candidates (then this sampler is as before the call: sample() the full row).
+    std::optional<SampledToken> sample(const Candidates& c);
+    // No penalties: a draw depends on the logits alone (and the sequence's suppressed ids and mask, which
+    // the caller knows).
+    bool uses_only_logits() const;
     const SamplingParams& params() const { return p_; }
 
   private:
-    double uniform();                            // [0, 1), identical on every platform for a given seed
-    int32_t draw(const std::vector<double>& z);  // temperature > 0: the sampled id
+    double uniform();                                  // [0, 1), identical on every platform for a given seed
+    int32_t draw(const std::vector<double>& z);        // temperature > 0: the sampled id
+    std::optional<int32_t> draw(const Candidates& c);  // the same from candidates; nullopt: not enough
     void finish_logprobs(SampledToken& out, std::span<const float> logits) const;  // when asked for
     SamplingParams p_;
     std::mt19937_64 rng_;

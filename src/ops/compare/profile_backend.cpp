@@ -75,6 +75,10 @@ void ProfileBackend::argmax(const ArgmaxArgs& a) {
     timed("argmax", a, 0, [&] { subject_.argmax(a); });
 }
 
+void ProfileBackend::top_candidates(const TopCandidatesArgs& a) {
+    timed("top_candidates", a, 0, [&] { subject_.top_candidates(a); });
+}
+
 void ProfileBackend::moe(const MoeArgs& a) {
     // The selected experts' weights, each counted once: the ids are read back (the op is synchronised
     // anyway).

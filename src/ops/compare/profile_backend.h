@@ -59,6 +59,7 @@ class ProfileBackend final : public Backend {
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
     void argmax(const ArgmaxArgs& a) override;
+    void top_candidates(const TopCandidatesArgs& a) override;
     void moe(const MoeArgs& a) override;
     // The fused pairs are timed as one op each (the subject may run them as one launch).
     void rms_norm_rope(const RmsNormArgs& n, const RopeArgs& r) override;
