@@ -36,6 +36,11 @@ struct EngineOptions {
                                       // bit-identical to launching every kernel: tests/gpu/cuda_graphs_test)
     int expert_ranks = 1;             // expert-parallel ranks, threads of this process (host backends so far;
                                       // docs/parallel.md): the same tokens as one rank, bit for bit
+    // Sampling steps draw from each logits row's best ids, computed where the logits are (a few kilobytes a
+    // row cross to the host instead of the vocabulary; the same tokens: runtime/sampler.h): how many a row.
+    // -1: 256 where the backend computes them on its device (ops::Backend::candidates_on_device), else none;
+    // 0: none (every sampled row crosses whole); N > 0: N on any backend.
+    int sample_candidates = -1;
 };
 
 // A kernel variant of the engine's backend, whether the active allow-list lets it run, how often it ran.
@@ -70,6 +75,7 @@ struct EngineStats {
              finished_error = 0;
     uint64_t prompt_tokens = 0, generation_tokens = 0, steps = 0;
     uint64_t greedy_steps = 0;  // steps whose tokens the model picked where the logits are (only ids back)
+    uint64_t candidate_draws = 0, full_row_draws = 0;  // sampled tokens drawn from candidates / whole rows
     int n_running = 0, n_waiting = 0;
     int64_t state_bytes_allocated = 0;  // held by live sequence states now
     int64_t state_bytes_reserved = 0;   // reserved by admitted requests (>= allocated)

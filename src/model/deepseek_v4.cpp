@@ -115,6 +115,45 @@ GreedyRows DeepseekV4::forward_greedy(std::span<const SeqChunk> chunks) {
     return g;
 }
 
+CandidateRows DeepseekV4::forward_candidates(std::span<const SeqChunk> chunks,
+                                             std::span<const float> temperatures, int64_t per_row) {
+    Step s;
+    const TensorView logits = run_step(chunks, s);
+    const int64_t m = logits.shape[0], C = std::min(per_row, logits.shape[1]);
+    DI_CHECK(int64_t(temperatures.size()) == m, "{} temperatures for {} logits rows", temperatures.size(), m);
+    CandidateRows c{C, std::vector<int32_t>(size_t(m * C)), std::vector<float>(size_t(m * C)),
+                    std::vector<double>(size_t(m * 3)), std::vector<int32_t>(size_t(m))};
+    if (m > 0) {  // after the head segment: buffers of the step's varying sizes
+        const TensorView temp = vws_.take(DType::kF32, {m}), ids = vws_.take(DType::kI32, {m, C});
+        const TensorView values = vws_.take(DType::kF32, {m, C}), sums = vws_.take(DType::kI64, {m, 3});
+        const TensorView bad = vws_.take(DType::kI32, {m});
+        be_->copy(temp, TensorView::contiguous(const_cast<float*>(temperatures.data()), DType::kF32, {m}));
+        be_->top_candidates(
+            {.x = logits, .temperature = temp, .ids = ids, .values = values, .sums = sums, .bad = bad});
+        be_->copy(TensorView::contiguous(c.ids.data(), DType::kI32, {m, C}), ids);
+        be_->copy(TensorView::contiguous(c.logits.data(), DType::kF32, {m, C}), values);
+        be_->copy(TensorView::contiguous(c.sums.data(), DType::kI64, {m, 3}), sums);  // doubles' bits
+        be_->copy(TensorView::contiguous(c.bad.data(), DType::kI32, {m}), bad);
+    }
+    be_->synchronize();
+    step_logits_ = logits;
+    for (size_t i = 0; i < chunks.size(); ++i) chunks[i].state->advance(s.len[i]);
+    return c;
+}
+
+std::vector<float> DeepseekV4::step_logits_rows(std::span<const int64_t> rows) {
+    const int64_t V = cfg_.vocab_size;
+    std::vector<float> out(rows.size() * size_t(V));
+    for (size_t i = 0; i < rows.size(); ++i) {
+        DI_CHECK(rows[i] >= 0 && rows[i] < step_logits_.shape[0], "logits row {} of {}", rows[i],
+                 step_logits_.shape[0]);
+        be_->copy(TensorView::contiguous(out.data() + i * size_t(V), DType::kF32, {1, V}),
+                  step_logits_.rows(rows[i], 1));
+    }
+    be_->synchronize();
+    return out;
+}
+
 TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
     const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult, V = cfg_.vocab_size;
     const float eps = float(cfg_.rms_norm_eps);

@@ -33,6 +33,10 @@ class DeepseekV4 final : public Model {
     std::vector<float> forward(std::span<const SeqChunk> chunks) override;
     // The greedy pick on the backend (ops::Backend::argmax): only ids cross to the host.
     GreedyRows forward_greedy(std::span<const SeqChunk> chunks) override;
+    // The candidates on the backend (ops::Backend::top_candidates): a few kilobytes a row cross to the host.
+    CandidateRows forward_candidates(std::span<const SeqChunk> chunks, std::span<const float> temperatures,
+                                     int64_t per_row) override;
+    std::vector<float> step_logits_rows(std::span<const int64_t> rows) override;
     // Expert parallelism with data-parallel attention (docs/parallel.md): this model is rank comm->rank() of
     // comm->size(), its weights bound with `experts` (bind_weights). Each rank steps its own sequences; each
     // MoE sends the tokens' rows to the ranks that hold their experts and gets the pairs' outputs back (see
@@ -80,6 +84,7 @@ class DeepseekV4 final : public Model {
     Tensor inv_freq_main_, inv_freq_compress_;  // f32 [rope_dim / 2] on the device
     float mscale_main_ = 1.0f, mscale_compress_ = 1.0f;
     Precision precision_ = Precision::kExact;
+    TensorView step_logits_;  // forward_candidates' logits on the backend, until the next step
     parallel::Communicator* comm_ = nullptr;
     ExpertPartition experts_;
 };

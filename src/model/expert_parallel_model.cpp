@@ -95,6 +95,8 @@ Result<std::unique_ptr<Model>> ExpertParallelModel::load(
     m->rank_chunks_.resize(size_t(ranks));
     m->rank_logits_.resize(size_t(ranks));
     m->rank_picks_.resize(size_t(ranks));
+    m->rank_cands_.resize(size_t(ranks));
+    m->rank_temps_.resize(size_t(ranks));
     m->load_ = std::make_shared<std::vector<int64_t>>(size_t(ranks), 0);
     m->load_m_ = std::make_shared<std::mutex>();
     for (int r = 1; r < ranks; ++r) m->threads_.emplace_back([p = m.get(), r] { p->worker(r); });
@@ -150,21 +152,36 @@ void ExpertParallelModel::run_rank(int rank) {
     const std::vector<SeqChunk>& chunks = rank_chunks_[size_t(rank)];
     if (chunks.empty())
         m.idle_step();
-    else if (greedy_)
+    else if (want_ == Want::kGreedy)
         rank_picks_[size_t(rank)] = m.forward_greedy(chunks);
+    else if (want_ == Want::kCandidates)
+        rank_cands_[size_t(rank)] = m.forward_candidates(chunks, rank_temps_[size_t(rank)], per_row_);
     else
         rank_logits_[size_t(rank)] = m.forward(chunks);
 }
 
-void ExpertParallelModel::step(std::span<const SeqChunk> chunks, bool greedy) {
+void ExpertParallelModel::step(std::span<const SeqChunk> chunks, Want want,
+                               std::span<const float> temperatures) {
     for (auto& rc : rank_chunks_) rc.clear();
+    for (auto& t : rank_temps_) t.clear();
+    row_home_.clear();
+    size_t row = 0;
     for (const SeqChunk& c : chunks) {
         HomeState& st = home_state(c);
         SeqChunk part = c;
         part.state = st.part();
-        rank_chunks_[size_t(st.rank())].push_back(part);
+        const size_t r = size_t(st.rank());
+        rank_chunks_[r].push_back(part);
+        for (size_t i = 0; i < logits_rows(c); ++i, ++row) {
+            if (want == Want::kCandidates) rank_temps_[r].push_back(temperatures[row]);
+            row_home_.emplace_back(st.rank(), int64_t(row_home_.size()));  // local row: set below
+        }
     }
-    greedy_ = greedy;
+    DI_CHECK(want != Want::kCandidates || row == temperatures.size(), "{} temperatures for {} logits rows",
+             temperatures.size(), row);
+    std::vector<int64_t> local(ranks_.size(), 0);  // each row's place among its rank's rows
+    for (auto& [r, i] : row_home_) i = local[size_t(r)]++;
+    want_ = want;
     {
         std::lock_guard lk(m_);
         pending_ = int(ranks_.size()) - 1;
@@ -181,7 +198,7 @@ void ExpertParallelModel::step(std::span<const SeqChunk> chunks, bool greedy) {
 }
 
 std::vector<float> ExpertParallelModel::forward(std::span<const SeqChunk> chunks) {
-    step(chunks, false);
+    step(chunks, Want::kLogits);
     const size_t V = size_t(config().vocab_size);
     std::vector<float> out;
     std::vector<size_t> next(ranks_.size(), 0);  // each rank's next logits row
@@ -196,7 +213,7 @@ std::vector<float> ExpertParallelModel::forward(std::span<const SeqChunk> chunks
 }
 
 GreedyRows ExpertParallelModel::forward_greedy(std::span<const SeqChunk> chunks) {
-    step(chunks, true);
+    step(chunks, Want::kGreedy);
     GreedyRows out;
     std::vector<size_t> next(ranks_.size(), 0);
     for (const SeqChunk& c : chunks) {
@@ -209,6 +226,41 @@ GreedyRows ExpertParallelModel::forward_greedy(std::span<const SeqChunk> chunks)
         }
         next[r] += rows;
     }
+    return out;
+}
+
+CandidateRows ExpertParallelModel::forward_candidates(std::span<const SeqChunk> chunks,
+                                                      std::span<const float> temperatures, int64_t per_row) {
+    per_row_ = per_row;
+    step(chunks, Want::kCandidates, temperatures);
+    CandidateRows out;
+    out.per_row = std::min(per_row, config().vocab_size);
+    const size_t C = size_t(out.per_row);
+    for (const auto& [r, i] : row_home_) {
+        const CandidateRows& src = rank_cands_[size_t(r)];
+        const size_t at = size_t(i);
+        out.ids.insert(out.ids.end(), src.ids.begin() + ptrdiff_t(at * C),
+                       src.ids.begin() + ptrdiff_t((at + 1) * C));
+        out.logits.insert(out.logits.end(), src.logits.begin() + ptrdiff_t(at * C),
+                          src.logits.begin() + ptrdiff_t((at + 1) * C));
+        out.sums.insert(out.sums.end(), src.sums.begin() + ptrdiff_t(at * 3),
+                        src.sums.begin() + ptrdiff_t(at * 3 + 3));
+        out.bad.push_back(src.bad[at]);
+    }
+    return out;
+}
+
+std::vector<float> ExpertParallelModel::step_logits_rows(std::span<const int64_t> rows) {
+    const size_t V = size_t(config().vocab_size);
+    std::vector<float> out;
+    for (const int64_t row : rows) {
+        DI_CHECK(row >= 0 && size_t(row) < row_home_.size(), "logits row {} of {}", row, row_home_.size());
+        const auto [r, i] = row_home_[size_t(row)];
+        ranks_[size_t(r)]->backend().bind_thread();
+        const std::vector<float> one = ranks_[size_t(r)]->step_logits_rows(std::span(&i, 1));
+        out.insert(out.end(), one.begin(), one.begin() + ptrdiff_t(V));
+    }
+    ranks_[0]->backend().bind_thread();
     return out;
 }
 

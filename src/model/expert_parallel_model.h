@@ -40,13 +40,18 @@ class ExpertParallelModel final : public Model {
     std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
     std::vector<float> forward(std::span<const SeqChunk> chunks) override;
     GreedyRows forward_greedy(std::span<const SeqChunk> chunks) override;
+    CandidateRows forward_candidates(std::span<const SeqChunk> chunks, std::span<const float> temperatures,
+                                     int64_t per_row) override;
+    std::vector<float> step_logits_rows(std::span<const int64_t> rows) override;
     int ranks() const { return int(ranks_.size()); }
 
   private:
     ExpertParallelModel() = default;
     void worker(int rank);
-    // Splits the chunks by home rank, runs the step on every rank and waits for all of them.
-    void step(std::span<const SeqChunk> chunks, bool greedy);
+    enum class Want : uint8_t { kLogits, kGreedy, kCandidates };
+    // Splits the chunks (and the candidates' temperatures) by home rank, runs the step on every rank and
+    // waits for all of them; row_home_ then maps each logits row of the step to its rank and row there.
+    void step(std::span<const SeqChunk> chunks, Want want, std::span<const float> temperatures = {});
     void run_rank(int rank);
 
     std::vector<std::unique_ptr<ops::Backend>> backends_;  // ranks 1..
@@ -58,10 +63,14 @@ class ExpertParallelModel final : public Model {
     uint64_t step_ = 0;
     int pending_ = 0;
     bool stop_ = false;
-    bool greedy_ = false;
+    Want want_ = Want::kLogits;
+    int64_t per_row_ = 0;
     std::vector<std::vector<SeqChunk>> rank_chunks_;  // the step's chunks of each rank, their parts' states
+    std::vector<std::vector<float>> rank_temps_;      // and their logits rows' temperatures (kCandidates)
     std::vector<std::vector<float>> rank_logits_;     // each rank's result of the step
     std::vector<GreedyRows> rank_picks_;
+    std::vector<CandidateRows> rank_cands_;
+    std::vector<std::pair<int, int64_t>> row_home_;
     std::shared_ptr<std::vector<int64_t>> load_;  // state bytes living on each rank (guarded by load_m_)
     std::shared_ptr<std::mutex> load_m_;
     std::vector<std::thread> threads_;

@@ -1,6 +1,11 @@
 #include "model/model.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
 #include "ops/elementwise.h"
+#include "ops/sampling.h"
 
 namespace di::model {
 
@@ -15,6 +20,31 @@ GreedyRows Model::forward_greedy(std::span<const SeqChunk> chunks) {
         if (g.bad[i] >= 0) g.bad_value[i] = logits[size_t(r * V + g.bad[i])];
     }
     return g;
+}
+
+CandidateRows Model::forward_candidates(std::span<const SeqChunk> chunks, std::span<const float> temperatures,
+                                        int64_t per_row) {
+    step_logits_ = forward(chunks);
+    const int64_t V = config().vocab_size, rows = int64_t(step_logits_.size()) / V, C = std::min(per_row, V);
+    DI_CHECK(int64_t(temperatures.size()) == rows, "{} temperatures for {} logits rows", temperatures.size(),
+             rows);
+    CandidateRows c{C, std::vector<int32_t>(size_t(rows * C)), std::vector<float>(size_t(rows * C)),
+                    std::vector<double>(size_t(rows * 3)), std::vector<int32_t>(size_t(rows))};
+    for (int64_t r = 0; r < rows; ++r)
+        ops::top_candidates_row(step_logits_.data() + r * V, V, temperatures[size_t(r)], c.ids.data() + r * C,
+                                c.logits.data() + r * C, C, c.sums.data() + 3 * r, c.bad.data() + r);
+    return c;
+}
+
+std::vector<float> Model::step_logits_rows(std::span<const int64_t> rows) {
+    const int64_t V = config().vocab_size;
+    std::vector<float> out(rows.size() * size_t(V));
+    for (size_t i = 0; i < rows.size(); ++i) {
+        DI_CHECK(rows[i] >= 0 && (rows[i] + 1) * V <= int64_t(step_logits_.size()),
+                 "logits row {} of the step", rows[i]);
+        std::memcpy(out.data() + i * size_t(V), step_logits_.data() + rows[i] * V, size_t(V) * sizeof(float));
+    }
+    return out;
 }
 
 }  // namespace di::model

@@ -68,6 +68,16 @@ struct GreedyRows {
     std::vector<float> bad_value;  // per logits row: that logit (for the error message), or 0
 };
 
+// The sampling candidates of each logits row of a step (ops/sampling.h's top_candidates, computed where the
+// logits are), so a step whose sequences sample moves a few kilobytes a row to the host.
+struct CandidateRows {
+    int64_t per_row = 0;        // C
+    std::vector<int32_t> ids;   // [rows, C]: by logit descending, id ascending
+    std::vector<float> logits;  // [rows, C]
+    std::vector<double> sums;   // [rows, 3]: sum_1, sum_t, total_t
+    std::vector<int32_t> bad;   // [rows]: the first non-finite index, or -1
+};
+
 class Model {
   public:
     virtual ~Model() = default;
@@ -83,6 +93,17 @@ class Model {
     virtual std::vector<float> forward(std::span<const SeqChunk> chunks) = 0;
     // The same step, returning the greedy pick of each of those logits rows; this default picks on the host.
     virtual GreedyRows forward_greedy(std::span<const SeqChunk> chunks);
+    // The same step, returning the candidates of those logits rows, each for its temperature (one a row,
+    // <= 0 for a row drawn greedily); the step's logits are kept until the next step for step_logits_rows.
+    // This default computes them on the host from forward()'s logits.
+    virtual CandidateRows forward_candidates(std::span<const SeqChunk> chunks,
+                                             std::span<const float> temperatures, int64_t per_row);
+    // Rows of the last forward_candidates step's logits [rows.size(), vocab] (the draws its candidates do not
+    // reach).
+    virtual std::vector<float> step_logits_rows(std::span<const int64_t> rows);
+
+  private:
+    std::vector<float> step_logits_;  // the default forward_candidates' logits
 };
 
 }  // namespace di::model

@@ -105,6 +105,9 @@ class Backend {
     virtual void argmax(const ArgmaxArgs& a);
     // The sampling candidates of each logits row (sampling.h); this default is for host memory, as argmax's.
     virtual void top_candidates(const TopCandidatesArgs& a);
+    // Whether top_candidates runs where this backend's logits are, off the host (the engine then samples
+    // from candidates by default).
+    virtual bool candidates_on_device() const { return false; }
 
     // Fused pairs: each computes what its two calls in order compute, which is what these defaults do (so
     // ref, cpu and the compare and profile wrappers run and check the parts one by one). A backend may run

@@ -53,6 +53,11 @@ struct Engine::Impl {
     // Draws the tokens of a step's sampling sequences side by side (each sequence its own sampler and RNG,
     // so the tokens do not depend on the threads): a draw at the V4 vocabulary takes ~0.6 ms.
     std::unique_ptr<ThreadPool> draw_pool;
+    // Candidates a row for sampling steps (EngineOptions::sample_candidates; 0: whole rows): 256 answer
+    // nearly every draw of a language model's peaked rows (a flat row's wide top-p reads past them and
+    // fetches the whole row).
+    int64_t sample_candidates = 0;
+    static constexpr int64_t kCandidatesPerRow = 256;
 
     runtime::ConstraintCompiler& constraint_compiler() {
         std::call_once(constraints_once, [&] {
@@ -147,6 +152,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
             impl->eos_ids.end())
         impl->eos_ids.push_back(impl->tokenizer->eos_id());
 
+    impl->sample_candidates = o.sample_candidates >= 0                        ? o.sample_candidates
+                              : impl->model->backend().candidates_on_device() ? Impl::kCandidatesPerRow
+                                                                              : 0;
     impl->state_size = impl->model->state_size();
     ModelInfo& mi = impl->info;
     mi.name = std::filesystem::path(o.model_dir).filename().string();
@@ -340,6 +348,7 @@ bool Engine::Impl::step() {
     // every sequence that samples this step takes the first maximum of its raw logits, the model picks
     // them where the logits are and only ids come back.
     EngineSequence::StepMetrics sm;
+    size_t candidate_rows = 0, full_rows = 0;  // sampled rows drawn from candidates / whole rows
     bool greedy = true;
     for (size_t i = 0; i < plan.chunks.size(); ++i)
         if (plan.chunks[i].samples) greedy = greedy && chunk_seqs[i]->greedy_pick();
@@ -352,41 +361,83 @@ bool Engine::Impl::step() {
             if (plan.chunks[i].samples)
                 chunk_seqs[i]->on_greedy_pick(picks.ids[i], picks.bad[i], picks.bad_value[i], sm);
     } else {
-        const std::vector<float> logits = model->forward(chunks);
-        const int64_t vocab = model->config().vocab_size;
-        DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab,
-                 "forward returned {} logits for {} chunks", logits.size(), chunks.size());
         std::vector<size_t> sampling;
         for (size_t i = 0; i < plan.chunks.size(); ++i)
             if (plan.chunks[i].samples) sampling.push_back(i);
         std::vector<EngineSequence::Draw> draws(sampling.size());
-        std::vector<std::exception_ptr> failed(sampling.size());  // rethrown here, on the loop thread
+        std::vector<size_t> full = sampling;  // the rows drawn from the whole logits row
+        std::vector<float> logits;            // those rows, in that order
+        const int64_t vocab = model->config().vocab_size;
+        if (sample_candidates >
+            0) {  // candidates where the logits are; the whole row only where a draw needs it
+            std::vector<float> temperatures(chunks.size(), 0.0f);
+            for (size_t i : sampling) temperatures[i] = chunk_seqs[i]->temperature();
+            const model::CandidateRows cr =
+                model->forward_candidates(chunks, temperatures, sample_candidates);
+            const size_t C = size_t(cr.per_row);
+            DI_CHECK(cr.ids.size() == chunks.size() * C && cr.bad.size() == chunks.size(),
+                     "forward_candidates returned {} candidates for {} chunks", cr.ids.size(), chunks.size());
+            std::vector<size_t> rest;
+            std::vector<EngineSequence::Draw> got;
+            for (size_t j = 0; j < sampling.size(); ++j) {
+                const size_t i = sampling[j];
+                const runtime::Candidates c{std::span(cr.ids).subspan(i * C, C),
+                                            std::span(cr.logits).subspan(i * C, C),
+                                            cr.sums[3 * i],
+                                            cr.sums[3 * i + 1],
+                                            cr.sums[3 * i + 2],
+                                            vocab};
+                if (std::optional<EngineSequence::Draw> d = chunk_seqs[i]->draw(c, cr.bad[i]))
+                    draws[j] = std::move(*d);
+                else
+                    rest.push_back(i);
+            }
+            full = std::move(rest);
+            if (!full.empty()) {
+                std::vector<int64_t> rows(full.begin(), full.end());  // a chunk's logits row is its index
+                logits = model->step_logits_rows(rows);
+            }
+        } else {
+            logits = model->forward(chunks);
+            DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab,
+                     "forward returned {} logits for {} chunks", logits.size(), chunks.size());
+        }
+        // The whole-row draws, on several threads (each sequence advances only its own sampler).
+        std::vector<size_t> slot;  // each full-row draw's index in draws
+        for (size_t i : full)
+            slot.push_back(size_t(std::find(sampling.begin(), sampling.end(), i) - sampling.begin()));
+        std::vector<std::exception_ptr> failed(full.size());  // rethrown here, on the loop thread
         auto draw = [&](int64_t b, int64_t e, int) {
             for (int64_t j = b; j < e; ++j) {
-                const size_t i = sampling[size_t(j)];
+                const size_t i = full[size_t(j)];
+                const size_t row = sample_candidates > 0 ? size_t(j) : i;  // fetched rows: in `full`'s order
                 try {
-                    draws[size_t(j)] = chunk_seqs[i]->draw(
-                        std::span<const float>(logits).subspan(i * size_t(vocab), size_t(vocab)));
+                    draws[slot[size_t(j)]] = chunk_seqs[i]->draw(
+                        std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)));
                 } catch (...) {
                     failed[size_t(j)] = std::current_exception();
                 }
             }
         };
-        if (sampling.size() > 1) {
+        if (full.size() > 1) {
             if (!draw_pool)
                 draw_pool = std::make_unique<ThreadPool>(std::min(ThreadPool::default_threads(), 16));
-            draw_pool->parallel_for(int64_t(sampling.size()), 1, draw);
+            draw_pool->parallel_for(int64_t(full.size()), 1, draw);
         } else {
-            draw(0, int64_t(sampling.size()), 0);
+            draw(0, int64_t(full.size()), 0);
         }
         for (const std::exception_ptr& f : failed)
             if (f) std::rethrow_exception(f);
         for (size_t j = 0; j < sampling.size(); ++j) chunk_seqs[sampling[j]]->on_draw(draws[j], sm);
+        full_rows = full.size();
+        candidate_rows = sampling.size() - full.size();
     }
 
     std::lock_guard lk(mu);
     ++st.steps;
     if (greedy) ++st.greedy_steps;
+    st.candidate_draws += candidate_rows;
+    st.full_row_draws += full_rows;
     st.generation_tokens += sm.generated;
     for (double v : sm.ttft) st.ttft_seconds.observe(v);
     for (double v : sm.itl) st.itl_seconds.observe(v);

@@ -112,6 +112,19 @@ EngineSequence::Draw EngineSequence::draw(std::span<const float> logits) {
     return d;
 }
 
+std::optional<EngineSequence::Draw> EngineSequence::draw(const Candidates& c, int32_t bad) {
+    Draw d;
+    if (finished()) return d;
+    if (bad >= 0 || !sampler_.uses_only_logits() || !constraint_mask().empty() ||
+        n_generated_ < req_.stop.min_tokens)
+        return std::nullopt;
+    std::optional<SampledToken> t = sampler_.sample(c);
+    if (!t) return std::nullopt;
+    d.skip = false;
+    d.token = std::move(*t);
+    return d;
+}
+
 void EngineSequence::on_draw(const Draw& d, StepMetrics& m) {
     if (d.skip || finished()) return;
     if (d.bad >= 0) return non_finite(d.bad, d.bad_value);

@@ -59,6 +59,13 @@ class EngineSequence {
         float bad_value = 0;
     };
     Draw draw(std::span<const float> logits);
+    // The same draw from the row's candidates (the step's top_candidates; bad: the row's first non-finite
+    // index, or -1), or nullopt where it needs the full row: a non-finite logit (its value for the message),
+    // penalties, ids held back or masked, or a draw that reads past the candidates (the sampler is then
+    // unchanged).
+    std::optional<Draw> draw(const Candidates& c, int32_t bad);
+    // The temperature of this sequence's draws (top_candidates' sums are for it).
+    float temperature() const { return sampler_.params().temperature; }
     void on_draw(const Draw& d, StepMetrics& m);
     // Whether the next token is the first maximum of the raw logits, whatever they are (greedy, no
     // penalties, no logprobs, no constraint, no stop token held back), or none (finished): the step may then

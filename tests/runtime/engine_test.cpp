@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include <tuple>
 
 namespace di {
 namespace {
@@ -161,6 +163,72 @@ TEST(Engine, BatchInvariantAmong32ConcurrentRequests) {
     EXPECT_GT(mean_batch, 8.0) << "the concurrent run did not batch";
     EXPECT_EQ(st.state_bytes_allocated, 0);
     EXPECT_EQ(st.state_bytes_reserved, 0);
+}
+
+// Drawing from each row's candidates (EngineOptions::sample_candidates, what device backends do by default)
+// gives every request the tokens, logprobs and alternatives of drawing from the whole row: 24 concurrent
+// requests mixing temperatures, top-k, top-p, min-p, logprobs, penalties and min_tokens (those two take the
+// whole row), with prefill chunks and decodes in the same steps.
+TEST(Engine, CandidatesGiveTheFullRowsDraws) {
+    std::mt19937 rng(7);
+    std::vector<Request> reqs;
+    for (int i = 0; i < 24; ++i) {
+        std::vector<int32_t> prompt(3 + rng() % 20);
+        for (auto& t : prompt) t = int32_t(2 + rng() % 254);
+        Request r = greedy(prompt, 6 + int64_t(rng() % 6));
+        r.sampling.temperature = std::array{0.0f, 0.4f, 0.9f, 1.3f}[size_t(i % 4)];
+        r.sampling.top_k = std::array{0, 5, 50}[size_t(i % 3)];
+        r.sampling.top_p = i % 5 == 0 ? 0.8f : 1.0f;
+        r.sampling.min_p = i % 7 == 0 ? 0.05f : 0.0f;
+        r.sampling.logprobs = i % 2 == 0;
+        r.sampling.top_logprobs = i % 4 == 0 ? 3 : 0;
+        if (i % 6 == 5) r.sampling.frequency_penalty = 0.4f;
+        if (i % 8 == 3) r.stop.min_tokens = 3, r.stop.ignore_eos = false;
+        r.sampling.seed = 500 + uint64_t(i);
+        reqs.push_back(r);
+    }
+    auto run = [&](int candidates, EngineStats* st, int ranks = 1) {
+        EngineOptions o = options(8);
+        o.sample_candidates = candidates;
+        o.expert_ranks = ranks;
+        auto engine = make_engine(o);
+        std::vector<Collected> out;
+        if (!engine) return out;
+        std::vector<std::shared_ptr<RequestStream>> streams;
+        for (const Request& r : reqs) {
+            auto s = engine->submit(r);
+            EXPECT_TRUE(s.ok());
+            if (s.ok()) streams.push_back(*s);
+        }
+        for (auto& s : streams) out.push_back(collect(*s));
+        *st = engine->stats();
+        return out;
+    };
+    EngineStats none, few, all, ranks;
+    const std::vector<Collected> want = run(0, &none);
+    EXPECT_EQ(none.candidate_draws, 0u);
+    // 4 candidates a row: most draws read past them and take the whole row; 256, the tiny vocabulary: none;
+    // and 4 with two expert-parallel ranks (each sequence's rows on its home rank)
+    for (auto [n, st, r] : {std::tuple{4, &few, 1}, std::tuple{256, &all, 1}, std::tuple{4, &ranks, 2}}) {
+        const std::vector<Collected> got = run(n, st, r);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+            EXPECT_EQ(got[i].tokens, want[i].tokens) << n << " candidates, " << r << " ranks, request " << i;
+            ASSERT_EQ(got[i].full.size(), want[i].full.size());
+            for (size_t t = 0; t < want[i].full.size(); ++t) {
+                EXPECT_EQ(got[i].full[t].logprob, want[i].full[t].logprob)
+                    << "request " << i << " token " << t;
+                EXPECT_EQ(got[i].full[t].top, want[i].full[t].top) << "request " << i << " token " << t;
+            }
+        }
+    }
+    EXPECT_GT(few.candidate_draws, 0u);
+    EXPECT_GT(few.full_row_draws, all.full_row_draws);
+    EXPECT_GT(all.candidate_draws, all.full_row_draws);  // only penalties and held-back stop tokens
+    EXPECT_EQ(ranks.candidate_draws, few.candidate_draws);
+    std::printf("candidate / full-row draws: 4 a row %llu / %llu, 256 a row %llu / %llu\n",
+                (unsigned long long)few.candidate_draws, (unsigned long long)few.full_row_draws,
+                (unsigned long long)all.candidate_draws, (unsigned long long)all.full_row_draws);
 }
 
 TEST(Engine, CancelFreesTheState) {
