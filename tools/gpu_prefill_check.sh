@@ -37,10 +37,10 @@ grep -E "dense|cuBLASLt|n=4096" "$OUT/kb_gemm.log" | head -12
 exit 0
 fi
 if [[ $part == 3 ]]; then
-# the options written without a GPU (off by default): their tests (with the case table's row-wise, route and
+# the options written without a GPU (off by default): their tests (top_candidates and argmax too; with the case table's row-wise, route and
 # mHC cases), then the model (4K and 1K chunks) with each, its attention kernels' times, and the MoE kernel's
 # rate with w4a8's
-timeout 240 $d/bin/cuda_ops_test --gtest_filter='*CudaAttention*:*CudaSmallOps*:*CudaRoute*:*CudaLinearsFp8Act*:*CudaMoeW4a8*:*native_fp4*_w4a8:*CudaMhc*:*CudaFused*' \
+timeout 240 $d/bin/cuda_ops_test --gtest_filter='*CudaAttention*:*CudaSmallOps*:*CudaRoute*:*CudaLinearsFp8Act*:*CudaMoeW4a8*:*native_fp4*_w4a8:*CudaMhc*:*CudaFused*:*CudaTopCandidates*:*CudaArgmax*' \
   > "$OUT/new.log" 2>&1
 echo "attention, w4a8 options and mHC tests rc $?"; summary "$OUT/new.log"
 for opt in ${OPTS:-none DEEPINFER_ATTN_WGMMA=1}; do

@@ -5,6 +5,7 @@
 #include "ops/cuda/bf16_gemm.h"
 #include "ops/cuda/cuda_backend_impl.h"
 #include "ops/cuda/fp8_gemm.h"
+#include "ops/cuda/top_candidates.h"
 
 namespace di::ops::cuda_impl {
 namespace {
@@ -481,6 +482,20 @@ void CudaBackend::argmax(const ArgmaxArgs& a) {
     cuda::launch_argmax(f32(a.x), ld(a.x), a.x.shape[0], a.x.shape[1], a.ids.ptr<int32_t>(),
                         a.bad.ptr<int32_t>(), stream_);
     launched("argmax");
+}
+
+void CudaBackend::top_candidates(const TopCandidatesArgs& a) {
+    if (replaying()) return;
+    check(a);
+    device_args(a, "top_candidates");
+    need_f32_rows(a.x, "top_candidates.x");
+    DI_CHECK(a.ids.shape[1] <= cuda::kTopCandidatesMax, "top_candidates: {} a row, at most {}",
+             a.ids.shape[1], cuda::kTopCandidatesMax);
+    cuda::launch_top_candidates(f32(a.x), ld(a.x), a.x.shape[0], a.x.shape[1], a.temperature.ptr<float>(),
+                                a.ids.ptr<int32_t>(), a.values.ptr<float>(), a.ids.shape[1],
+                                reinterpret_cast<double*>(a.sums.ptr<int64_t>()), a.bad.ptr<int32_t>(),
+                                stream_);
+    launched("top_candidates");
 }
 
 cuda::MhcParams CudaBackend::mhc_pre_params(const MhcPreArgs& a) {
