@@ -50,6 +50,12 @@ std::string render_metrics(const EngineStats& s, const ServerCounters& c,
            "Steps whose every sampling sequence was greedy on raw logits: picked on the model's device, only "
            "ids copied back.",
            s.greedy_steps);
+    header(o, "deepinfer_sampled_draws_total", "counter",
+           "Sampled tokens by where they were drawn from: the row's candidates computed where the logits "
+           "are, or "
+           "the whole row copied to the host.");
+    o += fmt::format("deepinfer_sampled_draws_total{{from=\"candidates\"}} {}\n", s.candidate_draws);
+    o += fmt::format("deepinfer_sampled_draws_total{{from=\"row\"}} {}\n", s.full_row_draws);
     histogram(o, "deepinfer_time_to_first_token_seconds", "Time from submission to the first token.",
               s.ttft_seconds);
     histogram(o, "deepinfer_inter_token_latency_seconds", "Time between consecutive tokens of a request.",
