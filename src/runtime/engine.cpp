@@ -365,11 +365,11 @@ bool Engine::Impl::step() {
         for (size_t i = 0; i < plan.chunks.size(); ++i)
             if (plan.chunks[i].samples) sampling.push_back(i);
         std::vector<EngineSequence::Draw> draws(sampling.size());
-        std::vector<size_t> full = sampling;  // the rows drawn from the whole logits row
-        std::vector<float> logits;            // those rows, in that order
+        std::vector<size_t> full;   // the draws (indices into sampling) that take the whole logits row
+        std::vector<float> logits;  // rows: those draws' rows in that order (candidates), or every chunk's
         const int64_t vocab = model->config().vocab_size;
-        if (sample_candidates >
-            0) {  // candidates where the logits are; the whole row only where a draw needs it
+        if (sample_candidates > 0) {
+            // candidates where the logits are; a whole row only where a draw needs it
             std::vector<float> temperatures(chunks.size(), 0.0f);
             for (size_t i : sampling) temperatures[i] = chunk_seqs[i]->temperature();
             const model::CandidateRows cr =
@@ -377,8 +377,6 @@ bool Engine::Impl::step() {
             const size_t C = size_t(cr.per_row);
             DI_CHECK(cr.ids.size() == chunks.size() * C && cr.bad.size() == chunks.size(),
                      "forward_candidates returned {} candidates for {} chunks", cr.ids.size(), chunks.size());
-            std::vector<size_t> rest;
-            std::vector<EngineSequence::Draw> got;
             for (size_t j = 0; j < sampling.size(); ++j) {
                 const size_t i = sampling[j];
                 const runtime::Candidates c{std::span(cr.ids).subspan(i * C, C),
@@ -390,32 +388,28 @@ bool Engine::Impl::step() {
                 if (std::optional<EngineSequence::Draw> d = chunk_seqs[i]->draw(c, cr.bad[i]))
                     draws[j] = std::move(*d);
                 else
-                    rest.push_back(i);
+                    full.push_back(j);
             }
-            full = std::move(rest);
-            if (!full.empty()) {
-                std::vector<int64_t> rows(full.begin(), full.end());  // a chunk's logits row is its index
-                logits = model->step_logits_rows(rows);
-            }
+            std::vector<int64_t> rows;  // a chunk's logits row is its index
+            for (size_t j : full) rows.push_back(int64_t(sampling[j]));
+            if (!rows.empty()) logits = model->step_logits_rows(rows);
         } else {
             logits = model->forward(chunks);
             DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab,
                      "forward returned {} logits for {} chunks", logits.size(), chunks.size());
+            for (size_t j = 0; j < sampling.size(); ++j) full.push_back(j);
         }
         // The whole-row draws, on several threads (each sequence advances only its own sampler).
-        std::vector<size_t> slot;  // each full-row draw's index in draws
-        for (size_t i : full)
-            slot.push_back(size_t(std::find(sampling.begin(), sampling.end(), i) - sampling.begin()));
         std::vector<std::exception_ptr> failed(full.size());  // rethrown here, on the loop thread
         auto draw = [&](int64_t b, int64_t e, int) {
-            for (int64_t j = b; j < e; ++j) {
-                const size_t i = full[size_t(j)];
-                const size_t row = sample_candidates > 0 ? size_t(j) : i;  // fetched rows: in `full`'s order
+            for (int64_t f = b; f < e; ++f) {
+                const size_t j = full[size_t(f)], i = sampling[j];
+                const size_t row = sample_candidates > 0 ? size_t(f) : i;
                 try {
-                    draws[slot[size_t(j)]] = chunk_seqs[i]->draw(
+                    draws[j] = chunk_seqs[i]->draw(
                         std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)));
                 } catch (...) {
-                    failed[size_t(j)] = std::current_exception();
+                    failed[size_t(f)] = std::current_exception();
                 }
             }
         };
