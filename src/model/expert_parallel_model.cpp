@@ -166,6 +166,7 @@ void ExpertParallelModel::step(std::span<const SeqChunk> chunks, Want want,
     for (auto& t : rank_temps_) t.clear();
     row_home_.clear();
     size_t row = 0;
+    std::vector<int64_t> local(ranks_.size(), 0);  // each rank's rows so far
     for (const SeqChunk& c : chunks) {
         HomeState& st = home_state(c);
         SeqChunk part = c;
@@ -174,13 +175,11 @@ void ExpertParallelModel::step(std::span<const SeqChunk> chunks, Want want,
         rank_chunks_[r].push_back(part);
         for (size_t i = 0; i < logits_rows(c); ++i, ++row) {
             if (want == Want::kCandidates) rank_temps_[r].push_back(temperatures[row]);
-            row_home_.emplace_back(st.rank(), int64_t(row_home_.size()));  // local row: set below
+            row_home_.emplace_back(st.rank(), local[r]++);
         }
     }
     DI_CHECK(want != Want::kCandidates || row == temperatures.size(), "{} temperatures for {} logits rows",
              temperatures.size(), row);
-    std::vector<int64_t> local(ranks_.size(), 0);  // each row's place among its rank's rows
-    for (auto& [r, i] : row_home_) i = local[size_t(r)]++;
     want_ = want;
     {
         std::lock_guard lk(m_);
@@ -201,13 +200,10 @@ std::vector<float> ExpertParallelModel::forward(std::span<const SeqChunk> chunks
     step(chunks, Want::kLogits);
     const size_t V = size_t(config().vocab_size);
     std::vector<float> out;
-    std::vector<size_t> next(ranks_.size(), 0);  // each rank's next logits row
-    for (const SeqChunk& c : chunks) {
-        const size_t r = size_t(home_state(c).rank()), rows = logits_rows(c);
-        const std::vector<float>& src = rank_logits_[r];
-        out.insert(out.end(), src.begin() + ptrdiff_t(next[r] * V),
-                   src.begin() + ptrdiff_t((next[r] + rows) * V));
-        next[r] += rows;
+    for (const auto& [r, i] : row_home_) {
+        const std::vector<float>& src = rank_logits_[size_t(r)];
+        out.insert(out.end(), src.begin() + ptrdiff_t(size_t(i) * V),
+                   src.begin() + ptrdiff_t(size_t(i + 1) * V));
     }
     return out;
 }
@@ -215,16 +211,11 @@ std::vector<float> ExpertParallelModel::forward(std::span<const SeqChunk> chunks
 GreedyRows ExpertParallelModel::forward_greedy(std::span<const SeqChunk> chunks) {
     step(chunks, Want::kGreedy);
     GreedyRows out;
-    std::vector<size_t> next(ranks_.size(), 0);
-    for (const SeqChunk& c : chunks) {
-        const size_t r = size_t(home_state(c).rank()), rows = logits_rows(c);
-        const GreedyRows& src = rank_picks_[r];
-        for (size_t i = next[r]; i < next[r] + rows; ++i) {
-            out.ids.push_back(src.ids[i]);
-            out.bad.push_back(src.bad[i]);
-            out.bad_value.push_back(src.bad_value[i]);
-        }
-        next[r] += rows;
+    for (const auto& [r, i] : row_home_) {
+        const GreedyRows& src = rank_picks_[size_t(r)];
+        out.ids.push_back(src.ids[size_t(i)]);
+        out.bad.push_back(src.bad[size_t(i)]);
+        out.bad_value.push_back(src.bad_value[size_t(i)]);
     }
     return out;
 }
