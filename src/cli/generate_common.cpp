@@ -27,6 +27,7 @@ void add_model_options(CLI::App& app, GenOptions& o) {
     app.add_option("--kernels", o.kernels, "kernel allow-list file (written by `deepinfer screen`)");
     add_precision_option(app, o.precision);
     add_graphs_option(app, o.graphs);
+    add_sample_candidates_option(app, o.sample_candidates);
     add_expert_ranks_option(app, o.expert_ranks);
 }
 
@@ -37,6 +38,16 @@ void add_expert_ranks_option(CLI::App& app, int& ranks) {
                    "0 .. N-1 through NCCL (cuda); the same output as one rank, bit for bit where the "
                    "kernels are batch-invariant (always on cpu and ref)")
         ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
+}
+
+void add_sample_candidates_option(CLI::App& app, int& candidates) {
+    app.add_option(
+           "--sample-candidates", candidates,
+           "sampled tokens are drawn from each logits row's N best ids computed where the logits are "
+           "(the same tokens; a draw that needs more takes the whole row): -1, the default, 256 where "
+           "the backend computes them on its device, else whole rows; 0 always whole rows")
+        ->check(CLI::Range(-1, 1024))
         ->capture_default_str();
 }
 
@@ -157,6 +168,7 @@ Result<std::unique_ptr<Engine>> start_engine(const GenOptions& o) {
     e.kernels_file = o.kernels;
     e.precision = o.precision;
     e.graphs = o.graphs;
+    e.sample_candidates = o.sample_candidates;
     e.check_weights = o.check_weights;
     e.expert_ranks = o.expert_ranks;
     e.max_running = 1;

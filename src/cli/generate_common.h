@@ -26,8 +26,9 @@ struct GenOptions {
     bool check_weights = false;
     std::string kernels;  // allow-list file (`deepinfer screen --out`); "": the built-in list
     std::string precision = "exact";
-    bool graphs = true;  // CUDA graph replay of the step's segments (cuda; --no-graphs turns it off)
-    bool json = false;   // --json: the answer is a JSON object (constrained decoding)
+    bool graphs = true;          // CUDA graph replay of the step's segments (cuda; --no-graphs turns it off)
+    int sample_candidates = -1;  // EngineOptions::sample_candidates (--sample-candidates)
+    bool json = false;           // --json: the answer is a JSON object (constrained decoding)
     std::string json_schema_file;  // --json-schema FILE: the answer satisfies this JSON schema
     bool reasoning_first = false;  // the prompt ends in "<think>": a constraint starts after "</think>"
     int expert_ranks = 1;          // --expert-ranks (docs/parallel.md)
@@ -38,6 +39,7 @@ void add_model_options(CLI::App& app, GenOptions& o);
 void add_sampling_options(CLI::App& app, GenOptions& o);
 void add_precision_option(CLI::App& app, std::string& precision);
 void add_graphs_option(CLI::App& app, bool& graphs);
+void add_sample_candidates_option(CLI::App& app, int& candidates);
 
 struct LoadedModel {
     std::unique_ptr<ops::Backend> backend;

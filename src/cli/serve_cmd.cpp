@@ -109,6 +109,7 @@ std::function<int()> setup(CLI::App& app) {
         ->capture_default_str();
     add_precision_option(app, o->engine.precision);
     add_graphs_option(app, o->engine.graphs);
+    add_sample_candidates_option(app, o->engine.sample_candidates);
     add_expert_ranks_option(app, o->engine.expert_ranks);
     app.add_option("--tokenizer", o->engine.tokenizer_path,
                    "tokenizer.json or its directory (default: the model's)");
