@@ -154,6 +154,25 @@ std::vector<float> DeepseekV4::step_logits_rows(std::span<const int64_t> rows) {
     return out;
 }
 
+std::vector<float> DeepseekV4::step_logits_at(std::span<const int64_t> rows, std::span<const int32_t> ids) {
+    const int64_t V = cfg_.vocab_size, m = step_logits_.shape[0], k = int64_t(ids.size());
+    DI_CHECK(rows.size() == ids.size() && m * V <= INT32_MAX, "{} rows for {} ids, {} rows of the step",
+             rows.size(), ids.size(), m);
+    std::vector<float> out(static_cast<size_t>(k));
+    if (k == 0) return out;
+    std::vector<int32_t> at(static_cast<size_t>(k));  // flat indices into the step's [m, V] logits
+    for (size_t i = 0; i < at.size(); ++i) {
+        DI_CHECK(rows[i] >= 0 && rows[i] < m && ids[i] >= 0 && ids[i] < V, "logit {} of row {} of {}", ids[i],
+                 rows[i], m);
+        at[i] = int32_t(rows[i] * V + ids[i]);
+    }
+    const TensorView got = vws_.take(DType::kF32, {k, 1});
+    be_->embed({.tokens = upload_i32(vws_, *be_, at), .table = step_logits_.reshape({m * V, 1}), .out = got});
+    be_->copy(TensorView::contiguous(out.data(), DType::kF32, {k, 1}), got);
+    be_->synchronize();
+    return out;
+}
+
 TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
     const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult, V = cfg_.vocab_size;
     const float eps = float(cfg_.rms_norm_eps);

@@ -37,6 +37,7 @@ class DeepseekV4 final : public Model {
     CandidateRows forward_candidates(std::span<const SeqChunk> chunks, std::span<const float> temperatures,
                                      int64_t per_row) override;
     std::vector<float> step_logits_rows(std::span<const int64_t> rows) override;
+    std::vector<float> step_logits_at(std::span<const int64_t> rows, std::span<const int32_t> ids) override;
     // Expert parallelism with data-parallel attention (docs/parallel.md): this model is rank comm->rank() of
     // comm->size(), its weights bound with `experts` (bind_weights). Each rank steps its own sequences; each
     // MoE sends the tokens' rows to the ranks that hold their experts and gets the pairs' outputs back (see

@@ -255,4 +255,28 @@ std::vector<float> ExpertParallelModel::step_logits_rows(std::span<const int64_t
     return out;
 }
 
+std::vector<float> ExpertParallelModel::step_logits_at(std::span<const int64_t> rows,
+                                                       std::span<const int32_t> ids) {
+    DI_CHECK(rows.size() == ids.size(), "{} rows for {} ids", rows.size(), ids.size());
+    std::vector<float> out(ids.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {  // each rank's logits in one call
+        std::vector<int64_t> local;
+        std::vector<int32_t> local_ids;
+        std::vector<size_t> from;
+        for (size_t i = 0; i < rows.size(); ++i) {
+            DI_CHECK(rows[i] >= 0 && size_t(rows[i]) < row_home_.size(), "logits row {} of {}", rows[i],
+                     row_home_.size());
+            if (size_t(row_home_[size_t(rows[i])].first) != r) continue;
+            local.push_back(row_home_[size_t(rows[i])].second), local_ids.push_back(ids[i]),
+                from.push_back(i);
+        }
+        if (local.empty()) continue;
+        ranks_[r]->backend().bind_thread();
+        const std::vector<float> got = ranks_[r]->step_logits_at(local, local_ids);
+        for (size_t j = 0; j < from.size(); ++j) out[from[j]] = got[j];
+    }
+    ranks_[0]->backend().bind_thread();
+    return out;
+}
+
 }  // namespace di::model

@@ -43,6 +43,7 @@ class ExpertParallelModel final : public Model {
     CandidateRows forward_candidates(std::span<const SeqChunk> chunks, std::span<const float> temperatures,
                                      int64_t per_row) override;
     std::vector<float> step_logits_rows(std::span<const int64_t> rows) override;
+    std::vector<float> step_logits_at(std::span<const int64_t> rows, std::span<const int32_t> ids) override;
     int ranks() const { return int(ranks_.size()); }
 
   private:

@@ -47,4 +47,17 @@ std::vector<float> Model::step_logits_rows(std::span<const int64_t> rows) {
     return out;
 }
 
+std::vector<float> Model::step_logits_at(std::span<const int64_t> rows, std::span<const int32_t> ids) {
+    const int64_t V = config().vocab_size;
+    DI_CHECK(rows.size() == ids.size(), "{} rows for {} ids", rows.size(), ids.size());
+    std::vector<float> out(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const int64_t at = rows[i] * V + ids[i];
+        DI_CHECK(rows[i] >= 0 && ids[i] >= 0 && ids[i] < V && at < int64_t(step_logits_.size()),
+                 "logit {} of row {} of the step", ids[i], rows[i]);
+        out[i] = step_logits_[size_t(at)];
+    }
+    return out;
+}
+
 }  // namespace di::model

@@ -101,6 +101,8 @@ class Model {
     // Rows of the last forward_candidates step's logits [rows.size(), vocab] (the draws its candidates do not
     // reach).
     virtual std::vector<float> step_logits_rows(std::span<const int64_t> rows);
+    // Single logits of that step: row rows[i], id ids[i] (what penalties change besides the candidates).
+    virtual std::vector<float> step_logits_at(std::span<const int64_t> rows, std::span<const int32_t> ids);
 
   private:
     std::vector<float> step_logits_;  // the default forward_candidates' logits

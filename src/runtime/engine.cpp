@@ -377,15 +377,34 @@ bool Engine::Impl::step() {
             const size_t C = size_t(cr.per_row);
             DI_CHECK(cr.ids.size() == chunks.size() * C && cr.bad.size() == chunks.size(),
                      "forward_candidates returned {} candidates for {} chunks", cr.ids.size(), chunks.size());
+            // the logits penalties and held-back stop ids change, fetched for every such row at once
+            std::vector<std::optional<std::vector<int32_t>>> extras(sampling.size());
+            std::vector<int64_t> at_rows;
+            std::vector<int32_t> at_ids;
+            for (size_t j = 0; j < sampling.size(); ++j) {
+                extras[j] = chunk_seqs[sampling[j]]->candidate_extras();
+                if (extras[j])
+                    for (const int32_t id : *extras[j])
+                        at_rows.push_back(int64_t(sampling[j])), at_ids.push_back(id);
+            }
+            const std::vector<float> at_raw =
+                at_ids.empty() ? std::vector<float>{} : model->step_logits_at(at_rows, at_ids);
+            size_t next = 0;
             for (size_t j = 0; j < sampling.size(); ++j) {
                 const size_t i = sampling[j];
-                const runtime::Candidates c{std::span(cr.ids).subspan(i * C, C),
-                                            std::span(cr.logits).subspan(i * C, C),
-                                            cr.sums[3 * i],
-                                            cr.sums[3 * i + 1],
-                                            cr.sums[3 * i + 2],
-                                            vocab};
-                if (std::optional<EngineSequence::Draw> d = chunk_seqs[i]->draw(c, cr.bad[i]))
+                std::optional<EngineSequence::Draw> d;
+                if (extras[j]) {
+                    const runtime::Candidates c{std::span(cr.ids).subspan(i * C, C),
+                                                std::span(cr.logits).subspan(i * C, C),
+                                                cr.sums[3 * i],
+                                                cr.sums[3 * i + 1],
+                                                cr.sums[3 * i + 2],
+                                                vocab};
+                    const size_t n = extras[j]->size();
+                    d = chunk_seqs[i]->draw(c, cr.bad[i], *extras[j], std::span(at_raw).subspan(next, n));
+                    next += n;
+                }
+                if (d)
                     draws[j] = std::move(*d);
                 else
                     full.push_back(j);

@@ -112,17 +112,30 @@ EngineSequence::Draw EngineSequence::draw(std::span<const float> logits) {
     return d;
 }
 
-std::optional<EngineSequence::Draw> EngineSequence::draw(const Candidates& c, int32_t bad) {
+std::optional<std::vector<int32_t>> EngineSequence::candidate_extras() {
+    if (finished()) return std::vector<int32_t>{};
+    if (!constraint_mask().empty()) return std::nullopt;  // a mask bars most of the vocabulary: the whole row
+    const std::span<const int32_t> all(tokens_);
+    return sampler_.adjusted_ids(all, all.subspan(size_t(n_prompt_)), held_back());
+}
+
+std::optional<EngineSequence::Draw> EngineSequence::draw(const Candidates& c, int32_t bad,
+                                                         std::span<const int32_t> adjusted,
+                                                         std::span<const float> raw) {
     Draw d;
     if (finished()) return d;
-    if (bad >= 0 || !sampler_.uses_only_logits() || !constraint_mask().empty() ||
-        n_generated_ < req_.stop.min_tokens)
-        return std::nullopt;
-    std::optional<SampledToken> t = sampler_.sample(c);
+    if (bad >= 0) return std::nullopt;  // the whole row names the value
+    const std::span<const int32_t> all(tokens_);
+    std::optional<SampledToken> t =
+        sampler_.sample(c, all, all.subspan(size_t(n_prompt_)), held_back(), adjusted, raw);
     if (!t) return std::nullopt;
     d.skip = false;
     d.token = std::move(*t);
     return d;
+}
+
+std::span<const int32_t> EngineSequence::held_back() const {
+    return n_generated_ < req_.stop.min_tokens ? token_stop_.stop_ids() : std::span<const int32_t>{};
 }
 
 void EngineSequence::on_draw(const Draw& d, StepMetrics& m) {

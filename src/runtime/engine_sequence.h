@@ -59,11 +59,15 @@ class EngineSequence {
         float bad_value = 0;
     };
     Draw draw(std::span<const float> logits);
+    // What a draw from the row's candidates needs besides them: the ids whose logits penalties or held-back
+    // stop ids change (empty: none), or nullopt where it needs the whole row (a grammar mask).
+    std::optional<std::vector<int32_t>> candidate_extras();
     // The same draw from the row's candidates (the step's top_candidates; bad: the row's first non-finite
-    // index, or -1), or nullopt where it needs the full row: a non-finite logit (its value for the message),
-    // penalties, ids held back or masked, or a draw that reads past the candidates (the sampler is then
-    // unchanged).
-    std::optional<Draw> draw(const Candidates& c, int32_t bad);
+    // index, or -1) and the logits `raw` of candidate_extras()'s ids, or nullopt where it needs the whole
+    // row: a non-finite logit (its value for the message) or a draw that reads past what the candidates
+    // tell (the sampler is then unchanged).
+    std::optional<Draw> draw(const Candidates& c, int32_t bad, std::span<const int32_t> adjusted,
+                             std::span<const float> raw);
     // The temperature of this sequence's draws (top_candidates' sums are for it).
     float temperature() const { return sampler_.params().temperature; }
     void on_draw(const Draw& d, StepMetrics& m);
@@ -77,6 +81,7 @@ class EngineSequence {
     void finish(FinishReason reason, std::string error = {});
 
   private:
+    std::span<const int32_t> held_back() const;  // stop ids not yet allowed (before min_tokens)
     void send(RequestEvent e);
     // The sampled token t: constraint, stop checks, metrics, and the event sent.
     void accept(const SampledToken& t, StepMetrics& m);

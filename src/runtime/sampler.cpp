@@ -123,22 +123,24 @@ int32_t Sampler::draw(const std::vector<double>& z) {
     return rank.at(keep - 1);
 }
 
-// draw() on candidates: the same steps where they only read the ranking's first C entries (z = the logits,
-// no id barred, so n_ok = V, and the sums over every id are the op's); nullopt where a step reads further.
-std::optional<int32_t> Sampler::draw(const Candidates& c) {
+// draw() on a prefix of the ranking: the same steps where they only read its entries (the sums over every
+// id are the prefix's); nullopt where a step reads further.
+std::optional<int32_t> Sampler::draw(const Prefix& p) {
     const double T = p_.temperature;
-    const size_t V = size_t(c.vocab), C = c.ids.size();
+    const size_t V = p.vocab, n_ok = p.n_ok, C = p.ids.size();
+    if (n_ok == 0) return 0;  // every id barred: id 0, as the full row's draw
+    if (C == 0) return std::nullopt;
     size_t keep = p_.top_k > 0 ? std::min(V, size_t(p_.top_k)) : V;
-    auto z = [&](size_t i) { return double(c.logits[i]); };
-    const double m = z(0) / T;
+    keep = std::min(keep, n_ok);
+    const double m = p.z[0] / T;
     double sum = 0;
-    if (keep < V) {
+    if (keep < n_ok) {
         if (keep > C) return std::nullopt;
-        for (size_t i = 0; i < keep; ++i) sum += std::exp(z(i) / T - m);
+        for (size_t i = 0; i < keep; ++i) sum += std::exp(p.z[i] / T - m);
     } else {
-        sum = c.sum_t;
+        sum = p.sum_all;
     }
-    auto prob = [&](size_t i) { return std::exp(z(i) / T - m) / sum; };
+    auto prob = [&](size_t i) { return std::exp(p.z[i] / T - m) / sum; };
     const size_t before_cuts = keep;
     if (p_.min_p > 0.0f) {
         const double floor = p_.min_p * prob(0);
@@ -159,8 +161,8 @@ std::optional<int32_t> Sampler::draw(const Candidates& c) {
         keep = k;
     }
     double total = 0;
-    if (keep == before_cuts && keep == V) {
-        total = c.total_t;
+    if (keep == before_cuts && keep == n_ok) {
+        total = p.total_all;
     } else {
         if (keep > C) return std::nullopt;
         for (size_t i = 0; i < keep; ++i) total += prob(i);
@@ -169,40 +171,115 @@ std::optional<int32_t> Sampler::draw(const Candidates& c) {
     for (size_t i = 0; i < keep; ++i) {
         if (i >= C) return std::nullopt;
         const double q = prob(i);
-        if (r < q) return c.ids[i];
+        if (r < q) return p.ids[i];
         r -= q;
     }
     if (keep > C) return std::nullopt;
-    return c.ids[keep - 1];
+    return p.ids[keep - 1];
 }
 
-bool Sampler::uses_only_logits() const {
-    return p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
+std::vector<int32_t> Sampler::adjusted_ids(std::span<const int32_t> context,
+                                           std::span<const int32_t> generated,
+                                           std::span<const int32_t> suppressed) const {
+    std::vector<int32_t> ids(suppressed.begin(), suppressed.end());
+    if (p_.repetition_penalty != 1.0f) ids.insert(ids.end(), context.begin(), context.end());
+    if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f)
+        ids.insert(ids.end(), generated.begin(), generated.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids;
 }
 
-std::optional<SampledToken> Sampler::sample(const Candidates& c) {
-    DI_CHECK(uses_only_logits() && !c.ids.empty() && c.ids.size() == c.logits.size(),
-             "sampling from candidates: penalties or no candidates");
-    const size_t C = c.ids.size();
-    if (p_.top_logprobs > 0 && std::min(size_t(c.vocab), size_t(p_.top_logprobs)) > C) return std::nullopt;
+std::optional<SampledToken> Sampler::sample(const Candidates& c, std::span<const int32_t> context,
+                                            std::span<const int32_t> generated,
+                                            std::span<const int32_t> suppressed,
+                                            std::span<const int32_t> adjusted, std::span<const float> raw) {
+    const size_t C = c.ids.size(), V = size_t(c.vocab);
+    DI_CHECK(C > 0 && c.logits.size() == C && adjusted.size() == raw.size(),
+             "sampling from {} candidates, {} logits, {} adjusted ids with {} logits", C, c.logits.size(),
+             adjusted.size(), raw.size());
+    if (p_.top_logprobs > 0 && std::min(V, size_t(p_.top_logprobs)) > C) return std::nullopt;
+    Prefix p{{}, {}, V, V, c.sum_t, c.total_t};
+    if (adjusted.empty()) {  // the candidates as they are: the full row's draw bit for bit
+        p.ids.assign(c.ids.begin(), c.ids.end());
+        for (const float x : c.logits) p.z.push_back(double(x));
+    } else {  // the full row's z on the adjusted ids (sample()'s rules, in its order), the rest as they are
+        const double neg_inf = -std::numeric_limits<double>::infinity();
+        std::vector<double> za(raw.begin(), raw.end());
+        auto at = [&](int32_t id) {
+            return size_t(std::lower_bound(adjusted.begin(), adjusted.end(), id) - adjusted.begin());
+        };
+        if (p_.repetition_penalty != 1.0f) {  // once per id seen, as the full row's mask
+            std::vector<bool> seen(adjusted.size(), false);
+            for (const int32_t t : context) seen[at(t)] = true;
+            for (size_t i = 0; i < za.size(); ++i)
+                if (seen[i])
+                    za[i] = za[i] > 0 ? za[i] / p_.repetition_penalty : za[i] * p_.repetition_penalty;
+        }
+        std::unordered_map<int32_t, int> count;
+        if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f)
+            for (const int32_t t : generated) ++count[t];
+        for (auto [t, n] : count) za[at(t)] -= p_.presence_penalty + p_.frequency_penalty * n;
+        for (const int32_t t : suppressed) za[at(t)] = neg_inf;
+        std::vector<std::pair<double, int32_t>> merged;  // (z, id), the known part of the ranking
+        for (size_t i = 0; i < C; ++i)
+            if (!std::binary_search(adjusted.begin(), adjusted.end(), c.ids[i]))
+                merged.emplace_back(double(c.logits[i]), c.ids[i]);
+        size_t barred = 0;
+        for (size_t i = 0; i < adjusted.size(); ++i)
+            if (za[i] == neg_inf)
+                ++barred;
+            else
+                merged.emplace_back(za[i], adjusted[i]);
+        auto better = [](const std::pair<double, int32_t>& a, const std::pair<double, int32_t>& b) {
+            return a.first > b.first || (a.first == b.first && a.second < b.second);
+        };
+        std::sort(merged.begin(), merged.end(), better);
+        // Ids outside the candidates and not adjusted rank below the last candidate: the ranking is known
+        // down to it (all of it when the candidates are the whole row).
+        const std::pair<double, int32_t> last{double(c.logits[C - 1]), c.ids[C - 1]};
+        for (const auto& e : merged) {
+            if (C < V && better(last, e)) break;
+            p.ids.push_back(e.second), p.z.push_back(e.first);
+        }
+        p.n_ok = V - barred;
+        if (p_.temperature > 0.0f && !p.ids.empty()) {
+            const double T = p_.temperature, m_raw = double(c.logits[0]) / T, m = p.z[0] / T;
+            double sum = c.sum_t, added = 0;
+            for (size_t i = 0; i < adjusted.size(); ++i) {
+                sum -= std::exp(double(raw[i]) / T - m_raw);
+                if (za[i] != neg_inf) added += std::exp(za[i] / T - m);
+            }
+            p.sum_all = sum * std::exp(m_raw - m) + added;
+            p.total_all = 1.0;  // the normalised terms' sum, but for rounding
+        }
+    }
     SampledToken out;
-    size_t at = 0;                 // the pick's place among the candidates
-    if (p_.temperature <= 0.0f) {  // the first maximum: the first candidate
-        out.id = c.ids[0];
+    if (p_.temperature <= 0.0f) {  // the first maximum: the ranking's first
+        if (p.ids.empty()) return std::nullopt;
+        out.id = p.n_ok == 0 ? 0 : p.ids[0];
     } else {
         const std::mt19937_64 before = rng_;
-        const std::optional<int32_t> id = draw(c);
+        const std::optional<int32_t> id = draw(p);
         if (!id) {
             rng_ = before;
             return std::nullopt;
         }
         out.id = *id;
-        while (c.ids[at] != out.id) ++at;
     }
     if (p_.logprobs || p_.top_logprobs > 0) {  // finish_logprobs' sums, the op's in the same order
         const double raw_lse = double(c.logits[0]) + std::log(c.sum_1);
-        out.logprob = float(double(c.logits[at]) - raw_lse);
-        for (size_t i = 0; i < std::min(size_t(c.vocab), size_t(std::max(p_.top_logprobs, 0))); ++i)
+        const auto in_c = std::find(c.ids.begin(), c.ids.end(), out.id);
+        float chosen = 0;
+        if (in_c != c.ids.end()) {
+            chosen = c.logits[size_t(in_c - c.ids.begin())];
+        } else {
+            const auto in_a = std::lower_bound(adjusted.begin(), adjusted.end(), out.id);
+            if (in_a == adjusted.end() || *in_a != out.id) return std::nullopt;  // id 0 of an all-barred row
+            chosen = raw[size_t(in_a - adjusted.begin())];
+        }
+        out.logprob = float(double(chosen) - raw_lse);
+        for (size_t i = 0; i < std::min(V, size_t(std::max(p_.top_logprobs, 0))); ++i)
             out.top.emplace_back(c.ids[i], float(double(c.logits[i]) - raw_lse));
     }
     return out;

@@ -55,19 +55,34 @@ class Sampler {
     SampledToken sample(std::span<const float> logits, std::span<const int32_t> context,
                         std::span<const int32_t> generated, std::span<const int32_t> suppressed = {},
                         std::span<const uint32_t> allowed = {});
-    // The same draw from a row's candidates, for a request without penalties, suppressed ids or a mask
-    // (uses_only_logits()): the token sample() would give on the full row, bit for bit, or nullopt where the
-    // draw reads past the candidates (then this sampler is as before the call: sample() the full row).
-    std::optional<SampledToken> sample(const Candidates& c);
-    // No penalties: a draw depends on the logits alone (and the sequence's suppressed ids and mask, which
-    // the caller knows).
-    bool uses_only_logits() const;
+    // The same draw from a row's candidates (no mask): the token sample() gives on the full row, or nullopt
+    // where the draw reads past what the candidates tell (then this sampler is as before the call: sample()
+    // the full row). Without penalties and suppressed ids the draw is the full row's bit for bit. With them,
+    // `adjusted` = adjusted_ids(...) and `raw` their logits: the ranking is then known down to the last
+    // candidate, and the sum over every id is the candidates' sum corrected for the adjusted ids (equal to
+    // the full row's but for rounding, so a draw can differ only within rounding of a boundary).
+    std::optional<SampledToken> sample(const Candidates& c, std::span<const int32_t> context = {},
+                                       std::span<const int32_t> generated = {},
+                                       std::span<const int32_t> suppressed = {},
+                                       std::span<const int32_t> adjusted = {},
+                                       std::span<const float> raw = {});
+    // The ids whose logits the penalties or the suppressed list change (sorted, distinct; empty when neither
+    // applies): what sample(Candidates, ...) needs besides the candidates.
+    std::vector<int32_t> adjusted_ids(std::span<const int32_t> context, std::span<const int32_t> generated,
+                                      std::span<const int32_t> suppressed) const;
     const SamplingParams& params() const { return p_; }
 
   private:
-    double uniform();                                  // [0, 1), identical on every platform for a given seed
-    int32_t draw(const std::vector<double>& z);        // temperature > 0: the sampled id
-    std::optional<int32_t> draw(const Candidates& c);  // the same from candidates; nullopt: not enough
+    double uniform();                            // [0, 1), identical on every platform for a given seed
+    int32_t draw(const std::vector<double>& z);  // temperature > 0: the sampled id
+    // The best ids of a row's ranking, known exactly, with the row's sums over every id (draw's inputs).
+    struct Prefix {
+        std::vector<int32_t> ids;
+        std::vector<double> z;
+        size_t vocab = 0, n_ok = 0;
+        double sum_all = 0, total_all = 0;  // sum_v exp(z_v / T - z_0 / T); sum_v of those terms / sum_all
+    };
+    std::optional<int32_t> draw(const Prefix& p);  // the same from a prefix; nullopt: it reads past it
     void finish_logprobs(SampledToken& out, std::span<const float> logits) const;  // when asked for
     SamplingParams p_;
     std::mt19937_64 rng_;

@@ -57,7 +57,7 @@ TEST(SamplerCandidates, SameDrawAsTheFullRow) {
                                 const Candidates c{r.ids, r.values, r.sums[0], r.sums[1], r.sums[2], V};
                                 for (int step = 0; step < 3; ++step) {  // the RNG's state carries on
                                     const SampledToken want = full.sample(r.logits, {}, {});
-                                    std::optional<SampledToken> got = cand.sample(c);
+                                    std::optional<SampledToken> got = cand.sample(c);  // nothing adjusted
                                     if (!got) {
                                         ++fell_back;
                                         got = cand.sample(r.logits, {}, {});
@@ -73,6 +73,58 @@ TEST(SamplerCandidates, SameDrawAsTheFullRow) {
     // both paths were taken: the candidates answer most draws, the flat rows' wide top-p / no-cut draws not
     std::printf("%lld draws, %lld from the full row\n", (long long)drawn, (long long)fell_back);
     EXPECT_GT(fell_back, 0);
+    EXPECT_GT(drawn - fell_back, drawn / 2);
+}
+
+// With penalties and suppressed ids the candidates are completed by the adjusted ids' logits: the same
+// tokens as the full row (its sum is then formed another way: equal but for rounding, which moves a draw
+// only where its uniform number falls within ~1e-16 of a boundary) and the same logprobs.
+TEST(SamplerCandidates, PenaltiesAndSuppressedIdsFromTheAdjustedLogits) {
+    int64_t drawn = 0, fell_back = 0;
+    uint32_t seed = 77;
+    const int64_t V = 129280;
+    for (const int64_t C : {int64_t(16), int64_t(256)})
+        for (const float T : {0.0f, 0.5f, 1.0f})
+            for (const float rep : {1.0f, 1.3f, 0.8f})
+                for (const float presence : {0.0f, 0.7f, -0.5f})
+                    for (const float frequency : {0.0f, 0.4f})
+                        for (const int top_k : {0, 40}) {
+                            SamplingParams p;
+                            p.temperature = T, p.top_k = top_k, p.top_p = seed % 3 == 0 ? 0.9f : 1.0f;
+                            p.repetition_penalty = rep, p.presence_penalty = presence;
+                            p.frequency_penalty = frequency, p.seed = seed++, p.logprobs = true;
+                            const Row r = make_row(V, C, T, false, seed);
+                            // the context repeats some of the likely ids (and a few others); two are held
+                            // back
+                            std::mt19937 rng(seed);
+                            std::vector<int32_t> context, suppressed = {r.ids[1], int32_t(rng() % V)};
+                            for (int i = 0; i < 40; ++i)
+                                context.push_back(i % 3 == 0 ? r.ids[size_t(rng() % 8)] : int32_t(rng() % V));
+                            const std::span<const int32_t> generated = std::span(context).subspan(25);
+                            Sampler full(p), cand(p);
+                            const std::vector<int32_t> adj =
+                                cand.adjusted_ids(context, generated, suppressed);
+                            std::vector<float> raw;
+                            for (const int32_t id : adj) raw.push_back(r.logits[size_t(id)]);
+                            const Candidates c{r.ids, r.values, r.sums[0], r.sums[1], r.sums[2], V};
+                            for (int step = 0; step < 2; ++step) {
+                                const SampledToken want =
+                                    full.sample(r.logits, context, generated, suppressed);
+                                std::optional<SampledToken> got =
+                                    cand.sample(c, context, generated, suppressed, adj, raw);
+                                if (!got) {
+                                    ++fell_back;
+                                    got = cand.sample(r.logits, context, generated, suppressed);
+                                }
+                                ++drawn;
+                                ASSERT_EQ(got->id, want.id)
+                                    << "C " << C << " T " << T << " rep " << rep << " presence " << presence
+                                    << " frequency " << frequency << " top_k " << top_k;
+                                EXPECT_EQ(got->logprob, want.logprob);
+                            }
+                        }
+    std::printf("%lld draws with penalties, %lld from the full row\n", (long long)drawn,
+                (long long)fell_back);
     EXPECT_GT(drawn - fell_back, drawn / 2);
 }
 
