@@ -69,6 +69,27 @@ class Binder {
         return make_view(mw_.owned.back().view().data, dtype, shape, be_.allocator().device());
     }
 
+    // Rows [first, first + n) of dimension 0 of a float tensor of `shape` (an expert-parallel rank's block of
+    // a fused expert tensor): the whole tensor validated and counted, only those rows placed; a view of shape
+    // [n, shape[1:]] (empty when n == 0 or nothing is placed).
+    Result<TensorView> float_tensor_rows(const std::string& official, const Shape& shape, int64_t first,
+                                         int64_t n) {
+        DI_TRY(const io::TensorEntry* e, require(official));
+        DI_TRY_STATUS(check_shape(*e, shape));
+        DI_TRY(DType t, dtype_of(*e, {DType::kF32, DType::kBF16, DType::kF16}));
+        count(*e, shape, true);
+        Shape part = shape;
+        part[0] = n;
+        const size_t row_bytes = e->nbytes / size_t(shape[0]);
+        TensorView host = make_view(const_cast<uint8_t*>(e->data) + size_t(first) * row_bytes, t, part);
+        if (!placing_ || n == 0) return TensorView{};
+        if (be_.allocator().device() == Device::kHost) return host;
+        Tensor d = alloc(t, part);
+        be_.copy(d.view(), host.reshape({host.numel()}));
+        mw_.owned.push_back(std::move(d));
+        return make_view(mw_.owned.back().view().data, t, part, be_.allocator().device());
+    }
+
     // Float tensor converted to f32 (exact) for ops that take f32 parameters.
     Result<TensorView> f32_param(const std::string& official, const Shape& shape) {
         DI_TRY(const io::TensorEntry* e, require(official));
@@ -258,27 +279,30 @@ Result<AttentionWeights> bind_attention(Binder& b, const ModelConfig& c, int lay
 }
 
 // Routed experts: per-expert tensors (official / save_pretrained) or transformers' fused [E, 2I, D] / [E, D,
-// I]. Per-expert tensors of experts `part` does not give this rank are validated and left empty; the fused
-// tensors are one tensor each and are placed whole.
+// I]. Experts `part` does not give this rank are validated and left empty: per-expert tensors are not placed,
+// and of a fused tensor only the rank's block of experts is.
 Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfig& c, int layer,
                                                      const ExpertPartition& part) {
     const int64_t E = c.n_experts, I = c.moe_dim, D = c.hidden_dim;
     std::vector<ops::ExpertWeights> ex(static_cast<size_t>(E));
     const std::string fused = fmt::format("model.layers.{}.mlp.experts.", layer);
     if (b.lookup(fmt::format("layers.{}.ffn.experts.0.w1.weight", layer)) == nullptr) {
-        DI_TRY(TensorView gu, b.float_tensor(fused + "gate_up_proj", {E, 2 * I, D}));
-        DI_TRY(TensorView dn, b.float_tensor(fused + "down_proj", {E, D, I}));
-        for (int64_t e = 0; e < E; ++e) {
+        const int64_t first = part.first(E), own = part.end(E) - first;
+        DI_TRY(TensorView gu, b.float_tensor_rows(fused + "gate_up_proj", {E, 2 * I, D}, first, own));
+        DI_TRY(TensorView dn, b.float_tensor_rows(fused + "down_proj", {E, D, I}, first, own));
+        if (gu.empty() || dn.empty()) return ex;  // nothing placed
+        for (int64_t e = first; e < first + own; ++e) {
+            const int64_t j = e - first;  // its place in the rank's block
             ops::QWeight g{ops::WeightFormat::kDense, gu, {}, 2 * I, D};
             g.data.ndim = 2;
-            g.data.data = static_cast<char*>(gu.data) + e * 2 * I * D * int64_t(dtype_size(gu.dtype));
+            g.data.data = static_cast<char*>(gu.data) + j * 2 * I * D * int64_t(dtype_size(gu.dtype));
             g.data.shape = {2 * I, D, 0, 0};
             g.data.stride = {D, 1, 0, 0};
             ex[size_t(e)].w1 = g.rows(0, I);
             ex[size_t(e)].w3 = g.rows(I, I);
             ops::QWeight d{ops::WeightFormat::kDense, dn, {}, D, I};
             d.data.ndim = 2;
-            d.data.data = static_cast<char*>(dn.data) + e * D * I * int64_t(dtype_size(dn.dtype));
+            d.data.data = static_cast<char*>(dn.data) + j * D * I * int64_t(dtype_size(dn.dtype));
             d.data.shape = {D, I, 0, 0};
             d.data.stride = {I, 1, 0, 0};
             ex[size_t(e)].w2 = d;

@@ -17,7 +17,7 @@ constexpr int kThreads = 1024;
 
 __device__ __forceinline__ uint64_t rank_key(float f, int64_t v) {
     uint32_t u = __float_as_uint(f == 0.0f ? 0.0f : f);  // -0 ranks as +0 (the host compares values)
-    u ^= (u >> 31) ? 0xFFFFFFFFu : 0x80000000u;  // larger float, larger unsigned
+    u ^= (u >> 31) ? 0xFFFFFFFFu : 0x80000000u;          // larger float, larger unsigned
     return (uint64_t(u) << 32) | uint64_t(0xFFFFFFFFu - uint32_t(v));
 }
 
