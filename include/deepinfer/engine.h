@@ -16,6 +16,8 @@
 
 namespace di {
 
+inline constexpr int kMaxSampleCandidates = 1024;  // the most a backend's top_candidates takes a row
+
 struct EngineOptions {
     std::string model_dir;        // config.json + safetensors
     std::string backend = "ref";  // see runtime::backend_names()
@@ -39,7 +41,7 @@ struct EngineOptions {
     // Sampling steps draw from each logits row's best ids, computed where the logits are (a few kilobytes a
     // row cross to the host instead of the vocabulary; the same tokens: runtime/sampler.h): how many a row.
     // -1: 256 where the backend computes them on its device (ops::Backend::candidates_on_device), else none;
-    // 0: none (every sampled row crosses whole); N > 0: N on any backend.
+    // 0: none (every sampled row crosses whole); N > 0: N on any backend (at most kMaxSampleCandidates).
     int sample_candidates = -1;
 };
 

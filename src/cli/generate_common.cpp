@@ -47,7 +47,7 @@ void add_sample_candidates_option(CLI::App& app, int& candidates) {
            "sampled tokens are drawn from each logits row's N best ids computed where the logits are "
            "(the same tokens; a draw that needs more takes the whole row): -1, the default, 256 where "
            "the backend computes them on its device, else whole rows; 0 always whole rows")
-        ->check(CLI::Range(-1, 1024))
+        ->check(CLI::Range(-1, kMaxSampleCandidates))
         ->capture_default_str();
 }
 

@@ -101,6 +101,9 @@ Status check_options(const EngineOptions& o) {
                           o.state_memory_bytes);
     if (o.max_context < 0)
         return make_error(ErrorCode::kInvalidArgument, "max_context {} is negative", o.max_context);
+    if (o.sample_candidates < -1 || o.sample_candidates > kMaxSampleCandidates)
+        return make_error(ErrorCode::kInvalidArgument, "sample_candidates {} must be in [-1, {}]",
+                          o.sample_candidates, kMaxSampleCandidates);
     return ok_status();
 }
 

@@ -231,6 +231,17 @@ TEST(Engine, CandidatesGiveTheFullRowsDraws) {
                 (unsigned long long)all.candidate_draws, (unsigned long long)all.full_row_draws);
 }
 
+TEST(Engine, CandidatesOutOfRangeAreAnError) {
+    for (const int n : {-2, kMaxSampleCandidates + 1}) {
+        EngineOptions o = options(8);
+        o.sample_candidates = n;
+        auto e = Engine::create(o);
+        ASSERT_FALSE(e.ok()) << n;
+        EXPECT_NE(e.error().message.find("sample_candidates " + std::to_string(n)), std::string::npos)
+            << e.error().message;
+    }
+}
+
 TEST(Engine, CancelFreesTheState) {
     auto engine = make_engine(options());
     ASSERT_TRUE(engine);
