@@ -54,8 +54,9 @@ struct MoeArgs {
     TensorView out;                                        // f32 [n, hidden_dim]
     float limit = std::numeric_limits<float>::infinity();  // swiglu_limit: > 0, +inf no clamp (elementwise.h)
     ActQuant act = ActQuant::kNone;  // kFp8Block128: hidden and moe_dim multiples of 128
-    // Expert parallelism (model/expert_partition.h) in two calls, with the ranks' slots summed between
-    // them (exact: each (token, slot) is non-zero on one rank only). Pass `experts` of the experts in
+    // Expert parallelism (model/expert_partition.h, model/moe_exchange.h) in two calls, with the pairs'
+    // outputs gathered from the ranks that ran them between the two (each (token, slot) is computed on one
+    // rank only). Pass `experts` of the experts in
     // [expert_first, expert_end): each pair whose expert lies there writes its unweighted output to
     // slots[t, j], every other pair zeros, and out is not written (only those experts' weights are read).
     // Pass `combine`: out = the weighted sum of slots in slot order, exactly as the one-call op combines

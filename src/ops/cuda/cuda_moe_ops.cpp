@@ -195,7 +195,7 @@ void CudaBackend::moe(const MoeArgs& a) {
     }
 }
 
-// Expert parallelism's second pass: out = the weighted sum of the summed slots, the combine every variant
+// Expert parallelism's second pass: out = the weighted sum of the gathered slots, the combine every variant
 // ends with (so a token's bits equal the one-call op's).
 void CudaBackend::moe_combine_pass(const MoeArgs& a) {
     const int64_t n = a.x.shape[0], k = a.ids.shape[1], D = a.x.shape[1];

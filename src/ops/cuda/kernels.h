@@ -397,7 +397,7 @@ void launch_moe_grouped(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_split_supported(const MoeParams& p);
 void launch_moe_split(const MoeParams& p, Scratch& scratch, Stream s);
 // out[t] = sum_j w[t, j] * y[t * k + j] in slot order (double accumulation): every variant ends with it, and
-// it is expert parallelism's `combine` pass on the summed slots.
+// it is expert parallelism's `combine` pass on the gathered slots.
 void launch_moe_combine(const MoeParams& p, const float* y, Stream s);
 
 // Last launch error as text, or nullptr (checked by the host after each launch).
