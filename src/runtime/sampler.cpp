@@ -71,112 +71,120 @@ class Ranking {
     size_t sorted_ = 0;
 };
 
+// Temperature, top-k, min-p and top-p over a ranking, then a draw: the kept ids are a prefix of the ranking,
+// each with probability exp(z / T - max / T) / sum, where sum runs over the kept ids before min-p and top-p
+// (over the ranking's prefix when top-k cuts, else over every id that is not barred: sum_all(m)). rank(i) is
+// the i-th best (id, z), or nullopt where the ranking is not known that far; the draw is then nullopt too.
+// total_all(sum): the kept probabilities' total when nothing was cut. n_ok: the ids not barred.
+template <class Rank, class SumAll, class TotalAll, class Uniform>
+std::optional<int32_t> draw_ranked(const SamplingParams& p, size_t V, size_t n_ok, Rank&& rank,
+                                   SumAll&& sum_all, TotalAll&& total_all, Uniform&& uniform) {
+    if (n_ok == 0) return 0;  // every id barred: id 0, as the greedy path
+    const double T = p.temperature;
+    size_t keep = p.top_k > 0 ? std::min(V, size_t(p.top_k)) : V;
+    keep = std::min(keep, n_ok);  // never fall back on a barred id
+    const std::optional<std::pair<int32_t, double>> best = rank(0);
+    if (!best) return std::nullopt;
+    const double m = best->second / T;
+    double sum = 0;
+    if (keep < n_ok) {
+        for (size_t i = 0; i < keep; ++i) {
+            const auto r = rank(i);
+            if (!r) return std::nullopt;
+            sum += std::exp(r->second / T - m);
+        }
+    } else {
+        sum = sum_all(m);
+    }
+    auto prob = [&](size_t i) -> std::optional<double> {
+        const auto r = rank(i);
+        if (!r) return std::nullopt;
+        return std::exp(r->second / T - m) / sum;
+    };
+    const size_t before_cuts = keep;
+    if (p.min_p > 0.0f) {  // drop tokens below min_p * p(best)
+        const double floor = p.min_p * *prob(0);
+        size_t k = 1;
+        for (; k < keep; ++k) {
+            const auto q = prob(k);
+            if (!q) return std::nullopt;
+            if (!(*q >= floor)) break;
+        }
+        keep = k;
+    }
+    if (p.top_p < 1.0f) {  // smallest prefix with mass >= top_p
+        double mass = 0;
+        size_t k = 0;
+        while (k < keep && (k == 0 || mass < p.top_p)) {
+            const auto q = prob(k++);
+            if (!q) return std::nullopt;
+            mass += *q;
+        }
+        keep = k;
+    }
+    double total = 0;
+    if (keep == before_cuts && keep == n_ok) {
+        total = total_all(sum);
+    } else {
+        for (size_t i = 0; i < keep; ++i) {
+            const auto q = prob(i);
+            if (!q) return std::nullopt;
+            total += *q;
+        }
+    }
+    double r = uniform() * total;
+    for (size_t i = 0; i < keep; ++i) {
+        const auto q = prob(i);
+        if (!q) return std::nullopt;
+        if (r < *q) return rank(i)->first;
+        r -= *q;
+    }
+    const auto last = rank(keep - 1);
+    if (!last) return std::nullopt;
+    return last->first;
+}
+
 }  // namespace
 
-// Temperature, top-k, min-p and top-p over z (penalised, barred ids at -inf), then a draw: the kept ids are
-// a prefix of the ranking, each with probability exp(z / T - max / T) / sum, where sum runs over the kept
-// ids before min-p and top-p (over the ranking's prefix when top-k cuts, else over every id that is not
-// barred, in id order).
+// The draw over the whole row: every id ranked on demand, the sums over all of it.
 int32_t Sampler::draw(const std::vector<double>& z) {
     const double neg_inf = -std::numeric_limits<double>::infinity(), T = p_.temperature;
     const size_t V = z.size();
     const size_t n_ok = V - size_t(std::count(z.begin(), z.end(), neg_inf));
-    if (n_ok == 0) return 0;  // every id barred: id 0, as the greedy path
-    size_t keep = p_.top_k > 0 ? std::min(V, size_t(p_.top_k)) : V;
-    keep = std::min(keep, n_ok);  // never fall back on a barred id
-    Ranking rank(z, scratch().order);
-    const double m = z[size_t(rank.at(0))] / T;
-    double sum = 0;
+    Ranking ranking(z, scratch().order);
     std::vector<double>& e = scratch().e;  // exp(z / T - m) of every id, where the sum runs over all
-    if (keep < n_ok) {
-        for (size_t i = 0; i < keep; ++i) sum += std::exp(z[size_t(rank.at(i))] / T - m);
-    } else {
-        e.resize(V);
-        for (size_t v = 0; v < V; ++v) sum += e[v] = std::exp(z[v] / T - m);  // exp(-inf) = 0
-    }
-    auto prob = [&](size_t i) { return std::exp(z[size_t(rank.at(i))] / T - m) / sum; };
-    const size_t before_cuts = keep;
-    if (p_.min_p > 0.0f) {  // drop tokens below min_p * p(best)
-        const double floor = p_.min_p * prob(0);
-        size_t k = 1;
-        while (k < keep && prob(k) >= floor) ++k;
-        keep = k;
-    }
-    if (p_.top_p < 1.0f) {  // smallest prefix with mass >= top_p
-        double mass = 0;
-        size_t k = 0;
-        while (k < keep && (k == 0 || mass < p_.top_p)) mass += prob(k++);
-        keep = k;
-    }
-    double total = 0;
-    if (keep == before_cuts && keep == n_ok) {
-        for (double x : e) total += x / sum;
-    } else {
-        for (size_t i = 0; i < keep; ++i) total += prob(i);
-    }
-    double r = uniform() * total;
-    for (size_t i = 0; i < keep; ++i) {
-        const double q = prob(i);
-        if (r < q) return rank.at(i);
-        r -= q;
-    }
-    return rank.at(keep - 1);
+    const std::optional<int32_t> id = draw_ranked(
+        p_, V, n_ok,
+        [&](size_t i) -> std::optional<std::pair<int32_t, double>> {
+            const int32_t v = ranking.at(i);
+            return std::pair{v, z[size_t(v)]};
+        },
+        [&](double m) {
+            double sum = 0;
+            e.resize(V);
+            for (size_t v = 0; v < V; ++v) sum += e[v] = std::exp(z[v] / T - m);  // exp(-inf) = 0
+            return sum;
+        },
+        [&](double sum) {
+            double total = 0;
+            for (double x : e) total += x / sum;
+            return total;
+        },
+        [&] { return uniform(); });
+    return *id;  // the whole ranking is known
 }
 
-// draw() on a prefix of the ranking: the same steps where they only read its entries (the sums over every
-// id are the prefix's); nullopt where a step reads further.
-std::optional<int32_t> Sampler::draw(const Prefix& p) {
-    const double T = p_.temperature;
-    const size_t V = p.vocab, n_ok = p.n_ok, C = p.ids.size();
-    if (n_ok == 0) return 0;  // every id barred: id 0, as the full row's draw
-    if (C == 0) return std::nullopt;
-    size_t keep = p_.top_k > 0 ? std::min(V, size_t(p_.top_k)) : V;
-    keep = std::min(keep, n_ok);
-    const double m = p.z[0] / T;
-    double sum = 0;
-    if (keep < n_ok) {
-        if (keep > C) return std::nullopt;
-        for (size_t i = 0; i < keep; ++i) sum += std::exp(p.z[i] / T - m);
-    } else {
-        sum = p.sum_all;
-    }
-    auto prob = [&](size_t i) { return std::exp(p.z[i] / T - m) / sum; };
-    const size_t before_cuts = keep;
-    if (p_.min_p > 0.0f) {
-        const double floor = p_.min_p * prob(0);
-        size_t k = 1;
-        for (; k < keep; ++k) {
-            if (k >= C) return std::nullopt;
-            if (!(prob(k) >= floor)) break;
-        }
-        keep = k;
-    }
-    if (p_.top_p < 1.0f) {
-        double mass = 0;
-        size_t k = 0;
-        while (k < keep && (k == 0 || mass < p_.top_p)) {
-            if (k >= C) return std::nullopt;
-            mass += prob(k++);
-        }
-        keep = k;
-    }
-    double total = 0;
-    if (keep == before_cuts && keep == n_ok) {
-        total = p.total_all;
-    } else {
-        if (keep > C) return std::nullopt;
-        for (size_t i = 0; i < keep; ++i) total += prob(i);
-    }
-    double r = uniform() * total;
-    for (size_t i = 0; i < keep; ++i) {
-        if (i >= C) return std::nullopt;
-        const double q = prob(i);
-        if (r < q) return p.ids[i];
-        r -= q;
-    }
-    if (keep > C) return std::nullopt;
-    return p.ids[keep - 1];
-}
+namespace {
+
+// The best ids of a row's ranking, known exactly, with the row's sums over every id.
+struct Prefix {
+    std::vector<int32_t> ids;
+    std::vector<double> z;
+    size_t vocab = 0, n_ok = 0;
+    double sum_all = 0, total_all = 0;  // sum_v exp(z_v / T - z_0 / T); sum_v of those terms / sum_all
+};
+
+}  // namespace
 
 std::vector<int32_t> Sampler::adjusted_ids(std::span<const int32_t> context,
                                            std::span<const int32_t> generated,
@@ -213,13 +221,12 @@ std::optional<SampledToken> Sampler::sample(const Candidates& c, std::span<const
             std::vector<bool> seen(adjusted.size(), false);
             for (const int32_t t : context) seen[at(t)] = true;
             for (size_t i = 0; i < za.size(); ++i)
-                if (seen[i])
-                    za[i] = za[i] > 0 ? za[i] / p_.repetition_penalty : za[i] * p_.repetition_penalty;
+                if (seen[i]) za[i] = repeated(za[i]);
         }
         std::unordered_map<int32_t, int> count;
         if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f)
             for (const int32_t t : generated) ++count[t];
-        for (auto [t, n] : count) za[at(t)] -= p_.presence_penalty + p_.frequency_penalty * n;
+        for (auto [t, n] : count) za[at(t)] -= occurrence_penalty(n);
         for (const int32_t t : suppressed) za[at(t)] = neg_inf;
         std::vector<std::pair<double, int32_t>> merged;  // (z, id), the known part of the ranking
         for (size_t i = 0; i < C; ++i)
@@ -260,7 +267,14 @@ std::optional<SampledToken> Sampler::sample(const Candidates& c, std::span<const
         out.id = p.n_ok == 0 ? 0 : p.ids[0];
     } else {
         const std::mt19937_64 before = rng_;
-        const std::optional<int32_t> id = draw(p);
+        const std::optional<int32_t> id = draw_ranked(
+            p_, p.vocab, p.n_ok,
+            [&](size_t i) -> std::optional<std::pair<int32_t, double>> {
+                if (i >= p.ids.size()) return std::nullopt;
+                return std::pair{p.ids[i], p.z[i]};
+            },
+            [&](double) { return p.sum_all; }, [&](double) { return p.total_all; },
+            [&] { return uniform(); });
         if (!id) {
             rng_ = before;
             return std::nullopt;
@@ -315,12 +329,12 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
         std::vector<bool> seen(V, false);
         for (int32_t t : context) seen[size_t(t)] = true;
         for (size_t v = 0; v < V; ++v)
-            if (seen[v]) z[v] = z[v] > 0 ? z[v] / p_.repetition_penalty : z[v] * p_.repetition_penalty;
+            if (seen[v]) z[v] = repeated(z[v]);
     }
     if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
         std::unordered_map<int32_t, int> count;
         for (int32_t t : generated) ++count[t];
-        for (auto [t, c] : count) z[size_t(t)] -= p_.presence_penalty + p_.frequency_penalty * c;
+        for (auto [t, c] : count) z[size_t(t)] -= occurrence_penalty(c);
     }
     const double neg_inf = -std::numeric_limits<double>::infinity();
     for (int32_t t : suppressed) z[size_t(t)] = neg_inf;

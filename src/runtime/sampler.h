@@ -75,14 +75,10 @@ class Sampler {
   private:
     double uniform();                            // [0, 1), identical on every platform for a given seed
     int32_t draw(const std::vector<double>& z);  // temperature > 0: the sampled id
-    // The best ids of a row's ranking, known exactly, with the row's sums over every id (draw's inputs).
-    struct Prefix {
-        std::vector<int32_t> ids;
-        std::vector<double> z;
-        size_t vocab = 0, n_ok = 0;
-        double sum_all = 0, total_all = 0;  // sum_v exp(z_v / T - z_0 / T); sum_v of those terms / sum_all
-    };
-    std::optional<int32_t> draw(const Prefix& p);  // the same from a prefix; nullopt: it reads past it
+    // The penalties' rules, for the full row and the candidates alike: a seen id's logit (repetition), and
+    // what a generated id's logit loses for `count` occurrences (presence + frequency, in float as given).
+    double repeated(double z) const { return z > 0 ? z / p_.repetition_penalty : z * p_.repetition_penalty; }
+    float occurrence_penalty(int count) const { return p_.presence_penalty + p_.frequency_penalty * count; }
     void finish_logprobs(SampledToken& out, std::span<const float> logits) const;  // when asked for
     SamplingParams p_;
     std::mt19937_64 rng_;
