@@ -121,8 +121,7 @@ CandidateRows DeepseekV4::forward_candidates(std::span<const SeqChunk> chunks,
     const TensorView logits = run_step(chunks, s);
     const int64_t m = logits.shape[0], C = std::min(per_row, logits.shape[1]);
     DI_CHECK(int64_t(temperatures.size()) == m, "{} temperatures for {} logits rows", temperatures.size(), m);
-    CandidateRows c{C, std::vector<int32_t>(size_t(m * C)), std::vector<float>(size_t(m * C)),
-                    std::vector<double>(size_t(m * 3)), std::vector<int32_t>(size_t(m))};
+    CandidateRows c = CandidateRows::sized(m, C);
     if (m > 0) {  // after the head segment: buffers of the step's varying sizes
         const TensorView temp = vws_.take(DType::kF32, {m}), ids = vws_.take(DType::kI32, {m, C});
         const TensorView values = vws_.take(DType::kF32, {m, C}), sums = vws_.take(DType::kI64, {m, 3});

@@ -28,8 +28,7 @@ CandidateRows Model::forward_candidates(std::span<const SeqChunk> chunks, std::s
     const int64_t V = config().vocab_size, rows = int64_t(step_logits_.size()) / V, C = std::min(per_row, V);
     DI_CHECK(int64_t(temperatures.size()) == rows, "{} temperatures for {} logits rows", temperatures.size(),
              rows);
-    CandidateRows c{C, std::vector<int32_t>(size_t(rows * C)), std::vector<float>(size_t(rows * C)),
-                    std::vector<double>(size_t(rows * 3)), std::vector<int32_t>(size_t(rows))};
+    CandidateRows c = CandidateRows::sized(rows, C);
     for (int64_t r = 0; r < rows; ++r)
         ops::top_candidates_row(step_logits_.data() + r * V, V, temperatures[size_t(r)], c.ids.data() + r * C,
                                 c.logits.data() + r * C, C, c.sums.data() + 3 * r, c.bad.data() + r);

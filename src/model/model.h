@@ -76,6 +76,11 @@ struct CandidateRows {
     std::vector<float> logits;  // [rows, C]
     std::vector<double> sums;   // [rows, 3]: sum_1, sum_t, total_t
     std::vector<int32_t> bad;   // [rows]: the first non-finite index, or -1
+    static CandidateRows sized(int64_t rows, int64_t per_row) {
+        const size_t n = size_t(rows * per_row);
+        return {per_row, std::vector<int32_t>(n), std::vector<float>(n),
+                std::vector<double>(size_t(rows * 3)), std::vector<int32_t>(size_t(rows))};
+    }
 };
 
 class Model {

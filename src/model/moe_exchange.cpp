@@ -103,12 +103,11 @@ void exchange_routed_experts(Backend& be, Workspace& ws, parallel::Communicator&
                         keep.push_back(int32_t(row * k + j));
                         ++pairs_out[size_t(p)];
                     }
-        const std::vector<float> zeros(size_t(M * k), 0.0f);  // the experts' pass does not weigh its pairs
         MoeArgs e = m;
         e.x = x_recv;
         e.ids = ids_recv;
         e.weights = take(DType::kF32, M, k);
-        be.copy(e.weights, TensorView::contiguous(const_cast<float*>(zeros.data()), DType::kF32, {M, k}));
+        be.fill_zero(e.weights);          // the experts' pass does not weigh its pairs
         e.out = take(DType::kF32, M, D);  // not written by this pass
         e.slots = ws.take(DType::kF32, {M, k, D});
         e.pass = MoeArgs::Pass::kExperts;

@@ -59,8 +59,13 @@ class Binder {
     // A view of `e` (interpreted as `dtype`, logical `shape`) on the backend's device; an empty view while
     // placing is off (the experts of other ranks).
     TensorView place(const io::TensorEntry& e, DType dtype, const Shape& shape, bool is_param = true) {
-        TensorView host = make_view(const_cast<uint8_t*>(e.data), dtype, shape);
         count(e, shape, is_param);
+        return put(e.data, dtype, shape);
+    }
+
+    // Host bytes `data` (as dtype, shape) on the backend's device, as place() does.
+    TensorView put(const uint8_t* data, DType dtype, const Shape& shape) {
+        TensorView host = make_view(const_cast<uint8_t*>(data), dtype, shape);
         if (!placing_) return TensorView{};
         if (be_.allocator().device() == Device::kHost) return host;
         Tensor t = alloc(dtype, shape);
@@ -78,16 +83,10 @@ class Binder {
         DI_TRY_STATUS(check_shape(*e, shape));
         DI_TRY(DType t, dtype_of(*e, {DType::kF32, DType::kBF16, DType::kF16}));
         count(*e, shape, true);
+        if (n == 0) return TensorView{};
         Shape part = shape;
         part[0] = n;
-        const size_t row_bytes = e->nbytes / size_t(shape[0]);
-        TensorView host = make_view(const_cast<uint8_t*>(e->data) + size_t(first) * row_bytes, t, part);
-        if (!placing_ || n == 0) return TensorView{};
-        if (be_.allocator().device() == Device::kHost) return host;
-        Tensor d = alloc(t, part);
-        be_.copy(d.view(), host.reshape({host.numel()}));
-        mw_.owned.push_back(std::move(d));
-        return make_view(mw_.owned.back().view().data, t, part, be_.allocator().device());
+        return put(e->data + size_t(first) * (e->nbytes / size_t(shape[0])), t, part);
     }
 
     // Float tensor converted to f32 (exact) for ops that take f32 parameters.
