@@ -54,63 +54,50 @@ std::vector<float> steps(model::Model& m, const std::vector<int32_t>& tokens) {
     return out;
 }
 
-void expect_gpus_equal_one(int gpus, model::Precision p) {
-    if (ops::cuda_device_count() < gpus) GTEST_SKIP() << "needs " << gpus << " GPUs";
-    const std::string dir = fixture_dir("v4_tiny_fp8");
-    const std::vector<int32_t> tokens = prompt(dir);
-    ASSERT_GE(tokens.size(), 30u);
-    auto be1 = runtime::make_backend("cuda"), ben = runtime::make_backend("cuda");
-    ASSERT_TRUE(be1.ok() && ben.ok());
-    auto one = runtime::load_model(dir, **be1);
-    ASSERT_TRUE(one.ok()) << one.error().message;
-    auto ranks = runtime::load_model(dir, **ben, false, gpus);
-    ASSERT_TRUE(ranks.ok()) << ranks.error().message;
-    (*one)->set_precision(p), (*ranks)->set_precision(p);
-    const std::vector<float> want = steps(**one, tokens), got = steps(**ranks, tokens);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-        << gpus << " GPUs differ from one";
-}
-
-TEST(CudaExpertParallel, TwoGpusEqualOneExact) { expect_gpus_equal_one(2, model::Precision::kExact); }
-TEST(CudaExpertParallel, TwoGpusEqualOneNative) { expect_gpus_equal_one(2, model::Precision::kNative); }
-TEST(CudaExpertParallel, FourGpusEqualOne) { expect_gpus_equal_one(4, model::Precision::kExact); }
-
-// Several ranks on GPU 0, exchanging device memory through cudaMemcpy (a local group: NCCL takes one rank a
-// device): the exchange's data flow on the GPU backend and its bits against one rank, on a machine of one
-// GPU.
-void expect_ranks_on_one_gpu_equal_one(int ranks, model::Precision p) {
-    if (ops::cuda_device_count() < 1) GTEST_SKIP() << "no CUDA device";
-    const std::string dir = fixture_dir("v4_tiny_fp8");
-    const std::vector<int32_t> tokens = prompt(dir);
-    ASSERT_GE(tokens.size(), 30u);
-    auto be1 = runtime::make_backend("cuda"), ben = runtime::make_backend("cuda");
-    ASSERT_TRUE(be1.ok() && ben.ok());
-    auto one = runtime::load_model(dir, **be1);
-    ASSERT_TRUE(one.ok()) << one.error().message;
-    auto cfg = model::load_config(dir);
-    ASSERT_TRUE(cfg.ok()) << cfg.error().message;
-    auto ck = io::Checkpoint::open(dir);
-    ASSERT_TRUE(ck.ok()) << ck.error().message;
+// The ranked model: `ranks` GPUs through NCCL (`--gpus`), or `ranks` ranks on GPU 0 exchanging device memory
+// through cudaMemcpy (a local group: NCCL takes one rank a device), which runs the exchange's data flow on
+// the GPU backend on a machine of one GPU.
+Result<std::unique_ptr<model::Model>> load_ranks(const std::string& dir, ops::Backend& be, int ranks,
+                                                 bool on_one_gpu) {
+    if (!on_one_gpu) return runtime::load_model(dir, be, false, ranks);
+    DI_TRY(model::ModelConfig cfg, model::load_config(dir));
+    DI_TRY(io::Checkpoint ck, io::Checkpoint::open(dir));
     auto comms = parallel::make_local_group(
         ranks, std::chrono::seconds(120),
         [](void* dst, const void* src, size_t bytes) { cudaMemcpy(dst, src, bytes, cudaMemcpyDefault); });
-    auto m =
-        model::ExpertParallelModel::load(*cfg, std::make_shared<io::Checkpoint>(std::move(*ck)), **ben,
-                                         std::move(comms), [](int) { return runtime::make_backend("cuda"); });
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    (*one)->set_precision(p), (*m)->set_precision(p);
-    const std::vector<float> want = steps(**one, tokens), got = steps(**m, tokens);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-        << ranks << " ranks on one GPU differ from one rank";
+    return model::ExpertParallelModel::load(std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ck)),
+                                            be, std::move(comms),
+                                            [](int) { return runtime::make_backend("cuda"); });
 }
 
+void expect_ranks_equal_one(int ranks, bool on_one_gpu, model::Precision p) {
+    if (ops::cuda_device_count() < (on_one_gpu ? 1 : ranks)) GTEST_SKIP() << "needs " << ranks << " GPUs";
+    const std::string dir = fixture_dir("v4_tiny_fp8");
+    const std::vector<int32_t> tokens = prompt(dir);
+    ASSERT_GE(tokens.size(), 30u);
+    auto be1 = runtime::make_backend("cuda"), ben = runtime::make_backend("cuda");
+    ASSERT_TRUE(be1.ok() && ben.ok());
+    auto one = runtime::load_model(dir, **be1);
+    ASSERT_TRUE(one.ok()) << one.error().message;
+    auto many = load_ranks(dir, **ben, ranks, on_one_gpu);
+    ASSERT_TRUE(many.ok()) << many.error().message;
+    (*one)->set_precision(p), (*many)->set_precision(p);
+    const std::vector<float> want = steps(**one, tokens), got = steps(**many, tokens);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+        << ranks << (on_one_gpu ? " ranks on one GPU" : " GPUs") << " differ from one rank";
+}
+
+TEST(CudaExpertParallel, TwoGpusEqualOneExact) { expect_ranks_equal_one(2, false, model::Precision::kExact); }
+TEST(CudaExpertParallel, TwoGpusEqualOneNative) {
+    expect_ranks_equal_one(2, false, model::Precision::kNative);
+}
+TEST(CudaExpertParallel, FourGpusEqualOne) { expect_ranks_equal_one(4, false, model::Precision::kExact); }
 TEST(CudaExpertParallel, TwoRanksOnOneGpuEqualOneExact) {
-    expect_ranks_on_one_gpu_equal_one(2, model::Precision::kExact);
+    expect_ranks_equal_one(2, true, model::Precision::kExact);
 }
 TEST(CudaExpertParallel, ThreeRanksOnOneGpuEqualOneNative) {
-    expect_ranks_on_one_gpu_equal_one(3, model::Precision::kNative);
+    expect_ranks_equal_one(3, true, model::Precision::kNative);
 }
 
 TEST(CudaExpertParallel, MoreGpusThanPresentIsAnError) {

@@ -42,8 +42,10 @@ TEST(ExpertPartition, BlocksCoverEveryExpertOnce) {
     EXPECT_EQ((ExpertPartition{.rank = 1, .size = 2}.first(256)), 128);
 }
 
-TEST(ExpertPartition, ARankBindsOnlyItsExperts) {
-    const std::string dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp8";
+// Each of `ranks` ranks binding `dir`: its own experts where the whole binding has them (host memory: views
+// into the mapped files), the others empty, every expert still counted; the rest of the weights as the
+// whole binding's.
+void expect_ranks_bind_only_their_experts(const std::string& dir, int ranks) {
     auto cfg = load_config(dir);
     ASSERT_TRUE(cfg.ok()) << cfg.error().message;
     auto ckpt = io::Checkpoint::open(dir);
@@ -53,23 +55,25 @@ TEST(ExpertPartition, ARankBindsOnlyItsExperts) {
     auto whole = bind_weights(shared, *cfg, *be);
     ASSERT_TRUE(whole.ok()) << whole.error().message;
     const int64_t E = cfg->n_experts;
-    for (int rank = 0; rank < 2; ++rank) {
-        const ExpertPartition part{.rank = rank, .size = 2};
+    for (int rank = 0; rank < ranks; ++rank) {
+        const ExpertPartition part{.rank = rank, .size = ranks};
         auto mine = bind_weights(shared, *cfg, *be, part);
         ASSERT_TRUE(mine.ok()) << mine.error().message;
         ASSERT_EQ(mine->layers.size(), whole->layers.size());
+        EXPECT_EQ(mine->stats.params, whole->stats.params);  // every expert counted, placed or not
         for (size_t l = 0; l < mine->layers.size(); ++l) {
             const auto& ex = mine->layers[l].ffn.experts;
             ASSERT_EQ(int64_t(ex.size()), E);
             for (int64_t e = 0; e < E; ++e) {
+                const auto& got = ex[size_t(e)];
                 const auto& want = whole->layers[l].ffn.experts[size_t(e)];
                 if (part.owns(e, E)) {
-                    EXPECT_EQ(ex[size_t(e)].w1.data.data, want.w1.data.data)
-                        << "layer " << l << " expert " << e;
-                    EXPECT_EQ(ex[size_t(e)].w2.scale.data, want.w2.scale.data);
+                    EXPECT_EQ(got.w1.data.data, want.w1.data.data) << "layer " << l << " expert " << e;
+                    EXPECT_EQ(got.w3.data.data, want.w3.data.data);
+                    EXPECT_EQ(got.w2.data.data, want.w2.data.data);
+                    EXPECT_EQ(got.w2.scale.data, want.w2.scale.data);
                 } else {
-                    EXPECT_TRUE(ex[size_t(e)].w1.empty() && ex[size_t(e)].w2.empty() &&
-                                ex[size_t(e)].w3.empty())
+                    EXPECT_TRUE(got.w1.empty() && got.w2.empty() && got.w3.empty())
                         << "rank " << rank << " holds expert " << e << " of layer " << l;
                 }
             }
@@ -77,6 +81,10 @@ TEST(ExpertPartition, ARankBindsOnlyItsExperts) {
         }
         EXPECT_EQ(mine->head.data.data, whole->head.data.data);
     }
+}
+
+TEST(ExpertPartition, ARankBindsOnlyItsExperts) {
+    expect_ranks_bind_only_their_experts(std::string(DI_TEST_DATA) + "/v4_tiny_fp8", 2);
 }
 
 // v4_tiny_fp32 rewritten with transformers' fused expert tensors (gate_up_proj [E, 2I, D] = w1 then w3 of
@@ -120,35 +128,7 @@ TEST(ExpertPartition, FusedExpertsPlaceOnlyTheRanksBlock) {
     const std::string dir = (std::filesystem::temp_directory_path() / "deepinfer-fused-experts").string();
     write_fused_fixture(dir);
     if (HasFatalFailure()) return;
-    auto cfg = load_config(dir);
-    ASSERT_TRUE(cfg.ok()) << cfg.error().message;
-    auto ckpt = io::Checkpoint::open(dir);
-    ASSERT_TRUE(ckpt.ok()) << ckpt.error().message;
-    auto shared = std::make_shared<io::Checkpoint>(std::move(ckpt.value()));
-    auto be = ops::make_ref_backend();
-    auto whole = bind_weights(shared, *cfg, *be);
-    ASSERT_TRUE(whole.ok()) << whole.error().message;
-    const int64_t E = cfg->n_experts;
-    for (int rank = 0; rank < 3; ++rank) {
-        const ExpertPartition part{.rank = rank, .size = 3};
-        auto mine = bind_weights(shared, *cfg, *be, part);
-        ASSERT_TRUE(mine.ok()) << mine.error().message;
-        EXPECT_EQ(mine->stats.params, whole->stats.params);  // every expert counted, placed or not
-        for (size_t l = 0; l < mine->layers.size(); ++l)
-            for (int64_t e = 0; e < E; ++e) {
-                const auto& got = mine->layers[l].ffn.experts[size_t(e)];
-                const auto& want = whole->layers[l].ffn.experts[size_t(e)];
-                if (part.owns(e,
-                              E)) {  // host memory: views into the mapped file, where the whole binding's are
-                    EXPECT_EQ(got.w1.data.data, want.w1.data.data) << "layer " << l << " expert " << e;
-                    EXPECT_EQ(got.w3.data.data, want.w3.data.data);
-                    EXPECT_EQ(got.w2.data.data, want.w2.data.data);
-                } else {
-                    EXPECT_TRUE(got.w1.empty() && got.w3.empty() && got.w2.empty())
-                        << "rank " << rank << " holds expert " << e << " of layer " << l;
-                }
-            }
-    }
+    expect_ranks_bind_only_their_experts(dir, 3);
     const test::Fixture fx = test::load_fixture("v4_tiny_fp32");
     auto cpu = ops::make_cpu_backend(1);
     auto per_expert = runtime::load_model(std::string(DI_TEST_DATA) + "/v4_tiny_fp32", *cpu);
