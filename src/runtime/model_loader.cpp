@@ -47,10 +47,6 @@ Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& ba
     return ok_status();
 }
 
-}  // namespace
-
-namespace {
-
 // The family's model, or expert_ranks ranks of it (model/expert_parallel_model.h).
 Result<std::unique_ptr<model::Model>> load_ranks(model::ModelConfig cfg, std::shared_ptr<io::Checkpoint> ckpt,
                                                  ops::Backend& backend, int expert_ranks,
