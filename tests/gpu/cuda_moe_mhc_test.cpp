@@ -342,6 +342,16 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
             }
             EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
                 << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128) << "-row tiles";
+            // one warpgroup a block (two are the default): the same bits
+            cuda::set_moe_w4a8_wg2(false), cuda::set_moe_w4a8_n64(n64);
+            out.poison();
+            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+            cuda::set_moe_w4a8_wg2(true), cuda::set_moe_w4a8_n64(false);
+            const std::vector<float> wg1 = out.device_f32();
+            EXPECT_EQ(0, std::memcmp(got[0].data(), wg1.data(), wg1.size() * sizeof(float)))
+                << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128)
+                << "-row tiles, one warpgroup: max abs err against the reference "
+                << diff(ref.host_f32(), wg1).max_abs;
             if (n64) continue;
             // the warp-specialised kernel: the default's bits
             cuda::set_moe_w4a8_ws(true);

@@ -1,7 +1,8 @@
 // top_candidates on CUDA (one block a row: a radix select of the C-th best key, then a sort) against the host
 // rows (ops/sampling.h's reference): the ids and values exactly, the first non-finite index exactly, the sums
-// within 1e-12 of the host's (block-reduction order against id order); ties (small integers), the V4
-// vocabulary, strided rows, C from 1 to 1,024 and C = V, temperatures 0 (no sum_t) and above.
+// within recursive summation's error bound of the host's (block-reduction order against id order); ties
+// (small integers), the V4 vocabulary, strided rows, C from 1 to 1,024 and C = V, temperatures 0 (no sum_t)
+// and above.
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -64,12 +65,15 @@ TEST_P(CudaTopCandidates, MatchesTheHostRows) {
             ASSERT_EQ(gv[size_t(r * c.C + i)], values.hv().ptr<float>()[r * c.C + i])
                 << c.name << " row " << r;
         }
+        // The host adds V terms one after another: its own error is up to (V - 1) u of the sum (u = 2^-53),
+        // 1.4e-11 at the V4 vocabulary; a row of ties (the same terms ~10,000 times) measured 1.3e-12 off the
+        // exact sum on the host, and the block reduction's order is closer to exact, so 1e-12 was too tight.
+        const double tol = double(c.V) * 0x1p-53;
         for (int k = 0; k < 3; ++k) {
             double got = 0, want = 0;
             std::memcpy(&got, &gs[size_t(3 * r + k)], 8);
             std::memcpy(&want, sums.hv().ptr<int64_t>() + 3 * r + k, 8);
-            EXPECT_LE(std::fabs(got - want), 1e-12 * std::fabs(want))
-                << c.name << " row " << r << " sum " << k;
+            EXPECT_LE(std::fabs(got - want), tol * std::fabs(want)) << c.name << " row " << r << " sum " << k;
         }
     }
 }

@@ -147,8 +147,9 @@ class CudaBackend final : public Backend {
     void moe(const MoeArgs& a) override;
     void argmax(const ArgmaxArgs& a) override;
     void top_candidates(const TopCandidatesArgs& a) override;
-    // False until the kernel's GPU test (tests/gpu/cuda_top_candidates_test.cpp) has passed on the GPU.
-    bool candidates_on_device() const override { return false; }
+    // The kernel's GPU tests (cuda_top_candidates_test.cpp, cuda_engine_candidates_test.cpp) pass on the
+    // H200.
+    bool candidates_on_device() const override { return true; }
     void moe_combine_pass(const MoeArgs& a);  // MoeArgs::Pass::kCombine
     // cuda_fused_ops.cpp
     void rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) override;

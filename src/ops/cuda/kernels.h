@@ -374,6 +374,10 @@ void set_moe_w4a8_n64(bool on);
 // two that multiply; the same sums); off: measured slower on the H200 (DEEPINFER_W4A8_WS,
 // docs/benchmarks.md).
 void set_moe_w4a8_ws(bool on);
+// w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token
+// copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it
+// off).
+void set_moe_w4a8_wg2(bool on);
 // Whether every fp4 matrix of the table (device copy and host copy, count entries) folds its group scales
 // into e4m3 as moe_w4a8 needs: relative to each chunk's largest (MoeParams::e4m3_ok), or to each row's
 // (e4m3_rows); synchronises the stream.

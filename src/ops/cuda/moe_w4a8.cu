@@ -36,16 +36,19 @@ using w4a8::w4a8_lut;
 using w4a8::w8_index;
 using w4a8::W8Io;
 
-constexpr int kThreads = 128;                // one warpgroup
-constexpr int kWBytes = 2 * 16 * kThreads;   // a chunk's weights: 2 row halves x 16 B a thread
-constexpr int kWScBytes = 2 * 4 * kThreads;  // their scale rows: the chunk's 4 group scales
+constexpr int kThreads = 128;  // a warpgroup
+// A chunk's weights for a block of wgs warpgroups: 2 row halves x 16 B a thread, and their scale rows (the
+// chunk's 4 group scales).
+__host__ __device__ constexpr int w_bytes(int wgs) { return 2 * 16 * kThreads * wgs; }
+__host__ __device__ constexpr int wsc_bytes(int wgs) { return 2 * 4 * kThreads * wgs; }
 // A stage for N token rows a tile: the rows' chunk (e4m3), the weights, their scales, the rows' scales.
 __host__ __device__ constexpr int tok_bytes(int n) { return n * kChunk; }
-__host__ __device__ constexpr int stage_bytes(int n) {
-    return (tok_bytes(n) + kWBytes + kWScBytes + n * 4 + 1023) / 1024 * 1024;
+__host__ __device__ constexpr int stage_bytes(int n, int wgs) {
+    return (tok_bytes(n) + w_bytes(wgs) + wsc_bytes(wgs) + n * 4 + 1023) / 1024 * 1024;
 }
-constexpr int kStages = 4;           // 89 KB of shared memory at N = 128: two blocks an SM
-constexpr int kAhead = kStages - 2;  // chunk c - 1's wgmmas may still read its stage during chunk c
+// 89 KB of shared memory at N = 128 and one warpgroup: two blocks an SM; with two warpgroups (the registers
+// of one block an SM) six stages, 162 KB.
+__host__ __device__ constexpr int stages(int wgs) { return wgs == 1 ? 4 : 6; }
 
 // One block per row, a warp per chunk: the activation quantiser's scale and e4m3 bytes (its rounding and
 // saturation), the bytes in w8_index order: lane l's four elements 4l .. 4l + 3 land in one word. kSwiglu:
@@ -77,23 +80,27 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// grid (n_out / 64, max active experts), 128 threads, kStages * stage_bytes(N) (+ alignment, + the tile's
-// rows) of dynamic shared memory; N (64 or 128) token rows a tile. kRowBase (MoeParams::e4m3_rows): the
+// grid (n_out / (64 kWg), max active experts), 128 kWg threads, stages * stage_bytes (+ alignment, + the
+// tile's rows) of dynamic shared memory; N (64 or 128) token rows a tile. kWg warpgroups a block, each its
+// own 64 weight rows, share the token rows' stages: with two (the default, set_moe_w4a8_wg2), the tokens come
+// from the L2 once for 128 weight rows, the same sums in the same order. kRowBase (MoeParams::e4m3_rows): the
 // groups fold relative to the row's largest scale instead of the chunk's, so a chunk's promotion takes the
 // token's scale alone and the row's factor multiplies the sums once at the end. kUnits (set_moe_w4a8_units):
 // the token rows' copies addressed by 32-bit 16-byte unit offsets kept for the tile (the 64-bit row x chunk
 // products per copy took ~10 instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
-template <int N, bool kRowBase, bool kUnits>
-__global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
+template <int N, int kWg, bool kRowBase, bool kUnits>
+__global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
-    constexpr int kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N);
+    constexpr int kT = kThreads * kWg, kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N, kWg);
+    constexpr int kStages = stages(kWg), kAhead = kStages - 2;  // chunk c - 1's wgmmas read its stage in c
+    constexpr int kWBytes = w_bytes(kWg), kWScBytes = wsc_bytes(kWg), kRowsACopy = kT / 8;
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const int a = blockIdx.y;
     if (a >= *plan.n_active) return;
     const int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
-    const int64_t tile0 = int64_t(blockIdx.x) * 64;  // the tile's first row of the n_out rows
+    const int tid = threadIdx.x, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int64_t tile0 = (int64_t(blockIdx.x) * kWg + tid / kThreads) * 64;  // this warpgroup's first row
     const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
     const WeightRef& wr = p.table[3 * e + m];
     const int64_t row = tile0 - (m == 1 ? p.I : 0) + 16 * warp + g;  // this thread's rows: row, row + 8
@@ -104,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
     uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
     int32_t* const act_rows = reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [N], -1: none
     // Token rows in a stage: [tile row n][128 bytes], the 16-byte unit c of row n at c ^ (n % 8); this thread
-    // copies unit tid % 8 of rows 16 i + tid / 8 (i < 8) and row tid's scale.
+    // copies unit tid % 8 of rows kRowsACopy i + tid / 8 and row tid's scale.
     int row_max[2] = {0, 0};  // kRowBase: the largest scale byte of rows row and row + 8
     if constexpr (kRowBase)
 #pragma unroll
@@ -133,32 +140,33 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
         __syncthreads();
         // the tile rows' activation rows (-1: none), or (kUnits) their first 16-byte units row x chunks x 8 +
         // tid % 8 (-1: none; < 2^31 for the pairs and K a pass takes)
-        int32_t src_row[N / 16];
+        int32_t src_row[N / kRowsACopy];
 #pragma unroll
-        for (int i = 0; i < N / 16; ++i) {
-            const int32_t r = act_rows[16 * i + (tid >> 3)];
+        for (int i = 0; i < N / kRowsACopy; ++i) {
+            const int32_t r = act_rows[kRowsACopy * i + (tid >> 3)];
             src_row[i] = kUnits && r >= 0 ? r * int32_t(chunks) * 8 + c_unit : r;
         }
         const float* sc_src = io.sc + int64_t(max(act_rows[tid % N], 0)) * chunks;  // row 0's past the tokens
         auto issue = [&](int64_t c) {
             const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
-            for (int i = 0; i < N / 16; ++i) {  // rows past the tokens: zeros (the source mapped, not read)
+            for (int i = 0; i < N / kRowsACopy; ++i) {  // rows past the tokens: zeros (the source mapped,
+                                                        // not read)
                 if constexpr (kUnits) {
                     const uint4* base = reinterpret_cast<const uint4*>(io.act) + int32_t(c) * 8;
-                    wg::cp_async16(stage + dst0 + i * 2048, src_row[i] >= 0 ? base + src_row[i] : base,
-                                   src_row[i] >= 0);
+                    wg::cp_async16(stage + dst0 + i * kRowsACopy * 128,
+                                   src_row[i] >= 0 ? base + src_row[i] : base, src_row[i] >= 0);
                 } else {
-                    wg::cp_async16(stage + dst0 + i * 2048,
+                    wg::cp_async16(stage + dst0 + i * kRowsACopy * 128,
                                    io.act + (int64_t(max(src_row[i], 0)) * chunks + c) * kChunk + c_unit * 16,
                                    src_row[i] >= 0);
                 }
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                wg::cp_async16(stage + kTokBytes + (h * kThreads + tid) * 16,
-                               wp + int64_t(h * 8) * ld + c * 64, true);
-                wg::cp_async4(stage + kTokBytes + kWBytes + (h * kThreads + tid) * 4,
+                wg::cp_async16(stage + kTokBytes + (h * kT + tid) * 16, wp + int64_t(h * 8) * ld + c * 64,
+                               true);
+                wg::cp_async4(stage + kTokBytes + kWBytes + (h * kT + tid) * 4,
                               sp + int64_t(h * 8) * ld_sc + c * 4);
             }
             if (tid < N) wg::cp_async4(stage + kTokBytes + kWBytes + kWScBytes + tid * 4, sc_src + c);
@@ -168,9 +176,8 @@ __global__ void __launch_bounds__(kThreads, N == 64 ? 3 : 1)
             const uint8_t* ws = smem_al + (c % kStages) * kStageBytes + kTokBytes;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const uint4 r = *reinterpret_cast<const uint4*>(ws + (h * kThreads + tid) * 16);
-                const uint32_t s4 =
-                    *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kThreads + tid) * 4);
+                const uint4 r = *reinterpret_cast<const uint4*>(ws + (h * kT + tid) * 16);
+                const uint32_t s4 = *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kT + tid) * 4);
                 const int bmax = kRowBase ? row_max[h]
                                           : max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
                                                 max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
@@ -276,26 +283,40 @@ bool n64_enabled = std::getenv("DEEPINFER_W4A8_N64") != nullptr;
 
 bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 
+// On unless DEEPINFER_W4A8_WG1 is set (H200: 4,096-token chunk 4,266 against 4,288 us, 2,730 4,015 against
+// 4,083, skewed routing 4,964 against 5,085; docs/benchmarks.md).
+bool wg2_enabled = std::getenv("DEEPINFER_W4A8_WG1") == nullptr;
+
 // slots: the grid's y (the active experts' bound)
-template <int N, bool kRowBase, bool kUnits>
+template <int N, int kWg, bool kRowBase, bool kUnits>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    constexpr int smem = kStages * stage_bytes(N) + 1024 + N * 4;  // + the swizzle's alignment, + the rows
+    // + the swizzle's alignment, + the rows
+    constexpr int smem = stages(kWg) * stage_bytes(N, kWg) + 1024 + N * 4;
     static const bool raised =
-        cudaFuncSetAttribute(moe_w4a8_kernel<N, kRowBase, kUnits>,
+        cudaFuncSetAttribute(moe_w4a8_kernel<N, kWg, kRowBase, kUnits>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
-    moe_w4a8_kernel<N, kRowBase, kUnits>
-        <<<dim3(unsigned(io.n_out / 64), slots), kThreads, smem, s>>>(p, plan, io);
+    moe_w4a8_kernel<N, kWg, kRowBase, kUnits>
+        <<<dim3(unsigned(io.n_out / (64 * kWg)), slots), kThreads * kWg, smem, s>>>(p, plan, io);
 }
 
+template <int N, int kWg>
+void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+    if (p.e4m3_rows)
+        units_enabled ? launch_kernel<N, kWg, true, true>(p, plan, io, slots, s)
+                      : launch_kernel<N, kWg, true, false>(p, plan, io, slots, s);
+    else
+        units_enabled ? launch_kernel<N, kWg, false, true>(p, plan, io, slots, s)
+                      : launch_kernel<N, kWg, false, false>(p, plan, io, slots, s);
+}
+
+// Two warpgroups a block where set and the pass's rows come in 128s (up's 2 I, down's D).
 template <int N>
 void launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    if (p.e4m3_rows)
-        units_enabled ? launch_kernel<N, true, true>(p, plan, io, slots, s)
-                      : launch_kernel<N, true, false>(p, plan, io, slots, s);
+    if (wg2_enabled && io.n_out % 128 == 0)
+        launch_wg<N, 2>(p, plan, io, slots, s);
     else
-        units_enabled ? launch_kernel<N, false, true>(p, plan, io, slots, s)
-                      : launch_kernel<N, false, false>(p, plan, io, slots, s);
+        launch_wg<N, 1>(p, plan, io, slots, s);
 }
 
 bool use_n64(const MoeParams& p, unsigned slots) { return n64_enabled && p.n * p.k <= 64 * int64_t(slots); }
@@ -353,6 +374,7 @@ E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef*
 void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
+void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 
 // w4a8 from 64 pairs an expert: its 128-token tiles convert an expert's weights once a tile, so with fewer
 // tokens an expert wgmma is faster (H200, 256 experts, k = 6, the screen and the kernel bench: 512 tokens, 12
