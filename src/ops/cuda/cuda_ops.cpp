@@ -275,6 +275,12 @@ void CudaBackend::linear(const LinearArgs& a) {
     if (kLinearEnum[v] == cuda::LinearVariant::kCublasLtFp8) return linear_lt_fp8(a, w);
     const float* x = f32(a.x);
     int64_t ldx = ld(a.x);
+    if (a.act == ActQuant::kFp8Block128 && kLinearEnum[v] == cuda::LinearVariant::kSplitRows) {
+        // quantised in the kernel's registers: the copy's bits without its launch
+        cuda::launch_gemv_split(x, ldx, w, f32m(a.y), ld(a.y), a.x.shape[0], stream_, true);
+        launched("linear");
+        return;
+    }
     if (a.act == ActQuant::kFp8Block128) {  // the f32 kernels on the dequantised blocks
         float* xq = static_cast<float*>(scratch_.get(6, size_t(a.x.shape[0] * w.in_dim) * sizeof(float)));
         cuda::launch_act_quant_dequant(x, ldx, a.x.shape[0], w.in_dim, xq, stream_);
@@ -403,12 +409,9 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
             done[i] = true;
             continue;
         }
-        if (a.act == ActQuant::kFp8Block128) {
-            cuda::launch_act_quant_dequant(sj[i].x, sj[i].ldx, a.x.shape[0], w[i].in_dim, xq, stream_);
-            launched("linear");
-            sj[i].x = xq, sj[i].ldx = w[i].in_dim;
-            xq += a.x.shape[0] * w[i].in_dim;
-        }
+        // A job of the native precision quantises its x in the split-row kernel's registers, or else below
+        // into a dequantised copy for the other kernels.
+        sj[i].quant = a.act == ActQuant::kFp8Block128;
         if (!cuda::gemv_split_supported(sj[i].x, sj[i].ldx, w[i], a.x.shape[0])) continue;
         for (size_t j = 0; j < i; ++j)
             if (peers[j] > 0 && jobs[j].x.shape[0] == a.x.shape[0] &&
@@ -429,6 +432,12 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         const int64_t n = jobs[i].x.shape[0];
         const int v = choose_linear(jobs[i], w[i], peers[i] > 1);
         if (kLinearEnum[v] != cuda::LinearVariant::kSplitRows) {
+            if (sj[i].quant) {
+                cuda::launch_act_quant_dequant(sj[i].x, sj[i].ldx, n, w[i].in_dim, xq, stream_);
+                launched("linear");
+                sj[i].x = xq, sj[i].ldx = w[i].in_dim, sj[i].quant = false;
+                xq += n * w[i].in_dim;
+            }
             run_linear(sj[i].x, sj[i].ldx, w[i], sj[i].y, sj[i].ldy, n, kLinearEnum[v]);
             continue;
         }

@@ -2,7 +2,8 @@
 // tokens' x slices in registers (split_rows.cuh): no shared-memory reads of x in the inner loop, the
 // weight loads of a block's first rows issued together with those of x. One launch may carry several
 // independent linears of one format and in_dim (the grouped output projection, W1 and W3 of the shared
-// expert): one ramp and one tail instead of one per matrix.
+// expert): one ramp and one tail instead of one per matrix. A job of the native precision quantises its x
+// slices in registers (SplitJob::quant) instead of reading a quantised copy that a launch before wrote.
 //   bytes: out * in * bytes/weight + x + y  -> bound by the weight read
 #include "ops/cuda/early_launch.cuh"
 #include "ops/cuda/split_rows.cuh"
@@ -34,6 +35,7 @@ __global__ void __launch_bounds__(256, 2) gemv_split_kernel(const __grid_constan
     rows_pass<F, NT, 1, kBatch<F, 1, NT>>(w, rbeg, rend, row0, rpc, xr, gr, red, [&] {
         wait_prior();
         load_x<NT>(xp, gr.c, xr);
+        if (p.quant) quant_dequant_x<NT>(xr);  // uniform over the block (its job)
     });
     __syncthreads();
     const int64_t rows = min(int64_t(rpc), p.w.out_dim - row0);
@@ -100,9 +102,9 @@ void launch_gemv_split(const SplitJobs& jobs, int64_t n, Stream s) {
 }
 
 void launch_gemv_split(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
-                       Stream s) {
+                       Stream s, bool quant) {
     SplitJobs jobs;
-    jobs.job[0] = {x, ldx, w, y, ldy};
+    jobs.job[0] = {x, ldx, w, y, ldy, quant};
     jobs.count = 1;
     launch_gemv_split(jobs, n, s);
 }

@@ -106,7 +106,7 @@ int sm_count();
 void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
 bool gemv_split_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
 void launch_gemv_split(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
-                       Stream s);
+                       Stream s, bool quant = false);  // quant: as SplitJob::quant
 // Up to kSplitMaxJobs independent linears of the same n in one launch (each gemv_split_supported, all
 // gemv_split_same_launch as job 0).
 struct SplitJob {
@@ -115,6 +115,9 @@ struct SplitJob {
     WeightRef w;
     float* y;
     int64_t ldy;
+    // x's 128-element blocks quantised to e4m3 and back as they are loaded (ActQuant::kFp8Block128): the
+    // bits of launch_act_quant_dequant's copy
+    bool quant = false;
 };
 inline constexpr int kSplitMaxJobs = 8;
 struct SplitJobs {

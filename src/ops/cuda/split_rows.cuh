@@ -46,6 +46,25 @@ __device__ __forceinline__ void load_x(const float* const (&x)[NT], int c, float
         }
 }
 
+// The native precision's FP8 activations (ops/act_quant.h) of the x slices in registers: each 128-element
+// block (the chunks of four adjacent lanes) quantised to e4m3 under its power-of-two scale and back, the
+// expressions of act_quant_dequant (act_quant.cu), so the bits are those of its copy without its launch.
+// Every lane of the warp takes part (its shuffles).
+template <int NT>
+__device__ __forceinline__ void quant_dequant_x(float (&xr)[NT][kChunk]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i) amax = fmaxf(amax, fabsf(xr[t][i]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const float s = act_quant_scale(amax);
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i) xr[t][i] = float(act_quant_e4m3(xr[t][i], s)) * s;
+    }
+}
+
 // part[t] = unscaled dot of the thread's chunk of one row (q) with token t's x slice, in element order
 // within each word (fp4: the pairs i, i + 4 of each 8-element word).
 template <int F, int NT>
