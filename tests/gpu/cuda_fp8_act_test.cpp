@@ -190,51 +190,57 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearFp8Act,
                                                                       "stream_gemv", "tiled"})),
                          VariantRunName());
 
-// split_rows quantises x in its registers (SplitJob::quant): the bits of the same kernel on x quantised by
-// the host's steps (ops/act_quant.h), on the quantiser's edge cases, at one and two tokens, alone and in
-// linears().
-TEST(CudaLinearFp8Act, SplitRowsQuantisesInRegistersBitForBit) {
+// split_rows quantises x in its registers (SplitJob::quant) and stream_gemv where it stages x: the bits of
+// the same kernel on x quantised by the host's steps (ops/act_quant.h), on the quantiser's edge cases, at one
+// to three tokens, alone and in linears().
+TEST(CudaLinearFp8Act, GemvsQuantiseInTheKernelBitForBit) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     auto& b = backends();
     const int64_t in = 4096, out = 384;
     Pair data(DType::kF8E4M3, {out, in}), scale(DType::kE8M0, {(out + 127) / 128, in / 128});
     fill_fp8(data);
     fill_e8m0(scale);
-    for (const int64_t n : {int64_t(1), int64_t(2)}) {
-        const std::vector<float> rows = edge_rows(n, in);
-        std::vector<float> deq(rows.size());
-        for (int64_t r = 0; r < n; ++r)
-            ops::fp8_block_quant_dequant_row(rows.data() + r * in, in, deq.data() + r * in);
-        Pair x(DType::kF32, {n, in}), xd(DType::kF32, {n, in}), y(DType::kF32, {n, out}),
-            want(DType::kF32, {n, out});
-        std::copy(rows.begin(), rows.end(), x.hv().ptr<float>());
-        std::copy(deq.begin(), deq.end(), xd.hv().ptr<float>());
-        x.upload(), xd.upload();
-        auto make = [&](bool native, Pair& yv) {
-            ops::LinearArgs a;
-            a.x = native ? x.dv() : xd.dv();
-            a.y = yv.dv();
-            a.w.format = WeightFormat::kFp8Block;
-            a.w.data = data.dv(), a.w.scale = scale.dv();
-            a.w.out_dim = out, a.w.in_dim = in;
-            a.act = native ? ops::ActQuant::kFp8Block128 : ops::ActQuant::kNone;
-            return a;
-        };
-        ASSERT_TRUE(b.gpu->force_variant("linear", "split_rows"));
-        const int64_t q0 = b.gpu->dispatch_count("linear", "split_rows");
-        y.poison(), want.poison();
-        b.gpu->linear(make(false, want));
-        b.gpu->linear(make(true, y));
-        const std::vector<float> w = want.device_f32(), alone = y.device_f32();
-        y.poison();
-        const ops::LinearArgs jobs[] = {make(true, y)};
-        b.gpu->linears(jobs);
-        const std::vector<float> grouped = y.device_f32();
-        ASSERT_TRUE(b.gpu->force_variant("linear", ""));
-        EXPECT_EQ(b.gpu->dispatch_count("linear", "split_rows") - q0, 3) << "n " << n;
-        EXPECT_EQ(0, std::memcmp(w.data(), alone.data(), w.size() * sizeof(float))) << "linear, n " << n;
-        EXPECT_EQ(0, std::memcmp(w.data(), grouped.data(), w.size() * sizeof(float))) << "linears, n " << n;
-    }
+    cuda::set_act_quant_in_kernels(true);  // stream_gemv's (split_rows always quantises in its registers)
+    for (const std::string variant : {"split_rows", "stream_gemv"})
+        for (const int64_t n : {int64_t(1), int64_t(2), int64_t(3)}) {
+            if (variant == "split_rows" && n > 2) continue;  // split_rows takes one or two rows
+            const std::string tag = variant + ", n " + std::to_string(n);
+            const std::vector<float> rows = edge_rows(n, in);
+            std::vector<float> deq(rows.size());
+            for (int64_t r = 0; r < n; ++r)
+                ops::fp8_block_quant_dequant_row(rows.data() + r * in, in, deq.data() + r * in);
+            Pair x(DType::kF32, {n, in}), xd(DType::kF32, {n, in}), y(DType::kF32, {n, out}),
+                want(DType::kF32, {n, out});
+            std::copy(rows.begin(), rows.end(), x.hv().ptr<float>());
+            std::copy(deq.begin(), deq.end(), xd.hv().ptr<float>());
+            x.upload(), xd.upload();
+            auto make = [&](bool native, Pair& yv) {
+                ops::LinearArgs a;
+                a.x = native ? x.dv() : xd.dv();
+                a.y = yv.dv();
+                a.w.format = WeightFormat::kFp8Block;
+                a.w.data = data.dv(), a.w.scale = scale.dv();
+                a.w.out_dim = out, a.w.in_dim = in;
+                a.act = native ? ops::ActQuant::kFp8Block128 : ops::ActQuant::kNone;
+                return a;
+            };
+            ASSERT_TRUE(b.gpu->force_variant("linear", variant));
+            const int64_t ran0 = b.gpu->dispatch_count("linear", variant);
+            y.poison(), want.poison();
+            b.gpu->linear(make(false, want));
+            b.gpu->linear(make(true, y));
+            const std::vector<float> w = want.device_f32(), alone = y.device_f32();
+            y.poison();
+            const ops::LinearArgs jobs[] = {make(true, y)};
+            b.gpu->linears(jobs);
+            const std::vector<float> grouped = y.device_f32();
+            ASSERT_TRUE(b.gpu->force_variant("linear", ""));
+            EXPECT_EQ(b.gpu->dispatch_count("linear", variant) - ran0, 3) << tag;
+            EXPECT_EQ(0, std::memcmp(w.data(), alone.data(), w.size() * sizeof(float))) << "linear, " << tag;
+            EXPECT_EQ(0, std::memcmp(w.data(), grouped.data(), w.size() * sizeof(float)))
+                << "linears, " << tag;
+        }
+    cuda::set_act_quant_in_kernels(false);
 }
 
 // linears() with fp8 activation blocks: the eight grouped output-projection jobs (strided slices of one x and

@@ -3,8 +3,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <cstdlib>
+
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/fp8_gemm.h"
+#include "ops/cuda/kernels.h"
 
 namespace di::cuda {
 namespace {
@@ -68,6 +71,13 @@ __global__ void bf16_rows_to_f32_kernel(const __nv_bfloat16* src, int64_t n, int
 unsigned grid_for(int64_t items, int per_block) { return unsigned((items + per_block - 1) / per_block); }
 
 }  // namespace
+
+namespace {
+bool in_kernels = std::getenv("DEEPINFER_QUANT_IN_KERNELS") != nullptr;
+}  // namespace
+
+void set_act_quant_in_kernels(bool on) { in_kernels = on; }
+bool act_quant_in_kernels() { return in_kernels; }
 
 void launch_act_quant_fp8(const float* x, int64_t ldx, int64_t n, int64_t in, uint8_t* q, float* sx,
                           int64_t ld_sx, Stream s) {

@@ -184,9 +184,12 @@ void CudaBackend::moe(const MoeArgs& a) {
             cuda::MoeParams direct = unquantised;
             direct.act_fp8 = true;
             // w4a8 quantises x itself, so it takes x as it is: quantising the dequantised copy again gives
-            // the same values (e4m3 times scale; at most the scale halved and the bytes doubled)
+            // the same values (e4m3 times scale; at most the scale halved and the bytes doubled); mma at one
+            // token quantises x where it makes its chunks (the copy's bits)
             if (kMoeEnum[v] == cuda::MoeVariant::kW4a8 && cuda::moe_w4a8_supported(direct, true))
                 p.x = direct.x, p.ld_x = direct.ld_x;
+            else if (kMoeEnum[v] == cuda::MoeVariant::kMma && m == 1 && cuda::act_quant_in_kernels())
+                p.x = direct.x, p.ld_x = direct.ld_x, p.x_raw = true;
             else
                 cuda::launch_act_quant_dequant(unquantised.x, unquantised.ld_x, m, D, xq, stream_);
         }

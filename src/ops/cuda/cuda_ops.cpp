@@ -281,6 +281,13 @@ void CudaBackend::linear(const LinearArgs& a) {
         launched("linear");
         return;
     }
+    if (a.act == ActQuant::kFp8Block128 && kLinearEnum[v] == cuda::LinearVariant::kStreamGemv &&
+        cuda::act_quant_in_kernels()) {
+        cuda::launch_gemv(x, ldx, w, f32m(a.y), ld(a.y), a.x.shape[0], stream_,
+                          true);  // quantised where staged
+        launched("linear");
+        return;
+    }
     if (a.act == ActQuant::kFp8Block128) {  // the f32 kernels on the dequantised blocks
         float* xq = static_cast<float*>(scratch_.get(6, size_t(a.x.shape[0] * w.in_dim) * sizeof(float)));
         cuda::launch_act_quant_dequant(x, ldx, a.x.shape[0], w.in_dim, xq, stream_);
@@ -380,8 +387,8 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     std::vector<cuda::SplitJob> sj(jobs.size());
     std::vector<int> peers(jobs.size(), 0);
     // fp8 activation blocks: the jobs cuBLASLt takes run alone (their inputs quantised once where they are
-    // columns of the same rows: lt_shared_input); the others' inputs are dequantised first, into one scratch
-    // buffer.
+    // columns of the same rows: lt_shared_input); split_rows (and stream_gemv where act_quant_in_kernels())
+    // quantise their x in the kernel; the others' inputs are dequantised into one scratch buffer.
     std::vector<bool> done(jobs.size(), false), lt(jobs.size(), false);
     size_t xq_floats = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -431,6 +438,12 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         if (done[i]) continue;
         const int64_t n = jobs[i].x.shape[0];
         const int v = choose_linear(jobs[i], w[i], peers[i] > 1);
+        if (sj[i].quant && kLinearEnum[v] == cuda::LinearVariant::kStreamGemv &&
+            cuda::act_quant_in_kernels()) {  // quantised where staged
+            cuda::launch_gemv(sj[i].x, sj[i].ldx, w[i], sj[i].y, sj[i].ldy, n, stream_, true);
+            launched("linear");
+            continue;
+        }
         if (kLinearEnum[v] != cuda::LinearVariant::kSplitRows) {
             if (sj[i].quant) {
                 cuda::launch_act_quant_dequant(sj[i].x, sj[i].ldx, n, w[i].in_dim, xq, stream_);

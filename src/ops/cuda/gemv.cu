@@ -21,6 +21,7 @@ struct GemvParams {
     float* y;
     int64_t ldy;
     int64_t n;
+    bool quant;  // the staged rows quantised as the native precision's activations (quantise_staged)
 };
 
 // Persistent blocks: each stages NT token rows in shared memory, then its warps walk the row groups
@@ -50,6 +51,10 @@ __global__ void __launch_bounds__(256) gemv_kernel(GemvParams p) {
         if (t0 > 0) __syncthreads();  // every warp is done with the previous tokens
         stage_x<F, NT>(xg, nt, p.w.in_dim, xsm);
         __syncthreads();
+        if (p.quant) {  // uniform over the launch
+            quantise_staged<F, NT>(xsm, nt, p.w.in_dim);
+            __syncthreads();
+        }
         for (int64_t g = int64_t(blockIdx.x) * kWarps + warp; g < groups; g += int64_t(gridDim.x) * kWarps) {
             const int64_t o0 = g * R;
             float acc[R][NT];
@@ -136,9 +141,9 @@ bool gemv_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n) 
     return nt * (w.in_dim / e) * (e + 4) * int64_t(sizeof(float)) <= int64_t(kGemvMaxSmem);  // staged tokens
 }
 
-void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
-                 Stream s) {
-    const GemvParams p{x, ldx, w, y, ldy, n};
+void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
+                 bool quant) {
+    const GemvParams p{x, ldx, w, y, ldy, n, quant};
     switch (format_of(w)) {
         case kF32:
             launch_f<kF32>(p, as_stream(s));

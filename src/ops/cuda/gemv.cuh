@@ -181,6 +181,29 @@ __device__ __forceinline__ void stage_x(const float* const xg[NT], int nt, int64
     }
 }
 
+// The staged token rows quantised as the native precision's activations (act_quant.cu: each 128-element
+// block to e4m3 under its power-of-two scale and back, the same expressions, so the bits of the quantiser's
+// copy): a warp a block, lane l its elements 4l .. 4l + 3 (one float4: units hold a multiple of 4 elements).
+// in_dim a multiple of 128; the whole block takes part; the caller synchronises before and after.
+template <int F, int NT>
+__device__ __forceinline__ void quantise_staged(float* xsm, int nt, int64_t in_dim) {
+    constexpr int E = UnitOf<F>::kElems;
+    const int64_t stride = staged_floats<F>(in_dim), blocks = in_dim / 128;
+    const int warp = int(threadIdx.x >> 5), warps = int(blockDim.x >> 5), lane = int(threadIdx.x & 31);
+    for (int64_t wb = warp; wb < nt * blocks; wb += warps) {
+        const int64_t i = (wb % blocks) * 128 + 4 * lane;
+        float4* at = reinterpret_cast<float4*>(xsm + (wb / blocks) * stride + (i / E) * (E + 4) + i % E);
+        float4 v = *at;
+        float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float s = act_quant_scale(m);
+        v.x = float(act_quant_e4m3(v.x, s)) * s, v.y = float(act_quant_e4m3(v.y, s)) * s;
+        v.z = float(act_quant_e4m3(v.z, s)) * s, v.w = float(act_quant_e4m3(v.w, s)) * s;
+        *at = v;
+    }
+}
+
 // A warp's dots of rows o0 .. o0+R (rows >= out_dim skipped) of M matrices of the same shape (the MoE's
 // W1 and W3 share one pass) with NT staged token rows (xrow[t]: token t's staged row, padded as
 // staged_floats): lane l takes the units l, l + 32, ... of every row, U at a time with all M * U * R

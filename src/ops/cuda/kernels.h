@@ -103,7 +103,10 @@ int gemv_format(const WeightRef& w);
 // Rows each warp of the streaming GEMV owns for a matrix of `out_dim` rows (1, 2 or 4).
 int gemv_rows_per_warp(int64_t out_dim);
 int sm_count();
-void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
+// quant: x quantised as the native precision's activations where it is staged (in_dim a multiple of 128):
+// the quantiser's copy's bits without its launch (taken where act_quant_in_kernels())
+void launch_gemv(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s,
+                 bool quant = false);
 bool gemv_split_supported(const float* x, int64_t ldx, const WeightRef& w, int64_t n);
 void launch_gemv_split(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                        Stream s, bool quant = false);  // quant: as SplitJob::quant
@@ -341,8 +344,13 @@ struct MoeParams {
     float* y_out = nullptr;
     // MoeArgs::act: x comes quantised (the backend's copy; kW4a8 takes x unquantised and quantises it itself)
     // and every variant quantises h between its up and down launches (moe_quantise_h); gemm then drops the lo
-    // halves, zero for quantised values.
+    // halves, zero for quantised values. kMma with one token quantises x (where x_raw) and h (where
+    // act_quant_in_kernels()) in the registers its warps make their chunks from: the copies' bits without
+    // their launches.
     bool act_fp8 = false;
+    // act_fp8 with x not yet quantised: kMma at one token quantises it (set where act_quant_in_kernels());
+    // kW4a8 quantises any x
+    bool x_raw = false;
 };
 // Variants: kW4a8 (moe_w4a8.cu: native precision's prefill chunks as W4A8 on the FP8 warpgroup tensor cores,
 // fp4 turned into e4m3 in registers, activations quantised per 128; e4m3_ok, scales_4b, the pairs gemm
@@ -381,6 +389,12 @@ void set_moe_w4a8_ws(bool on);
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it
 // off).
 void set_moe_w4a8_wg2(bool on);
+// The native precision's activations quantised inside stream_gemv (where it stages x) and the one-token moe
+// mma (where its warps make their chunks of x and h) instead of by a quantiser launch before them: off until
+// their GPU tests (GemvsQuantiseInTheKernelBitForBit, CudaMoe's token-alone check) have passed
+// (DEEPINFER_QUANT_IN_KERNELS in the environment; the tests set it here). split_rows always does.
+void set_act_quant_in_kernels(bool on);
+bool act_quant_in_kernels();
 // Whether every fp4 matrix of the table (device copy and host copy, count entries) folds its group scales
 // into e4m3 as moe_w4a8 needs: relative to each chunk's largest (MoeParams::e4m3_ok), or to each row's
 // (e4m3_rows); synchronises the stream.

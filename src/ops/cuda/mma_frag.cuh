@@ -100,6 +100,37 @@ __device__ __forceinline__ void warp_chunk(const float* src, uint32_t* dst_words
     if (lane == 0) *inv = __int_as_float((127 - sh) << 23);
 }
 
+// warp_chunk of the chunk quantised as the native precision's activations are (act_quant.cu: e4m3 under the
+// chunk's power-of-two scale, back to f32): the bits warp_chunk gives on the quantiser's copy. The copy's
+// largest magnitude is the quantised largest magnitude (the rounding is monotonic and odd).
+template <bool kFp8Order>
+__device__ __forceinline__ void warp_chunk_quantised(const float* src, uint32_t* dst_words, float* inv,
+                                                     int lane) {
+    float v[4], m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = src[32 * j + lane], m = fmaxf(m, fabsf(v[j]));  // fmaxf skips NaN
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float s = act_quant_scale(m);
+    float q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = float(act_quant_e4m3(v[j], s)) * s;
+    const int sh = chunk_shift(float(act_quant_e4m3(m, s)) * s);
+    const float f = __int_as_float((127 + sh) << 23);
+    __half* dst = reinterpret_cast<__half*>(dst_words);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // warp_chunk_at's steps on the quantised values
+        const int e = 32 * j + lane;
+        const float xs = q[j] * f;
+        const __half hi = __float2half_rn(xs);
+        const __half lo = __float2half_rn(xs - __half2float(hi));
+        const int at = kFp8Order ? act_word_fp8(e) * 2 + act_half_fp8(e) : act_word(e) * 2 + act_half(e);
+        dst[at] = hi;
+        dst[2 * 64 + at] = lo;
+    }
+    if (lane == 0) *inv = __int_as_float((127 - sh) << 23);
+}
+
 // fp8_order: act_word_fp8's order (linear_mma.cu) instead of act_word's (fp4 weights, moe_mma.cu).
 void launch_act_chunks(const float* x, int64_t ldx, int64_t rows, int64_t K, ActChunks out, bool fp8_order,
                        cudaStream_t s);

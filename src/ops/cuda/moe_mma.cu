@@ -17,6 +17,7 @@
 // A token's sums (chunk order, the warps' partials in warp order, hi before lo) do not depend on the other
 // tokens: deterministic and batch-invariant.
 #include <algorithm>
+#include <cstdio>
 
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
@@ -148,6 +149,7 @@ struct Io {
     int64_t K, n_out;   // K of the matrices, rows of the output per pair
     int32_t* done;      // one token: finished slots per down row tile (the up launch zeroes them); null: no
                         // combine (an expert-parallel pass)
+    bool quantise = false;  // one token: rows quantised as the native precision's activations in the chunks
 };
 
 // One token, down: once every slot's block of this row tile has written its y rows, the last one adds them
@@ -211,9 +213,14 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
             j.inv = crow < 0 ? nullptr : own_inv;
             const float* src = NM == 2 ? io.rows : io.rows + int64_t(a) * io.K;
             warp_chunks<NM, MT, true>(j, c0, c1, acc, [&] {
-                for (int c = c0; c < c1; ++c)
-                    warp_chunk<false>(src + int64_t(c) * kChunk, own + int64_t(c) * kChunkWords, own_inv + c,
-                                      lane);
+                for (int c = c0; c < c1; ++c) {
+                    if (io.quantise)
+                        warp_chunk_quantised<false>(src + int64_t(c) * kChunk, own + int64_t(c) * kChunkWords,
+                                                    own_inv + c, lane);
+                    else
+                        warp_chunk<false>(src + int64_t(c) * kChunk, own + int64_t(c) * kChunkWords,
+                                          own_inv + c, lane);
+                }
                 __syncwarp();
             });
         } else {
@@ -310,14 +317,19 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
     const unsigned slots = direct ? unsigned(p.k) : unsigned(std::min(pairs, p.n_experts));
     float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
     float* y = p.y_out ? p.y_out : static_cast<float*>(scratch.get(2, size_t(pairs * p.D) * sizeof(float)));
-    if (direct) {  // x and h chunked inside the launches, the combine inside the down launch
+    if (direct) {  // x and h chunked (and quantised) inside the launches, the combine inside the down launch
         auto* done =
             p.y_out ? nullptr : static_cast<int32_t*>(scratch.get(8, size_t(p.D / 32) * sizeof(int32_t)));
         const MoePlan none{};
-        launch_half<2, 1>(p, none, Io{{}, p.x, h, p.D, p.I, done}, slots, true, st);
-        moe_quantise_h(p, h, pairs, st);
-        launch_half<1, 2>(p, none, Io{{}, h, y, p.I, p.D, done}, slots, true, st);
+        const bool h_here = p.act_fp8 && act_quant_in_kernels();
+        launch_half<2, 1>(p, none, Io{{}, p.x, h, p.D, p.I, done, p.act_fp8 && p.x_raw}, slots, true, st);
+        if (!h_here) moe_quantise_h(p, h, pairs, st);
+        launch_half<1, 2>(p, none, Io{{}, h, y, p.I, p.D, done, h_here}, slots, true, st);
         return;
+    }
+    if (p.x_raw) {  // the batch path reads the quantiser's copy
+        std::fprintf(stderr, "deepinfer: moe mma given unquantised x for more than one token\n");
+        std::abort();
     }
     // one word (hi and lo f16) per element, one 1/s per chunk
     const int64_t xw = p.n * p.D, hw = pairs * p.I, xc = p.n * p.D / kChunk, hc = pairs * p.I / kChunk;
