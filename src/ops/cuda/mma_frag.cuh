@@ -115,7 +115,8 @@ __device__ __forceinline__ void warp_chunk_quantised(const float* src, uint32_t*
     float q[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) q[j] = float(act_quant_e4m3(v[j], s)) * s;
-    const int sh = chunk_shift(float(act_quant_e4m3(m, s)) * s);
+    // fmaxf: an infinite m makes the copy all NaN, whose maximum warp_chunk takes as 0
+    const int sh = chunk_shift(fmaxf(0.0f, float(act_quant_e4m3(m, s)) * s));
     const float f = __int_as_float((127 + sh) << 23);
     __half* dst = reinterpret_cast<__half*>(dst_words);
 #pragma unroll
