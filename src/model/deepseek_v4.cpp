@@ -40,14 +40,6 @@ struct DeepseekV4::Projected {
 
 namespace {
 
-TensorView upload_i32(Workspace& ws, Backend& be, const std::vector<int32_t>& host) {  // host: not empty
-    TensorView dst = ws.take(DType::kI32, {int64_t(host.size())});
-    TensorView src =
-        TensorView::contiguous(const_cast<int32_t*>(host.data()), DType::kI32, {int64_t(host.size())});
-    be.copy(dst, src);
-    return dst;
-}
-
 // Columns [c0, c0 + width) of a 2-d row-major view.
 TensorView columns(const TensorView& v, int64_t c0, int64_t width) {
     TensorView r = v;

@@ -23,13 +23,6 @@ std::vector<int64_t> row_bytes(const std::vector<int64_t>& rows, int64_t bytes_a
     return b;
 }
 
-TensorView upload_i32(Workspace& ws, Backend& be, const std::vector<int32_t>& host) {  // host: not empty
-    TensorView dst = ws.take(DType::kI32, {int64_t(host.size())});
-    be.copy(dst,
-            TensorView::contiguous(const_cast<int32_t*>(host.data()), DType::kI32, {int64_t(host.size())}));
-    return dst;
-}
-
 }  // namespace
 
 void exchange_routed_experts(Backend& be, Workspace& ws, parallel::Communicator& comm,

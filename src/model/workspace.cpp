@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/backend.h"
+
 namespace di::model {
 
 namespace {
@@ -34,6 +36,13 @@ TensorView Workspace::take(DType dtype, std::initializer_list<int64_t> shape) {
     offset_ += bytes;
     used_ += bytes;
     return v;
+}
+
+TensorView upload_i32(Workspace& ws, ops::Backend& be, const std::vector<int32_t>& host) {
+    TensorView dst = ws.take(DType::kI32, {int64_t(host.size())});
+    be.copy(dst,
+            TensorView::contiguous(const_cast<int32_t*>(host.data()), DType::kI32, {int64_t(host.size())}));
+    return dst;
 }
 
 }  // namespace di::model

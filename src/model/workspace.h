@@ -8,6 +8,10 @@
 
 #include "core/tensor.h"
 
+namespace di::ops {
+class Backend;
+}
+
 namespace di::model {
 
 class Workspace {
@@ -29,5 +33,8 @@ class Workspace {
     size_t offset_ = 0;    // bytes taken from the current block
     uint64_t generation_ = 0;
 };
+
+// host (not empty) copied to a vector taken from ws on be's device.
+TensorView upload_i32(Workspace& ws, ops::Backend& be, const std::vector<int32_t>& host);
 
 }  // namespace di::model

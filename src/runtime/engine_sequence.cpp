@@ -101,14 +101,13 @@ EngineSequence::Draw EngineSequence::draw(std::span<const float> logits) {
     const std::span<const int32_t> all(tokens_);
     const std::span<const uint32_t> allowed = constraint_mask();
     // Before min_tokens no stop token may end it, unless a complete constrained output leaves nothing else.
-    bool hold = n_generated_ < req_.stop.min_tokens;
-    if (hold && !allowed.empty()) {
+    std::span<const int32_t> held = held_back();
+    if (!held.empty() && !allowed.empty()) {
         std::vector<uint32_t> rest(allowed.begin(), allowed.end());
-        for (int32_t id : token_stop_.stop_ids()) rest[size_t(id) / 32] &= ~(1u << (id % 32));
-        hold = std::any_of(rest.begin(), rest.end(), [](uint32_t w) { return w != 0; });
+        for (int32_t id : held) rest[size_t(id) / 32] &= ~(1u << (id % 32));
+        if (std::none_of(rest.begin(), rest.end(), [](uint32_t w) { return w != 0; })) held = {};
     }
-    d.token = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)),
-                              hold ? token_stop_.stop_ids() : std::span<const int32_t>{}, allowed);
+    d.token = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)), held, allowed);
     return d;
 }
 

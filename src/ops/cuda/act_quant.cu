@@ -36,12 +36,11 @@ __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64
     const float s = act_quant_scale(amax);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const __nv_fp8_e4m3 f = act_quant_e4m3(v[i], s);
         const int64_t col = kb * 128 + lane + 32 * i;
         if constexpr (kDequant)
-            out[r * in + col] = float(f) * s;
+            out[r * in + col] = act_quant_round_trip(v[i], s);
         else
-            q[r * in + col] = f.__x;
+            q[r * in + col] = act_quant_e4m3(v[i], s).__x;
     }
     if constexpr (!kDequant)
         if (lane == 0) sx[kb * ld_sx + r] = s;

@@ -67,6 +67,10 @@ __device__ __forceinline__ __nv_fp8_e4m3 act_quant_e4m3(float v, float s) {
     t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;
     return __nv_fp8_e4m3(t);
 }
+// v quantised and back (act_quant_dequant's value): what the native precision's products see of v.
+__device__ __forceinline__ float act_quant_round_trip(float v, float s) {
+    return float(act_quant_e4m3(v, s)) * s;
+}
 
 __device__ __forceinline__ float e8m0_to_f(uint8_t b) {
     return b == 255 ? __int_as_float(0x7fc00000)

@@ -198,8 +198,8 @@ __device__ __forceinline__ void quantise_staged(float* xsm, int nt, int64_t in_d
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         const float s = act_quant_scale(m);
-        v.x = float(act_quant_e4m3(v.x, s)) * s, v.y = float(act_quant_e4m3(v.y, s)) * s;
-        v.z = float(act_quant_e4m3(v.z, s)) * s, v.w = float(act_quant_e4m3(v.w, s)) * s;
+        v.x = act_quant_round_trip(v.x, s), v.y = act_quant_round_trip(v.y, s);
+        v.z = act_quant_round_trip(v.z, s), v.w = act_quant_round_trip(v.w, s);
         *at = v;
     }
 }

@@ -71,21 +71,31 @@ __device__ __forceinline__ int row_shift(const float* row, int64_t n, float* red
     return chunk_shift(block_max<kWarps>(m, red));
 }
 
-// One chunk by one warp with a given shift: 128 floats at src, times 2^sh, to hi/lo words at dst.
+// One chunk by one warp with a given shift: the chunk's 128 floats (lane l holds elements l + 32 j in v[j]),
+// times 2^sh, to hi/lo words at dst.
 template <bool kFp8Order>
-__device__ __forceinline__ void warp_chunk_at(const float* src, uint32_t* dst_words, int sh, int lane) {
+__device__ __forceinline__ void warp_chunk_values(const float (&v)[4], uint32_t* dst_words, int sh,
+                                                  int lane) {
     const float s = __int_as_float((127 + sh) << 23);
     __half* dst = reinterpret_cast<__half*>(dst_words);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int e = 32 * j + lane;
-        const float xs = src[e] * s;
+        const float xs = v[j] * s;
         const __half hi = __float2half_rn(xs);
         const __half lo = __float2half_rn(xs - __half2float(hi));
         const int at = kFp8Order ? act_word_fp8(e) * 2 + act_half_fp8(e) : act_word(e) * 2 + act_half(e);
         dst[at] = hi;
         dst[2 * 64 + at] = lo;  // the lo half of the chunk follows the 64 words of hi
     }
+}
+// The same from 128 floats at src.
+template <bool kFp8Order>
+__device__ __forceinline__ void warp_chunk_at(const float* src, uint32_t* dst_words, int sh, int lane) {
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = src[32 * j + lane];
+    warp_chunk_values<kFp8Order>(v, dst_words, sh, lane);
 }
 // One chunk by one warp: 128 floats at src to its kChunkWords words at dst and its 1/s at *inv (lane 0).
 template <bool kFp8Order>
@@ -112,23 +122,11 @@ __device__ __forceinline__ void warp_chunk_quantised(const float* src, uint32_t*
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     const float s = act_quant_scale(m);
-    float q[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = float(act_quant_e4m3(v[j], s)) * s;
+    for (int j = 0; j < 4; ++j) v[j] = act_quant_round_trip(v[j], s);
     // fmaxf: an infinite m makes the copy all NaN, whose maximum warp_chunk takes as 0
-    const int sh = chunk_shift(fmaxf(0.0f, float(act_quant_e4m3(m, s)) * s));
-    const float f = __int_as_float((127 + sh) << 23);
-    __half* dst = reinterpret_cast<__half*>(dst_words);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // warp_chunk_at's steps on the quantised values
-        const int e = 32 * j + lane;
-        const float xs = q[j] * f;
-        const __half hi = __float2half_rn(xs);
-        const __half lo = __float2half_rn(xs - __half2float(hi));
-        const int at = kFp8Order ? act_word_fp8(e) * 2 + act_half_fp8(e) : act_word(e) * 2 + act_half(e);
-        dst[at] = hi;
-        dst[2 * 64 + at] = lo;
-    }
+    const int sh = chunk_shift(fmaxf(0.0f, act_quant_round_trip(m, s)));
+    warp_chunk_values<kFp8Order>(v, dst_words, sh, lane);
     if (lane == 0) *inv = __int_as_float((127 - sh) << 23);
 }
 

@@ -61,7 +61,7 @@ __device__ __forceinline__ void quant_dequant_x(float (&xr)[NT][kChunk]) {
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
         const float s = act_quant_scale(amax);
 #pragma unroll
-        for (int i = 0; i < kChunk; ++i) xr[t][i] = float(act_quant_e4m3(xr[t][i], s)) * s;
+        for (int i = 0; i < kChunk; ++i) xr[t][i] = act_quant_round_trip(xr[t][i], s);
     }
 }
 
