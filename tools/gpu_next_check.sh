@@ -2,7 +2,9 @@
 # One GPU call for what 2026-12-04 wrote after its device time was spent, and the prefill chunk's measurement
 # the scheduler's CUDA defaults wait for (~5 min):
 # - the in-kernel quantisation (DEEPINFER_QUANT_IN_KERNELS, off): its bit-for-bit tests against the quantiser's
-#   copy (stream_gemv; the one-token moe mma through CudaMoe's token-alone check);
+#   copy (stream_gemv; the one-token moe mma through CudaMoe's token-alone check), with the quantiser's own,
+#   the one-token MoE and the linear cases (5a81f9b rewrote their shared chunking and round trip after the
+#   device time was spent);
 # - the 16-layer native decode step at batch 1 and 16 with and without it (tools/gpu_ab_env.sh) and its
 #   timeline with it (tools/timeline_report.py's exposed times);
 # - the 4-layer native prefill of a 8,192-token prompt in chunks of 1,024, 2,048, 4,096 and 8,192 tokens: the
@@ -15,7 +17,8 @@ OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -12; }
 timeout 150 $d/bin/cuda_ops_test \
-  --gtest_filter='*GemvsQuantise*:*CudaLinearFp8Act*:*MatchesRef/native_fp4_*_mma*' > "$OUT/ops.log" 2>&1
+  --gtest_filter='*GemvsQuantise*:*CudaLinearFp8Act*:*MatchesRef/native_fp4_*_mma*:*MatchesRef/*one_token*:*CudaActQuant*:*CudaLinear.*' \
+  > "$OUT/ops.log" 2>&1
 echo "in-kernel quantisation tests rc $?"; summary "$OUT/ops.log"
 OUT=$OUT/ab PRECISION=native SETTINGS="-;DEEPINFER_QUANT_IN_KERNELS=1" BATCHES="1 16" ROUNDS=2 DECODE=16 \
   timeout 200 tools/gpu_ab_env.sh
