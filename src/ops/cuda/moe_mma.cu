@@ -18,10 +18,12 @@
 // tokens: deterministic and batch-invariant.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
+#include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
 namespace {
@@ -142,6 +144,77 @@ __device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, fl
     }
 }
 
+// Staged weights (one token, set_moe_mma_stages): each lane copies its own 16-byte weight units of a chunk
+// and the word of the chunk's four group scales beside each (it takes byte q) into a shared-memory slot
+// (cp.async), S chunks ahead: a warp keeps S chunks in flight without holding them in registers, where the
+// register form keeps two (at 157 registers, three blocks an SM). A lane reads back only what it copied, so
+// no barrier stands between a copy and its use; the sums are those of the register form.
+template <int NM, int MT>
+constexpr int kSlotUnits = NM* MT * 2 * 32;  // uint4 weight units (and u32 scale words) of a warp's slot
+
+template <int NM, int MT>
+__device__ __forceinline__ void stage_chunk(const Job<NM>& j, int c, int g, int q, int lane, uint4* w,
+                                            uint32_t* sc) {
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int64_t row = t * 16 + r * 8 + g;
+                const int u = ((m * MT + t) * 2 + r) * 32 + lane;
+                wg::cp_async16(wg::smem_addr(w + u), j.w[m] + row * j.ld + c * 64 + q * 16, true);
+                wg::cp_async4(wg::smem_addr(sc + u), j.sc[m] + row * j.ld_sc + c * 4);  // scales_4b
+            }
+}
+
+template <int NM, int MT>
+__device__ __forceinline__ void read_stage(const uint4* w, const uint32_t* sc, int q, int lane,
+                                           Frag<NM, MT>& f) {
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int u = ((m * MT + t) * 2 + r) * 32 + lane;
+                f.w[m][t][r] = w[u];
+                f.sc[m][t][r] = (sc[u] >> (8 * q)) & 0xffu;
+            }
+}
+
+// warp_chunks with the weights through S slots of the warp's staging area (w: S * kSlotUnits uint4, sc:
+// as many words; fewer slots suffice where the warp has fewer chunks).
+template <int NM, int MT, int S, typename First>
+__device__ __forceinline__ void warp_chunks_staged(const Job<NM>& j, int c0, int c1, float (&acc)[NM][MT][4],
+                                                   uint4* w, uint32_t* sc, First&& first) {
+    constexpr int U = kSlotUnits<NM, MT>;
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][t][e] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < S; ++s) {  // one group per slot, empty past c1: every wait counts the same
+        if (c0 + s < c1) stage_chunk<NM, MT>(j, c0 + s, g, q, lane, w + s * U, sc + s * U);
+        wg::cp_async_commit();
+    }
+    first();
+#pragma unroll 1
+    for (int c = c0; c < c1; ++c) {
+        const int s = (c - c0) % S;
+        wg::cp_async_wait<S - 1>();  // chunk c's group (S + (c - c0) committed)
+        Frag<NM, MT> f;
+        read_stage<NM, MT>(w + s * U, sc + s * U, q, lane, f);
+        load_b<NM, MT, true>(j, c, f);
+        compute_frag(f, acc);  // f's registers are read before the slot is copied over
+        if (c + S < c1) stage_chunk<NM, MT>(j, c + S, g, q, lane, w + s * U, sc + s * U);
+        wg::cp_async_commit();
+    }
+}
+
 struct Io {
     ActChunks act;      // up: token rows; down: pair rows (more than one token)
     const float* rows;  // one token: up x, down h [k, I] (f32; the warps make their chunks)
@@ -167,11 +240,19 @@ __device__ __forceinline__ void combine_tile(const MoeParams& p, const Io& io, i
         p.out[row0 + i] = combine_column<true>(p, io.out, 0, row0 + i);
 }
 
-// grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2).
-template <int NM, int MT, bool kDirect>
+// Bytes of shared memory before a one-token block's staging area: the partials, then the chunks and their
+// 1/s, rounded up to 16.
+__host__ __device__ constexpr int64_t staging_offset(int W, int NM, int MT, int64_t chunks) {
+    return (int64_t(W * NM * 16 * MT * 8) * 4 + chunks * (kChunkWords + 1) * 4 + 15) / 16 * 16;
+}
+
+// grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2). S > 0 (one
+// token): the weights through S staged chunks a warp (warp_chunks_staged).
+template <int NM, int MT, bool kDirect, int S = 0>
 __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan, Io io) {
+    static_assert(S == 0 || kDirect, "staged weights: one token");
     allow_early_next();
-    // [W][NM][16 MT][8] partials; one token: then the K / 128 chunks and their 1/s
+    // [W][NM][16 MT][8] partials; one token: then the K / 128 chunks and their 1/s (and the staging area)
     extern __shared__ float red[];
     constexpr int R = 16 * MT;
     const int a = blockIdx.y;
@@ -212,7 +293,7 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
             j.act = brow < 0 ? nullptr : own + (g & 1) * 64 + q * 16;
             j.inv = crow < 0 ? nullptr : own_inv;
             const float* src = NM == 2 ? io.rows : io.rows + int64_t(a) * io.K;
-            warp_chunks<NM, MT, true>(j, c0, c1, acc, [&] {
+            auto make_chunks = [&] {
                 for (int c = c0; c < c1; ++c) {
                     if (io.quantise)
                         warp_chunk_quantised<false>(src + int64_t(c) * kChunk, own + int64_t(c) * kChunkWords,
@@ -222,7 +303,19 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
                                           own_inv + c, lane);
                 }
                 __syncwarp();
-            });
+            };
+            if constexpr (S > 0) {
+                constexpr int U = kSlotUnits<NM, MT>;
+                const int slots = min(S, int(cpw));
+                auto* base = reinterpret_cast<unsigned char*>(red) + staging_offset(W, NM, MT, chunks);
+                uint4* w = reinterpret_cast<uint4*>(base) + int64_t(warp) * slots * U;
+                uint32_t* sc =
+                    reinterpret_cast<uint32_t*>(reinterpret_cast<uint4*>(base) + int64_t(W) * slots * U) +
+                    int64_t(warp) * slots * U;
+                warp_chunks_staged<NM, MT, S>(j, c0, c1, acc, w, sc, make_chunks);
+            } else {
+                warp_chunks<NM, MT, true>(j, c0, c1, acc, make_chunks);
+            }
         } else {
             j.act = brow < 0 ? nullptr : io.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
             j.inv = crow < 0 ? nullptr : io.act.inv + crow * chunks;
@@ -264,6 +357,36 @@ int warps_for(int64_t K) {
     return chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
 }
 
+int stages_from_env() {
+    const char* v = std::getenv("DEEPINFER_MOE_MMA_STAGES");
+    return v == nullptr ? 0 : std::atoi(v);
+}
+int mma_stages = stages_from_env();
+
+// Shared memory of a one-token block with S staged chunks a warp, or 0 where it exceeds the SM's.
+template <int NM, int MT, int S>
+size_t staged_smem(int64_t K) {
+    const int W = warps_for(K);
+    const int64_t chunks = K / kChunk, slots = std::min<int64_t>(S, chunks / W);
+    const int64_t bytes =
+        staging_offset(W, NM, MT, chunks) + W * slots * kSlotUnits<NM, MT> * int64_t(sizeof(uint4) + 4);
+    return bytes <= 227 * 1024 ? size_t(bytes) : 0;
+}
+
+template <int NM, int MT, int S>
+bool launch_staged(const MoeParams& p, const MoePlan& plan, const Io& io, dim3 grid, cudaStream_t s) {
+    const size_t smem = staged_smem<NM, MT, S>(io.K);
+    if (smem == 0 || !p.scales_4b) return false;
+    static const bool raised = [] {  // above 48 KB a kernel must ask for its shared memory
+        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_kernel<NM, MT, true, S>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+        return true;
+    }();
+    (void)raised;
+    moe_mma_kernel<NM, MT, true, S><<<grid, 32 * warps_for(io.K), smem, s>>>(p, plan, io);
+    return true;
+}
+
 template <int NM, int MT>
 void launch_half(const MoeParams& p, const MoePlan& plan, const Io& io, unsigned slots, bool direct,
                  cudaStream_t s) {
@@ -271,6 +394,8 @@ void launch_half(const MoeParams& p, const MoePlan& plan, const Io& io, unsigned
     const dim3 grid(unsigned(io.n_out / (16 * MT)), slots);
     size_t smem = size_t(W * NM * 16 * MT * 8) * sizeof(float);
     if (direct) {
+        if (mma_stages == 4 && launch_staged<NM, MT, 4>(p, plan, io, grid, s)) return;
+        if (mma_stages == 8 && launch_staged<NM, MT, 8>(p, plan, io, grid, s)) return;
         smem += size_t(io.K / kChunk) * (kChunkWords + 1) * sizeof(uint32_t);
         moe_mma_kernel<NM, MT, true><<<grid, 32 * W, smem, s>>>(p, plan, io);
     } else {
@@ -304,6 +429,8 @@ bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* tabl
                scale_range_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
            }) == 0;
 }
+
+void set_moe_mma_stages(int stages) { mma_stages = stages; }
 
 bool moe_mma_supported(const MoeParams& p) {
     return p.mma_ok && p.gemv_format == gemv::kFp4 && p.D % kChunk == 0 && p.I % kChunk == 0 &&
