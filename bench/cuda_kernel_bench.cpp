@@ -154,6 +154,25 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
                                      lt->run(q, sx, w.data, w.ld, sw, n, in, out, y, out, tmp, s);
                                  }),
                         flops});
+        if (n <= kLinearFp8MmaMaxRows) {  // decode rows on the FP8 mma.sync kernel, with its quantiser launch
+            rows.push_back({label, "fp8_mma alone",
+                            graph_us(s, reps,
+                                     [&](int i) {
+                                         launch_linear_fp8mma(q, in, sx, n,
+                                                              ws.copies[size_t(i) % ws.copies.size()], y, out,
+                                                              n, s);
+                                     }),
+                            flops});
+            rows.push_back({label, "act_quant + fp8_mma",
+                            graph_us(s, reps,
+                                     [&](int i) {
+                                         launch_act_quant_fp8(x, in, n, in, q, sx, n, s);
+                                         launch_linear_fp8mma(q, in, sx, n,
+                                                              ws.copies[size_t(i) % ws.copies.size()], y, out,
+                                                              n, s);
+                                     }),
+                            flops});
+        }
         if (n >= 64) {  // the exact precision's tensor-core paths on f32 x
             scratch.get(8, size_t(n * in + n * (in / 128 + 1)) * 4);  // before capture
             for (auto [vname, gemm] : {std::pair{"exact: gemm (f32 x as hi + lo f16)", true},

@@ -116,6 +116,9 @@ const ActCase kActCases[] = {
     {"tiny_n60_k384_o256", 60, 384, 256},
     {"n60_k640_o256_f32_scale", 60, 640, 256, DType::kF32},  // 5 scale blocks per row: padded to 8
     {"n60_k1024_o1024", 60, 1024, 1024},
+    // fp8_mma's other splits: one block a 32-row tile (q_b's 1,024 tiles; 4 chunks over 4 warps), f32 scales
+    {"q_b_n4", 4, 1024, 32768},
+    {"f32_scale_n5", 5, 512, 384, DType::kF32},
 };
 
 using ActRun = VariantRun<ActCase>;
@@ -124,6 +127,7 @@ bool takes(const ActCase& c, const std::string& v) {
     if (v == "cublaslt_fp8") return c.out % 128 == 0;
     if (v == "split_rows") return c.n <= 2 && (c.in == 1024 || c.in == 2048 || c.in == 4096 || c.in == 8192);
     if (v == "stream_gemv") return c.n <= 16;
+    if (v == "fp8_mma") return c.n <= 16 && c.out % 32 == 0;
     return true;
 }
 
@@ -166,12 +170,30 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
         return a;
     };
     ASSERT_TRUE(b.gpu->force_variant("linear", variant)) << variant;
-    const int64_t lt_before = b.gpu->dispatch_count("linear", "cublaslt_fp8");
+    const int64_t lt_before = b.gpu->dispatch_count("linear", "cublaslt_fp8"),
+                  fm_before = b.gpu->dispatch_count("linear", "fp8_mma");
     b.ref->linear(make(false));
     b.gpu->linear(make(true));
     b.gpu->synchronize();
     EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt_before, lt ? 1 : 0) << "ran on cuBLASLt";
-    if (lt) {
+    if (variant == "fp8_mma") {  // FP8 tensor cores as cuBLASLt's; a row's bits are its own
+        EXPECT_EQ(b.gpu->dispatch_count("linear", "fp8_mma") - fm_before, 1) << "fp8_mma did not run";
+        const Diff d = diff(y.host_f32(), y.device_f32());
+        std::printf("%s: fp8_mma relative L2 error %.3g (max abs %.3g)\n", c.name, d.rel_l2, d.max_abs);
+        expect_close(y, 1e-3, c.name);
+        const std::vector<float> all = y.device_f32();
+        b.gpu->linear(make(true));
+        EXPECT_EQ(0, std::memcmp(all.data(), y.device_f32().data(), all.size() * sizeof(float)))
+            << "not deterministic";
+        ops::LinearArgs one = make(true);
+        one.x = one.x.rows(c.n - 1, 1), one.y = one.y.rows(c.n - 1, 1);
+        y.poison();
+        b.gpu->linear(one);
+        const std::vector<float> alone = y.device_f32();
+        EXPECT_EQ(0, std::memcmp(all.data() + (c.n - 1) * c.out, alone.data() + (c.n - 1) * c.out,
+                                 size_t(c.out) * sizeof(float)))
+            << c.name << ": the last row alone differs from its row in the batch";
+    } else if (lt) {
         const Diff d = diff(y.host_f32(), y.device_f32());
         std::printf("%s: cuBLASLt FP8 relative L2 error %.3g (max abs %.3g)\n", c.name, d.rel_l2, d.max_abs);
         expect_close(y, 1e-3, c.name);
@@ -186,8 +208,8 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearFp8Act,
-                         ::testing::ValuesIn(variant_runs(kActCases, {"", "cublaslt_fp8", "split_rows",
-                                                                      "stream_gemv", "tiled"})),
+                         ::testing::ValuesIn(variant_runs(kActCases, {"", "cublaslt_fp8", "fp8_mma",
+                                                                      "split_rows", "stream_gemv", "tiled"})),
                          VariantRunName());
 
 // split_rows quantises x in its registers (SplitJob::quant) and stream_gemv where it stages x: the bits of

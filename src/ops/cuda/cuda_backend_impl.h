@@ -217,12 +217,16 @@ class CudaBackend final : public Backend {
             return {col, q + c, sx + c / 128 * rows, ldq, rows};
         }
     };
-    // x [n, width] quantised per 128 as the native quantiser does, into scratch slot 14.
-    LtInput lt_quantise(const float* x, int64_t ldx, int64_t n, int64_t width);
+    // x [n, width] quantised per 128 as the native quantiser does, into scratch slot 14 (pad: on
+    // lt_rows(n) rows, the rows past n zero, as cuBLASLt needs them).
+    LtInput lt_quantise(const float* x, int64_t ldx, int64_t n, int64_t width, bool pad = true);
+    // lt: the jobs that read the quantised copy; fp8mma: those of them that fp8_mma runs.
     std::optional<LtInput> lt_shared_input(std::span<const LinearArgs> jobs, std::span<const WeightRef> w,
-                                           const std::vector<bool>& lt);
+                                           const std::vector<bool>& lt, const std::vector<bool>& fp8mma);
     // cuBLASLt's block-scaled FP8 matmul (choose_linear picked it) on `in`, or on a.x quantised here.
     void linear_lt_fp8(const LinearArgs& a, const WeightRef& w, const LtInput* in = nullptr);
+    // fp8_mma (choose_linear picked it) on `in`, or on a.x quantised here (n rows, no padding).
+    void linear_fp8mma(const LinearArgs& a, const WeightRef& w, const LtInput* in = nullptr);
     // The ops with several kernels (cuda_ops.cpp lists them); the rest have one kernel each ("cuda"),
     // counted in launches_.
     OpVariants linear_v_, moe_v_, mhc_pre_v_, hc_head_v_, attention_v_, indexer_v_;

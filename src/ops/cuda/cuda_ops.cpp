@@ -14,9 +14,11 @@ namespace {
 // launcher's name for variant i (indexer_topk's and attention's: cuda_state_ops.cpp; moe's:
 // cuda_moe_ops.cpp).
 constexpr cuda::LinearVariant kLinearEnum[] = {
-    cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kCublasLtBf16x3, cuda::LinearVariant::kGemm,
-    cuda::LinearVariant::kMma,         cuda::LinearVariant::kSplitRows,      cuda::LinearVariant::kStreamGemv,
-    cuda::LinearVariant::kWarpGemv,    cuda::LinearVariant::kTiled};
+    cuda::LinearVariant::kFp8Mma,     cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kCublasLtBf16x3,
+    cuda::LinearVariant::kGemm,       cuda::LinearVariant::kMma,         cuda::LinearVariant::kSplitRows,
+    cuda::LinearVariant::kStreamGemv, cuda::LinearVariant::kWarpGemv,    cuda::LinearVariant::kTiled};
+// The variants that read the quantiser's e4m3 copy (the others read f32 rows).
+constexpr int kLinearFp8Mma = 0, kLinearLtFp8 = 1;
 // Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
 constexpr int64_t kLtMinRows = 16;
 // Rows from which bf16 weights go to the tensor cores as bf16x3 (fewer: the GEMVs stream them at the
@@ -40,7 +42,15 @@ std::vector<KernelVariant> fused_variants(const char* op, const char* claims) {
 
 CudaBackend::CudaBackend(int device)
     : linear_v_(
-          {{"linear", "cublaslt_fp8",
+          {{"linear", "fp8_mma",
+            "fp8 block weights times fp8 activation blocks (native precision); 2 to 16 rows where "
+            "DEEPINFER_FP8_MMA is set (1 to 16 when forced); in_dim a multiple of 128, out_dim of 32, "
+            "16-byte weight rows; mma.sync m16n8k32 e4m3 tensor cores, each 128-wide K block summed at the "
+            "tensor cores' reduced precision, then scaled into f32 sums (as cublaslt_fp8), so held to 1e-3; "
+            "a row's bits do not depend on the other rows, but other row counts run other kernels, so not "
+            "batch-invariant",
+            false, true, false, 1e-3},
+           {"linear", "cublaslt_fp8",
             "fp8 weights times fp8 activation blocks (native precision); n >= 16 rows (any n when "
             "forced); in_dim and out_dim multiples of 128, 256-byte aligned weight and y; cuBLASLt "
             "block-scaled FP8 on tensor cores; its algorithm depends on n, so not batch-invariant; its "
@@ -238,6 +248,9 @@ struct LinearTakes {
     bool operator()(int i, bool forced) const {
         const int64_t n = a.x.shape[0];
         switch (kLinearEnum[i]) {
+            case cuda::LinearVariant::kFp8Mma:
+                return a.act == ActQuant::kFp8Block128 && cuda::linear_fp8mma_supported(w, n) &&
+                       (forced || (n >= 2 && cuda::linear_fp8mma_enabled()));
             case cuda::LinearVariant::kCublasLtFp8:
                 return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
             case cuda::LinearVariant::kCublasLtBf16x3:
@@ -273,6 +286,7 @@ void CudaBackend::linear(const LinearArgs& a) {
     const WeightRef w = weight_ref(a.w, "linear.w");
     const int v = choose_linear(a, w, false);
     if (kLinearEnum[v] == cuda::LinearVariant::kCublasLtFp8) return linear_lt_fp8(a, w);
+    if (kLinearEnum[v] == cuda::LinearVariant::kFp8Mma) return linear_fp8mma(a, w);
     const float* x = f32(a.x);
     int64_t ldx = ld(a.x);
     if (a.act == ActQuant::kFp8Block128 && kLinearEnum[v] == cuda::LinearVariant::kSplitRows) {
@@ -314,8 +328,9 @@ void CudaBackend::run_linear(const float* x, int64_t ldx, const WeightRef& w, fl
     launched("linear");
 }
 
-CudaBackend::LtInput CudaBackend::lt_quantise(const float* x, int64_t ldx, int64_t n, int64_t width) {
-    const int64_t rows = cuda::lt_rows(n);
+CudaBackend::LtInput CudaBackend::lt_quantise(const float* x, int64_t ldx, int64_t n, int64_t width,
+                                              bool pad) {
+    const int64_t rows = pad ? cuda::lt_rows(n) : n;
     const size_t q_bytes = (size_t(rows * width) + 255) / 256 * 256,
                  sx_bytes = size_t(rows * (width / 128)) * 4;
     auto* q = static_cast<uint8_t*>(scratch_.get(14, q_bytes + sx_bytes));
@@ -345,13 +360,23 @@ void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w, const L
     launched("linear");
 }
 
-// The inputs of a linears call's cuBLASLt jobs as one quantised block, when they are columns of the same rows
-// (the same n and row stride) that together cover one 128-aligned span without gaps: wq_a and wkv read the
-// same y, the shared expert's w1 and w3 too, wo_a's groups each its columns of o. Per-row 128-blocks make
-// the span's quantised columns those of each job's own input. Empty where the jobs do not form one span.
+void CudaBackend::linear_fp8mma(const LinearArgs& a, const WeightRef& w, const LtInput* in) {
+    const int64_t n = a.x.shape[0];
+    const LtInput own = in ? LtInput{} : lt_quantise(f32(a.x), ld(a.x), n, w.in_dim, false);
+    if (!in) in = &own;
+    cuda::launch_linear_fp8mma(in->q, in->ldq, in->sx, in->rows, w, f32m(a.y), ld(a.y), n, stream_);
+    launched("linear");
+}
+
+// The inputs of a linears call's quantised-input jobs (cuBLASLt's and fp8_mma's) as one quantised block, when
+// they are columns of the same rows (the same n and row stride) that together cover one 128-aligned span
+// without gaps: wq_a and wkv read the same y, the shared expert's w1 and w3 too, wo_a's groups each its
+// columns of o. Per-row 128-blocks make the span's quantised columns those of each job's own input. Empty
+// where the jobs do not form one span.
 std::optional<CudaBackend::LtInput> CudaBackend::lt_shared_input(std::span<const LinearArgs> jobs,
                                                                  std::span<const WeightRef> w,
-                                                                 const std::vector<bool>& lt) {
+                                                                 const std::vector<bool>& lt,
+                                                                 const std::vector<bool>& fp8mma) {
     std::vector<size_t> idx;
     for (size_t i = 0; i < jobs.size(); ++i)
         if (lt[i]) idx.push_back(i);
@@ -373,11 +398,15 @@ std::optional<CudaBackend::LtInput> CudaBackend::lt_shared_input(std::span<const
         const int64_t c = f32(jobs[i].x) - lo;
         if (c % 256 != 0 || (c / 128 * rows * 4) % 256 != 0) return std::nullopt;
     }
-    for (size_t i : idx)
+    bool any_lt = false;
+    for (size_t i : idx) {
+        if (fp8mma[i]) continue;  // reads any row stride that is a multiple of 16
+        any_lt = true;
         if (!cuda::LtFp8Gemm::instance()->supports(n, w[i].in_dim, w[i].out_dim, w[i].ld, ld(jobs[i].y),
                                                    nullptr, nullptr, width))
             return std::nullopt;
-    return lt_quantise(lo, ldx, n, width);
+    }
+    return lt_quantise(lo, ldx, n, width, any_lt);
 }
 
 void CudaBackend::linears(std::span<const LinearArgs> jobs) {
@@ -389,7 +418,7 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     // fp8 activation blocks: the jobs cuBLASLt takes run alone (their inputs quantised once where they are
     // columns of the same rows: lt_shared_input); split_rows (and stream_gemv where act_quant_in_kernels())
     // quantise their x in the kernel; the others' inputs are dequantised into one scratch buffer.
-    std::vector<bool> done(jobs.size(), false), lt(jobs.size(), false);
+    std::vector<bool> done(jobs.size(), false), lt(jobs.size(), false), fm(jobs.size(), false);
     size_t xq_floats = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
         const LinearArgs& a = jobs[i];
@@ -397,22 +426,22 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         device_args(a, "linear");
         w[i] = weight_ref(a.w, "linear.w");
         if (a.act != ActQuant::kFp8Block128) continue;
-        lt[i] = linear_v_.picks(0, LinearTakes{a, w[i], false});  // variant 0: cublaslt_fp8
+        fm[i] = linear_v_.picks(kLinearFp8Mma, LinearTakes{a, w[i], false});
+        lt[i] = fm[i] || linear_v_.picks(kLinearLtFp8, LinearTakes{a, w[i], false});
         if (!lt[i]) xq_floats += size_t(a.x.shape[0] * a.w.in_dim);
     }
     float* xq = xq_floats ? static_cast<float*>(scratch_.get(6, xq_floats * sizeof(float))) : nullptr;
-    const std::optional<LtInput> shared = lt_shared_input(jobs, w, lt);
+    const std::optional<LtInput> shared = lt_shared_input(jobs, w, lt, fm);
     for (size_t i = 0; i < jobs.size(); ++i) {
         const LinearArgs& a = jobs[i];
         sj[i] = {f32(a.x), ld(a.x), w[i], f32m(a.y), ld(a.y)};
         if (lt[i]) {
-            linear_v_.count_dispatch(0);
-            if (shared) {
-                const LtInput in = shared->from(f32(a.x));
-                linear_lt_fp8(a, w[i], &in);
-            } else {
-                linear_lt_fp8(a, w[i]);
-            }
+            linear_v_.count_dispatch(fm[i] ? kLinearFp8Mma : kLinearLtFp8);
+            const LtInput in = shared ? shared->from(f32(a.x)) : LtInput{};
+            if (fm[i])
+                linear_fp8mma(a, w[i], shared ? &in : nullptr);
+            else
+                linear_lt_fp8(a, w[i], shared ? &in : nullptr);
             done[i] = true;
             continue;
         }

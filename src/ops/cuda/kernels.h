@@ -71,6 +71,9 @@ void launch_rope(const RopeParams& p, Stream s);
 //   kStreamGemv  n <= kGemvMaxRows, 16-byte weight units (gemv.cu); needs gemv_supported()
 //   kWarpGemv    n <= 8, one warp per output row (the first decode kernel, kept as the fallback)
 //   kTiled       any n, 64x64 f32 FMA tiles
+//   kFp8Mma      the native precision's quantised x (e4m3 codes and block scales) times fp8 block weights on
+//                the FP8 tensor cores for n <= kLinearFp8MmaMaxRows (linear_fp8mma.cu); in_dim a multiple of
+//                128, out_dim of 32; needs linear_fp8mma_supported(): runs through launch_linear_fp8mma
 // kAuto picks kSplitRows, then kStreamGemv where supported, else kWarpGemv for n <= 8, else kTiled.
 // kCublasLtFp8 (fp8 weights times fp8 activation blocks on tensor cores) runs through fp8_gemm.h and
 // kCublasLtBf16x3 (bf16 weights times f32 activations as three bf16 pieces) through bf16_gemm.h, not
@@ -84,7 +87,8 @@ enum class LinearVariant {
     kSplitRows,
     kStreamGemv,
     kWarpGemv,
-    kTiled
+    kTiled,
+    kFp8Mma
 };
 inline constexpr int64_t kGemvMaxRows = 16;
 inline constexpr size_t kGemvMaxSmem = 200 * 1024;  // staged token rows per block (of the H200's 227 KB)
@@ -96,6 +100,15 @@ bool linear_gemm_supported(const WeightRef& w);
 void launch_linear_gemm(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                         Scratch& scratch, Stream s);
 inline constexpr int64_t kLinearGemmMinRows = 64;
+inline constexpr int64_t kLinearFp8MmaMaxRows = 16;
+bool linear_fp8mma_supported(const WeightRef& w, int64_t n);
+// q [n, in] e4m3 (row stride ldq bytes, a multiple of 16) and sx [in / 128][rows] as launch_act_quant_fp8
+// writes them (fp8_gemm.h).
+void launch_linear_fp8mma(const uint8_t* q, int64_t ldq, const float* sx, int64_t rows, const WeightRef& w,
+                          float* y, int64_t ldy, int64_t n, Stream s);
+// Whether dispatch takes kFp8Mma for 2..16 rows of the native precision (over cuBLASLt and the dequantised
+// copies): off until measured on the GPU (DEEPINFER_FP8_MMA in the environment; tests force the variant).
+bool linear_fp8mma_enabled();
 void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                        Scratch& scratch, Stream s);
 // gemv.cuh's format code of w when its layout can be streamed in 16-byte units, else -1.

@@ -1,0 +1,265 @@
+// y[n, out] = x[n, in] . W^T in the native precision for a decode step's few rows (up to 16) on the FP8
+// tensor cores (mma.sync m16n8k32 e4m3 x e4m3, f32 accumulation): x as the quantiser's e4m3 codes with a
+// power-of-two scale per 128-element block (the copy cuBLASLt reads: fp8_gemm.h), W as the checkpoint's e4m3
+// rows with their 128x128 block scales, read as they are (no scale conversion).
+//   A cluster of KS blocks per tile of 32 weight rows: the cluster's 4 KS warps split the 128-element chunks
+//   of K in order, each block adds its warps' partials in warp order, and the cluster adds its blocks' in
+//   block order through distributed shared memory (no scratch, no atomics).
+//   Chunk c for thread (g = lane / 4, q = lane % 4): the 32 bytes at K offset 128 c + 32 q of weight rows
+//   g, g + 8, g + 16, g + 24 and of token rows g and g + 8. K-step s (0..3) of the chunk takes bytes
+//   8s .. 8s + 3 of each as the A registers a0 / a1 (B: b0) and bytes 8s + 4 .. 8s + 7 as a2 / a3 (b1): the
+//   mma's K positions are a permutation of the chunk's, the same for both operands, so the products are those
+//   of the dot product.
+//   A chunk's four k-steps sum into a fresh fragment (the tensor cores keep ~14 bits there), which is then
+//   multiplied by the weight block's scale times the token block's scale and added to the thread's f32 sums:
+//   the promotion every 128 elements of DeepSeek's FP8 GEMMs.
+//   Weight and token bytes come through S chunk slots a warp in shared memory (cp.async), so a warp keeps S
+//   chunks in flight without holding them in registers; each lane reads back only the bytes it copied.
+// A token's sums do not depend on the other tokens or on n (the split depends on out and in only):
+// deterministic, and batch-invariant among the row counts it takes.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "ops/cuda/device_util.cuh"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/wgmma.cuh"
+
+namespace di::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kWarps = 4, kRows = 32, kStages = 4, kMaxCluster = 8;
+
+struct Params {
+    const uint8_t* q;  // [n, in] e4m3 codes, row stride ldq bytes
+    int64_t ldq;
+    const float* sx;  // [in / 128][rows]
+    int64_t rows;
+    const uint8_t* w;  // [out, in] e4m3, row stride ld bytes
+    int64_t ld;
+    const void* scale;  // [ceil(out / 128), ld_scale], e8m0 bytes or f32
+    int64_t ld_scale;
+    bool scale_e8m0;
+    float* y;
+    int64_t ldy, n, in, out;
+    int ks;  // blocks a cluster (a tile's split of K)
+};
+
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A lane's 16-byte units of a chunk slot: weights [tile t][row g / g + 8][half], then tokens [group][half].
+template <int NG>
+constexpr int kUnits = 8 + 2 * NG;
+
+// Chunks [c0, c1) of the warp at global index gw of the cluster's 4 KS.
+__device__ __forceinline__ void warp_range(int64_t chunks, int gw, int warps, int& c0, int& c1) {
+    c0 = int(chunks * gw / warps), c1 = int(chunks * (gw + 1) / warps);
+}
+
+template <int NG>
+__device__ __forceinline__ void stage_chunk(const Params& p, int64_t row0, int c, int g, int q, int lane,
+                                            uint4* slot) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {  // rows g + 8 u / 2 ... : tile u / 4, row half (u / 2) % 2, half u % 2
+        const int64_t row = row0 + (u / 4) * 16 + ((u / 2) % 2) * 8 + g;
+        wg::cp_async16(wg::smem_addr(slot + u * 32 + lane),
+                       p.w + row * p.ld + c * 128 + q * 32 + (u % 2) * 16, true);
+    }
+#pragma unroll
+    for (int u = 0; u < 2 * NG; ++u) {
+        const int64_t tok = (u / 2) * 8 + g;
+        const bool ok = tok < p.n;
+        wg::cp_async16(wg::smem_addr(slot + (8 + u) * 32 + lane),
+                       p.q + (ok ? tok : 0) * p.ldq + c * 128 + q * 32 + (u % 2) * 16, ok);
+    }
+}
+
+// One chunk's 4 k-steps for every (token group, tile), then the promotion into acc.
+template <int NG>
+__device__ __forceinline__ void compute_chunk(const uint4* slot, int lane, const float (&ws)[2],
+                                              const float (&sxv)[NG][2], float (&acc)[NG][2][4]) {
+    uint4 wv[8], xv[2 * NG];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) wv[u] = slot[u * 32 + lane];
+#pragma unroll
+    for (int u = 0; u < 2 * NG; ++u) xv[u] = slot[(8 + u) * 32 + lane];
+    auto word = [](const uint4(&v)[2], int i) {  // word i (0..7) of a 32-byte piece
+        const uint4& h = v[i / 4];
+        const int j = i % 4;
+        return j == 0 ? h.x : j == 1 ? h.y : j == 2 ? h.z : h.w;
+    };
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+        const uint4 r0[2] = {wv[4 * t], wv[4 * t + 1]}, r1[2] = {wv[4 * t + 2], wv[4 * t + 3]};
+#pragma unroll
+        for (int gi = 0; gi < NG; ++gi) {
+            const uint4 tx[2] = {xv[2 * gi], xv[2 * gi + 1]};
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                const uint32_t a[4] = {word(r0, 2 * s), word(r1, 2 * s), word(r0, 2 * s + 1),
+                                       word(r1, 2 * s + 1)};
+                mma_e4m3(d, a, word(tx, 2 * s), word(tx, 2 * s + 1));
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[gi][t][e] = fmaf(d[e], ws[t] * sxv[gi][e & 1], acc[gi][t][e]);
+        }
+    }
+}
+
+// grid (KS, out / 32), clusters of KS blocks along x, 128 threads.
+template <int NG>
+__global__ void __launch_bounds__(32 * kWarps) linear_fp8mma_kernel(Params p) {
+    constexpr int U = kUnits<NG>, kTok = 8 * NG;
+    extern __shared__ __align__(16) unsigned char smem[];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int ks = int(cluster.block_rank());
+    const int64_t row0 = int64_t(blockIdx.y) * kRows, chunks = p.in / 128;
+    const int all_warps = kWarps * p.ks;
+    const int max_cpw = int((chunks + all_warps - 1) / all_warps), slots = min(kStages, max(1, max_cpw));
+    // shared memory: [warp][slot] staging, [warp][max_cpw] chunk scales (2 weight tiles, kTok tokens), the
+    // warps' partials [warp][kTok][32], the block's [kTok][32]
+    uint4* stage = reinterpret_cast<uint4*>(smem) + int64_t(warp) * slots * U * 32;
+    float* scales =
+        reinterpret_cast<float*>(reinterpret_cast<uint4*>(smem) + int64_t(kWarps) * slots * U * 32);
+    float* my_scales = scales + warp * max_cpw * (2 + kTok);
+    float* red = scales + kWarps * max_cpw * (2 + kTok);
+    float* part = red + kWarps * kTok * kRows;
+
+    int c0, c1;
+    warp_range(chunks, ks * kWarps + warp, all_warps, c0, c1);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {  // one group a slot, empty past c1: every wait counts the same
+        if (s < slots && c0 + s < c1) stage_chunk<NG>(p, row0, c0 + s, g, q, lane, stage + s * U * 32);
+        wg::cp_async_commit();
+    }
+    // the chunks' scales: [chunk][0, 1]: the two tiles' weight block scales, [chunk][2 + token]: x's
+    for (int i = lane; i < (c1 - c0) * (2 + kTok); i += 32) {
+        const int c = c0 + i / (2 + kTok), j = i % (2 + kTok);
+        float v;
+        if (j < 2) {
+            const int64_t si = ((row0 + j * 16) / 128) * p.ld_scale + c;
+            v = p.scale_e8m0 ? e8m0_to_f(static_cast<const uint8_t*>(p.scale)[si])
+                             : static_cast<const float*>(p.scale)[si];
+        } else {
+            const int tok = j - 2;
+            v = tok < p.n ? p.sx[int64_t(c) * p.rows + tok] : 0.0f;
+        }
+        my_scales[i] = v;
+    }
+    __syncwarp();
+    float acc[NG][2][4] = {};
+#pragma unroll 1
+    for (int c = c0; c < c1; ++c) {
+        const int s = (c - c0) % slots;
+        wg::cp_async_wait<kStages - 1>();  // chunk c's group
+        const float* sc = my_scales + (c - c0) * (2 + kTok);
+        const float ws[2] = {sc[0], sc[1]};
+        float sxv[NG][2];
+#pragma unroll
+        for (int gi = 0; gi < NG; ++gi)
+            sxv[gi][0] = sc[2 + 8 * gi + 2 * q], sxv[gi][1] = sc[3 + 8 * gi + 2 * q];
+        compute_chunk<NG>(stage + s * U * 32, lane, ws, sxv, acc);  // reads the slot before it is refilled
+        if (c + slots < c1) stage_chunk<NG>(p, row0, c + slots, g, q, lane, stage + s * U * 32);
+        wg::cp_async_commit();
+    }
+    wg::cp_async_wait<0>();
+    // the warps' partials, then the block's in warp order
+#pragma unroll
+    for (int gi = 0; gi < NG; ++gi)
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int tok = 8 * gi + 2 * q + (e & 1), row = t * 16 + (e >> 1) * 8 + g;
+                red[(warp * kTok + tok) * kRows + row] = acc[gi][t][e];
+            }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTok * kRows; i += blockDim.x) {
+        float s = red[i];
+        for (int w = 1; w < kWarps; ++w) s += red[w * kTok * kRows + i];
+        part[i] = s;
+    }
+    cluster.sync();  // every block's partials are written
+    // block ks writes the outputs i = ks, ks + KS, ...: the blocks' partials in block order
+    for (int i = int(threadIdx.x) * p.ks + ks; i < kTok * kRows; i += int(blockDim.x) * p.ks) {
+        float s = 0.0f;
+        for (int b = 0; b < p.ks; ++b) s += cluster.map_shared_rank(part, b)[i];
+        const int tok = i / kRows, row = i % kRows;
+        if (tok < p.n && row0 + row < p.out) p.y[int64_t(tok) * p.ldy + row0 + row] = s;
+    }
+    cluster.sync();  // no block leaves while another reads its partials
+}
+
+template <int NG>
+size_t smem_bytes(int ks, int64_t chunks) {
+    const int all_warps = kWarps * ks, max_cpw = int((chunks + all_warps - 1) / all_warps);
+    const int slots = std::min(kStages, std::max(1, max_cpw)), tok = 8 * NG;
+    return size_t(kWarps) * slots * kUnits<NG> * 32 * 16 + size_t(kWarps) * max_cpw * (2 + tok) * 4 +
+           size_t(kWarps + 1) * tok * kRows * 4;
+}
+
+// Blocks a tile's K splits into: about two blocks a multiprocessor over the tiles, at most kMaxCluster, each
+// warp at least one chunk.
+int cluster_size(int64_t out, int64_t in) {
+    const int64_t tiles = out / kRows, chunks = in / 128;
+    const int64_t want = (2 * sm_count() + tiles - 1) / tiles;
+    return int(std::clamp<int64_t>(std::min<int64_t>(want, chunks / kWarps), 1, kMaxCluster));
+}
+
+template <int NG>
+void launch(const Params& p, cudaStream_t s) {
+    const size_t smem = smem_bytes<NG>(p.ks, p.in / 128);
+    static const bool raised = [] {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8mma_kernel<NG>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+        return true;
+    }();
+    (void)raised;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(p.ks), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(p.ks), unsigned(p.out / kRows));
+    cfg.blockDim = dim3(32 * kWarps);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_fp8mma_kernel<NG>, p));
+}
+
+}  // namespace
+
+bool fp8mma_enabled = std::getenv("DEEPINFER_FP8_MMA") != nullptr;
+
+bool linear_fp8mma_enabled() { return fp8mma_enabled; }
+
+bool linear_fp8mma_supported(const WeightRef& w, int64_t n) {
+    return w.format == 1 && n >= 1 && n <= kLinearFp8MmaMaxRows && w.in_dim % 128 == 0 &&
+           w.out_dim % kRows == 0 && w.ld % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+           smem_bytes<2>(1, w.in_dim / 128) <= 227 * 1024;
+}
+
+void launch_linear_fp8mma(const uint8_t* q, int64_t ldq, const float* sx, int64_t rows, const WeightRef& w,
+                          float* y, int64_t ldy, int64_t n, Stream s) {
+    if (n == 0) return;
+    Params p{q,    ldq,     sx,         rows,         static_cast<const uint8_t*>(w.data),
+             w.ld, w.scale, w.ld_scale, w.scale_e8m0, y,
+             ldy,  n,       w.in_dim,   w.out_dim,    cluster_size(w.out_dim, w.in_dim)};
+    if (n <= 8)
+        launch<1>(p, as_stream(s));
+    else
+        launch<2>(p, as_stream(s));
+}
+
+}  // namespace di::cuda
