@@ -5,24 +5,24 @@
 #                                 h) where they stage it: the quantiser's copy's bits without its launch
 #   DEEPINFER_MOE_MMA_STAGES=4|8  the one-token moe mma with its weights staged in shared memory (cp.async),
 #                                 4 or 8 chunks ahead a warp: the same sums
-#   DEEPINFER_FP8_MMA=1           the native precision's linears at 2..16 rows on the FP8 tensor cores
-#                                 (linear_fp8mma.cu) instead of cuBLASLt's 128x128 tiles and the f32 kernels
-# PART=tests (~5 min): the bit-for-bit and reference tests of all three (CudaLinearFp8Act's fp8_mma runs,
+#   DEEPINFER_FP8_MMA=2 (or 1)    the native precision's linears at 2 (1) to 16 rows on the FP8 tensor cores
+#                                 (linear_fp8mma.cu) instead of cuBLASLt's 128x128 tiles, the f32 kernels on
+#                                 the dequantised copy (and split_rows at one row)
+# PART=tests (~6 min): the bit-for-bit and reference tests of all three (CudaLinearFp8Act's fp8_mma runs,
 #   GemvsQuantiseInTheKernelBitForBit, CudaMoe's token-alone runs of the mma cases at 4 and 8 stages and
 #   quantised in the kernel), the kernel bench's one-token moe under each stage count and its fp8 GEMM table
-#   at 16 rows (cuBLASLt, fp8_mma).
-# PART=model (~7 min): the 16-layer native decode step at batch 1 and 16 under each option and all together
-#   (tools/gpu_ab_env.sh), the batch-1 timeline with all (tools/timeline_report.py), and the 4-layer native
-#   prefill of an 8,192-token prompt in chunks of 1,024 to 8,192 tokens (kDefaultPrefillChunkCuda,
-#   kDefaultStepTokenBudgetCuda: a larger chunk prefills faster and stalls the decoding sequences that share
-#   its steps for longer).
+#   at 1 and 16 rows (cuBLASLt, fp8_mma), and the 4-layer native prefill of an 8,192-token prompt in chunks
+#   of 1,024 to 8,192 tokens (kDefaultPrefillChunkCuda, kDefaultStepTokenBudgetCuda: a larger chunk prefills
+#   faster and stalls the decoding sequences that share its steps for longer).
+# PART=model (~8 min): the 16-layer native decode step at batch 1 and 16 under each option and all together
+#   (tools/gpu_ab_env.sh), and the batch-1 timeline with all (tools/timeline_report.py).
 #   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench" tools/gpu_pack.sh   (here; carry
 #   ["build-cuda-xz"]), then on the GPU machine: PART=tests OUT=$OUT tools/gpu_next_check.sh, and PART=model.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure|relative L2" "$1" | head -40; }
-all="DEEPINFER_QUANT_IN_KERNELS=1 DEEPINFER_MOE_MMA_STAGES=8 DEEPINFER_FP8_MMA=1"
+all="DEEPINFER_QUANT_IN_KERNELS=1 DEEPINFER_MOE_MMA_STAGES=8 DEEPINFER_FP8_MMA=2"
 if [[ ${PART:-tests} == tests ]]; then
   timeout 200 $d/bin/cuda_ops_test \
     --gtest_filter='*GemvsQuantise*:*CudaLinearFp8Act*:*CudaMoe.MatchesRef/*mma*:*MatchesRef/*one_token*:*CudaActQuant*:*CudaLinear.*' \
@@ -33,17 +33,17 @@ if [[ ${PART:-tests} == tests ]]; then
     echo "moe stages $st: $(grep -E "n=1,.*\| mma" "$OUT/moe_$st.log" | head -1)"
   done
   timeout 120 $d/bin/cuda_kernel_bench --only gemm --quick > "$OUT/gemm.log" 2>&1
-  echo "fp8 gemm rc $?"; grep -E "n=16 \|" "$OUT/gemm.log"
-else
-  OUT=$OUT/ab PRECISION=native BATCHES="1 16" ROUNDS=1 DECODE=16 \
-    SETTINGS="-;DEEPINFER_QUANT_IN_KERNELS=1;DEEPINFER_MOE_MMA_STAGES=8;DEEPINFER_FP8_MMA=1;$all" \
-    timeout 300 tools/gpu_ab_env.sh
-  env $all OUT=$OUT/tl PRECISION=native BATCH=1 LAYERS=16 TRACE_TIMEOUT=60 timeout 70 tools/gpu_timeline.sh \
-    2>/dev/null | head -14
+  echo "fp8 gemm rc $?"; grep -E "n=(1|16) \|" "$OUT/gemm.log"
   for chunk in 1024 2048 4096 8192; do
     timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 8192 \
       --prefill-chunk $chunk --decode 2 > "$OUT/chunk_$chunk.log" 2>&1
     echo "prefill chunk $chunk rc $? $(grep -oE "prefill [0-9]+ tokens.*tokens/s" "$OUT/chunk_$chunk.log")"
   done
+else
+  OUT=$OUT/ab PRECISION=native BATCHES="1 16" ROUNDS=1 DECODE=16 \
+    SETTINGS="-;DEEPINFER_QUANT_IN_KERNELS=1;DEEPINFER_MOE_MMA_STAGES=8;DEEPINFER_FP8_MMA=2;DEEPINFER_FP8_MMA=1;$all" \
+    timeout 420 tools/gpu_ab_env.sh
+  env $all OUT=$OUT/tl PRECISION=native BATCH=1 LAYERS=16 TRACE_TIMEOUT=60 timeout 70 tools/gpu_timeline.sh \
+    2>/dev/null | head -14
 fi
 exit 0

@@ -43,8 +43,9 @@ std::vector<KernelVariant> fused_variants(const char* op, const char* claims) {
 CudaBackend::CudaBackend(int device)
     : linear_v_(
           {{"linear", "fp8_mma",
-            "fp8 block weights times fp8 activation blocks (native precision); 2 to 16 rows where "
-            "DEEPINFER_FP8_MMA is set (1 to 16 when forced); in_dim a multiple of 128, out_dim of 32, "
+            "fp8 block weights times fp8 activation blocks (native precision); DEEPINFER_FP8_MMA (a row "
+            "count) to 16 rows where that is set, 1 to 16 when forced; in_dim a multiple of 128, out_dim of "
+            "32, "
             "16-byte weight rows; mma.sync m16n8k32 e4m3 tensor cores, each 128-wide K block summed at the "
             "tensor cores' reduced precision, then scaled into f32 sums (as cublaslt_fp8), so held to 1e-3; "
             "a row's bits do not depend on the other rows, but other row counts run other kernels, so not "
@@ -250,7 +251,8 @@ struct LinearTakes {
         switch (kLinearEnum[i]) {
             case cuda::LinearVariant::kFp8Mma:
                 return a.act == ActQuant::kFp8Block128 && cuda::linear_fp8mma_supported(w, n) &&
-                       (forced || (n >= 2 && cuda::linear_fp8mma_enabled()));
+                       (forced ||
+                        (cuda::linear_fp8mma_min_rows() > 0 && n >= cuda::linear_fp8mma_min_rows()));
             case cuda::LinearVariant::kCublasLtFp8:
                 return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
             case cuda::LinearVariant::kCublasLtBf16x3:

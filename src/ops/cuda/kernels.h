@@ -106,9 +106,10 @@ bool linear_fp8mma_supported(const WeightRef& w, int64_t n);
 // writes them (fp8_gemm.h).
 void launch_linear_fp8mma(const uint8_t* q, int64_t ldq, const float* sx, int64_t rows, const WeightRef& w,
                           float* y, int64_t ldy, int64_t n, Stream s);
-// Whether dispatch takes kFp8Mma for 2..16 rows of the native precision (over cuBLASLt and the dequantised
-// copies): off until measured on the GPU (DEEPINFER_FP8_MMA in the environment; tests force the variant).
-bool linear_fp8mma_enabled();
+// The fewest rows of the native precision dispatch gives kFp8Mma (over split_rows at 1, the dequantised
+// copies' kernels and cuBLASLt), 0: none; off until measured on the GPU (DEEPINFER_FP8_MMA=<rows> in the
+// environment; the tests force the variant).
+int64_t linear_fp8mma_min_rows();
 void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                        Scratch& scratch, Stream s);
 // gemv.cuh's format code of w when its layout can be streamed in 16-byte units, else -1.

@@ -240,9 +240,13 @@ void launch(const Params& p, cudaStream_t s) {
 
 }  // namespace
 
-bool fp8mma_enabled = std::getenv("DEEPINFER_FP8_MMA") != nullptr;
+int64_t min_rows_from_env() {
+    const char* v = std::getenv("DEEPINFER_FP8_MMA");
+    return v == nullptr ? 0 : std::max<int64_t>(0, std::atoll(v));
+}
+const int64_t fp8mma_min_rows = min_rows_from_env();
 
-bool linear_fp8mma_enabled() { return fp8mma_enabled; }
+int64_t linear_fp8mma_min_rows() { return fp8mma_min_rows; }
 
 bool linear_fp8mma_supported(const WeightRef& w, int64_t n) {
     return w.format == 1 && n >= 1 && n <= kLinearFp8MmaMaxRows && w.in_dim % 128 == 0 &&
