@@ -158,7 +158,7 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
             rows.push_back({label, "fp8_mma alone",
                             graph_us(s, reps,
                                      [&](int i) {
-                                         launch_linear_fp8mma(q, in, sx, n,
+                                         launch_linear_fp8mma(q, in, sx, n, nullptr, 0,
                                                               ws.copies[size_t(i) % ws.copies.size()], y, out,
                                                               n, s);
                                      }),
@@ -167,11 +167,20 @@ void bench_fp8_gemm(std::vector<GemmRow>& rows, cudaStream_t s, const char* name
                             graph_us(s, reps,
                                      [&](int i) {
                                          launch_act_quant_fp8(x, in, n, in, q, sx, n, s);
-                                         launch_linear_fp8mma(q, in, sx, n,
+                                         launch_linear_fp8mma(q, in, sx, n, nullptr, 0,
                                                               ws.copies[size_t(i) % ws.copies.size()], y, out,
                                                               n, s);
                                      }),
                             flops});
+            if (n <= kLinearFp8MmaQuantRows)
+                rows.push_back({label, "fp8_mma quantising in the kernel",
+                                graph_us(s, reps,
+                                         [&](int i) {
+                                             launch_linear_fp8mma(nullptr, 0, nullptr, 0, x, in,
+                                                                  ws.copies[size_t(i) % ws.copies.size()], y,
+                                                                  out, n, s);
+                                         }),
+                                flops});
         }
         if (n >= 64) {  // the exact precision's tensor-core paths on f32 x
             scratch.get(8, size_t(n * in + n * (in / 128 + 1)) * 4);  // before capture

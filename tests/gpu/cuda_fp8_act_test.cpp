@@ -367,5 +367,57 @@ TEST(CudaLinearsFp8Act, SharedInputsMatchRef) {
     }
 }
 
+// fp8_mma in linears(): a call's jobs of 2 rows (each quantising its own x in the kernel) and of 12 (the
+// quantiser's copy, once for a span of columns of the same rows) give each job the bits it gets alone, and
+// stay within cuBLASLt's 1e-3 of the reference.
+TEST(CudaLinearsFp8Act, Fp8MmaJobsEqualEachAlone) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto& b = backends();
+    for (const int64_t n : {2, 12}) {
+        const int64_t in = 2 * 4096;
+        Pair x(DType::kF32, {n, in}), w(DType::kF8E4M3, {1024, 4096}), ws(DType::kE8M0, {8, 32});
+        fill_uniform(x, -3.0f, 3.0f), fill_fp8(w), fill_e8m0(ws);
+        Pair y0(DType::kF32, {n, 1024}), y1(DType::kF32, {n, 512}), y2(DType::kF32, {n, 1024});
+        auto job = [&](bool dev, int64_t c0, Pair& y, int64_t rows) {
+            ops::LinearArgs a;
+            a.x = dev ? x.dv() : x.hv(), a.y = dev ? y.dv() : y.hv();
+            a.x.data = static_cast<float*>(a.x.data) + c0, a.x.shape[1] = 4096;
+            a.w.format = WeightFormat::kFp8Block;
+            a.w.data = dev ? w.dv() : w.hv();
+            a.w.scale = dev ? ws.dv() : ws.hv();
+            a.w.out_dim = 1024, a.w.in_dim = 4096;
+            a.w = a.w.rows(0, rows);
+            a.act = ops::ActQuant::kFp8Block128;
+            return a;
+        };
+        // wq_a and wkv on the same columns, a third job on the next ones: one span
+        auto make = [&](bool dev) {
+            return std::vector<ops::LinearArgs>{job(dev, 0, y0, 1024), job(dev, 0, y1, 512),
+                                                job(dev, 4096, y2, 1024)};
+        };
+        ASSERT_TRUE(b.gpu->force_variant("linear", "fp8_mma"));
+        std::vector<std::vector<float>> alone;
+        for (const ops::LinearArgs& a : make(true)) {
+            b.gpu->linear(a);
+            b.gpu->synchronize();
+        }
+        for (Pair* y : {&y0, &y1, &y2}) alone.push_back(y->device_f32()), y->poison();
+        const int64_t before = b.gpu->dispatch_count("linear", "fp8_mma");
+        for (const ops::LinearArgs& a : make(false)) b.ref->linear(a);
+        b.gpu->linears(make(true));
+        b.gpu->synchronize();
+        ASSERT_TRUE(b.gpu->force_variant("linear", ""));
+        EXPECT_EQ(b.gpu->dispatch_count("linear", "fp8_mma") - before, 3) << "n " << n;
+        int i = 0;
+        for (Pair* y : {&y0, &y1, &y2}) {
+            const std::vector<float> got = y->device_f32();
+            EXPECT_EQ(0, std::memcmp(got.data(), alone[size_t(i)].data(), got.size() * sizeof(float)))
+                << "n " << n << ": job " << i << " in linears() differs from the job alone";
+            expect_close(*y, 1e-3, "fp8_mma in linears()");
+            ++i;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace di::gputest

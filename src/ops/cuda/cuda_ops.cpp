@@ -364,9 +364,15 @@ void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w, const L
 
 void CudaBackend::linear_fp8mma(const LinearArgs& a, const WeightRef& w, const LtInput* in) {
     const int64_t n = a.x.shape[0];
-    const LtInput own = in ? LtInput{} : lt_quantise(f32(a.x), ld(a.x), n, w.in_dim, false);
-    if (!in) in = &own;
-    cuda::launch_linear_fp8mma(in->q, in->ldq, in->sx, in->rows, w, f32m(a.y), ld(a.y), n, stream_);
+    if (!in && n <= cuda::kLinearFp8MmaQuantRows) {  // quantised in the kernel
+        cuda::launch_linear_fp8mma(nullptr, 0, nullptr, 0, f32(a.x), ld(a.x), w, f32m(a.y), ld(a.y), n,
+                                   stream_);
+    } else {
+        const LtInput own = in ? LtInput{} : lt_quantise(f32(a.x), ld(a.x), n, w.in_dim, false);
+        if (!in) in = &own;
+        cuda::launch_linear_fp8mma(in->q, in->ldq, in->sx, in->rows, nullptr, 0, w, f32m(a.y), ld(a.y), n,
+                                   stream_);
+    }
     launched("linear");
 }
 
@@ -428,22 +434,25 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         device_args(a, "linear");
         w[i] = weight_ref(a.w, "linear.w");
         if (a.act != ActQuant::kFp8Block128) continue;
+        // lt: the jobs that read the quantiser's copy (fp8_mma quantises a few rows itself)
         fm[i] = linear_v_.picks(kLinearFp8Mma, LinearTakes{a, w[i], false});
-        lt[i] = fm[i] || linear_v_.picks(kLinearLtFp8, LinearTakes{a, w[i], false});
-        if (!lt[i]) xq_floats += size_t(a.x.shape[0] * a.w.in_dim);
+        lt[i] = fm[i] ? a.x.shape[0] > cuda::kLinearFp8MmaQuantRows
+                      : linear_v_.picks(kLinearLtFp8, LinearTakes{a, w[i], false});
+        if (!lt[i] && !fm[i]) xq_floats += size_t(a.x.shape[0] * a.w.in_dim);
     }
     float* xq = xq_floats ? static_cast<float*>(scratch_.get(6, xq_floats * sizeof(float))) : nullptr;
     const std::optional<LtInput> shared = lt_shared_input(jobs, w, lt, fm);
     for (size_t i = 0; i < jobs.size(); ++i) {
         const LinearArgs& a = jobs[i];
         sj[i] = {f32(a.x), ld(a.x), w[i], f32m(a.y), ld(a.y)};
-        if (lt[i]) {
+        if (lt[i] || fm[i]) {
             linear_v_.count_dispatch(fm[i] ? kLinearFp8Mma : kLinearLtFp8);
-            const LtInput in = shared ? shared->from(f32(a.x)) : LtInput{};
+            const bool from_shared = lt[i] && shared;  // the shared span holds the lt jobs' inputs
+            const LtInput in = from_shared ? shared->from(f32(a.x)) : LtInput{};
             if (fm[i])
-                linear_fp8mma(a, w[i], shared ? &in : nullptr);
+                linear_fp8mma(a, w[i], from_shared ? &in : nullptr);
             else
-                linear_lt_fp8(a, w[i], shared ? &in : nullptr);
+                linear_lt_fp8(a, w[i], from_shared ? &in : nullptr);
             done[i] = true;
             continue;
         }

@@ -100,12 +100,13 @@ bool linear_gemm_supported(const WeightRef& w);
 void launch_linear_gemm(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                         Scratch& scratch, Stream s);
 inline constexpr int64_t kLinearGemmMinRows = 64;
-inline constexpr int64_t kLinearFp8MmaMaxRows = 16;
+inline constexpr int64_t kLinearFp8MmaMaxRows = 16, kLinearFp8MmaQuantRows = 2;
 bool linear_fp8mma_supported(const WeightRef& w, int64_t n);
-// q [n, in] e4m3 (row stride ldq bytes, a multiple of 16) and sx [in / 128][rows] as launch_act_quant_fp8
-// writes them (fp8_gemm.h).
-void launch_linear_fp8mma(const uint8_t* q, int64_t ldq, const float* sx, int64_t rows, const WeightRef& w,
-                          float* y, int64_t ldy, int64_t n, Stream s);
+// x quantised as q [n, in] e4m3 (row stride ldq bytes, a multiple of 16) and sx [in / 128][rows], as
+// launch_act_quant_fp8 writes them (fp8_gemm.h); or, q null and n <= kLinearFp8MmaQuantRows, x [n, in] f32
+// (row stride ldx) quantised in the kernel (the same bits).
+void launch_linear_fp8mma(const uint8_t* q, int64_t ldq, const float* sx, int64_t rows, const float* x,
+                          int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
 // The fewest rows of the native precision dispatch gives kFp8Mma (over split_rows at 1, the dequantised
 // copies' kernels and cuBLASLt), 0: none; off until measured on the GPU (DEEPINFER_FP8_MMA=<rows> in the
 // environment; the tests force the variant).

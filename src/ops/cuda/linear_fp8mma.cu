@@ -15,6 +15,11 @@
 //   the promotion every 128 elements of DeepSeek's FP8 GEMMs.
 //   Weight and token bytes come through S chunk slots a warp in shared memory (cp.async), so a warp keeps S
 //   chunks in flight without holding them in registers; each lane reads back only the bytes it copied.
+//   Up to kLinearFp8MmaQuantRows rows each warp quantises its chunks of the f32 rows itself instead (the
+//   quantiser's expressions, so its bits, without its launch); every block redoes its K range's share of
+//   that work, which more rows would make cost more than the launch it saves.
+//   The kernel starts early (early_launch.cuh): its first weight copies and the weights' scales are in flight
+//   before it waits for the kernel that writes x.
 // A token's sums do not depend on the other tokens or on n (the split depends on out and in only):
 // deterministic, and batch-invariant among the row counts it takes.
 #include <cooperative_groups.h>
@@ -32,12 +37,17 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kWarps = 4, kRows = 32, kStages = 4, kMaxCluster = 8;
+// Bytes a quantised token row of a chunk takes in shared memory: 128 and padding, so that the 8 lanes of a
+// 16-byte load phase (two rows g, four q each) read distinct banks.
+constexpr int kTokRow = 144;
 
 struct Params {
-    const uint8_t* q;  // [n, in] e4m3 codes, row stride ldq bytes
+    const uint8_t* q;  // [n, in] e4m3 codes, row stride ldq bytes (kQuant: unused)
     int64_t ldq;
     const float* sx;  // [in / 128][rows]
     int64_t rows;
+    const float* x;  // kQuant: [n, in] f32, row stride ldx
+    int64_t ldx;
     const uint8_t* w;  // [out, in] e4m3, row stride ld bytes
     int64_t ld;
     const void* scale;  // [ceil(out / 128), ld_scale], e8m0 bytes or f32
@@ -55,42 +65,99 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A lane's 16-byte units of a chunk slot: weights [tile t][row g / g + 8][half], then tokens [group][half].
-template <int NG>
-constexpr int kUnits = 8 + 2 * NG;
+// A lane's 16-byte units of a chunk slot: weights [tile t][row g / g + 8][half], then (unless the warp
+// quantises its own token rows) tokens [group][half].
+template <int NG, bool kQuant>
+constexpr int kUnits = kQuant ? 8 : 8 + 2 * NG;
 
-// Chunks [c0, c1) of the warp at global index gw of the cluster's 4 KS.
+// Where a block's shared memory goes: [warp][slot] staging units; kQuant: [warp][chunk][token] quantised
+// rows; [warp][chunk][2 + token] scales (the two tiles' weight block scales, then x's); the warps' partials
+// [warp][token][row]; the block's [token][row].
+struct Smem {
+    int max_cpw, slots;
+    int64_t stage, toks, scales, red, part, bytes;
+    __host__ __device__ Smem(int ng, bool quant, int ks, int64_t chunks) {
+        const int all = kWarps * ks, tok = 8 * ng;
+        max_cpw = int((chunks + all - 1) / all);
+        slots = max_cpw < kStages ? (max_cpw < 1 ? 1 : max_cpw) : kStages;
+        stage = 0;
+        toks = stage + int64_t(kWarps) * slots * (quant ? 8 : 8 + 2 * ng) * 32 * 16;
+        scales = toks + (quant ? int64_t(kWarps) * max_cpw * tok * kTokRow : 0);
+        red = scales + int64_t(kWarps) * max_cpw * (2 + tok) * 4;
+        part = red + int64_t(kWarps) * tok * kRows * 4;
+        bytes = part + int64_t(tok) * kRows * 4;
+    }
+};
+
+// Chunks [c0, c1) of the warp at global index gw of the cluster's `warps`.
 __device__ __forceinline__ void warp_range(int64_t chunks, int gw, int warps, int& c0, int& c1) {
     c0 = int(chunks * gw / warps), c1 = int(chunks * (gw + 1) / warps);
 }
 
-template <int NG>
+template <int NG, bool kQuant>
 __device__ __forceinline__ void stage_chunk(const Params& p, int64_t row0, int c, int g, int q, int lane,
                                             uint4* slot) {
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {  // rows g + 8 u / 2 ... : tile u / 4, row half (u / 2) % 2, half u % 2
+    for (int u = 0; u < 8; ++u) {  // tile u / 4, row g or g + 8 ((u / 2) % 2), half u % 2
         const int64_t row = row0 + (u / 4) * 16 + ((u / 2) % 2) * 8 + g;
         wg::cp_async16(wg::smem_addr(slot + u * 32 + lane),
                        p.w + row * p.ld + c * 128 + q * 32 + (u % 2) * 16, true);
     }
+    if constexpr (!kQuant)
 #pragma unroll
-    for (int u = 0; u < 2 * NG; ++u) {
-        const int64_t tok = (u / 2) * 8 + g;
-        const bool ok = tok < p.n;
-        wg::cp_async16(wg::smem_addr(slot + (8 + u) * 32 + lane),
-                       p.q + (ok ? tok : 0) * p.ldq + c * 128 + q * 32 + (u % 2) * 16, ok);
-    }
+        for (int u = 0; u < 2 * NG; ++u) {
+            const int64_t tok = (u / 2) * 8 + g;
+            const bool ok = tok < p.n;
+            wg::cp_async16(wg::smem_addr(slot + (8 + u) * 32 + lane),
+                           p.q + (ok ? tok : 0) * p.ldq + c * 128 + q * 32 + (u % 2) * 16, ok);
+        }
 }
 
-// One chunk's 4 k-steps for every (token group, tile), then the promotion into acc.
+// The warp's chunks [c0, c1) of the first 8 NG rows of x quantised as act_quant.cu does (a chunk a
+// 128-element block): e4m3 bytes to toks ([chunk][token] rows of kTokRow bytes; zeros past n) and each
+// block's scale to scales[chunk * stride + 2 + token] (0 past n).
 template <int NG>
-__device__ __forceinline__ void compute_chunk(const uint4* slot, int lane, const float (&ws)[2],
-                                              const float (&sxv)[NG][2], float (&acc)[NG][2][4]) {
+__device__ __forceinline__ void quantise_chunks(const Params& p, int c0, int c1, int lane,
+                                                unsigned char* toks, float* scales, int stride) {
+    for (int c = c0; c < c1; ++c)
+        for (int t = 0; t < 8 * NG; ++t) {
+            unsigned char* row = toks + ((c - c0) * 8 * NG + t) * kTokRow;
+            if (t >= p.n) {  // the same for the whole warp
+#pragma unroll
+                for (int i = 0; i < 4; ++i) row[lane + 32 * i] = 0;
+                if (lane == 0) scales[(c - c0) * stride + 2 + t] = 0.0f;
+                continue;
+            }
+            const float* src = p.x + int64_t(t) * p.ldx + int64_t(c) * 128;
+            float v[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[i] = src[lane + 32 * i];  // strided slices: no vector loads
+            float amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float s = act_quant_scale(amax);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) row[lane + 32 * i] = act_quant_e4m3(v[i], s).__x;
+            if (lane == 0) scales[(c - c0) * stride + 2 + t] = s;
+        }
+}
+
+// One chunk's 4 k-steps for every (token group, tile), then the promotion into acc. tok: the chunk's
+// quantised token rows where the warp made them (kQuant), else the token bytes are in the slot.
+template <int NG, bool kQuant>
+__device__ __forceinline__ void compute_chunk(const uint4* slot, const unsigned char* tok, int lane,
+                                              const float (&ws)[2], const float (&sxv)[NG][2],
+                                              float (&acc)[NG][2][4]) {
     uint4 wv[8], xv[2 * NG];
 #pragma unroll
     for (int u = 0; u < 8; ++u) wv[u] = slot[u * 32 + lane];
 #pragma unroll
-    for (int u = 0; u < 2 * NG; ++u) xv[u] = slot[(8 + u) * 32 + lane];
+    for (int u = 0; u < 2 * NG; ++u)
+        xv[u] = kQuant ? *reinterpret_cast<const uint4*>(tok + ((u / 2) * 8 + (lane >> 2)) * kTokRow +
+                                                         (lane & 3) * 32 + (u % 2) * 16)
+                       : slot[(8 + u) * 32 + lane];
     auto word = [](const uint4(&v)[2], int i) {  // word i (0..7) of a 32-byte piece
         const uint4& h = v[i / 4];
         const int j = i % 4;
@@ -116,60 +183,61 @@ __device__ __forceinline__ void compute_chunk(const uint4* slot, int lane, const
 }
 
 // grid (KS, out / 32), clusters of KS blocks along x, 128 threads.
-template <int NG>
+template <int NG, bool kQuant>
 __global__ void __launch_bounds__(32 * kWarps) linear_fp8mma_kernel(Params p) {
-    constexpr int U = kUnits<NG>, kTok = 8 * NG;
+    allow_early_next();
+    constexpr int U = kUnits<NG, kQuant>, kTok = 8 * NG, kStride = 2 + kTok;
     extern __shared__ __align__(16) unsigned char smem[];
     cg::cluster_group cluster = cg::this_cluster();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int ks = int(cluster.block_rank());
     const int64_t row0 = int64_t(blockIdx.y) * kRows, chunks = p.in / 128;
-    const int all_warps = kWarps * p.ks;
-    const int max_cpw = int((chunks + all_warps - 1) / all_warps), slots = min(kStages, max(1, max_cpw));
-    // shared memory: [warp][slot] staging, [warp][max_cpw] chunk scales (2 weight tiles, kTok tokens), the
-    // warps' partials [warp][kTok][32], the block's [kTok][32]
-    uint4* stage = reinterpret_cast<uint4*>(smem) + int64_t(warp) * slots * U * 32;
-    float* scales =
-        reinterpret_cast<float*>(reinterpret_cast<uint4*>(smem) + int64_t(kWarps) * slots * U * 32);
-    float* my_scales = scales + warp * max_cpw * (2 + kTok);
-    float* red = scales + kWarps * max_cpw * (2 + kTok);
-    float* part = red + kWarps * kTok * kRows;
+    const Smem at(NG, kQuant, p.ks, chunks);
+    const int slots = at.slots;
+    uint4* stage = reinterpret_cast<uint4*>(smem + at.stage) + int64_t(warp) * slots * U * 32;
+    unsigned char* toks = smem + at.toks + int64_t(warp) * at.max_cpw * kTok * kTokRow;
+    float* scales = reinterpret_cast<float*>(smem + at.scales) + warp * at.max_cpw * kStride;
+    float* red = reinterpret_cast<float*>(smem + at.red);
+    float* part = reinterpret_cast<float*>(smem + at.part);
 
     int c0, c1;
-    warp_range(chunks, ks * kWarps + warp, all_warps, c0, c1);
+    warp_range(chunks, ks * kWarps + warp, kWarps * p.ks, c0, c1);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {  // one group a slot, empty past c1: every wait counts the same
-        if (s < slots && c0 + s < c1) stage_chunk<NG>(p, row0, c0 + s, g, q, lane, stage + s * U * 32);
+        if (s < slots && c0 + s < c1)
+            stage_chunk<NG, kQuant>(p, row0, c0 + s, g, q, lane, stage + s * U * 32);
         wg::cp_async_commit();
     }
-    // the chunks' scales: [chunk][0, 1]: the two tiles' weight block scales, [chunk][2 + token]: x's
-    for (int i = lane; i < (c1 - c0) * (2 + kTok); i += 32) {
-        const int c = c0 + i / (2 + kTok), j = i % (2 + kTok);
-        float v;
-        if (j < 2) {
-            const int64_t si = ((row0 + j * 16) / 128) * p.ld_scale + c;
-            v = p.scale_e8m0 ? e8m0_to_f(static_cast<const uint8_t*>(p.scale)[si])
-                             : static_cast<const float*>(p.scale)[si];
-        } else {
-            const int tok = j - 2;
-            v = tok < p.n ? p.sx[int64_t(c) * p.rows + tok] : 0.0f;
+    for (int i = lane; i < (c1 - c0) * 2; i += 32) {  // the two tiles' weight block scales
+        const int64_t si = ((row0 + (i % 2) * 16) / 128) * p.ld_scale + c0 + i / 2;
+        scales[(i / 2) * kStride + i % 2] = p.scale_e8m0 ? e8m0_to_f(static_cast<const uint8_t*>(p.scale)[si])
+                                                         : static_cast<const float*>(p.scale)[si];
+    }
+    wait_prior();  // x (or its quantised copy) is written by an earlier kernel
+    if constexpr (kQuant) {
+        quantise_chunks<NG>(p, c0, c1, lane, toks, scales, kStride);
+    } else {
+        for (int i = lane; i < (c1 - c0) * kTok; i += 32) {
+            const int tok = i % kTok;
+            scales[(i / kTok) * kStride + 2 + tok] =
+                tok < p.n ? p.sx[int64_t(c0 + i / kTok) * p.rows + tok] : 0.0f;
         }
-        my_scales[i] = v;
     }
     __syncwarp();
     float acc[NG][2][4] = {};
 #pragma unroll 1
     for (int c = c0; c < c1; ++c) {
         const int s = (c - c0) % slots;
-        wg::cp_async_wait<kStages - 1>();  // chunk c's group
-        const float* sc = my_scales + (c - c0) * (2 + kTok);
+        wg::cp_async_wait<kStages - 1>();  // chunk c's group (all but the last kStages - 1 are complete)
+        const float* sc = scales + (c - c0) * kStride;
         const float ws[2] = {sc[0], sc[1]};
         float sxv[NG][2];
 #pragma unroll
         for (int gi = 0; gi < NG; ++gi)
             sxv[gi][0] = sc[2 + 8 * gi + 2 * q], sxv[gi][1] = sc[3 + 8 * gi + 2 * q];
-        compute_chunk<NG>(stage + s * U * 32, lane, ws, sxv, acc);  // reads the slot before it is refilled
-        if (c + slots < c1) stage_chunk<NG>(p, row0, c + slots, g, q, lane, stage + s * U * 32);
+        // the slot's bytes are read into registers here, before the same lane copies the next chunk over them
+        compute_chunk<NG, kQuant>(stage + s * U * 32, toks + (c - c0) * kTok * kTokRow, lane, ws, sxv, acc);
+        if (c + slots < c1) stage_chunk<NG, kQuant>(p, row0, c + slots, g, q, lane, stage + s * U * 32);
         wg::cp_async_commit();
     }
     wg::cp_async_wait<0>();
@@ -200,14 +268,6 @@ __global__ void __launch_bounds__(32 * kWarps) linear_fp8mma_kernel(Params p) {
     cluster.sync();  // no block leaves while another reads its partials
 }
 
-template <int NG>
-size_t smem_bytes(int ks, int64_t chunks) {
-    const int all_warps = kWarps * ks, max_cpw = int((chunks + all_warps - 1) / all_warps);
-    const int slots = std::min(kStages, std::max(1, max_cpw)), tok = 8 * NG;
-    return size_t(kWarps) * slots * kUnits<NG> * 32 * 16 + size_t(kWarps) * max_cpw * (2 + tok) * 4 +
-           size_t(kWarps + 1) * tok * kRows * 4;
-}
-
 // Blocks a tile's K splits into: about two blocks a multiprocessor over the tiles, at most kMaxCluster, each
 // warp at least one chunk.
 int cluster_size(int64_t out, int64_t in) {
@@ -216,29 +276,28 @@ int cluster_size(int64_t out, int64_t in) {
     return int(std::clamp<int64_t>(std::min<int64_t>(want, chunks / kWarps), 1, kMaxCluster));
 }
 
-template <int NG>
+template <int NG, bool kQuant>
 void launch(const Params& p, cudaStream_t s) {
-    const size_t smem = smem_bytes<NG>(p.ks, p.in / 128);
     static const bool raised = [] {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8mma_kernel<NG>,
+        DI_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8mma_kernel<NG, kQuant>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
         return true;
     }();
     (void)raised;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = unsigned(p.ks), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = early_launch_enabled() ? 1 : 0;
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(unsigned(p.ks), unsigned(p.out / kRows));
     cfg.blockDim = dim3(32 * kWarps);
-    cfg.dynamicSmemBytes = smem;
+    cfg.dynamicSmemBytes = size_t(Smem(NG, kQuant, p.ks, p.in / 128).bytes);
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_fp8mma_kernel<NG>, p));
+    cfg.numAttrs = 2;
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_fp8mma_kernel<NG, kQuant>, p));
 }
-
-}  // namespace
 
 int64_t min_rows_from_env() {
     const char* v = std::getenv("DEEPINFER_FP8_MMA");
@@ -246,24 +305,46 @@ int64_t min_rows_from_env() {
 }
 const int64_t fp8mma_min_rows = min_rows_from_env();
 
+}  // namespace
+
 int64_t linear_fp8mma_min_rows() { return fp8mma_min_rows; }
 
 bool linear_fp8mma_supported(const WeightRef& w, int64_t n) {
-    return w.format == 1 && n >= 1 && n <= kLinearFp8MmaMaxRows && w.in_dim % 128 == 0 &&
-           w.out_dim % kRows == 0 && w.ld % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
-           smem_bytes<2>(1, w.in_dim / 128) <= 227 * 1024;
+    if (w.format != 1 || n < 1 || n > kLinearFp8MmaMaxRows || w.in_dim % 128 != 0 || w.out_dim % kRows != 0 ||
+        w.ld % 16 != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
+        return false;
+    const int ks = cluster_size(w.out_dim, w.in_dim);  // the largest layouts it may launch with
+    return Smem(2, false, ks, w.in_dim / 128).bytes <= 227 * 1024 &&
+           Smem(1, true, ks, w.in_dim / 128).bytes <= 227 * 1024;
 }
 
-void launch_linear_fp8mma(const uint8_t* q, int64_t ldq, const float* sx, int64_t rows, const WeightRef& w,
-                          float* y, int64_t ldy, int64_t n, Stream s) {
+void launch_linear_fp8mma(const uint8_t* q, int64_t ldq, const float* sx, int64_t rows, const float* x,
+                          int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s) {
     if (n == 0) return;
-    Params p{q,    ldq,     sx,         rows,         static_cast<const uint8_t*>(w.data),
-             w.ld, w.scale, w.ld_scale, w.scale_e8m0, y,
-             ldy,  n,       w.in_dim,   w.out_dim,    cluster_size(w.out_dim, w.in_dim)};
-    if (n <= 8)
-        launch<1>(p, as_stream(s));
+    Params p{q,
+             ldq,
+             sx,
+             rows,
+             x,
+             ldx,
+             static_cast<const uint8_t*>(w.data),
+             w.ld,
+             w.scale,
+             w.ld_scale,
+             w.scale_e8m0,
+             y,
+             ldy,
+             n,
+             w.in_dim,
+             w.out_dim,
+             cluster_size(w.out_dim, w.in_dim)};
+    const cudaStream_t st = as_stream(s);
+    if (q == nullptr)  // n <= kLinearFp8MmaQuantRows
+        launch<1, true>(p, st);
+    else if (n <= 8)
+        launch<1, false>(p, st);
     else
-        launch<2>(p, as_stream(s));
+        launch<2, false>(p, st);
 }
 
 }  // namespace di::cuda
