@@ -94,15 +94,20 @@ __device__ __forceinline__ void warp_range(int64_t chunks, int gw, int warps, in
     c0 = int(chunks * gw / warps), c1 = int(chunks * (gw + 1) / warps);
 }
 
-template <int NG, bool kQuant>
-__device__ __forceinline__ void stage_chunk(const Params& p, int64_t row0, int c, int g, int q, int lane,
-                                            uint4* slot) {
+// A chunk's copies into a slot: the weights' (stage_weights) and, unless the warp quantises its own token
+// rows, the tokens' (stage_tokens: x's copy is written by an earlier kernel, so only after wait_prior).
+__device__ __forceinline__ void stage_weights(const Params& p, int64_t row0, int c, int g, int q, int lane,
+                                              uint4* slot) {
 #pragma unroll
     for (int u = 0; u < 8; ++u) {  // tile u / 4, row g or g + 8 ((u / 2) % 2), half u % 2
         const int64_t row = row0 + (u / 4) * 16 + ((u / 2) % 2) * 8 + g;
         wg::cp_async16(wg::smem_addr(slot + u * 32 + lane),
                        p.w + row * p.ld + c * 128 + q * 32 + (u % 2) * 16, true);
     }
+}
+
+template <int NG, bool kQuant>
+__device__ __forceinline__ void stage_tokens(const Params& p, int c, int g, int q, int lane, uint4* slot) {
     if constexpr (!kQuant)
 #pragma unroll
         for (int u = 0; u < 2 * NG; ++u) {
@@ -203,17 +208,21 @@ __global__ void __launch_bounds__(32 * kWarps) linear_fp8mma_kernel(Params p) {
     int c0, c1;
     warp_range(chunks, ks * kWarps + warp, kWarps * p.ks, c0, c1);
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {  // one group a slot, empty past c1: every wait counts the same
-        if (s < slots && c0 + s < c1)
-            stage_chunk<NG, kQuant>(p, row0, c0 + s, g, q, lane, stage + s * U * 32);
-        wg::cp_async_commit();
-    }
+    for (int s = 0; s < slots && c0 + s < c1; ++s)
+        stage_weights(p, row0, c0 + s, g, q, lane, stage + s * U * 32);
     for (int i = lane; i < (c1 - c0) * 2; i += 32) {  // the two tiles' weight block scales
         const int64_t si = ((row0 + (i % 2) * 16) / 128) * p.ld_scale + c0 + i / 2;
         scales[(i / 2) * kStride + i % 2] = p.scale_e8m0 ? e8m0_to_f(static_cast<const uint8_t*>(p.scale)[si])
                                                          : static_cast<const float*>(p.scale)[si];
     }
     wait_prior();  // x (or its quantised copy) is written by an earlier kernel
+    // one group a slot (the first also holds every slot's weight copies), empty past c1: every wait counts
+    // the same
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+        if (s < slots && c0 + s < c1) stage_tokens<NG, kQuant>(p, c0 + s, g, q, lane, stage + s * U * 32);
+        wg::cp_async_commit();
+    }
     if constexpr (kQuant) {
         quantise_chunks<NG>(p, c0, c1, lane, toks, scales, kStride);
     } else {
@@ -237,7 +246,10 @@ __global__ void __launch_bounds__(32 * kWarps) linear_fp8mma_kernel(Params p) {
             sxv[gi][0] = sc[2 + 8 * gi + 2 * q], sxv[gi][1] = sc[3 + 8 * gi + 2 * q];
         // the slot's bytes are read into registers here, before the same lane copies the next chunk over them
         compute_chunk<NG, kQuant>(stage + s * U * 32, toks + (c - c0) * kTok * kTokRow, lane, ws, sxv, acc);
-        if (c + slots < c1) stage_chunk<NG, kQuant>(p, row0, c + slots, g, q, lane, stage + s * U * 32);
+        if (c + slots < c1) {
+            stage_weights(p, row0, c + slots, g, q, lane, stage + s * U * 32);
+            stage_tokens<NG, kQuant>(p, c + slots, g, q, lane, stage + s * U * 32);
+        }
         wg::cp_async_commit();
     }
     wg::cp_async_wait<0>();
