@@ -230,17 +230,22 @@ TEST_P(CudaMoe, MatchesRef) {
             << c.name
             << ": token 0 "
                "alone differs from its row in the batch";
-        if (variant == "mma")  // one token with its weights staged in shared memory: the same sums
+        if (variant == "mma")  // the weights staged in shared memory: the same sums, alone and in the batch
             for (const int stages : {4, 8}) {
                 cuda::set_moe_mma_stages(stages);
                 one.poison();
                 b.gpu->moe({x.dv().rows(0, 1), ids.dv().rows(0, 1), w.dv().rows(0, 1), ew_d.data(), c.E,
                             one.dv(), c.limit, act});
+                Pair batch(DType::kF32, {c.n, c.D});
+                batch.poison();
+                b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), c.E, batch.dv(), c.limit, act});
                 cuda::set_moe_mma_stages(0);
-                const std::vector<float> staged = one.device_f32();
+                const std::vector<float> staged = one.device_f32(), staged_all = batch.device_f32();
                 EXPECT_EQ(0, std::memcmp(all.data(), staged.data(), size_t(c.D) * sizeof(float)))
                     << c.name << ": token 0 alone, weights staged " << stages
                     << " chunks ahead, differs from its row in the batch";
+                EXPECT_EQ(0, std::memcmp(all.data(), staged_all.data(), all.size() * sizeof(float)))
+                    << c.name << ": the batch with its weights staged " << stages << " chunks ahead differs";
             }
         if (c.act_fp8 && variant == "mma") {  // one token quantising x and h in the kernel: the same bits
             cuda::set_act_quant_in_kernels(true);

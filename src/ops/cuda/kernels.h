@@ -424,9 +424,10 @@ bool moe_gemm_supported(const MoeParams& p, bool forced = false);
 void launch_moe_gemm(const MoeParams& p, Scratch& scratch, Stream s);
 bool moe_mma_supported(const MoeParams& p);
 void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s);
-// The one-token moe mma with its weights staged in shared memory by cp.async, 4 or 8 chunks ahead a warp
-// (0: held in registers, two ahead; the same sums, so the same bits); off until measured on the GPU
-// (DEEPINFER_MOE_MMA_STAGES=4|8 in the environment; the tests set it here). Needs 4-byte scale rows.
+// The moe mma (one token, and the plan's passes over more) with its weights staged in shared memory by
+// cp.async, 4 or 8 chunks ahead a warp (0: held in registers, two ahead; the same sums, so the same bits);
+// off until measured on the GPU (DEEPINFER_MOE_MMA_STAGES=4|8 in the environment; the tests set it here).
+// Needs 4-byte scale rows.
 void set_moe_mma_stages(int stages);
 // Whether every scale byte of the table's fp4 matrices lies in the range moe_mma folds into f16 (one pass
 // over the scales; synchronises the stream).

@@ -144,13 +144,13 @@ __device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, fl
     }
 }
 
-// Staged weights (one token, set_moe_mma_stages): each lane copies its own 16-byte weight units of a chunk
+// Staged weights (set_moe_mma_stages): each lane copies its own 16-byte weight units of a chunk
 // and the word of the chunk's four group scales beside each (it takes byte q) into a shared-memory slot
 // (cp.async), S chunks ahead: a warp keeps S chunks in flight without holding them in registers, where the
 // register form keeps two (at 157 registers, three blocks an SM). A lane reads back only what it copied, so
 // no barrier stands between a copy and its use; the sums are those of the register form.
 template <int NM, int MT>
-constexpr int kSlotUnits = NM* MT * 2 * 32;  // uint4 weight units (and u32 scale words) of a warp's slot
+constexpr int kSlotUnits = 2 * 32 * NM* MT;  // uint4 weight units (and u32 scale words) of a warp's slot
 
 template <int NM, int MT>
 __device__ __forceinline__ void stage_chunk(const Job<NM>& j, int c, int g, int q, int lane, uint4* w,
@@ -184,8 +184,9 @@ __device__ __forceinline__ void read_stage(const uint4* w, const uint32_t* sc, i
 }
 
 // warp_chunks with the weights through S slots of the warp's staging area (w: S * kSlotUnits uint4, sc:
-// as many words; fewer slots suffice where the warp has fewer chunks).
-template <int NM, int MT, int S, typename First>
+// as many words; fewer slots suffice where the warp has fewer chunks). A pass over the plan's tokens stages
+// the weights again (the block's previous pass read them: from the L2).
+template <int NM, int MT, int S, bool kShared, typename First>
 __device__ __forceinline__ void warp_chunks_staged(const Job<NM>& j, int c0, int c1, float (&acc)[NM][MT][4],
                                                    uint4* w, uint32_t* sc, First&& first) {
     constexpr int U = kSlotUnits<NM, MT>;
@@ -208,7 +209,7 @@ __device__ __forceinline__ void warp_chunks_staged(const Job<NM>& j, int c0, int
         wg::cp_async_wait<S - 1>();  // chunk c's group (S + (c - c0) committed)
         Frag<NM, MT> f;
         read_stage<NM, MT>(w + s * U, sc + s * U, q, lane, f);
-        load_b<NM, MT, true>(j, c, f);
+        load_b<NM, MT, kShared>(j, c, f);
         compute_frag(f, acc);  // f's registers are read before the slot is copied over
         if (c + S < c1) stage_chunk<NM, MT>(j, c + S, g, q, lane, w + s * U, sc + s * U);
         wg::cp_async_commit();
@@ -240,17 +241,28 @@ __device__ __forceinline__ void combine_tile(const MoeParams& p, const Io& io, i
         p.out[row0 + i] = combine_column<true>(p, io.out, 0, row0 + i);
 }
 
-// Bytes of shared memory before a one-token block's staging area: the partials, then the chunks and their
+// Bytes of shared memory before a block's staging area: the partials, then (one token) the chunks and their
 // 1/s, rounded up to 16.
-__host__ __device__ constexpr int64_t staging_offset(int W, int NM, int MT, int64_t chunks) {
-    return (int64_t(W * NM * 16 * MT * 8) * 4 + chunks * (kChunkWords + 1) * 4 + 15) / 16 * 16;
+__host__ __device__ constexpr int64_t staging_offset(bool direct, int W, int NM, int MT, int64_t chunks) {
+    return (int64_t(W * NM * 16 * MT * 8) * 4 + (direct ? chunks * (kChunkWords + 1) * 4 : 0) + 15) / 16 * 16;
 }
 
-// grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2). S > 0 (one
-// token): the weights through S staged chunks a warp (warp_chunks_staged).
+// The warp's staging area of S slots (fewer where it has fewer chunks): weight units, then scale words.
+template <int NM, int MT, int S>
+__device__ __forceinline__ void staging_area(float* red, bool direct, int W, int warp, int64_t chunks,
+                                             int64_t cpw, uint4*& w, uint32_t*& sc) {
+    constexpr int U = kSlotUnits<NM, MT>;
+    const int slots = min(S, int(cpw));
+    auto* base = reinterpret_cast<unsigned char*>(red) + staging_offset(direct, W, NM, MT, chunks);
+    w = reinterpret_cast<uint4*>(base) + int64_t(warp) * slots * U;
+    sc = reinterpret_cast<uint32_t*>(reinterpret_cast<uint4*>(base) + int64_t(W) * slots * U) +
+         int64_t(warp) * slots * U;
+}
+
+// grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2). S > 0: the
+// weights through S staged chunks a warp (warp_chunks_staged).
 template <int NM, int MT, bool kDirect, int S = 0>
 __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan, Io io) {
-    static_assert(S == 0 || kDirect, "staged weights: one token");
     allow_early_next();
     // [W][NM][16 MT][8] partials; one token: then the K / 128 chunks and their 1/s (and the staging area)
     extern __shared__ float red[];
@@ -305,21 +317,24 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
                 __syncwarp();
             };
             if constexpr (S > 0) {
-                constexpr int U = kSlotUnits<NM, MT>;
-                const int slots = min(S, int(cpw));
-                auto* base = reinterpret_cast<unsigned char*>(red) + staging_offset(W, NM, MT, chunks);
-                uint4* w = reinterpret_cast<uint4*>(base) + int64_t(warp) * slots * U;
-                uint32_t* sc =
-                    reinterpret_cast<uint32_t*>(reinterpret_cast<uint4*>(base) + int64_t(W) * slots * U) +
-                    int64_t(warp) * slots * U;
-                warp_chunks_staged<NM, MT, S>(j, c0, c1, acc, w, sc, make_chunks);
+                uint4* w;
+                uint32_t* sc;
+                staging_area<NM, MT, S>(red, true, W, warp, chunks, cpw, w, sc);
+                warp_chunks_staged<NM, MT, S, true>(j, c0, c1, acc, w, sc, make_chunks);
             } else {
                 warp_chunks<NM, MT, true>(j, c0, c1, acc, make_chunks);
             }
         } else {
             j.act = brow < 0 ? nullptr : io.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
             j.inv = crow < 0 ? nullptr : io.act.inv + crow * chunks;
-            warp_chunks<NM, MT, false>(j, c0, c1, acc, [] {});
+            if constexpr (S > 0) {
+                uint4* w;
+                uint32_t* sc;
+                staging_area<NM, MT, S>(red, false, W, warp, chunks, cpw, w, sc);
+                warp_chunks_staged<NM, MT, S, false>(j, c0, c1, acc, w, sc, [] {});
+            } else {
+                warp_chunks<NM, MT, false>(j, c0, c1, acc, [] {});
+            }
         }
         if (i0 > 0) __syncthreads();  // the previous pass has read red
 #pragma unroll
@@ -363,27 +378,27 @@ int stages_from_env() {
 }
 int mma_stages = stages_from_env();
 
-// Shared memory of a one-token block with S staged chunks a warp, or 0 where it exceeds the SM's.
+// Shared memory of a block with S staged chunks a warp, or 0 where it exceeds the SM's.
 template <int NM, int MT, int S>
-size_t staged_smem(int64_t K) {
+size_t staged_smem(bool direct, int64_t K) {
     const int W = warps_for(K);
     const int64_t chunks = K / kChunk, slots = std::min<int64_t>(S, chunks / W);
-    const int64_t bytes =
-        staging_offset(W, NM, MT, chunks) + W * slots * kSlotUnits<NM, MT> * int64_t(sizeof(uint4) + 4);
+    const int64_t bytes = staging_offset(direct, W, NM, MT, chunks) +
+                          W * slots * kSlotUnits<NM, MT> * int64_t(sizeof(uint4) + 4);
     return bytes <= 227 * 1024 ? size_t(bytes) : 0;
 }
 
-template <int NM, int MT, int S>
+template <int NM, int MT, bool kDirect, int S>
 bool launch_staged(const MoeParams& p, const MoePlan& plan, const Io& io, dim3 grid, cudaStream_t s) {
-    const size_t smem = staged_smem<NM, MT, S>(io.K);
+    const size_t smem = staged_smem<NM, MT, S>(kDirect, io.K);
     if (smem == 0 || !p.scales_4b) return false;
     static const bool raised = [] {  // above 48 KB a kernel must ask for its shared memory
-        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_kernel<NM, MT, true, S>,
+        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_kernel<NM, MT, kDirect, S>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
         return true;
     }();
     (void)raised;
-    moe_mma_kernel<NM, MT, true, S><<<grid, 32 * warps_for(io.K), smem, s>>>(p, plan, io);
+    moe_mma_kernel<NM, MT, kDirect, S><<<grid, 32 * warps_for(io.K), smem, s>>>(p, plan, io);
     return true;
 }
 
@@ -394,11 +409,13 @@ void launch_half(const MoeParams& p, const MoePlan& plan, const Io& io, unsigned
     const dim3 grid(unsigned(io.n_out / (16 * MT)), slots);
     size_t smem = size_t(W * NM * 16 * MT * 8) * sizeof(float);
     if (direct) {
-        if (mma_stages == 4 && launch_staged<NM, MT, 4>(p, plan, io, grid, s)) return;
-        if (mma_stages == 8 && launch_staged<NM, MT, 8>(p, plan, io, grid, s)) return;
+        if (mma_stages == 4 && launch_staged<NM, MT, true, 4>(p, plan, io, grid, s)) return;
+        if (mma_stages == 8 && launch_staged<NM, MT, true, 8>(p, plan, io, grid, s)) return;
         smem += size_t(io.K / kChunk) * (kChunkWords + 1) * sizeof(uint32_t);
         moe_mma_kernel<NM, MT, true><<<grid, 32 * W, smem, s>>>(p, plan, io);
     } else {
+        if (mma_stages == 4 && launch_staged<NM, MT, false, 4>(p, plan, io, grid, s)) return;
+        if (mma_stages == 8 && launch_staged<NM, MT, false, 8>(p, plan, io, grid, s)) return;
         moe_mma_kernel<NM, MT, false><<<grid, 32 * W, smem, s>>>(p, plan, io);
     }
 }
