@@ -25,7 +25,7 @@ summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failur
 all="DEEPINFER_QUANT_IN_KERNELS=1 DEEPINFER_MOE_MMA_STAGES=8 DEEPINFER_FP8_MMA=2"
 if [[ ${PART:-tests} == tests ]]; then
   timeout 200 $d/bin/cuda_ops_test \
-    --gtest_filter='*GemvsQuantise*:*CudaLinearFp8Act*:*CudaMoe.MatchesRef/*mma*:*MatchesRef/*one_token*:*CudaActQuant*:*CudaLinear.*' \
+    --gtest_filter='*GemvsQuantise*:*CudaLinearFp8Act*:*CudaLinearsFp8Act*:*CudaMoe.MatchesRef/*mma*:*MatchesRef/*one_token*:*CudaActQuant*:*CudaLinear.*' \
     > "$OUT/ops.log" 2>&1
   echo "tests rc $?"; summary "$OUT/ops.log" | grep -v "^fp8\|cuBLASLt FP8" ; grep "fp8_mma relative" "$OUT/ops.log"
   for st in 0 4 8; do
