@@ -16,6 +16,8 @@
 #   faster and stalls the decoding sequences that share its steps for longer).
 # PART=model (~8 min): the 16-layer native decode step at batch 1 and 16 under each option and all together
 #   (tools/gpu_ab_env.sh), and the batch-1 timeline with all (tools/timeline_report.py).
+# PART=ncu (~3 min, where time is left): why the batch-1 step's slow kernels take their time
+#   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), with all.
 #   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench" tools/gpu_pack.sh   (here; carry
 #   ["build-cuda-xz"]), then on the GPU machine: PART=tests OUT=$OUT tools/gpu_next_check.sh, and PART=model.
 set -uo pipefail
@@ -39,6 +41,8 @@ if [[ ${PART:-tests} == tests ]]; then
       --prefill-chunk $chunk --decode 2 > "$OUT/chunk_$chunk.log" 2>&1
     echo "prefill chunk $chunk rc $? $(grep -oE "prefill [0-9]+ tokens.*tokens/s" "$OUT/chunk_$chunk.log")"
   done
+elif [[ $PART == ncu ]]; then
+  env $all OUT=$OUT/ncu BATCH=1 LAYERS=4 timeout 400 tools/gpu_ncu_stalls.sh
 else
   OUT=$OUT/ab PRECISION=native BATCHES="1 16" ROUNDS=1 DECODE=16 \
     SETTINGS="-;DEEPINFER_QUANT_IN_KERNELS=1;DEEPINFER_MOE_MMA_STAGES=8;DEEPINFER_FP8_MMA=2;DEEPINFER_FP8_MMA=1;$all" \
