@@ -17,7 +17,7 @@ constexpr cuda::LinearVariant kLinearEnum[] = {
     cuda::LinearVariant::kFp8Mma,     cuda::LinearVariant::kCublasLtFp8, cuda::LinearVariant::kCublasLtBf16x3,
     cuda::LinearVariant::kGemm,       cuda::LinearVariant::kMma,         cuda::LinearVariant::kSplitRows,
     cuda::LinearVariant::kStreamGemv, cuda::LinearVariant::kWarpGemv,    cuda::LinearVariant::kTiled};
-// The variants that read the quantiser's e4m3 copy (the others read f32 rows).
+// The variants that take e4m3 activations (linears() sorts its jobs by them first).
 constexpr int kLinearFp8Mma = 0, kLinearLtFp8 = 1;
 // Rows from which fp8-activation linears go to the tensor cores (fewer: the GEMVs on dequantised blocks).
 constexpr int64_t kLtMinRows = 16;
@@ -44,10 +44,10 @@ CudaBackend::CudaBackend(int device)
     : linear_v_(
           {{"linear", "fp8_mma",
             "fp8 block weights times fp8 activation blocks (native precision); DEEPINFER_FP8_MMA (a row "
-            "count) to 16 rows where that is set, 1 to 16 when forced; in_dim a multiple of 128, out_dim of "
-            "32, "
-            "16-byte weight rows; mma.sync m16n8k32 e4m3 tensor cores, each 128-wide K block summed at the "
-            "tensor cores' reduced precision, then scaled into f32 sums (as cublaslt_fp8), so held to 1e-3; "
+            "count) to 16 rows where that is set, 1 to 16 when forced; in_dim a multiple of 128, out_dim "
+            "of 32, 16-byte weight rows; mma.sync m16n8k32 e4m3 tensor cores, each 128-wide K block "
+            "summed at the tensor cores' reduced precision, then scaled into f32 sums (as cublaslt_fp8), "
+            "so held to 1e-3; "
             "a row's bits do not depend on the other rows, but other row counts run other kernels, so not "
             "batch-invariant",
             false, true, false, 1e-3},
@@ -250,9 +250,9 @@ struct LinearTakes {
         const int64_t n = a.x.shape[0];
         switch (kLinearEnum[i]) {
             case cuda::LinearVariant::kFp8Mma:
-                return a.act == ActQuant::kFp8Block128 && cuda::linear_fp8mma_supported(w, n) &&
-                       (forced ||
-                        (cuda::linear_fp8mma_min_rows() > 0 && n >= cuda::linear_fp8mma_min_rows()));
+                return (forced ||
+                        (cuda::linear_fp8mma_min_rows() > 0 && n >= cuda::linear_fp8mma_min_rows())) &&
+                       a.act == ActQuant::kFp8Block128 && cuda::linear_fp8mma_supported(w, n);
             case cuda::LinearVariant::kCublasLtFp8:
                 return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
             case cuda::LinearVariant::kCublasLtBf16x3:

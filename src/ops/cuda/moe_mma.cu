@@ -150,7 +150,7 @@ __device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, fl
 // register form keeps two (at 157 registers, three blocks an SM). A lane reads back only what it copied, so
 // no barrier stands between a copy and its use; the sums are those of the register form.
 template <int NM, int MT>
-constexpr int kSlotUnits = 2 * 32 * NM* MT;  // uint4 weight units (and u32 scale words) of a warp's slot
+constexpr int kSlotUnits = 64 * (NM * MT);  // uint4 weight units (and u32 scale words) of a warp's slot
 
 template <int NM, int MT>
 __device__ __forceinline__ void stage_chunk(const Job<NM>& j, int c, int g, int q, int lane, uint4* w,
