@@ -8,13 +8,15 @@
 #   DEEPINFER_FP8_MMA=2 (or 1)    the native precision's linears at 2 (1) to 16 rows on the FP8 tensor cores
 #                                 (linear_fp8mma.cu) instead of cuBLASLt's 128x128 tiles, the f32 kernels on
 #                                 the dequantised copy (and split_rows at one row)
+#   DEEPINFER_SPLIT_FEW_ROWS=512  matrices of <= 512 rows (the router's gate) on split_rows instead of
+#                                 stream_gemv's warp a row (both verified kernels: a dispatch choice)
 # PART=tests (~6 min): the bit-for-bit and reference tests of all three (CudaLinearFp8Act's fp8_mma runs,
 #   GemvsQuantiseInTheKernelBitForBit, CudaMoe's token-alone runs of the mma cases at 4 and 8 stages and
 #   quantised in the kernel), the kernel bench's one-token moe under each stage count and its fp8 GEMM table
 #   at 1 and 16 rows (cuBLASLt, fp8_mma), and the 4-layer native prefill of an 8,192-token prompt in chunks
 #   of 1,024 to 8,192 tokens (kDefaultPrefillChunkCuda, kDefaultStepTokenBudgetCuda: a larger chunk prefills
 #   faster and stalls the decoding sequences that share its steps for longer).
-# PART=model (~8 min): the 16-layer native decode step at batch 1 and 16 under each option and all together
+# PART=model (~9 min): the 16-layer native decode step at batch 1 and 16 under each option and all together
 #   (tools/gpu_ab_env.sh), and the batch-1 timeline with all (tools/timeline_report.py).
 # PART=ncu (~3 min, where time is left): why the batch-1 step's slow kernels take their time
 #   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), with all.
@@ -24,7 +26,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure|relative L2" "$1" | head -40; }
-all="DEEPINFER_QUANT_IN_KERNELS=1 DEEPINFER_MOE_MMA_STAGES=8 DEEPINFER_FP8_MMA=2"
+all="DEEPINFER_QUANT_IN_KERNELS=1 DEEPINFER_MOE_MMA_STAGES=8 DEEPINFER_FP8_MMA=2 DEEPINFER_SPLIT_FEW_ROWS=512"
 if [[ ${PART:-tests} == tests ]]; then
   timeout 200 $d/bin/cuda_ops_test \
     --gtest_filter='*GemvsQuantise*:*CudaLinearFp8Act*:*CudaLinearsFp8Act*:*CudaMoe.MatchesRef/*mma*:*MatchesRef/*one_token*:*CudaActQuant*:*CudaLinear.*' \
@@ -45,9 +47,9 @@ elif [[ $PART == ncu ]]; then
   env $all OUT=$OUT/ncu BATCH=1 LAYERS=4 timeout 400 tools/gpu_ncu_stalls.sh
 else
   OUT=$OUT/ab PRECISION=native BATCHES="1 16" ROUNDS=1 DECODE=16 \
-    SETTINGS="-;DEEPINFER_QUANT_IN_KERNELS=1;DEEPINFER_MOE_MMA_STAGES=8;DEEPINFER_FP8_MMA=2;DEEPINFER_FP8_MMA=1;$all" \
-    timeout 420 tools/gpu_ab_env.sh
-  env $all OUT=$OUT/tl PRECISION=native BATCH=1 LAYERS=16 TRACE_TIMEOUT=60 timeout 70 tools/gpu_timeline.sh \
+    SETTINGS="-;DEEPINFER_QUANT_IN_KERNELS=1;DEEPINFER_MOE_MMA_STAGES=8;DEEPINFER_FP8_MMA=2;DEEPINFER_FP8_MMA=1;DEEPINFER_SPLIT_FEW_ROWS=512;$all" \
+    timeout 470 tools/gpu_ab_env.sh
+  env $all OUT=$OUT/tl PRECISION=native BATCH=1 LAYERS=16 TRACE_TIMEOUT=50 timeout 60 tools/gpu_timeline.sh \
     2>/dev/null | head -14
 fi
 exit 0

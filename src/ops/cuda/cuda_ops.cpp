@@ -1,5 +1,6 @@
 // CudaBackend op methods: check(args) first, then the device check, then the launch with plain params.
 #include <algorithm>
+#include <cstdlib>
 
 #include "ops/cuda/argmax.h"
 #include "ops/cuda/bf16_gemm.h"
@@ -213,6 +214,17 @@ void CudaBackend::swiglu(const SwigluArgs& a) {
     launched("swiglu");
 }
 
+// Matrices of at most this many rows go to split_rows alone too, where DEEPINFER_SPLIT_FEW_ROWS sets it (off
+// until measured): stream_gemv gives a row a warp, so the router's 256-row gate runs on 256 warps (~4 us for
+// its 2 MB in a batch-1 step on the H200).
+int64_t split_few_rows() {
+    static const int64_t rows = [] {
+        const char* v = std::getenv("DEEPINFER_SPLIT_FEW_ROWS");
+        return v == nullptr ? int64_t(0) : std::max<int64_t>(0, std::atoll(v));
+    }();
+    return rows;
+}
+
 // split_rows alone beats stream_gemv only on large matrices (H200: 33 MB q_b/o_b 12-13 us against 15-18;
 // 4-8 MB ones 5-7.6 us against 4-6.3); sharing a launch with other jobs, it takes any size.
 bool split_rows_pays(const WeightRef& w) {
@@ -221,7 +233,7 @@ bool split_rows_pays(const WeightRef& w) {
                           : w.format == 2                 ? 0.5
                           : w.dense_dt == cuda::Fdt::kF32 ? 4.0
                                                           : 2.0);
-    return bytes >= 16e6;
+    return bytes >= 16e6 || w.out_dim <= split_few_rows();
 }
 
 // Whether cuBLASLt's block-scaled FP8 matmul takes the call (fp8 activation blocks on an fp8 weight). The
