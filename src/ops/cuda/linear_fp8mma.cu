@@ -207,7 +207,6 @@ __global__ void __launch_bounds__(32 * kWarps) linear_fp8mma_kernel(Params p) {
 
     int c0, c1;
     warp_range(chunks, ks * kWarps + warp, kWarps * p.ks, c0, c1);
-#pragma unroll
     for (int s = 0; s < slots && c0 + s < c1; ++s)
         stage_weights(p, row0, c0 + s, g, q, lane, stage + s * U * 32);
     for (int i = lane; i < (c1 - c0) * 2; i += 32) {  // the two tiles' weight block scales
