@@ -5,8 +5,9 @@
 # throughput (% of peak), achieved occupancy, registers, grid, and the warps' four largest stall reasons
 # (cycles a warp waits per issued instruction). Under ncu every kernel runs alone (no early start), so the
 # durations are each kernel's own, without the overlap of the running engine. Extra environment settings
-# (the options under test) pass through, e.g. DEEPINFER_FP8_MMA=2.
-#   OUT=... [KERNELS='mhc_split_finish|route_kernel'] [BATCH=1] [LAYERS=4] [PRECISION=native]
+# (the options under test) pass through, e.g. DEEPINFER_FP8_MMA=2. PROMPT=4096 DECODE=1 profiles a prefill's
+# kernels instead (e.g. KERNELS='moe_w4a8_kernel|attention_mma64').
+#   OUT=... [KERNELS='mhc_split_finish|route_kernel'] [BATCH=1] [LAYERS=4] [PRECISION=native] [PROMPT=16]
 #     tools/gpu_ncu_stalls.sh [carried-dir]   (on the GPU machine)
 set -uo pipefail
 dir=${1:-build-cuda-carry}
@@ -14,12 +15,12 @@ OUT=${OUT:-/tmp/gpu_ncu_stalls}; mkdir -p "$OUT"
 [[ -d $dir ]] || tar xJf build-cuda-xz/carry.tar.xz
 export LD_LIBRARY_PATH="$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-csv=$OUT/kernels_b${BATCH:-1}.csv
+csv=$OUT/kernels_b${BATCH:-1}_p${PROMPT:-16}.csv
 kernels=${KERNELS:-mhc_split_finish|route_kernel|moe_mma_kernel|gemv_split_kernel|linear_fp8mma_kernel|attention_split}
 timeout "${NCU_TIMEOUT:-300}" "$ncu" --kernel-name "regex:$kernels" --launch-skip "${SKIP:-40}" \
   --launch-count "${COUNT:-24}" --section SpeedOfLight --section Occupancy --section LaunchStats \
   --section WarpStateStats --page raw --csv "$dir/bin/model_bench" --preset flash --layers "${LAYERS:-4}" \
-  --backend cuda --precision "${PRECISION:-native}" --batch "${BATCH:-1}" --prompt 16 --decode 4 --warmup 0 \
+  --backend cuda --precision "${PRECISION:-native}" --batch "${BATCH:-1}" --prompt "${PROMPT:-16}" --decode "${DECODE:-4}" --warmup 0 \
   --graphs off > "$csv" 2> "$OUT/ncu.err"
 echo "ncu exit $?"
 python3 - "$csv" <<'PY'

@@ -18,8 +18,9 @@
 #   faster and stalls the decoding sequences that share its steps for longer).
 # PART=model (~9 min): the 16-layer native decode step at batch 1 and 16 under each option and all together
 #   (tools/gpu_ab_env.sh), and the batch-1 timeline with all (tools/timeline_report.py).
-# PART=ncu (~3 min, where time is left): why the batch-1 step's slow kernels take their time
-#   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), with all.
+# PART=ncu (~8 min, where time is left): why the batch-1 step's slow kernels take their time
+#   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), with all,
+#   and a 4,096-token prefill's W4A8 MoE, attention and indexer kernels.
 #   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench" tools/gpu_pack.sh   (here; carry
 #   ["build-cuda-xz"]), then on the GPU machine: PART=tests OUT=$OUT tools/gpu_next_check.sh, and PART=model.
 set -uo pipefail
@@ -44,7 +45,9 @@ if [[ ${PART:-tests} == tests ]]; then
     echo "prefill chunk $chunk rc $? $(grep -oE "prefill [0-9]+ tokens.*tokens/s" "$OUT/chunk_$chunk.log")"
   done
 elif [[ $PART == ncu ]]; then
-  env $all OUT=$OUT/ncu BATCH=1 LAYERS=4 timeout 400 tools/gpu_ncu_stalls.sh
+  env $all OUT=$OUT/ncu BATCH=1 LAYERS=4 NCU_TIMEOUT=280 timeout 290 tools/gpu_ncu_stalls.sh
+  OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
+    KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
 else
   OUT=$OUT/ab PRECISION=native BATCHES="1 16" ROUNDS=1 DECODE=16 \
     SETTINGS="-;DEEPINFER_QUANT_IN_KERNELS=1;DEEPINFER_MOE_MMA_STAGES=8;DEEPINFER_FP8_MMA=2;DEEPINFER_FP8_MMA=1;DEEPINFER_SPLIT_FEW_ROWS=512;$all" \
