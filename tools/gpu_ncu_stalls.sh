@@ -17,7 +17,7 @@ export LD_LIBRARY_PATH="$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 csv=$OUT/kernels_b${BATCH:-1}_p${PROMPT:-16}.csv
 kernels=${KERNELS:-mhc_split_finish|route_kernel|moe_mma_kernel|gemv_split_kernel|gemv_kernel|linear_fp8mma_kernel|attention_split|rms_norm_rope_warp|mhc_split_kernel}
-timeout "${NCU_TIMEOUT:-300}" "$ncu" --kernel-name "regex:$kernels" --launch-skip "${SKIP:-40}" \
+timeout "${NCU_TIMEOUT:-300}" "$ncu" --kernel-name "regex:$kernels" --launch-skip "${SKIP:-60}" \
   --launch-count "${COUNT:-40}" --section SpeedOfLight --section Occupancy --section LaunchStats \
   --section WarpStateStats --page raw --csv "$dir/bin/model_bench" --preset flash --layers "${LAYERS:-4}" \
   --backend cuda --precision "${PRECISION:-native}" --batch "${BATCH:-1}" --prompt "${PROMPT:-16}" --decode "${DECODE:-4}" --warmup 0 \
