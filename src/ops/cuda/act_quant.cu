@@ -28,12 +28,7 @@ __global__ void act_quant_kernel(const float* __restrict__ x, int64_t ldx, int64
     float v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = src[lane + 32 * i];  // rows may be strided slices: no vector loads
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = act_quant_scale(amax);
+    const float s = act_quant_scale(warp_block_amax(v));
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int64_t col = kb * 128 + lane + 32 * i;

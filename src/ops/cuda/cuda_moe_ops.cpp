@@ -141,8 +141,7 @@ void CudaBackend::moe(const MoeArgs& a) {
         probe.gemv_format = table.gemv_format, probe.mma_ok = table.mma_ok, probe.scales_4b = table.scales_4b;
         probe.e4m3_ok = table.e4m3_ok, probe.act_fp8 = a.act == ActQuant::kFp8Block128;
         auto probe_takes = [&](int i, bool forced) { return takes(probe, i, forced); };
-        if (moe_v_.picks(0, probe_takes) || moe_v_.picks(1, probe_takes) || moe_v_.picks(2, probe_takes))
-            chunk = probe.n;  // w4a8, wgmma, gemm
+        if (moe_v_.pick(probe_takes) <= 2) chunk = probe.n;  // w4a8, wgmma, gemm
     }
     if (experts_pass)  // the pairs of other ranks' experts stay zero
         DI_CUDA_CHECK(cudaMemsetAsync(a.slots.data, 0, size_t(a.slots.nbytes()), stream()));

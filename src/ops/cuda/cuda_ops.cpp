@@ -447,9 +447,9 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         w[i] = weight_ref(a.w, "linear.w");
         if (a.act != ActQuant::kFp8Block128) continue;
         // lt: the jobs that read the quantiser's copy (fp8_mma quantises a few rows itself)
-        fm[i] = linear_v_.picks(kLinearFp8Mma, LinearTakes{a, w[i], false});
-        lt[i] = fm[i] ? a.x.shape[0] > cuda::kLinearFp8MmaQuantRows
-                      : linear_v_.picks(kLinearLtFp8, LinearTakes{a, w[i], false});
+        const int v = linear_v_.pick(LinearTakes{a, w[i], false});
+        fm[i] = v == kLinearFp8Mma;
+        lt[i] = fm[i] ? a.x.shape[0] > cuda::kLinearFp8MmaQuantRows : v == kLinearLtFp8;
         if (!lt[i] && !fm[i]) xq_floats += size_t(a.x.shape[0] * a.w.in_dim);
     }
     float* xq = xq_floats ? static_cast<float*>(scratch_.get(6, xq_floats * sizeof(float))) : nullptr;

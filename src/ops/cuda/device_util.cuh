@@ -60,6 +60,16 @@ __device__ __forceinline__ float act_quant_scale(float amax) {
     if (u & 0x007fffffu) u = (u & 0x7f800000u) + 0x00800000u;
     return __uint_as_float(u);
 }
+// The max |x| of a 128-element block held by a warp, 4 values a lane (every lane gets it; fmaxf skips NaN):
+// act_quant_scale's argument.
+__device__ __forceinline__ float warp_block_amax(const float (&v)[4]) {
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) m = fmaxf(m, fabsf(v[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
 // The quantiser's e4m3 value of v under scale s: IEEE division by the power of two, saturated at +-448 (NaN
 // passes, as on the host), rounded to nearest even.
 __device__ __forceinline__ __nv_fp8_e4m3 act_quant_e4m3(float v, float s) {

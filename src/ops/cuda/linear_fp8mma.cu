@@ -137,12 +137,7 @@ __device__ __forceinline__ void quantise_chunks(const Params& p, int c0, int c1,
             float v[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) v[i] = src[lane + 32 * i];  // strided slices: no vector loads
-            float amax = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            const float s = act_quant_scale(amax);
+            const float s = act_quant_scale(warp_block_amax(v));
 #pragma unroll
             for (int i = 0; i < 4; ++i) row[lane + 32 * i] = act_quant_e4m3(v[i], s).__x;
             if (lane == 0) scales[(c - c0) * stride + 2 + t] = s;

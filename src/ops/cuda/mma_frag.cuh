@@ -116,12 +116,10 @@ __device__ __forceinline__ void warp_chunk(const float* src, uint32_t* dst_words
 template <bool kFp8Order>
 __device__ __forceinline__ void warp_chunk_quantised(const float* src, uint32_t* dst_words, float* inv,
                                                      int lane) {
-    float v[4], m = 0.0f;
+    float v[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = src[32 * j + lane], m = fmaxf(m, fabsf(v[j]));  // fmaxf skips NaN
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float s = act_quant_scale(m);
+    for (int j = 0; j < 4; ++j) v[j] = src[32 * j + lane];
+    const float m = warp_block_amax(v), s = act_quant_scale(m);
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = act_quant_round_trip(v[j], s);
     // fmaxf: an infinite m makes the copy all NaN, whose maximum warp_chunk takes as 0

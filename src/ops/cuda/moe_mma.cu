@@ -51,18 +51,25 @@ struct Job {
     const float* inv;       // 1/s of token q's chunks, or null
 };
 
-template <int NM, int MT>
-__device__ __forceinline__ void load_w(const Job<NM>& j, int c, int g, int q, Frag<NM, MT>& f) {
+// f(m, t, r, i) for each of a thread's weight units of a chunk: matrix m, row tile t, row g (r = 0) or g + 8
+// (r = 1) of the tile; i numbers them 0 .. 2 NM MT - 1.
+template <int NM, int MT, typename F>
+__device__ __forceinline__ void each_unit(F&& f) {
 #pragma unroll
     for (int m = 0; m < NM; ++m)
 #pragma unroll
         for (int t = 0; t < MT; ++t)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int64_t row = t * 16 + r * 8 + g;
-                f.w[m][t][r] = __ldcs(reinterpret_cast<const uint4*>(j.w[m] + row * j.ld + c * 64 + q * 16));
-                f.sc[m][t][r] = __ldg(j.sc[m] + row * j.ld_sc + c * 4 + q);
-            }
+            for (int r = 0; r < 2; ++r) f(m, t, r, (m * MT + t) * 2 + r);
+}
+
+template <int NM, int MT>
+__device__ __forceinline__ void load_w(const Job<NM>& j, int c, int g, int q, Frag<NM, MT>& f) {
+    each_unit<NM, MT>([&](int m, int t, int r, int) {
+        const int64_t row = t * 16 + r * 8 + g;
+        f.w[m][t][r] = __ldcs(reinterpret_cast<const uint4*>(j.w[m] + row * j.ld + c * 64 + q * 16));
+        f.sc[m][t][r] = __ldg(j.sc[m] + row * j.ld_sc + c * 4 + q);
+    });
 }
 
 // kShared: the chunks sit in shared memory (one token: the warp made them), else in global memory.
@@ -155,32 +162,21 @@ constexpr int kSlotUnits = 64 * (NM * MT);  // uint4 weight units (and u32 scale
 template <int NM, int MT>
 __device__ __forceinline__ void stage_chunk(const Job<NM>& j, int c, int g, int q, int lane, uint4* w,
                                             uint32_t* sc) {
-#pragma unroll
-    for (int m = 0; m < NM; ++m)
-#pragma unroll
-        for (int t = 0; t < MT; ++t)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int64_t row = t * 16 + r * 8 + g;
-                const int u = ((m * MT + t) * 2 + r) * 32 + lane;
-                wg::cp_async16(wg::smem_addr(w + u), j.w[m] + row * j.ld + c * 64 + q * 16, true);
-                wg::cp_async4(wg::smem_addr(sc + u), j.sc[m] + row * j.ld_sc + c * 4);  // scales_4b
-            }
+    each_unit<NM, MT>([&](int m, int t, int r, int i) {
+        const int64_t row = t * 16 + r * 8 + g;
+        const int u = i * 32 + lane;
+        wg::cp_async16(wg::smem_addr(w + u), j.w[m] + row * j.ld + c * 64 + q * 16, true);
+        wg::cp_async4(wg::smem_addr(sc + u), j.sc[m] + row * j.ld_sc + c * 4);  // scales_4b
+    });
 }
 
 template <int NM, int MT>
 __device__ __forceinline__ void read_stage(const uint4* w, const uint32_t* sc, int q, int lane,
                                            Frag<NM, MT>& f) {
-#pragma unroll
-    for (int m = 0; m < NM; ++m)
-#pragma unroll
-        for (int t = 0; t < MT; ++t)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int u = ((m * MT + t) * 2 + r) * 32 + lane;
-                f.w[m][t][r] = w[u];
-                f.sc[m][t][r] = (sc[u] >> (8 * q)) & 0xffu;
-            }
+    each_unit<NM, MT>([&](int m, int t, int r, int i) {
+        f.w[m][t][r] = w[i * 32 + lane];
+        f.sc[m][t][r] = (sc[i * 32 + lane] >> (8 * q)) & 0xffu;
+    });
 }
 
 // warp_chunks with the weights through S slots of the warp's staging area (w: S * kSlotUnits uint4, sc:

@@ -44,13 +44,18 @@ class OpVariants {
         return v;
     }
 
-    // Whether choose() would return variant `i` (counting nothing); count_dispatch(i) then counts it.
+    // The variant choose() would return (counting nothing); count_dispatch(i) then counts it.
+    template <class Takes>
+    int pick(Takes&& takes) const {
+        if (forced_ >= 0) return forced_;
+        for (int j = 0; j + 1 < int(variants_.size()); ++j)
+            if (allowed_[size_t(j)] && takes(j, false)) return j;
+        return int(variants_.size()) - 1;
+    }
+    // Whether choose() would return variant `i`.
     template <class Takes>
     bool picks(int i, Takes&& takes) const {
-        if (forced_ >= 0) return forced_ == i;
-        for (int j = 0; j + 1 < int(variants_.size()); ++j)
-            if (allowed_[size_t(j)] && takes(j, false)) return j == i;
-        return i == int(variants_.size()) - 1;
+        return pick(takes) == i;
     }
     void count_dispatch(int i, int64_t times = 1) { counts_[size_t(i)] += times; }
 
