@@ -43,6 +43,11 @@ struct EngineOptions {
     // -1: 256 where the backend computes them on its device (ops::Backend::candidates_on_device), else none;
     // 0: none (every sampled row crosses whole); N > 0: N on any backend (at most kMaxSampleCandidates).
     int sample_candidates = -1;
+    // Keep prompt states at prefill chunk boundaries in the state memory no request reserves, and start
+    // requests whose prompts begin with one from it (runtime/prefix_cache.h: outputs are bit-identical
+    // either way; admission evicts them when it needs the room).
+    bool prefix_cache = true;
+    int64_t prefix_cache_max_bytes = 0;  // > 0: the most it holds (where the state memory is unbounded)
 };
 
 // A kernel variant of the engine's backend, whether the active allow-list lets it run, how often it ran.
@@ -82,6 +87,11 @@ struct EngineStats {
     int64_t state_bytes_allocated = 0;  // held by live sequence states now
     int64_t state_bytes_reserved = 0;   // reserved by admitted requests (>= allocated)
     int64_t state_bytes_budget = 0;
+    int64_t prefix_cache_bytes = 0;  // held by the prefix cache's states (within the budget, unreserved)
+    uint64_t prefix_cache_entries = 0;
+    uint64_t prefix_cache_hits = 0;        // requests started from a cached state
+    uint64_t prefix_cache_hit_tokens = 0;  // prompt tokens those requests did not prefill
+    uint64_t prefix_cache_evictions = 0;
     Histogram ttft_seconds = Histogram::latency_seconds();  // submit -> first token
     Histogram itl_seconds = Histogram::latency_seconds();   // between consecutive tokens
     Histogram batch_size = {{1, 2, 4, 8, 16, 32, 64, 128}, std::vector<uint64_t>(9, 0), 0, 0};

@@ -74,6 +74,7 @@ struct RequestEvent {
     FinishReason reason = FinishReason::kNone;
     std::string error;  // kError / kTimeout: what happened
     int64_t prompt_tokens = 0;
+    int64_t cached_tokens = 0;      // of the prompt, restored from the prefix cache instead of prefilled
     int64_t completion_tokens = 0;  // generated so far (includes a stop token)
 };
 

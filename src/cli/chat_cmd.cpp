@@ -43,6 +43,12 @@ void add_chat_options(CLI::App& app, Options& o) {
     add_sampling_options(app, o);
 }
 
+void add_prefix_cache_option(CLI::App& app, bool& on) {
+    app.add_flag("--prefix-cache,!--no-prefix-cache", on,
+                 "start each turn from the state the last one kept instead of prefilling the whole "
+                 "conversation again (the same output either way; the default)");
+}
+
 int run_once(Options& o) {
     o.reasoning_first = o.thinking;
     install_interrupt_handler();
@@ -113,6 +119,8 @@ std::function<int()> setup_run(CLI::App& app) {
 std::function<int()> setup_chat(CLI::App& app) {
     auto o = std::make_shared<Options>();
     add_chat_options(app, *o);
+    o->prefix_cache = true;
+    add_prefix_cache_option(app, o->prefix_cache);
     return [o] { return run_chat(*o); };
 }
 

@@ -171,6 +171,8 @@ Result<std::unique_ptr<Engine>> start_engine(const GenOptions& o) {
     e.sample_candidates = o.sample_candidates;
     e.check_weights = o.check_weights;
     e.expert_ranks = o.expert_ranks;
+    e.prefix_cache = o.prefix_cache;  // `run` sends one request: nothing to reuse
+    e.prefix_cache_max_bytes = kChatPrefixCacheBytes;
     e.max_running = 1;
     e.state_memory_bytes = std::numeric_limits<int64_t>::max();  // one request: its own state is the limit
     e.default_timeout = std::chrono::hours(24 * 365);

@@ -32,7 +32,12 @@ struct GenOptions {
     std::string json_schema_file;  // --json-schema FILE: the answer satisfies this JSON schema
     bool reasoning_first = false;  // the prompt ends in "<think>": a constraint starts after "</think>"
     int expert_ranks = 1;          // --expert-ranks (docs/parallel.md)
+    bool prefix_cache = false;  // chat: each turn starts from the last one's kept state (--no-prefix-cache)
 };
+// What chat's prefix cache may hold: the state memory of the CLI's engine is unbounded (one request at a
+// time, its own state the limit), so the cache needs its own (a 2 GiB cache keeps a V4-Flash conversation of
+// ~100K tokens).
+inline constexpr int64_t kChatPrefixCacheBytes = int64_t(2) << 30;
 void add_expert_ranks_option(CLI::App& app, int& ranks);
 
 void add_model_options(CLI::App& app, GenOptions& o);

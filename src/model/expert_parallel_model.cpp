@@ -35,6 +35,21 @@ class HomeState final : public SequenceState {
         part_->reset();
         caller_->bind_thread();
     }
+    // A copy between two ranks' states waits for the source's rank first (its last writes are on that rank's
+    // stream, the copy runs on this one's).
+    bool copy_from(const SequenceState& from) override {
+        const auto* f = dynamic_cast<const HomeState*>(&from);
+        if (f == nullptr) return false;
+        if (f->home_ != home_) {
+            f->home_->bind_thread();
+            f->home_->synchronize();
+        }
+        home_->bind_thread();
+        const bool ok = part_->copy_from(*f->part_);
+        caller_->bind_thread();
+        if (ok) n_tokens_ = f->n_tokens();
+        return ok;
+    }
     void fill_synthetic(int64_t n_tokens, uint32_t seed) override {
         home_->bind_thread();
         part_->fill_synthetic(n_tokens, seed);

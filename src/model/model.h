@@ -33,6 +33,10 @@ class SequenceState {
     void advance(int64_t n) { n_tokens_ += n; }
     // Forget everything (the memory is reused by the next sequence).
     virtual void reset() = 0;
+    // Makes this state what `from` is after its n_tokens() tokens (a prefix cache's snapshot, or restoring
+    // one): bit for bit, so a sequence continued from the copy computes what `from`'s own would. Needs
+    // capacity() >= from.n_tokens(); false where `from` is not this model's kind of state.
+    virtual bool copy_from(const SequenceState& from) = 0;
     // Benchmarks only: the state a fresh sequence would have after n_tokens tokens (a multiple of every
     // compression rate), with random contents: a decode step then reads the bytes it reads at that context,
     // without a prefill of n_tokens first. Its outputs mean nothing.

@@ -32,6 +32,7 @@ class DeepseekV4State final : public SequenceState {
     DeepseekV4State(const ModelConfig& cfg, ops::Backend& backend, int64_t capacity);
     LayerState& layer(int i) { return layers_[size_t(i)]; }
     void reset() override;
+    bool copy_from(const SequenceState& from) override;
     void fill_synthetic(int64_t n_tokens, uint32_t seed) override;
 
   private:

@@ -21,6 +21,7 @@
 #include "runtime/grammar.h"
 #include "runtime/kernels_file.h"
 #include "runtime/model_loader.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/scheduler.h"
 
 namespace di {
@@ -58,6 +59,10 @@ struct Engine::Impl {
     // fetches the whole row).
     int64_t sample_candidates = 0;
     static constexpr int64_t kCandidatesPerRow = 256;
+    // Prompt states kept at prefill chunk boundaries (EngineOptions::prefix_cache), changed under `mu`; the
+    // hits of the plan being started, held (so no eviction frees them) until their states are restored.
+    std::optional<runtime::PrefixCache> prefix_cache;
+    std::unordered_map<uint64_t, runtime::PrefixCache::Hit> restores;
 
     runtime::ConstraintCompiler& constraint_compiler() {
         std::call_once(constraints_once, [&] {
@@ -74,6 +79,10 @@ struct Engine::Impl {
     void run();
     bool step();
     void retire_locked(EngineSequence& s);
+    runtime::AdmissionHooks admission_hooks();
+    int64_t evict_cached_locked(int64_t need);
+    // After a step: keeps the state of every sequence whose prefill chunk ended where the cache keeps one.
+    void keep_prefixes(const runtime::StepPlan& plan, const std::vector<EngineSequence*>& chunk_seqs);
 };
 
 namespace {
@@ -101,6 +110,9 @@ Status check_options(const EngineOptions& o) {
                           o.state_memory_bytes);
     if (o.max_context < 0)
         return make_error(ErrorCode::kInvalidArgument, "max_context {} is negative", o.max_context);
+    if (o.prefix_cache_max_bytes < 0)
+        return make_error(ErrorCode::kInvalidArgument, "prefix_cache_max_bytes {} is negative",
+                          o.prefix_cache_max_bytes);
     if (o.sample_candidates < -1 || o.sample_candidates > kMaxSampleCandidates)
         return make_error(ErrorCode::kInvalidArgument, "sample_candidates {} must be in [-1, {}]",
                           o.sample_candidates, kMaxSampleCandidates);
@@ -168,6 +180,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     mi.state_fixed_bytes = impl->state_size.fixed_bytes;
     mi.state_bytes_per_token = impl->state_size.bytes_per_token;
     impl->st.state_bytes_budget = o.state_memory_bytes;
+    if (o.prefix_cache) impl->prefix_cache.emplace(o.prefill_chunk);
 
     Impl* raw = impl.get();
     impl->loop = std::thread([raw] { raw->run(); });
@@ -211,6 +224,8 @@ EngineStats Engine::stats() const {
     s.n_running = impl_->sched.n_running();
     s.n_waiting = impl_->sched.n_waiting();
     s.state_bytes_reserved = impl_->sched.bytes_in_use();
+    s.prefix_cache_bytes = impl_->sched.bytes_cached();
+    s.prefix_cache_entries = impl_->prefix_cache ? impl_->prefix_cache->size() : 0;
     return s;
 }
 
@@ -307,6 +322,57 @@ void Engine::Impl::run() {
     }
 }
 
+int64_t Engine::Impl::evict_cached_locked(int64_t need) {
+    const size_t before = prefix_cache->size();
+    const int64_t freed = prefix_cache->evict(need);
+    st.prefix_cache_evictions += before - prefix_cache->size();
+    return freed;
+}
+
+runtime::AdmissionHooks Engine::Impl::admission_hooks() {
+    runtime::AdmissionHooks h;
+    if (!prefix_cache) return h;
+    h.reclaim = [this](int64_t need) { return evict_cached_locked(need); };
+    h.prefilled = [this](uint64_t id) -> int64_t {
+        std::optional<runtime::PrefixCache::Hit> hit = prefix_cache->lookup(seqs.at(id)->prompt());
+        if (!hit) return 0;
+        const int64_t n = hit->n_tokens;
+        restores.emplace(id, std::move(*hit));
+        return n;
+    };
+    return h;
+}
+
+void Engine::Impl::keep_prefixes(const runtime::StepPlan& plan,
+                                 const std::vector<EngineSequence*>& chunk_seqs) {
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        const runtime::ScheduledChunk& c = plan.chunks[i];
+        EngineSequence& s = *chunk_seqs[i];
+        const int64_t at = c.start + c.n_tokens;
+        if (c.decode || !prefix_cache->keeps(at, s.n_prompt())) continue;
+        const std::span<const int32_t> prefix = s.prompt().first(size_t(at));
+        const int64_t bytes = runtime::state_bytes(limits(), at);
+        {
+            // Room from memory no sequence reserves, older entries giving way to it.
+            std::lock_guard lk(mu);
+            if (prefix_cache->contains(prefix)) continue;
+            int64_t unused = sched.config().memory_budget_bytes - sched.bytes_in_use() - sched.bytes_cached();
+            if (const int64_t cap = opt.prefix_cache_max_bytes; cap > 0)
+                unused = std::min(unused, cap - sched.bytes_cached());
+            if (bytes > unused + sched.bytes_cached()) continue;
+            if (bytes > unused) sched.release_cached(evict_cached_locked(bytes - unused));
+            if (!sched.reserve_cached(bytes)) continue;
+        }
+        DI_CHECK(s.state()->n_tokens() == at, "request {}: state holds {} tokens, kept at {}", s.id(),
+                 s.state()->n_tokens(), at);
+        std::unique_ptr<model::SequenceState> copy = model->new_state(at);
+        DI_CHECK(copy->bytes() <= bytes && copy->copy_from(*s.state()),
+                 "request {}: its state could not be kept for the prefix cache", s.id());
+        std::lock_guard lk(mu);
+        prefix_cache->insert(prefix, std::move(copy), bytes);
+    }
+}
+
 // One engine step; returns false when there was nothing to run.
 bool Engine::Impl::step() {
     runtime::StepPlan plan;
@@ -323,22 +389,32 @@ bool Engine::Impl::step() {
             if (s->finished()) done.push_back(s.get());
         }
         for (EngineSequence* s : done) retire_locked(*s);
-        plan = sched.plan();
+        plan = sched.plan(admission_hooks());
         if (plan.empty()) return false;
         for (uint64_t id : plan.admitted) admitted.push_back(seqs.at(id).get());
         for (const auto& c : plan.chunks) chunk_seqs.push_back(seqs.at(c.id).get());
     }
     // State allocation happens outside the lock: submit() and stats() never wait for it.
-    int64_t allocated = 0;
+    int64_t allocated = 0, hit_tokens = 0;
     for (EngineSequence* s : admitted) {
         s->set_state(model->new_state(s->capacity()));
         DI_CHECK(s->state_bytes() <= s->reserved_bytes(), "request {}: state {} bytes, reserved {}", s->id(),
                  s->state_bytes(), s->reserved_bytes());
         allocated += s->state_bytes();
+        if (const auto r = restores.find(s->id()); r != restores.end()) {
+            DI_CHECK(s->state()->copy_from(*r->second.state),
+                     "request {}: the prefix cache's state does not fit its state", s->id());
+            s->set_cached_tokens(r->second.n_tokens);
+            hit_tokens += r->second.n_tokens;
+        }
     }
+    const size_t hits = restores.size();
+    restores.clear();
     if (allocated > 0) {  // visible in stats() before the first token of these requests is
         std::lock_guard lk(mu);
         st.state_bytes_allocated += allocated;
+        st.prefix_cache_hits += hits;
+        st.prefix_cache_hit_tokens += uint64_t(hit_tokens);
     }
     std::vector<model::SeqChunk> chunks;
     chunks.reserve(plan.chunks.size());
@@ -448,6 +524,7 @@ bool Engine::Impl::step() {
         full_rows = full.size();
         candidate_rows = sampling.size() - full.size();
     }
+    if (prefix_cache) keep_prefixes(plan, chunk_seqs);
 
     std::lock_guard lk(mu);
     ++st.steps;

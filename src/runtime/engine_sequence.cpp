@@ -202,6 +202,7 @@ void EngineSequence::finish(FinishReason reason, std::string error) {
 
 void EngineSequence::send(RequestEvent e) {
     e.prompt_tokens = n_prompt_;
+    e.cached_tokens = cached_tokens_;
     e.completion_tokens = n_generated_;
     stream_->push(std::move(e));
 }

@@ -29,6 +29,9 @@ class EngineSequence {
 
     uint64_t id() const { return id_; }
     int64_t n_prompt() const { return n_prompt_; }
+    std::span<const int32_t> prompt() const { return tokens(0, n_prompt_); }
+    // Prompt tokens the state was restored with from the prefix cache (reported with every event).
+    void set_cached_tokens(int64_t n) { cached_tokens_ = n; }
     int64_t capacity() const { return n_prompt_ + req_.stop.max_tokens; }
     int64_t reserved_bytes() const { return reserved_bytes_; }
     Clock::time_point deadline() const { return deadline_; }
@@ -94,6 +97,7 @@ class EngineSequence {
     std::shared_ptr<RequestStream> stream_;
     std::vector<int32_t> tokens_;  // prompt + generated
     int64_t n_prompt_ = 0;
+    int64_t cached_tokens_ = 0;
     int64_t n_generated_ = 0;
     int64_t reserved_bytes_ = 0;
     std::unique_ptr<model::SequenceState> state_;

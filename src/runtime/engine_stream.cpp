@@ -46,6 +46,7 @@ std::optional<RequestEvent> RequestStream::next(std::chrono::milliseconds timeou
         out.reason = e.reason;
         out.error = std::move(e.error);
         out.prompt_tokens = e.prompt_tokens;
+        out.cached_tokens = e.cached_tokens;
         out.completion_tokens = e.completion_tokens;
         events_.pop_front();
     }

@@ -32,15 +32,36 @@ Status Scheduler::add(const SeqDemand& d) {
     return ok_status();
 }
 
-StepPlan Scheduler::plan() {
+bool Scheduler::reserve_cached(int64_t bytes) {
+    DI_CHECK(bytes >= 0, "cached bytes {}", bytes);
+    if (bytes > cfg_.memory_budget_bytes - bytes_in_use_ - bytes_cached_) return false;
+    bytes_cached_ += bytes;
+    return true;
+}
+
+void Scheduler::release_cached(int64_t bytes) {
+    DI_CHECK(bytes >= 0 && bytes <= bytes_cached_, "releasing {} cached bytes of {}", bytes, bytes_cached_);
+    bytes_cached_ -= bytes;
+}
+
+StepPlan Scheduler::plan(const AdmissionHooks& hooks) {
     StepPlan p;
     // Admission: FCFS; the head waits (and blocks those behind it) until memory and a batch slot free up,
-    // so a large request is never starved by a stream of small ones.
-    while (!waiting_.empty() && int(running_.size()) < cfg_.max_running &&
-           bytes_in_use_ + waiting_.front().d.bytes <= cfg_.memory_budget_bytes) {
-        bytes_in_use_ += waiting_.front().d.bytes;
-        p.admitted.push_back(waiting_.front().d.id);
-        running_.push_back(waiting_.front());
+    // so a large request is never starved by a stream of small ones. Cached memory gives way to it.
+    while (!waiting_.empty() && int(running_.size()) < cfg_.max_running) {
+        Seq s = waiting_.front();
+        const int64_t short_by = bytes_in_use_ + bytes_cached_ + s.d.bytes - cfg_.memory_budget_bytes;
+        if (short_by > 0 && hooks.reclaim && bytes_cached_ > 0) release_cached(hooks.reclaim(short_by));
+        if (bytes_in_use_ + bytes_cached_ + s.d.bytes > cfg_.memory_budget_bytes) break;
+        bytes_in_use_ += s.d.bytes;
+        if (hooks.prefilled) {
+            s.n_fed = hooks.prefilled(s.d.id);
+            DI_CHECK(s.n_fed >= 0 && s.n_fed < s.d.n_prompt && s.n_fed % cfg_.prefill_chunk == 0,
+                     "sequence {}: {} tokens prefilled of a {}-token prompt (chunk {})", s.d.id, s.n_fed,
+                     s.d.n_prompt, cfg_.prefill_chunk);
+        }
+        p.admitted.push_back(s.d.id);
+        running_.push_back(s);
         waiting_.pop_front();
     }
     // Every decoding sequence advances one token per step: decodes are never starved by prefills.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -46,6 +47,17 @@ struct StepPlan {
     bool empty() const { return chunks.empty(); }
 };
 
+// What the engine adds to admission: memory it can give back (a prefix cache's entries) and prompt tokens a
+// newly admitted sequence already has in its state (restored from that cache).
+struct AdmissionHooks {
+    // Frees at least `need` bytes of cached memory if it can; returns the bytes freed (release_cached is
+    // then called by the scheduler).
+    std::function<int64_t(int64_t need)> reclaim;
+    // Tokens of sequence `id`'s prompt its state will hold before its first chunk runs: a multiple of the
+    // prefill chunk, less than the prompt.
+    std::function<int64_t(uint64_t id)> prefilled;
+};
+
 class Scheduler {
   public:
     explicit Scheduler(const SchedulerConfig& cfg);
@@ -53,8 +65,13 @@ class Scheduler {
     // Queues a sequence. kOutOfRange when it could never fit the memory budget, kCapacity when the waiting
     // queue is full.
     Status add(const SeqDemand& d);
-    // Decides the next step. Admits waiting sequences first (FCFS, stops at the first that does not fit).
-    StepPlan plan();
+    // Decides the next step. Admits waiting sequences first (FCFS, stops at the first that does not fit even
+    // after hooks.reclaim).
+    StepPlan plan(const AdmissionHooks& hooks = {});
+    // Memory outside the sequences' reservations (cached states): reserve_cached succeeds only within what
+    // no sequence holds, and admission takes it back through AdmissionHooks::reclaim.
+    bool reserve_cached(int64_t bytes);
+    void release_cached(int64_t bytes);
     // Records that `plan` ran: every chunk's tokens are now in its sequence's state.
     void complete(const StepPlan& plan);
     // Removes a sequence (finished, cancelled, failed), waiting or running, and frees its memory.
@@ -64,6 +81,7 @@ class Scheduler {
     int n_running() const { return int(running_.size()); }
     int n_waiting() const { return int(waiting_.size()); }
     int64_t bytes_in_use() const { return bytes_in_use_; }
+    int64_t bytes_cached() const { return bytes_cached_; }
     const SchedulerConfig& config() const { return cfg_; }
     bool idle() const { return running_.empty() && waiting_.empty(); }
 
@@ -77,6 +95,7 @@ class Scheduler {
     std::deque<Seq> waiting_;
     std::vector<Seq> running_;  // admission order
     int64_t bytes_in_use_ = 0;
+    int64_t bytes_cached_ = 0;
 };
 
 }  // namespace di::runtime

@@ -54,8 +54,8 @@ class ChatStream : public SseProducer {
                 out += sse(chunk(u.choice, delta, lp, reason));
         }
         if (!gen_.done()) return true;
-        out +=
-            sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_));
+        out += sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_),
+                              gen_.cached_tokens());
         done_ = true;
         return false;
     }
@@ -131,7 +131,7 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, cons
         completion += c.completion_tokens;
     }
     out["choices"] = arr;
-    out["usage"] = usage_json(gen.prompt_tokens(), completion);
+    out["usage"] = usage_json(gen.prompt_tokens(), completion, gen.cached_tokens());
     return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, gen.usage()};
 }
 

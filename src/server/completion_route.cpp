@@ -60,8 +60,8 @@ class CompletionStream : public SseProducer {
             out += sse(j);
         }
         if (!gen_.done()) return true;
-        out +=
-            sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_));
+        out += sse_stream_end(base(), include_usage_, gen_.prompt_tokens(), total_completion_tokens(choices_),
+                              gen_.cached_tokens());
         done_ = true;
         return false;
     }
@@ -114,9 +114,12 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r
                            {"finish_reason", api_finish_reason(c.reason, false)}});
         completion += c.completion_tokens;
     }
-    json out = {{"id", make_id("cmpl")},  {"object", "text_completion"},
-                {"created", unix_time()}, {"model", ctx.model_name},
-                {"choices", arr},         {"usage", usage_json(gen.prompt_tokens(), completion)}};
+    json out = {{"id", make_id("cmpl")},
+                {"object", "text_completion"},
+                {"created", unix_time()},
+                {"model", ctx.model_name},
+                {"choices", arr},
+                {"usage", usage_json(gen.prompt_tokens(), completion, gen.cached_tokens())}};
     return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, gen.usage()};
 }
 

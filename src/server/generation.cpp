@@ -63,12 +63,14 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
     Generation g;
     g.submitted_ = std::chrono::steady_clock::now();
     for (const auto& prompt : prompts) g.prompt_tokens_ += int64_t(prompt.size());
+    g.per_prompt_ = size_t(std::max(p.n, 1));
     for (Request& r : reqs) {
         auto s = ctx.engine.submit(std::move(r));
         if (!s) return from_engine_error(s.error());  // g's destructor cancels those already submitted
         g.streams_.push_back(*s);
         g.finished_.push_back(false);
         g.completion_.push_back(0);
+        g.cached_.push_back(0);
     }
     return g;
 }
@@ -81,6 +83,7 @@ std::vector<ChoiceUpdate> Generation::poll(std::chrono::milliseconds wait) {
         if (auto e = streams_[i]->next(w)) {
             finished_[i] = e->finished;
             completion_[i] = std::max(completion_[i], e->completion_tokens);
+            cached_[i] = std::max(cached_[i], e->cached_tokens);
             if (ttft_s_ < 0 && !e->tokens.empty())
                 ttft_s_ =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted_).count();
@@ -103,6 +106,14 @@ std::vector<ChoiceUpdate> Generation::poll(std::chrono::milliseconds wait) {
         take(rr_, std::chrono::milliseconds(5));
         if (!out.empty()) return out;
     }
+}
+
+int64_t Generation::cached_tokens() const {
+    int64_t n = 0;
+    for (size_t at = 0; at < cached_.size(); at += per_prompt_)
+        n += *std::max_element(cached_.begin() + ptrdiff_t(at),
+                               cached_.begin() + ptrdiff_t(std::min(at + per_prompt_, cached_.size())));
+    return n;
 }
 
 RequestUsage Generation::usage() const {

@@ -36,6 +36,8 @@ class Generation {
     void cancel();
     size_t n_choices() const { return streams_.size(); }
     int64_t prompt_tokens() const { return prompt_tokens_; }
+    // Of those, restored from the engine's prefix cache (per prompt, the most any of its choices had).
+    int64_t cached_tokens() const;
     // Tokens so far and the time from submission to the first generated token (the access log).
     RequestUsage usage() const;
 
@@ -43,6 +45,8 @@ class Generation {
     std::vector<std::shared_ptr<RequestStream>> streams_;
     std::vector<bool> finished_;
     std::vector<int64_t> completion_;  // per choice, generated so far
+    std::vector<int64_t> cached_;      // per choice, prompt tokens restored from the prefix cache
+    size_t per_prompt_ = 1;            // choices of each prompt (n)
     int64_t prompt_tokens_ = 0;
     size_t rr_ = 0;
     std::chrono::steady_clock::time_point submitted_{};

@@ -64,12 +64,22 @@ std::string render_metrics(const EngineStats& s, const ServerCounters& c,
     metric(o, "deepinfer_running_requests", "gauge", "Requests in the running batch.", s.n_running);
     metric(o, "deepinfer_waiting_requests", "gauge", "Requests queued for admission.", s.n_waiting);
     header(o, "deepinfer_state_memory_bytes", "gauge",
-           "Sequence state memory: allocated (live states), reserved (admitted requests), free, budget.");
+           "Sequence state memory: allocated (live states), reserved (admitted requests), prefix_cache (kept "
+           "prompt states, given back to admission on demand), free, budget.");
     o += fmt::format("deepinfer_state_memory_bytes{{kind=\"allocated\"}} {}\n", s.state_bytes_allocated);
     o += fmt::format("deepinfer_state_memory_bytes{{kind=\"reserved\"}} {}\n", s.state_bytes_reserved);
+    o += fmt::format("deepinfer_state_memory_bytes{{kind=\"prefix_cache\"}} {}\n", s.prefix_cache_bytes);
     o += fmt::format("deepinfer_state_memory_bytes{{kind=\"free\"}} {}\n",
-                     s.state_bytes_budget - s.state_bytes_reserved);
+                     s.state_bytes_budget - s.state_bytes_reserved - s.prefix_cache_bytes);
     o += fmt::format("deepinfer_state_memory_bytes{{kind=\"budget\"}} {}\n", s.state_bytes_budget);
+    metric(o, "deepinfer_prefix_cache_entries", "gauge", "Prompt states kept by the prefix cache.",
+           s.prefix_cache_entries);
+    metric(o, "deepinfer_prefix_cache_hits_total", "counter", "Requests started from a kept prompt state.",
+           s.prefix_cache_hits);
+    metric(o, "deepinfer_prefix_cache_hit_tokens_total", "counter",
+           "Prompt tokens restored from the prefix cache instead of prefilled.", s.prefix_cache_hit_tokens);
+    metric(o, "deepinfer_prefix_cache_evictions_total", "counter",
+           "Kept prompt states dropped for newer ones or for admission.", s.prefix_cache_evictions);
     metric(o, "deepinfer_http_requests_total", "counter", "HTTP requests received.", c.http_requests.load());
     metric(o, "deepinfer_http_errors_total", "counter", "HTTP replies with status >= 400.",
            c.http_errors.load());

@@ -20,17 +20,19 @@ int64_t unix_time() {
         .count();
 }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
     return json{{"prompt_tokens", prompt_tokens},
                 {"completion_tokens", completion_tokens},
-                {"total_tokens", prompt_tokens + completion_tokens}};
+                {"total_tokens", prompt_tokens + completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
-std::string sse_stream_end(json base, bool include_usage, int64_t prompt_tokens, int64_t completion_tokens) {
+std::string sse_stream_end(json base, bool include_usage, int64_t prompt_tokens, int64_t completion_tokens,
+                           int64_t cached_tokens) {
     std::string out;
     if (include_usage) {
         base["choices"] = json::array();
-        base["usage"] = usage_json(prompt_tokens, completion_tokens);
+        base["usage"] = usage_json(prompt_tokens, completion_tokens, cached_tokens);
         out = sse(base);
     }
     return out + kSseDone;

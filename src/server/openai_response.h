@@ -16,12 +16,14 @@ using json = nlohmann::json;
 // "chatcmpl-<24 hex>", unique per process; OpenAI spells tool-call ids "call_<hex>" (sep = '_').
 std::string make_id(const char* prefix, char sep = '-');
 int64_t unix_time();
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// cached_tokens: of the prompt, restored from the prefix cache (OpenAI's prompt_tokens_details).
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 std::string sse(const json& j);  // "data: <json>\n\n"
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
 // End of an SSE stream: with include_usage a chunk of `base` with empty choices and the usage, then [DONE].
-std::string sse_stream_end(json base, bool include_usage, int64_t prompt_tokens, int64_t completion_tokens);
+std::string sse_stream_end(json base, bool include_usage, int64_t prompt_tokens, int64_t completion_tokens,
+                           int64_t cached_tokens);
 
 // Sum of completion_tokens over a request's choices.
 template <class Choice>

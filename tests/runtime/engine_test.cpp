@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -387,6 +388,127 @@ TEST(Engine, StopTokenAndLogprobs) {
         EXPECT_LE(t.logprob, 0.0f);
         EXPECT_GE(t.top[0].second, t.top[1].second);
     }
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
+    std::vector<int32_t> v(n);
+    for (auto& t : v) t = int32_t(2 + rng() % 254);
+    return v;
+}
+
+std::vector<int32_t> joined(std::vector<int32_t> a, std::span<const int32_t> b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+// The prefix cache (on by default) against the engine without it: requests whose prompts begin with an
+// earlier prompt's kept states (the same prompt again, a longer one as a chat's next turn, one sharing only
+// its first 20 tokens) start from them and give the same tokens and logprobs, bit for bit, greedy and seeded
+// sampling, one after another and then all at once.
+TEST(Engine, PrefixCacheGivesTheOutputsOfNoCache) {
+    std::mt19937 rng(11);
+    const std::vector<int32_t> base = random_tokens(rng, 37);  // kept at 8, 16 and 32 (chunks of 8)
+    const std::vector<std::vector<int32_t>> prompts = {
+        base,
+        base,                                  // restored at 32
+        joined(base, random_tokens(rng, 13)),  // restored at 32, kept at 48
+        joined(std::vector<int32_t>(base.begin(), base.begin() + 20), random_tokens(rng, 30)),  // at 16
+        random_tokens(rng, 45),
+    };
+    const std::vector<int64_t> want_cached = {0, 32, 32, 16, 0};
+    std::vector<Request> reqs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        Request r = greedy(prompts[i], 6);
+        if (i % 2) {
+            r.sampling.temperature = 0.8f;
+            r.sampling.top_p = 0.9f;
+            r.sampling.seed = 77 + i;
+            r.sampling.logprobs = true;
+            r.sampling.top_logprobs = 2;
+        }
+        reqs.push_back(r);
+    }
+    EngineOptions o = options(8);
+    o.prefix_cache = false;
+    std::vector<Collected> want;
+    {
+        auto plain = make_engine(o);
+        ASSERT_TRUE(plain);
+        for (const Request& r : reqs) want.push_back(collect(**plain->submit(r)));
+        EXPECT_EQ(plain->stats().prefix_cache_entries, 0u);
+    }
+    o.prefix_cache = true;
+    auto engine = make_engine(o);
+    ASSERT_TRUE(engine);
+    auto same = [](const Collected& got, const Collected& w, size_t i) {
+        EXPECT_EQ(got.tokens, w.tokens) << "request " << i;
+        ASSERT_EQ(got.full.size(), w.full.size());
+        for (size_t t = 0; t < w.full.size(); ++t) {
+            EXPECT_EQ(got.full[t].logprob, w.full[t].logprob) << "request " << i << " token " << t;
+            EXPECT_EQ(got.full[t].top, w.full[t].top) << "request " << i << " token " << t;
+        }
+    };
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        const Collected c = collect(**engine->submit(reqs[i]));
+        same(c, want[i], i);
+        EXPECT_EQ(c.last.cached_tokens, want_cached[i]) << "request " << i;
+        EXPECT_EQ(want[i].last.cached_tokens, 0);
+    }
+    wait_idle(*engine);
+    EngineStats st = engine->stats();
+    EXPECT_EQ(st.prefix_cache_hits, 3u);
+    EXPECT_EQ(st.prefix_cache_hit_tokens, 80u);
+    EXPECT_GT(st.prefix_cache_entries, 5u);
+    EXPECT_GT(st.prefix_cache_bytes, 0);
+    EXPECT_EQ(st.state_bytes_allocated, 0);
+    EXPECT_EQ(st.state_bytes_reserved, 0);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const Request& r : reqs) streams.push_back(*engine->submit(r));
+    for (size_t i = 0; i < reqs.size(); ++i) same(collect(*streams[i]), want[i], i);
+}
+
+// Kept states use only the state memory no request reserves and give it back to admission: with room for
+// two requests, one request alone fills the rest with its kept states (older ones already giving way to
+// newer), then two at once take it back; the reserved and cached bytes together never exceed the budget.
+TEST(Engine, PrefixCacheGivesWayToAdmission) {
+    EngineOptions o = options(8);
+    {
+        auto probe = make_engine(o);
+        ASSERT_TRUE(probe);
+        o.state_memory_bytes = 2 * probe->state_bytes_for(60 + 4);
+    }
+    auto engine = make_engine(o);
+    ASSERT_TRUE(engine);
+    std::atomic<bool> done{false};
+    std::atomic<int64_t> worst{0};
+    std::atomic<int> most_running{0};
+    std::thread watch([&] {
+        while (!done) {
+            const EngineStats s = engine->stats();
+            worst = std::max<int64_t>(worst, s.state_bytes_reserved + s.prefix_cache_bytes);
+            most_running = std::max(most_running.load(), s.n_running);
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+    });
+    std::mt19937 rng(5);
+    EXPECT_EQ(collect(**engine->submit(greedy(random_tokens(rng, 60), 4))).last.reason,
+              FinishReason::kLength);
+    wait_idle(*engine);
+    const EngineStats filled = engine->stats();
+    EXPECT_GT(filled.prefix_cache_bytes, o.state_memory_bytes / 4);
+    auto a = *engine->submit(greedy(random_tokens(rng, 60), 4));
+    auto b = *engine->submit(greedy(random_tokens(rng, 60), 4));
+    EXPECT_EQ(collect(*a).last.reason, FinishReason::kLength);
+    EXPECT_EQ(collect(*b).last.reason, FinishReason::kLength);
+    done = true;
+    watch.join();
+    wait_idle(*engine);
+    const EngineStats st = engine->stats();
+    EXPECT_LE(worst.load(), o.state_memory_bytes);
+    EXPECT_EQ(most_running.load(), 2);
+    EXPECT_GT(st.prefix_cache_evictions, filled.prefix_cache_evictions);  // admission took some back
+    EXPECT_LE(st.prefix_cache_bytes, o.state_memory_bytes);
+    EXPECT_EQ(st.state_bytes_reserved, 0);
 }
 
 }  // namespace

@@ -155,5 +155,47 @@ TEST(Scheduler, RandomTrafficWithFakeRunner) {
     }
 }
 
+// Cached memory (a prefix cache's states) uses only what no sequence reserves and gives way to admission;
+// a sequence admitted with cached prompt tokens starts its first chunk after them, on the same boundaries.
+TEST(Scheduler, CachedMemoryGivesWayAndPrefilledTokensAreSkipped) {
+    Scheduler s(config(100, 8, 64, 16));
+    ASSERT_TRUE(s.add({1, 40, 50}).ok());
+    StepPlan p = s.plan();
+    EXPECT_TRUE(s.reserve_cached(30));
+    EXPECT_FALSE(s.reserve_cached(21));  // 50 reserved + 30 cached + 21 > 100
+    EXPECT_TRUE(s.reserve_cached(20));
+    EXPECT_EQ(s.bytes_cached(), 50);
+    ASSERT_TRUE(s.add({2, 40, 30}).ok());
+    std::vector<int64_t> asked;
+    AdmissionHooks h;
+    h.reclaim = [&](int64_t need) {
+        asked.push_back(need);
+        return int64_t(30);  // an entry of 30 bytes gives way
+    };
+    h.prefilled = [](uint64_t id) { return id == 2 ? int64_t(32) : int64_t(0); };
+    p = s.plan(h);
+    EXPECT_EQ(asked, (std::vector<int64_t>{30}));
+    EXPECT_EQ(p.admitted, (std::vector<uint64_t>{2}));
+    EXPECT_EQ(s.bytes_cached(), 20);
+    EXPECT_EQ(s.bytes_in_use(), 80);
+    bool found = false;
+    for (const ScheduledChunk& c : p.chunks)
+        if (c.id == 2) {
+            found = true;
+            EXPECT_EQ(c.start, 32);
+            EXPECT_EQ(c.n_tokens, 8);
+            EXPECT_TRUE(c.samples);
+        }
+    EXPECT_TRUE(found);
+    // nothing more to give: the next one waits
+    ASSERT_TRUE(s.add({3, 4, 20}).ok());
+    h.reclaim = [](int64_t) { return int64_t(0); };
+    p = s.plan(h);
+    EXPECT_TRUE(p.admitted.empty());
+    s.release_cached(20);
+    p = s.plan(h);
+    EXPECT_EQ(p.admitted, (std::vector<uint64_t>{3}));
+}
+
 }  // namespace
 }  // namespace di::runtime

@@ -122,6 +122,7 @@ TEST_F(HttpTest, HealthModelsMetrics) {
          {"deepinfer_time_to_first_token_seconds_bucket", "deepinfer_inter_token_latency_seconds",
           "deepinfer_running_requests", "deepinfer_waiting_requests",
           "deepinfer_state_memory_bytes{kind=\"free\"}", "deepinfer_generation_tokens_total",
+          "deepinfer_state_memory_bytes{kind=\"prefix_cache\"}", "deepinfer_prefix_cache_hit_tokens_total",
           "deepinfer_process_memory_bytes{kind=\"resident\"}"})
         EXPECT_NE(x->body.find(name), std::string::npos) << name;
     expect_error(client().Get("/v1/nope"), 404);
@@ -171,6 +172,31 @@ TEST_F(HttpTest, CompletionTokenPromptMatchesTheEngine) {
     ASSERT_TRUE(text.ok());
     EXPECT_EQ(j["choices"][0]["text"].get<std::string>(), *text);
     EXPECT_EQ(j["usage"]["prompt_tokens"], 4);
+}
+
+// The same 150-token prompt twice: the second starts from the state the first kept at its last 128-token
+// chunk boundary (the reference backend's chunk), says so in OpenAI's prompt_tokens_details, and answers the
+// same text.
+TEST_F(HttpTest, UsageCountsPromptTokensFromThePrefixCache) {
+    json prompt = json::array();
+    for (int i = 0; i < 150; ++i) prompt.push_back(2 + (i * 37 + 11) % 250);
+    const std::string body = json{
+        {"model", "tiny"},
+        {"prompt", prompt},
+        {"max_tokens", 4},
+        {"temperature", 0},
+        {"ignore_eos", true}}.dump();
+    std::vector<json> got;
+    for (int i = 0; i < 2; ++i) {
+        auto r = post("/v1/completions", body);
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        got.push_back(json::parse(r->body));
+    }
+    EXPECT_EQ(got[0]["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_EQ(got[1]["usage"]["prompt_tokens_details"]["cached_tokens"], 128);
+    EXPECT_EQ(got[1]["usage"]["prompt_tokens"], 150);
+    EXPECT_EQ(got[0]["choices"][0]["text"], got[1]["choices"][0]["text"]);
 }
 
 TEST_F(HttpTest, StreamingSendsChunksUsageAndDone) {
