@@ -59,6 +59,24 @@ def stream_once(host, port, model, prompt, max_tokens, out):
                     end=time.perf_counter()))
 
 
+def start_server(binary, model, args):
+    """Starts `deepinfer serve` on a free loopback port; returns (process, host, port)."""
+    cmd = [binary, "serve", "--port", "0", "--max-running", "64"] + (["--model", model] if model else []) + args
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        m = re.search(r"on http://([\d.]+):(\d+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+            return proc, m.group(1), int(m.group(2))
+    raise SystemExit("server did not start")
+
+
+def stop_server(proc):
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+
+
 def run_level(host, port, model, prompt, max_tokens, conc, per_client):
     results, errors = [], []
 
@@ -103,19 +121,7 @@ def main():
         m = re.match(r"http://([^:/]+):(\d+)", a.url)
         host, port = m.group(1), int(m.group(2))
     else:
-        cmd = [a.binary, "serve", "--port", "0", "--max-running", "64"] + (["--model", a.model] if a.model else [])
-        cmd += a.serve_args.split()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        port = None
-        for line in proc.stdout:
-            sys.stderr.write(line)
-            m = re.search(r"on http://([\d.]+):(\d+)", line)
-            if m:
-                host, port = m.group(1), int(m.group(2))
-                break
-        if port is None:
-            raise SystemExit("server did not start")
-        threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+        proc, host, port = start_server(a.binary, a.model, a.serve_args.split())
     try:
         c = http.client.HTTPConnection(host, port)
         c.request("GET", "/v1/models")
@@ -135,8 +141,7 @@ def main():
                   f"{r['itl99'] * 1000:.0f} |", flush=True)
     finally:
         if proc:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=60)
+            stop_server(proc)
 
 
 if __name__ == "__main__":

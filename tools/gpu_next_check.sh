@@ -21,8 +21,10 @@
 # PART=ncu (~8 min, where time is left): why the batch-1 step's slow kernels take their time
 #   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), with all,
 #   and a 4,096-token prefill's W4A8 MoE, attention and indexer kernels.
-#   BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench" tools/gpu_pack.sh   (here; carry
-#   ["build-cuda-xz"]), then on the GPU machine: PART=tests OUT=$OUT tools/gpu_next_check.sh, and PART=model.
+# PART=tests also runs CudaPrefixCache (the prefix cache's state copies on the device, bit for bit).
+# Pack here: BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench bench/cuda_kernel_bench"
+#   tools/gpu_pack.sh (carry ["build-cuda-xz"]), then on the GPU machine: PART=tests OUT=$OUT
+#   tools/gpu_next_check.sh, and PART=model.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
@@ -33,6 +35,8 @@ if [[ ${PART:-tests} == tests ]]; then
     --gtest_filter='*GemvsQuantise*:*CudaLinearFp8Act*:*CudaLinearsFp8Act*:*CudaMoe.MatchesRef/*mma*:*MatchesRef/*one_token*:*CudaActQuant*:*CudaLinear.*' \
     > "$OUT/ops.log" 2>&1
   echo "tests rc $?"; summary "$OUT/ops.log" | grep -v "^fp8\|cuBLASLt FP8" ; grep "fp8_mma relative" "$OUT/ops.log"
+  timeout 90 $d/bin/cuda_model_test --gtest_filter='CudaPrefixCache.*' > "$OUT/prefix_cache.log" 2>&1
+  echo "prefix cache rc $?"; summary "$OUT/prefix_cache.log"
   for st in 0 4 8; do
     DEEPINFER_MOE_MMA_STAGES=$st timeout 60 $d/bin/cuda_kernel_bench --only moe --quick > "$OUT/moe_$st.log" 2>&1
     echo "moe stages $st: $(grep -E "n=1,.*\| mma" "$OUT/moe_$st.log" | head -1)"

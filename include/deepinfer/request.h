@@ -55,6 +55,9 @@ struct Request {
     StopOptions stop;
     OutputConstraint constraint;
     std::chrono::milliseconds timeout{0};  // 0: the engine's default
+    // Prefix cache namespace: a request only starts from states kept by requests with the same salt, so
+    // tenants who do not share one cannot learn from cache hits what others sent.
+    std::string cache_salt;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kTimeout, kError };

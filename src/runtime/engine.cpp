@@ -334,7 +334,8 @@ runtime::AdmissionHooks Engine::Impl::admission_hooks() {
     if (!prefix_cache) return h;
     h.reclaim = [this](int64_t need) { return evict_cached_locked(need); };
     h.prefilled = [this](uint64_t id) -> int64_t {
-        std::optional<runtime::PrefixCache::Hit> hit = prefix_cache->lookup(seqs.at(id)->prompt());
+        const EngineSequence& s = *seqs.at(id);
+        std::optional<runtime::PrefixCache::Hit> hit = prefix_cache->lookup(s.prompt(), s.cache_salt());
         if (!hit) return 0;
         const int64_t n = hit->n_tokens;
         restores.emplace(id, std::move(*hit));
@@ -355,7 +356,7 @@ void Engine::Impl::keep_prefixes(const runtime::StepPlan& plan,
         {
             // Room from memory no sequence reserves, older entries giving way to it.
             std::lock_guard lk(mu);
-            if (prefix_cache->contains(prefix)) continue;
+            if (prefix_cache->contains(prefix, s.cache_salt())) continue;
             int64_t unused = sched.config().memory_budget_bytes - sched.bytes_in_use() - sched.bytes_cached();
             if (const int64_t cap = opt.prefix_cache_max_bytes; cap > 0)
                 unused = std::min(unused, cap - sched.bytes_cached());
@@ -369,7 +370,7 @@ void Engine::Impl::keep_prefixes(const runtime::StepPlan& plan,
         DI_CHECK(copy->bytes() <= bytes && copy->copy_from(*s.state()),
                  "request {}: its state could not be kept for the prefix cache", s.id());
         std::lock_guard lk(mu);
-        prefix_cache->insert(prefix, std::move(copy), bytes);
+        prefix_cache->insert(prefix, std::move(copy), bytes, s.cache_salt());
     }
 }
 

@@ -30,6 +30,7 @@ class EngineSequence {
     uint64_t id() const { return id_; }
     int64_t n_prompt() const { return n_prompt_; }
     std::span<const int32_t> prompt() const { return tokens(0, n_prompt_); }
+    const std::string& cache_salt() const { return req_.cache_salt; }
     // Prompt tokens the state was restored with from the prefix cache (reported with every event).
     void set_cached_tokens(int64_t n) { cached_tokens_ = n; }
     int64_t capacity() const { return n_prompt_ + req_.stop.max_tokens; }

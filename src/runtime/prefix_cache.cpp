@@ -7,12 +7,19 @@
 namespace di::runtime {
 namespace {
 
-// FNV-1a over the token ids, extended chunk by chunk during a lookup; a hit is confirmed on the tokens.
-constexpr uint64_t kHashStart = 1469598103934665603ull;
+// FNV-1a over the salt's length and bytes, then the token ids, extended chunk by chunk during a lookup; a hit
+// is confirmed on the salt and the tokens.
+constexpr uint64_t kPrime = 1099511628211ull;
+uint64_t hash_start(std::string_view salt) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t n = salt.size(), b = 0; b < 8; ++b, n >>= 8) h = (h ^ (n & 0xffu)) * kPrime;
+    for (const char c : salt) h = (h ^ uint8_t(c)) * kPrime;
+    return h;
+}
 uint64_t hash_more(uint64_t h, std::span<const int32_t> tokens) {
     for (const int32_t t : tokens) {
         auto u = uint32_t(t);
-        for (int b = 0; b < 4; ++b, u >>= 8) h = (h ^ (u & 0xffu)) * 1099511628211ull;
+        for (int b = 0; b < 4; ++b, u >>= 8) h = (h ^ (u & 0xffu)) * kPrime;
     }
     return h;
 }
@@ -33,39 +40,40 @@ bool PrefixCache::keeps(int64_t at, int64_t n_prompt) const {
     return at == keep_point(n_prompt) || (chunks & (chunks - 1)) == 0;
 }
 
-PrefixCache::List::iterator PrefixCache::find(std::span<const int32_t> prefix, uint64_t key) const {
+PrefixCache::List::iterator PrefixCache::find(std::span<const int32_t> prefix, std::string_view salt,
+                                              uint64_t key) const {
     const auto it = by_key_.find(key);
-    if (it == by_key_.end()) return entries_.end();
+    if (it == by_key_.end() || it->second->salt != salt) return entries_.end();
     const std::vector<int32_t>& t = it->second->tokens;
     return std::equal(t.begin(), t.end(), prefix.begin(), prefix.end()) ? it->second : entries_.end();
 }
 
-std::optional<PrefixCache::Hit> PrefixCache::lookup(std::span<const int32_t> prompt) {
+std::optional<PrefixCache::Hit> PrefixCache::lookup(std::span<const int32_t> prompt, std::string_view salt) {
     const int64_t last = keep_point(int64_t(prompt.size()));
     auto best = entries_.end();
-    uint64_t h = kHashStart;
+    uint64_t h = hash_start(salt);
     for (int64_t at = chunk_; at <= last && !by_key_.empty(); at += chunk_) {
         h = hash_more(h, prompt.subspan(size_t(at - chunk_), size_t(chunk_)));
-        if (const auto it = find(prompt.first(size_t(at)), h); it != entries_.end()) best = it;
+        if (const auto it = find(prompt.first(size_t(at)), salt, h); it != entries_.end()) best = it;
     }
     if (best == entries_.end()) return std::nullopt;
     entries_.splice(entries_.begin(), entries_, best);
     return Hit{best->state, int64_t(best->tokens.size())};
 }
 
-bool PrefixCache::contains(std::span<const int32_t> prefix) const {
-    return find(prefix, hash_more(kHashStart, prefix)) != entries_.end();
+bool PrefixCache::contains(std::span<const int32_t> prefix, std::string_view salt) const {
+    return find(prefix, salt, hash_more(hash_start(salt), prefix)) != entries_.end();
 }
 
 void PrefixCache::insert(std::span<const int32_t> prefix, std::unique_ptr<model::SequenceState> state,
-                         int64_t bytes) {
+                         int64_t bytes, std::string_view salt) {
     DI_CHECK(!prefix.empty() && int64_t(prefix.size()) % chunk_ == 0 && state &&
                  state->n_tokens() == int64_t(prefix.size()),
              "prefix cache entry of {} tokens (chunk {})", prefix.size(), chunk_);
-    const uint64_t key = hash_more(kHashStart, prefix);
+    const uint64_t key = hash_more(hash_start(salt), prefix);
     if (by_key_.count(key)) return;  // kept already (or, by a 2^-64 chance, another prefix of that hash)
-    entries_.push_front(
-        Entry{key, std::vector<int32_t>(prefix.begin(), prefix.end()), std::move(state), bytes});
+    entries_.push_front(Entry{key, std::string(salt), std::vector<int32_t>(prefix.begin(), prefix.end()),
+                              std::move(state), bytes});
     by_key_.emplace(key, entries_.begin());
     bytes_ += bytes;
 }

@@ -16,6 +16,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -39,12 +41,14 @@ class PrefixCache {
         std::shared_ptr<const model::SequenceState> state;  // held: evict() leaves it until released
         int64_t n_tokens = 0;
     };
-    // The longest entry whose tokens begin `prompt` and are fewer than it; marks it the most recently used.
-    std::optional<Hit> lookup(std::span<const int32_t> prompt);
-    bool contains(std::span<const int32_t> prefix) const;
+    // The longest entry of `salt` (Request::cache_salt) whose tokens begin `prompt` and are fewer than it;
+    // marks it the most recently used.
+    std::optional<Hit> lookup(std::span<const int32_t> prompt, std::string_view salt = {});
+    bool contains(std::span<const int32_t> prefix, std::string_view salt = {}) const;
 
     // Keeps `state` (holding exactly `prefix`, a multiple of the chunk long) accounted as `bytes`.
-    void insert(std::span<const int32_t> prefix, std::unique_ptr<model::SequenceState> state, int64_t bytes);
+    void insert(std::span<const int32_t> prefix, std::unique_ptr<model::SequenceState> state, int64_t bytes,
+                std::string_view salt = {});
     // Drops least recently used entries that nobody holds until `need` bytes are freed or none is left;
     // returns the bytes freed.
     int64_t evict(int64_t need);
@@ -55,16 +59,17 @@ class PrefixCache {
   private:
     struct Entry {
         uint64_t key = 0;
+        std::string salt;
         std::vector<int32_t> tokens;
         std::shared_ptr<const model::SequenceState> state;
         int64_t bytes = 0;
     };
     using List = std::list<Entry>;  // most recently used first
-    List::iterator find(std::span<const int32_t> prefix, uint64_t key) const;
+    List::iterator find(std::span<const int32_t> prefix, std::string_view salt, uint64_t key) const;
 
     int64_t chunk_;
     mutable List entries_;
-    std::unordered_map<uint64_t, List::iterator> by_key_;  // key: hash of the entry's tokens
+    std::unordered_map<uint64_t, List::iterator> by_key_;  // key: hash of the entry's salt and tokens
     int64_t bytes_ = 0;
 };
 

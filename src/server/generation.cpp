@@ -56,6 +56,7 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
             r.stop.ignore_eos = p.ignore_eos;
             r.stop.skip_special = p.skip_special_tokens;
             r.constraint = p.constraint;
+            r.cache_salt = p.cache_salt;
             reqs.push_back(std::move(r));
         }
         // Usage counts each prompt once, as OpenAI does for n > 1.

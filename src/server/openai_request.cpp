@@ -85,6 +85,7 @@ MaybeError parse_common(Fields& f, CommonParams& p, bool chat) {
     DI_API_TRY(f.integer("best_of", 1, 16, best_of));
     if (best_of && *best_of != p.n) return bad_request("'best_of' other than n is not supported", "best_of");
     DI_API_TRY(f.boolean("stream", p.stream));
+    DI_API_TRY(f.string("cache_salt", p.cache_salt));
     if (const json* so = f.get("stream_options")) {
         if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
         if (!p.stream)

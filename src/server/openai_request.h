@@ -27,6 +27,7 @@ struct CommonParams {
     bool stream = false;
     bool include_usage = false;   // stream_options.include_usage
     OutputConstraint constraint;  // response_format json_object / json_schema (structured output)
+    std::string cache_salt;       // Request::cache_salt
 };
 
 struct ChatRequest {

@@ -404,7 +404,7 @@ std::vector<int32_t> joined(std::vector<int32_t> a, std::span<const int32_t> b) 
 // The prefix cache (on by default) against the engine without it: requests whose prompts begin with an
 // earlier prompt's kept states (the same prompt again, a longer one as a chat's next turn, one sharing only
 // its first 20 tokens) start from them and give the same tokens and logprobs, bit for bit, greedy and seeded
-// sampling, one after another and then all at once.
+// sampling, one after another, then all at once, then on two expert-parallel ranks.
 TEST(Engine, PrefixCacheGivesTheOutputsOfNoCache) {
     std::mt19937 rng(11);
     const std::vector<int32_t> base = random_tokens(rng, 37);  // kept at 8, 16 and 32 (chunks of 8)
@@ -465,6 +465,18 @@ TEST(Engine, PrefixCacheGivesTheOutputsOfNoCache) {
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const Request& r : reqs) streams.push_back(*engine->submit(r));
     for (size_t i = 0; i < reqs.size(); ++i) same(collect(*streams[i]), want[i], i);
+    // Two expert-parallel ranks, each holding its share of the sequences' states (a kept state restored into
+    // a state on the other rank too): the same outputs.
+    engine.reset();
+    o.expert_ranks = 2;
+    auto ep = make_engine(o);
+    ASSERT_TRUE(ep);
+    for (int round = 0; round < 2; ++round) {
+        streams.clear();
+        for (const Request& r : reqs) streams.push_back(*ep->submit(r));
+        for (size_t i = 0; i < reqs.size(); ++i) same(collect(*streams[i]), want[i], i);
+    }
+    EXPECT_GE(ep->stats().prefix_cache_hits, reqs.size());
 }
 
 // Kept states use only the state memory no request reserves and give it back to admission: with room for

@@ -75,6 +75,22 @@ TEST(PrefixCache, FindsTheLongestCachedPrefixShorterThanThePrompt) {
     EXPECT_EQ(c.bytes(), 40);
 }
 
+TEST(PrefixCache, ASaltedEntryServesOnlyItsSalt) {
+    PrefixCache c(4);
+    const std::vector<int32_t> p = iota(9);
+    c.insert(std::span(p).first(8), std::make_unique<FakeState>(8), 10, "tenant-a");
+    EXPECT_FALSE(c.lookup(p));
+    EXPECT_FALSE(c.lookup(p, "tenant-b"));
+    EXPECT_FALSE(c.lookup(p, "tenant-"));
+    ASSERT_TRUE(c.lookup(p, "tenant-a"));
+    EXPECT_EQ(c.lookup(p, "tenant-a")->n_tokens, 8);
+    EXPECT_FALSE(c.contains(std::span(p).first(8)));
+    EXPECT_TRUE(c.contains(std::span(p).first(8), "tenant-a"));
+    keep(c, std::span(p).first(8), 10);  // the same tokens unsalted: another entry
+    EXPECT_EQ(c.size(), 2u);
+    EXPECT_TRUE(c.lookup(p));
+}
+
 TEST(PrefixCache, EvictsLeastRecentlyUsedAndSparesHeldHits) {
     PrefixCache c(2);
     const std::vector<int32_t> a = iota(10, 0), b = iota(10, 100), d = iota(10, 200);

@@ -176,7 +176,7 @@ TEST_F(HttpTest, CompletionTokenPromptMatchesTheEngine) {
 
 // The same 150-token prompt twice: the second starts from the state the first kept at its last 128-token
 // chunk boundary (the reference backend's chunk), says so in OpenAI's prompt_tokens_details, and answers the
-// same text.
+// same text; a salted request shares states only with its salt (vLLM's cache_salt).
 TEST_F(HttpTest, UsageCountsPromptTokensFromThePrefixCache) {
     json prompt = json::array();
     for (int i = 0; i < 150; ++i) prompt.push_back(2 + (i * 37 + 11) % 250);
@@ -197,6 +197,19 @@ TEST_F(HttpTest, UsageCountsPromptTokensFromThePrefixCache) {
     EXPECT_EQ(got[1]["usage"]["prompt_tokens_details"]["cached_tokens"], 128);
     EXPECT_EQ(got[1]["usage"]["prompt_tokens"], 150);
     EXPECT_EQ(got[0]["choices"][0]["text"], got[1]["choices"][0]["text"]);
+    // with a cache_salt only requests of the same salt share states
+    json salted = json::parse(body);
+    salted["cache_salt"] = "tenant-a";
+    for (int64_t want : {0, 128}) {
+        auto r = post("/v1/completions", salted.dump());
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const json j = json::parse(r->body);
+        EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], want);
+        EXPECT_EQ(j["choices"][0]["text"], got[0]["choices"][0]["text"]);
+    }
+    salted["cache_salt"] = 7;
+    expect_error(post("/v1/completions", salted.dump()), 400, "cache_salt");
 }
 
 TEST_F(HttpTest, StreamingSendsChunksUsageAndDone) {
