@@ -119,8 +119,18 @@ class MessageBuilder {
     int tool_uses_ = 0;
 };
 
+// Anthropic's usage: input_tokens are those not read from the cache (the prefix cache's restored tokens are
+// cache_read_input_tokens; the cache keeps states without cache_control, so nothing counts as written).
+json anthropic_usage(int64_t prompt_tokens, int64_t cached_tokens) {
+    return json{{"input_tokens", prompt_tokens - cached_tokens},
+                {"cache_creation_input_tokens", 0},
+                {"cache_read_input_tokens", cached_tokens}};
+}
+
 json message_json(const ServerContext& ctx, const std::string& id, const json& blocks, json stop_reason,
-                  int64_t input_tokens, int64_t output_tokens) {
+                  int64_t input_tokens, int64_t output_tokens, int64_t cached_tokens) {
+    json u = anthropic_usage(input_tokens, cached_tokens);
+    u["output_tokens"] = output_tokens;
     return json{{"id", id},
                 {"type", "message"},
                 {"role", "assistant"},
@@ -128,7 +138,7 @@ json message_json(const ServerContext& ctx, const std::string& id, const json& b
                 {"content", blocks},
                 {"stop_reason", std::move(stop_reason)},
                 {"stop_sequence", nullptr},
-                {"usage", {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}}}};
+                {"usage", u}};
 }
 
 class MessageStream : public SseProducer {
@@ -144,10 +154,9 @@ class MessageStream : public SseProducer {
         if (done_) return false;
         if (!started_) {
             started_ = true;
-            out += event(
-                "message_start",
-                json{{"type", "message_start"},
-                     {"message", message_json(ctx_, id_, json::array(), nullptr, gen_.prompt_tokens(), 0)}});
+            out += event("message_start", json{{"type", "message_start"},
+                                               {"message", message_json(ctx_, id_, json::array(), nullptr,
+                                                                        gen_.prompt_tokens(), 0, 0)}});
         }
         for (ChoiceUpdate& u : gen_.poll(wait)) {
             if (u.event.finished && failed(u.event.reason)) {  // timeout, shutdown: an error event ends it
@@ -159,10 +168,13 @@ class MessageStream : public SseProducer {
             out += msg_.apply(u.event);
         }
         if (!gen_.done()) return true;
+        json u =
+            anthropic_usage(gen_.prompt_tokens(), gen_.cached_tokens());  // the cache's part is known by now
+        u["output_tokens"] = msg_.completion_tokens;
         out += event("message_delta",
                      json{{"type", "message_delta"},
                           {"delta", {{"stop_reason", msg_.stop_reason()}, {"stop_sequence", nullptr}}},
-                          {"usage", {{"output_tokens", msg_.completion_tokens}}}});
+                          {"usage", u}});
         out += event("message_stop", json{{"type", "message_stop"}});
         done_ = true;
         return false;
@@ -199,7 +211,7 @@ Reply handle_messages(ServerContext& ctx, const std::string& body, const ClientG
         }
     }
     const json out = message_json(ctx, make_id("msg", '_'), msg.blocks(), msg.stop_reason(),
-                                  gen.prompt_tokens(), msg.completion_tokens);
+                                  gen.prompt_tokens(), msg.completion_tokens, gen.cached_tokens());
     return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, gen.usage()};
 }
 

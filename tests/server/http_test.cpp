@@ -210,6 +210,24 @@ TEST_F(HttpTest, UsageCountsPromptTokensFromThePrefixCache) {
     }
     salted["cache_salt"] = 7;
     expect_error(post("/v1/completions", salted.dump()), 400, "cache_salt");
+    // Anthropic's usage: input_tokens leave out the cache reads
+    std::string text;
+    for (int i = 0; text.size() < 180; ++i) text += "word" + std::to_string(i) + " ";
+    const std::string msg =
+        json{{"model", "tiny"}, {"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", text}}}}}
+            .dump();
+    std::vector<json> usage;
+    for (int i = 0; i < 2; ++i) {
+        auto r = post("/v1/messages", msg);
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        usage.push_back(json::parse(r->body)["usage"]);
+    }
+    const int64_t n = usage[0]["input_tokens"].get<int64_t>();
+    ASSERT_GT(n, 128);
+    EXPECT_EQ(usage[0]["cache_read_input_tokens"], 0);
+    EXPECT_EQ(usage[1]["cache_read_input_tokens"], 128);
+    EXPECT_EQ(usage[1]["input_tokens"], n - 128);
 }
 
 TEST_F(HttpTest, StreamingSendsChunksUsageAndDone) {
