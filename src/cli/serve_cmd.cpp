@@ -76,11 +76,12 @@ int run_serve(ServeOptions o) {
     const ModelInfo& mi = (*engine)->info();
     std::fprintf(
         stderr,
-        "deepinfer: serving model '%s' (backend %s: %s; context %lld tokens, state memory %lld MiB) on "
-        "http://%s:%d\n",
+        "deepinfer: serving model '%s' (backend %s: %s; context %lld tokens, state memory %lld MiB, prefix "
+        "cache %s) on http://%s:%d\n",
         (o.server.served_model_name.empty() ? mi.name : o.server.served_model_name).c_str(),
         o.engine.backend.c_str(), backend.why.c_str(), (long long)mi.max_context,
-        (long long)o.state_memory_mib, o.server.host.c_str(), http.port());
+        (long long)o.state_memory_mib, o.engine.prefix_cache ? "on" : "off", o.server.host.c_str(),
+        http.port());
     std::fflush(stderr);
 
     std::thread waiter([&] {

@@ -50,9 +50,10 @@ StepPlan Scheduler::plan(const AdmissionHooks& hooks) {
     // so a large request is never starved by a stream of small ones. Cached memory gives way to it.
     while (!waiting_.empty() && int(running_.size()) < cfg_.max_running) {
         Seq s = waiting_.front();
-        const int64_t short_by = bytes_in_use_ + bytes_cached_ + s.d.bytes - cfg_.memory_budget_bytes;
-        if (short_by > 0 && hooks.reclaim && bytes_cached_ > 0) release_cached(hooks.reclaim(short_by));
-        if (bytes_in_use_ + bytes_cached_ + s.d.bytes > cfg_.memory_budget_bytes) break;
+        auto room = [&] { return cfg_.memory_budget_bytes - bytes_in_use_ - bytes_cached_; };  // >= 0
+        if (s.d.bytes > room() && hooks.reclaim && bytes_cached_ > 0)
+            release_cached(hooks.reclaim(s.d.bytes - room()));
+        if (s.d.bytes > room()) break;
         bytes_in_use_ += s.d.bytes;
         if (hooks.prefilled) {
             s.n_fed = hooks.prefilled(s.d.id);
