@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/check.h"
 #include "core/thread_pool.h"
@@ -63,6 +64,7 @@ struct Engine::Impl {
     // hits of the plan being started, held (so no eviction frees them) until their states are restored.
     std::optional<runtime::PrefixCache> prefix_cache;
     std::unordered_map<uint64_t, runtime::PrefixCache::Hit> restores;
+    std::unordered_set<uint64_t> admitted_now;  // by the plan being made (no state yet)
 
     runtime::ConstraintCompiler& constraint_compiler() {
         std::call_once(constraints_once, [&] {
@@ -80,6 +82,10 @@ struct Engine::Impl {
     bool step();
     void retire_locked(EngineSequence& s);
     runtime::AdmissionHooks admission_hooks();
+    // Whether waiting request `id` should wait for a running one that is prefilling a longer part of its
+    // prompt than the cache holds: it then starts from that part's kept state instead of prefilling it too
+    // (a burst of requests with one system prompt, n choices of one prompt).
+    bool defer_for_shared_prefix(uint64_t id);
     int64_t evict_cached_locked(int64_t need);
     // After a step: keeps the state of every sequence whose prefill chunk ended where the cache keeps one.
     void keep_prefixes(const runtime::StepPlan& plan, const std::vector<EngineSequence*>& chunk_seqs);
@@ -333,7 +339,9 @@ runtime::AdmissionHooks Engine::Impl::admission_hooks() {
     runtime::AdmissionHooks h;
     if (!prefix_cache) return h;
     h.reclaim = [this](int64_t need) { return evict_cached_locked(need); };
+    h.defer = [this](uint64_t id) { return defer_for_shared_prefix(id); };
     h.prefilled = [this](uint64_t id) -> int64_t {
+        admitted_now.insert(id);
         const EngineSequence& s = *seqs.at(id);
         std::optional<runtime::PrefixCache::Hit> hit = prefix_cache->lookup(s.prompt(), s.cache_salt());
         if (!hit) return 0;
@@ -342,6 +350,37 @@ runtime::AdmissionHooks Engine::Impl::admission_hooks() {
         return n;
     };
     return h;
+}
+
+bool Engine::Impl::defer_for_shared_prefix(uint64_t id) {
+    EngineSequence& h = *seqs.at(id);
+    auto keys = [&](EngineSequence& s) -> const std::vector<uint64_t>& {
+        if (s.prefix_keys().empty())
+            s.prefix_keys() = prefix_cache->boundary_keys(s.prompt(), s.cache_salt());
+        return s.prefix_keys();
+    };
+    const std::vector<uint64_t>& hk = keys(h);
+    if (hk.empty()) return false;
+    int64_t hit = -1;  // computed once a running prompt shares a chunk
+    for (auto& [rid, rs] : seqs) {
+        EngineSequence& r = *rs;
+        const bool running = r.state() != nullptr || admitted_now.count(rid);
+        if (rid == id || !running || r.finished()) continue;
+        const std::vector<uint64_t>& rk = keys(r);
+        if (rk.empty() || rk[0] != hk[0]) continue;
+        size_t shared = 0;
+        while (shared < hk.size() && shared < rk.size() && hk[shared] == rk[shared]) ++shared;
+        const int64_t target =
+            prefix_cache->kept_at_most(int64_t(shared) * prefix_cache->chunk(), r.n_prompt());
+        const auto restored = restores.find(rid);
+        const int64_t fed = r.state()                    ? r.state()->n_tokens()
+                            : restored != restores.end() ? restored->second.n_tokens
+                                                         : 0;
+        if (target <= fed) continue;  // kept already, or never will be
+        if (hit < 0) hit = prefix_cache->cached_length(h.prompt(), h.cache_salt());
+        if (target > hit) return true;
+    }
+    return false;
 }
 
 void Engine::Impl::keep_prefixes(const runtime::StepPlan& plan,
@@ -390,6 +429,7 @@ bool Engine::Impl::step() {
             if (s->finished()) done.push_back(s.get());
         }
         for (EngineSequence* s : done) retire_locked(*s);
+        admitted_now.clear();
         plan = sched.plan(admission_hooks());
         if (plan.empty()) return false;
         for (uint64_t id : plan.admitted) admitted.push_back(seqs.at(id).get());

@@ -31,6 +31,8 @@ class EngineSequence {
     int64_t n_prompt() const { return n_prompt_; }
     std::span<const int32_t> prompt() const { return tokens(0, n_prompt_); }
     const std::string& cache_salt() const { return req_.cache_salt; }
+    // PrefixCache::boundary_keys of the prompt, computed once (by the engine, under its lock).
+    std::vector<uint64_t>& prefix_keys() { return prefix_keys_; }
     // Prompt tokens the state was restored with from the prefix cache (reported with every event).
     void set_cached_tokens(int64_t n) { cached_tokens_ = n; }
     int64_t capacity() const { return n_prompt_ + req_.stop.max_tokens; }
@@ -99,6 +101,7 @@ class EngineSequence {
     std::vector<int32_t> tokens_;  // prompt + generated
     int64_t n_prompt_ = 0;
     int64_t cached_tokens_ = 0;
+    std::vector<uint64_t> prefix_keys_;
     int64_t n_generated_ = 0;
     int64_t reserved_bytes_ = 0;
     std::unique_ptr<model::SequenceState> state_;

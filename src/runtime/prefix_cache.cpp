@@ -48,7 +48,8 @@ PrefixCache::List::iterator PrefixCache::find(std::span<const int32_t> prefix, s
     return std::equal(t.begin(), t.end(), prefix.begin(), prefix.end()) ? it->second : entries_.end();
 }
 
-std::optional<PrefixCache::Hit> PrefixCache::lookup(std::span<const int32_t> prompt, std::string_view salt) {
+PrefixCache::List::iterator PrefixCache::longest(std::span<const int32_t> prompt,
+                                                 std::string_view salt) const {
     const int64_t last = keep_point(int64_t(prompt.size()));
     auto best = entries_.end();
     uint64_t h = hash_start(salt);
@@ -56,6 +57,33 @@ std::optional<PrefixCache::Hit> PrefixCache::lookup(std::span<const int32_t> pro
         h = hash_more(h, prompt.subspan(size_t(at - chunk_), size_t(chunk_)));
         if (const auto it = find(prompt.first(size_t(at)), salt, h); it != entries_.end()) best = it;
     }
+    return best;
+}
+
+std::vector<uint64_t> PrefixCache::boundary_keys(std::span<const int32_t> prompt,
+                                                 std::string_view salt) const {
+    std::vector<uint64_t> keys;
+    uint64_t h = hash_start(salt);
+    for (int64_t at = chunk_; at <= keep_point(int64_t(prompt.size())); at += chunk_)
+        keys.push_back(h = hash_more(h, prompt.subspan(size_t(at - chunk_), size_t(chunk_))));
+    return keys;
+}
+
+int64_t PrefixCache::kept_at_most(int64_t limit, int64_t n_prompt) const {
+    const int64_t last = keep_point(n_prompt);
+    if (limit >= last) return last;
+    int64_t at = 0;  // the largest power-of-two number of chunks within the limit
+    for (int64_t c = 1; c * chunk_ <= limit; c *= 2) at = c * chunk_;
+    return at;
+}
+
+int64_t PrefixCache::cached_length(std::span<const int32_t> prompt, std::string_view salt) const {
+    const auto it = longest(prompt, salt);
+    return it == entries_.end() ? 0 : int64_t(it->tokens.size());
+}
+
+std::optional<PrefixCache::Hit> PrefixCache::lookup(std::span<const int32_t> prompt, std::string_view salt) {
+    const auto best = longest(prompt, salt);
     if (best == entries_.end()) return std::nullopt;
     entries_.splice(entries_.begin(), entries_, best);
     return Hit{best->state, int64_t(best->tokens.size())};

@@ -44,6 +44,15 @@ class PrefixCache {
     // The longest entry of `salt` (Request::cache_salt) whose tokens begin `prompt` and are fewer than it;
     // marks it the most recently used.
     std::optional<Hit> lookup(std::span<const int32_t> prompt, std::string_view salt = {});
+    // The tokens lookup() would restore (0: none), leaving the order of use as it is.
+    int64_t cached_length(std::span<const int32_t> prompt, std::string_view salt = {}) const;
+    // The keys of a prompt's chunk boundaries up to its keep point (key i: salt and the first (i + 1) * chunk
+    // tokens): two prompts share their first i + 1 chunks where their first i + 1 keys are equal (up to a
+    // 2^-64 chance, which a lookup's token comparison rules out; these only steer admission).
+    std::vector<uint64_t> boundary_keys(std::span<const int32_t> prompt, std::string_view salt = {}) const;
+    // The longest boundary a prompt of n tokens keeps (keeps()) at or below `limit`, 0 for none.
+    int64_t kept_at_most(int64_t limit, int64_t n_prompt) const;
+    int64_t chunk() const { return chunk_; }
     bool contains(std::span<const int32_t> prefix, std::string_view salt = {}) const;
 
     // Keeps `state` (holding exactly `prefix`, a multiple of the chunk long) accounted as `bytes`.
@@ -66,6 +75,7 @@ class PrefixCache {
     };
     using List = std::list<Entry>;  // most recently used first
     List::iterator find(std::span<const int32_t> prefix, std::string_view salt, uint64_t key) const;
+    List::iterator longest(std::span<const int32_t> prompt, std::string_view salt) const;
 
     int64_t chunk_;
     mutable List entries_;

@@ -47,9 +47,14 @@ void Scheduler::release_cached(int64_t bytes) {
 StepPlan Scheduler::plan(const AdmissionHooks& hooks) {
     StepPlan p;
     // Admission: FCFS; the head waits (and blocks those behind it) until memory and a batch slot free up,
-    // so a large request is never starved by a stream of small ones. Cached memory gives way to it.
-    while (!waiting_.empty() && int(running_.size()) < cfg_.max_running) {
-        Seq s = waiting_.front();
+    // so a large request is never starved by a stream of small ones. Cached memory gives way to it. A
+    // deferred one keeps its place while those behind it go ahead.
+    for (auto it = waiting_.begin(); it != waiting_.end() && int(running_.size()) < cfg_.max_running;) {
+        Seq s = *it;
+        if (hooks.defer && hooks.defer(s.d.id)) {
+            ++it;
+            continue;
+        }
         auto room = [&] { return cfg_.memory_budget_bytes - bytes_in_use_ - bytes_cached_; };  // >= 0
         if (s.d.bytes > room() && hooks.reclaim && bytes_cached_ > 0)
             release_cached(hooks.reclaim(s.d.bytes - room()));
@@ -63,7 +68,7 @@ StepPlan Scheduler::plan(const AdmissionHooks& hooks) {
         }
         p.admitted.push_back(s.d.id);
         running_.push_back(s);
-        waiting_.pop_front();
+        it = waiting_.erase(it);
     }
     // Every decoding sequence advances one token per step: decodes are never starved by prefills.
     int64_t budget = cfg_.step_token_budget;

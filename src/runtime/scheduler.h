@@ -56,6 +56,9 @@ struct AdmissionHooks {
     // Tokens of sequence `id`'s prompt its state will hold before its first chunk runs: a multiple of the
     // prefill chunk, less than the prompt.
     std::function<int64_t(uint64_t id)> prefilled;
+    // Whether waiting sequence `id` should wait a little longer (a running one is about to have a longer
+    // part of its prompt cached); it keeps its place, and those behind it may be admitted first.
+    std::function<bool(uint64_t id)> defer;
 };
 
 class Scheduler {

@@ -54,6 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         cached -= freed;
         return freed;
     };
+    hooks.defer = [&](uint64_t) { return r.take<uint8_t>() % 4 == 0; };
     hooks.prefilled = [&](uint64_t sid) {
         const int64_t n = prompts.at(sid);
         return int64_t(r.take<uint16_t>()) % ((n - 1) / cfg.prefill_chunk + 1) * cfg.prefill_chunk;

@@ -479,6 +479,39 @@ TEST(Engine, PrefixCacheGivesTheOutputsOfNoCache) {
     EXPECT_GE(ep->stats().prefix_cache_hits, reqs.size());
 }
 
+// Requests that arrive together with one long shared beginning (a system prompt; n choices of one prompt):
+// the first prefills it, the others wait until it has kept the state at the shared part's last kept boundary
+// and start from that, with the outputs of an engine without the cache.
+TEST(Engine, PrefixCacheSharesABeginningPrefilledAtOnce) {
+    std::mt19937 rng(23);
+    const std::vector<int32_t> base = random_tokens(rng, 36);
+    std::vector<Request> reqs;
+    for (int i = 0; i < 6; ++i) reqs.push_back(greedy(joined(base, random_tokens(rng, 4)), 5));
+    reqs.push_back(greedy(random_tokens(rng, 40), 5));  // shares nothing: never waits
+    EngineOptions o = options(8);
+    o.prefix_cache = false;
+    std::vector<Collected> want;
+    {
+        auto plain = make_engine(o);
+        ASSERT_TRUE(plain);
+        for (const Request& r : reqs) want.push_back(collect(**plain->submit(r)));
+    }
+    o.prefix_cache = true;
+    auto engine = make_engine(o);
+    ASSERT_TRUE(engine);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const Request& r : reqs) streams.push_back(*engine->submit(r));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        const Collected c = collect(*streams[i]);
+        EXPECT_EQ(c.tokens, want[i].tokens) << "request " << i;
+        EXPECT_EQ(c.last.cached_tokens, i == 0 || i == 6 ? 0 : 32) << "request " << i;
+    }
+    wait_idle(*engine);
+    const EngineStats st = engine->stats();
+    EXPECT_EQ(st.prefix_cache_hits, 5u);
+    EXPECT_EQ(st.state_bytes_reserved, 0);
+}
+
 // Kept states use only the state memory no request reserves and give it back to admission: with room for
 // two requests, one request alone fills the rest with its kept states (older ones already giving way to
 // newer), then two at once take it back; the reserved and cached bytes together never exceed the budget.

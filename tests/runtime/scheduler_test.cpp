@@ -197,5 +197,28 @@ TEST(Scheduler, CachedMemoryGivesWayAndPrefilledTokensAreSkipped) {
     EXPECT_EQ(p.admitted, (std::vector<uint64_t>{3}));
 }
 
+// A deferred sequence keeps its place while those behind it are admitted; a sequence that does not fit still
+// stops admission for those behind it.
+TEST(Scheduler, ADeferredSequenceKeepsItsPlace) {
+    Scheduler s(config(100));
+    ASSERT_TRUE(s.add({1, 4, 10}).ok());
+    ASSERT_TRUE(s.add({2, 4, 10}).ok());
+    ASSERT_TRUE(s.add({3, 4, 95}).ok());
+    ASSERT_TRUE(s.add({4, 4, 10}).ok());
+    AdmissionHooks h;
+    h.defer = [](uint64_t id) { return id == 1; };
+    StepPlan p = s.plan(h);
+    EXPECT_EQ(p.admitted, (std::vector<uint64_t>{2}));  // 3 does not fit: 4 waits behind it
+    EXPECT_EQ(s.n_waiting(), 3);
+    s.complete(p);
+    EXPECT_TRUE(s.remove(2));
+    h.defer = [](uint64_t) { return false; };
+    p = s.plan(h);
+    EXPECT_EQ(p.admitted, (std::vector<uint64_t>{1}));  // first again; 3 still does not fit beside it
+    EXPECT_TRUE(s.remove(1));
+    p = s.plan(h);
+    EXPECT_EQ(p.admitted, (std::vector<uint64_t>{3}));
+}
+
 }  // namespace
 }  // namespace di::runtime
