@@ -64,6 +64,7 @@ int run_once(Options& o) {
     auto r = stream_generation(**engine, *prompt, o);
     if (!r) return fail(r.error().message);
     std::printf("\n");
+    if (o.stats) std::fprintf(stderr, "(%s)\n", stats_line(*r).c_str());
     return 0;
 }
 
@@ -104,6 +105,7 @@ int run_chat(Options& o) {
         if (!r) return fail(r.error().message);
         std::printf("\n");
         if (r->finish == FinishReason::kCancelled) std::fprintf(stderr, "(stopped)\n");
+        if (o.stats) std::fprintf(stderr, "(%s)\n", stats_line(*r).c_str());
         history.push_back(message("assistant", r->text));
     }
     return 0;

@@ -34,6 +34,7 @@ int run_generate(Options& o) {
     auto r = stream_generation(**engine, prompt, o);
     if (!r) return fail(r.error().message);
     if (o.output == "text") std::printf("\n");
+    if (o.stats) std::fprintf(stderr, "(%s)\n", stats_line(*r).c_str());
     return 0;
 }
 

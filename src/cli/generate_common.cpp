@@ -83,6 +83,9 @@ void add_sampling_options(CLI::App& app, GenOptions& o) {
     s.seed = std::random_device{}();  // two runs at temperature > 0 differ unless --seed fixes them
     app.add_option("--seed", s.seed, "sampling seed (default: random)");
     app.add_option("--stop", o.stop, "stop when this text appears (repeatable)");
+    app.add_flag("--stats", o.stats,
+                 "after each answer, print the prompt's tokens (those restored from the prefix cache), the "
+                 "prefill and decode rates on stderr");
     auto* json = app.add_flag("--json", o.json, "answer with a JSON object (constrained decoding)");
     app.add_option("--json-schema", o.json_schema_file,
                    "answer with JSON that satisfies the schema in this file")
@@ -227,6 +230,7 @@ Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<i
             fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         }
         out.text += e->text;
+        out.cached_tokens = e->cached_tokens;
         if (o.output == "text" && !e->text.empty()) {
             std::fwrite(e->text.data(), 1, e->text.size(), stdout);
             std::fflush(stdout);
@@ -238,16 +242,27 @@ Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<i
         break;
     }
     const auto t_end = clock::now();
+    out.prompt_tokens = int64_t(prompt.size());
+    out.prefill_s = std::chrono::duration<double>(t_first - t0).count();
+    out.decode_s = std::chrono::duration<double>(t_end - t_first).count();
     if (o.output == "ids") fmt::print("{}\n", nlohmann::json(out.tokens).dump());
     if (o.output == "jsonl")
-        fmt::print("{}\n",
-                   nlohmann::json{{"finish_reason", finish_reason_name(out.finish)},
-                                  {"prompt_tokens", prompt.size()},
-                                  {"generated_tokens", out.tokens.size()},
-                                  {"prefill_seconds", std::chrono::duration<double>(t_first - t0).count()},
-                                  {"decode_seconds", std::chrono::duration<double>(t_end - t_first).count()}}
-                       .dump());
+        fmt::print("{}\n", nlohmann::json{{"finish_reason", finish_reason_name(out.finish)},
+                                          {"prompt_tokens", prompt.size()},
+                                          {"generated_tokens", out.tokens.size()},
+                                          {"prefill_seconds", out.prefill_s},
+                                          {"decode_seconds", out.decode_s}}
+                               .dump());
     return out;
+}
+
+std::string stats_line(const StreamedGeneration& g) {
+    const double prefilled = double(g.prompt_tokens - g.cached_tokens);
+    const int64_t after_first = std::max<int64_t>(int64_t(g.tokens.size()) - 1, 0);
+    return fmt::format(
+        "prompt {} tokens ({} from the prefix cache), prefill {:.1f} tok/s, {} generated at {:.1f} tok/s",
+        g.prompt_tokens, g.cached_tokens, g.prefill_s > 0 ? prefilled / g.prefill_s : 0.0, g.tokens.size(),
+        g.decode_s > 0 ? double(after_first) / g.decode_s : 0.0);
 }
 
 }  // namespace di::cli

@@ -33,6 +33,7 @@ struct GenOptions {
     bool reasoning_first = false;  // the prompt ends in "<think>": a constraint starts after "</think>"
     int expert_ranks = 1;          // --expert-ranks (docs/parallel.md)
     bool prefix_cache = false;  // chat: each turn starts from the last one's kept state (--no-prefix-cache)
+    bool stats = false;         // --stats: a line of counts and rates on stderr after each answer
 };
 // What chat's prefix cache may hold: the state memory of the CLI's engine is unbounded (one request at a
 // time, its own state the limit), so the cache needs its own (a 2 GiB cache keeps a V4-Flash conversation of
@@ -73,7 +74,11 @@ struct StreamedGeneration {
     std::vector<int32_t> tokens;
     std::string text;  // decoded text, up to (excluding) a matched stop string
     FinishReason finish = FinishReason::kLength;
+    int64_t prompt_tokens = 0, cached_tokens = 0;  // cached: restored from the prefix cache (chat's turns)
+    double prefill_s = 0, decode_s = 0;            // submission to the first token; the first to the last
 };
+// "prompt N tokens (M from the cache), prefill X tok/s, Y generated at Z tok/s" (--stats).
+std::string stats_line(const StreamedGeneration& g);
 // Generates from `prompt`, printing per o.output ("text": streamed text, "jsonl": one object per token,
 // "ids": one JSON array at the end). Ctrl-C (interrupt_flag) cancels it: finish is then kCancelled.
 Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<int32_t>& prompt,

@@ -3,6 +3,7 @@ Ctrl-C (SIGINT) quits with exit code 0, as Ctrl-D (end of input) does. On a pty:
 is the generator's cancel flag (tests/runtime/generation_test.cpp)."""
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -70,6 +71,24 @@ class ChatPrompt(unittest.TestCase):
             self.assertEqual(p.wait(timeout=10), 0)
         finally:
             p.kill()
+
+    def test_next_turn_starts_from_the_prefix_cache(self):
+        # Two turns with --stats: the second restores the first turn's prompt state (its last 128-token
+        # boundary), and the answers are those of a chat without the cache.
+        turns = ("tell me about the cache and the experts of each layer " * 6 + "\nand the next one?\n").encode()
+        runs = {}
+        for flag in ("--prefix-cache", "--no-prefix-cache"):
+            p = subprocess.run([sf.binary(), "chat", "--model", self.model, "--temperature", "0",
+                                "--max-new-tokens", "6", "--stats", flag], input=turns, capture_output=True,
+                               timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+            cached = [int(x) for x in re.findall(rb"\((\d+) from the prefix cache\)", p.stderr)]
+            runs[flag] = (p.stdout, cached)
+        self.assertEqual(len(runs["--prefix-cache"][1]), 2)
+        self.assertEqual(runs["--prefix-cache"][1][0], 0)
+        self.assertGreaterEqual(runs["--prefix-cache"][1][1], 128)
+        self.assertEqual(runs["--no-prefix-cache"][1], [0, 0])
+        self.assertEqual(runs["--prefix-cache"][0], runs["--no-prefix-cache"][0])
 
     def test_end_of_input_quits(self):
         p = self.start()
