@@ -29,7 +29,7 @@ struct SamplingOptions {
 };
 
 struct StopOptions {
-    int64_t max_tokens = 16;              // new tokens, >= 1
+    int64_t max_tokens = 16;              // new tokens, >= 1 (0 with Request::prompt_logprobs)
     int64_t min_tokens = 0;               // stop tokens (EOS included) cannot be sampled before this many
     std::vector<std::string> stop;        // stop strings: output ends before the first match (not returned)
     std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
@@ -58,6 +58,10 @@ struct Request {
     // Prefix cache namespace: a request only starts from states kept by requests with the same salt, so
     // tenants who do not share one cannot learn from cache hits what others sent.
     std::string cache_salt;
+    // >= 0: report each prompt token's logprob (from the second on) with this many alternatives (0-20),
+    // computed from every prefill row's logits (the request then never starts from the prefix cache);
+    // stop.max_tokens may then be 0 (score the prompt, generate nothing). -1: none.
+    int prompt_logprobs = -1;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kTimeout, kError };
@@ -72,7 +76,9 @@ struct GeneratedToken {
 // Progress of one request. Events arrive in order; the last one has `finished` set.
 struct RequestEvent {
     std::vector<GeneratedToken> tokens;  // new tokens
-    std::string text;                    // new text: whole UTF-8 characters, stop strings cut off
+    // Request::prompt_logprobs: the next prompt tokens' logprobs, in order from the prompt's second token
+    std::vector<GeneratedToken> prompt_logprobs;
+    std::string text;  // new text: whole UTF-8 characters, stop strings cut off
     bool finished = false;
     FinishReason reason = FinishReason::kNone;
     std::string error;  // kError / kTimeout: what happened

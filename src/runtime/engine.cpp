@@ -238,7 +238,13 @@ EngineStats Engine::stats() const {
 Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     Impl& m = *impl_;
     const int64_t n_prompt = int64_t(r.prompt.size());
-    DI_TRY(const int64_t bytes, runtime::admission_bytes(m.limits(), n_prompt, r.stop.max_tokens));
+    if (r.prompt_logprobs < -1 || r.prompt_logprobs > 20)
+        return make_error(ErrorCode::kInvalidArgument, "prompt_logprobs {} must be in [-1, 20]",
+                          r.prompt_logprobs);
+    // Scoring a prompt (max_tokens 0) reserves a token more than it feeds, within the same limits.
+    const bool score_only = r.prompt_logprobs >= 0 && r.stop.max_tokens == 0;
+    DI_TRY(const int64_t bytes,
+           runtime::admission_bytes(m.limits(), n_prompt, score_only ? 1 : r.stop.max_tokens));
     DI_TRY_STATUS(runtime::check_tokens(r.prompt, m.info.vocab_size));
     if (!r.stop.stop.empty() && !m.tokenizer)
         return make_error(ErrorCode::kUnsupported, "stop strings need a tokenizer; this model has none");
@@ -343,6 +349,7 @@ runtime::AdmissionHooks Engine::Impl::admission_hooks() {
     h.prefilled = [this](uint64_t id) -> int64_t {
         admitted_now.insert(id);
         const EngineSequence& s = *seqs.at(id);
+        if (s.prompt_logprobs() >= 0) return int64_t(0);  // it needs every prompt row's logits
         std::optional<runtime::PrefixCache::Hit> hit = prefix_cache->lookup(s.prompt(), s.cache_salt());
         if (!hit) return 0;
         const int64_t n = hit->n_tokens;
@@ -354,6 +361,7 @@ runtime::AdmissionHooks Engine::Impl::admission_hooks() {
 
 bool Engine::Impl::defer_for_shared_prefix(uint64_t id) {
     EngineSequence& h = *seqs.at(id);
+    if (h.prompt_logprobs() >= 0) return false;
     auto keys = [&](EngineSequence& s) -> const std::vector<uint64_t>& {
         if (s.prefix_keys().empty())
             s.prefix_keys() = prefix_cache->boundary_keys(s.prompt(), s.cache_salt());
@@ -459,17 +467,24 @@ bool Engine::Impl::step() {
     }
     std::vector<model::SeqChunk> chunks;
     chunks.reserve(plan.chunks.size());
+    // A prefill chunk whose request asks for its prompt's logprobs gives every row's logits; the step then
+    // brings every row to the host (the whole-row path below), row_end[i] = one past chunk i's last row.
+    bool all_rows = false;
+    std::vector<size_t> row_end;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
         const auto& c = plan.chunks[i];
+        const bool rows = !c.decode && chunk_seqs[i]->prompt_logprobs() >= 0;
+        all_rows = all_rows || rows;
         chunks.push_back(
-            model::SeqChunk{chunk_seqs[i]->state(), chunk_seqs[i]->tokens(c.start, c.n_tokens), false});
+            model::SeqChunk{chunk_seqs[i]->state(), chunk_seqs[i]->tokens(c.start, c.n_tokens), rows});
+        row_end.push_back((row_end.empty() ? 0 : row_end.back()) + (rows ? size_t(c.n_tokens) : 1));
     }
     // Sampling and detokenising run outside the lock too; only the loop thread touches sequences. When
     // every sequence that samples this step takes the first maximum of its raw logits, the model picks
     // them where the logits are and only ids come back.
     EngineSequence::StepMetrics sm;
     size_t candidate_rows = 0, full_rows = 0;  // sampled rows drawn from candidates / whole rows
-    bool greedy = true;
+    bool greedy = !all_rows;
     for (size_t i = 0; i < plan.chunks.size(); ++i)
         if (plan.chunks[i].samples) greedy = greedy && chunk_seqs[i]->greedy_pick();
     if (greedy) {
@@ -488,7 +503,7 @@ bool Engine::Impl::step() {
         std::vector<size_t> full;   // the draws (indices into sampling) that take the whole logits row
         std::vector<float> logits;  // rows: those draws' rows in that order (candidates), or every chunk's
         const int64_t vocab = model->config().vocab_size;
-        if (sample_candidates > 0) {
+        if (sample_candidates > 0 && !all_rows) {
             // candidates where the logits are; a whole row only where a draw needs it
             std::vector<float> temperatures(chunks.size(), 0.0f);
             for (size_t i : sampling) temperatures[i] = chunk_seqs[i]->temperature();
@@ -534,16 +549,24 @@ bool Engine::Impl::step() {
             if (!rows.empty()) logits = model->step_logits_rows(rows);
         } else {
             logits = model->forward(chunks);
-            DI_CHECK(int64_t(logits.size()) == int64_t(chunks.size()) * vocab,
-                     "forward returned {} logits for {} chunks", logits.size(), chunks.size());
+            DI_CHECK(logits.size() == row_end.back() * size_t(vocab),
+                     "forward returned {} logits for {} rows", logits.size(), row_end.back());
             for (size_t j = 0; j < sampling.size(); ++j) full.push_back(j);
+            for (size_t i = 0; i < chunks.size(); ++i)  // before the tokens drawn from their last rows
+                if (chunks[i].all_logits) {
+                    const size_t r0 = row_end[i] - chunks[i].tokens.size();
+                    const int64_t n = int64_t(chunks[i].tokens.size());
+                    chunk_seqs[i]->on_prompt_logits(plan.chunks[i].start, n,
+                                                    std::span<const float>(logits).subspan(
+                                                        r0 * size_t(vocab), size_t(n) * size_t(vocab)));
+                }
         }
         // The whole-row draws, on several threads (each sequence advances only its own sampler).
         std::vector<std::exception_ptr> failed(full.size());  // rethrown here, on the loop thread
         auto draw = [&](int64_t b, int64_t e, int) {
             for (int64_t f = b; f < e; ++f) {
                 const size_t j = full[size_t(f)], i = sampling[j];
-                const size_t row = sample_candidates > 0 ? size_t(f) : i;
+                const size_t row = sample_candidates > 0 && !all_rows ? size_t(f) : row_end[i] - 1;
                 try {
                     draws[j] = chunk_seqs[i]->draw(
                         std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)));

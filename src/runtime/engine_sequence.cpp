@@ -90,9 +90,24 @@ void EngineSequence::on_greedy_pick(int32_t id, int32_t bad, float bad_value, St
 
 void EngineSequence::on_logits(std::span<const float> logits, StepMetrics& m) { on_draw(draw(logits), m); }
 
+void EngineSequence::on_prompt_logits(int64_t start, int64_t n_rows, std::span<const float> rows) {
+    if (finished()) return;
+    DI_CHECK(n_rows > 0 && start >= 0 && start + n_rows <= n_prompt_ && rows.size() % size_t(n_rows) == 0,
+             "request {}: {} logits for the prompt rows [{}, {})", id_, rows.size(), start, start + n_rows);
+    const size_t V = rows.size() / size_t(n_rows);
+    RequestEvent e;
+    for (int64_t j = 0; j < n_rows && start + j + 1 < n_prompt_; ++j) {
+        const std::span<const float> row = rows.subspan(size_t(j) * V, V);
+        if (const int64_t bad = first_non_finite(row); bad >= 0) return non_finite(bad, row[size_t(bad)]);
+        const SampledToken t = logprob_of(row, tokens_[size_t(start + j + 1)], req_.prompt_logprobs);
+        e.prompt_logprobs.push_back(GeneratedToken{t.id, t.logprob, t.top});
+    }
+    if (!e.prompt_logprobs.empty()) send(std::move(e));
+}
+
 EngineSequence::Draw EngineSequence::draw(std::span<const float> logits) {
     Draw d;
-    if (finished()) return d;
+    if (finished() || score_only()) return d;  // score_only: on_draw ends it
     d.skip = false;
     if (const int64_t bad = first_non_finite(logits); bad >= 0) {
         d.bad = bad, d.bad_value = logits[size_t(bad)];
@@ -138,6 +153,7 @@ std::span<const int32_t> EngineSequence::held_back() const {
 }
 
 void EngineSequence::on_draw(const Draw& d, StepMetrics& m) {
+    if (score_only() && !finished()) return finish(FinishReason::kLength);  // its prompt is scored
     if (d.skip || finished()) return;
     if (d.bad >= 0) return non_finite(d.bad, d.bad_value);
     accept(d.token, m);

@@ -31,11 +31,17 @@ class EngineSequence {
     int64_t n_prompt() const { return n_prompt_; }
     std::span<const int32_t> prompt() const { return tokens(0, n_prompt_); }
     const std::string& cache_salt() const { return req_.cache_salt; }
+    int prompt_logprobs() const { return req_.prompt_logprobs; }
+    // Request::prompt_logprobs: the logits rows [n, vocab] of the prompt chunk [start, start + n) give the
+    // logprobs of prompt tokens start + 1 .. start + n (those inside the prompt), sent as one event.
+    void on_prompt_logits(int64_t start, int64_t n_rows, std::span<const float> rows);
     // PrefixCache::boundary_keys of the prompt, computed once (by the engine, under its lock).
     std::vector<uint64_t>& prefix_keys() { return prefix_keys_; }
     // Prompt tokens the state was restored with from the prefix cache (reported with every event).
     void set_cached_tokens(int64_t n) { cached_tokens_ = n; }
     int64_t capacity() const { return n_prompt_ + req_.stop.max_tokens; }
+    // max_tokens 0 (with prompt_logprobs): it ends after its prompt, generating nothing.
+    bool score_only() const { return req_.stop.max_tokens == 0; }
     int64_t reserved_bytes() const { return reserved_bytes_; }
     Clock::time_point deadline() const { return deadline_; }
     bool finished() const { return reason_ != FinishReason::kNone; }

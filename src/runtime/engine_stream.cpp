@@ -41,6 +41,7 @@ std::optional<RequestEvent> RequestStream::next(std::chrono::milliseconds timeou
     while (!events_.empty() && !out.finished) {
         RequestEvent& e = events_.front();
         for (auto& t : e.tokens) out.tokens.push_back(std::move(t));
+        for (auto& t : e.prompt_logprobs) out.prompt_logprobs.push_back(std::move(t));
         out.text += e.text;
         out.finished = e.finished;
         out.reason = e.reason;

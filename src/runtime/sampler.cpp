@@ -355,22 +355,29 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
 // when asked for.
 void Sampler::finish_logprobs(SampledToken& out, std::span<const float> logits) const {
     if (!p_.logprobs && p_.top_logprobs <= 0) return;
+    out = logprob_of(logits, out.id, p_.top_logprobs);
+}
+
+SampledToken logprob_of(std::span<const float> logits, int32_t id, int top) {
+    SampledToken out;
+    out.id = id;
     const size_t V = logits.size();
     const double raw_max = *std::max_element(logits.begin(), logits.end());
     double raw_sum = 0;
     for (float l : logits) raw_sum += std::exp(double(l) - raw_max);
     const double raw_lse = raw_max + std::log(raw_sum);
-    out.logprob = float(double(logits[size_t(out.id)]) - raw_lse);
-    if (p_.top_logprobs > 0) {
+    out.logprob = float(double(logits[size_t(id)]) - raw_lse);
+    if (top > 0) {
         std::vector<int32_t> raw(V);
         std::iota(raw.begin(), raw.end(), 0);
-        const size_t k = std::min(V, size_t(p_.top_logprobs));
+        const size_t k = std::min(V, size_t(top));
         std::partial_sort(raw.begin(), raw.begin() + long(k), raw.end(), [&](int32_t a, int32_t b) {
             return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
         });
         for (size_t i = 0; i < k; ++i)
             out.top.emplace_back(raw[i], float(double(logits[size_t(raw[i])]) - raw_lse));
     }
+    return out;
 }
 
 }  // namespace di::runtime

@@ -32,6 +32,10 @@ struct SampledToken {
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
 };
 
+// `id` with its log-softmax under the raw logits, and the `top` most likely ids with theirs (by logit
+// descending, id ascending): what a sampled token reports, and a prompt token (Request::prompt_logprobs).
+SampledToken logprob_of(std::span<const float> logits, int32_t id, int top);
+
 // One logits row's sampling candidates (ops/sampling.h's top_candidates, computed where the logits are): its
 // best ids by (logit descending, id ascending) with their logits, and its sums over the whole row.
 struct Candidates {

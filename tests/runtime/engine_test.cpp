@@ -13,6 +13,8 @@
 #include <thread>
 #include <tuple>
 
+#include "io/npy.h"
+
 namespace di {
 namespace {
 
@@ -510,6 +512,85 @@ TEST(Engine, PrefixCacheSharesABeginningPrefilledAtOnce) {
     const EngineStats st = engine->stats();
     EXPECT_EQ(st.prefix_cache_hits, 5u);
     EXPECT_EQ(st.state_bytes_reserved, 0);
+}
+
+// Prompt logprobs (what `echo` with logprobs returns, and what evaluation harnesses score prompts with):
+// every prompt token's logprob from the second on equals the log-softmax of transformers' fp32 logits at the
+// position before it (tests/data/v4_tiny_fp32/logits.npy), with max_tokens 0 (scoring only) and beside
+// plain requests in the same steps, whose tokens stay those they give alone; a request that also generates
+// takes its tokens from its last prompt row (transformers' greedy continuation).
+TEST(Engine, PromptLogprobsEqualTransformersLogSoftmax) {
+    std::ifstream f(kModel + "/prompt.txt");
+    std::vector<int32_t> prompt;
+    for (int32_t t; f >> t;) prompt.push_back(t);
+    ASSERT_EQ(prompt.size(), 60u);
+    auto npy = io::read_npy(kModel + "/logits.npy");
+    ASSERT_TRUE(npy.ok());
+    const int64_t V = 256;
+    ASSERT_EQ(npy->f32.size(), 60u * size_t(V));
+    std::ifstream g(kModel + "/greedy.json");
+    const auto j = nlohmann::json::parse(g);
+    const auto greedy_prompt = j["prompt"].get<std::vector<int32_t>>();
+    const auto want_continuation = j["continuation"].get<std::vector<int32_t>>();
+
+    auto engine = make_engine(options(8));
+    ASSERT_TRUE(engine);
+    std::mt19937 rng(3);
+    std::vector<Request> plain;
+    for (int i = 0; i < 3; ++i) plain.push_back(greedy(random_tokens(rng, 10 + size_t(i) * 7), 6));
+    std::vector<std::vector<int32_t>> alone;
+    for (const Request& r : plain) alone.push_back(collect(**engine->submit(r)).tokens);
+
+    Request score = greedy(prompt, 0);
+    score.prompt_logprobs = 3;
+    Request gen = greedy(greedy_prompt, 4);
+    gen.prompt_logprobs = 0;
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    streams.push_back(*engine->submit(score));
+    for (const Request& r : plain) streams.push_back(*engine->submit(r));
+    streams.push_back(*engine->submit(gen));
+    std::vector<GeneratedToken> got;
+    Collected scored;
+    for (;;) {
+        auto e = streams[0]->next(std::chrono::milliseconds(60000));
+        ASSERT_TRUE(e);
+        got.insert(got.end(), e->prompt_logprobs.begin(), e->prompt_logprobs.end());
+        EXPECT_TRUE(e->tokens.empty());
+        if (e->finished) {
+            scored.last = std::move(*e);
+            break;
+        }
+    }
+    EXPECT_EQ(scored.last.reason, FinishReason::kLength);
+    EXPECT_EQ(scored.last.completion_tokens, 0);
+    ASSERT_EQ(got.size(), prompt.size() - 1);
+    double worst = 0;
+    for (size_t q = 1; q < prompt.size(); ++q) {
+        const float* row = npy->f32.data() + (q - 1) * size_t(V);
+        double m = row[0], sum = 0;
+        for (int64_t v = 0; v < V; ++v) m = std::max(m, double(row[v]));
+        for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - m);
+        const double lse = m + std::log(sum);
+        const GeneratedToken& t = got[q - 1];
+        EXPECT_EQ(t.id, prompt[q]);
+        worst = std::max(worst, std::fabs(double(t.logprob) - (double(row[prompt[q]]) - lse)));
+        ASSERT_EQ(t.top.size(), 3u);
+        EXPECT_EQ(t.top[0].first, int32_t(std::max_element(row, row + V) - row)) << "position " << q;
+        EXPECT_NEAR(t.top[0].second, double(*std::max_element(row, row + V)) - lse, 1e-3);
+    }
+    EXPECT_LT(worst, 1e-3);
+    for (size_t i = 0; i < plain.size(); ++i)
+        EXPECT_EQ(collect(*streams[1 + i]).tokens, alone[i]) << "plain request " << i;
+    const Collected generated = collect(*streams.back());
+    EXPECT_EQ(generated.tokens,
+              std::vector<int32_t>(want_continuation.begin(), want_continuation.begin() + 4));
+    EXPECT_EQ(generated.last.completion_tokens, 4);
+    wait_idle(*engine);
+    EXPECT_EQ(engine->stats().state_bytes_reserved, 0);
+    Request bad = greedy(prompt, 0);  // max_tokens 0 without prompt logprobs
+    EXPECT_EQ(engine->submit(bad).error().code, ErrorCode::kInvalidArgument);
+    bad.prompt_logprobs = 21;
+    EXPECT_EQ(engine->submit(bad).error().code, ErrorCode::kInvalidArgument);
 }
 
 // Kept states use only the state memory no request reserves and give it back to admission: with room for
