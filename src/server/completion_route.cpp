@@ -86,8 +86,37 @@ class CompletionStream : public SseProducer {
     bool done_ = false;
 };
 
-Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r, const ClientGone& gone) {
+// echo: each choice starts with its prompt's text, and with logprobs its prompt tokens' entries (the first
+// token has none: null, as OpenAI's; the rest come with the engine's prompt logprobs).
+void start_with_prompts(std::vector<TextChoice>& choices, const Tokenizer* tok,
+                        const std::vector<std::vector<int32_t>>& prompts,
+                        const std::vector<std::string>& texts, bool logprobs) {
+    const size_t per_prompt = choices.size() / prompts.size();
+    for (size_t i = 0; i < choices.size(); ++i) {
+        const size_t p = i / per_prompt;
+        TextChoice& c = choices[i];
+        if (p < texts.size()) {
+            c.text = texts[p];
+        } else if (tok) {
+            auto text = tok->decode(prompts[p]);
+            c.text = text ? *text : std::string();
+        }
+        if (!logprobs) continue;
+        const std::string piece = token_piece(tok, prompts[p][0]);
+        c.logprobs["tokens"].push_back(piece);
+        c.logprobs["token_logprobs"].push_back(nullptr);
+        c.logprobs["top_logprobs"].push_back(nullptr);
+        c.logprobs["text_offset"].push_back(0);
+        // a BOS the text does not show takes no room in it
+        c.text_offset = c.text.compare(0, piece.size(), piece) == 0 ? int64_t(piece.size()) : 0;
+    }
+}
+
+Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r,
+                 const std::vector<std::vector<int32_t>>& prompts, const ClientGone& gone) {
     std::vector<TextChoice> choices(gen.n_choices());
+    if (r.p.echo)
+        start_with_prompts(choices, ctx.engine.tokenizer(), prompts, r.prompt_texts, r.p.sampling.logprobs);
     while (!gen.done()) {
         if (gone()) {
             gen.cancel();
@@ -100,8 +129,12 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r
             c.text += u.event.text;
             c.completion_tokens = u.event.completion_tokens;
             if (u.event.finished) c.reason = u.event.reason;
-            if (r.p.sampling.logprobs)
+            if (r.p.sampling.logprobs) {
+                if (r.p.echo)
+                    append_completion_logprobs(c.logprobs, ctx.engine.tokenizer(), u.event.prompt_logprobs,
+                                               c.text_offset);
                 append_completion_logprobs(c.logprobs, ctx.engine.tokenizer(), u.event.tokens, c.text_offset);
+            }
         }
     }
     json arr = json::array();
@@ -144,7 +177,7 @@ Reply handle_completion(ServerContext& ctx, const std::string& body, const Clien
     if (auto* e = std::get_if<ApiError>(&gen)) return error_reply(*e);
     Generation& g = std::get<Generation>(gen);
     if (r.p.stream) return Reply{200, {}, std::make_unique<CompletionStream>(ctx, std::move(g), r)};
-    return run_to_end(ctx, g, r, gone);
+    return run_to_end(ctx, g, r, prompts, gone);
 }
 
 }  // namespace di::server

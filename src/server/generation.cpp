@@ -57,6 +57,9 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
             r.stop.skip_special = p.skip_special_tokens;
             r.constraint = p.constraint;
             r.cache_salt = p.cache_salt;
+            // echo with logprobs (or max_tokens 0, which scores the prompt) needs the prompt's own logprobs
+            if (p.echo && (p.sampling.logprobs || max_tokens == 0))
+                r.prompt_logprobs = p.sampling.top_logprobs;
             reqs.push_back(std::move(r));
         }
         // Usage counts each prompt once, as OpenAI does for n > 1.

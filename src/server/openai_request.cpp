@@ -51,8 +51,11 @@ MaybeError parse_common(Fields& f, CommonParams& p, bool chat) {
     std::optional<int64_t> i;
     DI_API_TRY(f.integer("max_tokens", INT64_MIN, INT64_MAX, i));
     if (chat) DI_API_TRY(f.integer("max_completion_tokens", INT64_MIN, INT64_MAX, i));
-    if (i && *i <= 0)
-        return bad_request(fmt::format("max_tokens is {}, it must be at least 1", *i), "max_tokens");
+    if (i && (*i < 0 || (*i == 0 && !p.echo)))
+        return bad_request(
+            fmt::format("max_tokens is {}, it must be at least 1{}", *i,
+                        chat ? "" : " (0 only with echo: the prompt scored, nothing generated)"),
+            "max_tokens");
     p.max_tokens = i;
     std::optional<int64_t> min_tokens;
     DI_API_TRY(f.integer("min_tokens", 0, INT64_MAX, min_tokens));
@@ -355,15 +358,14 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
     const json& j = std::get<json>(parsed);
     Fields f(j, "");
     CompletionRequest r;
+    DI_API_TRY(f.boolean("echo", r.p.echo));
     DI_API_TRY(parse_common(f, r.p, false));
     std::optional<int64_t> lp;
     DI_API_TRY(f.integer("logprobs", 0, 20, lp));
     r.p.sampling.logprobs = lp.has_value();
     r.p.sampling.top_logprobs = int(lp.value_or(0));
     DI_API_TRY(parse_response_format(f, r.p));
-    bool echo = false;
-    DI_API_TRY(f.boolean("echo", echo));
-    if (echo) return bad_request("'echo': true is not supported", "echo");
+    if (r.p.echo && r.p.stream) return bad_request("'echo' is not supported with stream: true", "echo");
     std::string suffix;
     DI_API_TRY(f.string("suffix", suffix));
     if (!suffix.empty()) return bad_request("'suffix' is not supported", "suffix");

@@ -28,6 +28,7 @@ struct CommonParams {
     bool include_usage = false;   // stream_options.include_usage
     OutputConstraint constraint;  // response_format json_object / json_schema (structured output)
     std::string cache_salt;       // Request::cache_salt
+    bool echo = false;  // completions: the prompt comes back before the completion (max_tokens may be 0)
 };
 
 struct ChatRequest {

@@ -230,6 +230,68 @@ TEST_F(HttpTest, UsageCountsPromptTokensFromThePrefixCache) {
     EXPECT_EQ(usage[1]["input_tokens"], n - 128);
 }
 
+// echo: the prompt comes back before the completion; with logprobs its tokens' logprobs too (the first
+// null), those the engine computes for the prompt; max_tokens 0 only scores it (evaluation harnesses).
+TEST_F(HttpTest, EchoReturnsThePromptAndItsLogprobs) {
+    const std::vector<int32_t> ids = {37, 5, 162, 57, 107, 224, 174, 213, 193, 94, 236, 238};
+    const std::string text = *engine_->tokenizer()->decode(ids);
+    auto r = post(
+        "/v1/completions",
+        json{{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}}.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    const json& c = j["choices"][0];
+    EXPECT_EQ(c["text"], text);
+    EXPECT_EQ(c["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+    const json& lp = c["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), ids.size());
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    Request q;
+    q.prompt = ids;
+    q.stop.max_tokens = 0;
+    q.prompt_logprobs = 2;
+    auto s = engine_->submit(q);
+    ASSERT_TRUE(s.ok());
+    std::vector<GeneratedToken> want;
+    for (;;) {
+        auto e = (*s)->next(std::chrono::milliseconds(30000));
+        ASSERT_TRUE(e);
+        want.insert(want.end(), e->prompt_logprobs.begin(), e->prompt_logprobs.end());
+        if (e->finished) break;
+    }
+    ASSERT_EQ(want.size(), ids.size() - 1);
+    for (size_t i = 1; i < ids.size(); ++i) {
+        EXPECT_EQ(lp["token_logprobs"][i].get<float>(), want[i - 1].logprob) << i;
+        // an object by token text: two ids with the same text (bytes of a split character) share a key
+        EXPECT_GE(lp["top_logprobs"][i].size(), 1u) << i;
+        EXPECT_LE(lp["top_logprobs"][i].size(), 2u) << i;
+    }
+    // with a completion after it: the prompt's entries, then the generated ones
+    r = post("/v1/completions", json{{"model", "tiny"},
+                                     {"prompt", ids},
+                                     {"max_tokens", 3},
+                                     {"temperature", 0},
+                                     {"ignore_eos", true},
+                                     {"echo", true},
+                                     {"logprobs", 0}}
+                                    .dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json k = json::parse(r->body)["choices"][0];
+    EXPECT_EQ(k["text"].get<std::string>().rfind(text, 0), 0u);
+    EXPECT_GT(k["text"].get<std::string>().size(), text.size());
+    EXPECT_EQ(k["logprobs"]["tokens"].size(), ids.size() + 3);
+    EXPECT_EQ(k["logprobs"]["token_logprobs"][1].get<float>(), want[0].logprob);
+    expect_error(post("/v1/completions", json{{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 0}}.dump()),
+                 400, "max_tokens");
+    expect_error(post("/v1/completions",
+                      json{{"model", "tiny"}, {"prompt", ids}, {"echo", true}, {"stream", true}}.dump()),
+                 400, "echo");
+}
+
 TEST_F(HttpTest, StreamingSendsChunksUsageAndDone) {
     std::string body;
     auto res = client().Post(

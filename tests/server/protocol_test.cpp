@@ -201,10 +201,15 @@ TEST(Protocol, CompletionPrompts) {
     auto t = parse_completion_request(R"({"model": "m", "prompt": ["a", "b"]})");
     ASSERT_TRUE(std::holds_alternative<CompletionRequest>(t));
     EXPECT_EQ(std::get<CompletionRequest>(t).prompt_texts.size(), 2u);
+    auto echo = parse_completion_request(R"({"model": "m", "prompt": "x", "echo": true, "max_tokens": 0})");
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(echo));
+    EXPECT_TRUE(std::get<CompletionRequest>(echo).p.echo);
+    EXPECT_EQ(std::get<CompletionRequest>(echo).p.max_tokens, 0);
     for (const char* bad :
          {R"({"model": "m"})", R"({"model": "m", "prompt": ""})", R"({"model": "m", "prompt": []})",
           R"({"model": "m", "prompt": [1, -2]})", R"({"model": "m", "prompt": {"a": 1}})",
-          R"({"model": "m", "prompt": "x", "echo": true})",
+          R"({"model": "m", "prompt": "x", "echo": true, "stream": true})",
+          R"({"model": "m", "prompt": "x", "max_tokens": 0})", R"({"model": "m", "prompt": "x", "echo": 1})",
           R"({"model": "m", "prompt": "x", "messages": []})"}) {
         auto e = parse_completion_request(bad);
         ASSERT_TRUE(std::holds_alternative<ApiError>(e)) << bad;
