@@ -98,6 +98,18 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual("".join(c.choices[0].text for c in chunks), r.choices[0].text)
         self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
 
+    def test_completions_echo_scores_the_prompt(self):
+        # What lm-evaluation-harness's local-completions sends for a log-likelihood: echo, logprobs,
+        # max_tokens 0.
+        r = self.client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=0, echo=True,
+                                           logprobs=1)
+        self.assertEqual(r.choices[0].text, "Once upon a time")
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), r.usage.prompt_tokens)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertTrue(all(x <= 0 for x in lp.token_logprobs[1:]))
+        self.assertEqual(r.usage.completion_tokens, 0)
+
     def test_chat_logprobs(self):
         r = self.chat(logprobs=True, top_logprobs=2)
         content = r.choices[0].logprobs.content
