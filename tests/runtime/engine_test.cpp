@@ -591,6 +591,24 @@ TEST(Engine, PromptLogprobsEqualTransformersLogSoftmax) {
     EXPECT_EQ(engine->submit(bad).error().code, ErrorCode::kInvalidArgument);
     bad.prompt_logprobs = 21;
     EXPECT_EQ(engine->submit(bad).error().code, ErrorCode::kInvalidArgument);
+    // two expert-parallel ranks: the same logprobs, bit for bit
+    EngineOptions o = options(8);
+    o.expert_ranks = 2;
+    auto ep = make_engine(o);
+    ASSERT_TRUE(ep);
+    std::vector<GeneratedToken> ranked;
+    auto s = *ep->submit(score);
+    for (;;) {
+        auto e = s->next(std::chrono::milliseconds(60000));
+        ASSERT_TRUE(e);
+        ranked.insert(ranked.end(), e->prompt_logprobs.begin(), e->prompt_logprobs.end());
+        if (e->finished) break;
+    }
+    ASSERT_EQ(ranked.size(), got.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(ranked[i].logprob, got[i].logprob) << i;
+        EXPECT_EQ(ranked[i].top, got[i].top) << i;
+    }
 }
 
 // Kept states use only the state memory no request reserves and give it back to admission: with room for
