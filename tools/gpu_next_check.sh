@@ -21,7 +21,8 @@
 # PART=ncu (~8 min, where time is left): why the batch-1 step's slow kernels take their time
 #   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), with all,
 #   and a 4,096-token prefill's W4A8 MoE, attention and indexer kernels.
-# PART=tests also runs CudaPrefixCache (the prefix cache's state copies on the device, bit for bit).
+# PART=tests also runs CudaPrefixCache (the prefix cache's state copies on the device, bit for bit; prompt
+# logprobs from every prefill row's logits against transformers').
 # Pack here: BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench bench/cuda_kernel_bench"
 #   tools/gpu_pack.sh (carry ["build-cuda-xz"]), then on the GPU machine: PART=tests OUT=$OUT
 #   tools/gpu_next_check.sh, and PART=model.

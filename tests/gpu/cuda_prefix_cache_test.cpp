@@ -1,14 +1,18 @@
 // The prefix cache on the GPU (state copies on the device, CUDA graphs on): requests that start from kept
 // states give the tokens and logprobs of an engine without the cache, bit for bit, in exact and native
 // precision, on the FP8 fixture. One request at a time, so both engines run the same steps apart from the
-// chunks the cache skips.
+// chunks the cache skips. And prompt logprobs (every prefill row's logits) on the GPU against the
+// log-softmax of transformers' fp32 logits.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 
 #include "deepinfer/engine.h"
+#include "io/npy.h"
 
 namespace di {
 namespace {
@@ -88,6 +92,49 @@ TEST(CudaPrefixCache, GivesTheOutputsOfNoCache) {
             }
         }
     }
+}
+
+TEST(CudaPrefixCache, PromptLogprobsEqualTransformersLogSoftmax) {
+    const char* env = std::getenv("DEEPINFER_TEST_DATA");
+    const std::string dir = std::string(env ? env : DI_TEST_DATA) + "/v4_tiny_fp8";
+    std::ifstream f(dir + "/prompt.txt");
+    std::vector<int32_t> prompt;
+    for (int32_t t; f >> t;) prompt.push_back(t);
+    auto npy = io::read_npy(dir + "/logits.npy");
+    ASSERT_TRUE(npy.ok());
+    const size_t V = 256;
+    ASSERT_EQ(npy->f32.size(), prompt.size() * V);
+    EngineOptions o;
+    o.model_dir = dir;
+    o.backend = "cuda";
+    o.prefill_chunk = 16;
+    o.state_memory_bytes = int64_t(1) << 30;
+    auto engine = Engine::create(o);
+    ASSERT_TRUE(engine.ok()) << engine.error().message;
+    Request r;
+    r.prompt = prompt;
+    r.stop.max_tokens = 0;
+    r.prompt_logprobs = 1;
+    auto s = (*engine)->submit(r);
+    ASSERT_TRUE(s.ok());
+    std::vector<GeneratedToken> got;
+    for (;;) {
+        auto e = (*s)->next(std::chrono::milliseconds(60000));
+        ASSERT_TRUE(e);
+        got.insert(got.end(), e->prompt_logprobs.begin(), e->prompt_logprobs.end());
+        if (e->finished) break;
+    }
+    ASSERT_EQ(got.size(), prompt.size() - 1);
+    double worst = 0;
+    for (size_t q = 1; q < prompt.size(); ++q) {
+        const float* row = npy->f32.data() + (q - 1) * V;
+        double m = row[0], sum = 0;
+        for (size_t v = 0; v < V; ++v) m = std::max(m, double(row[v]));
+        for (size_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - m);
+        worst = std::max(
+            worst, std::fabs(double(got[q - 1].logprob) - (double(row[prompt[q]]) - m - std::log(sum))));
+    }
+    EXPECT_LT(worst, 1e-3);
 }
 
 }  // namespace
