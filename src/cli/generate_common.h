@@ -36,8 +36,8 @@ struct GenOptions {
     bool stats = false;         // --stats: a line of counts and rates on stderr after each answer
 };
 // What chat's prefix cache may hold: the state memory of the CLI's engine is unbounded (one request at a
-// time, its own state the limit), so the cache needs its own (a 2 GiB cache keeps a V4-Flash conversation of
-// ~100K tokens).
+// time, its own state the limit), so the cache needs its own. V4-Flash's state is ~23 MB + 13.8 KB a token
+// (model/seq_state.cpp's layout), so 2 GiB hold the latest state of a ~100K-token conversation.
 inline constexpr int64_t kChatPrefixCacheBytes = int64_t(2) << 30;
 void add_expert_ranks_option(CLI::App& app, int& ranks);
 
