@@ -18,6 +18,7 @@ std::optional<LogLevel> parse_log_level(std::string_view s) {
 std::string access_line(const AccessRecord& r) {
     std::string s = fmt::format("deepinfer: {} {} {} {}", r.id, r.method, r.path, r.status);
     if (r.usage.prompt_tokens >= 0) s += fmt::format(" prompt_tokens={}", r.usage.prompt_tokens);
+    if (r.usage.cached_tokens > 0) s += fmt::format(" cached_tokens={}", r.usage.cached_tokens);
     if (r.usage.completion_tokens >= 0) s += fmt::format(" completion_tokens={}", r.usage.completion_tokens);
     if (r.usage.ttft_s >= 0) s += fmt::format(" ttft={:.3f}s", r.usage.ttft_s);
     s += fmt::format(" total={:.3f}s", r.total_s);

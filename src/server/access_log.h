@@ -18,7 +18,8 @@ std::optional<LogLevel> parse_log_level(std::string_view s);  // error | warn | 
 // What a generation request produced (-1: not known, e.g. a request that never reached the engine).
 struct RequestUsage {
     int64_t prompt_tokens = -1, completion_tokens = -1;
-    double ttft_s = -1;  // submission to the first generated token
+    int64_t cached_tokens = 0;  // of the prompt, restored from the prefix cache (logged when > 0)
+    double ttft_s = -1;         // submission to the first generated token
 };
 
 struct AccessRecord {

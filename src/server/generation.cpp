@@ -123,6 +123,7 @@ int64_t Generation::cached_tokens() const {
 RequestUsage Generation::usage() const {
     RequestUsage u;
     u.prompt_tokens = prompt_tokens_;
+    u.cached_tokens = cached_tokens();
     u.completion_tokens = 0;
     for (int64_t c : completion_) u.completion_tokens += c;
     u.ttft_s = ttft_s_;
