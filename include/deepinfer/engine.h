@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -113,6 +114,9 @@ class Engine {
     Result<std::shared_ptr<RequestStream>> submit(Request request);
 
     EngineStats stats() const;
+    // Drops every kept prompt state no starting request holds (a benchmark's cold start, or memory back at
+    // once); returns {states dropped, bytes freed}.
+    std::pair<uint64_t, int64_t> reset_prefix_cache();
     std::vector<KernelUse> kernel_uses() const;
     const ModelInfo& info() const;
     const Tokenizer* tokenizer() const;  // null when the model has none

@@ -235,6 +235,15 @@ EngineStats Engine::stats() const {
     return s;
 }
 
+std::pair<uint64_t, int64_t> Engine::reset_prefix_cache() {
+    std::lock_guard lk(impl_->mu);
+    if (!impl_->prefix_cache) return {0, 0};
+    const size_t before = impl_->prefix_cache->size();
+    const int64_t freed = impl_->evict_cached_locked(INT64_MAX);
+    impl_->sched.release_cached(freed);
+    return {uint64_t(before - impl_->prefix_cache->size()), freed};
+}
+
 Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     Impl& m = *impl_;
     const int64_t n_prompt = int64_t(r.prompt.size());

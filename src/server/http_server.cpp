@@ -283,6 +283,11 @@ void HttpServer::Impl::routes() {
     svr.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
         serve_generation(req, res, &handle_messages, true);
     });
+    svr.Post("/reset_prefix_cache", [this](const httplib::Request& req, httplib::Response& res) {
+        if (!authorized(req, res)) return;
+        const auto [states, bytes] = ctx.engine.reset_prefix_cache();
+        res.set_content(json{{"states_dropped", states}, {"bytes_freed", bytes}}.dump(), "application/json");
+    });
     for (auto [path, handler] :
          {std::pair{"/tokenize", &handle_tokenize}, std::pair{"/detokenize", &handle_detokenize}})
         svr.Post(path, [this, handler](const httplib::Request& req, httplib::Response& res) {

@@ -210,6 +210,15 @@ TEST_F(HttpTest, UsageCountsPromptTokensFromThePrefixCache) {
     }
     salted["cache_salt"] = 7;
     expect_error(post("/v1/completions", salted.dump()), 400, "cache_salt");
+    // dropped: the prompt is prefilled again
+    auto reset = post("/reset_prefix_cache", "");
+    ASSERT_TRUE(reset);
+    ASSERT_EQ(reset->status, 200) << reset->body;
+    EXPECT_GT(json::parse(reset->body)["states_dropped"].get<int>(), 0);
+    EXPECT_GT(json::parse(reset->body)["bytes_freed"].get<int64_t>(), 0);
+    auto cold = post("/v1/completions", body);
+    ASSERT_TRUE(cold);
+    EXPECT_EQ(json::parse(cold->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     // Anthropic's usage: input_tokens leave out the cache reads
     std::string text;
     for (int i = 0; text.size() < 180; ++i) text += "word" + std::to_string(i) + " ";
