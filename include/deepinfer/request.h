@@ -71,6 +71,7 @@ struct GeneratedToken {
     int32_t id = 0;
     float logprob = 0;                           // filled when SamplingOptions::logprobs
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
+    int32_t rank = 0;  // prompt logprobs: 1 + the ids ranked above it (logit, then id); 0: not computed
 };
 
 // Progress of one request. Events arrive in order; the last one has `finished` set.

@@ -100,7 +100,7 @@ void EngineSequence::on_prompt_logits(int64_t start, int64_t n_rows, std::span<c
         const std::span<const float> row = rows.subspan(size_t(j) * V, V);
         if (const int64_t bad = first_non_finite(row); bad >= 0) return non_finite(bad, row[size_t(bad)]);
         const SampledToken t = logprob_of(row, tokens_[size_t(start + j + 1)], req_.prompt_logprobs);
-        e.prompt_logprobs.push_back(GeneratedToken{t.id, t.logprob, t.top});
+        e.prompt_logprobs.push_back(GeneratedToken{t.id, t.logprob, t.top, t.rank});
     }
     if (!e.prompt_logprobs.empty()) send(std::move(e));
 }

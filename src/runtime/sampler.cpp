@@ -367,6 +367,9 @@ SampledToken logprob_of(std::span<const float> logits, int32_t id, int top) {
     for (float l : logits) raw_sum += std::exp(double(l) - raw_max);
     const double raw_lse = raw_max + std::log(raw_sum);
     out.logprob = float(double(logits[size_t(id)]) - raw_lse);
+    const float mine = logits[size_t(id)];
+    out.rank = 1;
+    for (size_t v = 0; v < V; ++v) out.rank += logits[v] > mine || (logits[v] == mine && int32_t(v) < id);
     if (top > 0) {
         std::vector<int32_t> raw(V);
         std::iota(raw.begin(), raw.end(), 0);

@@ -30,10 +30,12 @@ struct SampledToken {
     float logprob =
         0;  // log-softmax of the raw logits (before penalties and temperature); 0 unless asked for
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
+    int32_t rank = 0;                            // logprob_of: 1 + the ids ranked above it
 };
 
 // `id` with its log-softmax under the raw logits, and the `top` most likely ids with theirs (by logit
-// descending, id ascending): what a sampled token reports, and a prompt token (Request::prompt_logprobs).
+// descending, id ascending), and its rank in that order: what a sampled token reports, and a prompt token
+// (Request::prompt_logprobs).
 SampledToken logprob_of(std::span<const float> logits, int32_t id, int top);
 
 // One logits row's sampling candidates (ops/sampling.h's top_candidates, computed where the logits are): its

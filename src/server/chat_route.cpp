@@ -96,6 +96,7 @@ Reply error_reply(const ApiError& e) { return Reply{e.status, e.to_json().dump()
 Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, const ClientGone& gone) {
     std::vector<ChatChoice> choices;
     for (size_t i = 0; i < gen.n_choices(); ++i) choices.emplace_back(r.thinking);
+    std::vector<GeneratedToken> prompt_logprobs;  // the first choice's (every choice has the same prompt)
     while (!gen.done()) {
         if (gone()) {
             gen.cancel();
@@ -105,6 +106,9 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, cons
         for (ChoiceUpdate& u : gen.poll(std::chrono::milliseconds(100))) {
             if (u.event.finished && failed(u.event.reason)) return error_reply(finish_error(u.event));
             ChatChoice& c = choices[u.choice];
+            if (u.choice == 0)
+                prompt_logprobs.insert(prompt_logprobs.end(), u.event.prompt_logprobs.begin(),
+                                       u.event.prompt_logprobs.end());
             apply_event(c, u.event);
             if (r.p.sampling.logprobs)
                 for (json& e : chat_logprob_entries(ctx.engine.tokenizer(), u.event.tokens))
@@ -132,6 +136,9 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const ChatRequest& r, cons
     }
     out["choices"] = arr;
     out["usage"] = usage_json(gen.prompt_tokens(), completion, gen.cached_tokens());
+    if (r.p.prompt_logprobs)
+        out["prompt_logprobs"] =
+            prompt_logprobs_json(ctx.engine.tokenizer(), prompt_logprobs, *r.p.prompt_logprobs);
     return Reply{200, out.dump(-1, ' ', false, json::error_handler_t::replace), nullptr, gen.usage()};
 }
 

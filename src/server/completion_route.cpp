@@ -14,6 +14,7 @@ struct TextChoice {
     int64_t text_offset = 0;
     FinishReason reason = FinishReason::kNone;
     int64_t completion_tokens = 0;
+    std::vector<GeneratedToken> prompt_logprobs;  // the engine's, for vLLM's prompt_logprobs
 };
 
 bool failed(FinishReason r) { return r != FinishReason::kStop && r != FinishReason::kLength; }
@@ -129,10 +130,16 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r
             c.text += u.event.text;
             c.completion_tokens = u.event.completion_tokens;
             if (u.event.finished) c.reason = u.event.reason;
+            c.prompt_logprobs.insert(c.prompt_logprobs.end(), u.event.prompt_logprobs.begin(),
+                                     u.event.prompt_logprobs.end());
             if (r.p.sampling.logprobs) {
-                if (r.p.echo)
-                    append_completion_logprobs(c.logprobs, ctx.engine.tokenizer(), u.event.prompt_logprobs,
-                                               c.text_offset);
+                if (r.p.echo) {  // as many alternatives as logprobs asks (prompt_logprobs may ask more)
+                    std::vector<GeneratedToken> echoed = u.event.prompt_logprobs;
+                    for (GeneratedToken& t : echoed)
+                        if (t.top.size() > size_t(r.p.sampling.top_logprobs))
+                            t.top.resize(size_t(r.p.sampling.top_logprobs));
+                    append_completion_logprobs(c.logprobs, ctx.engine.tokenizer(), echoed, c.text_offset);
+                }
                 append_completion_logprobs(c.logprobs, ctx.engine.tokenizer(), u.event.tokens, c.text_offset);
             }
         }
@@ -145,6 +152,9 @@ Reply run_to_end(ServerContext& ctx, Generation& gen, const CompletionRequest& r
                            {"text", c.text},
                            {"logprobs", r.p.sampling.logprobs ? c.logprobs : json(nullptr)},
                            {"finish_reason", api_finish_reason(c.reason, false)}});
+        if (r.p.prompt_logprobs)
+            arr.back()["prompt_logprobs"] =
+                prompt_logprobs_json(ctx.engine.tokenizer(), c.prompt_logprobs, *r.p.prompt_logprobs);
         completion += c.completion_tokens;
     }
     json out = {{"id", make_id("cmpl")},

@@ -58,8 +58,9 @@ ApiResult<Generation> Generation::start(ServerContext& ctx, const CommonParams& 
             r.constraint = p.constraint;
             r.cache_salt = p.cache_salt;
             // echo with logprobs (or max_tokens 0, which scores the prompt) needs the prompt's own logprobs
+            r.prompt_logprobs = p.prompt_logprobs.value_or(-1);
             if (p.echo && (p.sampling.logprobs || max_tokens == 0))
-                r.prompt_logprobs = p.sampling.top_logprobs;
+                r.prompt_logprobs = std::max(r.prompt_logprobs, p.sampling.top_logprobs);
             reqs.push_back(std::move(r));
         }
         // Usage counts each prompt once, as OpenAI does for n > 1.

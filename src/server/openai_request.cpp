@@ -89,6 +89,11 @@ MaybeError parse_common(Fields& f, CommonParams& p, bool chat) {
     if (best_of && *best_of != p.n) return bad_request("'best_of' other than n is not supported", "best_of");
     DI_API_TRY(f.boolean("stream", p.stream));
     DI_API_TRY(f.string("cache_salt", p.cache_salt));
+    std::optional<int64_t> plp;
+    DI_API_TRY(f.integer("prompt_logprobs", 0, 20, plp));
+    if (plp) p.prompt_logprobs = int(*plp);
+    if (plp && p.stream)
+        return bad_request("'prompt_logprobs' is not supported with stream: true", "prompt_logprobs");
     if (const json* so = f.get("stream_options")) {
         if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
         if (!p.stream)

@@ -29,6 +29,8 @@ struct CommonParams {
     OutputConstraint constraint;  // response_format json_object / json_schema (structured output)
     std::string cache_salt;       // Request::cache_salt
     bool echo = false;  // completions: the prompt comes back before the completion (max_tokens may be 0)
+    std::optional<int>
+        prompt_logprobs;  // vLLM's: each prompt token's logprob, rank and this many alternatives
 };
 
 struct ChatRequest {

@@ -93,6 +93,21 @@ void append_completion_logprobs(json& lp, const Tokenizer* tok, const std::vecto
     }
 }
 
+json prompt_logprobs_json(const Tokenizer* tok, const std::vector<GeneratedToken>& entries, int k) {
+    json out = json::array({nullptr});
+    for (const GeneratedToken& t : entries) {
+        json e = json::object();
+        for (size_t i = 0; i < std::min(t.top.size(), size_t(std::max(k, 0))); ++i)
+            e[std::to_string(t.top[i].first)] = {{"logprob", t.top[i].second},
+                                                 {"rank", i + 1},
+                                                 {"decoded_token", token_piece(tok, t.top[i].first)}};
+        e[std::to_string(t.id)] = {
+            {"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", token_piece(tok, t.id)}};
+        out.push_back(std::move(e));
+    }
+    return out;
+}
+
 const char* api_finish_reason(FinishReason r, bool tool_calls) {
     if (r == FinishReason::kLength) return "length";
     return tool_calls ? "tool_calls" : "stop";

@@ -35,6 +35,9 @@ int64_t total_completion_tokens(const std::vector<Choice>& choices) {
 
 // The text a token stands for in logprobs (its raw bytes, invalid UTF-8 replaced by U+FFFD).
 std::string token_piece(const Tokenizer* tok, int32_t id);
+// vLLM's prompt_logprobs: null for the prompt's first token, then for each later one an object keyed by
+// token id: {logprob, rank, decoded_token} of the token itself and of its k best alternatives (ranks 1..k).
+json prompt_logprobs_json(const Tokenizer* tok, const std::vector<GeneratedToken>& entries, int k);
 
 // Chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]} entries for `tokens`.
 json chat_logprob_entries(const Tokenizer* tok, const std::vector<GeneratedToken>& tokens);

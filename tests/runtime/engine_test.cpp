@@ -577,6 +577,10 @@ TEST(Engine, PromptLogprobsEqualTransformersLogSoftmax) {
         ASSERT_EQ(t.top.size(), 3u);
         EXPECT_EQ(t.top[0].first, int32_t(std::max_element(row, row + V) - row)) << "position " << q;
         EXPECT_NEAR(t.top[0].second, double(*std::max_element(row, row + V)) - lse, 1e-3);
+        int32_t rank = 1;  // transformers' rank of the prompt token
+        for (int64_t v = 0; v < V; ++v)
+            rank += row[v] > row[prompt[q]] || (row[v] == row[prompt[q]] && v < prompt[q]);
+        EXPECT_EQ(t.rank, rank) << "position " << q;
     }
     EXPECT_LT(worst, 1e-3);
     for (size_t i = 0; i < plain.size(); ++i)

@@ -296,6 +296,32 @@ TEST_F(HttpTest, EchoReturnsThePromptAndItsLogprobs) {
     EXPECT_EQ(k["logprobs"]["token_logprobs"][1].get<float>(), want[0].logprob);
     expect_error(post("/v1/completions", json{{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 0}}.dump()),
                  400, "max_tokens");
+    // vLLM's prompt_logprobs: per prompt token the token itself (logprob, rank) and its best alternatives
+    r = post("/v1/completions",
+             json{{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 1}, {"prompt_logprobs", 2}}.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json plp = json::parse(r->body)["choices"][0]["prompt_logprobs"];
+    ASSERT_EQ(plp.size(), ids.size());
+    EXPECT_TRUE(plp[0].is_null());
+    for (size_t i = 1; i < ids.size(); ++i) {
+        const json& e = plp[i][std::to_string(ids[i])];
+        EXPECT_EQ(e["logprob"].get<float>(), want[i - 1].logprob) << i;
+        EXPECT_GE(e["rank"].get<int>(), 1) << i;
+        EXPECT_EQ(e["rank"].get<int>() <= 2, plp[i].size() == 2u) << i;  // among the best two, or a third key
+        int ranks = 0;
+        for (const auto& [id, v] : plp[i].items()) ranks += v["rank"].get<int>() <= 2;
+        EXPECT_EQ(ranks, 2) << i;
+    }
+    auto chat = post("/v1/chat/completions", kHello + R"("max_tokens": 1, "prompt_logprobs": 0})");
+    ASSERT_TRUE(chat);
+    ASSERT_EQ(chat->status, 200) << chat->body;
+    const json cj = json::parse(chat->body);
+    EXPECT_EQ(cj["prompt_logprobs"].size(), cj["usage"]["prompt_tokens"].get<size_t>());
+    expect_error(
+        post("/v1/completions",
+             json{{"model", "tiny"}, {"prompt", ids}, {"prompt_logprobs", 1}, {"stream", true}}.dump()),
+        400, "prompt_logprobs");
     expect_error(post("/v1/completions",
                       json{{"model", "tiny"}, {"prompt", ids}, {"echo", true}, {"stream", true}}.dump()),
                  400, "echo");
