@@ -36,7 +36,8 @@ if [[ ${PART:-tests} == tests ]]; then
     --gtest_filter='*GemvsQuantise*:*CudaLinearFp8Act*:*CudaLinearsFp8Act*:*CudaMoe.MatchesRef/*mma*:*MatchesRef/*one_token*:*CudaActQuant*:*CudaLinear.*' \
     > "$OUT/ops.log" 2>&1
   echo "tests rc $?"; summary "$OUT/ops.log" | grep -v "^fp8\|cuBLASLt FP8" ; grep "fp8_mma relative" "$OUT/ops.log"
-  timeout 90 $d/bin/cuda_model_test --gtest_filter='CudaPrefixCache.*' > "$OUT/prefix_cache.log" 2>&1
+  DEEPINFER_TEST_DATA=$PWD/tests/data timeout 90 $d/bin/cuda_model_test --gtest_filter='CudaPrefixCache.*' \
+    > "$OUT/prefix_cache.log" 2>&1
   echo "prefix cache rc $?"; summary "$OUT/prefix_cache.log"
   for st in 0 4 8; do
     DEEPINFER_MOE_MMA_STAGES=$st timeout 60 $d/bin/cuda_kernel_bench --only moe --quick > "$OUT/moe_$st.log" 2>&1
