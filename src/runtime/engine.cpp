@@ -394,7 +394,7 @@ bool Engine::Impl::defer_for_shared_prefix(uint64_t id) {
                             : restored != restores.end() ? restored->second.n_tokens
                                                          : 0;
         if (target <= fed) continue;  // kept already, or never will be
-        if (hit < 0) hit = prefix_cache->cached_length(h.prompt(), h.cache_salt());
+        if (hit < 0) hit = prefix_cache->cached_length(hk);
         if (target > hit) return true;
     }
     return false;

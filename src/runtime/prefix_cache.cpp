@@ -82,6 +82,12 @@ int64_t PrefixCache::cached_length(std::span<const int32_t> prompt, std::string_
     return it == entries_.end() ? 0 : int64_t(it->tokens.size());
 }
 
+int64_t PrefixCache::cached_length(std::span<const uint64_t> keys) const {
+    for (size_t i = keys.size(); i-- > 0;)
+        if (by_key_.count(keys[i])) return int64_t(i + 1) * chunk_;
+    return 0;
+}
+
 std::optional<PrefixCache::Hit> PrefixCache::lookup(std::span<const int32_t> prompt, std::string_view salt) {
     const auto best = longest(prompt, salt);
     if (best == entries_.end()) return std::nullopt;

@@ -46,6 +46,9 @@ class PrefixCache {
     std::optional<Hit> lookup(std::span<const int32_t> prompt, std::string_view salt = {});
     // The tokens lookup() would restore (0: none), leaving the order of use as it is.
     int64_t cached_length(std::span<const int32_t> prompt, std::string_view salt = {}) const;
+    // The same from a prompt's boundary_keys(), by key alone (no pass over the tokens: for admission's
+    // decisions, which a lookup then confirms).
+    int64_t cached_length(std::span<const uint64_t> keys) const;
     // The keys of a prompt's chunk boundaries up to its keep point (key i: salt and the first (i + 1) * chunk
     // tokens): two prompts share their first i + 1 chunks where their first i + 1 keys are equal (up to a
     // 2^-64 chance, which a lookup's token comparison rules out; these only steer admission).
