@@ -15,12 +15,10 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import random
-import subprocess
 import time
 
-from serve_bench import ROOT, start_server, stop_server
+from serve_bench import ROOT, machine_and_commit, served_model, start_server, stop_server
 
 
 def chat_turn(host, port, model, messages, max_tokens):
@@ -54,9 +52,7 @@ def chat_turn(host, port, model, messages, max_tokens):
 def conversation(binary, model_dir, args, turns, words, max_tokens, seed):
     proc, host, port = start_server(binary, model_dir, args)
     try:
-        c = http.client.HTTPConnection(host, port)
-        c.request("GET", "/v1/models")
-        model = json.loads(c.getresponse().read())["data"][0]["id"]
+        model = served_model(host, port)
         rng = random.Random(seed)
         vocab = "state cache model token prefix chunk expert window layer decode prefill memory".split()
         chat_turn(host, port, model, [{"role": "user", "content": "warm up"}], 2)  # first-request costs
@@ -86,10 +82,7 @@ def main():
     model, cached = conversation(a.binary, a.model, extra, a.turns, a.words, a.max_tokens, a.seed)
     _, plain = conversation(a.binary, a.model, extra + ["--no-prefix-cache"], a.turns, a.words, a.max_tokens,
                             a.seed)
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"commit {commit}; model {model}; {a.turns} turns of {a.words} words, max_tokens {a.max_tokens}; "
+    print(f"{machine_and_commit()}; model {model}; {a.turns} turns of {a.words} words, max_tokens {a.max_tokens}; "
           f"serve args: {a.serve_args or '(defaults)'}")
     print()
     print("| turn | prompt tokens | cached | TTFT cache s | TTFT no cache s | speed-up | same answer |")

@@ -72,6 +72,19 @@ def start_server(binary, model, args):
     raise SystemExit("server did not start")
 
 
+def served_model(host, port):
+    c = http.client.HTTPConnection(host, port)
+    c.request("GET", "/v1/models")
+    return json.loads(c.getresponse().read())["data"][0]["id"]
+
+
+def machine_and_commit():
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    return f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores; " \
+           f"commit {commit}"
+
+
 def stop_server(proc):
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
@@ -123,13 +136,8 @@ def main():
     else:
         proc, host, port = start_server(a.binary, a.model, a.serve_args.split())
     try:
-        c = http.client.HTTPConnection(host, port)
-        c.request("GET", "/v1/models")
-        model = json.loads(c.getresponse().read())["data"][0]["id"]
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-        print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-              f"commit {commit}; model {model}; prompt {len(a.prompt)} chars; max_tokens {a.max_tokens}; "
+        model = served_model(host, port)
+        print(f"{machine_and_commit()}; model {model}; prompt {len(a.prompt)} chars; max_tokens {a.max_tokens}; "
               f"{a.requests_per_client} requests per client; serve args: {a.serve_args or '(defaults)'}")
         print()
         print("| concurrency | requests | gen tokens | wall s | tok/s | req/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |")

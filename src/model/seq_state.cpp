@@ -74,21 +74,18 @@ bool DeepseekV4State::copy_from(const SequenceState& from) {
     DI_CHECK(n <= capacity_, "state copy of {} tokens into a state for {}", n, capacity_);
     // Everything but the compressed entries has the same shape whatever the capacity; of those, the first
     // n / rate rows are written (CompressArgs::n_new), the rest is never read.
-    auto copy = [&](const TensorView& dst, const TensorView& src, bool entries, int64_t rate) {
-        if (!entries) return backend_->copy(dst, src);
-        const int64_t rows = n / rate;
-        if (rows > 0) backend_->copy(dst.rows(0, rows), src.rows(0, rows));
-    };
     for (size_t l = 0; l < layers_.size(); ++l) {
         const LayerState &d = layers_[l], &s = f->layers_[l];
-        copy(d.ring, s.ring, false, 0);
+        backend_->copy(d.ring, s.ring);
         if (rates_[l] == 0) continue;
+        const int64_t rows = n / rates_[l];
         for (const auto& [dc, sc] : {std::pair{&d.comp, &s.comp}, std::pair{&d.index, &s.index}}) {
             for (const auto& [dv, sv] :
                  {std::pair{dc->buf_kv, sc->buf_kv}, std::pair{dc->buf_gate, sc->buf_gate},
                   std::pair{dc->ovl_kv, sc->ovl_kv}, std::pair{dc->ovl_gate, sc->ovl_gate}})
-                if (dv.data != nullptr) copy(dv, sv, false, 0);
-            if (dc->entries.data != nullptr) copy(dc->entries, sc->entries, true, rates_[l]);
+                if (dv.data != nullptr) backend_->copy(dv, sv);
+            if (dc->entries.data != nullptr && rows > 0)
+                backend_->copy(dc->entries.rows(0, rows), sc->entries.rows(0, rows));
         }
     }
     n_tokens_ = n;

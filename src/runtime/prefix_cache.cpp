@@ -77,11 +77,6 @@ int64_t PrefixCache::kept_at_most(int64_t limit, int64_t n_prompt) const {
     return at;
 }
 
-int64_t PrefixCache::cached_length(std::span<const int32_t> prompt, std::string_view salt) const {
-    const auto it = longest(prompt, salt);
-    return it == entries_.end() ? 0 : int64_t(it->tokens.size());
-}
-
 int64_t PrefixCache::cached_length(std::span<const uint64_t> keys) const {
     for (size_t i = keys.size(); i-- > 0;)
         if (by_key_.count(keys[i])) return int64_t(i + 1) * chunk_;

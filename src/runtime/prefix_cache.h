@@ -44,10 +44,8 @@ class PrefixCache {
     // The longest entry of `salt` (Request::cache_salt) whose tokens begin `prompt` and are fewer than it;
     // marks it the most recently used.
     std::optional<Hit> lookup(std::span<const int32_t> prompt, std::string_view salt = {});
-    // The tokens lookup() would restore (0: none), leaving the order of use as it is.
-    int64_t cached_length(std::span<const int32_t> prompt, std::string_view salt = {}) const;
-    // The same from a prompt's boundary_keys(), by key alone (no pass over the tokens: for admission's
-    // decisions, which a lookup then confirms).
+    // About the tokens lookup() would restore (0: none), from a prompt's boundary_keys() by key alone (no
+    // pass over the tokens: for admission's decisions, which a lookup then confirms).
     int64_t cached_length(std::span<const uint64_t> keys) const;
     // The keys of a prompt's chunk boundaries up to its keep point (key i: salt and the first (i + 1) * chunk
     // tokens): two prompts share their first i + 1 chunks where their first i + 1 keys are equal (up to a

@@ -403,6 +403,19 @@ std::vector<int32_t> joined(std::vector<int32_t> a, std::span<const int32_t> b) 
     return a;
 }
 
+// Each request alone, one after another, on an engine without the prefix cache (chunks of 8): the outputs
+// the cache must reproduce.
+std::vector<Collected> each_without_cache(const std::vector<Request>& reqs) {
+    EngineOptions o = options(8);
+    o.prefix_cache = false;
+    auto plain = make_engine(o);
+    std::vector<Collected> out;
+    if (!plain) return out;
+    for (const Request& r : reqs) out.push_back(collect(**plain->submit(r)));
+    EXPECT_EQ(plain->stats().prefix_cache_entries, 0u);
+    return out;
+}
+
 // The prefix cache (on by default) against the engine without it: requests whose prompts begin with an
 // earlier prompt's kept states (the same prompt again, a longer one as a chat's next turn, one sharing only
 // its first 20 tokens) start from them and give the same tokens and logprobs, bit for bit, greedy and seeded
@@ -430,16 +443,9 @@ TEST(Engine, PrefixCacheGivesTheOutputsOfNoCache) {
         }
         reqs.push_back(r);
     }
+    const std::vector<Collected> want = each_without_cache(reqs);
+    ASSERT_EQ(want.size(), reqs.size());
     EngineOptions o = options(8);
-    o.prefix_cache = false;
-    std::vector<Collected> want;
-    {
-        auto plain = make_engine(o);
-        ASSERT_TRUE(plain);
-        for (const Request& r : reqs) want.push_back(collect(**plain->submit(r)));
-        EXPECT_EQ(plain->stats().prefix_cache_entries, 0u);
-    }
-    o.prefix_cache = true;
     auto engine = make_engine(o);
     ASSERT_TRUE(engine);
     auto same = [](const Collected& got, const Collected& w, size_t i) {
@@ -490,15 +496,9 @@ TEST(Engine, PrefixCacheSharesABeginningPrefilledAtOnce) {
     std::vector<Request> reqs;
     for (int i = 0; i < 6; ++i) reqs.push_back(greedy(joined(base, random_tokens(rng, 4)), 5));
     reqs.push_back(greedy(random_tokens(rng, 40), 5));  // shares nothing: never waits
+    const std::vector<Collected> want = each_without_cache(reqs);
+    ASSERT_EQ(want.size(), reqs.size());
     EngineOptions o = options(8);
-    o.prefix_cache = false;
-    std::vector<Collected> want;
-    {
-        auto plain = make_engine(o);
-        ASSERT_TRUE(plain);
-        for (const Request& r : reqs) want.push_back(collect(**plain->submit(r)));
-    }
-    o.prefix_cache = true;
     auto engine = make_engine(o);
     ASSERT_TRUE(engine);
     std::vector<std::shared_ptr<RequestStream>> streams;

@@ -29,6 +29,7 @@
 
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -57,13 +58,6 @@ struct Params {
     int64_t ldy, n, in, out;
     int ks;  // blocks a cluster (a tile's split of K)
 };
-
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // A lane's 16-byte units of a chunk slot: weights [tile t][row g / g + 8][half], then (unless the warp
 // quantises its own token rows) tokens [group][half].
@@ -174,7 +168,7 @@ __device__ __forceinline__ void compute_chunk(const uint4* slot, const unsigned 
             for (int s = 0; s < 4; ++s) {
                 const uint32_t a[4] = {word(r0, 2 * s), word(r1, 2 * s), word(r0, 2 * s + 1),
                                        word(r1, 2 * s + 1)};
-                mma_e4m3(d, a, word(tx, 2 * s), word(tx, 2 * s + 1));
+                mma::mma_e4m3(d, a, word(tx, 2 * s), word(tx, 2 * s + 1));
             }
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[gi][t][e] = fmaf(d[e], ws[t] * sxv[gi][e & 1], acc[gi][t][e]);

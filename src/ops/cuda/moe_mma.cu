@@ -124,18 +124,23 @@ __device__ __forceinline__ void compute_frag(const Frag<NM, MT>& f, float (&acc)
         }
 }
 
-// Partial sums of one warp over chunks [c0, c1), two chunks' loads in flight. `first` runs once the first
-// chunk's weight loads are issued, before any activation is read (one token: the warp makes its chunks).
-template <int NM, int MT, bool kShared, typename First>
-__device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, float (&acc)[NM][MT][4],
-                                            First&& first) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+template <int NM, int MT>
+__device__ __forceinline__ void zero_acc(float (&acc)[NM][MT][4]) {
 #pragma unroll
     for (int m = 0; m < NM; ++m)
 #pragma unroll
         for (int t = 0; t < MT; ++t)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][t][e] = 0.0f;
+}
+
+// Partial sums of one warp over chunks [c0, c1), two chunks' loads in flight. `first` runs once the first
+// chunk's weight loads are issued, before any activation is read (one token: the warp makes its chunks).
+template <int NM, int MT, bool kShared, typename First>
+__device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, float (&acc)[NM][MT][4],
+                                            First&& first) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    zero_acc(acc);
     Frag<NM, MT> f0, f1;
     load_w(j, c0, g, q, f0);
     first();
@@ -187,12 +192,7 @@ __device__ __forceinline__ void warp_chunks_staged(const Job<NM>& j, int c0, int
                                                    uint4* w, uint32_t* sc, First&& first) {
     constexpr int U = kSlotUnits<NM, MT>;
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int m = 0; m < NM; ++m)
-#pragma unroll
-        for (int t = 0; t < MT; ++t)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[m][t][e] = 0.0f;
+    zero_acc(acc);
 #pragma unroll
     for (int s = 0; s < S; ++s) {  // one group per slot, empty past c1: every wait counts the same
         if (c0 + s < c1) stage_chunk<NM, MT>(j, c0 + s, g, q, lane, w + s * U, sc + s * U);
