@@ -284,6 +284,7 @@ int main(int argc, char** argv) {
     int threads = 0;
     bool e2e = true, read_only = false;
     int64_t n_decode = 32;
+    std::string only;  // run only the op rows whose name contains this
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--threads" && i + 1 < argc) {
@@ -295,6 +296,8 @@ int main(int argc, char** argv) {
             n_decode = std::stoll(argv[++i]);
         else if (a == "--read-bandwidth")
             read_only = true;
+        else if (a == "--only" && i + 1 < argc)
+            only = argv[++i];
     }
     ops::CpuBackend cpu(threads);
     auto ref = ops::make_ref_backend();
@@ -332,16 +335,25 @@ int main(int argc, char** argv) {
          ops::ActQuant::kFp8Block128},
         {"fp8 o_b 8192->4096 native", 1, 8192, 4096, ops::WeightFormat::kFp8Block,
          ops::ActQuant::kFp8Block128},
+        {"fp8 q_a 4096->1024 native", 4, 4096, 1024, ops::WeightFormat::kFp8Block,
+         ops::ActQuant::kFp8Block128},
+        {"fp8 q_a 4096->1024 native", 8, 4096, 1024, ops::WeightFormat::kFp8Block,
+         ops::ActQuant::kFp8Block128},
         {"fp8 q_a 4096->1024 native", 16, 4096, 1024, ops::WeightFormat::kFp8Block,
          ops::ActQuant::kFp8Block128},
         {"fp8 q_a 4096->1024 native", 128, 4096, 1024, ops::WeightFormat::kFp8Block,
          ops::ActQuant::kFp8Block128},
     };
-    for (const LinearCase& c : cases) bench_linear(cpu, *ref, c, copy_bw);
-    bench_moe(cpu, *ref, 1, copy_bw);
-    bench_moe(cpu, *ref, 8, copy_bw);
-    bench_moe(cpu, *ref, 1, copy_bw, ops::ActQuant::kFp8Block128);
-    bench_moe(cpu, *ref, 8, copy_bw, ops::ActQuant::kFp8Block128);
+    for (const LinearCase& c : cases)
+        if (std::string(c.name).find(only) != std::string::npos) bench_linear(cpu, *ref, c, copy_bw);
+    if (std::string("moe").find(only) != std::string::npos || only == "native") {
+        if (only != "native") {
+            bench_moe(cpu, *ref, 1, copy_bw);
+            bench_moe(cpu, *ref, 8, copy_bw);
+        }
+        bench_moe(cpu, *ref, 1, copy_bw, ops::ActQuant::kFp8Block128);
+        bench_moe(cpu, *ref, 8, copy_bw, ops::ActQuant::kFp8Block128);
+    }
     if (!e2e) return 0;
 
     auto dir = demo::ensure_demo_model();

@@ -186,6 +186,7 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
         }
         s.n += int64_t(c.tokens.size());
     }
+    step_rows_ = s.len, step_n_ = s.n;
     s.tokens = upload_i32(ws_, *be_, tokens);
     s.positions = upload_i32(ws_, *be_, positions);
     s.streams = ws_.take(DType::kF32, {s.n, hc, D});
@@ -314,7 +315,8 @@ MoeArgs DeepseekV4::moe_args(int l, const TensorView& x, const TensorView& ids, 
         .n_experts = int64_t(fw.experts.size()),
         .out = out,
         .limit = cfg_.swiglu_limit > 0 ? float(cfg_.swiglu_limit) : std::numeric_limits<float>::infinity(),
-        .act = quant ? ops::ActQuant::kFp8Block128 : ops::ActQuant::kNone};
+        .act = quant ? ops::ActQuant::kFp8Block128 : ops::ActQuant::kNone,
+        .row_groups = x.shape[0] == step_n_ ? step_rows_ : std::span<const int64_t>{}};
 }
 
 MhcPreArgs DeepseekV4::mhc_pre_args(const HcWeights& hw, const Step& s) const {
@@ -332,6 +334,7 @@ MhcPreArgs DeepseekV4::mhc_pre_args(const HcWeights& hw, const Step& s) const {
 
 LinearArgs DeepseekV4::lin(const TensorView& x, const QWeight& w, const TensorView& y) const {
     LinearArgs a{.x = x, .w = w, .y = y};
+    if (x.shape[0] == step_n_) a.row_groups = step_rows_;
     if (precision_ == Precision::kNative && w.format == ops::WeightFormat::kFp8Block &&
         w.in_dim % ops::kActBlock == 0)
         a.act = ops::ActQuant::kFp8Block128;

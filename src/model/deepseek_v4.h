@@ -85,6 +85,10 @@ class DeepseekV4 final : public Model {
     Tensor inv_freq_main_, inv_freq_compress_;  // f32 [rope_dim / 2] on the device
     float mscale_main_ = 1.0f, mscale_compress_ = 1.0f;
     Precision precision_ = Precision::kExact;
+    // The current step's rows by sequence (Step::len) for the linears and experts on its token rows
+    // (ops::LinearArgs::row_groups), and their total.
+    std::span<const int64_t> step_rows_;
+    int64_t step_n_ = -1;
     TensorView step_logits_;  // forward_candidates' logits on the backend, until the next step
     parallel::Communicator* comm_ = nullptr;
     ExpertPartition experts_;

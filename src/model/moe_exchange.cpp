@@ -97,6 +97,7 @@ void exchange_routed_experts(Backend& be, Workspace& ws, parallel::Communicator&
                         ++pairs_out[size_t(p)];
                     }
         MoeArgs e = m;
+        e.row_groups = {};  // the ranks' tokens: one group, the kernels picked by their count
         e.x = x_recv;
         e.ids = ids_recv;
         e.weights = take(DType::kF32, M, k);

@@ -166,6 +166,7 @@ void check(const MoeArgs& a) {
                      (0 <= a.expert_first && a.expert_first <= a.expert_end && a.expert_end <= a.n_experts),
                  "moe: experts [{}, {}) of {}", a.expert_first, a.expert_end, a.n_experts);
     }
+    check_row_groups(a.row_groups, a.x.shape[0], "moe");
 }
 
 }  // namespace di::ops

@@ -47,6 +47,16 @@ void check(const LinearArgs& a) {
              "linear: x {} y {} vs weight [{}, {}]", a.x.describe(), a.y.describe(), a.w.out_dim, a.w.in_dim);
     DI_CHECK(a.act == ActQuant::kNone || a.w.in_dim % kActBlock == 0,
              "linear: fp8 activation blocks need in_dim a multiple of {}, got {}", kActBlock, a.w.in_dim);
+    check_row_groups(a.row_groups, a.x.shape[0], "linear");
+}
+
+void check_row_groups(std::span<const int64_t> groups, int64_t rows, const char* op) {
+    int64_t sum = 0;
+    for (int64_t g : groups) {
+        DI_CHECK(g > 0, "{}: row group of {} rows", op, g);
+        sum += g;
+    }
+    DI_CHECK(groups.empty() || sum == rows, "{}: row groups of {} rows for {} rows", op, sum, rows);
 }
 
 }  // namespace di::ops

@@ -4,6 +4,8 @@
 //   fp4 group:  W[o, i] = fp4(q[o, i]) * scale[o, i / 32]          (two values per byte, low nibble first)
 #pragma once
 
+#include <span>
+
 #include "ops/op_common.h"
 
 namespace di::ops {
@@ -38,6 +40,10 @@ struct LinearArgs {
     QWeight w;     // [out, in]
     TensorView y;  // f32 [n, out], unit last stride, any row stride
     ActQuant act = ActQuant::kNone;
+    // The rows' sequences, when the caller knows them: the sizes of consecutive row groups, summing to x's
+    // rows (empty: one group). A backend may pick a kernel per group by the group's size, never by the
+    // batch's, so a sequence's rows do not depend on what else is in the batch.
+    std::span<const int64_t> row_groups{};
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, x, Role::kIn);
@@ -45,5 +51,6 @@ struct LinearArgs {
     }
 };
 void check(const LinearArgs& a);
+void check_row_groups(std::span<const int64_t> groups, int64_t rows, const char* op);
 
 }  // namespace di::ops

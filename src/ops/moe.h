@@ -65,6 +65,7 @@ struct MoeArgs {
     Pass pass = Pass::kWhole;
     TensorView slots{};  // f32 [n, k, hidden_dim], contiguous
     int64_t expert_first = 0, expert_end = 0;
+    std::span<const int64_t> row_groups{};  // x's rows by sequence, as LinearArgs::row_groups
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, x, Role::kIn);

@@ -140,26 +140,30 @@ TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {
     check_fp8_act_linear(7, 8192, 128);
 }
 
-// Each row's result of a native fp8 linear is the same bits alone, inside a batch, and on one or two threads.
-TEST(LinearFp8Act, RowsAreBatchAndThreadInvariant) {
-    const int64_t n = 7, in = 1024, out = 264;
+// A row group's results of a native fp8 linear (a sequence's rows in a step) are the same bits alone, inside
+// a batch of other groups, and on one or two threads: groups of 1 and 3 rows take the AVX-512 kernels and
+// groups of 6 and 9 the AMX tiles where the machine has them (cpu::kAmxMinRows), each by its own size.
+// Without groups the call is one group.
+TEST(LinearFp8Act, RowGroupsAreBatchAndThreadInvariant) {
+    const std::vector<int64_t> groups = {1, 6, 3, 1, 9, 1};
+    const int64_t n = 21, in = 1024, out = 264;
     TestWeight tw = make_weight(ops::WeightFormat::kFp8Block, out, in);
     Tensor x(host_allocator(), DType::kF32, {n, in});
     fill_uniform(x.view(), -2.0f, 2.0f);
-    auto run = [&](ops::Backend& be, int64_t r0, int64_t rows) {
+    auto run = [&](ops::Backend& be, int64_t r0, int64_t rows, std::span<const int64_t> g) {
         Tensor y(host_allocator(), DType::kF32, {rows, out});
-        be.linear({x.view().rows(r0, rows), tw.w, y.view(), ops::ActQuant::kFp8Block128});
+        be.linear({x.view().rows(r0, rows), tw.w, y.view(), ops::ActQuant::kFp8Block128, g});
         return std::vector<float>(y.view().ptr<float>(), y.view().ptr<float>() + rows * out);
     };
-    const std::vector<float> all = run(*backends().cpu, 0, n);
+    const std::vector<float> all = run(*backends().cpu, 0, n, groups);
     ops::CpuBackend one_thread(1);
-    EXPECT_EQ(all, run(one_thread, 0, n)) << "one thread against two";
-    for (int64_t r = 0; r < n; ++r) {
-        const std::vector<float> alone = run(*backends().cpu, r, 1);
-        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r * out)) << "row " << r << " alone";
+    EXPECT_EQ(all, run(one_thread, 0, n, groups)) << "one thread against two";
+    int64_t r0 = 0;
+    for (int64_t g : groups) {
+        const std::vector<float> alone = run(*backends().cpu, r0, g, {});
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r0 * out)) << "group at row " << r0;
+        r0 += g;
     }
-    const std::vector<float> pair = run(*backends().cpu, 3, 2);
-    EXPECT_TRUE(std::equal(pair.begin(), pair.end(), all.begin() + 3 * out)) << "rows 3-4 as a pair";
 }
 
 TEST(LinearFp8ActDeathTest, NeedsInDimAMultipleOf128) {

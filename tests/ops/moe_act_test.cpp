@@ -133,6 +133,40 @@ TEST(MoeAct, CpuTokensAloneEqualTheirRowsInTheBatch) {
     }
 }
 
+// Row groups (a sequence's tokens in a step): a group of kAmxMinTokens tokens takes the AMX tiles where the
+// machine has them, the groups of 1 and 5 the AVX-512 kernels; each group's rows are the same bits alone
+// and inside the batch, and the batch stays within cpu's tolerance of ref (1e-3 relative L2, as above).
+TEST(MoeAct, CpuRowGroupsAloneEqualTheirRowsInTheBatch) {
+    const int64_t big = ops::cpu::kAmxMinTokens;
+    const std::vector<int64_t> groups = {1, big, 5};
+    for (WeightFormat fmt : {WeightFormat::kFp4Group, WeightFormat::kFp8Block}) {
+        SCOPED_TRACE(int(fmt));
+        Moe m(fmt, big + 6);
+        auto run = [&](int64_t t0, int64_t rows, std::span<const int64_t> g) {
+            Tensor out(host_allocator(), DType::kF32, {rows, m.D});
+            ops::MoeArgs a{.x = m.x.view().rows(t0, rows),
+                           .ids = m.ids.view().rows(t0, rows),
+                           .weights = m.wts.view().rows(t0, rows),
+                           .experts = m.experts.data(),
+                           .n_experts = m.E,
+                           .out = out.view(),
+                           .limit = m.limit,
+                           .act = ActQuant::kFp8Block128,
+                           .row_groups = g};
+            backends().cpu->moe(a);
+            return to_vector(out.view());
+        };
+        const std::vector<float> all = run(0, m.n, groups);
+        EXPECT_LE(rel_l2(m.run(*backends().ref, ActQuant::kFp8Block128), all), 1e-3);
+        int64_t t0 = 0;
+        for (int64_t g : groups) {
+            const std::vector<float> alone = run(t0, g, {});
+            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + t0 * m.D)) << "group at " << t0;
+            t0 += g;
+        }
+    }
+}
+
 // The native fp4 kernel (AVX-512 BF16 machines) against ref's linear on the same quantised rows: within the
 // sum bound of every cpu linear (float_sum_tol(in) sum |x w|), at 1, 2, 3, 5 and 9 token rows (its 1-, 2- and
 // 4-row passes; from 5 rows on weight rows converted once), a partial tile, short and V4-Flash-long rows.

@@ -2,6 +2,8 @@
 // reused for every input row, spread over the pool by output rows.
 #include "ops/cpu/cpu_backend.h"
 
+#include <algorithm>
+
 #include "ops/act_quant.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/ref/ref_backend.h"
@@ -58,8 +60,35 @@ void CpuBackend::linear(const LinearArgs& in_args) {
     check(in_args);
     LinearArgs a = in_args;
     if (a.act == ActQuant::kFp8Block128) a.x = fp8_block_quant_dequant(a.x, xq_);
+    if (a.x.shape[0] == 0 || a.w.out_dim == 0) return;
+    if (a.act == ActQuant::kFp8Block128 && cpu::amx_supported(a.w))  // native FP8 on AMX (cpu_amx.cpp)
+        return cpu::for_each_kernel_run(a.row_groups, a.x.shape[0], cpu::kAmxMinRows,
+                                        [&](int64_t r0, int64_t rows, bool amx) {
+                                            LinearArgs part = a;
+                                            part.x = a.x.rows(r0, rows), part.y = a.y.rows(r0, rows);
+                                            amx ? linear_amx(part) : linear_tiles(part);
+                                        });
+    linear_tiles(a);
+}
+
+void CpuBackend::linear_amx(const LinearArgs& a) {
     const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
-    if (n == 0 || out == 0) return;
+    xrows_.resize(size_t(n));
+    for (int64_t r = 0; r < n; ++r) xrows_[size_t(r)] = a.x.ptr<float>() + r * a.x.stride[0];
+    xbf_.resize(size_t(n * in));
+    const cpu::AmxXRange xr = cpu::amx_prepare_x(a.w, xrows_.data(), n, xbf_.data());
+    const int64_t n_blocks = (out + cpu::kAmxRows - 1) / cpu::kAmxRows;
+    const int64_t grain = cpu::tiles_per_task(n_blocks, cpu::kAmxRows * in * n, pool_.size());
+    pool_.parallel_for(n_blocks, grain, [&](int64_t b0, int64_t b1, int worker) {
+        const int64_t o0 = b0 * cpu::kAmxRows, o1 = std::min(out, b1 * cpu::kAmxRows);
+        cpu::amx_rows(a.w, o0, o1, xbf_.data(), xr, xrows_.data(), n, a.y.ptr<float>() + o0, a.y.stride[0],
+                      scratch_[size_t(worker)]);
+    });
+}
+
+// Tiles of kTileRows weight rows against every x row (x already quantised for the native precision).
+void CpuBackend::linear_tiles(const LinearArgs& a) {
+    const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
     xrows_.resize(size_t(n));
     for (int64_t r = 0; r < n; ++r) xrows_[size_t(r)] = a.x.ptr<float>() + r * a.x.stride[0];
     // native FP8: the quantised rows as bf16 in the kernel's order (cpu_native_fp8.cpp)

@@ -47,10 +47,18 @@ constexpr int cpu_fast_index(std::string_view op) {
 // Variant names: every fast op has its SIMD kernel and the reference code (the fallback).
 inline constexpr std::string_view kCpuSimd = "cpu_simd", kCpuRef = "ref";
 
+namespace cpu {
+// The bf16 exponent fields of the nonzero values of rows prepared for the AMX tiles (lo > hi: none).
+struct AmxXRange {
+    int lo = 255, hi = 0;
+};
+}  // namespace cpu
+
 // Per-thread scratch memory, grown on demand and kept (no allocation once warm).
 struct CpuScratch {
-    std::vector<float> w;    // dequantised weight rows
-    std::vector<float> acc;  // tile results
+    std::vector<float> w;     // dequantised weight rows
+    std::vector<float> acc;   // tile results
+    std::vector<float> rows;  // an AMX task's results (moe)
     // indexer_topk
     std::vector<float> wt, score;
     std::vector<const float*> qrows;
@@ -92,6 +100,9 @@ class CpuBackend final : public Backend {
     bool force_variant(std::string_view op, std::string_view variant) override;
 
   private:
+    void linear_amx(const LinearArgs& a);                 // native FP8 on the AMX tiles, x quantised
+    void linear_tiles(const LinearArgs& a);               // the AVX-512 / AVX2 / baseline tiles
+    void moe_rows(const MoeArgs& a, bool amx);            // moe's phases 1-2 (and 3 unless a pass)
     void combine(const MoeArgs& a, const float* d_rows);  // moe's phase 3 (cpu_moe.cpp)
     // Whether fast op `i` (cpu_fast_index) runs its SIMD kernel this call, counting the dispatch.
     bool take_fast(int i) {
@@ -130,6 +141,8 @@ class CpuBackend final : public Backend {
     std::vector<float> moe_xq_;                // the tokens' quantised rows (MoeArgs::act)
     std::vector<uint16_t> moe_xbf_, moe_hbf_;  // those rows and h's as bf16 for the native fp4 kernel
     std::vector<const uint16_t*> moe_xbf_rows_, moe_hbf_rows_;
+    std::vector<uint16_t> moe_xv_;  // x's or h's rows for the AMX tiles, per expert (cpu_amx.cpp)
+    std::vector<cpu::AmxXRange> moe_xr_;
     std::vector<float> moe_h_, moe_d_;
     // attention: visible key rows of query t are att_keys_[att_off_[t] .. att_off_[t + 1]).
     std::vector<const float*> att_keys_;

@@ -28,9 +28,24 @@ float swiglu_one(float g, float u, float limit) {
 void CpuBackend::moe(const MoeArgs& a) {
     if (!take_fast(cpu_fast_index("moe"))) return ref_->moe(a);
     check(a);
-    const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1], E = a.n_experts;
+    const int64_t n = a.x.shape[0], E = a.n_experts;
     if (n == 0) return;
     if (a.pass == MoeArgs::Pass::kCombine) return combine(a, a.slots.ptr<float>());
+    const ExpertWeights* placed = a.experts;  // a placed expert: the experts share one format
+    while (placed + 1 < a.experts + E && placed->w1.empty()) ++placed;
+    if (a.act != ActQuant::kFp8Block128 || !cpu::amx_supported(placed->w1)) return moe_rows(a, false);
+    // native FP4 experts on AMX tiles (cpu_amx.cpp) for the row groups of enough tokens
+    cpu::for_each_kernel_run(a.row_groups, n, cpu::kAmxMinTokens, [&](int64_t r0, int64_t rows, bool amx) {
+        MoeArgs part = a;
+        part.x = a.x.rows(r0, rows), part.ids = a.ids.rows(r0, rows), part.weights = a.weights.rows(r0, rows);
+        part.out = a.out.rows(r0, rows);
+        if (!a.slots.empty()) part.slots = a.slots.rows(r0, rows);
+        moe_rows(part, amx);
+    });
+}
+
+void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
+    const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1], E = a.n_experts;
     // Group the pairs p = t * k + j by expert (counting sort: token order within an expert); with
     // Pass::kExperts only the pairs of the given experts, the others' slots zeroed.
     moe_offsets_.assign(size_t(E + 1), 0);
@@ -49,7 +64,9 @@ void CpuBackend::moe(const MoeArgs& a) {
     auto bf16_dots = [&](const QWeight& w) { return quant && cpu::native_fp4_supported(w); };
     const ExpertWeights* placed = a.experts;  // a placed expert: the experts share one format
     while (placed + 1 < a.experts + E && placed->w1.empty()) ++placed;
-    const bool bf16_x = bf16_dots(placed->w1) && bf16_dots(placed->w3);  // the up products' kernel
+    const bool amx_up = amx && quant && cpu::amx_supported(placed->w1) && cpu::amx_supported(placed->w3);
+    const bool amx_down = amx && quant && cpu::amx_supported(placed->w2);
+    const bool bf16_x = !amx_up && bf16_dots(placed->w1) && bf16_dots(placed->w3);  // the up products' kernel
     if (quant) {  // the tokens' rows quantised once, read by every slot (and as bf16 by the native kernel)
         moe_xq_.resize(size_t(n * D));
         moe_xbf_.resize(bf16_x ? size_t(n * D) : 0);
@@ -92,15 +109,30 @@ void CpuBackend::moe(const MoeArgs& a) {
             moe_hbf_rows_[size_t(s)] = moe_hbf_.data() + moe_pairs_[size_t(s)] * I;
     }
 
+    // The AMX tiles' token rows, per expert at its first pair's place (x's width D, h's I)
+    auto prepare_amx = [&](bool down) {
+        moe_xv_.resize(size_t(used * (down ? I : D)));
+        moe_xr_.resize(size_t(E));
+        for (int64_t e = 0; e < E; ++e) {
+            const int64_t p0 = moe_offsets_[size_t(e)], np = moe_offsets_[size_t(e + 1)] - p0;
+            if (np == 0) continue;
+            const ExpertWeights& ew = a.experts[e];
+            moe_xr_[size_t(e)] =
+                cpu::amx_prepare_x(down ? ew.w2 : ew.w1, (down ? moe_hrows_.data() : xrows_.data()) + p0, np,
+                                   moe_xv_.data() + p0 * (down ? I : D));
+        }
+    };
+
     // Tasks: (expert, range of weight rows), about 8 per thread over all used experts.
     auto make_tasks = [&](bool down) {
+        const int64_t unit = (down ? amx_down : amx_up) ? cpu::kAmxRows : cpu::kTileRows;
         moe_tasks_.clear();
         int64_t total_rows = 0;
         for (int64_t e = 0; e < E; ++e)
             if (moe_offsets_[size_t(e + 1)] > moe_offsets_[size_t(e)])
                 total_rows += down ? D : a.experts[e].w1.out_dim;
-        const int64_t chunk = std::max<int64_t>(
-            cpu::kTileRows, (total_rows / (8 * int64_t(pool_.size()))) / cpu::kTileRows * cpu::kTileRows);
+        const int64_t chunk =
+            std::max<int64_t>(unit, (total_rows / (8 * int64_t(pool_.size()))) / unit * unit);
         for (int64_t e = 0; e < E; ++e) {
             if (moe_offsets_[size_t(e + 1)] == moe_offsets_[size_t(e)]) continue;
             const int64_t rows = down ? D : a.experts[e].w1.out_dim;
@@ -112,6 +144,7 @@ void CpuBackend::moe(const MoeArgs& a) {
     const int64_t grain = macs < cpu::kMinParallelMacs ? int64_t(1) << 40 : 1;
 
     make_tasks(false);
+    if (amx_up) prepare_amx(false);
     pool_.parallel_for(int64_t(moe_tasks_.size()), grain, [&](int64_t b, int64_t end, int worker) {
         CpuScratch& s = scratch_[size_t(worker)];
         for (int64_t ti = b; ti < end; ++ti) {
@@ -119,6 +152,20 @@ void CpuBackend::moe(const MoeArgs& a) {
             const ExpertWeights& ew = a.experts[task.expert];
             const int64_t p0 = moe_offsets_[size_t(task.expert)],
                           np = moe_offsets_[size_t(task.expert + 1)] - p0;
+            if (amx_up) {
+                const int64_t nr = task.o1 - task.o0;
+                s.rows.resize(size_t(2 * np * nr));
+                float *g = s.rows.data(), *u = s.rows.data() + np * nr;
+                const uint16_t* xv = moe_xv_.data() + p0 * D;
+                const cpu::AmxXRange xr = moe_xr_[size_t(task.expert)];
+                cpu::amx_rows(ew.w1, task.o0, task.o1, xv, xr, xrows_.data() + p0, np, g, nr, s);
+                cpu::amx_rows(ew.w3, task.o0, task.o1, xv, xr, xrows_.data() + p0, np, u, nr, s);
+                for (int64_t q = 0; q < np; ++q) {
+                    float* h = moe_h_.data() + moe_pairs_[size_t(p0 + q)] * I + task.o0;
+                    for (int64_t c = 0; c < nr; ++c) h[c] = swiglu_one(g[q * nr + c], u[q * nr + c], a.limit);
+                }
+                continue;
+            }
             if (s.acc.size() < size_t(2 * np * cpu::kTileRows)) s.acc.resize(size_t(2 * np * cpu::kTileRows));
             float *g = s.acc.data(), *u = s.acc.data() + np * cpu::kTileRows;
             for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
@@ -146,12 +193,13 @@ void CpuBackend::moe(const MoeArgs& a) {
                 const int32_t e = a.ids.ptr<int32_t>()[(pair / k) * a.ids.stride[0] + pair % k];
                 float* h = moe_h_.data() + pair * I;
                 fp8_block_quant_dequant_row(h, a.experts[e].w1.out_dim, h);
-                if (bf16_dots(a.experts[e].w2))
+                if (!amx_down && bf16_dots(a.experts[e].w2))
                     cpu::native_fp4_prepare_x(h, a.experts[e].w1.out_dim, moe_hbf_.data() + pair * I);
             }
         });
 
     make_tasks(true);
+    if (amx_down) prepare_amx(true);
     pool_.parallel_for(int64_t(moe_tasks_.size()), grain, [&](int64_t b, int64_t end, int worker) {
         CpuScratch& s = scratch_[size_t(worker)];
         for (int64_t ti = b; ti < end; ++ti) {
@@ -159,6 +207,15 @@ void CpuBackend::moe(const MoeArgs& a) {
             const ExpertWeights& ew = a.experts[task.expert];
             const int64_t p0 = moe_offsets_[size_t(task.expert)],
                           np = moe_offsets_[size_t(task.expert + 1)] - p0;
+            if (amx_down) {
+                const int64_t nr = task.o1 - task.o0;
+                s.rows.resize(size_t(np * nr));
+                cpu::amx_rows(ew.w2, task.o0, task.o1, moe_xv_.data() + p0 * I, moe_xr_[size_t(task.expert)],
+                              moe_hrows_.data() + p0, np, s.rows.data(), nr, s);
+                for (int64_t q = 0; q < np; ++q)
+                    std::copy_n(s.rows.data() + q * nr, nr, dout + moe_pairs_[size_t(p0 + q)] * D + task.o0);
+                continue;
+            }
             if (s.acc.size() < size_t(np * cpu::kTileRows)) s.acc.resize(size_t(np * cpu::kTileRows));
             for (int64_t o0 = task.o0; o0 < task.o1; o0 += cpu::kTileRows) {
                 const int64_t nw = std::min<int64_t>(cpu::kTileRows, task.o1 - o0);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/cpu/cpu_bf16_convert.h"
 #include "ops/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__) && !defined(__clang__)
@@ -34,22 +35,6 @@ constexpr int kGroup = 32;    // values per scale
 constexpr int kMaxRowsX = 4;  // token rows per pass
 constexpr int kMaxGroups = 512;
 
-// bf16 of the 16 e2m1 codes (sign in bit 3), as high and low bytes.
-struct Tables {
-    alignas(64) uint8_t hi[64] = {};
-    alignas(64) uint8_t lo[64] = {};
-    Tables() {
-        for (int n = 0; n < 16; ++n) {
-            const uint32_t b = std::bit_cast<uint32_t>(kFp4Values[n]);
-            hi[n] = uint8_t(b >> 24), lo[n] = uint8_t(b >> 16);  // exact: e2m1 needs 1 mantissa bit
-        }
-    }
-};
-const Tables& tables() {
-    static const Tables t;
-    return t;
-}
-
 // A row's group scales as floats (the UE8M0 byte b is 2^(b - 127): the float with exponent field b, or
 // load_scale's value for 0 and 255).
 DI_NATIVE_FP4 void row_scales(const QWeight& w, int64_t o, float* out) {
@@ -68,26 +53,14 @@ DI_NATIVE_FP4 void row_scales(const QWeight& w, int64_t o, float* out) {
         for (g = 0; g < groups; ++g) out[g] = load_scale(w.scale, o, g);
 }
 
-// 128 weights as bf16: aE, bE (even values), aO, bO (odd values), lane L of each from group L.
-DI_NATIVE_FP4 inline void convert128(const uint8_t* q, __m512i thi, __m512i tlo, __m512i (&v)[4]) {
-    const __m512i bytes = _mm512_loadu_si512(q);
-    const __m512i mask = _mm512_set1_epi8(0x0F);
-    const __m512i ne = _mm512_and_si512(bytes, mask),
-                  no = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
-    const __m512i he = _mm512_permutexvar_epi8(ne, thi), le = _mm512_permutexvar_epi8(ne, tlo);
-    const __m512i ho = _mm512_permutexvar_epi8(no, thi), lo = _mm512_permutexvar_epi8(no, tlo);
-    v[0] = _mm512_unpacklo_epi8(le, he), v[1] = _mm512_unpackhi_epi8(le, he);
-    v[2] = _mm512_unpacklo_epi8(lo, ho), v[3] = _mm512_unpackhi_epi8(lo, ho);
-}
-
-// Two weight rows as convert128 makes them (in bf16 per row), for token rows past the first group.
+// Two weight rows as fp4_to_bf16_128 makes them (in bf16 per row), for token rows past the first group.
 DI_NATIVE_FP4 void convert_rows(const uint8_t* w0, const uint8_t* w1, int64_t in, uint16_t* out) {
-    const Tables& t = tables();
+    const Fp4Bf16Tables& t = fp4_bf16_tables();
     const __m512i thi = _mm512_load_si512(t.hi), tlo = _mm512_load_si512(t.lo);
     for (int k = 0; k < 2; ++k)
         for (int64_t b = 0; b < in / 2; b += kBytes) {
             __m512i v[4];
-            convert128((k == 0 ? w0 : w1) + b, thi, tlo, v);
+            fp4_to_bf16_128((k == 0 ? w0 : w1) + b, thi, tlo, v);
             for (int j = 0; j < 4; ++j) _mm512_storeu_si512(out + k * in + 2 * b + 32 * j, v[j]);
         }
 }
@@ -99,7 +72,7 @@ template <int R, bool kConverted>
 DI_NATIVE_FP4 void pair_dots(const void* w0, const void* w1, const uint8_t* pf0, const uint8_t* pf1,
                              const float* sc0, const float* sc1, const uint16_t* const* x, int64_t in,
                              float* res) {
-    const Tables& t = tables();
+    const Fp4Bf16Tables& t = fp4_bf16_tables();
     const __m512i thi = _mm512_load_si512(t.hi), tlo = _mm512_load_si512(t.lo);
     const __m512i lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     __m512 tot[R][2];
@@ -114,8 +87,8 @@ DI_NATIVE_FP4 void pair_dots(const void* w0, const void* w1, const uint8_t* pf0,
         } else {
             if (pf0 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf0 + b), _MM_HINT_T0);
             if (pf1 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf1 + b), _MM_HINT_T0);
-            convert128(static_cast<const uint8_t*>(w0) + b, thi, tlo, v[0]);
-            convert128(static_cast<const uint8_t*>(w1) + b, thi, tlo, v[1]);
+            fp4_to_bf16_128(static_cast<const uint8_t*>(w0) + b, thi, tlo, v[0]);
+            fp4_to_bf16_128(static_cast<const uint8_t*>(w1) + b, thi, tlo, v[1]);
         }
         const int64_t g = 2 * b / kGroup;
         const __m512 s[2] = {_mm512_permutexvar_ps(lanes, _mm512_broadcast_f32x4(_mm_loadu_ps(sc0 + g))),
@@ -146,7 +119,7 @@ bool native_fp4_supported(const QWeight& w) {
 }
 
 void native_fp4_prepare_x(const float* x, int64_t in, uint16_t* out) {
-    for (int64_t c = 0; c < in; c += 2 * kBytes)  // 128 values: aE, bE, aO, bO of convert128
+    for (int64_t c = 0; c < in; c += 2 * kBytes)  // 128 values: the four vectors of fp4_to_bf16_128
         for (int v = 0; v < 4; ++v)
             for (int l = 0; l < 4; ++l)
                 for (int p = 0; p < 8; ++p) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/cpu/cpu_bf16_convert.h"
 #include "ops/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__) && !defined(__clang__)
@@ -34,43 +35,15 @@ constexpr int kChunk = 64;    // weights converted at once
 constexpr int kBlock = 128;   // fp8 block scale width
 constexpr int kMaxRowsX = 4;  // token rows per pass
 
-// bf16 of every e4m3 magnitude (the sign is bit 7 of both), split into high and low bytes.
-struct Tables {
-    alignas(64) uint8_t hi[128];
-    alignas(64) uint8_t lo[128];
-    Tables() {
-        for (int m = 0; m < 128; ++m) {
-            const uint32_t b = std::bit_cast<uint32_t>(fp8_e4m3_to_f32(uint8_t(m)));
-            hi[m] = uint8_t(b >> 24), lo[m] = uint8_t(b >> 16);  // exact: e4m3 needs 3 mantissa bits
-        }
-    }
-};
-const Tables& tables() {
-    static const Tables t;
-    return t;
-}
-
-// 64 weights as bf16 in the lane order of native_fp8_prepare_x: a = columns 0-7, 16-23, 32-39, 48-55,
-// b = 8-15, 24-31, 40-47, 56-63.
-DI_NATIVE_FP8 inline void convert64(const uint8_t* q, __m512i thi0, __m512i thi1, __m512i tlo0, __m512i tlo1,
-                                    __m512i& a, __m512i& b) {
-    const __m512i bytes = _mm512_loadu_si512(q);
-    __m512i hi = _mm512_permutex2var_epi8(thi0, bytes, thi1);  // index bits 6..0: the magnitude
-    const __m512i lo = _mm512_permutex2var_epi8(tlo0, bytes, tlo1);
-    hi = _mm512_ternarylogic_epi32(hi, bytes, _mm512_set1_epi8(char(0x80)), 0xF8);  // hi | (bytes & 0x80)
-    a = _mm512_unpacklo_epi8(lo, hi);
-    b = _mm512_unpackhi_epi8(lo, hi);
-}
-
-// Two weight rows as convert64 makes them (a then b per chunk), for token rows past the first group.
+// Two weight rows as fp8_to_bf16_64 makes them (a then b per chunk), for token rows past the first group.
 DI_NATIVE_FP8 void convert_rows(const uint8_t* w0, const uint8_t* w1, int64_t in, uint16_t* out) {
-    const Tables& t = tables();
+    const Fp8Bf16Tables& t = fp8_bf16_tables();
     const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
     const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
     for (int k = 0; k < 2; ++k)
         for (int64_t c = 0; c < in; c += kChunk) {
             __m512i a, b;
-            convert64((k == 0 ? w0 : w1) + c, thi0, thi1, tlo0, tlo1, a, b);
+            fp8_to_bf16_64((k == 0 ? w0 : w1) + c, thi0, thi1, tlo0, tlo1, a, b);
             _mm512_storeu_si512(out + k * in + c, a);
             _mm512_storeu_si512(out + k * in + c + 32, b);
         }
@@ -82,7 +55,7 @@ DI_NATIVE_FP8 void convert_rows(const uint8_t* w0, const uint8_t* w1, int64_t in
 template <int R, bool kConverted>
 DI_NATIVE_FP8 void pair_dots(const void* w0, const void* w1, const uint8_t* pf0, const uint8_t* pf1,
                              const uint16_t* const* x, const float* sc, int64_t in, float* res) {
-    const Tables& t = tables();
+    const Fp8Bf16Tables& t = fp8_bf16_tables();
     const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
     const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
     __m512 tot[R][2];
@@ -100,8 +73,8 @@ DI_NATIVE_FP8 void pair_dots(const void* w0, const void* w1, const uint8_t* pf0,
             } else {
                 if (pf0 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf0 + c), _MM_HINT_T0);
                 if (pf1 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf1 + c), _MM_HINT_T0);
-                convert64(static_cast<const uint8_t*>(w0) + c, thi0, thi1, tlo0, tlo1, a[0], b[0]);
-                convert64(static_cast<const uint8_t*>(w1) + c, thi0, thi1, tlo0, tlo1, a[1], b[1]);
+                fp8_to_bf16_64(static_cast<const uint8_t*>(w0) + c, thi0, thi1, tlo0, tlo1, a[0], b[0]);
+                fp8_to_bf16_64(static_cast<const uint8_t*>(w1) + c, thi0, thi1, tlo0, tlo1, a[1], b[1]);
             }
             for (int r = 0; r < R; ++r) {
                 const __m512bh xa = (__m512bh)_mm512_loadu_si512(x[r] + c);
@@ -131,7 +104,7 @@ bool native_fp8_supported(const QWeight& w) {
 
 DI_NATIVE_FP8 void native_fp8_prepare_x(const float* x, int64_t in, uint16_t* out) {
     for (int64_t c = 0; c < in; c += kChunk)
-        for (int h = 0; h < 2; ++h)      // a then b of convert64
+        for (int h = 0; h < 2; ++h)      // a then b of fp8_to_bf16_64
             for (int l = 0; l < 4; ++l)  // its four 128-bit lanes
                 for (int j = 0; j < 8; ++j)
                     out[c + 32 * h + 8 * l + j] =
