@@ -234,10 +234,38 @@ DI_AMX void accumulate_any(bool two_a, const uint16_t* buf, int64_t ld, const ui
               : accumulate<false, false>(buf, ld, x0, n0, x1, n1, s0, s1);
 }
 
+// A 16 x 16 f32 tile (rows: weight rows, columns: tokens) transposed: col[n] holds column n.
+DI_AMX void transpose16(const float* tile, __m512 (&col)[16]) {
+    __m512 a[16], b[16];
+    for (int k = 0; k < 8; ++k) {  // 32-bit pairs of rows 2k, 2k + 1 within each 128-bit lane
+        const __m512 r0 = _mm512_load_ps(tile + 32 * k), r1 = _mm512_load_ps(tile + 32 * k + 16);
+        a[2 * k] = _mm512_unpacklo_ps(r0, r1), a[2 * k + 1] = _mm512_unpackhi_ps(r0, r1);
+    }
+    for (int k = 0; k < 4;
+         ++k)  // 64-bit: lane L of b[4k + m] = rows 4k .. 4k + 3 of column 4L + {0, 2, 1, 3}[m]
+        for (int j = 0; j < 2; ++j) {
+            const __m512d lo = _mm512_castps_pd(a[4 * k + j]), hi = _mm512_castps_pd(a[4 * k + 2 + j]);
+            b[4 * k + j] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi));
+            b[4 * k + 2 + j] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi));
+        }
+    constexpr int kColumn[4] = {0, 2, 1, 3};
+    for (int m = 0; m < 4; ++m) {  // 128-bit lanes: the four row blocks of each column
+        const __m512 s0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x88),
+                     s1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xDD);
+        const __m512 s2 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x88),
+                     s3 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xDD);
+        col[0 + kColumn[m]] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+        col[8 + kColumn[m]] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
+        col[4 + kColumn[m]] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+        col[12 + kColumn[m]] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+    }
+}
+
 // The sum tiles of tokens t0 .. t0 + n0 + n1 into res (rows: tokens; columns from col, rows of the block).
 DI_AMX void store_sums(int64_t rows, int64_t t0, int64_t n0, int64_t n1, float* res, int64_t ldr,
                        int64_t col) {
     alignas(64) float tile[256];
+    __m512 c[16];
     for (int g = 0; g < (n1 > 0 ? 2 : 1); ++g)
         for (int a = 0; a < (rows > 16 ? 2 : 1); ++a) {
             switch (2 * g + a) {
@@ -254,11 +282,11 @@ DI_AMX void store_sums(int64_t rows, int64_t t0, int64_t n0, int64_t n1, float* 
                     _tile_stored(3, tile, 64);
                     break;
             }
+            transpose16(tile, c);
             const int64_t ng = g == 0 ? n0 : n1, mrows = std::min<int64_t>(16, rows - 16 * a);
-            for (int64_t n = 0; n < ng; ++n) {
-                float* y = res + (t0 + 16 * g + n) * ldr + col + 16 * a;
-                for (int64_t m = 0; m < mrows; ++m) y[m] = tile[m * 16 + n];
-            }
+            const __mmask16 keep = __mmask16((1u << mrows) - 1);
+            for (int64_t n = 0; n < ng; ++n)
+                _mm512_mask_storeu_ps(res + (t0 + 16 * g + n) * ldr + col + 16 * a, keep, c[n]);
         }
 }
 

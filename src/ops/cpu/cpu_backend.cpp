@@ -59,8 +59,8 @@ void CpuBackend::linear(const LinearArgs& in_args) {
     if (!take_fast(cpu_fast_index("linear"))) return ref_->linear(in_args);
     check(in_args);
     LinearArgs a = in_args;
-    if (a.act == ActQuant::kFp8Block128) a.x = fp8_block_quant_dequant(a.x, xq_);
     if (a.x.shape[0] == 0 || a.w.out_dim == 0) return;
+    if (a.act == ActQuant::kFp8Block128) a.x = quantise_rows(a.x);
     if (a.act == ActQuant::kFp8Block128 && cpu::amx_supported(a.w))  // native FP8 on AMX (cpu_amx.cpp)
         return cpu::for_each_kernel_run(a.row_groups, a.x.shape[0], cpu::kAmxMinRows,
                                         [&](int64_t r0, int64_t rows, bool amx) {
@@ -69,6 +69,17 @@ void CpuBackend::linear(const LinearArgs& in_args) {
                                             amx ? linear_amx(part) : linear_tiles(part);
                                         });
     linear_tiles(a);
+}
+
+// fp8_block_quant_dequant's rows (each alone: the same bits), spread over the pool.
+TensorView CpuBackend::quantise_rows(const TensorView& x) {
+    const int64_t n = x.shape[0], in = x.shape[1];
+    xq_.resize(size_t(n * in));
+    pool_.parallel_for(n, n * in < cpu::kMinParallelMacs ? n : 1, [&](int64_t r0, int64_t r1, int) {
+        for (int64_t r = r0; r < r1; ++r)
+            fp8_block_quant_dequant_row(x.ptr<float>() + r * x.stride[0], in, xq_.data() + r * in);
+    });
+    return TensorView::contiguous(xq_.data(), DType::kF32, {n, in});
 }
 
 void CpuBackend::linear_amx(const LinearArgs& a) {

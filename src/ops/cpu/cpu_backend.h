@@ -100,6 +100,7 @@ class CpuBackend final : public Backend {
     bool force_variant(std::string_view op, std::string_view variant) override;
 
   private:
+    TensorView quantise_rows(const TensorView& x);        // ActQuant::kFp8Block128's rows into xq_
     void linear_amx(const LinearArgs& a);                 // native FP8 on the AMX tiles, x quantised
     void linear_tiles(const LinearArgs& a);               // the AVX-512 / AVX2 / baseline tiles
     void moe_rows(const MoeArgs& a, bool amx);            // moe's phases 1-2 (and 3 unless a pass)

@@ -70,10 +70,12 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
     if (quant) {  // the tokens' rows quantised once, read by every slot (and as bf16 by the native kernel)
         moe_xq_.resize(size_t(n * D));
         moe_xbf_.resize(bf16_x ? size_t(n * D) : 0);
-        for (int64_t t = 0; t < n; ++t) {
-            fp8_block_quant_dequant_row(a.x.ptr<float>() + t * a.x.stride[0], D, moe_xq_.data() + t * D);
-            if (bf16_x) cpu::native_fp4_prepare_x(moe_xq_.data() + t * D, D, moe_xbf_.data() + t * D);
-        }
+        pool_.parallel_for(n, n * D < cpu::kMinParallelMacs ? n : 1, [&](int64_t t0, int64_t t1, int) {
+            for (int64_t t = t0; t < t1; ++t) {
+                fp8_block_quant_dequant_row(a.x.ptr<float>() + t * a.x.stride[0], D, moe_xq_.data() + t * D);
+                if (bf16_x) cpu::native_fp4_prepare_x(moe_xq_.data() + t * D, D, moe_xbf_.data() + t * D);
+            }
+        });
     }
     moe_pairs_.resize(size_t(n * k));
     xrows_.resize(size_t(n * k));
