@@ -216,12 +216,14 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
                        .norm_eps = eps,
                        .hc_eps = float(cfg_.hc_eps)},
                       {.x = h, .weight = w_.norm, .y = h, .eps = eps});
-    std::vector<int64_t> rows;
+    std::vector<int64_t> rows, groups;  // the logits rows, and their counts by sequence
     for (size_t c = 0; c < chunks.size(); ++c) {
         if (chunks[c].all_logits)
             for (int64_t i = 0; i < s.len[c]; ++i) rows.push_back(s.row0[c] + i);
         else if (s.len[c] > 0)
             rows.push_back(s.row0[c] + s.len[c] - 1);
+        const int64_t count = chunks[c].all_logits ? s.len[c] : std::min<int64_t>(s.len[c], 1);
+        if (count > 0) groups.push_back(count);
     }
     const int64_t m = int64_t(rows.size());
     TensorView sel = h;
@@ -230,7 +232,9 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
         for (int64_t i = 0; i < m; ++i) be_->copy(sel.rows(i, 1), h.rows(rows[size_t(i)], 1));
     }
     TensorView logits = ws_.take(DType::kF32, {m, V});
-    be_->linear(lin(sel, w_.head, logits));
+    LinearArgs head = lin(sel, w_.head, logits);
+    head.row_groups = groups;
+    be_->linear(head);
     if (s.greedy) {  // rows 0 and 1: ids and first non-finite indices
         s.picks = ws_.take(DType::kI32, {2, m});
         be_->argmax(

@@ -167,6 +167,9 @@ void check(const MoeArgs& a) {
                  "moe: experts [{}, {}) of {}", a.expert_first, a.expert_end, a.n_experts);
     }
     check_row_groups(a.row_groups, a.x.shape[0], "moe");
+    DI_CHECK(a.row_sizes.empty() || (a.row_groups.empty() && a.row_sizes.dtype == DType::kI32 &&
+                                     a.row_sizes.ndim == 1 && a.row_sizes.shape[0] == a.x.shape[0]),
+             "moe.row_sizes {} for {} rows", a.row_sizes.describe(), a.x.shape[0]);
 }
 
 }  // namespace di::ops

@@ -66,6 +66,9 @@ struct MoeArgs {
     TensorView slots{};  // f32 [n, k, hidden_dim], contiguous
     int64_t expert_first = 0, expert_end = 0;
     std::span<const int64_t> row_groups{};  // x's rows by sequence, as LinearArgs::row_groups
+    // Or, where the rows of groups interleave (the tokens expert parallelism gathers from its ranks), each
+    // row's group size: i32 [n] (a column view), on the host. At most one of the two.
+    TensorView row_sizes{};
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, x, Role::kIn);

@@ -257,9 +257,11 @@ std::vector<ScreenRow> screen_linear(ops::Backend& be, std::span<const ops::Kern
     Tensor yd(be.allocator(), DType::kF32, {n, O}), y1(be.allocator(), DType::kF32, {1, O});
     Tensor twin(be.allocator(), DType::kF32, {n, O});
     // As a pair of independent jobs (Backend::linears): a variant that shares launches between the linears
-    // of a step (cuda split_rows) runs here as the model runs it, whatever the size of one matrix.
+    // of a step (cuda split_rows) runs here as the model runs it, whatever the size of one matrix. The rows
+    // as a step's are: row 0 one sequence's (a decode token), the others another's (a prefill chunk).
+    const std::vector<int64_t> groups = n > 1 ? std::vector<int64_t>{1, n - 1} : std::vector<int64_t>{};
     auto run = [&](const TensorView& y) {
-        const ops::LinearArgs jobs[] = {{xd.v, w, y, act}, {xd.v, w, twin.view(), act}};
+        const ops::LinearArgs jobs[] = {{xd.v, w, y, act, groups}, {xd.v, w, twin.view(), act, groups}};
         be.linears(jobs);
     };
     auto run_one = [&](const TensorView& y) {
@@ -320,7 +322,12 @@ std::vector<ScreenRow> screen_moe(ops::Backend& be, std::span<const ops::KernelV
     const std::vector<float> ref(yh.view().ptr<float>(), yh.view().ptr<float>() + n * D);
     const Buf xd = on_device(be, xh), wd = on_device(be, wh), idd = on_device(be, idh);
     Tensor yd(be.allocator(), DType::kF32, {n, D}), y1(be.allocator(), DType::kF32, {1, D});
-    auto run = [&](const TensorView& y) { be.moe({xd.v, idd.v, wd.v, experts.data(), E, y, limit, act}); };
+    const std::vector<int64_t> groups = n > 1 ? std::vector<int64_t>{1, n - 1} : std::vector<int64_t>{};
+    auto run = [&](const TensorView& y) {  // row 0 one sequence's, the others another's (as screen_linear)
+        ops::MoeArgs a{xd.v, idd.v, wd.v, experts.data(), E, y, limit, act};
+        a.row_groups = groups;
+        be.moe(a);
+    };
     auto run_one = [&](const TensorView& y) {
         be.moe({xd.v.rows(0, 1), idd.v.rows(0, 1), wd.v.rows(0, 1), experts.data(), E, y, limit, act});
     };

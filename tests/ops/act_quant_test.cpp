@@ -142,7 +142,7 @@ TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {
 
 // A row group's results of a native fp8 linear (a sequence's rows in a step) are the same bits alone, inside
 // a batch of other groups, and on one or two threads: groups of 1 and 3 rows take the AVX-512 kernels and
-// groups of 6 and 9 the AMX tiles where the machine has them (cpu::kAmxMinRows), each by its own size.
+// groups of 6 and 9 the AMX tiles where the machine has them (cpu::amx_min_rows), each by its own size.
 // Without groups the call is one group.
 TEST(LinearFp8Act, RowGroupsAreBatchAndThreadInvariant) {
     const std::vector<int64_t> groups = {1, 6, 3, 1, 9, 1};

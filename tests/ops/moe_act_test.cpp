@@ -133,11 +133,11 @@ TEST(MoeAct, CpuTokensAloneEqualTheirRowsInTheBatch) {
     }
 }
 
-// Row groups (a sequence's tokens in a step): a group of kAmxMinTokens tokens takes the AMX tiles where the
+// Row groups (a sequence's tokens in a step): a group of amx_min_tokens tokens takes the AMX tiles where the
 // machine has them, the groups of 1 and 5 the AVX-512 kernels; each group's rows are the same bits alone
 // and inside the batch, and the batch stays within cpu's tolerance of ref (1e-3 relative L2, as above).
 TEST(MoeAct, CpuRowGroupsAloneEqualTheirRowsInTheBatch) {
-    const int64_t big = ops::cpu::kAmxMinTokens;
+    const int64_t big = ops::cpu::amx_min_tokens(1);
     const std::vector<int64_t> groups = {1, big, 5};
     for (WeightFormat fmt : {WeightFormat::kFp4Group, WeightFormat::kFp8Block}) {
         SCOPED_TRACE(int(fmt));

@@ -113,8 +113,9 @@ struct BlockPlan {
     std::array<int16_t, kMaxScales> shift16{};  // fp8: scale exponent << 7 per 128-column block
 };
 
-BlockPlan plan_block(const QWeight& w, int64_t ob, int64_t rows, AmxXRange xr) {
+BlockPlan plan_block(const QWeight& w, int64_t ob, int64_t rows, AmxX xr) {
     BlockPlan p;
+    if (w.format == WeightFormat::kDense) return p;  // bf16: read as it is
     if (w.format == WeightFormat::kFp8Block) {
         int lo = 1000, hi = -1000;
         for (int64_t b = 0; b < w.in_dim / 128; ++b) {
@@ -187,10 +188,11 @@ DI_AMX void convert_fp4(const QWeight& w, int64_t ob, int64_t rows, int64_t c0, 
 
 // Asks for columns [c0, c1) of weight rows [r0, r1) (those below out_dim).
 void prefetch_cols(const QWeight& w, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const bool fp4 = w.format == WeightFormat::kFp4Group;
-    const int64_t b0 = fp4 ? c0 / 2 : c0, b1 = fp4 ? c1 / 2 : c1;
+    const bool fp4 = w.format == WeightFormat::kFp4Group, bf16 = w.format == WeightFormat::kDense;
+    const int64_t b0 = fp4 ? c0 / 2 : bf16 ? 2 * c0 : c0, b1 = fp4 ? c1 / 2 : bf16 ? 2 * c1 : c1;
     for (int64_t r = r0; r < std::min(r1, w.out_dim); ++r) {
-        const char* q = reinterpret_cast<const char*>(w.data.ptr<uint8_t>() + r * w.data.stride[0]);
+        const char* q =
+            reinterpret_cast<const char*>(w.data.ptr<uint8_t>() + r * w.data.stride[0] * (bf16 ? 2 : 1));
         for (int64_t b = b0; b < b1; b += 64) _mm_prefetch(q + b, _MM_HINT_T0);
     }
 }
@@ -203,35 +205,41 @@ DI_AMX void zero_sums() {
     _tile_zero(3);
 }
 
-// Steps [s0, s1) of 32 columns: weight rows from buf (column s0 * 32 at buf), token groups x0 (n0 tokens),
-// x1 (n1).
+// Token groups for accumulate: x0 of n0 tokens and x1 of n1 (0: none), each `planes` bf16 planes of
+// n * in values (amx_prepare_x's layout).
+struct Groups {
+    const uint16_t *x0, *x1;
+    int64_t n0, n1, in, planes;
+};
+
+// Steps [s0, s1) of 32 columns: weight rows from buf (column s0 * 32 at buf, row stride ld), every plane of
+// the token groups in plane order.
 template <bool kTwoA, bool kTwoB>
-DI_AMX void accumulate(const uint16_t* buf, int64_t ld, const uint16_t* x0, int64_t n0, const uint16_t* x1,
-                       int64_t n1, int64_t s0, int64_t s1) {
+DI_AMX void accumulate(const uint16_t* buf, int64_t ld, const Groups& g, int64_t s0, int64_t s1) {
     const int64_t lda = 2 * ld;
     for (int64_t c = s0; c < s1; ++c) {
         const uint16_t* a = buf + (c - s0) * kStep;
         _tile_loadd(4, a, lda);
         if constexpr (kTwoA) _tile_loadd(5, a + 16 * ld, lda);
-        _tile_loadd(6, x0 + c * kStep * n0, 4 * n0);
-        _tile_dpbf16ps(0, 4, 6);
-        if constexpr (kTwoA) _tile_dpbf16ps(1, 5, 6);
-        if constexpr (kTwoB) {
-            _tile_loadd(7, x1 + c * kStep * n1, 4 * n1);
-            _tile_dpbf16ps(2, 4, 7);
-            if constexpr (kTwoA) _tile_dpbf16ps(3, 5, 7);
+        for (int64_t p = 0; p < g.planes; ++p) {
+            _tile_loadd(6, g.x0 + p * g.n0 * g.in + c * kStep * g.n0, 4 * g.n0);
+            _tile_dpbf16ps(0, 4, 6);
+            if constexpr (kTwoA) _tile_dpbf16ps(1, 5, 6);
+            if constexpr (kTwoB) {
+                _tile_loadd(7, g.x1 + p * g.n1 * g.in + c * kStep * g.n1, 4 * g.n1);
+                _tile_dpbf16ps(2, 4, 7);
+                if constexpr (kTwoA) _tile_dpbf16ps(3, 5, 7);
+            }
         }
     }
 }
 
-DI_AMX void accumulate_any(bool two_a, const uint16_t* buf, int64_t ld, const uint16_t* x0, int64_t n0,
-                           const uint16_t* x1, int64_t n1, int64_t s0, int64_t s1) {
-    if (n1 > 0)
-        two_a ? accumulate<true, true>(buf, ld, x0, n0, x1, n1, s0, s1)
-              : accumulate<false, true>(buf, ld, x0, n0, x1, n1, s0, s1);
+DI_AMX void accumulate_any(bool two_a, const uint16_t* buf, int64_t ld, const Groups& g, int64_t s0,
+                           int64_t s1) {
+    if (g.n1 > 0)
+        two_a ? accumulate<true, true>(buf, ld, g, s0, s1) : accumulate<false, true>(buf, ld, g, s0, s1);
     else
-        two_a ? accumulate<true, false>(buf, ld, x0, n0, x1, n1, s0, s1)
-              : accumulate<false, false>(buf, ld, x0, n0, x1, n1, s0, s1);
+        two_a ? accumulate<true, false>(buf, ld, g, s0, s1) : accumulate<false, false>(buf, ld, g, s0, s1);
 }
 
 // A 16 x 16 f32 tile (rows: weight rows, columns: tokens) transposed: col[n] holds column n.
@@ -291,19 +299,34 @@ DI_AMX void store_sums(int64_t rows, int64_t t0, int64_t n0, int64_t n1, float* 
 }
 
 // x (amx_prepare_x's layout) times 2^shift per 128-column block, for a plan that folds the scales into x.
-DI_AMX void scale_x(const uint16_t* xv, int64_t nx, int64_t in, const BlockPlan& p, uint16_t* out) {
-    for (int64_t n0 = 0; n0 < nx; n0 += 16) {
-        const int64_t ng = std::min<int64_t>(16, nx - n0);
-        for (int64_t b = 0; b < in / 128; ++b) {
-            const int64_t off = n0 * in + b * 128 * ng;
-            const __m512i d = _mm512_set1_epi16(p.shift16[size_t(b)]);
-            for (int64_t i = 0; i < 128 * ng; i += 32)
-                _mm512_storeu_si512(out + off + i, scaled(_mm512_loadu_si512(xv + off + i), d));
+DI_AMX void scale_x(const uint16_t* xv, int64_t nx, int64_t in, int64_t planes, const BlockPlan& p,
+                    uint16_t* out) {
+    for (int64_t n0 = 0; n0 < nx; n0 += 16)
+        for (int64_t q = 0; q < planes; ++q) {
+            const int64_t ng = std::min<int64_t>(16, nx - n0);
+            for (int64_t b = 0; b < in / 128; ++b) {
+                const int64_t off = planes * n0 * in + q * ng * in + b * 128 * ng;
+                const __m512i d = _mm512_set1_epi16(p.shift16[size_t(b)]);
+                for (int64_t i = 0; i < 128 * ng; i += 32)
+                    _mm512_storeu_si512(out + off + i, scaled(_mm512_loadu_si512(xv + off + i), d));
+            }
         }
+}
+
+// Plane q (>= 1) of an f32 row split into bf16 planes: what truncating to bf16 q times leaves (plane 0 is the
+// row's own truncation, read by bf16_of_32; x = plane 0 + plane 1 + plane 2 exactly, the last having at
+// most 8 significant bits).
+DI_AMX void plane_part(const float* x, int64_t in, int q, float* out) {
+    const __m512i head = _mm512_set1_epi32(int(0xFFFF0000u));
+    for (int64_t c = 0; c < in; c += 16) {
+        __m512 v = _mm512_loadu_ps(x + c);
+        for (int i = 0; i < q; ++i)
+            v = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), head)));
+        _mm512_storeu_ps(out + c, v);
     }
 }
 
-// 32 floats' upper halves (exact: e4m3 values).
+// 32 floats' upper halves (bf16 truncations; exact for values with at most 8 significant bits).
 DI_AMX inline __m512i bf16_of_32(const float* f) {
     const __m256i lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_loadu_si512(f), 16));
     const __m256i hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_loadu_si512(f + 16), 16));
@@ -333,19 +356,21 @@ void set_amx_enabled(bool on) {
 bool amx_supported(const QWeight& w) {
     if (!amx_enabled() || w.in_dim % 128 != 0 || w.in_dim / 128 > kMaxScales) return false;
     if (w.format == WeightFormat::kFp8Block) return w.data.dtype == DType::kF8E4M3;
+    if (w.format == WeightFormat::kDense) return w.data.dtype == DType::kBF16;
     return w.format == WeightFormat::kFp4Group && w.scale.dtype == DType::kE8M0 && w.scale.stride[1] == 1 &&
            w.data.stride[0] >= w.in_dim / 2;
 }
 
-DI_AMX AmxXRange amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, uint16_t* out) {
+DI_AMX AmxX amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, int planes, uint16_t* out) {
     const int64_t in = w.in_dim;
-    const bool fp4 = w.format == WeightFormat::kFp4Group;
+    const bool fp4 = w.format == WeightFormat::kFp4Group, fp8 = w.format == WeightFormat::kFp8Block;
     // Permutations of 64 bf16 (two vectors) into the converters' order: fp8 a and b of each 64 columns; fp4
     // v[k] of each 128 columns, lanes 0-1 from the first 64 columns and lanes 2-3 from the second (the same
-    // index picks both halves).
+    // index picks both halves); bf16 weights are read in column order.
     alignas(64) int16_t idx[4][32];
     for (int p = 0; p < 32; ++p) {
-        idx[0][p] = int16_t(fp8_bf16_column(p)), idx[1][p] = int16_t(fp8_bf16_column(32 + p));
+        idx[0][p] = int16_t(fp8 ? fp8_bf16_column(p) : p),
+        idx[1][p] = int16_t(fp8 ? fp8_bf16_column(32 + p) : 32 + p);
         if (fp4)
             for (int k = 0; k < 4; ++k) idx[k][p] = int16_t(fp4_bf16_column(32 * k + p) % 64);
     }
@@ -353,58 +378,70 @@ DI_AMX AmxXRange amx_prepare_x(const QWeight& w, const float* const* x, int64_t 
     for (int k = 0; k < 4; ++k) vidx[k] = _mm512_load_si512(idx[k]);
     __m512i vmin = _mm512_set1_epi16(255), vmax = _mm512_setzero_si512();
     thread_local std::vector<uint16_t> tmp;  // a group's rows in the weights' order, before interleaving
+    thread_local std::vector<float> part;    // one plane of one row, as floats
     tmp.resize(size_t(16 * in));
+    part.resize(size_t(in));
     for (int64_t n0 = 0; n0 < nx; n0 += 16) {
         const int64_t ng = std::min<int64_t>(16, nx - n0);
-        uint16_t* group = out + n0 * in;  // [in / 32][16 column pairs][ng tokens][2]
-        for (int64_t n = 0; n < ng; ++n) {
-            const float* row = x[n0 + n];
-            uint16_t* dst = ng == 1 ? group : tmp.data() + n * in;  // one token: already the tiles' layout
-            if (!fp4) {
-                for (int64_t c = 0; c < in; c += 64) {
-                    const __m512i s0 = bf16_of_32(row + c), s1 = bf16_of_32(row + c + 32);
-                    _mm512_storeu_si512(dst + c,
-                                        fix_bf16(vmin, vmax, _mm512_permutex2var_epi16(s0, vidx[0], s1)));
-                    _mm512_storeu_si512(dst + c + 32,
-                                        fix_bf16(vmin, vmax, _mm512_permutex2var_epi16(s0, vidx[1], s1)));
+        for (int q = 0; q < planes; ++q) {
+            uint16_t* plane = out + planes * n0 * in + q * ng * in;  // [in / 32][16 column pairs][ng][2]
+            for (int64_t n = 0; n < ng; ++n) {
+                const float* src = x[n0 + n];
+                if (q > 0) {
+                    plane_part(src, in, q, part.data());
+                    src = part.data();
                 }
-            } else {
-                for (int64_t c = 0; c < in; c += 128) {
-                    const __m512i s0 = bf16_of_32(row + c), s1 = bf16_of_32(row + c + 32);
-                    const __m512i s2 = bf16_of_32(row + c + 64), s3 = bf16_of_32(row + c + 96);
-                    for (int k = 0; k < 4; ++k) {
-                        const __m512i v =
-                            _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_permutex2var_epi16(s0, vidx[k], s1),
-                                                    _mm512_permutex2var_epi16(s2, vidx[k], s3));
-                        _mm512_storeu_si512(dst + c + 32 * k, fix_bf16(vmin, vmax, v));
+                uint16_t* dst =
+                    ng == 1 ? plane : tmp.data() + n * in;  // one token: already the tiles' layout
+                if (!fp4) {
+                    for (int64_t c = 0; c < in; c += 64) {
+                        const __m512i s0 = bf16_of_32(src + c), s1 = bf16_of_32(src + c + 32);
+                        _mm512_storeu_si512(dst + c,
+                                            fix_bf16(vmin, vmax, _mm512_permutex2var_epi16(s0, vidx[0], s1)));
+                        _mm512_storeu_si512(dst + c + 32,
+                                            fix_bf16(vmin, vmax, _mm512_permutex2var_epi16(s0, vidx[1], s1)));
+                    }
+                } else {
+                    for (int64_t c = 0; c < in; c += 128) {
+                        const __m512i s0 = bf16_of_32(src + c), s1 = bf16_of_32(src + c + 32);
+                        const __m512i s2 = bf16_of_32(src + c + 64), s3 = bf16_of_32(src + c + 96);
+                        for (int k = 0; k < 4; ++k) {
+                            const __m512i v = _mm512_mask_blend_epi16(
+                                0xFFFF0000u, _mm512_permutex2var_epi16(s0, vidx[k], s1),
+                                _mm512_permutex2var_epi16(s2, vidx[k], s3));
+                            _mm512_storeu_si512(dst + c + 32 * k, fix_bf16(vmin, vmax, v));
+                        }
                     }
                 }
             }
+            if (ng == 1) continue;
+            // column pairs (32-bit) interleaved by token: out pair (step, kp, n) = tmp pair (n, step * 16 +
+            // kp)
+            const __m512i rows =
+                _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                   _mm512_set1_epi32(int(in / 2)));
+            const __mmask16 m = __mmask16((1u << ng) - 1);
+            const int* src = reinterpret_cast<const int*>(tmp.data());
+            int* dst = reinterpret_cast<int*>(plane);
+            for (int64_t p = 0; p < in / 2; ++p)
+                _mm512_mask_storeu_epi32(
+                    dst + p * ng, m,
+                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, rows, src + p, 4));
         }
-        if (ng == 1) continue;
-        // column pairs (32-bit) interleaved by token: out pair (step, kp, n) = tmp pair (n, step * 16 + kp)
-        const __m512i rows =
-            _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                               _mm512_set1_epi32(int(in / 2)));
-        const __mmask16 m = __mmask16((1u << ng) - 1);
-        const int* src = reinterpret_cast<const int*>(tmp.data());
-        int* dst = reinterpret_cast<int*>(group);
-        for (int64_t p = 0; p < in / 2; ++p)
-            _mm512_mask_storeu_epi32(
-                dst + p * ng, m, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, rows, src + p, 4));
     }
     alignas(64) uint16_t lo[32], hi[32];
     _mm512_store_si512(lo, vmin);
     _mm512_store_si512(hi, vmax);
-    AmxXRange range;
-    for (int i = 0; i < 32; ++i)
-        range.lo = std::min<int>(range.lo, lo[i]), range.hi = std::max<int>(range.hi, hi[i]);
-    return range;
+    AmxX r;
+    r.planes = planes;
+    for (int i = 0; i < 32; ++i) r.lo = std::min<int>(r.lo, lo[i]), r.hi = std::max<int>(r.hi, hi[i]);
+    return r;
 }
 
-DI_AMX void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* xv, AmxXRange xr,
+DI_AMX void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* xv, AmxX xr,
                      const float* const* xf, int64_t nx, float* res, int64_t ldr, CpuScratch& s) {
-    const int64_t in = w.in_dim, steps = in / kStep;
+    const int64_t in = w.in_dim, steps = in / kStep, planes = xr.planes;
+    const bool bf16 = w.format == WeightFormat::kDense;  // read in place: no conversion
     // Up to 32 tokens the weights convert a chunk of columns at a time into a buffer that stays in the L1
     // (the tokens' sums live in the tiles meanwhile); past that the whole block converts once and each
     // 32-token pass reads it. Either way a sum sees the same steps in the same order.
@@ -432,22 +469,33 @@ DI_AMX void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* x
         const uint16_t* x = xv;
         if (w.format == WeightFormat::kFp8Block && !plan.fold_w) {
             if (xs_row != ob / 128) {
-                xs.resize(size_t(nx * in));
-                scale_x(xv, nx, in, plan, xs.data());
+                xs.resize(size_t(planes * nx * in));
+                scale_x(xv, nx, in, planes, plan, xs.data());
                 xs_row = ob / 128;
             }
             x = xs.data();
         }
-        auto convert = [&](int64_t c0, int64_t c1, bool ahead) {
-            if (w.format == WeightFormat::kFp8Block)
+        // the block's columns [c0, c1) as bf16 rows: converted into buf, or the bf16 weight rows themselves
+        auto rows_at = [&](int64_t c0, int64_t c1, bool ahead, int64_t& stride) -> const uint16_t* {
+            if (bf16 && rows == kBlockRows) {  // whole tiles of rows: read in place
+                stride = w.data.stride[0];
+                return w.data.ptr<uint16_t>() + ob * stride + c0;
+            }
+            stride = ld;
+            if (bf16)  // the last rows: copied, as the tiles read 16 rows
+                for (int64_t r = 0; r < rows; ++r)
+                    std::copy_n(w.data.ptr<uint16_t>() + (ob + r) * w.data.stride[0] + c0, c1 - c0,
+                                buf.data() + r * ld);
+            else if (w.format == WeightFormat::kFp8Block)
                 convert_fp8(w, ob, rows, c0, c1, plan, buf.data(), ld, ahead);
             else
                 convert_fp4(w, ob, rows, c0, c1, buf.data(), ld, ahead);
+            return buf.data();
         };
         const bool two_a = rows > 16;
         if (stream) {
             const int64_t n0 = std::min<int64_t>(16, nx), n1 = nx - n0;
-            const uint16_t* x1 = n1 > 0 ? x + 16 * in : x;
+            const Groups g{x, n1 > 0 ? x + planes * 16 * in : x, n0, n1, in, planes};
             configure(n0, n1 > 0 ? n1 : n0);
             zero_sums();
             for (int64_t c = 0; c < in; c += chunk) {
@@ -456,19 +504,22 @@ DI_AMX void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* x
                     prefetch_cols(w, ob, ob + rows, c + chunk, c + 2 * chunk);
                 else
                     prefetch_cols(w, ob + kBlockRows, ob + 2 * kBlockRows, 0, chunk);
-                convert(c, c + chunk, false);
-                accumulate_any(two_a, buf.data(), ld, x, n0, x1, n1, c / kStep, (c + chunk) / kStep);
+                int64_t stride = 0;
+                const uint16_t* a = rows_at(c, c + chunk, false, stride);
+                accumulate_any(two_a, a, stride, g, c / kStep, (c + chunk) / kStep);
             }
             store_sums(rows, 0, n0, n1, res, ldr, ob - o0);
             continue;
         }
-        convert(0, in, true);
+        int64_t stride = 0;
+        const uint16_t* a = rows_at(0, in, true, stride);
         for (int64_t t0 = 0; t0 < nx; t0 += 32) {  // two token groups a pass
             const int64_t n0 = std::min<int64_t>(16, nx - t0), n1 = std::min<int64_t>(16, nx - t0 - n0);
-            const uint16_t *x0 = x + t0 * in, *x1 = n1 > 0 ? x + (t0 + 16) * in : x0;
+            const uint16_t* x0 = x + planes * t0 * in;
+            const Groups g{x0, n1 > 0 ? x0 + planes * 16 * in : x0, n0, n1, in, planes};
             configure(n0, n1 > 0 ? n1 : n0);
             zero_sums();
-            accumulate_any(two_a, buf.data(), ld, x0, n0, x1, n1, 0, steps);
+            accumulate_any(two_a, a, stride, g, 0, steps);
             store_sums(rows, t0, n0, n1, res, ldr, ob - o0);
         }
     }
@@ -482,9 +533,9 @@ DI_AMX void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* x
 bool amx_enabled() { return false; }
 void set_amx_enabled(bool) {}
 bool amx_supported(const QWeight&) { return false; }
-AmxXRange amx_prepare_x(const QWeight&, const float* const*, int64_t, uint16_t*) { return {}; }
-void amx_rows(const QWeight&, int64_t, int64_t, const uint16_t*, AmxXRange, const float* const*, int64_t,
-              float*, int64_t, CpuScratch&) {}
+AmxX amx_prepare_x(const QWeight&, const float* const*, int64_t, int, uint16_t*) { return {}; }
+void amx_rows(const QWeight&, int64_t, int64_t, const uint16_t*, AmxX, const float* const*, int64_t, float*,
+              int64_t, CpuScratch&) {}
 
 #endif
 

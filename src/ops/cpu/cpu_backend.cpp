@@ -19,6 +19,9 @@ CpuBackend::~CpuBackend() = default;
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
 namespace {
+// bf16 planes of x on the AMX tiles: quantised rows are exact in one, f32 rows take three
+int planes_of(ActQuant act) { return act == ActQuant::kFp8Block128 ? 1 : 3; }
+
 constexpr std::string_view kAllOps[] = {"embed",   "add",      "swiglu",       "linear",    "rms_norm",
                                         "rope",    "compress", "indexer_topk", "attention", "window_store",
                                         "mhc_pre", "mhc_post", "hc_head",      "route",     "moe"};
@@ -61,8 +64,8 @@ void CpuBackend::linear(const LinearArgs& in_args) {
     LinearArgs a = in_args;
     if (a.x.shape[0] == 0 || a.w.out_dim == 0) return;
     if (a.act == ActQuant::kFp8Block128) a.x = quantise_rows(a.x);
-    if (a.act == ActQuant::kFp8Block128 && cpu::amx_supported(a.w))  // native FP8 on AMX (cpu_amx.cpp)
-        return cpu::for_each_kernel_run(a.row_groups, a.x.shape[0], cpu::kAmxMinRows,
+    if (cpu::amx_supported(a.w))  // AMX tiles (cpu_amx.cpp) for the row groups of enough rows
+        return cpu::for_each_kernel_run(a.row_groups, a.x.shape[0], cpu::amx_min_rows(planes_of(a.act)),
                                         [&](int64_t r0, int64_t rows, bool amx) {
                                             LinearArgs part = a;
                                             part.x = a.x.rows(r0, rows), part.y = a.y.rows(r0, rows);
@@ -86,8 +89,9 @@ void CpuBackend::linear_amx(const LinearArgs& a) {
     const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
     xrows_.resize(size_t(n));
     for (int64_t r = 0; r < n; ++r) xrows_[size_t(r)] = a.x.ptr<float>() + r * a.x.stride[0];
-    xbf_.resize(size_t(n * in));
-    const cpu::AmxXRange xr = cpu::amx_prepare_x(a.w, xrows_.data(), n, xbf_.data());
+    const int planes = planes_of(a.act);
+    xbf_.resize(size_t(planes * n * in));
+    const cpu::AmxX xr = cpu::amx_prepare_x(a.w, xrows_.data(), n, planes, xbf_.data());
     const int64_t n_blocks = (out + cpu::kAmxRows - 1) / cpu::kAmxRows;
     const int64_t grain = cpu::tiles_per_task(n_blocks, cpu::kAmxRows * in * n, pool_.size());
     pool_.parallel_for(n_blocks, grain, [&](int64_t b0, int64_t b1, int worker) {

@@ -48,9 +48,11 @@ constexpr int cpu_fast_index(std::string_view op) {
 inline constexpr std::string_view kCpuSimd = "cpu_simd", kCpuRef = "ref";
 
 namespace cpu {
-// The bf16 exponent fields of the nonzero values of rows prepared for the AMX tiles (lo > hi: none).
-struct AmxXRange {
+// Rows prepared for the AMX tiles: their bf16 planes (1: values exact in bf16; 3: f32 values split into
+// three) and the exponent fields of the planes' nonzero values (lo > hi: none).
+struct AmxX {
     int lo = 255, hi = 0;
+    int planes = 1;
 };
 }  // namespace cpu
 
@@ -100,9 +102,10 @@ class CpuBackend final : public Backend {
     bool force_variant(std::string_view op, std::string_view variant) override;
 
   private:
-    TensorView quantise_rows(const TensorView& x);        // ActQuant::kFp8Block128's rows into xq_
-    void linear_amx(const LinearArgs& a);                 // native FP8 on the AMX tiles, x quantised
-    void linear_tiles(const LinearArgs& a);               // the AVX-512 / AVX2 / baseline tiles
+    TensorView quantise_rows(const TensorView& x);  // ActQuant::kFp8Block128's rows into xq_
+    void linear_amx(const LinearArgs& a);           // native FP8 on the AMX tiles, x quantised
+    void linear_tiles(const LinearArgs& a);         // the AVX-512 / AVX2 / baseline tiles
+    void moe_by_row_size(const MoeArgs& a, int64_t min_tokens);
     void moe_rows(const MoeArgs& a, bool amx);            // moe's phases 1-2 (and 3 unless a pass)
     void combine(const MoeArgs& a, const float* d_rows);  // moe's phase 3 (cpu_moe.cpp)
     // Whether fast op `i` (cpu_fast_index) runs its SIMD kernel this call, counting the dispatch.
@@ -143,7 +146,7 @@ class CpuBackend final : public Backend {
     std::vector<uint16_t> moe_xbf_, moe_hbf_;  // those rows and h's as bf16 for the native fp4 kernel
     std::vector<const uint16_t*> moe_xbf_rows_, moe_hbf_rows_;
     std::vector<uint16_t> moe_xv_;  // x's or h's rows for the AMX tiles, per expert (cpu_amx.cpp)
-    std::vector<cpu::AmxXRange> moe_xr_;
+    std::vector<cpu::AmxX> moe_xr_;
     std::vector<float> moe_h_, moe_d_;
     // attention: visible key rows of query t are att_keys_[att_off_[t] .. att_off_[t + 1]).
     std::vector<const float*> att_keys_;

@@ -98,22 +98,24 @@ void native_fp4_prepare_x(const float* x, int64_t in, uint16_t* out);
 void native_fp4_tile(const QWeight& w, int64_t o0, int64_t nw, const uint16_t* const* x, int64_t nx,
                      float* res);
 
-// The same two on AMX machines (cpu_amx.cpp), used for every row count where amx_supported: blocks of 32
-// weight rows against all token rows. amx_enabled: the machine has AMX-BF16 and the OS granted its tile
-// state, and DEEPINFER_CPU_AMX=0 did not turn it off (set_amx_enabled: tests, benches). x rows are prepared
-// once per op by amx_prepare_x (nx * in_dim values, tokens in groups of 16 as the tiles read them; it returns
-// the range of their bf16 exponents); xf: the same rows in f32, for weight blocks whose scales the tiles
-// cannot take. res[r * ldr + (o - o0)] for o in [o0, o1), r < nx; o0 a multiple of 32.
+// Linears and experts on the AMX tiles (cpu_amx.cpp): fp8 and fp4 weights converted to bf16 with their
+// scales, bf16 weights as they are; x as one bf16 plane where its values are exact in bf16 (the native
+// precision's quantised rows) or three (f32 rows: x = hi + mid + lo exactly, each product exact), so both
+// precisions keep their meaning. Blocks of 32 weight rows against all token rows. amx_enabled: the machine
+// has AMX-BF16 and the OS granted its tile state, and DEEPINFER_CPU_AMX=0 did not turn it off
+// (set_amx_enabled: tests, benches). x rows are prepared once per op by amx_prepare_x (planes * nx * in_dim
+// values, tokens in groups of 16 as the tiles read them); xf: the same rows in f32, for weight blocks whose
+// scales the tiles cannot take. res[r * ldr + (o - o0)] for o in [o0, o1), r < nx; o0 a multiple of 32.
 inline constexpr int64_t kAmxRows = 32;  // weight rows per amx_rows block
 
 // Below this many rows of one sequence the AVX-512 kernels read a weight faster than the tiles, which cost a
-// conversion through memory per weight row (cpu_ops_bench, V4-Flash q_a on one thread: 1 row 402 us against
-// 517 on the tiles, 4 rows 580 against 589, 8 rows 1209 against 653). The two sum in different orders, so
-// the choice is made per row group (a sequence's rows in the step: LinearArgs::row_groups), never per batch.
-inline constexpr int64_t kAmxMinRows = 4;
+// conversion through memory per weight row; with three planes of x (f32 rows) the tiles do three times the
+// products (cpu_ops_bench on one thread, docs/benchmarks.md). The two sum in different orders, so the
+// choice is made per row group (a sequence's rows in the step: LinearArgs::row_groups), never per batch.
+inline int64_t amx_min_rows(int planes) { return planes == 1 ? 4 : 4; }
 // The routed experts' tiles run per expert on its share of the tokens (k of n_experts each on average), so
 // they need larger groups to pay: measured on the model (docs/benchmarks.md).
-inline constexpr int64_t kAmxMinTokens = 64;
+inline int64_t amx_min_tokens(int planes) { return planes == 1 ? 64 : 64; }
 
 // f(first row, rows, amx) over the runs of consecutive row groups of one kernel class (groups of at least
 // min_rows rows take the tiles); no groups: all n rows one group.
@@ -134,8 +136,8 @@ void for_each_kernel_run(std::span<const int64_t> groups, int64_t n, int64_t min
 bool amx_enabled();
 void set_amx_enabled(bool on);
 bool amx_supported(const QWeight& w);
-AmxXRange amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, uint16_t* out);
-void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* xv, AmxXRange xr,
-              const float* const* xf, int64_t nx, float* res, int64_t ldr, CpuScratch& s);
+AmxX amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, int planes, uint16_t* out);
+void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* xv, AmxX xr, const float* const* xf,
+              int64_t nx, float* res, int64_t ldr, CpuScratch& s);
 
 }  // namespace di::ops::cpu

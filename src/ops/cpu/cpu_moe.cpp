@@ -33,15 +33,60 @@ void CpuBackend::moe(const MoeArgs& a) {
     if (a.pass == MoeArgs::Pass::kCombine) return combine(a, a.slots.ptr<float>());
     const ExpertWeights* placed = a.experts;  // a placed expert: the experts share one format
     while (placed + 1 < a.experts + E && placed->w1.empty()) ++placed;
-    if (a.act != ActQuant::kFp8Block128 || !cpu::amx_supported(placed->w1)) return moe_rows(a, false);
-    // native FP4 experts on AMX tiles (cpu_amx.cpp) for the row groups of enough tokens
-    cpu::for_each_kernel_run(a.row_groups, n, cpu::kAmxMinTokens, [&](int64_t r0, int64_t rows, bool amx) {
-        MoeArgs part = a;
-        part.x = a.x.rows(r0, rows), part.ids = a.ids.rows(r0, rows), part.weights = a.weights.rows(r0, rows);
-        part.out = a.out.rows(r0, rows);
-        if (!a.slots.empty()) part.slots = a.slots.rows(r0, rows);
-        moe_rows(part, amx);
-    });
+    if (!cpu::amx_supported(placed->w1)) return moe_rows(a, false);
+    // the experts on AMX tiles (cpu_amx.cpp) for the row groups of enough tokens
+    const int planes = a.act == ActQuant::kFp8Block128 ? 1 : 3;
+    if (!a.row_sizes.empty()) return moe_by_row_size(a, cpu::amx_min_tokens(planes));
+    cpu::for_each_kernel_run(a.row_groups, n, cpu::amx_min_tokens(planes),
+                             [&](int64_t r0, int64_t rows, bool amx) {
+                                 MoeArgs part = a;
+                                 part.x = a.x.rows(r0, rows), part.ids = a.ids.rows(r0, rows),
+                                 part.weights = a.weights.rows(r0, rows);
+                                 part.out = a.out.rows(r0, rows);
+                                 if (!a.slots.empty()) part.slots = a.slots.rows(r0, rows);
+                                 moe_rows(part, amx);
+                             });
+}
+
+// Rows of interleaved groups (MoeArgs::row_sizes): each kernel class's rows gathered, computed together and
+// put back (out for the one call, slots for the experts' pass).
+void CpuBackend::moe_by_row_size(const MoeArgs& a, int64_t min_tokens) {
+    const int64_t n = a.x.shape[0], D = a.x.shape[1], k = a.ids.shape[1];
+    std::vector<int64_t> rows[2];
+    for (int64_t t = 0; t < n; ++t)
+        rows[a.row_sizes.ptr<int32_t>()[t * a.row_sizes.stride[0]] >= min_tokens].push_back(t);
+    MoeArgs whole = a;
+    whole.row_sizes = {};
+    if (rows[0].empty() || rows[1].empty()) return moe_rows(whole, rows[0].empty());
+    const bool slots = a.pass == MoeArgs::Pass::kExperts;
+    for (int cls = 0; cls < 2; ++cls) {
+        const std::vector<int64_t>& r = rows[cls];
+        const int64_t m = int64_t(r.size());
+        Tensor x(host_allocator(), DType::kF32, {m, D}), ids(host_allocator(), DType::kI32, {m, k}),
+            w(host_allocator(), DType::kF32, {m, k}), out(host_allocator(), DType::kF32, {m, D}),
+            sl(host_allocator(), DType::kF32, {slots ? m : 0, k, D});
+        for (int64_t i = 0; i < m; ++i) {
+            std::copy_n(a.x.ptr<float>() + r[size_t(i)] * a.x.stride[0], D, x.view().ptr<float>() + i * D);
+            for (int64_t j = 0; j < k; ++j) {
+                ids.view().ptr<int32_t>()[i * k + j] =
+                    a.ids.ptr<int32_t>()[r[size_t(i)] * a.ids.stride[0] + j];
+                w.view().ptr<float>()[i * k + j] =
+                    a.weights.ptr<float>()[r[size_t(i)] * a.weights.stride[0] + j];
+            }
+        }
+        MoeArgs part = whole;
+        part.x = x.view(), part.ids = ids.view(), part.weights = w.view(), part.out = out.view();
+        if (slots) part.slots = sl.view();
+        moe_rows(part, cls == 1);
+        for (int64_t i = 0; i < m; ++i) {
+            if (slots)
+                std::copy_n(sl.view().ptr<float>() + i * k * D, k * D,
+                            a.slots.ptr<float>() + r[size_t(i)] * k * D);
+            else
+                std::copy_n(out.view().ptr<float>() + i * D, D,
+                            a.out.ptr<float>() + r[size_t(i)] * a.out.stride[0]);
+        }
+    }
 }
 
 void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
@@ -64,8 +109,9 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
     auto bf16_dots = [&](const QWeight& w) { return quant && cpu::native_fp4_supported(w); };
     const ExpertWeights* placed = a.experts;  // a placed expert: the experts share one format
     while (placed + 1 < a.experts + E && placed->w1.empty()) ++placed;
-    const bool amx_up = amx && quant && cpu::amx_supported(placed->w1) && cpu::amx_supported(placed->w3);
-    const bool amx_down = amx && quant && cpu::amx_supported(placed->w2);
+    const bool amx_up = amx && cpu::amx_supported(placed->w1) && cpu::amx_supported(placed->w3);
+    const bool amx_down = amx && cpu::amx_supported(placed->w2);
+    const int planes = quant ? 1 : 3;  // x and h: quantised rows are exact in bf16, f32 rows split in three
     const bool bf16_x = !amx_up && bf16_dots(placed->w1) && bf16_dots(placed->w3);  // the up products' kernel
     if (quant) {  // the tokens' rows quantised once, read by every slot (and as bf16 by the native kernel)
         moe_xq_.resize(size_t(n * D));
@@ -113,7 +159,7 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
 
     // The AMX tiles' token rows, per expert at its first pair's place (x's width D, h's I)
     auto prepare_amx = [&](bool down) {
-        moe_xv_.resize(size_t(used * (down ? I : D)));
+        moe_xv_.resize(size_t(planes * used * (down ? I : D)));
         moe_xr_.resize(size_t(E));
         for (int64_t e = 0; e < E; ++e) {
             const int64_t p0 = moe_offsets_[size_t(e)], np = moe_offsets_[size_t(e + 1)] - p0;
@@ -121,7 +167,7 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
             const ExpertWeights& ew = a.experts[e];
             moe_xr_[size_t(e)] =
                 cpu::amx_prepare_x(down ? ew.w2 : ew.w1, (down ? moe_hrows_.data() : xrows_.data()) + p0, np,
-                                   moe_xv_.data() + p0 * (down ? I : D));
+                                   planes, moe_xv_.data() + planes * p0 * (down ? I : D));
         }
     };
 
@@ -158,8 +204,8 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
                 const int64_t nr = task.o1 - task.o0;
                 s.rows.resize(size_t(2 * np * nr));
                 float *g = s.rows.data(), *u = s.rows.data() + np * nr;
-                const uint16_t* xv = moe_xv_.data() + p0 * D;
-                const cpu::AmxXRange xr = moe_xr_[size_t(task.expert)];
+                const uint16_t* xv = moe_xv_.data() + planes * p0 * D;
+                const cpu::AmxX xr = moe_xr_[size_t(task.expert)];
                 cpu::amx_rows(ew.w1, task.o0, task.o1, xv, xr, xrows_.data() + p0, np, g, nr, s);
                 cpu::amx_rows(ew.w3, task.o0, task.o1, xv, xr, xrows_.data() + p0, np, u, nr, s);
                 for (int64_t q = 0; q < np; ++q) {
@@ -212,8 +258,8 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
             if (amx_down) {
                 const int64_t nr = task.o1 - task.o0;
                 s.rows.resize(size_t(np * nr));
-                cpu::amx_rows(ew.w2, task.o0, task.o1, moe_xv_.data() + p0 * I, moe_xr_[size_t(task.expert)],
-                              moe_hrows_.data() + p0, np, s.rows.data(), nr, s);
+                cpu::amx_rows(ew.w2, task.o0, task.o1, moe_xv_.data() + planes * p0 * I,
+                              moe_xr_[size_t(task.expert)], moe_hrows_.data() + p0, np, s.rows.data(), nr, s);
                 for (int64_t q = 0; q < np; ++q)
                     std::copy_n(s.rows.data() + q * nr, nr, dout + moe_pairs_[size_t(p0 + q)] * D + task.o0);
                 continue;
