@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cpu_test_util.h"
+#include "ops/cpu/cpu_kernels.h"
 
 namespace di::cputest {
 namespace {
@@ -140,9 +141,19 @@ TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {
     check_fp8_act_linear(7, 8192, 128);
 }
 
+// The same with the AMX tiles turned off (DEEPINFER_CPU_AMX=0): the AVX-512 kernel's passes of many rows,
+// which an AMX machine otherwise leaves to the tiles.
+TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputsWithoutAmx) {
+    const bool was = ops::cpu::amx_enabled();
+    ops::cpu::set_amx_enabled(false);
+    check_fp8_act_linear(5, 512, 384);
+    check_fp8_act_linear(7, 8192, 128);
+    ops::cpu::set_amx_enabled(was);
+}
+
 // A row group's results of a native fp8 linear (a sequence's rows in a step) are the same bits alone, inside
 // a batch of other groups, and on one or two threads: groups of 1 and 3 rows take the AVX-512 kernels and
-// groups of 6 and 9 the AMX tiles where the machine has them (cpu::amx_min_rows), each by its own size.
+// groups of 6 and 9 the AMX tiles where the machine has them (cpu::kAmxMinRows), each by its own size.
 // Without groups the call is one group.
 TEST(LinearFp8Act, RowGroupsAreBatchAndThreadInvariant) {
     const std::vector<int64_t> groups = {1, 6, 3, 1, 9, 1};

@@ -135,34 +135,38 @@ TEST(MoeAct, CpuTokensAloneEqualTheirRowsInTheBatch) {
 
 // Row groups (a sequence's tokens in a step): a group of amx_min_tokens tokens takes the AMX tiles where the
 // machine has them, the groups of 1 and 5 the AVX-512 kernels; each group's rows are the same bits alone
-// and inside the batch, and the batch stays within cpu's tolerance of ref (1e-3 relative L2, as above).
+// and inside the batch, in both precisions (native: quantised rows; exact: f32 rows in three planes), and
+// the batch stays within cpu's tolerance of ref (native 1e-3 relative L2, as above; exact 1e-6).
 TEST(MoeAct, CpuRowGroupsAloneEqualTheirRowsInTheBatch) {
-    const int64_t big = ops::cpu::amx_min_tokens(1);
-    const std::vector<int64_t> groups = {1, big, 5};
-    for (WeightFormat fmt : {WeightFormat::kFp4Group, WeightFormat::kFp8Block}) {
-        SCOPED_TRACE(int(fmt));
-        Moe m(fmt, big + 6);
-        auto run = [&](int64_t t0, int64_t rows, std::span<const int64_t> g) {
-            Tensor out(host_allocator(), DType::kF32, {rows, m.D});
-            ops::MoeArgs a{.x = m.x.view().rows(t0, rows),
-                           .ids = m.ids.view().rows(t0, rows),
-                           .weights = m.wts.view().rows(t0, rows),
-                           .experts = m.experts.data(),
-                           .n_experts = m.E,
-                           .out = out.view(),
-                           .limit = m.limit,
-                           .act = ActQuant::kFp8Block128,
-                           .row_groups = g};
-            backends().cpu->moe(a);
-            return to_vector(out.view());
-        };
-        const std::vector<float> all = run(0, m.n, groups);
-        EXPECT_LE(rel_l2(m.run(*backends().ref, ActQuant::kFp8Block128), all), 1e-3);
-        int64_t t0 = 0;
-        for (int64_t g : groups) {
-            const std::vector<float> alone = run(t0, g, {});
-            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + t0 * m.D)) << "group at " << t0;
-            t0 += g;
+    for (ActQuant act : {ActQuant::kFp8Block128, ActQuant::kNone}) {
+        const int64_t big = ops::cpu::amx_min_tokens(act == ActQuant::kNone ? 3 : 1);
+        const std::vector<int64_t> groups = {1, big, 5};
+        for (WeightFormat fmt : {WeightFormat::kFp4Group, WeightFormat::kFp8Block}) {
+            SCOPED_TRACE(testing::Message() << int(fmt) << " act " << int(act));
+            Moe m(fmt, big + 6);
+            auto run = [&](int64_t t0, int64_t rows, std::span<const int64_t> g) {
+                Tensor out(host_allocator(), DType::kF32, {rows, m.D});
+                ops::MoeArgs a{.x = m.x.view().rows(t0, rows),
+                               .ids = m.ids.view().rows(t0, rows),
+                               .weights = m.wts.view().rows(t0, rows),
+                               .experts = m.experts.data(),
+                               .n_experts = m.E,
+                               .out = out.view(),
+                               .limit = m.limit,
+                               .act = act,
+                               .row_groups = g};
+                backends().cpu->moe(a);
+                return to_vector(out.view());
+            };
+            const std::vector<float> all = run(0, m.n, groups);
+            EXPECT_LE(rel_l2(m.run(*backends().ref, act), all), act == ActQuant::kNone ? 1e-6 : 1e-3);
+            int64_t t0 = 0;
+            for (int64_t g : groups) {
+                const std::vector<float> alone = run(t0, g, {});
+                EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + t0 * m.D))
+                    << "group at " << t0;
+                t0 += g;
+            }
         }
     }
 }

@@ -65,7 +65,7 @@ void CpuBackend::linear(const LinearArgs& in_args) {
     if (a.x.shape[0] == 0 || a.w.out_dim == 0) return;
     if (a.act == ActQuant::kFp8Block128) a.x = quantise_rows(a.x);
     if (cpu::amx_supported(a.w))  // AMX tiles (cpu_amx.cpp) for the row groups of enough rows
-        return cpu::for_each_kernel_run(a.row_groups, a.x.shape[0], cpu::amx_min_rows(planes_of(a.act)),
+        return cpu::for_each_kernel_run(a.row_groups, a.x.shape[0], cpu::kAmxMinRows,
                                         [&](int64_t r0, int64_t rows, bool amx) {
                                             LinearArgs part = a;
                                             part.x = a.x.rows(r0, rows), part.y = a.y.rows(r0, rows);

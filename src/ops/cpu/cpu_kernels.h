@@ -109,13 +109,15 @@ void native_fp4_tile(const QWeight& w, int64_t o0, int64_t nw, const uint16_t* c
 inline constexpr int64_t kAmxRows = 32;  // weight rows per amx_rows block
 
 // Below this many rows of one sequence the AVX-512 kernels read a weight faster than the tiles, which cost a
-// conversion through memory per weight row; with three planes of x (f32 rows) the tiles do three times the
-// products (cpu_ops_bench on one thread, docs/benchmarks.md). The two sum in different orders, so the
-// choice is made per row group (a sequence's rows in the step: LinearArgs::row_groups), never per batch.
-inline int64_t amx_min_rows(int planes) { return planes == 1 ? 4 : 4; }
+// conversion through memory per weight row (cpu_ops_bench, V4-Flash q_a on one thread, tiles against AVX-512:
+// native 1 row 517 / 402 us, 4 rows 589 / 580, 8 rows 653 / 1209; exact, three planes: 4 rows 663 / 1262).
+// The two sum in different orders, so the choice is made per row group (a sequence's rows in the step:
+// LinearArgs::row_groups), never per batch.
+inline constexpr int64_t kAmxMinRows = 4;
 // The routed experts' tiles run per expert on its share of the tokens (k of n_experts each on average), so
-// they need larger groups to pay: measured on the model (docs/benchmarks.md).
-inline int64_t amx_min_tokens(int planes) { return planes == 1 ? 64 : 64; }
+// they need larger groups to pay (the mid model's MoE on one thread, prefill chunks of 32 / 64 tokens, tiles
+// against AVX-512: native 509 / 473 and 333 / 422 ms; exact 555 / 623 and 354 / 487 ms).
+inline int64_t amx_min_tokens(int planes) { return planes == 1 ? 64 : 32; }
 
 // f(first row, rows, amx) over the runs of consecutive row groups of one kernel class (groups of at least
 // min_rows rows take the tiles); no groups: all n rows one group.
