@@ -1,16 +1,17 @@
-// The `native` FP8 linears and FP4 experts on AMX machines (Intel Xeon from Sapphire Rapids on): TDPBF16PS
-// multiplies 16 weight rows x 32 columns by 32 columns x 16 tokens into 16 x 16 f32 sums, 16 times the
-// products of one vdpbf16ps. The inputs are those of cpu_native_fp8/fp4.cpp: activations that are e4m3
-// values times power-of-two scales, e4m3 or e2m1 weights, all exact in bf16. The weights' scales (powers of
-// two) are folded into the converted weights by adding to their exponents, so every product is exact and a
-// (token, weight row) sum runs over the whole row in one tile accumulator, 32 columns a step in the
-// converters' lane order: its order is fixed by in_dim alone, whatever the batch, the tile or the thread
-// (batch-invariant and deterministic, as the other cpu kernels). The rounding differs from the AVX-512
-// kernels' (another order), so native linears stay held to the sum bound of ref.
+// Linears and routed experts on AMX machines (Intel Xeon from Sapphire Rapids on): TDPBF16PS multiplies 16
+// weight rows x 32 columns by 32 columns x 16 tokens into 16 x 16 f32 sums, 16 times the products of one
+// vdpbf16ps. Weights: e4m3 and e2m1 (exact in bf16) converted by the AVX-512 kernels' converters, their
+// power-of-two scales folded into the exponents; bf16 as they are. x: one bf16 plane where its values are
+// exact in bf16 (the native precision's quantised rows), three where they are f32 (x = hi + mid + lo
+// exactly). So every product is exact, and a (token, weight row) sum runs over the whole row in one tile
+// accumulator, 32 columns a step in the converters' lane order, the planes in order: its order is fixed by
+// in_dim alone, whatever the batch, the tile or the thread (deterministic; the callers pick the tiles per
+// row group, cpu_kernels.h, which keeps batch invariance). The rounding differs from the AVX-512 kernels'
+// (another order): tests/ops/cpu_amx_test.cpp holds the tiles to their own sum bound.
 //
 // A weight block whose scales would take a bf16 exponent out of range (scales below 2^-117 or above 2^119
 // for fp8, 2^-125 / 2^125 for fp4: no released checkpoint has them) runs on the f32 tiles instead; that
-// choice depends on the weights alone, so it keeps batch invariance too.
+// choice depends on the weights alone.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -113,27 +114,26 @@ struct BlockPlan {
     std::array<int16_t, kMaxScales> shift16{};  // fp8: scale exponent << 7 per 128-column block
 };
 
-BlockPlan plan_block(const QWeight& w, int64_t ob, int64_t rows, AmxX xr) {
-    BlockPlan p;
-    if (w.format == WeightFormat::kDense) return p;  // bf16: read as it is
+void plan_block(const QWeight& w, int64_t ob, int64_t rows, AmxX xr, BlockPlan& p) {
+    p.f32 = false, p.fold_w = true;
+    if (w.format == WeightFormat::kDense) return;  // bf16: read as it is
     if (w.format == WeightFormat::kFp8Block) {
         int lo = 1000, hi = -1000;
         for (int64_t b = 0; b < w.in_dim / 128; ++b) {
             int e = 0;
-            if (!scale_shift(load_scale(w.scale, ob / 128, b), -9, 8, e)) return p.f32 = true, p;  // e4m3
+            if (!scale_shift(load_scale(w.scale, ob / 128, b), -9, 8, e)) return void(p.f32 = true);  // e4m3
             p.shift16[size_t(b)] = int16_t(e * 128);
             lo = std::min(lo, e), hi = std::max(hi, e);
         }
         p.fold_w = !(xr.lo > xr.hi || (xr.lo + lo >= 1 && xr.hi + hi <= 254));  // x's bf16 exponent fields
-        return p;
+        return;
     }
     const int64_t groups = w.in_dim / 32;  // fp4: e8m0 bytes 2 .. 252 keep e2m1 (2^-1 .. 6) times them normal
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* sb = w.scale.ptr<uint8_t>() + (ob + r) * w.scale.stride[0];
         for (int64_t g = 0; g < groups; ++g)
-            if (sb[g] < 2 || sb[g] > 252) return p.f32 = true, p;
+            if (sb[g] < 2 || sb[g] > 252) return void(p.f32 = true);
     }
-    return p;
 }
 
 // Columns [c0, c1) of weight rows [ob, ob + rows) as bf16 (times their scales where the plan folds them)
@@ -146,7 +146,7 @@ DI_AMX void convert_fp8(const QWeight& w, int64_t ob, int64_t rows, int64_t c0, 
     for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* q = w.data.ptr<uint8_t>() + (ob + r) * w.data.stride[0];
         const uint8_t* pf = ahead ? row_ahead(w, ob + r) : nullptr;
-        uint16_t* dst = buf + r * ld - c0;
+        uint16_t* dst = buf + r * ld;  // column c at dst[c - c0]
         for (int64_t c = c0; c < c1; c += 64) {
             if (pf != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf + c), _MM_HINT_T0);
             __m512i a, b;
@@ -155,8 +155,8 @@ DI_AMX void convert_fp8(const QWeight& w, int64_t ob, int64_t rows, int64_t c0, 
                 const __m512i d = _mm512_set1_epi16(p.shift16[size_t(c / 128)]);
                 a = scaled(a, d), b = scaled(b, d);
             }
-            _mm512_storeu_si512(dst + c, a);
-            _mm512_storeu_si512(dst + c + 32, b);
+            _mm512_storeu_si512(dst + (c - c0), a);
+            _mm512_storeu_si512(dst + (c - c0) + 32, b);
         }
     }
 }
@@ -170,7 +170,7 @@ DI_AMX void convert_fp4(const QWeight& w, int64_t ob, int64_t rows, int64_t c0, 
         const uint8_t* q = w.data.ptr<uint8_t>() + (ob + r) * w.data.stride[0];
         const uint8_t* sb = w.scale.ptr<uint8_t>() + (ob + r) * w.scale.stride[0];
         const uint8_t* pf = ahead ? row_ahead(w, ob + r) : nullptr;
-        uint16_t* dst = buf + r * ld - c0;
+        uint16_t* dst = buf + r * ld;             // column c at dst[c - c0]
         for (int64_t c = c0; c < c1; c += 128) {  // bytes c / 2 .. + 63, groups c / 32 .. + 3
             if (pf != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf + c / 2), _MM_HINT_T0);
             __m512i v[4];
@@ -181,7 +181,7 @@ DI_AMX void convert_fp4(const QWeight& w, int64_t ob, int64_t rows, int64_t c0, 
                 _mm_sub_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(int(four))), _mm_set1_epi32(127)), 7);
             e = _mm_or_si128(_mm_and_si128(e, _mm_set1_epi32(0xFFFF)), _mm_slli_epi32(e, 16));  // both halves
             const __m512i d = _mm512_permutexvar_epi32(lanes, _mm512_castsi128_si512(e));
-            for (int j = 0; j < 4; ++j) _mm512_storeu_si512(dst + c + 32 * j, scaled(v[j], d));
+            for (int j = 0; j < 4; ++j) _mm512_storeu_si512(dst + (c - c0) + 32 * j, scaled(v[j], d));
         }
     }
 }
@@ -449,11 +449,11 @@ DI_AMX void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* x
     const int64_t chunk = stream ? std::min<int64_t>(kChunkCols, in) : in, ld = chunk + kPad;
     thread_local std::vector<uint16_t> buf, xs;
     if (buf.size() < size_t(kBlockRows * ld)) buf.assign(size_t(kBlockRows * ld), 0);
-    BlockPlan plan;
-    int64_t xs_row = -1;  // the 128-row scale row xs is scaled for
+    thread_local BlockPlan plan;  // 8 KiB of shifts: filled per block, never copied
+    int64_t xs_row = -1;          // the 128-row scale row xs is scaled for
     for (int64_t ob = o0; ob < o1; ob += kBlockRows) {
         const int64_t rows = std::min(kBlockRows, o1 - ob);
-        plan = plan_block(w, ob, rows, xr);
+        plan_block(w, ob, rows, xr, plan);
         plan.fold_w |= !stream;  // many tokens: scaling the weights once costs less than x per scale row
         if (plan.f32) {          // the f32 tiles, kTileRows weight rows at a time
             if (s.acc.size() < size_t(nx * kTileRows)) s.acc.resize(size_t(nx * kTileRows));
