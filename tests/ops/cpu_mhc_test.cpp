@@ -88,6 +88,28 @@ TEST_P(CpuMhc, HeadMatchesRefWithinTwoUlp) {
     expect_within(r, run(*backends().cpu), ulp_bound(r, c, &in.streams), std::string(c.name) + ".head");
 }
 
+// post: ref's expression per element in ref's order, so the same bits, on one and two threads.
+TEST_P(CpuMhc, PostEqualsRef) {
+    const MhcCase& c = GetParam();
+    const MhcInputs in = make_inputs(c);
+    Tensor sub(host_allocator(), DType::kF32, {c.n, c.D}), post(host_allocator(), DType::kF32, {c.n, c.hc}),
+        comb(host_allocator(), DType::kF32, {c.n, c.hc, c.hc});
+    fill_uniform(sub, -2.0f, 2.0f);
+    fill_uniform(post, 0.0f, 2.0f);
+    fill_uniform(comb, 0.0f, 1.0f);
+    auto run = [&](ops::Backend& be) {
+        Tensor out(host_allocator(), DType::kF32, {c.n, c.hc, c.D});
+        poison(out);
+        be.mhc_post({in.streams, sub, post, comb, out});
+        return to_vector(out);
+    };
+    const std::vector<float> r = run(*backends().ref);
+    EXPECT_EQ(r, run(*backends().cpu)) << c.name;
+    ops::CpuBackend one(1);
+    EXPECT_EQ(r, run(one)) << c.name << ", one thread";
+    EXPECT_EQ(backends().cpu->dispatch_count("mhc_post", ops::kCpuSimd) > 0, true);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, CpuMhc, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<MhcCase>& i) {
                              return std::string(i.param.name);

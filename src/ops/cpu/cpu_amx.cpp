@@ -361,7 +361,8 @@ bool amx_supported(const QWeight& w) {
            w.data.stride[0] >= w.in_dim / 2;
 }
 
-DI_AMX AmxX amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, int planes, uint16_t* out) {
+DI_AMX AmxX amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, int planes, uint16_t* out,
+                          int64_t t0, int64_t t1) {
     const int64_t in = w.in_dim;
     const bool fp4 = w.format == WeightFormat::kFp4Group, fp8 = w.format == WeightFormat::kFp8Block;
     // Permutations of 64 bf16 (two vectors) into the converters' order: fp8 a and b of each 64 columns; fp4
@@ -381,7 +382,7 @@ DI_AMX AmxX amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, i
     thread_local std::vector<float> part;    // one plane of one row, as floats
     tmp.resize(size_t(16 * in));
     part.resize(size_t(in));
-    for (int64_t n0 = 0; n0 < nx; n0 += 16) {
+    for (int64_t n0 = t0; n0 < std::min(nx, t1); n0 += 16) {
         const int64_t ng = std::min<int64_t>(16, nx - n0);
         for (int q = 0; q < planes; ++q) {
             uint16_t* plane = out + planes * n0 * in + q * ng * in;  // [in / 32][16 column pairs][ng][2]
@@ -533,7 +534,9 @@ DI_AMX void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* x
 bool amx_enabled() { return false; }
 void set_amx_enabled(bool) {}
 bool amx_supported(const QWeight&) { return false; }
-AmxX amx_prepare_x(const QWeight&, const float* const*, int64_t, int, uint16_t*) { return {}; }
+AmxX amx_prepare_x(const QWeight&, const float* const*, int64_t, int, uint16_t*, int64_t, int64_t) {
+    return {};
+}
 void amx_rows(const QWeight&, int64_t, int64_t, const uint16_t*, AmxX, const float* const*, int64_t, float*,
               int64_t, CpuScratch&) {}
 

@@ -91,7 +91,17 @@ void CpuBackend::linear_amx(const LinearArgs& a) {
     for (int64_t r = 0; r < n; ++r) xrows_[size_t(r)] = a.x.ptr<float>() + r * a.x.stride[0];
     const int planes = planes_of(a.act);
     xbf_.resize(size_t(planes * n * in));
-    const cpu::AmxX xr = cpu::amx_prepare_x(a.w, xrows_.data(), n, planes, xbf_.data());
+    // the token groups prepared over the pool, their exponent ranges merged
+    const int64_t groups = (n + 15) / 16;
+    std::vector<cpu::AmxX>& part = amx_ranges_;
+    part.assign(size_t(groups), cpu::AmxX{});
+    pool_.parallel_for(groups, n * in < cpu::kMinParallelMacs ? groups : 1, [&](int64_t g0, int64_t g1, int) {
+        for (int64_t g = g0; g < g1; ++g)
+            part[size_t(g)] =
+                cpu::amx_prepare_x(a.w, xrows_.data(), n, planes, xbf_.data(), 16 * g, 16 * g + 16);
+    });
+    cpu::AmxX xr = part[0];
+    for (const cpu::AmxX& p : part) xr.merge(p);
     const int64_t n_blocks = (out + cpu::kAmxRows - 1) / cpu::kAmxRows;
     const int64_t grain = cpu::tiles_per_task(n_blocks, cpu::kAmxRows * in * n, pool_.size());
     pool_.parallel_for(n_blocks, grain, [&](int64_t b0, int64_t b1, int worker) {

@@ -29,8 +29,8 @@
 namespace di::ops {
 
 // Ops with a fast kernel (each has a case table in tests/ops/); every other op delegates to ref.
-inline constexpr std::string_view kCpuFastOps[] = {"linear",       "moe",     "attention",
-                                                   "indexer_topk", "mhc_pre", "hc_head"};
+inline constexpr std::string_view kCpuFastOps[] = {"linear",  "moe",     "attention", "indexer_topk",
+                                                   "mhc_pre", "hc_head", "mhc_post"};
 
 constexpr bool cpu_op_is_fast(std::string_view op) {
     for (std::string_view f : kCpuFastOps)
@@ -53,14 +53,16 @@ namespace cpu {
 struct AmxX {
     int lo = 255, hi = 0;
     int planes = 1;
+    void merge(const AmxX& o) { lo = o.lo < lo ? o.lo : lo, hi = o.hi > hi ? o.hi : hi; }
 };
 }  // namespace cpu
 
 // Per-thread scratch memory, grown on demand and kept (no allocation once warm).
 struct CpuScratch {
-    std::vector<float> w;     // dequantised weight rows
-    std::vector<float> acc;   // tile results
-    std::vector<float> rows;  // an AMX task's results (moe)
+    std::vector<float> w;      // dequantised weight rows
+    std::vector<float> acc;    // tile results
+    std::vector<float> rows;   // an AMX task's results (moe)
+    std::vector<double> post;  // mhc_post's column sums
     // indexer_topk
     std::vector<float> wt, score;
     std::vector<const float*> qrows;
@@ -91,7 +93,7 @@ class CpuBackend final : public Backend {
     void attention(const AttentionArgs& a) override;
     void window_store(const WindowStoreArgs& a) override { ref_->window_store(a); }
     void mhc_pre(const MhcPreArgs& a) override;
-    void mhc_post(const MhcPostArgs& a) override { ref_->mhc_post(a); }
+    void mhc_post(const MhcPostArgs& a) override;
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override { ref_->route(a); }
     void moe(const MoeArgs& a) override;
@@ -147,6 +149,7 @@ class CpuBackend final : public Backend {
     std::vector<const uint16_t*> moe_xbf_rows_, moe_hbf_rows_;
     std::vector<uint16_t> moe_xv_;  // x's or h's rows for the AMX tiles, per expert (cpu_amx.cpp)
     std::vector<cpu::AmxX> moe_xr_;
+    std::vector<cpu::AmxX> amx_ranges_;  // a linear's token groups' exponent ranges (cpu_amx.cpp)
     std::vector<float> moe_h_, moe_d_;
     // attention: visible key rows of query t are att_keys_[att_off_[t] .. att_off_[t + 1]).
     std::vector<const float*> att_keys_;

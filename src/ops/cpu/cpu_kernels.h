@@ -3,6 +3,7 @@
 // tile and thread the work freely without changing any output bit.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <span>
 
@@ -138,7 +139,10 @@ void for_each_kernel_run(std::span<const int64_t> groups, int64_t n, int64_t min
 bool amx_enabled();
 void set_amx_enabled(bool on);
 bool amx_supported(const QWeight& w);
-AmxX amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, int planes, uint16_t* out);
+// Token rows [t0, t1) of nx (t0 a multiple of 16): the parts of `out` their groups own, so callers may
+// prepare groups in parallel and merge the ranges (AmxX::merge).
+AmxX amx_prepare_x(const QWeight& w, const float* const* x, int64_t nx, int planes, uint16_t* out,
+                   int64_t t0 = 0, int64_t t1 = INT64_MAX);
 void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* xv, AmxX xr, const float* const* xf,
               int64_t nx, float* res, int64_t ldr, CpuScratch& s);
 

@@ -1,7 +1,9 @@
-// mHC pre and head on the CPU. The costly part, mix = fn . rms(streams) ((2 + hc) hc rows of hc * hidden),
-// runs as fixed-order 8-lane double dot products, tokens in parallel; everything after it (sigmoids, the
-// Sinkhorn iterations on hc x hc, the collapse) is ref's double arithmetic on a few values. The results
-// equal ref's up to the order of the double sums (~1e-16 relative), i.e. within an ulp of float.
+// mHC pre, post and head on the CPU. post is ref's double arithmetic in ref's order per element (the same
+// bits), vectorised over the hidden columns and spread over tokens. The costly part, mix = fn . rms(streams)
+// ((2 + hc) hc rows of hc * hidden), runs as fixed-order 8-lane double dot products, tokens in parallel;
+// everything after it (sigmoids, the Sinkhorn iterations on hc x hc, the collapse) is ref's double arithmetic
+// on a few values. The results equal ref's up to the order of the double sums (~1e-16 relative), i.e. within
+// an ulp of float.
 #include <cmath>
 #include <vector>
 
@@ -110,6 +112,36 @@ void CpuBackend::hc_head(const HcHeadArgs& a) {
             collapse(a.streams, t, pre, a.out.ptr<float>() + t * a.out.stride[0]);
         }
     });
+}
+
+// out[t, k, c] = post[t, k] a[t, c] + sum_j comb[t, j, k] streams[t, j, c], in double, j in order: ref's
+// expression per element, the columns in vector lanes.
+void CpuBackend::mhc_post(const MhcPostArgs& a) {
+    if (!take_fast(cpu_fast_index("mhc_post"))) return ref_->mhc_post(a);
+    check(a);
+    const int64_t n = a.streams.shape[0], hc = a.streams.shape[1], D = a.streams.shape[2];
+    pool_.parallel_for(n, n * hc * hc * D < cpu::kMinParallelMacs ? n : 1,
+                       [&](int64_t t0, int64_t t1, int w) {
+                           std::vector<double>& acc = scratch_[size_t(w)].post;
+                           acc.resize(size_t(D));
+                           for (int64_t t = t0; t < t1; ++t) {
+                               const float* post = a.post.ptr<float>() + t * a.post.stride[0];
+                               const float* comb = a.comb.ptr<float>() + t * a.comb.stride[0];
+                               const float* x = a.streams.ptr<float>() + t * hc * D;
+                               const float* sub = a.a.ptr<float>() + t * a.a.stride[0];
+                               float* out = a.out.ptr<float>() + t * hc * D;
+                               for (int64_t k = 0; k < hc; ++k) {
+                                   const double pk = post[k];
+                                   for (int64_t c = 0; c < D; ++c) acc[size_t(c)] = pk * sub[c];
+                                   for (int64_t j = 0; j < hc; ++j) {
+                                       const double cj = comb[j * hc + k];
+                                       const float* xj = x + j * D;
+                                       for (int64_t c = 0; c < D; ++c) acc[size_t(c)] += cj * xj[c];
+                                   }
+                                   for (int64_t c = 0; c < D; ++c) out[k * D + c] = float(acc[size_t(c)]);
+                               }
+                           }
+                       });
 }
 
 }  // namespace di::ops

@@ -161,14 +161,16 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
     auto prepare_amx = [&](bool down) {
         moe_xv_.resize(size_t(planes * used * (down ? I : D)));
         moe_xr_.resize(size_t(E));
-        for (int64_t e = 0; e < E; ++e) {
-            const int64_t p0 = moe_offsets_[size_t(e)], np = moe_offsets_[size_t(e + 1)] - p0;
-            if (np == 0) continue;
-            const ExpertWeights& ew = a.experts[e];
-            moe_xr_[size_t(e)] =
-                cpu::amx_prepare_x(down ? ew.w2 : ew.w1, (down ? moe_hrows_.data() : xrows_.data()) + p0, np,
-                                   planes, moe_xv_.data() + planes * p0 * (down ? I : D));
-        }
+        pool_.parallel_for(E, used * D < cpu::kMinParallelMacs ? E : 1, [&](int64_t e0, int64_t e1, int) {
+            for (int64_t e = e0; e < e1; ++e) {  // each expert's pairs into its own part of moe_xv_
+                const int64_t p0 = moe_offsets_[size_t(e)], np = moe_offsets_[size_t(e + 1)] - p0;
+                if (np == 0) continue;
+                const ExpertWeights& ew = a.experts[e];
+                moe_xr_[size_t(e)] =
+                    cpu::amx_prepare_x(down ? ew.w2 : ew.w1, (down ? moe_hrows_.data() : xrows_.data()) + p0,
+                                       np, planes, moe_xv_.data() + planes * p0 * (down ? I : D));
+            }
+        });
     };
 
     // Tasks: (expert, range of weight rows), about 8 per thread over all used experts.
