@@ -44,6 +44,7 @@ const char* status_of(const ops::KernelVariant& v, const ops::AllowList& list) {
 
 // The backend's kernel variants and whether the active list lets each run.
 void print_variants(ops::Backend& be, const ops::AllowList& list, const std::string& kernels) {
+    if (const std::string hw = be.hardware(); !hw.empty()) fmt::print("backend {}: {}\n", be.name(), hw);
     fmt::print("kernel variants on {} ({}):\n", be.name(), kernels.empty() ? "built-in list" : kernels);
     std::string op;
     for (const ops::KernelVariant& v : be.kernel_variants()) {
@@ -110,6 +111,7 @@ nlohmann::json json_of(const std::string& dir, const model::ModelConfig& c, cons
               {"bytes_at_4096", st.bytes_for(4096)},
               {"bytes_at_1m", st.bytes_for(1 << 20)}}},
             {"backend", be.name()},
+            {"hardware", be.hardware()},
             {"kernels", kernels.empty() ? "built-in list" : kernels},
             {"kernel_variants", variants}};
 }

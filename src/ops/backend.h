@@ -32,6 +32,8 @@ class Backend {
   public:
     virtual ~Backend() = default;
     virtual std::string_view name() const = 0;
+    // The hardware the kernels use, in words (threads, instruction sets, device), where the backend knows.
+    virtual std::string hardware() const { return {}; }
 
     // Memory on the backend's device.
     virtual Allocator& allocator() = 0;

@@ -102,6 +102,9 @@ TEST(CliReports, InspectJsonMatchesTheConfig) {
     EXPECT_EQ(j["config"]["n_experts"], cfg["n_routed_experts"]);
     EXPECT_EQ(j["layers"].size(), cfg["num_hidden_layers"].get<size_t>());
     EXPECT_GT(j["params"].get<int64_t>(), 0);
+    if (j["backend"] == "cpu") {  // what the kernels run on: threads, instruction set, AMX tiles or not
+        EXPECT_NE(j["hardware"].get<std::string>().find("thread"), std::string::npos) << j["hardware"];
+    }
     bool fallback = false;
     for (const auto& v : j["kernel_variants"]) {
         const std::string st = v["status"];

@@ -16,6 +16,20 @@ CpuBackend::CpuBackend(int n_threads) : pool_(n_threads), ref_(make_ref_backend(
 
 CpuBackend::~CpuBackend() = default;
 
+std::string CpuBackend::hardware() const {
+    std::string s = std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads");
+#if defined(__x86_64__)
+    const bool bf16 = __builtin_cpu_supports("avx512bf16");
+    s += __builtin_cpu_supports("avx512f") ? (bf16 ? ", AVX-512 BF16" : ", AVX-512")
+         : __builtin_cpu_supports("avx2")  ? ", AVX2"
+                                           : ", baseline x86-64";
+#endif
+    s += cpu::amx_enabled() ? ", AMX tiles (a sequence's chunks of " + std::to_string(cpu::kAmxMinRows) +
+                                  "+ rows; DEEPINFER_CPU_AMX=0 turns them off)"
+                            : ", no AMX tiles";
+    return s;
+}
+
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
 namespace {

@@ -77,6 +77,7 @@ class CpuBackend final : public Backend {
     ~CpuBackend() override;
 
     std::string_view name() const override { return "cpu"; }
+    std::string hardware() const override;
     int n_threads() const { return pool_.size(); }
     Allocator& allocator() override { return host_allocator(); }
     void copy(const TensorView& dst, const TensorView& src) override { ref_->copy(dst, src); }
