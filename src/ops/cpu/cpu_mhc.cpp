@@ -114,34 +114,41 @@ void CpuBackend::hc_head(const HcHeadArgs& a) {
     });
 }
 
-// out[t, k, c] = post[t, k] a[t, c] + sum_j comb[t, j, k] streams[t, j, c], in double, j in order: ref's
-// expression per element, the columns in vector lanes.
+namespace {
+
+// One token of mhc_post: out[k, c] = post[k] sub[c] + sum_j comb[j, k] x[j, c] in double, j in order (ref's
+// expression per element; acc: D doubles), the columns in vector lanes of each x86-64 level.
+DI_CPU_CLONES void post_token(const float* post, const float* comb, const float* x, const float* sub,
+                              int64_t hc, int64_t D, double* acc, float* out) {
+    for (int64_t k = 0; k < hc; ++k) {
+        const double pk = post[k];
+        for (int64_t c = 0; c < D; ++c) acc[c] = pk * sub[c];
+        for (int64_t j = 0; j < hc; ++j) {
+            const double cj = comb[j * hc + k];
+            const float* xj = x + j * D;
+            for (int64_t c = 0; c < D; ++c) acc[c] += cj * xj[c];
+        }
+        for (int64_t c = 0; c < D; ++c) out[k * D + c] = float(acc[c]);
+    }
+}
+
+}  // namespace
+
+// out[t, k, c] = post[t, k] a[t, c] + sum_j comb[t, j, k] streams[t, j, c] per token, tokens over the pool.
 void CpuBackend::mhc_post(const MhcPostArgs& a) {
     if (!take_fast(cpu_fast_index("mhc_post"))) return ref_->mhc_post(a);
     check(a);
     const int64_t n = a.streams.shape[0], hc = a.streams.shape[1], D = a.streams.shape[2];
-    pool_.parallel_for(n, n * hc * hc * D < cpu::kMinParallelMacs ? n : 1,
-                       [&](int64_t t0, int64_t t1, int w) {
-                           std::vector<double>& acc = scratch_[size_t(w)].post;
-                           acc.resize(size_t(D));
-                           for (int64_t t = t0; t < t1; ++t) {
-                               const float* post = a.post.ptr<float>() + t * a.post.stride[0];
-                               const float* comb = a.comb.ptr<float>() + t * a.comb.stride[0];
-                               const float* x = a.streams.ptr<float>() + t * hc * D;
-                               const float* sub = a.a.ptr<float>() + t * a.a.stride[0];
-                               float* out = a.out.ptr<float>() + t * hc * D;
-                               for (int64_t k = 0; k < hc; ++k) {
-                                   const double pk = post[k];
-                                   for (int64_t c = 0; c < D; ++c) acc[size_t(c)] = pk * sub[c];
-                                   for (int64_t j = 0; j < hc; ++j) {
-                                       const double cj = comb[j * hc + k];
-                                       const float* xj = x + j * D;
-                                       for (int64_t c = 0; c < D; ++c) acc[size_t(c)] += cj * xj[c];
-                                   }
-                                   for (int64_t c = 0; c < D; ++c) out[k * D + c] = float(acc[size_t(c)]);
-                               }
-                           }
-                       });
+    pool_.parallel_for(
+        n, n * hc * hc * D < cpu::kMinParallelMacs ? n : 1, [&](int64_t t0, int64_t t1, int w) {
+            std::vector<double>& acc = scratch_[size_t(w)].post;
+            acc.resize(size_t(D));
+            for (int64_t t = t0; t < t1; ++t)
+                post_token(a.post.ptr<float>() + t * a.post.stride[0],
+                           a.comb.ptr<float>() + t * a.comb.stride[0], a.streams.ptr<float>() + t * hc * D,
+                           a.a.ptr<float>() + t * a.a.stride[0], hc, D, acc.data(),
+                           a.out.ptr<float>() + t * hc * D);
+        });
 }
 
 }  // namespace di::ops
