@@ -59,8 +59,9 @@ void exchange_routed_experts(Backend& be, Workspace& ws, parallel::Communicator&
             if (tokens_to[size_t(p)].empty() || tokens_to[size_t(p)].back() != t)
                 tokens_to[size_t(p)].push_back(int32_t(t));
         }
-    // each token travels with its row group's size (MoeArgs::row_sizes): the experts' kernels are picked per
-    // group, and a rank sees the tokens of groups interleaved
+    // each token travels with its row group's size (MoeArgs::row_sizes) where the backend picks the experts'
+    // kernels per group: a rank sees the tokens of groups interleaved
+    const bool sizes = be.uses_row_groups();
     std::vector<int32_t> group_size(static_cast<size_t>(n), static_cast<int32_t>(n));
     for (int64_t t0 = 0, g = 0; g < int64_t(m.row_groups.size()); t0 += m.row_groups[size_t(g++)])
         std::fill_n(group_size.begin() + t0, m.row_groups[size_t(g)], int32_t(m.row_groups[size_t(g)]));
@@ -70,7 +71,7 @@ void exchange_routed_experts(Backend& be, Workspace& ws, parallel::Communicator&
         for (const int32_t t : tokens_to[size_t(p)]) {
             send_rows.push_back(t);
             send_ids.insert(send_ids.end(), ids.begin() + t * k, ids.begin() + (t + 1) * k);
-            send_sizes.push_back(group_size[size_t(t)]);
+            if (sizes) send_sizes.push_back(group_size[size_t(t)]);
         }
     }
     auto counts = comm.exchange_counts(to);
@@ -80,19 +81,20 @@ void exchange_routed_experts(Backend& be, Workspace& ws, parallel::Communicator&
     for (const int64_t c : from) M += c;
     const int64_t S = int64_t(send_rows.size());
     const TensorView x_send = take(DType::kF32, S, D), ids_send = take(DType::kI32, S, k),
-                     sizes_send = take(DType::kI32, S, 1);
+                     sizes_send = take(DType::kI32, sizes ? S : 0, 1);
     if (S > 0) {
         gather(m.x, send_rows, x_send);
         be.copy(ids_send, TensorView::contiguous(send_ids.data(), DType::kI32, {S, k}));
-        be.copy(sizes_send, TensorView::contiguous(send_sizes.data(), DType::kI32, {S, 1}));
+        if (sizes) be.copy(sizes_send, TensorView::contiguous(send_sizes.data(), DType::kI32, {S, 1}));
     }
     const TensorView x_recv = take(DType::kF32, M, D), ids_recv = take(DType::kI32, M, k),
-                     sizes_recv = take(DType::kI32, M, 1);
+                     sizes_recv = take(DType::kI32, sizes ? M : 0, 1);
     be.synchronize();
     const int64_t size_row = int64_t(sizeof(int32_t));
     ok(comm.all_to_all(x_send, row_bytes(to, x_row), x_recv, row_bytes(from, x_row)));
     ok(comm.all_to_all(ids_send, row_bytes(to, id_row), ids_recv, row_bytes(from, id_row)));
-    ok(comm.all_to_all(sizes_send, row_bytes(to, size_row), sizes_recv, row_bytes(from, size_row)));
+    if (sizes)
+        ok(comm.all_to_all(sizes_send, row_bytes(to, size_row), sizes_recv, row_bytes(from, size_row)));
 
     // This rank's experts on the tokens it received; their pairs' rows go back in the order they came.
     std::vector<int64_t> pairs_out(size_t(ranks), 0);
@@ -111,7 +113,7 @@ void exchange_routed_experts(Backend& be, Workspace& ws, parallel::Communicator&
         e.x = x_recv;
         e.ids = ids_recv;
         e.row_groups = {};
-        e.row_sizes = sizes_recv.reshape({M});
+        if (sizes) e.row_sizes = sizes_recv.reshape({M});
         e.weights = take(DType::kF32, M, k);
         be.fill_zero(e.weights);          // the experts' pass does not weigh its pairs
         e.out = take(DType::kF32, M, D);  // not written by this pass

@@ -34,6 +34,9 @@ class Backend {
     virtual std::string_view name() const = 0;
     // The hardware the kernels use, in words (threads, instruction sets, device), where the backend knows.
     virtual std::string hardware() const { return {}; }
+    // Whether a kernel choice depends on LinearArgs / MoeArgs row groups (then expert parallelism sends each
+    // token's group size with it; otherwise it need not).
+    virtual bool uses_row_groups() const { return false; }
 
     // Memory on the backend's device.
     virtual Allocator& allocator() = 0;

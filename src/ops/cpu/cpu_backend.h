@@ -78,6 +78,7 @@ class CpuBackend final : public Backend {
 
     std::string_view name() const override { return "cpu"; }
     std::string hardware() const override;
+    bool uses_row_groups() const override { return true; }
     int n_threads() const { return pool_.size(); }
     Allocator& allocator() override { return host_allocator(); }
     void copy(const TensorView& dst, const TensorView& src) override { ref_->copy(dst, src); }
