@@ -241,6 +241,7 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
             {.x = logits, .ids = s.picks.rows(0, 1).reshape({m}), .bad = s.picks.rows(1, 1).reshape({m})});
     }
     be_->segment_end();
+    step_rows_ = {}, step_n_ = -1;  // Step::len goes with the step
     return logits;
 }
 
