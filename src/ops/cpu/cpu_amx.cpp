@@ -186,17 +186,6 @@ DI_AMX void convert_fp4(const QWeight& w, int64_t ob, int64_t rows, int64_t c0, 
     }
 }
 
-// Asks for columns [c0, c1) of weight rows [r0, r1) (those below out_dim).
-void prefetch_cols(const QWeight& w, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const bool fp4 = w.format == WeightFormat::kFp4Group, bf16 = w.format == WeightFormat::kDense;
-    const int64_t b0 = fp4 ? c0 / 2 : bf16 ? 2 * c0 : c0, b1 = fp4 ? c1 / 2 : bf16 ? 2 * c1 : c1;
-    for (int64_t r = r0; r < std::min(r1, w.out_dim); ++r) {
-        const char* q =
-            reinterpret_cast<const char*>(w.data.ptr<uint8_t>() + r * w.data.stride[0] * (bf16 ? 2 : 1));
-        for (int64_t b = b0; b < b1; b += 64) _mm_prefetch(q + b, _MM_HINT_T0);
-    }
-}
-
 // Sum tiles: 0 rows 0-15 x group 0, 1 rows 16-31 x group 0, 2 and 3 alike for group 1.
 DI_AMX void zero_sums() {
     _tile_zero(0);
@@ -502,9 +491,9 @@ DI_AMX void amx_rows(const QWeight& w, int64_t o0, int64_t o1, const uint16_t* x
             for (int64_t c = 0; c < in; c += chunk) {
                 // the next chunk of these rows, or the next block's first, asked for while this one computes
                 if (c + chunk < in)
-                    prefetch_cols(w, ob, ob + rows, c + chunk, c + 2 * chunk);
+                    prefetch_rows(w, ob, rows, c + chunk, c + 2 * chunk);
                 else
-                    prefetch_cols(w, ob + kBlockRows, ob + 2 * kBlockRows, 0, chunk);
+                    prefetch_rows(w, ob + kBlockRows, kBlockRows, 0, chunk);
                 int64_t stride = 0;
                 const uint16_t* a = rows_at(c, c + chunk, false, stride);
                 accumulate_any(two_a, a, stride, g, c / kStep, (c + chunk) / kStep);

@@ -47,7 +47,8 @@ float load_scale(const TensorView& s, int64_t r, int64_t c);
 // Asks for the bytes of weight rows o .. o + n - 1 (those below out_dim) ahead of their use; the fused
 // decode tiles ask for the pair kPrefetchRows ahead of the one they compute (cpu_weight_rows.cpp says why 4).
 inline constexpr int64_t kPrefetchRows = 4;
-void prefetch_rows(const QWeight& w, int64_t o, int64_t n);
+void prefetch_rows(const QWeight& w, int64_t o, int64_t n, int64_t c0 = 0,
+                   int64_t c1 = -1);  // columns [c0, c1)
 // On AVX-512 the decode tiles instead ask for the row at least kPrefetchRows and kPrefetchBytes below each
 // row they read, one line per line consumed (a burst of a whole row's prefetches, or a shorter distance,
 // left the single-thread stream at 60% of the read bandwidth: docs/benchmarks.md). Null past the last row.

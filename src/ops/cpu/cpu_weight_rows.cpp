@@ -31,16 +31,18 @@ float load_scale(const TensorView& s, int64_t r, int64_t c) {
 // pair). The AVX2 fused tiles ask for the pair kPrefetchRows ahead of the one they compute: of 2, 4, 16, 32
 // and 48 rows ahead, 4 measured best on both the demo (512-byte head rows) and the mid-fullvocab model (2 KiB
 // head rows), within the noise, on an Intel VM. The AVX-512 tiles stream row_ahead's rows instead.
-void prefetch_rows(const QWeight& w, int64_t o, int64_t n) {
+void prefetch_rows(const QWeight& w, int64_t o, int64_t n, int64_t c0, int64_t c1) {
 #if defined(__x86_64__)
     const int64_t end = std::min(o + n, w.out_dim);
     if (o >= end) return;
     const int64_t stride = w.data.stride[0] * int64_t(dtype_size(w.data.dtype)), bytes = stored_row_bytes(w);
+    const int64_t b0 = c0 * bytes / w.in_dim,
+                  b1 = c1 < 0 ? bytes : c1 * bytes / w.in_dim;  // columns as bytes
     const char* row = static_cast<const char*>(w.data.data) + o * stride;
     for (; o < end; ++o, row += stride)
-        for (int64_t c = 0; c < bytes; c += 64) _mm_prefetch(row + c, _MM_HINT_T0);
+        for (int64_t c = b0; c < b1; c += 64) _mm_prefetch(row + c, _MM_HINT_T0);
 #else
-    (void)w, (void)o, (void)n;
+    (void)w, (void)o, (void)n, (void)c0, (void)c1;
 #endif
 }
 
