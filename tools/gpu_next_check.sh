@@ -16,6 +16,7 @@
 #   at 1 and 16 rows (cuBLASLt, fp8_mma), and the 4-layer native prefill of an 8,192-token prompt in chunks
 #   of 1,024 to 8,192 tokens (kDefaultPrefillChunkCuda, kDefaultStepTokenBudgetCuda: a larger chunk prefills
 #   faster and stalls the decoding sequences that share its steps for longer).
+# PART=moe (~2 min): the moe mma cases (staged and quantised in the kernel) and the stage counts' bench.
 # PART=model (~9 min): the 16-layer native decode step at batch 1 and 16 under each option and all together
 #   (tools/gpu_ab_env.sh), and the batch-1 timeline with all (tools/timeline_report.py).
 # PART=ncu (~8 min, where time is left): why the batch-1 step's slow kernels take their time
@@ -49,6 +50,14 @@ if [[ ${PART:-tests} == tests ]]; then
     timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 8192 \
       --prefill-chunk $chunk --decode 2 > "$OUT/chunk_$chunk.log" 2>&1
     echo "prefill chunk $chunk rc $? $(grep -oE "prefill [0-9]+ tokens.*tokens/s" "$OUT/chunk_$chunk.log")"
+  done
+elif [[ $PART == moe ]]; then
+  timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaMoe.MatchesRef/*mma*:*MatchesRef/*one_token*' \
+    > "$OUT/moe_tests.log" 2>&1
+  echo "moe mma tests rc $?"; summary "$OUT/moe_tests.log"
+  for st in 0 4 8; do
+    DEEPINFER_MOE_MMA_STAGES=$st timeout 60 $d/bin/cuda_kernel_bench --only moe --quick > "$OUT/moe_$st.log" 2>&1
+    echo "moe stages $st: $(grep -E "n=1,.*\| mma" "$OUT/moe_$st.log" | head -1)"
   done
 elif [[ $PART == ncu ]]; then
   env $all OUT=$OUT/ncu BATCH=1 LAYERS=4 NCU_TIMEOUT=280 timeout 290 tools/gpu_ncu_stalls.sh

@@ -41,6 +41,13 @@ bool TensorView::is_contiguous() const {
     return true;
 }
 
+size_t TensorView::span_bytes() const {
+    if (numel() == 0) return 0;
+    int64_t last = 0;
+    for (int d = 0; d < ndim; ++d) last += (shape[size_t(d)] - 1) * stride[size_t(d)];
+    return size_t(last + 1) * dtype_size(dtype);
+}
+
 TensorView TensorView::rows(int64_t begin, int64_t n) const {
     DI_CHECK(ndim >= 1 && begin >= 0 && begin + n <= shape[0], "rows({}, {}) of {}", begin, n, describe());
     TensorView v = *this;

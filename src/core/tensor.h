@@ -32,6 +32,9 @@ struct TensorView {
     int64_t dim(int i) const { return shape[i < 0 ? ndim + i : i]; }
     bool is_contiguous() const;
     size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }  // contiguous views only
+    // Bytes from the first element to one past the last (a strided view's whole span; nbytes() when
+    // contiguous).
+    size_t span_bytes() const;
 
     template <typename T>
     T* ptr() const {

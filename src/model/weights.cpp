@@ -171,6 +171,13 @@ class Binder {
         DI_TRY(DType st, dtype_of(*s, {DType::kE8M0, DType::kF32}));
         w.data = place(*e, fp8 ? DType::kF8E4M3 : DType::kFP4x2, fp8 ? Shape{out, in} : Shape{out, in / 2});
         w.scale = place(*s, st, sshape, /*is_param=*/false);
+        if (fp8 && !w.scale.empty())
+            if (auto bound = be_.fp8_block_scales(w.scale)) {  // the backend's own form, made once
+                if (!mw_.owned.empty() && mw_.owned.back().view().data == w.scale.data)
+                    mw_.owned.pop_back();  // the checkpoint's form on the device: no longer read
+                mw_.owned.push_back(std::move(bound->storage));
+                w.scale = bound->view;
+            }
         if (!fp8) mw_.stats.params += out * in / 2;  // place() counted bytes; fp4 holds two values per byte
         return w;
     }

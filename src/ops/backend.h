@@ -2,6 +2,7 @@
 // it; the model calls only these. Each method runs check(args) before touching memory.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,14 @@ class Backend {
 
     // Memory on the backend's device.
     virtual Allocator& allocator() = 0;
+    // An FP8 weight's 128x128 block scales (`scale`, on this backend's device) in the form its kernels read
+    // without converting them at every call, made once when the weights are bound: the storage and a view of
+    // it with scale's shape (any row stride). nullopt: the kernels read the checkpoint's form as it is.
+    struct BoundScales {
+        Tensor storage;
+        TensorView view;
+    };
+    virtual std::optional<BoundScales> fp8_block_scales(const TensorView& /*scale*/) { return std::nullopt; }
     // dst <- src; both contiguous, same dtype and element count, either device.
     virtual void copy(const TensorView& dst, const TensorView& src) = 0;
     virtual void fill_zero(const TensorView& dst) = 0;

@@ -24,7 +24,14 @@ namespace screen_detail {
 
 // A copy of contiguous `src` in memory of `alloc`.
 Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src) {
-    DI_CHECK(src.is_contiguous(), "screen: {} is not contiguous", src.describe());
+    if (!src.is_contiguous()) {  // the whole span, strides kept (a backend's bound weight scales)
+        const int64_t bytes = int64_t(src.span_bytes());
+        Buf b{Tensor(alloc, DType::kU8, {bytes}), src};
+        b.v.data = b.t.view().data;
+        b.v.device = alloc.device();
+        be.copy(b.t.view(), TensorView::contiguous(src.data, DType::kU8, {bytes}, src.device));
+        return b;
+    }
     Buf b{Tensor(alloc, src.dtype, {src.numel()}), src};
     b.v.data = b.t.view().data;
     b.v.device = alloc.device();

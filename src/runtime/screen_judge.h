@@ -21,7 +21,7 @@ struct Buf {
     Tensor t;
     TensorView v;
 };
-// A copy of contiguous `src` in memory of `alloc`.
+// A copy of `src` in memory of `alloc` (a strided view: its whole span, with its strides).
 Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src);
 // Host tensor `h` on be's device.
 Buf on_device(ops::Backend& be, const Tensor& h);

@@ -10,14 +10,6 @@
 namespace di::ops {
 namespace {
 
-// Bytes from a view's first element to one past its last (strided views copy their whole span).
-size_t span_bytes(const TensorView& v) {
-    int64_t last = 0;
-    for (int i = 0; i < v.ndim; ++i) last += (v.shape[size_t(i)] - 1) * v.stride[size_t(i)];
-    const size_t esz = dtype_size(v.dtype);
-    return v.numel() == 0 ? 0 : size_t(last + 1) * esz;
-}
-
 bool is_float(DType t) { return t == DType::kF32; }
 
 // Element i (row-major over the logical shape) of a host view, as double.
@@ -60,7 +52,7 @@ void CompareBackend::set_scope(std::string_view s) {
 
 TensorView CompareBackend::host_view(const TensorView& v, std::vector<Tensor>& keep) {
     if (v.empty()) return v;
-    const size_t bytes = span_bytes(v);
+    const size_t bytes = v.span_bytes();  // strided views copy their whole span
     keep.emplace_back(host_allocator(), DType::kU8,
                       std::initializer_list<int64_t>{int64_t(std::max<size_t>(bytes, 1))});
     TensorView h = v;

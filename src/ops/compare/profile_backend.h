@@ -30,6 +30,9 @@ class ProfileBackend final : public Backend {
 
     std::string_view name() const override { return subject_.name(); }
     Allocator& allocator() override { return subject_.allocator(); }
+    std::optional<BoundScales> fp8_block_scales(const TensorView& s) override {
+        return subject_.fp8_block_scales(s);
+    }
     void copy(const TensorView& dst, const TensorView& src) override { subject_.copy(dst, src); }
     void fill_zero(const TensorView& dst) override { subject_.fill_zero(dst); }
     void synchronize() override { subject_.synchronize(); }

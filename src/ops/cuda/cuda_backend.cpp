@@ -1,7 +1,11 @@
 // CudaBackend: memory, stream and weight-format helpers; the op methods are in cuda_ops.cpp.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "ops/cuda/cuda_backend_impl.h"
+#include "ops/cuda/fp8_gemm.h"
 
 namespace di::ops {
 namespace cuda_impl {
@@ -59,6 +63,33 @@ WeightRef weight_ref(const QWeight& w, std::string_view what) {
     r.ld_scale = w.scale.stride[0];
     r.scale_e8m0 = w.scale.dtype == DType::kE8M0;
     return r;
+}
+
+std::optional<Backend::BoundScales> CudaBackend::fp8_block_scales(const TensorView& scale) {
+    static const bool on = [] {
+        const char* v = std::getenv("DEEPINFER_FP8_SCALES_AT_BIND");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    if (!on || scale.empty()) return std::nullopt;
+    on_device(scale, "fp8 block scales");
+    DI_CHECK(scale.ndim == 2 && scale.stride[1] == 1 &&
+                 (scale.dtype == DType::kE8M0 || scale.dtype == DType::kF32),
+             "fp8 block scales {}: expected [rows, cols] e8m0 or f32 with unit last stride",
+             scale.describe());
+    const int64_t rows = scale.shape[0], cols = scale.shape[1], ld = cuda::lt_scale_ld(cols);
+    if (scale.dtype == DType::kF32 && scale.stride[0] == ld &&
+        reinterpret_cast<uintptr_t>(scale.data) % 16 == 0)
+        return std::nullopt;  // already the form
+    BoundScales b{Tensor(alloc_, DType::kF32, {rows * ld}), {}};
+    fill_zero(b.storage.view());  // the rows' padding
+    cuda::launch_scales_to_f32(scale.data, scale.dtype == DType::kE8M0, scale.stride[0], rows, cols,
+                               static_cast<float*>(b.storage.view().data), ld, stream_);
+    b.view = scale;
+    b.view.data = b.storage.view().data;
+    b.view.dtype = DType::kF32;
+    b.view.stride[0] = ld;
+    synchronize();  // the caller may free `scale` next
+    return b;
 }
 
 }  // namespace cuda_impl

@@ -100,6 +100,9 @@ class CudaBackend final : public Backend {
 
     std::string_view name() const override { return "cuda"; }
     Allocator& allocator() override { return alloc_; }
+    // f32 in cuBLASLt's layout (lt_scale_ld), which every fp8 kernel reads: the per-call conversion of
+    // linear_lt_fp8 gone (DEEPINFER_FP8_SCALES_AT_BIND=0 keeps the checkpoint's form).
+    std::optional<BoundScales> fp8_block_scales(const TensorView& scale) override;
     void set_scope(std::string_view s) override { scope_ = s; }
 
     void copy(const TensorView& dst, const TensorView& src) override {

@@ -44,8 +44,9 @@ std::vector<KernelVariant> fused_variants(const char* op, const char* claims) {
 CudaBackend::CudaBackend(int device)
     : linear_v_(
           {{"linear", "fp8_mma",
-            "fp8 block weights times fp8 activation blocks (native precision); DEEPINFER_FP8_MMA (a row "
-            "count) to 16 rows where that is set, 1 to 16 when forced; in_dim a multiple of 128, out_dim "
+            "fp8 block weights times fp8 activation blocks (native precision); from 2 to 16 rows on <= 2048 "
+            "output rows (DEEPINFER_FP8_MMA=<rows>[:<most output rows>] sets them), 1 to 16 when forced; "
+            "in_dim a multiple of 128, out_dim "
             "of 32, 16-byte weight rows; mma.sync m16n8k32 e4m3 tensor cores, each 128-wide K block "
             "summed at the tensor cores' reduced precision, then scaled into f32 sums (as cublaslt_fp8), "
             "so held to 1e-3; "
@@ -262,9 +263,8 @@ struct LinearTakes {
         const int64_t n = a.x.shape[0];
         switch (kLinearEnum[i]) {
             case cuda::LinearVariant::kFp8Mma:
-                return (forced ||
-                        (cuda::linear_fp8mma_min_rows() > 0 && n >= cuda::linear_fp8mma_min_rows())) &&
-                       a.act == ActQuant::kFp8Block128 && cuda::linear_fp8mma_supported(w, n);
+                return (forced || cuda::linear_fp8mma_dispatched(w, n)) && a.act == ActQuant::kFp8Block128 &&
+                       cuda::linear_fp8mma_supported(w, n);
             case cuda::LinearVariant::kCublasLtFp8:
                 return (forced || n >= kLtMinRows) && lt_fp8_takes(a, w);
             case cuda::LinearVariant::kCublasLtBf16x3:

@@ -107,10 +107,10 @@ bool linear_fp8mma_supported(const WeightRef& w, int64_t n);
 // (row stride ldx) quantised in the kernel (the same bits).
 void launch_linear_fp8mma(const uint8_t* q, int64_t ldq, const float* sx, int64_t rows, const float* x,
                           int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n, Stream s);
-// The fewest rows of the native precision dispatch gives kFp8Mma (over split_rows at 1, the dequantised
-// copies' kernels and cuBLASLt), 0: none; off until measured on the GPU (DEEPINFER_FP8_MMA=<rows> in the
-// environment; the tests force the variant).
-int64_t linear_fp8mma_min_rows();
+// Whether the native precision's dispatch gives n rows of w to kFp8Mma (over split_rows at 1, the
+// dequantised copies' kernels and cuBLASLt): from 2 rows on matrices of <= 2,048 output rows unless
+// DEEPINFER_FP8_MMA says otherwise ("<rows>[:<most output rows>]", "0" never).
+bool linear_fp8mma_dispatched(const WeightRef& w, int64_t n);
 void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                        Scratch& scratch, Stream s);
 // gemv.cuh's format code of w when its layout can be streamed in 16-byte units, else -1.

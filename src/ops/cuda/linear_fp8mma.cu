@@ -299,15 +299,32 @@ void launch(const Params& p, cudaStream_t s) {
     DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_fp8mma_kernel<NG, kQuant>, p));
 }
 
-int64_t min_rows_from_env() {
+// Where dispatch gives fp8_mma the call: from min_rows rows (0: never) on matrices of at most max_out output
+// rows (0: any). By default from 2 rows on <= 2,048 rows, as measured on the H200 (docs/cuda.md): at 16 rows
+// faster than cuBLASLt on q_a, wo_a's groups and the shared expert's w1 / w3 (1,024 and 2,048 rows), slower
+// on 4,096 and more; at 4 rows as fast as the f32 kernels on the dequantised copy; at 1 row slower than
+// split_rows. DEEPINFER_FP8_MMA="<rows>[:<most output rows>]" sets both, "0" turns it off.
+struct Fp8MmaDispatch {
+    int64_t min_rows = 2, max_out = 2048;
+};
+Fp8MmaDispatch dispatch_from_env() {
+    Fp8MmaDispatch d;
     const char* v = std::getenv("DEEPINFER_FP8_MMA");
-    return v == nullptr ? 0 : std::max<int64_t>(0, std::atoll(v));
+    if (v == nullptr) return d;
+    d.max_out = 0;
+    char* end = nullptr;
+    d.min_rows = std::max<long long>(0, std::strtoll(v, &end, 10));
+    if (end != nullptr && *end == ':') d.max_out = std::max<long long>(0, std::strtoll(end + 1, nullptr, 10));
+    return d;
 }
-const int64_t fp8mma_min_rows = min_rows_from_env();
+const Fp8MmaDispatch fp8mma_dispatch = dispatch_from_env();
 
 }  // namespace
 
-int64_t linear_fp8mma_min_rows() { return fp8mma_min_rows; }
+bool linear_fp8mma_dispatched(const WeightRef& w, int64_t n) {
+    const Fp8MmaDispatch& d = fp8mma_dispatch;
+    return d.min_rows > 0 && n >= d.min_rows && (d.max_out == 0 || w.out_dim <= d.max_out);
+}
 
 bool linear_fp8mma_supported(const WeightRef& w, int64_t n) {
     if (w.format != 1 || n < 1 || n > kLinearFp8MmaMaxRows || w.in_dim % 128 != 0 || w.out_dim % kRows != 0 ||
