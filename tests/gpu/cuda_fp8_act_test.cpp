@@ -6,6 +6,7 @@
 // 1e-3 relative L2, and its measured error is printed.
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <tuple>
 
 #include "gpu_test_util.h"
@@ -85,6 +86,8 @@ struct ActCase {
     int64_t n, in, out;
     DType scale_dt = DType::kE8M0;
     int64_t x_pad = 0;
+    bool bound =
+        false;  // the device reads the scales in the backend's bound form (Backend::fp8_block_scales)
 };
 
 const ActCase kActCases[] = {
@@ -119,6 +122,12 @@ const ActCase kActCases[] = {
     // fp8_mma's other splits: one block a 32-row tile (q_b's 1,024 tiles; 4 chunks over 4 warps), f32 scales
     {"q_b_n4", 4, 1024, 32768},
     {"f32_scale_n5", 5, 512, 384, DType::kF32},
+    // scales as the model binds them on cuda: f32 rows of cuBLASLt's stride (640 inputs: 5 blocks, 8 a row)
+    {"bound_q_a_n1", 1, 4096, 1024, DType::kE8M0, 0, true},
+    {"bound_wkv_n16", 16, 4096, 512, DType::kE8M0, 0, true},
+    {"bound_q_b_n16", 16, 1024, 32768, DType::kE8M0, 0, true},
+    {"bound_o_b_n3", 3, 8192, 4096, DType::kE8M0, 0, true},
+    {"bound_k640_n60", 60, 640, 256, DType::kE8M0, 0, true},
 };
 
 using ActRun = VariantRun<ActCase>;
@@ -139,7 +148,11 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
     const std::string variant = GetParam().variant;
     if (!takes(c, variant)) GTEST_SKIP() << variant << " does not take this case";
     const char* why = nullptr;
-    const bool lt = variant == "cublaslt_fp8" || (variant.empty() && c.n >= 16 && takes(c, "cublaslt_fp8"));
+    // default dispatch: fp8_mma from 2 to 16 rows on <= 2,048 output rows (linear_fp8mma_dispatched),
+    // cuBLASLt from 16 rows on the others
+    const bool mma_default = variant.empty() && c.n >= 2 && c.n <= 16 && c.out <= 2048 && c.out % 32 == 0;
+    const bool lt = variant == "cublaslt_fp8" ||
+                    (variant.empty() && !mma_default && c.n >= 16 && takes(c, "cublaslt_fp8"));
     if (lt) {
         cuda::LtFp8Gemm* g = cuda::LtFp8Gemm::instance(&why);
         ASSERT_NE(g, nullptr) << why;
@@ -157,6 +170,13 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
         fill_e8m0(scale);
     else
         fill_uniform(scale, 0.01f, 0.1f);
+    std::optional<ops::Backend::BoundScales> bound;
+    if (c.bound) {
+        bound = b.gpu->fp8_block_scales(scale.dv());
+        ASSERT_TRUE(bound.has_value()) << "the cuda backend binds e8m0 scales in its own form";
+        EXPECT_EQ(bound->view.dtype, DType::kF32);
+        EXPECT_EQ(bound->view.stride[0], (c.in / 128 + 3) / 4 * 4);
+    }
     auto make = [&](bool dev) {
         ops::LinearArgs a;
         a.x = dev ? x.dv() : x.hv();
@@ -164,7 +184,7 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
         a.y = dev ? y.dv() : y.hv();
         a.w.format = WeightFormat::kFp8Block;
         a.w.data = dev ? data.dv() : data.hv();
-        a.w.scale = dev ? scale.dv() : scale.hv();
+        a.w.scale = dev ? (bound ? bound->view : scale.dv()) : scale.hv();
         a.w.out_dim = c.out, a.w.in_dim = c.in;
         a.act = ops::ActQuant::kFp8Block128;
         return a;
@@ -176,7 +196,7 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
     b.gpu->linear(make(true));
     b.gpu->synchronize();
     EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt_before, lt ? 1 : 0) << "ran on cuBLASLt";
-    if (variant == "fp8_mma") {  // FP8 tensor cores as cuBLASLt's; a row's bits are its own
+    if (variant == "fp8_mma" || mma_default) {  // FP8 tensor cores as cuBLASLt's; a row's bits are its own
         EXPECT_EQ(b.gpu->dispatch_count("linear", "fp8_mma") - fm_before, 1) << "fp8_mma did not run";
         const Diff d = diff(y.host_f32(), y.device_f32());
         std::printf("%s: fp8_mma relative L2 error %.3g (max abs %.3g)\n", c.name, d.rel_l2, d.max_abs);
@@ -185,6 +205,10 @@ TEST_P(CudaLinearFp8Act, MatchesRef) {
         b.gpu->linear(make(true));
         EXPECT_EQ(0, std::memcmp(all.data(), y.device_f32().data(), all.size() * sizeof(float)))
             << "not deterministic";
+        if (mma_default) {  // one row goes to another kernel by default
+            ASSERT_TRUE(b.gpu->force_variant("linear", ""));
+            return;
+        }
         ops::LinearArgs one = make(true);
         one.x = one.x.rows(c.n - 1, 1), one.y = one.y.rows(c.n - 1, 1);
         y.poison();
