@@ -22,7 +22,7 @@
 namespace di::runtime {
 namespace screen_detail {
 
-// A copy of contiguous `src` in memory of `alloc`.
+// A copy of `src` in memory of `alloc` (declared in screen_judge.h).
 Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src) {
     if (!src.is_contiguous()) {  // the whole span, strides kept (a backend's bound weight scales)
         const int64_t bytes = int64_t(src.span_bytes());
