@@ -2,7 +2,8 @@
 # The GPU checks the code waits for (2026-12-05), a call each, in this order:
 # PART=fp8 (~2 min): CudaLinearFp8Act / CudaLinearsFp8Act with the cases on the bound scales (the f32 rows of
 #   cuBLASLt's stride the model binds, Backend::fp8_block_scales) and the default dispatch's fp8_mma (2-16
-#   rows on <= 2,048 output rows) held to 1e-3; then the fp8 GEMM table at 1 and 16 rows.
+#   rows on <= 2,048 output rows) held to 1e-3; then the fp8 GEMM table at 1 and 16 rows, and what a
+#   dependent launch costs against a barrier in one persistent grid (bench/grid_sync_probe.cu).
 # PART=roofline (~6 min): the 16-layer decode step against the roofline, both precisions, batch 1, 4, 16 and
 #   64 (batch 64 on a 128-token prompt: 64 x 512 prompt tokens in one step do not fit the prefill workspace),
 #   the copy bandwidth measured in the same call (tools/gpu_decode_layers.sh).
@@ -11,7 +12,8 @@
 #   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), and a
 #   4,096-token prefill's W4A8 MoE, attention and indexer kernels.
 # Pack here (a call carries at most 64 MiB with the tracked tree: leave CUPTI out unless PART=timeline):
-#   TRACE=0 BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench" tools/gpu_pack.sh
+#   TRACE=0 BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench bench/grid_sync_probe"
+#   tools/gpu_pack.sh
 #   then on the GPU machine (carry ["build-cuda-xz"]): PART=fp8 OUT=$OUT tools/gpu_next_check.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
@@ -23,6 +25,7 @@ case ${PART:-fp8} in
     echo "fp8 tests rc $?"; summary "$OUT/fp8.log"; grep -E "^bound.*relative" "$OUT/fp8.log"
     timeout 120 $d/bin/cuda_kernel_bench --only gemm --quick > "$OUT/gemm.log" 2>&1
     echo "fp8 gemm rc $?"; grep -E "n=(1|16) \|" "$OUT/gemm.log"
+    [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
     ;;
   roofline)
     for p in native exact; do
