@@ -86,8 +86,8 @@ struct ActCase {
     int64_t n, in, out;
     DType scale_dt = DType::kE8M0;
     int64_t x_pad = 0;
-    bool bound =
-        false;  // the device reads the scales in the backend's bound form (Backend::fp8_block_scales)
+    // the device reads the scales in the backend's bound form (Backend::fp8_block_scales)
+    bool bound = false;
 };
 
 const ActCase kActCases[] = {
