@@ -3,7 +3,10 @@
 # PART=fp8 (~2 min): CudaLinearFp8Act / CudaLinearsFp8Act with the cases on the bound scales (the f32 rows of
 #   cuBLASLt's stride the model binds, Backend::fp8_block_scales) and the default dispatch's fp8_mma (2-16
 #   rows on <= 2,048 output rows) held to 1e-3; then the fp8 GEMM table at 1 and 16 rows, and what a
-#   dependent launch costs against a barrier in one persistent grid (bench/grid_sync_probe.cu).
+#   dependent launch costs against a barrier in one persistent grid (bench/grid_sync_probe.cu); then fp8_mma's
+#   cases and table again with DEEPINFER_FP8_MMA_ONE_WAVE=1 (its K split rounded down so the grid is one wave:
+#   if it passes and beats cuBLASLt at 16 rows on 4,096+ rows too, make it the default and lift the 2,048-row
+#   cap of linear_fp8mma_dispatched).
 # PART=roofline (~6 min): the 16-layer decode step against the roofline, both precisions, batch 1, 4, 16 and
 #   64 (batch 64 on a 128-token prompt: 64 x 512 prompt tokens in one step do not fit the prefill workspace),
 #   the copy bandwidth measured in the same call (tools/gpu_decode_layers.sh).
@@ -25,6 +28,11 @@ case ${PART:-fp8} in
     echo "fp8 tests rc $?"; summary "$OUT/fp8.log"; grep -E "^bound.*relative" "$OUT/fp8.log"
     timeout 120 $d/bin/cuda_kernel_bench --only gemm --quick > "$OUT/gemm.log" 2>&1
     echo "fp8 gemm rc $?"; grep -E "n=(1|16) \|" "$OUT/gemm.log"
+    DEEPINFER_FP8_MMA_ONE_WAVE=1 timeout 60 $d/bin/cuda_ops_test --gtest_filter='*CudaLinearFp8Act*fp8_mma*' \
+      > "$OUT/fp8_one_wave.log" 2>&1
+    echo "fp8_mma one wave tests rc $?"; summary "$OUT/fp8_one_wave.log"
+    DEEPINFER_FP8_MMA_ONE_WAVE=1 timeout 120 $d/bin/cuda_kernel_bench --only gemm --quick > "$OUT/gemm_1w.log" 2>&1
+    echo "fp8 gemm one wave rc $?"; grep -E "n=16 \|.*fp8_mma" "$OUT/gemm_1w.log"
     [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
     ;;
   roofline)

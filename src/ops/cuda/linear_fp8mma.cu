@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/kernels.h"
@@ -268,11 +269,21 @@ __global__ void __launch_bounds__(32 * kWarps) linear_fp8mma_kernel(Params p) {
     cluster.sync();  // no block leaves while another reads its partials
 }
 
+// DEEPINFER_FP8_MMA_ONE_WAVE=1: round the split down, so that the grid fits the two blocks a multiprocessor
+// holds (the staging area takes ~100 KB a block) in one wave; rounded up (the default), 4,096- and 8,192-row
+// matrices launch 384 and 512 blocks: 1.45 and 1.94 waves, the matrices on which fp8_mma measured slower
+// than cuBLASLt. Off until the GPU measures it (tools/gpu_next_check.sh PART=fp8).
+bool one_wave_from_env() {
+    const char* v = std::getenv("DEEPINFER_FP8_MMA_ONE_WAVE");
+    return v != nullptr && std::strcmp(v, "0") != 0;
+}
+const bool one_wave = one_wave_from_env();
+
 // Blocks a tile's K splits into: about two blocks a multiprocessor over the tiles, at most kMaxCluster, each
 // warp at least one chunk.
 int cluster_size(int64_t out, int64_t in) {
     const int64_t tiles = out / kRows, chunks = in / 128;
-    const int64_t want = (2 * sm_count() + tiles - 1) / tiles;
+    const int64_t want = one_wave ? 2 * sm_count() / tiles : (2 * sm_count() + tiles - 1) / tiles;
     return int(std::clamp<int64_t>(std::min<int64_t>(want, chunks / kWarps), 1, kMaxCluster));
 }
 
