@@ -6,8 +6,10 @@
 // weights by a relative 2.2 (that + u) + (2 n_keys + 8) u (exp, float denominator, key sum), all relative to
 // max_j |k_j[c]| (the weights sum to <= 1).
 #include <cstring>
+#include <random>
 
 #include "cpu_test_util.h"
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/op_cases.h"
 
 namespace di::cputest {
@@ -107,6 +109,40 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuAttention, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<AttnCase>& i) {
                              return std::string(i.param.name);
                          });
+
+// Attention runs a query's heads in groups over its keys; each head's scores and weighted sum must be those
+// of the head alone, bit for bit: dot_tile's rows against dot_tile of one row, weighted_rows_sum's rows
+// against weighted_row_sum (odd lengths for the tails).
+TEST(CpuAttentionKernels, HeadGroupsEqualOneHeadAlone) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (const int64_t len : {int64_t(5), int64_t(37), int64_t(512)}) {
+        const int64_t n = 19;
+        std::vector<float> keys(size_t(n * len)), p(size_t(ops::cpu::kMaxSumHeads * n)),
+            q(size_t(ops::cpu::kMaxSumHeads * len));
+        for (float& v : keys) v = u(rng);
+        for (float& v : p) v = std::fabs(u(rng)) * (v > 1.9f ? 1e-30f : 1.0f);
+        for (float& v : q) v = u(rng);
+        std::vector<const float*> rows;
+        for (int64_t j = 0; j < n; ++j) rows.push_back(keys.data() + j * len);
+        for (int nh = 1; nh <= ops::cpu::kMaxSumHeads; ++nh) {
+            std::vector<float> group(size_t(nh * len)), alone(static_cast<size_t>(len));
+            ops::cpu::weighted_rows_sum(rows.data(), p.data(), n, nh, n, len, group.data(), len);
+            const float* qs[ops::cpu::kMaxSumHeads];
+            for (int r = 0; r < nh; ++r) qs[r] = q.data() + r * len;
+            float res[ops::cpu::kMaxSumHeads * ops::cpu::kTileRows], one[ops::cpu::kTileRows];
+            ops::cpu::dot_tile(qs, nh, rows.data(), len, res);
+            for (int r = 0; r < nh; ++r) {
+                ops::cpu::weighted_row_sum(rows.data(), p.data() + r * n, n, len, alone.data());
+                EXPECT_EQ(0, std::memcmp(group.data() + r * len, alone.data(), size_t(len) * 4))
+                    << "weighted sum, len " << len << ", head " << r << " of " << nh;
+                ops::cpu::dot_tile(qs + r, 1, rows.data(), len, one);
+                EXPECT_EQ(0, std::memcmp(res + r * ops::cpu::kTileRows, one, sizeof one))
+                    << "dots, len " << len << ", head " << r << " of " << nh;
+            }
+        }
+    }
+}
 
 // A 10-token prefill in one call equals 10 one-token calls over the ring (window_store between), bit for bit:
 // a query's keys and their order do not depend on how the sequence was chunked.

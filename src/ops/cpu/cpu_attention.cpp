@@ -43,37 +43,55 @@ void CpuBackend::attention(const AttentionArgs& a) {
     const int64_t L = a.q.shape[0], H = a.q.shape[1], hd = a.q.shape[2];
     if (L == 0) return;
     collect_keys(a);
+    // Work items are (query, group of up to kMaxSumHeads heads): the heads share the query's key list (one KV
+    // head), so each key is read once for the group, in the dot tiles and the weighted sum; every (query,
+    // head) keeps the arithmetic of one head alone (dot_tile and weighted_rows_sum give each row's bits
+    // whatever the group).
+    constexpr int G = cpu::kMaxSumHeads;
+    const int64_t groups = (H + G - 1) / G, items = L * groups;
     const int64_t macs = 2 * int64_t(att_keys_.size()) * H * hd;
     const int64_t grain =
-        macs < cpu::kMinParallelMacs ? L * H : std::max<int64_t>(1, L * H / (8 * pool_.size()));
-    pool_.parallel_for(L * H, grain, [&](int64_t b, int64_t e, int worker) {
+        macs < cpu::kMinParallelMacs ? items : std::max<int64_t>(1, items / (8 * pool_.size()));
+    pool_.parallel_for(items, grain, [&](int64_t b, int64_t e, int worker) {
         CpuScratch& s = scratch_[size_t(worker)];
         for (int64_t i = b; i < e; ++i) {
-            const int64_t t = i / H, h = i % H;
+            const int64_t t = i / groups, h0 = i % groups * G;
+            const int nh = int(std::min<int64_t>(G, H - h0));
             const float* const* keys = att_keys_.data() + att_off_[size_t(t)];
             const int64_t nk = att_off_[size_t(t + 1)] - att_off_[size_t(t)];
             const int64_t nk4 = (nk + cpu::kTileRows - 1) / cpu::kTileRows * cpu::kTileRows;
-            if (s.acc.size() < size_t(nk4)) s.acc.resize(size_t(nk4));
-            float* z = s.acc.data();
-            const float* q = a.q.at<float>(t, h);
+            if (s.acc.size() < size_t(G * nk4)) s.acc.resize(size_t(G * nk4));
+            float* z = s.acc.data();  // head r's scores at z + r * nk4
+            const float* q[G];
+            for (int r = 0; r < nh; ++r) q[r] = a.q.at<float>(t, h0 + r);
             for (int64_t j = 0; j < nk; j += cpu::kTileRows) {
                 const float* tile[cpu::kTileRows];
+                float res[G * cpu::kTileRows];
                 for (int64_t k = 0; k < cpu::kTileRows; ++k) tile[k] = keys[std::min(j + k, nk - 1)];
-                cpu::dot_tile(&q, 1, tile, hd, z + j);
+                cpu::dot_tile(q, nh, tile, hd, res);
+                for (int r = 0; r < nh; ++r)
+                    for (int64_t k = 0; k < cpu::kTileRows; ++k)
+                        z[r * nk4 + j + k] = res[r * cpu::kTileRows + k];
             }
-            const float sink = a.sinks.ptr<float>()[h];
-            float m = sink;
-            for (int64_t j = 0; j < nk; ++j) m = std::max(m, z[j] *= a.scale);
-            float denom = std::exp(sink - m);
-            // Weights below FLT_MIN are flushed (subnormal multipliers cost a microcode assist per vector);
-            // that moves out by < 2^-126 max|k| per key, far inside the float rounding of the sum.
-            for (int64_t j = 0; j < nk; ++j) {
-                const float p = std::exp(z[j] - m);
-                denom += (z[j] = p < FLT_MIN ? 0.0f : p);
+            float denom[G];
+            for (int r = 0; r < nh; ++r) {
+                float* zr = z + r * nk4;
+                const float sink = a.sinks.ptr<float>()[h0 + r];
+                float m = sink;
+                for (int64_t j = 0; j < nk; ++j) m = std::max(m, zr[j] *= a.scale);
+                denom[r] = std::exp(sink - m);
+                // Weights below FLT_MIN are flushed (subnormal multipliers cost a microcode assist per
+                // vector); that moves out by < 2^-126 max|k| per key, far inside the float rounding of the
+                // sum.
+                for (int64_t j = 0; j < nk; ++j) {
+                    const float p = std::exp(zr[j] - m);
+                    denom[r] += (zr[j] = p < FLT_MIN ? 0.0f : p);
+                }
             }
-            float* o = a.out.at<float>(t, h);
-            cpu::weighted_row_sum(keys, z, nk, hd, o);
-            for (int64_t c = 0; c < hd; ++c) o[c] /= denom;
+            float* o = a.out.at<float>(t, h0);
+            cpu::weighted_rows_sum(keys, z, nk4, nh, nk, hd, o, a.out.stride[1]);
+            for (int r = 0; r < nh; ++r)
+                for (int64_t c = 0; c < hd; ++c) o[r * a.out.stride[1] + c] /= denom[r];
         }
     });
 }

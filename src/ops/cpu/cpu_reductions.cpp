@@ -37,6 +37,47 @@ DI_CPU_CLONES void weighted_row_sum(const float* const* rows, const float* p, in
     }
 }
 
+namespace {
+
+typedef float v16f __attribute__((vector_size(16 * sizeof(float))));
+
+template <int NH>
+[[gnu::always_inline]] inline void weighted_rows_sum_n(const float* const* rows, const float* p, int64_t ldp,
+                                                       int64_t n, int64_t len, float* out, int64_t ldo) {
+    int64_t c = 0;
+    for (; c + 16 <= len; c += 16) {
+        v16f acc[NH] = {};
+        for (int64_t j = 0; j < n; ++j) {
+            v16f r;
+            std::memcpy(&r, rows[j] + c, sizeof r);
+            for (int h = 0; h < NH; ++h) acc[h] += p[h * ldp + j] * r;  // multiply, then add: as out[c] +=
+        }
+        for (int h = 0; h < NH; ++h) std::memcpy(out + h * ldo + c, &acc[h], sizeof acc[h]);
+    }
+    for (; c < len; ++c)
+        for (int h = 0; h < NH; ++h) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < n; ++j) acc += p[h * ldp + j] * rows[j][c];
+            out[h * ldo + c] = acc;
+        }
+}
+
+}  // namespace
+
+DI_CPU_CLONES void weighted_rows_sum(const float* const* rows, const float* p, int64_t ldp, int nh, int64_t n,
+                                     int64_t len, float* out, int64_t ldo) {
+    switch (nh) {
+        case 1:
+            return weighted_rows_sum_n<1>(rows, p, ldp, n, len, out, ldo);
+        case 2:
+            return weighted_rows_sum_n<2>(rows, p, ldp, n, len, out, ldo);
+        case 3:
+            return weighted_rows_sum_n<3>(rows, p, ldp, n, len, out, ldo);
+        default:
+            return weighted_rows_sum_n<4>(rows, p, ldp, n, len, out, ldo);
+    }
+}
+
 DI_CPU_CLONES void dot_rows_f64(const float* a, const float* const* rows, int64_t n_rows, int64_t len,
                                 double* res) {
     for (int64_t r = 0; r < n_rows; ++r) {
