@@ -2,7 +2,10 @@
 // arithmetic with the two long double sums in another order, so each float output may round the other way
 // (2 ulp, 2^-22 |ref|), and x and the head output also by 2^-22 x 1.1 sum_i |stream_i[c]| (a 1-ulp change
 // of pre_i <= 1 + hc_eps).
+#include <cstring>
+
 #include "cpu_test_util.h"
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/op_cases.h"
 #include "ops/op_cases_rows.h"
 
@@ -114,6 +117,27 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuMhc, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<MhcCase>& i) {
                              return std::string(i.param.name);
                          });
+
+// mHC's mix takes its double dot products four rows at a time: each row's sum must be that of the row alone,
+// bit for bit (odd lengths for the tails; 6 rows: one block of four and two alone).
+TEST(CpuMhcKernels, DotRowsInBlocksEqualEachRowAlone) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    for (const int64_t len : {int64_t(3), int64_t(29), int64_t(4096)}) {
+        const int64_t n = 6;
+        std::vector<float> a(static_cast<size_t>(len)), m(static_cast<size_t>(n * len));
+        for (float& v : a) v = u(rng);
+        for (float& v : m) v = u(rng);
+        std::vector<const float*> rows;
+        for (int64_t r = 0; r < n; ++r) rows.push_back(m.data() + r * len);
+        double all[6], one = 0;
+        ops::cpu::dot_rows_f64(a.data(), rows.data(), n, len, all);
+        for (int64_t r = 0; r < n; ++r) {
+            ops::cpu::dot_rows_f64(a.data(), rows.data() + r, 1, len, &one);
+            EXPECT_EQ(0, std::memcmp(&one, all + r, sizeof one)) << "len " << len << ", row " << r;
+        }
+    }
+}
 
 }  // namespace
 }  // namespace di::cputest

@@ -78,9 +78,28 @@ DI_CPU_CLONES void weighted_rows_sum(const float* const* rows, const float* p, i
     }
 }
 
+// Four rows at a time: four independent accumulator chains (one chain waits on its add's latency) and a's
+// chunk converted once for the four; each row's lanes, tail and fold as one row alone.
 DI_CPU_CLONES void dot_rows_f64(const float* a, const float* const* rows, int64_t n_rows, int64_t len,
                                 double* res) {
-    for (int64_t r = 0; r < n_rows; ++r) {
+    int64_t r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+        const float *b0 = rows[r], *b1 = rows[r + 1], *b2 = rows[r + 2], *b3 = rows[r + 3];
+        v8d acc0{}, acc1{}, acc2{}, acc3{};
+        int64_t i = 0;
+        for (; i + 8 <= len; i += 8) {
+            const v8d x = load8d(a + i);
+            acc0 += x * load8d(b0 + i), acc1 += x * load8d(b1 + i);
+            acc2 += x * load8d(b2 + i), acc3 += x * load8d(b3 + i);
+        }
+        for (int64_t j = 0; i + j < len; ++j) {
+            const double x = a[i + j];
+            acc0[j] += x * double(b0[i + j]), acc1[j] += x * double(b1[i + j]);
+            acc2[j] += x * double(b2[i + j]), acc3[j] += x * double(b3[i + j]);
+        }
+        res[r] = fold8(acc0), res[r + 1] = fold8(acc1), res[r + 2] = fold8(acc2), res[r + 3] = fold8(acc3);
+    }
+    for (; r < n_rows; ++r) {
         const float* b = rows[r];
         v8d acc{};
         int64_t i = 0;
