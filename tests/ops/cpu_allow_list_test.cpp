@@ -9,8 +9,8 @@ namespace di::cputest {
 namespace {
 
 // Ops with case tables (cpu_<op>_test.cpp) in tests/ops.
-const std::set<std::string_view> kTestedOps = {"linear",  "moe",     "attention", "indexer_topk",
-                                               "mhc_pre", "hc_head", "mhc_post"};  // mhc_post: cpu_mhc_test
+const std::set<std::string_view> kTestedOps = {"linear",  "moe",      "attention", "indexer_topk", "mhc_pre",
+                                               "hc_head", "mhc_post", "compress"};  // mhc_post: cpu_mhc_test
 
 TEST(CpuAllowList, EveryFastOpHasCaseTable) {
     for (std::string_view op : ops::kCpuFastOps)

@@ -30,7 +30,7 @@ namespace di::ops {
 
 // Ops with a fast kernel (each has a case table in tests/ops/); every other op delegates to ref.
 inline constexpr std::string_view kCpuFastOps[] = {"linear",  "moe",     "attention", "indexer_topk",
-                                                   "mhc_pre", "hc_head", "mhc_post"};
+                                                   "mhc_pre", "hc_head", "mhc_post",  "compress"};
 
 constexpr bool cpu_op_is_fast(std::string_view op) {
     for (std::string_view f : kCpuFastOps)
@@ -90,7 +90,7 @@ class CpuBackend final : public Backend {
     void linear(const LinearArgs& a) override;
     void rms_norm(const RmsNormArgs& a) override { ref_->rms_norm(a); }
     void rope(const RopeArgs& a) override { ref_->rope(a); }
-    void compress(const CompressArgs& a) override { ref_->compress(a); }
+    void compress(const CompressArgs& a) override;  // cpu_compress.cpp
     void indexer_topk(const IndexerTopkArgs& a) override;
     void attention(const AttentionArgs& a) override;
     void window_store(const WindowStoreArgs& a) override { ref_->window_store(a); }
