@@ -9,8 +9,10 @@ namespace di::cputest {
 namespace {
 
 // Ops with case tables (cpu_<op>_test.cpp) in tests/ops.
-const std::set<std::string_view> kTestedOps = {"linear",  "moe",      "attention", "indexer_topk", "mhc_pre",
-                                               "hc_head", "mhc_post", "compress"};  // mhc_post: cpu_mhc_test
+// mhc_post: cpu_mhc_test; swiglu, rms_norm, rope: cpu_rowwise_test
+const std::set<std::string_view> kTestedOps = {"linear",  "moe",      "attention", "indexer_topk",
+                                               "mhc_pre", "hc_head",  "mhc_post",  "compress",
+                                               "swiglu",  "rms_norm", "rope"};
 
 TEST(CpuAllowList, EveryFastOpHasCaseTable) {
     for (std::string_view op : ops::kCpuFastOps)

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string_view>
@@ -29,8 +30,9 @@
 namespace di::ops {
 
 // Ops with a fast kernel (each has a case table in tests/ops/); every other op delegates to ref.
-inline constexpr std::string_view kCpuFastOps[] = {"linear",  "moe",     "attention", "indexer_topk",
-                                                   "mhc_pre", "hc_head", "mhc_post",  "compress"};
+inline constexpr std::string_view kCpuFastOps[] = {"linear",  "moe",      "attention", "indexer_topk",
+                                                   "mhc_pre", "hc_head",  "mhc_post",  "compress",
+                                                   "swiglu",  "rms_norm", "rope"};
 
 constexpr bool cpu_op_is_fast(std::string_view op) {
     for (std::string_view f : kCpuFastOps)
@@ -86,10 +88,10 @@ class CpuBackend final : public Backend {
 
     void embed(const EmbedArgs& a) override { ref_->embed(a); }
     void add(const AddArgs& a) override { ref_->add(a); }
-    void swiglu(const SwigluArgs& a) override { ref_->swiglu(a); }
+    void swiglu(const SwigluArgs& a) override;  // cpu_rowwise.cpp
     void linear(const LinearArgs& a) override;
-    void rms_norm(const RmsNormArgs& a) override { ref_->rms_norm(a); }
-    void rope(const RopeArgs& a) override { ref_->rope(a); }
+    void rms_norm(const RmsNormArgs& a) override;   // cpu_rowwise.cpp
+    void rope(const RopeArgs& a) override;          // cpu_rowwise.cpp
     void compress(const CompressArgs& a) override;  // cpu_compress.cpp
     void indexer_topk(const IndexerTopkArgs& a) override;
     void attention(const AttentionArgs& a) override;
@@ -107,8 +109,10 @@ class CpuBackend final : public Backend {
 
   private:
     TensorView quantise_rows(const TensorView& x);  // ActQuant::kFp8Block128's rows into xq_
-    void linear_amx(const LinearArgs& a);           // native FP8 on the AMX tiles, x quantised
-    void linear_tiles(const LinearArgs& a);         // the AVX-512 / AVX2 / baseline tiles
+    // f(r0, r1) for blocks of rows [0, n) over the pool (at once when n * work_per_row is small).
+    void over_rows(int64_t n, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& f);
+    void linear_amx(const LinearArgs& a);    // native FP8 on the AMX tiles, x quantised
+    void linear_tiles(const LinearArgs& a);  // the AVX-512 / AVX2 / baseline tiles
     void moe_by_row_size(const MoeArgs& a, int64_t min_tokens);
     void moe_rows(const MoeArgs& a, bool amx);            // moe's phases 1-2 (and 3 unless a pass)
     void combine(const MoeArgs& a, const float* d_rows);  // moe's phase 3 (cpu_moe.cpp)
