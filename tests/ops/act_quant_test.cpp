@@ -4,7 +4,9 @@
 // against a plain linear on inputs this test quantised itself.
 #include "ops/act_quant.h"
 
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "cpu_test_util.h"
@@ -132,6 +134,36 @@ void check_fp8_act_linear(int64_t n, int64_t in, int64_t out) {
         }
     EXPECT_EQ(w_ref, g_ref);  // the same f32 inputs in the same double sums
     expect_within(w_ref, g_cpu, bound, "cpu linear, fp8 activation blocks");
+}
+
+// The cpu backend's vector quantiser gives the scalar steps' bits on every kind of value: random magnitudes,
+// e4m3 ties and subnormal codes, zeros of both signs, float subnormals, the 448 and amax-floor edges, huge
+// values, infinities and NaNs (a NaN or an infinity in a block, and a block of only tiny values).
+TEST(Fp8BlockQuant, CpuVectorRowsEqualTheScalarSteps) {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> e(-40, 40);
+    const int64_t n = 128 * 12;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = std::ldexp(u(rng), e(rng) / 4 + (i / 128 - 6) * 6);
+    // block 1: ties and subnormal codes of e4m3 at scale 1 (amax 448)
+    x[128] = 448.0f, x[129] = 1.0625f, x[130] = 1.1875f, x[131] = 0x1p-9f * 1.5f, x[132] = 0x1p-10f;
+    x[133] = -0.0f, x[134] = 0.0f, x[135] = 0x1p-140f, x[136] = -464.0f, x[137] = 0x1p-7f * 1.0625f;
+    // block 2: only values below the amax floor; block 3: a NaN; block 4: an infinity; block 5: huge
+    for (int64_t i = 256; i < 384; ++i) x[size_t(i)] = 3e-6f * u(rng);
+    x[384 + 5] = std::numeric_limits<float>::quiet_NaN();
+    x[512 + 7] = -std::numeric_limits<float>::infinity();
+    x[640 + 1] = 3e38f, x[640 + 2] = -1e37f;
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n)), in_place = x;
+    ops::fp8_block_quant_dequant_row(x.data(), n, want.data());
+    ops::cpu::fp8_quant_dequant_row(x.data(), n, got.data());
+    ops::cpu::fp8_quant_dequant_row(in_place.data(), n, in_place.data());
+    for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(want[size_t(i)]), std::bit_cast<uint32_t>(got[size_t(i)]))
+            << "element " << i << " (x = " << x[size_t(i)] << ")";
+        ASSERT_EQ(std::bit_cast<uint32_t>(want[size_t(i)]), std::bit_cast<uint32_t>(in_place[size_t(i)]))
+            << "in place, element " << i;
+    }
 }
 
 TEST(LinearFp8Act, EqualsPlainLinearOnQuantisedInputs) {

@@ -94,7 +94,7 @@ TensorView CpuBackend::quantise_rows(const TensorView& x) {
     xq_.resize(size_t(n * in));
     pool_.parallel_for(n, n * in < cpu::kMinParallelMacs ? n : 1, [&](int64_t r0, int64_t r1, int) {
         for (int64_t r = r0; r < r1; ++r)
-            fp8_block_quant_dequant_row(x.ptr<float>() + r * x.stride[0], in, xq_.data() + r * in);
+            cpu::fp8_quant_dequant_row(x.ptr<float>() + r * x.stride[0], in, xq_.data() + r * in);
     });
     return TensorView::contiguous(xq_.data(), DType::kF32, {n, in});
 }

@@ -71,6 +71,10 @@ void dequant_rows(const QWeight& w, int64_t o0, int64_t nrows, float* dst, int64
 // res[r * kTileRows + k] = dot(x[r], w[k]) over len elements, for r < nx and k < kTileRows.
 void dot_tile(const float* const* x, int64_t nx, const float* const* w, int64_t len, float* res);
 
+// ops/act_quant.h's fp8_block_quant_dequant_row, element for element (its bits: NaN, saturation, subnormal
+// codes and ties included), in vector lanes of each x86-64 level (cpu_act_quant.cpp); out may alias x.
+void fp8_quant_dequant_row(const float* x, int64_t n, float* out);
+
 // The reductions below live in cpu_reductions.cpp (attention's weighted values, mHC's mixes and norms).
 // out[c] = sum_j p[j] * rows[j][c] for c < len, j summed in order 0..n-1 (float, vectorised over c).
 void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len, float* out);

@@ -118,7 +118,7 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
         moe_xbf_.resize(bf16_x ? size_t(n * D) : 0);
         pool_.parallel_for(n, n * D < cpu::kMinParallelMacs ? n : 1, [&](int64_t t0, int64_t t1, int) {
             for (int64_t t = t0; t < t1; ++t) {
-                fp8_block_quant_dequant_row(a.x.ptr<float>() + t * a.x.stride[0], D, moe_xq_.data() + t * D);
+                cpu::fp8_quant_dequant_row(a.x.ptr<float>() + t * a.x.stride[0], D, moe_xq_.data() + t * D);
                 if (bf16_x) cpu::native_fp4_prepare_x(moe_xq_.data() + t * D, D, moe_xbf_.data() + t * D);
             }
         });
@@ -242,7 +242,7 @@ void CpuBackend::moe_rows(const MoeArgs& a, bool amx) {
                 const int64_t pair = moe_pairs_[size_t(s)];
                 const int32_t e = a.ids.ptr<int32_t>()[(pair / k) * a.ids.stride[0] + pair % k];
                 float* h = moe_h_.data() + pair * I;
-                fp8_block_quant_dequant_row(h, a.experts[e].w1.out_dim, h);
+                cpu::fp8_quant_dequant_row(h, a.experts[e].w1.out_dim, h);
                 if (!amx_down && bf16_dots(a.experts[e].w2))
                     cpu::native_fp4_prepare_x(h, a.experts[e].w1.out_dim, moe_hbf_.data() + pair * I);
             }
