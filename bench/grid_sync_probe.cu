@@ -82,12 +82,33 @@ void reset(const Buffers& b) {
     CHECK(cudaMemset(b.count, 0, 4));
     CHECK(cudaMemset(b.gen, 0, 4));
     CHECK(cudaMemset(b.bad, 0, 4));
+    CHECK(cudaDeviceSynchronize());  // before a launch on a non-blocking stream, which does not wait for them
 }
 
 int bad_count(const Buffers& b) {
     int bad = 0;
     CHECK(cudaMemcpy(&bad, b.bad, 4, cudaMemcpyDeviceToHost));
     return bad;
+}
+
+// Milliseconds of launch(stream) in its second run (the first warms up), the buffers reset before each.
+template <class Launch>
+float second_run_ms(const Buffers& b, cudaStream_t s, Launch&& launch) {
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    float ms = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+        reset(b);
+        CHECK(cudaEventRecord(e0, s));
+        launch(s);
+        CHECK(cudaEventRecord(e1, s));
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    }
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+    return ms;
 }
 
 // A graph of `steps` step kernels on `blocks` blocks; microseconds a step of its second replay.
@@ -111,18 +132,7 @@ double chain(const Buffers& b, int steps, int blocks, bool early) {
     CHECK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t x;
     CHECK(cudaGraphInstantiate(&x, g, 0));
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    float ms = 0;
-    for (int rep = 0; rep < 2; ++rep) {
-        reset(b);
-        CHECK(cudaEventRecord(e0, s));
-        CHECK(cudaGraphLaunch(x, s));
-        CHECK(cudaEventRecord(e1, s));
-        CHECK(cudaStreamSynchronize(s));
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    }
+    const float ms = second_run_ms(b, s, [&](cudaStream_t st) { CHECK(cudaGraphLaunch(x, st)); });
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(g));
     CHECK(cudaStreamDestroy(s));
@@ -134,23 +144,14 @@ double chain(const Buffers& b, int steps, int blocks, bool early) {
 // activations needs one barrier a dependent op.
 template <bool kCg>
 double persistent(const Buffers& b, int steps, int blocks) {
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    float ms = 0;
-    for (int rep = 0; rep < 2; ++rep) {
-        reset(b);
-        unsigned *word = b.word, *count = b.count, *gen = b.gen;
-        int* bad = b.bad;
-        int n = steps;
-        void* args[] = {&word, &count, &gen, &n, &bad};
-        CHECK(cudaEventRecord(e0));
+    unsigned *word = b.word, *count = b.count, *gen = b.gen;
+    int* bad = b.bad;
+    int n = steps;
+    void* args[] = {&word, &count, &gen, &n, &bad};
+    const float ms = second_run_ms(b, nullptr, [&](cudaStream_t st) {
         CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel<kCg>),
-                                          dim3(unsigned(blocks)), dim3(128), args, 0, nullptr));
-        CHECK(cudaEventRecord(e1));
-        CHECK(cudaDeviceSynchronize());
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    }
+                                          dim3(unsigned(blocks)), dim3(128), args, 0, st));
+    });
     return 1e3 * ms / (2.0 * steps);
 }
 

@@ -76,12 +76,12 @@ void dot_tile(const float* const* x, int64_t nx, const float* const* w, int64_t 
 void fp8_quant_dequant_row(const float* x, int64_t n, float* out);
 
 // The reductions below live in cpu_reductions.cpp (attention's weighted values, mHC's mixes and norms).
-// out[c] = sum_j p[j] * rows[j][c] for c < len, j summed in order 0..n-1 (float, vectorised over c).
+// out[c] = sum_j p[j] * rows[j][c] for c < len, j summed in order 0..n-1 (float, vectorised over c): the
+// one-vector order weighted_rows_sum keeps (its test's reference).
 void weighted_row_sum(const float* const* rows, const float* p, int64_t n, int64_t len, float* out);
-// The same for nh <= kMaxSumHeads weight vectors at once (attention's heads sharing one key list): out[h *
-// ldo
-// + c] = sum_j p[h * ldp + j] * rows[j][c], each (h, c) summed as weighted_row_sum sums it (bit for bit),
-// every key row read once for all nh, the sums of a 16-column block kept in registers over all j.
+// The same for nh <= kMaxSumHeads weight vectors at once (attention's heads sharing one key list):
+// out[h * ldo + c] = sum_j p[h * ldp + j] * rows[j][c], each (h, c) summed as weighted_row_sum sums it (bit
+// for bit), every key row read once for all nh, the sums of a 16-column block kept in registers over all j.
 inline constexpr int kMaxSumHeads = 4;
 void weighted_rows_sum(const float* const* rows, const float* p, int64_t ldp, int nh, int64_t n, int64_t len,
                        float* out, int64_t ldo);
