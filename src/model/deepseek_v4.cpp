@@ -416,13 +416,14 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     be_->rms_norm({.x = qr, .weight = aw.q_norm, .y = qr, .eps = eps});
     TensorView q = ws_.take(DType::kF32, {n, H * hd});
     be_->linear(lin(qr, aw.wq_b, q));
-    RopeArgs rq = rope_proto;
-    rq.x = as3d(q, n, H, hd);  // [n, H, hd]
-    be_->rms_norm_rope({.x = q.reshape({n * H, hd}), .weight = {}, .y = q.reshape({n * H, hd}), .eps = eps},
-                       rq);  // per head, unweighted
-    RopeArgs rkv = rope_proto;
-    rkv.x = as3d(kv, n, 1, hd);
-    be_->rms_norm_rope({.x = kv, .weight = aw.kv_norm, .y = kv, .eps = eps}, rkv);
+    // q per head, unweighted; kv with its weight: two independent pairs, one call (one launch on cuda)
+    RopeArgs qkv_ropes[2] = {rope_proto, rope_proto};
+    qkv_ropes[0].x = as3d(q, n, H, hd);  // [n, H, hd]
+    qkv_ropes[1].x = as3d(kv, n, 1, hd);
+    const RmsNormArgs qkv_norms[2] = {
+        {.x = q.reshape({n * H, hd}), .weight = {}, .y = q.reshape({n * H, hd}), .eps = eps},
+        {.x = kv, .weight = aw.kv_norm, .y = kv, .eps = eps}};
+    be_->rms_norm_ropes(qkv_norms, qkv_ropes);
 
     // The rest of the step-wide projections, then the per-sequence ops between two graph segments.
     const int64_t rate = sliding ? 0 : cfg_.compress_rate(l);

@@ -3,6 +3,7 @@
 // which cuda_attention_test.cpp and cuda_fused_test.cpp check against the reference; mixed shapes in one
 // batch (the compressor table's cases: decode and prefill chunks, windows closing or not).
 #include <cstring>
+#include <span>
 
 #include "gpu_test_util.h"
 #include "ops/op_cases.h"
@@ -129,22 +130,19 @@ TEST(CudaBatchedState, IndexerTopksEqualEachAlone) {
         EXPECT_TRUE(same_bits<int32_t>(picks_alone[i], picks_batched[i])) << "job " << i;
 }
 
-// The compressor entries that a step's sequences close: each job its own rows, positions and width class
-// (512-wide attention entries, 128-wide indexer entries), one launch for all.
-TEST(CudaBatchedState, RmsNormRopesEqualEachAlone) {
-    SKIP_WITHOUT_GPU();
+struct NormRopeJob {
+    int64_t n, heads, hd, half;
+    DType wdt;
+    bool weighted = true;
+};
+
+// rms_norm_ropes() over `spec` gives each job's rms_norm_rope() alone bit for bit, every job on the fused
+// kernel.
+void check_norm_ropes(std::span<const NormRopeJob> spec) {
     auto& b = backends();
-    struct Job {
-        int64_t n, heads, hd, half;
-        DType wdt;
-    };
-    const Job spec[] = {{1, 1, 512, 32, DType::kBF16}, {3, 1, 512, 32, DType::kBF16},
-                        {1, 1, 512, 32, DType::kF32},  {2, 4, 128, 32, DType::kBF16},
-                        {1, 1, 64, 8, DType::kF32},    {5, 1, 512, 32, DType::kBF16},
-                        {2, 3, 18, 4, DType::kF32}};  // a width off the warp kernel: each job launched alone
-    const size_t n = std::size(spec);
+    const size_t n = spec.size();
     std::vector<Pair> x_alone, x_batched, w, pos, freq;
-    for (const Job& j : spec) {
+    for (const NormRopeJob& j : spec) {
         x_alone.push_back(Pair(DType::kF32, {j.n * j.heads, j.hd}));
         fill_uniform(x_alone.back(), -4, 4);
         x_batched.push_back(Pair(DType::kF32, {j.n * j.heads, j.hd}));
@@ -159,10 +157,11 @@ TEST(CudaBatchedState, RmsNormRopesEqualEachAlone) {
         fill_uniform(freq.back(), 0.0, 1.0);
     }
     auto norm = [&](Pair& x, size_t i) {
-        return ops::RmsNormArgs{.x = x.dv(), .weight = w[i].dv(), .y = x.dv(), .eps = 1e-6f};
+        return ops::RmsNormArgs{
+            .x = x.dv(), .weight = spec[i].weighted ? w[i].dv() : TensorView{}, .y = x.dv(), .eps = 1e-6f};
     };
     auto rope = [&](Pair& x, size_t i) {
-        const Job& j = spec[i];
+        const NormRopeJob& j = spec[i];
         ops::RopeArgs r;
         r.x = x.dv().reshape({j.n, j.heads, j.hd});
         r.positions = pos[i].dv(), r.inv_freq = freq[i].dv(), r.mscale = 1.25f;
@@ -179,6 +178,32 @@ TEST(CudaBatchedState, RmsNormRopesEqualEachAlone) {
     b.gpu->rms_norm_ropes(norms, ropes);
     EXPECT_EQ(b.gpu->dispatch_count("rms_norm_rope", "fused") - before, int64_t(n));
     for (size_t i = 0; i < n; ++i) EXPECT_TRUE(same_bits<float>(x_alone[i], x_batched[i])) << "job " << i;
+}
+
+// The compressor entries that a step's sequences close: each job its own rows, positions and width class
+// (512-wide attention entries, 128-wide indexer entries), one launch for all (a table copied to the device).
+TEST(CudaBatchedState, RmsNormRopesEqualEachAlone) {
+    SKIP_WITHOUT_GPU();
+    const NormRopeJob spec[] = {{1, 1, 512, 32, DType::kBF16}, {3, 1, 512, 32, DType::kBF16},
+                                {1, 1, 512, 32, DType::kF32},  {2, 4, 128, 32, DType::kBF16},
+                                {1, 1, 64, 8, DType::kF32},    {5, 1, 512, 32, DType::kBF16},
+                                {2, 3, 18, 4, DType::kF32}};  // a width off the warp kernel: each job alone
+    check_norm_ropes(spec);
+}
+
+// An attention layer's q (64 heads of 512, unweighted) and kv (one row, weighted) at batch 1, 16 and 5, and
+// four jobs (the most the kernel's argument carries): the jobs as the launch's argument, no table.
+TEST(CudaBatchedState, QueryAndKvNormRopesInOneLaunch) {
+    SKIP_WITHOUT_GPU();
+    for (const int64_t n : {1, 16, 5}) {
+        const NormRopeJob spec[] = {{n, 64, 512, 32, DType::kF32, false}, {n, 1, 512, 32, DType::kBF16}};
+        check_norm_ropes(spec);
+    }
+    const NormRopeJob four[] = {{2, 64, 512, 32, DType::kF32, false},
+                                {2, 1, 512, 32, DType::kBF16},
+                                {3, 8, 128, 32, DType::kF32, false},
+                                {1, 1, 512, 32, DType::kF32}};
+    check_norm_ropes(four);
 }
 
 }  // namespace

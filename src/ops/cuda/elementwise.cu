@@ -402,8 +402,14 @@ void launch_rms_norm_ropes(const NormRopeJob* jobs, int64_t count, Scratch& scra
             launch_rms_norm_rope(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope, s);
         return;
     }
-    auto* dev = static_cast<NormRopeJob*>(scratch.get(12, size_t(count) * sizeof(NormRopeJob)));
     const cudaStream_t st = as_stream(s);
+    if (warp_ok == count && count <= kNormRopeJobsByValue) {
+        NormRopeJobs args;
+        std::copy(jobs, jobs + count, args.job);
+        args.count = int(count);
+        return launch_rms_norm_ropes_warp(args, st);
+    }
+    auto* dev = static_cast<NormRopeJob*>(scratch.get(12, size_t(count) * sizeof(NormRopeJob)));
     DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs, size_t(count) * sizeof(NormRopeJob), cudaMemcpyHostToDevice,
                                   st));  // pageable: staged before the call returns
     if (warp_ok == count) return launch_rms_norm_ropes_warp(dev, jobs, count, st);

@@ -30,7 +30,14 @@ struct NormRopeJob {
     NormOut norm;
     RopeParams rope;
 };
+// Up to kNormRopeJobsByValue jobs that all take the warp kernel travel as its argument rather than as a table
+// copied from the host first, so a graph segment can capture them (q's and kv's norm + rope in one launch).
 void launch_rms_norm_ropes(const NormRopeJob* jobs, int64_t count, Scratch& scratch, Stream s);
+inline constexpr int kNormRopeJobsByValue = 4;
+struct NormRopeJobs {
+    NormRopeJob job[kNormRopeJobsByValue];
+    int count = 0;
+};
 
 // mhc_pre or hc_head on the split_k kernels (mhc_split_supported), with the norm of each token's x in the
 // finish kernel (its collapse threads' sum of squares: another order than launch_rms_norm's, so the

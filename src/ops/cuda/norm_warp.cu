@@ -165,11 +165,22 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
 
 // Job blockIdx.y of a batch (each its own R: rows_a_warp).
 template <int V>
-__global__ void __launch_bounds__(32 * kWarps, 3) rms_norm_ropes_warp_kernel(const NormRopeJob* jobs) {
-    allow_early_next();
-    const NormRopeJob& j = jobs[blockIdx.y];
+__device__ __forceinline__ void norm_rope_job(const NormRopeJob& j) {
     const int R = rows_a_warp(j.rope.heads);
     norm_rope_warp<V>(j.x, j.ldx, j.norm, j.rope, R, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
+}
+
+template <int V>
+__global__ void __launch_bounds__(32 * kWarps, 3) rms_norm_ropes_warp_kernel(const NormRopeJob* jobs) {
+    allow_early_next();
+    norm_rope_job<V>(jobs[blockIdx.y]);
+}
+
+template <int V>
+__global__ void __launch_bounds__(32 * kWarps, 3)
+    rms_norm_ropes_warp_args_kernel(const __grid_constant__ NormRopeJobs jobs) {
+    allow_early_next();
+    norm_rope_job<V>(jobs.job[blockIdx.y]);
 }
 
 int vec_per_lane(int64_t d) { return d <= 128 ? 1 : d <= 256 ? 2 : 4; }
@@ -219,23 +230,49 @@ void launch_rms_norm_rope_warp(const float* x, int64_t ldx, const NormOut& norm,
     }
 }
 
-void launch_rms_norm_ropes_warp(const NormRopeJob* dev, const NormRopeJob* host, int64_t count,
-                                cudaStream_t st) {
+namespace {
+
+// The batch's grid: the most warps a job needs by the job count; its lanes' vector width from the widest
+// row (every job of the q / kv and compressor batches is 512 wide, so each keeps its own call's width).
+dim3 ropes_grid(const NormRopeJob* host, int64_t count, int& v) {
     int64_t warps = 0, hd = 0;
     for (int64_t i = 0; i < count; ++i) {
         const RopeParams& rp = host[i].rope;
         warps = std::max(warps, warps_of(rp, rows_a_warp(rp.heads)));
         hd = std::max(hd, rp.hd);
     }
-    if (warps == 0) return;
-    const dim3 grid(unsigned((warps + kWarps - 1) / kWarps), unsigned(count));
-    switch (vec_per_lane(hd)) {
+    v = vec_per_lane(hd);
+    return dim3(unsigned((warps + kWarps - 1) / kWarps), unsigned(warps == 0 ? 0 : count));
+}
+
+}  // namespace
+
+void launch_rms_norm_ropes_warp(const NormRopeJob* dev, const NormRopeJob* host, int64_t count,
+                                cudaStream_t st) {
+    int v = 0;
+    const dim3 grid = ropes_grid(host, count, v);
+    if (grid.y == 0) return;
+    switch (v) {
         case 1:
             return rms_norm_ropes_warp_kernel<1><<<grid, 32 * kWarps, 0, st>>>(dev);
         case 2:
             return rms_norm_ropes_warp_kernel<2><<<grid, 32 * kWarps, 0, st>>>(dev);
         default:
             return rms_norm_ropes_warp_kernel<4><<<grid, 32 * kWarps, 0, st>>>(dev);
+    }
+}
+
+void launch_rms_norm_ropes_warp(const NormRopeJobs& jobs, cudaStream_t st) {
+    int v = 0;
+    const dim3 grid = ropes_grid(jobs.job, jobs.count, v);
+    if (grid.y == 0) return;
+    switch (v) {
+        case 1:
+            return rms_norm_ropes_warp_args_kernel<1><<<grid, 32 * kWarps, 0, st>>>(jobs);
+        case 2:
+            return rms_norm_ropes_warp_args_kernel<2><<<grid, 32 * kWarps, 0, st>>>(jobs);
+        default:
+            return rms_norm_ropes_warp_args_kernel<4><<<grid, 32 * kWarps, 0, st>>>(jobs);
     }
 }
 

@@ -20,5 +20,7 @@ void launch_rms_norm_rope_warp(const float* x, int64_t ldx, const NormOut& norm,
 // jobs (each norm_rope_warp_ok) already on the device at dev; host: the same table on the host.
 void launch_rms_norm_ropes_warp(const NormRopeJob* dev, const NormRopeJob* host, int64_t count,
                                 cudaStream_t st);
+// jobs (each norm_rope_warp_ok) as the kernel's argument: the same bits as the table's launch.
+void launch_rms_norm_ropes_warp(const NormRopeJobs& jobs, cudaStream_t st);
 
 }  // namespace di::cuda
