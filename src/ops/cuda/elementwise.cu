@@ -397,7 +397,8 @@ void launch_rms_norm_ropes(const NormRopeJob* jobs, int64_t count, Scratch& scra
     int64_t warp_ok = 0;
     for (int64_t i = 0; i < count; ++i)
         warp_ok += norm_rope_warp_ok(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope);
-    if (warp_ok != 0 && warp_ok != count) {
+    // a few jobs off the warp kernel each alone too: a table copied from the host would end a graph's capture
+    if ((warp_ok != 0 && warp_ok != count) || (warp_ok == 0 && count <= kNormRopeJobsByValue)) {
         for (int64_t i = 0; i < count; ++i)
             launch_rms_norm_rope(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope, s);
         return;
