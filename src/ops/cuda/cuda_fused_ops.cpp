@@ -145,4 +145,63 @@ void CudaBackend::add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) {
     launched("add"), launched("mhc_post");
 }
 
+void CudaBackend::mhc_post_pre_norm(const AddArgs* sum, const MhcPostArgs& post, const MhcPreArgs& pre,
+                                    const RmsNormArgs& norm) {
+    if (replaying()) return;
+    check(post);
+    device_args(post, "mhc_post");
+    check_norm(norm);
+    if (sum != nullptr) {
+        check(*sum);
+        device_args(*sum, "add");
+        need_f32_rows(sum->a, "add.a"), need_f32_rows(sum->b, "add.b"), need_f32_rows(sum->out, "add.out");
+    }
+    const cuda::MhcParams p = mhc_pre_params(pre);
+    cuda::MhcPostIn in{};
+    const bool contiguous = post.streams.is_contiguous() && post.out.is_contiguous() &&
+                            post.comb.stride[1] == post.streams.shape[1] && post.comb.stride[2] == 1;
+    // the add feeds mhc_post (post.a is its out), mhc_post feeds mhc_pre, and mhc_pre_norm would fuse
+    const bool chained =
+        contiguous && post.out.data == pre.streams.data && pre.streams.is_contiguous() &&
+        same_rows(norm.x, pre.x) && norm.y.shape[0] == pre.x.shape[0] &&
+        (sum == nullptr || (same_rows(post.a, sum->out) && same_rows(sum->a, sum->out) &&
+                            sum->b.shape[0] == sum->out.shape[0] && sum->b.shape[1] == sum->out.shape[1] &&
+                            sum->b.stride[1] == 1)) &&
+        pre_norm_v_.picks(kFused,
+                          [&](int i, bool) { return i != kFused || mhc_takes_split(mhc_pre_v_, p); }) &&
+        (sum == nullptr || add_post_v_.picks(kFused, [](int, bool) { return true; }));
+    if (chained) {
+        const TensorView& a = sum != nullptr ? sum->a : post.a;
+        in = {.streams = f32(post.streams),
+              .a = f32(a),
+              .ld_a = ld(a),
+              .b = sum != nullptr ? f32(sum->b) : nullptr,
+              .ld_b = sum != nullptr ? ld(sum->b) : 0,
+              .sum = sum != nullptr ? f32m(sum->out) : nullptr,
+              .ld_sum = sum != nullptr ? ld(sum->out) : 0,
+              .post = f32(post.post),
+              .ld_post = ld(post.post),
+              .comb = f32(post.comb),
+              .ld_comb = ld(post.comb),
+              .out = f32m(post.out)};
+    }
+    const int v = post_pre_v_.choose(
+        [&](int i, bool) { return i != kFused || (chained && cuda::mhc_post_pre_norm_supported(in, p)); },
+        [&] { return std::string("mhc_pre does not read mhc_post's out on split_k with its norm fused"); });
+    if (v != kFused) {
+        if (sum != nullptr)
+            add_mhc_post(*sum, post);
+        else
+            mhc_post(post);
+        mhc_pre_norm(pre, norm);
+        return;
+    }
+    // the parts' dispatch, as each pair would count it
+    mhc_variant(mhc_pre_v_, p), pre_norm_v_.count_dispatch(kFused);
+    if (sum != nullptr) add_post_v_.count_dispatch(kFused);
+    cuda::launch_mhc_post_pre_norm(in, p, norm_out(norm), scratch_, stream_);
+    if (sum != nullptr) launched("add");
+    launched("mhc_post"), launched("mhc_pre"), launched("rms_norm");
+}
+
 }  // namespace di::ops::cuda_impl
