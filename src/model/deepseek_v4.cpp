@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <optional>
 #include <utility>
 
 #include "model/moe_exchange.h"
@@ -32,14 +31,6 @@ struct DeepseekV4::Step {
     int segment = 0;           // graph segments begun so far
     bool greedy = false;       // the head segment ends with the greedy pick (forward_greedy)
     TensorView picks;          // i32 [2, rows]: the greedy ids and the first non-finite indices
-    // The last sub-layer's mhc_post (with the MoE's add), run with the next sub-layer's mhc_pre
-    // (DeepseekV4::pre_norm) or before the head; streams already names its output.
-    struct PendingPost {
-        bool with_sum = false;
-        AddArgs sum;
-        MhcPostArgs post;
-    };
-    std::optional<PendingPost> pending;
 };
 
 // A compressor's projections of the step's tokens (the part that does not depend on the sequences).
@@ -215,7 +206,6 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
         ffn_layer(l, s);
     }
 
-    finish_post(s);
     be_->set_scope("head");
     TensorView h = ws_.take(DType::kF32, {s.n, D});
     be_->hc_head_norm({.streams = s.streams,
@@ -418,7 +408,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
 
     be_->set_scope(fmt::format("layer {} / attention", l));
     TensorView y = ws_.take(DType::kF32, {n, D});
-    pre_norm(s, lw.hc_attn, {.x = s.x, .weight = lw.attn_norm, .y = y, .eps = eps});
+    be_->mhc_pre_norm(mhc_pre_args(lw.hc_attn, s), {.x = s.x, .weight = lw.attn_norm, .y = y, .eps = eps});
     TensorView qr = ws_.take(DType::kF32, {n, cfg_.q_lora_rank});  // q residual, also feeds the indexer
     TensorView kv = ws_.take(DType::kF32, {n, hd});
     const LinearArgs from_y[] = {lin(y, aw.wq_a, qr), lin(y, aw.wkv, kv)};
@@ -532,10 +522,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     be_->linears(groups);
     TensorView a = ws_.take(DType::kF32, {n, D});
     be_->linear(lin(u, aw.wo_b, a));
-    s.pending = Step::PendingPost{
-        .with_sum = false,
-        .sum = {},
-        .post = {.streams = s.streams, .a = a, .post = s.post, .comb = s.comb, .out = s.spare}};
+    be_->mhc_post({.streams = s.streams, .a = a, .post = s.post, .comb = s.comb, .out = s.spare});
     std::swap(s.streams, s.spare);
 }
 
@@ -549,7 +536,7 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
 
     be_->set_scope(fmt::format("layer {} / moe", l));
     TensorView y = ws_.take(DType::kF32, {n, D});
-    pre_norm(s, lw.hc_ffn, {.x = s.x, .weight = lw.ffn_norm, .y = y, .eps = eps});
+    be_->mhc_pre_norm(mhc_pre_args(lw.hc_ffn, s), {.x = s.x, .weight = lw.ffn_norm, .y = y, .eps = eps});
     TensorView logits = ws_.take(DType::kF32, {n, cfg_.n_experts});
     be_->linear(lin(y, fw.gate, logits));
     TensorView ids = ws_.take(DType::kI32, {n, k});
@@ -573,29 +560,9 @@ void DeepseekV4::ffn_layer(int l, Step& s) {
     be_->swiglu({.gate = gate, .up = up, .out = gate, .limit = limit});
     TensorView shared = ws_.take(DType::kF32, {n, D});
     be_->linear(lin(gate, fw.shared.w2, shared));
-    s.pending = Step::PendingPost{
-        .with_sum = true,
-        .sum = {.a = routed, .b = shared, .out = routed},
-        .post = {.streams = s.streams, .a = routed, .post = s.post, .comb = s.comb, .out = s.spare}};
+    be_->add_mhc_post({.a = routed, .b = shared, .out = routed},
+                      {.streams = s.streams, .a = routed, .post = s.post, .comb = s.comb, .out = s.spare});
     std::swap(s.streams, s.spare);
-}
-
-void DeepseekV4::pre_norm(Step& s, const HcWeights& hw, const RmsNormArgs& norm) {
-    const MhcPreArgs pre = mhc_pre_args(hw, s);
-    if (!s.pending) return be_->mhc_pre_norm(pre, norm);
-    const Step::PendingPost& p = *s.pending;
-    be_->mhc_post_pre_norm(p.with_sum ? &p.sum : nullptr, p.post, pre, norm);
-    s.pending.reset();
-}
-
-void DeepseekV4::finish_post(Step& s) {
-    if (!s.pending) return;
-    const Step::PendingPost& p = *s.pending;
-    if (p.with_sum)
-        be_->add_mhc_post(p.sum, p.post);
-    else
-        be_->mhc_post(p.post);
-    s.pending.reset();
 }
 
 }  // namespace di::model

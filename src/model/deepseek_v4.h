@@ -58,10 +58,6 @@ class DeepseekV4 final : public Model {
     // Layer l's routed-expert args (experts, clamp, activation quantisation) over the given tensors.
     ops::MoeArgs moe_args(int l, const TensorView& x, const TensorView& ids, const TensorView& weights,
                           const TensorView& out) const;
-    // The next sub-layer's mhc_pre + norm, with the last one's pending mhc_post (Step::pending) in the same
-    // call; finish_post runs a pending one alone (before the head).
-    void pre_norm(Step& s, const HcWeights& hw, const ops::RmsNormArgs& norm);
-    void finish_post(Step& s);
     void attention_layer(int l, Step& s);
     void ffn_layer(int l, Step& s);
     // Opens the step's next graph segment (ops::Backend::segment_begin); the ops that depend on positions,

@@ -152,17 +152,6 @@ class Backend {
         add(sum);
         mhc_post(post);
     }
-    // A sub-layer's residual update and the next sub-layer's input: mhc_post (add_mhc_post where sum is
-    // given), then mhc_pre_norm of its output (pre.streams is post.out). A backend may compute the new
-    // streams where mhc_pre reads them.
-    virtual void mhc_post_pre_norm(const AddArgs* sum, const MhcPostArgs& post, const MhcPreArgs& pre,
-                                   const RmsNormArgs& norm) {
-        if (sum != nullptr)
-            add_mhc_post(*sum, post);
-        else
-            mhc_post(post);
-        mhc_pre_norm(pre, norm);
-    }
 };
 
 }  // namespace di::ops

@@ -1,8 +1,7 @@
-// Screen cases of the fused ops (ops::Backend::rms_norm_rope, mhc_pre_norm, hc_head_norm, add_mhc_post,
-// mhc_post_pre_norm) on the model's own dimensions, each output of every part compared: the q heads' and the
-// kv row's norm + rope, mhc_pre with the input norm (x, post, comb and the normed x), the hc head with the
-// final norm, the MoE's routed + shared sum with mhc_post (the sum and the new streams), and mhc_post with
-// the next mhc_pre_norm. The reference is the reference
+// Screen cases of the fused pairs (ops::Backend::rms_norm_rope, mhc_pre_norm, hc_head_norm, add_mhc_post) on
+// the model's own dimensions, each output of both parts compared: the q heads' and the kv row's norm +
+// rope, mhc_pre with the input norm (x, post, comb and the normed x), the hc head with the final norm, and
+// the MoE's routed + shared sum with mhc_post (the sum and the new streams). The reference is the reference
 // backend's two calls on host copies, computed before any candidate runs; the parts' own variants stay
 // allowed in both runs (the one-launch kernel builds on them).
 #include <fmt/format.h>
@@ -205,88 +204,10 @@ void screen_add_post(ops::Backend& be, const std::vector<const ops::KernelVarian
     }
 }
 
-// mhc_post (the attention's, and the MoE's with its add) then the next sub-layer's mhc_pre_norm on layer 0's
-// mixing weights. The output buffer holds the sum [n, D] (in place, as the model calls it), the new streams
-// [n, hc, D] (mhc_pre's streams), then rows of x, post, comb and the normed x; each compared on its own. No
-// batch-invariance check: row 0 is not a prefix of the buffer (the pre's rows are mhc_pre_norm's screen's).
-void screen_post_pre_norm(ops::Backend& be, const std::vector<const ops::KernelVariant*>& cands,
-                          const model::ModelConfig& cfg, const model::ModelWeights& w,
-                          const std::vector<int64_t>& batches, std::mt19937_64& rng,
-                          std::vector<ScreenRow>& rows) {
-    if (w.layers.empty()) return;
-    const int64_t hc = cfg.hc_mult, D = cfg.hidden_dim, W = D + hc + hc * hc + D;
-    const float eps = float(cfg.rms_norm_eps), hc_eps = float(cfg.hc_eps);
-    const model::HcWeights& hw = w.layers[0].hc_ffn;
-    const Buf fn = copy_of(be, host_allocator(), hw.fn), base = copy_of(be, host_allocator(), hw.base),
-              scale = copy_of(be, host_allocator(), hw.scale),
-              nw = copy_of(be, host_allocator(), w.layers[0].ffn_norm);
-    for (const bool with_sum : {false, true})
-        for (int64_t n : batches) {
-            Tensor a = host_tensor(DType::kF32, {n, D}), b = host_tensor(DType::kF32, {n, D});
-            Tensor st = host_tensor(DType::kF32, {n, hc, D}), post = host_tensor(DType::kF32, {n, hc}),
-                   comb = host_tensor(DType::kF32, {n, hc, hc});
-            fill_uniform(a, rng, -1, 1), fill_uniform(b, rng, -1, 1), fill_uniform(st, rng, -1, 1);
-            fill_uniform(post, rng, 0, 2), fill_uniform(comb, rng, 0, 1);
-            const int64_t size = n * D + n * hc * D + n * W;
-            struct Args {
-                ops::AddArgs sum;
-                ops::MhcPostArgs post;
-                ops::MhcPreArgs pre;
-                ops::RmsNormArgs norm;
-            };
-            auto args = [&](const TensorView& bv, const TensorView& sv, const TensorView& pv,
-                            const TensorView& cv, const TensorView& f, const TensorView& bs,
-                            const TensorView& sc, const TensorView& wt, const TensorView& o) {
-                const TensorView sum = TensorView::contiguous(o.data, DType::kF32, {n, D}, o.device);
-                const TensorView out =
-                    TensorView::contiguous(o.ptr<float>() + n * D, DType::kF32, {n, hc, D}, o.device);
-                const TensorView r = TensorView::contiguous(o.ptr<float>() + n * D + n * hc * D, DType::kF32,
-                                                            {n, W}, o.device);
-                const TensorView x = part(r, 0, {n, D});
-                return Args{{.a = sum, .b = bv, .out = sum},
-                            {.streams = sv, .a = sum, .post = pv, .comb = cv, .out = out},
-                            {out, f, bs, sc, x, part(r, D, {n, hc}), part(r, D + hc, {n, hc, hc}), eps,
-                             hc_eps, int(cfg.hc_sinkhorn_iters)},
-                            {.x = x, .weight = wt, .y = part(r, D + hc + hc * hc, {n, D}), .eps = eps}};
-            };
-            Tensor out = host_tensor(DType::kF32, {size});
-            std::memcpy(out.view().data, a.view().data, a.view().nbytes());
-            const Args ra =
-                args(b.view(), st.view(), post.view(), comb.view(), fn.v, base.v, scale.v, nw.v, out.view());
-            ops::make_ref_backend()->mhc_post_pre_norm(with_sum ? &ra.sum : nullptr, ra.post, ra.pre,
-                                                       ra.norm);
-            const std::vector<float> ref = floats_of(out);
-            const Buf ad = on_device(be, a), bd = on_device(be, b), sd = on_device(be, st),
-                      pd = on_device(be, post), cd = on_device(be, comb);
-            Tensor y(be.allocator(), DType::kF32, {size});
-            const RunFn run = [&](const TensorView& o) {
-                be.copy(o.rows(0, n * D), ad.v.reshape({n * D}));
-                const Args ga =
-                    args(bd.v, sd.v, pd.v, cd.v, hw.fn, hw.base, hw.scale, w.layers[0].ffn_norm, o);
-                be.mhc_post_pre_norm(with_sum ? &ga.sum : nullptr, ga.post, ga.pre, ga.norm);
-            };
-            const size_t rows_at = size_t(n * D + n * hc * D);
-            Compare segs;
-            segs.segments = {{size_t(n * D), size_t(n * hc * D), size_t(hc * D), size_t(hc * D)},
-                             {rows_at, size_t(n * D), size_t(D), size_t(W)},
-                             {rows_at + size_t(D), size_t(n * hc), size_t(hc), size_t(W)},
-                             {rows_at + size_t(D + hc), size_t(n * hc * hc), size_t(hc * hc), size_t(W)},
-                             {rows_at + size_t(D + hc + hc * hc), size_t(n * D), size_t(D), size_t(W)}};
-            if (with_sum) segs.segments.push_back({0, size_t(n * D), size_t(D), size_t(D)});
-            const std::string shape = fmt::format("{}hc {} x {}, n={}", with_sum ? "add, " : "", hc, D, n);
-            std::vector<std::string> parts = {"mhc_post", "mhc_pre", "rms_norm", "mhc_pre_norm"};
-            if (with_sum) parts.insert(parts.end(), {"add", "add_mhc_post"});
-            for (const ops::KernelVariant* v : cands)
-                rows.push_back(
-                    judge(be, *v, shape, ref, hc * D, y.view(), run, TensorView{}, nullptr, segs, parts));
-        }
-}
-
 }  // namespace
 
 bool is_fused_pair(std::string_view op) {
-    return op == "rms_norm_rope" || op == "mhc_pre_norm" || op == "hc_head_norm" || op == "add_mhc_post" ||
-           op == "mhc_post_pre_norm";
+    return op == "rms_norm_rope" || op == "mhc_pre_norm" || op == "hc_head_norm" || op == "add_mhc_post";
 }
 
 void screen_fused(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
@@ -298,8 +219,6 @@ void screen_fused(ops::Backend& be, const std::vector<ops::KernelVariant>& varia
     if (!pre.empty() || !head.empty()) screen_pre_norm(be, pre, head, cfg, w, batches, rng, rows);
     if (const auto c = candidates(variants, "add_mhc_post"); !c.empty())
         screen_add_post(be, c, cfg, batches, rng, rows);
-    if (const auto c = candidates(variants, "mhc_post_pre_norm"); !c.empty())
-        screen_post_pre_norm(be, c, cfg, w, batches, rng, rows);
 }
 
 }  // namespace di::runtime::screen_detail

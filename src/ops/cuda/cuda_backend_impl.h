@@ -160,8 +160,6 @@ class CudaBackend final : public Backend {
     void mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& norm) override;
     void hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& norm) override;
     void add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) override;
-    void mhc_post_pre_norm(const AddArgs* sum, const MhcPostArgs& post, const MhcPreArgs& pre,
-                           const RmsNormArgs& norm) override;
     std::vector<KernelVariant> kernel_variants() const override;
     void set_allow_list(const AllowList& l) override;
     int64_t dispatch_count(std::string_view op, std::string_view variant) const override;
@@ -236,14 +234,14 @@ class CudaBackend final : public Backend {
     // counted in launches_.
     OpVariants linear_v_, moe_v_, mhc_pre_v_, hc_head_v_, attention_v_, indexer_v_;
     // The fused pairs: "fused" (one launch) or "separate" (the two ops' own dispatch), the fallback.
-    OpVariants norm_rope_v_, pre_norm_v_, head_norm_v_, add_post_v_, post_pre_v_;
-    std::array<OpVariants*, 11> all_variants() {
-        return {&linear_v_,    &moe_v_,      &mhc_pre_v_,   &hc_head_v_,  &attention_v_, &indexer_v_,
-                &norm_rope_v_, &pre_norm_v_, &head_norm_v_, &add_post_v_, &post_pre_v_};
+    OpVariants norm_rope_v_, pre_norm_v_, head_norm_v_, add_post_v_;
+    std::array<OpVariants*, 10> all_variants() {
+        return {&linear_v_,  &moe_v_,       &mhc_pre_v_,  &hc_head_v_,   &attention_v_,
+                &indexer_v_, &norm_rope_v_, &pre_norm_v_, &head_norm_v_, &add_post_v_};
     }
-    std::array<const OpVariants*, 11> all_variants() const {
+    std::array<const OpVariants*, 10> all_variants() const {
         auto v = const_cast<CudaBackend*>(this)->all_variants();
-        std::array<const OpVariants*, 11> c{};
+        std::array<const OpVariants*, 10> c{};
         for (size_t i = 0; i < v.size(); ++i) c[i] = v[i];
         return c;
     }

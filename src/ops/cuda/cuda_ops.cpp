@@ -169,10 +169,6 @@ CudaBackend::CudaBackend(int device)
       add_post_v_(fused_variants("add_mhc_post",
                                  "mhc_post's a is the add's out, rows of one length; the sum in mhc_post's "
                                  "kernel, bit-identical to the two")),
-      post_pre_v_(fused_variants("mhc_post_pre_norm",
-                                 "hc 4, mhc_pre's streams mhc_post's out and mhc_pre_norm fused, not a "
-                                 "prefill's FP64 tensor-core sums; mhc_post computed in mhc_pre's split "
-                                 "kernel, bit-identical to the parts")),
       device_(device),
       alloc_(device),
       scratch_(alloc_) {

@@ -44,28 +44,6 @@ struct NormRopeJobs {
 // norm may differ from the separate kernel's in the last bit).
 void launch_mhc_pre_norm(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s);
 
-// mhc_post (hc = 4; with b, of a + b) computed where mhc_pre's split kernel reads the streams, which it
-// writes to out (mhc_pre's streams) as it goes, then mhc_pre's finish kernel with the norm, which also writes
-// the sum: the products and sums of mhc_post4's kernel and of launch_mhc_pre_norm in the same order (the same
-// bits), one launch fewer. Not for a prefill's FP64 tensor-core sums (mhc_post_pre_norm_supported).
-struct MhcPostIn {
-    const float* streams;  // [n, 4, D] before the sub-layer
-    const float* a;
-    int64_t ld_a;
-    const float* b;  // null: mhc_post of a alone
-    int64_t ld_b;
-    float* sum;  // a + b, with b (may alias a or b)
-    int64_t ld_sum;
-    const float* post;
-    int64_t ld_post;
-    const float* comb;
-    int64_t ld_comb;
-    float* out;  // [n, 4, D], not aliasing streams: mhc_pre's streams
-};
-bool mhc_post_pre_norm_supported(const MhcPostIn& in, const MhcParams& p);
-void launch_mhc_post_pre_norm(const MhcPostIn& in, const MhcParams& p, const NormOut& norm, Scratch& scratch,
-                              Stream s);
-
 // mhc_post of a + b: the sum in f32 as launch_add, written to `sum` (which may alias a or b) as add does.
 void launch_add_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
                          float* sum, int64_t ld_sum, const float* post, int64_t ld_post, const float* comb,

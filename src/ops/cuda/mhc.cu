@@ -132,39 +132,6 @@ __device__ __forceinline__ double warp_sum_slots(double (&v)[P], int lane) {
     return v[0];
 }
 
-// With kPost the kernel computes the streams it reads as mhc_post4_kernel does (elementwise.cu: the same
-// products and sums in the same order) and writes them to in.out; a thread's four columns lie in one stream
-// (D % 4 == 0). The add's sum is left to the finish kernel: another block may still read a where it is
-// written.
-__device__ __forceinline__ float4 post_values(const MhcPostIn& in, int64_t D, int64_t t, int64_t col) {
-    const int64_t k = col / D, c = col - k * D;
-    float4 av = __ldg(reinterpret_cast<const float4*>(in.a + t * in.ld_a + c)), st[4];
-    if (in.b != nullptr) {
-        const float4 bv = __ldg(reinterpret_cast<const float4*>(in.b + t * in.ld_b + c));
-        av = make_float4(av.x + bv.x, av.y + bv.y, av.z + bv.z, av.w + bv.w);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-        st[j] = __ldg(reinterpret_cast<const float4*>(in.streams + (t * 4 + j) * D + c));
-    const double pk = double(in.post[t * in.ld_post + k]);
-    double cj[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) cj[j] = double(in.comb[t * in.ld_comb + j * 4 + k]);
-    const float* sv = &st[0].x;
-    const float* avs = &av.x;
-    float o[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        double acc = pk * double(avs[e]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc += cj[j] * double(sv[j * 4 + e]);
-        o[e] = float(acc);
-    }
-    const float4 r = make_float4(o[0], o[1], o[2], o[3]);
-    *reinterpret_cast<float4*>(in.out + (t * 4 + k) * D + c) = r;
-    return r;
-}
-
 // grid (splits, ceil(n / tokens)), block 128: part[(t * splits + s) * (M + 1) + 0] = sum of squares of token
 // t's columns of split s, [.. + 1 + m] = sum v * fn[m] over them. Needs hc * D % 4 == 0 and 16-byte rows.
 // kRows fn rows' loads are issued together (24: all of hc = 4's mixes at once; a loop of one load per row
@@ -173,9 +140,9 @@ __device__ __forceinline__ float4 post_values(const MhcPostIn& in, int64_t D, in
 // of L1 traffic per token and split). Each thread's four columns are summed in f32 and widened once per row:
 // the f32 -> f64 conversion runs at a quarter of the f64 rate, and converting every element cost more than
 // the products (four f32 terms round to ~1e-7 of their magnitudes; the tests hold the result to 1e-6).
-template <int kRows, bool kPost>
+template <int kRows>
 __global__ void __launch_bounds__(kSplitThreads)
-    mhc_split_kernel(MhcParams p, int M, int tokens, double* part, const __grid_constant__ MhcPostIn in) {
+    mhc_split_kernel(MhcParams p, int M, int tokens, double* part) {
     constexpr int kSlots = kRows < 16 ? 16 : 32;  // the rows' products and the sum of squares, one spare
     static_assert(kRows < kSlots);
     allow_early_next();
@@ -195,9 +162,8 @@ __global__ void __launch_bounds__(kSplitThreads)
     if (hoisted) load_rows(0);
     const int64_t t0 = int64_t(blockIdx.y) * tokens, t_end = min(p.n, t0 + tokens);
     auto load_v = [&](int64_t t) {
-        if (!(inside && t < t_end)) return make_float4(0, 0, 0, 0);
-        if constexpr (kPost) return post_values(in, p.D, t, col);
-        return *reinterpret_cast<const float4*>(p.streams + t * width + col);
+        return inside && t < t_end ? *reinterpret_cast<const float4*>(p.streams + t * width + col)
+                                   : make_float4(0, 0, 0, 0);
     };
     float4 v_next = load_v(t0);  // one token ahead: few warps an SM (registers), so each hides its own loads
     for (int64_t t = t0; t < t_end; ++t) {
@@ -369,15 +335,8 @@ __device__ __forceinline__ void collapse_regs(const MhcParams& p, const NormOut&
 
 // One block per token: the partials in split order, then pre / post / comb and the collapse; with norm.y,
 // the collapse warps then norm x (mhc_pre_norm, hc_head_norm).
-// in.sum = in.a + in.b for token t (a fused mhc_post's add), by the collapse threads.
-__device__ __forceinline__ void write_sum(const MhcPostIn& in, int64_t D, int64_t t) {
-    for (int64_t c = threadIdx.x - 32; c < D; c += blockDim.x - 32)
-        in.sum[t * in.ld_sum + c] = in.a[t * in.ld_a + c] + in.b[t * in.ld_b + c];
-}
-
 __global__ void __launch_bounds__(kFinishThreads)
-    mhc_split_finish_kernel(MhcParams p, int M, int64_t splits, const double* part, NormOut norm,
-                            const __grid_constant__ MhcPostIn in) {
+    mhc_split_finish_kernel(MhcParams p, int M, int64_t splits, const double* part, NormOut norm) {
     allow_early_next();
     __shared__ double mix[kMaxMix + 1];
     __shared__ double norm_red[kFinishThreads / 32];
@@ -439,7 +398,6 @@ __global__ void __launch_bounds__(kFinishThreads)
         }
         return;
     }
-    if (in.sum != nullptr) write_sum(in, p.D, t);
     double pr[kMaxHc];
 #pragma unroll
     for (int i = 0; i < kMaxHc; ++i) pr[i] = i < hc ? double(pre[i]) : 0.0;
@@ -554,15 +512,10 @@ bool mhc_split_supported(const MhcParams& p) {
 }
 
 namespace {
-bool takes_dmma(const MhcParams& p, int M) {  // a prefill: FP64 tensor cores
-    return p.n >= kMhcDmmaMinTokens && mhc_mix_dmma_supported(p, M);
-}
-
-// With in.out, mhc_post computed in the split kernel (mhc_post_pre_norm_supported).
-void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s,
-                  const MhcPostIn& in = {}) {
+void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s) {
     const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
-    const bool dmma = takes_dmma(p, M), post = in.out != nullptr;
+    const bool dmma =
+        p.n >= kMhcDmmaMinTokens && mhc_mix_dmma_supported(p, M);  // a prefill: FP64 tensor cores
     const int64_t splits = dmma ? 1 : (p.hc * p.D + kSplitCols - 1) / kSplitCols;
     const bool two_step = dmma && collapse_ok(p, norm);  // pre [n, 4] after the partials
     const size_t part_bytes = size_t(p.n * splits * (M + 1)) * sizeof(double);
@@ -583,36 +536,17 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
         // block
         const int tokens = p.n >= 2048 ? 4 * kSplitTokens : kSplitTokens;
         const dim3 grid(unsigned(splits), blocks_for(p.n, tokens));
-        const cudaStream_t st = as_stream(s);
-        if (post)
-            mhc_split_kernel<24, true><<<grid, kSplitThreads, 0, st>>>(p, M, tokens, part, in);
-        else if (M > 8)
-            mhc_split_kernel<24, false><<<grid, kSplitThreads, 0, st>>>(p, M, tokens, part, in);
+        if (M > 8)
+            mhc_split_kernel<24><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
         else
-            mhc_split_kernel<8, false><<<grid, kSplitThreads, 0, st>>>(p, M, tokens, part, in);
+            mhc_split_kernel<8><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
     }
-    mhc_split_finish_kernel<<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, splits, part, norm, in);
+    mhc_split_finish_kernel<<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, splits, part, norm);
 }
 }  // namespace
 
 void launch_mhc_pre_norm(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s) {
     if (p.n > 0) launch_split(p, norm, scratch, s);
-}
-
-bool mhc_post_pre_norm_supported(const MhcPostIn& in, const MhcParams& p) {
-    const auto al = [](const void* ptr, int64_t ld) {
-        return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0);
-    };
-    const int M = int((2 + p.hc) * p.hc);
-    return p.hc == 4 && !p.head && p.D % 4 == 0 && mhc_split_supported(p) && !takes_dmma(p, M) &&
-           in.out == p.streams && in.out != in.streams && in.a != nullptr && in.streams != nullptr &&
-           (in.b == nullptr) == (in.sum == nullptr) && al(in.a, in.ld_a) && al(in.b, in.ld_b) &&
-           al(in.streams, p.D) && al(in.out, p.D);
-}
-
-void launch_mhc_post_pre_norm(const MhcPostIn& in, const MhcParams& p, const NormOut& norm, Scratch& scratch,
-                              Stream s) {
-    if (p.n > 0) launch_split(p, norm, scratch, s, in);
 }
 
 void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v) {
