@@ -22,9 +22,7 @@ namespace di::cli {
 namespace {
 
 struct Options : GenOptions {
-    std::string ops =
-        "linear,moe,attention,indexer_topk,mhc_pre,hc_head,rms_norm_rope,mhc_pre_norm,hc_head_norm,add_mhc_"
-        "post";
+    std::string ops = fmt::format("{}", fmt::join(runtime::ScreenOptions{}.ops, ","));  // every op screened
     std::string batches = "1,8,64", out, markdown;
     std::string preset;  // a random-weight shape (demo/presets.h) instead of --model
     int64_t layers = 4;  // of the preset: V4-Flash's first four hold every attention type

@@ -2,6 +2,8 @@
 // fused rms_norm + rope and add + mhc_post.
 // All memory-bound: one pass over the inputs, f32 math (double where the reference rounds through double).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/fused_kernels.h"
@@ -404,6 +406,15 @@ void launch_rms_norm_ropes(const NormRopeJob* jobs, int64_t count, Scratch& scra
         return;
     }
     const cudaStream_t st = as_stream(s);
+    static const bool one_launch = [] {  // DEEPINFER_NORM_ROPES_ONE_LAUNCH=0: each alone (A/B timing)
+        const char* v = std::getenv("DEEPINFER_NORM_ROPES_ONE_LAUNCH");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    if (!one_launch && count <= kNormRopeJobsByValue) {
+        for (int64_t i = 0; i < count; ++i)
+            launch_rms_norm_rope(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope, s);
+        return;
+    }
     if (warp_ok == count && count <= kNormRopeJobsByValue) {
         NormRopeJobs args;
         std::copy(jobs, jobs + count, args.job);
