@@ -123,9 +123,10 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--served-model-name", o->server.served_model_name,
                    "model id clients use (default: the directory name; \"demo\" for the demo model)");
     app.add_option("--api-key", o->server.api_key, "require 'Authorization: Bearer KEY'");
-    app.add_option(
-           "--state-memory-mib", o->state_memory_mib,
-           "sequence-state memory for all requests (with --gpus N: over all N GPUs, each sequence on one)")
+    app.add_option("--state-memory-mib", o->state_memory_mib,
+                   "sequence-state memory for all requests (with --gpus N: over all N GPUs, an equal share "
+                   "each, each "
+                   "sequence on one)")
         ->capture_default_str();
     app.add_option("--max-running", o->engine.max_running, "requests in the batch at once")
         ->capture_default_str();

@@ -136,15 +136,24 @@ StateSize ExpertParallelModel::state_size() const {
 }
 
 std::unique_ptr<SequenceState> ExpertParallelModel::new_state(int64_t capacity) {
+    int r = 0;
+    {
+        std::lock_guard lk(*load_m_);
+        r = int(std::min_element(load_->begin(), load_->end()) - load_->begin());
+    }
+    return new_state_on(capacity, r);
+}
+
+std::unique_ptr<SequenceState> ExpertParallelModel::new_state_on(int64_t capacity, int home) {
+    DI_CHECK(home >= 0 && home < int(ranks_.size()), "state home {} of {} ranks", home, ranks_.size());
     std::lock_guard lk(*load_m_);
-    const auto least = std::min_element(load_->begin(), load_->end());
-    const int r = int(least - load_->begin());
-    ranks_[size_t(r)]->backend().bind_thread();
-    std::unique_ptr<SequenceState> part = ranks_[size_t(r)]->new_state(capacity);
+    const size_t r = size_t(home);
+    ranks_[r]->backend().bind_thread();
+    std::unique_ptr<SequenceState> part = ranks_[r]->new_state(capacity);
     ranks_[0]->backend().bind_thread();
-    *least += part->bytes();
-    return std::make_unique<HomeState>(std::move(part), r, &ranks_[size_t(r)]->backend(),
-                                       &ranks_[0]->backend(), load_, load_m_, capacity);
+    (*load_)[r] += part->bytes();
+    return std::make_unique<HomeState>(std::move(part), home, &ranks_[r]->backend(), &ranks_[0]->backend(),
+                                       load_, load_m_, capacity);
 }
 
 void ExpertParallelModel::worker(int rank) {

@@ -37,7 +37,10 @@ class ExpertParallelModel final : public Model {
     Precision precision() const override { return ranks_[0]->precision(); }
     void set_precision(Precision p) override;
     StateSize state_size() const override;
+    // A state on the rank with the least state memory in use, or on rank `home`.
     std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
+    int state_homes() const override { return int(ranks_.size()); }
+    std::unique_ptr<SequenceState> new_state_on(int64_t capacity, int home) override;
     std::vector<float> forward(std::span<const SeqChunk> chunks) override;
     GreedyRows forward_greedy(std::span<const SeqChunk> chunks) override;
     CandidateRows forward_candidates(std::span<const SeqChunk> chunks, std::span<const float> temperatures,

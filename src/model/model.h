@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "model/config.h"
 #include "model/state_size.h"
 #include "ops/backend.h"
@@ -97,6 +98,14 @@ class Model {
     virtual void set_precision(Precision p) = 0;
     virtual StateSize state_size() const = 0;
     virtual std::unique_ptr<SequenceState> new_state(int64_t capacity) = 0;
+    // Places a sequence's state can live, each with its own memory (an expert-parallel model's ranks), and
+    // a state made in place `home` (< state_homes()): the engine's admission gives each place its share of
+    // the state memory and chooses where each sequence lives.
+    virtual int state_homes() const { return 1; }
+    virtual std::unique_ptr<SequenceState> new_state_on(int64_t capacity, int home) {
+        DI_CHECK(home == 0, "state home {} of a model with one", home);
+        return new_state(capacity);
+    }
     // Runs one step. Returns host f32 logits [rows, vocab_size]: for each chunk in order, all of its tokens
     // or just its last. Token ids must be in range and chunks must fit their states (checked by callers).
     virtual std::vector<float> forward(std::span<const SeqChunk> chunks) = 0;

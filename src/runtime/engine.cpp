@@ -86,7 +86,7 @@ struct Engine::Impl {
     // prompt than the cache holds: it then starts from that part's kept state instead of prefilling it too
     // (a burst of requests with one system prompt, n choices of one prompt).
     bool defer_for_shared_prefix(uint64_t id);
-    int64_t evict_cached_locked(int64_t need);
+    int64_t evict_cached_locked(int64_t need, int home);
     // After a step: keeps the state of every sequence whose prefill chunk ended where the cache keeps one.
     void keep_prefixes(const runtime::StepPlan& plan, const std::vector<EngineSequence*>& chunk_seqs);
 };
@@ -153,6 +153,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
     DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend, o.check_weights, o.expert_ranks));
     impl->model->set_precision(precision);
+    runtime::SchedulerConfig sc = scheduler_config(o);  // the state memory split between the model's homes
+    sc.homes = impl->model->state_homes();
+    impl->sched = runtime::Scheduler(sc);
     const model::ModelConfig& cfg = impl->model->config();
     const std::string tok_path = o.tokenizer_path.empty() ? o.model_dir : o.tokenizer_path;
     const bool has_tok = std::filesystem::exists(std::filesystem::path(tok_path) / "tokenizer.json") ||
@@ -239,8 +242,12 @@ std::pair<uint64_t, int64_t> Engine::reset_prefix_cache() {
     std::lock_guard lk(impl_->mu);
     if (!impl_->prefix_cache) return {0, 0};
     const size_t before = impl_->prefix_cache->size();
-    const int64_t freed = impl_->evict_cached_locked(INT64_MAX);
-    impl_->sched.release_cached(freed);
+    int64_t freed = 0;
+    for (int h = 0; h < impl_->sched.config().homes; ++h) {
+        const int64_t home_freed = impl_->evict_cached_locked(INT64_MAX, h);
+        impl_->sched.release_cached(home_freed, h);
+        freed += home_freed;
+    }
     return {uint64_t(before - impl_->prefix_cache->size()), freed};
 }
 
@@ -343,9 +350,9 @@ void Engine::Impl::run() {
     }
 }
 
-int64_t Engine::Impl::evict_cached_locked(int64_t need) {
+int64_t Engine::Impl::evict_cached_locked(int64_t need, int home) {
     const size_t before = prefix_cache->size();
-    const int64_t freed = prefix_cache->evict(need);
+    const int64_t freed = prefix_cache->evict(need, home);
     st.prefix_cache_evictions += before - prefix_cache->size();
     return freed;
 }
@@ -353,7 +360,7 @@ int64_t Engine::Impl::evict_cached_locked(int64_t need) {
 runtime::AdmissionHooks Engine::Impl::admission_hooks() {
     runtime::AdmissionHooks h;
     if (!prefix_cache) return h;
-    h.reclaim = [this](int64_t need) { return evict_cached_locked(need); };
+    h.reclaim = [this](int64_t need, int home) { return evict_cached_locked(need, home); };
     h.defer = [this](uint64_t id) { return defer_for_shared_prefix(id); };
     h.prefilled = [this](uint64_t id) -> int64_t {
         admitted_now.insert(id);
@@ -409,24 +416,29 @@ void Engine::Impl::keep_prefixes(const runtime::StepPlan& plan,
         if (c.decode || !prefix_cache->keeps(at, s.n_prompt())) continue;
         const std::span<const int32_t> prefix = s.prompt().first(size_t(at));
         const int64_t bytes = runtime::state_bytes(limits(), at);
+        int home = 0;
         {
-            // Room from memory no sequence reserves, older entries giving way to it.
+            // Room from memory no sequence reserves, older entries of the same home giving way to it: the
+            // home with the most such room (the cache's cap counts all homes together).
             std::lock_guard lk(mu);
             if (prefix_cache->contains(prefix, s.cache_salt())) continue;
-            int64_t unused = sched.config().memory_budget_bytes - sched.bytes_in_use() - sched.bytes_cached();
+            for (int h = 1; h < sched.config().homes; ++h)
+                if (sched.unused(h) + sched.bytes_cached(h) > sched.unused(home) + sched.bytes_cached(home))
+                    home = h;
+            int64_t unused = sched.unused(home);
             if (const int64_t cap = opt.prefix_cache_max_bytes; cap > 0)
                 unused = std::min(unused, cap - sched.bytes_cached());
-            if (bytes > unused + sched.bytes_cached()) continue;
-            if (bytes > unused) sched.release_cached(evict_cached_locked(bytes - unused));
-            if (!sched.reserve_cached(bytes)) continue;
+            if (bytes > unused + sched.bytes_cached(home)) continue;
+            if (bytes > unused) sched.release_cached(evict_cached_locked(bytes - unused, home), home);
+            if (!sched.reserve_cached(bytes, home)) continue;
         }
         DI_CHECK(s.state()->n_tokens() == at, "request {}: state holds {} tokens, kept at {}", s.id(),
                  s.state()->n_tokens(), at);
-        std::unique_ptr<model::SequenceState> copy = model->new_state(at);
+        std::unique_ptr<model::SequenceState> copy = model->new_state_on(at, home);
         DI_CHECK(copy->bytes() <= bytes && copy->copy_from(*s.state()),
                  "request {}: its state could not be kept for the prefix cache", s.id());
         std::lock_guard lk(mu);
-        prefix_cache->insert(prefix, std::move(copy), bytes, s.cache_salt());
+        prefix_cache->insert(prefix, std::move(copy), bytes, s.cache_salt(), home);
     }
 }
 
@@ -434,6 +446,7 @@ void Engine::Impl::keep_prefixes(const runtime::StepPlan& plan,
 bool Engine::Impl::step() {
     runtime::StepPlan plan;
     std::vector<EngineSequence*> chunk_seqs, admitted;
+    std::vector<int> homes;  // of the admitted
     {
         std::lock_guard lk(mu);
         const Clock::time_point now = Clock::now();
@@ -449,13 +462,17 @@ bool Engine::Impl::step() {
         admitted_now.clear();
         plan = sched.plan(admission_hooks());
         if (plan.empty()) return false;
-        for (uint64_t id : plan.admitted) admitted.push_back(seqs.at(id).get());
+        for (uint64_t id : plan.admitted) {
+            admitted.push_back(seqs.at(id).get());
+            homes.push_back(sched.home_of(id));
+        }
         for (const auto& c : plan.chunks) chunk_seqs.push_back(seqs.at(c.id).get());
     }
     // State allocation happens outside the lock: submit() and stats() never wait for it.
     int64_t allocated = 0, hit_tokens = 0;
-    for (EngineSequence* s : admitted) {
-        s->set_state(model->new_state(s->capacity()));
+    for (size_t i = 0; i < admitted.size(); ++i) {
+        EngineSequence* s = admitted[i];
+        s->set_state(model->new_state_on(s->capacity(), homes[i]));
         DI_CHECK(s->state_bytes() <= s->reserved_bytes(), "request {}: state {} bytes, reserved {}", s->id(),
                  s->state_bytes(), s->reserved_bytes());
         allocated += s->state_bytes();

@@ -95,23 +95,23 @@ bool PrefixCache::contains(std::span<const int32_t> prefix, std::string_view sal
 }
 
 void PrefixCache::insert(std::span<const int32_t> prefix, std::unique_ptr<model::SequenceState> state,
-                         int64_t bytes, std::string_view salt) {
+                         int64_t bytes, std::string_view salt, int home) {
     DI_CHECK(!prefix.empty() && int64_t(prefix.size()) % chunk_ == 0 && state &&
                  state->n_tokens() == int64_t(prefix.size()),
              "prefix cache entry of {} tokens (chunk {})", prefix.size(), chunk_);
     const uint64_t key = hash_more(hash_start(salt), prefix);
     if (by_key_.count(key)) return;  // kept already (or, by a 2^-64 chance, another prefix of that hash)
     entries_.push_front(Entry{key, std::string(salt), std::vector<int32_t>(prefix.begin(), prefix.end()),
-                              std::move(state), bytes});
+                              std::move(state), bytes, home});
     by_key_.emplace(key, entries_.begin());
     bytes_ += bytes;
 }
 
-int64_t PrefixCache::evict(int64_t need) {
+int64_t PrefixCache::evict(int64_t need, int home) {
     int64_t freed = 0;
     for (auto it = entries_.end(); freed < need && it != entries_.begin();) {
         --it;
-        if (it->state.use_count() > 1) continue;  // a hit not yet restored
+        if (it->state.use_count() > 1 || it->home != home) continue;  // a hit not yet restored, elsewhere
         freed += it->bytes;
         bytes_ -= it->bytes;
         by_key_.erase(it->key);

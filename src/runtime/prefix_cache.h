@@ -56,12 +56,13 @@ class PrefixCache {
     int64_t chunk() const { return chunk_; }
     bool contains(std::span<const int32_t> prefix, std::string_view salt = {}) const;
 
-    // Keeps `state` (holding exactly `prefix`, a multiple of the chunk long) accounted as `bytes`.
+    // Keeps `state` (holding exactly `prefix`, a multiple of the chunk long) accounted as `bytes` of the
+    // memory of `home` (Model::state_homes).
     void insert(std::span<const int32_t> prefix, std::unique_ptr<model::SequenceState> state, int64_t bytes,
-                std::string_view salt = {});
-    // Drops least recently used entries that nobody holds until `need` bytes are freed or none is left;
-    // returns the bytes freed.
-    int64_t evict(int64_t need);
+                std::string_view salt = {}, int home = 0);
+    // Drops least recently used entries of `home` that nobody holds until `need` bytes are freed or none is
+    // left; returns the bytes freed.
+    int64_t evict(int64_t need, int home = 0);
 
     int64_t bytes() const { return bytes_; }
     size_t size() const { return entries_.size(); }
@@ -73,6 +74,7 @@ class PrefixCache {
         std::vector<int32_t> tokens;
         std::shared_ptr<const model::SequenceState> state;
         int64_t bytes = 0;
+        int home = 0;
     };
     using List = std::list<Entry>;  // most recently used first
     List::iterator find(std::span<const int32_t> prefix, std::string_view salt, uint64_t key) const;

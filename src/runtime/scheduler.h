@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -18,7 +19,10 @@
 namespace di::runtime {
 
 struct SchedulerConfig {
-    int64_t memory_budget_bytes = 0;       // state memory shared by all running sequences
+    int64_t memory_budget_bytes = 0;  // state memory shared by all running sequences, over all homes
+    // Places a sequence's state can live (the ranks of an expert-parallel model, each on its own GPU): the
+    // budget splits evenly between them (the remainder to home 0), and each sequence lives in one.
+    int homes = 1;
     int max_running = kDefaultMaxRunning;  // sequences in the batch at once
     int64_t step_token_budget =
         kDefaultStepTokenBudget;                   // tokens per step (a decode counts 1); one chunk fits
@@ -41,7 +45,8 @@ struct ScheduledChunk {
 };
 
 struct StepPlan {
-    std::vector<uint64_t> admitted;      // joined the batch this step (allocate their state first)
+    std::vector<uint64_t> admitted;      // joined the batch this step (allocate their state first, each in
+                                         // its home: Scheduler::home_of)
     std::vector<ScheduledChunk> chunks;  // in batch order
     int64_t n_tokens() const;
     bool empty() const { return chunks.empty(); }
@@ -50,9 +55,9 @@ struct StepPlan {
 // What the engine adds to admission: memory it can give back (a prefix cache's entries) and prompt tokens a
 // newly admitted sequence already has in its state (restored from that cache).
 struct AdmissionHooks {
-    // Frees at least `need` bytes of cached memory if it can; returns the bytes freed (release_cached is
-    // then called by the scheduler).
-    std::function<int64_t(int64_t need)> reclaim;
+    // Frees at least `need` bytes of cached memory in `home` if it can; returns the bytes freed
+    // (release_cached is then called by the scheduler).
+    std::function<int64_t(int64_t need, int home)> reclaim;
     // Tokens of sequence `id`'s prompt its state will hold before its first chunk runs: a multiple of the
     // prefill chunk, less than the prompt.
     std::function<int64_t(uint64_t id)> prefilled;
@@ -65,16 +70,17 @@ class Scheduler {
   public:
     explicit Scheduler(const SchedulerConfig& cfg);
 
-    // Queues a sequence. kOutOfRange when it could never fit the memory budget, kCapacity when the waiting
-    // queue is full.
+    // Queues a sequence. kOutOfRange when it could never fit the memory budget (one home's share of it),
+    // kCapacity when the waiting queue is full.
     Status add(const SeqDemand& d);
     // Decides the next step. Admits waiting sequences first (FCFS, stops at the first that does not fit even
     // after hooks.reclaim).
     StepPlan plan(const AdmissionHooks& hooks = {});
-    // Memory outside the sequences' reservations (cached states): reserve_cached succeeds only within what
-    // no sequence holds, and admission takes it back through AdmissionHooks::reclaim.
-    bool reserve_cached(int64_t bytes);
-    void release_cached(int64_t bytes);
+    // Memory outside the sequences' reservations (cached states, each in one home): reserve_cached succeeds
+    // only within what no sequence holds in that home, and admission takes it back through
+    // AdmissionHooks::reclaim.
+    bool reserve_cached(int64_t bytes, int home = 0);
+    void release_cached(int64_t bytes, int home = 0);
     // Records that `plan` ran: every chunk's tokens are now in its sequence's state.
     void complete(const StepPlan& plan);
     // Removes a sequence (finished, cancelled, failed), waiting or running, and frees its memory.
@@ -83,8 +89,15 @@ class Scheduler {
 
     int n_running() const { return int(running_.size()); }
     int n_waiting() const { return int(waiting_.size()); }
-    int64_t bytes_in_use() const { return bytes_in_use_; }
-    int64_t bytes_cached() const { return bytes_cached_; }
+    // Totals over the homes, and one home's.
+    int64_t bytes_in_use() const;
+    int64_t bytes_cached() const;
+    int64_t bytes_in_use(int home) const { return bin(home).in_use; }
+    int64_t bytes_cached(int home) const { return bin(home).cached; }
+    // What neither a sequence nor the cache holds in `home`.
+    int64_t unused(int home) const;
+    // The home of a running sequence (admitted by plan()), -1 for one that is not running.
+    int home_of(uint64_t id) const;
     const SchedulerConfig& config() const { return cfg_; }
     bool idle() const { return running_.empty() && waiting_.empty(); }
 
@@ -92,13 +105,18 @@ class Scheduler {
     struct Seq {
         SeqDemand d;
         int64_t n_fed = 0;  // tokens in the sequence's state
+        int home = -1;      // set at admission
         bool decoding() const { return n_fed >= d.n_prompt; }
     };
+    struct Bin {  // one home's memory
+        int64_t budget = 0, in_use = 0, cached = 0;
+    };
+    const Bin& bin(int home) const;
+    Bin& bin(int home) { return const_cast<Bin&>(std::as_const(*this).bin(home)); }
     SchedulerConfig cfg_;
     std::deque<Seq> waiting_;
     std::vector<Seq> running_;  // admission order
-    int64_t bytes_in_use_ = 0;
-    int64_t bytes_cached_ = 0;
+    std::vector<Bin> bins_;     // one a home
 };
 
 }  // namespace di::runtime

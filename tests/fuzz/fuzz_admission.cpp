@@ -1,13 +1,15 @@
 // libFuzzer entry for the admission arithmetic and the scheduler fed with what it admits: limits and
 // requests read as raw int64/double from the input (any value, 2^63 - 1 and NaN included), then a random
 // sequence of plan (with and without a prefix cache's hooks) / complete / remove / cached memory taken and
-// given back. Nothing may abort, a granted reservation is never negative, and the memory in use plus the
-// cached memory never exceeds the budget.
+// given back, over one to four homes (an expert-parallel model's ranks). Nothing may abort, a granted
+// reservation is never negative, and in every home the memory in use plus the cached memory never exceeds
+// that home's share of the budget; every running sequence has a home.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "runtime/admission.h"
 #include "runtime/scheduler.h"
@@ -43,15 +45,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     cfg.step_token_budget = 1 + r.take<uint16_t>();
     cfg.prefill_chunk = 1 + r.take<uint16_t>() % 512;
     cfg.max_waiting = 1 + r.take<uint8_t>();
+    cfg.homes = 1 + r.take<uint8_t>() % 4;
     Scheduler s(cfg);
     uint64_t id = 0;
-    std::map<uint64_t, int64_t> prompts;  // id -> n_prompt
-    int64_t cached = 0;                   // the fake cache's bytes, as the scheduler must count them
-    AdmissionHooks hooks;
-    hooks.reclaim = [&](int64_t need) {
-        if (need <= 0) std::abort();
-        const int64_t freed = std::min(cached, need + int64_t(r.take<uint8_t>()));  // whole entries: more
-        cached -= freed;
+    std::map<uint64_t, int64_t> prompts;                // id -> n_prompt
+    std::vector<int64_t> cached(size_t(cfg.homes), 0);  // the fake cache's bytes a home, as the scheduler
+    AdmissionHooks hooks;                               // must count them
+    hooks.reclaim = [&](int64_t need, int home) {
+        if (need <= 0 || home < 0 || home >= cfg.homes) std::abort();
+        int64_t& c = cached[size_t(home)];
+        const int64_t freed = std::min(c, need + int64_t(r.take<uint8_t>()));  // whole entries: more
+        c -= freed;
         return freed;
     };
     hooks.defer = [&](uint64_t) { return r.take<uint8_t>() % 4 == 0; };
@@ -87,17 +91,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     if (c.start < 0 || (c.decode ? c.n_tokens != 1  // the cache restored
                                                  : c.n_tokens < 1 || c.start + c.n_tokens > prompts.at(c.id)))
                         std::abort();
+                for (const uint64_t a : p.admitted)
+                    if (s.home_of(a) < 0 || s.home_of(a) >= cfg.homes) std::abort();
                 s.complete(p);
                 break;
             }
             case 4: {  // a state kept, or one given back
                 const int64_t b = std::abs(r.take<int64_t>() % (int64_t(1) << 40));
+                const int home = r.take<uint8_t>() % cfg.homes;
+                int64_t& c = cached[size_t(home)];
                 if (r.take<uint8_t>() % 2) {
-                    if (s.reserve_cached(b)) cached += b;
+                    if (s.reserve_cached(b, home)) c += b;
                 } else {
-                    const int64_t back = std::min(b, cached);
-                    s.release_cached(back);
-                    cached -= back;
+                    const int64_t back = std::min(b, c);
+                    s.release_cached(back, home);
+                    c -= back;
                 }
                 break;
             }
@@ -105,7 +113,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 (void)state_bytes(lim, r.take<int64_t>());
                 break;
         }
-        if (s.bytes_in_use() < 0 || s.bytes_cached() != cached ||
+        int64_t share_sum = 0;
+        for (int h = 0; h < cfg.homes; ++h) {
+            const int64_t share =
+                cfg.memory_budget_bytes / cfg.homes + (h == 0 ? cfg.memory_budget_bytes % cfg.homes : 0);
+            share_sum += share;
+            if (s.bytes_in_use(h) < 0 || s.bytes_cached(h) != cached[size_t(h)] ||
+                s.bytes_in_use(h) + s.bytes_cached(h) > share || s.unused(h) < 0)
+                std::abort();
+        }
+        if (share_sum != cfg.memory_budget_bytes ||
             s.bytes_in_use() + s.bytes_cached() > cfg.memory_budget_bytes)
             std::abort();
     }

@@ -75,9 +75,10 @@ void expect_ranks_equal_one(const std::string& name, int ranks, bool ref) {
 }
 
 // The same through runtime::load_model's ExpertParallelModel (what the engine, `run` and `serve` use with
-// --expert-ranks): each sequence on its home rank (three sequences on two ranks: homes 0, 1, 0), steps where
-// both ranks run sequences, where one rank has none (it still computes its experts for the other's tokens),
-// and the greedy pick, against one rank stepping the same chunks.
+// --expert-ranks): each sequence on its home rank (three sequences on two ranks: homes 0, 1, 0 by the least
+// state in use, then 1, 1, 0 as the engine's admission places them), steps where both ranks run sequences,
+// where one rank has none (it still computes its experts for the other's tokens), and the greedy pick,
+// against one rank stepping the same chunks.
 TEST(ExpertParallel, LoadedModelEqualsOneRank) {
     const std::string dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp8";
     const test::Fixture fx = test::load_fixture("v4_tiny_fp8");
@@ -88,10 +89,15 @@ TEST(ExpertParallel, LoadedModelEqualsOneRank) {
     ASSERT_TRUE(ranks.ok()) << ranks.error().message;
     // a sequence's state lives on its home rank only
     EXPECT_EQ((*ranks)->state_size().fixed_bytes, (*one)->state_size().fixed_bytes);
+    EXPECT_EQ((*one)->state_homes(), 1);
+    EXPECT_EQ((*ranks)->state_homes(), 2);
     const std::vector<int32_t>& t = fx.prompt;
     ASSERT_GE(t.size(), 24u);
-    auto run = [&](Model& m, std::vector<int32_t>& picks) {
-        auto a = m.new_state(64), b = m.new_state(64), c = m.new_state(64);
+    auto run = [&](Model& m, std::vector<int32_t>& picks, bool placed) {
+        auto make = [&](int home) {
+            return placed ? m.new_state_on(64, home % m.state_homes()) : m.new_state(64);
+        };
+        auto a = make(1), b = make(1), c = make(0);
         std::vector<float> out;
         auto step = [&](std::initializer_list<SeqChunk> chunks) {
             const std::vector<SeqChunk> v(chunks);
@@ -117,11 +123,14 @@ TEST(ExpertParallel, LoadedModelEqualsOneRank) {
         return out;
     };
     std::vector<int32_t> want_picks, got_picks;
-    const std::vector<float> want = run(**one, want_picks), got = run(**ranks, got_picks);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
-    EXPECT_EQ(got_picks, want_picks);
-    ASSERT_EQ(got_picks.size(), 3u);
+    const std::vector<float> want = run(**one, want_picks, false);
+    for (const bool placed : {false, true}) {
+        const std::vector<float> got = run(**ranks, got_picks, placed);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << placed;
+        EXPECT_EQ(got_picks, want_picks) << placed;
+        ASSERT_EQ(got_picks.size(), 3u);
+    }
     EXPECT_FALSE(runtime::load_model(dir, *be2, false, 9).ok());  // more ranks than the fixture's 8 experts
 }
 

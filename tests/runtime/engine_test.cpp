@@ -615,6 +615,41 @@ TEST(Engine, PromptLogprobsEqualTransformersLogSoftmax) {
     }
 }
 
+// Two expert-parallel ranks each hold their share of the state memory (a sequence's state lives on one): a
+// request that fits the whole budget but not a rank's share is refused, naming the share, where one rank
+// admits it; two requests of a share each complete with their outputs alone and free every byte.
+TEST(Engine, ExpertRanksSplitTheStateMemory) {
+    std::mt19937 rng(31);
+    const Request fits = greedy(random_tokens(rng, 20), 6), fits2 = greedy(random_tokens(rng, 20), 6);
+    const Request big = greedy(random_tokens(rng, 20), 30);
+    EngineOptions o = options(8);
+    o.prefix_cache = false;
+    auto one = make_engine(o);
+    ASSERT_TRUE(one);
+    const int64_t share = one->state_bytes_for(26);
+    ASSERT_LT(share, one->state_bytes_for(50));
+    ASSERT_LE(one->state_bytes_for(50), 2 * share);
+    const Collected want = collect(**one->submit(fits)), want2 = collect(**one->submit(fits2));
+    one.reset();
+    o.state_memory_bytes = 2 * share;
+    auto single = make_engine(o);
+    ASSERT_TRUE(single);
+    EXPECT_TRUE(single->submit(big).ok());  // within the budget of one rank
+    single.reset();
+    o.expert_ranks = 2;
+    auto ranks = make_engine(o);
+    ASSERT_TRUE(ranks);
+    const auto refused = ranks->submit(big);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().code, ErrorCode::kOutOfRange);
+    EXPECT_NE(refused.error().message.find("one rank's share"), std::string::npos) << refused.error().message;
+    auto a = *ranks->submit(fits), b = *ranks->submit(fits2);
+    EXPECT_EQ(collect(*a).tokens, want.tokens);
+    EXPECT_EQ(collect(*b).tokens, want2.tokens);
+    wait_idle(*ranks);
+    EXPECT_EQ(ranks->stats().state_bytes_reserved, 0);
+}
+
 // Kept states use only the state memory no request reserves and give it back to admission: with room for
 // two requests, one request alone fills the rest with its kept states (older ones already giving way to
 // newer), then two at once take it back; the reserved and cached bytes together never exceed the budget.

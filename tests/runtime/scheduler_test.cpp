@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <utility>
 
 namespace di::runtime {
 namespace {
@@ -168,7 +169,7 @@ TEST(Scheduler, CachedMemoryGivesWayAndPrefilledTokensAreSkipped) {
     ASSERT_TRUE(s.add({2, 40, 30}).ok());
     std::vector<int64_t> asked;
     AdmissionHooks h;
-    h.reclaim = [&](int64_t need) {
+    h.reclaim = [&](int64_t need, int) {
         asked.push_back(need);
         return int64_t(30);  // an entry of 30 bytes gives way
     };
@@ -189,7 +190,7 @@ TEST(Scheduler, CachedMemoryGivesWayAndPrefilledTokensAreSkipped) {
     EXPECT_TRUE(found);
     // nothing more to give: the next one waits
     ASSERT_TRUE(s.add({3, 4, 20}).ok());
-    h.reclaim = [](int64_t) { return int64_t(0); };
+    h.reclaim = [](int64_t, int) { return int64_t(0); };
     p = s.plan(h);
     EXPECT_TRUE(p.admitted.empty());
     s.release_cached(20);
@@ -218,6 +219,56 @@ TEST(Scheduler, ADeferredSequenceKeepsItsPlace) {
     EXPECT_TRUE(s.remove(1));
     p = s.plan(h);
     EXPECT_EQ(p.admitted, (std::vector<uint64_t>{3}));
+}
+
+// Two homes (an expert-parallel model's ranks) split the budget, the remainder to home 0; each sequence lives
+// in the home with the most room and only fits where one home has room for it; cached memory is a home's, and
+// admission reclaims it only in the home where that makes room.
+TEST(Scheduler, HomesEachHoldTheirShare) {
+    SchedulerConfig c = config(101);
+    c.homes = 2;
+    Scheduler s(c);
+    EXPECT_EQ(s.unused(0), 51);
+    EXPECT_EQ(s.unused(1), 50);
+    const Status big = s.add({1, 4, 52});  // fits the whole budget, not one home's share
+    ASSERT_FALSE(big.ok());
+    EXPECT_EQ(big.error().code, ErrorCode::kOutOfRange);
+    EXPECT_NE(big.error().message.find("one rank's share"), std::string::npos) << big.error().message;
+    ASSERT_TRUE(s.add({2, 4, 30}).ok());
+    ASSERT_TRUE(s.add({3, 4, 20}).ok());
+    ASSERT_TRUE(s.add({5, 4, 35}).ok());  // then 51 bytes free in all, 21 and 30 in the homes: waits
+    StepPlan p = s.plan();
+    EXPECT_EQ(p.admitted, (std::vector<uint64_t>{2, 3}));
+    EXPECT_EQ(s.home_of(2), 0);
+    EXPECT_EQ(s.home_of(3), 1);
+    EXPECT_EQ(s.home_of(5), -1);  // waiting
+    EXPECT_EQ(s.bytes_in_use(0), 30);
+    EXPECT_EQ(s.bytes_in_use(1), 20);
+    EXPECT_EQ(s.bytes_in_use(), 50);
+    s.complete(p);
+    EXPECT_TRUE(s.remove(5));
+    // home 1's cache can make room for 4, home 0's cannot: reclaim is asked in home 1 only
+    EXPECT_TRUE(s.reserve_cached(15, 0));
+    EXPECT_TRUE(s.reserve_cached(25, 1));
+    EXPECT_FALSE(s.reserve_cached(6, 1));
+    EXPECT_EQ(s.bytes_cached(), 40);
+    ASSERT_TRUE(s.add({4, 4, 28}).ok());
+    std::vector<std::pair<int64_t, int>> asked;
+    AdmissionHooks h;
+    h.reclaim = [&](int64_t need, int home) {
+        asked.emplace_back(need, home);
+        return need;
+    };
+    p = s.plan(h);
+    EXPECT_EQ(asked, (std::vector<std::pair<int64_t, int>>{{23, 1}}));
+    EXPECT_EQ(p.admitted, (std::vector<uint64_t>{4}));
+    EXPECT_EQ(s.home_of(4), 1);
+    EXPECT_EQ(s.bytes_cached(0), 15);
+    EXPECT_EQ(s.bytes_cached(1), 2);
+    EXPECT_EQ(s.unused(1), 0);
+    EXPECT_TRUE(s.remove(3));
+    EXPECT_EQ(s.unused(1), 20);
+    EXPECT_EQ(s.home_of(3), -1);
 }
 
 }  // namespace
