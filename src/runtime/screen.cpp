@@ -462,6 +462,7 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
             if ((v.op == "mhc_pre" || v.op == "hc_head") && wanted(v.op)) mhc.push_back(v);
         screen_mhc(be, mhc, m.config(), m.weights(), o.batches, rng, rep.rows);
     }
+    screen_rowwise(be, variants, m.config(), m.weights(), o.batches, rng, rep.rows, wanted);
     std::vector<ops::KernelVariant> fused;
     for (const ops::KernelVariant& v : variants)
         if (is_fused_pair(v.op) && wanted(v.op)) fused.push_back(v);

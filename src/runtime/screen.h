@@ -33,9 +33,10 @@ struct ScreenRow {
 };
 
 struct ScreenOptions {
-    std::vector<std::string> ops = {"linear",       "moe",         "attention",     "indexer_topk",
-                                    "mhc_pre",      "hc_head",     "rms_norm_rope", "mhc_pre_norm",
-                                    "hc_head_norm", "add_mhc_post"};
+    std::vector<std::string> ops = {"linear",       "moe",          "attention",     "indexer_topk",
+                                    "mhc_pre",      "hc_head",      "rms_norm_rope", "mhc_pre_norm",
+                                    "hc_head_norm", "add_mhc_post", "rms_norm",      "rope",
+                                    "swiglu",       "mhc_post",     "compress"};
     std::vector<int64_t> batches = {1, 8, 64};
     // The linear and MoE cases also at this many rows (0: not), where the prefill variants take them (a
     // 512-row MoE is 3,072 pairs at k = 6, above the CUDA tiled variants' 2,048); each case's reference and

@@ -103,6 +103,12 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
 // on weights drawn there (screen_table.cpp).
 void screen_table_linears(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                           std::mt19937_64& rng, std::vector<ScreenRow>& rows);
+// The row-wise ops and the compressor (rms_norm, rope, swiglu, mhc_post, compress), screen_rowwise.cpp:
+// the candidates of each op `wanted` accepts.
+void screen_rowwise(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
+                    const model::ModelConfig& cfg, const model::ModelWeights& w,
+                    const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows,
+                    const std::function<bool(const std::string&)>& wanted);
 // The fused pairs (ops::Backend::rms_norm_rope, mhc_pre_norm, hc_head_norm, add_mhc_post), screen_fused.cpp.
 bool is_fused_pair(std::string_view op);
 void screen_fused(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,

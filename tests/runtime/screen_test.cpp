@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "ops/cpu/cpu_backend.h"
@@ -177,8 +178,9 @@ TEST(Screen, NativeLinearCasesCatchThePlantedVariants) {
 // Planted variants of the stateful and mHC ops and of the fused pairs, screened on the tiny fixture's own
 // shapes: a correct one passes; attention off by 100 ulp, a top-k with two ids swapped, an mhc_pre whose
 // comb alone is off by 3e-5 (x's norm hides that in one error over all outputs: checked by hand), an
-// hc_head that writes one row fewer, and fused pairs off by 100 ulp in their second op's output only
-// (mhc_pre_norm's norm, add_mhc_post's streams) each fail with their reason.
+// hc_head that writes one row fewer, fused pairs off by 100 ulp in their second op's output only
+// (mhc_pre_norm's norm, add_mhc_post's streams), and the row-wise ops and the compressor off by 100 ulp (the
+// compressor in its window state only) each fail with their reason.
 class PlantedOps final : public test::RefForwarding {
   public:
     std::string_view name() const override { return "planted_ops"; }
@@ -240,9 +242,29 @@ class PlantedOps final : public test::RefForwarding {
         ref().add_mhc_post(sum, post);
         if (wrong("add_mhc_post")) off_by_100_ulp(post.out);
     }
-    static constexpr const char* kPlantedOps[] = {"attention",    "indexer_topk",  "mhc_pre",
-                                                  "hc_head",      "rms_norm_rope", "mhc_pre_norm",
-                                                  "hc_head_norm", "add_mhc_post"};
+    void rms_norm(const ops::RmsNormArgs& a) override {
+        ref().rms_norm(a);
+        if (wrong("rms_norm")) off_by_100_ulp(a.y);
+    }
+    void rope(const ops::RopeArgs& a) override {
+        ref().rope(a);
+        if (wrong("rope")) off_by_100_ulp(a.x);
+    }
+    void swiglu(const ops::SwigluArgs& a) override {
+        ref().swiglu(a);
+        if (wrong("swiglu")) off_by_100_ulp(a.out);
+    }
+    void mhc_post(const ops::MhcPostArgs& a) override {
+        ref().mhc_post(a);
+        if (wrong("mhc_post")) off_by_100_ulp(a.out);
+    }
+    void compress(const ops::CompressArgs& a) override {  // the state only: each output is compared alone
+        ref().compress(a);
+        if (wrong("compress")) off_by_100_ulp(a.buf_kv);
+    }
+    static constexpr const char* kPlantedOps[] = {
+        "attention",    "indexer_topk", "mhc_pre", "hc_head", "rms_norm_rope", "mhc_pre_norm", "hc_head_norm",
+        "add_mhc_post", "rms_norm",     "rope",    "swiglu",  "mhc_post",      "compress"};
 
   private:
     static void off_by_100_ulp(const TensorView& v) {  // rows of a 2-d or 3-d view (strided rows)
@@ -321,6 +343,29 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
         EXPECT_GT(seen[std::string(op) + "/wrong"], 0) << op << " was not screened";
         EXPECT_TRUE(rep.allow.allows(op, "exact")) << op;
         EXPECT_FALSE(rep.allow.allows(op, "wrong")) << op;
+    }
+}
+
+// Every fast cpu kernel has screen cases on the model's shapes: screening every op leaves none of them out of
+// the allow-list, so a user's `--kernels` file keeps the cpu backend as fast as its built-in list.
+TEST(Screen, EveryCpuVariantIsScreened) {
+    auto be = ops::make_cpu_backend(1);
+    auto m = runtime::load_model(std::string(DI_TEST_DATA) + "/v4_tiny_fp32", *be);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    runtime::ScreenOptions o;
+    o.batches = {1, 3};
+    o.prefill_rows = 0;
+    auto screened = runtime::screen_model(**m, o);
+    ASSERT_TRUE(screened.ok()) << screened.error().message;
+    std::map<std::string, int> rows;
+    for (const runtime::ScreenRow& r : screened->rows) {
+        ++rows[r.op + "/" + r.variant];
+        EXPECT_TRUE(r.passed()) << r.op << " " << r.shape << ": " << r.verdict;
+    }
+    for (const ops::KernelVariant& v : be->kernel_variants()) {
+        if (v.fallback) continue;
+        EXPECT_GT(rows[v.op + "/" + v.name], 0) << v.op << "/" << v.name << " has no screen case";
+        EXPECT_TRUE(screened->allow.allows(v.op, v.name)) << v.op << "/" << v.name;
     }
 }
 
