@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks the code waits for (2026-12-05), a call each, in this order:
-# PART=fused (~3 min): the launch fewer a layer written on 2026-12-05 without a GPU: q's and kv's norm + rope
-#   in one launch (CudaBatchedState.*NormRopes*, CudaFused.*), the model's goldens and graphs on it
-#   (cuda_model_test), the fused pairs' screen, then its A/B on the 16-layer decode step
-#   (DEEPINFER_NORM_ROPES_ONE_LAUNCH=0: two launches; native, batch 1 and 16).
+# PART=fused (~4 min): the launches fewer a layer written on 2026-12-05 without a GPU: q's and kv's norm +
+#   rope in one launch (CudaBatchedState.*NormRopes*, CudaFused.*), the attention tail's window store and
+#   inverse rope in split_kv's merge kernel (CudaAttentions.StoredTailEqualsTheParts: the parts' bits), the
+#   model's goldens and graphs on them (cuda_model_test), the fused pairs' screen, then their A/B on the
+#   16-layer decode step (DEEPINFER_NORM_ROPES_ONE_LAUNCH=0, DEEPINFER_ATTN_TAIL_FUSED=0: the parts; native,
+#   batch 1 and 16).
 #   Pack for it: TRACE=0 BINS="deepinfer tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench"
 # PART=fp8 (~2 min): CudaLinearFp8Act / CudaLinearsFp8Act with the cases on the bound scales (the f32 rows of
 #   cuBLASLt's stride the model binds, Backend::fp8_block_scales) and the default dispatch's fp8_mma (2-16
@@ -29,14 +31,16 @@ d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
 case ${PART:-fp8} in
   fused)
-    timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaFused.*:CudaBatchedState.*NormRopes*' > "$OUT/fused.log" 2>&1
+    timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaFused.*:CudaBatchedState.*:CudaAttentions.*' \
+      > "$OUT/fused.log" 2>&1
     echo "fused tests rc $?"; summary "$OUT/fused.log"
     timeout 150 $d/bin/cuda_model_test > "$OUT/model.log" 2>&1
     echo "model tests rc $?"; summary "$OUT/model.log"
     timeout 60 $d/bin/deepinfer screen --model tests/data/v4_tiny_fp8 --backend cuda \
       --ops mhc_pre_norm,add_mhc_post,rms_norm_rope > "$OUT/screen.log" 2>&1
     echo "screen rc $?"; grep -E "cases on backend" "$OUT/screen.log"
-    OUT=$OUT/ab PRECISION=native SETTINGS="-;DEEPINFER_NORM_ROPES_ONE_LAUNCH=0;-" \
+    OUT=$OUT/ab PRECISION=native \
+      SETTINGS="-;DEEPINFER_NORM_ROPES_ONE_LAUNCH=0;DEEPINFER_ATTN_TAIL_FUSED=0;-" \
       ROUNDS=2 timeout 300 tools/gpu_ab_env.sh
     ;;
   fp8)

@@ -504,13 +504,11 @@ void DeepseekV4::attention_layer(int l, Step& s) {
         attn.push_back(a);
         stores.push_back({.kv = a.kv, .ring = ls.ring, .pos0 = pos0});
     }
-    be_->attentions(attn);  // every chunk reads its ring before any store writes one (each its own)
-    be_->window_stores(stores);
-    begin_segment(s);
     RopeArgs ro = rope_proto;  // inverse rotation of the output at the query positions
     ro.x = o;
     ro.inverse = true;
-    be_->rope(ro);
+    be_->attentions_stored(attn, stores, ro);  // every chunk reads its ring before any store writes one
+    begin_segment(s);
 
     // Grouped low-rank output projection: group g's (H/G)*hd channels -> R, then wo_b.
     TensorView o2 = o.reshape({n, H * hd});

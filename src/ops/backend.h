@@ -109,6 +109,16 @@ class Backend {
     virtual void window_stores(std::span<const WindowStoreArgs> jobs) {
         for (const WindowStoreArgs& a : jobs) window_store(a);
     }
+    // An attention layer's tail: attentions(jobs), then window_stores(stores) (each sequence's ring after
+    // every job read it), then rope(out_rope), the inverse rotation of the outputs (out_rope.x holds every
+    // job's out rows), which is what this default does; a backend may store and rotate where it writes a
+    // job's output (the three calls' bits).
+    virtual void attentions_stored(std::span<const AttentionArgs> jobs,
+                                   std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope) {
+        attentions(jobs);
+        window_stores(stores);
+        rope(out_rope);
+    }
     virtual void mhc_pre(const MhcPreArgs& a) = 0;
     virtual void mhc_post(const MhcPostArgs& a) = 0;
     virtual void hc_head(const HcHeadArgs& a) = 0;

@@ -166,6 +166,96 @@ TEST(CudaAttentions, BatchedEqualsEachAlone) {
     expect_close(long_ring, 0.0, "long ring");
 }
 
+// attentions_stored(): an attention layer's tail (the decode jobs' window stores and the output's inverse
+// rotation in the merge kernel, a 3-row prefill chunk through the separate parts) gives the three calls' bits
+// in every output row and ring, and the reference's values (rings exact).
+TEST(CudaAttentions, StoredTailEqualsTheParts) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    const int64_t H = 64, hd = 512, window = 128, half = 32;
+    struct Job {
+        int64_t L, pos0, T, rate, k;
+        ops::CompMask mask;
+    };
+    const Job spec[] = {{1, 10, 0, 1, 0, ops::CompMask::kNone},
+                        {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
+                        {3, 500, 4, 128, 0, ops::CompMask::kCausal},
+                        {1, 4000, 1000, 4, 512, ops::CompMask::kPicks},
+                        {1, 200, 0, 1, 0, ops::CompMask::kNone}};
+    const size_t n = std::size(spec);
+    int64_t rows = 0;
+    std::vector<int64_t> row0;
+    for (const Job& j : spec) row0.push_back(rows), rows += j.L;
+    Pair q(DType::kF32, {rows, H, hd}), kv(DType::kF32, {rows, hd}), sinks(DType::kF32, {H});
+    Pair pos(DType::kI32, {rows}), inv(DType::kF32, {half});
+    Pair o_parts(DType::kF32, {rows, H, hd}), o_fused(DType::kF32, {rows, H, hd});
+    fill_uniform(q), fill_uniform(kv), fill_uniform(sinks, -2, 2), fill_uniform(inv, 0.0f, 1.0f);
+    std::vector<Pair> ring(n), ring_fused(n), comp(n), picks(n);
+    for (size_t i = 0; i < n; ++i) {
+        const Job& j = spec[i];
+        for (int64_t t = 0; t < j.L; ++t) pos.hv().ptr<int32_t>()[row0[i] + t] = int32_t(j.pos0 + t);
+        ring[i] = Pair(DType::kF32, {window - 1, hd}), ring_fused[i] = Pair(DType::kF32, {window - 1, hd});
+        fill_uniform(ring[i]);
+        std::memcpy(ring_fused[i].hv().data, ring[i].hv().data, ring[i].hv().nbytes());
+        ring_fused[i].upload();
+        comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
+        picks[i] = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)});
+        fill_uniform(comp[i]);
+        for (int64_t e = 0; e < picks[i].hv().numel(); ++e)
+            picks[i].hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
+        picks[i].upload();
+    }
+    pos.upload();
+    // where: 0 the reference (host), 1 the parts, 2 the fused tail
+    auto calls = [&](int where) {
+        const bool d = where > 0;
+        const Pair& o = where == 2 ? o_fused : o_parts;
+        std::vector<ops::AttentionArgs> jobs;
+        std::vector<ops::WindowStoreArgs> stores;
+        for (size_t i = 0; i < n; ++i) {
+            const Job& j = spec[i];
+            const Pair& r = where == 2 ? ring_fused[i] : ring[i];
+            ops::AttentionArgs a;
+            a.q = (d ? q.dv() : q.hv()).rows(row0[i], j.L), a.ring = d ? r.dv() : r.hv();
+            a.kv = (d ? kv.dv() : kv.hv()).rows(row0[i], j.L);
+            if (j.mask != ops::CompMask::kNone) a.comp = d ? comp[i].dv() : comp[i].hv();
+            if (j.mask == ops::CompMask::kPicks) a.picks = d ? picks[i].dv() : picks[i].hv();
+            a.sinks = d ? sinks.dv() : sinks.hv(), a.out = (d ? o.dv() : o.hv()).rows(row0[i], j.L);
+            a.pos0 = j.pos0, a.n_cached = std::min(j.pos0, window - 1), a.window = window,
+            a.comp_mask = j.mask;
+            a.rate = j.rate, a.scale = 1.0f / std::sqrt(float(hd));
+            jobs.push_back(a);
+            stores.push_back({a.kv, a.ring, j.pos0});
+        }
+        ops::RopeArgs ro{.x = d ? o.dv() : o.hv(),
+                         .positions = d ? pos.dv() : pos.hv(),
+                         .inv_freq = d ? inv.dv() : inv.hv(),
+                         .mscale = 1.25f,
+                         .inverse = true};
+        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro);
+        if (where == 2) return b.gpu->attentions_stored(jobs, stores, ro);
+        b.gpu->attentions(jobs);
+        b.gpu->window_stores(stores);
+        b.gpu->rope(ro);
+    };
+    o_parts.poison(), o_fused.poison();
+    calls(1);
+    const int64_t ropes = b.gpu->dispatch_count("rope", "cuda");
+    calls(2);
+    // the fused path: the decode jobs' rotation counted with their merge, the 3-row chunk's rope on its own
+    EXPECT_EQ(b.gpu->dispatch_count("rope", "cuda") - ropes, 2);
+    calls(0);  // the host copies of o_parts and ring now hold the reference
+    const std::vector<float> parts = o_parts.device_f32(), fused = o_fused.device_f32();
+    EXPECT_EQ(0, std::memcmp(parts.data(), fused.data(), parts.size() * sizeof(float)))
+        << "the fused tail's output differs from the parts'";
+    for (size_t i = 0; i < n; ++i) {
+        const std::vector<float> a = ring[i].device_f32(), f = ring_fused[i].device_f32();
+        EXPECT_EQ(0, std::memcmp(a.data(), f.data(), a.size() * sizeof(float))) << "ring " << i;
+        expect_close(ring[i], 0.0, "ring " + std::to_string(i) + " against ref");
+    }
+    expect_close(o_parts, 1e-5, "output against ref");
+}
+
 using ops::cases::CompressCase;
 // The CUDA cases of the compressor table (ops/op_cases.h).
 const std::vector<CompressCase> kCompress = ops::cases::compress_cases(ops::cases::kCudaTest);

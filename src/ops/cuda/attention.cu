@@ -287,11 +287,39 @@ __device__ __forceinline__ void merge_body(const AttentionParams& p, int64_t t, 
     }
     __syncthreads();
     float* oh = p.out + t * p.o_s0 + h * p.o_s1;
-    for (int64_t c = threadIdx.x; c < p.hd; c += blockDim.x) {
-        float acc = 0.0f;
+    if (p.store_ring != nullptr && h == 0) {  // the fused tail's window store: the split blocks read the ring
+        float* dst = p.store_ring + ((p.pos0 + t) % p.store_len) * p.store_ld;
+        for (int64_t c = threadIdx.x; c < p.hd; c += blockDim.x) dst[c] = p.kv[t * p.ld_kv + c];
+    }
+    if (p.rope_pos == nullptr) {
+        for (int64_t c = threadIdx.x; c < p.hd; c += blockDim.x) {
+            float acc = 0.0f;
 #pragma unroll 8
-        for (int64_t s = 0; s < S; ++s) acc = fmaf(wsm[s], part_acc[(base + s) * p.hd + c], acc);
-        oh[c] = acc * inv_l;
+            for (int64_t s = 0; s < S; ++s) acc = fmaf(wsm[s], part_acc[(base + s) * p.hd + c], acc);
+            oh[c] = acc * inv_l;
+        }
+        return;
+    }
+    // With the rotation: every lane through every pass (its pair partner, column c ^ 1, is the next lane:
+    // hd even, blockDim.x a multiple of 32), the pair rotated as rope_kernel does.
+    const int64_t off = p.hd - 2 * p.rope_half;
+    const float pos = float(p.rope_pos[t]);
+    for (int64_t c0 = 0; c0 < p.hd; c0 += blockDim.x) {
+        const int64_t c = c0 + threadIdx.x;
+        float v = 0.0f;
+        if (c < p.hd) {
+            float acc = 0.0f;
+#pragma unroll 8
+            for (int64_t s = 0; s < S; ++s) acc = fmaf(wsm[s], part_acc[(base + s) * p.hd + c], acc);
+            v = acc * inv_l;
+        }
+        const float other = __shfl_xor_sync(0xffffffffu, v, 1);
+        if (c >= p.hd) continue;
+        if (c >= off) {
+            const RopeCs cs = rope_cs(pos * p.rope_inv_freq[(c - off) >> 1], p.rope_mscale, p.rope_inverse);
+            v = (c & 1) == 0 ? rope_first(v, other, cs) : rope_second(other, v, cs);
+        }
+        oh[c] = v;
     }
 }
 

@@ -135,6 +135,8 @@ class CudaBackend final : public Backend {
     void linears(std::span<const LinearArgs> jobs) override;
     void attentions(std::span<const AttentionArgs> jobs) override;
     void window_stores(std::span<const WindowStoreArgs> jobs) override;
+    void attentions_stored(std::span<const AttentionArgs> jobs, std::span<const WindowStoreArgs> stores,
+                           const RopeArgs& out_rope) override;
     void rms_norm(const RmsNormArgs& a) override;
     void rope(const RopeArgs& a) override;
     void compress(const CompressArgs& a) override;

@@ -1,5 +1,8 @@
 // CudaBackend's ops on per-sequence state (compress, indexer_topk, attention, window_store), one call or the
 // step's sequences at once: check(args) first, then the device check, then the launch with plain params.
+#include <cstdlib>
+#include <cstring>
+
 #include "ops/cuda/cuda_backend_impl.h"
 
 namespace di::ops::cuda_impl {
@@ -232,6 +235,98 @@ void CudaBackend::window_stores(std::span<const WindowStoreArgs> jobs) {
     }
     cuda::launch_window_stores(js.data(), int64_t(js.size()), scratch_, stream_);
     if (!js.empty()) launched("window_store");
+}
+
+namespace {
+
+// DEEPINFER_ATTN_TAIL_FUSED=0 runs attentions_stored's three parts (A/B timing of the fusion).
+bool attention_tail_fused_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("DEEPINFER_ATTN_TAIL_FUSED");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
+// The first row of `out` in the rows of x ([n, H, hd]: out is rows r0 .. of it with x's strides), -1 if it
+// is not such rows.
+int64_t rows_within(const TensorView& out, const TensorView& x) {
+    if (out.ndim != 3 || x.ndim != 3 || out.dtype != x.dtype || out.shape[1] != x.shape[1] ||
+        out.shape[2] != x.shape[2] || out.stride[0] != x.stride[0] || out.stride[1] != x.stride[1] ||
+        out.stride[2] != 1 || x.stride[2] != 1)
+        return -1;
+    const ptrdiff_t at = static_cast<const float*>(out.data) - static_cast<const float*>(x.data);
+    if (at < 0 || at % x.stride[0] != 0) return -1;
+    const int64_t r0 = int64_t(at / x.stride[0]);
+    return r0 + out.shape[0] <= x.shape[0] ? r0 : -1;
+}
+
+}  // namespace
+
+// Decode jobs on split_kv store their kv rows and rotate their output in the merge kernel (the bits of
+// window_store and rope: same copies, same products); every other job runs the three parts.
+void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
+                                    std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope) {
+    if (replaying()) return;
+    check(out_rope);
+    device_args(out_rope, "rope");
+    const TensorView& x = out_rope.x;
+    const int64_t half = out_rope.inv_freq.numel();
+    // the rotation as the jobs' rows: each job's out is rows r0[i] .. of x
+    bool tail = attention_tail_fused_enabled() && stores.size() == jobs.size() && x.dtype == DType::kF32 &&
+                x.shape[2] % 2 == 0 && 2 * half <= x.shape[2] && out_rope.positions.is_contiguous() &&
+                out_rope.inv_freq.is_contiguous();
+    std::vector<int64_t> r0(jobs.size(), -1);
+    int64_t covered = 0;  // rows of x the jobs write: all of them, or the rotation runs whole
+    for (size_t i = 0; tail && i < jobs.size(); ++i) {
+        check(stores[i]);
+        device_args(stores[i], "window_store");
+        r0[i] = rows_within(jobs[i].out, x);
+        tail = r0[i] >= 0;
+        covered += jobs[i].out.shape[0];
+    }
+    tail = tail && covered == x.shape[0];
+    if (!tail) {
+        attentions(jobs);
+        window_stores(stores);
+        return rope(out_rope);
+    }
+    std::vector<cuda::AttentionParams> batch;
+    std::vector<WindowStoreArgs> rest_stores;
+    std::vector<RopeArgs> rest_ropes;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        const AttentionArgs& a = jobs[i];
+        const WindowStoreArgs& st = stores[i];
+        auto [p, v] = attention_call(a);
+        const bool fuse = p.L == 1 && kAttentionEnum[v] == cuda::AttentionVariant::kSplitKv &&
+                          cuda::attention_batch_takes(p) && (batch.empty() || batch[0].hd == p.hd) &&
+                          st.kv.data == a.kv.data && ld(st.kv) == p.ld_kv && st.kv.shape[0] == 1 &&
+                          st.ring.data == a.ring.data && st.pos0 == a.pos0 && st.ring.shape[0] >= 1 &&
+                          st.ring.shape[1] == p.hd && st.ring.stride[1] == 1;
+        if (fuse) {
+            p.store_ring = f32m(st.ring);
+            p.store_ld = ld(st.ring);
+            p.store_len = st.ring.shape[0];
+            p.rope_pos = out_rope.positions.ptr<int32_t>() + r0[i];
+            p.rope_inv_freq = f32(out_rope.inv_freq);
+            p.rope_half = half;
+            p.rope_mscale = out_rope.mscale;
+            p.rope_inverse = out_rope.inverse;
+            batch.push_back(p);
+            continue;
+        }
+        cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
+        launched("attention");
+        rest_stores.push_back(st);
+        RopeArgs r = out_rope;  // this job's rows of the rotation
+        r.x = a.out;
+        r.positions = out_rope.positions.rows(r0[i], a.out.shape[0]);
+        rest_ropes.push_back(r);
+    }
+    cuda::launch_attention_batch(batch.data(), int64_t(batch.size()), scratch_, stream_);
+    if (!batch.empty()) launched("attention"), launched("window_store"), launched("rope");
+    window_stores(rest_stores);  // after every job read its ring
+    for (const RopeArgs& r : rest_ropes) rope(r);
 }
 
 }  // namespace di::ops::cuda_impl

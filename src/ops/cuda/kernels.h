@@ -181,6 +181,16 @@ struct AttentionParams {
     int64_t rate;
     float scale;
     bool f16 = false;  // AttentionArgs::f16
+    // The fused tail (Backend::attentions_stored), split_kv's merge only: with store_ring, kv row t is
+    // copied to ring slot (pos0 + t) % store_len as window_store does; with rope_pos, the output's last
+    // 2 * rope_half columns of every head are rotated at rope_pos[t] as rope does (the same products).
+    float* store_ring = nullptr;
+    int64_t store_ld = 0, store_len = 0;
+    const int32_t* rope_pos = nullptr;
+    const float* rope_inv_freq = nullptr;
+    int64_t rope_half = 0;
+    float rope_mscale = 1.0f;
+    bool rope_inverse = false;
 };
 // kMma64: the native precision's prefill queries on the tensor cores with all 64 heads a block and the key
 // rows turned into f16 once per call (attention_mma64.cu); kMma: a prefill's queries on the tensor cores
