@@ -5,8 +5,10 @@
 #   inverse rope in split_kv's merge kernel (CudaAttentions.StoredTailEqualsTheParts: the parts' bits), the
 #   model's goldens and graphs on them (cuda_model_test), then their A/B on the 16-layer decode step
 #   (DEEPINFER_NORM_ROPES_ONE_LAUNCH=0, DEEPINFER_ATTN_TAIL_FUSED=0: the parts; native, batch 1 and 16).
-#   Pack for it (63.6 of the 64 MiB with deepinfer as well, so without it): TRACE=0
-#   BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench"
+#   One pack serves PART=fused, fp8 and roofline (5.0 MB, 62.3 of the 64 MiB with the tree; deepinfer does not
+#   fit beside them): TRACE=0 BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench
+#   bench/cuda_kernel_bench bench/grid_sync_probe" tools/gpu_pack.sh; call them back to back (the machine
+#   goes back 30 s after a call).
 # PART=fp8 (~2 min): CudaLinearFp8Act / CudaLinearsFp8Act with the cases on the bound scales (the f32 rows of
 #   cuBLASLt's stride the model binds, Backend::fp8_block_scales) and the default dispatch's fp8_mma (2-16
 #   rows on <= 2,048 output rows) held to 1e-3; then the fp8 GEMM table at 1 and 16 rows, and what a
@@ -21,10 +23,8 @@
 # PART=ncu (~8 min, where time is left): why the batch-1 step's slow kernels take their time
 #   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), and a
 #   4,096-token prefill's W4A8 MoE, attention and indexer kernels.
-# Pack here (a call carries at most 64 MiB with the tracked tree: leave CUPTI out unless PART=timeline):
-#   TRACE=0 BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench bench/grid_sync_probe"
-#   tools/gpu_pack.sh
-#   then on the GPU machine (carry ["build-cuda-xz"]): PART=fp8 OUT=$OUT tools/gpu_next_check.sh
+# Pack here as above (a call carries at most 64 MiB with the tracked tree: CUPTI only for PART=timeline, with
+# fewer binaries), then on the GPU machine (carry ["build-cuda-xz"]): PART=fused OUT=$OUT tools/gpu_next_check.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
