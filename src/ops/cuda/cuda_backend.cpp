@@ -1,10 +1,8 @@
 // CudaBackend: memory, stream and weight-format helpers; the op methods are in cuda_ops.cpp.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "ops/cuda/cuda_backend_impl.h"
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/fp8_gemm.h"
 
 namespace di::ops {
@@ -66,10 +64,7 @@ WeightRef weight_ref(const QWeight& w, std::string_view what) {
 }
 
 std::optional<Backend::BoundScales> CudaBackend::fp8_block_scales(const TensorView& scale) {
-    static const bool on = [] {
-        const char* v = std::getenv("DEEPINFER_FP8_SCALES_AT_BIND");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool on = cuda::env_switch("DEEPINFER_FP8_SCALES_AT_BIND", true);
     if (!on || scale.empty()) return std::nullopt;
     on_device(scale, "fp8 block scales");
     DI_CHECK(scale.ndim == 2 && scale.stride[1] == 1 &&

@@ -1,9 +1,7 @@
 // CudaBackend's ops on per-sequence state (compress, indexer_topk, attention, window_store), one call or the
 // step's sequences at once: check(args) first, then the device check, then the launch with plain params.
-#include <cstdlib>
-#include <cstring>
-
 #include "ops/cuda/cuda_backend_impl.h"
+#include "ops/cuda/env_switch.h"
 
 namespace di::ops::cuda_impl {
 namespace {
@@ -241,10 +239,7 @@ namespace {
 
 // DEEPINFER_ATTN_TAIL_FUSED=0 runs attentions_stored's three parts (A/B timing of the fusion).
 bool attention_tail_fused_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("DEEPINFER_ATTN_TAIL_FUSED");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool on = cuda::env_switch("DEEPINFER_ATTN_TAIL_FUSED", true);
     return on;
 }
 

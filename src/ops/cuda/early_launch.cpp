@@ -1,15 +1,11 @@
 #include "ops/cuda/early_launch.cuh"
 
-#include <cstdlib>
-#include <cstring>
+#include "ops/cuda/env_switch.h"
 
 namespace di::cuda {
 
 bool early_launch_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("DEEPINFER_EARLY_LAUNCH");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool on = env_switch("DEEPINFER_EARLY_LAUNCH", true);
     return on;
 }
 

@@ -2,10 +2,9 @@
 // fused rms_norm + rope and add + mhc_post.
 // All memory-bound: one pass over the inputs, f32 math (double where the reference rounds through double).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/fused_kernels.h"
 #include "ops/cuda/norm_warp.h"
 
@@ -395,27 +394,21 @@ void launch_rms_norm_ropes(const NormRopeJob* jobs, int64_t count, Scratch& scra
     for (int64_t i = 0; i < count; ++i)
         rows = std::max(rows, jobs[i].rope.n * jobs[i].rope.heads), hd = std::max(hd, jobs[i].rope.hd);
     if (rows == 0) return;
-    // each job on the kernel its own call would take, so a job's bits do not depend on the others
     int64_t warp_ok = 0;
     for (int64_t i = 0; i < count; ++i)
         warp_ok += norm_rope_warp_ok(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope);
-    // a few jobs off the warp kernel each alone too: a table copied from the host would end a graph's capture
-    if ((warp_ok != 0 && warp_ok != count) || (warp_ok == 0 && count <= kNormRopeJobsByValue)) {
+    // DEEPINFER_NORM_ROPES_ONE_LAUNCH=0: each alone (A/B timing)
+    static const bool one_launch = env_switch("DEEPINFER_NORM_ROPES_ONE_LAUNCH", true);
+    // Each job alone where the jobs would take different kernels (a job's bits are its own call's), or where
+    // a few would need a table copied from the host (it would end a graph's capture), or by the switch.
+    const bool few = count <= kNormRopeJobsByValue;
+    if ((warp_ok != 0 && warp_ok != count) || (few && (warp_ok == 0 || !one_launch))) {
         for (int64_t i = 0; i < count; ++i)
             launch_rms_norm_rope(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope, s);
         return;
     }
     const cudaStream_t st = as_stream(s);
-    static const bool one_launch = [] {  // DEEPINFER_NORM_ROPES_ONE_LAUNCH=0: each alone (A/B timing)
-        const char* v = std::getenv("DEEPINFER_NORM_ROPES_ONE_LAUNCH");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    if (!one_launch && count <= kNormRopeJobsByValue) {
-        for (int64_t i = 0; i < count; ++i)
-            launch_rms_norm_rope(jobs[i].x, jobs[i].ldx, jobs[i].norm, jobs[i].rope, s);
-        return;
-    }
-    if (warp_ok == count && count <= kNormRopeJobsByValue) {
+    if (few) {  // all on the warp kernel: the jobs as its argument
         NormRopeJobs args;
         std::copy(jobs, jobs + count, args.job);
         args.count = int(count);

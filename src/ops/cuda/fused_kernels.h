@@ -37,6 +37,7 @@ inline constexpr int kNormRopeJobsByValue = 4;
 struct NormRopeJobs {
     NormRopeJob job[kNormRopeJobsByValue];
     int count = 0;
+    __host__ __device__ const NormRopeJob& operator[](int64_t i) const { return job[i]; }
 };
 
 // mhc_pre or hc_head on the split_k kernels (mhc_split_supported), with the norm of each token's x in the

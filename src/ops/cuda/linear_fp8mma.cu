@@ -26,9 +26,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/wgmma.cuh"
@@ -273,11 +273,7 @@ __global__ void __launch_bounds__(32 * kWarps) linear_fp8mma_kernel(Params p) {
 // holds (the staging area takes ~100 KB a block) in one wave; rounded up (the default), 4,096- and 8,192-row
 // matrices launch 384 and 512 blocks: 1.45 and 1.94 waves, the matrices on which fp8_mma measured slower
 // than cuBLASLt. Off until the GPU measures it (tools/gpu_next_check.sh PART=fp8).
-bool one_wave_from_env() {
-    const char* v = std::getenv("DEEPINFER_FP8_MMA_ONE_WAVE");
-    return v != nullptr && std::strcmp(v, "0") != 0;
-}
-const bool one_wave = one_wave_from_env();
+const bool one_wave = env_switch("DEEPINFER_FP8_MMA_ONE_WAVE", false);
 
 // Blocks a tile's K splits into: about two blocks a multiprocessor over the tiles, at most kMaxCluster, each
 // warp at least one chunk.

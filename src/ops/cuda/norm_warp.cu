@@ -163,24 +163,15 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
     norm_rope_warp<V>(x, ldx, norm, rp, R, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
 }
 
-// Job blockIdx.y of a batch (each its own R: rows_a_warp).
-template <int V>
-__device__ __forceinline__ void norm_rope_job(const NormRopeJob& j) {
+// Job blockIdx.y of a batch (each its own R: rows_a_warp); Jobs a device table (const NormRopeJob*) or the
+// jobs themselves (NormRopeJobs).
+template <int V, class Jobs>
+__global__ void __launch_bounds__(32 * kWarps, 3)
+    rms_norm_ropes_warp_kernel(const __grid_constant__ Jobs jobs) {
+    allow_early_next();
+    const NormRopeJob& j = jobs[blockIdx.y];
     const int R = rows_a_warp(j.rope.heads);
     norm_rope_warp<V>(j.x, j.ldx, j.norm, j.rope, R, int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5));
-}
-
-template <int V>
-__global__ void __launch_bounds__(32 * kWarps, 3) rms_norm_ropes_warp_kernel(const NormRopeJob* jobs) {
-    allow_early_next();
-    norm_rope_job<V>(jobs[blockIdx.y]);
-}
-
-template <int V>
-__global__ void __launch_bounds__(32 * kWarps, 3)
-    rms_norm_ropes_warp_args_kernel(const __grid_constant__ NormRopeJobs jobs) {
-    allow_early_next();
-    norm_rope_job<V>(jobs.job[blockIdx.y]);
 }
 
 int vec_per_lane(int64_t d) { return d <= 128 ? 1 : d <= 256 ? 2 : 4; }
@@ -232,48 +223,38 @@ void launch_rms_norm_rope_warp(const float* x, int64_t ldx, const NormOut& norm,
 
 namespace {
 
-// The batch's grid: the most warps a job needs by the job count; its lanes' vector width from the widest
-// row (every job of the q / kv and compressor batches is 512 wide, so each keeps its own call's width).
-dim3 ropes_grid(const NormRopeJob* host, int64_t count, int& v) {
+// The batch's launch: grid (the most warps a job needs, the job count); the lanes' vector width from the
+// widest row (every job of the q / kv and compressor batches is 512 wide, so each keeps its own call's
+// width).
+template <class Jobs>
+void launch_ropes(const Jobs& jobs, const NormRopeJob* host, int64_t count, cudaStream_t st) {
     int64_t warps = 0, hd = 0;
     for (int64_t i = 0; i < count; ++i) {
         const RopeParams& rp = host[i].rope;
         warps = std::max(warps, warps_of(rp, rows_a_warp(rp.heads)));
         hd = std::max(hd, rp.hd);
     }
-    v = vec_per_lane(hd);
-    return dim3(unsigned((warps + kWarps - 1) / kWarps), unsigned(warps == 0 ? 0 : count));
+    if (warps == 0) return;
+    const dim3 grid(unsigned((warps + kWarps - 1) / kWarps), unsigned(count));
+    switch (vec_per_lane(hd)) {
+        case 1:
+            return rms_norm_ropes_warp_kernel<1, Jobs><<<grid, 32 * kWarps, 0, st>>>(jobs);
+        case 2:
+            return rms_norm_ropes_warp_kernel<2, Jobs><<<grid, 32 * kWarps, 0, st>>>(jobs);
+        default:
+            return rms_norm_ropes_warp_kernel<4, Jobs><<<grid, 32 * kWarps, 0, st>>>(jobs);
+    }
 }
 
 }  // namespace
 
 void launch_rms_norm_ropes_warp(const NormRopeJob* dev, const NormRopeJob* host, int64_t count,
                                 cudaStream_t st) {
-    int v = 0;
-    const dim3 grid = ropes_grid(host, count, v);
-    if (grid.y == 0) return;
-    switch (v) {
-        case 1:
-            return rms_norm_ropes_warp_kernel<1><<<grid, 32 * kWarps, 0, st>>>(dev);
-        case 2:
-            return rms_norm_ropes_warp_kernel<2><<<grid, 32 * kWarps, 0, st>>>(dev);
-        default:
-            return rms_norm_ropes_warp_kernel<4><<<grid, 32 * kWarps, 0, st>>>(dev);
-    }
+    launch_ropes(dev, host, count, st);
 }
 
 void launch_rms_norm_ropes_warp(const NormRopeJobs& jobs, cudaStream_t st) {
-    int v = 0;
-    const dim3 grid = ropes_grid(jobs.job, jobs.count, v);
-    if (grid.y == 0) return;
-    switch (v) {
-        case 1:
-            return rms_norm_ropes_warp_args_kernel<1><<<grid, 32 * kWarps, 0, st>>>(jobs);
-        case 2:
-            return rms_norm_ropes_warp_args_kernel<2><<<grid, 32 * kWarps, 0, st>>>(jobs);
-        default:
-            return rms_norm_ropes_warp_args_kernel<4><<<grid, 32 * kWarps, 0, st>>>(jobs);
-    }
+    launch_ropes(jobs, jobs.job, jobs.count, st);
 }
 
 }  // namespace di::cuda
