@@ -49,6 +49,10 @@ struct EngineOptions {
     // either way; admission evicts them when it needs the room).
     bool prefix_cache = true;
     int64_t prefix_cache_max_bytes = 0;  // > 0: the most it holds (where the state memory is unbounded)
+    // Speculative decoding (docs/speculative.md): "mtp" loads the checkpoint's MTP block, which guesses each
+    // greedy sequence's token after next; a step verifies the guess beside the next token and keeps it where
+    // the model picks it too (the same tokens as without: a step yields one or two). "off": none.
+    std::string speculative = "off";
 };
 
 // A kernel variant of the engine's backend, whether the active allow-list lets it run, how often it ran.
@@ -83,6 +87,8 @@ struct EngineStats {
              finished_error = 0;
     uint64_t prompt_tokens = 0, generation_tokens = 0, steps = 0;
     uint64_t greedy_steps = 0;  // steps whose tokens the model picked where the logits are (only ids back)
+    // Speculative decoding: drafted tokens the model verified, and those it kept (each a token gained).
+    uint64_t draft_tokens = 0, draft_tokens_accepted = 0;
     uint64_t candidate_draws = 0, full_row_draws = 0;  // sampled tokens drawn from candidates / whole rows
     int n_running = 0, n_waiting = 0;
     int64_t state_bytes_allocated = 0;  // held by live sequence states now

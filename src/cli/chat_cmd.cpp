@@ -36,6 +36,7 @@ Result<std::vector<int32_t>> encode_turns(const Tokenizer& tok, const std::vecto
 
 void add_chat_options(CLI::App& app, Options& o) {
     add_model_options(app, o);
+    add_speculative_option(app, o.speculative);
     app.add_option("--system", o.system, "system prompt");
     app.add_flag("--thinking", o.thinking, "thinking mode (the model reasons before answering)");
     app.add_flag("--split-special-tokens", o.split_special,

@@ -41,6 +41,7 @@ int run_generate(Options& o) {
 std::function<int()> setup(CLI::App& app) {
     auto o = std::make_shared<Options>();
     add_model_options(app, *o);
+    add_speculative_option(app, o->speculative);
     app.add_option("--prompt", o->prompt, "prompt text (tokenized with the model's tokenizer)");
     app.add_option("--tokens", o->tokens, "prompt token ids, comma separated");
     add_sampling_options(app, *o);

@@ -51,6 +51,15 @@ void add_sample_candidates_option(CLI::App& app, int& candidates) {
         ->capture_default_str();
 }
 
+void add_speculative_option(CLI::App& app, std::string& speculative) {
+    app.add_option("--speculative", speculative,
+                   "off | mtp: the checkpoint's MTP block guesses the token after next, and each greedy "
+                   "decode step checks its guess beside the next token, yielding two tokens where the model "
+                   "agrees (the same tokens as off; docs/speculative.md)")
+        ->check(CLI::IsMember({"off", "mtp"}))
+        ->capture_default_str();
+}
+
 void add_graphs_option(CLI::App& app, bool& graphs) {
     app.add_flag(
         "--graphs,!--no-graphs", graphs,
@@ -174,6 +183,7 @@ Result<std::unique_ptr<Engine>> start_engine(const GenOptions& o) {
     e.sample_candidates = o.sample_candidates;
     e.check_weights = o.check_weights;
     e.expert_ranks = o.expert_ranks;
+    e.speculative = o.speculative;
     e.prefix_cache = o.prefix_cache;  // `run` sends one request: nothing to reuse
     e.prefix_cache_max_bytes = kChatPrefixCacheBytes;
     e.max_running = 1;
@@ -206,6 +216,7 @@ Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<i
     DI_TRY(r.constraint, constraint_of(o, tok));
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
+    const EngineStats before = engine.stats();
     DI_TRY(std::shared_ptr<RequestStream> stream, engine.submit(std::move(r)));
     std::optional<StreamDecoder> dec;  // jsonl: each token's own text
     if (tok && o.output == "jsonl") dec.emplace(*tok, /*skip_special=*/true);
@@ -242,6 +253,9 @@ Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<i
         break;
     }
     const auto t_end = clock::now();
+    const EngineStats after = engine.stats();
+    out.drafts = after.draft_tokens - before.draft_tokens;
+    out.drafts_kept = after.draft_tokens_accepted - before.draft_tokens_accepted;
     out.prompt_tokens = int64_t(prompt.size());
     out.prefill_s = std::chrono::duration<double>(t_first - t0).count();
     out.decode_s = std::chrono::duration<double>(t_end - t_first).count();
@@ -259,10 +273,14 @@ Result<StreamedGeneration> stream_generation(Engine& engine, const std::vector<i
 std::string stats_line(const StreamedGeneration& g) {
     const double prefilled = double(g.prompt_tokens - g.cached_tokens);
     const int64_t after_first = std::max<int64_t>(int64_t(g.tokens.size()) - 1, 0);
-    return fmt::format(
+    std::string line = fmt::format(
         "prompt {} tokens ({} from the prefix cache), prefill {:.1f} tok/s, {} generated at {:.1f} tok/s",
         g.prompt_tokens, g.cached_tokens, g.prefill_s > 0 ? prefilled / g.prefill_s : 0.0, g.tokens.size(),
         g.decode_s > 0 ? double(after_first) / g.decode_s : 0.0);
+    if (g.drafts > 0)
+        line += fmt::format(", {} of {} drafts kept ({:.0f}%)", g.drafts_kept, g.drafts,
+                            100.0 * double(g.drafts_kept) / double(g.drafts));
+    return line;
 }
 
 }  // namespace di::cli

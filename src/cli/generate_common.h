@@ -34,6 +34,7 @@ struct GenOptions {
     int expert_ranks = 1;          // --expert-ranks (docs/parallel.md)
     bool prefix_cache = false;  // chat: each turn starts from the last one's kept state (--no-prefix-cache)
     bool stats = false;         // --stats: a line of counts and rates on stderr after each answer
+    std::string speculative = "off";  // EngineOptions::speculative (--speculative)
 };
 // What chat's prefix cache may hold: the state memory of the CLI's engine is unbounded (one request at a
 // time, its own state the limit), so the cache needs its own. V4-Flash's state is ~23 MB + 13.8 KB a token
@@ -46,6 +47,8 @@ void add_sampling_options(CLI::App& app, GenOptions& o);
 void add_precision_option(CLI::App& app, std::string& precision);
 void add_graphs_option(CLI::App& app, bool& graphs);
 void add_sample_candidates_option(CLI::App& app, int& candidates);
+// --speculative off|mtp (EngineOptions::speculative): the commands that generate through the engine.
+void add_speculative_option(CLI::App& app, std::string& speculative);
 
 struct LoadedModel {
     std::unique_ptr<ops::Backend> backend;
@@ -76,6 +79,7 @@ struct StreamedGeneration {
     FinishReason finish = FinishReason::kLength;
     int64_t prompt_tokens = 0, cached_tokens = 0;  // cached: restored from the prefix cache (chat's turns)
     double prefill_s = 0, decode_s = 0;            // submission to the first token; the first to the last
+    uint64_t drafts = 0, drafts_kept = 0;          // speculative decoding: guesses verified / kept
 };
 // "prompt N tokens (M from the cache), prefill X tok/s, Y generated at Z tok/s" (--stats).
 std::string stats_line(const StreamedGeneration& g);

@@ -112,6 +112,7 @@ std::function<int()> setup(CLI::App& app) {
     add_graphs_option(app, o->engine.graphs);
     add_sample_candidates_option(app, o->engine.sample_candidates);
     add_expert_ranks_option(app, o->engine.expert_ranks);
+    add_speculative_option(app, o->engine.speculative);
     app.add_flag("--prefix-cache,!--no-prefix-cache", o->engine.prefix_cache,
                  "keep prompt states at prefill chunk boundaries in the state memory no request holds, and "
                  "start a request whose prompt begins with one from it (the same output either way; "

@@ -20,7 +20,7 @@ namespace di::demo {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kVersion = "3";  // bump when the demo weights or config change
+constexpr const char* kVersion = "4";  // bump when the demo weights or config change
 
 class Rng {  // splitmix64 + Box-Muller: identical everywhere
   public:
@@ -211,7 +211,7 @@ nlohmann::ordered_json model_config(const RandomModelSpec& m) {
             {"eos_token_id", 1},
             {"tie_word_embeddings", false},
             {"torch_dtype", "bfloat16"},
-            {"num_nextn_predict_layers", 0},
+            {"num_nextn_predict_layers", m.mtp ? 1 : 0},
             {"expert_dtype", "fp4"},
             {"quantization_config",
              {{"quant_method", "fp8"},
@@ -237,8 +237,9 @@ Writer model_tensors(const RandomModelSpec& m, bool pooled) {
     w.f32("hc_head_fn", {kHc, kHc * kHidden}, 0, 0.05);
     w.f32("hc_head_base", {kHc}, 0, 0.5);
     w.f32("hc_head_scale", {1}, 1, 0.2);
-    for (int64_t l = 0; l < kLayers; ++l) {
-        const std::string p = "layers." + std::to_string(l) + ".";
+    // One block under prefix p: a main layer (ratio: its compress ratio; hash: hash-routed) or the MTP
+    // block's (sliding, score-routed).
+    auto block = [&](const std::string& p, int ratio, bool hash) {
         w.bf16(p + "attn_norm.weight", {kHidden}, 1, 0.1);
         w.bf16(p + "ffn_norm.weight", {kHidden}, 1, 0.1);
         for (const char* site : {"hc_attn_", "hc_ffn_"}) {
@@ -254,7 +255,6 @@ Writer model_tensors(const RandomModelSpec& m, bool pooled) {
         w.bf16(p + "attn.kv_norm.weight", {kHeadDim}, 1, 0.1);
         w.fp8(p + "attn.wo_a", kGroups * kOLora, kHeads * kHeadDim / kGroups);
         w.fp8(p + "attn.wo_b", kHidden, kGroups * kOLora);
-        const int ratio = m.compress_ratios[size_t(l)];
         if (ratio != 0) w.compressor(p + "attn.compressor.", kHeadDim, ratio, ratio == 4);
         if (ratio == 4) {
             w.compressor(p + "attn.indexer.compressor.", kIndexDim, 4, true);
@@ -262,7 +262,7 @@ Writer model_tensors(const RandomModelSpec& m, bool pooled) {
             w.bf16(p + "attn.indexer.weights_proj.weight", {kIndexHeads, kHidden}, 0, sd_in);
         }
         w.bf16(p + "ffn.gate.weight", {kExperts, kHidden}, 0, sd_in);
-        if (l == 0) {  // hash-routed: distinct random experts per token
+        if (hash) {  // distinct random experts per token
             std::vector<int64_t> t2e;
             for (int64_t t = 0; t < kVocab; ++t) {
                 const int64_t a = int64_t(w.rng.next() % uint64_t(kExperts));
@@ -281,6 +281,18 @@ Writer model_tensors(const RandomModelSpec& m, bool pooled) {
         w.fp8(p + "ffn.shared_experts.w1", kMoe, kHidden);
         w.fp8(p + "ffn.shared_experts.w3", kMoe, kHidden);
         w.fp8(p + "ffn.shared_experts.w2", kHidden, kMoe);
+    };
+    for (int64_t l = 0; l < kLayers; ++l)
+        block("layers." + std::to_string(l) + ".", m.compress_ratios[size_t(l)], l == 0);
+    if (m.mtp) {  // after the main layers: their draws do not depend on it
+        w.fp8("mtp.0.e_proj", kHidden, kHidden);
+        w.fp8("mtp.0.h_proj", kHidden, kHidden);
+        for (const char* n : {"enorm", "hnorm", "norm"})
+            w.bf16(std::string("mtp.0.") + n + ".weight", {kHidden}, 1, 0.1);
+        w.f32("mtp.0.hc_head_fn", {kHc, kHc * kHidden}, 0, 0.05);
+        w.f32("mtp.0.hc_head_base", {kHc}, 0, 0.5);
+        w.f32("mtp.0.hc_head_scale", {1}, 1, 0.2);
+        block("mtp.0.", 0, false);
     }
     return w;
 }
@@ -377,7 +389,7 @@ Result<std::string> ensure_demo_model() {
             return make_error(ErrorCode::kIo, "cannot copy the V4 tokenizer '{}' into '{}': {}",
                               (tok / f).string(), dir.string(), ec.message());
     }
-    DI_TRY_STATUS(write_random_model(dir.string(), RandomModelSpec{}));
+    DI_TRY_STATUS(write_random_model(dir.string(), RandomModelSpec{.mtp = true}));
     return dir.string();
 }
 

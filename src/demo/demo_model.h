@@ -25,6 +25,8 @@ struct RandomModelSpec {
     // Benchmark models: draw FP8/FP4 codes as random bits and BF16 from a uniform law (seconds instead of
     // minutes for V4-Flash-sized tensors). The demo model keeps normal draws.
     bool fast_draws = false;
+    // The MTP block (`mtp.0.*`, a sliding-window block) for speculative decoding. The demo model has one.
+    bool mtp = false;
 };
 
 // Writes config.json + model.safetensors of a deterministic random model into `dir`.

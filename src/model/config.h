@@ -78,6 +78,10 @@ struct ModelConfig {
         weight_block_size;     // quantization_config.weight_block_size [out, in], e.g. {128, 128}
     std::string scale_fmt;     // quantization_config.scale_fmt, e.g. "ue8m0" (scales stored as F8_E8M0)
     int64_t n_mtp_layers = 0;  // num_nextn_predict_layers
+    // Not from config.json: the tokens the checkpoint's MTP block drafts a step for speculative decoding
+    // (runtime::LoadOptions::draft_tokens; 0: the block is not loaded). The state then holds the block's
+    // ring and what a rejected draft overwrites.
+    int64_t draft_tokens = 0;
 
     int64_t compress_rate(int layer) const;  // 0 for sliding layers
 };

@@ -10,6 +10,7 @@
 #include <limits>
 #include <utility>
 
+#include "model/deepseek_v4_step.h"
 #include "model/moe_exchange.h"
 #include "ops/act_quant.h"
 
@@ -17,40 +18,10 @@ namespace di::model {
 
 using namespace di::ops;
 
-struct DeepseekV4::Step {
-    std::span<const SeqChunk> chunks;
-    std::vector<DeepseekV4State*> states;  // of each chunk
-    int64_t n = 0;                         // tokens in the step
-    std::vector<int64_t> row0;             // first row of each chunk
-    std::vector<int64_t> len;              // tokens of each chunk
-    std::vector<int64_t> pos0;             // position of each chunk's first token
-    TensorView tokens;                     // i32 [n]
-    TensorView positions;                  // i32 [n]
-    TensorView streams, spare;             // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
-    TensorView x, post, comb;  // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
-    int segment = 0;           // graph segments begun so far
-    bool greedy = false;       // the head segment ends with the greedy pick (forward_greedy)
-    TensorView picks;          // i32 [2, rows]: the greedy ids and the first non-finite indices
-};
-
 // A compressor's projections of the step's tokens (the part that does not depend on the sequences).
 struct DeepseekV4::Projected {
     TensorView kv, gate;  // f32 [n, width]
 };
-
-namespace {
-
-// Columns [c0, c0 + width) of a 2-d row-major view.
-TensorView columns(const TensorView& v, int64_t c0, int64_t width) {
-    TensorView r = v;
-    r.data = static_cast<char*>(v.data) + c0 * int64_t(dtype_size(v.dtype));
-    r.shape[1] = width;
-    return r;
-}
-
-TensorView as3d(const TensorView& v, int64_t a, int64_t b, int64_t c) { return v.reshape({a, b, c}); }
-
-}  // namespace
 
 namespace {
 std::atomic<int64_t> next_model_id{1};
@@ -205,6 +176,7 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
         attention_layer(l, s);
         ffn_layer(l, s);
     }
+    last_ = {s.streams, s.row0, s.len, s.states};
 
     be_->set_scope("head");
     TensorView h = ws_.take(DType::kF32, {s.n, D});
@@ -303,7 +275,7 @@ void DeepseekV4::idle_step() {
 
 MoeArgs DeepseekV4::moe_args(int l, const TensorView& x, const TensorView& ids, const TensorView& weights,
                              const TensorView& out) const {
-    const FfnWeights& fw = w_.layers[size_t(l)].ffn;
+    const FfnWeights& fw = block(l).ffn;
     const int64_t D = cfg_.hidden_dim;
     // native: the experts' inputs quantised as DeepSeek runs its FP8 x FP4 (and FP8 x FP8) expert GEMMs
     const auto placed = std::find_if(fw.experts.begin(), fw.experts.end(), [](const ops::ExpertWeights& e) {
@@ -377,7 +349,18 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
                         .overlap = overlap});
         n_entries[c] = before + n_new;
     }
-    be_->compresses(jobs);           // each sequence its own state
+    be_->compresses(jobs);  // each sequence its own state
+    // A chunk with drafts keeps every token in its buffer slot (position % rate), also those of a window the
+    // chunk closes: after an undo that window closes again and reads its earlier tokens from there.
+    for (size_t c = 0; c < jobs.size(); ++c) {
+        if (s.states[c]->undo_pending() == 0) continue;
+        const int64_t L = s.len[c], pos0 = s.pos0[c];
+        for (int64_t t = std::max<int64_t>(0, L - rate); t < L; ++t) {
+            const int64_t slot = (pos0 + t) % rate;
+            be_->copy(jobs[c].buf_kv.rows(slot, 1), jobs[c].kv.rows(t, 1));
+            be_->copy(jobs[c].buf_gate.rows(slot, 1), jobs[c].gate.rows(t, 1));
+        }
+    }
     std::vector<RmsNormArgs> norms;  // the new entries of every sequence that closed a window
     std::vector<RopeArgs> ropes;
     for (size_t c = 0; c < jobs.size(); ++c) {
@@ -393,10 +376,27 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
     be_->rms_norm_ropes(norms, ropes);
 }
 
+const LayerWeights& DeepseekV4::block(int l) const {
+    if (l < int(cfg_.n_layers)) return w_.layers[size_t(l)];
+    DI_CHECK(w_.mtp.has_value() && l == int(cfg_.n_layers), "block {} of {} layers", l, cfg_.n_layers);
+    return w_.mtp->block;
+}
+
+AttnType DeepseekV4::attn_type(int l) const {
+    return l < int(cfg_.n_layers) ? cfg_.attn_types[size_t(l)] : AttnType::kSliding;
+}
+
+namespace {
+std::string block_scope(int l, int64_t n_layers, std::string_view part) {
+    return l < n_layers ? fmt::format("layer {} / {}", l, part) : fmt::format("mtp / {}", part);
+}
+}  // namespace
+
 void DeepseekV4::attention_layer(int l, Step& s) {
-    const LayerWeights& lw = w_.layers[size_t(l)];
+    const LayerWeights& lw = block(l);
     const AttentionWeights& aw = lw.attn;
-    const AttnType type = cfg_.attn_types[size_t(l)];
+    const AttnType type = attn_type(l);
+    const int64_t NL = cfg_.n_layers;
     const int64_t n = s.n, D = cfg_.hidden_dim, H = cfg_.n_heads, hd = cfg_.head_dim;
     const int64_t G = cfg_.o_groups, R = cfg_.o_lora_rank;
     const float eps = float(cfg_.rms_norm_eps);
@@ -406,7 +406,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
                               .inv_freq = sliding ? inv_freq_main_ : inv_freq_compress_,
                               .mscale = sliding ? mscale_main_ : mscale_compress_};
 
-    be_->set_scope(fmt::format("layer {} / attention", l));
+    be_->set_scope(block_scope(l, NL, "attention"));
     TensorView y = ws_.take(DType::kF32, {n, D});
     be_->mhc_pre_norm(mhc_pre_args(lw.hc_attn, s), {.x = s.x, .weight = lw.attn_norm, .y = y, .eps = eps});
     TensorView qr = ws_.take(DType::kF32, {n, cfg_.q_lora_rank});  // q residual, also feeds the indexer
@@ -431,11 +431,11 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     Projected comp, index;
     TensorView qi, iw;
     if (!sliding) {
-        be_->set_scope(fmt::format("layer {} / compressor", l));
+        be_->set_scope(block_scope(l, NL, "compressor"));
         comp = project(aw.compressor, s, y, csa ? 2 * hd : hd);
     }
     if (csa) {
-        be_->set_scope(fmt::format("layer {} / indexer", l));
+        be_->set_scope(block_scope(l, NL, "indexer"));
         index = project(aw.index_compressor, s, y, 2 * ihd);
         qi = ws_.take(DType::kF32, {n, nIH * ihd});
         be_->linear(lin(qr, aw.index_wq_b, qi));
@@ -451,11 +451,11 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     std::vector<int64_t> n_comp(s.chunks.size(), 0), n_index;
     std::vector<TensorView> picks(s.chunks.size());
     if (!sliding) {
-        be_->set_scope(fmt::format("layer {} / compressor", l));
+        be_->set_scope(block_scope(l, NL, "compressor"));
         compress_into(aw.compressor, comp, l, false, s, rate, csa, hd, rope_proto, n_comp);
     }
     if (csa) {
-        be_->set_scope(fmt::format("layer {} / indexer", l));
+        be_->set_scope(block_scope(l, NL, "indexer"));
         compress_into(aw.index_compressor, index, l, true, s, cfg_.csa_rate, true, ihd, rope_proto, n_index);
         std::vector<IndexerTopkArgs> jobs;
         for (size_t c = 0; c < s.chunks.size(); ++c) {
@@ -475,7 +475,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
         be_->indexer_topks(jobs);
     }
 
-    be_->set_scope(fmt::format("layer {} / attention", l));
+    be_->set_scope(block_scope(l, NL, "attention"));
     const TensorView q3 = as3d(q, n, H, hd);
     std::vector<AttentionArgs> attn;
     std::vector<WindowStoreArgs> stores;
@@ -525,21 +525,21 @@ void DeepseekV4::attention_layer(int l, Step& s) {
 }
 
 void DeepseekV4::ffn_layer(int l, Step& s) {
-    const LayerWeights& lw = w_.layers[size_t(l)];
+    const LayerWeights& lw = block(l);
     const FfnWeights& fw = lw.ffn;
     const int64_t n = s.n, D = cfg_.hidden_dim, I = cfg_.moe_dim, k = cfg_.n_experts_active;
     const float eps = float(cfg_.rms_norm_eps);
     const float limit =
         cfg_.swiglu_limit > 0 ? float(cfg_.swiglu_limit) : std::numeric_limits<float>::infinity();
 
-    be_->set_scope(fmt::format("layer {} / moe", l));
+    be_->set_scope(block_scope(l, cfg_.n_layers, "moe"));
     TensorView y = ws_.take(DType::kF32, {n, D});
     be_->mhc_pre_norm(mhc_pre_args(lw.hc_ffn, s), {.x = s.x, .weight = lw.ffn_norm, .y = y, .eps = eps});
     TensorView logits = ws_.take(DType::kF32, {n, cfg_.n_experts});
     be_->linear(lin(y, fw.gate, logits));
     TensorView ids = ws_.take(DType::kI32, {n, k});
     TensorView weights = ws_.take(DType::kF32, {n, k});
-    const bool hash = cfg_.moe_types[size_t(l)] == MoeType::kHash;
+    const bool hash = l < int(cfg_.n_layers) && cfg_.moe_types[size_t(l)] == MoeType::kHash;
     be_->route({.logits = logits,
                 .bias = hash ? TensorView{} : fw.gate_bias,
                 .tid2eid = hash ? fw.tid2eid : TensorView{},

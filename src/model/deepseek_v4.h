@@ -38,6 +38,9 @@ class DeepseekV4 final : public Model {
                                      int64_t per_row) override;
     std::vector<float> step_logits_rows(std::span<const int64_t> rows) override;
     std::vector<float> step_logits_at(std::span<const int64_t> rows, std::span<const int32_t> ids) override;
+    int64_t draft_tokens() const override { return w_.mtp ? cfg_.draft_tokens : 0; }
+    // The checkpoint's MTP block over the kept rows of the last step (spec section 6; docs/speculative.md).
+    std::vector<int32_t> draft(std::span<const DraftChunk> chunks) override;
     // Expert parallelism with data-parallel attention (docs/parallel.md): this model is rank comm->rank() of
     // comm->size(), its weights bound with `experts` (bind_weights). Each rank steps its own sequences; each
     // MoE sends the tokens' rows to the ranks that hold their experts and gets the pairs' outputs back (see
@@ -58,6 +61,9 @@ class DeepseekV4 final : public Model {
     // Layer l's routed-expert args (experts, clamp, activation quantisation) over the given tensors.
     ops::MoeArgs moe_args(int l, const TensorView& x, const TensorView& ids, const TensorView& weights,
                           const TensorView& out) const;
+    // Block l: a main layer, or the MTP block at l = n_layers.
+    const LayerWeights& block(int l) const;
+    AttnType attn_type(int l) const;
     void attention_layer(int l, Step& s);
     void ffn_layer(int l, Step& s);
     // Opens the step's next graph segment (ops::Backend::segment_begin); the ops that depend on positions,
@@ -90,6 +96,13 @@ class DeepseekV4 final : public Model {
     std::span<const int64_t> step_rows_;
     int64_t step_n_ = -1;
     TensorView step_logits_;  // forward_candidates' logits on the backend, until the next step
+    // The last step's residual streams before the head [n, hc_mult, hidden_dim] (in ws_, valid until the
+    // next step) and its chunks' first rows and states: the drafter's inputs.
+    struct LastStep {
+        TensorView streams;
+        std::vector<int64_t> row0, len;
+        std::vector<DeepseekV4State*> states;
+    } last_;
     parallel::Communicator* comm_ = nullptr;
     ExpertPartition experts_;
 };

@@ -9,6 +9,19 @@
 
 namespace di::model {
 
+void SequenceState::prepare_undo(int64_t drafts) {
+    DI_CHECK(drafts == 0, "this model's state keeps nothing to undo {} drafted tokens", drafts);
+}
+
+void SequenceState::undo(int64_t rejected) {
+    DI_CHECK(rejected == 0, "this model's state cannot take back {} tokens", rejected);
+}
+
+std::vector<int32_t> Model::draft(std::span<const DraftChunk> chunks) {
+    DI_CHECK(chunks.empty(), "draft on a model without a drafter ({} chunks)", chunks.size());
+    return {};
+}
+
 GreedyRows Model::forward_greedy(std::span<const SeqChunk> chunks) {
     const std::vector<float> logits = forward(chunks);
     const int64_t V = config().vocab_size, rows = int64_t(logits.size()) / V;

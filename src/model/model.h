@@ -42,6 +42,12 @@ class SequenceState {
     // compression rate), with random contents: a decode step then reads the bytes it reads at that context,
     // without a prefill of n_tokens first. Its outputs mean nothing.
     virtual void fill_synthetic(int64_t n_tokens, uint32_t seed) = 0;
+    // Speculative decoding (Model::draft_tokens() > 0). Before a step whose chunk for this sequence is its
+    // next token and then `drafts` drafted ones: keeps what the drafts' positions overwrite. After that
+    // step (always, also with 0): takes back the last `rejected` tokens (<= drafts), as if they had never
+    // been fed.
+    virtual void prepare_undo(int64_t drafts);
+    virtual void undo(int64_t rejected);
 
   protected:
     explicit SequenceState(int64_t capacity) : capacity_(capacity) {}
@@ -54,6 +60,15 @@ struct SeqChunk {
     SequenceState* state = nullptr;   // made by the model that runs the chunk
     std::span<const int32_t> tokens;  // appended at positions state->n_tokens() ...
     bool all_logits = false;          // logits for every token, else only for the last one
+};
+
+// Speculative decoding's drafter, for one chunk of the step just run (Model::draft): the chunk's first
+// next_tokens.size() rows were kept (any later ones taken back with SequenceState::undo), next_tokens are
+// the tokens that follow those rows (the prompt's, or the ones just chosen), and `want` asks for a guess
+// of the token after next_tokens.back().
+struct DraftChunk {
+    std::span<const int32_t> next_tokens;
+    bool want = false;
 };
 
 struct WeightStats {
@@ -121,6 +136,11 @@ class Model {
     virtual std::vector<float> step_logits_rows(std::span<const int64_t> rows);
     // Single logits of that step: row rows[i], id ids[i] (what penalties change besides the candidates).
     virtual std::vector<float> step_logits_at(std::span<const int64_t> rows, std::span<const int32_t> ids);
+    // Tokens a sequence may draft a step for speculative decoding (0: the model has no drafter loaded).
+    virtual int64_t draft_tokens() const { return 0; }
+    // After every step while draft_tokens() > 0 (the drafter follows each sequence's kept tokens), one entry
+    // per chunk of that step: the drafter's greedy guess for each chunk that wants one, else -1.
+    virtual std::vector<int32_t> draft(std::span<const DraftChunk> chunks);
 
   private:
     std::vector<float> step_logits_;  // the default forward_candidates' logits

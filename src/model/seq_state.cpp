@@ -9,11 +9,13 @@
 namespace di::model {
 namespace {
 
-// Calls f(view_slot, rows, cols) for every tensor of one sequence's state in a fixed order.
+// Calls f(view_slot, rows, cols) for every tensor of one sequence's state in a fixed order: the main
+// layers, then (draft_tokens > 0) the MTP block's ring and each main layer's undo rows.
 template <class F>
 void for_each_tensor(const ModelConfig& c, int64_t capacity, std::vector<LayerState>* layers, F&& f) {
+    auto at = [&](int64_t l) { return layers ? &(*layers)[size_t(l)] : nullptr; };
     for (int l = 0; l < int(c.n_layers); ++l) {
-        LayerState* ls = layers ? &(*layers)[size_t(l)] : nullptr;
+        LayerState* ls = at(l);
         f(ls ? &ls->ring : nullptr, c.window - 1, c.head_dim);
         const AttnType t = c.attn_types[size_t(l)];
         if (t == AttnType::kSliding) continue;
@@ -32,6 +34,18 @@ void for_each_tensor(const ModelConfig& c, int64_t capacity, std::vector<LayerSt
         compressor(ls ? &ls->comp : nullptr, c.head_dim);
         if (csa) compressor(ls ? &ls->index : nullptr, c.index_dim);
     }
+    if (c.draft_tokens == 0) return;
+    LayerState* mtp = at(c.n_layers);
+    f(mtp ? &mtp->ring : nullptr, c.window - 1, c.head_dim);
+    for (int l = 0; l < int(c.n_layers); ++l) {
+        LayerState* ls = at(l);
+        f(ls ? &ls->undo_ring : nullptr, c.draft_tokens, c.head_dim);
+        if (c.attn_types[size_t(l)] != AttnType::kCsa) continue;
+        f(ls ? &ls->undo_comp_kv : nullptr, c.compress_rate(l), c.head_dim);
+        f(ls ? &ls->undo_comp_gate : nullptr, c.compress_rate(l), c.head_dim);
+        f(ls ? &ls->undo_index_kv : nullptr, c.csa_rate, c.index_dim);
+        f(ls ? &ls->undo_index_gate : nullptr, c.csa_rate, c.index_dim);
+    }
 }
 
 }  // namespace
@@ -48,8 +62,14 @@ StateSize deepseek_v4_state_size(const ModelConfig& c) {
 }
 
 DeepseekV4State::DeepseekV4State(const ModelConfig& c, ops::Backend& backend, int64_t capacity)
-    : SequenceState(capacity), layers_(size_t(c.n_layers)), backend_(&backend) {
+    : SequenceState(capacity),
+      layers_(size_t(c.n_layers + (c.draft_tokens > 0 ? 1 : 0))),
+      backend_(&backend),
+      window_(c.window),
+      csa_rate_(c.csa_rate),
+      n_main_(c.n_layers) {
     for (int l = 0; l < int(c.n_layers); ++l) rates_.push_back(c.compress_rate(l));
+    if (c.draft_tokens > 0) rates_.push_back(0);  // the MTP block: sliding window only
     int64_t floats = 0;
     for_each_tensor(c, capacity, nullptr, [&](TensorView*, int64_t r, int64_t col) { floats += r * col; });
     bytes_ = floats * 4;
@@ -64,7 +84,68 @@ DeepseekV4State::DeepseekV4State(const ModelConfig& c, ops::Backend& backend, in
 
 void DeepseekV4State::reset() {
     n_tokens_ = 0;
+    undo_drafts_ = mtp_tokens_ = 0;
     backend_->fill_zero(mem_.view());
+}
+
+namespace {
+
+// Whether a token at one of the positions [first, first + n) closes a window of `rate`.
+bool closes_window(int64_t first, int64_t n, int64_t rate) { return (first + n) / rate > first / rate; }
+
+}  // namespace
+
+void DeepseekV4State::prepare_undo(int64_t drafts) {
+    DI_CHECK(drafts >= 0 && drafts <= (layers_.empty() ? 0 : layers_[0].undo_ring.shape[0]),
+             "{} drafts in a state that keeps what {} overwrite", drafts,
+             layers_.empty() ? 0 : layers_[0].undo_ring.shape[0]);
+    DI_CHECK(n_tokens_ + 1 + drafts <= capacity_, "{} drafts after {} tokens of a state for {}", drafts,
+             n_tokens_, capacity_);
+    undo_drafts_ = drafts;
+    if (drafts == 0) return;
+    const int64_t first = n_tokens_ + 1, slots = window_ - 1;  // the drafts' positions
+    for (int64_t l = 0; l < n_main_; ++l) {
+        LayerState& ls = layers_[size_t(l)];
+        for (int64_t i = 0; i < drafts && slots > 0; ++i)
+            backend_->copy(ls.undo_ring.rows(i, 1), ls.ring.rows((first + i) % slots, 1));
+        if (ls.undo_comp_kv.data == nullptr) continue;  // CSA only: the overlaps a closing window replaces
+        if (closes_window(first, drafts, rates_[size_t(l)])) {
+            backend_->copy(ls.undo_comp_kv, ls.comp.ovl_kv);
+            backend_->copy(ls.undo_comp_gate, ls.comp.ovl_gate);
+        }
+        if (closes_window(first, drafts, csa_rate_)) {
+            backend_->copy(ls.undo_index_kv, ls.index.ovl_kv);
+            backend_->copy(ls.undo_index_gate, ls.index.ovl_gate);
+        }
+    }
+}
+
+// The drafts' positions hold at most one window close of each compressor (draft_tokens <= every rate: the
+// loader's check), so the overlap before the step is the one to restore when a rejected token closed it.
+// Compressed entries need nothing: the entry count follows n_tokens and a window closed again rewrites its
+// row; the buffers' slots of rejected tokens are written again before they are read.
+void DeepseekV4State::undo(int64_t rejected) {
+    DI_CHECK(rejected >= 0 && rejected <= undo_drafts_, "undo of {} tokens after a step of {} drafts",
+             rejected, undo_drafts_);
+    const int64_t drafts = undo_drafts_;
+    undo_drafts_ = 0;
+    if (rejected == 0) return;
+    const int64_t first_draft = n_tokens_ - drafts, first = n_tokens_ - rejected, slots = window_ - 1;
+    for (int64_t l = 0; l < n_main_; ++l) {
+        LayerState& ls = layers_[size_t(l)];
+        for (int64_t p = first; p < n_tokens_ && slots > 0; ++p)
+            backend_->copy(ls.ring.rows(p % slots, 1), ls.undo_ring.rows(p - first_draft, 1));
+        if (ls.undo_comp_kv.data == nullptr) continue;
+        if (closes_window(first, rejected, rates_[size_t(l)])) {
+            backend_->copy(ls.comp.ovl_kv, ls.undo_comp_kv);
+            backend_->copy(ls.comp.ovl_gate, ls.undo_comp_gate);
+        }
+        if (closes_window(first, rejected, csa_rate_)) {
+            backend_->copy(ls.index.ovl_kv, ls.undo_index_kv);
+            backend_->copy(ls.index.ovl_gate, ls.undo_index_gate);
+        }
+    }
+    n_tokens_ -= rejected;
 }
 
 bool DeepseekV4State::copy_from(const SequenceState& from) {
@@ -89,6 +170,8 @@ bool DeepseekV4State::copy_from(const SequenceState& from) {
         }
     }
     n_tokens_ = n;
+    mtp_tokens_ = f->mtp_tokens_;
+    undo_drafts_ = 0;
     return true;
 }
 

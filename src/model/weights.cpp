@@ -260,8 +260,22 @@ Result<HcWeights> bind_hc(Binder& b, const std::string& p, int64_t mix, int64_t 
     return h;
 }
 
-Result<AttentionWeights> bind_attention(Binder& b, const ModelConfig& c, int layer) {
-    const std::string p = fmt::format("layers.{}.attn.", layer);
+// A block's kinds: layer l's from the config, or the MTP block's (sliding window, score-routed).
+struct BlockKind {
+    std::string prefix;  // "layers.{l}." or "mtp.0."
+    AttnType attn = AttnType::kSliding;
+    MoeType moe = MoeType::kScore;
+    int64_t rate = 0;           // compression rate (0: sliding)
+    std::string fused_experts;  // transformers' fused expert tensors' prefix; "" where none can exist
+};
+
+BlockKind layer_kind(const ModelConfig& c, int l) {
+    return {fmt::format("layers.{}.", l), c.attn_types[size_t(l)], c.moe_types[size_t(l)], c.compress_rate(l),
+            fmt::format("model.layers.{}.mlp.experts.", l)};
+}
+
+Result<AttentionWeights> bind_attention(Binder& b, const ModelConfig& c, const BlockKind& k) {
+    const std::string p = k.prefix + "attn.";
     const int64_t D = c.hidden_dim, H = c.n_heads, hd = c.head_dim;
     AttentionWeights a;
     DI_TRY(a.wq_a, b.linear(p + "wq_a", c.q_lora_rank, D));
@@ -272,10 +286,9 @@ Result<AttentionWeights> bind_attention(Binder& b, const ModelConfig& c, int lay
     DI_TRY(a.wo_a, b.linear(p + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups));
     DI_TRY(a.wo_b, b.linear(p + "wo_b", D, c.o_groups * c.o_lora_rank));
     DI_TRY(a.sinks, b.f32_param(p + "attn_sink", {H}));
-    const AttnType t = c.attn_types[size_t(layer)];
-    if (t == AttnType::kSliding) return a;
-    const bool csa = t == AttnType::kCsa;
-    DI_TRY(a.compressor, bind_compressor(b, p + "compressor.", hd, c.compress_rate(layer), csa, D));
+    if (k.attn == AttnType::kSliding) return a;
+    const bool csa = k.attn == AttnType::kCsa;
+    DI_TRY(a.compressor, bind_compressor(b, p + "compressor.", hd, k.rate, csa, D));
     if (!csa) return a;
     DI_TRY(a.index_compressor,
            bind_compressor(b, p + "indexer.compressor.", c.index_dim, c.csa_rate, true, D));
@@ -287,12 +300,12 @@ Result<AttentionWeights> bind_attention(Binder& b, const ModelConfig& c, int lay
 // Routed experts: per-expert tensors (official / save_pretrained) or transformers' fused [E, 2I, D] / [E, D,
 // I]. Experts `part` does not give this rank are validated and left empty: per-expert tensors are not placed,
 // and of a fused tensor only the rank's block of experts is.
-Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfig& c, int layer,
+Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfig& c, const BlockKind& k,
                                                      const ExpertPartition& part) {
     const int64_t E = c.n_experts, I = c.moe_dim, D = c.hidden_dim;
     std::vector<ops::ExpertWeights> ex(static_cast<size_t>(E));
-    const std::string fused = fmt::format("model.layers.{}.mlp.experts.", layer);
-    if (b.lookup(fmt::format("layers.{}.ffn.experts.0.w1.weight", layer)) == nullptr) {
+    const std::string& fused = k.fused_experts;
+    if (!fused.empty() && b.lookup(k.prefix + "ffn.experts.0.w1.weight") == nullptr) {
         const int64_t first = part.first(E), own = part.end(E) - first;
         DI_TRY(TensorView gu, b.float_tensor_rows(fused + "gate_up_proj", {E, 2 * I, D}, first, own));
         DI_TRY(TensorView dn, b.float_tensor_rows(fused + "down_proj", {E, D, I}, first, own));
@@ -316,7 +329,7 @@ Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfi
         return ex;
     }
     for (int64_t e = 0; e < E; ++e) {
-        const std::string p = fmt::format("layers.{}.ffn.experts.{}.", layer, e);
+        const std::string p = fmt::format("{}ffn.experts.{}.", k.prefix, e);
         b.set_placing(part.owns(e, E));
         auto w1 = b.linear(p + "w1", I, D), w3 = b.linear(p + "w3", I, D), w2 = b.linear(p + "w2", D, I);
         b.set_placing(true);
@@ -327,22 +340,50 @@ Result<std::vector<ops::ExpertWeights>> bind_experts(Binder& b, const ModelConfi
     return ex;
 }
 
-Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, int layer, const ExpertPartition& part) {
-    const std::string p = fmt::format("layers.{}.ffn.", layer);
+Result<FfnWeights> bind_ffn(Binder& b, const ModelConfig& c, const BlockKind& k,
+                            const ExpertPartition& part) {
+    const std::string p = k.prefix + "ffn.";
     const int64_t D = c.hidden_dim, I = c.moe_dim;
     FfnWeights f;
     DI_TRY(f.gate, b.linear(p + "gate", c.n_experts, D));
-    if (c.moe_types[size_t(layer)] == MoeType::kHash) {
+    if (k.moe == MoeType::kHash) {
         DI_TRY(f.tid2eid,
                b.index_tensor(p + "gate.tid2eid", {c.vocab_size, c.n_experts_active}, c.n_experts));
     } else {
         DI_TRY(f.gate_bias, b.f32_param(p + "gate.bias", {c.n_experts}));
     }
-    DI_TRY(f.experts, bind_experts(b, c, layer, part));
+    DI_TRY(f.experts, bind_experts(b, c, k, part));
     DI_TRY(f.shared.w1, b.linear(p + "shared_experts.w1", I, D));
     DI_TRY(f.shared.w3, b.linear(p + "shared_experts.w3", I, D));
     DI_TRY(f.shared.w2, b.linear(p + "shared_experts.w2", D, I));
     return f;
+}
+
+Result<LayerWeights> bind_block(Binder& b, const ModelConfig& c, const BlockKind& k,
+                                const ExpertPartition& experts) {
+    const int64_t D = c.hidden_dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+    LayerWeights lw;
+    DI_TRY(lw.attn_norm, b.float_tensor(k.prefix + "attn_norm.weight", {D}));
+    DI_TRY(lw.ffn_norm, b.float_tensor(k.prefix + "ffn_norm.weight", {D}));
+    DI_TRY(lw.hc_attn, bind_hc(b, k.prefix + "hc_attn_", mix, hc * D, 3));
+    DI_TRY(lw.hc_ffn, bind_hc(b, k.prefix + "hc_ffn_", mix, hc * D, 3));
+    DI_TRY(lw.attn, bind_attention(b, c, k));
+    DI_TRY(lw.ffn, bind_ffn(b, c, k, experts));
+    return lw;
+}
+
+Result<MtpWeights> bind_mtp(Binder& b, const ModelConfig& c, const ExpertPartition& experts) {
+    const int64_t D = c.hidden_dim, hc = c.hc_mult;
+    const std::string p = "mtp.0.";
+    MtpWeights m;
+    DI_TRY(m.e_proj, b.linear(p + "e_proj", D, D));
+    DI_TRY(m.h_proj, b.linear(p + "h_proj", D, D));
+    DI_TRY(m.enorm, b.float_tensor(p + "enorm.weight", {D}));
+    DI_TRY(m.hnorm, b.float_tensor(p + "hnorm.weight", {D}));
+    DI_TRY(m.norm, b.float_tensor(p + "norm.weight", {D}));
+    DI_TRY(m.hc_head, bind_hc(b, p + "hc_head_", hc, hc * D, 1));
+    DI_TRY(m.block, bind_block(b, c, {p, AttnType::kSliding, MoeType::kScore, 0, ""}, experts));
+    return m;
 }
 
 }  // namespace
@@ -352,26 +393,27 @@ Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const Mo
     ModelWeights mw;
     mw.checkpoint = ckpt;
     Binder b(ckpt, c, backend, mw);
-    const int64_t D = c.hidden_dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+    const int64_t D = c.hidden_dim, hc = c.hc_mult;
     DI_TRY(mw.embed, b.float_tensor("embed.weight", {c.vocab_size, D}));
     DI_TRY(mw.head, b.linear("head", c.vocab_size, D));
     DI_TRY(mw.norm, b.float_tensor("norm.weight", {D}));
     DI_TRY(mw.hc_head, bind_hc(b, "hc_head_", hc, hc * D, 1));
     for (int l = 0; l < int(c.n_layers); ++l) {
-        LayerWeights lw;
-        const std::string p = fmt::format("layers.{}.", l);
-        DI_TRY(lw.attn_norm, b.float_tensor(p + "attn_norm.weight", {D}));
-        DI_TRY(lw.ffn_norm, b.float_tensor(p + "ffn_norm.weight", {D}));
-        DI_TRY(lw.hc_attn, bind_hc(b, p + "hc_attn_", mix, hc * D, 3));
-        DI_TRY(lw.hc_ffn, bind_hc(b, p + "hc_ffn_", mix, hc * D, 3));
-        DI_TRY(lw.attn, bind_attention(b, c, l));
-        DI_TRY(lw.ffn, bind_ffn(b, c, l, experts));
+        DI_TRY(LayerWeights lw, bind_block(b, c, layer_kind(c, l), experts));
         mw.layers.push_back(std::move(lw));
+    }
+    if (c.draft_tokens > 0) {
+        auto mtp = bind_mtp(b, c, experts);
+        if (!mtp.ok())  // transformers' save_pretrained drops mtp.*: say what the error is about
+            return make_error(mtp.error().code, "{} (speculative decoding needs the checkpoint's MTP block)",
+                              mtp.error().message);
+        mw.mtp = std::move(mtp.value());
     }
     DI_TRY_STATUS(b.check_unused());
     const int64_t expert_params = 3 * c.moe_dim * D;
+    const int64_t moe_blocks = c.n_layers + (mw.mtp ? 1 : 0);
     mw.stats.active_params =
-        mw.stats.params - c.n_layers * (c.n_experts - c.n_experts_active) * expert_params;
+        mw.stats.params - moe_blocks * (c.n_experts - c.n_experts_active) * expert_params;
     return mw;
 }
 

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,12 +61,23 @@ struct LayerWeights {
     FfnWeights ffn;
 };
 
+// The checkpoint's multi-token-prediction block (spec section 6, `mtp.0.*`): from the main model's last
+// streams at position i and the embedding of token i + 1 it predicts token i + 2 through one more block
+// (sliding-window attention, score-routed MoE), its own hc head and norm, and the main model's head.
+struct MtpWeights {
+    ops::QWeight e_proj, h_proj;    // [hidden_dim, hidden_dim]
+    TensorView enorm, hnorm, norm;  // [hidden_dim]
+    HcWeights hc_head;
+    LayerWeights block;
+};
+
 struct ModelWeights {
     TensorView embed;   // [vocab_size, hidden_dim]
     ops::QWeight head;  // [vocab_size, hidden_dim]
     TensorView norm;    // [hidden_dim]
     HcWeights hc_head;
     std::vector<LayerWeights> layers;
+    std::optional<MtpWeights> mtp;  // bound where ModelConfig::draft_tokens > 0
     WeightStats stats;
 
     std::shared_ptr<io::Checkpoint> checkpoint;  // keeps the mmap alive for host views
@@ -74,7 +86,8 @@ struct ModelWeights {
 
 // Binds and validates every tensor (names, shapes, dtypes, no missing or unexpected tensors) and places
 // them on `backend`'s device; of the routed experts only those `experts` gives this rank (the others are
-// validated and left empty: nothing of them is read or copied).
+// validated and left empty: nothing of them is read or copied). The MTP block is bound where
+// cfg.draft_tokens > 0 (a missing tensor of it is an error), else its tensors are skipped.
 Result<ModelWeights> bind_weights(std::shared_ptr<io::Checkpoint> ckpt, const ModelConfig& cfg,
                                   ops::Backend& backend, const ExpertPartition& experts = {});
 

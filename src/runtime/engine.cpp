@@ -4,6 +4,7 @@
 #include "deepinfer/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <exception>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "io/mmap_file.h"
+#include "ops/elementwise.h"
 #include "runtime/admission.h"
 #include "runtime/backend_factory.h"
 #include "runtime/engine_sequence.h"
@@ -87,6 +89,10 @@ struct Engine::Impl {
     // (a burst of requests with one system prompt, n choices of one prompt).
     bool defer_for_shared_prefix(uint64_t id);
     int64_t evict_cached_locked(int64_t need, int home);
+    // Speculative decoding, after a step: the drafter runs over every chunk's kept rows (so it follows
+    // every sequence) and gives each sampling sequence its guess of the token after the next.
+    void draft_next(const runtime::StepPlan& plan, const std::vector<EngineSequence*>& chunk_seqs,
+                    const std::vector<int64_t>& kept);
     // After a step: keeps the state of every sequence whose prefill chunk ended where the cache keeps one.
     void keep_prefixes(const runtime::StepPlan& plan, const std::vector<EngineSequence*>& chunk_seqs);
 };
@@ -151,7 +157,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
         impl->backend->set_allow_list(impl->allow);
     }
     DI_TRY(const model::Precision precision, runtime::parse_precision(o.precision));
-    DI_TRY(impl->model, runtime::load_model(o.model_dir, *impl->backend, o.check_weights, o.expert_ranks));
+    DI_TRY(const int draft_tokens, runtime::parse_speculative(o.speculative));
+    DI_TRY(impl->model,
+           runtime::load_model(o.model_dir, *impl->backend, o.check_weights, o.expert_ranks, draft_tokens));
     impl->model->set_precision(precision);
     runtime::SchedulerConfig sc = scheduler_config(o);  // the state memory split between the model's homes
     sc.homes = impl->model->state_homes();
@@ -442,6 +450,23 @@ void Engine::Impl::keep_prefixes(const runtime::StepPlan& plan,
     }
 }
 
+void Engine::Impl::draft_next(const runtime::StepPlan& plan, const std::vector<EngineSequence*>& chunk_seqs,
+                              const std::vector<int64_t>& kept) {
+    std::vector<model::DraftChunk> jobs(plan.chunks.size());
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        EngineSequence& q = *chunk_seqs[i];
+        q.set_draft(-1);
+        if (q.finished()) continue;  // its state is not read again
+        // the tokens after the kept rows: the prompt's, or the ones just chosen
+        jobs[i] = {q.tokens(plan.chunks[i].start + 1, kept[i]), plan.chunks[i].samples};
+    }
+    const std::vector<int32_t> guesses = model->draft(jobs);
+    DI_CHECK(guesses.size() == jobs.size(), "draft returned {} guesses for {} chunks", guesses.size(),
+             jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i)
+        if (jobs[i].want) chunk_seqs[i]->set_draft(guesses[i]);
+}
+
 // One engine step; returns false when there was nothing to run.
 bool Engine::Impl::step() {
     runtime::StepPlan plan;
@@ -494,17 +519,50 @@ bool Engine::Impl::step() {
     std::vector<model::SeqChunk> chunks;
     chunks.reserve(plan.chunks.size());
     // A prefill chunk whose request asks for its prompt's logprobs gives every row's logits; the step then
-    // brings every row to the host (the whole-row path below), row_end[i] = one past chunk i's last row.
+    // brings every row to the host (the whole-row path below).
     bool all_rows = false;
-    std::vector<size_t> row_end;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
         const auto& c = plan.chunks[i];
         const bool rows = !c.decode && chunk_seqs[i]->prompt_logprobs() >= 0;
         all_rows = all_rows || rows;
         chunks.push_back(
             model::SeqChunk{chunk_seqs[i]->state(), chunk_seqs[i]->tokens(c.start, c.n_tokens), rows});
-        row_end.push_back((row_end.empty() ? 0 : row_end.back()) + (rows ? size_t(c.n_tokens) : 1));
     }
+    // Speculative decoding (docs/speculative.md): a decoding sequence whose next token is a greedy pick and
+    // that has a draft feeds the draft after its token; both rows' picks decide (settle_draft). kept[i]: the
+    // rows of chunk i its state keeps (a rejected draft is taken back).
+    std::vector<std::array<int32_t, 2>> spec_tokens(plan.chunks.size());
+    std::vector<char> spec(plan.chunks.size(), 0);
+    std::vector<int64_t> kept(plan.chunks.size());
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        kept[i] = plan.chunks[i].n_tokens;
+        EngineSequence& q = *chunk_seqs[i];
+        if (!plan.chunks[i].decode || !q.verifies_draft()) continue;
+        spec[i] = 1;
+        spec_tokens[i] = {chunks[i].tokens[0], q.draft()};
+        chunks[i].tokens = spec_tokens[i];
+        chunks[i].all_logits = true;
+        q.state()->prepare_undo(1);
+    }
+    std::vector<size_t> row_end;  // one past chunk i's last logits row
+    for (size_t i = 0; i < chunks.size(); ++i)
+        row_end.push_back((row_end.empty() ? 0 : row_end.back()) +
+                          (chunks[i].all_logits ? chunks[i].tokens.size() : 1));
+    uint64_t proposed = 0, accepted = 0;
+    // The picks of a speculative chunk's two rows (id, first non-finite index or -1, its value): the draft
+    // stands where the first row picks it, and the second row's pick then follows it.
+    auto settle_draft = [&](size_t i, const std::array<int32_t, 3>& first,
+                            const std::array<int32_t, 3>& second, float bad0, float bad1,
+                            EngineSequence::StepMetrics& m) {
+        EngineSequence& q = *chunk_seqs[i];
+        const bool hit = first[1] < 0 && first[0] == q.draft();
+        q.on_greedy_pick(first[0], first[1], bad0, m);
+        if (hit) q.on_greedy_pick(second[0], second[1], bad1, m);
+        q.state()->undo(hit ? 0 : 1);
+        kept[i] = hit ? 2 : 1;
+        ++proposed;
+        accepted += hit ? 1 : 0;
+    };
     // Sampling and detokenising run outside the lock too; only the loop thread touches sequences. When
     // every sequence that samples this step takes the first maximum of its raw logits, the model picks
     // them where the logits are and only ids come back.
@@ -515,29 +573,35 @@ bool Engine::Impl::step() {
         if (plan.chunks[i].samples) greedy = greedy && chunk_seqs[i]->greedy_pick();
     if (greedy) {
         const model::GreedyRows picks = model->forward_greedy(chunks);
-        DI_CHECK(picks.ids.size() == chunks.size() && picks.bad.size() == chunks.size() &&
-                     picks.bad_value.size() == chunks.size(),
-                 "forward_greedy returned {} picks for {} chunks", picks.ids.size(), chunks.size());
-        for (size_t i = 0; i < plan.chunks.size(); ++i)
-            if (plan.chunks[i].samples)
-                chunk_seqs[i]->on_greedy_pick(picks.ids[i], picks.bad[i], picks.bad_value[i], sm);
+        DI_CHECK(picks.ids.size() == row_end.back() && picks.bad.size() == row_end.back() &&
+                     picks.bad_value.size() == row_end.back(),
+                 "forward_greedy returned {} picks for {} rows", picks.ids.size(), row_end.back());
+        auto at = [&](size_t r) { return std::array<int32_t, 3>{picks.ids[r], picks.bad[r], 0}; };
+        for (size_t i = 0; i < plan.chunks.size(); ++i) {
+            const size_t r = row_end[i] - 1;
+            if (spec[i])
+                settle_draft(i, at(r - 1), at(r), picks.bad_value[r - 1], picks.bad_value[r], sm);
+            else if (plan.chunks[i].samples)
+                chunk_seqs[i]->on_greedy_pick(picks.ids[r], picks.bad[r], picks.bad_value[r], sm);
+        }
     } else {
-        std::vector<size_t> sampling;
+        std::vector<size_t> sampling;  // the chunks that draw (a speculative chunk picks instead)
         for (size_t i = 0; i < plan.chunks.size(); ++i)
-            if (plan.chunks[i].samples) sampling.push_back(i);
+            if (plan.chunks[i].samples && !spec[i]) sampling.push_back(i);
         std::vector<EngineSequence::Draw> draws(sampling.size());
         std::vector<size_t> full;   // the draws (indices into sampling) that take the whole logits row
-        std::vector<float> logits;  // rows: those draws' rows in that order (candidates), or every chunk's
+        std::vector<float> logits;  // rows: those draws' rows in that order (candidates), or every row
         const int64_t vocab = model->config().vocab_size;
-        if (sample_candidates > 0 && !all_rows) {
+        const bool from_candidates = sample_candidates > 0 && !all_rows;
+        if (from_candidates) {
             // candidates where the logits are; a whole row only where a draw needs it
-            std::vector<float> temperatures(chunks.size(), 0.0f);
-            for (size_t i : sampling) temperatures[i] = chunk_seqs[i]->temperature();
+            std::vector<float> temperatures(row_end.back(), 0.0f);
+            for (size_t i : sampling) temperatures[row_end[i] - 1] = chunk_seqs[i]->temperature();
             const model::CandidateRows cr =
                 model->forward_candidates(chunks, temperatures, sample_candidates);
             const size_t C = size_t(cr.per_row);
-            DI_CHECK(cr.ids.size() == chunks.size() * C && cr.bad.size() == chunks.size(),
-                     "forward_candidates returned {} candidates for {} chunks", cr.ids.size(), chunks.size());
+            DI_CHECK(cr.ids.size() == row_end.back() * C && cr.bad.size() == row_end.back(),
+                     "forward_candidates returned {} candidates for {} rows", cr.ids.size(), row_end.back());
             // the logits penalties and held-back stop ids change, fetched for every such row at once
             std::vector<std::optional<std::vector<int32_t>>> extras(sampling.size());
             std::vector<int64_t> at_rows;
@@ -546,23 +610,23 @@ bool Engine::Impl::step() {
                 extras[j] = chunk_seqs[sampling[j]]->candidate_extras();
                 if (extras[j])
                     for (const int32_t id : *extras[j])
-                        at_rows.push_back(int64_t(sampling[j])), at_ids.push_back(id);
+                        at_rows.push_back(int64_t(row_end[sampling[j]] - 1)), at_ids.push_back(id);
             }
             const std::vector<float> at_raw =
                 at_ids.empty() ? std::vector<float>{} : model->step_logits_at(at_rows, at_ids);
             size_t next = 0;
             for (size_t j = 0; j < sampling.size(); ++j) {
-                const size_t i = sampling[j];
+                const size_t i = sampling[j], r = row_end[i] - 1;
                 std::optional<EngineSequence::Draw> d;
                 if (extras[j]) {
-                    const runtime::Candidates c{std::span(cr.ids).subspan(i * C, C),
-                                                std::span(cr.logits).subspan(i * C, C),
-                                                cr.sums[3 * i],
-                                                cr.sums[3 * i + 1],
-                                                cr.sums[3 * i + 2],
+                    const runtime::Candidates c{std::span(cr.ids).subspan(r * C, C),
+                                                std::span(cr.logits).subspan(r * C, C),
+                                                cr.sums[3 * r],
+                                                cr.sums[3 * r + 1],
+                                                cr.sums[3 * r + 2],
                                                 vocab};
                     const size_t n = extras[j]->size();
-                    d = chunk_seqs[i]->draw(c, cr.bad[i], *extras[j], std::span(at_raw).subspan(next, n));
+                    d = chunk_seqs[i]->draw(c, cr.bad[r], *extras[j], std::span(at_raw).subspan(next, n));
                     next += n;
                 }
                 if (d)
@@ -570,29 +634,56 @@ bool Engine::Impl::step() {
                 else
                     full.push_back(j);
             }
-            std::vector<int64_t> rows;  // a chunk's logits row is its index
-            for (size_t j : full) rows.push_back(int64_t(sampling[j]));
+            // a speculative chunk's picks: its rows' first candidates (the first maximum: candidates are by
+            // logit descending, id ascending)
+            for (size_t i = 0; i < plan.chunks.size(); ++i) {
+                if (!spec[i]) continue;
+                const size_t r = row_end[i] - 1;
+                auto pick = [&](size_t row) {
+                    return std::array<int32_t, 3>{cr.ids[row * C], cr.bad[row], 0};
+                };
+                std::array<float, 2> bad_value = {0, 0};
+                for (size_t k = 0; k < 2; ++k)
+                    if (const int32_t b = cr.bad[r - 1 + k]; b >= 0)
+                        bad_value[k] = model->step_logits_at(std::vector<int64_t>{int64_t(r - 1 + k)},
+                                                             std::vector<int32_t>{b})[0];
+                settle_draft(i, pick(r - 1), pick(r), bad_value[0], bad_value[1], sm);
+            }
+            std::vector<int64_t> rows;
+            for (size_t j : full) rows.push_back(int64_t(row_end[sampling[j]] - 1));
             if (!rows.empty()) logits = model->step_logits_rows(rows);
         } else {
             logits = model->forward(chunks);
             DI_CHECK(logits.size() == row_end.back() * size_t(vocab),
                      "forward returned {} logits for {} rows", logits.size(), row_end.back());
             for (size_t j = 0; j < sampling.size(); ++j) full.push_back(j);
-            for (size_t i = 0; i < chunks.size(); ++i)  // before the tokens drawn from their last rows
-                if (chunks[i].all_logits) {
+            for (size_t i = 0; i < chunks.size(); ++i) {  // before the tokens drawn from their last rows
+                const size_t r = row_end[i] - 1;
+                if (spec[i]) {
+                    auto pick = [&](size_t row) {
+                        const auto [id, bad] = ops::argmax_row(logits.data() + row * size_t(vocab), vocab);
+                        return std::array<int32_t, 3>{id, bad, 0};
+                    };
+                    const auto a = pick(r - 1), b = pick(r);
+                    auto value = [&](size_t row, int32_t bad) {
+                        return bad < 0 ? 0.0f : logits[row * size_t(vocab) + size_t(bad)];
+                    };
+                    settle_draft(i, a, b, value(r - 1, a[1]), value(r, b[1]), sm);
+                } else if (chunks[i].all_logits) {
                     const size_t r0 = row_end[i] - chunks[i].tokens.size();
                     const int64_t n = int64_t(chunks[i].tokens.size());
                     chunk_seqs[i]->on_prompt_logits(plan.chunks[i].start, n,
                                                     std::span<const float>(logits).subspan(
                                                         r0 * size_t(vocab), size_t(n) * size_t(vocab)));
                 }
+            }
         }
         // The whole-row draws, on several threads (each sequence advances only its own sampler).
         std::vector<std::exception_ptr> failed(full.size());  // rethrown here, on the loop thread
         auto draw = [&](int64_t b, int64_t e, int) {
             for (int64_t f = b; f < e; ++f) {
                 const size_t j = full[size_t(f)], i = sampling[j];
-                const size_t row = sample_candidates > 0 && !all_rows ? size_t(f) : row_end[i] - 1;
+                const size_t row = from_candidates ? size_t(f) : row_end[i] - 1;
                 try {
                     draws[j] = chunk_seqs[i]->draw(
                         std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)));
@@ -614,10 +705,13 @@ bool Engine::Impl::step() {
         full_rows = full.size();
         candidate_rows = sampling.size() - full.size();
     }
+    if (model->draft_tokens() > 0) draft_next(plan, chunk_seqs, kept);
     if (prefix_cache) keep_prefixes(plan, chunk_seqs);
 
     std::lock_guard lk(mu);
     ++st.steps;
+    st.draft_tokens += proposed;
+    st.draft_tokens_accepted += accepted;
     if (greedy) ++st.greedy_steps;
     st.candidate_draws += candidate_rows;
     st.full_row_draws += full_rows;
@@ -626,6 +720,9 @@ bool Engine::Impl::step() {
     for (double v : sm.itl) st.itl_seconds.observe(v);
     st.batch_size.observe(double(plan.chunks.size()));
     sched.complete(plan);
+    for (size_t i = 0; i < plan.chunks.size(); ++i)  // an accepted draft: a token more in the state
+        if (kept[i] > plan.chunks[i].n_tokens)
+            sched.fed_more(plan.chunks[i].id, kept[i] - plan.chunks[i].n_tokens);
     for (EngineSequence* s : chunk_seqs)
         if (s->finished() && seqs.count(s->id())) retire_locked(*s);
     return true;

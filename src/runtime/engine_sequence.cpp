@@ -80,6 +80,11 @@ bool EngineSequence::greedy_pick() const {
            p.frequency_penalty == 0.0f && !p.logprobs && !constraint_ && n_generated_ >= req_.stop.min_tokens;
 }
 
+bool EngineSequence::verifies_draft() const {
+    return draft_ >= 0 && !finished() && n_generated_ >= 1 && n_generated_ + 2 <= req_.stop.max_tokens &&
+           greedy_pick();
+}
+
 void EngineSequence::on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m) {
     if (finished()) return;
     if (bad >= 0) return non_finite(bad, bad_value);

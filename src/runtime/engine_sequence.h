@@ -89,6 +89,11 @@ class EngineSequence {
     bool greedy_pick() const;
     // The token forward_greedy picked (bad: the row's first non-finite logit's index, or -1, and its value).
     void on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m);
+    // Speculative decoding: the drafter's guess of the token after the last one (-1: none), and whether the
+    // next step may verify it: its next token is a greedy pick and two more tokens fit max_tokens.
+    int32_t draft() const { return draft_; }
+    void set_draft(int32_t id) { draft_ = id; }
+    bool verifies_draft() const;
     // Ends the request (no-op when already finished) and sends the final event.
     void finish(FinishReason reason, std::string error = {});
 
@@ -120,6 +125,7 @@ class EngineSequence {
     TokenStopCheck token_stop_;
     Clock::time_point submitted_, last_token_, deadline_;
     FinishReason reason_ = FinishReason::kNone;
+    int32_t draft_ = -1;
 };
 
 }  // namespace di::runtime

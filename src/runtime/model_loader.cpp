@@ -1,5 +1,6 @@
 #include "runtime/model_loader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <tuple>
 
@@ -47,10 +48,41 @@ Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& ba
     return ok_status();
 }
 
+// Speculative decoding's settings against the config: the checkpoint has an MTP block, and a step's
+// drafts hold at most one window close of each compressor and fit the sliding window's ring (what
+// model::DeepseekV4State::undo restores).
+Status check_drafts(model::ModelConfig& cfg, int draft_tokens, int expert_ranks, const std::string& source) {
+    if (draft_tokens == 0) return ok_status();
+    if (draft_tokens < 0 || draft_tokens > kMaxDraftTokens)
+        return make_error(ErrorCode::kInvalidArgument,
+                          "{} draft tokens a step: the MTP drafter takes 1 to {}", draft_tokens,
+                          kMaxDraftTokens);
+    if (cfg.n_mtp_layers < 1)
+        return make_error(
+            ErrorCode::kUnsupported,
+            "{}: field 'num_nextn_predict_layers' is 0: the checkpoint has no MTP block to draft "
+            "with (speculative decoding needs one)",
+            source);
+    if (expert_ranks > 1)
+        return make_error(ErrorCode::kUnsupported,
+                          "speculative decoding with {} expert-parallel ranks is not supported yet",
+                          expert_ranks);
+    const int64_t least_rate = std::min(cfg.csa_rate, cfg.hca_rate);
+    if (cfg.window - 1 < draft_tokens + 1 || least_rate < draft_tokens + 1)
+        return make_error(ErrorCode::kUnsupported,
+                          "{}: speculative decoding of {} draft tokens needs a sliding window above {} and "
+                          "compression rates of at least {} (window {}, rates {} and {})",
+                          source, draft_tokens, draft_tokens + 1, draft_tokens + 1, cfg.window, cfg.csa_rate,
+                          cfg.hca_rate);
+    cfg.draft_tokens = draft_tokens;
+    return ok_status();
+}
+
 // The family's model, or expert_ranks ranks of it (model/expert_parallel_model.h).
 Result<std::unique_ptr<model::Model>> load_ranks(model::ModelConfig cfg, std::shared_ptr<io::Checkpoint> ckpt,
-                                                 ops::Backend& backend, int expert_ranks,
+                                                 ops::Backend& backend, int expert_ranks, int draft_tokens,
                                                  const std::string& source) {
+    DI_TRY_STATUS(check_drafts(cfg, draft_tokens, expert_ranks, source));
     if (expert_ranks == 1) {
         const model::ModelFamily& family = model::family_of(cfg);
         return family.load(std::move(cfg), std::move(ckpt), backend);
@@ -70,22 +102,29 @@ Result<std::unique_ptr<model::Model>> load_ranks(model::ModelConfig cfg, std::sh
 }  // namespace
 
 Result<std::unique_ptr<model::Model>> load_model(const std::string& dir, ops::Backend& backend,
-                                                 bool check_weights, int expert_ranks) {
+                                                 bool check_weights, int expert_ranks, int draft_tokens) {
     DI_TRY(model::ModelConfig cfg, model::load_config(dir));
     DI_TRY_STATUS(check_kernel_limits(cfg, backend, dir + "/config.json"));
     DI_TRY(io::Checkpoint ckpt, io::Checkpoint::open(dir));
     if (check_weights) DI_TRY_STATUS(io::check_checkpoint_finite(ckpt));
     return load_ranks(std::move(cfg), std::make_shared<io::Checkpoint>(std::move(ckpt)), backend,
-                      expert_ranks, dir);
+                      expert_ranks, draft_tokens, dir);
 }
 
 Result<std::unique_ptr<model::Model>> load_model_in_memory(const std::string& config_json,
                                                            std::shared_ptr<io::Checkpoint> ckpt,
-                                                           ops::Backend& backend, int expert_ranks) {
+                                                           ops::Backend& backend, int expert_ranks,
+                                                           int draft_tokens) {
     DI_TRY(model::ModelConfig cfg, model::parse_config(config_json, ckpt->dir()));
     DI_TRY_STATUS(check_kernel_limits(cfg, backend, ckpt->dir()));
     const std::string source = ckpt->dir();
-    return load_ranks(std::move(cfg), std::move(ckpt), backend, expert_ranks, source);
+    return load_ranks(std::move(cfg), std::move(ckpt), backend, expert_ranks, draft_tokens, source);
+}
+
+Result<int> parse_speculative(std::string_view name) {
+    if (name == "off") return 0;
+    if (name == "mtp") return 1;
+    return make_error(ErrorCode::kInvalidArgument, "speculative '{}': expected off or mtp", name);
 }
 
 Result<model::Precision> parse_precision(std::string_view name) {

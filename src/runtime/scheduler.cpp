@@ -158,6 +158,13 @@ void Scheduler::complete(const StepPlan& plan) {
     }
 }
 
+void Scheduler::fed_more(uint64_t id, int64_t n) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const Seq& s) { return s.d.id == id; });
+    if (it == running_.end()) return;  // removed while the step ran
+    DI_CHECK(n >= 0 && it->decoding(), "sequence {}: {} more tokens fed while prefilling", id, n);
+    it->n_fed += n;
+}
+
 bool Scheduler::remove(uint64_t id) {
     auto it = std::find_if(running_.begin(), running_.end(), [&](const Seq& s) { return s.d.id == id; });
     if (it != running_.end()) {

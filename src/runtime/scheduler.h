@@ -83,6 +83,8 @@ class Scheduler {
     void release_cached(int64_t bytes, int home = 0);
     // Records that `plan` ran: every chunk's tokens are now in its sequence's state.
     void complete(const StepPlan& plan);
+    // A running sequence's state holds n tokens more than its chunks fed (a kept speculative draft).
+    void fed_more(uint64_t id, int64_t n);
     // Removes a sequence (finished, cancelled, failed), waiting or running, and frees its memory.
     // Returns false when it is unknown.
     bool remove(uint64_t id);

@@ -50,6 +50,12 @@ std::string render_metrics(const EngineStats& s, const ServerCounters& c,
            "Steps whose every sampling sequence was greedy on raw logits: picked on the model's device, only "
            "ids copied back.",
            s.greedy_steps);
+    metric(o, "deepinfer_spec_draft_tokens_total", "counter",
+           "Speculative decoding (--speculative mtp): drafted tokens verified by a step.", s.draft_tokens);
+    metric(o, "deepinfer_spec_accepted_tokens_total", "counter",
+           "Speculative decoding: drafted tokens the model picked too (each a token without a step of its "
+           "own).",
+           s.draft_tokens_accepted);
     header(o, "deepinfer_sampled_draws_total", "counter",
            "Sampled tokens by where they were drawn from: the row's candidates computed where the logits "
            "are, or "

@@ -1,0 +1,124 @@
+// Speculative decoding's drafter: the checkpoint's MTP block (spec section 6) over the rows each sequence
+// kept in the last step. The row at position p takes the main model's last streams at p and the embedding
+// of token p + 1, goes through one more block (its own sliding window: layer n_layers of the state), the
+// block's hc head and norm and the main model's head, and its greedy pick guesses token p + 2. It runs only
+// over kept rows, so its own state never needs an undo.
+#include <algorithm>
+
+#include "model/deepseek_v4_step.h"
+
+namespace di::model {
+
+using namespace di::ops;
+
+namespace {
+constexpr int kDraftSegments = 1 << 20;  // the drafter's graph segments, apart from the main step's
+}  // namespace
+
+std::vector<int32_t> DeepseekV4::draft(std::span<const DraftChunk> chunks) {
+    DI_CHECK(w_.mtp.has_value(), "draft on a model loaded without its MTP block");
+    DI_CHECK(chunks.size() == last_.len.size(), "{} draft chunks after a step of {}", chunks.size(),
+             last_.len.size());
+    const MtpWeights& mw = *w_.mtp;
+    const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult, V = cfg_.vocab_size;
+    const float eps = float(cfg_.rms_norm_eps);
+    std::vector<int32_t> out(chunks.size(), -1);
+
+    Step s;
+    std::vector<SeqChunk> seq;  // the drafter's chunks, over each kept part
+    std::vector<size_t> of;     // the step's chunk of each
+    std::vector<int32_t> tokens, positions;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+        const int64_t kept = int64_t(chunks[c].next_tokens.size());
+        DeepseekV4State* st = last_.states[c];
+        DI_CHECK(kept <= last_.len[c], "chunk {} keeps {} of its {} rows", c, kept, last_.len[c]);
+        if (kept == 0) continue;
+        DI_CHECK(st->mtp_tokens() + kept == st->n_tokens(),
+                 "chunk {}: the drafter has run over {} positions, the state holds {} after {} kept", c,
+                 st->mtp_tokens(), st->n_tokens(), kept);
+        seq.push_back({st, chunks[c].next_tokens, false});
+        of.push_back(c);
+        s.states.push_back(st);
+        s.row0.push_back(s.n);
+        s.len.push_back(kept);
+        s.pos0.push_back(st->mtp_tokens());
+        tokens.insert(tokens.end(), chunks[c].next_tokens.begin(), chunks[c].next_tokens.end());
+        for (int64_t i = 0; i < kept; ++i) positions.push_back(int32_t(st->mtp_tokens() + i));
+        s.n += kept;
+    }
+    if (s.n == 0) return out;
+    const int64_t n = s.n;
+    s.chunks = seq;
+    s.segment = kDraftSegments;
+    step_rows_ = s.len, step_n_ = n;
+    s.tokens = upload_i32(ws_, *be_, tokens);
+    s.positions = upload_i32(ws_, *be_, positions);
+    s.streams = ws_.take(DType::kF32, {n, hc, D});
+    s.spare = ws_.take(DType::kF32, {n, hc, D});
+    s.x = ws_.take(DType::kF32, {n, D});
+    s.post = ws_.take(DType::kF32, {n, hc});
+    s.comb = ws_.take(DType::kF32, {n, hc, hc});
+    // The main model's streams of the kept rows, before any segment opens: where they lie follows the last
+    // step's layout, which the drafter's segment keys do not name.
+    TensorView x_main = ws_.take(DType::kF32, {n, hc, D});
+    for (size_t j = 0; j < of.size(); ++j)
+        be_->copy(x_main.rows(s.row0[j], s.len[j]), last_.streams.rows(last_.row0[of[j]], s.len[j]));
+
+    // Input streams: h_proj(hnorm(X)) per stream, plus e_proj(enorm(embedding of the next token)) in each.
+    be_->set_scope("mtp / input");
+    begin_segment(s);
+    TensorView e = ws_.take(DType::kF32, {n, D}), e_proj = ws_.take(DType::kF32, {n, D});
+    be_->embed({.tokens = s.tokens, .table = w_.embed, .out = e});
+    be_->rms_norm({.x = e, .weight = mw.enorm, .y = e, .eps = eps});
+    be_->linear(lin(e, mw.e_proj, e_proj));
+    const TensorView x_rows = x_main.reshape({n * hc, D}), h_rows = s.streams.reshape({n * hc, D});
+    be_->rms_norm({.x = x_rows, .weight = mw.hnorm, .y = x_rows, .eps = eps});
+    be_->linear(lin(x_rows, mw.h_proj, h_rows));
+    const TensorView wide = s.streams.reshape({n, hc * D});
+    for (int64_t j = 0; j < hc; ++j)
+        be_->add({.a = columns(wide, j * D, D), .b = e_proj, .out = columns(wide, j * D, D)});
+
+    attention_layer(int(cfg_.n_layers), s);
+    ffn_layer(int(cfg_.n_layers), s);
+
+    be_->set_scope("mtp / head");
+    TensorView h = ws_.take(DType::kF32, {n, D});
+    be_->hc_head_norm({.streams = s.streams,
+                       .fn = mw.hc_head.fn,
+                       .base = mw.hc_head.base,
+                       .scale = mw.hc_head.scale,
+                       .out = h,
+                       .norm_eps = eps,
+                       .hc_eps = float(cfg_.hc_eps)},
+                      {.x = h, .weight = mw.norm, .y = h, .eps = eps});
+    std::vector<size_t> wanted;  // indices into `of`
+    for (size_t j = 0; j < of.size(); ++j)
+        if (chunks[of[j]].want) wanted.push_back(j);
+    const int64_t m = int64_t(wanted.size());
+    TensorView picks;
+    if (m > 0) {
+        TensorView sel = ws_.take(DType::kF32, {m, D});
+        for (int64_t i = 0; i < m; ++i) {
+            const size_t j = wanted[size_t(i)];
+            be_->copy(sel.rows(i, 1), h.rows(s.row0[j] + s.len[j] - 1, 1));
+        }
+        TensorView logits = ws_.take(DType::kF32, {m, V});
+        be_->linear(lin(sel, w_.head, logits));
+        picks = ws_.take(DType::kI32, {2, m});
+        be_->argmax(
+            {.x = logits, .ids = picks.rows(0, 1).reshape({m}), .bad = picks.rows(1, 1).reshape({m})});
+    }
+    be_->segment_end();
+    step_rows_ = {}, step_n_ = -1;
+    if (m > 0) {
+        std::vector<int32_t> both(size_t(2 * m));
+        be_->copy(TensorView::contiguous(both.data(), DType::kI32, {2, m}), picks);
+        be_->synchronize();
+        for (int64_t i = 0; i < m; ++i)  // a non-finite logit: no guess (the main model's own row decides)
+            if (both[size_t(m + i)] < 0) out[of[wanted[size_t(i)]]] = both[size_t(i)];
+    }
+    for (size_t j = 0; j < of.size(); ++j) s.states[j]->advance_mtp(s.len[j]);
+    return out;
+}
+
+}  // namespace di::model

@@ -1,0 +1,203 @@
+// Speculative decoding's model side (docs/speculative.md): a step that feeds a sequence's next token and a
+// drafted one, with the draft kept or taken back (SequenceState::prepare_undo / undo), must leave the
+// sequence where feeding the kept tokens one by one leaves it, and the MTP drafter must follow the kept rows.
+// The reference is the same model run one token a step without drafts; the drafts are chosen by the test
+// (the real drafter's guesses on random weights are nearly always wrong), so both the kept and the
+// taken-back paths run at the positions that matter: drafts that close a CSA window, the first HCA window
+// (rate 128) and the sliding window's ring after it wraps.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "demo/demo_model.h"
+#include "model/model.h"
+#include "runtime/backend_factory.h"
+#include "runtime/model_loader.h"
+
+namespace di {
+namespace {
+
+constexpr int64_t kVocab = 512;
+
+struct Loaded {
+    std::unique_ptr<ops::Backend> backend;
+    std::unique_ptr<model::Model> model;
+};
+
+// The demo model's shape (window 128, CSA rate 4, HCA rate 128) with a small vocabulary and its MTP block.
+Loaded load(const std::string& backend, int draft_tokens) {
+    demo::RandomModelSpec spec;
+    spec.vocab = kVocab;
+    spec.mtp = true;
+    auto rm = demo::random_model_in_memory(spec);
+    EXPECT_TRUE(rm.ok());
+    Loaded l;
+    auto be = runtime::make_backend(backend);
+    EXPECT_TRUE(be.ok());
+    l.backend = std::move(be.value());
+    auto m = runtime::load_model_in_memory(rm->config_json, rm->checkpoint, *l.backend, 1, draft_tokens);
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+    l.model = std::move(m.value());
+    return l;
+}
+
+int32_t argmax(std::span<const float> row) {
+    return int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+float max_diff(std::span<const float> a, std::span<const float> b) {
+    float d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+    return d;
+}
+
+const std::vector<int32_t> kPrompt = {3, 141, 59, 26, 5, 358, 97};
+constexpr int64_t kSteps = 150;  // past position 127 (the first HCA window and the ring's wrap)
+
+// The reference: one token a step. tokens[p] is the token at position p (the prompt, then greedy picks);
+// logits[p] the row after feeding position p; guess[p] the drafter's guess from position p (of token p + 2).
+struct Plain {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<float>> logits;
+    std::vector<int32_t> guess;
+};
+
+Plain run_plain(model::Model& m) {
+    Plain r;
+    r.tokens = kPrompt;
+    const int64_t P = int64_t(kPrompt.size());
+    r.logits.resize(size_t(P + kSteps));
+    r.guess.assign(size_t(P + kSteps), -1);
+    auto st = m.new_state(P + kSteps + 2);
+    std::vector<int32_t> feed = kPrompt;
+    for (int64_t step = 0; step <= kSteps; ++step) {
+        const int64_t p0 = st->n_tokens();
+        const model::SeqChunk c{st.get(), feed, false};
+        std::vector<float> row = m.forward({&c, 1});
+        const int64_t last = p0 + int64_t(feed.size()) - 1;
+        r.logits[size_t(last)] = row;
+        r.tokens.push_back(argmax(row));
+        // the drafter over the step's rows: the tokens after them
+        const std::span<const int32_t> next(r.tokens.data() + p0 + 1, feed.size());
+        const model::DraftChunk d{next, true};
+        r.guess[size_t(last)] = m.draft({&d, 1})[0];
+        if (step == kSteps) break;
+        feed = {r.tokens.back()};
+    }
+    return r;
+}
+
+// Which drafts are right (kept) and which wrong (taken back): wrong ones at q % 5 == 0 and q % 8 == 3 (odd
+// positions too, so that windows close at both kinds), and around the first HCA window's close (127), taken
+// back (hca_kept false) or, after three taken back, kept.
+bool draft_right(int64_t q, bool hca_kept) {
+    if (q >= 124 && q <= 127) return hca_kept && q == 127;
+    return !(q % 5 == 0 || q % 8 == 3);
+}
+
+// Runs the drafts draft_right() says against `plain`; returns which kinds of drafts ran.
+std::set<std::string> run_drafts(model::Model& m, const Plain& plain, bool hca_kept, float tolerance) {
+    const int64_t P = int64_t(kPrompt.size());
+    auto st = m.new_state(P + kSteps + 2);
+    {  // the prompt, then its drafter rows
+        const model::SeqChunk c{st.get(), kPrompt, false};
+        m.forward({&c, 1});
+        const model::DraftChunk d{std::span(plain.tokens).subspan(1, size_t(P)), true};
+        EXPECT_EQ(m.draft({&d, 1})[0], plain.guess[size_t(P - 1)]);
+    }
+    std::set<std::string> seen;
+    while (st->n_tokens() + 2 <= P + kSteps) {
+        const int64_t p = st->n_tokens(), q = p + 1;  // q: the draft's position
+        const bool right = draft_right(q, hca_kept);
+        const int32_t draft =
+            right ? plain.tokens[size_t(q)] : (plain.tokens[size_t(q)] + 1) % int32_t(kVocab);
+        const std::vector<int32_t> feed = {plain.tokens[size_t(p)], draft};
+        st->prepare_undo(1);
+        const model::SeqChunk c{st.get(), feed, true};
+        const std::vector<float> rows = m.forward({&c, 1});
+        if (rows.size() != size_t(2 * kVocab)) {
+            ADD_FAILURE() << rows.size() << " logits for two rows";
+            return seen;
+        }
+        const std::span<const float> row0(rows.data(), size_t(kVocab)),
+            row1(rows.data() + kVocab, size_t(kVocab));
+        EXPECT_LE(max_diff(row0, plain.logits[size_t(p)]), tolerance) << "position " << p;
+        EXPECT_EQ(argmax(row0), plain.tokens[size_t(q)]) << "position " << p;
+        if (right) {
+            EXPECT_LE(max_diff(row1, plain.logits[size_t(q)]), tolerance) << "position " << q;
+        }
+        st->undo(right ? 0 : 1);
+        const int64_t kept = right ? 2 : 1;
+        EXPECT_EQ(st->n_tokens(), p + kept);
+        const model::DraftChunk d{std::span(plain.tokens).subspan(size_t(p + 1), size_t(kept)), true};
+        const int32_t guess = m.draft({&d, 1})[0];
+        EXPECT_EQ(guess, plain.guess[size_t(p + kept - 1)]) << "drafter after position " << p + kept - 1;
+        const bool csa_close = (q + 1) % 4 == 0, hca_close = (q + 1) % 128 == 0;
+        seen.insert(std::string(right ? "kept" : "taken back") +
+                    (hca_close   ? " closing HCA"
+                     : csa_close ? " closing CSA"
+                                 : "") +
+                    (q >= 127 ? " after the ring wraps" : ""));
+    }
+    return seen;
+}
+
+void check_backend(const std::string& backend, float tolerance) {
+    SCOPED_TRACE(backend);
+    Loaded one = load(backend, 1);
+    const Plain plain = run_plain(*one.model);
+    std::set<std::string> seen;
+    for (const bool hca_kept : {false, true}) {
+        Loaded spec = load(backend, 1);
+        seen.merge(run_drafts(*spec.model, plain, hca_kept, tolerance));
+    }
+    for (const char* c :
+         {"kept", "taken back", "kept closing CSA", "taken back closing CSA", "kept after the ring wraps",
+          "taken back after the ring wraps", "kept closing CSA after the ring wraps",
+          "taken back closing CSA after the ring wraps", "kept closing HCA after the ring wraps",
+          "taken back closing HCA after the ring wraps"})
+        EXPECT_TRUE(seen.count(c)) << "no draft " << c;
+}
+
+TEST(Speculative, KeptAndTakenBackDraftsEqualOneTokenSteps) {
+    check_backend("ref", 0.0f);   // bit for bit: the reference's rows do not depend on the chunk
+    check_backend("cpu", 1e-4f);  // its kernels may pick by row count (a 2-row chunk): rounding only
+}
+
+TEST(Speculative, LoadRefusesWhatCannotDraft) {
+    demo::RandomModelSpec spec;
+    spec.vocab = kVocab;  // no MTP block
+    auto rm = demo::random_model_in_memory(spec);
+    ASSERT_TRUE(rm.ok());
+    auto be = runtime::make_backend("cpu");
+    ASSERT_TRUE(be.ok());
+    auto m = runtime::load_model_in_memory(rm->config_json, rm->checkpoint, **be, 1, 1);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.error().message.find("num_nextn_predict_layers"), std::string::npos) << m.error().message;
+    EXPECT_FALSE(runtime::parse_speculative("eagle").ok());
+    spec.mtp = true;
+    auto with = demo::random_model_in_memory(spec);
+    ASSERT_TRUE(with.ok());
+    auto two = runtime::load_model_in_memory(with->config_json, with->checkpoint, **be, 1, 2);
+    ASSERT_FALSE(two.ok());
+    EXPECT_NE(two.error().message.find("draft tokens"), std::string::npos) << two.error().message;
+    auto ranks = runtime::load_model_in_memory(with->config_json, with->checkpoint, **be, 2, 1);
+    ASSERT_FALSE(ranks.ok());
+    EXPECT_NE(ranks.error().message.find("expert-parallel"), std::string::npos) << ranks.error().message;
+    // Without drafting, the MTP block is skipped as before; with it, the state holds its ring and undo rows.
+    auto off = runtime::load_model_in_memory(with->config_json, with->checkpoint, **be, 1, 0);
+    auto on = runtime::load_model_in_memory(with->config_json, with->checkpoint, **be, 1, 1);
+    ASSERT_TRUE(off.ok() && on.ok());
+    EXPECT_EQ((*off)->draft_tokens(), 0);
+    EXPECT_EQ((*on)->draft_tokens(), 1);
+    EXPECT_GT((*on)->state_size().fixed_bytes, (*off)->state_size().fixed_bytes);
+    EXPECT_EQ((*on)->state_size().bytes_per_token, (*off)->state_size().bytes_per_token);
+}
+
+}  // namespace
+}  // namespace di

@@ -1,0 +1,172 @@
+// Speculative decoding in the engine (EngineOptions::speculative, docs/speculative.md): every request gets
+// the tokens it gets without it, alone or in a batch with sampled requests, chunked prompts past the first
+// HCA window and prompts restored from the prefix cache. On random weights the MTP block's guesses are
+// nearly always wrong, so a second model keeps only channel 0 of the final norms (the main model's and the
+// MTP block's): both heads then pick one of the same two tokens (the largest or the smallest of the head's
+// column 0, by the sign of that channel), and about half of the guesses are right, so the kept path runs
+// too.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "deepinfer/engine.h"
+#include "demo/demo_model.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+
+namespace di {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kVocab = 512;
+
+// A random model with the MTP block in `dir`; two_tokens: its final norms keep channel 0 only.
+std::string write_model(const std::string& name, bool two_tokens) {
+    const fs::path dir =
+        fs::temp_directory_path() / ("deepinfer-spec-" + name + "-" + std::to_string(::getpid()));
+    demo::RandomModelSpec spec;
+    spec.vocab = kVocab;
+    spec.mtp = true;
+    EXPECT_TRUE(demo::write_random_model(dir.string(), spec).ok());
+    if (!two_tokens) return dir.string();
+    auto ck = io::Checkpoint::open(dir.string());
+    EXPECT_TRUE(ck.ok());
+    std::vector<io::TensorToWrite> out;
+    for (const auto& [n, e] : ck->tensors()) {
+        io::TensorToWrite t{n, e.st_dtype, e.shape, std::vector<uint8_t>(e.data, e.data + e.nbytes)};
+        if (n == "norm.weight" || n == "mtp.0.norm.weight") {  // bf16: 1.0 in channel 0, zeros elsewhere
+            std::fill(t.bytes.begin(), t.bytes.end(), uint8_t(0));
+            t.bytes[0] = 0x80, t.bytes[1] = 0x3F;
+        }
+        out.push_back(std::move(t));
+    }
+    ck = Result<io::Checkpoint>(make_error(ErrorCode::kIo, "closed"));  // unmap before rewriting
+    EXPECT_TRUE(io::write_safetensors((dir / "model.safetensors").string(), out).ok());
+    return dir.string();
+}
+
+struct Got {
+    std::vector<std::vector<int32_t>> tokens;
+    EngineStats stats;
+};
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = int32_t(rng() % uint32_t(kVocab));
+    return t;
+}
+
+// The requests: greedy ones (one prompt twice, for the prefix cache; one past the first HCA window of 128),
+// one sampled at temperature 0.8 and one greedy with max_tokens 2 (no room for a draft's second token).
+std::vector<Request> requests() {
+    std::mt19937 rng(5);
+    const std::vector<int32_t> shared = random_tokens(rng, 40);
+    std::vector<Request> rs;
+    for (const auto& [prompt, max_tokens] :
+         std::vector<std::pair<std::vector<int32_t>, int64_t>>{{shared, 30},
+                                                               {random_tokens(rng, 9), 40},
+                                                               {random_tokens(rng, 150), 24},
+                                                               {shared, 30},
+                                                               {random_tokens(rng, 3), 2}}) {
+        Request r;
+        r.prompt = prompt;
+        r.sampling.temperature = 0;
+        r.stop.max_tokens = max_tokens;
+        r.stop.ignore_eos = true;
+        rs.push_back(r);
+    }
+    Request s = rs[1];
+    s.sampling.temperature = 0.8f;
+    s.sampling.seed = 99;
+    rs.push_back(s);
+    return rs;
+}
+
+Got run(const std::string& dir, const std::string& speculative, bool together) {
+    EngineOptions o;
+    o.model_dir = dir;
+    o.backend = "cpu";
+    o.prefill_chunk = 16;
+    o.step_token_budget = 64;
+    o.max_running = 8;
+    o.speculative = speculative;
+    auto e = Engine::create(o);
+    EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
+    Got g;
+    if (!e.ok()) return g;
+    const std::vector<Request> rs = requests();
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    g.tokens.resize(rs.size());
+    auto collect = [&](RequestStream& s, std::vector<int32_t>& into) {
+        for (;;) {
+            auto ev = s.next(std::chrono::milliseconds(60000));
+            if (!ev) return ADD_FAILURE() << "request " << s.id() << " produced nothing for 60 s";
+            for (const GeneratedToken& t : ev->tokens) into.push_back(t.id);
+            if (ev->finished) return;
+        }
+    };
+    for (size_t i = 0; i < rs.size(); ++i) {
+        auto s = (*e)->submit(rs[i]);
+        EXPECT_TRUE(s.ok());
+        if (!s.ok()) return g;
+        if (together)
+            streams.push_back(*s);
+        else
+            collect(**s, g.tokens[i]);
+    }
+    for (size_t i = 0; i < streams.size(); ++i) collect(*streams[i], g.tokens[i]);
+    for (int i = 0; i < 500 && ((*e)->stats().n_running > 0 || (*e)->stats().state_bytes_allocated > 0); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the last step's counts
+    g.stats = (*e)->stats();
+    return g;
+}
+
+TEST(Engine, SpeculativeGivesTheTokensOfNone) {
+    for (const bool two_tokens : {false, true}) {
+        SCOPED_TRACE(two_tokens ? "two-token heads" : "random heads");
+        const std::string dir = write_model(two_tokens ? "two" : "random", two_tokens);
+        for (const bool together : {false, true}) {
+            SCOPED_TRACE(together ? "together" : "one by one");
+            const Got off = run(dir, "off", together), on = run(dir, "mtp", together);
+            ASSERT_EQ(off.tokens.size(), on.tokens.size());
+            for (size_t i = 0; i < off.tokens.size(); ++i)
+                EXPECT_EQ(on.tokens[i], off.tokens[i]) << "request " << i;
+            EXPECT_EQ(off.stats.draft_tokens, 0u);
+            EXPECT_GT(on.stats.draft_tokens, 20u);
+            if (!together) {  // together, how the requests batch depends on when each arrives
+                EXPECT_LE(on.stats.steps, off.stats.steps);
+            }
+            EXPECT_EQ(on.stats.generation_tokens, off.stats.generation_tokens);
+            if (two_tokens) {  // both paths ran; one by one, each kept draft saved a step
+                EXPECT_GT(on.stats.draft_tokens_accepted, 10u);
+                EXPECT_LT(on.stats.draft_tokens_accepted, on.stats.draft_tokens);
+                if (!together) {
+                    EXPECT_EQ(on.stats.steps + on.stats.draft_tokens_accepted, off.stats.steps);
+                }
+            }
+        }
+        fs::remove_all(dir);
+    }
+}
+
+TEST(Engine, SpeculativeNeedsTheMtpBlock) {
+    EngineOptions o;
+    o.model_dir = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";  // transformers' layout: no mtp.* tensors
+    o.backend = "cpu";
+    o.speculative = "mtp";
+    auto e = Engine::create(o);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.error().message.find("MTP"), std::string::npos) << e.error().message;
+    o.speculative = "eagle";
+    auto bad = Engine::create(o);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message.find("speculative 'eagle'"), std::string::npos) << bad.error().message;
+}
+
+}  // namespace
+}  // namespace di
