@@ -19,6 +19,10 @@
 # PART=roofline (~6 min): the 16-layer decode step against the roofline, both precisions, batch 1, 4, 16 and
 #   64 (batch 64 on a 128-token prompt: 64 x 512 prompt tokens in one step do not fit the prefill workspace),
 #   the copy bandwidth measured in the same call (tools/gpu_decode_layers.sh).
+# PART=spec (~3 min; its own pack: BINS="tests/model/speculative_test bench/spec_bench" tools/gpu_pack.sh):
+#   speculative decoding with the MTP block on cuda (docs/speculative.md): kept and taken-back drafts
+#   against one-token steps (Speculative.*, the cuda case), then spec_bench on 16 layers of V4-Flash at
+#   forced acceptance, both precisions (the drafter's cost and the verify step's against a plain step).
 # PART=timeline (~1 min): the native batch-1 step's kernels and their exposed times (tools/gpu_timeline.sh).
 # PART=ncu (~8 min, where time is left): why the batch-1 step's slow kernels take their time
 #   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), and a
@@ -59,6 +63,14 @@ case ${PART:-fp8} in
         tail -1
     done
     ;;
+  spec)
+    timeout 150 $d/bin/speculative_test > "$OUT/spec.log" 2>&1
+    echo "speculative tests rc $?"; summary "$OUT/spec.log"
+    for p in exact native; do
+      timeout 120 $d/bin/spec_bench --backend cuda --preset flash --layers 16 --precision $p --prompt 128 \
+        --decode 48 --accept "0 0.5 0.85" 2>&1 | tail -6
+    done
+    ;;
   timeline)
     OUT=$OUT/tl PRECISION=native BATCH=1 LAYERS=16 TRACE_TIMEOUT=50 timeout 60 tools/gpu_timeline.sh 2>/dev/null |
       head -14
@@ -68,6 +80,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: fused | fp8 | roofline | timeline | ncu"; exit 2 ;;
+  *) echo "PART: fused | fp8 | roofline | spec | timeline | ncu"; exit 2 ;;
 esac
 exit 0
