@@ -5,6 +5,7 @@
 // MTP block's): both heads then pick one of the same two tokens (the largest or the smallest of the head's
 // column 0, by the sign of that channel), and about half of the guesses are right, so the kept path runs
 // too.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -52,6 +53,7 @@ std::string write_model(const std::string& name, bool two_tokens) {
 
 struct Got {
     std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::vector<float>> prompt_logprobs;
     EngineStats stats;
 };
 
@@ -84,10 +86,15 @@ std::vector<Request> requests() {
     s.sampling.temperature = 0.8f;
     s.sampling.seed = 99;
     rs.push_back(s);
+    Request scored = rs[1];  // its prefill steps bring every row to the host beside the others' drafts
+    scored.prompt = random_tokens(rng, 100);
+    scored.prompt_logprobs = 2;
+    rs.push_back(scored);
     return rs;
 }
 
-Got run(const std::string& dir, const std::string& speculative, bool together) {
+// candidates: EngineOptions::sample_candidates (0: sampled rows cross whole; 256: what a GPU does).
+Got run(const std::string& dir, const std::string& speculative, bool together, int candidates) {
     EngineOptions o;
     o.model_dir = dir;
     o.backend = "cpu";
@@ -95,6 +102,7 @@ Got run(const std::string& dir, const std::string& speculative, bool together) {
     o.step_token_budget = 64;
     o.max_running = 8;
     o.speculative = speculative;
+    o.sample_candidates = candidates;
     auto e = Engine::create(o);
     EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
     Got g;
@@ -102,11 +110,13 @@ Got run(const std::string& dir, const std::string& speculative, bool together) {
     const std::vector<Request> rs = requests();
     std::vector<std::shared_ptr<RequestStream>> streams;
     g.tokens.resize(rs.size());
-    auto collect = [&](RequestStream& s, std::vector<int32_t>& into) {
+    g.prompt_logprobs.resize(rs.size());
+    auto collect = [&](RequestStream& s, size_t i) {
         for (;;) {
             auto ev = s.next(std::chrono::milliseconds(60000));
             if (!ev) return ADD_FAILURE() << "request " << s.id() << " produced nothing for 60 s";
-            for (const GeneratedToken& t : ev->tokens) into.push_back(t.id);
+            for (const GeneratedToken& t : ev->tokens) g.tokens[i].push_back(t.id);
+            for (const GeneratedToken& t : ev->prompt_logprobs) g.prompt_logprobs[i].push_back(t.logprob);
             if (ev->finished) return;
         }
     };
@@ -117,9 +127,9 @@ Got run(const std::string& dir, const std::string& speculative, bool together) {
         if (together)
             streams.push_back(*s);
         else
-            collect(**s, g.tokens[i]);
+            collect(**s, i);
     }
-    for (size_t i = 0; i < streams.size(); ++i) collect(*streams[i], g.tokens[i]);
+    for (size_t i = 0; i < streams.size(); ++i) collect(*streams[i], i);
     for (int i = 0; i < 500 && ((*e)->stats().n_running > 0 || (*e)->stats().state_bytes_allocated > 0); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the last step's counts
     g.stats = (*e)->stats();
@@ -130,18 +140,22 @@ TEST(Engine, SpeculativeGivesTheTokensOfNone) {
     for (const bool two_tokens : {false, true}) {
         SCOPED_TRACE(two_tokens ? "two-token heads" : "random heads");
         const std::string dir = write_model(two_tokens ? "two" : "random", two_tokens);
-        for (const bool together : {false, true}) {
-            SCOPED_TRACE(together ? "together" : "one by one");
-            const Got off = run(dir, "off", together), on = run(dir, "mtp", together);
+        for (const auto& [together, candidates] :
+             {std::pair{false, 0}, std::pair{true, 0}, std::pair{true, 256}}) {
+            SCOPED_TRACE(fmt::format("{}, {} candidates", together ? "together" : "one by one", candidates));
+            const Got off = run(dir, "off", together, candidates), on = run(dir, "mtp", together, candidates);
             ASSERT_EQ(off.tokens.size(), on.tokens.size());
-            for (size_t i = 0; i < off.tokens.size(); ++i)
+            for (size_t i = 0; i < off.tokens.size(); ++i) {
                 EXPECT_EQ(on.tokens[i], off.tokens[i]) << "request " << i;
+                EXPECT_EQ(on.prompt_logprobs[i], off.prompt_logprobs[i]) << "request " << i;
+            }
+            EXPECT_EQ(off.prompt_logprobs.back().size(), 99u);
             EXPECT_EQ(off.stats.draft_tokens, 0u);
             EXPECT_GT(on.stats.draft_tokens, 20u);
+            EXPECT_EQ(on.stats.generation_tokens, off.stats.generation_tokens);
             if (!together) {  // together, how the requests batch depends on when each arrives
                 EXPECT_LE(on.stats.steps, off.stats.steps);
             }
-            EXPECT_EQ(on.stats.generation_tokens, off.stats.generation_tokens);
             if (two_tokens) {  // both paths ran; one by one, each kept draft saved a step
                 EXPECT_GT(on.stats.draft_tokens_accepted, 10u);
                 EXPECT_LT(on.stats.draft_tokens_accepted, on.stats.draft_tokens);
