@@ -27,7 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct Run {
     std::vector<int32_t> tokens;  // generated
@@ -140,8 +142,9 @@ int main(int argc, char** argv) {
     decode(**m, prompt, std::min<int64_t>(n_decode, 8), -1, {});  // warm-up
     const Run plain = decode(**m, prompt, n_decode, -1, {});
     const double plain_rate = double(plain.steps) / plain.seconds;
-    fmt::print("preset {} ({} layers + the MTP block), backend {}, precision {}, prompt {}, {} tokens a run\n",
-               preset, (*m)->config().n_layers, backend_name, precision, n_prompt, n_decode);
+    fmt::print(
+        "preset {} ({} layers + the MTP block), backend {}, precision {}, prompt {}, {} tokens a run\n",
+        preset, (*m)->config().n_layers, backend_name, precision, n_prompt, n_decode);
     fmt::print("{:>10} {:>8} {:>8} {:>10} {:>10} {:>12} {:>9} {:>10}\n", "accept", "steps", "kept", "ms/step",
                "drafter", "tokens/s", "x plain", "mismatch");
     fmt::print("{:>10} {:>8} {:>8} {:>10.2f} {:>10} {:>12.1f} {:>9.2f} {:>10}\n", "plain", plain.steps, 0,

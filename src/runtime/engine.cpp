@@ -563,6 +563,20 @@ bool Engine::Impl::step() {
         ++proposed;
         accepted += hit ? 1 : 0;
     };
+    // A drawing sequence's speculative chunk: its first row's draw keeps the draft with its probability
+    // (EngineSequence::draw_draft), and where it does, the second row gives the next draw.
+    auto settle_drawn = [&](size_t i, std::span<const float> row0, std::span<const float> row1,
+                            EngineSequence::StepMetrics& m) {
+        EngineSequence& q = *chunk_seqs[i];
+        const EngineSequence::Draw first = q.draw_draft(row0);
+        q.on_draw(first, m);
+        const bool hit = first.kept_draft && first.bad < 0;
+        if (hit) q.on_draw(q.draw(row1), m);
+        q.state()->undo(hit ? 0 : 1);
+        kept[i] = hit ? 2 : 1;
+        ++proposed;
+        accepted += hit ? 1 : 0;
+    };
     // Sampling and detokenising run outside the lock too; only the loop thread touches sequences. When
     // every sequence that samples this step takes the first maximum of its raw logits, the model picks
     // them where the logits are and only ids come back.
@@ -585,9 +599,15 @@ bool Engine::Impl::step() {
                 chunk_seqs[i]->on_greedy_pick(picks.ids[r], picks.bad[r], picks.bad_value[r], sm);
         }
     } else {
-        std::vector<size_t> sampling;  // the chunks that draw (a speculative chunk picks instead)
-        for (size_t i = 0; i < plan.chunks.size(); ++i)
-            if (plan.chunks[i].samples && !spec[i]) sampling.push_back(i);
+        std::vector<size_t> sampling;  // the chunks that draw (speculative chunks settle their drafts apart)
+        std::vector<size_t> spec_drawn;  // speculative chunks of drawing sequences: their two rows whole
+        std::vector<char> drawn(plan.chunks.size(), 0);
+        for (size_t i = 0; i < plan.chunks.size(); ++i) {
+            if (spec[i] && !chunk_seqs[i]->greedy_pick())
+                spec_drawn.push_back(i), drawn[i] = 1;
+            else if (plan.chunks[i].samples && !spec[i])
+                sampling.push_back(i);
+        }
         std::vector<EngineSequence::Draw> draws(sampling.size());
         std::vector<size_t> full;   // the draws (indices into sampling) that take the whole logits row
         std::vector<float> logits;  // rows: those draws' rows in that order (candidates), or every row
@@ -634,10 +654,19 @@ bool Engine::Impl::step() {
                 else
                     full.push_back(j);
             }
-            // a speculative chunk's picks: its rows' first candidates (the first maximum: candidates are by
-            // logit descending, id ascending)
+            // a greedy speculative chunk's picks: its rows' first candidates (the first maximum: candidates
+            // are by logit descending, id ascending); a drawing one's draws from its two rows, whole
+            std::vector<int64_t> drawn_rows;
+            for (size_t i : spec_drawn)
+                drawn_rows.insert(drawn_rows.end(), {int64_t(row_end[i] - 2), int64_t(row_end[i] - 1)});
+            if (!drawn_rows.empty()) {
+                const std::vector<float> two = model->step_logits_rows(drawn_rows);
+                for (size_t k = 0; k < spec_drawn.size(); ++k)
+                    settle_drawn(spec_drawn[k], std::span(two).subspan(2 * k * size_t(vocab), size_t(vocab)),
+                                 std::span(two).subspan((2 * k + 1) * size_t(vocab), size_t(vocab)), sm);
+            }
             for (size_t i = 0; i < plan.chunks.size(); ++i) {
-                if (!spec[i]) continue;
+                if (!spec[i] || drawn[i]) continue;
                 const size_t r = row_end[i] - 1;
                 auto pick = [&](size_t row) {
                     return std::array<int32_t, 3>{cr.ids[row * C], cr.bad[row], 0};
@@ -659,7 +688,11 @@ bool Engine::Impl::step() {
             for (size_t j = 0; j < sampling.size(); ++j) full.push_back(j);
             for (size_t i = 0; i < chunks.size(); ++i) {  // before the tokens drawn from their last rows
                 const size_t r = row_end[i] - 1;
-                if (spec[i]) {
+                if (drawn[i]) {
+                    const std::span<const float> all(logits);
+                    settle_drawn(i, all.subspan((r - 1) * size_t(vocab), size_t(vocab)),
+                                 all.subspan(r * size_t(vocab), size_t(vocab)), sm);
+                } else if (spec[i]) {
                     auto pick = [&](size_t row) {
                         const auto [id, bad] = ops::argmax_row(logits.data() + row * size_t(vocab), vocab);
                         return std::array<int32_t, 3>{id, bad, 0};

@@ -81,8 +81,21 @@ bool EngineSequence::greedy_pick() const {
 }
 
 bool EngineSequence::verifies_draft() const {
-    return draft_ >= 0 && !finished() && n_generated_ >= 1 && n_generated_ + 2 <= req_.stop.max_tokens &&
-           greedy_pick();
+    if (draft_ < 0 || finished() || n_generated_ < 1 || n_generated_ + 2 > req_.stop.max_tokens) return false;
+    return greedy_pick() || (sampler_.params().temperature > 0.0f && !constraint_ && held_back().empty());
+}
+
+EngineSequence::Draw EngineSequence::draw_draft(std::span<const float> logits) {
+    Draw d;
+    if (finished()) return d;
+    d.skip = false;
+    if (const int64_t bad = first_non_finite(logits); bad >= 0) {
+        d.bad = bad, d.bad_value = logits[size_t(bad)];
+        return d;
+    }
+    const std::span<const int32_t> all(tokens_);
+    d.token = sampler_.sample_draft(logits, draft_, d.kept_draft, all, all.subspan(size_t(n_prompt_)));
+    return d;
 }
 
 void EngineSequence::on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m) {

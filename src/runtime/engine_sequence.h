@@ -69,6 +69,7 @@ class EngineSequence {
         SampledToken token;
         int64_t bad = -1;  // the first non-finite logit's index, or -1
         float bad_value = 0;
+        bool kept_draft = false;  // draw_draft: the token is the draft
     };
     Draw draw(std::span<const float> logits);
     // What a draw from the row's candidates needs besides them: the ids whose logits penalties or held-back
@@ -90,10 +91,14 @@ class EngineSequence {
     // The token forward_greedy picked (bad: the row's first non-finite logit's index, or -1, and its value).
     void on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m);
     // Speculative decoding: the drafter's guess of the token after the last one (-1: none), and whether the
-    // next step may verify it: its next token is a greedy pick and two more tokens fit max_tokens.
+    // next step may verify it: two more tokens fit max_tokens, and its next token is a greedy pick or a draw
+    // without an output constraint or held-back stop ids.
     int32_t draft() const { return draft_; }
     void set_draft(int32_t id) { draft_ = id; }
     bool verifies_draft() const;
+    // A drawing sequence's draft against the logits of its row (Sampler::sample_draft: the draw keeps the
+    // row's distribution); Draw::kept_draft says whether the token is the draft. on_draw() sends it.
+    Draw draw_draft(std::span<const float> logits);
     // Ends the request (no-op when already finished) and sends the final event.
     void finish(FinishReason reason, std::string error = {});
 

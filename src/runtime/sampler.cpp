@@ -76,9 +76,12 @@ class Ranking {
 // (over the ranking's prefix when top-k cuts, else over every id that is not barred: sum_all(m)). rank(i) is
 // the i-th best (id, z), or nullopt where the ranking is not known that far; the draw is then nullopt too.
 // total_all(sum): the kept probabilities' total when nothing was cut. n_ok: the ids not barred.
+// draft >= 0 (speculative sampling): one uniform keeps the draft with its probability (*kept_draft set), else
+// a second draws from the other kept ids in proportion: the result's distribution is the plain draw's.
 template <class Rank, class SumAll, class TotalAll, class Uniform>
 std::optional<int32_t> draw_ranked(const SamplingParams& p, size_t V, size_t n_ok, Rank&& rank,
-                                   SumAll&& sum_all, TotalAll&& total_all, Uniform&& uniform) {
+                                   SumAll&& sum_all, TotalAll&& total_all, Uniform&& uniform,
+                                   int32_t draft = -1, bool* kept_draft = nullptr) {
     if (n_ok == 0) return 0;  // every id barred: id 0, as the greedy path
     const double T = p.temperature;
     size_t keep = p.top_k > 0 ? std::min(V, size_t(p.top_k)) : V;
@@ -132,22 +135,37 @@ std::optional<int32_t> draw_ranked(const SamplingParams& p, size_t V, size_t n_o
             total += *q;
         }
     }
+    size_t skip = keep;  // the draft's place among the kept ids (keep: not kept)
+    if (draft >= 0) {
+        double q_draft = 0;
+        for (size_t i = 0; i < keep && skip == keep; ++i) {
+            const auto r = rank(i);
+            if (!r) return std::nullopt;
+            if (r->first == draft) skip = i, q_draft = *prob(i);
+        }
+        if (uniform() * total < q_draft || (skip < keep && keep == 1)) {
+            *kept_draft = true;
+            return draft;
+        }
+        total -= q_draft;
+    }
     double r = uniform() * total;
+    std::optional<int32_t> last;
     for (size_t i = 0; i < keep; ++i) {
+        if (i == skip) continue;
         const auto q = prob(i);
         if (!q) return std::nullopt;
-        if (r < *q) return rank(i)->first;
+        last = rank(i)->first;
+        if (r < *q) return last;
         r -= *q;
     }
-    const auto last = rank(keep - 1);
-    if (!last) return std::nullopt;
-    return last->first;
+    return last;
 }
 
 }  // namespace
 
 // The draw over the whole row: every id ranked on demand, the sums over all of it.
-int32_t Sampler::draw(const std::vector<double>& z) {
+int32_t Sampler::draw(const std::vector<double>& z, int32_t draft, bool* kept_draft) {
     const double neg_inf = -std::numeric_limits<double>::infinity(), T = p_.temperature;
     const size_t V = z.size();
     const size_t n_ok = V - size_t(std::count(z.begin(), z.end(), neg_inf));
@@ -170,7 +188,7 @@ int32_t Sampler::draw(const std::vector<double>& z) {
             for (double x : e) total += x / sum;
             return total;
         },
-        [&] { return uniform(); });
+        [&] { return uniform(); }, draft, kept_draft);
     return *id;  // the whole ranking is known
 }
 
@@ -323,6 +341,21 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
         return out;
     }
 
+    std::vector<double>& z = adjusted_row(logits, context, generated, suppressed, allowed);
+    if (p_.temperature <= 0.0f) {  // greedy: first maximum, no sort
+        out.id = int32_t(std::max_element(z.begin(), z.end()) - z.begin());
+    } else {
+        out.id = draw(z);
+    }
+    finish_logprobs(out, logits);
+    return out;
+}
+
+std::vector<double>& Sampler::adjusted_row(std::span<const float> logits, std::span<const int32_t> context,
+                                           std::span<const int32_t> generated,
+                                           std::span<const int32_t> suppressed,
+                                           std::span<const uint32_t> allowed) const {
+    const size_t V = logits.size();
     std::vector<double>& z = scratch().z;
     z.assign(logits.begin(), logits.end());
     if (p_.repetition_penalty != 1.0f) {
@@ -342,11 +375,17 @@ SampledToken Sampler::sample(std::span<const float> logits, std::span<const int3
         for (size_t v = 0; v < V; ++v)
             if (!allows(allowed, v)) z[v] = neg_inf;
 
-    if (p_.temperature <= 0.0f) {  // greedy: first maximum, no sort
-        out.id = int32_t(std::max_element(z.begin(), z.end()) - z.begin());
-    } else {
-        out.id = draw(z);
-    }
+    return z;
+}
+
+SampledToken Sampler::sample_draft(std::span<const float> logits, int32_t draft, bool& kept,
+                                   std::span<const int32_t> context, std::span<const int32_t> generated,
+                                   std::span<const int32_t> suppressed) {
+    DI_CHECK(p_.temperature > 0.0f && draft >= 0 && size_t(draft) < logits.size(),
+             "a draft {} drawn at temperature {}", draft, p_.temperature);
+    kept = false;
+    SampledToken out;
+    out.id = draw(adjusted_row(logits, context, generated, suppressed, {}), draft, &kept);
     finish_logprobs(out, logits);
     return out;
 }

@@ -76,11 +76,24 @@ class Sampler {
     // applies): what sample(Candidates, ...) needs besides the candidates.
     std::vector<int32_t> adjusted_ids(std::span<const int32_t> context, std::span<const int32_t> generated,
                                       std::span<const int32_t> suppressed) const;
+    // Speculative sampling (docs/speculative.md), temperature > 0, no mask: the token for `logits` (the same
+    // arguments as sample()) drawn so that the guess `draft` comes out with its probability under sample()'s
+    // distribution (one uniform; `kept` then set) and every other id with its own (a second uniform over the
+    // rest). The distribution is sample()'s; the draws are not, so a seeded sequence's tokens differ from
+    // those without drafts.
+    SampledToken sample_draft(std::span<const float> logits, int32_t draft, bool& kept,
+                              std::span<const int32_t> context, std::span<const int32_t> generated,
+                              std::span<const int32_t> suppressed = {});
     const SamplingParams& params() const { return p_; }
 
   private:
-    double uniform();                            // [0, 1), identical on every platform for a given seed
-    int32_t draw(const std::vector<double>& z);  // temperature > 0: the sampled id
+    double uniform();  // [0, 1), identical on every platform for a given seed
+    // temperature > 0: the sampled id (with a draft: speculative sampling, *kept_draft set where it is kept)
+    int32_t draw(const std::vector<double>& z, int32_t draft = -1, bool* kept_draft = nullptr);
+    // The logits as z after the penalties, with suppressed and disallowed ids at -inf (a per-thread buffer).
+    std::vector<double>& adjusted_row(std::span<const float> logits, std::span<const int32_t> context,
+                                      std::span<const int32_t> generated, std::span<const int32_t> suppressed,
+                                      std::span<const uint32_t> allowed) const;
     // The penalties' rules, for the full row and the candidates alike: a seen id's logit (repetition), and
     // what a generated id's logit loses for `count` occurrences (presence + frequency, in float as given).
     double repeated(double z) const { return z > 0 ? z / p_.repetition_penalty : z * p_.repetition_penalty; }

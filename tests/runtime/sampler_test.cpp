@@ -74,11 +74,17 @@ TEST(Sampler, LogprobsOnlyWhenAskedAndExact) {
     }
 }
 
-// The sampling rules on a fully sorted vocabulary, with the sampler's uniform draw (the top 53 bits of
-// mt19937_64(seed)'s first number).
-int32_t reference_draw(const std::vector<float>& logits, const SamplingParams& p,
-                       const std::vector<int32_t>& context, const std::vector<int32_t>& generated,
-                       const std::vector<int32_t>& suppressed) {
+// The sampling rules on a fully sorted vocabulary: the kept ids in rank order and their probabilities
+// (not normalised: `total` is their sum).
+struct Kept {
+    std::vector<int32_t> ids;
+    std::vector<double> prob;
+    double total = 0;
+};
+
+Kept reference_kept(const std::vector<float>& logits, const SamplingParams& p,
+                    const std::vector<int32_t>& context, const std::vector<int32_t>& generated,
+                    const std::vector<int32_t>& suppressed) {
     const size_t V = logits.size();
     std::vector<double> z(logits.begin(), logits.end());
     std::vector<bool> seen(V, false);
@@ -109,15 +115,24 @@ int32_t reference_draw(const std::vector<float>& logits, const SamplingParams& p
     double mass = 0;
     for (k = 0; p.top_p < 1.0f && k < keep && (k == 0 || mass < p.top_p);) mass += prob[k++];
     if (p.top_p < 1.0f) keep = k;
-    double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += prob[i];
+    Kept out{std::vector<int32_t>(order.begin(), order.begin() + long(keep)),
+             std::vector<double>(prob.begin(), prob.begin() + long(keep)), 0};
+    for (double q : out.prob) out.total += q;
+    return out;
+}
+
+// The draw by those rules with the sampler's uniform draw (the top 53 bits of mt19937_64(seed)'s numbers).
+int32_t reference_draw(const std::vector<float>& logits, const SamplingParams& p,
+                       const std::vector<int32_t>& context, const std::vector<int32_t>& generated,
+                       const std::vector<int32_t>& suppressed) {
+    const Kept k = reference_kept(logits, p, context, generated, suppressed);
     std::mt19937_64 rng(p.seed);
-    double r = double(rng() >> 11) * 0x1.0p-53 * total;
-    for (size_t i = 0; i < keep; ++i) {
-        if (r < prob[i]) return order[i];
-        r -= prob[i];
+    double r = double(rng() >> 11) * 0x1.0p-53 * k.total;
+    for (size_t i = 0; i < k.ids.size(); ++i) {
+        if (r < k.prob[i]) return k.ids[i];
+        r -= k.prob[i];
     }
-    return order[keep - 1];
+    return k.ids.back();
 }
 
 TEST(Sampler, DrawsFollowTheRulesOnASortedVocabulary) {
@@ -164,6 +179,66 @@ TEST(Sampler, EveryIdBarredGivesIdZero) {
     std::vector<int32_t> all(64);
     for (int i = 0; i < 64; ++i) all[size_t(i)] = i;
     EXPECT_EQ(Sampler(p).sample(l, {}, {}, all).id, 0);
+}
+
+// Speculative sampling (Sampler::sample_draft): the draft is kept where the first uniform falls below its
+// probability, else the second draws from the other kept ids, exactly as written out here; and over many
+// draws every id comes out with its probability under the plain rules (a chi-square bound), whichever id the
+// draft is: the best, one further down, one top-k cuts.
+TEST(Sampler, DraftsKeepTheDistribution) {
+    SamplingParams p;
+    p.temperature = 0.8f, p.top_k = 6, p.top_p = 0.97f, p.min_p = 0.01f, p.repetition_penalty = 1.2f;
+    p.presence_penalty = 0.3f;
+    std::vector<float> l = random_logits(40, 9);
+    for (size_t v = 0; v < 8; ++v) l[v] = 2.0f - 0.3f * float(v);  // a spread-out top eight
+    const std::vector<int32_t> context = {1, 5, 30}, generated = {5};
+    const Kept k = reference_kept(l, p, context, generated, {});
+    ASSERT_GE(k.ids.size(), 4u);
+    for (const int32_t draft : {k.ids[0], k.ids[2], int32_t(39)}) {
+        SCOPED_TRACE(draft);
+        const auto at = std::find(k.ids.begin(), k.ids.end(), draft);
+        const double q_draft = at == k.ids.end() ? 0.0 : k.prob[size_t(at - k.ids.begin())];
+        for (uint64_t seed = 0; seed < 200; ++seed) {  // the rule, draw by draw
+            p.seed = seed;
+            bool kept = true;
+            const int32_t got = Sampler(p).sample_draft(l, draft, kept, context, generated).id;
+            std::mt19937_64 rng(seed);
+            const double u1 = double(rng() >> 11) * 0x1.0p-53, u2 = double(rng() >> 11) * 0x1.0p-53;
+            int32_t want = draft;
+            if (!(u1 * k.total < q_draft)) {
+                double r = u2 * (k.total - q_draft);
+                for (size_t i = 0; i < k.ids.size(); ++i) {
+                    if (k.ids[i] == draft) continue;
+                    want = k.ids[i];
+                    if (r < k.prob[i]) break;
+                    r -= k.prob[i];
+                }
+            }
+            ASSERT_EQ(got, want) << "seed " << seed;
+            EXPECT_EQ(kept, got == draft);
+        }
+        p.seed = 12345;  // the distribution: one sampler, many draws
+        Sampler s(p);
+        const int n = 200000;
+        std::vector<int> seen(l.size(), 0);
+        for (int i = 0; i < n; ++i) {
+            bool kept = false;
+            ++seen[size_t(s.sample_draft(l, draft, kept, context, generated).id)];
+        }
+        double chi2 = 0;
+        int outside = 0;
+        for (size_t v = 0; v < l.size(); ++v) {
+            const auto it = std::find(k.ids.begin(), k.ids.end(), int32_t(v));
+            if (it == k.ids.end()) {
+                outside += seen[v];
+                continue;
+            }
+            const double e = n * k.prob[size_t(it - k.ids.begin())] / k.total;
+            chi2 += (seen[v] - e) * (seen[v] - e) / e;
+        }
+        EXPECT_EQ(outside, 0);
+        EXPECT_LT(chi2, 30.0) << "over " << k.ids.size() << " ids";  // P(chi2 > 30 | <= 7 dof) < 1e-4
+    }
 }
 
 }  // namespace

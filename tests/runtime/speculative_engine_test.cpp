@@ -65,6 +65,8 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
 
 // The requests: greedy ones (one prompt twice, for the prefix cache; one past the first HCA window of 128),
 // one sampled at temperature 0.8 and one greedy with max_tokens 2 (no room for a draft's second token).
+constexpr size_t kSampled = 5;  // requests()'s sampled one
+
 std::vector<Request> requests() {
     std::mt19937 rng(5);
     const std::vector<int32_t> shared = random_tokens(rng, 40);
@@ -82,7 +84,7 @@ std::vector<Request> requests() {
         r.stop.ignore_eos = true;
         rs.push_back(r);
     }
-    Request s = rs[1];
+    Request s = rs[1];  // kSampled
     s.sampling.temperature = 0.8f;
     s.sampling.seed = 99;
     rs.push_back(s);
@@ -146,6 +148,11 @@ TEST(Engine, SpeculativeGivesTheTokensOfNone) {
             const Got off = run(dir, "off", together, candidates), on = run(dir, "mtp", together, candidates);
             ASSERT_EQ(off.tokens.size(), on.tokens.size());
             for (size_t i = 0; i < off.tokens.size(); ++i) {
+                // the sampled request draws differently with drafts (SpeculativeDrawsScoreAsTheirPrompt)
+                if (i == kSampled) {
+                    EXPECT_EQ(on.tokens[i].size(), off.tokens[i].size());
+                    continue;
+                }
                 EXPECT_EQ(on.tokens[i], off.tokens[i]) << "request " << i;
                 EXPECT_EQ(on.prompt_logprobs[i], off.prompt_logprobs[i]) << "request " << i;
             }
@@ -166,6 +173,64 @@ TEST(Engine, SpeculativeGivesTheTokensOfNone) {
         }
         fs::remove_all(dir);
     }
+}
+
+// A drawing request's drafts (Sampler::sample_draft keeps the distribution: tests/runtime/sampler_test.cpp)
+// change which tokens its seed draws, not how its rows are computed: each token's logprob, reported from the
+// row that drew it, equals the logprob of that token when the tokens are scored as a prompt without
+// drafts; the same seed gives the same tokens twice.
+TEST(Engine, SpeculativeDrawsScoreAsTheirPrompt) {
+    const std::string dir = write_model("draws", true);
+    EngineOptions o;
+    o.model_dir = dir;
+    o.backend = "cpu";
+    o.prefill_chunk = 16;
+    o.speculative = "mtp";
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    std::mt19937 rng(3);
+    Request r;
+    r.prompt = random_tokens(rng, 9);
+    r.sampling.temperature = 0.3f;
+    r.sampling.top_k = 3;
+    r.sampling.seed = 7;
+    r.sampling.logprobs = true;
+    r.stop.max_tokens = 60;
+    r.stop.ignore_eos = true;
+    auto drawn = [&](const Request& q) {
+        std::vector<GeneratedToken> out;
+        auto s = (*e)->submit(q);
+        EXPECT_TRUE(s.ok());
+        for (;;) {
+            auto ev = (*s)->next(std::chrono::milliseconds(60000));
+            if (!ev) return ADD_FAILURE() << "nothing for 60 s", out;
+            out.insert(out.end(), ev->tokens.begin(), ev->tokens.end());
+            out.insert(out.end(), ev->prompt_logprobs.begin(), ev->prompt_logprobs.end());
+            if (ev->finished) return out;
+        }
+    };
+    const std::vector<GeneratedToken> first = drawn(r), again = drawn(r);
+    ASSERT_EQ(first.size(), 60u);
+    ASSERT_EQ(again.size(), 60u);
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i].id, again[i].id) << i;
+    for (int i = 0; i < 500 && (*e)->stats().n_running > 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const EngineStats st = (*e)->stats();
+    EXPECT_GT(st.draft_tokens_accepted, 4u);
+    EXPECT_LT(st.draft_tokens_accepted, st.draft_tokens);
+    Request scored;
+    scored.prompt = r.prompt;
+    for (const GeneratedToken& t : first) scored.prompt.push_back(t.id);
+    scored.prompt_logprobs = 0;
+    scored.stop.max_tokens = 0;
+    const std::vector<GeneratedToken> rows = drawn(scored);  // the prompt's tokens from the second on
+    ASSERT_EQ(rows.size(), scored.prompt.size() - 1);
+    for (size_t i = 0; i < first.size(); ++i) {
+        const GeneratedToken& want = rows[r.prompt.size() - 1 + i];
+        EXPECT_EQ(want.id, first[i].id);
+        EXPECT_NEAR(first[i].logprob, want.logprob, 1e-4) << "token " << i;
+    }
+    fs::remove_all(dir);
 }
 
 TEST(Engine, SpeculativeNeedsTheMtpBlock) {
