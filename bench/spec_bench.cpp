@@ -7,6 +7,8 @@
 // includes the drafter's share, given apart ("drafter").
 //   spec_bench [--preset demo|mid|mid-fullvocab|flash] [--layers L] [--backend cpu|cuda|ref]
 //              [--precision exact|native] [--prompt N] [--decode N] [--accept "0 0.5 0.8 0.9"]
+//              [--profile 1]  (per-op times of the plain run and of the first speculative one, every op
+//                              synchronised: where a speculative step's extra time goes)
 #include <fmt/format.h>
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "demo/demo_model.h"
 #include "demo/presets.h"
 #include "model/model.h"
+#include "ops/compare/profile_backend.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
 
@@ -97,7 +100,8 @@ Run decode(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, doubl
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string preset = "demo", backend_name = "cpu", precision = "exact", accepts = "0 0.5 0.8 0.9";
+    std::string preset = "demo", backend_name = "cpu", precision = "exact", accepts = "0 0.5 0.8 0.9",
+                profile = "0";
     int64_t n_prompt = 64, n_decode = 64, n_layers = 4;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -115,6 +119,8 @@ int main(int argc, char** argv) {
             n_layers = std::stoll(v);
         else if (k == "--accept")
             accepts = v;
+        else if (k == "--profile")
+            profile = v;
     }
     demo::RandomModelSpec spec;
     if (preset == "mid-fullvocab") {
@@ -130,7 +136,9 @@ int main(int argc, char** argv) {
     if (!rm) return std::fprintf(stderr, "%s\n", rm.error().message.c_str()), 1;
     auto be = runtime::make_backend(backend_name);
     if (!be) return std::fprintf(stderr, "%s\n", be.error().message.c_str()), 1;
-    auto m = runtime::load_model_in_memory(rm->config_json, rm->checkpoint, **be, 1, 1);
+    std::unique_ptr<ops::ProfileBackend> prof;
+    if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be);
+    auto m = runtime::load_model_in_memory(rm->config_json, rm->checkpoint, prof ? *prof : **be, 1, 1);
     *rm = {};
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
     auto p = runtime::parse_precision(precision);
@@ -140,7 +148,12 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % size_t(spec.vocab));
 
     decode(**m, prompt, std::min<int64_t>(n_decode, 8), -1, {});  // warm-up
+    if (prof) prof->reset();
     const Run plain = decode(**m, prompt, n_decode, -1, {});
+    if (prof) {
+        fmt::print("plain run, per op:\n{}\n", ops::ProfileBackend::markdown_of(prof->table()));
+        prof->reset();
+    }
     const double plain_rate = double(plain.steps) / plain.seconds;
     fmt::print(
         "preset {} ({} layers + the MTP block), backend {}, precision {}, prompt {}, {} tokens a run\n",
@@ -158,6 +171,10 @@ int main(int argc, char** argv) {
                    double(r.kept) / double(r.drafts), r.steps, r.kept, 1e3 * r.seconds / double(r.steps),
                    1e3 * r.draft_seconds / double(r.steps), rate, rate / plain_rate,
                    r.mismatches + (r.tokens == plain.tokens ? 0 : 1000000));
+        if (prof) {
+            fmt::print("speculative run, per op:\n{}\n", ops::ProfileBackend::markdown_of(prof->table()));
+            prof.reset();  // the rest unprofiled
+        }
     }
     return 0;
 }
