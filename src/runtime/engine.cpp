@@ -559,6 +559,7 @@ bool Engine::Impl::step() {
         q.on_greedy_pick(first[0], first[1], bad0, m);
         if (hit) q.on_greedy_pick(second[0], second[1], bad1, m);
         q.state()->undo(hit ? 0 : 1);
+        q.on_draft_verified(hit);
         kept[i] = hit ? 2 : 1;
         ++proposed;
         accepted += hit ? 1 : 0;
@@ -573,6 +574,7 @@ bool Engine::Impl::step() {
         const bool hit = first.kept_draft && first.bad < 0;
         if (hit) q.on_draw(q.draw(row1), m);
         q.state()->undo(hit ? 0 : 1);
+        q.on_draft_verified(hit);
         kept[i] = hit ? 2 : 1;
         ++proposed;
         accepted += hit ? 1 : 0;

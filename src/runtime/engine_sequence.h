@@ -94,8 +94,21 @@ class EngineSequence {
     // next step may verify it: two more tokens fit max_tokens, and its next token is a greedy pick or a draw
     // without an output constraint or held-back stop ids.
     int32_t draft() const { return draft_; }
-    void set_draft(int32_t id) { draft_ = id; }
+    void set_draft(int32_t id) {
+        draft_ = id;
+        ++steps_since_verified_;
+    }
     bool verifies_draft() const;
+    // A verified draft's outcome: the sequence's recent rate of kept drafts, below which verifying costs
+    // more than it gains and only every kProbeSteps-th draft is verified (to notice the rate rise again).
+    void on_draft_verified(bool kept) {
+        kept_rate_ = kRateDecay * kept_rate_ + (1 - kRateDecay) * (kept ? 1.0 : 0.0);
+        steps_since_verified_ = 0;
+    }
+    // A V4-Flash verify step reads ~1.30x a plain step's bytes at batch 1 (docs/speculative.md): below ~30%
+    // kept, verifying loses. The rate starts at 1 and moves a fifth of the way to each outcome.
+    static constexpr double kMinKeptRate = 0.35, kRateDecay = 0.8;
+    static constexpr int kProbeSteps = 8;
     // A drawing sequence's draft against the logits of its row (Sampler::sample_draft: the draw keeps the
     // row's distribution); Draw::kept_draft says whether the token is the draft. on_draw() sends it.
     Draw draw_draft(std::span<const float> logits);
@@ -131,6 +144,8 @@ class EngineSequence {
     Clock::time_point submitted_, last_token_, deadline_;
     FinishReason reason_ = FinishReason::kNone;
     int32_t draft_ = -1;
+    double kept_rate_ = 1.0;
+    int steps_since_verified_ = 0;
 };
 
 }  // namespace di::runtime
