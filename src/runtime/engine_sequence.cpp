@@ -82,7 +82,6 @@ bool EngineSequence::greedy_pick() const {
 
 bool EngineSequence::verifies_draft() const {
     if (draft_ < 0 || finished() || n_generated_ < 1 || n_generated_ + 2 > req_.stop.max_tokens) return false;
-    if (kept_rate_ < kMinKeptRate && steps_since_verified_ < kProbeSteps) return false;
     return greedy_pick() || (sampler_.params().temperature > 0.0f && !constraint_ && held_back().empty());
 }
 

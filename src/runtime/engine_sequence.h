@@ -94,13 +94,16 @@ class EngineSequence {
     // next step may verify it: two more tokens fit max_tokens, and its next token is a greedy pick or a draw
     // without an output constraint or held-back stop ids.
     int32_t draft() const { return draft_; }
-    void set_draft(int32_t id) {
-        draft_ = id;
-        ++steps_since_verified_;
-    }
+    void set_draft(int32_t id) { draft_ = id; }
     bool verifies_draft() const;
-    // A verified draft's outcome: the sequence's recent rate of kept drafts, below which verifying costs
-    // more than it gains and only every kProbeSteps-th draft is verified (to notice the rate rise again).
+    // After each step: whether the drafter should guess for the next one. Not while the sequence's recent
+    // rate of kept drafts is below kMinKeptRate, where verifying costs more than it gains, but for every
+    // kProbeSteps-th step (to notice the rate rise again).
+    bool wants_draft() {
+        ++steps_since_verified_;
+        return kept_rate_ >= kMinKeptRate || steps_since_verified_ >= kProbeSteps;
+    }
+    // A verified draft's outcome, for that rate.
     void on_draft_verified(bool kept) {
         kept_rate_ = kRateDecay * kept_rate_ + (1 - kRateDecay) * (kept ? 1.0 : 0.0);
         steps_since_verified_ = 0;
