@@ -52,10 +52,11 @@ void add_sample_candidates_option(CLI::App& app, int& candidates) {
 }
 
 void add_speculative_option(CLI::App& app, std::string& speculative) {
-    app.add_option("--speculative", speculative,
-                   "off | mtp: the checkpoint's MTP block guesses the token after next, and each decode step "
-                   "checks the guess beside the next token, yielding two tokens where it is kept (greedy: the "
-                   "same tokens as off; sampled: the same distribution; docs/speculative.md)")
+    app.add_option(
+           "--speculative", speculative,
+           "off | mtp: the checkpoint's MTP block guesses the token after next, and each decode step "
+           "checks the guess beside the next token, yielding two tokens where it is kept (greedy: the "
+           "same tokens as off; sampled: the same distribution; docs/speculative.md)")
         ->check(CLI::IsMember({"off", "mtp"}))
         ->capture_default_str();
 }
