@@ -529,9 +529,9 @@ bool Engine::Impl::step() {
         chunks.push_back(
             model::SeqChunk{chunk_seqs[i]->state(), chunk_seqs[i]->tokens(c.start, c.n_tokens), rows});
     }
-    // Speculative decoding (docs/speculative.md): a decoding sequence whose next token is a greedy pick and
-    // that has a draft feeds the draft after its token; both rows' picks decide (settle_draft). kept[i]: the
-    // rows of chunk i its state keeps (a rejected draft is taken back).
+    // Speculative decoding (docs/speculative.md): a decoding sequence with a draft to verify feeds it after
+    // its token; both rows' picks or logits decide (EngineSequence::settle_picks / settle_draws). kept[i]:
+    // the rows of chunk i its state keeps (a draft not kept is taken back).
     std::vector<std::array<int32_t, 2>> spec_tokens(plan.chunks.size());
     std::vector<char> spec(plan.chunks.size(), 0);
     std::vector<int64_t> kept(plan.chunks.size());
@@ -550,36 +550,12 @@ bool Engine::Impl::step() {
         row_end.push_back((row_end.empty() ? 0 : row_end.back()) +
                           (chunks[i].all_logits ? chunks[i].tokens.size() : 1));
     uint64_t proposed = 0, accepted = 0;
-    // The picks of a speculative chunk's two rows (id, first non-finite index or -1, its value): the draft
-    // stands where the first row picks it, and the second row's pick then follows it.
-    auto settle_draft = [&](size_t i, const std::array<int32_t, 3>& first,
-                            const std::array<int32_t, 3>& second, float bad0, float bad1,
-                            EngineSequence::StepMetrics& m) {
-        EngineSequence& q = *chunk_seqs[i];
-        const bool hit = first[1] < 0 && first[0] == q.draft();
-        q.on_greedy_pick(first[0], first[1], bad0, m);
-        if (hit) q.on_greedy_pick(second[0], second[1], bad1, m);
-        q.state()->undo(hit ? 0 : 1);
-        q.on_draft_verified(hit);
-        kept[i] = hit ? 2 : 1;
+    auto verified = [&](size_t i, bool kept_draft) {  // EngineSequence::settle_*'s outcome
+        kept[i] = kept_draft ? 2 : 1;
         ++proposed;
-        accepted += hit ? 1 : 0;
+        accepted += kept_draft ? 1 : 0;
     };
-    // A drawing sequence's speculative chunk: its first row's draw keeps the draft with its probability
-    // (EngineSequence::draw_draft), and where it does, the second row gives the next draw.
-    auto settle_drawn = [&](size_t i, std::span<const float> row0, std::span<const float> row1,
-                            EngineSequence::StepMetrics& m) {
-        EngineSequence& q = *chunk_seqs[i];
-        const EngineSequence::Draw first = q.draw_draft(row0);
-        q.on_draw(first, m);
-        const bool hit = first.kept_draft && first.bad < 0;
-        if (hit) q.on_draw(q.draw(row1), m);
-        q.state()->undo(hit ? 0 : 1);
-        q.on_draft_verified(hit);
-        kept[i] = hit ? 2 : 1;
-        ++proposed;
-        accepted += hit ? 1 : 0;
-    };
+    using Pick = EngineSequence::Pick;
     // Sampling and detokenising run outside the lock too; only the loop thread touches sequences. When
     // every sequence that samples this step takes the first maximum of its raw logits, the model picks
     // them where the logits are and only ids come back.
@@ -593,11 +569,11 @@ bool Engine::Impl::step() {
         DI_CHECK(picks.ids.size() == row_end.back() && picks.bad.size() == row_end.back() &&
                      picks.bad_value.size() == row_end.back(),
                  "forward_greedy returned {} picks for {} rows", picks.ids.size(), row_end.back());
-        auto at = [&](size_t r) { return std::array<int32_t, 3>{picks.ids[r], picks.bad[r], 0}; };
+        auto at = [&](size_t r) { return Pick{picks.ids[r], picks.bad[r], picks.bad_value[r]}; };
         for (size_t i = 0; i < plan.chunks.size(); ++i) {
             const size_t r = row_end[i] - 1;
             if (spec[i])
-                settle_draft(i, at(r - 1), at(r), picks.bad_value[r - 1], picks.bad_value[r], sm);
+                verified(i, chunk_seqs[i]->settle_picks(at(r - 1), at(r), sm));
             else if (plan.chunks[i].samples)
                 chunk_seqs[i]->on_greedy_pick(picks.ids[r], picks.bad[r], picks.bad_value[r], sm);
         }
@@ -665,21 +641,22 @@ bool Engine::Impl::step() {
             if (!drawn_rows.empty()) {
                 const std::vector<float> two = model->step_logits_rows(drawn_rows);
                 for (size_t k = 0; k < spec_drawn.size(); ++k)
-                    settle_drawn(spec_drawn[k], std::span(two).subspan(2 * k * size_t(vocab), size_t(vocab)),
-                                 std::span(two).subspan((2 * k + 1) * size_t(vocab), size_t(vocab)), sm);
+                    verified(spec_drawn[k],
+                             chunk_seqs[spec_drawn[k]]->settle_draws(
+                                 std::span(two).subspan(2 * k * size_t(vocab), size_t(vocab)),
+                                 std::span(two).subspan((2 * k + 1) * size_t(vocab), size_t(vocab)), sm));
             }
             for (size_t i = 0; i < plan.chunks.size(); ++i) {
                 if (!spec[i] || drawn[i]) continue;
                 const size_t r = row_end[i] - 1;
                 auto pick = [&](size_t row) {
-                    return std::array<int32_t, 3>{cr.ids[row * C], cr.bad[row], 0};
+                    Pick p{cr.ids[row * C], cr.bad[row], 0};
+                    if (p.bad >= 0)  // its value for the message
+                        p.bad_value = model->step_logits_at(std::vector<int64_t>{int64_t(row)},
+                                                            std::vector<int32_t>{p.bad})[0];
+                    return p;
                 };
-                std::array<float, 2> bad_value = {0, 0};
-                for (size_t k = 0; k < 2; ++k)
-                    if (const int32_t b = cr.bad[r - 1 + k]; b >= 0)
-                        bad_value[k] = model->step_logits_at(std::vector<int64_t>{int64_t(r - 1 + k)},
-                                                             std::vector<int32_t>{b})[0];
-                settle_draft(i, pick(r - 1), pick(r), bad_value[0], bad_value[1], sm);
+                verified(i, chunk_seqs[i]->settle_picks(pick(r - 1), pick(r), sm));
             }
             std::vector<int64_t> rows;
             for (size_t j : full) rows.push_back(int64_t(row_end[sampling[j]] - 1));
@@ -691,20 +668,16 @@ bool Engine::Impl::step() {
             for (size_t j = 0; j < sampling.size(); ++j) full.push_back(j);
             for (size_t i = 0; i < chunks.size(); ++i) {  // before the tokens drawn from their last rows
                 const size_t r = row_end[i] - 1;
+                const std::span<const float> all(logits);
+                auto row = [&](size_t k) { return all.subspan(k * size_t(vocab), size_t(vocab)); };
+                auto pick = [&](size_t k) {
+                    const auto [id, bad] = ops::argmax_row(row(k).data(), vocab);
+                    return Pick{id, bad, bad < 0 ? 0.0f : row(k)[size_t(bad)]};
+                };
                 if (drawn[i]) {
-                    const std::span<const float> all(logits);
-                    settle_drawn(i, all.subspan((r - 1) * size_t(vocab), size_t(vocab)),
-                                 all.subspan(r * size_t(vocab), size_t(vocab)), sm);
+                    verified(i, chunk_seqs[i]->settle_draws(row(r - 1), row(r), sm));
                 } else if (spec[i]) {
-                    auto pick = [&](size_t row) {
-                        const auto [id, bad] = ops::argmax_row(logits.data() + row * size_t(vocab), vocab);
-                        return std::array<int32_t, 3>{id, bad, 0};
-                    };
-                    const auto a = pick(r - 1), b = pick(r);
-                    auto value = [&](size_t row, int32_t bad) {
-                        return bad < 0 ? 0.0f : logits[row * size_t(vocab) + size_t(bad)];
-                    };
-                    settle_draft(i, a, b, value(r - 1, a[1]), value(r, b[1]), sm);
+                    verified(i, chunk_seqs[i]->settle_picks(pick(r - 1), pick(r), sm));
                 } else if (chunks[i].all_logits) {
                     const size_t r0 = row_end[i] - chunks[i].tokens.size();
                     const int64_t n = int64_t(chunks[i].tokens.size());

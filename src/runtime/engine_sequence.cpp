@@ -85,17 +85,37 @@ bool EngineSequence::verifies_draft() const {
     return greedy_pick() || (sampler_.params().temperature > 0.0f && !constraint_ && held_back().empty());
 }
 
-EngineSequence::Draw EngineSequence::draw_draft(std::span<const float> logits) {
+bool EngineSequence::settle_picks(const Pick& first, const Pick& second, StepMetrics& m) {
+    const bool kept = first.bad < 0 && first.id == draft_;
+    on_greedy_pick(first.id, first.bad, first.bad_value, m);
+    if (kept) on_greedy_pick(second.id, second.bad, second.bad_value, m);
+    on_draft_verified(kept);
+    return kept;
+}
+
+bool EngineSequence::settle_draws(std::span<const float> first, std::span<const float> second,
+                                  StepMetrics& m) {
     Draw d;
-    if (finished()) return d;
-    d.skip = false;
-    if (const int64_t bad = first_non_finite(logits); bad >= 0) {
-        d.bad = bad, d.bad_value = logits[size_t(bad)];
-        return d;
+    if (!finished()) {
+        d.skip = false;
+        if (const int64_t bad = first_non_finite(first); bad >= 0) {
+            d.bad = bad, d.bad_value = first[size_t(bad)];
+        } else {
+            const std::span<const int32_t> all(tokens_);
+            d.token = sampler_.sample_draft(first, draft_, d.kept_draft, all, all.subspan(size_t(n_prompt_)));
+        }
     }
-    const std::span<const int32_t> all(tokens_);
-    d.token = sampler_.sample_draft(logits, draft_, d.kept_draft, all, all.subspan(size_t(n_prompt_)));
-    return d;
+    on_draw(d, m);
+    const bool kept = d.kept_draft && d.bad < 0;
+    if (kept) on_draw(draw(second), m);
+    on_draft_verified(kept);
+    return kept;
+}
+
+void EngineSequence::on_draft_verified(bool kept) {
+    state_->undo(kept ? 0 : 1);
+    kept_rate_ = kRateDecay * kept_rate_ + (1 - kRateDecay) * (kept ? 1.0 : 0.0);
+    steps_since_verified_ = 0;
 }
 
 void EngineSequence::on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m) {

@@ -69,7 +69,7 @@ class EngineSequence {
         SampledToken token;
         int64_t bad = -1;  // the first non-finite logit's index, or -1
         float bad_value = 0;
-        bool kept_draft = false;  // draw_draft: the token is the draft
+        bool kept_draft = false;  // settle_draws: the token is the draft
     };
     Draw draw(std::span<const float> logits);
     // What a draw from the row's candidates needs besides them: the ids whose logits penalties or held-back
@@ -103,22 +103,26 @@ class EngineSequence {
         ++steps_since_verified_;
         return kept_rate_ >= kMinKeptRate || steps_since_verified_ >= kProbeSteps;
     }
-    // A verified draft's outcome, for that rate.
-    void on_draft_verified(bool kept) {
-        kept_rate_ = kRateDecay * kept_rate_ + (1 - kRateDecay) * (kept ? 1.0 : 0.0);
-        steps_since_verified_ = 0;
-    }
     // A V4-Flash verify step reads ~1.30x a plain step's bytes at batch 1 (docs/speculative.md): below ~30%
     // kept, verifying loses. The rate starts at 1 and moves a fifth of the way to each outcome.
     static constexpr double kMinKeptRate = 0.35, kRateDecay = 0.8;
     static constexpr int kProbeSteps = 8;
-    // A drawing sequence's draft against the logits of its row (Sampler::sample_draft: the draw keeps the
-    // row's distribution); Draw::kept_draft says whether the token is the draft. on_draw() sends it.
-    Draw draw_draft(std::span<const float> logits);
+    // A verify step's outcome (the chunk [next token, draft] fed after prepare_undo): sends the token or two
+    // it gives, takes a draft not kept out of the state, and returns whether the draft was kept. Greedy:
+    // the picks of the chunk's two rows (the draft is kept where the first row picks it). Drawing: the two
+    // rows' logits (Sampler::sample_draft on the first keeps the row's distribution; where it keeps the
+    // draft, the second row's ordinary draw follows).
+    struct Pick {
+        int32_t id = 0, bad = -1;  // the pick, and the row's first non-finite logit's index or -1
+        float bad_value = 0;
+    };
+    bool settle_picks(const Pick& first, const Pick& second, StepMetrics& m);
+    bool settle_draws(std::span<const float> first, std::span<const float> second, StepMetrics& m);
     // Ends the request (no-op when already finished) and sends the final event.
     void finish(FinishReason reason, std::string error = {});
 
   private:
+    void on_draft_verified(bool kept);           // the kept rate; the state's undo
     std::span<const int32_t> held_back() const;  // stop ids not yet allowed (before min_tokens)
     void send(RequestEvent e);
     // The sampled token t: constraint, stop checks, metrics, and the event sent.
