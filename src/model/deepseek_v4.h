@@ -41,6 +41,7 @@ class DeepseekV4 final : public Model {
     int64_t draft_tokens() const override { return w_.mtp ? cfg_.draft_tokens : 0; }
     // The checkpoint's MTP block over the kept rows of the last step (spec section 6; docs/speculative.md).
     std::vector<int32_t> draft(std::span<const DraftChunk> chunks) override;
+    std::vector<float> draft_logits(std::span<const DraftChunk> chunks) override;
     // Expert parallelism with data-parallel attention (docs/parallel.md): this model is rank comm->rank() of
     // comm->size(), its weights bound with `experts` (bind_weights). Each rank steps its own sequences; each
     // MoE sends the tokens' rows to the ranks that hold their experts and gets the pairs' outputs back (see
@@ -72,6 +73,9 @@ class DeepseekV4 final : public Model {
     // The step up to the head (and the greedy pick when s.greedy): its logits [rows, vocab] on the backend,
     // valid until the next step. The chunks' states advance after the caller's copy.
     TensorView run_step(std::span<const SeqChunk> chunks, Step& s);
+    // The drafter over the last step's kept rows (deepseek_v4_draft.cpp): the guesses of the chunks that want
+    // one, or with `logits` every kept row's logits [rows, vocab] on the host.
+    std::vector<int32_t> run_draft(std::span<const DraftChunk> chunks, std::vector<float>* logits);
     Projected project(const CompressorWeights& cw, Step& s, const TensorView& y, int64_t width);
     // Pools and stores compressed entries for every chunk; n_entries[c] = entries after the step.
     void compress_into(const CompressorWeights& cw, const Projected& p, int layer, bool index, Step& s,

@@ -15,7 +15,15 @@ namespace {
 constexpr int kDraftSegments = 1 << 20;  // the drafter's graph segments, apart from the main step's
 }  // namespace
 
-std::vector<int32_t> DeepseekV4::draft(std::span<const DraftChunk> chunks) {
+std::vector<int32_t> DeepseekV4::draft(std::span<const DraftChunk> chunks) { return run_draft(chunks, nullptr); }
+
+std::vector<float> DeepseekV4::draft_logits(std::span<const DraftChunk> chunks) {
+    std::vector<float> logits;
+    run_draft(chunks, &logits);
+    return logits;
+}
+
+std::vector<int32_t> DeepseekV4::run_draft(std::span<const DraftChunk> chunks, std::vector<float>* all) {
     DI_CHECK(w_.mtp.has_value(), "draft on a model loaded without its MTP block");
     DI_CHECK(chunks.size() == last_.len.size(), "{} draft chunks after a step of {}", chunks.size(),
              last_.len.size());
@@ -91,18 +99,24 @@ std::vector<int32_t> DeepseekV4::draft(std::span<const DraftChunk> chunks) {
                        .norm_eps = eps,
                        .hc_eps = float(cfg_.hc_eps)},
                       {.x = h, .weight = mw.norm, .y = h, .eps = eps});
-    std::vector<size_t> wanted;  // indices into `of`
-    for (size_t j = 0; j < of.size(); ++j)
+    std::vector<int64_t> rows;   // the rows whose logits are computed: every kept one, or each guess's
+    std::vector<size_t> wanted;  // the guesses' indices into `of`
+    for (size_t j = 0; j < of.size(); ++j) {
+        if (all)
+            for (int64_t i = 0; i < s.len[j]; ++i) rows.push_back(s.row0[j] + i);
+        else if (chunks[of[j]].want)
+            rows.push_back(s.row0[j] + s.len[j] - 1);
         if (chunks[of[j]].want) wanted.push_back(j);
-    const int64_t m = int64_t(wanted.size());
-    TensorView picks;
+    }
+    const int64_t m = int64_t(rows.size());
+    TensorView picks, logits;
     if (m > 0) {
-        TensorView sel = ws_.take(DType::kF32, {m, D});
-        for (int64_t i = 0; i < m; ++i) {
-            const size_t j = wanted[size_t(i)];
-            be_->copy(sel.rows(i, 1), h.rows(s.row0[j] + s.len[j] - 1, 1));
+        TensorView sel = h;
+        if (m != n) {
+            sel = ws_.take(DType::kF32, {m, D});
+            for (int64_t i = 0; i < m; ++i) be_->copy(sel.rows(i, 1), h.rows(rows[size_t(i)], 1));
         }
-        TensorView logits = ws_.take(DType::kF32, {m, V});
+        logits = ws_.take(DType::kF32, {m, V});
         be_->linear(lin(sel, w_.head, logits));
         picks = ws_.take(DType::kI32, {2, m});
         be_->argmax(
@@ -113,9 +127,16 @@ std::vector<int32_t> DeepseekV4::draft(std::span<const DraftChunk> chunks) {
     if (m > 0) {
         std::vector<int32_t> both(size_t(2 * m));
         be_->copy(TensorView::contiguous(both.data(), DType::kI32, {2, m}), picks);
+        if (all) {
+            all->resize(size_t(m * V));
+            be_->copy(TensorView::contiguous(all->data(), DType::kF32, {m, V}), logits);
+        }
         be_->synchronize();
-        for (int64_t i = 0; i < m; ++i)  // a non-finite logit: no guess (the main model's own row decides)
-            if (both[size_t(m + i)] < 0) out[of[wanted[size_t(i)]]] = both[size_t(i)];
+        for (size_t w = 0; w < wanted.size(); ++w) {  // a guess: its chunk's last row's pick, where finite
+            const size_t j = wanted[w];
+            const int64_t r = all ? s.row0[j] + s.len[j] - 1 : int64_t(w);
+            if (both[size_t(m + r)] < 0) out[of[j]] = both[size_t(r)];
+        }
     }
     for (size_t j = 0; j < of.size(); ++j) s.states[j]->advance_mtp(s.len[j]);
     return out;

@@ -22,6 +22,11 @@ std::vector<int32_t> Model::draft(std::span<const DraftChunk> chunks) {
     return {};
 }
 
+std::vector<float> Model::draft_logits(std::span<const DraftChunk> chunks) {
+    DI_CHECK(chunks.empty(), "draft_logits on a model without a drafter ({} chunks)", chunks.size());
+    return {};
+}
+
 GreedyRows Model::forward_greedy(std::span<const SeqChunk> chunks) {
     const std::vector<float> logits = forward(chunks);
     const int64_t V = config().vocab_size, rows = int64_t(logits.size()) / V;

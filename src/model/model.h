@@ -141,6 +141,9 @@ class Model {
     // After every step while draft_tokens() > 0 (the drafter follows each sequence's kept tokens), one entry
     // per chunk of that step: the drafter's greedy guess for each chunk that wants one, else -1.
     virtual std::vector<int32_t> draft(std::span<const DraftChunk> chunks);
+    // The same drafter run, returning its logits of every kept row [rows, vocab] instead of guesses (tests
+    // against a reference; the drafter then follows these rows as draft() would).
+    virtual std::vector<float> draft_logits(std::span<const DraftChunk> chunks);
 
   private:
     std::vector<float> step_logits_;  // the default forward_candidates' logits

@@ -5,17 +5,21 @@
 // (the real drafter's guesses on random weights are nearly always wrong), so both the kept and the
 // taken-back paths run at the positions that matter: drafts that close a CSA window, the first HCA window
 // (rate 128) and the sliding window's ring after it wraps.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "demo/demo_model.h"
 #include "model/model.h"
+#include "model_fixture.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
 
@@ -169,6 +173,46 @@ TEST(Speculative, KeptAndTakenBackDraftsEqualOneTokenSteps) {
     check_backend("cpu", 1e-4f);  // its kernels may pick by row count (a 2-row chunk): rounding only
     // On a GPU machine (a CUDA build with a device): one-row steps run GEMVs, two-row chunks other kernels
     if (runtime::resolve_backend("auto").name == "cuda") check_backend("cuda", 2e-3f);
+}
+
+// The drafter against an independent reference: tests/data/v4_tiny_mtp (tools/fixtures_mtp.py) holds the
+// v4_tiny_fp32 model with an MTP block in the official layout and the block's logits computed from
+// transformers' own modules (its decoder layer, hyper head and norms, assembled as spec section 6 says):
+// every row within 1e-3 of the largest logit, the prompt in one chunk and in uneven chunks (the block's
+// ring across steps, its window of 8 wrapping).
+TEST(Speculative, DrafterLogitsEqualTransformersModules) {
+    const std::string dir = std::string(DI_TEST_DATA) + "/v4_tiny_mtp";
+    std::ifstream f(dir + "/mtp.json");
+    ASSERT_TRUE(f) << dir;
+    const std::vector<int32_t> tokens = nlohmann::json::parse(f)["tokens"].get<std::vector<int32_t>>();
+    int64_t rows = 0, cols = 0;
+    const std::vector<float> want = test::read_logits(dir + "/mtp_logits.npy", &rows, &cols);
+    ASSERT_EQ(rows, int64_t(tokens.size()) - 1);
+    const float scale = test::max_abs(want);
+    for (const char* backend : {"ref", "cpu"}) {
+        for (const std::vector<int64_t>& chunks :
+             {std::vector<int64_t>{rows}, std::vector<int64_t>{5, 3, 1, 1, 7}}) {
+            SCOPED_TRACE(fmt::format("{}, chunks {}", backend, chunks.size()));
+            auto be = runtime::make_backend(backend);
+            ASSERT_TRUE(be.ok());
+            auto m = runtime::load_model(dir, **be, false, 1, 1);
+            ASSERT_TRUE(m.ok()) << m.error().message;
+            auto st = (*m)->new_state(rows + 1);
+            std::vector<float> got;
+            for (size_t c = 0; int64_t(got.size()) < rows * cols; ++c) {
+                const int64_t p = st->n_tokens(), L = std::min(c < chunks.size() ? chunks[c] : 4, rows - p);
+                const model::SeqChunk chunk{st.get(), std::span(tokens).subspan(size_t(p), size_t(L)), false};
+                (*m)->forward({&chunk, 1});
+                const model::DraftChunk d{std::span(tokens).subspan(size_t(p + 1), size_t(L)), false};
+                const std::vector<float> part = (*m)->draft_logits({&d, 1});
+                ASSERT_EQ(part.size(), size_t(L * cols));
+                got.insert(got.end(), part.begin(), part.end());
+            }
+            float worst = 0;
+            for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+            EXPECT_LE(worst, 1e-3f * scale) << "max |diff| " << worst << " of max |logit| " << scale;
+        }
+    }
 }
 
 TEST(Speculative, LoadRefusesWhatCannotDraft) {
