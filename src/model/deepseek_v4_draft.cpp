@@ -15,7 +15,9 @@ namespace {
 constexpr int kDraftSegments = 1 << 20;  // the drafter's graph segments, apart from the main step's
 }  // namespace
 
-std::vector<int32_t> DeepseekV4::draft(std::span<const DraftChunk> chunks) { return run_draft(chunks, nullptr); }
+std::vector<int32_t> DeepseekV4::draft(std::span<const DraftChunk> chunks) {
+    return run_draft(chunks, nullptr);
+}
 
 std::vector<float> DeepseekV4::draft_logits(std::span<const DraftChunk> chunks) {
     std::vector<float> logits;
