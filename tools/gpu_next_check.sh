@@ -5,7 +5,7 @@
 #   inverse rope in split_kv's merge kernel (CudaAttentions.StoredTailEqualsTheParts: the parts' bits), the
 #   model's goldens and graphs on them (cuda_model_test), then their A/B on the 16-layer decode step
 #   (DEEPINFER_NORM_ROPES_ONE_LAUNCH=0, DEEPINFER_ATTN_TAIL_FUSED=0: the parts; native, batch 1 and 16).
-#   One pack serves PART=fused, fp8 and roofline (5.0 MB, 62.3 of the 64 MiB with the tree; deepinfer does not
+#   One pack serves PART=fused, fp8 and roofline (5.0 MB, 63.2 of the 64 MiB with the tree; deepinfer does not
 #   fit beside them): TRACE=0 BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench
 #   bench/cuda_kernel_bench bench/grid_sync_probe" tools/gpu_pack.sh; call them back to back (the machine
 #   goes back 30 s after a call).
