@@ -81,8 +81,7 @@ bool EngineSequence::greedy_pick() const {
 }
 
 bool EngineSequence::verifies_draft() const {
-    if (draft_ < 0 || finished() || n_generated_ < 1 || n_generated_ + 2 > req_.stop.max_tokens) return false;
-    return greedy_pick() || (sampler_.params().temperature > 0.0f && !constraint_ && held_back().empty());
+    return draft_ >= 0 && !finished() && n_generated_ >= 1 && n_generated_ + 2 <= req_.stop.max_tokens;
 }
 
 bool EngineSequence::settle_picks(const Pick& first, const Pick& second, StepMetrics& m) {
@@ -96,20 +95,26 @@ bool EngineSequence::settle_picks(const Pick& first, const Pick& second, StepMet
 bool EngineSequence::settle_draws(std::span<const float> first, std::span<const float> second,
                                   StepMetrics& m) {
     Draw d;
-    if (!finished()) {
+    if (sampler_.params().temperature <=
+        0.0f) {  // a greedy draw (penalties, a mask): the draft where it is it
+        d = draw(first);
+        d.kept_draft = !d.skip && d.bad < 0 && d.token.id == draft_;
+    } else if (!finished()) {  // speculative sampling: the draft with its probability under the same draw
         d.skip = false;
         if (const int64_t bad = first_non_finite(first); bad >= 0) {
             d.bad = bad, d.bad_value = first[size_t(bad)];
         } else {
             const std::span<const int32_t> all(tokens_);
-            d.token = sampler_.sample_draft(first, draft_, d.kept_draft, all, all.subspan(size_t(n_prompt_)));
+            const auto [held, allowed] = draw_limits();
+            d.token = sampler_.sample_draft(first, draft_, d.kept_draft, all, all.subspan(size_t(n_prompt_)),
+                                            held, allowed);
         }
     }
-    on_draw(d, m);
-    const bool kept = d.kept_draft && d.bad < 0;
+    on_draw(d, m);  // the constraint's matcher takes the token before the second row's mask is made
+    const bool kept = d.kept_draft && d.bad < 0 && !finished();
     if (kept) on_draw(draw(second), m);
-    on_draft_verified(kept);
-    return kept;
+    on_draft_verified(d.kept_draft && d.bad < 0);
+    return d.kept_draft && d.bad < 0;
 }
 
 void EngineSequence::on_draft_verified(bool kept) {
@@ -152,6 +157,12 @@ EngineSequence::Draw EngineSequence::draw(std::span<const float> logits) {
         return d;
     }
     const std::span<const int32_t> all(tokens_);
+    const auto [held, allowed] = draw_limits();
+    d.token = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)), held, allowed);
+    return d;
+}
+
+std::pair<std::span<const int32_t>, std::span<const uint32_t>> EngineSequence::draw_limits() {
     const std::span<const uint32_t> allowed = constraint_mask();
     // Before min_tokens no stop token may end it, unless a complete constrained output leaves nothing else.
     std::span<const int32_t> held = held_back();
@@ -160,8 +171,7 @@ EngineSequence::Draw EngineSequence::draw(std::span<const float> logits) {
         for (int32_t id : held) rest[size_t(id) / 32] &= ~(1u << (id % 32));
         if (std::none_of(rest.begin(), rest.end(), [](uint32_t w) { return w != 0; })) held = {};
     }
-    d.token = sampler_.sample(logits, all, all.subspan(size_t(n_prompt_)), held, allowed);
-    return d;
+    return {held, allowed};
 }
 
 std::optional<std::vector<int32_t>> EngineSequence::candidate_extras() {

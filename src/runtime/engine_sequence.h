@@ -91,8 +91,7 @@ class EngineSequence {
     // The token forward_greedy picked (bad: the row's first non-finite logit's index, or -1, and its value).
     void on_greedy_pick(int32_t id, int32_t bad, float bad_value, StepMetrics& m);
     // Speculative decoding: the drafter's guess of the token after the last one (-1: none), and whether the
-    // next step may verify it: two more tokens fit max_tokens, and its next token is a greedy pick or a draw
-    // without an output constraint or held-back stop ids.
+    // next step may verify it (two more tokens fit max_tokens).
     int32_t draft() const { return draft_; }
     void set_draft(int32_t id) { draft_ = id; }
     bool verifies_draft() const;
@@ -108,10 +107,11 @@ class EngineSequence {
     static constexpr double kMinKeptRate = 0.35, kRateDecay = 0.8;
     static constexpr int kProbeSteps = 8;
     // A verify step's outcome (the chunk [next token, draft] fed after prepare_undo): sends the token or two
-    // it gives, takes a draft not kept out of the state, and returns whether the draft was kept. Greedy:
-    // the picks of the chunk's two rows (the draft is kept where the first row picks it). Drawing: the two
-    // rows' logits (Sampler::sample_draft on the first keeps the row's distribution; where it keeps the
-    // draft, the second row's ordinary draw follows).
+    // it gives, takes a draft not kept out of the state, and returns whether the draft was kept. Picks
+    // (greedy_pick()): the picks of the chunk's two rows, the draft kept where the first row picks it. Draws:
+    // the two rows' logits; the first row's draw (at temperature 0 the draw itself, penalties, mask and
+    // all, the draft kept where it is the draft; above, Sampler::sample_draft, which keeps the row's
+    // distribution), and where it keeps the draft, the second row's draw (its mask made after the first).
     struct Pick {
         int32_t id = 0, bad = -1;  // the pick, and the row's first non-finite logit's index or -1
         float bad_value = 0;
@@ -124,6 +124,8 @@ class EngineSequence {
   private:
     void on_draft_verified(bool kept);           // the kept rate; the state's undo
     std::span<const int32_t> held_back() const;  // stop ids not yet allowed (before min_tokens)
+    // A draw's barred ids (held-back stop ids) and mask (the constraint's allowed ids; empty: none).
+    std::pair<std::span<const int32_t>, std::span<const uint32_t>> draw_limits();
     void send(RequestEvent e);
     // The sampled token t: constraint, stop checks, metrics, and the event sent.
     void accept(const SampledToken& t, StepMetrics& m);

@@ -380,12 +380,12 @@ std::vector<double>& Sampler::adjusted_row(std::span<const float> logits, std::s
 
 SampledToken Sampler::sample_draft(std::span<const float> logits, int32_t draft, bool& kept,
                                    std::span<const int32_t> context, std::span<const int32_t> generated,
-                                   std::span<const int32_t> suppressed) {
+                                   std::span<const int32_t> suppressed, std::span<const uint32_t> allowed) {
     DI_CHECK(p_.temperature > 0.0f && draft >= 0 && size_t(draft) < logits.size(),
              "a draft {} drawn at temperature {}", draft, p_.temperature);
     kept = false;
     SampledToken out;
-    out.id = draw(adjusted_row(logits, context, generated, suppressed, {}), draft, &kept);
+    out.id = draw(adjusted_row(logits, context, generated, suppressed, allowed), draft, &kept);
     finish_logprobs(out, logits);
     return out;
 }

@@ -76,14 +76,15 @@ class Sampler {
     // applies): what sample(Candidates, ...) needs besides the candidates.
     std::vector<int32_t> adjusted_ids(std::span<const int32_t> context, std::span<const int32_t> generated,
                                       std::span<const int32_t> suppressed) const;
-    // Speculative sampling (docs/speculative.md), temperature > 0, no mask: the token for `logits` (the same
+    // Speculative sampling (docs/speculative.md), temperature > 0: the token for `logits` (the same
     // arguments as sample()) drawn so that the guess `draft` comes out with its probability under sample()'s
     // distribution (one uniform; `kept` then set) and every other id with its own (a second uniform over the
     // rest). The distribution is sample()'s; the draws are not, so a seeded sequence's tokens differ from
     // those without drafts.
     SampledToken sample_draft(std::span<const float> logits, int32_t draft, bool& kept,
                               std::span<const int32_t> context, std::span<const int32_t> generated,
-                              std::span<const int32_t> suppressed = {});
+                              std::span<const int32_t> suppressed = {},
+                              std::span<const uint32_t> allowed = {});
     const SamplingParams& params() const { return p_; }
 
   private:

@@ -88,6 +88,13 @@ std::vector<Request> requests() {
     s.sampling.temperature = 0.8f;
     s.sampling.seed = 99;
     rs.push_back(s);
+    Request held = rs[1];  // greedy with its stop ids held back at first: drafts verified by whole-row draws
+    held.prompt = random_tokens(rng, 12);
+    held.stop.ignore_eos = false;
+    held.stop.min_tokens = 12;
+    held.stop.max_tokens = 30;
+    held.sampling.repetition_penalty = 1.3f;
+    rs.push_back(held);
     Request scored = rs[1];  // its prefill steps bring every row to the host beside the others' drafts
     scored.prompt = random_tokens(rng, 100);
     scored.prompt_logprobs = 2;
