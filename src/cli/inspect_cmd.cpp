@@ -101,7 +101,10 @@ nlohmann::json json_of(const std::string& dir, const model::ModelConfig& c, cons
               {"max_position_embeddings", c.max_position_embeddings}}},
             {"layers", layers},
             {"tensors",
-             {{"count", s.n_tensors}, {"skipped", s.skipped_tensors}, {"by_dtype", s.tensors_by_dtype}}},
+             {{"count", s.n_tensors},
+              {"skipped", s.skipped_tensors},
+              {"skipped_mtp", s.skipped_mtp},
+              {"by_dtype", s.tensors_by_dtype}}},
             {"bytes", s.bytes},
             {"params", s.params},
             {"active_params", s.active_params},
@@ -150,6 +153,11 @@ int run_inspect(const std::string& dir, bool check_weights, const std::string& b
         fmt::print("  {:>3}  {:<30} {}\n", l, model::attn_type_name(c.attn_types[size_t(l)]),
                    model::moe_type_name(c.moe_types[size_t(l)]));
     fmt::print("tensors {} ({} skipped)\n", s.n_tensors, s.skipped_tensors);
+    if (c.n_mtp_layers > 0)  // what --speculative mtp loads (docs/speculative.md)
+        fmt::print("  mtp block: {} tensors{}\n", s.skipped_mtp,
+                   s.skipped_mtp > 0
+                       ? " (skipped; --speculative mtp loads them as the drafter)"
+                       : " (this checkpoint was saved without it: --speculative mtp cannot run)");
     for (const auto& [dt, n] : s.tensors_by_dtype) fmt::print("  {:<8} {}\n", dt, n);
     fmt::print("bytes {} ({})\n", s.bytes, human(double(s.bytes)));
     auto count = [](int64_t n) {

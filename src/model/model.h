@@ -78,6 +78,7 @@ struct WeightStats {
     int64_t params = 0;           // logical parameters (fp4 counts two per byte; scales excluded)
     int64_t active_params = 0;    // per token: everything but the unselected routed experts
     int64_t skipped_tensors = 0;  // mtp.* and other ignored tensors
+    int64_t skipped_mtp = 0;      // of those, the MTP block's (mtp.*: speculative decoding's drafter)
 };
 
 // The greedy pick of each logits row of a step (ops/elementwise.h's argmax rule: the first maximum), so a

@@ -189,6 +189,7 @@ class Binder {
             if (used_.count(name)) continue;
             if (is_ignored_tensor(name)) {
                 ++mw_.stats.skipped_tensors;
+                if (name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0) ++mw_.stats.skipped_mtp;
                 continue;
             }
             return make_error(ErrorCode::kFormat,
