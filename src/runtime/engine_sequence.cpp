@@ -95,11 +95,11 @@ bool EngineSequence::settle_picks(const Pick& first, const Pick& second, StepMet
 bool EngineSequence::settle_draws(std::span<const float> first, std::span<const float> second,
                                   StepMetrics& m) {
     Draw d;
-    if (sampler_.params().temperature <=
-        0.0f) {  // a greedy draw (penalties, a mask): the draft where it is it
+    // greedy (penalties, a mask): the draw itself, the draft kept where it is the draft
+    if (sampler_.params().temperature <= 0.0f) {
         d = draw(first);
         d.kept_draft = !d.skip && d.bad < 0 && d.token.id == draft_;
-    } else if (!finished()) {  // speculative sampling: the draft with its probability under the same draw
+    } else if (!finished()) {  // sampled: the draft kept with its probability under the same draw
         d.skip = false;
         if (const int64_t bad = first_non_finite(first); bad >= 0) {
             d.bad = bad, d.bad_value = first[size_t(bad)];
