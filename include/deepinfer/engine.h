@@ -50,8 +50,9 @@ struct EngineOptions {
     bool prefix_cache = true;
     int64_t prefix_cache_max_bytes = 0;  // > 0: the most it holds (where the state memory is unbounded)
     // Speculative decoding (docs/speculative.md): "mtp" loads the checkpoint's MTP block, which guesses each
-    // greedy sequence's token after next; a step verifies the guess beside the next token and keeps it where
-    // the model picks it too (the same tokens as without: a step yields one or two). "off": none.
+    // decoding sequence's token after next; a step verifies the guess beside the next token and keeps it
+    // where the model picks it too (greedy: the same tokens as without; sampled: the same distribution), so
+    // a step yields one or two. "off": none.
     std::string speculative = "off";
 };
 
