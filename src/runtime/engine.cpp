@@ -459,7 +459,8 @@ void Engine::Impl::draft_next(const runtime::StepPlan& plan, const std::vector<E
         if (q.finished()) continue;  // its state is not read again
         // the tokens after the kept rows: the prompt's, or the ones just chosen; the drafter runs over them
         // whether or not it guesses (its window follows every sequence), the guess costs the head again
-        jobs[i] = {q.tokens(plan.chunks[i].start + 1, kept[i]), plan.chunks[i].samples && q.wants_draft()};
+        jobs[i] = {q.tokens(plan.chunks[i].start + 1, kept[i]),
+                   plan.chunks[i].samples && q.may_verify() && q.wants_draft()};
     }
     const std::vector<int32_t> guesses = model->draft(jobs);
     DI_CHECK(guesses.size() == jobs.size(), "draft returned {} guesses for {} chunks", guesses.size(),

@@ -80,10 +80,6 @@ bool EngineSequence::greedy_pick() const {
            p.frequency_penalty == 0.0f && !p.logprobs && !constraint_ && n_generated_ >= req_.stop.min_tokens;
 }
 
-bool EngineSequence::verifies_draft() const {
-    return draft_ >= 0 && !finished() && n_generated_ >= 1 && n_generated_ + 2 <= req_.stop.max_tokens;
-}
-
 bool EngineSequence::settle_picks(const Pick& first, const Pick& second, StepMetrics& m) {
     const bool kept = first.bad < 0 && first.id == draft_;
     on_greedy_pick(first.id, first.bad, first.bad_value, m);

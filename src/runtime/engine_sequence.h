@@ -94,7 +94,11 @@ class EngineSequence {
     // next step may verify it (two more tokens fit max_tokens).
     int32_t draft() const { return draft_; }
     void set_draft(int32_t id) { draft_ = id; }
-    bool verifies_draft() const;
+    bool verifies_draft() const { return draft_ >= 0 && may_verify(); }
+    // Whether its next step could verify a draft: decoding, and two more tokens fit max_tokens.
+    bool may_verify() const {
+        return !finished() && n_generated_ >= 1 && n_generated_ + 2 <= req_.stop.max_tokens;
+    }
     // After each step: whether the drafter should guess for the next one. Not while the sequence's recent
     // rate of kept drafts is below kMinKeptRate, where verifying costs more than it gains, but for every
     // kProbeSteps-th step (to notice the rate rise again).
