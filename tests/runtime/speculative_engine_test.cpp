@@ -1,10 +1,10 @@
-// Speculative decoding in the engine (EngineOptions::speculative, docs/speculative.md): every request gets
-// the tokens it gets without it, alone or in a batch with sampled requests, chunked prompts past the first
-// HCA window and prompts restored from the prefix cache. On random weights the MTP block's guesses are
-// nearly always wrong, so a second model keeps only channel 0 of the final norms (the main model's and the
-// MTP block's): both heads then pick one of the same two tokens (the largest or the smallest of the head's
-// column 0, by the sign of that channel), and about half of the guesses are right, so the kept path runs
-// too.
+// Speculative decoding in the engine (EngineOptions::speculative, docs/speculative.md): every greedy request
+// gets the tokens it gets without it, alone or in a batch with a sampled one, chunked prompts past the first
+// HCA window and prompts restored from the prefix cache; a sampled one's tokens score as its prompt would. On
+// random weights the MTP block's guesses are nearly always wrong, so a second model keeps only channel 0 of
+// the final norms (the main model's and the MTP block's): both heads then pick one of the same two tokens
+// (the largest or the smallest of the head's column 0, by the sign of that channel), and about half of the
+// guesses are right, so the kept path runs too.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -63,8 +63,9 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
     return t;
 }
 
-// The requests: greedy ones (one prompt twice, for the prefix cache; one past the first HCA window of 128),
-// one sampled at temperature 0.8 and one greedy with max_tokens 2 (no room for a draft's second token).
+// The requests: greedy ones (one prompt twice, for the prefix cache; one past the first HCA window of 128;
+// one with max_tokens 2, no room for a draft's second token), one sampled at temperature 0.8, one greedy with
+// a repetition penalty and its stop ids held back, and one asking for its prompt's logprobs.
 constexpr size_t kSampled = 5;  // requests()'s sampled one
 
 std::vector<Request> requests() {
