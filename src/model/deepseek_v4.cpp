@@ -273,6 +273,12 @@ void DeepseekV4::idle_step() {
     }
 }
 
+void DeepseekV4::idle_draft() {
+    DI_CHECK(comm_ != nullptr && w_.mtp.has_value(), "idle_draft without expert parallelism or a drafter");
+    be_->set_scope("mtp / moe");
+    routed_experts(moe_args(int(cfg_.n_layers), {}, {}, {}, {}), 0);
+}
+
 MoeArgs DeepseekV4::moe_args(int l, const TensorView& x, const TensorView& ids, const TensorView& weights,
                              const TensorView& out) const {
     const FfnWeights& fw = block(l).ffn;

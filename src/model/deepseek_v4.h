@@ -50,6 +50,8 @@ class DeepseekV4 final : public Model {
     // A step without sequences of this rank's own: only the MoE exchanges, computing the experts of the
     // tokens the other ranks send.
     void idle_step();
+    // The drafter's turn without sequences of this rank's own: its MoE's exchange only.
+    void idle_draft();
 
   private:
     struct Step;       // per-step views (defined in the .cpp)

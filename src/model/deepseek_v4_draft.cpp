@@ -56,7 +56,10 @@ std::vector<int32_t> DeepseekV4::run_draft(std::span<const DraftChunk> chunks, s
         for (int64_t i = 0; i < kept; ++i) positions.push_back(int32_t(st->mtp_tokens() + i));
         s.n += kept;
     }
-    if (s.n == 0) return out;
+    if (s.n == 0) {  // nothing kept here: other ranks' drafter may still send this rank tokens
+        if (comm_ != nullptr && comm_->size() > 1) idle_draft();
+        return out;
+    }
     const int64_t n = s.n;
     s.chunks = seq;
     s.segment = kDraftSegments;

@@ -56,6 +56,17 @@ class HomeState final : public SequenceState {
         caller_->bind_thread();
         n_tokens_ = n_tokens;
     }
+    void prepare_undo(int64_t drafts) override {
+        home_->bind_thread();
+        part_->prepare_undo(drafts);
+        caller_->bind_thread();
+    }
+    void undo(int64_t rejected) override {
+        home_->bind_thread();
+        part_->undo(rejected);
+        caller_->bind_thread();
+        n_tokens_ -= rejected;
+    }
 
   private:
     std::unique_ptr<SequenceState> part_;
@@ -112,6 +123,8 @@ Result<std::unique_ptr<Model>> ExpertParallelModel::load(
     m->rank_picks_.resize(size_t(ranks));
     m->rank_cands_.resize(size_t(ranks));
     m->rank_temps_.resize(size_t(ranks));
+    m->rank_drafts_.resize(size_t(ranks));
+    m->rank_guesses_.resize(size_t(ranks));
     m->load_ = std::make_shared<std::vector<int64_t>>(size_t(ranks), 0);
     m->load_m_ = std::make_shared<std::mutex>();
     for (int r = 1; r < ranks; ++r) m->threads_.emplace_back([p = m.get(), r] { p->worker(r); });
@@ -174,6 +187,16 @@ void ExpertParallelModel::worker(int rank) {
 void ExpertParallelModel::run_rank(int rank) {
     DeepseekV4& m = *ranks_[size_t(rank)];
     const std::vector<SeqChunk>& chunks = rank_chunks_[size_t(rank)];
+    if (want_ == Want::kDraft || want_ == Want::kDraftLogits) {  // the drafter's MoE exchanges on every rank
+        const std::vector<DraftChunk>& drafts = rank_drafts_[size_t(rank)];
+        if (drafts.empty())
+            m.idle_draft();
+        else if (want_ == Want::kDraft)
+            rank_guesses_[size_t(rank)] = m.draft(drafts);
+        else
+            rank_logits_[size_t(rank)] = m.draft_logits(drafts);
+        return;
+    }
     if (chunks.empty())
         m.idle_step();
     else if (want_ == Want::kGreedy)
@@ -189,6 +212,7 @@ void ExpertParallelModel::step(std::span<const SeqChunk> chunks, Want want,
     for (auto& rc : rank_chunks_) rc.clear();
     for (auto& t : rank_temps_) t.clear();
     row_home_.clear();
+    chunk_home_.clear();
     size_t row = 0;
     std::vector<int64_t> local(ranks_.size(), 0);  // each rank's rows so far
     for (const SeqChunk& c : chunks) {
@@ -196,6 +220,7 @@ void ExpertParallelModel::step(std::span<const SeqChunk> chunks, Want want,
         SeqChunk part = c;
         part.state = st.part();
         const size_t r = size_t(st.rank());
+        chunk_home_.push_back(st.rank());
         rank_chunks_[r].push_back(part);
         for (size_t i = 0; i < logits_rows(c); ++i, ++row) {
             if (want == Want::kCandidates) rank_temps_[r].push_back(temperatures[row]);
@@ -204,6 +229,11 @@ void ExpertParallelModel::step(std::span<const SeqChunk> chunks, Want want,
     }
     DI_CHECK(want != Want::kCandidates || row == temperatures.size(), "{} temperatures for {} logits rows",
              temperatures.size(), row);
+    run_all(want);
+    for (const SeqChunk& c : chunks) c.state->advance(int64_t(c.tokens.size()));
+}
+
+void ExpertParallelModel::run_all(Want want) {
     want_ = want;
     {
         std::lock_guard lk(m_);
@@ -213,11 +243,40 @@ void ExpertParallelModel::step(std::span<const SeqChunk> chunks, Want want,
     cv_.notify_all();
     ranks_[0]->backend().bind_thread();  // the engine may step from another thread than the one that loaded
     run_rank(0);
-    {
-        std::unique_lock lk(m_);
-        cv_.wait(lk, [&] { return pending_ == 0; });
+    std::unique_lock lk(m_);
+    cv_.wait(lk, [&] { return pending_ == 0; });
+}
+
+void ExpertParallelModel::split_drafts(std::span<const DraftChunk> chunks) {
+    DI_CHECK(chunks.size() == chunk_home_.size(), "{} draft chunks after a step of {}", chunks.size(),
+             chunk_home_.size());
+    for (auto& d : rank_drafts_) d.clear();
+    for (size_t c = 0; c < chunks.size(); ++c) rank_drafts_[size_t(chunk_home_[c])].push_back(chunks[c]);
+}
+
+std::vector<int32_t> ExpertParallelModel::draft(std::span<const DraftChunk> chunks) {
+    split_drafts(chunks);
+    run_all(Want::kDraft);
+    std::vector<int32_t> out;
+    std::vector<size_t> next(ranks_.size(), 0);  // each rank's next guess
+    for (const int r : chunk_home_) out.push_back(rank_guesses_[size_t(r)][next[size_t(r)]++]);
+    return out;
+}
+
+std::vector<float> ExpertParallelModel::draft_logits(std::span<const DraftChunk> chunks) {
+    split_drafts(chunks);
+    run_all(Want::kDraftLogits);
+    const size_t V = size_t(config().vocab_size);
+    std::vector<float> out;
+    std::vector<size_t> next(ranks_.size(), 0);  // each rank's next row
+    for (size_t c = 0; c < chunks.size(); ++c) {
+        const size_t r = size_t(chunk_home_[c]), rows = chunks[c].next_tokens.size();
+        const std::vector<float>& src = rank_logits_[r];
+        out.insert(out.end(), src.begin() + ptrdiff_t(next[r] * V),
+                   src.begin() + ptrdiff_t((next[r] + rows) * V));
+        next[r] += rows;
     }
-    for (const SeqChunk& c : chunks) c.state->advance(int64_t(c.tokens.size()));
+    return out;
 }
 
 std::vector<float> ExpertParallelModel::forward(std::span<const SeqChunk> chunks) {

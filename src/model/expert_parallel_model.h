@@ -47,16 +47,22 @@ class ExpertParallelModel final : public Model {
                                      int64_t per_row) override;
     std::vector<float> step_logits_rows(std::span<const int64_t> rows) override;
     std::vector<float> step_logits_at(std::span<const int64_t> rows, std::span<const int32_t> ids) override;
+    int64_t draft_tokens() const override { return ranks_[0]->draft_tokens(); }
+    // Each rank drafts for its own sequences; the drafter's MoE exchanges tokens on every rank.
+    std::vector<int32_t> draft(std::span<const DraftChunk> chunks) override;
+    std::vector<float> draft_logits(std::span<const DraftChunk> chunks) override;
     int ranks() const { return int(ranks_.size()); }
 
   private:
     ExpertParallelModel() = default;
     void worker(int rank);
-    enum class Want : uint8_t { kLogits, kGreedy, kCandidates };
+    enum class Want : uint8_t { kLogits, kGreedy, kCandidates, kDraft, kDraftLogits };
     // Splits the chunks (and the candidates' temperatures) by home rank, runs the step on every rank and
     // waits for all of them; row_home_ then maps each logits row of the step to its rank and row there.
     void step(std::span<const SeqChunk> chunks, Want want, std::span<const float> temperatures = {});
     void run_rank(int rank);
+    void run_all(Want want);  // every rank runs `want` (rank 0 on this thread); returns when all are done
+    void split_drafts(std::span<const DraftChunk> chunks);  // by the last step's chunks' ranks
 
     std::vector<std::unique_ptr<ops::Backend>> backends_;  // ranks 1..
     std::vector<std::unique_ptr<parallel::Communicator>> comms_;
@@ -75,6 +81,9 @@ class ExpertParallelModel final : public Model {
     std::vector<GreedyRows> rank_picks_;
     std::vector<CandidateRows> rank_cands_;
     std::vector<std::pair<int, int64_t>> row_home_;
+    std::vector<int> chunk_home_;                       // the step's chunks' ranks
+    std::vector<std::vector<DraftChunk>> rank_drafts_;  // the drafter's chunks of each rank, and its guesses
+    std::vector<std::vector<int32_t>> rank_guesses_;
     std::shared_ptr<std::vector<int64_t>> load_;  // state bytes living on each rank (guarded by load_m_)
     std::shared_ptr<std::mutex> load_m_;
     std::vector<std::thread> threads_;

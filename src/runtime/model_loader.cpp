@@ -51,7 +51,7 @@ Status check_kernel_limits(const model::ModelConfig& cfg, const ops::Backend& ba
 // Speculative decoding's settings against the config: the checkpoint has an MTP block, and a step's
 // drafts hold at most one window close of each compressor and fit the sliding window's ring (what
 // model::DeepseekV4State::undo restores).
-Status check_drafts(model::ModelConfig& cfg, int draft_tokens, int expert_ranks, const std::string& source) {
+Status check_drafts(model::ModelConfig& cfg, int draft_tokens, const std::string& source) {
     if (draft_tokens == 0) return ok_status();
     if (draft_tokens < 0 || draft_tokens > kMaxDraftTokens)
         return make_error(ErrorCode::kInvalidArgument,
@@ -63,10 +63,6 @@ Status check_drafts(model::ModelConfig& cfg, int draft_tokens, int expert_ranks,
             "{}: field 'num_nextn_predict_layers' is 0: the checkpoint has no MTP block to draft "
             "with (speculative decoding needs one)",
             source);
-    if (expert_ranks > 1)
-        return make_error(ErrorCode::kUnsupported,
-                          "speculative decoding with {} expert-parallel ranks is not supported yet",
-                          expert_ranks);
     const int64_t least_rate = std::min(cfg.csa_rate, cfg.hca_rate);
     if (cfg.window - 1 < draft_tokens + 1 || least_rate < draft_tokens + 1)
         return make_error(ErrorCode::kUnsupported,
@@ -82,7 +78,7 @@ Status check_drafts(model::ModelConfig& cfg, int draft_tokens, int expert_ranks,
 Result<std::unique_ptr<model::Model>> load_ranks(model::ModelConfig cfg, std::shared_ptr<io::Checkpoint> ckpt,
                                                  ops::Backend& backend, int expert_ranks, int draft_tokens,
                                                  const std::string& source) {
-    DI_TRY_STATUS(check_drafts(cfg, draft_tokens, expert_ranks, source));
+    DI_TRY_STATUS(check_drafts(cfg, draft_tokens, source));
     if (expert_ranks == 1) {
         const model::ModelFamily& family = model::family_of(cfg);
         return family.load(std::move(cfg), std::move(ckpt), backend);

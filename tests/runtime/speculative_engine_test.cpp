@@ -104,7 +104,8 @@ std::vector<Request> requests() {
 }
 
 // candidates: EngineOptions::sample_candidates (0: sampled rows cross whole; 256: what a GPU does).
-Got run(const std::string& dir, const std::string& speculative, bool together, int candidates) {
+Got run(const std::string& dir, const std::string& speculative, bool together, int candidates,
+        int ranks = 1) {
     EngineOptions o;
     o.model_dir = dir;
     o.backend = "cpu";
@@ -113,6 +114,7 @@ Got run(const std::string& dir, const std::string& speculative, bool together, i
     o.max_running = 8;
     o.speculative = speculative;
     o.sample_candidates = candidates;
+    o.expert_ranks = ranks;
     auto e = Engine::create(o);
     EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
     Got g;
@@ -241,6 +243,22 @@ TEST(Engine, SpeculativeDrawsScoreAsTheirPrompt) {
         EXPECT_EQ(want.id, first[i].id);
         EXPECT_NEAR(first[i].logprob, want.logprob, 1e-4) << "token " << i;
     }
+    fs::remove_all(dir);
+}
+
+// Two expert-parallel ranks (docs/parallel.md): each drafts for its own sequences, the drafter's MoE
+// exchanging tokens between them; greedy requests get one rank's tokens without drafts.
+TEST(Engine, SpeculativeOnExpertRanks) {
+    const std::string dir = write_model("ranks", true);
+    const Got off = run(dir, "off", true, 0), on = run(dir, "mtp", true, 0, 2);
+    ASSERT_EQ(off.tokens.size(), on.tokens.size());
+    for (size_t i = 0; i < off.tokens.size(); ++i) {
+        if (i != kSampled) {
+            EXPECT_EQ(on.tokens[i], off.tokens[i]) << "request " << i;
+        }
+    }
+    EXPECT_GT(on.stats.draft_tokens_accepted, 10u);
+    EXPECT_LT(on.stats.draft_tokens_accepted, on.stats.draft_tokens);
     fs::remove_all(dir);
 }
 
