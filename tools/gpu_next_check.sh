@@ -19,7 +19,8 @@
 # PART=roofline (~6 min): the 16-layer decode step against the roofline, both precisions, batch 1, 4, 16 and
 #   64 (batch 64 on a 128-token prompt: 64 x 512 prompt tokens in one step do not fit the prefill workspace),
 #   the copy bandwidth measured in the same call (tools/gpu_decode_layers.sh).
-# PART=spec (~3 min; its own pack: BINS="tests/model/speculative_test bench/spec_bench" tools/gpu_pack.sh):
+# PART=spec (~3 min; its own pack, 3.7 MB: TRACE=0 BINS="tests/model/speculative_test bench/spec_bench"
+#   tools/gpu_pack.sh):
 #   speculative decoding with the MTP block on cuda (docs/speculative.md): kept and taken-back drafts
 #   against one-token steps (Speculative.*, the cuda case), then spec_bench on 16 layers of V4-Flash at
 #   forced acceptance, both precisions (the drafter's cost and the verify step's against a plain step).
