@@ -136,8 +136,7 @@ std::vector<float> DeepseekV4::step_logits_at(std::span<const int64_t> rows, std
 }
 
 TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
-    const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult, V = cfg_.vocab_size;
-    const float eps = float(cfg_.rms_norm_eps);
+    const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult;
     ws_.reset();
     vws_.reset();
     s.chunks = chunks;
@@ -157,14 +156,7 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
         }
         s.n += int64_t(c.tokens.size());
     }
-    step_rows_ = s.len, step_n_ = s.n;
-    s.tokens = upload_i32(ws_, *be_, tokens);
-    s.positions = upload_i32(ws_, *be_, positions);
-    s.streams = ws_.take(DType::kF32, {s.n, hc, D});
-    s.spare = ws_.take(DType::kF32, {s.n, hc, D});
-    s.x = ws_.take(DType::kF32, {s.n, D});
-    s.post = ws_.take(DType::kF32, {s.n, hc});
-    s.comb = ws_.take(DType::kF32, {s.n, hc, hc});
+    take_step_buffers(s, tokens, positions);
 
     be_->set_scope("embed");
     begin_segment(s);
@@ -179,15 +171,7 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
     last_ = {s.streams, s.row0, s.len, s.states};
 
     be_->set_scope("head");
-    TensorView h = ws_.take(DType::kF32, {s.n, D});
-    be_->hc_head_norm({.streams = s.streams,
-                       .fn = w_.hc_head.fn,
-                       .base = w_.hc_head.base,
-                       .scale = w_.hc_head.scale,
-                       .out = h,
-                       .norm_eps = eps,
-                       .hc_eps = float(cfg_.hc_eps)},
-                      {.x = h, .weight = w_.norm, .y = h, .eps = eps});
+    const TensorView h = collapse_streams(w_.hc_head, w_.norm, s);
     std::vector<int64_t> rows, groups;  // the logits rows, and their counts by sequence
     for (size_t c = 0; c < chunks.size(); ++c) {
         if (chunks[c].all_logits)
@@ -197,24 +181,60 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
         const int64_t count = chunks[c].all_logits ? s.len[c] : std::min<int64_t>(s.len[c], 1);
         if (count > 0) groups.push_back(count);
     }
-    const int64_t m = int64_t(rows.size());
-    TensorView sel = h;
-    if (m != s.n) {
-        sel = ws_.take(DType::kF32, {m, D});
-        for (int64_t i = 0; i < m; ++i) be_->copy(sel.rows(i, 1), h.rows(rows[size_t(i)], 1));
-    }
-    TensorView logits = ws_.take(DType::kF32, {m, V});
-    LinearArgs head = lin(sel, w_.head, logits);
-    head.row_groups = groups;
-    be_->linear(head);
-    if (s.greedy) {  // rows 0 and 1: ids and first non-finite indices
-        s.picks = ws_.take(DType::kI32, {2, m});
-        be_->argmax(
-            {.x = logits, .ids = s.picks.rows(0, 1).reshape({m}), .bad = s.picks.rows(1, 1).reshape({m})});
-    }
+    const TensorView logits = head_logits(h, rows, groups);
+    if (s.greedy) s.picks = greedy_picks(logits);
     be_->segment_end();
     step_rows_ = {}, step_n_ = -1;  // Step::len goes with the step
     return logits;
+}
+
+void DeepseekV4::take_step_buffers(Step& s, const std::vector<int32_t>& tokens,
+                                   const std::vector<int32_t>& positions) {
+    const int64_t D = cfg_.hidden_dim, hc = cfg_.hc_mult;
+    step_rows_ = s.len, step_n_ = s.n;
+    s.tokens = upload_i32(ws_, *be_, tokens);
+    s.positions = upload_i32(ws_, *be_, positions);
+    s.streams = ws_.take(DType::kF32, {s.n, hc, D});
+    s.spare = ws_.take(DType::kF32, {s.n, hc, D});
+    s.x = ws_.take(DType::kF32, {s.n, D});
+    s.post = ws_.take(DType::kF32, {s.n, hc});
+    s.comb = ws_.take(DType::kF32, {s.n, hc, hc});
+}
+
+TensorView DeepseekV4::collapse_streams(const HcWeights& head, const TensorView& norm, const Step& s) {
+    const float eps = float(cfg_.rms_norm_eps);
+    const TensorView h = ws_.take(DType::kF32, {s.n, cfg_.hidden_dim});
+    be_->hc_head_norm({.streams = s.streams,
+                       .fn = head.fn,
+                       .base = head.base,
+                       .scale = head.scale,
+                       .out = h,
+                       .norm_eps = eps,
+                       .hc_eps = float(cfg_.hc_eps)},
+                      {.x = h, .weight = norm, .y = h, .eps = eps});
+    return h;
+}
+
+TensorView DeepseekV4::head_logits(const TensorView& h, std::span<const int64_t> rows,
+                                   std::span<const int64_t> groups) {
+    const int64_t m = int64_t(rows.size());
+    TensorView sel = h;
+    if (m != h.shape[0]) {
+        sel = ws_.take(DType::kF32, {m, cfg_.hidden_dim});
+        for (int64_t i = 0; i < m; ++i) be_->copy(sel.rows(i, 1), h.rows(rows[size_t(i)], 1));
+    }
+    const TensorView logits = ws_.take(DType::kF32, {m, cfg_.vocab_size});
+    LinearArgs head = lin(sel, w_.head, logits);
+    head.row_groups = groups;
+    be_->linear(head);
+    return logits;
+}
+
+TensorView DeepseekV4::greedy_picks(const TensorView& logits) {
+    const int64_t m = logits.shape[0];
+    const TensorView picks = ws_.take(DType::kI32, {2, m});
+    be_->argmax({.x = logits, .ids = picks.rows(0, 1).reshape({m}), .bad = picks.rows(1, 1).reshape({m})});
+    return picks;
 }
 
 // Everything the calls of a segment depend on: the model, which segment, the precision, the step's layout

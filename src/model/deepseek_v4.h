@@ -75,6 +75,17 @@ class DeepseekV4 final : public Model {
     // The step up to the head (and the greedy pick when s.greedy): its logits [rows, vocab] on the backend,
     // valid until the next step. The chunks' states advance after the caller's copy.
     TensorView run_step(std::span<const SeqChunk> chunks, Step& s);
+    // The step's token and position uploads and its residual and mHC buffers (s.n rows, s.len set); the
+    // linears' row groups become the step's.
+    void take_step_buffers(Step& s, const std::vector<int32_t>& tokens,
+                           const std::vector<int32_t>& positions);
+    // The streams collapsed by a hyper head and normed: [s.n, hidden_dim].
+    TensorView collapse_streams(const HcWeights& head, const TensorView& norm, const Step& s);
+    // The head's logits [rows.size(), vocab] of those rows of h (groups: their counts by sequence), and the
+    // greedy pick of each logits row (i32 [2, rows]: the ids and the first non-finite indices).
+    TensorView head_logits(const TensorView& h, std::span<const int64_t> rows,
+                           std::span<const int64_t> groups);
+    TensorView greedy_picks(const TensorView& logits);
     // The drafter over the last step's kept rows (deepseek_v4_draft.cpp): the guesses of the chunks that want
     // one, or with `logits` every kept row's logits [rows, vocab] on the host.
     std::vector<int32_t> run_draft(std::span<const DraftChunk> chunks, std::vector<float>* logits);

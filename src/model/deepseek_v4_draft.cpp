@@ -63,14 +63,7 @@ std::vector<int32_t> DeepseekV4::run_draft(std::span<const DraftChunk> chunks, s
     const int64_t n = s.n;
     s.chunks = seq;
     s.segment = kDraftSegments;
-    step_rows_ = s.len, step_n_ = n;
-    s.tokens = upload_i32(ws_, *be_, tokens);
-    s.positions = upload_i32(ws_, *be_, positions);
-    s.streams = ws_.take(DType::kF32, {n, hc, D});
-    s.spare = ws_.take(DType::kF32, {n, hc, D});
-    s.x = ws_.take(DType::kF32, {n, D});
-    s.post = ws_.take(DType::kF32, {n, hc});
-    s.comb = ws_.take(DType::kF32, {n, hc, hc});
+    take_step_buffers(s, tokens, positions);
     // The main model's streams of the kept rows, before any segment opens: where they lie follows the last
     // step's layout, which the drafter's segment keys do not name.
     TensorView x_main = ws_.take(DType::kF32, {n, hc, D});
@@ -86,7 +79,11 @@ std::vector<int32_t> DeepseekV4::run_draft(std::span<const DraftChunk> chunks, s
     be_->linear(lin(e, mw.e_proj, e_proj));
     const TensorView x_rows = x_main.reshape({n * hc, D}), h_rows = s.streams.reshape({n * hc, D});
     be_->rms_norm({.x = x_rows, .weight = mw.hnorm, .y = x_rows, .eps = eps});
-    be_->linear(lin(x_rows, mw.h_proj, h_rows));
+    std::vector<int64_t> stream_rows;  // hc rows a token: each sequence's rows a group of their own
+    for (const int64_t len : s.len) stream_rows.push_back(len * hc);
+    LinearArgs h_proj = lin(x_rows, mw.h_proj, h_rows);
+    h_proj.row_groups = stream_rows;
+    be_->linear(h_proj);
     const TensorView wide = s.streams.reshape({n, hc * D});
     for (int64_t j = 0; j < hc; ++j)
         be_->add({.a = columns(wide, j * D, D), .b = e_proj, .out = columns(wide, j * D, D)});
@@ -95,37 +92,25 @@ std::vector<int32_t> DeepseekV4::run_draft(std::span<const DraftChunk> chunks, s
     ffn_layer(int(cfg_.n_layers), s);
 
     be_->set_scope("mtp / head");
-    TensorView h = ws_.take(DType::kF32, {n, D});
-    be_->hc_head_norm({.streams = s.streams,
-                       .fn = mw.hc_head.fn,
-                       .base = mw.hc_head.base,
-                       .scale = mw.hc_head.scale,
-                       .out = h,
-                       .norm_eps = eps,
-                       .hc_eps = float(cfg_.hc_eps)},
-                      {.x = h, .weight = mw.norm, .y = h, .eps = eps});
-    std::vector<int64_t> rows;   // the rows whose logits are computed: every kept one, or each guess's
+    const TensorView h = collapse_streams(mw.hc_head, mw.norm, s);
+    // the rows whose logits are computed, every kept one or each guess's, and their counts by sequence
+    std::vector<int64_t> rows, groups;
     std::vector<size_t> wanted;  // the guesses' indices into `of`
     for (size_t j = 0; j < of.size(); ++j) {
-        if (all)
+        if (all) {
             for (int64_t i = 0; i < s.len[j]; ++i) rows.push_back(s.row0[j] + i);
-        else if (chunks[of[j]].want)
+            groups.push_back(s.len[j]);
+        } else if (chunks[of[j]].want) {
             rows.push_back(s.row0[j] + s.len[j] - 1);
+            groups.push_back(1);
+        }
         if (chunks[of[j]].want) wanted.push_back(j);
     }
     const int64_t m = int64_t(rows.size());
     TensorView picks, logits;
     if (m > 0) {
-        TensorView sel = h;
-        if (m != n) {
-            sel = ws_.take(DType::kF32, {m, D});
-            for (int64_t i = 0; i < m; ++i) be_->copy(sel.rows(i, 1), h.rows(rows[size_t(i)], 1));
-        }
-        logits = ws_.take(DType::kF32, {m, V});
-        be_->linear(lin(sel, w_.head, logits));
-        picks = ws_.take(DType::kI32, {2, m});
-        be_->argmax(
-            {.x = logits, .ids = picks.rows(0, 1).reshape({m}), .bad = picks.rows(1, 1).reshape({m})});
+        logits = head_logits(h, rows, groups);
+        picks = greedy_picks(logits);
     }
     be_->segment_end();
     step_rows_ = {}, step_n_ = -1;
