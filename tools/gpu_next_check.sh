@@ -36,7 +36,7 @@ d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
 case ${PART:-fp8} in
   fused)
-    timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaFused.*:CudaBatchedState.*:CudaAttentions.*' \
+    timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaFused.*:CudaBatchedState.*:CudaAttentions.*:CudaSmallOps.*' \
       > "$OUT/fused.log" 2>&1
     echo "fused tests rc $?"; summary "$OUT/fused.log"
     timeout 150 $d/bin/cuda_model_test > "$OUT/model.log" 2>&1

@@ -104,20 +104,22 @@ void DeepseekV4State::prepare_undo(int64_t drafts) {
     undo_drafts_ = drafts;
     if (drafts == 0) return;
     const int64_t first = n_tokens_ + 1, slots = window_ - 1;  // the drafts' positions
+    std::vector<ops::Backend::CopyPair> copies;                // one launch for the layers on a GPU
     for (int64_t l = 0; l < n_main_; ++l) {
         LayerState& ls = layers_[size_t(l)];
         for (int64_t i = 0; i < drafts && slots > 0; ++i)
-            backend_->copy(ls.undo_ring.rows(i, 1), ls.ring.rows((first + i) % slots, 1));
+            copies.push_back({ls.undo_ring.rows(i, 1), ls.ring.rows((first + i) % slots, 1)});
         if (ls.undo_comp_kv.data == nullptr) continue;  // CSA only: the overlaps a closing window replaces
         if (closes_window(first, drafts, rates_[size_t(l)])) {
-            backend_->copy(ls.undo_comp_kv, ls.comp.ovl_kv);
-            backend_->copy(ls.undo_comp_gate, ls.comp.ovl_gate);
+            copies.push_back({ls.undo_comp_kv, ls.comp.ovl_kv});
+            copies.push_back({ls.undo_comp_gate, ls.comp.ovl_gate});
         }
         if (closes_window(first, drafts, csa_rate_)) {
-            backend_->copy(ls.undo_index_kv, ls.index.ovl_kv);
-            backend_->copy(ls.undo_index_gate, ls.index.ovl_gate);
+            copies.push_back({ls.undo_index_kv, ls.index.ovl_kv});
+            copies.push_back({ls.undo_index_gate, ls.index.ovl_gate});
         }
     }
+    backend_->copy_many(copies);
 }
 
 // The drafts' positions hold at most one window close of each compressor (draft_tokens <= every rate: the
@@ -131,20 +133,22 @@ void DeepseekV4State::undo(int64_t rejected) {
     undo_drafts_ = 0;
     if (rejected == 0) return;
     const int64_t first_draft = n_tokens_ - drafts, first = n_tokens_ - rejected, slots = window_ - 1;
+    std::vector<ops::Backend::CopyPair> copies;
     for (int64_t l = 0; l < n_main_; ++l) {
         LayerState& ls = layers_[size_t(l)];
         for (int64_t p = first; p < n_tokens_ && slots > 0; ++p)
-            backend_->copy(ls.ring.rows(p % slots, 1), ls.undo_ring.rows(p - first_draft, 1));
+            copies.push_back({ls.ring.rows(p % slots, 1), ls.undo_ring.rows(p - first_draft, 1)});
         if (ls.undo_comp_kv.data == nullptr) continue;
         if (closes_window(first, rejected, rates_[size_t(l)])) {
-            backend_->copy(ls.comp.ovl_kv, ls.undo_comp_kv);
-            backend_->copy(ls.comp.ovl_gate, ls.undo_comp_gate);
+            copies.push_back({ls.comp.ovl_kv, ls.undo_comp_kv});
+            copies.push_back({ls.comp.ovl_gate, ls.undo_comp_gate});
         }
         if (closes_window(first, rejected, csa_rate_)) {
-            backend_->copy(ls.index.ovl_kv, ls.undo_index_kv);
-            backend_->copy(ls.index.ovl_gate, ls.undo_index_gate);
+            copies.push_back({ls.index.ovl_kv, ls.undo_index_kv});
+            copies.push_back({ls.index.ovl_gate, ls.undo_index_gate});
         }
     }
+    backend_->copy_many(copies);
     n_tokens_ -= rejected;
 }
 

@@ -51,6 +51,13 @@ class Backend {
     virtual std::optional<BoundScales> fp8_block_scales(const TensorView& /*scale*/) { return std::nullopt; }
     // dst <- src; both contiguous, same dtype and element count, either device.
     virtual void copy(const TensorView& dst, const TensorView& src) = 0;
+    // Several copies, as copy does each (in order; no two may overlap): one launch on a GPU.
+    struct CopyPair {
+        TensorView dst, src;
+    };
+    virtual void copy_many(std::span<const CopyPair> pairs) {
+        for (const CopyPair& p : pairs) copy(p.dst, p.src);
+    }
     virtual void fill_zero(const TensorView& dst) = 0;
     virtual void synchronize() {}
     // Makes the calling thread's later calls run on this backend's device (a CUDA backend of GPU r, called

@@ -84,5 +84,33 @@ TEST(CudaSmallOps, WindowStore) {
     }
 }
 
+// copy_many: every pair copied as copy would (aligned rows in 16-byte units, odd byte counts and offsets
+// byte by byte, more pairs than one launch's table), nothing outside the destinations written.
+TEST(CudaSmallOps, CopyManyEqualsEachCopy) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    constexpr int64_t kRows = 300, kCols = 37;  // 37-byte rows: most start off a 16-byte boundary
+    Pair src(DType::kU8, {kRows, kCols}), dst(DType::kU8, {kRows, kCols});
+    for (int64_t i = 0; i < kRows * kCols; ++i) src.hv().ptr<uint8_t>()[i] = uint8_t(rng()());
+    src.upload(), dst.poison();
+    Pair big_src(DType::kU8, {3, 1 << 18}), big_dst(DType::kU8, {3, 1 << 18});
+    for (int64_t i = 0; i < 3 << 18; ++i) big_src.hv().ptr<uint8_t>()[i] = uint8_t(rng()());
+    big_src.upload(), big_dst.poison();
+    std::vector<ops::Backend::CopyPair> pairs;
+    for (int64_t r = 0; r + 1 < kRows; r += 2) {  // every other row, reversed: 150 pairs, two launches
+        pairs.push_back({dst.dv().rows(kRows - 1 - r, 1), src.dv().rows(r, 1)});
+        b.ref->copy(dst.hv().rows(kRows - 1 - r, 1), src.hv().rows(r, 1));
+    }
+    pairs.push_back({big_dst.dv().rows(0, 2), big_src.dv().rows(1, 2)});  // 512 KB, aligned
+    b.ref->copy(big_dst.hv().rows(0, 2), big_src.hv().rows(1, 2));
+    b.gpu->copy_many(pairs);
+    const auto host_bytes = [](const Pair& p) {
+        const auto* h = p.hv().ptr<uint8_t>();
+        return std::vector<uint8_t>(h, h + p.hv().nbytes());
+    };
+    EXPECT_EQ(dst.device_as<uint8_t>(), host_bytes(dst)) << "37-byte rows";
+    EXPECT_EQ(big_dst.device_as<uint8_t>(), host_bytes(big_dst)) << "512 KB";
+}
+
 }  // namespace
 }  // namespace di::gputest

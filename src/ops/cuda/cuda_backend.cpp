@@ -1,6 +1,9 @@
 // CudaBackend: memory, stream and weight-format helpers; the op methods are in cuda_ops.cpp.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "ops/cuda/cuda_backend_impl.h"
 #include "ops/cuda/env_switch.h"
 #include "ops/cuda/fp8_gemm.h"
@@ -61,6 +64,25 @@ WeightRef weight_ref(const QWeight& w, std::string_view what) {
     r.ld_scale = w.scale.stride[0];
     r.scale_e8m0 = w.scale.dtype == DType::kE8M0;
     return r;
+}
+
+void CudaBackend::copy_many(std::span<const CopyPair> pairs) {
+    const bool host = std::any_of(pairs.begin(), pairs.end(), [](const CopyPair& p) {
+        return p.dst.device == Device::kHost || p.src.device == Device::kHost;
+    });
+    if (host || pairs.size() < 2) {  // through the host, or one copy: copy's own path
+        for (const CopyPair& p : pairs) copy(p.dst, p.src);
+        return;
+    }
+    if (replaying()) return;
+    std::vector<cuda::CopyJob> jobs;
+    jobs.reserve(pairs.size());
+    for (const CopyPair& p : pairs) {
+        DI_CHECK(p.dst.is_contiguous() && p.src.is_contiguous() && p.dst.nbytes() == p.src.nbytes(),
+                 "copy {} <- {}", p.dst.describe(), p.src.describe());
+        if (p.dst.nbytes() > 0) jobs.push_back({p.dst.data, p.src.data, int64_t(p.dst.nbytes())});
+    }
+    cuda::launch_copies(jobs.data(), int64_t(jobs.size()), stream());
 }
 
 std::optional<Backend::BoundScales> CudaBackend::fp8_block_scales(const TensorView& scale) {

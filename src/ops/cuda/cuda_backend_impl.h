@@ -115,6 +115,7 @@ class CudaBackend final : public Backend {
         DI_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, stream()));
         if (host) synchronize();
     }
+    void copy_many(std::span<const CopyPair> pairs) override;
     void fill_zero(const TensorView& dst) override {
         if (replaying()) return;
         DI_CHECK(dst.is_contiguous(), "fill_zero of non-contiguous {}", dst.describe());

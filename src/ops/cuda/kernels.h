@@ -155,6 +155,16 @@ struct WindowStoreJob {
 // launch without a table (a pageable table copy costs more than the launch it saves).
 void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& scratch, Stream s);
 
+// Device-to-device copies of small buffers in one launch a batch (the table rides in the kernel's
+// parameters: no upload): a speculative step's undo rows, 43 layers' worth, in one launch instead of 43.
+struct CopyJob {
+    void* dst;
+    const void* src;
+    int64_t bytes;
+};
+inline constexpr int kCopyJobsPerLaunch = 128;
+void launch_copies(const CopyJob* jobs, int64_t count, Stream s);
+
 // Which compressed entries a query sees (ops::CompMask, the same values): none, the causal prefix, or its
 // picks.
 enum class AttnCompMask : int { kNone = 0, kCausal = 1, kPicks = 2 };
