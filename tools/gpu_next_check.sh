@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks the code waits for (2026-12-05), a call each, in this order:
+# PART=probe (~1 min): what a dependent launch costs against a grid barrier (bench/grid_sync_probe.cu), and
+#   the ceiling of a persistent batch-1 decode kernel on a V4-Flash layer's phases (bench/persistent_layer_probe.cu:
+#   a kernel a phase in a graph against one cooperative grid, with the next stream's rows fetched early).
 # PART=fused (~4 min): the launches fewer a layer written on 2026-12-05 without a GPU: q's and kv's norm +
 #   rope in one launch (CudaBatchedState.*NormRopes*, CudaFused.*), the attention tail's window store and
 #   inverse rope in split_kv's merge kernel (CudaAttentions.StoredTailEqualsTheParts: the parts' bits), the
@@ -72,6 +75,10 @@ case ${PART:-fp8} in
         --decode 48 --accept "0 0.5 0.85" 2>&1 | tail -6
     done
     ;;
+  probe)
+    [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
+    timeout 60 $d/bin/persistent_layer_probe 8 5 1 0.5 0.25 0
+    ;;
   timeline)
     OUT=$OUT/tl PRECISION=native BATCH=1 LAYERS=16 TRACE_TIMEOUT=50 timeout 60 tools/gpu_timeline.sh 2>/dev/null |
       head -14
@@ -81,6 +88,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: fused | fp8 | roofline | spec | timeline | ncu"; exit 2 ;;
+  *) echo "PART: probe | fused | fp8 | roofline | spec | timeline | ncu"; exit 2 ;;
 esac
 exit 0

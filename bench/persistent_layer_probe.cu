@@ -1,0 +1,401 @@
+// The ceiling of a persistent batch-1 decode kernel, measured before building one (docs/cuda.md, "Known
+// gaps"). One V4-Flash layer at batch 1 is modelled as its chain of dependent phases: weight streams (FP8
+// rows of 4,096 bytes dotted with a 4,096-float input that the previous stream wrote, as the decode GEMVs do)
+// and latency-bound phases (mHC's finish, norms, attention at a short context, route: one warp spinning for
+// the time the present kernels take), with the bytes and times of the 16-layer step's timeline. Run as
+//   graph:       one kernel a phase in a CUDA graph (the present design's skeleton);
+//   persistent:  one cooperative grid, a grid barrier between phases;
+//   + registers: each warp loads its first rows of the next stream before waiting at the barrier;
+//   + prefetch:  each block copies the next stream's first rows (up to 192 KB) into shared memory with
+//                cp.async at the end of the stream before it, so latency phases overlap the copies (rows a
+//                route picks cannot be fetched before the route: those phases' routed parts are excluded).
+// Each with the latency phases as measured and scaled (--latency-scale), and without them.
+//   persistent_layer_probe [layers=8] [rounds=5] [latency scales...=1 0.5 0]
+#include <cooperative_groups.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+#define CHECK(x)                                                                                     \
+    do {                                                                                             \
+        cudaError_t e_ = (x);                                                                        \
+        if (e_ != cudaSuccess) {                                                                     \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                            \
+        }                                                                                            \
+    } while (0)
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kRowBytes = 4096;                        // an FP8 row of K = 4,096
+constexpr int kLoads = kRowBytes / (32 * 16);          // 16-byte loads a lane a row
+constexpr int kPrefetchBytes = 192 * 1024;             // shared memory a block (one an SM) fetches ahead
+constexpr int kSmem = kPrefetchBytes + kRowBytes * 4;  // + the input as floats
+constexpr int kMaxPhases = 16;
+
+// One phase: a stream of `rows` rows (the first `fetchable` of them known before the phase's inputs), or a
+// latency phase of `ns` on one warp.
+struct Phase {
+    long long rows = 0, fetchable = 0;
+    long long ns = 0;
+};
+struct Plan {
+    Phase phase[kMaxPhases];
+    int count = 0;
+    int layers = 0;
+    long long layer_rows = 0;  // rows of a layer: the weights of layer l start at l * layer_rows
+    int mode = 0;              // 0 barriers only, 1 + registers, 2 + shared-memory prefetch
+};
+
+__device__ __forceinline__ long long now_ns() {
+    long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ float dot16(uint4 w, const float* x) {
+    const __nv_fp8x2_storage_t* p = reinterpret_cast<const __nv_fp8x2_storage_t*>(&w);
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(p[i], __NV_E4M3);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        s = fmaf(f.x, x[2 * i], s);
+        s = fmaf(f.y, x[2 * i + 1], s);
+    }
+    return s;
+}
+
+__device__ __forceinline__ float warp_sum(float s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// A block's slice [begin, end) of n rows split over `blocks`.
+__device__ __forceinline__ void slice(long long n, int b, int blocks, long long& begin, long long& end) {
+    begin = n * b / blocks, end = n * (b + 1) / blocks;
+}
+
+__device__ __forceinline__ void load_row(const uint8_t* row, uint4 (&r)[kLoads]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) r[i] = __ldcs(reinterpret_cast<const uint4*>(row + i * 512 + lane * 16));
+}
+
+__device__ __forceinline__ float row_dot(const uint4 (&r)[kLoads], const float* x) {
+    const int lane = threadIdx.x & 31;
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) s += dot16(r[i], x + i * 512 + lane * 16);
+    return warp_sum(s);
+}
+
+// Rows [begin, end) of a stream, a warp a row, two rows in flight a warp; `held` a row loaded before.
+__device__ void stream_rows(const uint8_t* w, long long begin, long long end, const float* x, float* y,
+                            bool have_held, uint4 (&held)[kLoads]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    long long r = begin + warp;
+    if (have_held && r < end) {
+        const float s = row_dot(held, x);
+        if (lane == 0) y[r] = s;
+        r += kWarps;
+    }
+    for (; r + kWarps < end; r += 2 * kWarps) {
+        uint4 a[kLoads], b[kLoads];
+        load_row(w + r * kRowBytes, a);
+        load_row(w + (r + kWarps) * kRowBytes, b);
+        const float sa = row_dot(a, x), sb = row_dot(b, x);
+        if (lane == 0) y[r] = sa, y[r + kWarps] = sb;
+    }
+    if (r < end) {
+        uint4 a[kLoads];
+        load_row(w + r * kRowBytes, a);
+        const float s = row_dot(a, x);
+        if (lane == 0) y[r] = s;
+    }
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* g) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+}
+
+// The rows of `p` this block computes first from shared memory: the start of its fetchable slice.
+__device__ __forceinline__ long long fetched_rows(const Phase& p, int blocks) {
+    long long b0, b1;
+    slice(p.fetchable, blockIdx.x, blocks, b0, b1);
+    const long long fit = kPrefetchBytes / kRowBytes;
+    return b1 - b0 < fit ? b1 - b0 : fit;
+}
+
+__device__ void prefetch(const uint8_t* w, const Phase& p, int blocks, uint8_t* buf) {
+    long long b0, b1;
+    slice(p.fetchable, blockIdx.x, blocks, b0, b1);
+    const long long bytes = fetched_rows(p, blocks) * kRowBytes;
+    const uint8_t* src = w + b0 * kRowBytes;
+    for (long long o = threadIdx.x * 16; o < bytes; o += kThreads * 16) cp_async16(buf + o, src + o);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// The first stream phase after phase i of layer l: (j, lj), lj == layers when none.
+__device__ void next_stream(const Plan& plan, int i, int l, int& j, int& lj) {
+    j = i + 1, lj = l;
+    for (;; ++j) {
+        if (j == plan.count) j = 0, ++lj;
+        if (lj >= plan.layers || plan.phase[j].rows > 0) return;
+    }
+}
+
+// Phase i's weights in layer l: rows from l * layer_rows + the rows of the phases before it.
+__device__ const uint8_t* phase_weights(const Plan& plan, const uint8_t* weights, int l, int i) {
+    long long r = l * plan.layer_rows;
+    for (int q = 0; q < i; ++q) r += plan.phase[q].rows;
+    return weights + r * kRowBytes;
+}
+
+// The layer's phases in order; a stream's output is the next stream's input (two buffers of 65,536).
+__global__ void __launch_bounds__(kThreads, 1)
+    persistent_kernel(const __grid_constant__ Plan plan, const uint8_t* weights, float* act) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t* buf = smem;
+    float* x = reinterpret_cast<float*>(smem + kPrefetchBytes);
+    cg::grid_group grid = cg::this_grid();
+    const int blocks = int(gridDim.x), lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    int in = 0;                               // the act buffer the next stream reads
+    bool fetched = false, have_held = false;  // what this block / warp holds of the next stream
+    uint4 held[kLoads];
+    for (int l = 0; l < plan.layers; ++l) {
+        for (int i = 0; i < plan.count; ++i) {
+            const Phase& p = plan.phase[i];
+            if (p.rows == 0) {  // latency: one warp waits it out, the others go on to the barrier
+                if (blockIdx.x == 0 && warp == 0) {
+                    const long long until = now_ns() + p.ns;
+                    while (now_ns() < until) {
+                    }
+                }
+                grid.sync();
+                continue;
+            }
+            const uint8_t* w = phase_weights(plan, weights, l, i);
+            long long f0, f1, n0, n1;
+            slice(p.fetchable, blockIdx.x, blocks, f0, f1);
+            slice(p.rows - p.fetchable, blockIdx.x, blocks, n0, n1);
+            n0 += p.fetchable, n1 += p.fetchable;
+            for (int k = threadIdx.x; k < kRowBytes; k += kThreads)
+                x[k] = act[in * 65536 + k] * 1e-3f;  // kept finite over the layers
+            asm volatile("cp.async.wait_all;" ::: "memory");
+            __syncthreads();
+            float* y = act + (1 - in) * 65536;
+            const long long from_smem = fetched ? fetched_rows(p, blocks) : 0;
+            for (long long r = warp; r < from_smem; r += kWarps) {
+                uint4 a[kLoads];
+#pragma unroll
+                for (int q = 0; q < kLoads; ++q)
+                    a[q] = *reinterpret_cast<const uint4*>(buf + r * kRowBytes + q * 512 + lane * 16);
+                const float s = row_dot(a, x);
+                if (lane == 0) y[f0 + r] = s;
+            }
+            stream_rows(w, f0 + from_smem, f1, x, y, have_held, held);
+            stream_rows(w, n0, n1, x, y, false, held);
+            __syncthreads();  // the shared rows read before they are refilled
+            // What the next stream needs before its input: its first rows, in registers or shared memory.
+            fetched = have_held = false;
+            int j, lj;
+            next_stream(plan, i, l, j, lj);
+            if (lj < plan.layers && plan.phase[j].fetchable > 0) {
+                const uint8_t* wj = phase_weights(plan, weights, lj, j);
+                long long g0, g1;
+                slice(plan.phase[j].fetchable, blockIdx.x, blocks, g0, g1);
+                if (plan.mode == 1 && g0 + warp < g1) {
+                    load_row(wj + (g0 + warp) * kRowBytes, held);
+                    have_held = true;
+                } else if (plan.mode == 2) {
+                    prefetch(wj, plan.phase[j], blocks, buf);
+                    fetched = true;
+                }
+            }
+            in = 1 - in;
+            grid.sync();
+        }
+    }
+}
+
+// The graph skeleton's kernels: a stream phase on its own grid, a latency phase on one warp.
+__global__ void __launch_bounds__(kThreads, 1)
+    stream_kernel(const uint8_t* w, long long rows, const float* xin, float* y) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    float* x = reinterpret_cast<float*>(smem);
+    for (int k = threadIdx.x; k < kRowBytes; k += kThreads) x[k] = xin[k] * 1e-3f;
+    __syncthreads();
+    long long b0, b1;
+    slice(rows, blockIdx.x, gridDim.x, b0, b1);
+    uint4 held[kLoads];
+    stream_rows(w, b0, b1, x, y, false, held);
+}
+
+__global__ void latency_kernel(long long ns) {
+    const long long until = now_ns() + ns;
+    while (now_ns() < until) {
+    }
+}
+
+struct LayerModel {
+    const char* name;
+    double mb;         // 0: a latency phase
+    double fetchable;  // the part of the bytes known before the phase's inputs
+    double us;         // latency phases: today's kernels' time (docs/benchmarks.md, the 2026-12-04 timeline)
+};
+
+// One sliding-window V4-Flash layer at batch 1 (bytes: v4_decode_bytes.py's parts; latency: the timeline).
+const LayerModel kLayer[] = {
+    {"mHC pre sums", 1.57, 1.57, 0},
+    {"mHC finish", 0, 0, 10.5},
+    {"wq_a + wkv", 6.3, 6.3, 0},
+    {"q norm", 0, 0, 2.5},
+    {"wq_b", 33.5, 33.5, 0},
+    {"norm + rope, store", 0, 0, 3.0},
+    {"attention", 0, 0, 14.0},
+    {"wo_a", 33.5, 33.5, 0},
+    {"wo_b", 33.5, 33.5, 0},
+    {"mHC post + pre sums", 1.57, 1.57, 0},
+    {"mHC finish", 0, 0, 10.5},
+    {"gate", 2.1, 2.1, 0},
+    {"route", 0, 0, 5.0},
+    {"shared w1 w3 + routed up", 70.3, 16.8, 0},
+    {"shared w2 + routed down", 35.1, 8.4, 0},
+    {"combine, mHC post", 0, 0, 2.0},
+};
+
+Plan make_plan(int layers, double latency_scale, int mode) {
+    Plan p{};
+    p.layers = layers, p.mode = mode;
+    for (const LayerModel& m : kLayer) {
+        Phase& ph = p.phase[p.count++];
+        ph.rows = (long long)(m.mb * 1e6 / kRowBytes);
+        ph.fetchable = (long long)(m.fetchable * 1e6 / kRowBytes);
+        ph.ns = (long long)(m.us * 1e3 * latency_scale);
+        p.layer_rows += ph.rows;
+    }
+    return p;
+}
+
+float time_ms(cudaStream_t s, int rounds, const std::function<void()>& run) {
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    run();  // warm-up
+    CHECK(cudaEventRecord(e0, s));
+    for (int r = 0; r < rounds; ++r) run();
+    CHECK(cudaEventRecord(e1, s));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+    return ms / float(rounds);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int layers = argc > 1 ? std::atoi(argv[1]) : 8, rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+    std::vector<double> scales;
+    for (int i = 3; i < argc; ++i) scales.push_back(std::atof(argv[i]));
+    if (scales.empty()) scales = {1.0, 0.5, 0.0};
+    cudaDeviceProp prop{};
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    const Plan shape = make_plan(layers, 1.0, 0);
+    const size_t bytes = size_t(shape.layer_rows) * layers * kRowBytes;
+    uint8_t* weights = nullptr;
+    float* act = nullptr;
+    CHECK(cudaMalloc(&weights, bytes));
+    CHECK(cudaMalloc(&act, 2 * 65536 * sizeof(float)));
+    CHECK(cudaMemset(weights, 0x3a, bytes));  // e4m3 0x3a: a finite value
+    CHECK(cudaMemset(act, 0, 2 * 65536 * sizeof(float)));
+
+    // The copy bandwidth of this run: 2 GB device to device, reads + writes.
+    const size_t cb = size_t(1) << 30;
+    void *c0, *c1;
+    CHECK(cudaMalloc(&c0, cb));
+    CHECK(cudaMalloc(&c1, cb));
+    const float copy_ms =
+        time_ms(s, 10, [&] { CHECK(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice, s)); });
+    const double bw = 2.0 * double(cb) / (copy_ms * 1e-3);
+    CHECK(cudaFree(c0));
+    CHECK(cudaFree(c1));
+    const double layer_bytes = double(shape.layer_rows) * kRowBytes;
+    const double bound_us = layer_bytes / bw * 1e6;
+    std::printf("%s, %d SMs; copy bandwidth %.0f GB/s; %d layers of %.1f MB: bound %.1f us a layer\n",
+                prop.name, prop.multiProcessorCount, bw / 1e9, layers, layer_bytes / 1e6, bound_us);
+
+    CHECK(cudaFuncSetAttribute(persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRowBytes * 4));
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel, kThreads, kSmem));
+    const int blocks = prop.multiProcessorCount;  // one an SM: 255 registers for two rows in flight a warp
+    std::printf("grids: %d blocks of %d (%d fit an SM)\n", blocks, kThreads, per_sm);
+
+    for (double scale : scales) {
+        // The graph skeleton: a kernel a phase.
+        const Plan g = make_plan(layers, scale, 0);
+        cudaGraph_t graph;
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        int in = 0;
+        for (int l = 0; l < layers; ++l) {
+            long long off = l * g.layer_rows;
+            for (int i = 0; i < g.count; ++i) {
+                const Phase& p = g.phase[i];
+                if (p.rows == 0) {
+                    latency_kernel<<<1, 32, 0, s>>>(p.ns);
+                } else {
+                    stream_kernel<<<prop.multiProcessorCount, kThreads, kRowBytes * 4, s>>>(
+                        weights + off * kRowBytes, p.rows, act + in * 65536, act + (1 - in) * 65536);
+                    in = 1 - in;
+                }
+                off += p.rows;
+            }
+        }
+        CHECK(cudaStreamEndCapture(s, &graph));
+        cudaGraphExec_t exec;
+        CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        const float graph_ms = time_ms(s, rounds, [&] { CHECK(cudaGraphLaunch(exec, s)); });
+        CHECK(cudaGraphExecDestroy(exec));
+        CHECK(cudaGraphDestroy(graph));
+        double latency_us = 0;
+        for (const LayerModel& m : kLayer) latency_us += m.us * scale;
+        std::printf("latency phases x%.2f (%.1f us a layer):\n", scale, latency_us);
+        const auto report = [&](const char* what, float ms) {
+            const double us = ms * 1e3 / layers;
+            std::printf("  %-34s %7.1f us a layer  %5.1f%% of the roofline\n", what, us,
+                        100.0 * bound_us / us);
+        };
+        report("graph, a kernel a phase", graph_ms);
+        const char* names[] = {"persistent, grid barriers", "persistent + next rows in registers",
+                               "persistent + shared-memory prefetch"};
+        for (int mode = 0; mode < 3; ++mode) {
+            const Plan p = make_plan(layers, scale, mode);
+            const uint8_t* w = weights;
+            float* a = act;
+            void* args[] = {const_cast<Plan*>(&p), &w, &a};
+            const float ms = time_ms(s, rounds, [&] {
+                CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel), dim3(blocks),
+                                                  dim3(kThreads), args, kSmem, s));
+            });
+            report(names[mode], ms);
+        }
+    }
+    CHECK(cudaStreamSynchronize(s));
+    return 0;
+}
