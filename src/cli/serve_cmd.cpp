@@ -135,7 +135,7 @@ std::function<int()> setup(CLI::App& app) {
                    "token budget per engine step (0: the backend's, 256 on cpu and ref, 2048 on cuda)")
         ->capture_default_str();
     app.add_option("--prefill-chunk", o->engine.prefill_chunk,
-                   "prompt tokens per prefill chunk (0: the backend's, 128 on cpu and ref, 1024 on cuda)")
+                   "prompt tokens per prefill chunk (0: the backend's, 128 on cpu and ref, 2048 on cuda)")
         ->capture_default_str();
     app.add_option("--max-waiting", o->engine.max_waiting, "queued requests before answering 429")
         ->capture_default_str();
