@@ -22,6 +22,7 @@
 #include "cuda_attention_bench.h"
 #include "cuda_bench_util.h"
 #include "cuda_roofline.h"
+#include "moe_fp8_copy.h"
 #include "ops/cuda/bf16_gemm.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/fp8_gemm.h"
@@ -239,6 +240,7 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
     for (int64_t n : ns) {
         constexpr int kSets = 8;  // different expert choices per launch: the L2 cannot keep them
         std::vector<int32_t*> ids(kSets);
+        std::vector<int32_t> ids0;  // set 0's ids on the host: the fp8-copy baseline's expert rows
         double distinct = 0;
         for (int set = 0; set < kSets; ++set) {
             std::vector<int32_t> h(size_t(n * k));
@@ -268,6 +270,7 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                 std::shuffle(perm.begin(), perm.end(), g_rng);
                 std::copy(perm.begin(), perm.begin() + k, h.begin() + t * k);
             }
+            if (set == 0) ids0 = h;
             std::vector<int32_t> u = h;
             std::sort(u.begin(), u.end());
             distinct += double(std::unique(u.begin(), u.end()) - u.begin()) / kSets;
@@ -343,6 +346,12 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                                         std::to_string(int(distinct + 0.5)) + " experts read)",
                                     vname, us, distinct * per_expert + 4.0 * n * D * 2});
             }
+            if (native && big && !skewed)  // what w4a8 is for: against dequantising to an fp8 copy
+                bench_moe_fp8_copy(prefill, s, table, ids0, E, D, I,
+                                   "moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
+                                       " experts, k=" + std::to_string(k) +
+                                       " (native: quantised activations)",
+                                   2.0 * 3.0 * double(n * k) * double(D) * double(I));
         }
         for (auto* d : ids) cudaFree(d);
         cudaFree(x), cudaFree(w), cudaFree(out);

@@ -27,6 +27,9 @@
 #   speculative decoding with the MTP block on cuda (docs/speculative.md): kept and taken-back drafts
 #   against one-token steps (Speculative.*, the cuda case), then spec_bench on 16 layers of V4-Flash at
 #   forced acceptance, both precisions (the drafter's cost and the verify step's against a plain step).
+# PART=moecopy (~2 min; a pack with bench/cuda_kernel_bench): issue 11's baseline for the W4A8 MoE, the fp4
+#   experts dequantised into an FP8 copy and cuBLASLt's block-scaled GEMM per expert (bench/moe_fp8_copy.h),
+#   beside w4a8 at 2,730 and 4,096 tokens.
 # PART=timeline (~1 min): the native batch-1 step's kernels and their exposed times (tools/gpu_timeline.sh).
 # PART=ncu (~8 min, where time is left): why the batch-1 step's slow kernels take their time
 #   (tools/gpu_ncu_stalls.sh: mHC's finish, route, the MoE and the GEMVs; stall reasons, occupancy), and a
@@ -79,6 +82,10 @@ case ${PART:-fp8} in
     [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
     timeout 60 $d/bin/persistent_layer_probe 8 5 1 0.5 0.25 0
     ;;
+  moecopy)
+    timeout 240 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/moe_prefill.log" 2>&1
+    echo "moe_prefill rc $?"; grep -E "^\| moe fp4 n=(2730|4096)" "$OUT/moe_prefill.log"
+    ;;
   timeline)
     OUT=$OUT/tl PRECISION=native BATCH=1 LAYERS=16 TRACE_TIMEOUT=50 timeout 60 tools/gpu_timeline.sh 2>/dev/null |
       head -14
@@ -88,6 +95,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: probe | fused | fp8 | roofline | spec | timeline | ncu"; exit 2 ;;
+  *) echo "PART: probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0
