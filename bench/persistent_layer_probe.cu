@@ -3,7 +3,8 @@
 // rows of 4,096 bytes dotted with a 4,096-float input that the previous stream wrote, as the decode GEMVs do)
 // and latency-bound phases (mHC's finish, norms, attention at a short context, route: one warp spinning for
 // the time the present kernels take), with the bytes and times of the 16-layer step's timeline. Run as
-//   graph:       one kernel a phase in a CUDA graph (the present design's skeleton);
+//   graph:       one kernel a phase in a CUDA graph (the present design's skeleton), and with the latency
+//                kernels' spare blocks sending the next stream's first 32 MB to the L2;
 //   persistent:  one cooperative grid, a grid barrier between phases;
 //   + registers: each warp loads its first rows of the next stream before waiting at the barrier;
 //   + prefetch:  each block copies the next stream's first rows (up to 192 KB) into shared memory with
@@ -242,10 +243,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     stream_rows(w, b0, b1, x, y, false, held);
 }
 
-__global__ void latency_kernel(long long ns) {
-    const long long until = now_ns() + ns;
-    while (now_ns() < until) {
+// Block 0's first warp waits out the latency; with `next`, the other blocks send the first `bytes` of the
+// next stream to the L2 meanwhile (the memory system is idle in a latency phase; up to kL2Bytes).
+constexpr long long kL2Bytes = 32ll << 20;
+__global__ void latency_kernel(long long ns, const uint8_t* next, long long bytes) {
+    if (blockIdx.x == 0) {
+        if (threadIdx.x < 32) {
+            const long long until = now_ns() + ns;
+            while (now_ns() < until) {
+            }
+        }
+        return;
     }
+    const long long step = (long long)(gridDim.x - 1) * blockDim.x * 128;
+    for (long long o = ((long long)(blockIdx.x - 1) * blockDim.x + threadIdx.x) * 128; o < bytes; o += step)
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(next + o));
 }
 
 struct LayerModel {
@@ -348,31 +360,45 @@ int main(int argc, char** argv) {
     std::printf("grids: %d blocks of %d (%d fit an SM)\n", blocks, kThreads, per_sm);
 
     for (double scale : scales) {
-        // The graph skeleton: a kernel a phase.
+        // The graph skeleton: a kernel a phase; with `l2`, the latency kernels' spare blocks prefetch.
         const Plan g = make_plan(layers, scale, 0);
-        cudaGraph_t graph;
-        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        int in = 0;
-        for (int l = 0; l < layers; ++l) {
-            long long off = l * g.layer_rows;
-            for (int i = 0; i < g.count; ++i) {
-                const Phase& p = g.phase[i];
-                if (p.rows == 0) {
-                    latency_kernel<<<1, 32, 0, s>>>(p.ns);
-                } else {
-                    stream_kernel<<<prop.multiProcessorCount, kThreads, kRowBytes * 4, s>>>(
-                        weights + off * kRowBytes, p.rows, act + in * 65536, act + (1 - in) * 65536);
-                    in = 1 - in;
+        const auto run_graph = [&](bool l2) {
+            cudaGraph_t graph;
+            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            int in = 0;
+            for (int l = 0; l < layers; ++l) {
+                long long off = l * g.layer_rows;
+                for (int i = 0; i < g.count; ++i) {
+                    const Phase& p = g.phase[i];
+                    if (p.rows == 0) {
+                        long long next = off, bytes = 0;  // the next stream's fetchable rows
+                        for (int j = i + 1; j <= g.count && l2; ++j) {
+                            const Phase& q = g.phase[j % g.count];
+                            if (q.rows > 0) {
+                                bytes = std::min(kL2Bytes, q.fetchable * kRowBytes);
+                                break;
+                            }
+                        }
+                        if (l == layers - 1 && i + 1 >= g.count) bytes = 0;
+                        latency_kernel < < <bytes> 0 ? prop.multiProcessorCount : 1, 256, 0,
+                            s >>> (p.ns, weights + next * kRowBytes, bytes);
+                    } else {
+                        stream_kernel<<<prop.multiProcessorCount, kThreads, kRowBytes * 4, s>>>(
+                            weights + off * kRowBytes, p.rows, act + in * 65536, act + (1 - in) * 65536);
+                        in = 1 - in;
+                    }
+                    off += p.rows;
                 }
-                off += p.rows;
             }
-        }
-        CHECK(cudaStreamEndCapture(s, &graph));
-        cudaGraphExec_t exec;
-        CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        const float graph_ms = time_ms(s, rounds, [&] { CHECK(cudaGraphLaunch(exec, s)); });
-        CHECK(cudaGraphExecDestroy(exec));
-        CHECK(cudaGraphDestroy(graph));
+            CHECK(cudaStreamEndCapture(s, &graph));
+            cudaGraphExec_t exec;
+            CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            const float ms = time_ms(s, rounds, [&] { CHECK(cudaGraphLaunch(exec, s)); });
+            CHECK(cudaGraphExecDestroy(exec));
+            CHECK(cudaGraphDestroy(graph));
+            return ms;
+        };
+        const float graph_ms = run_graph(false), graph_l2_ms = run_graph(true);
         double latency_us = 0;
         for (const LayerModel& m : kLayer) latency_us += m.us * scale;
         std::printf("latency phases x%.2f (%.1f us a layer):\n", scale, latency_us);
@@ -382,6 +408,7 @@ int main(int argc, char** argv) {
                         100.0 * bound_us / us);
         };
         report("graph, a kernel a phase", graph_ms);
+        report("graph + L2 prefetch in latency phases", graph_l2_ms);
         const char* names[] = {"persistent, grid barriers", "persistent + next rows in registers",
                                "persistent + shared-memory prefetch"};
         for (int mode = 0; mode < 3; ++mode) {
