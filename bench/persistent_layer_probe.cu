@@ -380,8 +380,8 @@ int main(int argc, char** argv) {
                             }
                         }
                         if (l == layers - 1 && i + 1 >= g.count) bytes = 0;
-                        latency_kernel < < <bytes> 0 ? prop.multiProcessorCount : 1, 256, 0,
-                            s >>> (p.ns, weights + next * kRowBytes, bytes);
+                        const int grid = bytes > 0 ? prop.multiProcessorCount : 1;
+                        latency_kernel<<<grid, 256, 0, s>>>(p.ns, weights + next * kRowBytes, bytes);
                     } else {
                         stream_kernel<<<prop.multiProcessorCount, kThreads, kRowBytes * 4, s>>>(
                             weights + off * kRowBytes, p.rows, act + in * 65536, act + (1 - in) * 65536);
