@@ -371,17 +371,17 @@ int main(int argc, char** argv) {
                 for (int i = 0; i < g.count; ++i) {
                     const Phase& p = g.phase[i];
                     if (p.rows == 0) {
-                        long long next = off, bytes = 0;  // the next stream's fetchable rows
+                        long long next = off, ahead = 0;  // the next stream's fetchable rows
                         for (int j = i + 1; j <= g.count && l2; ++j) {
                             const Phase& q = g.phase[j % g.count];
                             if (q.rows > 0) {
-                                bytes = std::min(kL2Bytes, q.fetchable * kRowBytes);
+                                ahead = std::min(kL2Bytes, q.fetchable * kRowBytes);
                                 break;
                             }
                         }
-                        if (l == layers - 1 && i + 1 >= g.count) bytes = 0;
-                        const int grid = bytes > 0 ? prop.multiProcessorCount : 1;
-                        latency_kernel<<<grid, 256, 0, s>>>(p.ns, weights + next * kRowBytes, bytes);
+                        if (l == layers - 1 && i + 1 >= g.count) ahead = 0;
+                        const int grid = ahead > 0 ? prop.multiProcessorCount : 1;
+                        latency_kernel<<<grid, 256, 0, s>>>(p.ns, weights + next * kRowBytes, ahead);
                     } else {
                         stream_kernel<<<prop.multiProcessorCount, kThreads, kRowBytes * 4, s>>>(
                             weights + off * kRowBytes, p.rows, act + in * 65536, act + (1 - in) * 65536);
