@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# The GPU checks the code waits for (2026-12-05), a call each, in this order:
+# The GPU checks the code waits for (2026-12-05), a call each, in this order. PART=probe and PART=fused ran on
+# 2026-12-05 (docs/benchmarks.md, "what a dependency costs"); what is left of them: PART=probe again for the
+# graph with its latency kernels prefetching the next stream into the L2 (written after that run).
 # PART=probe (~1 min): what a dependent launch costs against a grid barrier (bench/grid_sync_probe.cu), and
-#   the ceiling of a persistent batch-1 decode kernel on a V4-Flash layer's phases (bench/persistent_layer_probe.cu:
-#   a kernel a phase in a graph against one cooperative grid, with the next stream's rows fetched early).
-# PART=fused (~4 min): the launches fewer a layer written on 2026-12-05 without a GPU: q's and kv's norm +
-#   rope in one launch (CudaBatchedState.*NormRopes*, CudaFused.*), the attention tail's window store and
-#   inverse rope in split_kv's merge kernel (CudaAttentions.StoredTailEqualsTheParts: the parts' bits), the
-#   model's goldens and graphs on them (cuda_model_test), then their A/B on the 16-layer decode step
-#   (DEEPINFER_NORM_ROPES_ONE_LAUNCH=0, DEEPINFER_ATTN_TAIL_FUSED=0: the parts; native, batch 1 and 16).
+#   a V4-Flash layer's batch-1 phases as a graph of kernels against one cooperative grid, with the next
+#   stream's weights fetched early (bench/persistent_layer_probe.cu).
+# PART=fused (~4 min, passed 2026-12-05): q's and kv's norm + rope in one launch, the attention tail's window
+#   store and inverse rope in split_kv's merge kernel, copy_many, cuda_model_test, and their A/B.
 #   One pack serves PART=fused, fp8 and roofline (5.0 MB, 63.2 of the 64 MiB with the tree; deepinfer does not
 #   fit beside them): TRACE=0 BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench
 #   bench/cuda_kernel_bench bench/grid_sync_probe" tools/gpu_pack.sh; call them back to back (the machine
@@ -25,7 +24,8 @@
 # PART=spec (~3 min; its own pack, 3.7 MB: TRACE=0 BINS="tests/model/speculative_test bench/spec_bench"
 #   tools/gpu_pack.sh):
 #   speculative decoding with the MTP block on cuda (docs/speculative.md): kept and taken-back drafts
-#   against one-token steps (Speculative.*, the cuda case), then spec_bench on 16 layers of V4-Flash at
+#   against one-token steps (Speculative.*, the cuda case), then spec_bench on 4 layers of V4-Flash (its
+#   weights are drawn in host memory first: 16 layers would take ~55 GB and minutes) at
 #   forced acceptance, both precisions (the drafter's cost and the verify step's against a plain step).
 # PART=moecopy (~2 min; a pack with bench/cuda_kernel_bench): issue 11's baseline for the W4A8 MoE, the fp4
 #   experts dequantised into an FP8 copy and cuBLASLt's block-scaled GEMM per expert (bench/moe_fp8_copy.h),
@@ -74,7 +74,7 @@ case ${PART:-fp8} in
     timeout 150 $d/bin/speculative_test > "$OUT/spec.log" 2>&1
     echo "speculative tests rc $?"; summary "$OUT/spec.log"
     for p in exact native; do
-      timeout 120 $d/bin/spec_bench --backend cuda --preset flash --layers 16 --precision $p --prompt 128 \
+      timeout 150 $d/bin/spec_bench --backend cuda --preset flash --layers 4 --precision $p --prompt 128 \
         --decode 48 --accept "0 0.5 0.85" 2>&1 | tail -6
     done
     ;;
