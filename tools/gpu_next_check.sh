@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# PART=all (~9 min): the most valuable of the parts below in one call: speculative_test, the fp8 cases,
+#   moecopy, the probe, native batch 1 and 16 against the roofline (for a session that may get one call).
 # The GPU checks the code waits for (2026-12-05), a call each, in this order. PART=probe and PART=fused ran on
 # 2026-12-05 (docs/benchmarks.md, "what a dependency costs"); what is left of them: PART=probe again for the
 # graph with its latency kernels prefetching the next stream into the L2 (written after that run).
@@ -78,6 +80,18 @@ case ${PART:-fp8} in
         --decode 48 --accept "0 0.5 0.85" 2>&1 | tail -6
     done
     ;;
+  all)  # what waits, most valuable first, in one call of <= 600 s (its own pack, 4.2 MB: TRACE=0
+        # BINS="tests/gpu/cuda_ops_test tests/model/speculative_test bench/cuda_kernel_bench
+        # bench/persistent_layer_probe bench/model_bench" tools/gpu_pack.sh)
+    timeout 100 $d/bin/speculative_test > "$OUT/spec.log" 2>&1
+    echo "speculative tests rc $?"; summary "$OUT/spec.log"
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='*CudaLinearFp8Act*:*CudaLinearsFp8Act*' > "$OUT/fp8.log" 2>&1
+    echo "fp8 tests rc $?"; summary "$OUT/fp8.log"
+    timeout 130 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/moe_prefill.log" 2>&1
+    echo "moe_prefill rc $?"; grep -E "^\| moe fp4 n=(2730|4096)|dense cuBLASLt rates" "$OUT/moe_prefill.log"
+    timeout 45 $d/bin/persistent_layer_probe 8 5 1 0.5 0
+    OUT=$OUT/native PRECISION=native BATCHES="1 16" GRAPHS=on DECODE=16 timeout 120 tools/gpu_decode_layers.sh
+    ;;
   probe)
     [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
     timeout 60 $d/bin/persistent_layer_probe 8 5 1 0.5 0.25 0
@@ -95,6 +109,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0
