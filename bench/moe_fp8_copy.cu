@@ -6,8 +6,10 @@
 namespace di::bench {
 namespace {
 
-__constant__ float kE2m1[16] = {0.f,  0.5f,  1.f,  1.5f,  2.f,  3.f,  4.f,  6.f,
-                                -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+// In shared memory: a constant-memory table serialises a warp's different indices (the first version, 21.9
+// ms for a 4,096-token chunk's experts on an H100, 2.7% of the copy bandwidth).
+__device__ const float kE2m1[16] = {0.f,  0.5f,  1.f,  1.5f,  2.f,  3.f,  4.f,  6.f,
+                                    -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
 // Block (column block, row block, job): 256 threads, half a row (64 elements) each.
 __global__ void __launch_bounds__(256) fp4_to_fp8_kernel(const Fp4ToFp8Job* jobs) {
@@ -15,7 +17,9 @@ __global__ void __launch_bounds__(256) fp4_to_fp8_kernel(const Fp4ToFp8Job* jobs
     const int64_t r0 = int64_t(blockIdx.y) * 128, c0 = int64_t(blockIdx.x) * 128;
     if (r0 >= j.out || c0 >= j.in) return;
     __shared__ int block_max;
+    __shared__ float e2m1[16];
     if (threadIdx.x == 0) block_max = 0;
+    if (threadIdx.x < 16) e2m1[threadIdx.x] = kE2m1[threadIdx.x];
     __syncthreads();
     int m = 0;
     for (int e = int(threadIdx.x); e < 512; e += 256)  // 128 rows x 4 groups
@@ -35,7 +39,7 @@ __global__ void __launch_bounds__(256) fp4_to_fp8_kernel(const Fp4ToFp8Job* jobs
 #pragma unroll
     for (int i = 0; i < 32; ++i) {  // byte i: elements 2i (low nibble) and 2i + 1
         const float g = f[i / 16];
-        pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(kE2m1[bytes[i] & 15] * g, kE2m1[bytes[i] >> 4] * g),
+        pairs[i] = __nv_cvt_float2_to_fp8x2(make_float2(e2m1[bytes[i] & 15] * g, e2m1[bytes[i] >> 4] * g),
                                             __NV_SATFINITE, __NV_E4M3);
     }
     uint4* dst = reinterpret_cast<uint4*>(j.q + r * j.ld_q + c);
