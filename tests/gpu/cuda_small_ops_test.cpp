@@ -1,5 +1,5 @@
 // embed, add, swiglu, rms_norm, rope, window_store on CUDA vs ref: the case table's row-wise cases and
-// tolerances (ops/op_cases_rows.h, each with its reason).
+// tolerances (ops/op_cases_rows.h, each with its reason); copy_many against the host's copies.
 #include "gpu_test_util.h"
 #include "ops/op_cases_rows.h"
 
