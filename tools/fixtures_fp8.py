@@ -157,23 +157,29 @@ def compressor(w, p, dim, rate, overlap):
     w.norm(p + "norm.weight", dim)
 
 
+def block_norms_and_attention(w, p):
+    """A block's norms, mHC mixes and the attention every layer kind has, in the order of their draws
+    (the main layers here, the MTP block in fixtures_mtp.py)."""
+    w.norm(p + "attn_norm.weight", D)
+    w.norm(p + "ffn_norm.weight", D)
+    w.hc(p + "hc_attn", 24)
+    w.hc(p + "hc_ffn", 24)
+    w.f32(p + "attn.attn_sink", (H,), 1.0)
+    w.fp8(p + "attn.wq_a", QL, D)
+    w.norm(p + "attn.q_norm.weight", QL)
+    w.fp8(p + "attn.wq_b", H * HD, QL)
+    w.fp8(p + "attn.wkv", HD, D)
+    w.norm(p + "attn.kv_norm.weight", HD)
+    w.fp8(p + "attn.wo_a", G * R, H * HD // G)
+    w.fp8(p + "attn.wo_b", D, G * R)
+
+
 def build_state(seed):
     w = Writer(seed)
     w.bf16("embed.weight", (V, D), 1.0)
     for i, lt in enumerate(LAYER_TYPES):
         p = f"layers.{i}."
-        w.norm(p + "attn_norm.weight", D)
-        w.norm(p + "ffn_norm.weight", D)
-        w.hc(p + "hc_attn", 24)
-        w.hc(p + "hc_ffn", 24)
-        w.f32(p + "attn.attn_sink", (H,), 1.0)
-        w.fp8(p + "attn.wq_a", QL, D)
-        w.norm(p + "attn.q_norm.weight", QL)
-        w.fp8(p + "attn.wq_b", H * HD, QL)
-        w.fp8(p + "attn.wkv", HD, D)
-        w.norm(p + "attn.kv_norm.weight", HD)
-        w.fp8(p + "attn.wo_a", G * R, H * HD // G)
-        w.fp8(p + "attn.wo_b", D, G * R)
+        block_norms_and_attention(w, p)
         if lt != fc.SLIDING:
             compressor(w, p + "attn.compressor.", HD, RATE[lt], lt == fc.CSA)
         if lt == fc.CSA:
