@@ -13,18 +13,11 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ops/cuda/cuda_check.h"
+
 namespace {
 
 namespace cg = cooperative_groups;
-
-#define CHECK(x)                                                                                     \
-    do {                                                                                             \
-        cudaError_t e_ = (x);                                                                        \
-        if (e_ != cudaSuccess) {                                                                     \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                            \
-        }                                                                                            \
-    } while (0)
 
 // One step of a chain: every block reads the word the previous step wrote, block 0 writes the next one.
 __global__ void step_kernel(unsigned* word, unsigned expect, int* bad, bool early) {
@@ -78,16 +71,17 @@ struct Buffers {
 };
 
 void reset(const Buffers& b) {
-    CHECK(cudaMemset(b.word, 0, 4));
-    CHECK(cudaMemset(b.count, 0, 4));
-    CHECK(cudaMemset(b.gen, 0, 4));
-    CHECK(cudaMemset(b.bad, 0, 4));
-    CHECK(cudaDeviceSynchronize());  // before a launch on a non-blocking stream, which does not wait for them
+    DI_CUDA_CHECK(cudaMemset(b.word, 0, 4));
+    DI_CUDA_CHECK(cudaMemset(b.count, 0, 4));
+    DI_CUDA_CHECK(cudaMemset(b.gen, 0, 4));
+    DI_CUDA_CHECK(cudaMemset(b.bad, 0, 4));
+    DI_CUDA_CHECK(
+        cudaDeviceSynchronize());  // before a launch on a non-blocking stream, which does not wait for them
 }
 
 int bad_count(const Buffers& b) {
     int bad = 0;
-    CHECK(cudaMemcpy(&bad, b.bad, 4, cudaMemcpyDeviceToHost));
+    DI_CUDA_CHECK(cudaMemcpy(&bad, b.bad, 4, cudaMemcpyDeviceToHost));
     return bad;
 }
 
@@ -95,28 +89,28 @@ int bad_count(const Buffers& b) {
 template <class Launch>
 float second_run_ms(const Buffers& b, cudaStream_t s, Launch&& launch) {
     cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
+    DI_CUDA_CHECK(cudaEventCreate(&e0));
+    DI_CUDA_CHECK(cudaEventCreate(&e1));
     float ms = 0;
     for (int rep = 0; rep < 2; ++rep) {
         reset(b);
-        CHECK(cudaEventRecord(e0, s));
+        DI_CUDA_CHECK(cudaEventRecord(e0, s));
         launch(s);
-        CHECK(cudaEventRecord(e1, s));
-        CHECK(cudaStreamSynchronize(s));
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        DI_CUDA_CHECK(cudaEventRecord(e1, s));
+        DI_CUDA_CHECK(cudaStreamSynchronize(s));
+        DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     }
-    CHECK(cudaEventDestroy(e0));
-    CHECK(cudaEventDestroy(e1));
+    DI_CUDA_CHECK(cudaEventDestroy(e0));
+    DI_CUDA_CHECK(cudaEventDestroy(e1));
     return ms;
 }
 
 // A graph of `steps` step kernels on `blocks` blocks; microseconds a step of its second replay.
 double chain(const Buffers& b, int steps, int blocks, bool early) {
     cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cudaGraph_t g;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < steps; ++i) {
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -127,15 +121,15 @@ double chain(const Buffers& b, int steps, int blocks, bool early) {
         cfg.stream = s;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        CHECK(cudaLaunchKernelEx(&cfg, step_kernel, b.word, unsigned(i), b.bad, early));
+        DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, step_kernel, b.word, unsigned(i), b.bad, early));
     }
-    CHECK(cudaStreamEndCapture(s, &g));
+    DI_CUDA_CHECK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t x;
-    CHECK(cudaGraphInstantiate(&x, g, 0));
-    const float ms = second_run_ms(b, s, [&](cudaStream_t st) { CHECK(cudaGraphLaunch(x, st)); });
-    CHECK(cudaGraphExecDestroy(x));
-    CHECK(cudaGraphDestroy(g));
-    CHECK(cudaStreamDestroy(s));
+    DI_CUDA_CHECK(cudaGraphInstantiate(&x, g, 0));
+    const float ms = second_run_ms(b, s, [&](cudaStream_t st) { DI_CUDA_CHECK(cudaGraphLaunch(x, st)); });
+    DI_CUDA_CHECK(cudaGraphExecDestroy(x));
+    DI_CUDA_CHECK(cudaGraphDestroy(g));
+    DI_CUDA_CHECK(cudaStreamDestroy(s));
     return 1e3 * ms / steps;
 }
 
@@ -149,8 +143,8 @@ double persistent(const Buffers& b, int steps, int blocks) {
     int n = steps;
     void* args[] = {&word, &count, &gen, &n, &bad};
     const float ms = second_run_ms(b, nullptr, [&](cudaStream_t st) {
-        CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel<kCg>),
-                                          dim3(unsigned(blocks)), dim3(128), args, 0, st));
+        DI_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel<kCg>),
+                                                  dim3(unsigned(blocks)), dim3(128), args, 0, st));
     });
     return 1e3 * ms / (2.0 * steps);
 }
@@ -160,13 +154,13 @@ double persistent(const Buffers& b, int steps, int blocks) {
 int main(int argc, char** argv) {
     const int steps = argc > 1 ? std::atoi(argv[1]) : 2000;
     cudaDeviceProp prop{};
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const int sms = prop.multiProcessorCount;
     Buffers b{};
-    CHECK(cudaMalloc(&b.word, 4));
-    CHECK(cudaMalloc(&b.count, 4));
-    CHECK(cudaMalloc(&b.gen, 4));
-    CHECK(cudaMalloc(&b.bad, 4));
+    DI_CUDA_CHECK(cudaMalloc(&b.word, 4));
+    DI_CUDA_CHECK(cudaMalloc(&b.count, 4));
+    DI_CUDA_CHECK(cudaMalloc(&b.gen, 4));
+    DI_CUDA_CHECK(cudaMalloc(&b.bad, 4));
     std::printf("%s, %d SMs, %d steps\n", prop.name, sms, steps);
     for (int per_sm : {1, 2}) {
         const int blocks = sms * per_sm;

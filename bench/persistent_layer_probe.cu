@@ -22,18 +22,11 @@
 #include <functional>
 #include <vector>
 
+#include "ops/cuda/cuda_check.h"
+
 namespace {
 
 namespace cg = cooperative_groups;
-
-#define CHECK(x)                                                                                     \
-    do {                                                                                             \
-        cudaError_t e_ = (x);                                                                        \
-        if (e_ != cudaSuccess) {                                                                     \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                            \
-        }                                                                                            \
-    } while (0)
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowBytes = 4096;                        // an FP8 row of K = 4,096
@@ -302,17 +295,17 @@ Plan make_plan(int layers, double latency_scale, int mode) {
 
 float time_ms(cudaStream_t s, int rounds, const std::function<void()>& run) {
     cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
+    DI_CUDA_CHECK(cudaEventCreate(&e0));
+    DI_CUDA_CHECK(cudaEventCreate(&e1));
     run();  // warm-up
-    CHECK(cudaEventRecord(e0, s));
+    DI_CUDA_CHECK(cudaEventRecord(e0, s));
     for (int r = 0; r < rounds; ++r) run();
-    CHECK(cudaEventRecord(e1, s));
-    CHECK(cudaEventSynchronize(e1));
+    DI_CUDA_CHECK(cudaEventRecord(e1, s));
+    DI_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    CHECK(cudaEventDestroy(e0));
-    CHECK(cudaEventDestroy(e1));
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    DI_CUDA_CHECK(cudaEventDestroy(e0));
+    DI_CUDA_CHECK(cudaEventDestroy(e1));
     return ms / float(rounds);
 }
 
@@ -324,38 +317,40 @@ int main(int argc, char** argv) {
     for (int i = 3; i < argc; ++i) scales.push_back(std::atof(argv[i]));
     if (scales.empty()) scales = {1.0, 0.5, 0.0};
     cudaDeviceProp prop{};
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
     const Plan shape = make_plan(layers, 1.0, 0);
     const size_t bytes = size_t(shape.layer_rows) * layers * kRowBytes;
     uint8_t* weights = nullptr;
     float* act = nullptr;
-    CHECK(cudaMalloc(&weights, bytes));
-    CHECK(cudaMalloc(&act, 2 * 65536 * sizeof(float)));
-    CHECK(cudaMemset(weights, 0x3a, bytes));  // e4m3 0x3a: a finite value
-    CHECK(cudaMemset(act, 0, 2 * 65536 * sizeof(float)));
+    DI_CUDA_CHECK(cudaMalloc(&weights, bytes));
+    DI_CUDA_CHECK(cudaMalloc(&act, 2 * 65536 * sizeof(float)));
+    DI_CUDA_CHECK(cudaMemset(weights, 0x3a, bytes));  // e4m3 0x3a: a finite value
+    DI_CUDA_CHECK(cudaMemset(act, 0, 2 * 65536 * sizeof(float)));
 
     // The copy bandwidth of this run: 2 GB device to device, reads + writes.
     const size_t cb = size_t(1) << 30;
     void *c0, *c1;
-    CHECK(cudaMalloc(&c0, cb));
-    CHECK(cudaMalloc(&c1, cb));
+    DI_CUDA_CHECK(cudaMalloc(&c0, cb));
+    DI_CUDA_CHECK(cudaMalloc(&c1, cb));
     const float copy_ms =
-        time_ms(s, 10, [&] { CHECK(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice, s)); });
+        time_ms(s, 10, [&] { DI_CUDA_CHECK(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice, s)); });
     const double bw = 2.0 * double(cb) / (copy_ms * 1e-3);
-    CHECK(cudaFree(c0));
-    CHECK(cudaFree(c1));
+    DI_CUDA_CHECK(cudaFree(c0));
+    DI_CUDA_CHECK(cudaFree(c1));
     const double layer_bytes = double(shape.layer_rows) * kRowBytes;
     const double bound_us = layer_bytes / bw * 1e6;
     std::printf("%s, %d SMs; copy bandwidth %.0f GB/s; %d layers of %.1f MB: bound %.1f us a layer\n",
                 prop.name, prop.multiProcessorCount, bw / 1e9, layers, layer_bytes / 1e6, bound_us);
 
-    CHECK(cudaFuncSetAttribute(persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRowBytes * 4));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRowBytes * 4));
     int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel, kThreads, kSmem));
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel, kThreads, kSmem));
     const int blocks = prop.multiProcessorCount;  // one an SM: 255 registers for two rows in flight a warp
     std::printf("grids: %d blocks of %d (%d fit an SM)\n", blocks, kThreads, per_sm);
 
@@ -364,7 +359,7 @@ int main(int argc, char** argv) {
         const Plan g = make_plan(layers, scale, 0);
         const auto run_graph = [&](bool l2) {
             cudaGraph_t graph;
-            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
             int in = 0;
             for (int l = 0; l < layers; ++l) {
                 long long off = l * g.layer_rows;
@@ -390,12 +385,12 @@ int main(int argc, char** argv) {
                     off += p.rows;
                 }
             }
-            CHECK(cudaStreamEndCapture(s, &graph));
+            DI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
             cudaGraphExec_t exec;
-            CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            const float ms = time_ms(s, rounds, [&] { CHECK(cudaGraphLaunch(exec, s)); });
-            CHECK(cudaGraphExecDestroy(exec));
-            CHECK(cudaGraphDestroy(graph));
+            DI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            const float ms = time_ms(s, rounds, [&] { DI_CUDA_CHECK(cudaGraphLaunch(exec, s)); });
+            DI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+            DI_CUDA_CHECK(cudaGraphDestroy(graph));
             return ms;
         };
         const float graph_ms = run_graph(false), graph_l2_ms = run_graph(true);
@@ -417,12 +412,12 @@ int main(int argc, char** argv) {
             float* a = act;
             void* args[] = {const_cast<Plan*>(&p), &w, &a};
             const float ms = time_ms(s, rounds, [&] {
-                CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel), dim3(blocks),
-                                                  dim3(kThreads), args, kSmem, s));
+                DI_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel),
+                                                          dim3(blocks), dim3(kThreads), args, kSmem, s));
             });
             report(names[mode], ms);
         }
     }
-    CHECK(cudaStreamSynchronize(s));
+    DI_CUDA_CHECK(cudaStreamSynchronize(s));
     return 0;
 }
