@@ -379,15 +379,17 @@ void DeepseekV4::compress_into(const CompressorWeights& cw, const Projected& p, 
     // A chunk with drafts keeps every token in its buffer slot (position % rate), also those of a window the
     // chunk closes, which compress leaves out: after an undo that window closes again and reads its earlier
     // tokens from there. (Tokens of the open window compress has stored itself.)
+    std::vector<ops::Backend::CopyPair> kept;  // one launch for the step's chunks on a GPU
     for (size_t c = 0; c < jobs.size(); ++c) {
         if (s.states[c]->undo_pending() == 0) continue;
         const int64_t L = s.len[c], pos0 = s.pos0[c], open_start = (pos0 + L) / rate * rate;
         for (int64_t t = std::max<int64_t>(0, L - rate); t < std::min(L, open_start - pos0); ++t) {
             const int64_t slot = (pos0 + t) % rate;
-            be_->copy(jobs[c].buf_kv.rows(slot, 1), jobs[c].kv.rows(t, 1));
-            be_->copy(jobs[c].buf_gate.rows(slot, 1), jobs[c].gate.rows(t, 1));
+            kept.push_back({jobs[c].buf_kv.rows(slot, 1), jobs[c].kv.rows(t, 1)});
+            kept.push_back({jobs[c].buf_gate.rows(slot, 1), jobs[c].gate.rows(t, 1)});
         }
     }
+    be_->copy_many(kept);
     std::vector<RmsNormArgs> norms;  // the new entries of every sequence that closed a window
     std::vector<RopeArgs> ropes;
     for (size_t c = 0; c < jobs.size(); ++c) {

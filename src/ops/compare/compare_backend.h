@@ -32,6 +32,7 @@ class CompareBackend final : public Backend {
         return subject_.fp8_block_scales(s);
     }
     void copy(const TensorView& dst, const TensorView& src) override { subject_.copy(dst, src); }
+    void copy_many(std::span<const CopyPair> pairs) override { subject_.copy_many(pairs); }
     void fill_zero(const TensorView& dst) override { subject_.fill_zero(dst); }
     void synchronize() override { subject_.synchronize(); }
     void set_scope(std::string_view s) override;
