@@ -667,14 +667,14 @@ bool Engine::Impl::step() {
             DI_CHECK(logits.size() == row_end.back() * size_t(vocab),
                      "forward returned {} logits for {} rows", logits.size(), row_end.back());
             for (size_t j = 0; j < sampling.size(); ++j) full.push_back(j);
+            const std::span<const float> all(logits);
+            auto row = [&](size_t k) { return all.subspan(k * size_t(vocab), size_t(vocab)); };
+            auto pick = [&](size_t k) {
+                const auto [id, bad] = ops::argmax_row(row(k).data(), vocab);
+                return Pick{id, bad, bad < 0 ? 0.0f : row(k)[size_t(bad)]};
+            };
             for (size_t i = 0; i < chunks.size(); ++i) {  // before the tokens drawn from their last rows
                 const size_t r = row_end[i] - 1;
-                const std::span<const float> all(logits);
-                auto row = [&](size_t k) { return all.subspan(k * size_t(vocab), size_t(vocab)); };
-                auto pick = [&](size_t k) {
-                    const auto [id, bad] = ops::argmax_row(row(k).data(), vocab);
-                    return Pick{id, bad, bad < 0 ? 0.0f : row(k)[size_t(bad)]};
-                };
                 if (drawn[i]) {
                     verified(i, chunk_seqs[i]->settle_draws(row(r - 1), row(r), sm));
                 } else if (spec[i]) {
@@ -682,9 +682,8 @@ bool Engine::Impl::step() {
                 } else if (chunks[i].all_logits) {
                     const size_t r0 = row_end[i] - chunks[i].tokens.size();
                     const int64_t n = int64_t(chunks[i].tokens.size());
-                    chunk_seqs[i]->on_prompt_logits(plan.chunks[i].start, n,
-                                                    std::span<const float>(logits).subspan(
-                                                        r0 * size_t(vocab), size_t(n) * size_t(vocab)));
+                    chunk_seqs[i]->on_prompt_logits(
+                        plan.chunks[i].start, n, all.subspan(r0 * size_t(vocab), size_t(n) * size_t(vocab)));
                 }
             }
         }

@@ -107,10 +107,10 @@ bool EngineSequence::settle_draws(std::span<const float> first, std::span<const 
         }
     }
     on_draw(d, m);  // the constraint's matcher takes the token before the second row's mask is made
-    const bool kept = d.kept_draft && d.bad < 0 && !finished();
-    if (kept) on_draw(draw(second), m);
-    on_draft_verified(d.kept_draft && d.bad < 0);
-    return d.kept_draft && d.bad < 0;
+    const bool kept = d.kept_draft && d.bad < 0;
+    if (kept && !finished()) on_draw(draw(second), m);
+    on_draft_verified(kept);
+    return kept;
 }
 
 void EngineSequence::on_draft_verified(bool kept) {
