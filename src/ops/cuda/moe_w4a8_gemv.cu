@@ -32,7 +32,6 @@ using w4a8::fp4x8_to_e4m3;
 using w4a8::w4a8_lut;
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
-constexpr int kAhead = 4;      // chunks a warp loads before it multiplies the first
 constexpr int kRows = 16;      // weight rows a block (one mma's A)
 constexpr int kMaxSlots = 16;  // k: the down block keeps each slot's partial sums
 
@@ -103,6 +102,8 @@ __device__ __forceinline__ void chunk_product(const Rows& r, int q, const TokenC
 }
 
 // grid (I / 16, pairs), kThreads. h [pairs, I]. Warps 0-3 take W1's rows, 4-7 W3's, each a quarter of K.
+// kAhead: the chunks a warp loads before it multiplies the first.
+template <int kAhead>
 __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_up_kernel(MoeParams p, float* h) {
     allow_early_next();
     wait_prior();  // ids and x come from earlier kernels
@@ -146,6 +147,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_up_kernel(MoeParams
 }
 
 // grid (D / 16, n), kThreads. h [pairs, I]; y_out (MoeParams): the slots' rows instead of the combine.
+template <int kAhead>
 __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_down_kernel(MoeParams p, const float* h) {
     allow_early_next();
     wait_prior();  // h from the up launch
@@ -206,6 +208,14 @@ __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_down_kernel(MoePara
     if (p.y_out == nullptr) p.out[t * p.ld_out + c] = float(out);
 }
 
+template <int kAhead>
+void launch_ahead(const MoeParams& p, float* h, cudaStream_t st) {
+    launch_early(moe_w4a8_gemv_up_kernel<kAhead>, dim3(unsigned(p.I / kRows), unsigned(p.n * p.k)),
+                 dim3(kThreads), 0, st, p, h);
+    launch_early(moe_w4a8_gemv_down_kernel<kAhead>, dim3(unsigned(p.D / kRows), unsigned(p.n)),
+                 dim3(kThreads), 0, st, p, static_cast<const float*>(h));
+}
+
 }  // namespace
 
 bool moe_w4a8_gemv_supported(const MoeParams& p, bool forced) {
@@ -218,13 +228,11 @@ bool moe_w4a8_gemv_supported(const MoeParams& p, bool forced) {
 }
 
 void launch_moe_w4a8_gemv(const MoeParams& p, Scratch& scratch, Stream s) {
-    const cudaStream_t st = as_stream(s);
-    const int64_t pairs = p.n * p.k;
-    float* h = static_cast<float*>(scratch.get(1, size_t(pairs * p.I) * sizeof(float)));
-    launch_early(moe_w4a8_gemv_up_kernel, dim3(unsigned(p.I / kRows), unsigned(pairs)), dim3(kThreads), 0, st,
-                 p, h);
-    launch_early(moe_w4a8_gemv_down_kernel, dim3(unsigned(p.D / kRows), unsigned(p.n)), dim3(kThreads), 0, st,
-                 p, static_cast<const float*>(h));
+    float* h = static_cast<float*>(scratch.get(1, size_t(p.n * p.k * p.I) * sizeof(float)));
+    // DEEPINFER_MOE_W4A8_GEMV_AHEAD8=1: eight chunks in flight a warp instead of four (the same sums; until
+    // measured)
+    static const bool ahead8 = env_switch("DEEPINFER_MOE_W4A8_GEMV_AHEAD8", false);
+    ahead8 ? launch_ahead<8>(p, h, as_stream(s)) : launch_ahead<4>(p, h, as_stream(s));
 }
 
 }  // namespace di::cuda
