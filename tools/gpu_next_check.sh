@@ -43,6 +43,25 @@ OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
 case ${PART:-fp8} in
+  gemv)  # the decode MoE on mma.sync FP8 (moe_w4a8_gemv.cu), its own pack (5.1 MB: TRACE=0 BINS="tests/gpu/cuda_ops_test
+          # tests/gpu/cuda_model_test bench/cuda_kernel_bench bench/model_bench" tools/gpu_pack.sh)
+    f='Cases/CudaMoe.MatchesRef/native*_w4a8_gemv:Cases/CudaMoe.MatchesRef/native_fp4_one_token_default'
+    f+=':Cases/CudaMoe.MatchesRef/native_fp4_decode_long_k_*'
+    DEEPINFER_MOE_W4A8_GEMV=1 timeout 170 $d/bin/cuda_ops_test --gtest_filter="$f" > "$OUT/gemv_tests.log" 2>&1
+    echo "gemv tests rc $?"; summary "$OUT/gemv_tests.log"
+    DEEPINFER_MOE_W4A8_GEMV_AHEAD8=1 timeout 60 $d/bin/cuda_ops_test \
+      --gtest_filter='Cases/CudaMoe.MatchesRef/native_fp4_[od]*_w4a8_gemv' > "$OUT/gemv8_tests.log" 2>&1
+    echo "gemv ahead 8 tests rc $?"; summary "$OUT/gemv8_tests.log"
+    for a in 0 1; do
+      DEEPINFER_MOE_W4A8_GEMV_AHEAD8=$a timeout 60 $d/bin/cuda_kernel_bench --only moe --quick > "$OUT/moe_$a.log" 2>&1
+      echo "moe bench (ahead 8: $a) rc $?"; grep -E "n=(1|8),|Copy" "$OUT/moe_$a.log" | grep -vE "per_pair|grouped|gemm"
+    done
+    OUT=$OUT/ab PRECISION=native BATCHES=1 ROUNDS=2 \
+      SETTINGS="-;DEEPINFER_MOE_W4A8_GEMV=1;DEEPINFER_MOE_W4A8_GEMV=1 DEEPINFER_MOE_W4A8_GEMV_AHEAD8=1" \
+      timeout 200 tools/gpu_ab_env.sh
+    DEEPINFER_MOE_W4A8_GEMV=1 timeout 150 $d/bin/cuda_model_test > "$OUT/model.log" 2>&1
+    echo "model tests (gemv on) rc $?"; summary "$OUT/model.log"
+    ;;
   fused)
     timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaFused.*:CudaBatchedState.*:CudaAttentions.*:CudaSmallOps.*' \
       > "$OUT/fused.log" 2>&1
