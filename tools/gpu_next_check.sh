@@ -57,7 +57,7 @@ case ${PART:-fp8} in
       echo "moe bench (ahead 8: $a) rc $?"; grep -E "n=(1|8),|Copy" "$OUT/moe_$a.log" | grep -vE "per_pair|grouped|gemm"
     done
     OUT=$OUT/ab PRECISION=native BATCHES=1 ROUNDS=2 \
-      SETTINGS="-;DEEPINFER_MOE_W4A8_GEMV=1${GEMV_AHEAD8:+ DEEPINFER_MOE_W4A8_GEMV_AHEAD8=1}" \
+      SETTINGS="-;DEEPINFER_MOE_W4A8_GEMV=1" \
       timeout 150 tools/gpu_ab_env.sh
     DEEPINFER_MOE_W4A8_GEMV=1 timeout 100 $d/bin/cuda_model_test --gtest_filter='*Native*:CudaGoldenLong.*' \
       > "$OUT/model.log" 2>&1
