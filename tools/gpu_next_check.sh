@@ -49,14 +49,14 @@ case ${PART:-fp8} in
     f+=':Cases/CudaMoe.MatchesRef/native_fp4_decode_long_k_*'
     DEEPINFER_MOE_W4A8_GEMV=1 timeout 120 $d/bin/cuda_ops_test --gtest_filter="$f" > "$OUT/gemv_tests.log" 2>&1
     echo "gemv tests rc $?"; summary "$OUT/gemv_tests.log"
-    DEEPINFER_MOE_W4A8_GEMV_AHEAD8=1 timeout 40 $d/bin/cuda_ops_test \
+    [[ ${GEMV_AHEAD8:-1} == 1 ]] && DEEPINFER_MOE_W4A8_GEMV_AHEAD8=1 timeout 40 $d/bin/cuda_ops_test \
       --gtest_filter='*native_fp4_one_token_w4a8_gemv:*native_fp4_decode_long_k_w4a8_gemv' > "$OUT/gemv8_tests.log" 2>&1
     echo "gemv ahead 8 tests rc $?"; summary "$OUT/gemv8_tests.log"
-    for a in 0 1; do
+    for a in 0 ${GEMV_AHEAD8:-1}; do
       DEEPINFER_MOE_W4A8_GEMV_AHEAD8=$a timeout 45 $d/bin/cuda_kernel_bench --only moe --quick > "$OUT/moe_$a.log" 2>&1
       echo "moe bench (ahead 8: $a) rc $?"; grep -E "n=(1|8),|Copy" "$OUT/moe_$a.log" | grep -vE "per_pair|grouped|gemm"
     done
-    OUT=$OUT/ab PRECISION=native BATCHES=1 ROUNDS=2 \
+    OUT=$OUT/ab PRECISION=native BATCHES=1 ROUNDS=${ROUNDS:-2} \
       SETTINGS="-;DEEPINFER_MOE_W4A8_GEMV=1" \
       timeout 150 tools/gpu_ab_env.sh
     DEEPINFER_MOE_W4A8_GEMV=1 timeout 100 $d/bin/cuda_model_test --gtest_filter='*Native*:CudaGoldenLong.*' \
