@@ -59,7 +59,7 @@ case ${PART:-fp8} in
     OUT=$OUT/ab PRECISION=native BATCHES=1 ROUNDS=${ROUNDS:-2} \
       SETTINGS="-;DEEPINFER_MOE_W4A8_GEMV=1" \
       timeout 150 tools/gpu_ab_env.sh
-    DEEPINFER_MOE_W4A8_GEMV=1 timeout 100 $d/bin/cuda_model_test --gtest_filter='*Native*:CudaGoldenLong.*' \
+    DEEPINFER_MOE_W4A8_GEMV=1 timeout ${MODEL_T:-100} $d/bin/cuda_model_test --gtest_filter='*Native*:CudaGoldenLong.*' \
       > "$OUT/model.log" 2>&1
     echo "model tests (gemv on) rc $?"; summary "$OUT/model.log"
     ;;
