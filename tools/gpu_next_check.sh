@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
+# Next first: PART=gemv (~7 min; its own pack, below): the decode MoE on mma.sync FP8 (moe_w4a8_gemv.cu, written
+#   2026-12-05 and not yet run): its cases, the kernel bench against mma, the 16-layer batch-1 A/B, the native
+#   model tests with it on. Shorter where time is short: GEMV_AHEAD8=0 ROUNDS=1 MODEL_T=70.
 # PART=all (~9 min): the most valuable of the parts below in one call: speculative_test, the fp8 cases,
 #   moecopy, the probe, native batch 1 and 16 against the roofline (for a session that may get one call).
+#   Ran on an H100 on 2026-12-05 (third session, docs/benchmarks.md) but for the probe and batch 16 (no room).
 # The GPU checks the code waits for (2026-12-05), a call each, in this order. PART=probe and PART=fused ran on
 # 2026-12-05 (docs/benchmarks.md, "what a dependency costs"); what is left of them: PART=probe again for the
 # graph with its latency kernels prefetching the next stream into the L2 (written after that run).
