@@ -314,7 +314,9 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                 p.ids = ids[0];
                 const bool tiled =
                     v == MoeVariant::kGemm || v == MoeVariant::kWgmma || v == MoeVariant::kW4a8;
-                // a decode step in native precision: w4a8_gemv alone (the exact rows give the others)
+                // a decode step in native precision: w4a8_gemv alone (the exact rows give the others; it
+                // reads an expert once a pair, so its bytes at 8 tokens are ~48 experts' where the row counts
+                // 45)
                 if ((v == MoeVariant::kW4a8Gemv) != (native && n < 128)) continue;
                 if (v == MoeVariant::kW4a8Gemv && !moe_w4a8_gemv_supported(p, true)) continue;
                 if (v == MoeVariant::kW4a8 && !moe_w4a8_supported(p, true)) continue;
