@@ -412,8 +412,8 @@ void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = M
 bool moe_w4a8_supported(const MoeParams& p, bool forced = false);
 void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s);
 // kW4a8Gemv (moe_w4a8_gemv.cu): a decode step's pairs each on their own, W4A8 on mma.sync's FP8 tensor cores
-// (what w4a8 takes, k <= 16; dispatch gives it one token, forced any count): x and h quantised in the kernels
-// that read them, the combine in the down launch, two launches
+// (what w4a8 takes, k <= 16; dispatch gives it one token where switched on, forced any count): x and h
+// quantised in the kernels that read them, the combine in the down launch, two launches
 bool moe_w4a8_gemv_supported(const MoeParams& p, bool forced = false);
 void launch_moe_w4a8_gemv(const MoeParams& p, Scratch& scratch, Stream s);
 // w4a8's token copies by 32-bit unit offsets (the same bytes to the same places, fewer instructions); off
