@@ -59,11 +59,8 @@ struct TokenChunk {
 };
 
 __device__ __forceinline__ void quantise_chunk(const float* row, int64_t c, int lane, TokenChunk& t) {
-    const float4 v4 = *reinterpret_cast<const float4*>(row + c * kChunk + 4 * lane);
-    const float v[4] = {v4.x, v4.y, v4.z, v4.w};
-    const float s = act_quant_scale(warp_block_amax(v));
-    auto byte = [s](float f) { return uint32_t(act_quant_e4m3(f, s).__x); };
-    const uint32_t word = byte(v[0]) | byte(v[1]) << 8 | byte(v[2]) << 16 | byte(v[3]) << 24;
+    const auto [word, s] =
+        w4a8::quantise_lane_word(*reinterpret_cast<const float4*>(row + c * kChunk + 4 * lane));
     // k-step i, column 0: thread q's register 0 holds elements 32q + 8i .. + 3 (lane 8q + 2i's word),
     // register 1 the next four (lane 8q + 2i + 1's)
     const int q = lane & 3;
@@ -155,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_down_kernel(MoePara
     __shared__ int expert[kMaxSlots];
     const int64_t t = blockIdx.y, tile0 = int64_t(blockIdx.x) * kRows;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    for (int i = threadIdx.x; i < kMaxSlots * kWarps * kRows; i += kThreads) (&part[0][0][0])[i] = 0.0f;
+    for (int i = threadIdx.x; i < int(p.k) * kWarps * kRows; i += kThreads) (&part[0][0][0])[i] = 0.0f;
     if (threadIdx.x < p.k) expert[threadIdx.x] = moe_expert_of(p, t * p.k + threadIdx.x);
     __syncthreads();
     const int chunks = int(p.I / kChunk);
