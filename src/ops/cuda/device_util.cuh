@@ -70,10 +70,17 @@ __device__ __forceinline__ float warp_block_amax(const float (&v)[4]) {
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     return m;
 }
-// The quantiser's e4m3 value of v under scale s: IEEE division by the power of two, saturated at +-448 (NaN
-// passes, as on the host), rounded to nearest even.
+// 1 / s for act_quant_scale's s, exact: s is 2^e with e in [-22, 120] (2^-e a normal float) or +inf (0).
+// v * act_quant_inv(s) is then v / s bit for bit (the same real number rounded once, subnormal results and
+// overflow included; inf * 0 and inf / inf both NaN), at a multiply where IEEE division takes a sequence.
+__device__ __forceinline__ float act_quant_inv(float s) {
+    const unsigned u = __float_as_uint(s);
+    return __uint_as_float(u == 0x7f800000u ? 0u : 0x7f000000u - u);
+}
+// The quantiser's e4m3 value of v under scale s: IEEE division by the power of two (as a multiply by its
+// exact inverse), saturated at +-448 (NaN passes, as on the host), rounded to nearest even.
 __device__ __forceinline__ __nv_fp8_e4m3 act_quant_e4m3(float v, float s) {
-    float t = __fdiv_rn(v, s);
+    float t = v * act_quant_inv(s);
     t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;
     return __nv_fp8_e4m3(t);
 }

@@ -4,14 +4,16 @@
 //   down:  out[t, c] = sum_j w[t, j] (W2_e[c] . hq[t k + j]), the slots in order, summed in double (the
 //          combine of every variant: launch_moe_combine); block (16 rows of W2, token)
 // A block's 8 warps share its rows' K (up: four warps a matrix, chunks w, w + 4, ..; down: chunks w, w + 8,
-// .. of each slot in turn), kAhead chunks in flight a warp, and quantises the chunk of x or h it reads as the
-// activation quantiser does (e4m3 with a power-of-two scale per 128 elements), the bytes going by shuffles to
+// .. of each slot in turn), kAhead chunks' loads in flight a warp (each refilled once multiplied). The block
+// first quantises the x or h rows it reads into shared memory as the activation quantiser does (e4m3 with a
+// power-of-two scale per 128 elements; while the first loads are in flight), from where each chunk goes to
 // B column 0 (the token; columns 1-7 zero). The weights become A fragments as w4a8 makes them (moe_w4a8.cuh:
 // fp4 -> e4m3 through the per-group table, the group's scale folded in relative to the chunk's largest); a
 // chunk's four k-steps sum in fresh registers, then join the f32 sums times the row's factor and the token's
 // scale (promoted every 128, as the prefill's w4a8). The warps' partial sums meet in shared memory in warp
 // order. The weights are read once a pair: for one token, each selected expert once. A token's bits depend on
 // its own pairs only: deterministic and batch-invariant.
+#include <algorithm>
 #include <cstdint>
 
 #include "ops/cuda/device_util.cuh"
@@ -51,28 +53,38 @@ __device__ __forceinline__ void load_rows(const uint8_t* w, const uint8_t* sc, i
     }
 }
 
-// Chunk c of an activation row (f32) quantised as the activation quantiser does: B column 0's registers for
-// the four k-steps (the bytes in w4a8::w8_index order; lanes of the other columns get zeros) and the scale.
+// A block's activation chunks quantised once, as the activation quantiser does (e4m3 with a power-of-two
+// scale per 128 elements), in shared memory: [chunks][32] words (lane l's word: elements 4 l .. 4 l + 3 in
+// w4a8::w8_index order) then [chunks] scales. Warp w takes chunks w, w + 8, ..; the caller synchronises.
+__device__ __forceinline__ void stage_chunks(const float* src, int64_t ld, int chunks_a_row, int chunks,
+                                             uint32_t* words, float* scales, int warp, int lane) {
+    for (int c = warp; c < chunks; c += kWarps) {
+        const float* row = src + (c / chunks_a_row) * ld + int64_t(c % chunks_a_row) * kChunk;
+        const auto [word, s] = w4a8::quantise_lane_word(*reinterpret_cast<const float4*>(row + 4 * lane));
+        words[c * 32 + lane] = word;
+        if (lane == 0) scales[c] = s;
+    }
+}
+
+constexpr size_t staged_bytes(int64_t chunks) { return size_t(chunks) * (32 + 1) * sizeof(uint32_t); }
+
+// Staged chunk c as B column 0's registers for the four k-steps: thread q's register 0 of k-step i holds lane
+// 8q + 2i's word, register 1 lane 8q + 2i + 1's (lanes of the other columns get zeros).
 struct TokenChunk {
     uint32_t b0[4], b1[4];
     float scale;
 };
 
-__device__ __forceinline__ void quantise_chunk(const float* row, int64_t c, int lane, TokenChunk& t) {
-    const auto [word, s] =
-        w4a8::quantise_lane_word(*reinterpret_cast<const float4*>(row + c * kChunk + 4 * lane));
-    // k-step i, column 0: thread q's register 0 holds elements 32q + 8i .. + 3 (lane 8q + 2i's word),
-    // register 1 the next four (lane 8q + 2i + 1's)
-    const int q = lane & 3;
-    const bool col0 = lane < 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const uint32_t lo = __shfl_sync(0xffffffffu, word, 8 * q + 2 * i);
-        const uint32_t hi = __shfl_sync(0xffffffffu, word, 8 * q + 2 * i + 1);
-        t.b0[i] = col0 ? lo : 0u;
-        t.b1[i] = col0 ? hi : 0u;
+__device__ __forceinline__ void staged_chunk(const uint32_t* words, const float* scales, int c, int lane,
+                                             TokenChunk& t) {
+    uint4 a = make_uint4(0, 0, 0, 0), b = a;
+    if (lane < 4) {
+        a = *reinterpret_cast<const uint4*>(words + c * 32 + 8 * lane);
+        b = *reinterpret_cast<const uint4*>(words + c * 32 + 8 * lane + 4);
     }
-    t.scale = s;
+    t.b0[0] = a.x, t.b1[0] = a.y, t.b0[1] = a.z, t.b1[1] = a.w;
+    t.b0[2] = b.x, t.b1[2] = b.y, t.b0[3] = b.z, t.b1[3] = b.w;
+    t.scale = scales[c];
 }
 
 // acc[h] (row g + 8 h, column 0: lanes 0-3) += the chunk's products, times the rows' factors and the token's
@@ -98,8 +110,9 @@ __device__ __forceinline__ void chunk_product(const Rows& r, int q, const TokenC
     acc[1] += d[2] * (rf[1] * t.scale);
 }
 
-// grid (I / 16, pairs), kThreads. h [pairs, I]. Warps 0-3 take W1's rows, 4-7 W3's, each a quarter of K.
-// kAhead: the chunks a warp loads before it multiplies the first.
+// grid (I / 16, pairs), kThreads, staged_bytes(D / 128). h [pairs, I]. Warps 0-3 take W1's rows, 4-7 W3's,
+// each a quarter of K; a warp keeps kAhead chunks' loads in flight (the next load into a chunk's registers as
+// soon as they are multiplied).
 template <int kAhead>
 __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_up_kernel(MoeParams p, float* h) {
     allow_early_next();
@@ -107,29 +120,33 @@ __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_up_kernel(MoeParams
     const int64_t pair = blockIdx.y;
     const int e = moe_expert_of(p, pair);
     if (e < 0) return;
-    constexpr int kQuarter = kWarps / 2;
+    constexpr int kQuarter = kWarps / 2, kStep = kQuarter * kAhead;
+    extern __shared__ uint32_t xq[];
     __shared__ float part[2][kQuarter][kRows];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int m = warp / kQuarter, wq = warp % kQuarter;
     const int chunks = int(p.D / kChunk);
+    float* xs = reinterpret_cast<float*>(xq + chunks * 32);
     const WeightRef& w = p.table[3 * e + m];
-    const int64_t row0 = int64_t(blockIdx.x) * kRows + g;
-    const uint8_t* wp = static_cast<const uint8_t*>(w.data) + row0 * w.ld;
-    const uint8_t* sp = static_cast<const uint8_t*>(w.scale) + row0 * w.ld_scale;
-    const float* x = p.x + (pair / p.k) * p.ld_x;
-    float acc[2] = {0.0f, 0.0f};
-    for (int c0 = wq; c0 < chunks; c0 += kQuarter * kAhead) {
-        Rows r[kAhead];
+    const int64_t row0 = int64_t(blockIdx.x) * kRows + g, ld = w.ld, ld_sc = w.ld_scale;  // read once
+    const uint8_t* wp = static_cast<const uint8_t*>(w.data) + row0 * ld;
+    const uint8_t* sp = static_cast<const uint8_t*>(w.scale) + row0 * ld_sc;
+    Rows r[kAhead];
 #pragma unroll
-        for (int u = 0; u < kAhead; ++u)
-            if (c0 + u * kQuarter < chunks) load_rows(wp, sp, w.ld, w.ld_scale, c0 + u * kQuarter, q, r[u]);
+    for (int u = 0; u < kAhead; ++u)
+        if (wq + u * kQuarter < chunks) load_rows(wp, sp, ld, ld_sc, wq + u * kQuarter, q, r[u]);
+    stage_chunks(p.x + (pair / p.k) * p.ld_x, 0, chunks, chunks, xq, xs, warp, lane);
+    __syncthreads();
+    float acc[2] = {0.0f, 0.0f};
+    for (int c0 = wq; c0 < chunks; c0 += kStep) {
 #pragma unroll
         for (int u = 0; u < kAhead; ++u) {
             const int c = c0 + u * kQuarter;
             if (c < chunks) {
                 TokenChunk t;
-                quantise_chunk(x, c, lane, t);
+                staged_chunk(xq, xs, c, lane, t);
                 chunk_product(r[u], q, t, acc);
+                if (c + kStep < chunks) load_rows(wp, sp, ld, ld_sc, c + kStep, q, r[u]);
             }
         }
     }
@@ -143,48 +160,57 @@ __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_up_kernel(MoeParams
     }
 }
 
-// grid (D / 16, n), kThreads. h [pairs, I]; y_out (MoeParams): the slots' rows instead of the combine.
+// grid (D / 16, n), kThreads, staged_bytes(k I / 128). h [pairs, I]; y_out (MoeParams): the slots' rows
+// instead of the combine. A warp's items are (slot j, its i-th chunk of this warp) as j * mine + i, kAhead
+// in flight as in the up kernel.
 template <int kAhead>
 __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_down_kernel(MoeParams p, const float* h) {
     allow_early_next();
     wait_prior();  // h from the up launch
+    extern __shared__ uint32_t hq[];
     __shared__ float part[kMaxSlots][kWarps][kRows];
     __shared__ int expert[kMaxSlots];
     const int64_t t = blockIdx.y, tile0 = int64_t(blockIdx.x) * kRows;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    for (int i = threadIdx.x; i < int(p.k) * kWarps * kRows; i += kThreads) (&part[0][0][0])[i] = 0.0f;
-    if (threadIdx.x < p.k) expert[threadIdx.x] = moe_expert_of(p, t * p.k + threadIdx.x);
+    const int chunks = int(p.I / kChunk), k = int(p.k);
+    float* hs = reinterpret_cast<float*>(hq + k * chunks * 32);
+    for (int i = threadIdx.x; i < k * kWarps * kRows; i += kThreads) (&part[0][0][0])[i] = 0.0f;
+    if (threadIdx.x < k) expert[threadIdx.x] = moe_expert_of(p, t * k + threadIdx.x);
     __syncthreads();
-    const int chunks = int(p.I / kChunk);
     const int mine = warp < chunks ? (chunks - warp + kWarps - 1) / kWarps : 0;  // chunks a slot
-    const int items = mine * int(p.k);  // (slot j, its i-th chunk of this warp) as j * mine + i
+    const int items = mine * k;
+    auto load_item = [&](int it, Rows& r) {
+        const int e = expert[it / mine];
+        if (e < 0) return;
+        const WeightRef& w2 = p.table[3 * e + 2];
+        load_rows(static_cast<const uint8_t*>(w2.data) + (tile0 + g) * w2.ld,
+                  static_cast<const uint8_t*>(w2.scale) + (tile0 + g) * w2.ld_scale, w2.ld, w2.ld_scale,
+                  warp + (it % mine) * kWarps, q, r);
+    };
+    Rows r[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u)
+        if (u < items) load_item(u, r[u]);
+    // slots without an expert are staged too (their h rows hold whatever was there: never multiplied)
+    stage_chunks(h + t * k * p.I, p.I, chunks, k * chunks, hq, hs, warp, lane);
+    __syncthreads();
     float acc[2] = {0.0f, 0.0f};
     for (int i0 = 0; i0 < items; i0 += kAhead) {
-        Rows r[kAhead];
 #pragma unroll
         for (int u = 0; u < kAhead; ++u) {
             const int it = i0 + u;
-            const int e = it < items ? expert[it / mine] : -1;
-            if (e >= 0) {
-                const WeightRef& w2 = p.table[3 * e + 2];
-                load_rows(static_cast<const uint8_t*>(w2.data) + (tile0 + g) * w2.ld,
-                          static_cast<const uint8_t*>(w2.scale) + (tile0 + g) * w2.ld_scale, w2.ld,
-                          w2.ld_scale, warp + (it % mine) * kWarps, q, r[u]);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-            const int it = i0 + u;
-            if (it >= items) break;
-            const int j = it / mine;
-            if (expert[j] >= 0) {
-                TokenChunk tc;
-                quantise_chunk(h + (t * p.k + j) * p.I, warp + (it % mine) * kWarps, lane, tc);
-                chunk_product(r[u], q, tc, acc);
-            }
-            if (it % mine == mine - 1) {  // the slot's last chunk of this warp
-                if (q == 0) part[j][warp][g] = acc[0], part[j][warp][g + 8] = acc[1];
-                acc[0] = acc[1] = 0.0f;
+            if (it < items) {
+                const int j = it / mine, c = j * chunks + warp + (it % mine) * kWarps;
+                if (expert[j] >= 0) {
+                    TokenChunk tc;
+                    staged_chunk(hq, hs, c, lane, tc);
+                    chunk_product(r[u], q, tc, acc);
+                }
+                if (it + kAhead < items) load_item(it + kAhead, r[u]);
+                if (it % mine == mine - 1) {  // the slot's last chunk of this warp
+                    if (q == 0) part[j][warp][g] = acc[0], part[j][warp][g + 8] = acc[1];
+                    acc[0] = acc[1] = 0.0f;
+                }
             }
         }
     }
@@ -205,13 +231,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_w4a8_gemv_down_kernel(MoePara
     if (p.y_out == nullptr) p.out[t * p.ld_out + c] = float(out);
 }
 
-template <int kAhead>
-void launch_ahead(const MoeParams& p, float* h, cudaStream_t st) {
-    launch_early(moe_w4a8_gemv_up_kernel<kAhead>, dim3(unsigned(p.I / kRows), unsigned(p.n * p.k)),
-                 dim3(kThreads), 0, st, p, h);
-    launch_early(moe_w4a8_gemv_down_kernel<kAhead>, dim3(unsigned(p.D / kRows), unsigned(p.n)),
-                 dim3(kThreads), 0, st, p, static_cast<const float*>(h));
-}
+constexpr int kChunksAhead =
+    4;  // eight measured slower (H100, 2026-12-05: 73.5 against 66.4 us at one token)
 
 }  // namespace
 
@@ -221,15 +242,16 @@ bool moe_w4a8_gemv_supported(const MoeParams& p, bool forced) {
     return (forced || by_default) && p.act_fp8 && p.e4m3_ok && p.scales_4b && p.gemv_format == gemv::kFp4 &&
            p.D % kChunk == 0 && p.I % kChunk == 0 && p.ld_x % 4 == 0 &&
            reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.k <= kMaxSlots && p.n * p.k <= 65535 &&
-           (forced || p.n == 1);
+           staged_bytes(std::max(p.D, p.k * p.I) / kChunk) <= 48 * 1024 && (forced || p.n == 1);
 }
 
 void launch_moe_w4a8_gemv(const MoeParams& p, Scratch& scratch, Stream s) {
     float* h = static_cast<float*>(scratch.get(1, size_t(p.n * p.k * p.I) * sizeof(float)));
-    // DEEPINFER_MOE_W4A8_GEMV_AHEAD8=1: eight chunks in flight a warp instead of four (the same sums; until
-    // measured)
-    static const bool ahead8 = env_switch("DEEPINFER_MOE_W4A8_GEMV_AHEAD8", false);
-    ahead8 ? launch_ahead<8>(p, h, as_stream(s)) : launch_ahead<4>(p, h, as_stream(s));
+    launch_early(moe_w4a8_gemv_up_kernel<kChunksAhead>, dim3(unsigned(p.I / kRows), unsigned(p.n * p.k)),
+                 dim3(kThreads), staged_bytes(p.D / kChunk), as_stream(s), p, h);
+    launch_early(moe_w4a8_gemv_down_kernel<kChunksAhead>, dim3(unsigned(p.D / kRows), unsigned(p.n)),
+                 dim3(kThreads), staged_bytes(p.k * p.I / kChunk), as_stream(s), p,
+                 static_cast<const float*>(h));
 }
 
 }  // namespace di::cuda
