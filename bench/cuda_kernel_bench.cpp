@@ -305,26 +305,21 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
         const bool big = n * k > kMoeGroupedMaxPairs;
         // a prefill's chunk also in native precision (quantised activations: hi halves only)
         for (const bool native : {false, true}) {
+            if (native && n < 128) break;
             p.act_fp8 = native;
             for (auto [vname, v] :
-                 {std::pair{"w4a8", MoeVariant::kW4a8}, std::pair{"w4a8_gemv", MoeVariant::kW4a8Gemv},
-                  std::pair{"wgmma", MoeVariant::kWgmma}, std::pair{"gemm", MoeVariant::kGemm},
-                  std::pair{"mma", MoeVariant::kMma}, std::pair{"split_rows", MoeVariant::kSplitRows},
-                  std::pair{"grouped", MoeVariant::kGrouped}, std::pair{"per_pair", MoeVariant::kPerPair}}) {
+                 {std::pair{"w4a8", MoeVariant::kW4a8}, std::pair{"wgmma", MoeVariant::kWgmma},
+                  std::pair{"gemm", MoeVariant::kGemm}, std::pair{"mma", MoeVariant::kMma},
+                  std::pair{"split_rows", MoeVariant::kSplitRows}, std::pair{"grouped", MoeVariant::kGrouped},
+                  std::pair{"per_pair", MoeVariant::kPerPair}}) {
                 p.ids = ids[0];
                 const bool tiled =
                     v == MoeVariant::kGemm || v == MoeVariant::kWgmma || v == MoeVariant::kW4a8;
-                // a decode step in native precision: w4a8_gemv alone (the exact rows give the others; it
-                // reads an expert once a pair, so its bytes at 8 tokens are ~48 experts' where the row counts
-                // 45)
-                if ((v == MoeVariant::kW4a8Gemv) != (native && n < 128)) continue;
-                if (v == MoeVariant::kW4a8Gemv && !moe_w4a8_gemv_supported(p, true)) continue;
                 if (v == MoeVariant::kW4a8 && !moe_w4a8_supported(p, true)) continue;
                 if (skewed && v != MoeVariant::kW4a8) continue;  // the routing's effect on the prefill kernel
                 if (v == MoeVariant::kGemm && !moe_gemm_supported(p, true)) continue;
                 if (v == MoeVariant::kWgmma && !moe_wgmma_supported(p, true)) continue;
-                if ((big || native) && !tiled && v != MoeVariant::kW4a8Gemv)
-                    continue;  // the others take at most kMoeGroupedMaxPairs
+                if ((big || native) && !tiled) continue;  // the others take at most kMoeGroupedMaxPairs
                 if (v == MoeVariant::kMma && !moe_mma_supported(p)) continue;
                 if (v == MoeVariant::kSplitRows && !moe_split_supported(p)) continue;
                 if (v == MoeVariant::kGrouped && !moe_grouped_supported(p)) continue;
@@ -348,8 +343,7 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                 else
                     rows.push_back({"moe fp4 n=" + std::to_string(n) + ", " + std::to_string(E) +
                                         " experts, k=" + std::to_string(k) + " (" +
-                                        std::to_string(int(distinct + 0.5)) + " experts read" +
-                                        (native ? ", native)" : ")"),
+                                        std::to_string(int(distinct + 0.5)) + " experts read)",
                                     vname, us, distinct * per_expert + 4.0 * n * D * 2});
             }
             if (native && big && !skewed)  // what w4a8 is for: against dequantising to an fp8 copy

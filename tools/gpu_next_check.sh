@@ -1,8 +1,4 @@
 #!/usr/bin/env bash
-# Next first: PART=gemv (~7 min; its own pack, below): the decode MoE on mma.sync FP8 (moe_w4a8_gemv.cu, written
-#   2026-12-05 and not yet run): its cases, the kernel bench against mma, the 16-layer batch-1 A/B, the native
-#   model tests with it on, then every fp8 linear case (the quantiser's division became a multiply by the
-#   exact inverse). Shorter where time is short: ROUNDS=1 MODEL_T=70 FP8=0.
 # PART=all (~9 min): the most valuable of the parts below in one call: speculative_test, the fp8 cases,
 #   moecopy, the probe, native batch 1 and 16 against the roofline (for a session that may get one call).
 #   Ran on an H100 on 2026-12-05 (third session, docs/benchmarks.md) but for the probe and batch 16 (no room).
@@ -48,24 +44,6 @@ OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
 case ${PART:-fp8} in
-  gemv)  # the decode MoE on mma.sync FP8 (moe_w4a8_gemv.cu), its own pack (5.1 MB: TRACE=0 BINS="tests/gpu/cuda_ops_test
-          # tests/gpu/cuda_model_test bench/cuda_kernel_bench bench/model_bench" tools/gpu_pack.sh)
-    f='Cases/CudaMoe.MatchesRef/native*_w4a8_gemv:Cases/CudaMoe.MatchesRef/native_fp4_one_token_default'
-    f+=':Cases/CudaMoe.MatchesRef/native_fp4_decode_long_k_*:CudaActQuant.*:CudaLinearFp8Act.Gemvs*'
-    DEEPINFER_MOE_W4A8_GEMV=1 timeout 120 $d/bin/cuda_ops_test --gtest_filter="$f" > "$OUT/gemv_tests.log" 2>&1
-    echo "gemv tests rc $?"; summary "$OUT/gemv_tests.log"
-    timeout 45 $d/bin/cuda_kernel_bench --only moe --quick > "$OUT/moe.log" 2>&1
-    echo "moe bench rc $?"; grep -E "n=(1|8),|Copy" "$OUT/moe.log" | grep -vE "per_pair|grouped|gemm"
-    OUT=$OUT/ab PRECISION=native BATCHES=1 ROUNDS=${ROUNDS:-2} \
-      SETTINGS="-;DEEPINFER_MOE_W4A8_GEMV=1" \
-      timeout 150 tools/gpu_ab_env.sh
-    DEEPINFER_MOE_W4A8_GEMV=1 timeout ${MODEL_T:-100} $d/bin/cuda_model_test --gtest_filter='*Native*:CudaGoldenLong.*' \
-      > "$OUT/model.log" 2>&1
-    echo "model tests (gemv on) rc $?"; summary "$OUT/model.log"
-    [[ ${FP8:-1} == 1 ]] && timeout 200 $d/bin/cuda_ops_test --gtest_filter='*CudaLinearFp8Act*:*CudaLinearsFp8Act*' \
-      > "$OUT/fp8.log" 2>&1
-    echo "fp8 linear tests rc $?"; summary "$OUT/fp8.log"
-    ;;
   fused)
     timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaFused.*:CudaBatchedState.*:CudaAttentions.*:CudaSmallOps.*' \
       > "$OUT/fused.log" 2>&1

@@ -161,7 +161,7 @@ constexpr MoeCase kMoe[] = {
      false, kCudaTest, true},
     {"native_fp4_16_experts", 192, 512, 256, 16, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0, false,
      false, kCudaTest, true},
-    // w4a8_gemv: K of 33 and 9 chunks (several loads in flight a warp, warps with one chunk more than others)
+    // a decode step of long K: 33 and 9 chunks of 128 (the decode kernels' warps hold unequal chunk counts)
     {"native_fp4_decode_long_k", 2, 4224, 1152, 8, 6, WeightFormat::kFp4Group, 10.0f, 0, DType::kE8M0, 0,
      false, false, kCudaTest, true},
     // w4a8: three token tiles (the last of two rows) per expert, odd chunk counts (5 and 3), from 2048 pairs

@@ -7,10 +7,10 @@ namespace di::ops::cuda_impl {
 namespace {
 
 // Dispatch preference order, the fallback last (the names in CudaBackend's constructor, cuda_ops.cpp).
-constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kW4a8,    cuda::MoeVariant::kW4a8Gemv,
-                                         cuda::MoeVariant::kWgmma,   cuda::MoeVariant::kGemm,
-                                         cuda::MoeVariant::kMma,     cuda::MoeVariant::kSplitRows,
-                                         cuda::MoeVariant::kGrouped, cuda::MoeVariant::kPerPair};
+constexpr cuda::MoeVariant kMoeEnum[] = {cuda::MoeVariant::kW4a8,      cuda::MoeVariant::kWgmma,
+                                         cuda::MoeVariant::kGemm,      cuda::MoeVariant::kMma,
+                                         cuda::MoeVariant::kSplitRows, cuda::MoeVariant::kGrouped,
+                                         cuda::MoeVariant::kPerPair};
 
 // Whether an expert's weights are on this device (expert parallelism places a block of them per rank).
 bool placed(const ExpertWeights& w) { return w.w1.data.data != nullptr; }
@@ -120,8 +120,6 @@ void CudaBackend::moe(const MoeArgs& a) {
         switch (kMoeEnum[i]) {
             case cuda::MoeVariant::kW4a8:
                 return cuda::moe_w4a8_supported(p, forced);
-            case cuda::MoeVariant::kW4a8Gemv:
-                return cuda::moe_w4a8_gemv_supported(p, forced);
             case cuda::MoeVariant::kWgmma:
                 return cuda::moe_wgmma_supported(p, forced);
             case cuda::MoeVariant::kGemm:
@@ -187,11 +185,10 @@ void CudaBackend::moe(const MoeArgs& a) {
         if (p.act_fp8) {
             cuda::MoeParams direct = unquantised;
             direct.act_fp8 = true;
-            // w4a8 (and w4a8_gemv) quantises x itself, so it takes x as it is: quantising the dequantised
+            // w4a8 quantises x itself, so it takes x as it is: quantising the dequantised
             // copy again gives the same values (e4m3 times scale; at most the scale halved and the bytes
             // doubled); mma at one token quantises x where it makes its chunks (the copy's bits)
-            if ((kMoeEnum[v] == cuda::MoeVariant::kW4a8 && cuda::moe_w4a8_supported(direct, true)) ||
-                (kMoeEnum[v] == cuda::MoeVariant::kW4a8Gemv && cuda::moe_w4a8_gemv_supported(direct, true)))
+            if (kMoeEnum[v] == cuda::MoeVariant::kW4a8 && cuda::moe_w4a8_supported(direct, true))
                 p.x = direct.x, p.ld_x = direct.ld_x;
             else if (kMoeEnum[v] == cuda::MoeVariant::kMma && m == 1 && cuda::act_quant_in_kernels())
                 p.x = direct.x, p.ld_x = direct.ld_x, p.x_raw = true;

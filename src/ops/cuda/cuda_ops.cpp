@@ -98,14 +98,6 @@ CudaBackend::CudaBackend(int device)
             "every 128; held to 1e-2 relative L2 (the tensor cores sum a chunk's FP8 products at ~14 bits, "
             "moving more SwiGLU outputs across e4m3 rounding boundaries: ops/op_cases.h kMoeW4a8Cuda)",
             false, true, true, 1e-2},
-           {"moe", "w4a8_gemv",
-            "what w4a8 takes, k <= 16; dispatch: one token (decode at batch 1) where "
-            "DEEPINFER_MOE_W4A8_GEMV=1 (off until measured on a GPU), forced: any count; each "
-            "(token, slot) pair's expert rows streamed once, 16 rows x 32 K an mma.sync on the FP8 tensor "
-            "cores (fp4 turned into e4m3 in registers, the group scale folded in), x and h quantised per "
-            "128 in the kernels that read them, f32 sums promoted every 128; held to w4a8's 1e-2 relative L2 "
-            "(ops/op_cases.h kMoeW4a8Cuda)",
-            false, true, true, 1e-2},
            {"moe", "wgmma",
             "what gemm takes, from 2048 (and 8 per expert) to 32768 (token, slot) pairs a chunk; "
             "each expert's rows times 64 token rows (hi halves, or 32 tokens' hi and lo) at a time on the "

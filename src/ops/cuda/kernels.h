@@ -401,7 +401,7 @@ struct MoeParams {
 // each selected expert's weights streamed once per step for all the tokens that chose it; n * k <=
 // kMoeGroupedMaxPairs and gemv_format >= 0) and kPerPair (one pass over an expert's weights per (token,
 // slot); the first kernel, kept as the fallback). kAuto: grouped where it applies.
-enum class MoeVariant { kAuto, kW4a8, kW4a8Gemv, kWgmma, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
+enum class MoeVariant { kAuto, kW4a8, kWgmma, kGemm, kMma, kSplitRows, kGrouped, kPerPair };
 inline constexpr int64_t kMoeGroupedMaxPairs = 1024;
 // gemm from 2048 pairs and 8 per expert (H200, 256 experts: at 1020 pairs, ~4 tokens per expert, gemm took
 // 3.45 ms against mma's 1.94; its 32-token tiles run mostly empty)
@@ -411,11 +411,6 @@ inline constexpr int64_t kMoeGemmMinPairs = 2048, kMoeGemmMaxPairs = 32768;
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v = MoeVariant::kAuto);
 bool moe_w4a8_supported(const MoeParams& p, bool forced = false);
 void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s);
-// kW4a8Gemv (moe_w4a8_gemv.cu): a decode step's pairs each on their own, W4A8 on mma.sync's FP8 tensor cores
-// (what w4a8 takes, k <= 16; dispatch gives it one token where switched on, forced any count): x and h
-// quantised in the kernels that read them, the combine in the down launch, two launches
-bool moe_w4a8_gemv_supported(const MoeParams& p, bool forced = false);
-void launch_moe_w4a8_gemv(const MoeParams& p, Scratch& scratch, Stream s);
 // w4a8's token copies by 32-bit unit offsets (the same bytes to the same places, fewer instructions); off
 // until measured on the GPU (DEEPINFER_W4A8_UNITS in the environment turns it on; the tests set it here).
 void set_moe_w4a8_units(bool on);

@@ -227,27 +227,19 @@ void launch_route(const RouteParams& p, Stream s) {
 void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     if (p.n == 0) return;
     if (v == MoeVariant::kAuto)
-        v = moe_w4a8_supported(p)        ? MoeVariant::kW4a8
-            : moe_w4a8_gemv_supported(p) ? MoeVariant::kW4a8Gemv
-            : moe_wgmma_supported(p)     ? MoeVariant::kWgmma
-            : moe_gemm_supported(p)      ? MoeVariant::kGemm
-            : moe_mma_supported(p)       ? MoeVariant::kMma
-            : moe_split_supported(p)     ? MoeVariant::kSplitRows
-            : moe_grouped_supported(p)   ? MoeVariant::kGrouped
-                                         : MoeVariant::kPerPair;
+        v = moe_w4a8_supported(p)      ? MoeVariant::kW4a8
+            : moe_wgmma_supported(p)   ? MoeVariant::kWgmma
+            : moe_gemm_supported(p)    ? MoeVariant::kGemm
+            : moe_mma_supported(p)     ? MoeVariant::kMma
+            : moe_split_supported(p)   ? MoeVariant::kSplitRows
+            : moe_grouped_supported(p) ? MoeVariant::kGrouped
+                                       : MoeVariant::kPerPair;
     if (v == MoeVariant::kW4a8) {
         if (!moe_w4a8_supported(p, true)) {
             std::fprintf(stderr, "deepinfer: moe variant w4a8 forced where it does not apply\n");
             std::abort();
         }
         return launch_moe_w4a8(p, scratch, s);
-    }
-    if (v == MoeVariant::kW4a8Gemv) {
-        if (!moe_w4a8_gemv_supported(p, true)) {
-            std::fprintf(stderr, "deepinfer: moe variant w4a8_gemv forced where it does not apply\n");
-            std::abort();
-        }
-        return launch_moe_w4a8_gemv(p, scratch, s);
     }
     if (v == MoeVariant::kWgmma) {
         if (!moe_wgmma_supported(p, true)) {
