@@ -9,7 +9,11 @@
 //   + registers: each warp loads its first rows of the next stream before waiting at the barrier;
 //   + prefetch:  each block copies the next stream's first rows (up to 192 KB) into shared memory with
 //                cp.async at the end of the stream before it, so latency phases overlap the copies (rows a
-//                route picks cannot be fetched before the route: those phases' routed parts are excluded).
+//                route picks cannot be fetched before the route: those phases' routed parts are excluded);
+//   TMA ring:    a producer warp a block streams every row of the block's slices through a ring of six
+//                32 KB shared-memory slots by bulk copies (cp.async.bulk, mbarriers), never waiting at a
+//                phase's barrier while a slot is free: the next stream's fetchable rows arrive during the
+//                barriers and latency phases; eight consumer warps dot the rows from shared memory.
 // Each with the latency phases as measured and scaled (--latency-scale), and without them.
 //   persistent_layer_probe [layers=8] [rounds=5] [latency scales...=1 0.5 0]
 #include <cooperative_groups.h>
@@ -23,10 +27,12 @@
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/wgmma.cuh"
 
 namespace {
 
 namespace cg = cooperative_groups;
+namespace wg = di::cuda::wg;
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowBytes = 4096;                        // an FP8 row of K = 4,096
@@ -46,7 +52,7 @@ struct Plan {
     int count = 0;
     int layers = 0;
     long long layer_rows = 0;  // rows of a layer: the weights of layer l start at l * layer_rows
-    int mode = 0;              // 0 barriers only, 1 + registers, 2 + shared-memory prefetch
+    int mode = 0;              // 0 barriers only, 1 + registers, 2 + shared-memory prefetch, 3 TMA ring
 };
 
 __device__ __forceinline__ long long now_ns() {
@@ -223,6 +229,134 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
+// The TMA ring (mode 3): warps 0-7 consume, warp 8 produces. A block's chunks of a phase: its fetchable
+// slice, then the rest, kSlotRows rows a chunk (one slot); producer and consumers walk the same order, so the
+// n-th chunk issued is the n-th consumed (slot n % kSlots, phase parity (n / kSlots) & 1).
+constexpr int kConsumers = 8, kRingThreads = 32 * (kConsumers + 1);
+constexpr int kSlotRows = kConsumers, kSlotBytes = kSlotRows * kRowBytes, kSlots = 6;
+constexpr int kRingSmem = kSlots * kSlotBytes + kRowBytes * 4 + 2 * kSlots * 8;
+
+struct Chunks {
+    long long f0, f1, n0, n1;  // the block's fetchable rows and the rest
+    int fetchable, total;      // chunks
+    __device__ Chunks(const Phase& p, int blocks) {
+        slice(p.fetchable, blockIdx.x, blocks, f0, f1);
+        slice(p.rows - p.fetchable, blockIdx.x, blocks, n0, n1);
+        n0 += p.fetchable, n1 += p.fetchable;
+        fetchable = int((f1 - f0 + kSlotRows - 1) / kSlotRows);
+        total = fetchable + int((n1 - n0 + kSlotRows - 1) / kSlotRows);
+    }
+    // chunk c's first row and row count
+    __device__ int rows(int c, long long& first) const {
+        first = c < fetchable ? f0 + (long long)c * kSlotRows : n0 + (long long)(c - fetchable) * kSlotRows;
+        const long long end = c < fetchable ? f1 : n1;
+        return int(end - first < kSlotRows ? end - first : kSlotRows);
+    }
+};
+
+__global__ void __launch_bounds__(kRingThreads, 1)
+    ring_kernel(const __grid_constant__ Plan plan, const uint8_t* weights, float* act) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    float* x = reinterpret_cast<float*>(smem + kSlots * kSlotBytes);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + kSlots * kSlotBytes + kRowBytes * 4);
+    uint64_t* empty = full + kSlots;
+    cg::grid_group grid = cg::this_grid();
+    const int blocks = int(gridDim.x), lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kSlots; ++s) {
+            wg::mbar_init(wg::smem_addr(full + s), 1);
+            wg::mbar_init(wg::smem_addr(empty + s), kConsumers);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == kConsumers) {  // the producer: lane 0 issues, the warp keeps the grid's barriers
+        long long issued = 0;
+        int ahead = 0;  // chunks of the next stream phase issued before its barrier
+        // chunk c of phase i of layer l into the next slot; without `wait`, only if that slot is free
+        auto issue = [&](int l, int i, int c, bool wait) {
+            const int slot = int(issued % kSlots);
+            const uint32_t parity = uint32_t((issued / kSlots) & 1) ^ 1u;
+            bool go = true;
+            if (lane == 0) {
+                if (wait)
+                    wg::mbar_wait(wg::smem_addr(empty + slot), parity);
+                else
+                    go = wg::mbar_test(wg::smem_addr(empty + slot), parity);
+            }
+            go = __shfl_sync(0xffffffffu, go, 0);
+            if (!go) return false;
+            if (lane == 0) {
+                const Chunks ch(plan.phase[i], blocks);
+                long long first;
+                const int n = ch.rows(c, first);
+                const uint32_t bytes = uint32_t(n) * kRowBytes;
+                wg::mbar_arrive_expect_tx(wg::smem_addr(full + slot), bytes);
+                wg::bulk_copy_g2s(wg::smem_addr(smem + slot * kSlotBytes),
+                                  phase_weights(plan, weights, l, i) + first * kRowBytes, bytes,
+                                  wg::smem_addr(full + slot));
+            }
+            ++issued;
+            return true;
+        };
+        for (int l = 0; l < plan.layers; ++l)
+            for (int i = 0; i < plan.count; ++i) {
+                if (plan.phase[i].rows > 0) {
+                    const int total = Chunks(plan.phase[i], blocks).total;
+                    for (int c = ahead; c < total; ++c) issue(l, i, c, true);
+                    ahead = 0;
+                }
+                int j, lj;
+                next_stream(plan, i, l, j, lj);
+                if (lj < plan.layers) {
+                    const int fetchable = Chunks(plan.phase[j], blocks).fetchable;
+                    while (ahead < fetchable && issue(lj, j, ahead, false)) ++ahead;
+                }
+                __syncwarp();
+                grid.sync();
+            }
+        return;
+    }
+    long long used = 0;
+    int in = 0;
+    for (int l = 0; l < plan.layers; ++l)
+        for (int i = 0; i < plan.count; ++i) {
+            const Phase& p = plan.phase[i];
+            if (p.rows == 0) {
+                if (blockIdx.x == 0 && warp == 0) {
+                    const long long until = now_ns() + p.ns;
+                    while (now_ns() < until) {
+                    }
+                }
+                grid.sync();
+                continue;
+            }
+            for (int k = threadIdx.x; k < kRowBytes; k += kConsumers * 32) x[k] = act[in * 65536 + k] * 1e-3f;
+            wg::named_sync(1, kConsumers * 32);
+            float* y = act + (1 - in) * 65536;
+            const Chunks ch(p, blocks);
+            for (int c = 0; c < ch.total; ++c, ++used) {
+                const int slot = int(used % kSlots);
+                wg::mbar_wait(wg::smem_addr(full + slot), uint32_t((used / kSlots) & 1));
+                long long first;
+                const int n = ch.rows(c, first);
+                if (warp < n) {
+                    uint4 a[kLoads];
+                    const uint8_t* row = smem + slot * kSlotBytes + warp * kRowBytes;
+#pragma unroll
+                    for (int q = 0; q < kLoads; ++q)
+                        a[q] = *reinterpret_cast<const uint4*>(row + q * 512 + lane * 16);
+                    const float s = row_dot(a, x);
+                    if (lane == 0) y[first + warp] = s;
+                }
+                __syncwarp();
+                if (lane == 0) wg::mbar_arrive(wg::smem_addr(empty + slot));
+            }
+            in = 1 - in;
+            grid.sync();
+        }
+}
+
 // The graph skeleton's kernels: a stream phase on its own grid, a latency phase on one warp.
 __global__ void __launch_bounds__(kThreads, 1)
     stream_kernel(const uint8_t* w, long long rows, const float* xin, float* y) {
@@ -349,6 +483,7 @@ int main(int argc, char** argv) {
         cudaFuncSetAttribute(persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     DI_CUDA_CHECK(
         cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRowBytes * 4));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
     int per_sm = 0;
     DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel, kThreads, kSmem));
     const int blocks = prop.multiProcessorCount;  // one an SM: 255 registers for two rows in flight a warp
@@ -416,6 +551,17 @@ int main(int argc, char** argv) {
                                                           dim3(blocks), dim3(kThreads), args, kSmem, s));
             });
             report(names[mode], ms);
+        }
+        {
+            const Plan p = make_plan(layers, scale, 3);
+            const uint8_t* w = weights;
+            float* a = act;
+            void* args[] = {const_cast<Plan*>(&p), &w, &a};
+            const float ms = time_ms(s, rounds, [&] {
+                DI_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(ring_kernel), dim3(blocks),
+                                                          dim3(kRingThreads), args, kRingSmem, s));
+            });
+            report("persistent, TMA ring (producer warp)", ms);
         }
     }
     DI_CUDA_CHECK(cudaStreamSynchronize(s));
