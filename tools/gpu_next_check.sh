@@ -5,6 +5,8 @@
 #   dependencies lift the batch-1 layer past the graph of kernels' 34% (its 51% with no latency phases). If it
 #   does, a persistent producer/consumer decode step is issue 10's way to 70% at batch 1; if not, that goal
 #   is out of reach of this model's dependency chain. Then PART=spec (speculative decoding's speed on a GPU).
+#   PART=next runs both from one pack (3.9 MB: TRACE=0 BINS="bench/persistent_layer_probe tests/model/speculative_test
+#   bench/spec_bench" tools/gpu_pack.sh), the probe first: for a session that may get one call.
 # PART=all (~9 min): the most valuable of the parts below in one call: speculative_test, the fp8 cases,
 #   moecopy, the probe, native batch 1 and 16 against the roofline (for a session that may get one call).
 #   Ran on an H100 on 2026-12-05 (third session, docs/benchmarks.md) but for the probe and batch 16 (no room).
@@ -98,6 +100,13 @@ case ${PART:-fp8} in
     echo "moe_prefill rc $?"; grep -E "^\| moe fp4 n=(2730|4096)|dense cuBLASLt rates" "$OUT/moe_prefill.log"
     timeout 45 $d/bin/persistent_layer_probe 8 5 1 0.5 0
     OUT=$OUT/native PRECISION=native BATCHES="1 16" GRAPHS=on DECODE=16 timeout 120 tools/gpu_decode_layers.sh
+    ;;
+  next)  # the ring probe, then speculative decoding's speed (one pack, above)
+    timeout 90 $d/bin/persistent_layer_probe 8 5 1 0.5 0
+    for p in native exact; do
+      timeout 110 $d/bin/spec_bench --backend cuda --preset flash --layers 4 --precision $p --prompt 128 \
+        --decode 48 --accept "0 0.85" 2>&1 | tail -5
+    done
     ;;
   probe)
     [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
