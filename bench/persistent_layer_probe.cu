@@ -11,9 +11,9 @@
 //                cp.async at the end of the stream before it, so latency phases overlap the copies (rows a
 //                route picks cannot be fetched before the route: those phases' routed parts are excluded);
 //   TMA ring:    a producer warp a block streams every row of the block's slices through a ring of six
-//                32 KB shared-memory slots by bulk copies (cp.async.bulk, mbarriers), never waiting at a
-//                phase's barrier while a slot is free: the next stream's fetchable rows arrive during the
-//                barriers and latency phases; eight consumer warps dot the rows from shared memory.
+//                32 KB shared-memory slots by bulk copies (cp.async.bulk, mbarriers) and fills the ring with
+//                the next stream's fetchable rows before each barrier, so they arrive during the barriers
+//                and latency phases; eight consumer warps dot the rows from shared memory.
 // Each with the latency phases as measured and scaled (--latency-scale), and without them.
 //   persistent_layer_probe [layers=8] [rounds=5] [latency scales...=1 0.5 0]
 #include <cooperative_groups.h>
@@ -273,46 +273,38 @@ __global__ void __launch_bounds__(kRingThreads, 1)
     if (warp == kConsumers) {  // the producer: lane 0 issues, the warp keeps the grid's barriers
         long long issued = 0;
         int ahead = 0;  // chunks of the next stream phase issued before its barrier
-        // chunk c of phase i of layer l into the next slot; without `wait`, only if that slot is free
-        auto issue = [&](int l, int i, int c, bool wait) {
+        // chunk c of phase i of layer l into the next slot, once that slot's previous chunk was consumed
+        auto issue = [&](int l, int i, int c) {
             const int slot = int(issued % kSlots);
-            const uint32_t parity = uint32_t((issued / kSlots) & 1) ^ 1u;
-            bool go = true;
             if (lane == 0) {
-                if (wait)
-                    wg::mbar_wait(wg::smem_addr(empty + slot), parity);
-                else
-                    go = wg::mbar_test(wg::smem_addr(empty + slot), parity);
-            }
-            go = __shfl_sync(0xffffffffu, go, 0);
-            if (!go) return false;
-            if (lane == 0) {
+                wg::mbar_wait(wg::smem_addr(empty + slot), uint32_t((issued / kSlots) & 1) ^ 1u);
                 const Chunks ch(plan.phase[i], blocks);
                 long long first;
-                const int n = ch.rows(c, first);
-                const uint32_t bytes = uint32_t(n) * kRowBytes;
+                const uint32_t bytes = uint32_t(ch.rows(c, first)) * kRowBytes;
                 wg::mbar_arrive_expect_tx(wg::smem_addr(full + slot), bytes);
                 wg::bulk_copy_g2s(wg::smem_addr(smem + slot * kSlotBytes),
                                   phase_weights(plan, weights, l, i) + first * kRowBytes, bytes,
                                   wg::smem_addr(full + slot));
             }
+            __syncwarp();
             ++issued;
-            return true;
         };
         for (int l = 0; l < plan.layers; ++l)
             for (int i = 0; i < plan.count; ++i) {
                 if (plan.phase[i].rows > 0) {
                     const int total = Chunks(plan.phase[i], blocks).total;
-                    for (int c = ahead; c < total; ++c) issue(l, i, c, true);
+                    for (int c = ahead; c < total; ++c) issue(l, i, c);
                     ahead = 0;
                 }
+                // Ahead of the barrier: the next stream's fetchable chunks, at most a ring of them, so each
+                // waits only for a slot of this phase or an earlier one, which the consumers free without
+                // the barrier (the last of this phase's chunks first, then the copies start at once).
                 int j, lj;
                 next_stream(plan, i, l, j, lj);
                 if (lj < plan.layers) {
                     const int fetchable = Chunks(plan.phase[j], blocks).fetchable;
-                    while (ahead < fetchable && issue(lj, j, ahead, false)) ++ahead;
+                    for (; ahead < fetchable && ahead < kSlots; ++ahead) issue(lj, j, ahead);
                 }
-                __syncwarp();
                 grid.sync();
             }
         return;

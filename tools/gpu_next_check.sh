@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Next first (2026-12-06): PART=probe (~1 min): persistent_layer_probe's new TMA-ring mode (a producer warp a
-#   block streams every weight row through six 32 KB shared-memory slots by cp.async.bulk and never waits at a
-#   phase's barrier while a slot is free; written without a GPU): whether weights streamed across the layer's
-#   dependencies lift the batch-1 layer past the graph of kernels' 34% (its 51% with no latency phases). If it
-#   does, a persistent producer/consumer decode step is issue 10's way to 70% at batch 1; if not, that goal
-#   is out of reach of this model's dependency chain. Then PART=spec (speculative decoding's speed on a GPU).
-#   PART=next runs both from one pack (3.9 MB: TRACE=0 BINS="bench/persistent_layer_probe tests/model/speculative_test
-#   bench/spec_bench" tools/gpu_pack.sh), the probe first: for a session that may get one call.
+# Next first (2026-12-06): PART=probe (~1 min): persistent_layer_probe's new TMA-ring mode (a producer warp
+#   a block streams every weight row through six 32 KB shared-memory slots by cp.async.bulk and fills the
+#   ring with the next stream's rows before each barrier; written without a GPU): whether weights streamed
+#   across the layer's dependencies lift the batch-1 layer past the graph of kernels' 34% (its 51% with no
+#   latency phases). If it does, a persistent producer/consumer decode step is issue 10's way to 70% at
+#   batch 1; if not, that goal is out of reach of this model's dependency chain. Then PART=spec (speculative
+#   decoding's speed on a GPU). PART=next runs both from one pack (3.9 MB: TRACE=0
+#   BINS="bench/persistent_layer_probe tests/model/speculative_test bench/spec_bench" tools/gpu_pack.sh), the
+#   probe first: for a session that may get one call.
 # PART=all (~9 min): the most valuable of the parts below in one call: speculative_test, the fp8 cases,
 #   moecopy, the probe, native batch 1 and 16 against the roofline (for a session that may get one call).
 #   Ran on an H100 on 2026-12-05 (third session, docs/benchmarks.md) but for the probe and batch 16 (no room).
