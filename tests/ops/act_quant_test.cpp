@@ -4,6 +4,7 @@
 // against a plain linear on inputs this test quantised itself.
 #include "ops/act_quant.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -68,6 +69,62 @@ TEST(ActBlockScale, IsThePowerOfTwoAboveAmaxOver448) {
         const double want = std::exp2(std::ceil(std::log2(double(std::max(amax, 1e-4f) / 448.0f))));
         EXPECT_EQ(double(ops::act_block_scale(amax)), want) << "amax " << amax;
     }
+}
+
+// The quantisers divide by the block scale as a multiply by its inverse (cpu_act_quant.cpp's vectors,
+// act_quant_inv in ops/cuda/device_util.cuh, which forms 1 / s from the bits: 0x7f000000 - bits, 0 for +inf).
+// That is the same value only because every scale is 2^e with 2^-e a normal float, or +inf: checked here over
+// the scales of every amax class and over x of every class (random bit patterns, subnormals, infinities).
+TEST(ActBlockScale, DividingEqualsMultiplyingByTheInverse) {
+    std::mt19937 rng(12);
+    std::vector<float> scales;
+    std::vector<float> amaxes = {0.0f,
+                                 1e-30f,
+                                 1e-4f,
+                                 448.0f,
+                                 std::numeric_limits<float>::max(),
+                                 std::numeric_limits<float>::infinity()};
+    for (int e = -149; e <= 127; ++e)
+        amaxes.push_back(std::ldexp(1.0f, e)), amaxes.push_back(std::ldexp(1.5f, e));
+    for (int i = 0; i < 20000; ++i) {
+        const float a = std::bit_cast<float>(uint32_t(rng()) & 0x7fffffffu);  // any non-negative, NaN skipped
+        if (!std::isnan(a)) amaxes.push_back(a);
+    }
+    for (float amax : amaxes) {
+        const float sc = ops::act_block_scale(amax);
+        const uint32_t u = std::bit_cast<uint32_t>(sc);
+        ASSERT_TRUE((u & 0x007fffffu) == 0 &&
+                    (((u >> 23) >= 127 - 22 && (u >> 23) <= 127 + 120) || u == 0x7f800000u))
+            << "amax " << amax << " gives scale " << sc;
+        scales.push_back(sc);
+    }
+    std::sort(scales.begin(), scales.end());
+    scales.erase(std::unique(scales.begin(), scales.end()), scales.end());
+    std::vector<float> xs = {0.0f,
+                             -0.0f,
+                             std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(),
+                             std::numeric_limits<float>::quiet_NaN(),
+                             std::numeric_limits<float>::denorm_min(),
+                             std::numeric_limits<float>::max(),
+                             448.0f,
+                             -448.0f};
+    for (int i = 0; i < 4000; ++i) xs.push_back(std::bit_cast<float>(uint32_t(rng())));
+    int64_t checked = 0;
+    for (float sc : scales) {
+        const uint32_t u = std::bit_cast<uint32_t>(sc);
+        const float inv = std::bit_cast<float>(u == 0x7f800000u ? 0u : 0x7f000000u - u);
+        ASSERT_EQ(std::bit_cast<uint32_t>(inv), std::bit_cast<uint32_t>(1.0f / sc)) << "scale " << sc;
+        for (float x : xs) {
+            const float q = x / sc, m = x * inv;
+            if (std::isnan(q) || std::isnan(m))
+                ASSERT_TRUE(std::isnan(q) && std::isnan(m)) << x << " / " << sc;
+            else
+                ASSERT_EQ(std::bit_cast<uint32_t>(q), std::bit_cast<uint32_t>(m)) << x << " / " << sc;
+            ++checked;
+        }
+    }
+    EXPECT_GT(checked, 100 * int64_t(xs.size()));  // the scales span the exponent range, not a few values
 }
 
 // x quantised the slow way: scale from double logs, values by code search.

@@ -1,6 +1,7 @@
 // The native precision's activation quantiser (ops/act_quant.h) in vector lanes: the scalar steps' branches
-// as lane selects, so every value gets the scalar code's bits. x / s is computed as x * (1 / s): s is a power
-// of two in [2^-22, 2^0], so both are the exact quotient.
+// as lane selects, so every value gets the scalar code's bits. x / s is computed as x * (1 / s): s is 2^e
+// with e in [-22, 120] or +inf, so 1 / s is exact (0 for inf) and both round the same quotient once
+// (ActBlockScale.DividingEqualsMultiplyingByTheInverse).
 #include <cstring>
 
 #include "ops/act_quant.h"
