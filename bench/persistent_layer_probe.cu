@@ -99,6 +99,30 @@ __device__ __forceinline__ float row_dot(const uint4 (&r)[kLoads], const float* 
     return warp_sum(s);
 }
 
+// row_dot of a row in shared memory.
+__device__ __forceinline__ float smem_row_dot(const uint8_t* row, const float* x) {
+    const int lane = threadIdx.x & 31;
+    uint4 a[kLoads];
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) a[q] = *reinterpret_cast<const uint4*>(row + q * 512 + lane * 16);
+    return row_dot(a, x);
+}
+
+// A latency phase: the calling thread waits out `ns`.
+__device__ __forceinline__ void spin_ns(long long ns) {
+    const long long until = now_ns() + ns;
+    while (now_ns() < until) {
+    }
+}
+
+// The block's rows of a phase: [f0, f1) of its fetchable rows, then [n0, n1) of the rest.
+__device__ __forceinline__ void block_rows(const Phase& p, int blocks, long long& f0, long long& f1,
+                                           long long& n0, long long& n1) {
+    slice(p.fetchable, blockIdx.x, blocks, f0, f1);
+    slice(p.rows - p.fetchable, blockIdx.x, blocks, n0, n1);
+    n0 += p.fetchable, n1 += p.fetchable;
+}
+
 // Rows [begin, end) of a stream, a warp a row, two rows in flight a warp; `held` a row loaded before.
 __device__ void stream_rows(const uint8_t* w, long long begin, long long end, const float* x, float* y,
                             bool have_held, uint4 (&held)[kLoads]) {
@@ -177,19 +201,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < plan.count; ++i) {
             const Phase& p = plan.phase[i];
             if (p.rows == 0) {  // latency: one warp waits it out, the others go on to the barrier
-                if (blockIdx.x == 0 && warp == 0) {
-                    const long long until = now_ns() + p.ns;
-                    while (now_ns() < until) {
-                    }
-                }
+                if (blockIdx.x == 0 && warp == 0) spin_ns(p.ns);
                 grid.sync();
                 continue;
             }
             const uint8_t* w = phase_weights(plan, weights, l, i);
             long long f0, f1, n0, n1;
-            slice(p.fetchable, blockIdx.x, blocks, f0, f1);
-            slice(p.rows - p.fetchable, blockIdx.x, blocks, n0, n1);
-            n0 += p.fetchable, n1 += p.fetchable;
+            block_rows(p, blocks, f0, f1, n0, n1);
             for (int k = threadIdx.x; k < kRowBytes; k += kThreads)
                 x[k] = act[in * 65536 + k] * 1e-3f;  // kept finite over the layers
             asm volatile("cp.async.wait_all;" ::: "memory");
@@ -197,11 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             float* y = act + (1 - in) * 65536;
             const long long from_smem = fetched ? fetched_rows(p, blocks) : 0;
             for (long long r = warp; r < from_smem; r += kWarps) {
-                uint4 a[kLoads];
-#pragma unroll
-                for (int q = 0; q < kLoads; ++q)
-                    a[q] = *reinterpret_cast<const uint4*>(buf + r * kRowBytes + q * 512 + lane * 16);
-                const float s = row_dot(a, x);
+                const float s = smem_row_dot(buf + r * kRowBytes, x);
                 if (lane == 0) y[f0 + r] = s;
             }
             stream_rows(w, f0 + from_smem, f1, x, y, have_held, held);
@@ -240,9 +254,7 @@ struct Chunks {
     long long f0, f1, n0, n1;  // the block's fetchable rows and the rest
     int fetchable, total;      // chunks
     __device__ Chunks(const Phase& p, int blocks) {
-        slice(p.fetchable, blockIdx.x, blocks, f0, f1);
-        slice(p.rows - p.fetchable, blockIdx.x, blocks, n0, n1);
-        n0 += p.fetchable, n1 += p.fetchable;
+        block_rows(p, blocks, f0, f1, n0, n1);
         fetchable = int((f1 - f0 + kSlotRows - 1) / kSlotRows);
         total = fetchable + int((n1 - n0 + kSlotRows - 1) / kSlotRows);
     }
@@ -315,11 +327,7 @@ __global__ void __launch_bounds__(kRingThreads, 1)
         for (int i = 0; i < plan.count; ++i) {
             const Phase& p = plan.phase[i];
             if (p.rows == 0) {
-                if (blockIdx.x == 0 && warp == 0) {
-                    const long long until = now_ns() + p.ns;
-                    while (now_ns() < until) {
-                    }
-                }
+                if (blockIdx.x == 0 && warp == 0) spin_ns(p.ns);
                 grid.sync();
                 continue;
             }
@@ -333,12 +341,7 @@ __global__ void __launch_bounds__(kRingThreads, 1)
                 long long first;
                 const int n = ch.rows(c, first);
                 if (warp < n) {
-                    uint4 a[kLoads];
-                    const uint8_t* row = smem + slot * kSlotBytes + warp * kRowBytes;
-#pragma unroll
-                    for (int q = 0; q < kLoads; ++q)
-                        a[q] = *reinterpret_cast<const uint4*>(row + q * 512 + lane * 16);
-                    const float s = row_dot(a, x);
+                    const float s = smem_row_dot(smem + slot * kSlotBytes + warp * kRowBytes, x);
                     if (lane == 0) y[first + warp] = s;
                 }
                 __syncwarp();
@@ -367,11 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr long long kL2Bytes = 32ll << 20;
 __global__ void latency_kernel(long long ns, const uint8_t* next, long long bytes) {
     if (blockIdx.x == 0) {
-        if (threadIdx.x < 32) {
-            const long long until = now_ns() + ns;
-            while (now_ns() < until) {
-            }
-        }
+        if (threadIdx.x < 32) spin_ns(ns);
         return;
     }
     const long long step = (long long)(gridDim.x - 1) * blockDim.x * 128;

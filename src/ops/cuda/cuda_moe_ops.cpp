@@ -141,10 +141,7 @@ void CudaBackend::moe(const MoeArgs& a) {
         probe.gemv_format = table.gemv_format, probe.mma_ok = table.mma_ok, probe.scales_4b = table.scales_4b;
         probe.e4m3_ok = table.e4m3_ok, probe.act_fp8 = a.act == ActQuant::kFp8Block128;
         auto probe_takes = [&](int i, bool forced) { return takes(probe, i, forced); };
-        const cuda::MoeVariant picked = kMoeEnum[moe_v_.pick(probe_takes)];
-        if (picked == cuda::MoeVariant::kW4a8 || picked == cuda::MoeVariant::kWgmma ||
-            picked == cuda::MoeVariant::kGemm)
-            chunk = probe.n;
+        if (moe_v_.pick(probe_takes) <= 2) chunk = probe.n;  // w4a8, wgmma, gemm
     }
     if (experts_pass)  // the pairs of other ranks' experts stay zero
         DI_CUDA_CHECK(cudaMemsetAsync(a.slots.data, 0, size_t(a.slots.nbytes()), stream()));
@@ -185,9 +182,9 @@ void CudaBackend::moe(const MoeArgs& a) {
         if (p.act_fp8) {
             cuda::MoeParams direct = unquantised;
             direct.act_fp8 = true;
-            // w4a8 quantises x itself, so it takes x as it is: quantising the dequantised
-            // copy again gives the same values (e4m3 times scale; at most the scale halved and the bytes
-            // doubled); mma at one token quantises x where it makes its chunks (the copy's bits)
+            // w4a8 quantises x itself, so it takes x as it is: quantising the dequantised copy again gives
+            // the same values (e4m3 times scale; at most the scale halved and the bytes doubled); mma at one
+            // token quantises x where it makes its chunks (the copy's bits)
             if (kMoeEnum[v] == cuda::MoeVariant::kW4a8 && cuda::moe_w4a8_supported(direct, true))
                 p.x = direct.x, p.ld_x = direct.ld_x;
             else if (kMoeEnum[v] == cuda::MoeVariant::kMma && m == 1 && cuda::act_quant_in_kernels())

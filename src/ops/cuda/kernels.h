@@ -389,8 +389,7 @@ struct MoeParams {
 };
 // Variants: kW4a8 (moe_w4a8.cu: native precision's prefill chunks as W4A8 on the FP8 warpgroup tensor cores,
 // fp4 turned into e4m3 in registers, activations quantised per 128; e4m3_ok, scales_4b, the pairs gemm
-// takes with at least 64 an expert), kW4a8Gemv (moe_w4a8_gemv.cu: the same products for one decode token),
-// kWgmma (moe_wgmma.cu: what kGemm takes, on the warpgroup tensor cores:
+// takes with at least 64 an expert), kWgmma (moe_wgmma.cu: what kGemm takes, on the warpgroup tensor cores:
 // 64 weight rows x 64 token halves a wgmma, the token rows staged in shared memory), kGemm (moe_gemm.cu: a
 // prefill's many tokens per expert as register-tiled products on mma.sync, activations as hi/lo f16 with one
 // scale per row; what kMma takes, from kMoeGemmMinPairs (and 8 per expert) to kMoeGemmMaxPairs pairs, any

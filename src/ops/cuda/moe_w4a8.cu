@@ -67,7 +67,9 @@ __global__ void __launch_bounds__(128)
             v = make_float4(swiglu_clamped(v.x, u.x, limit), swiglu_clamped(v.y, u.y, limit),
                             swiglu_clamped(v.z, u.z, limit), swiglu_clamped(v.w, u.w, limit));
         }
-        const auto [word, s] = w4a8::quantise_lane_word(v);
+        const float s = act_quant_scale(warp_block_amax({v.x, v.y, v.z, v.w}));
+        auto byte = [s](float f) { return uint32_t(act_quant_e4m3(f, s).__x); };
+        const uint32_t word = byte(v.x) | byte(v.y) << 8 | byte(v.z) << 16 | byte(v.w) << 24;
         static_assert(w8_index(4 * 3 + 1) == w8_index(4 * 3) + 1 && w8_index(4 * 3) % 4 == 0);
         *reinterpret_cast<uint32_t*>(q + (int64_t(blockIdx.x) * chunks + c) * kChunk + w8_index(4 * lane)) =
             word;

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-#include "ops/cuda/device_util.cuh"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/moe_plan.cuh"
 
@@ -39,19 +38,6 @@ __device__ __forceinline__ void fp4x8_to_e4m3(uint32_t w, uint32_t lut0, uint32_
     asm("prmt.b32 %0, %1, %2, 0xFBEA;" : "=r"(s_hi) : "r"(w4), "r"(w));
     lo = __byte_perm(lut0, lut1, mag) | (s_lo & 0x80808080u);
     hi = __byte_perm(lut0, lut1, mag >> 16) | (s_hi & 0x80808080u);
-}
-
-// A warp's 128-element chunk, four elements a lane (v, elements 4 lane ..), as the activation quantiser gives
-// it (its scale, rounding and saturation): the chunk's scale and the lane's four e4m3 bytes in one word
-// (element 4 lane + i in byte i: w8_index keeps such a four together).
-struct E4m3Word {
-    uint32_t word;
-    float scale;
-};
-__device__ __forceinline__ E4m3Word quantise_lane_word(const float4& v) {
-    const float s = act_quant_scale(warp_block_amax({v.x, v.y, v.z, v.w}));
-    auto byte = [s](float f) { return uint32_t(act_quant_e4m3(f, s).__x); };
-    return {byte(v.x) | byte(v.y) << 8 | byte(v.z) << 16 | byte(v.w) << 24, s};
 }
 
 struct W8Io {
