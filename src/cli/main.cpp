@@ -1,8 +1,10 @@
 // deepinfer command line: dispatches to the registered subcommands (cli/*_cmd.cpp).
 #include <algorithm>
 #include <cstdio>
+#include <string_view>
 
 #include "cli/command.h"
+#include "runtime/grammar.h"
 
 namespace di::cli {
 
@@ -19,6 +21,10 @@ int fail(const std::string& message) {
 }  // namespace di::cli
 
 int main(int argc, char** argv) {
+    // The server's grammar compiler runs as this program in a helper process (runtime/grammar.h); not a
+    // subcommand users see.
+    if (argc >= 2 && std::string_view(argv[1]) == "__grammar-worker")
+        return di::runtime::grammar_worker_main(argc, argv);
     CLI::App app{"deepinfer: DeepSeek-V4 inference engine"};
     app.set_version_flag("--version", std::string("deepinfer ") + DEEPINFER_VERSION);
     app.require_subcommand(1);

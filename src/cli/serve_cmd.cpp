@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "cli/command.h"
@@ -24,7 +25,17 @@ struct ServeOptions {
     double request_timeout_s = 600;
     int64_t max_body_bytes = int64_t(1) << 20;
     std::string log_level = "info";
+    double grammar_timeout_s = 20;
+    int64_t grammar_memory_mib = 4096;
 };
+
+// This program's own path, for the grammar compiler's helper process; "" where it cannot be read (the
+// grammars then compile in this process).
+std::string own_executable() {
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string() : p.string();
+}
 
 int run_serve(ServeOptions o) {
     // Every option checked here, before anything starts: written as "inside the range" so NaN fails too.
@@ -48,6 +59,14 @@ int run_serve(ServeOptions o) {
         return fail(fmt::format("--port {} is not a port", o.server.port));
     if (o.server.default_max_tokens < 1)
         return fail(fmt::format("--default-max-tokens {} must be at least 1", o.server.default_max_tokens));
+    if (!(o.grammar_timeout_s > 0 && o.grammar_timeout_s <= 3600))
+        return fail(fmt::format("--grammar-timeout {} must be a number of seconds in (0, 3600]",
+                                o.grammar_timeout_s));
+    if (!(o.grammar_memory_mib >= 64 && o.grammar_memory_mib <= (int64_t(1) << 20)))
+        return fail(fmt::format("--grammar-memory-mib {} must be in [64, 2^20]", o.grammar_memory_mib));
+    o.engine.grammar_worker = own_executable();
+    o.engine.grammar_timeout = std::chrono::milliseconds(int64_t(o.grammar_timeout_s * 1000));
+    o.engine.grammar_memory_bytes = o.grammar_memory_mib << 20;
     if (o.engine.model_dir.empty()) {
         auto demo = demo::ensure_demo_model();
         if (!demo) return fail(demo.error().message);
@@ -148,6 +167,13 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--request-timeout", o->request_timeout_s, "seconds before a request is stopped")
         ->capture_default_str();
     app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body")->capture_default_str();
+    app.add_option(
+           "--grammar-timeout", o->grammar_timeout_s,
+           "seconds a structured-output schema may take to compile (in a helper process; longer: 400)")
+        ->capture_default_str();
+    app.add_option("--grammar-memory-mib", o->grammar_memory_mib,
+                   "memory a structured-output schema may take to compile (in a helper process; more: 400)")
+        ->capture_default_str();
     app.add_flag("--check-weights", o->engine.check_weights, "scan every weight for NaN/infinity at load");
     app.add_option("--kernels", o->engine.kernels_file,
                    "kernel allow-list file (written by `deepinfer screen`)");

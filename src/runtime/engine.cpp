@@ -70,7 +70,9 @@ struct Engine::Impl {
 
     runtime::ConstraintCompiler& constraint_compiler() {
         std::call_once(constraints_once, [&] {
-            constraints = std::make_unique<runtime::ConstraintCompiler>(*tokenizer, info.vocab_size, eos_ids);
+            constraints = std::make_unique<runtime::ConstraintCompiler>(
+                *tokenizer, info.vocab_size, eos_ids,
+                runtime::GrammarLimits{opt.grammar_worker, opt.grammar_timeout, opt.grammar_memory_bytes});
         });
         return *constraints;
     }

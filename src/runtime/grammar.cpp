@@ -2,12 +2,25 @@
 
 #if DEEPINFER_WITH_GRAMMAR
 #include <dlpack/dlpack.h>
+#include <fmt/format.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <xgrammar/xgrammar.h>
 
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <list>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+
+#include "runtime/helper_process.h"
 
 namespace di::runtime {
 
@@ -34,47 +47,186 @@ xgrammar::TokenizerInfo vocab_info(const Tokenizer& tok, int64_t vocab_size, std
     return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, int(vocab_size), std::move(stop_ids));
 }
 
+// Fills `mask` (one bit a token of the vocabulary) with the tokens the matcher allows next.
+void fill_bitmask(xgrammar::GrammarMatcher& m, int64_t vocab_size, std::vector<uint32_t>& mask) {
+    const int64_t words = (vocab_size + 31) / 32;
+    mask.resize(size_t(words));
+    int64_t shape[2] = {1, words};
+    DLTensor t{};
+    t.data = mask.data();
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = 2;
+    t.dtype = DLDataType{kDLInt, 32, 1};
+    t.shape = shape;
+    m.FillNextTokenBitmask(&t, 0);
+}
+
+// A grammar with no first token (a schema that only refers to itself, {"$ref": "#"}) compiles but admits no
+// output: the sampler would have nothing to draw from, so the request is refused here instead.
+bool admits_an_output(const xgrammar::CompiledGrammar& g, int64_t vocab_size) {
+    xgrammar::GrammarMatcher m(g);
+    std::vector<uint32_t> mask;
+    fill_bitmask(m, vocab_size, mask);
+    return m.IsTerminated() || std::any_of(mask.begin(), mask.end(), [](uint32_t w) { return w != 0; });
+}
+
+// The frames between the engine and its grammar worker (runtime/helper_process.h).
+constexpr char kJsonVocab = 'J', kTagsVocab = 'T';  // the greeting: the two vocabularies, serialized
+constexpr char kSchema = 'S', kTags = 'G';          // a request: a JSON schema, a structural tag
+constexpr char kCompiled = 'K', kFailed = 'E';      // an answer: the serialized grammar, an error message
+constexpr uint64_t kMaxFrame = uint64_t(4) << 30;
+constexpr size_t kRecent = 32;  // compiled constraints kept for schemas sent again
+
+xgrammar::CompiledGrammar compile_with(xgrammar::GrammarCompiler& json, xgrammar::GrammarCompiler& tags,
+                                       char kind, const std::string& text) {
+    if (kind == kTags) return tags.CompileStructuralTag(text);
+    return json.CompileJSONSchema(text, kAnyWhitespace, std::nullopt,
+                                  std::make_pair(std::string(", "), std::string(": ")), true);
+}
+
+std::string one_line(std::string s) {
+    for (char& ch : s)
+        if (ch == '\n') ch = ' ';
+    return s;
+}
+
 }  // namespace
 
 struct ConstraintCompiler::Impl {
-    Impl(const Tokenizer& tok, int64_t vocab_size, std::vector<int32_t> stop_ids)
-        : json(vocab_info(tok, vocab_size, stop_ids, false), 8, true),
-          tags(vocab_info(tok, vocab_size, stop_ids, true), 8, true) {}
-    xgrammar::GrammarCompiler json;  // JSON values
-    xgrammar::GrammarCompiler tags;  // structural tags (tool-call blocks)
-    std::mutex mu;                   // one compilation at a time: the compilers' caches are shared
+    Impl(const Tokenizer& tok, int64_t vocab_size, const std::vector<int32_t>& stop_ids, GrammarLimits l)
+        : json_info(vocab_info(tok, vocab_size, stop_ids, false)),
+          tags_info(vocab_info(tok, vocab_size, stop_ids, true)),
+          limits(std::move(l)) {
+        if (limits.worker.empty()) {
+            json.emplace(json_info, 8, true);
+            tags.emplace(tags_info, 8, true);
+        } else {
+            worker.emplace(std::vector<std::string>{limits.worker, "__grammar-worker",
+                                                    std::to_string(limits.memory_bytes)},
+                           std::vector<Frame>{{kJsonVocab, json_info.SerializeJSON()},
+                                              {kTagsVocab, tags_info.SerializeJSON()}});
+        }
+    }
+    Result<xgrammar::CompiledGrammar> compile(char kind, const std::string& text);
+
+    xgrammar::TokenizerInfo json_info;  // JSON values
+    xgrammar::TokenizerInfo tags_info;  // structural tags (tool-call blocks)
+    GrammarLimits limits;
+    std::optional<xgrammar::GrammarCompiler> json, tags;  // compiling in this process
+    std::optional<HelperProcess> worker;                  // or in the helper
+    std::list<std::pair<std::string, std::shared_ptr<const CompiledConstraint>>> recent;  // newest first
+    std::mutex mu;  // one compilation at a time: the compilers (and their caches) are shared
 };
 
+// The grammar of `text`, or the reason it has none (one line, without the kind's prefix).
+Result<xgrammar::CompiledGrammar> ConstraintCompiler::Impl::compile(char kind, const std::string& text) {
+    if (!worker) {
+        try {
+            return compile_with(*json, *tags, kind, text);
+        } catch (const std::exception& e) {
+            return make_error(ErrorCode::kInvalidArgument, "{}", one_line(e.what()));
+        }
+    }
+    Result<Frame> a = worker->call(Frame{kind, text}, limits.timeout, kMaxFrame);
+    if (!a.ok() && a.error().code == ErrorCode::kCapacity)
+        return make_error(ErrorCode::kInvalidArgument,
+                          "its grammar did not compile within {:g} s (the server's --grammar-timeout); fewer "
+                          "alternatives and smaller length or item bounds compile faster",
+                          double(limits.timeout.count()) / 1000);
+    if (!a.ok())
+        return make_error(ErrorCode::kInvalidArgument,
+                          "the grammar compiler stopped on it ({}; its memory limit is {} MiB)",
+                          a.error().message, limits.memory_bytes >> 20);
+    if (a->tag == kFailed) return make_error(ErrorCode::kInvalidArgument, "{}", a->payload);
+    auto g = xgrammar::CompiledGrammar::DeserializeJSON(a->payload, kind == kTags ? tags_info : json_info);
+    if (a->tag != kCompiled || g.index() != 0)
+        return make_error(ErrorCode::kInvalidArgument, "the grammar compiler's answer could not be read");
+    return std::get<0>(std::move(g));
+}
+
 ConstraintCompiler::ConstraintCompiler(const Tokenizer& tokenizer, int64_t vocab_size,
-                                       std::vector<int32_t> stop_ids)
-    : impl_(std::make_unique<Impl>(tokenizer, vocab_size, std::move(stop_ids))), vocab_size_(vocab_size) {}
+                                       std::vector<int32_t> stop_ids, GrammarLimits limits)
+    : impl_(std::make_unique<Impl>(tokenizer, vocab_size, stop_ids, std::move(limits))),
+      vocab_size_(vocab_size) {}
 
 ConstraintCompiler::~ConstraintCompiler() = default;
 
 Result<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::compile(const OutputConstraint& c) {
     using Kind = OutputConstraint::Kind;
     if (c.kind == Kind::kNone) return make_error(ErrorCode::kInvalidArgument, "no constraint to compile");
-    std::string schema = c.kind == Kind::kJsonObject ? R"({"type": "object"})" : c.json_schema;
-    if (c.kind == Kind::kJsonSchema && !nlohmann::json::accept(schema))
+    if (c.kind == Kind::kJsonSchema && !nlohmann::json::accept(c.json_schema))
         return make_error(ErrorCode::kInvalidArgument,
                           "response_format: json_schema.schema is not valid JSON");
+    const char kind = c.kind == Kind::kStructuralTag ? kTags : kSchema;
+    const std::string text = c.kind == Kind::kStructuralTag ? c.structural_tag
+                             : c.kind == Kind::kJsonObject  ? R"({"type": "object"})"
+                                                            : c.json_schema;
+    const char* what = kind == kTags ? "tool_choice: the tools' schemas" : "response_format: the JSON schema";
+    std::string key = kind + text;
     std::lock_guard lk(impl_->mu);
-    try {
-        auto g =
-            c.kind == Kind::kStructuralTag
-                ? impl_->tags.CompileStructuralTag(c.structural_tag)
-                : impl_->json.CompileJSONSchema(schema, kAnyWhitespace, std::nullopt,
-                                                std::make_pair(std::string(", "), std::string(": ")), true);
-        return std::make_shared<const CompiledConstraint>(CompiledConstraint{std::move(g), vocab_size_});
-    } catch (const std::exception& e) {
-        std::string what = e.what();
-        for (char& ch : what)
-            if (ch == '\n') ch = ' ';
-        if (c.kind == Kind::kStructuralTag)
-            return make_error(ErrorCode::kInvalidArgument,
-                              "tool_choice: the tools' schemas cannot be used: {}", what);
-        return make_error(ErrorCode::kInvalidArgument, "response_format: the JSON schema cannot be used: {}",
-                          what);
+    auto& recent = impl_->recent;
+    for (auto it = recent.begin(); it != recent.end(); ++it)
+        if (it->first == key) {
+            recent.splice(recent.begin(), recent, it);
+            return recent.front().second;
+        }
+    Result<xgrammar::CompiledGrammar> g = impl_->compile(kind, text);
+    if (!g.ok())
+        return make_error(ErrorCode::kInvalidArgument, "{} cannot be used: {}", what, g.error().message);
+    if (!admits_an_output(*g, vocab_size_))
+        return make_error(ErrorCode::kInvalidArgument,
+                          "{} admit{} no output (no first token is allowed; does it only refer to itself?)",
+                          what, kind == kTags ? "" : "s");
+    auto compiled =
+        std::make_shared<const CompiledConstraint>(CompiledConstraint{std::move(*g), vocab_size_});
+    recent.emplace_front(std::move(key), compiled);
+    if (recent.size() > kRecent) recent.pop_back();
+    return compiled;
+}
+
+int grammar_worker_main(int argc, char** argv) {
+    if (argc != 3) {
+        std::fprintf(stderr, "deepinfer: __grammar-worker MEMORY_BYTES is the server's grammar compiler\n");
+        return 2;
+    }
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the engine
+    const int64_t memory = std::strtoll(argv[2], nullptr, 10);
+    if (memory > 0) {
+        const rlimit r{rlim_t(memory), rlim_t(memory)};
+        ::setrlimit(RLIMIT_AS, &r);
+    }
+    // The frames go out on a copy of stdout; stdout itself goes to stderr, so that nothing a library
+    // prints can break them.
+    const int out = ::dup(1);
+    ::dup2(2, 1);
+    const auto never = std::chrono::steady_clock::time_point::max();
+    auto vocab = [&](char tag) -> std::optional<xgrammar::TokenizerInfo> {
+        Result<Frame> f = read_frame(0, never, kMaxFrame);
+        if (!f.ok() || f->tag != tag) return std::nullopt;
+        auto info = xgrammar::TokenizerInfo::DeserializeJSON(f->payload);
+        if (info.index() != 0) return std::nullopt;
+        return std::get<0>(std::move(info));
+    };
+    std::optional<xgrammar::TokenizerInfo> json_info = vocab(kJsonVocab), tags_info = vocab(kTagsVocab);
+    if (!json_info || !tags_info) return 1;
+    xgrammar::GrammarCompiler json(*json_info, 8, true), tags(*tags_info, 8, true);
+    for (;;) {
+        Result<Frame> req = read_frame(0, never, kMaxFrame);
+        if (!req.ok()) return req.error().code == ErrorCode::kNotFound ? 0 : 1;
+        Frame answer;
+        bool out_of_memory = false;
+        try {
+            answer = Frame{kCompiled, compile_with(json, tags, req->tag, req->payload).SerializeJSON()};
+        } catch (const std::bad_alloc&) {
+            answer = Frame{kFailed, fmt::format("its grammar needs more than {} MiB to compile (the server's "
+                                                "--grammar-memory-mib)",
+                                                memory >> 20)};
+            out_of_memory = true;
+        } catch (const std::exception& e) {
+            answer = Frame{kFailed, one_line(e.what())};
+        }
+        if (!write_frame(out, answer).ok()) return 1;
+        if (out_of_memory) return 0;  // its heap may be in any state: the engine starts a fresh one
     }
 }
 
@@ -93,16 +245,7 @@ ConstraintMatcher::~ConstraintMatcher() = default;
 ConstraintMatcher::ConstraintMatcher(ConstraintMatcher&&) noexcept = default;
 
 void ConstraintMatcher::fill_mask(std::vector<uint32_t>& mask) {
-    const int64_t words = (impl_->g->vocab_size + 31) / 32;
-    mask.resize(size_t(words));
-    int64_t shape[2] = {1, words};
-    DLTensor t{};
-    t.data = mask.data();
-    t.device = DLDevice{kDLCPU, 0};
-    t.ndim = 2;
-    t.dtype = DLDataType{kDLInt, 32, 1};
-    t.shape = shape;
-    impl_->matcher.FillNextTokenBitmask(&t, 0);
+    fill_bitmask(impl_->matcher, impl_->g->vocab_size, mask);
 }
 
 bool ConstraintMatcher::accept(int32_t id) { return impl_->matcher.AcceptToken(id); }
@@ -119,7 +262,8 @@ struct CompiledConstraint {};
 struct ConstraintCompiler::Impl {};
 struct ConstraintMatcher::Impl {};
 
-ConstraintCompiler::ConstraintCompiler(const Tokenizer&, int64_t vocab_size, std::vector<int32_t>)
+ConstraintCompiler::ConstraintCompiler(const Tokenizer&, int64_t vocab_size, std::vector<int32_t>,
+                                       GrammarLimits)
     : vocab_size_(vocab_size) {}
 ConstraintCompiler::~ConstraintCompiler() = default;
 Result<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::compile(const OutputConstraint&) {
@@ -133,6 +277,7 @@ ConstraintMatcher::ConstraintMatcher(ConstraintMatcher&&) noexcept = default;
 void ConstraintMatcher::fill_mask(std::vector<uint32_t>& mask) { mask.clear(); }
 bool ConstraintMatcher::accept(int32_t) { return true; }
 bool ConstraintMatcher::terminated() const { return false; }
+int grammar_worker_main(int, char**) { return 2; }
 
 }  // namespace di::runtime
 

@@ -3,9 +3,11 @@
 // xgrammar's types stay inside grammar.cpp.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -16,13 +18,27 @@ namespace di::runtime {
 
 struct CompiledConstraint;  // a compiled grammar; immutable, shared by the requests that use it
 
+// Where grammars compile. A schema can make the grammar compiler run for minutes or take all memory (an
+// anyOf of 2,000 strings with maxLength bounds grew past 13 GB in four minutes), so a server compiles in a
+// helper process (`worker`, run as `worker __grammar-worker MEMORY_BYTES`) with an address-space limit,
+// killed past the timeout; the schema is then refused (400) and the engine is untouched. worker "": in this
+// process, unbounded (for embedders that trust their schemas, and the unit tests).
+struct GrammarLimits {
+    std::string worker;
+    std::chrono::milliseconds timeout{20000};
+    int64_t memory_bytes = int64_t(4) << 30;
+};
+
 // One per engine. Builds the vocabulary index once (all token byte strings; added tokens and ids beyond the
 // tokenizer never match grammar text, `stop_ids` end a complete output). Thread-safe.
 class ConstraintCompiler {
   public:
-    ConstraintCompiler(const Tokenizer& tokenizer, int64_t vocab_size, std::vector<int32_t> stop_ids);
+    ConstraintCompiler(const Tokenizer& tokenizer, int64_t vocab_size, std::vector<int32_t> stop_ids,
+                       GrammarLimits limits = {});
     ~ConstraintCompiler();
-    // kInvalidArgument naming "response_format" when the schema is not valid JSON or not a usable schema.
+    // kInvalidArgument naming "response_format" (or "tool_choice" for tool-call tags) when the schema is not
+    // valid JSON, not a usable schema, admits no output or does not compile within the limits. The last
+    // compiled constraints are kept, so a schema sent again is not compiled again.
     Result<std::shared_ptr<const CompiledConstraint>> compile(const OutputConstraint& c);
     int64_t vocab_size() const { return vocab_size_; }
 
@@ -51,5 +67,9 @@ class ConstraintMatcher {
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
+
+// The helper process's main (`deepinfer __grammar-worker MEMORY_BYTES`: cli/main.cpp): compiles what it
+// reads on stdin under an address-space limit of MEMORY_BYTES and answers on stdout. Returns its exit code.
+int grammar_worker_main(int argc, char** argv);
 
 }  // namespace di::runtime

@@ -18,12 +18,18 @@ namespace {
 const std::string kModel = std::string(DI_TEST_DATA) + "/v4_tiny_fp32";
 const std::string kTokenizer = std::string(DI_SOURCE_DIR) + "/tests/e2e/data/tiny_tokenizer";
 
-std::unique_ptr<Engine> make_engine() {
+// limits.worker "": grammars compile in the test's process; else in that helper process, as the server runs.
+std::unique_ptr<Engine> make_engine(const std::string& worker = "",
+                                    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000),
+                                    int64_t memory = int64_t(4) << 30) {
     EngineOptions o;
     o.model_dir = kModel;
     o.tokenizer_path = kTokenizer;
     o.max_running = 16;
     o.state_memory_bytes = int64_t(1) << 30;
+    o.grammar_worker = worker;
+    o.grammar_timeout = timeout;
+    o.grammar_memory_bytes = memory;
     auto e = Engine::create(o);
     EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
     return e.ok() ? std::move(*e) : nullptr;
@@ -176,7 +182,9 @@ TEST(StructuredOutput, BadSchemasAreRefusedNamingResponseFormat) {
     auto e = make_engine();
     ASSERT_TRUE(e);
     for (const char* bad : {R"({"type": "object", "properties": )", R"({"type": "no-such-type"})",
-                            R"({"$ref": "#/definitions/missing"})"}) {
+                            R"({"$ref": "#/definitions/missing"})",
+                            // compiles, but admits no value: refused rather than failing at the first draw
+                            R"({"$ref": "#"})"}) {
         auto s = e->submit(constrained(0, 8, OutputConstraint::Kind::kJsonSchema, bad));
         ASSERT_FALSE(s.ok()) << bad;
         EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument) << bad;
@@ -184,6 +192,54 @@ TEST(StructuredOutput, BadSchemasAreRefusedNamingResponseFormat) {
         EXPECT_EQ(s.error().message.find('\n'), std::string::npos) << s.error().message;
     }
     EXPECT_EQ(e->stats().n_waiting + e->stats().n_running, 0);
+}
+
+// The helper process compiles the grammar the test's process compiles: the same sampled outputs, seed for
+// seed, for a schema and for tool-call tags.
+TEST(StructuredOutput, HelperProcessCompilesTheSameGrammars) {
+    auto here = make_engine(), helper = make_engine(DI_BINARY);
+    ASSERT_TRUE(here && helper);
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+        const Request r = constrained(seed, 120, OutputConstraint::Kind::kJsonSchema, kSchema);
+        const Output a = run(*here, r), b = run(*helper, r);
+        EXPECT_EQ(b.reason, FinishReason::kStop) << b.error;
+        EXPECT_TRUE(satisfies_schema(b.text)) << "seed " << seed;
+        EXPECT_EQ(a.text, b.text) << "seed " << seed;
+    }
+}
+
+// A schema that stalls the compiler, or one that would take all memory, is refused at submit with the limit
+// named, within about the time limit; the engine then serves constrained requests as before (a fresh
+// helper).
+TEST(StructuredOutput, HelperProcessRefusesSchemasPastItsLimits) {
+    nlohmann::json any_of = nlohmann::json::array();  // grew past 13 GB in four minutes when compiled
+    for (int i = 1; i < 2000; ++i) any_of.push_back({{"type", "string"}, {"maxLength", i}});
+    const std::string huge = nlohmann::json{{"anyOf", any_of}}.dump();
+    {
+        auto e = make_engine(DI_BINARY, std::chrono::milliseconds(1500), int64_t(32) << 40);
+        ASSERT_TRUE(e);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto s = e->submit(constrained(0, 8, OutputConstraint::Kind::kJsonSchema, huge));
+        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ASSERT_FALSE(s.ok());
+        EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+        EXPECT_NE(s.error().message.find("did not compile within 1.5 s"), std::string::npos)
+            << s.error().message;
+        EXPECT_LT(took, 10.0);
+        const Output o = run(*e, constrained(1, 120, OutputConstraint::Kind::kJsonSchema, kSchema));
+        EXPECT_TRUE(satisfies_schema(o.text)) << o.error;
+    }
+    {
+        auto e = make_engine(DI_BINARY, std::chrono::milliseconds(120000), int64_t(512) << 20);
+        ASSERT_TRUE(e);
+        auto s = e->submit(constrained(0, 8, OutputConstraint::Kind::kJsonSchema, huge));
+        ASSERT_FALSE(s.ok());
+        EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+        EXPECT_EQ(s.error().message.rfind("response_format", 0), 0u) << s.error().message;
+        EXPECT_NE(s.error().message.find("512 MiB"), std::string::npos) << s.error().message;
+        const Output o = run(*e, constrained(2, 120, OutputConstraint::Kind::kJsonSchema, kSchema));
+        EXPECT_TRUE(satisfies_schema(o.text)) << o.error;
+    }
 }
 
 struct Call {
