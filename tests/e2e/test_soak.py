@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Soak: 12 rounds of mixed traffic against `deepinfer serve` (tiny fixture, reference backend, 32 HTTP threads),
 each round 24 clients at once: streaming and whole completions, chat, streams dropped after the first chunk, bad
-requests (wrong types, hostile sizes, JSON nested 30,000 deep), and a raw connection that sends half a request
+requests (wrong types, hostile sizes, JSON nested 30,000 deep, schemas that admit nothing or would take all memory
+to compile), and a raw connection that sends half a request
 and leaves. After every round the server must be back at baseline (nothing running, queued or allocated, no open
 stream) and its heap in use (allocated and not freed, from /metrics) and resident memory are recorded: the
 curves are printed, and after the warm-up rounds the heap must level off, so no round leaks."""
@@ -60,6 +61,10 @@ async def client(c, url, i):
         bodies = ['{"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 9223372036854775807}',
                   '{"model": "tiny", "prompt": ' + deep + '}',
                   '{"model": "tiny", "prompt": "x", "temperature": "hot"}']
+        if i == 4:  # schemas that admit nothing or would take all memory to compile (the helper's limit)
+            for schema in ({"$ref": "#"}, {"anyOf": [{"type": "string", "maxLength": n} for n in range(1, 2000)]}):
+                bodies.append(json.dumps({"model": "tiny", "prompt": "x", "response_format": {
+                    "type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}))
         codes = await asyncio.gather(*(asyncio.to_thread(post_raw, url, "/v1/completions", b) for b in bodies))
         return all(code == 400 for code in codes)
     # half a request on a raw connection, then gone
@@ -80,7 +85,8 @@ async def one_round(url):
 class SoakTest(unittest.TestCase):
     def test_heap_levels_off(self):
         with sf.Server(["--model", sf.TINY_MODEL, "--tokenizer", sf.TINY_TOKENIZER, "--served-model-name", "tiny",
-                        "--max-running", "32", "--read-timeout", "2", "--threads", "32"]) as server:
+                        "--max-running", "32", "--read-timeout", "2", "--threads", "32",
+                        "--grammar-memory-mib", "256"]) as server:
             rss, heap = [], []
             for rnd in range(1, ROUNDS + 1):
                 t0 = time.perf_counter()
