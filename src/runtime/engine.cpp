@@ -271,7 +271,9 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     const bool score_only = r.prompt_logprobs >= 0 && r.stop.max_tokens == 0;
     DI_TRY(const int64_t bytes,
            runtime::admission_bytes(m.limits(), n_prompt, score_only ? 1 : r.stop.max_tokens));
-    DI_TRY_STATUS(runtime::check_tokens(r.prompt, m.info.vocab_size));
+    // An id outside the vocabulary is a bad field, not a context limit: the message starts with the field.
+    if (Status s = runtime::check_tokens(r.prompt, m.info.vocab_size); !s.ok())
+        return make_error(ErrorCode::kInvalidArgument, "prompt: {}", s.error().message);
     if (!r.stop.stop.empty() && !m.tokenizer)
         return make_error(ErrorCode::kUnsupported, "stop strings need a tokenizer; this model has none");
     if (r.stop.min_tokens < 0 || r.stop.min_tokens > r.stop.max_tokens)
@@ -280,7 +282,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     if (r.sampling.top_logprobs < 0 || r.sampling.top_logprobs > 20)
         return make_error(ErrorCode::kInvalidArgument, "top_logprobs {} must be in [0, 20]",
                           r.sampling.top_logprobs);
-    DI_TRY_STATUS(runtime::check_tokens(r.stop.stop_token_ids, m.info.vocab_size));
+    if (Status s = runtime::check_tokens(r.stop.stop_token_ids, m.info.vocab_size); !s.ok())
+        return make_error(ErrorCode::kInvalidArgument, "stop_token_ids: {}", s.error().message);
     std::shared_ptr<const runtime::CompiledConstraint> constraint;
     if (r.constraint.kind != OutputConstraint::Kind::kNone) {
         if (!m.tokenizer)

@@ -1,5 +1,7 @@
 #include "server/api_error.h"
 
+#include <string_view>
+
 namespace di::server {
 
 std::string ApiError::type() const {
@@ -64,6 +66,15 @@ ApiError bad_request(std::string message, std::string param, std::string code) {
     return ApiError{400, std::move(message), std::move(param), std::move(code)};
 }
 
+namespace {
+// The message starts with the field's name as a whole word ("prompt: ..." but not "prompt_logprobs ...").
+bool names_field(std::string_view message, std::string_view field) {
+    if (message.substr(0, field.size()) != field) return false;
+    const char next = message.size() > field.size() ? message[field.size()] : ' ';
+    return !(next == '_' || (next >= 'a' && next <= 'z'));
+}
+}  // namespace
+
 ApiError from_engine_error(const Error& e) {
     switch (e.code) {
         case ErrorCode::kCapacity:
@@ -73,8 +84,9 @@ ApiError from_engine_error(const Error& e) {
         case ErrorCode::kOutOfRange:
             return ApiError{400, e.message, "messages", "context_length_exceeded"};
         default:  // the engine names the request field a message is about by starting with it
-            for (const char* field : {"response_format", "tool_choice"})
-                if (e.message.rfind(field, 0) == 0) return ApiError{400, e.message, field, ""};
+            for (std::string_view field :
+                 {"response_format", "tool_choice", "prompt", "prompt_logprobs", "stop_token_ids"})
+                if (names_field(e.message, field)) return ApiError{400, e.message, std::string(field), ""};
             return ApiError{400, e.message, "", ""};
     }
 }

@@ -329,7 +329,18 @@ TEST(Engine, RejectsBadRequests) {
     auto engine = make_engine(o);
     ASSERT_TRUE(engine);
     EXPECT_EQ(engine->submit(greedy({}, 4)).error().code, ErrorCode::kInvalidArgument);
-    EXPECT_EQ(engine->submit(greedy({5, 300}, 4)).error().code, ErrorCode::kOutOfRange);
+    auto outside = engine->submit(greedy({5, 300}, 4));  // a bad field, not a context limit
+    ASSERT_FALSE(outside.ok());
+    EXPECT_EQ(outside.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(outside.error().message.rfind("prompt: token id 300 at index 1", 0), 0u)
+        << outside.error().message;
+    Request bad_stop = greedy({5}, 4);
+    bad_stop.stop.stop_token_ids = {3, 256};
+    auto stop_outside = engine->submit(bad_stop);
+    ASSERT_FALSE(stop_outside.ok());
+    EXPECT_EQ(stop_outside.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(stop_outside.error().message.rfind("stop_token_ids: token id 256", 0), 0u)
+        << stop_outside.error().message;
     EXPECT_EQ(engine->submit(greedy({5}, 0)).error().code, ErrorCode::kInvalidArgument);
     EXPECT_EQ(engine->submit(greedy(std::vector<int32_t>(60, 5), 5)).error().code, ErrorCode::kOutOfRange);
     Request stop_str = greedy({5}, 4);

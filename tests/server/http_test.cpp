@@ -368,7 +368,10 @@ TEST_F(HttpTest, BadInputGetsOpenAiErrors) {
         post("/v1/chat/completions", R"({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})"),
         404, "model");
     expect_error(post("/v1/chat/completions", kHello + R"("logit_bias": {"3": 1}})"), 400, "logit_bias");
-    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1, 999]})"), 400);
+    // Ids outside the vocabulary (256) name their field, not the context limit.
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1, 999]})"), 400, "prompt");
+    expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": [1], "stop_token_ids": [999]})"), 400,
+                 "stop_token_ids");
     // Over the context limit (256): a 300-byte prompt, and a short one asking for too many tokens.
     expect_error(post("/v1/completions", R"({"model": "tiny", "prompt": ")" + std::string(300, 'a') + "\"}"),
                  400, "messages");
