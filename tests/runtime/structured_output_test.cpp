@@ -194,54 +194,6 @@ TEST(StructuredOutput, BadSchemasAreRefusedNamingResponseFormat) {
     EXPECT_EQ(e->stats().n_waiting + e->stats().n_running, 0);
 }
 
-// The helper process compiles the grammar the test's process compiles: the same sampled outputs, seed for
-// seed, for a schema and for tool-call tags.
-TEST(StructuredOutput, HelperProcessCompilesTheSameGrammars) {
-    auto here = make_engine(), helper = make_engine(DI_BINARY);
-    ASSERT_TRUE(here && helper);
-    for (uint64_t seed = 0; seed < 4; ++seed) {
-        const Request r = constrained(seed, 120, OutputConstraint::Kind::kJsonSchema, kSchema);
-        const Output a = run(*here, r), b = run(*helper, r);
-        EXPECT_EQ(b.reason, FinishReason::kStop) << b.error;
-        EXPECT_TRUE(satisfies_schema(b.text)) << "seed " << seed;
-        EXPECT_EQ(a.text, b.text) << "seed " << seed;
-    }
-}
-
-// A schema that stalls the compiler, or one that would take all memory, is refused at submit with the limit
-// named, within about the time limit; the engine then serves constrained requests as before (a fresh
-// helper).
-TEST(StructuredOutput, HelperProcessRefusesSchemasPastItsLimits) {
-    nlohmann::json any_of = nlohmann::json::array();  // grew past 13 GB in four minutes when compiled
-    for (int i = 1; i < 2000; ++i) any_of.push_back({{"type", "string"}, {"maxLength", i}});
-    const std::string huge = nlohmann::json{{"anyOf", any_of}}.dump();
-    {
-        auto e = make_engine(DI_BINARY, std::chrono::milliseconds(1500), int64_t(32) << 40);
-        ASSERT_TRUE(e);
-        const auto t0 = std::chrono::steady_clock::now();
-        auto s = e->submit(constrained(0, 8, OutputConstraint::Kind::kJsonSchema, huge));
-        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ASSERT_FALSE(s.ok());
-        EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
-        EXPECT_NE(s.error().message.find("did not compile within 1.5 s"), std::string::npos)
-            << s.error().message;
-        EXPECT_LT(took, 10.0);
-        const Output o = run(*e, constrained(1, 120, OutputConstraint::Kind::kJsonSchema, kSchema));
-        EXPECT_TRUE(satisfies_schema(o.text)) << o.error;
-    }
-    {
-        auto e = make_engine(DI_BINARY, std::chrono::milliseconds(120000), int64_t(512) << 20);
-        ASSERT_TRUE(e);
-        auto s = e->submit(constrained(0, 8, OutputConstraint::Kind::kJsonSchema, huge));
-        ASSERT_FALSE(s.ok());
-        EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
-        EXPECT_EQ(s.error().message.rfind("response_format", 0), 0u) << s.error().message;
-        EXPECT_NE(s.error().message.find("512 MiB"), std::string::npos) << s.error().message;
-        const Output o = run(*e, constrained(2, 120, OutputConstraint::Kind::kJsonSchema, kSchema));
-        EXPECT_TRUE(satisfies_schema(o.text)) << o.error;
-    }
-}
-
 struct Call {
     std::string name, arguments;
 };
@@ -342,6 +294,59 @@ TEST(StructuredOutput, ModelsWithoutATokenizerRefuseConstraints) {
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
     EXPECT_NE(s.error().message.find("tokenizer"), std::string::npos) << s.error().message;
+}
+
+// With the helper process a schema that compiles within the limits is served as without it: the same
+// outputs, seed for seed, for a JSON schema and for tool-call tags.
+TEST(StructuredOutput, HelperProcessPassesWhatCompiles) {
+    auto here = make_engine(), helper = make_engine(DI_BINARY);
+    ASSERT_TRUE(here && helper);
+    auto tags = dsml_tool_call_grammar(kTools, {ToolCallDemand::Mode::kRequired, "", false});
+    ASSERT_TRUE(tags.ok()) << tags.error().message;
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+        for (const Request& r : {constrained(seed, 120, OutputConstraint::Kind::kJsonSchema, kSchema),
+                                 constrained(seed, 300, OutputConstraint::Kind::kStructuralTag, *tags)}) {
+            const Output a = run(*here, r), b = run(*helper, r);
+            EXPECT_EQ(b.reason, FinishReason::kStop) << b.error;
+            EXPECT_EQ(a.text, b.text) << "seed " << seed;
+        }
+        EXPECT_TRUE(satisfies_schema(
+            run(*helper, constrained(seed, 120, OutputConstraint::Kind::kJsonSchema, kSchema)).text));
+    }
+}
+
+// A schema that stalls the compiler, or one that would take all memory, is refused at submit with the limit
+// named, within about the time limit; the engine then serves constrained requests as before (a fresh
+// helper).
+TEST(StructuredOutput, HelperProcessRefusesSchemasPastItsLimits) {
+    nlohmann::json any_of = nlohmann::json::array();  // grew past 13 GB in four minutes when compiled
+    for (int i = 1; i < 2000; ++i) any_of.push_back({{"type", "string"}, {"maxLength", i}});
+    const std::string huge = nlohmann::json{{"anyOf", any_of}}.dump();
+    {
+        auto e = make_engine(DI_BINARY, std::chrono::milliseconds(1500), int64_t(32) << 40);
+        ASSERT_TRUE(e);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto s = e->submit(constrained(0, 8, OutputConstraint::Kind::kJsonSchema, huge));
+        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ASSERT_FALSE(s.ok());
+        EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+        EXPECT_NE(s.error().message.find("did not compile within 1.5 s"), std::string::npos)
+            << s.error().message;
+        EXPECT_LT(took, 10.0);
+        const Output o = run(*e, constrained(1, 120, OutputConstraint::Kind::kJsonSchema, kSchema));
+        EXPECT_TRUE(satisfies_schema(o.text)) << o.error;
+    }
+    {
+        auto e = make_engine(DI_BINARY, std::chrono::milliseconds(120000), int64_t(512) << 20);
+        ASSERT_TRUE(e);
+        auto s = e->submit(constrained(0, 8, OutputConstraint::Kind::kJsonSchema, huge));
+        ASSERT_FALSE(s.ok());
+        EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+        EXPECT_EQ(s.error().message.rfind("response_format", 0), 0u) << s.error().message;
+        EXPECT_NE(s.error().message.find("512 MiB"), std::string::npos) << s.error().message;
+        const Output o = run(*e, constrained(2, 120, OutputConstraint::Kind::kJsonSchema, kSchema));
+        EXPECT_TRUE(satisfies_schema(o.text)) << o.error;
+    }
 }
 
 }  // namespace
