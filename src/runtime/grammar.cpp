@@ -200,6 +200,18 @@ Result<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::compile(co
     return compiled;
 }
 
+namespace {
+// This process's address space now (/proc/self/statm's first field, in pages); 0 where it cannot be read.
+int64_t mapped_bytes() {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    if (f == nullptr) return 0;
+    long long pages = 0;
+    const bool ok = std::fscanf(f, "%lld", &pages) == 1;
+    std::fclose(f);
+    return ok ? pages * int64_t(::sysconf(_SC_PAGESIZE)) : 0;
+}
+}  // namespace
+
 int grammar_worker_main(int argc, char** argv) {
     if (argc != 3) {
         std::fprintf(stderr, "deepinfer: __grammar-worker MEMORY_BYTES is the server's grammar compiler\n");
@@ -207,8 +219,9 @@ int grammar_worker_main(int argc, char** argv) {
     }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the engine
     const int64_t memory = std::strtoll(argv[2], nullptr, 10);
-    if (memory > 0) {
-        const rlimit r{rlim_t(memory), rlim_t(memory)};
+    if (memory > 0) {  // on top of what the program maps before it compiles (a CUDA build's libraries: ~1 GB)
+        const rlim_t limit = rlim_t(mapped_bytes() + memory);
+        const rlimit r{limit, limit};
         ::setrlimit(RLIMIT_AS, &r);
     }
     // The frames go out on a copy of stdout; stdout itself goes to stderr, so that nothing a library

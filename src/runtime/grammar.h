@@ -20,9 +20,9 @@ struct CompiledConstraint;  // a compiled grammar; immutable, shared by the requ
 
 // Limits on compiling a grammar. A schema can make the grammar compiler run for minutes or take all memory
 // (an anyOf of 2,000 strings with maxLength bounds grew past 13 GB in four minutes), so a server compiles
-// each new one first in a helper process (`worker`, run as `worker __grammar-worker MEMORY_BYTES`) with an
-// address-space limit, killed past the timeout; the schema is then refused (400) and the engine never
-// compiles it. worker "": no helper, no limits (for embedders that trust their schemas).
+// each new one first in a helper process (`worker`, run as `worker __grammar-worker MEMORY_BYTES`) with a
+// limit on the address space it adds, killed past the timeout; the schema is then refused (400) and the
+// engine never compiles it. worker "": no helper, no limits (for embedders that trust their schemas).
 struct GrammarLimits {
     std::string worker;
     std::chrono::milliseconds timeout{20000};
