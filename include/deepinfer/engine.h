@@ -54,10 +54,11 @@ struct EngineOptions {
     // where the model picks it too (greedy: the same tokens as without; sampled: the same distribution), so
     // a step yields one or two. "off": none.
     std::string speculative = "off";
-    // Structured output's grammars (response_format, demanded tool calls) compile in a helper process, this
-    // executable run as `EXE __grammar-worker MEMORY_BYTES` (the CLI's own binary), with an address-space
-    // limit and a deadline, so that no schema can stall or exhaust the engine: past either the request is
-    // refused (400) naming the limit. "": in this process, unbounded (for schemas an embedder trusts).
+    // Structured output's grammars (response_format, demanded tool calls): each new one compiles first in a
+    // helper process, this executable run as `EXE __grammar-worker MEMORY_BYTES` (`deepinfer serve` names
+    // its own binary), under a memory limit and a deadline, so that no schema can stall or exhaust the
+    // engine: past either the request is refused (400) naming the limit, within them it compiles again here.
+    // "": no helper and no limits (for schemas an embedder trusts).
     std::string grammar_worker;
     std::chrono::milliseconds grammar_timeout{20000};
     int64_t grammar_memory_bytes = int64_t(4) << 30;

@@ -29,8 +29,8 @@ struct ServeOptions {
     int64_t grammar_memory_mib = 4096;
 };
 
-// This program's own path, for the grammar compiler's helper process; "" where it cannot be read (the
-// grammars then compile in this process).
+// This program's own path, for the grammar compiler's helper process; "" where it cannot be read (then no
+// helper: schemas compile unbounded, as for embedders).
 std::string own_executable() {
     std::error_code ec;
     const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);

@@ -69,7 +69,8 @@ class ConstraintMatcher {
 };
 
 // The helper process's main (`deepinfer __grammar-worker MEMORY_BYTES`: cli/main.cpp): compiles what it
-// reads on stdin under an address-space limit of MEMORY_BYTES and answers on stdout. Returns its exit code.
+// reads on stdin with MEMORY_BYTES of address space beyond its own at start, answering on stdout. Returns
+// its exit code.
 int grammar_worker_main(int argc, char** argv);
 
 }  // namespace di::runtime
