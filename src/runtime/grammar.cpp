@@ -75,8 +75,8 @@ constexpr char kJsonVocab = 'J', kTagsVocab = 'T';  // the greeting: the two voc
 constexpr char kSchema = 'S', kTags = 'G';          // a request: a JSON schema, a structural tag
 constexpr char kCompiled = 'K', kFailed = 'E';      // an answer: it compiled, or why not (the message)
 constexpr uint64_t kMaxFrame = uint64_t(1) << 30;
-// Compiled constraints kept for schemas sent again: at most this many, and this many bytes in all (one
-// compiled grammar of a schema with a thousand properties holds hundreds of MB).
+// Compiled constraints kept for schemas sent again: at most this many, and this many bytes in all (a
+// 3,000-property schema's grammar holds 7.7 MB; what the helper passes under its limit can hold far more).
 constexpr size_t kRecent = 32;
 constexpr size_t kRecentBytes = size_t(256) << 20;
 // xgrammar's compilers keep a cache, bounded here (its default keeps every grammar ever compiled): without
