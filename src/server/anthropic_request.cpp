@@ -25,7 +25,7 @@ MaybeError text_of(const json& v, const std::string& key, std::string& out) {
     if (!v.is_array()) return wrong_type(key, "a string or an array of text blocks", v);
     for (size_t i = 0; i < v.size(); ++i) {
         const std::string k = fmt::format("{}[{}]", key, i);
-        if (!v[i].is_object() || v[i].value("type", "") != "text")
+        if (!v[i].is_object() || string_or_empty(v[i], "type") != "text")
             return bad_request(fmt::format("'{}': only blocks of type 'text' are supported here", k), k);
         std::string t;
         DI_API_TRY(block_string(v[i], "text", k, t));
@@ -158,7 +158,8 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
 
 }  // namespace
 
-ApiResult<ChatRequest> parse_messages_request(std::string_view body) {
+namespace {
+ApiResult<ChatRequest> parse_messages_request_unguarded(std::string_view body) {
     auto parsed = parse_body(body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
     const json& j = std::get<json>(parsed);
@@ -218,6 +219,11 @@ ApiResult<ChatRequest> parse_messages_request(std::string_view body) {
     for (const char* key : {"metadata", "service_tier", "cache_control", "inference_geo"}) f.ignore(key);
     DI_API_TRY(f.finish());
     return r;
+}
+}  // namespace
+
+ApiResult<ChatRequest> parse_messages_request(std::string_view body) {
+    return refuse_exceptions([&] { return parse_messages_request_unguarded(body); });
 }
 
 }  // namespace di::server

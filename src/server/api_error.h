@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "core/error.h"
@@ -21,6 +22,10 @@ struct ApiError {
 };
 
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+
+// Client text quoted in a message or a log line: control bytes as '?', at most `max` bytes then "..." (a
+// field named with a newline, a 256 KiB request line).
+std::string excerpt(std::string_view text, size_t max = 200);
 
 // Maps an engine/runtime Error: kCapacity -> 429, kUnsupported (engine stopping) -> 503, others -> 400.
 ApiError from_engine_error(const Error& e);

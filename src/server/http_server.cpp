@@ -32,12 +32,7 @@ std::atomic<uint64_t> g_next_request{1};
 std::string next_request_id() { return fmt::format("req-{}", g_next_request.fetch_add(1)); }
 
 // A path as one printable line of bounded length (a 256 KiB request line, control bytes).
-std::string loggable(const std::string& path) {
-    std::string s = path.size() > 200 ? path.substr(0, 200) + "..." : path;
-    for (char& c : s)
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    return s;
-}
+std::string loggable(const std::string& path) { return excerpt(path); }
 
 std::string error_message_of(const std::string& body) {
     const json j = json::parse(body, nullptr, false);

@@ -215,7 +215,7 @@ MaybeError parse_tools(Fields& f, ChatRequest& r) {
         for (size_t i = 0; i < tools->size(); ++i) {
             const json& t = (*tools)[i];
             const std::string k = fmt::format("tools[{}]", i);
-            if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+            if (!t.is_object() || string_or_empty(t, "type") != "function" || !t.contains("function") ||
                 !t["function"].is_object() || !t["function"].contains("name") ||
                 !t["function"]["name"].is_string())
                 return bad_request(
@@ -322,7 +322,8 @@ MaybeError settle_tool_demand(ChatRequest& r, const ToolCallDemand& wanted, bool
     return std::nullopt;
 }
 
-ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
+namespace {
+ApiResult<ChatRequest> parse_chat_request_unguarded(std::string_view body) {
     auto parsed = parse_body(body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
     const json& j = std::get<json>(parsed);
@@ -356,8 +357,14 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
     DI_API_TRY(f.finish());
     return r;
 }
+}  // namespace
 
-ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
+ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
+    return refuse_exceptions([&] { return parse_chat_request_unguarded(body); });
+}
+
+namespace {
+ApiResult<CompletionRequest> parse_completion_request_unguarded(std::string_view body) {
     auto parsed = parse_body(body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
     const json& j = std::get<json>(parsed);
@@ -401,6 +408,11 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
         return bad_request("at most 16 prompts per request", "prompt");
     DI_API_TRY(f.finish());
     return r;
+}
+}  // namespace
+
+ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
+    return refuse_exceptions([&] { return parse_completion_request_unguarded(body); });
 }
 
 }  // namespace di::server

@@ -1,6 +1,7 @@
 // Parsing and validation of OpenAI request bodies (/v1/chat/completions, /v1/completions). Pure functions
 // of the body text: every field is type- and range-checked, and a field this server does not implement
-// is refused with a 400 naming it, never silently ignored. Fuzzed by tests/server/fuzz_openai_request.cpp.
+// is refused with a 400 naming it, never silently ignored. Fuzzed by tests/server/fuzz_openai_request.cpp
+// (libFuzzer target fuzz_requests: tools/run_fuzzers.sh).
 #pragma once
 
 #include <optional>

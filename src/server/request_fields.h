@@ -34,6 +34,24 @@ inline std::string type_name(const json& v) {
     return "null";
 }
 
+// obj[key] where it is a string, else "" (nlohmann's value(key, "") throws on a value of another type).
+inline std::string string_or_empty(const json& obj, const char* key) {
+    const auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// A parser's body run so that an exception (a type check missed: nlohmann throws on a mismatch) is a 400,
+// not a 500. Code "unexpected_structure": tests/server/fuzz_openai_request.cpp treats it as a bug to fix.
+template <typename F>
+auto refuse_exceptions(F&& parse) -> decltype(parse()) {
+    try {
+        return parse();
+    } catch (const nlohmann::json::exception& e) {
+        return bad_request(fmt::format("the request has an unexpected structure ({})", e.what()), "",
+                           "unexpected_structure");
+    }
+}
+
 inline ApiError wrong_type(const std::string& key, const char* want, const json& v) {
     return bad_request(fmt::format("'{}' must be {}, got {}", key, want, type_name(v)), key);
 }
@@ -98,8 +116,9 @@ class Fields {
     MaybeError finish() const {
         for (auto it = obj_.begin(); it != obj_.end(); ++it)
             if (!seen_.count(it.key()))
-                return bad_request(fmt::format("{}'{}' is not supported by this server", where_, it.key()),
-                                   it.key(), "unsupported_parameter");
+                return bad_request(
+                    fmt::format("{}'{}' is not supported by this server", where_, excerpt(it.key(), 100)),
+                    excerpt(it.key(), 100), "unsupported_parameter");
         return std::nullopt;
     }
 

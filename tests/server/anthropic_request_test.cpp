@@ -100,6 +100,8 @@ TEST(AnthropicRequest, BadFieldsAreRefusedByName) {
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "stop_sequences": "x"})", "stop_sequences"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "stop_sequences": [""]})", "stop_sequences"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "system": 3})", "system"},
+        // a block type that is not a string: nlohmann's value("type", "") threw here (a 500 before)
+        {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "system": [{"type": {"t": 1}}]})", "system[0]"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "any"}})", "tool_choice"},
         {"{" + msgs + R"(, "model": "m", "max_tokens": 5, "tool_choice": {"type": "sometimes"}})",
          "tool_choice"},

@@ -106,6 +106,10 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         {with(R"("logit_bias": {"5": 10})"), "logit_bias"},
         {with(R"("tool_choice": "required", "tools": [])"), "tool_choice"},
         {with(R"("tool_choice": "sometimes")"), "tool_choice"},
+        // a type that is not a string: nlohmann's value("type", "") threw here (a 500 before)
+        {with(R"("tools": [{"type": {"x": 1}, "function": {"name": "f"}}])"), "tools[0]"},
+        // a field named with a newline: quoted as one line
+        {with("\"a\\nb\": 1"), "a?b"},
         {with(
              R"("tool_choice": {"type": "function"}, "tools": [{"type": "function", "function": {"name": "f"}}])"),
          "tool_choice"},
@@ -143,6 +147,8 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         EXPECT_EQ(e.status, 400) << c.body;
         EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
         EXPECT_FALSE(e.message.empty());
+        EXPECT_EQ(e.message.find('\n'), std::string::npos) << e.message;
+        EXPECT_NE(e.code, "unexpected_structure") << c.body << " -> " << e.message;
     }
 }
 
