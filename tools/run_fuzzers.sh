@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang into build-fuzz/ and runs each for SECONDS (default 20) on a
 # scratch copy of its seed corpus: the safetensors header parser, config.json, the admission arithmetic
-# with the scheduler, and the OpenAI / Anthropic request parsers. A crash, sanitizer report or leak fails
+# with the scheduler, the OpenAI / Anthropic request parsers, tokenizer.json, the DSML output parser and
+# the V4 tokenizer's encode / decode round trip. A crash, sanitizer report or leak fails
 # (exit 1, the reproducer is named in the log).
 # Exit 77 (ctest: skipped) where clang or its libFuzzer runtime is missing.
 #   tools/run_fuzzers.sh [SECONDS]
@@ -19,12 +20,14 @@ rm -rf "$probe"
 if ! { cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DDEEPINFER_FUZZ=ON \
          -DDEEPINFER_CUDA=OFF -DDEEPINFER_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >build-fuzz.log 2>&1 &&
        cmake --build build-fuzz -j"$(nproc)" --target fuzz_safetensors fuzz_config fuzz_admission fuzz_requests \
+         fuzz_tokenizer_json fuzz_dsml_parser fuzz_tokenizer_encode \
          >>build-fuzz.log 2>&1; }; then
   tail -20 build-fuzz.log; echo "run_fuzzers: the build failed (build-fuzz.log)"; exit 1
 fi
 rc=0
 for t in fuzz_safetensors:tests/fuzz/corpus fuzz_config:tests/fuzz/corpus_config fuzz_admission: \
-         fuzz_requests:tests/fuzz/corpus_requests; do
+         fuzz_requests:tests/fuzz/corpus_requests fuzz_tokenizer_json:tests/fuzz/corpus_tokenizer_json \
+         fuzz_dsml_parser:tests/fuzz/corpus_dsml fuzz_tokenizer_encode:tests/fuzz/corpus_encode; do
   name=${t%%:*} seeds=${t#*:}
   work=$(mktemp -d)
   [[ -n $seeds ]] && cp -r "$root/$seeds/." "$work/"
