@@ -19,10 +19,11 @@ namespace di::runtime {
 struct CompiledConstraint;  // a compiled grammar; immutable, shared by the requests that use it
 
 // Limits on compiling a grammar. A schema can make the grammar compiler run for minutes or take all memory
-// (an anyOf of 2,000 strings with maxLength bounds grew past 13 GB in four minutes), so a server compiles
-// each new one first in a helper process (`worker`, run as `worker __grammar-worker MEMORY_BYTES`) with a
-// limit on the address space it adds, killed past the timeout; the schema is then refused (400) and the
-// engine never compiles it. worker "": no helper, no limits (for embedders that trust their schemas).
+// (an anyOf of 2,000 strings with maxLength bounds grew the server to 13 GB in 2.5 minutes, still growing),
+// so a server compiles each new one first in a helper process (`worker`, run as `worker __grammar-worker
+// MEMORY_BYTES`) with a limit on the address space it adds, killed past the timeout; the schema is then
+// refused (400) and the engine never compiles it. worker "": no helper, no limits (for embedders that trust
+// their schemas).
 struct GrammarLimits {
     std::string worker;
     std::chrono::milliseconds timeout{20000};
