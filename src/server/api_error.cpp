@@ -70,7 +70,8 @@ std::string excerpt(std::string_view text, size_t max) {
 }
 
 ApiError bad_request(std::string message, std::string param, std::string code) {
-    return ApiError{400, std::move(message), std::move(param), std::move(code)};
+    // Messages quote request values (a role, a tool name): one line, bounded, whatever those hold.
+    return ApiError{400, excerpt(message, 2000), std::move(param), std::move(code)};
 }
 
 namespace {

@@ -21,6 +21,7 @@ struct ApiError {
     nlohmann::json to_anthropic_json() const;
 };
 
+// A 400; the message is made one line of at most 2,000 bytes (excerpt below).
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
 
 // Client text quoted in a message or a log line: control bytes as '?', at most `max` bytes then "..." (a

@@ -109,8 +109,8 @@ Result<std::string> dsml_tool_call_grammar(const std::vector<std::string>& tools
         tags.push_back(invoke_tag(name, params));
     }
     if (demand.mode == ToolCallDemand::Mode::kForced && !found)
-        return make_error(ErrorCode::kInvalidArgument,
-                          "tool_choice names '{}', which is not one of the tools", demand.forced);
+        return make_error(ErrorCode::kInvalidArgument, "tool_choice names {}, which is not one of the tools",
+                          json(demand.forced).dump(-1, ' ', false, json::error_handler_t::replace));
     if (tags.empty()) return make_error(ErrorCode::kInvalidArgument, "tool_choice needs at least one tool");
     json format;
     if (demand.mode == ToolCallDemand::Mode::kAtMostOne) {

@@ -108,8 +108,9 @@ TEST(Protocol, BadFieldsAreRefusedByName) {
         {with(R"("tool_choice": "sometimes")"), "tool_choice"},
         // a type that is not a string: nlohmann's value("type", "") threw here (a 500 before)
         {with(R"("tools": [{"type": {"x": 1}, "function": {"name": "f"}}])"), "tools[0]"},
-        // a field named with a newline: quoted as one line
+        // a field named with a newline, a role holding one: quoted as one line
         {with("\"a\\nb\": 1"), "a?b"},
+        {R"({"model": "m", "messages": [{"role": "us\ner", "content": "x"}]})", "messages[0].role"},
         {with(
              R"("tool_choice": {"type": "function"}, "tools": [{"type": "function", "function": {"name": "f"}}])"),
          "tool_choice"},
