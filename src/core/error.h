@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -15,6 +16,15 @@ struct Error {
     ErrorCode code = ErrorCode::kInvalidArgument;
     std::string message;
 };
+
+// Outside text quoted in an error or a log line (a request's field name, a role, a path): control bytes as
+// '?' and at most `max` bytes, then "...", so the message stays one bounded line.
+inline std::string quote_line(std::string_view text, size_t max) {
+    std::string s(text.substr(0, max));
+    for (char& c : s)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return text.size() > max ? s + "..." : s;
+}
 
 template <typename... A>
 Error make_error(ErrorCode code, fmt::format_string<A...> f, A&&... args) {

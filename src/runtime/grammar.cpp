@@ -91,11 +91,7 @@ xgrammar::CompiledGrammar compile_with(xgrammar::GrammarCompiler& json, xgrammar
                                   std::make_pair(std::string(", "), std::string(": ")), true);
 }
 
-std::string one_line(std::string s) {
-    for (char& ch : s)
-        if (ch == '\n') ch = ' ';
-    return s;
-}
+constexpr size_t kMessageBytes = 2000;  // of xgrammar's messages, which can quote a whole schema
 
 }  // namespace
 
@@ -150,7 +146,7 @@ Result<xgrammar::CompiledGrammar> ConstraintCompiler::Impl::compile(char kind, c
     try {
         return compile_with(json, tags, kind, text);
     } catch (const std::exception& e) {
-        return make_error(ErrorCode::kInvalidArgument, "{}", one_line(e.what()));
+        return make_error(ErrorCode::kInvalidArgument, "{}", quote_line(e.what(), kMessageBytes));
     }
 }
 
@@ -255,7 +251,7 @@ int grammar_worker_main(int argc, char** argv) {
                                                 memory >> 20)};
             out_of_memory = true;
         } catch (const std::exception& e) {
-            answer = Frame{kFailed, one_line(e.what())};
+            answer = Frame{kFailed, quote_line(e.what(), kMessageBytes)};
         }
         if (!write_frame(out, answer).ok()) return 1;
         if (out_of_memory) return 0;  // its heap may be in any state: the engine starts a fresh one

@@ -62,16 +62,9 @@ nlohmann::json ApiError::to_anthropic_json() const {
     return nlohmann::json{{"type", "error"}, {"error", {{"type", t}, {"message", message}}}};
 }
 
-std::string excerpt(std::string_view text, size_t max) {
-    std::string s(text.substr(0, max));
-    for (char& c : s)
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    return text.size() > max ? s + "..." : s;
-}
-
 ApiError bad_request(std::string message, std::string param, std::string code) {
     // Messages quote request values (a role, a tool name): one line, bounded, whatever those hold.
-    return ApiError{400, excerpt(message, 2000), std::move(param), std::move(code)};
+    return ApiError{400, quote_line(message, 2000), std::move(param), std::move(code)};
 }
 
 namespace {

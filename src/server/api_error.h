@@ -21,12 +21,8 @@ struct ApiError {
     nlohmann::json to_anthropic_json() const;
 };
 
-// A 400; the message is made one line of at most 2,000 bytes (excerpt below).
+// A 400; the message is made one line of at most 2,000 bytes (quote_line: it quotes request values).
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
-
-// Client text quoted in a message or a log line: control bytes as '?', at most `max` bytes then "..." (a
-// field named with a newline, a 256 KiB request line).
-std::string excerpt(std::string_view text, size_t max = 200);
 
 // Maps an engine/runtime Error: kCapacity -> 429, kUnsupported (engine stopping) -> 503, others -> 400.
 ApiError from_engine_error(const Error& e);

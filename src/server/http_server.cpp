@@ -31,8 +31,9 @@ std::atomic<uint64_t> g_next_request{1};
 
 std::string next_request_id() { return fmt::format("req-{}", g_next_request.fetch_add(1)); }
 
-// A path as one printable line of bounded length (a 256 KiB request line, control bytes).
-std::string loggable(const std::string& path) { return excerpt(path); }
+// Paths and methods go into the access log as one printable line of bounded length (a 256 KiB request line,
+// control bytes).
+constexpr size_t kLoggedBytes = 200;
 
 std::string error_message_of(const std::string& body) {
     const json j = json::parse(body, nullptr, false);
@@ -150,7 +151,7 @@ void HttpServer::Impl::serve_generation(const httplib::Request& req, httplib::Re
     // destructor cancels unfinished requests, which frees their state at the engine's next step.
     std::shared_ptr<SseProducer> producer(std::move(r.stream));
     t_trace.stream = true;
-    AccessRecord line{t_trace.id, req.method, loggable(req.path), 200, {}, 0, ""};
+    AccessRecord line{t_trace.id, req.method, quote_line(req.path, kLoggedBytes), 200, {}, 0, ""};
     const auto start = t_trace.start;
     AccessLog* log_to = &log;
     ServerCounters* counters = &ctx.counters;
@@ -216,7 +217,8 @@ void HttpServer::Impl::routes() {
             if (const std::string f = ignored_fields_of(req.body); !f.empty())
                 log.debug(r.id, "accepted and ignored (metadata only): " + f);
         if (t.stream) return;  // its line is written by the stream's releaser, after the last event
-        r.method = loggable(req.method), r.path = loggable(req.path), r.status = res.status;
+        r.method = quote_line(req.method, kLoggedBytes), r.path = quote_line(req.path, kLoggedBytes),
+        r.status = res.status;
         r.usage = t.usage;
         if (routed)
             r.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t.start).count();

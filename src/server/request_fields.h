@@ -117,8 +117,8 @@ class Fields {
         for (auto it = obj_.begin(); it != obj_.end(); ++it)
             if (!seen_.count(it.key()))
                 return bad_request(
-                    fmt::format("{}'{}' is not supported by this server", where_, excerpt(it.key(), 100)),
-                    excerpt(it.key(), 100), "unsupported_parameter");
+                    fmt::format("{}'{}' is not supported by this server", where_, quote_line(it.key(), 100)),
+                    quote_line(it.key(), 100), "unsupported_parameter");
         return std::nullopt;
     }
 

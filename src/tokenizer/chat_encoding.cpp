@@ -15,13 +15,7 @@ namespace di {
 
 namespace {
 
-// Request text quoted in an error: control bytes as '?' and at most `max` bytes, so the error stays one line.
-std::string one_line_excerpt(std::string_view text, size_t max = 80) {
-    std::string s(text.substr(0, max));
-    for (char& c : s)
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    return s;
-}
+constexpr size_t kQuotedBytes = 80;  // of request text quoted in an error
 
 using ojson = nlohmann::ordered_json;
 
@@ -111,7 +105,7 @@ Result<ojson> parse_json(const std::string& text, const std::string& what) {
     ojson j = ojson::parse(text, nullptr, false);
     if (j.is_discarded())
         return make_error(ErrorCode::kInvalidArgument, "chat: {} is not valid JSON: {}", what,
-                          one_line_excerpt(text));
+                          quote_line(text, kQuotedBytes));
     return j;
 }
 
@@ -135,13 +129,13 @@ Result<std::string> render_arguments(const ChatToolCall& tc, size_t msg_index) {
     if (io::json_nesting_depth(tc.arguments) > io::kMaxJsonDepth)
         return make_error(ErrorCode::kInvalidArgument,
                           "chat: messages[{}] tool call '{}' arguments nest JSON deeper than {} levels",
-                          msg_index, one_line_excerpt(tc.name), io::kMaxJsonDepth);
+                          msg_index, quote_line(tc.name, kQuotedBytes), io::kMaxJsonDepth);
     ojson args = ojson::parse(tc.arguments, nullptr, false);
     if (args.is_discarded()) args = ojson{{"arguments", tc.arguments}};
     if (!args.is_object())
         return make_error(ErrorCode::kInvalidArgument,
                           "chat: messages[{}] tool call '{}' arguments are not a JSON object: {}", msg_index,
-                          one_line_excerpt(tc.name), one_line_excerpt(tc.arguments));
+                          quote_line(tc.name, kQuotedBytes), quote_line(tc.arguments, kQuotedBytes));
     std::string out;
     bool first = true;
     for (const auto& [k, v] : args.items()) {
@@ -308,7 +302,7 @@ Result<std::string> render_message(size_t index, const std::vector<Msg>& message
         return make_error(ErrorCode::kInvalidArgument,
                           "chat: messages[{}] has role '{}', expected system, developer, user, assistant, "
                           "tool or latest_reminder",
-                          index, one_line_excerpt(msg.role));
+                          index, quote_line(msg.role, kQuotedBytes));
     }
 
     if (index + 1 < messages.size() && messages[index + 1].role != "assistant" &&
@@ -326,7 +320,7 @@ Result<std::string> encode_chat_text(const std::vector<ChatMessage>& input, cons
     if (!options.reasoning_effort.empty() && options.reasoning_effort != "high" &&
         options.reasoning_effort != "max")
         return make_error(ErrorCode::kInvalidArgument, "chat: reasoning_effort '{}' is not one of high, max",
-                          one_line_excerpt(options.reasoning_effort));
+                          quote_line(options.reasoning_effort, kQuotedBytes));
     std::vector<ChatMessage> with_tools;
     const std::vector<ChatMessage>* messages = &input;
     if (!options.tools.empty()) {  // vLLM's DeepSeek-V4 wrapper: a leading system message carries the tools
