@@ -2,15 +2,27 @@
 // batch-1 greedy decode one token a step, then the same decode with a draft verified every step (the MTP
 // block run after each step, as the engine runs it) at forced acceptance rates. Random weights make the
 // block's own guesses nearly always wrong, so the benchmark supplies the drafts: the plain run's next token
-// (right) or another one (wrong), right at the rate asked; the tokens must come out as in the plain run
-// ("mismatch": first picks unlike the plain run's, plus a million if the token lists differ). "ms/step"
-// includes the drafter's share, given apart ("drafter").
+// (right) or another one (wrong), right at the rate asked, and the run follows the plain run's tokens, so
+// that the rate holds where a verify step's rows round differently from one-token steps (the native
+// precision on a GPU: another kernel for two rows, and a near tie of the random model's flat logits then
+// picks another token; --rows 1 shows how far). "mismatch": the verify steps' picks unlike the plain
+// run's (0 where the kernels give a row the same bits whatever the row count). "ms/step" includes the
+// drafter's share, given apart ("drafter").
 //   spec_bench [--preset demo|mid|mid-fullvocab|flash] [--layers L] [--backend cpu|cuda|ref]
 //              [--precision exact|native] [--prompt N] [--decode N] [--accept "0 0.5 0.8 0.9"]
 //              [--profile 1]  (per-op times of the plain run and of the first speculative one, every op
 //                              synchronised: where a speculative step's extra time goes)
+//              [--compare TOL] (every op also on the reference backend: the first that diverges beyond TOL
+//                              relative, then each step's logits as --rows 1 gives them)
+//              [--force "op=variant,..."] (the backend's dispatch of those ops forced:
+//              Backend::force_variant)
+//              [--rows 1]     (logits to the host every step instead of greedy picks on the device, untimed
+//                              use: how far each verify step's first row is from the one-token step's row
+//                              at the same position, against that row's gap between its two best logits;
+//                              where the pick flips, whether the gap was within the rows' difference)
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +33,7 @@
 #include "demo/demo_model.h"
 #include "demo/presets.h"
 #include "model/model.h"
+#include "ops/compare/compare_backend.h"
 #include "ops/compare/profile_backend.h"
 #include "runtime/backend_factory.h"
 #include "runtime/model_loader.h"
@@ -39,13 +52,43 @@ struct Run {
     double seconds = 0;           // decode steps only (the prompt's step excluded)
     double draft_seconds = 0;     // of which in the MTP block (Model::draft)
     int64_t steps = 0, kept = 0, drafts = 0, mismatches = 0;
+    std::vector<std::vector<float>> rows;  // --rows: the one-token run's logits row of each token
+    std::vector<float> diffs, gaps;        // --rows: per verify step, max |row 0 - one-token row|, its gap
+    int64_t flips_within = 0;              // picks unlike the one-token run's where the gap <= the diff
 };
+
+// The greedy pick of a logits row (the first maximum) and the gap between its two largest logits.
+std::pair<int32_t, float> pick_and_gap(std::span<const float> row) {
+    int32_t best = 0;
+    float first = row[0], second = -INFINITY;
+    for (size_t i = 1; i < row.size(); ++i) {
+        if (row[i] > first) {
+            second = first, first = row[i], best = int32_t(i);
+        } else if (row[i] > second) {
+            second = row[i];
+        }
+    }
+    return {best, first - second};
+}
+
+// One step: the greedy picks of its rows; with `rows`, from logits copied to the host (kept in *logits).
+model::GreedyRows step(model::Model& m, const model::SeqChunk& c, bool rows, std::vector<float>* logits) {
+    if (!rows) return m.forward_greedy({&c, 1});
+    *logits = m.forward({&c, 1});
+    const size_t vocab = size_t(m.config().vocab_size);
+    model::GreedyRows g;
+    for (size_t r = 0; r * vocab < logits->size(); ++r)
+        g.ids.push_back(pick_and_gap(std::span(*logits).subspan(r * vocab, vocab)).first);
+    return g;
+}
 
 // Greedy decode of n tokens after `prompt`. accept < 0: one token a step, no drafter. Otherwise each step
 // verifies a draft (right at rate `accept`, from `truth`) and the MTP block runs over the kept rows.
 Run decode(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, double accept,
-           const std::vector<int32_t>& truth) {
+           const std::vector<int32_t>& truth, bool rows = false, const Run* plain = nullptr) {
     Run r;
+    std::vector<float> logits;
+    const size_t vocab = size_t(m.config().vocab_size);
     const bool spec = accept >= 0;
     auto st = m.new_state(int64_t(prompt.size()) + n + 2);
     const model::SeqChunk first{st.get(), prompt, false};
@@ -64,7 +107,10 @@ Run decode(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, doubl
         if (!spec || !room) {
             const std::vector<int32_t> feed = {last};
             const model::SeqChunk c{st.get(), feed, false};
-            r.tokens.push_back(m.forward_greedy({&c, 1}).ids[0]);
+            const int32_t pick = step(m, c, rows, &logits).ids[0];
+            if (spec) r.mismatches += pick != truth[r.tokens.size()] ? 1 : 0;
+            r.tokens.push_back(spec ? truth[r.tokens.size()] : pick);
+            if (rows && !spec) r.rows.push_back(logits);
             ++r.steps;
             if (spec) {
                 const auto t = Clock::now();
@@ -81,12 +127,24 @@ Run decode(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, doubl
         const std::vector<int32_t> feed = {last, guess};
         st->prepare_undo(1);
         const model::SeqChunk c{st.get(), feed, true};
-        const model::GreedyRows g = m.forward_greedy({&c, 1});
+        const model::GreedyRows g = step(m, c, rows, &logits);
         ++r.steps, ++r.drafts;
-        r.tokens.push_back(g.ids[0]);
+        r.tokens.push_back(truth[at]);  // the plain run's tokens, whatever this step picks (see the top)
         r.mismatches += g.ids[0] != truth[at] ? 1 : 0;
-        const bool hit = g.ids[0] == guess;
-        if (hit) r.tokens.push_back(g.ids[1]), ++r.kept;
+        if (rows && plain &&
+            at - 1 < plain->rows.size()) {  // plain->rows[i]: the row that picked token i + 1
+            const std::vector<float>& one = plain->rows[at - 1];
+            float d = 0;
+            for (size_t i = 0; i < vocab; ++i) d = std::max(d, std::fabs(logits[i] - one[i]));
+            const float gap = pick_and_gap(one).second;
+            r.diffs.push_back(d), r.gaps.push_back(gap);
+            r.flips_within += g.ids[0] != truth[at] && gap <= 2 * d ? 1 : 0;
+        }
+        const bool hit = right;
+        if (hit) {
+            r.mismatches += g.ids[1] != truth[at + 1] ? 1 : 0;
+            r.tokens.push_back(truth[at + 1]), ++r.kept;
+        }
         st->undo(hit ? 0 : 1);
         const auto t = Clock::now();
         const model::DraftChunk d{std::span(r.tokens).last(hit ? 2 : 1), true};
@@ -97,11 +155,44 @@ Run decode(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, doubl
     return r;
 }
 
+// The one-token run's rows again, teacher-forced on `tokens` (the row after token i picks token i + 1): the
+// same positions in another precision.
+std::vector<std::vector<float>> forced_rows(model::Model& m, const std::vector<int32_t>& prompt,
+                                            const std::vector<int32_t>& tokens) {
+    auto st = m.new_state(int64_t(prompt.size() + tokens.size()) + 2);
+    const model::SeqChunk first{st.get(), prompt, false};
+    m.forward({&first, 1});
+    std::vector<std::vector<float>> rows;
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+        const std::vector<int32_t> feed = {tokens[i]};
+        const model::SeqChunk c{st.get(), feed, false};
+        rows.push_back(m.forward({&c, 1}));
+    }
+    return rows;
+}
+
+// Median over rows of max |a - b|, and of max |a|.
+std::pair<float, float> median_diff(const std::vector<std::vector<float>>& a,
+                                    const std::vector<std::vector<float>>& b) {
+    std::vector<float> d, mag;
+    for (size_t r = 0; r < std::min(a.size(), b.size()); ++r) {
+        float x = 0, y = 0;
+        for (size_t i = 0; i < a[r].size(); ++i)
+            x = std::max(x, std::fabs(a[r][i] - b[r][i])), y = std::max(y, std::fabs(b[r][i]));
+        d.push_back(x), mag.push_back(y);
+    }
+    if (d.empty()) return {0, 0};
+    std::sort(d.begin(), d.end()), std::sort(mag.begin(), mag.end());
+    return {d[d.size() / 2], mag[mag.size() / 2]};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string preset = "demo", backend_name = "cpu", precision = "exact", accepts = "0 0.5 0.8 0.9",
-                profile = "0";
+                profile = "0", rows_flag = "0";
+    double compare_tol = 0;
+    std::string force, force_again;
     int64_t n_prompt = 64, n_decode = 64, n_layers = 4;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -121,6 +212,14 @@ int main(int argc, char** argv) {
             accepts = v;
         else if (k == "--profile")
             profile = v;
+        else if (k == "--rows")
+            rows_flag = v;
+        else if (k == "--force")
+            force = v;
+        else if (k == "--force-again")
+            force_again = v;
+        else if (k == "--compare")
+            compare_tol = std::stod(v);
     }
     demo::RandomModelSpec spec;
     if (preset == "mid-fullvocab") {
@@ -136,9 +235,18 @@ int main(int argc, char** argv) {
     if (!rm) return std::fprintf(stderr, "%s\n", rm.error().message.c_str()), 1;
     auto be = runtime::make_backend(backend_name);
     if (!be) return std::fprintf(stderr, "%s\n", be.error().message.c_str()), 1;
+    std::istringstream forced(force);
+    for (std::string item; std::getline(forced, item, ',');) {
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos || !(*be)->force_variant(item.substr(0, eq), item.substr(eq + 1)))
+            return std::fprintf(stderr, "spec_bench: --force %s: no such op or variant\n", item.c_str()), 2;
+    }
     std::unique_ptr<ops::ProfileBackend> prof;
     if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be);
-    auto m = runtime::load_model_in_memory(rm->config_json, rm->checkpoint, prof ? *prof : **be, 1, 1);
+    std::unique_ptr<ops::CompareBackend> compare;
+    if (compare_tol > 0) compare = std::make_unique<ops::CompareBackend>(**be, compare_tol), rows_flag = "1";
+    ops::Backend& used = compare ? *compare : prof ? *prof : **be;
+    auto m = runtime::load_model_in_memory(rm->config_json, rm->checkpoint, used, 1, 1);
     *rm = {};
     if (!m) return std::fprintf(stderr, "%s\n", m.error().message.c_str()), 1;
     auto p = runtime::parse_precision(precision);
@@ -149,12 +257,43 @@ int main(int argc, char** argv) {
 
     decode(**m, prompt, std::min<int64_t>(n_decode, 8), -1, {});  // warm-up
     if (prof) prof->reset();
-    const Run plain = decode(**m, prompt, n_decode, -1, {});
+    const bool rows = rows_flag != "0";
+    const Run plain = decode(**m, prompt, n_decode, -1, {}, rows);
     if (prof) {
         fmt::print("plain run, per op:\n{}\n", ops::ProfileBackend::markdown_of(prof->table()));
         prof->reset();
     }
     const double plain_rate = double(plain.steps) / plain.seconds;
+    if (rows) {  // the noise floor of the verify rows' differences: the other precision on the same positions
+        const model::Precision other =
+            *p == model::Precision::kNative ? model::Precision::kExact : model::Precision::kNative;
+        (*m)->set_precision(other);
+        const auto alt = forced_rows(**m, prompt, plain.tokens);
+        (*m)->set_precision(*p);
+        // --force-again op=variant: the teacher-forced rerun with that op's dispatch forced (another kernel
+        // for the same one-token steps: how far a rounding difference carries without any draft)
+        if (!force_again.empty())
+            (*be)->force_variant(force_again.substr(0, force_again.find('=')),
+                                 force_again.substr(force_again.find('=') + 1));
+        const auto again = forced_rows(**m, prompt, plain.tokens);
+        if (!force_again.empty()) (*be)->force_variant(force_again.substr(0, force_again.find('=')), "");
+        const auto [d_other, mag] = median_diff(alt, plain.rows);
+        const auto [d_again, mag2] = median_diff(again, plain.rows);
+        auto in_order = [&](const std::vector<std::vector<float>>& rs) {
+            std::string order;
+            for (size_t i = 0; i < std::min<size_t>(rs.size(), 24); ++i) {
+                float x = 0;
+                for (size_t j = 0; j < rs[i].size(); ++j)
+                    x = std::max(x, std::fabs(rs[i][j] - plain.rows[i][j]));
+                order += fmt::format(" {:.2g}", x);
+            }
+            return order;
+        };
+        fmt::print(
+            "one-token rows: median max |logit| {:.3g}; median max |diff| against the other precision {:.3g} "
+            "(in order:{}), against the same run teacher-forced {:.3g} (in order:{})\n",
+            mag, d_other, in_order(alt), d_again, in_order(again));
+    }
     fmt::print(
         "preset {} ({} layers + the MTP block), backend {}, precision {}, prompt {}, {} tokens a run\n",
         preset, (*m)->config().n_layers, backend_name, precision, n_prompt, n_decode);
@@ -164,17 +303,35 @@ int main(int argc, char** argv) {
                1e3 * plain.seconds / double(plain.steps), "-", plain_rate, 1.0, 0);
     std::istringstream list(accepts);
     for (double a; list >> a;) {
-        const Run r = decode(**m, prompt, n_decode, a, plain.tokens);
+        const Run r = decode(**m, prompt, n_decode, a, plain.tokens, rows, &plain);
         const double generated = double(r.tokens.size() - 1);  // the prompt step's token excluded
         const double rate = generated / r.seconds;
         fmt::print("{:>10.2f} {:>8} {:>8} {:>10.2f} {:>10.2f} {:>12.1f} {:>9.2f} {:>10}\n",
                    double(r.kept) / double(r.drafts), r.steps, r.kept, 1e3 * r.seconds / double(r.steps),
-                   1e3 * r.draft_seconds / double(r.steps), rate, rate / plain_rate,
-                   r.mismatches + (r.tokens == plain.tokens ? 0 : 1000000));
+                   1e3 * r.draft_seconds / double(r.steps), rate, rate / plain_rate, r.mismatches);
+        if (rows && !r.diffs.empty()) {
+            std::vector<float> d = r.diffs, gp = r.gaps;
+            std::sort(d.begin(), d.end()), std::sort(gp.begin(), gp.end());
+            std::string first;
+            for (size_t i = 0; i < std::min<size_t>(r.diffs.size(), 12); ++i)
+                first += fmt::format(" {:.2g}", r.diffs[i]);
+            fmt::print("    verify steps' max |diff| in order:{}\n", first);
+            fmt::print(
+                "    verify row 0 against the one-token row: max |diff| median {:.3g}, largest {:.3g}; the "
+                "one-token row's top-2 gap median {:.3g}, smallest {:.3g}; {} of {} flipped picks had a "
+                "gap within twice the diff\n",
+                d[d.size() / 2], d.back(), gp[gp.size() / 2], gp.front(), r.flips_within, r.mismatches);
+        }
         if (prof) {
             fmt::print("speculative run, per op:\n{}\n", ops::ProfileBackend::markdown_of(prof->table()));
             prof.reset();  // the rest unprofiled
         }
+    }
+    if (compare) {
+        fmt::print("compare with ref: {} ops, worst relative difference {:.3g} ({})\n",
+                   compare->ops_compared(), compare->worst_relative(), compare->worst_where());
+        if (compare->first_divergence())
+            fmt::print("first divergent op: {}\n", compare->first_divergence()->describe());
     }
     return 0;
 }
