@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Next first (2026-12-06): PART=probe (~1 min): persistent_layer_probe's new TMA-ring mode (a producer warp
-#   a block streams every weight row through six 32 KB shared-memory slots by cp.async.bulk and fills the
-#   ring with the next stream's rows before each barrier; written without a GPU): whether weights streamed
-#   across the layer's dependencies lift the batch-1 layer past the graph of kernels' 34% (its 51% with no
-#   latency phases). If it does, a persistent producer/consumer decode step is issue 10's way to 70% at
-#   batch 1; if not, that goal is out of reach of this model's dependency chain. Then PART=spec (speculative
-#   decoding's speed on a GPU). PART=next runs both from one pack (3.9 MB: TRACE=0
-#   BINS="bench/persistent_layer_probe tests/model/speculative_test bench/spec_bench" tools/gpu_pack.sh), the
-#   probe first: for a session that may get one call.
+# Next first (2026-12-06, second session): PART=once (~4 min): w4a8's scales copied once
+#   (DEEPINFER_W4A8_SCALES_ONCE, written without a GPU): Nsight Compute found the stages' 4-byte scale copies
+#   taking 38% of the kernel's shared-memory wavefronts (docs/benchmarks.md). Its bits against the default
+#   (CudaMoeW4a8.OptionsMatchTheReference), the w4a8 cases, then the 4-layer 4,096-token prefill and the
+#   kernel bench's moe_prefill rows with and without it. If it passes and wins, make it the default. Pack:
+#   TRACE=0 BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench" tools/gpu_pack.sh
+# Then PART=spec again (spec_bench's speculative runs now follow the plain run's tokens, so the native
+#   precision's forced acceptance holds; its first run on 2026-12-06 kept 2 of 45 there).
+# Ran 2026-12-06 (second session, H100): PART=next (the TMA-ring probe: 33.3% of the layer bound against the
+#   graph's 45.1%; speculative decoding's speed), Nsight Compute on w4a8.
 # PART=all (~9 min): the most valuable of the parts below in one call: speculative_test, the fp8 cases,
 #   moecopy, the probe, native batch 1 and 16 against the roofline (for a session that may get one call).
 #   Ran on an H100 on 2026-12-05 (third session, docs/benchmarks.md) but for the probe and batch 16 (no room).
@@ -113,6 +114,21 @@ case ${PART:-fp8} in
     [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
     timeout 60 $d/bin/persistent_layer_probe 8 5 1 0.5 0.25 0
     ;;
+  once)  # w4a8's scales copied once against the default (pack above)
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/*w4a8*' \
+      > "$OUT/once.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/once.log"
+    for r in 1 2; do for s in - DEEPINFER_W4A8_SCALES_ONCE=1; do
+      envs=(); [[ $s == - ]] || envs=("$s")
+      echo "round $r [$s] $(env "${envs[@]}" timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+        --precision native --prompt 4096 --decode 1 2>&1 | grep -oE "prefill [0-9]+ tokens in [0-9.]+ s = [0-9.]+ tokens/s")"
+    done; done
+    for s in - DEEPINFER_W4A8_SCALES_ONCE=1; do
+      envs=(); [[ $s == - ]] || envs=("$s")
+      env "${envs[@]}" timeout 150 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/moe_prefill_$s.log" 2>&1
+      echo "[$s] rc $?"; grep -E "^\| moe fp4 n=(2730|4096)" "$OUT/moe_prefill_$s.log" | grep w4a8
+    done
+    ;;
   moecopy)
     timeout 240 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/moe_prefill.log" 2>&1
     echo "moe_prefill rc $?"; grep -E "^\| moe fp4 n=(2730|4096)" "$OUT/moe_prefill.log"
@@ -126,6 +142,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "gpu_test_util.h"
 #include "ops/cuda/kernels.h"
@@ -307,91 +308,110 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
 TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    const int64_t n = 260, D = 640, I = 384, E = 16, k = 8;
-    // Both passes' experts stay allocated: the backend's expert table is keyed by the weights' addresses (a
-    // model's weights do not change while it is loaded), so the second pass's weights must not reuse the
-    // first's addresses with other scales.
+    const int64_t E = 16, k = 8;
+    // Every pass's experts stay allocated: the backend's expert table is keyed by the weights' addresses (a
+    // model's weights do not change while it is loaded), so a later pass's weights must not reuse an earlier
+    // one's addresses with other scales.
     std::vector<Pair> data, scale;
-    data.reserve(size_t(6 * E)), scale.reserve(size_t(6 * E));
-    for (const bool chunk_scales : {false, true}) {
-        std::vector<ops::ExpertWeights> ew_h(static_cast<size_t>(E)), ew_d(static_cast<size_t>(E));
-        for (int64_t e = 0; e < E; ++e)
-            for (int j = 0; j < 3; ++j) {
-                const int64_t out = j == 2 ? D : I, in = j == 2 ? I : D;
-                data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
-                auto* wb = static_cast<uint8_t*>(data.back().hv().data);
-                auto nib = [] { return uint8_t(2 * (rng()() % 3) | (rng()() % 2) << 3); };
-                for (size_t i = 0; i < data.back().hv().nbytes(); ++i) wb[i] = uint8_t(nib() | nib() << 4);
-                data.back().upload();
-                scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
-                auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
-                for (int64_t r = 0; r < out; ++r)
-                    for (int64_t i = 0; i < in / 32; ++i)
-                        sb[r * (in / 32) + i] = uint8_t(chunk_scales ? 112 + (5 * (i / 4) + r) % 17 : 124);
-                scale.back().upload();
-                for (const bool d : {false, true}) {
-                    ops::ExpertWeights& x = (d ? ew_d : ew_h)[size_t(e)];
-                    ops::QWeight& q = j == 0 ? x.w1 : j == 1 ? x.w3 : x.w2;
-                    q.format = ops::WeightFormat::kFp4Group;
-                    q.data = d ? data.back().dv() : data.back().hv();
-                    q.scale = d ? scale.back().dv() : scale.back().hv();
-                    q.out_dim = out, q.in_dim = in;
+    data.reserve(size_t(12 * E)), scale.reserve(size_t(12 * E));
+    // odd chunk counts (5 and 3), then chunk counts that are multiples of 4 (8 and 4: the scales-once copies)
+    for (const auto& [n, D, I] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{260, 640, 384}, {300, 1024, 512}})
+        for (const bool chunk_scales : {false, true}) {
+            std::vector<ops::ExpertWeights> ew_h(static_cast<size_t>(E)), ew_d(static_cast<size_t>(E));
+            for (int64_t e = 0; e < E; ++e)
+                for (int j = 0; j < 3; ++j) {
+                    const int64_t out = j == 2 ? D : I, in = j == 2 ? I : D;
+                    data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
+                    auto* wb = static_cast<uint8_t*>(data.back().hv().data);
+                    auto nib = [] { return uint8_t(2 * (rng()() % 3) | (rng()() % 2) << 3); };
+                    for (size_t i = 0; i < data.back().hv().nbytes(); ++i)
+                        wb[i] = uint8_t(nib() | nib() << 4);
+                    data.back().upload();
+                    scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
+                    auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
+                    for (int64_t r = 0; r < out; ++r)
+                        for (int64_t i = 0; i < in / 32; ++i)
+                            sb[r * (in / 32) + i] =
+                                uint8_t(chunk_scales ? 112 + (5 * (i / 4) + r) % 17 : 124);
+                    scale.back().upload();
+                    for (const bool d : {false, true}) {
+                        ops::ExpertWeights& x = (d ? ew_d : ew_h)[size_t(e)];
+                        ops::QWeight& q = j == 0 ? x.w1 : j == 1 ? x.w3 : x.w2;
+                        q.format = ops::WeightFormat::kFp4Group;
+                        q.data = d ? data.back().dv() : data.back().hv();
+                        q.scale = d ? scale.back().dv() : scale.back().hv();
+                        q.out_dim = out, q.in_dim = in;
+                    }
                 }
+            Pair x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}),
+                out(DType::kF32, {n, D}), ref(DType::kF32, {n, D});
+            for (int64_t i = 0; i < x.hv().numel(); ++i) x.hv().ptr<float>()[i] = rng()() % 2 ? 1.0f : -1.0f;
+            x.upload(), fill_uniform(w, 0.1f, 1.0f);
+            for (int64_t t = 0; t < n; ++t) {
+                std::vector<int> perm(static_cast<size_t>(E));
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), rng());
+                for (int64_t j = 0; j < k; ++j) ids.hv().ptr<int32_t>()[t * k + j] = perm[size_t(j)];
             }
-        Pair x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}),
-            out(DType::kF32, {n, D}), ref(DType::kF32, {n, D});
-        for (int64_t i = 0; i < x.hv().numel(); ++i) x.hv().ptr<float>()[i] = rng()() % 2 ? 1.0f : -1.0f;
-        x.upload(), fill_uniform(w, 0.1f, 1.0f);
-        for (int64_t t = 0; t < n; ++t) {
-            std::vector<int> perm(static_cast<size_t>(E));
-            std::iota(perm.begin(), perm.end(), 0);
-            std::shuffle(perm.begin(), perm.end(), rng());
-            for (int64_t j = 0; j < k; ++j) ids.hv().ptr<int32_t>()[t * k + j] = perm[size_t(j)];
-        }
-        ids.upload();
-        const ops::ActQuant act = ops::ActQuant::kFp8Block128;
-        b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), E, ref.hv(), 10.0f, act});
-        ASSERT_TRUE(b.gpu->force_variant("moe", "w4a8"));
-        for (const bool n64 : {false, true}) {
-            std::vector<float> got[2];
-            for (const bool units : {false, true}) {
-                cuda::set_moe_w4a8_n64(n64), cuda::set_moe_w4a8_units(units);
+            ids.upload();
+            const ops::ActQuant act = ops::ActQuant::kFp8Block128;
+            b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), E, ref.hv(), 10.0f, act});
+            ASSERT_TRUE(b.gpu->force_variant("moe", "w4a8"));
+            for (const bool n64 : {false, true}) {
+                std::vector<float> got[2];
+                for (const bool units : {false, true}) {
+                    cuda::set_moe_w4a8_n64(n64), cuda::set_moe_w4a8_units(units);
+                    out.poison();
+                    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+                    cuda::set_moe_w4a8_n64(false), cuda::set_moe_w4a8_units(false);
+                    const std::string tag = std::string(chunk_scales ? "chunk" : "row") + " fold, " +
+                                            (n64 ? "64" : "128") + "-row tiles, unit offsets " +
+                                            (units ? "on" : "off");
+                    got[units] = out.device_f32();
+                    const Diff d = diff(ref.host_f32(), got[units]);
+                    EXPECT_EQ(d.nan, 0) << tag;
+                    EXPECT_LE(d.rel_l2, ops::cases::kMoeNativeCuda.value)
+                        << tag << ": max abs err " << d.max_abs;
+                }
+                EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
+                    << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128) << "-row tiles";
+                // one warpgroup a block (two are the default): the same bits
+                cuda::set_moe_w4a8_wg2(false), cuda::set_moe_w4a8_n64(n64);
                 out.poison();
                 b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-                cuda::set_moe_w4a8_n64(false), cuda::set_moe_w4a8_units(false);
-                const std::string tag = std::string(chunk_scales ? "chunk" : "row") + " fold, " +
-                                        (n64 ? "64" : "128") + "-row tiles, unit offsets " +
-                                        (units ? "on" : "off");
-                got[units] = out.device_f32();
-                const Diff d = diff(ref.host_f32(), got[units]);
-                EXPECT_EQ(d.nan, 0) << tag;
-                EXPECT_LE(d.rel_l2, ops::cases::kMoeNativeCuda.value) << tag << ": max abs err " << d.max_abs;
+                cuda::set_moe_w4a8_wg2(true), cuda::set_moe_w4a8_n64(false);
+                const std::vector<float> wg1 = out.device_f32();
+                EXPECT_EQ(0, std::memcmp(got[0].data(), wg1.data(), wg1.size() * sizeof(float)))
+                    << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128)
+                    << "-row tiles, one warpgroup: max abs err against the reference "
+                    << diff(ref.host_f32(), wg1).max_abs;
+                if (n64) continue;
+                // the scales copied once: the default's bits, where the chunk counts allow it
+                const int64_t once_before = cuda::moe_w4a8_scales_once_launches();
+                cuda::set_moe_w4a8_scales_once(true);
+                out.poison();
+                b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+                cuda::set_moe_w4a8_scales_once(false);
+                const std::vector<float> once = out.device_f32();
+                const int64_t once_runs = cuda::moe_w4a8_scales_once_launches() - once_before;
+                EXPECT_EQ(once_runs, D % 512 == 0 && I % 512 == 0 ? 2 : 0) << "scales-once launches, D " << D;
+                EXPECT_EQ(0, std::memcmp(got[0].data(), once.data(), once.size() * sizeof(float)))
+                    << (chunk_scales ? "chunk" : "row") << " fold, D " << D
+                    << ", scales once: max abs err against "
+                    << "the reference " << diff(ref.host_f32(), once).max_abs;
+                // the warp-specialised kernel: the default's bits
+                cuda::set_moe_w4a8_ws(true);
+                out.poison();
+                b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+                cuda::set_moe_w4a8_ws(false);
+                const std::vector<float> opt = out.device_f32();
+                EXPECT_EQ(0, std::memcmp(got[0].data(), opt.data(), opt.size() * sizeof(float)))
+                    << (chunk_scales ? "chunk" : "row") << " fold, warp-specialised: max abs err against the "
+                    << "reference " << diff(ref.host_f32(), opt).max_abs;
             }
-            EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
-                << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128) << "-row tiles";
-            // one warpgroup a block (two are the default): the same bits
-            cuda::set_moe_w4a8_wg2(false), cuda::set_moe_w4a8_n64(n64);
-            out.poison();
-            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-            cuda::set_moe_w4a8_wg2(true), cuda::set_moe_w4a8_n64(false);
-            const std::vector<float> wg1 = out.device_f32();
-            EXPECT_EQ(0, std::memcmp(got[0].data(), wg1.data(), wg1.size() * sizeof(float)))
-                << (chunk_scales ? "chunk" : "row") << " fold, " << (n64 ? 64 : 128)
-                << "-row tiles, one warpgroup: max abs err against the reference "
-                << diff(ref.host_f32(), wg1).max_abs;
-            if (n64) continue;
-            // the warp-specialised kernel: the default's bits
-            cuda::set_moe_w4a8_ws(true);
-            out.poison();
-            b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-            cuda::set_moe_w4a8_ws(false);
-            const std::vector<float> opt = out.device_f32();
-            EXPECT_EQ(0, std::memcmp(got[0].data(), opt.data(), opt.size() * sizeof(float)))
-                << (chunk_scales ? "chunk" : "row") << " fold, warp-specialised: max abs err against the "
-                << "reference " << diff(ref.host_f32(), opt).max_abs;
+            ASSERT_TRUE(b.gpu->force_variant("moe", ""));
         }
-        ASSERT_TRUE(b.gpu->force_variant("moe", ""));
-    }
 }
 
 // mHC: norm and mixing in double on both sides; each output within ops::cases::kMhcCuda.

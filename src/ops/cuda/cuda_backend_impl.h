@@ -195,11 +195,12 @@ class CudaBackend final : public Backend {
     struct ExpertTable {
         std::vector<WeightRef> host;
         void* device = nullptr;
-        int gemv_format = -1;    // shared gemv_format() of every expert matrix, or -1
-        bool mma_ok = false;     // moe_mma takes it (MoeParams::mma_ok)
-        bool scales_4b = false;  // MoeParams::scales_4b
-        bool e4m3_ok = false;    // MoeParams::e4m3_ok
-        bool e4m3_rows = false;  // MoeParams::e4m3_rows
+        int gemv_format = -1;     // shared gemv_format() of every expert matrix, or -1
+        bool mma_ok = false;      // moe_mma takes it (MoeParams::mma_ok)
+        bool scales_4b = false;   // MoeParams::scales_4b
+        bool scales_16b = false;  // MoeParams::scales_16b
+        bool e4m3_ok = false;     // MoeParams::e4m3_ok
+        bool e4m3_rows = false;   // MoeParams::e4m3_rows
     };
     const ExpertTable& expert_table(const MoeArgs& a);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.

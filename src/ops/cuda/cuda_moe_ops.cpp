@@ -81,9 +81,11 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
         bool w13_alike = true;  // moe_mma walks an expert's W1 and W3 rows with one stride
         for (size_t e = 0; e + 2 < t.host.size(); e += 3)
             w13_alike &= t.host[e].ld == t.host[e + 1].ld && t.host[e].ld_scale == t.host[e + 1].ld_scale;
-        t.scales_4b = true;
-        for (const WeightRef& w : t.host)
+        t.scales_4b = t.scales_16b = true;
+        for (const WeightRef& w : t.host) {
             t.scales_4b &= reinterpret_cast<uintptr_t>(w.scale) % 4 == 0 && w.ld_scale % 4 == 0;
+            t.scales_16b &= reinterpret_cast<uintptr_t>(w.scale) % 16 == 0 && w.ld_scale % 16 == 0;
+        }
         t.mma_ok = w13_alike && cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device),
                                                              t.host.data(), int64_t(t.host.size()), stream());
         const cuda::E4m3Fold fold = cuda::fp4_scales_fold_to_e4m3(
@@ -165,6 +167,7 @@ void CudaBackend::moe(const MoeArgs& a) {
                           .gemv_format = table.gemv_format,
                           .mma_ok = table.mma_ok,
                           .scales_4b = table.scales_4b,
+                          .scales_16b = table.scales_16b,
                           .e4m3_ok = table.e4m3_ok,
                           .e4m3_rows = table.e4m3_rows};
         if (experts_pass)

@@ -368,7 +368,8 @@ struct MoeParams {
     bool mma_ok = false;   // moe_mma takes the table: every scale UE8M0 in [kFp4F16ScaleMin,
                            // kFp4F16ScaleMax], each expert's W1 and W3 with one row stride
     bool scales_4b =
-        false;             // every scale row 4-byte aligned (moe_wgmma copies a row's 4 group scales at once)
+        false;  // every scale row 4-byte aligned (moe_wgmma copies a row's 4 group scales at once)
+    bool scales_16b = false;  // every scale row 16-byte aligned (moe_w4a8's scales-once copies)
     bool e4m3_ok = false;  // moe_w4a8 takes the table: fp4 with UE8M0 scales, each row's four group scales of
                            // a 128-element chunk within 2^11 of each other (fp4_scales_fold_to_e4m3)
     bool e4m3_rows = false;  // and all of a row's group scales within 2^11: one fold base a row (fewer ops)
@@ -424,6 +425,13 @@ void set_moe_w4a8_ws(bool on);
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it
 // off).
 void set_moe_w4a8_wg2(bool on);
+// w4a8's scales copied once (a block's weight rows' group scales, a tile's token scales) by 16-byte copies
+// instead of a 4-byte copy a row and chunk into every stage, which took 32 shared-memory wavefronts each (38%
+// of the kernel's on an H100, docs/benchmarks.md); the same sums. Off until measured on the GPU
+// (DEEPINFER_W4A8_SCALES_ONCE); applies where every scale row is 16-byte aligned and K / 128 is a multiple
+// of 4. The launches it made so far (tests check that it ran).
+void set_moe_w4a8_scales_once(bool on);
+int64_t moe_w4a8_scales_once_launches();
 // The native precision's activations quantised inside stream_gemv (where it stages x) and the one-token moe
 // mma (where its warps make their chunks of x and h) instead of by a quantiser launch before them: off until
 // their GPU tests (GemvsQuantiseInTheKernelBitForBit, CudaMoe's token-alone check) have passed

@@ -41,10 +41,19 @@ constexpr int kThreads = 128;  // a warpgroup
 // chunk's 4 group scales).
 __host__ __device__ constexpr int w_bytes(int wgs) { return 2 * 16 * kThreads * wgs; }
 __host__ __device__ constexpr int wsc_bytes(int wgs) { return 2 * 4 * kThreads * wgs; }
-// A stage for N token rows a tile: the rows' chunk (e4m3), the weights, their scales, the rows' scales.
+// A stage for N token rows a tile: the rows' chunk (e4m3), the weights, their scales, the rows' scales
+// (kOnce: the scales live outside the stages, below).
 __host__ __device__ constexpr int tok_bytes(int n) { return n * kChunk; }
-__host__ __device__ constexpr int stage_bytes(int n, int wgs) {
-    return (tok_bytes(n) + w_bytes(wgs) + wsc_bytes(wgs) + n * 4 + 1023) / 1024 * 1024;
+__host__ __device__ constexpr int stage_bytes(int n, int wgs, bool once = false) {
+    return (tok_bytes(n) + w_bytes(wgs) + (once ? 0 : wsc_bytes(wgs) + n * 4) + 1023) / 1024 * 1024;
+}
+// kOnce (set_moe_w4a8_scales_once): after the tile's row ids, the block's weight rows' group scales, loaded
+// once a block (a row's chunks * 4 bytes, padded by 16 so that a warp's 8 rows lie 4 banks apart), then the
+// tile's token scales chunk by chunk ([chunks][N] f32, loaded once a tile). The stages' 4-byte copies of
+// them took 32 shared-memory wavefronts each (a line a thread through L1), 38% of the kernel's.
+__host__ __device__ constexpr int64_t wsc_row_bytes(int64_t chunks) { return chunks * 4 + 16; }
+__host__ __device__ constexpr int64_t once_bytes(int n, int wgs, int64_t chunks) {
+    return 64 * wgs * wsc_row_bytes(chunks) + chunks * n * 4;
 }
 // 89 KB of shared memory at N = 128 and one warpgroup: two blocks an SM; with two warpgroups (the registers
 // of one block an SM) six stages, 162 KB.
@@ -85,10 +94,10 @@ __global__ void __launch_bounds__(128)
 // token's scale alone and the row's factor multiplies the sums once at the end. kUnits (set_moe_w4a8_units):
 // the token rows' copies addressed by 32-bit 16-byte unit offsets kept for the tile (the 64-bit row x chunk
 // products per copy took ~10 instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
-template <int N, int kWg, bool kRowBase, bool kUnits>
+template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce>
 __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
-    constexpr int kT = kThreads * kWg, kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N, kWg);
+    constexpr int kT = kThreads * kWg, kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N, kWg, kOnce);
     constexpr int kStages = stages(kWg), kAhead = kStages - 2;  // chunk c - 1's wgmmas read its stage in c
     constexpr int kWBytes = w_bytes(kWg), kWScBytes = wsc_bytes(kWg), kRowsACopy = kT / 8;
     allow_early_next();
@@ -107,6 +116,9 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     const uint32_t smem0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
     int32_t* const act_rows = reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [N], -1: none
+    uint8_t* const wsc_once = reinterpret_cast<uint8_t*>(act_rows + N);  // kOnce: [64 kWg][wsc_row_bytes]
+    float* const tsc_once =
+        reinterpret_cast<float*>(wsc_once + 64 * kWg * wsc_row_bytes(chunks));  // [chunks][N]
     // Token rows in a stage: [tile row n][128 bytes], the 16-byte unit c of row n at c ^ (n % 8); this thread
     // copies unit tid % 8 of rows kRowsACopy i + tid / 8 and row tid's scale.
     int row_max[2] = {0, 0};  // kRowBase: the largest scale byte of rows row and row + 8
@@ -122,6 +134,16 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
             row_max[h] = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
         }
+    if constexpr (kOnce) {  // this warpgroup's 64 rows' scales, 16 bytes a copy; waited for with chunk 0's
+        const int64_t units = chunks / 4, first = tile0 - (m == 1 ? p.I : 0);
+        const uint8_t* s0 = static_cast<const uint8_t*>(wr.scale) + first * ld_sc;
+        const uint32_t d0 = wg::smem_addr(wsc_once) + uint32_t(tid / kThreads * 64 * wsc_row_bytes(chunks));
+        for (int64_t i = tid % kThreads; i < 64 * units; i += kThreads) {
+            const int64_t r = i / units, u = i % units;
+            wg::cp_async16(d0 + uint32_t(r * wsc_row_bytes(chunks) + u * 16), s0 + r * ld_sc + u * 16, true);
+        }
+        wg::cp_async_commit();
+    }
     const int c_unit = tid & 7;
     const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
     for (int i0 = 0; i0 < cnt; i0 += N) {
@@ -163,10 +185,14 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             for (int h = 0; h < 2; ++h) {
                 wg::cp_async16(stage + kTokBytes + (h * kT + tid) * 16, wp + int64_t(h * 8) * ld + c * 64,
                                true);
-                wg::cp_async4(stage + kTokBytes + kWBytes + (h * kT + tid) * 4,
-                              sp + int64_t(h * 8) * ld_sc + c * 4);
+                if constexpr (!kOnce) {  // braced: nvcc 13.0 took a discarded unbraced body's next statements
+                    wg::cp_async4(stage + kTokBytes + kWBytes + (h * kT + tid) * 4,
+                                  sp + int64_t(h * 8) * ld_sc + c * 4);
+                }
             }
-            if (tid < N) wg::cp_async4(stage + kTokBytes + kWBytes + kWScBytes + tid * 4, sc_src + c);
+            if constexpr (!kOnce) {
+                if (tid < N) wg::cp_async4(stage + kTokBytes + kWBytes + kWScBytes + tid * 4, sc_src + c);
+            }
         };
         // Chunk c's weights -> A fragments af[k-step] and the rows' factors 2^(max scale - 6) (rf).
         auto convert = [&](int64_t c, uint32_t(&af)[4][4], float(&rf)[2]) {
@@ -174,7 +200,11 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const uint4 r = *reinterpret_cast<const uint4*>(ws + (h * kT + tid) * 16);
-                const uint32_t s4 = *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kT + tid) * 4);
+                const uint32_t s4 =
+                    kOnce ? *reinterpret_cast<const uint32_t*>(
+                                wsc_once +
+                                (tid / kThreads * 64 + 16 * warp + g + 8 * h) * wsc_row_bytes(chunks) + 4 * c)
+                          : *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kT + tid) * 4);
                 const int bmax = kRowBase ? row_max[h]
                                           : max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
                                                 max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
@@ -190,8 +220,9 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         for (int v = 0; v < N / 2; ++v) acc[v] = 0.0f, part[v] = 0.0f;
         // part[4j + v]: row g + 8 (v >> 1) of the warp's 16, token column 8j + 2q + (v & 1)
         auto promote = [&](int64_t c, const float(&rf)[2]) {
-            const float* ts = reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
-                                                             kTokBytes + kWBytes + kWScBytes);
+            const float* ts = kOnce ? tsc_once + c * N
+                                    : reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
+                                                                     kTokBytes + kWBytes + kWScBytes);
 #pragma unroll
             for (int j = 0; j < N / 8; ++j) {
                 const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
@@ -244,6 +275,15 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             if (c < chunks) issue(c);
             wg::cp_async_commit();
         }
+        if constexpr (kOnce) {  // the tile rows' scales chunk-major (rows past the tokens: row 0's, as
+                                // above), stored before chunk 0's barrier, read by promote after it (braced:
+                                // nvcc 13.0 dropped the chunk loop after an unbraced discarded body)
+            for (int e = tid; e < N * int(chunks); e += kT) {
+                const int n = e % N;
+                const int64_t c = e / N;
+                tsc_once[c * N + n] = io.sc[int64_t(max(act_rows[n], 0)) * chunks + c];
+            }
+        }
 #pragma unroll 1
         for (int64_t c = 0; c < chunks; c += 2) {
             step(c, af_a, rf_a, af_b, rf_b);
@@ -280,25 +320,57 @@ bool n64_enabled = std::getenv("DEEPINFER_W4A8_N64") != nullptr;
 
 bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 
+bool once_enabled = std::getenv("DEEPINFER_W4A8_SCALES_ONCE") != nullptr;
+int64_t once_launches = 0;
+
+// The device's opt-in shared memory a block (kOnce's size depends on K).
+int smem_optin() {
+    static const int v = [] {
+        int dev = 0, bytes = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        return bytes;
+    }();
+    return v;
+}
+
+template <int N, int kWg, bool kOnce>
+int64_t smem_bytes(int64_t chunks) {  // + the swizzle's alignment, + the rows, + kOnce's scales
+    return stages(kWg) * stage_bytes(N, kWg, kOnce) + 1024 + N * 4 + (kOnce ? once_bytes(N, kWg, chunks) : 0);
+}
+
 // On unless DEEPINFER_W4A8_WG1 is set (H200: 4,096-token chunk 4,266 against 4,288 us, 2,730 4,015 against
 // 4,083, skewed routing 4,964 against 5,085; docs/benchmarks.md).
 bool wg2_enabled = std::getenv("DEEPINFER_W4A8_WG1") == nullptr;
 
 // slots: the grid's y (the active experts' bound)
-template <int N, int kWg, bool kRowBase, bool kUnits>
+template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce = false>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    // + the swizzle's alignment, + the rows
-    constexpr int smem = stages(kWg) * stage_bytes(N, kWg) + 1024 + N * 4;
-    static const bool raised =
-        cudaFuncSetAttribute(moe_w4a8_kernel<N, kWg, kRowBase, kUnits>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
+    const int64_t smem = smem_bytes<N, kWg, kOnce>(io.K / kChunk);
+    static const bool raised = cudaFuncSetAttribute(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    kOnce ? smem_optin() : int(smem)) == cudaSuccess;
     (void)raised;  // a failure shows as the launch's error
-    moe_w4a8_kernel<N, kWg, kRowBase, kUnits>
-        <<<dim3(unsigned(io.n_out / (64 * kWg)), slots), kThreads * kWg, smem, s>>>(p, plan, io);
+    if (kOnce) ++once_launches;
+    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce>
+        <<<dim3(unsigned(io.n_out / (64 * kWg)), slots), kThreads * kWg, size_t(smem), s>>>(p, plan, io);
+}
+
+// kOnce where set and the pass allows: 16-byte scale rows (whole 16-byte units: chunks a multiple of 4) and
+// the scales within the device's shared memory.
+template <int N, int kWg>
+bool once_applies(const MoeParams& p, const W8Io& io) {
+    const int64_t chunks = io.K / kChunk;
+    return once_enabled && N == 128 && p.scales_16b && chunks % 4 == 0 &&
+           smem_bytes<N, kWg, true>(chunks) <= smem_optin();
 }
 
 template <int N, int kWg>
 void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+    if constexpr (N == 128)
+        if (once_applies<N, kWg>(p, io))
+            return p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
+                               : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
     if (p.e4m3_rows)
         units_enabled ? launch_kernel<N, kWg, true, true>(p, plan, io, slots, s)
                       : launch_kernel<N, kWg, true, false>(p, plan, io, slots, s);
@@ -372,6 +444,8 @@ void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
+void set_moe_w4a8_scales_once(bool on) { once_enabled = on; }
+int64_t moe_w4a8_scales_once_launches() { return once_launches; }
 
 // w4a8 from 64 pairs an expert: its 128-token tiles convert an expert's weights once a tile, so with fewer
 // tokens an expert wgmma is faster (H200, 256 experts, k = 6, the screen and the kernel bench: 512 tokens, 12
