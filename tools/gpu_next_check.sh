@@ -3,10 +3,11 @@
 #   (DEEPINFER_W4A8_SCALES_ONCE, written without a GPU): Nsight Compute found the stages' 4-byte scale copies
 #   taking 38% of the kernel's shared-memory wavefronts (docs/benchmarks.md). Its bits against the default
 #   (CudaMoeW4a8.OptionsMatchTheReference), the w4a8 cases, then the 4-layer 4,096-token prefill and the
-#   kernel bench's moe_prefill rows with and without it. If it passes and wins, make it the default. Pack:
-#   TRACE=0 BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench" tools/gpu_pack.sh
-# Then PART=spec again (spec_bench's speculative runs now follow the plain run's tokens, so the native
-#   precision's forced acceptance holds; its first run on 2026-12-06 kept 2 of 45 there).
+#   kernel bench's moe_prefill rows with and without it. If it passes and wins, make it the default. Then,
+#   from the same pack, PART=spec's runs (spec_bench's speculative runs now follow the plain run's tokens, so
+#   the native precision's forced acceptance holds; its first run on 2026-12-06 kept 2 of 45 there). Pack
+#   (4.8 MB; with the 61.4 MB tree just under a call's 64 MiB): TRACE=0 BINS="tests/gpu/cuda_ops_test
+#   bench/model_bench bench/cuda_kernel_bench bench/spec_bench tests/model/speculative_test" tools/gpu_pack.sh
 # Ran 2026-12-06 (second session, H100): PART=next (the TMA-ring probe: 33.3% of the layer bound against the
 #   graph's 45.1%; speculative decoding's speed), Nsight Compute on w4a8.
 # PART=all (~9 min): the most valuable of the parts below in one call: speculative_test, the fp8 cases,
@@ -128,6 +129,7 @@ case ${PART:-fp8} in
       env "${envs[@]}" timeout 150 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/moe_prefill_$s.log" 2>&1
       echo "[$s] rc $?"; grep -E "^\| moe fp4 n=(2730|4096)" "$OUT/moe_prefill_$s.log" | grep w4a8
     done
+    [[ -x $d/bin/spec_bench ]] && PART=spec OUT=$OUT "$0"
     ;;
   moecopy)
     timeout 240 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/moe_prefill.log" 2>&1
