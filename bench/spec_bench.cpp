@@ -5,7 +5,7 @@
 // (right) or another one (wrong), right at the rate asked, and the run follows the plain run's tokens, so
 // that the rate holds where a verify step's rows round differently from one-token steps (the native
 // precision on a GPU: another kernel for two rows, and a near tie of the random model's flat logits then
-// picks another token; --rows 1 shows how far). "mismatch": the verify steps' picks unlike the plain
+// picks another token; --rows 1 shows how far). "mismatch": the speculative run's picks unlike the plain
 // run's (0 where the kernels give a row the same bits whatever the row count). "ms/step" includes the
 // drafter's share, given apart ("drafter").
 //   spec_bench [--preset demo|mid|mid-fullvocab|flash] [--layers L] [--backend cpu|cuda|ref]
@@ -16,6 +16,8 @@
 //                              relative, then each step's logits as --rows 1 gives them)
 //              [--force "op=variant,..."] (the backend's dispatch of those ops forced:
 //              Backend::force_variant)
+//              [--force-again op=variant] (with --rows: the one-token run again with that op forced, how
+//                              far its rows lie from the first run's: the spread of a kernel swap alone)
 //              [--rows 1]     (logits to the host every step instead of greedy picks on the device, untimed
 //                              use: how far each verify step's first row is from the one-token step's row
 //                              at the same position, against that row's gap between its two best logits;
@@ -54,7 +56,8 @@ struct Run {
     int64_t steps = 0, kept = 0, drafts = 0, mismatches = 0;
     std::vector<std::vector<float>> rows;  // --rows: the one-token run's logits row of each token
     std::vector<float> diffs, gaps;        // --rows: per verify step, max |row 0 - one-token row|, its gap
-    int64_t flips_within = 0;              // picks unlike the one-token run's where the gap <= the diff
+    int64_t flips = 0, flips_within = 0;   // --rows: first picks unlike the one-token run's; of those, where
+                                           // the one-token row's top-2 gap <= twice the diff
 };
 
 // The greedy pick of a logits row (the first maximum) and the gap between its two largest logits.
@@ -138,6 +141,7 @@ Run decode(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, doubl
             for (size_t i = 0; i < vocab; ++i) d = std::max(d, std::fabs(logits[i] - one[i]));
             const float gap = pick_and_gap(one).second;
             r.diffs.push_back(d), r.gaps.push_back(gap);
+            r.flips += g.ids[0] != truth[at] ? 1 : 0;
             r.flips_within += g.ids[0] != truth[at] && gap <= 2 * d ? 1 : 0;
         }
         const bool hit = right;
@@ -320,7 +324,7 @@ int main(int argc, char** argv) {
                 "    verify row 0 against the one-token row: max |diff| median {:.3g}, largest {:.3g}; the "
                 "one-token row's top-2 gap median {:.3g}, smallest {:.3g}; {} of {} flipped picks had a "
                 "gap within twice the diff\n",
-                d[d.size() / 2], d.back(), gp[gp.size() / 2], gp.front(), r.flips_within, r.mismatches);
+                d[d.size() / 2], d.back(), gp[gp.size() / 2], gp.front(), r.flips_within, r.flips);
         }
         if (prof) {
             fmt::print("speculative run, per op:\n{}\n", ops::ProfileBackend::markdown_of(prof->table()));
