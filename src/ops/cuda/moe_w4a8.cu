@@ -367,10 +367,11 @@ bool once_applies(const MoeParams& p, const W8Io& io) {
 
 template <int N, int kWg>
 void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    if constexpr (N == 128)
+    if constexpr (N == 128) {
         if (once_applies<N, kWg>(p, io))
             return p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
                                : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
+    }
     if (p.e4m3_rows)
         units_enabled ? launch_kernel<N, kWg, true, true>(p, plan, io, slots, s)
                       : launch_kernel<N, kWg, true, false>(p, plan, io, slots, s);
