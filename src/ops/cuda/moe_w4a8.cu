@@ -312,6 +312,10 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                 out[8] = kRowBase ? acc[4 * j + 2 + cc] * f1 : acc[4 * j + 2 + cc];
             }
     }
+    if constexpr (kOnce) {
+        wg::cp_async_wait<0>();  // the scales' copies, where no tile waited for them (an expert without
+                                 // pairs)
+    }
 }
 
 bool units_enabled = std::getenv("DEEPINFER_W4A8_UNITS") != nullptr;
