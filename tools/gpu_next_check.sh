@@ -129,6 +129,15 @@ case ${PART:-fp8} in
       env "${envs[@]}" timeout 150 $d/bin/cuda_kernel_bench --only moe_prefill > "$OUT/moe_prefill_$s.log" 2>&1
       echo "[$s] rc $?"; grep -E "^\| moe fp4 n=(2730|4096)" "$OUT/moe_prefill_$s.log" | grep w4a8
     done
+    # the hypothesis itself: shared-memory wavefronts and time of layer 1's up launch, without and with it
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for s in - DEEPINFER_W4A8_SCALES_ONCE=1; do
+      envs=(); [[ $s == - ]] || envs=("$s")
+      env "${envs[@]}" timeout 90 "$ncu" --kernel-name regex:moe_w4a8_kernel --launch-skip 2 --launch-count 1 \
+        --metrics gpu__time_duration.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum,l1tex__throughput.avg.pct_of_peak_sustained_active \
+        $d/bin/model_bench --preset flash --layers 2 --backend cuda --precision native --prompt 4096 --decode 1 \
+        --warmup 0 --graphs off 2>/dev/null | grep -E "gpu__time|wavefronts|inst_executed|l1tex__throughput" | sed "s/^/[$s] /"
+    done
     [[ -x $d/bin/spec_bench ]] && PART=spec OUT=$OUT "$0"
     ;;
   moecopy)
