@@ -24,7 +24,11 @@ struct Options : GenOptions {
 nlohmann::json to_json(const std::vector<ops::OpProfile>& t) {
     nlohmann::json a = nlohmann::json::array();
     for (const ops::OpProfile& p : t)
-        a.push_back({{"op", p.op}, {"calls", p.calls}, {"seconds", p.seconds}, {"bytes", p.bytes}});
+        a.push_back({{"op", p.op},
+                     {"calls", p.calls},
+                     {"seconds", p.seconds},
+                     {"bytes", p.bytes},
+                     {"flops", p.flops}});
     return a;
 }
 
@@ -153,8 +157,8 @@ std::function<int()> setup(CLI::App& app) {
         ->capture_default_str();
     app.add_flag("--json", o->json, "print one JSON object instead of text");
     app.add_flag("--profile", o->profile,
-                 "per-op time, share, bytes and GB/s of the last run's prefill and decode steps (every op "
-                 "synchronised: that run is slower)");
+                 "per-op time, share, bytes and GB/s, GFLOP and TFLOP/s of the products, of the last run's "
+                 "prefill and decode steps (every op synchronised: that run is slower)");
     return [o] { return run_bench(*o); };
 }
 

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <set>
 
+#include "ops/compare/op_flops.h"
+
 namespace di::ops {
 
 double weight_bytes(const QWeight& w) { return double(w.data.nbytes()) + double(w.scale.nbytes()); }
 
 template <class Args, class Fn>
-void ProfileBackend::timed(const char* op, Args a, double wbytes, Fn&& run, bool count_views) {
+void ProfileBackend::timed(const char* op, Args a, double wbytes, Fn&& run, bool count_views, double flops) {
     double bytes = wbytes;
     if (count_views) a.visit([&](const char*, const TensorView& v, Role) { bytes += double(v.nbytes()); });
     if (sync_) subject_.synchronize();
@@ -22,6 +24,16 @@ void ProfileBackend::timed(const char* op, Args a, double wbytes, Fn&& run, bool
     ++p.calls;
     p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     p.bytes += bytes;
+    p.flops += flops;
+}
+
+std::vector<int32_t> ProfileBackend::host_ids(const TensorView& v) {
+    std::vector<int32_t> ids(size_t(v.numel()));
+    if (ids.empty()) return ids;
+    Tensor h(host_allocator(), DType::kI32, {v.numel()});
+    subject_.copy(h.view(), v.reshape({v.numel()}));
+    std::copy(h.view().ptr<int32_t>(), h.view().ptr<int32_t>() + ids.size(), ids.begin());
+    return ids;
 }
 
 void ProfileBackend::embed(const EmbedArgs& a) {
@@ -38,7 +50,8 @@ void ProfileBackend::swiglu(const SwigluArgs& a) {
     timed("swiglu", a, 0, [&] { subject_.swiglu(a); });
 }
 void ProfileBackend::linear(const LinearArgs& a) {
-    timed("linear", a, weight_bytes(a.w), [&] { subject_.linear(a); });
+    timed(
+        "linear", a, weight_bytes(a.w), [&] { subject_.linear(a); }, true, linear_flops(a));
 }
 void ProfileBackend::rms_norm(const RmsNormArgs& a) {
     timed("rms_norm", a, double(a.weight.nbytes()), [&] { subject_.rms_norm(a); });
@@ -50,22 +63,28 @@ void ProfileBackend::compress(const CompressArgs& a) {
     timed("compress", a, 0, [&] { subject_.compress(a); });
 }
 void ProfileBackend::indexer_topk(const IndexerTopkArgs& a) {
-    timed("indexer_topk", a, 0, [&] { subject_.indexer_topk(a); });
+    timed(
+        "indexer_topk", a, 0, [&] { subject_.indexer_topk(a); }, true, indexer_flops(a));
 }
 void ProfileBackend::attention(const AttentionArgs& a) {
-    timed("attention", a, 0, [&] { subject_.attention(a); });
+    const std::vector<int32_t> picks =
+        a.comp_mask == CompMask::kPicks ? host_ids(a.picks) : std::vector<int32_t>{};
+    timed(
+        "attention", a, 0, [&] { subject_.attention(a); }, true, attention_flops(a, picks));
 }
 void ProfileBackend::window_store(const WindowStoreArgs& a) {
     timed("window_store", a, 0, [&] { subject_.window_store(a); });
 }
 void ProfileBackend::mhc_pre(const MhcPreArgs& a) {
-    timed("mhc_pre", a, double(a.fn.nbytes()), [&] { subject_.mhc_pre(a); });
+    timed(
+        "mhc_pre", a, double(a.fn.nbytes()), [&] { subject_.mhc_pre(a); }, true, mhc_pre_flops(a));
 }
 void ProfileBackend::mhc_post(const MhcPostArgs& a) {
     timed("mhc_post", a, 0, [&] { subject_.mhc_post(a); });
 }
 void ProfileBackend::hc_head(const HcHeadArgs& a) {
-    timed("hc_head", a, double(a.fn.nbytes()), [&] { subject_.hc_head(a); });
+    timed(
+        "hc_head", a, double(a.fn.nbytes()), [&] { subject_.hc_head(a); }, true, hc_head_flops(a));
 }
 void ProfileBackend::route(const RouteArgs& a) {
     timed("route", a, 0, [&] { subject_.route(a); });
@@ -82,19 +101,15 @@ void ProfileBackend::top_candidates(const TopCandidatesArgs& a) {
 void ProfileBackend::moe(const MoeArgs& a) {
     // The selected experts' weights, each counted once: the ids are read back (the op is synchronised
     // anyway).
-    std::vector<int32_t> ids(size_t(a.ids.numel()));
-    if (!ids.empty()) {
-        Tensor h(host_allocator(), DType::kI32, {int64_t(ids.size())});
-        subject_.copy(h.view(), a.ids.reshape({a.ids.numel()}));
-        std::copy(h.view().ptr<int32_t>(), h.view().ptr<int32_t>() + ids.size(), ids.begin());
-    }
+    const std::vector<int32_t> ids = host_ids(a.ids);
     double wbytes = 0;
     for (const int32_t e : std::set<int32_t>(ids.begin(), ids.end()))
         if (e >= 0 && e < a.n_experts) {
             const ExpertWeights& w = a.experts[e];
             wbytes += weight_bytes(w.w1) + weight_bytes(w.w2) + weight_bytes(w.w3);
         }
-    timed("moe", a, wbytes, [&] { subject_.moe(a); });
+    timed(
+        "moe", a, wbytes, [&] { subject_.moe(a); }, true, moe_flops(a, ids));
 }
 
 void ProfileBackend::rms_norm_rope(const RmsNormArgs& n, const RopeArgs& r) {
@@ -102,12 +117,15 @@ void ProfileBackend::rms_norm_rope(const RmsNormArgs& n, const RopeArgs& r) {
 }
 void ProfileBackend::mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& n) {
     const double norm_bytes = double(n.weight.nbytes()) + double(n.y.nbytes());
-    timed("mhc_pre_norm", pre, double(pre.fn.nbytes()) + norm_bytes, [&] { subject_.mhc_pre_norm(pre, n); });
+    timed(
+        "mhc_pre_norm", pre, double(pre.fn.nbytes()) + norm_bytes, [&] { subject_.mhc_pre_norm(pre, n); },
+        true, mhc_pre_flops(pre));
 }
 void ProfileBackend::hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& n) {
     const double norm_bytes = double(n.weight.nbytes()) + double(n.y.nbytes());
-    timed("hc_head_norm", head, double(head.fn.nbytes()) + norm_bytes,
-          [&] { subject_.hc_head_norm(head, n); });
+    timed(
+        "hc_head_norm", head, double(head.fn.nbytes()) + norm_bytes, [&] { subject_.hc_head_norm(head, n); },
+        true, hc_head_flops(head));
 }
 void ProfileBackend::add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) {
     timed("add_mhc_post", post, double(sum.b.nbytes()), [&] { subject_.add_mhc_post(sum, post); });
@@ -122,19 +140,25 @@ std::vector<OpProfile> ProfileBackend::table() const {
 }
 
 std::string ProfileBackend::markdown_of(const std::vector<OpProfile>& t, double copy_gbps) {
-    double total = 0;
-    for (const auto& p : t) total += p.seconds;
+    double total = 0, total_flops = 0;
+    for (const auto& p : t) total += p.seconds, total_flops += p.flops;
+    auto flops_cells = [](double flops, double seconds) {
+        const double tflops = seconds > 0 ? flops / seconds / 1e12 : 0;
+        return flops > 0 ? fmt::format(" {:.1f} | {:.{}f} |", flops / 1e9, tflops, tflops < 10 ? 2 : 1)
+                         : std::string(" | |");
+    };
     std::string md = "| op | calls | ms | share | MB moved | GB/s |" +
-                     std::string(copy_gbps > 0 ? " % copy BW |" : "") + "\n|---|---:|---:|---:|---:|---:|" +
-                     (copy_gbps > 0 ? "---:|" : "") + "\n";
+                     std::string(copy_gbps > 0 ? " % copy BW |" : "") + " GFLOP | TFLOP/s |" +
+                     "\n|---|---:|---:|---:|---:|---:|" + (copy_gbps > 0 ? "---:|" : "") + "---:|---:|\n";
     for (const auto& p : t) {
         const double gbps = p.seconds > 0 ? p.bytes / p.seconds / 1e9 : 0;
         md += fmt::format("| {} | {} | {:.3f} | {:.1f}% | {:.1f} | {:.0f} |", p.op, p.calls, 1e3 * p.seconds,
                           total > 0 ? 100 * p.seconds / total : 0, p.bytes / 1e6, gbps);
         if (copy_gbps > 0) md += fmt::format(" {:.1f}% |", 100 * gbps / copy_gbps);
-        md += "\n";
+        md += flops_cells(p.flops, p.seconds) + "\n";
     }
-    md += fmt::format("| total | | {:.3f} | 100% | | |{}\n", 1e3 * total, copy_gbps > 0 ? " |" : "");
+    md += fmt::format("| total | | {:.3f} | 100% | | |{}", 1e3 * total, copy_gbps > 0 ? " |" : "") +
+          flops_cells(total_flops, total) + "\n";
     return md;
 }
 

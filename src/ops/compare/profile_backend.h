@@ -1,10 +1,11 @@
 // Profile mode: runs every op on a subject backend with a synchronize before and after it, and adds up per
-// op the wall time, the calls and the bytes the op must move (activations in and out, weights in their
-// packed format, for moe the selected experts' weights), so a step's time can be split by op and each op
-// set against the bandwidth. The synchronisations add a few microseconds per op on a GPU (stated beside
-// the table); the op mix and the large ops' times are what it is for. With `synchronised` false nothing is
-// synchronised and the times are the host's cost of issuing each op (checks, argument set-up, the launch):
-// against the unprofiled step time it shows whether a step waits on the host.
+// op the wall time, the calls, the bytes the op must move (activations in and out, weights in their packed
+// format, for moe the selected experts' weights) and the flops its maths takes (op_flops.h), so a step's
+// time can be split by op and each op set against the bandwidth or the tensor-core rate. The synchronisations
+// add a few microseconds per op on a GPU (stated beside the table); the op mix and the large ops' times are
+// what it is for. With `synchronised` false nothing is synchronised and the times are the host's cost of
+// issuing each op (checks, argument set-up, the launch): against the unprofiled step time it shows whether a
+// step waits on the host.
 #pragma once
 
 #include <chrono>
@@ -21,6 +22,7 @@ struct OpProfile {
     int64_t calls = 0;
     double seconds = 0;
     double bytes = 0;
+    double flops = 0;  // op_flops.h; 0 for the bandwidth ops
 };
 
 class ProfileBackend final : public Backend {
@@ -74,14 +76,18 @@ class ProfileBackend final : public Backend {
     // Ops by total time, largest first; reset() starts a new measurement.
     std::vector<OpProfile> table() const;
     void reset() { ops_.clear(); }
-    // A markdown table: op, calls, ms, share, bytes, GB/s (and % of `copy_gbps` when it is > 0).
+    // A markdown table: op, calls, ms, share, bytes, GB/s (and % of `copy_gbps` when it is > 0), GFLOP and
+    // TFLOP/s (blank for the bandwidth ops).
     std::string markdown(double copy_gbps = 0) const { return markdown_of(table(), copy_gbps); }
     static std::string markdown_of(const std::vector<OpProfile>& table, double copy_gbps = 0);
 
   private:
     // count_views: add every tensor the Args visit (in and out) to `weight_bytes`.
     template <class Args, class Fn>
-    void timed(const char* op, Args a, double weight_bytes, Fn&& run, bool count_views = true);
+    void timed(const char* op, Args a, double weight_bytes, Fn&& run, bool count_views = true,
+               double flops = 0);
+    // A device i32 tensor's values on the host, row-major (the op is synchronised anyway).
+    std::vector<int32_t> host_ids(const TensorView& v);
 
     Backend& subject_;
     bool sync_;
