@@ -83,6 +83,21 @@ TEST(CliReports, BenchProfileSplitsPrefillAndDecode) {
     EXPECT_EQ(calls("prefill", "moe"), layers);
     EXPECT_EQ(calls("decode", "moe"), 3 * layers);
     EXPECT_EQ(calls("decode", "embed"), 3 * hc);
+    // flops (ops/compare/op_flops.h): the routed experts' products of every (token, slot) pair of every
+    // layer, 6 hidden moe_dim each (up 2 x 2 I D, down 2 D I); none for a norm
+    auto flops = [&](const char* phase, const char* op) -> double {
+        for (const nlohmann::json& e : j["profile"][phase])
+            if (e["op"] == op) return e["flops"];
+        return -1;
+    };
+    const double D = fixture_config()["hidden_size"], I = fixture_config()["moe_intermediate_size"],
+                 k = fixture_config()["num_experts_per_tok"];
+    EXPECT_EQ(flops("prefill", "moe"), double(layers) * 5 * k * 6 * D * I);
+    EXPECT_EQ(flops("decode", "moe"), double(layers) * 3 * k * 6 * D * I);
+    EXPECT_GT(flops("prefill", "linear"), 0);
+    EXPECT_GT(flops("prefill", "attention"), 0);
+    EXPECT_EQ(flops("prefill", "hc_head_norm"), 2.0 * 5 * hc * (hc * D));  // the 5 rows' hc x (hc D) mix
+    EXPECT_EQ(flops("prefill", "rms_norm_rope"), 0);
 }
 
 TEST(CliReports, BenchRejectsZeroRepetitionsInOneLine) {
