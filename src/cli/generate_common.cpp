@@ -56,7 +56,8 @@ void add_speculative_option(CLI::App& app, std::string& speculative) {
            "--speculative", speculative,
            "off | mtp: the checkpoint's MTP block guesses the token after next, and each decode step "
            "checks the guess beside the next token, yielding two tokens where it is kept (greedy: the "
-           "same tokens as off; sampled: the same distribution; docs/speculative.md)")
+           "same tokens as off, but for near ties in cuda's native precision; sampled: the same "
+           "distribution; docs/speculative.md)")
         ->check(CLI::IsMember({"off", "mtp"}))
         ->capture_default_str();
 }
