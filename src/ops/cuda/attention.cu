@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/cuda/attention_keys.cuh"
+#include "ops/cuda/smem_limit.h"
 
 namespace di::cuda {
 namespace {
@@ -337,14 +338,6 @@ __global__ void __launch_bounds__(128) attention_merge_batch_kernel(const Attent
     merge_body(j.p, 0, blockIdx.y, j.S, j.ml, j.acc);
 }
 
-// Raises a kernel's dynamic shared-memory limit once per new maximum (`raised` is the kernel's own).
-template <class K>
-void raise_smem(K kernel, size_t smem, size_t& raised) {
-    if (smem <= raised) return;
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    raised = smem;
-}
-
 }  // namespace
 
 bool attention_split_supported(const AttentionParams& p) {
@@ -374,18 +367,16 @@ void launch_attention(const AttentionParams& p, Scratch& scratch, Stream s, Atte
     if (v == AttentionVariant::kPerQuery) {
         const size_t smem =
             tile + size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t);
-        static size_t raised = 48 * 1024;
-        raise_smem(attention_kernel, smem, raised);
+        raise_dynamic_smem(attention_kernel, smem);
         const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock));
         attention_kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(p);
         return;
     }
     const int64_t S = attention_splits(p);
     const size_t smem = tile + size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t);
-    static size_t raised_full = 48 * 1024, raised_any = 48 * 1024;
     const bool full = p.hd == 32 * kMaxPerLane;
     auto kernel = full ? attention_split_kernel<true> : attention_split_kernel<false>;
-    raise_smem(kernel, smem, full ? raised_full : raised_any);
+    raise_dynamic_smem(kernel, smem);
     float* ml = static_cast<float*>(scratch.get(4, size_t(p.L * p.H * S * 2) * sizeof(float)));
     float* acc = static_cast<float*>(scratch.get(5, size_t(p.L * p.H * S * p.hd) * sizeof(float)));
     const dim3 grid(unsigned(p.L), blocks_for(p.H, kHeadsPerBlock), unsigned(S));
@@ -425,9 +416,8 @@ void launch_attention_batch(const AttentionParams* ps, int64_t count, Scratch& s
                                   cudaMemcpyHostToDevice,
                                   as_stream(s)));    // pageable: staged before the call returns
     const bool full = ps[0].hd == 32 * kMaxPerLane;  // attention_batch: one head_dim for the whole batch
-    static size_t raised_full = 48 * 1024, raised_any = 48 * 1024;
     auto kernel = full ? attention_split_batch_kernel<true> : attention_split_batch_kernel<false>;
-    raise_smem(kernel, smem, full ? raised_full : raised_any);
+    raise_dynamic_smem(kernel, smem);
     const dim3 grid(1, blocks_for(H, kHeadsPerBlock), unsigned(count * s_max));
     kernel<<<grid, 32 * kHeadsPerBlock, smem, as_stream(s)>>>(dev, s_max);
     attention_merge_batch_kernel<<<dim3(1, unsigned(H), unsigned(count)), 128, 0, as_stream(s)>>>(dev);

@@ -15,6 +15,7 @@
 
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/smem_limit.h"
 
 namespace di::cuda {
 namespace {
@@ -238,12 +239,8 @@ bool attention_mma_supported(const AttentionParams& p) {
 void launch_attention_mma(const AttentionParams& p, Stream s) {
     if (p.L == 0) return;
     const size_t smem = smem_bytes(p);
-    static size_t raised = 48 * 1024;
-    if (smem > raised) {
-        for (auto* k : {attention_mma_kernel<true>, attention_mma_kernel<false>})
-            DI_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        raised = smem;
-    }
+    raise_dynamic_smem(attention_mma_kernel<true>, smem);
+    raise_dynamic_smem(attention_mma_kernel<false>, smem);
     const dim3 grid(unsigned(p.L), unsigned(p.H / kHeads));
     if (p.f16)
         attention_mma_kernel<false><<<grid, 32 * kWarps, smem, as_stream(s)>>>(p);

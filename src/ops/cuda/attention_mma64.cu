@@ -20,6 +20,7 @@
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -237,12 +238,7 @@ void launch_attention_mma64(const AttentionParams& p, Scratch& scratch, Stream s
     const F16Rows r{rows, reinterpret_cast<int*>(rows + total * kHd), rr};
     key_rows_f16_kernel<<<unsigned((total + 7) / 8), 256, 0, st>>>(p, r, total);
     const size_t smem = smem_bytes(p);
-    static size_t raised = 48 * 1024;
-    if (smem > raised) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(attention_mma64_kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        raised = smem;
-    }
+    raise_dynamic_smem(attention_mma64_kernel, smem);
     if (wgmma_enabled && attention_wg_fits(p))
         launch_attention_wg(p, r, st);
     else

@@ -16,6 +16,7 @@
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -205,12 +206,7 @@ bool attention_wg_fits(const AttentionParams& p) { return smem_bytes(p) <= 227 *
 
 void launch_attention_wg(const AttentionParams& p, const F16Rows& r, cudaStream_t s) {
     const size_t smem = smem_bytes(p);
-    static size_t raised = 0;
-    if (smem > raised) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(attention_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem)));
-        raised = smem;
-    }
+    raise_dynamic_smem(attention_wg_kernel, smem);
     attention_wg_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, s>>>(p, r);
 }
 

@@ -15,9 +15,11 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/smem_limit.h"
 
 namespace di::cuda::gemv {
 
@@ -280,16 +282,18 @@ __device__ __forceinline__ void warp_rows(const WeightRef& w, int64_t o0, const 
 }
 
 // Blocks of 256 threads resident per multiprocessor for `kernel` with `smem` bytes of dynamic shared
-// memory (cached; raises the kernel's shared-memory limit to kGemvMaxSmem on first use).
+// memory on the current device (cached per device; raises the kernel's shared-memory limit there to
+// kGemvMaxSmem on first use: smem_limit.h).
 template <class K>
 int resident_blocks(K kernel, size_t smem) {
+    int dev = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
     static std::mutex mu;
-    static std::map<std::pair<const void*, size_t>, int> cache;
+    static std::map<std::tuple<const void*, size_t, int>, int> cache;
     std::lock_guard lk(mu);
-    const auto key = std::pair{reinterpret_cast<const void*>(kernel), smem};
+    const auto key = std::tuple{reinterpret_cast<const void*>(kernel), smem, dev};
     if (auto it = cache.find(key); it != cache.end()) return it->second;
-    DI_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
+    raise_dynamic_smem(kernel, kGemvMaxSmem);
     int n = 0;
     DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, smem));
     return cache[key] = std::max(n, 1);

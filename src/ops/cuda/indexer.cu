@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/smem_limit.h"
 
 namespace di::cuda {
 namespace {
@@ -355,12 +356,7 @@ void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, Ind
         return;
     }
     const size_t smem = (size_t(p.H * p.dim) + size_t(kEntries * (p.dim + 1)) + 4 * kEntries) * sizeof(float);
-    static size_t raised = 48 * 1024;
-    if (smem > raised) {
-        DI_CUDA_CHECK(
-            cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        raised = smem;
-    }
+    raise_dynamic_smem(score_kernel, smem);
     score_kernel<<<dim3(blocks_for(p.T, kEntries), unsigned(p.L)), 256, smem, as_stream(s)>>>(p, S);
     topk_kernel<<<unsigned(p.L), 1024, 0, as_stream(s)>>>(p, S);
 }

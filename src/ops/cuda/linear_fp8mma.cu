@@ -31,6 +31,7 @@
 #include "ops/cuda/env_switch.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -285,12 +286,7 @@ int cluster_size(int64_t out, int64_t in) {
 
 template <int NG, bool kQuant>
 void launch(const Params& p, cudaStream_t s) {
-    static const bool raised = [] {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8mma_kernel<NG, kQuant>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-        return true;
-    }();
-    (void)raised;
+    raise_dynamic_smem(linear_fp8mma_kernel<NG, kQuant>, 227 * 1024);
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = unsigned(p.ks), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;

@@ -11,6 +11,7 @@
 // part[t][1 + m] mix m (the finish kernel's partials with one split).
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -114,10 +115,7 @@ bool mhc_mix_dmma_supported(const MhcParams& p, int M) {
 namespace {
 template <int NT>
 void launch_nt(const MhcParams& p, int M, double* part, cudaStream_t s) {
-    static const bool raised =
-        cudaFuncSetAttribute(mhc_mix_dmma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(kSmemBytes)) == cudaSuccess;
-    (void)raised;  // a failure shows as the launch's error
+    raise_dynamic_smem(mhc_mix_dmma_kernel<NT>, kSmemBytes);
     mhc_mix_dmma_kernel<NT><<<blocks_for(p.n, kTokens), kWarps * 32, kSmemBytes, s>>>(p, M, part);
 }
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/moe_plan.cuh"
+#include "ops/cuda/smem_limit.h"
 
 namespace di::cuda {
 namespace {
@@ -201,14 +202,8 @@ void launch_fn(const MoeParams& p, const Plan& plan, float* h, float* y, unsigne
                cudaStream_t s) {
     const size_t smem_up = size_t(NT * staged_floats<F>(p.D)) * sizeof(float);
     const size_t smem_dn = size_t(NT * staged_floats<F>(p.I)) * sizeof(float);
-    static const bool raised = [] {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_up_grouped<F, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(kGemvMaxSmem)));
-        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_down_grouped<F, NT>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGemvMaxSmem)));
-        return true;
-    }();
-    (void)raised;
+    raise_dynamic_smem(moe_up_grouped<F, NT>, kGemvMaxSmem);
+    raise_dynamic_smem(moe_down_grouped<F, NT>, kGemvMaxSmem);
     moe_up_grouped<F, NT>
         <<<dim3(blocks_per_expert(p.I, max_active), max_active), 256, smem_up, s>>>(p, plan, h);
     moe_quantise_h(p, h, p.n * p.k, s);
@@ -227,9 +222,7 @@ void launch_f(const MoeParams& p, const Plan& plan, float* h, float* y, unsigned
 template <int W>
 void launch_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s) {
     const size_t smem = size_t((2 + W) * p.n_experts) * sizeof(int32_t);
-    if (smem > 48 * 1024)
-        DI_CUDA_CHECK(
-            cudaFuncSetAttribute(moe_plan_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    raise_dynamic_smem(moe_plan_kernel<W>, smem);
     moe_plan_kernel<W><<<1, 32 * W, smem, s>>>(p, plan);
 }
 

@@ -23,6 +23,7 @@
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
+#include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -388,20 +389,18 @@ template <int NM, int MT, bool kDirect, int S>
 bool launch_staged(const MoeParams& p, const MoePlan& plan, const Io& io, dim3 grid, cudaStream_t s) {
     const size_t smem = staged_smem<NM, MT, S>(kDirect, io.K);
     if (smem == 0 || !p.scales_4b) return false;
-    // Above 48 KB a kernel must ask for its shared memory: the block's opt-in limit less the kernel's static
-    // shared memory (asking for the whole 227 KB is refused when the kernel has any).
+    // Above 48 KB a kernel must ask for its shared memory: at most the block's opt-in limit less the kernel's
+    // static shared memory (asking for the whole 227 KB is refused when the kernel has any).
     static const size_t dynamic_limit = [] {
         cudaFuncAttributes fa{};
         DI_CUDA_CHECK(cudaFuncGetAttributes(&fa, moe_mma_kernel<NM, MT, kDirect, S>));
         int dev = 0, optin = 0;
         DI_CUDA_CHECK(cudaGetDevice(&dev));
         DI_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        const size_t limit = size_t(optin) - fa.sharedSizeBytes;
-        DI_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_kernel<NM, MT, kDirect, S>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
-        return limit;
+        return size_t(optin) - fa.sharedSizeBytes;
     }();
     if (smem > dynamic_limit) return false;
+    raise_dynamic_smem(moe_mma_kernel<NM, MT, kDirect, S>, smem);
     moe_mma_kernel<NM, MT, kDirect, S><<<grid, 32 * warps_for(io.K), smem, s>>>(p, plan, io);
     return true;
 }

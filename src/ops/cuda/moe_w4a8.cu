@@ -24,6 +24,7 @@
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
 #include "ops/cuda/moe_w4a8.cuh"
+#include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -351,10 +352,7 @@ bool wg2_enabled = std::getenv("DEEPINFER_W4A8_WG1") == nullptr;
 template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce = false>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     const int64_t smem = smem_bytes<N, kWg, kOnce>(io.K / kChunk);
-    static const bool raised = cudaFuncSetAttribute(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    kOnce ? smem_optin() : int(smem)) == cudaSuccess;
-    (void)raised;  // a failure shows as the launch's error
+    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce>, size_t(smem));
     if (kOnce) ++once_launches;
     moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce>
         <<<dim3(unsigned(io.n_out / (64 * kWg)), slots), kThreads * kWg, size_t(smem), s>>>(p, plan, io);

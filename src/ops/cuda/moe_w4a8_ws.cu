@@ -21,6 +21,7 @@
 
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_w4a8.cuh"
+#include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda::w4a8 {
@@ -323,10 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_ws_kernel(MoeParams p, M
 
 template <bool kRowBase>
 void launch_ws(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    static const bool raised =
-        cudaFuncSetAttribute(moe_w4a8_ws_kernel<kRowBase>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSmemBytes) == cudaSuccess;
-    (void)raised;  // a failure shows as the launch's error
+    raise_dynamic_smem(moe_w4a8_ws_kernel<kRowBase>, kSmemBytes);
     const int64_t units = int64_t(slots) * (io.n_out / kRows);
     const unsigned grid = unsigned(std::min<int64_t>(units, sm_count()));
     moe_w4a8_ws_kernel<kRowBase><<<grid, kThreads, kSmemBytes, s>>>(p, plan, io);

@@ -19,6 +19,7 @@
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
+#include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
@@ -246,10 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeParams p, Moe
 template <int NM, int MT, bool kLo>
 void launch_tiles(const MoeParams& p, const MoePlan& plan, const WgIo& io, unsigned slots, cudaStream_t s) {
     constexpr int smem = kStages * kStageBytes + 1024;  // + the alignment of the swizzled stages
-    static const bool raised =
-        cudaFuncSetAttribute(moe_wgmma_kernel<NM, MT, kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             smem) == cudaSuccess;
-    (void)raised;  // a failure shows as the launch's error
+    raise_dynamic_smem(moe_wgmma_kernel<NM, MT, kLo>, smem);
     moe_wgmma_kernel<NM, MT, kLo>
         <<<dim3(unsigned(io.n_out / (64 * MT)), slots), kThreads, smem, s>>>(p, plan, io);
 }

@@ -1,0 +1,25 @@
+#include "ops/cuda/smem_limit.h"
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "ops/cuda/cuda_check.h"
+
+namespace di::cuda {
+
+void raise_dynamic_smem(const void* kernel, size_t bytes) {
+    constexpr size_t kDefault = 48 * 1024;  // what every kernel may take without the attribute
+    if (bytes <= kDefault) return;
+    int dev = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    static std::mutex mu;
+    static std::map<std::pair<const void*, int>, size_t> raised;  // (kernel, device) -> limit set
+    std::lock_guard lk(mu);
+    size_t& limit = raised[{kernel, dev}];
+    if (bytes <= limit) return;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    limit = bytes;
+}
+
+}  // namespace di::cuda
