@@ -394,10 +394,7 @@ bool launch_staged(const MoeParams& p, const MoePlan& plan, const Io& io, dim3 g
     static const size_t dynamic_limit = [] {
         cudaFuncAttributes fa{};
         DI_CUDA_CHECK(cudaFuncGetAttributes(&fa, moe_mma_kernel<NM, MT, kDirect, S>));
-        int dev = 0, optin = 0;
-        DI_CUDA_CHECK(cudaGetDevice(&dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        return size_t(optin) - fa.sharedSizeBytes;
+        return smem_optin() - fa.sharedSizeBytes;
     }();
     if (smem > dynamic_limit) return false;
     raise_dynamic_smem(moe_mma_kernel<NM, MT, kDirect, S>, smem);

@@ -328,17 +328,6 @@ bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 bool once_enabled = std::getenv("DEEPINFER_W4A8_SCALES_ONCE") != nullptr;
 int64_t once_launches = 0;
 
-// The device's opt-in shared memory a block (kOnce's size depends on K).
-int smem_optin() {
-    static const int v = [] {
-        int dev = 0, bytes = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        return bytes;
-    }();
-    return v;
-}
-
 template <int N, int kWg, bool kOnce>
 int64_t smem_bytes(int64_t chunks) {  // + the swizzle's alignment, + the rows, + kOnce's scales
     return stages(kWg) * stage_bytes(N, kWg, kOnce) + 1024 + N * 4 + (kOnce ? once_bytes(N, kWg, chunks) : 0);
@@ -364,7 +353,7 @@ template <int N, int kWg>
 bool once_applies(const MoeParams& p, const W8Io& io) {
     const int64_t chunks = io.K / kChunk;
     return once_enabled && N == 128 && p.scales_16b && chunks % 4 == 0 &&
-           smem_bytes<N, kWg, true>(chunks) <= smem_optin();
+           size_t(smem_bytes<N, kWg, true>(chunks)) <= smem_optin();
 }
 
 template <int N, int kWg>

@@ -8,6 +8,13 @@
 
 namespace di::cuda {
 
+size_t smem_optin() {
+    int dev = 0, bytes = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return size_t(bytes);
+}
+
 void raise_dynamic_smem(const void* kernel, size_t bytes) {
     constexpr size_t kDefault = 48 * 1024;  // what every kernel may take without the attribute
     if (bytes <= kDefault) return;

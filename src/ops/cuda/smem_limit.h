@@ -9,6 +9,10 @@
 
 namespace di::cuda {
 
+// The most shared memory a block may opt in to on the current device
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+size_t smem_optin();
+
 // Makes launches of `kernel` with up to `bytes` of dynamic shared memory valid on the current device.
 void raise_dynamic_smem(const void* kernel, size_t bytes);
 
