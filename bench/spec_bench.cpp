@@ -24,6 +24,7 @@
 //                              where the pick flips, whether the gap was within the rows' difference)
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,6 +48,48 @@ namespace {
 
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+    float d = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+    return d;
+}
+
+// Per row r of both: max |a[r] - b[r]|.
+std::vector<float> row_diffs(const std::vector<std::vector<float>>& a,
+                             const std::vector<std::vector<float>>& b) {
+    std::vector<float> d;
+    for (size_t r = 0; r < std::min(a.size(), b.size()); ++r) d.push_back(max_abs_diff(a[r], b[r]));
+    return d;
+}
+
+float median(std::vector<float> v) {
+    if (v.empty()) return 0;
+    std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+    return v[v.size() / 2];
+}
+
+// The first n values, as " 0.28 0.17 ...".
+std::string listed(const std::vector<float>& v, size_t n) {
+    std::string s;
+    for (size_t i = 0; i < std::min(v.size(), n); ++i) s += fmt::format(" {:.2g}", v[i]);
+    return s;
+}
+
+// Forces every "op=variant" of a comma-separated list (variant "" with `restore`: the default dispatch);
+// false naming the first item the backend does not know.
+bool force_variants(ops::Backend& be, const std::string& list, bool restore = false) {
+    std::istringstream items(list);
+    for (std::string item; std::getline(items, item, ',');) {
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos ||
+            !be.force_variant(item.substr(0, eq), restore ? "" : item.substr(eq + 1))) {
+            std::fprintf(stderr, "spec_bench: %s: no such op or variant\n", item.c_str());
+            return false;
+        }
+    }
+    return true;
 }
 
 struct Run {
@@ -137,8 +180,7 @@ Run decode(model::Model& m, const std::vector<int32_t>& prompt, int64_t n, doubl
         if (rows && plain &&
             at - 1 < plain->rows.size()) {  // plain->rows[i]: the row that picked token i + 1
             const std::vector<float>& one = plain->rows[at - 1];
-            float d = 0;
-            for (size_t i = 0; i < vocab; ++i) d = std::max(d, std::fabs(logits[i] - one[i]));
+            const float d = max_abs_diff(std::span(logits).first(vocab), one);
             const float gap = pick_and_gap(one).second;
             r.diffs.push_back(d), r.gaps.push_back(gap);
             r.flips += g.ids[0] != truth[at] ? 1 : 0;
@@ -175,21 +217,6 @@ std::vector<std::vector<float>> forced_rows(model::Model& m, const std::vector<i
     return rows;
 }
 
-// Median over rows of max |a - b|, and of max |a|.
-std::pair<float, float> median_diff(const std::vector<std::vector<float>>& a,
-                                    const std::vector<std::vector<float>>& b) {
-    std::vector<float> d, mag;
-    for (size_t r = 0; r < std::min(a.size(), b.size()); ++r) {
-        float x = 0, y = 0;
-        for (size_t i = 0; i < a[r].size(); ++i)
-            x = std::max(x, std::fabs(a[r][i] - b[r][i])), y = std::max(y, std::fabs(b[r][i]));
-        d.push_back(x), mag.push_back(y);
-    }
-    if (d.empty()) return {0, 0};
-    std::sort(d.begin(), d.end()), std::sort(mag.begin(), mag.end());
-    return {d[d.size() / 2], mag[mag.size() / 2]};
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -198,33 +225,20 @@ int main(int argc, char** argv) {
     double compare_tol = 0;
     std::string force, force_again;
     int64_t n_prompt = 64, n_decode = 64, n_layers = 4;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--preset")
-            preset = v;
-        else if (k == "--backend")
-            backend_name = v;
-        else if (k == "--precision")
-            precision = v;
-        else if (k == "--prompt")
-            n_prompt = std::stoll(v);
-        else if (k == "--decode")
-            n_decode = std::stoll(v);
-        else if (k == "--layers")
-            n_layers = std::stoll(v);
-        else if (k == "--accept")
-            accepts = v;
-        else if (k == "--profile")
-            profile = v;
-        else if (k == "--rows")
-            rows_flag = v;
-        else if (k == "--force")
-            force = v;
-        else if (k == "--force-again")
-            force_again = v;
-        else if (k == "--compare")
-            compare_tol = std::stod(v);
-    }
+    CLI::App app("spec_bench: speculative decoding's cost and gain (see the top of bench/spec_bench.cpp)");
+    app.add_option("--preset", preset, "demo | mid | mid-fullvocab | flash");
+    app.add_option("--backend", backend_name, "cpu | cuda | ref");
+    app.add_option("--precision", precision, "exact | native");
+    app.add_option("--prompt", n_prompt, "prompt tokens");
+    app.add_option("--decode", n_decode, "tokens a run");
+    app.add_option("--layers", n_layers, "layers of the preset");
+    app.add_option("--accept", accepts, "forced acceptance rates, space-separated");
+    app.add_option("--profile", profile, "1: per-op times");
+    app.add_option("--rows", rows_flag, "1: verify rows against one-token rows");
+    app.add_option("--force", force, "op=variant,... forced");
+    app.add_option("--force-again", force_again, "op=variant for the one-token rerun (with --rows)");
+    app.add_option("--compare", compare_tol, "relative tolerance: every op against ref");
+    CLI11_PARSE(app, argc, argv);
     demo::RandomModelSpec spec;
     if (preset == "mid-fullvocab") {
         spec = demo::mid_spec();
@@ -239,12 +253,7 @@ int main(int argc, char** argv) {
     if (!rm) return std::fprintf(stderr, "%s\n", rm.error().message.c_str()), 1;
     auto be = runtime::make_backend(backend_name);
     if (!be) return std::fprintf(stderr, "%s\n", be.error().message.c_str()), 1;
-    std::istringstream forced(force);
-    for (std::string item; std::getline(forced, item, ',');) {
-        const size_t eq = item.find('=');
-        if (eq == std::string::npos || !(*be)->force_variant(item.substr(0, eq), item.substr(eq + 1)))
-            return std::fprintf(stderr, "spec_bench: --force %s: no such op or variant\n", item.c_str()), 2;
-    }
+    if (!force_variants(**be, force)) return 2;
     std::unique_ptr<ops::ProfileBackend> prof;
     if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be);
     std::unique_ptr<ops::CompareBackend> compare;
@@ -276,27 +285,19 @@ int main(int argc, char** argv) {
         (*m)->set_precision(*p);
         // --force-again op=variant: the teacher-forced rerun with that op's dispatch forced (another kernel
         // for the same one-token steps: how far a rounding difference carries without any draft)
-        if (!force_again.empty())
-            (*be)->force_variant(force_again.substr(0, force_again.find('=')),
-                                 force_again.substr(force_again.find('=') + 1));
+        if (!force_variants(**be, force_again)) return 2;
         const auto again = forced_rows(**m, prompt, plain.tokens);
-        if (!force_again.empty()) (*be)->force_variant(force_again.substr(0, force_again.find('=')), "");
-        const auto [d_other, mag] = median_diff(alt, plain.rows);
-        const auto [d_again, mag2] = median_diff(again, plain.rows);
-        auto in_order = [&](const std::vector<std::vector<float>>& rs) {
-            std::string order;
-            for (size_t i = 0; i < std::min<size_t>(rs.size(), 24); ++i) {
-                float x = 0;
-                for (size_t j = 0; j < rs[i].size(); ++j)
-                    x = std::max(x, std::fabs(rs[i][j] - plain.rows[i][j]));
-                order += fmt::format(" {:.2g}", x);
-            }
-            return order;
-        };
+        force_variants(**be, force_again, true);
+        const std::vector<float> d_other = row_diffs(alt, plain.rows), d_again = row_diffs(again, plain.rows);
+        std::vector<float> mag;
+        for (const std::vector<float>& row : plain.rows) {
+            const auto [lo, hi] = std::minmax_element(row.begin(), row.end());
+            mag.push_back(std::max(std::fabs(*lo), std::fabs(*hi)));
+        }
         fmt::print(
             "one-token rows: median max |logit| {:.3g}; median max |diff| against the other precision {:.3g} "
             "(in order:{}), against the same run teacher-forced {:.3g} (in order:{})\n",
-            mag, d_other, in_order(alt), d_again, in_order(again));
+            median(mag), median(d_other), listed(d_other, 24), median(d_again), listed(d_again, 24));
     }
     fmt::print(
         "preset {} ({} layers + the MTP block), backend {}, precision {}, prompt {}, {} tokens a run\n",
@@ -314,17 +315,13 @@ int main(int argc, char** argv) {
                    double(r.kept) / double(r.drafts), r.steps, r.kept, 1e3 * r.seconds / double(r.steps),
                    1e3 * r.draft_seconds / double(r.steps), rate, rate / plain_rate, r.mismatches);
         if (rows && !r.diffs.empty()) {
-            std::vector<float> d = r.diffs, gp = r.gaps;
-            std::sort(d.begin(), d.end()), std::sort(gp.begin(), gp.end());
-            std::string first;
-            for (size_t i = 0; i < std::min<size_t>(r.diffs.size(), 12); ++i)
-                first += fmt::format(" {:.2g}", r.diffs[i]);
-            fmt::print("    verify steps' max |diff| in order:{}\n", first);
+            fmt::print("    verify steps' max |diff| in order:{}\n", listed(r.diffs, 12));
             fmt::print(
                 "    verify row 0 against the one-token row: max |diff| median {:.3g}, largest {:.3g}; the "
                 "one-token row's top-2 gap median {:.3g}, smallest {:.3g}; {} of {} flipped picks had a "
                 "gap within twice the diff\n",
-                d[d.size() / 2], d.back(), gp[gp.size() / 2], gp.front(), r.flips_within, r.flips);
+                median(r.diffs), *std::max_element(r.diffs.begin(), r.diffs.end()), median(r.gaps),
+                *std::min_element(r.gaps.begin(), r.gaps.end()), r.flips_within, r.flips);
         }
         if (prof) {
             fmt::print("speculative run, per op:\n{}\n", ops::ProfileBackend::markdown_of(prof->table()));
