@@ -322,9 +322,11 @@ void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v
 bool mhc_split_supported(const MhcParams& p);
 // kSplitK's sums from kMhcDmmaMinTokens tokens on (mhc_mix_dmma.cu: FP64 tensor cores, the products and sums
 // in double) where it applies: M <= 24 mixes, hc * D a multiple of 128, 16-byte aligned streams and fn rows.
-// part [n, M + 1]: each token's sum of squares, then its M mixes.
+// part [n, splits, M + 1]: each token's sum of squares, then its M mixes, over each split of the columns
+// (mhc_mix_dmma_splits: by the width only).
 inline constexpr int64_t kMhcDmmaMinTokens = 2048;
 bool mhc_mix_dmma_supported(const MhcParams& p, int M);
+int64_t mhc_mix_dmma_splits(const MhcParams& p);
 void launch_mhc_mix_dmma(const MhcParams& p, int M, double* part, Stream s);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
@@ -427,10 +429,11 @@ void set_moe_w4a8_ws(bool on);
 void set_moe_w4a8_wg2(bool on);
 // w4a8's scales copied once (a block's weight rows' group scales, a tile's token scales) by 16-byte copies
 // instead of a 4-byte copy a row and chunk into every stage, which took 32 shared-memory wavefronts each (38%
-// of the kernel's on an H100, docs/benchmarks.md); the same sums. Off until measured on the GPU
-// (DEEPINFER_W4A8_SCALES_ONCE); applies where every scale row is 16-byte aligned and K / 128 is a multiple
-// of 4. The launches it made so far (tests check that it ran).
+// of the kernel's on an H100, docs/benchmarks.md); the same bits. On by default (H100: the 4,096-token
+// MoE 12.8% faster; DEEPINFER_W4A8_SCALES_IN_STAGES turns it off); applies where every scale row is 16-byte
+// aligned and K / 128 is a multiple of 4. The launches it made so far (tests check that it ran).
 void set_moe_w4a8_scales_once(bool on);
+bool moe_w4a8_scales_once();
 int64_t moe_w4a8_scales_once_launches();
 // The native precision's activations quantised inside stream_gemv (where it stages x) and the one-token moe
 // mma (where its warps make their chunks of x and h) instead of by a quantiser launch before them: off until

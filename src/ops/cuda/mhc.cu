@@ -421,19 +421,26 @@ __global__ void __launch_bounds__(kFinishThreads)
             p.x[t * p.ld_x + c] * ninv * (norm.w != nullptr ? load_f(norm.w, norm.wdt, c) : 1.0f);
 }
 
-// A prefill's finish (one split, hc = 4) in two launches: the finish kernel holds a token a block at 512
-// threads and ~123 registers, one block an SM, so each SM waits out ~30 tokens' Sinkhorn chains in a row
-// (~290 us a call at 4,096 tokens where the bytes take ~100). Here a warp a token computes pre / post / comb
-// (the finish kernel's expressions: the same bits), then a block a token collapses and norms at the
-// bandwidth.
+// A prefill's finish (the FP64 tensor cores' partials, hc = 4) in two launches: the finish kernel holds a
+// token a block at 512 threads and ~123 registers, one block an SM, so each SM waits out ~30 tokens' Sinkhorn
+// chains in a row (~290 us a call at 4,096 tokens where the bytes take ~100). Here a warp a token adds the
+// splits' partials in split order and computes pre / post / comb (the finish kernel's expressions), then a
+// block a token collapses and norms at the bandwidth.
 constexpr int kCoefWarps = 4;
 __global__ void __launch_bounds__(32 * kCoefWarps)
-    mhc_coef_kernel(MhcParams p, int M, const double* part, float* pre_out) {
+    mhc_coef_kernel(MhcParams p, int M, int64_t splits, const double* part, float* pre_out) {
     allow_early_next();
+    __shared__ double mixes[kCoefWarps][kMaxMix + 1];
     const int64_t t = int64_t(blockIdx.x) * kCoefWarps + (threadIdx.x >> 5);
     if (t >= p.n) return;
     const int lane = threadIdx.x & 31;
-    const double* mix = part + t * (M + 1);
+    double* mix = mixes[threadIdx.x >> 5];
+    for (int m = lane; m <= M; m += 32) {  // the splits' partials in split order
+        double acc = 0;
+        for (int64_t sp = 0; sp < splits; ++sp) acc += part[(t * splits + sp) * (M + 1) + m];
+        mix[m] = acc;
+    }
+    __syncwarp();
     const double inv = mix_inv(mix[0], 4 * p.D, p.norm_eps);
     if (lane < 4) {
         pre_out[t * 4 + lane] = pre_weight(inv, mix[1 + lane], p.scale[0], p.base[lane], p.hc_eps);
@@ -516,7 +523,7 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
     const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
     const bool dmma =
         p.n >= kMhcDmmaMinTokens && mhc_mix_dmma_supported(p, M);  // a prefill: FP64 tensor cores
-    const int64_t splits = dmma ? 1 : (p.hc * p.D + kSplitCols - 1) / kSplitCols;
+    const int64_t splits = dmma ? mhc_mix_dmma_splits(p) : (p.hc * p.D + kSplitCols - 1) / kSplitCols;
     const bool two_step = dmma && collapse_ok(p, norm);  // pre [n, 4] after the partials
     const size_t part_bytes = size_t(p.n * splits * (M + 1)) * sizeof(double);
     auto* part =
@@ -525,8 +532,8 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
         launch_mhc_mix_dmma(p, M, part, s);
         if (two_step) {
             float* pre = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(part) + part_bytes);
-            mhc_coef_kernel<<<blocks_for(p.n, kCoefWarps), 32 * kCoefWarps, 0, as_stream(s)>>>(p, M, part,
-                                                                                               pre);
+            mhc_coef_kernel<<<blocks_for(p.n, kCoefWarps), 32 * kCoefWarps, 0, as_stream(s)>>>(p, M, splits,
+                                                                                               part, pre);
             const unsigned threads = unsigned((p.D / 16 + 31) / 32 * 32);
             mhc_collapse_kernel<<<unsigned(p.n), threads, 0, as_stream(s)>>>(p, pre, norm);
             return;

@@ -4,11 +4,16 @@
 // split_k spends its time on the f32 -> f64 conversions of every product and a warp's shuffle tree per token
 // and split (~215 us for 4,096 tokens of V4-Flash's 16,384-wide streams, where reading them takes ~65 us);
 // here each element is widened once and the tensor cores sum.
-// Block: 32 tokens, all columns, 8 warps; K tiles of 128 columns staged by cp.async (three stages); warp w
-// takes columns 16 w .. 16 w + 15 of each tile (four k4 steps), all 32 tokens (four m8 groups) x up to 24
-// mixes (three n8 groups); at the end the eight warps' partial sums are added in warp order, so a token's
-// sums depend on its own row only: deterministic and batch-invariant. Output: part[t][0] the sum of squares,
-// part[t][1 + m] mix m (the finish kernel's partials with one split).
+// Block: 32 tokens, a split's columns (kSplits splits of the width, blockIdx.y; two blocks an SM, so that a
+// 4,096-token prefill's 128 token blocks fill the SMs four times over: one block an SM of 8 warps, all
+// columns, took 237 us an H100 call at 1.14 TB/s); K tiles of 128 columns staged by cp.async (three stages);
+// warp w takes columns 16 w .. 16 w + 15 of each tile (four k4 steps), all 32 tokens (four m8 groups) x up to
+// 24 mixes (three n8 groups); at the end the eight warps' partial sums are added in warp order, so a token's
+// sums depend on its own row only: deterministic and batch-invariant (the split count depends on the width
+// only). Output: part[t][s][0] split s's sum of squares, part[t][s][1 + m] its mix m (the finish kernel's
+// partials).
+#include <algorithm>
+
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/smem_limit.h"
@@ -17,7 +22,7 @@
 namespace di::cuda {
 namespace {
 
-constexpr int kTokens = 32, kWarps = 8, kKT = 128, kStages = 3;
+constexpr int kTokens = 32, kWarps = 8, kKT = 128, kStages = 3, kSplits = 4;
 constexpr int kLd = kKT + 4;  // a staged row's stride in floats: rows g and g + 1 4 banks apart
 constexpr int kMaxRows = 24;  // mixes a block computes (hc = 4: 24; the head: 4)
 constexpr int kStageFloats = (kTokens + kMaxRows) * kLd;
@@ -32,10 +37,12 @@ __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
 }
 
 template <int NT>  // n8 groups of mixes: ceil(M / 8)
-__global__ void __launch_bounds__(kWarps * 32, 1) mhc_mix_dmma_kernel(MhcParams p, int M, double* part) {
+__global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_dmma_kernel(MhcParams p, int M, double* part) {
     allow_early_next();
     extern __shared__ __align__(16) float st[];
-    const int64_t width = p.hc * p.D, tiles = width / kKT, t0 = int64_t(blockIdx.x) * kTokens;
+    const int64_t width = p.hc * p.D, all_tiles = width / kKT, t0 = int64_t(blockIdx.x) * kTokens;
+    const int64_t splits = gridDim.y, sp = blockIdx.y, k0 = sp * all_tiles / splits,
+                  tiles = (sp + 1) * all_tiles / splits - k0;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     // copies of tile k: token rows (zeros past n) and fn rows (zeros past M), 16 bytes a copy
     auto issue = [&](int64_t k) {
@@ -47,7 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mhc_mix_dmma_kernel(MhcParams 
             const bool valid = tok ? row < p.n : row < M;
             const float* src =
                 tok ? p.streams + (valid ? row : 0) * width : p.fn + (valid ? row : 0) * p.ld_fn;
-            wg::cp_async16(wg::smem_addr(s + r * kLd + 4 * c4), src + k * kKT + 4 * c4, valid);
+            wg::cp_async16(wg::smem_addr(s + r * kLd + 4 * c4), src + (k0 + k) * kKT + 4 * c4, valid);
         }
     };
     double c[4][NT][2] = {};
@@ -101,7 +108,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) mhc_mix_dmma_kernel(MhcParams 
         double acc = 0;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) acc += red[(w * kTokens + tok) * kOut + m];
-        part[(t0 + tok) * (M + 1) + m] = acc;
+        part[((t0 + tok) * splits + sp) * (M + 1) + m] = acc;
     }
 }
 
@@ -112,11 +119,14 @@ bool mhc_mix_dmma_supported(const MhcParams& p, int M) {
            reinterpret_cast<uintptr_t>(p.streams) % 16 == 0 && reinterpret_cast<uintptr_t>(p.fn) % 16 == 0;
 }
 
+int64_t mhc_mix_dmma_splits(const MhcParams& p) { return std::min<int64_t>(kSplits, p.hc * p.D / kKT); }
+
 namespace {
 template <int NT>
 void launch_nt(const MhcParams& p, int M, double* part, cudaStream_t s) {
     raise_dynamic_smem(mhc_mix_dmma_kernel<NT>, kSmemBytes);
-    mhc_mix_dmma_kernel<NT><<<blocks_for(p.n, kTokens), kWarps * 32, kSmemBytes, s>>>(p, M, part);
+    const dim3 grid(blocks_for(p.n, kTokens), unsigned(mhc_mix_dmma_splits(p)));
+    mhc_mix_dmma_kernel<NT><<<grid, kWarps * 32, kSmemBytes, s>>>(p, M, part);
 }
 }  // namespace
 

@@ -325,7 +325,9 @@ bool n64_enabled = std::getenv("DEEPINFER_W4A8_N64") != nullptr;
 
 bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 
-bool once_enabled = std::getenv("DEEPINFER_W4A8_SCALES_ONCE") != nullptr;
+// On unless DEEPINFER_W4A8_SCALES_IN_STAGES is set (H100, 4,096 tokens: 3,743 against 4,291 us; 2,730:
+// 3,426 against 3,934; skewed routing 4,308 against 5,042; docs/benchmarks.md).
+bool once_enabled = std::getenv("DEEPINFER_W4A8_SCALES_IN_STAGES") == nullptr;
 int64_t once_launches = 0;
 
 template <int N, int kWg, bool kOnce>
@@ -437,6 +439,7 @@ void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_scales_once(bool on) { once_enabled = on; }
+bool moe_w4a8_scales_once() { return once_enabled; }
 int64_t moe_w4a8_scales_once_launches() { return once_launches; }
 
 // w4a8 from 64 pairs an expert: its 128-token tiles convert an expert's weights once a tile, so with fewer
