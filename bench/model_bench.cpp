@@ -11,6 +11,7 @@
 //               [--profile 1] (per-op time, bytes and GB/s of the prefill and of the decode steps; every op
 //                              synchronised, so the totals exceed the unprofiled times by the launch gaps)
 //               [--profile host] (nothing synchronised: the host's time to issue each op)
+//               [--profile shapes] (as 1, linear apart by weight format and shape, attention by kind)
 //               [--gpus N]    (N expert-parallel ranks, each sequence on one: GPUs 0 .. N-1 on cuda,
 //                              threads on cpu and ref; docs/parallel.md)
 #include <fmt/format.h>
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
     (*be)->set_graphs(graphs == "on");
     std::unique_ptr<ops::ProfileBackend> prof;
     if (profile != "0") prof = std::make_unique<ops::ProfileBackend>(**be, profile != "host");
+    if (prof) prof->set_by_shape(profile == "shapes");
     ops::Backend& run_on = prof ? *prof : **be;
     auto m = in_memory.checkpoint ? runtime::load_model_in_memory(in_memory.config_json, in_memory.checkpoint,
                                                                   run_on, expert_ranks)

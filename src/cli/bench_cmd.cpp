@@ -1,7 +1,8 @@
 // deepinfer bench: prefill and decode throughput of a model (or the demo model) on a backend -- warm-up
 // runs, then repetitions reported as mean, sample standard deviation, min and max -- and the per-sequence
 // state size at several lengths; text or --json. --profile adds the per-op time of the last run's prefill
-// and decode steps (every op synchronised, so that run is slower). Kernel-level benchmarks live in bench/.
+// and decode steps (every op synchronised, so that run is slower), --profile-shapes the same with linear and
+// attention split by shape and kind. Kernel-level benchmarks live in bench/.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@ namespace {
 
 struct Options : GenOptions {
     int64_t prompt = 256, decode = 16, batch = 1, warmup = 1, repetitions = 3, context = 0;
-    bool json = false, profile = false;
+    bool json = false, profile = false, profile_shapes = false;
 };
 
 nlohmann::json to_json(const std::vector<ops::OpProfile>& t) {
@@ -62,9 +63,10 @@ int run_bench(const Options& o) {
         return fail(
             "bench: --prompt, --decode, --batch and --repetitions must be >= 1, --warmup and --context >= 0");
     const runtime::BackendChoice backend = runtime::resolve_backend(o.backend);
-    auto lm = load_for_generation(o, o.profile);
+    auto lm = load_for_generation(o, o.profile || o.profile_shapes);
     if (!lm) return fail(lm.error().message);
     ops::ProfileBackend* prof = lm->profile.get();
+    if (prof) prof->set_by_shape(o.profile_shapes);
     std::vector<ops::OpProfile> prefill_ops, decode_ops;  // of the last run
     const auto& cfg = lm->model->config();
     const auto& ws = lm->model->weight_stats();
@@ -159,6 +161,10 @@ std::function<int()> setup(CLI::App& app) {
     app.add_flag("--profile", o->profile,
                  "per-op time, share, bytes and GB/s, GFLOP and TFLOP/s of the products, of the last run's "
                  "prefill and decode steps (every op synchronised: that run is slower)");
+    app.add_flag(
+        "--profile-shapes", o->profile_shapes,
+        "--profile with the linears apart by weight format and shape and attention by what it attends "
+        "to (window, csa picks, hca entries)");
     return [o] { return run_bench(*o); };
 }
 

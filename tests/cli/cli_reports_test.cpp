@@ -100,6 +100,49 @@ TEST(CliReports, BenchProfileSplitsPrefillAndDecode) {
     EXPECT_EQ(flops("prefill", "rms_norm_rope"), 0);
 }
 
+// --profile-shapes: the same run with linear and attention split apart; the split rows add up to the
+// op's row of --profile (calls and flops: both follow from the shapes, not the clock), each linear row names
+// a weight shape of the model (q_a: hidden -> q_lora_rank, once a layer), and attention's kinds are the three
+// it can take.
+TEST(CliReports, BenchProfileShapesSplitsLinearAndAttention) {
+    const std::string cmd =
+        "bench --model " + kFixture.string() + " --backend cpu --prompt 9 --decode 2 -r 1 --warmup 0 --json";
+    const CliRun whole = run_cli(cmd + " --profile"), split = run_cli(cmd + " --profile-shapes");
+    ASSERT_EQ(whole.rc, 0) << whole.err;
+    ASSERT_EQ(split.rc, 0) << split.err;
+    const nlohmann::json w = nlohmann::json::parse(whole.out), p = nlohmann::json::parse(split.out);
+    const int64_t layers = fixture_config()["num_hidden_layers"], hidden = fixture_config()["hidden_size"],
+                  q_rank = fixture_config()["q_lora_rank"];
+    const std::string q_a = "linear f32 " + std::to_string(hidden) + "->" + std::to_string(q_rank);
+    for (const char* phase : {"prefill", "decode"}) {
+        for (const char* op : {"linear", "attention"}) {
+            int64_t whole_calls = -1, split_calls = 0;
+            double whole_flops = -1, split_flops = 0;
+            for (const nlohmann::json& e : w["profile"][phase])
+                if (e["op"] == op) whole_calls = e["calls"], whole_flops = e["flops"];
+            for (const nlohmann::json& e : p["profile"][phase]) {
+                const std::string name = e["op"];
+                EXPECT_NE(name, op) << phase << ": the op's own row is split";
+                if (name.rfind(std::string(op) + " ", 0) != 0) continue;
+                split_calls += e["calls"].get<int64_t>(), split_flops += e["flops"].get<double>();
+                if (std::string(op) == "attention")
+                    EXPECT_TRUE(name == "attention window" || name == "attention csa" ||
+                                name == "attention hca")
+                        << name;
+                else
+                    EXPECT_EQ(name.rfind("linear f32 ", 0), 0u) << name;  // the fixture's weights are f32
+            }
+            EXPECT_GT(whole_calls, 0) << phase << " " << op;
+            EXPECT_EQ(split_calls, whole_calls) << phase << " " << op;
+            EXPECT_DOUBLE_EQ(split_flops, whole_flops) << phase << " " << op;
+        }
+        int64_t q_a_calls = 0;
+        for (const nlohmann::json& e : p["profile"][phase])
+            if (e["op"] == q_a) q_a_calls = e["calls"];
+        EXPECT_GE(q_a_calls, std::string(phase) == "prefill" ? layers : 2 * layers) << q_a;
+    }
+}
+
 TEST(CliReports, BenchRejectsZeroRepetitionsInOneLine) {
     const CliRun r = run_cli("bench --model " + kFixture.string() + " -r 0");
     EXPECT_EQ(r.rc, 1);

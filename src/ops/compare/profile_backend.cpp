@@ -11,8 +11,28 @@ namespace di::ops {
 
 double weight_bytes(const QWeight& w) { return double(w.data.nbytes()) + double(w.scale.nbytes()); }
 
+std::string linear_shape_name(const QWeight& w) {
+    const std::string format = w.format == WeightFormat::kFp8Block   ? "fp8"
+                               : w.format == WeightFormat::kFp4Group ? "fp4"
+                                                                     : std::string(dtype_name(w.data.dtype));
+    return fmt::format("linear {} {}->{}", format, w.in_dim, w.out_dim);
+}
+
+std::string attention_kind_name(CompMask m) {
+    switch (m) {
+        case CompMask::kNone:
+            return "attention window";
+        case CompMask::kCausal:
+            return "attention hca";
+        case CompMask::kPicks:
+            return "attention csa";
+    }
+    return "attention";
+}
+
 template <class Args, class Fn>
-void ProfileBackend::timed(const char* op, Args a, double wbytes, Fn&& run, bool count_views, double flops) {
+void ProfileBackend::timed(const std::string& op, Args a, double wbytes, Fn&& run, bool count_views,
+                           double flops) {
     double bytes = wbytes;
     if (count_views) a.visit([&](const char*, const TensorView& v, Role) { bytes += double(v.nbytes()); });
     if (sync_) subject_.synchronize();
@@ -51,7 +71,8 @@ void ProfileBackend::swiglu(const SwigluArgs& a) {
 }
 void ProfileBackend::linear(const LinearArgs& a) {
     timed(
-        "linear", a, weight_bytes(a.w), [&] { subject_.linear(a); }, true, linear_flops(a));
+        by_shape_ ? linear_shape_name(a.w) : "linear", a, weight_bytes(a.w), [&] { subject_.linear(a); },
+        true, linear_flops(a));
 }
 void ProfileBackend::rms_norm(const RmsNormArgs& a) {
     timed("rms_norm", a, double(a.weight.nbytes()), [&] { subject_.rms_norm(a); });
@@ -70,7 +91,8 @@ void ProfileBackend::attention(const AttentionArgs& a) {
     const std::vector<int32_t> picks =
         a.comp_mask == CompMask::kPicks ? host_ids(a.picks) : std::vector<int32_t>{};
     timed(
-        "attention", a, 0, [&] { subject_.attention(a); }, true, attention_flops(a, picks));
+        by_shape_ ? attention_kind_name(a.comp_mask) : "attention", a, 0, [&] { subject_.attention(a); },
+        true, attention_flops(a, picks));
 }
 void ProfileBackend::window_store(const WindowStoreArgs& a) {
     timed("window_store", a, 0, [&] { subject_.window_store(a); });

@@ -73,6 +73,10 @@ class ProfileBackend final : public Backend {
     void hc_head_norm(const HcHeadArgs& head, const RmsNormArgs& n) override;
     void add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) override;
 
+    // By shape: linear's rows apart by weight format and in -> out ("linear fp8 4096->1024"), attention's by
+    // what the call attends to besides its window ("attention window", "attention csa": picked compressed
+    // entries, "attention hca": all of them), so a prefill's time can be laid on the GEMM table's shapes.
+    void set_by_shape(bool on) { by_shape_ = on; }
     // Ops by total time, largest first; reset() starts a new measurement.
     std::vector<OpProfile> table() const;
     void reset() { ops_.clear(); }
@@ -84,17 +88,21 @@ class ProfileBackend final : public Backend {
   private:
     // count_views: add every tensor the Args visit (in and out) to `weight_bytes`.
     template <class Args, class Fn>
-    void timed(const char* op, Args a, double weight_bytes, Fn&& run, bool count_views = true,
+    void timed(const std::string& op, Args a, double weight_bytes, Fn&& run, bool count_views = true,
                double flops = 0);
     // A device i32 tensor's values on the host, row-major (the op is synchronised anyway).
     std::vector<int32_t> host_ids(const TensorView& v);
 
     Backend& subject_;
     bool sync_;
+    bool by_shape_ = false;
     std::map<std::string, OpProfile> ops_;
 };
 
 // Bytes of a weight in its stored format (data and scales).
 double weight_bytes(const QWeight& w);
+// The by-shape names (ProfileBackend::set_by_shape).
+std::string linear_shape_name(const QWeight& w);
+std::string attention_kind_name(CompMask m);
 
 }  // namespace di::ops
