@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ran 2026-12-06 (fourth session, H100): PART=once (w4a8's scales copied once: the same bits, 12.8% faster,
-#   now the default; docs/benchmarks.md) and PART=spec; the w4a8 cases need more than 150 s (the reference's
-#   scalar MoE takes 15-22 s a case on the GPU machine's CPU). PART=once now compares the default against
+#   now the default; docs/benchmarks.md) and PART=spec; the w4a8 cases needed more than 150 s (the reference's
+#   MoE took 15-22 s a case on the GPU machine's CPU; since then it dequantises each expert once, ~8x faster
+#   on the same bits). PART=once now compares the default against
 #   DEEPINFER_W4A8_SCALES_IN_STAGES=1. Pack (4.8 MB; with the 61.4 MB tree just under a call's 64 MiB):
 #   TRACE=0 BINS="tests/gpu/cuda_ops_test bench/model_bench bench/cuda_kernel_bench bench/spec_bench
 #   tests/model/speculative_test" tools/gpu_pack.sh
