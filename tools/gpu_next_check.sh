@@ -1,4 +1,9 @@
 #!/usr/bin/env bash
+# Next first (written 2026-12-06, fourth session): PART=shapes (~3 min; pack: TRACE=0 BINS="bench/model_bench
+#   bench/cuda_kernel_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the 4-layer native prefill's profile
+#   by shape (`--profile shapes`: each linear shape's and each attention kind's time and TFLOP/s) at 4,096
+#   and 32,768 tokens, the FP8 GEMM table in the same call, then the MoE and mHC cases against the reference
+#   (the reference's MoE now dequantises each expert once: the cases should take seconds, not 15-22 s each).
 # Ran 2026-12-06 (fourth session, H100): PART=once (w4a8's scales copied once: the same bits, 12.8% faster,
 #   now the default; docs/benchmarks.md) and PART=spec; the w4a8 cases needed more than 150 s (the reference's
 #   MoE took 15-22 s a case on the GPU machine's CPU; since then it dequantises each expert once, ~8x faster
@@ -102,6 +107,18 @@ case ${PART:-fp8} in
     timeout 45 $d/bin/persistent_layer_probe 8 5 1 0.5 0
     OUT=$OUT/native PRECISION=native BATCHES="1 16" GRAPHS=on DECODE=16 timeout 120 tools/gpu_decode_layers.sh
     ;;
+  shapes)  # where the prefill's time goes by linear shape and attention kind (pack above)
+    for n in 4096 32768; do
+      timeout 150 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt $n \
+        --decode 1 --profile shapes > "$OUT/shapes_$n.log" 2>&1
+      echo "profile shapes $n rc $?"; sed -n '/profile of the prefill/,/^| total/p' "$OUT/shapes_$n.log"
+    done
+    timeout 120 $d/bin/cuda_kernel_bench --only gemm > "$OUT/gemm.log" 2>&1
+    echo "gemm rc $?"; grep -E "dense cuBLASLt|n=4096" "$OUT/gemm.log" | head -20
+    timeout 200 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/*:CudaMhc.*:CudaFused.*' \
+      > "$OUT/moe.log" 2>&1
+    echo "moe and mhc tests rc $?"; summary "$OUT/moe.log"
+    ;;
   next)  # the ring probe, then speculative decoding's speed (one pack, above)
     timeout 90 $d/bin/persistent_layer_probe 8 5 1 0.5 0
     for p in native exact; do
@@ -151,6 +168,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: shapes | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0
