@@ -2,7 +2,8 @@
 # Next first (written 2026-12-06, fourth session): PART=shapes (~3 min; pack: TRACE=0 BINS="bench/model_bench
 #   bench/cuda_kernel_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the 4-layer native prefill's profile
 #   by shape (`--profile shapes`: each linear shape's and each attention kind's time and TFLOP/s) at 4,096
-#   and 32,768 tokens, the FP8 GEMM table in the same call, then the MoE and mHC cases against the reference
+#   and 32,768 tokens and of a batch-256 decode step, the FP8 GEMM table in the same call, then the MoE and
+#   mHC cases against the reference
 #   (the reference's MoE now dequantises each expert once: the cases should take seconds, not 15-22 s each).
 # Ran 2026-12-06 (fourth session, H100): PART=once (w4a8's scales copied once: the same bits, 12.8% faster,
 #   now the default; docs/benchmarks.md) and PART=spec; the w4a8 cases needed more than 150 s (the reference's
@@ -113,6 +114,10 @@ case ${PART:-fp8} in
         --decode 1 --profile shapes > "$OUT/shapes_$n.log" 2>&1
       echo "profile shapes $n rc $?"; sed -n '/profile of the prefill/,/^| total/p' "$OUT/shapes_$n.log"
     done
+    # batch-256 decode (20.9 ms a 4-layer step on the H200, 2026-12-03: ~10x what its bytes and flops take)
+    timeout 150 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --batch 256 \
+      --prompt 16 --context 4096 --decode 8 --profile shapes > "$OUT/shapes_b256.log" 2>&1
+    echo "profile shapes batch 256 rc $?"; sed -n '/decode steps/,/^| total/p' "$OUT/shapes_b256.log"
     timeout 120 $d/bin/cuda_kernel_bench --only gemm > "$OUT/gemm.log" 2>&1
     echo "gemm rc $?"; grep -E "dense cuBLASLt|n=4096" "$OUT/gemm.log" | head -20
     timeout 200 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/*:CudaMhc.*:CudaFused.*' \
