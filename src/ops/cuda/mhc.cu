@@ -11,7 +11,7 @@
 //   per_mix:  the first kernel, kept as the fallback: one block per (mix row, token), Sinkhorn on one
 //             thread (its double divisions in series dominate: ~100 us per call on V4-Flash).
 // From kMhcDmmaMinTokens tokens (a prefill), split_k's partial sums come from mhc_mix_dmma.cu instead (the
-// FP64 tensor cores, one split); for hc = 4 the finish then runs as a warp a token for pre / post / comb and
+// FP64 tensor cores, four splits); for hc = 4 the finish then runs as a warp a token for pre / post / comb and
 // a bandwidth-bound collapse (mhc_coef_kernel, mhc_collapse_kernel), otherwise the same finish kernel
 // follows. Both deterministic (fixed reduction trees). launch_mhc_pre_norm (fused_kernels.h) runs split_k
 // with the following rms_norm in the finish kernel.
@@ -28,7 +28,7 @@ constexpr int kMaxHc = 8;
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 // split_k's weights from a token's summed partials (its finish kernel and, for a prefill, mhc_coef_kernel:
-// the same bits): the mixes' common factor f32(1 / rms) of the streams, then pre and post.
+// the same expressions on the sums): the mixes' common factor f32(1 / rms) of the streams, then pre and post.
 __device__ __forceinline__ double mix_inv(double sumsq, int64_t width, float eps) {
     return double(float(1.0 / sqrt(sumsq / double(width) + double(eps))));
 }
