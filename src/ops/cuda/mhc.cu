@@ -11,8 +11,8 @@
 //   per_mix:  the first kernel, kept as the fallback: one block per (mix row, token), Sinkhorn on one
 //             thread (its double divisions in series dominate: ~100 us per call on V4-Flash).
 // From kMhcDmmaMinTokens tokens (a prefill), split_k's partial sums come from mhc_mix_dmma.cu instead (the
-// FP64 tensor cores, four splits); for hc = 4 the finish then runs as a warp a token for pre / post / comb and
-// a bandwidth-bound collapse (mhc_coef_kernel, mhc_collapse_kernel), otherwise the same finish kernel
+// FP64 tensor cores, four splits); for hc = 4 the finish then runs as a warp a token for pre / post / comb
+// and a bandwidth-bound collapse (mhc_coef_kernel, mhc_collapse_kernel), otherwise the same finish kernel
 // follows. Both deterministic (fixed reduction trees). launch_mhc_pre_norm (fused_kernels.h) runs split_k
 // with the following rms_norm in the finish kernel.
 #include <cstdlib>
