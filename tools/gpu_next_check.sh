@@ -108,19 +108,23 @@ case ${PART:-fp8} in
     timeout 45 $d/bin/persistent_layer_probe 8 5 1 0.5 0
     OUT=$OUT/native PRECISION=native BATCHES="1 16" GRAPHS=on DECODE=16 timeout 120 tools/gpu_decode_layers.sh
     ;;
-  shapes)  # where the prefill's time goes by linear shape and attention kind (pack above)
+  shapes)  # where the prefill's time goes by linear shape and attention kind (pack above; the tests take
+            # what is left of a call's 600 s)
+    SECONDS=0
     for n in 4096 32768; do
-      timeout 150 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt $n \
+      timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt $n \
         --decode 1 --profile shapes > "$OUT/shapes_$n.log" 2>&1
       echo "profile shapes $n rc $?"; sed -n '/profile of the prefill/,/^| total/p' "$OUT/shapes_$n.log"
     done
     # batch-256 decode (20.9 ms a 4-layer step on the H200, 2026-12-03: ~10x what its bytes and flops take)
-    timeout 150 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --batch 256 \
+    timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --batch 256 \
       --prompt 16 --context 4096 --decode 8 --profile shapes > "$OUT/shapes_b256.log" 2>&1
     echo "profile shapes batch 256 rc $?"; sed -n '/decode steps/,/^| total/p' "$OUT/shapes_b256.log"
-    timeout 120 $d/bin/cuda_kernel_bench --only gemm > "$OUT/gemm.log" 2>&1
+    timeout 90 $d/bin/cuda_kernel_bench --only gemm > "$OUT/gemm.log" 2>&1
     echo "gemm rc $?"; grep -E "dense cuBLASLt|n=4096" "$OUT/gemm.log" | head -20
-    timeout 200 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/*:CudaMhc.*:CudaFused.*' \
+    left=$((570 - SECONDS)); ((left > 10)) || left=10  # (timeout 0 would mean none)
+    timeout $left $d/bin/cuda_ops_test \
+      --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/*:CudaMhc.*:CudaFused.*' \
       > "$OUT/moe.log" 2>&1
     echo "moe and mhc tests rc $?"; summary "$OUT/moe.log"
     ;;
