@@ -316,10 +316,11 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     data.reserve(size_t(12 * E)), scale.reserve(size_t(12 * E));
     const bool once_default = cuda::moe_w4a8_scales_once();
     cuda::set_moe_w4a8_scales_once(false);  // the other passes with the scales in the stages
-    // odd chunk counts (5 and 3), then chunk counts that are multiples of 4 (4 and 4: the scales-once
-    // copies); ~150 pairs an expert, so tiles end inside an expert.
+    // odd chunk counts (5 and 3), then chunk counts that are multiples of 4 (16 and 4: the scales-once
+    // copies, up's rows four 16-byte units each, two a thread, down's one); ~150 pairs an expert, so tiles
+    // end inside an expert.
     for (const auto& [n, D, I] :
-         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{260, 640, 384}, {300, 512, 512}})
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{260, 640, 384}, {300, 2048, 512}})
         for (const bool chunk_scales : {false, true}) {
             std::vector<ops::ExpertWeights> ew_h(static_cast<size_t>(E)), ew_d(static_cast<size_t>(E));
             for (int64_t e = 0; e < E; ++e)
