@@ -5,6 +5,9 @@
 #   and 32,768 tokens and of a batch-256 decode step, the FP8 GEMM table in the same call, then the MoE and
 #   mHC cases against the reference
 #   (the reference's MoE now dequantises each expert once: the cases should take seconds, not 15-22 s each).
+# Then PART=mma (~3 min, the same pack): the native batches' mma options written 2026-12-06 (fourth session):
+#   8 tokens a pass (DEEPINFER_MOE_MMA_TOK8) and one pass up to 2,047 pairs (DEEPINFER_MOE_MMA_PAIRS=2047),
+#   their bit test, then batch 128 and 256 decode with each; if they pass and win, make them the default.
 # Ran 2026-12-06 (fourth session, H100): PART=once (w4a8's scales copied once: the same bits, 12.8% faster,
 #   now the default; docs/benchmarks.md) and PART=spec; the w4a8 cases needed more than 150 s (the reference's
 #   MoE took 15-22 s a case on the GPU machine's CPU; since then it dequantises each expert once, ~8x faster
@@ -128,6 +131,16 @@ case ${PART:-fp8} in
       > "$OUT/moe.log" 2>&1
     echo "moe and mhc tests rc $?"; summary "$OUT/moe.log"
     ;;
+  mma)  # mma's 8-token passes and wider passes for the native precision's batches (the shapes pack)
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaMoeMma.*:Cases/CudaMoe.MatchesRef/native*_mma' \
+      > "$OUT/mma.log" 2>&1
+    echo "mma tests rc $?"; summary "$OUT/mma.log"
+    for b in 128 256; do for s in - DEEPINFER_MOE_MMA_TOK8=1 DEEPINFER_MOE_MMA_PAIRS=2047 both; do
+      envs=(); [[ $s == - ]] || envs=("$s"); [[ $s == both ]] && envs=(DEEPINFER_MOE_MMA_TOK8=1 DEEPINFER_MOE_MMA_PAIRS=2047)
+      echo "batch $b [$s] $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+        --precision native --batch $b --prompt 16 --context 4096 --decode 8 2>&1 | grep -oE "decode [0-9]+ steps.*")"
+    done; done
+    ;;
   next)  # the ring probe, then speculative decoding's speed (one pack, above)
     timeout 90 $d/bin/persistent_layer_probe 8 5 1 0.5 0
     for p in native exact; do
@@ -177,6 +190,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: shapes | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0

@@ -419,6 +419,75 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     cuda::set_moe_w4a8_scales_once(once_default);
 }
 
+// mma's options for the native precision's batches (written before their first GPU run): 8 tokens a pass
+// (set_moe_mma_tok8: the chunks' lo halves are 0, so a token's sums are the 4-token form's) and more pairs a
+// pass (set_moe_mma_max_pairs: 300 tokens x 6 in one pass instead of chunks of 170), each and both the
+// default's bits; the default within kMoeNativeCuda of the reference. ~112 pairs an expert: passes end inside
+// an expert.
+TEST(CudaMoeMma, EightTokensAndWiderPassesKeepTheBits) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    const int64_t E = 16, k = 6, n = 300, D = 512, I = 256;
+    std::vector<Pair> data, scale;
+    data.reserve(size_t(3 * E)), scale.reserve(size_t(3 * E));
+    std::vector<ops::ExpertWeights> ew_h(static_cast<size_t>(E)), ew_d(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+        for (int j = 0; j < 3; ++j) {
+            const int64_t out = j == 2 ? D : I, in = j == 2 ? I : D;
+            data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
+            fill_uniform(data.back());
+            scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
+            auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
+            for (int64_t r = 0; r < out; ++r)
+                for (int64_t i = 0; i < in / 32; ++i) sb[r * (in / 32) + i] = uint8_t(112 + (r + 3 * i) % 17);
+            scale.back().upload();
+            for (const bool d : {false, true}) {
+                ops::ExpertWeights& x = (d ? ew_d : ew_h)[size_t(e)];
+                ops::QWeight& q = j == 0 ? x.w1 : j == 1 ? x.w3 : x.w2;
+                q.format = ops::WeightFormat::kFp4Group;
+                q.data = d ? data.back().dv() : data.back().hv();
+                q.scale = d ? scale.back().dv() : scale.back().hv();
+                q.out_dim = out, q.in_dim = in;
+            }
+        }
+    Pair x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}), out(DType::kF32, {n, D}),
+        ref(DType::kF32, {n, D});
+    fill_uniform(x), fill_uniform(w, 0.1f, 1.0f);
+    for (int64_t t = 0; t < n; ++t) {
+        std::vector<int> perm(static_cast<size_t>(E));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng());
+        for (int64_t j = 0; j < k; ++j) ids.hv().ptr<int32_t>()[t * k + j] = perm[size_t(j)];
+    }
+    ids.upload();
+    const ops::ActQuant act = ops::ActQuant::kFp8Block128;
+    b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), E, ref.hv(), 10.0f, act});
+    ASSERT_TRUE(b.gpu->force_variant("moe", "mma"));
+    const int64_t default_pairs = cuda::moe_mma_max_pairs();
+    auto run = [&](bool tok8, int64_t max_pairs) {
+        cuda::set_moe_mma_tok8(tok8), cuda::set_moe_mma_max_pairs(max_pairs);
+        const int64_t before = b.gpu->dispatch_count("moe", "mma");
+        out.poison();
+        b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+        cuda::set_moe_mma_tok8(false), cuda::set_moe_mma_max_pairs(default_pairs);
+        EXPECT_EQ(b.gpu->dispatch_count("moe", "mma") - before, max_pairs >= n * k ? 1 : 2)
+            << "mma launches (one per chunk), max pairs " << max_pairs;
+        return out.device_f32();
+    };
+    const std::vector<float> base = run(false, cuda::kMoeGroupedMaxPairs);
+    const Diff d = diff(ref.host_f32(), base);
+    EXPECT_EQ(d.nan, 0);
+    EXPECT_LE(d.rel_l2, ops::cases::kMoeNativeCuda.value) << "max abs err " << d.max_abs;
+    for (const auto& [tok8, pairs] : std::vector<std::pair<bool, int64_t>>{
+             {true, cuda::kMoeGroupedMaxPairs}, {false, 2047}, {true, 2047}}) {
+        const std::vector<float> got = run(tok8, pairs);
+        EXPECT_EQ(0, std::memcmp(base.data(), got.data(), got.size() * sizeof(float)))
+            << "8 tokens a pass " << tok8 << ", max pairs " << pairs << ": max abs err against the default "
+            << diff(base, got).max_abs;
+    }
+    ASSERT_TRUE(b.gpu->force_variant("moe", ""));
+}
+
 // mHC: norm and mixing in double on both sides; each output within ops::cases::kMhcCuda.
 TEST(CudaMhc, PrePostHead) {
     SKIP_WITHOUT_GPU();

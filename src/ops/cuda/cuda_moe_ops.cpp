@@ -143,7 +143,13 @@ void CudaBackend::moe(const MoeArgs& a) {
         probe.gemv_format = table.gemv_format, probe.mma_ok = table.mma_ok, probe.scales_4b = table.scales_4b;
         probe.e4m3_ok = table.e4m3_ok, probe.act_fp8 = a.act == ActQuant::kFp8Block128;
         auto probe_takes = [&](int i, bool forced) { return takes(probe, i, forced); };
-        if (moe_v_.pick(probe_takes) <= 2) chunk = probe.n;  // w4a8, wgmma, gemm
+        if (moe_v_.pick(probe_takes) <= 2) {  // w4a8, wgmma, gemm
+            chunk = probe.n;
+        } else if (cuda::moe_mma_max_pairs() > cuda::kMoeGroupedMaxPairs) {  // mma over more pairs at once
+            probe.n = std::min(n, cuda::moe_mma_max_pairs() / k);
+            const int pv = moe_v_.pick(probe_takes);
+            if (kMoeEnum[pv] == cuda::MoeVariant::kMma && probe_takes(pv, true)) chunk = probe.n;
+        }
     }
     if (experts_pass)  // the pairs of other ranks' experts stay zero
         DI_CUDA_CHECK(cudaMemsetAsync(a.slots.data, 0, size_t(a.slots.nbytes()), stream()));

@@ -397,7 +397,7 @@ struct MoeParams {
 // prefill's many tokens per expert as register-tiled products on mma.sync, activations as hi/lo f16 with one
 // scale per row; what kMma takes, from kMoeGemmMinPairs (and 8 per expert) to kMoeGemmMaxPairs pairs, any
 // count when forced), kMma (moe_mma.cu: fp4 experts on mma.sync tensor cores, activations as hi/lo f16
-// chunks; D and I multiples of 128, mma_ok, n * k <= kMoeGroupedMaxPairs), kSplitRows (moe_split.cu: rows
+// chunks; D and I multiples of 128, mma_ok, n * k <= moe_mma_max_pairs()), kSplitRows (moe_split.cu: rows
 // split over a block's threads with x in registers; D and I each 1024, 2048, 4096 or 8192, n * k <=
 // kMoeGroupedMaxPairs, gemv_format >= 0; up, down and the combine for one token), kGrouped (moe_grouped.cu:
 // each selected expert's weights streamed once per step for all the tokens that chose it; n * k <=
@@ -460,6 +460,15 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s);
 // off until measured on the GPU (DEEPINFER_MOE_MMA_STAGES=4|8 in the environment; the tests set it here).
 // Needs 4-byte scale rows.
 void set_moe_mma_stages(int stages);
+// The native precision's plan passes on mma 8 tokens at a time instead of 4 (its chunks' lo halves are 0:
+// the same sums; the weights read once per 8 of an expert's tokens): off until measured on the GPU
+// (DEEPINFER_MOE_MMA_TOK8).
+void set_moe_mma_tok8(bool on);
+// The most (token, slot) pairs mma takes in one pass (kMoeGroupedMaxPairs by default, so a batch of 171-341
+// tokens at k = 6 runs as two chunks that each read nearly every expert; DEEPINFER_MOE_MMA_PAIRS raises it,
+// off until measured; chunking changes no bits of a variant).
+void set_moe_mma_max_pairs(int64_t pairs);
+int64_t moe_mma_max_pairs();
 // Whether every scale byte of the table's fp4 matrices lies in the range moe_mma folds into f16 (one pass
 // over the scales; synchronises the stream).
 bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* table_host, int64_t count,

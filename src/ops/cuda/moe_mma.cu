@@ -12,9 +12,12 @@
 // rows (the combine's order and double sums, so the same bits as the combine kernel).
 // Block (row tile, slot): one token: slot j is pair j, no plan; more tokens: the plan's
 // active expert a, its tokens 4 at a time (B columns 2t and 2t + 1 are token t's hi and lo). Each selected
-// expert's weights are read once per 4 of its tokens. The fp4 group scale is folded into the f16 weights
-// (exact for UE8M0 bytes in [kFp4F16ScaleMin, kFp4F16ScaleMax], which dispatch checks).
-// A token's sums (chunk order, the warps' partials in warp order, hi before lo) do not depend on the other
+// expert's weights are read once per 4 of its tokens. In the native precision (MoeParams::act_fp8) the
+// activations are e4m3 values under power-of-two scales, exact in f16 at the chunks' shift, so every lo half
+// is 0: with set_moe_mma_tok8 a pass takes 8 tokens (B column t is token t's hi) and reads the weights once
+// per 8; a token's sums are the same (its lo column only ever added +0). The fp4 group scale is folded into
+// the f16 weights (exact for UE8M0 bytes in [kFp4F16ScaleMin, kFp4F16ScaleMax], which dispatch checks). A
+// token's sums (chunk order, the warps' partials in warp order, hi before lo) do not depend on the other
 // tokens: deterministic and batch-invariant.
 #include <algorithm>
 #include <cstdio>
@@ -38,7 +41,7 @@ struct Frag {
     uint4 w[NM][MT][2];
     uint32_t sc[NM][MT][2];
     uint4 b[4];
-    float inv;
+    float inv, inv2;
 };
 
 // One thread's view of a block's pass (pointers per thread: an array indexed by lane would live in local
@@ -50,6 +53,7 @@ struct Job {
     int64_t ld, ld_sc;      // bytes (one for W1 and W3: MoeParams::mma_ok)
     const uint32_t* act;    // chunk 0 of this thread's B column (its token's hi or lo words), or null
     const float* inv;       // 1/s of token q's chunks, or null
+    const float* inv2;      // 8 tokens a pass: inv is token 2q's, inv2 token 2q + 1's (or null)
 };
 
 // f(m, t, r, i) for each of a thread's weight units of a chunk: matrix m, row tile t, row g (r = 0) or g + 8
@@ -74,7 +78,7 @@ __device__ __forceinline__ void load_w(const Job<NM>& j, int c, int g, int q, Fr
 }
 
 // kShared: the chunks sit in shared memory (one token: the warp made them), else in global memory.
-template <int NM, int MT, bool kShared>
+template <int NM, int MT, bool kShared, bool kT8 = false>
 __device__ __forceinline__ void load_b(const Job<NM>& j, int c, Frag<NM, MT>& f) {
     if (j.act != nullptr) {
         const uint4* b = reinterpret_cast<const uint4*>(j.act + int64_t(c) * kChunkWords);
@@ -85,15 +89,19 @@ __device__ __forceinline__ void load_b(const Job<NM>& j, int c, Frag<NM, MT>& f)
         for (int i = 0; i < 4; ++i) f.b[i] = make_uint4(0, 0, 0, 0);
     }
     f.inv = j.inv == nullptr ? 0.0f : kShared ? j.inv[c] : __ldg(j.inv + c);
+    if constexpr (kT8) {
+        f.inv2 = j.inv2 == nullptr ? 0.0f : __ldg(j.inv2 + c);
+    }
 }
 
-template <int NM, int MT, bool kShared>
+template <int NM, int MT, bool kShared, bool kT8 = false>
 __device__ __forceinline__ void load_frag(const Job<NM>& j, int c, int g, int q, Frag<NM, MT>& f) {
     load_w(j, c, g, q, f);
-    load_b<NM, MT, kShared>(j, c, f);
+    load_b<NM, MT, kShared, kT8>(j, c, f);
 }
 
-template <int NM, int MT>
+// kT8: accumulator columns 2q and 2q + 1 are two tokens, each with its own 1/s.
+template <int NM, int MT, bool kT8 = false>
 __device__ __forceinline__ void compute_frag(const Frag<NM, MT>& f, float (&acc)[NM][MT][4]) {
     const uint32_t bw[16] = {f.b[0].x, f.b[0].y, f.b[0].z, f.b[0].w, f.b[1].x, f.b[1].y, f.b[1].z, f.b[1].w,
                              f.b[2].x, f.b[2].y, f.b[2].z, f.b[2].w, f.b[3].x, f.b[3].y, f.b[3].z, f.b[3].w};
@@ -121,7 +129,8 @@ __device__ __forceinline__ void compute_frag(const Frag<NM, MT>& f, float (&acc)
                 }
             }
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[m][t][e] = fmaf(f.inv, d[e], acc[m][t][e]);
+            for (int e = 0; e < 4; ++e)
+                acc[m][t][e] = fmaf(kT8 && (e & 1) ? f.inv2 : f.inv, d[e], acc[m][t][e]);
         }
 }
 
@@ -137,7 +146,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[NM][MT][4]) {
 
 // Partial sums of one warp over chunks [c0, c1), two chunks' loads in flight. `first` runs once the first
 // chunk's weight loads are issued, before any activation is read (one token: the warp makes its chunks).
-template <int NM, int MT, bool kShared, typename First>
+template <int NM, int MT, bool kShared, bool kT8 = false, typename First>
 __device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, float (&acc)[NM][MT][4],
                                             First&& first) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -145,14 +154,14 @@ __device__ __forceinline__ void warp_chunks(const Job<NM>& j, int c0, int c1, fl
     Frag<NM, MT> f0, f1;
     load_w(j, c0, g, q, f0);
     first();
-    load_b<NM, MT, kShared>(j, c0, f0);
+    load_b<NM, MT, kShared, kT8>(j, c0, f0);
 #pragma unroll 1
     for (int c = c0; c < c1; c += 2) {
-        if (c + 1 < c1) load_frag<NM, MT, kShared>(j, c + 1, g, q, f1);
-        compute_frag(f0, acc);
+        if (c + 1 < c1) load_frag<NM, MT, kShared, kT8>(j, c + 1, g, q, f1);
+        compute_frag<NM, MT, kT8>(f0, acc);
         if (c + 1 < c1) {
-            if (c + 2 < c1) load_frag<NM, MT, kShared>(j, c + 2, g, q, f0);
-            compute_frag(f1, acc);
+            if (c + 2 < c1) load_frag<NM, MT, kShared, kT8>(j, c + 2, g, q, f0);
+            compute_frag<NM, MT, kT8>(f1, acc);
         }
     }
 }
@@ -257,9 +266,12 @@ __device__ __forceinline__ void staging_area(float* red, bool direct, int W, int
 }
 
 // grid (rows / (16 MT), slots), 32 * W threads. NM = 2: up (W1, W3, swiglu); NM = 1: down (W2). S > 0: the
-// weights through S staged chunks a warp (warp_chunks_staged).
-template <int NM, int MT, bool kDirect, int S = 0>
+// weights through S staged chunks a warp (warp_chunks_staged). kT8: 8 tokens a pass, hi halves only (the
+// native precision's chunks, whose lo halves are 0; set_moe_mma_tok8).
+template <int NM, int MT, bool kDirect, int S = 0, bool kT8 = false>
 __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan, Io io) {
+    static_assert(!kT8 || (!kDirect && S == 0), "8 tokens a pass: the plan's passes, weights in registers");
+    constexpr int kTP = kT8 ? 8 : 4;  // tokens a pass
     allow_early_next();
     // [W][NM][16 MT][8] partials; one token: then the K / 128 chunks and their 1/s (and the staging area)
     extern __shared__ float red[];
@@ -289,13 +301,13 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
         j.ld = w.ld, j.ld_sc = w.ld_scale;
     }
     auto pair_at = [&](int i) { return kDirect ? int32_t(a) : plan.pairs[b0 + i]; };
-    for (int i0 = 0; i0 < cnt; i0 += 4) {
-        const int nt = min(4, cnt - i0);
-        // activation row of the pass's token t (B columns 2t: hi, 2t + 1: lo), or -1
+    for (int i0 = 0; i0 < cnt; i0 += kTP) {
+        const int nt = min(kTP, cnt - i0);
+        // activation row of the pass's token t (B columns 2t: hi, 2t + 1: lo; kT8: column t), or -1
         auto act_row = [&](int t) -> int64_t {
             return t < nt ? (NM == 2 ? pair_at(i0 + t) / p.k : pair_at(i0 + t)) : -1;
         };
-        const int64_t brow = act_row(g >> 1), crow = act_row(q);
+        const int64_t brow = act_row(kT8 ? g : g >> 1), crow = act_row(kT8 ? 2 * q : q);
         const int c0 = int(warp * cpw), c1 = int((warp + 1) * cpw);
         float acc[NM][MT][4];
         if constexpr (kDirect) {
@@ -322,15 +334,20 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
                 warp_chunks<NM, MT, true>(j, c0, c1, acc, make_chunks);
             }
         } else {
-            j.act = brow < 0 ? nullptr : io.act.data + brow * chunks * kChunkWords + (g & 1) * 64 + q * 16;
+            j.act = brow < 0 ? nullptr
+                             : io.act.data + brow * chunks * kChunkWords + (kT8 ? 0 : (g & 1) * 64) + q * 16;
             j.inv = crow < 0 ? nullptr : io.act.inv + crow * chunks;
+            if constexpr (kT8) {
+                const int64_t crow2 = act_row(2 * q + 1);
+                j.inv2 = crow2 < 0 ? nullptr : io.act.inv + crow2 * chunks;
+            }
             if constexpr (S > 0) {
                 uint4* w;
                 uint32_t* sc;
                 staging_area<NM, MT, S>(red, false, W, warp, chunks, cpw, w, sc);
                 warp_chunks_staged<NM, MT, S, false>(j, c0, c1, acc, w, sc, [] {});
             } else {
-                warp_chunks<NM, MT, false>(j, c0, c1, acc, [] {});
+                warp_chunks<NM, MT, false, kT8>(j, c0, c1, acc, [] {});
             }
         }
         if (i0 > 0) __syncthreads();  // the previous pass has read red
@@ -350,9 +367,9 @@ __global__ void __launch_bounds__(128) moe_mma_kernel(MoeParams p, MoePlan plan,
 #pragma unroll
             for (int m = 0; m < NM; ++m) {
                 float s = 0.0f;
-                for (int w = 0; w < W; ++w) {
-                    const float* src = red + ((w * NM + m) * R + lr) * 8 + 2 * t;
-                    s += src[0] + src[1];
+                for (int w = 0; w < W; ++w) {  // kT8: the 4-token form's hi + lo with lo = +0, the same sum
+                    const float* src = red + ((w * NM + m) * R + lr) * 8 + (kT8 ? t : 2 * t);
+                    s += kT8 ? src[0] : src[0] + src[1];
                 }
                 v[m] = s;
             }
@@ -374,6 +391,14 @@ int stages_from_env() {
     return v == nullptr ? 0 : std::atoi(v);
 }
 int mma_stages = stages_from_env();
+
+bool tok8_enabled = std::getenv("DEEPINFER_MOE_MMA_TOK8") != nullptr;
+int64_t max_pairs_from_env() {
+    const char* v = std::getenv("DEEPINFER_MOE_MMA_PAIRS");
+    const int64_t n = v == nullptr ? 0 : std::atoll(v);
+    return n > kMoeGroupedMaxPairs ? n : kMoeGroupedMaxPairs;
+}
+int64_t mma_max_pairs = max_pairs_from_env();
 
 // Shared memory of a block with S staged chunks a warp, or 0 where it exceeds the SM's.
 template <int NM, int MT, int S>
@@ -404,7 +429,7 @@ bool launch_staged(const MoeParams& p, const MoePlan& plan, const Io& io, dim3 g
 
 template <int NM, int MT>
 void launch_half(const MoeParams& p, const MoePlan& plan, const Io& io, unsigned slots, bool direct,
-                 cudaStream_t s) {
+                 cudaStream_t s, bool tok8 = false) {
     const int W = warps_for(io.K);
     const dim3 grid(unsigned(io.n_out / (16 * MT)), slots);
     size_t smem = size_t(W * NM * 16 * MT * 8) * sizeof(float);
@@ -414,6 +439,10 @@ void launch_half(const MoeParams& p, const MoePlan& plan, const Io& io, unsigned
         smem += size_t(io.K / kChunk) * (kChunkWords + 1) * sizeof(uint32_t);
         moe_mma_kernel<NM, MT, true><<<grid, 32 * W, smem, s>>>(p, plan, io);
     } else {
+        if (tok8) {
+            moe_mma_kernel<NM, MT, false, 0, true><<<grid, 32 * W, smem, s>>>(p, plan, io);
+            return;
+        }
         if (mma_stages == 4 && launch_staged<NM, MT, false, 4>(p, plan, io, grid, s)) return;
         if (mma_stages == 8 && launch_staged<NM, MT, false, 8>(p, plan, io, grid, s)) return;
         moe_mma_kernel<NM, MT, false><<<grid, 32 * W, smem, s>>>(p, plan, io);
@@ -448,10 +477,13 @@ bool fp4_scales_fold_to_f16(const WeightRef* table_device, const WeightRef* tabl
 }
 
 void set_moe_mma_stages(int stages) { mma_stages = stages; }
+void set_moe_mma_tok8(bool on) { tok8_enabled = on; }
+void set_moe_mma_max_pairs(int64_t pairs) { mma_max_pairs = std::max(pairs, kMoeGroupedMaxPairs); }
+int64_t moe_mma_max_pairs() { return mma_max_pairs; }
 
 bool moe_mma_supported(const MoeParams& p) {
     return p.mma_ok && p.gemv_format == gemv::kFp4 && p.D % kChunk == 0 && p.I % kChunk == 0 &&
-           p.n * p.k <= kMoeGroupedMaxPairs;
+           p.n * p.k <= mma_max_pairs;
 }
 
 void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
@@ -483,10 +515,11 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s) {
     const MoePlan plan = moe_plan_buffers(scratch, pairs, slots);
     launch_moe_plan(p, plan, st);
     launch_act_chunks(p.x, p.ld_x, p.n, p.D, xa, false, st);
-    launch_half<2, 1>(p, plan, Io{xa, nullptr, h, p.D, p.I, nullptr}, slots, false, st);
+    const bool tok8 = p.act_fp8 && tok8_enabled;  // the quantiser's copies: every lo half 0
+    launch_half<2, 1>(p, plan, Io{xa, nullptr, h, p.D, p.I, nullptr}, slots, false, st, tok8);
     moe_quantise_h(p, h, pairs, st);
     launch_act_chunks(h, p.I, pairs, p.I, ha, false, st);
-    launch_half<1, 2>(p, plan, Io{ha, nullptr, y, p.I, p.D, nullptr}, slots, false, st);
+    launch_half<1, 2>(p, plan, Io{ha, nullptr, y, p.I, p.D, nullptr}, slots, false, st, tok8);
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 
