@@ -236,9 +236,6 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
     DI_CUDA_CHECK(cudaMalloc(&dtable, table.size() * sizeof(WeightRef)));
     DI_CUDA_CHECK(cudaMemcpy(dtable, table.data(), table.size() * sizeof(WeightRef), cudaMemcpyHostToDevice));
     const double per_expert = 3.0 * (double(I) * D / 2 + double(I) * D / 32);
-    bool scales_16b = true;  // as the backend's table tells it (cuda_moe_ops.cpp): w4a8's scales-once copies
-    for (const WeightRef& r : table)
-        scales_16b &= reinterpret_cast<uintptr_t>(r.scale) % 16 == 0 && r.ld_scale % 16 == 0;
     BenchScratch scratch;
     for (int64_t n : ns) {
         constexpr int kSets = 8;  // different expert choices per launch: the L2 cannot keep them
@@ -302,8 +299,8 @@ void bench_moe(std::vector<Row>& rows, std::vector<GemmRow>& prefill, cudaStream
                     .limit = 10.0f,
                     .gemv_format = gemv_format(table[0]),
                     .mma_ok = fp4_scales_fold_to_f16(dtable, table.data(), int64_t(table.size()), s),
-                    .scales_4b = true,  // cudaMalloc'd scale rows of in / 32 bytes
-                    .scales_16b = scales_16b,
+                    .scales_4b = scale_rows_aligned(table.data(), int64_t(table.size()), 4),
+                    .scales_16b = scale_rows_aligned(table.data(), int64_t(table.size()), 16),
                     .e4m3_ok = fold.chunks,
                     .e4m3_rows = fold.rows};
         const bool big = n * k > kMoeGroupedMaxPairs;

@@ -24,6 +24,17 @@ static float load_scale(const TensorView& s, int64_t r, int64_t c) {
     return s.dtype == DType::kE8M0 ? e8m0_to_f32(s.ptr<uint8_t>()[i]) : s.ptr<float>()[i];
 }
 
+std::string_view weight_format_name(const QWeight& w) {
+    switch (w.format) {
+        case WeightFormat::kFp8Block:
+            return "fp8";
+        case WeightFormat::kFp4Group:
+            return "fp4";
+        default:
+            return dtype_name(w.data.dtype);
+    }
+}
+
 float QWeight::at(int64_t o, int64_t i) const {
     switch (format) {
         case WeightFormat::kDense:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <span>
+#include <string_view>
 
 #include "ops/op_common.h"
 
@@ -29,6 +30,8 @@ struct QWeight {
     // Dequantised element, f32 (reference path and tests).
     float at(int64_t o, int64_t i) const;
 };
+// "fp8", "fp4", or the dense dtype's name (reports: screen's shapes, the profile's rows).
+std::string_view weight_format_name(const QWeight& w);
 
 // How x enters the product. kNone: as given (the `exact` precision). kFp8Block128: quantised per row and
 // 128-column block to e4m3 with a power-of-two scale (ops/act_quant.h), the `native` precision of FP8

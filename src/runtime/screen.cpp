@@ -106,17 +106,6 @@ void allow_only(ops::Backend& be, const ops::KernelVariant* v, const std::vector
     be.set_allow_list(l);
 }
 
-std::string format_name(const ops::QWeight& w) {
-    switch (w.format) {
-        case ops::WeightFormat::kFp8Block:
-            return "fp8";
-        case ops::WeightFormat::kFp4Group:
-            return "fp4";
-        default:
-            return std::string(dtype_name(w.data.dtype));
-    }
-}
-
 }  // namespace
 
 double error_of(const std::vector<float>& got, const std::vector<float>& ref, const Compare& cmp) {
@@ -276,7 +265,7 @@ std::vector<ScreenRow> screen_linear(ops::Backend& be, std::span<const ops::Kern
                                         {xd.v.rows(0, 1), w, twin.view().rows(0, 1), act}};
         be.linears(jobs);
     };
-    const std::string shape = fmt::format("{} {}x{}, n={}{}", format_name(w), O, K, n,
+    const std::string shape = fmt::format("{} {}x{}, n={}{}", ops::weight_format_name(w), O, K, n,
                                           act != ops::ActQuant::kNone ? ", native" : "");
     std::vector<ScreenRow> rows;
     FallbackRun fb;
@@ -339,8 +328,9 @@ std::vector<ScreenRow> screen_moe(ops::Backend& be, std::span<const ops::KernelV
         be.moe({xd.v.rows(0, 1), idd.v.rows(0, 1), wd.v.rows(0, 1), experts.data(), E, y, limit, act});
     };
     const bool native = act != ops::ActQuant::kNone;
-    const std::string shape = fmt::format("{} {} experts {}x{}, k={}, n={}{}", format_name(experts[0].w1), E,
-                                          I, D, k, n, native ? ", native" : "");
+    const std::string shape =
+        fmt::format("{} {} experts {}x{}, k={}, n={}{}", ops::weight_format_name(experts[0].w1), E, I, D, k,
+                    n, native ? ", native" : "");
     Compare cmp;
     cmp.floor = native ? kNativeMoeFloor : 0.0;
     std::vector<ScreenRow> rows;

@@ -299,6 +299,48 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMoe,
                                                                  "split_rows", "grouped", "per_pair"})),
                          VariantRunName());
 
+// E fp4 experts (W1 and W3 [I, D], W2 [D, I]) into ew_h (host views) and ew_d (device views): each weight
+// byte from byte(), the UE8M0 scale of row r's group i from scale_byte(r, i). The Pairs stay in data and
+// scale, which the caller reserves (their views must not move).
+template <class Byte, class ScaleByte>
+void make_fp4_experts(int64_t E, int64_t D, int64_t I, Byte&& byte, ScaleByte&& scale_byte,
+                      std::vector<Pair>& data, std::vector<Pair>& scale,
+                      std::vector<ops::ExpertWeights>& ew_h, std::vector<ops::ExpertWeights>& ew_d) {
+    ew_h.assign(static_cast<size_t>(E), {}), ew_d.assign(static_cast<size_t>(E), {});
+    for (int64_t e = 0; e < E; ++e)
+        for (int j = 0; j < 3; ++j) {
+            const int64_t out = j == 2 ? D : I, in = j == 2 ? I : D;
+            data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
+            auto* wb = static_cast<uint8_t*>(data.back().hv().data);
+            for (size_t i = 0; i < data.back().hv().nbytes(); ++i) wb[i] = byte();
+            data.back().upload();
+            scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
+            auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
+            for (int64_t r = 0; r < out; ++r)
+                for (int64_t i = 0; i < in / 32; ++i) sb[r * (in / 32) + i] = scale_byte(r, i);
+            scale.back().upload();
+            for (const bool d : {false, true}) {
+                ops::ExpertWeights& x = (d ? ew_d : ew_h)[size_t(e)];
+                ops::QWeight& q = j == 0 ? x.w1 : j == 1 ? x.w3 : x.w2;
+                q.format = ops::WeightFormat::kFp4Group;
+                q.data = d ? data.back().dv() : data.back().hv();
+                q.scale = d ? scale.back().dv() : scale.back().hv();
+                q.out_dim = out, q.in_dim = in;
+            }
+        }
+}
+
+// Each of n tokens' k distinct experts of E, in random order (ids [n, k], uploaded).
+void distinct_expert_ids(Pair& ids, int64_t n, int64_t k, int64_t E) {
+    for (int64_t t = 0; t < n; ++t) {
+        std::vector<int> perm(static_cast<size_t>(E));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng());
+        for (int64_t j = 0; j < k; ++j) ids.hv().ptr<int32_t>()[t * k + j] = perm[size_t(j)];
+    }
+    ids.upload();
+}
+
 // w4a8's options written before their first GPU run, on inputs whose up sums are exact (x +-1, weights 0,
 // +-1, +-2, a chunk's four group scales alike): 64-row tiles (set_moe_w4a8_n64) and the token copies by
 // 32-bit unit offsets (set_moe_w4a8_units), each combination within the f32 variants' 1e-3 of the reference,
@@ -322,43 +364,19 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     for (const auto& [n, D, I] :
          std::vector<std::tuple<int64_t, int64_t, int64_t>>{{260, 640, 384}, {300, 2048, 512}})
         for (const bool chunk_scales : {false, true}) {
-            std::vector<ops::ExpertWeights> ew_h(static_cast<size_t>(E)), ew_d(static_cast<size_t>(E));
-            for (int64_t e = 0; e < E; ++e)
-                for (int j = 0; j < 3; ++j) {
-                    const int64_t out = j == 2 ? D : I, in = j == 2 ? I : D;
-                    data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
-                    auto* wb = static_cast<uint8_t*>(data.back().hv().data);
-                    auto nib = [] { return uint8_t(2 * (rng()() % 3) | (rng()() % 2) << 3); };
-                    for (size_t i = 0; i < data.back().hv().nbytes(); ++i)
-                        wb[i] = uint8_t(nib() | nib() << 4);
-                    data.back().upload();
-                    scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
-                    auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
-                    for (int64_t r = 0; r < out; ++r)
-                        for (int64_t i = 0; i < in / 32; ++i)
-                            sb[r * (in / 32) + i] =
-                                uint8_t(chunk_scales ? 112 + (5 * (i / 4) + r) % 17 : 124);
-                    scale.back().upload();
-                    for (const bool d : {false, true}) {
-                        ops::ExpertWeights& x = (d ? ew_d : ew_h)[size_t(e)];
-                        ops::QWeight& q = j == 0 ? x.w1 : j == 1 ? x.w3 : x.w2;
-                        q.format = ops::WeightFormat::kFp4Group;
-                        q.data = d ? data.back().dv() : data.back().hv();
-                        q.scale = d ? scale.back().dv() : scale.back().hv();
-                        q.out_dim = out, q.in_dim = in;
-                    }
-                }
+            std::vector<ops::ExpertWeights> ew_h, ew_d;
+            auto nib = [] { return uint8_t(2 * (rng()() % 3) | (rng()() % 2) << 3); };
+            make_fp4_experts(
+                E, D, I, [&] { return uint8_t(nib() | nib() << 4); },
+                [&](int64_t r, int64_t i) {
+                    return uint8_t(chunk_scales ? 112 + (5 * (i / 4) + r) % 17 : 124);
+                },
+                data, scale, ew_h, ew_d);
             Pair x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}),
                 out(DType::kF32, {n, D}), ref(DType::kF32, {n, D});
             for (int64_t i = 0; i < x.hv().numel(); ++i) x.hv().ptr<float>()[i] = rng()() % 2 ? 1.0f : -1.0f;
             x.upload(), fill_uniform(w, 0.1f, 1.0f);
-            for (int64_t t = 0; t < n; ++t) {
-                std::vector<int> perm(static_cast<size_t>(E));
-                std::iota(perm.begin(), perm.end(), 0);
-                std::shuffle(perm.begin(), perm.end(), rng());
-                for (int64_t j = 0; j < k; ++j) ids.hv().ptr<int32_t>()[t * k + j] = perm[size_t(j)];
-            }
-            ids.upload();
+            distinct_expert_ids(ids, n, k, E);
             const ops::ActQuant act = ops::ActQuant::kFp8Block128;
             b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), E, ref.hv(), 10.0f, act});
             ASSERT_TRUE(b.gpu->force_variant("moe", "w4a8"));
@@ -430,36 +448,14 @@ TEST(CudaMoeMma, EightTokensAndWiderPassesKeepTheBits) {
     const int64_t E = 16, k = 6, n = 300, D = 512, I = 256;
     std::vector<Pair> data, scale;
     data.reserve(size_t(3 * E)), scale.reserve(size_t(3 * E));
-    std::vector<ops::ExpertWeights> ew_h(static_cast<size_t>(E)), ew_d(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e)
-        for (int j = 0; j < 3; ++j) {
-            const int64_t out = j == 2 ? D : I, in = j == 2 ? I : D;
-            data.emplace_back(DType::kFP4x2, std::initializer_list<int64_t>{out, in / 2});
-            fill_uniform(data.back());
-            scale.emplace_back(DType::kE8M0, std::initializer_list<int64_t>{out, in / 32});
-            auto* sb = static_cast<uint8_t*>(scale.back().hv().data);
-            for (int64_t r = 0; r < out; ++r)
-                for (int64_t i = 0; i < in / 32; ++i) sb[r * (in / 32) + i] = uint8_t(112 + (r + 3 * i) % 17);
-            scale.back().upload();
-            for (const bool d : {false, true}) {
-                ops::ExpertWeights& x = (d ? ew_d : ew_h)[size_t(e)];
-                ops::QWeight& q = j == 0 ? x.w1 : j == 1 ? x.w3 : x.w2;
-                q.format = ops::WeightFormat::kFp4Group;
-                q.data = d ? data.back().dv() : data.back().hv();
-                q.scale = d ? scale.back().dv() : scale.back().hv();
-                q.out_dim = out, q.in_dim = in;
-            }
-        }
+    std::vector<ops::ExpertWeights> ew_h, ew_d;
+    make_fp4_experts(
+        E, D, I, [] { return uint8_t(rng()() & 0xff); },
+        [](int64_t r, int64_t i) { return uint8_t(112 + (r + 3 * i) % 17); }, data, scale, ew_h, ew_d);
     Pair x(DType::kF32, {n, D}), ids(DType::kI32, {n, k}), w(DType::kF32, {n, k}), out(DType::kF32, {n, D}),
         ref(DType::kF32, {n, D});
     fill_uniform(x), fill_uniform(w, 0.1f, 1.0f);
-    for (int64_t t = 0; t < n; ++t) {
-        std::vector<int> perm(static_cast<size_t>(E));
-        std::iota(perm.begin(), perm.end(), 0);
-        std::shuffle(perm.begin(), perm.end(), rng());
-        for (int64_t j = 0; j < k; ++j) ids.hv().ptr<int32_t>()[t * k + j] = perm[size_t(j)];
-    }
-    ids.upload();
+    distinct_expert_ids(ids, n, k, E);
     const ops::ActQuant act = ops::ActQuant::kFp8Block128;
     b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), E, ref.hv(), 10.0f, act});
     ASSERT_TRUE(b.gpu->force_variant("moe", "mma"));

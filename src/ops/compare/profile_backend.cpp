@@ -12,10 +12,7 @@ namespace di::ops {
 double weight_bytes(const QWeight& w) { return double(w.data.nbytes()) + double(w.scale.nbytes()); }
 
 std::string linear_shape_name(const QWeight& w) {
-    const std::string format = w.format == WeightFormat::kFp8Block   ? "fp8"
-                               : w.format == WeightFormat::kFp4Group ? "fp4"
-                                                                     : std::string(dtype_name(w.data.dtype));
-    return fmt::format("linear {} {}->{}", format, w.in_dim, w.out_dim);
+    return fmt::format("linear {} {}->{}", weight_format_name(w), w.in_dim, w.out_dim);
 }
 
 std::string attention_kind_name(CompMask m) {

@@ -81,11 +81,8 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
         bool w13_alike = true;  // moe_mma walks an expert's W1 and W3 rows with one stride
         for (size_t e = 0; e + 2 < t.host.size(); e += 3)
             w13_alike &= t.host[e].ld == t.host[e + 1].ld && t.host[e].ld_scale == t.host[e + 1].ld_scale;
-        t.scales_4b = t.scales_16b = true;
-        for (const WeightRef& w : t.host) {
-            t.scales_4b &= reinterpret_cast<uintptr_t>(w.scale) % 4 == 0 && w.ld_scale % 4 == 0;
-            t.scales_16b &= reinterpret_cast<uintptr_t>(w.scale) % 16 == 0 && w.ld_scale % 16 == 0;
-        }
+        t.scales_4b = cuda::scale_rows_aligned(t.host.data(), int64_t(t.host.size()), 4);
+        t.scales_16b = cuda::scale_rows_aligned(t.host.data(), int64_t(t.host.size()), 16);
         t.mma_ok = w13_alike && cuda::fp4_scales_fold_to_f16(static_cast<const WeightRef*>(t.device),
                                                              t.host.data(), int64_t(t.host.size()), stream());
         const cuda::E4m3Fold fold = cuda::fp4_scales_fold_to_e4m3(

@@ -115,6 +115,14 @@ void launch_linear_mma(const float* x, int64_t ldx, const WeightRef& w, float* y
                        Scratch& scratch, Stream s);
 // gemv.cuh's format code of w when its layout can be streamed in 16-byte units, else -1.
 int gemv_format(const WeightRef& w);
+// Whether every matrix's scale rows start on multiples of `align` (MoeParams::scales_4b, scales_16b): the
+// scale pointer, and the row stride in elements.
+inline bool scale_rows_aligned(const WeightRef* table, int64_t count, int64_t align) {
+    for (int64_t i = 0; i < count; ++i)
+        if (reinterpret_cast<uintptr_t>(table[i].scale) % align != 0 || table[i].ld_scale % align != 0)
+            return false;
+    return true;
+}
 // Rows each warp of the streaming GEMV owns for a matrix of `out_dim` rows (1, 2 or 4).
 int gemv_rows_per_warp(int64_t out_dim);
 int sm_count();

@@ -18,6 +18,7 @@
 // batch-invariant.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "ops/cuda/gemv.cuh"
@@ -328,7 +329,7 @@ bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 // On unless DEEPINFER_W4A8_SCALES_IN_STAGES is set (H100, 4,096 tokens: 3,743 against 4,291 us; 2,730:
 // 3,426 against 3,934; skewed routing 4,308 against 5,042; docs/benchmarks.md).
 bool once_enabled = std::getenv("DEEPINFER_W4A8_SCALES_IN_STAGES") == nullptr;
-int64_t once_launches = 0;
+std::atomic<int64_t> once_launches{0};  // the rank threads of expert parallelism launch at once
 
 template <int N, int kWg, bool kOnce>
 int64_t smem_bytes(int64_t chunks) {  // + the swizzle's alignment, + the rows, + kOnce's scales
@@ -440,7 +441,7 @@ void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_scales_once(bool on) { once_enabled = on; }
 bool moe_w4a8_scales_once() { return once_enabled; }
-int64_t moe_w4a8_scales_once_launches() { return once_launches; }
+int64_t moe_w4a8_scales_once_launches() { return once_launches.load(); }
 
 // w4a8 from 64 pairs an expert: its 128-token tiles convert an expert's weights once a tile, so with fewer
 // tokens an expert wgmma is faster (H200, 256 experts, k = 6, the screen and the kernel bench: 512 tokens, 12

@@ -1,5 +1,7 @@
 #include "ops/cuda/smem_limit.h"
 
+#include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -9,9 +11,13 @@
 namespace di::cuda {
 
 size_t smem_optin() {
-    int dev = 0, bytes = 0;
+    int dev = 0;
     DI_CUDA_CHECK(cudaGetDevice(&dev));
+    static std::array<std::atomic<int>, 64> known{};  // by device, 0: not asked yet (launch paths ask)
+    if (dev < int(known.size()) && known[size_t(dev)] > 0) return size_t(known[size_t(dev)].load());
+    int bytes = 0;
     DI_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (dev < int(known.size())) known[size_t(dev)] = bytes;
     return size_t(bytes);
 }
 
