@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, fourth session): PART=shapes (~3 min; pack: TRACE=0 BINS="bench/model_bench
-#   bench/cuda_kernel_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the 4-layer native prefill's profile
-#   by shape (`--profile shapes`: each linear shape's and each attention kind's time and TFLOP/s) at 4,096
-#   and 32,768 tokens and of a batch-256 decode step, the FP8 GEMM table in the same call, then the MoE and
-#   mHC cases against the reference
-#   (the reference's MoE now dequantises each expert once: the cases should take seconds, not 15-22 s each).
-# Then PART=mma (~3 min, the same pack): the native batches' mma options written 2026-12-06 (fourth session):
-#   8 tokens a pass (DEEPINFER_MOE_MMA_TOK8) and one pass up to 2,047 pairs (DEEPINFER_MOE_MMA_PAIRS=2047),
-#   their bit test, then batch 128 and 256 decode with each; if they pass and win, make them the default.
+# Next first (written 2026-12-06, fifth session): PART=bulk (~4 min; pack: TRACE=0 BINS="bench/model_bench
+#   bench/cuda_kernel_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the bulk-copy w4a8 kernel's bit test,
+#   then moe_prefill and the 4-layer 4K prefill with DEEPINFER_W4A8_BULK=0 (the default) | 1 | 2 | 4.
+# Ran 2026-12-06 (fifth session, H100): PART=shapes (the profile by shape; docs/benchmarks.md) and PART=mma (8
+#   tokens a pass and 2,047 pairs a pass: the same bits, batch 256 22.2 -> 17.1 ms a step; now the default).
 # Ran 2026-12-06 (fourth session, H100): PART=once (w4a8's scales copied once: the same bits, 12.8% faster,
 #   now the default; docs/benchmarks.md) and PART=spec; the w4a8 cases needed more than 150 s (the reference's
 #   MoE took 15-22 s a case on the GPU machine's CPU; since then it dequantises each expert once, ~8x faster
@@ -131,6 +127,26 @@ case ${PART:-fp8} in
       > "$OUT/moe.log" 2>&1
     echo "moe and mhc tests rc $?"; summary "$OUT/moe.log"
     ;;
+  bulk)  # the bulk-copy w4a8 kernel (moe_w4a8_bulk.cu, off by default): its bit test against the default kernel,
+         # then the kernel bench and the 4-layer prefill with each cluster size against the default (0)
+    SECONDS=0
+    timeout 60 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*' > "$OUT/bulk_test.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/bulk_test.log"; grep -E "bulk|Which is|Expected" "$OUT/bulk_test.log" | head -20
+    for cs in 0 2 4 1 0; do
+      echo "prefill 4096, cluster $cs: $(DEEPINFER_W4A8_BULK=$cs timeout 40 $d/bin/model_bench --preset flash --layers 4 \
+        --backend cuda --precision native --prompt 4096 --decode 1 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    for cs in 0 2; do
+      DEEPINFER_W4A8_BULK=$cs timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+        --prompt 4096 --decode 1 --profile 1 > "$OUT/profile_bulk$cs.log" 2>&1
+      echo "profile, cluster $cs: $(grep -E '^\| moe ' "$OUT/profile_bulk$cs.log" | head -1)"
+    done
+    for cs in 0 2; do
+      ((SECONDS > ${BULK_BENCH_S:-300})) && break
+      echo "moe_prefill, cluster $cs: $(DEEPINFER_W4A8_BULK=$cs timeout 150 $d/bin/cuda_kernel_bench --only moe_prefill 2>&1 |
+        grep -E '^\| moe fp4 n=(2730|4096).*w4a8' | tr '\n' ' ')"
+    done
+    ;;
   mma)  # mma's 8-token passes and wider passes for the native precision's batches (the shapes pack)
     timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaMoeMma.*:Cases/CudaMoe.MatchesRef/native*_mma' \
       > "$OUT/mma.log" 2>&1
@@ -190,6 +206,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0

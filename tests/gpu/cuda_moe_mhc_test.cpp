@@ -431,17 +431,35 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                 EXPECT_EQ(0, std::memcmp(got[0].data(), opt.data(), opt.size() * sizeof(float)))
                     << (chunk_scales ? "chunk" : "row") << " fold, warp-specialised: max abs err against the "
                     << "reference " << diff(ref.host_f32(), opt).max_abs;
+                // the bulk-copy kernel alone and in clusters of 2 and 4 (up's 1,024 rows and down's 2,048
+                // take both): the default's bits where the chunk counts allow it
+                for (const int cs : {1, 2, 4}) {
+                    const int64_t bulk_before = cuda::moe_w4a8_bulk_launches();
+                    cuda::set_moe_w4a8_bulk(cs);
+                    out.poison();
+                    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+                    cuda::set_moe_w4a8_bulk(0);
+                    const std::vector<float> bulk = out.device_f32();
+                    EXPECT_EQ(cuda::moe_w4a8_bulk_launches() - bulk_before,
+                              D % 512 == 0 && I % 512 == 0 ? 1 : 0)
+                        << "bulk passes, D " << D;
+                    EXPECT_EQ(0, std::memcmp(got[0].data(), bulk.data(), bulk.size() * sizeof(float)))
+                        << (chunk_scales ? "chunk" : "row") << " fold, D " << D
+                        << ", bulk copies in clusters of " << cs << ": max abs err against the default "
+                        << diff(got[0], bulk).max_abs << ", against the reference "
+                        << diff(ref.host_f32(), bulk).max_abs;
+                }
             }
             ASSERT_TRUE(b.gpu->force_variant("moe", ""));
         }
     cuda::set_moe_w4a8_scales_once(once_default);
 }
 
-// mma's options for the native precision's batches (written before their first GPU run): 8 tokens a pass
-// (set_moe_mma_tok8: the chunks' lo halves are 0, so a token's sums are the 4-token form's) and more pairs a
-// pass (set_moe_mma_max_pairs: 300 tokens x 6 in one pass instead of chunks of 170), each and both the
-// default's bits; the default within kMoeNativeCuda of the reference. ~112 pairs an expert: passes end inside
-// an expert.
+// mma's options for the native precision's batches (both on by default since their first GPU run): 8 tokens a
+// pass (set_moe_mma_tok8: the chunks' lo halves are 0, so a token's sums are the 4-token form's) and more
+// pairs a pass (set_moe_mma_max_pairs: 300 tokens x 6 in one pass instead of chunks of 170), each and both
+// the default's bits; the default within kMoeNativeCuda of the reference. ~112 pairs an expert: passes end
+// inside an expert.
 TEST(CudaMoeMma, EightTokensAndWiderPassesKeepTheBits) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
@@ -460,12 +478,13 @@ TEST(CudaMoeMma, EightTokensAndWiderPassesKeepTheBits) {
     b.ref->moe({x.hv(), ids.hv(), w.hv(), ew_h.data(), E, ref.hv(), 10.0f, act});
     ASSERT_TRUE(b.gpu->force_variant("moe", "mma"));
     const int64_t default_pairs = cuda::moe_mma_max_pairs();
+    const bool default_tok8 = cuda::moe_mma_tok8();
     auto run = [&](bool tok8, int64_t max_pairs) {
         cuda::set_moe_mma_tok8(tok8), cuda::set_moe_mma_max_pairs(max_pairs);
         const int64_t before = b.gpu->dispatch_count("moe", "mma");
         out.poison();
         b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-        cuda::set_moe_mma_tok8(false), cuda::set_moe_mma_max_pairs(default_pairs);
+        cuda::set_moe_mma_tok8(default_tok8), cuda::set_moe_mma_max_pairs(default_pairs);
         EXPECT_EQ(b.gpu->dispatch_count("moe", "mma") - before, max_pairs >= n * k ? 1 : 2)
             << "mma launches (one per chunk), max pairs " << max_pairs;
         return out.device_f32();

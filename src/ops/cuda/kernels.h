@@ -14,7 +14,7 @@ using Stream = void*;  // cudaStream_t
 enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 
 // Device scratch memory handed to launchers that need temporaries; grows, never shrinks.
-inline constexpr int kScratchSlots = 15;  // Scratch::get's slots 0 .. 14
+inline constexpr int kScratchSlots = 16;  // Scratch::get's slots 0 .. 15
 class Scratch {
   public:
     virtual ~Scratch() = default;
@@ -23,7 +23,7 @@ class Scratch {
     // variants' temporaries (fp8 weight scales and outputs; bf16x3 pieces and products), 8 activation chunks
     // of the mma variants (moe, linear), 9 window_stores' job table, 10 launch_compresses' job table, 11
     // launch_indexer_topks' job table, 12 launch_rms_norm_ropes' job table, 13 the indexer's f16 keys (kMma),
-    // 14 the fp8 GEMMs' quantised inputs.
+    // 14 the fp8 GEMMs' quantised inputs, 15 moe_w4a8's tile-ordered rows (the bulk-copy kernel).
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -431,6 +431,11 @@ void set_moe_w4a8_n64(bool on);
 // two that multiply; the same sums); off: measured slower on the H200 (DEEPINFER_W4A8_WS,
 // docs/benchmarks.md).
 void set_moe_w4a8_ws(bool on);
+// w4a8 on the bulk-copy kernel (moe_w4a8_bulk.cu: token rows in tile order, bulk copies, clusters of
+// `cluster` blocks sharing each token tile; the same sums): 0 off, the default (measured slower;
+// DEEPINFER_W4A8_BULK=1|2|4); its passes so far (a test's check that it ran).
+void set_moe_w4a8_bulk(int cluster);
+int64_t moe_w4a8_bulk_launches();
 // w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it
 // off).
@@ -469,12 +474,13 @@ void launch_moe_mma(const MoeParams& p, Scratch& scratch, Stream s);
 // Needs 4-byte scale rows.
 void set_moe_mma_stages(int stages);
 // The native precision's plan passes on mma 8 tokens at a time instead of 4 (its chunks' lo halves are 0:
-// the same sums; the weights read once per 8 of an expert's tokens): off until measured on the GPU
-// (DEEPINFER_MOE_MMA_TOK8).
+// the same sums; the weights read once per 8 of an expert's tokens): on (DEEPINFER_MOE_MMA_TOK4 turns it
+// off).
 void set_moe_mma_tok8(bool on);
-// The most (token, slot) pairs mma takes in one pass (kMoeGroupedMaxPairs by default, so a batch of 171-341
-// tokens at k = 6 runs as two chunks that each read nearly every expert; DEEPINFER_MOE_MMA_PAIRS raises it,
-// off until measured; chunking changes no bits of a variant).
+bool moe_mma_tok8();
+// The most (token, slot) pairs mma takes in one pass: 2,047 by default (a batch of up to 341 tokens at k = 6
+// in one pass; with kMoeGroupedMaxPairs, 171-341 tokens ran as two chunks that each read nearly every
+// expert); DEEPINFER_MOE_MMA_PAIRS sets it; chunking changes no bits of a variant.
 void set_moe_mma_max_pairs(int64_t pairs);
 int64_t moe_mma_max_pairs();
 // Whether every scale byte of the table's fp4 matrices lies in the range moe_mma folds into f16 (one pass

@@ -64,11 +64,18 @@ __host__ __device__ constexpr int stages(int wgs) { return wgs == 1 ? 4 : 6; }
 // One block per row, a warp per chunk: the activation quantiser's scale and e4m3 bytes (its rounding and
 // saturation), the bytes in w8_index order: lane l's four elements 4l .. 4l + 3 land in one word. kSwiglu:
 // the row is [W1 part | W3 part] (2 x chunks x 128) and the values swiglu of the two. Rows 16-byte aligned.
-// q [rows, chunks, 128], sc [rows, chunks].
+// q [rows, chunks, 128], sc [rows, chunks]; or, where t.act is set, row b (the plan's order) to tiled row
+// t.prow[b] (rows past the plan's pairs skipped).
 template <bool kSwiglu>
 __global__ void __launch_bounds__(128)
-    w8_act_rows_kernel(const float* x, int64_t ldx, int64_t chunks, float limit, uint8_t* q, float* sc) {
+    w8_act_rows_kernel(const float* x, int64_t ldx, int64_t chunks, float limit, uint8_t* q, float* sc,
+                       w4a8::TiledOut t, MoePlan plan) {
     allow_early_next();
+    int64_t r_t = 0;  // the tiled row
+    if (t.act != nullptr) {
+        if (int(blockIdx.x) >= plan.begin[*plan.n_active]) return;
+        r_t = t.prow[blockIdx.x];
+    }
     const float* row = x + int64_t(blockIdx.x) * ldx;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int64_t c = warp; c < chunks; c += 4) {
@@ -82,9 +89,15 @@ __global__ void __launch_bounds__(128)
         auto byte = [s](float f) { return uint32_t(act_quant_e4m3(f, s).__x); };
         const uint32_t word = byte(v.x) | byte(v.y) << 8 | byte(v.z) << 16 | byte(v.w) << 24;
         static_assert(w8_index(4 * 3 + 1) == w8_index(4 * 3) + 1 && w8_index(4 * 3) % 4 == 0);
-        *reinterpret_cast<uint32_t*>(q + (int64_t(blockIdx.x) * chunks + c) * kChunk + w8_index(4 * lane)) =
-            word;
-        if (lane == 0) sc[int64_t(blockIdx.x) * chunks + c] = s;
+        const int o = w8_index(4 * lane);
+        if (t.act != nullptr) {  // the 16-byte unit o / 16 swizzled by the tiled row
+            *reinterpret_cast<uint32_t*>(t.act + (c * t.rows + r_t) * kChunk + (((o >> 4) ^ (r_t & 7)) << 4) +
+                                         (o & 15)) = word;
+            if (lane == 0) t.sc[c * t.rows + r_t] = s;
+        } else {
+            *reinterpret_cast<uint32_t*>(q + (int64_t(blockIdx.x) * chunks + c) * kChunk + o) = word;
+            if (lane == 0) sc[int64_t(blockIdx.x) * chunks + c] = s;
+        }
     }
 }
 
@@ -326,6 +339,22 @@ bool n64_enabled = std::getenv("DEEPINFER_W4A8_N64") != nullptr;
 
 bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 
+// The bulk-copy kernel's cluster size (moe_w4a8_bulk.cu; 0: off, the default: the same bits, measured 9%
+// slower alone and slower still in clusters): DEEPINFER_W4A8_BULK=1|2|4.
+int bulk_from_env() {
+    const char* v = std::getenv("DEEPINFER_W4A8_BULK");
+    return v == nullptr ? 0 : std::atoi(v);
+}
+int bulk_cs = bulk_from_env();
+std::atomic<int64_t> bulk_launches{0};
+
+// Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
+// kernel's shared memory within the device's at both K. (Its n_out need only be a multiple of 128.)
+bool bulk_applies(const MoeParams& p) {
+    return bulk_cs > 0 && p.scales_16b && (p.D / kChunk) % 4 == 0 && (p.I / kChunk) % 4 == 0 &&
+           w4a8::bulk_fits(std::max(p.D, p.I));
+}
+
 // On unless DEEPINFER_W4A8_SCALES_IN_STAGES is set (H100, 4,096 tokens: 3,743 against 4,291 us; 2,730:
 // 3,426 against 3,934; skewed routing 4,308 against 5,042; docs/benchmarks.md).
 bool once_enabled = std::getenv("DEEPINFER_W4A8_SCALES_IN_STAGES") == nullptr;
@@ -438,6 +467,8 @@ E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef*
 void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
+void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
+int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_scales_once(bool on) { once_enabled = on; }
 bool moe_w4a8_scales_once() { return once_enabled; }
@@ -472,10 +503,29 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
     float* hs = xs + p.n * xc;
     const MoePlan plan = moe_plan_buffers(scratch, pairs, slots);
     launch_moe_plan(p, plan, st);
-    w8_act_rows_kernel<false><<<unsigned(p.n), 128, 0, st>>>(p.x, p.ld_x, xc, p.limit, xq, xs);
-    launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true}, slots, st);
-    w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs);
-    launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false}, slots, st);
+    w8_act_rows_kernel<false><<<unsigned(p.n), 128, 0, st>>>(p.x, p.ld_x, xc, p.limit, xq, xs, {}, plan);
+    if (bulk_applies(p)) {
+        // tile-ordered rows: each expert's from an 8-row boundary, a tile's rows past the last
+        const int64_t rows = (pairs + 7 * int64_t(slots) + 128 + 7) / 8 * 8;
+        auto* tb = static_cast<uint8_t*>(scratch.get(15, size_t(rows * (p.D + p.I)) +
+                                                             size_t(rows * (xc + hc)) * sizeof(float) +
+                                                             size_t(slots + pairs) * sizeof(int32_t)));
+        float* xts = reinterpret_cast<float*>(tb + rows * (p.D + p.I));
+        int32_t* pbegin = reinterpret_cast<int32_t*>(xts + rows * (xc + hc));
+        const w4a8::TiledOut xt{tb, xts, rows, pbegin, pbegin + slots};
+        const w4a8::TiledOut ht{tb + rows * p.D, xts + rows * xc, rows, pbegin, pbegin + slots};
+        w4a8::launch_tile_rows(plan, int32_t(p.k), xq, xs, xc, xt, slots, st);
+        ++bulk_launches;
+        auto bulk = p.e4m3_rows ? w4a8::launch_bulk<true> : w4a8::launch_bulk<false>;
+        bulk(p, plan, w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true}, bulk_cs, st);
+        w8_act_rows_kernel<true>
+            <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
+        bulk(p, plan, w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false}, bulk_cs, st);
+    } else {
+        launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true}, slots, st);
+        w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);
+        launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false}, slots, st);
+    }
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
 

@@ -48,6 +48,35 @@ struct W8Io {
     bool up;
 };
 
+// Rows in tile order (moe_w4a8_bulk.cu): [chunk][rows][128 bytes], the 16-byte unit u of tiled row r at u ^
+// (r % 8), scales [chunk][rows]; active expert a's pairs at rows pbegin[a] .., each expert from an 8-row
+// boundary, `rows` a multiple of 8 with a tile's 128 rows past the last expert's.
+struct TiledOut {
+    uint8_t* act;
+    float* sc;
+    int64_t rows;
+    int32_t* pbegin;  // [max active]
+    int32_t* prow;    // [pairs]: the tiled row of the plan's pair b
+};
+struct TiledIo {
+    const uint8_t* act;
+    const float* sc;
+    int64_t rows;
+    const int32_t* pbegin;
+    float* out;  // up: [plan index, 2 I] (the plan's order); down: y [pairs, D]
+    int64_t K, n_out;
+    bool up;
+};
+// Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.
+void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,
+                      const TiledOut& t, unsigned slots, cudaStream_t s);
+// Whether the bulk kernel's shared memory fits the device at K; its cluster size for n_out rows (at most
+// `want`, a power of two: whole clusters of 128-row tiles).
+bool bulk_fits(int64_t K);
+int bulk_cluster(int64_t n_out, int want);
+template <bool kRowBase>
+void launch_bulk(const MoeParams& p, const MoePlan& plan, const TiledIo& io, int cluster, cudaStream_t s);
+
 // The warp-specialised kernel (moe_w4a8_ws.cu) on the same operands and with the same sums as
 // moe_w4a8_kernel's 128-token tiles: kRowBase as there.
 template <bool kRowBase>
