@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, fifth session): PART=bulk (~4 min; pack: TRACE=0 BINS="bench/model_bench
-#   bench/cuda_kernel_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the bulk-copy w4a8 kernel's bit test,
-#   then moe_prefill and the 4-layer 4K prefill with DEEPINFER_W4A8_BULK=0 (the default) | 1 | 2 | 4.
+# Next first (written 2026-12-06, fifth session): PART=bulkprobe (~6 min; pack: TRACE=0 BINS="bench/model_bench
+#   bench/cuda_kernel_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): where the w4a8 kernels' time goes: the
+#   bulk kernel with parts left out, then Nsight Compute on one up launch of it and of the default kernel.
+# Ran 2026-12-06 (fifth session, H100): PART=bulk: the bulk-copy w4a8 kernel gives the default's bits but is no
+#   faster (docs/benchmarks.md).
 # Ran 2026-12-06 (fifth session, H100): PART=shapes (the profile by shape; docs/benchmarks.md) and PART=mma (8
 #   tokens a pass and 2,047 pairs a pass: the same bits, batch 256 22.2 -> 17.1 ms a step; now the default).
 # Ran 2026-12-06 (fourth session, H100): PART=once (w4a8's scales copied once: the same bits, 12.8% faster,
@@ -147,6 +149,24 @@ case ${PART:-fp8} in
         grep -E '^\| moe fp4 n=(2730|4096).*w4a8' | tr '\n' ' ')"
     done
     ;;
+  bulkprobe)  # where the w4a8 kernels' time goes (the shapes pack): the bulk kernel (no copy instruction in its
+              # multiplying warps) with parts left out (DEEPINFER_W4A8_BULK_PROBE, timing only: 1 conversion, 2
+              # promotion, 4 wgmmas, 8 weight copies, 16 token copies), the MoE's profile row each; then Nsight
+              # Compute's stall reasons and pipe use on one up launch of each kernel
+    for pr in 0 1 2 4 3 7 8 16 24 31; do
+      echo "bulk probe $pr: $(DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr timeout 40 $d/bin/model_bench --preset flash \
+        --layers 4 --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| moe ' | head -1)"
+    done
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for k in bulk default; do
+      [[ $k == bulk ]] && envs=(DEEPINFER_W4A8_BULK=1) || envs=(DEEPINFER_W4A8_BULK=0)
+      env "${envs[@]}" timeout 150 "$ncu" --kernel-name regex:'moe_w4a8_(bulk_)?kernel' --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy \
+        --section InstructionStats $d/bin/model_bench --preset flash --layers 2 --backend cuda --precision native \
+        --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/ncu_$k.txt" 2>&1
+      echo "ncu $k rc $?"; grep -E "Duration|Executed Ipc|Issue Slots Busy|Tensor|Stall|Warp Cycles Per Issued|Achieved Occupancy|Registers Per" "$OUT/ncu_$k.txt" | head -24
+    done
+    ;;
   mma)  # mma's 8-token passes and wider passes for the native precision's batches (the shapes pack)
     timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaMoeMma.*:Cases/CudaMoe.MatchesRef/native*_mma' \
       > "$OUT/mma.log" 2>&1
@@ -206,6 +226,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: bulkprobe | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0

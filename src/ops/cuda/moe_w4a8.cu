@@ -346,6 +346,10 @@ int bulk_from_env() {
     return v == nullptr ? 0 : std::atoi(v);
 }
 int bulk_cs = bulk_from_env();
+const int bulk_probe = [] {
+    const char* v = std::getenv("DEEPINFER_W4A8_BULK_PROBE");
+    return v == nullptr ? 0 : std::atoi(v);
+}();
 std::atomic<int64_t> bulk_launches{0};
 
 // Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
@@ -517,10 +521,12 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         w4a8::launch_tile_rows(plan, int32_t(p.k), xq, xs, xc, xt, slots, st);
         ++bulk_launches;
         auto bulk = p.e4m3_rows ? w4a8::launch_bulk<true> : w4a8::launch_bulk<false>;
-        bulk(p, plan, w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true}, bulk_cs, st);
+        bulk(p, plan, w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe}, bulk_cs,
+             st);
         w8_act_rows_kernel<true>
             <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
-        bulk(p, plan, w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false}, bulk_cs, st);
+        bulk(p, plan, w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe}, bulk_cs,
+             st);
     } else {
         launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true}, slots, st);
         w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);

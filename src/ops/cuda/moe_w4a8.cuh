@@ -66,6 +66,9 @@ struct TiledIo {
     float* out;  // up: [plan index, 2 I] (the plan's order); down: y [pairs, D]
     int64_t K, n_out;
     bool up;
+    // Timing only (wrong results): parts of the bulk kernel left out, bits 1 the conversion, 2 the promotion,
+    // 4 the wgmmas, 8 the weight copies, 16 the token copies (DEEPINFER_W4A8_BULK_PROBE).
+    int probe = 0;
 };
 // Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,

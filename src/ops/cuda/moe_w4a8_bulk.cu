@@ -137,7 +137,8 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                     const int64_t s = it % stages;
                     wg::mbar_wait(empty(s), uint32_t(((it / stages) & 1) ^ 1));
                     const uint32_t st = s0 + uint32_t(s) * kStageBytes;
-                    if (lane == 0) {
+                    if (lane == 0 && (io.probe & 16)) wg::mbar_arrive(full(s));
+                    if (lane == 0 && !(io.probe & 16)) {
                         wg::mbar_arrive_expect_tx(full(s), kTokBytes + kTScBytes);
                         // this block's share of the token tile's rows and scales, to every block
                         const int64_t row = inf.pb + i0 + rank * (kN / kCs);
@@ -160,7 +161,7 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                     const uint32_t wdst = st + kTokBytes + uint32_t((lane >> 2) * 64 + (lane & 3) * 16);
 #pragma unroll
                     for (int i = 0; i < kRows / 8; ++i)
-                        wg::cp_async16(wdst + i * 8 * 64, wsrc + i * 8 * ld, true);
+                        if (!(io.probe & 8)) wg::cp_async16(wdst + i * 8 * 64, wsrc + i * 8 * ld, true);
                     wg::cp_async_arrive_noinc(full(s));
                 }
         }
@@ -207,12 +208,18 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                     w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
                     rf[r] = __int_as_float((bmax - 6) << 23);  // 2^(bmax - 127 - 6)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        fp4x8_to_e4m3(word_of(raw, i), lut0, lut1, af[i][r], af[i][2 + r]);
+                    for (int i = 0; i < 4; ++i) {
+                        if (io.probe & 1) {
+                            af[i][r] = word_of(raw, i), af[i][2 + r] = word_of(raw, i) ^ lut0;
+                        } else {
+                            fp4x8_to_e4m3(word_of(raw, i), lut0, lut1, af[i][r], af[i][2 + r]);
+                        }
+                    }
                 }
             };
             // part[4j + v]: row g + 8 (v >> 1) of the warp's 16, token column 8j + 2q + (v & 1)
             auto promote = [&](int64_t s, const float(&rf)[2]) {
+                if (io.probe & 2) return;
                 const float* ts =
                     reinterpret_cast<const float*>(base + s * kStageBytes + kTokBytes + kWBytes);
 #pragma unroll
@@ -250,11 +257,13 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                             float(&rf_next)[2]) {
                 const int64_t s = (it + c) % stages;
                 const uint32_t st = s0 + uint32_t(s) * kStageBytes;
-                wg::fence();
+                if (!(io.probe & 4)) {
+                    wg::fence();
 #pragma unroll
-                for (int k = 0; k < 4; ++k)
-                    wg::mma_m64n128k32_e4m3(part, af[k], wg::desc_k_major_sw128(st + k * 32), k);
-                wg::commit();
+                    for (int k = 0; k < 4; ++k)
+                        wg::mma_m64n128k32_e4m3(part, af[k], wg::desc_k_major_sw128(st + k * 32), k);
+                    wg::commit();
+                }
                 if (c + 1 < chunks) {
                     const int64_t sn = (it + c + 1) % stages;
                     wg::mbar_wait(full(sn), uint32_t(((it + c + 1) / stages) & 1));
