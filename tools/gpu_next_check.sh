@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Next first (written 2026-12-06, fifth session): PART=bulkprobe (~6 min; pack: TRACE=0 BINS="bench/model_bench
-#   bench/cuda_kernel_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): where the w4a8 kernels' time goes: the
-#   bulk kernel with parts left out, then Nsight Compute on one up launch of it and of the default kernel.
+#   bench/cuda_kernel_bench tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): where the w4a8
+#   kernels' time goes: their inner loop alone (wgmma_fp8_probe: no memory traffic), the bulk kernel with parts
+#   left out, then Nsight Compute on one up launch of it and of the default kernel.
+#   With it, PART=indexer (~2 min, the same pack): the indexer's walking blocks (q fragments made once a block
+#   of 4 queries instead of once a tile), their test and the 32K / 4K prefill's indexer row; the default if
+#   they pass and win.
 # Ran 2026-12-06 (fifth session, H100): PART=bulk: the bulk-copy w4a8 kernel gives the default's bits but is no
 #   faster (docs/benchmarks.md).
 # Ran 2026-12-06 (fifth session, H100): PART=shapes (the profile by shape; docs/benchmarks.md) and PART=mma (8
@@ -149,10 +153,21 @@ case ${PART:-fp8} in
         grep -E '^\| moe fp4 n=(2730|4096).*w4a8' | tr '\n' ' ')"
     done
     ;;
+  indexer)  # the indexer's walking blocks (DEEPINFER_INDEXER_MMA_WALK, off): their test (the default's picks),
+            # then the 32K and 4K prefill's indexer_topk row with and without them (the shapes pack)
+    timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaIndexerNative.*:*CudaIndexer.*' > "$OUT/indexer.log" 2>&1
+    echo "indexer tests rc $?"; summary "$OUT/indexer.log"
+    for n in 32768 4096; do for w in - DEEPINFER_INDEXER_MMA_WALK=1 - DEEPINFER_INDEXER_MMA_WALK=1; do
+      envs=(); [[ $w == - ]] || envs=("$w")
+      echo "prefill $n [$w]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+        --precision native --prompt $n --decode 1 --profile 1 2>&1 | grep -E '^\| (indexer_topk|total) ' | tr '\n' ' ')"
+    done; done
+    ;;
   bulkprobe)  # where the w4a8 kernels' time goes (the shapes pack): the bulk kernel (no copy instruction in its
               # multiplying warps) with parts left out (DEEPINFER_W4A8_BULK_PROBE, timing only: 1 conversion, 2
               # promotion, 4 wgmmas, 8 weight copies, 16 token copies), the MoE's profile row each; then Nsight
               # Compute's stall reasons and pipe use on one up launch of each kernel
+    [[ -x $d/bin/wgmma_fp8_probe ]] && timeout 60 $d/bin/wgmma_fp8_probe
     for pr in 0 1 2 4 3 7 8 16 24 31; do
       echo "bulk probe $pr: $(DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr timeout 40 $d/bin/model_bench --preset flash \
         --layers 4 --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| moe ' | head -1)"
@@ -226,6 +241,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: bulkprobe | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: indexer | bulkprobe | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0

@@ -367,7 +367,8 @@ TEST_P(CudaIndexer, PicksMatchRef) {
 // error is at most (2 * 2^-11 + 2^-22 + 128 * 2^-24) sum_j |q_hj k_j| (two f16 roundings, their product, f32
 // sums), relu keeps it and the heads' weighted sum adds it up: E(e) = ws ss sum_h |w_h| 1.1e-3 sum_j |q_hj
 // k_ej|. Every entry picked over a missed one, and every pair of neighbours in the pick order, must then be
-// within E of each other; the counts of valid picks must match exactly.
+// within E of each other; the counts of valid picks must match exactly. The walking blocks' picks equal the
+// default's.
 TEST(CudaIndexerNative, MmaPicksWithinTheF16Bound) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
@@ -384,9 +385,15 @@ TEST(CudaIndexerNative, MmaPicksWithinTheF16Bound) {
         ops::IndexerTopkArgs a{q.dv(), w.dv(), keys.dv(), picks.dv(), c.pos0, c.rate, ws, ss};
         a.f16 = true;
         b.gpu->indexer_topk(a);
-        ASSERT_TRUE(b.gpu->force_variant("indexer_topk", ""));
-        EXPECT_EQ(b.gpu->dispatch_count("indexer_topk", "mma"), ran + 1) << c.name;
         const auto got = picks.device_as<int32_t>();
+        // the blocks that walk every tile (set_indexer_mma_walk): the same scores, so the same picks
+        cuda::set_indexer_mma_walk(true);
+        picks.poison();
+        b.gpu->indexer_topk(a);
+        cuda::set_indexer_mma_walk(false);
+        EXPECT_EQ(picks.device_as<int32_t>(), got) << c.name << ": walking blocks";
+        ASSERT_TRUE(b.gpu->force_variant("indexer_topk", ""));
+        EXPECT_EQ(b.gpu->dispatch_count("indexer_topk", "mma"), ran + 2) << c.name;
         const int32_t* want = picks.hv().ptr<int32_t>();
         const float* qh = q.hv().ptr<float>();
         const float* kh = keys.hv().ptr<float>();

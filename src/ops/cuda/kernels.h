@@ -296,6 +296,10 @@ struct IndexerParams {
 enum class IndexerVariant { kMma, kTiled, kWarpHeads, kBlock };
 bool indexer_mma_supported(const IndexerParams& p);
 void launch_indexer_scores_mma(const IndexerParams& p, float* S, Scratch& scratch, Stream s);
+// The mma scores in blocks of 4 queries that walk every entry tile, q's fragments made once (the default's
+// blocks of 2 queries and one tile make them for every tile); the same products and sums; off until measured
+// on the GPU (DEEPINFER_INDEXER_MMA_WALK).
+void set_indexer_mma_walk(bool on);
 bool indexer_tiled_supported(const IndexerParams& p);
 bool indexer_warp_supported(const IndexerParams& p);
 void launch_indexer_topk(const IndexerParams& p, Scratch& scratch, Stream s, IndexerVariant v);

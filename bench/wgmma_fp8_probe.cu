@@ -1,0 +1,137 @@
+// The W4A8 MoE kernels' inner loop without memory traffic: per 128-deep chunk, four wgmma m64n128k32 e4m3
+// with A from registers and B (128 token rows) from 128-byte-swizzled shared memory, then wait, then (where
+// set) the promotion of the chunk's sums into f32 with a scale per token column (64 FMAs a thread, the
+// scales from shared memory) and (where set) the next chunk's fp4 -> e4m3 conversion of A, made while the
+// current chunk's wgmmas run, as moe_w4a8_kernel and moe_w4a8_bulk_kernel do. At 1 to 4 warpgroups an SM
+// (one a block; at most three fit). What it answers: whether that chain alone (wait every chunk, promote,
+// convert) caps the kernels far below the FP8 rate, and which link does.
+//   wgmma_fp8_probe [iters=4096]   (one line per configuration: TFLOP/s of FP8 products)
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/moe_w4a8.cuh"
+#include "ops/cuda/wgmma.cuh"
+
+namespace {
+
+using namespace di::cuda;
+using di::cuda::mma::word_of;
+
+constexpr int kN = 128;  // token columns
+
+// Each block: one warpgroup, a B tile of 128 rows x 128 e4m3 (one chunk) and 128 token scales in shared
+// memory; `iters` chunks.
+template <bool kConvert, bool kPromote>
+__global__ void __launch_bounds__(128) fp8_probe_kernel(float* out, int iters, uint32_t seed) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t base = (wg::smem_addr(smem_raw) + 1023u) & ~1023u;
+    uint8_t* smem = smem_raw + (base - wg::smem_addr(smem_raw));
+    const int tid = threadIdx.x, lane = tid & 31, q = lane & 3;
+    for (int i = tid; i < kN * 128; i += 128) smem[i] = uint8_t(0x30 + (i * 7 + seed) % 9);  // small e4m3
+    float* ts = reinterpret_cast<float*>(smem + kN * 128);
+    for (int i = tid; i < kN; i += 128) ts[i] = 1.0f + float(i % 3);
+    wg::fence_proxy_async();
+    __syncthreads();
+    uint4 raw = make_uint4(seed * 0x9E3779B9u + tid, seed ^ 0x7f4a7c15u, tid * 0x85ebca6bu, seed + 17u);
+    uint32_t lut0, lut1;
+    w4a8::w4a8_lut(int(seed & 3u), lut0, lut1);
+    uint32_t af[2][4][4];
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) af[b][s][r] = 0x38383838u;  // e4m3 1.0
+    float acc[kN / 2], part[kN / 2];
+#pragma unroll
+    for (int v = 0; v < kN / 2; ++v) acc[v] = part[v] = 0.0f;
+    auto convert = [&](uint32_t(&a)[4][4], int it) {  // two rows' 16 fp4 bytes, as the kernels' threads
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                w4a8::fp4x8_to_e4m3(word_of(raw, i) + uint32_t(it + h), lut0, lut1, a[i][h], a[i][2 + h]);
+    };
+    auto chunk = [&](uint32_t(&a)[4][4], uint32_t(&next)[4][4], int it) {
+        wg::fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            wg::mma_m64n128k32_e4m3(part, a[s], wg::desc_k_major_sw128(base + s * 32), s);
+        wg::commit();
+        if (kConvert) convert(next, it);
+        wg::wait<0>();
+#pragma unroll
+        for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
+        if (kPromote) {
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j) {
+                const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
+#pragma unroll
+                for (int v = 0; v < 4; ++v)
+                    acc[4 * j + v] = fmaf(part[4 * j + v], (v & 1) ? s2.y : s2.x, acc[4 * j + v]);
+            }
+        }
+    };
+    for (int it = 0; it < iters; it += 2) {
+        chunk(af[0], af[1], it);
+        chunk(af[1], af[0], it + 1);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kN / 2; ++v) sum += acc[v] + part[v];
+    if (sum == 12345.678f) out[blockIdx.x * 128 + tid] = sum;  // never true: keeps the work
+}
+
+template <bool kConvert, bool kPromote>
+void run(int sms, int iters, float* out) {
+    const int smem = kN * 128 + kN * 4 + 1024;
+    cudaFuncSetAttribute(fp8_probe_kernel<kConvert, kPromote>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         smem);
+    for (int per_sm : {1, 2, 3}) {  // ~170 registers a thread: three warpgroups fill an SM's
+        const int blocks = sms * per_sm;
+        fp8_probe_kernel<kConvert, kPromote><<<blocks, 128, smem>>>(out, 16, 1);  // warm-up
+        cudaEvent_t a, b;
+        cudaEventCreate(&a), cudaEventCreate(&b);
+        cudaEventRecord(a);
+        fp8_probe_kernel<kConvert, kPromote><<<blocks, 128, smem>>>(out, iters, 2);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        const double flop = 2.0 * 64.0 * kN * 128.0 * double(iters) * blocks;
+        std::printf(
+            "wgmma m64n128k32 e4m3, A from registers, wait a chunk%s%s, %d warpgroup(s) an SM: %.1f "
+            "TFLOP/s (%.3f ms)\n",
+            kPromote ? ", promoted" : "", kConvert ? ", next A converted from fp4" : "", per_sm,
+            flop / (ms * 1e-3) / 1e12, ms);
+        cudaEventDestroy(a), cudaEventDestroy(b);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int iters = argc > 1 ? std::atoi(argv[1]) : 4096;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+        std::fprintf(stderr, "wgmma_fp8_probe: no CUDA device\n");
+        return 1;
+    }
+    float* out = nullptr;
+    cudaMalloc(&out, size_t(prop.multiProcessorCount) * 4 * 128 * sizeof(float));
+    std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    run<false, false>(prop.multiProcessorCount, iters, out);
+    run<false, true>(prop.multiProcessorCount, iters, out);
+    run<true, false>(prop.multiProcessorCount, iters, out);
+    run<true, true>(prop.multiProcessorCount, iters, out);
+    const cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        std::fprintf(stderr, "wgmma_fp8_probe: %s\n", cudaGetErrorString(e));
+        return 1;
+    }
+    cudaFree(out);
+    return 0;
+}
