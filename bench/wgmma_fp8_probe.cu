@@ -1,10 +1,12 @@
 // The W4A8 MoE kernels' inner loop without memory traffic: per 128-deep chunk, four wgmma m64n128k32 e4m3
-// with A from registers and B (128 token rows) from 128-byte-swizzled shared memory, then wait, then (where
-// set) the promotion of the chunk's sums into f32 with a scale per token column (64 FMAs a thread, the
-// scales from shared memory) and (where set) the next chunk's fp4 -> e4m3 conversion of A, made while the
-// current chunk's wgmmas run, as moe_w4a8_kernel and moe_w4a8_bulk_kernel do. At 1 to 4 warpgroups an SM
-// (one a block; at most three fit). What it answers: whether that chain alone (wait every chunk, promote,
-// convert) caps the kernels far below the FP8 rate, and which link does.
+// with A from registers (or, kSs, from shared memory, as a kernel whose A is converted by other warps would
+// take it) and B (128 token rows) from 128-byte-swizzled shared memory, then wait, then (where set) the
+// promotion of the chunk's sums into f32 with a scale per token column (64 FMAs a thread, the scales from
+// shared memory) and (where set) the next chunk's fp4 -> e4m3 conversion of A, made while the current
+// chunk's wgmmas run, as moe_w4a8_kernel and moe_w4a8_bulk_kernel do; and, for the ceiling, the wgmmas
+// waited for once every 8 chunks. At 1 to 3 warpgroups an SM (one a block). What it answers: whether that
+// chain alone (wait every chunk, promote, convert) caps the kernels far below the FP8 rate, and which link
+// does.
 //   wgmma_fp8_probe [iters=4096]   (one line per configuration: TFLOP/s of FP8 products)
 #include <cuda_runtime.h>
 
@@ -24,14 +26,15 @@ constexpr int kN = 128;  // token columns
 
 // Each block: one warpgroup, a B tile of 128 rows x 128 e4m3 (one chunk) and 128 token scales in shared
 // memory; `iters` chunks.
-template <bool kConvert, bool kPromote>
+template <bool kConvert, bool kPromote, bool kSs, int kWaitEvery>
 __global__ void __launch_bounds__(128) fp8_probe_kernel(float* out, int iters, uint32_t seed) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t base = (wg::smem_addr(smem_raw) + 1023u) & ~1023u;
     uint8_t* smem = smem_raw + (base - wg::smem_addr(smem_raw));
     const int tid = threadIdx.x, lane = tid & 31, q = lane & 3;
-    for (int i = tid; i < kN * 128; i += 128) smem[i] = uint8_t(0x30 + (i * 7 + seed) % 9);  // small e4m3
-    float* ts = reinterpret_cast<float*>(smem + kN * 128);
+    // B (128 rows), then A (64 rows, kSs): small e4m3 values in any layout (the rate does not depend on them)
+    for (int i = tid; i < (kN + 64) * 128; i += 128) smem[i] = uint8_t(0x30 + (i * 7 + seed) % 9);
+    float* ts = reinterpret_cast<float*>(smem + (kN + 64) * 128);
     for (int i = tid; i < kN; i += 128) ts[i] = 1.0f + float(i % 3);
     wg::fence_proxy_async();
     __syncthreads();
@@ -58,10 +61,17 @@ __global__ void __launch_bounds__(128) fp8_probe_kernel(float* out, int iters, u
     auto chunk = [&](uint32_t(&a)[4][4], uint32_t(&next)[4][4], int it) {
         wg::fence();
 #pragma unroll
-        for (int s = 0; s < 4; ++s)
-            wg::mma_m64n128k32_e4m3(part, a[s], wg::desc_k_major_sw128(base + s * 32), s);
+        for (int s = 0; s < 4; ++s) {
+            if constexpr (kSs) {
+                wg::mma_m64n128k32_e4m3_ss(part, wg::desc_k_major_sw128(base + kN * 128 + s * 32),
+                                           wg::desc_k_major_sw128(base + s * 32), s);
+            } else {
+                wg::mma_m64n128k32_e4m3(part, a[s], wg::desc_k_major_sw128(base + s * 32), s);
+            }
+        }
         wg::commit();
         if (kConvert) convert(next, it);
+        if (kWaitEvery > 1 && (it + 1) % kWaitEvery != 0) return;
         wg::wait<0>();
 #pragma unroll
         for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
@@ -85,28 +95,28 @@ __global__ void __launch_bounds__(128) fp8_probe_kernel(float* out, int iters, u
     if (sum == 12345.678f) out[blockIdx.x * 128 + tid] = sum;  // never true: keeps the work
 }
 
-template <bool kConvert, bool kPromote>
+template <bool kConvert, bool kPromote, bool kSs = false, int kWaitEvery = 1>
 void run(int sms, int iters, float* out) {
-    const int smem = kN * 128 + kN * 4 + 1024;
-    cudaFuncSetAttribute(fp8_probe_kernel<kConvert, kPromote>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         smem);
+    const int smem = (kN + 64) * 128 + kN * 4 + 1024;
+    auto* kernel = fp8_probe_kernel<kConvert, kPromote, kSs, kWaitEvery>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     for (int per_sm : {1, 2, 3}) {  // ~170 registers a thread: three warpgroups fill an SM's
         const int blocks = sms * per_sm;
-        fp8_probe_kernel<kConvert, kPromote><<<blocks, 128, smem>>>(out, 16, 1);  // warm-up
+        kernel<<<blocks, 128, smem>>>(out, 16, 1);  // warm-up
         cudaEvent_t a, b;
         cudaEventCreate(&a), cudaEventCreate(&b);
         cudaEventRecord(a);
-        fp8_probe_kernel<kConvert, kPromote><<<blocks, 128, smem>>>(out, iters, 2);
+        kernel<<<blocks, 128, smem>>>(out, iters, 2);
         cudaEventRecord(b);
         cudaEventSynchronize(b);
         float ms = 0;
         cudaEventElapsedTime(&ms, a, b);
         const double flop = 2.0 * 64.0 * kN * 128.0 * double(iters) * blocks;
         std::printf(
-            "wgmma m64n128k32 e4m3, A from registers, wait a chunk%s%s, %d warpgroup(s) an SM: %.1f "
-            "TFLOP/s (%.3f ms)\n",
-            kPromote ? ", promoted" : "", kConvert ? ", next A converted from fp4" : "", per_sm,
-            flop / (ms * 1e-3) / 1e12, ms);
+            "wgmma m64n128k32 e4m3, A from %s, waited every %d chunk(s)%s%s, %d warpgroup(s) an SM: "
+            "%.1f TFLOP/s (%.3f ms)\n",
+            kSs ? "shared memory" : "registers", kWaitEvery, kPromote ? ", promoted" : "",
+            kConvert ? ", next A converted from fp4" : "", per_sm, flop / (ms * 1e-3) / 1e12, ms);
         cudaEventDestroy(a), cudaEventDestroy(b);
     }
 }
@@ -123,10 +133,15 @@ int main(int argc, char** argv) {
     float* out = nullptr;
     cudaMalloc(&out, size_t(prop.multiProcessorCount) * 4 * 128 * sizeof(float));
     std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
-    run<false, false>(prop.multiProcessorCount, iters, out);
-    run<false, true>(prop.multiProcessorCount, iters, out);
-    run<true, false>(prop.multiProcessorCount, iters, out);
-    run<true, true>(prop.multiProcessorCount, iters, out);
+    const int sms = prop.multiProcessorCount;
+    run<false, false, false, 8>(sms, iters, out);  // the ceiling: 32 wgmmas between waits
+    run<false, false>(sms, iters, out);
+    run<false, true>(sms, iters, out);
+    run<true, false>(sms, iters, out);
+    run<true, true>(sms, iters, out);  // the W4A8 kernels' chain
+    run<false, false, true, 8>(sms, iters, out);
+    run<false, false, true>(sms, iters, out);
+    run<false, true, true>(sms, iters, out);  // A converted by other warps: the multiplying warps' chain
     const cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         std::fprintf(stderr, "wgmma_fp8_probe: %s\n", cudaGetErrorString(e));
