@@ -89,6 +89,9 @@ __global__ void __launch_bounds__(128) fp8_probe_kernel(float* out, int iters, u
         chunk(af[0], af[1], it);
         chunk(af[1], af[0], it + 1);
     }
+    wg::wait<0>();  // (kWaitEvery: the last chunks' wgmmas)
+#pragma unroll
+    for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
     float sum = 0.0f;
 #pragma unroll
     for (int v = 0; v < kN / 2; ++v) sum += acc[v] + part[v];

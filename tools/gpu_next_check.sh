@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Next first (written 2026-12-06, fifth session): PART=bulkprobe (~6 min; pack: TRACE=0 BINS="bench/model_bench
 #   bench/cuda_kernel_bench tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): where the w4a8
-#   kernels' time goes: their inner loop alone (wgmma_fp8_probe: no memory traffic), the bulk kernel with parts
-#   left out, then Nsight Compute on one up launch of it and of the default kernel.
+#   kernels' time goes: their inner loop alone (wgmma_fp8_probe: no memory traffic), the converting-warpgroup
+#   kernel (moe_w4a8_bulk_ss.cu: its bits, its prefill), the bulk kernel with parts left out, then Nsight
+#   Compute on one up launch of it and of the default kernel.
 #   With it, PART=indexer (~2 min, the same pack): the indexer's walking blocks (q fragments made once a block
 #   of 4 queries instead of once a tile), their test and the 32K / 4K prefill's indexer row; the default if
 #   they pass and win.
@@ -168,6 +169,14 @@ case ${PART:-fp8} in
               # promotion, 4 wgmmas, 8 weight copies, 16 token copies), the MoE's profile row each; then Nsight
               # Compute's stall reasons and pipe use on one up launch of each kernel
     [[ -x $d/bin/wgmma_fp8_probe ]] && timeout 60 $d/bin/wgmma_fp8_probe
+    # the converting-warpgroup kernel (DEEPINFER_W4A8_BULK_SS): its bit test, then the prefill against the default
+    timeout 60 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*' > "$OUT/bulk_ss_test.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/bulk_ss_test.log"
+    for ss in 0 1 0 1; do
+      envs=(DEEPINFER_W4A8_BULK=0); ((ss)) && envs=(DEEPINFER_W4A8_BULK_SS=1)
+      echo "prefill 4096 [${envs[*]}]: $(env "${envs[@]}" timeout 40 $d/bin/model_bench --preset flash --layers 4 \
+        --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | tr '\n' ' ')"
+    done
     for pr in 0 1 2 4 3 7 8 16 24 31; do
       echo "bulk probe $pr: $(DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr timeout 40 $d/bin/model_bench --preset flash \
         --layers 4 --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| moe ' | head -1)"

@@ -350,13 +350,16 @@ const int bulk_probe = [] {
     const char* v = std::getenv("DEEPINFER_W4A8_BULK_PROBE");
     return v == nullptr ? 0 : std::atoi(v);
 }();
+// The bulk kernel's inputs with the weights converted by their own warpgroup (moe_w4a8_bulk_ss.cu; off until
+// measured on the GPU): DEEPINFER_W4A8_BULK_SS.
+bool bulk_ss = std::getenv("DEEPINFER_W4A8_BULK_SS") != nullptr;
 std::atomic<int64_t> bulk_launches{0};
 
 // Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
 // kernel's shared memory within the device's at both K. (Its n_out need only be a multiple of 128.)
 bool bulk_applies(const MoeParams& p) {
-    return bulk_cs > 0 && p.scales_16b && (p.D / kChunk) % 4 == 0 && (p.I / kChunk) % 4 == 0 &&
-           w4a8::bulk_fits(std::max(p.D, p.I));
+    if (!p.scales_16b || (p.D / kChunk) % 4 != 0 || (p.I / kChunk) % 4 != 0) return false;
+    return bulk_ss ? w4a8::bulk_ss_fits() : bulk_cs > 0 && w4a8::bulk_fits(std::max(p.D, p.I));
 }
 
 // On unless DEEPINFER_W4A8_SCALES_IN_STAGES is set (H100, 4,096 tokens: 3,743 against 4,291 us; 2,730:
@@ -472,6 +475,7 @@ void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
+void set_moe_w4a8_bulk_ss(bool on) { bulk_ss = on; }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_scales_once(bool on) { once_enabled = on; }
@@ -520,13 +524,18 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         const w4a8::TiledOut ht{tb + rows * p.D, xts + rows * xc, rows, pbegin, pbegin + slots};
         w4a8::launch_tile_rows(plan, int32_t(p.k), xq, xs, xc, xt, slots, st);
         ++bulk_launches;
-        auto bulk = p.e4m3_rows ? w4a8::launch_bulk<true> : w4a8::launch_bulk<false>;
-        bulk(p, plan, w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe}, bulk_cs,
-             st);
+        auto bulk = [&](const w4a8::TiledIo& io) {
+            if (bulk_ss)
+                p.e4m3_rows ? w4a8::launch_bulk_ss<true>(p, plan, io, st)
+                            : w4a8::launch_bulk_ss<false>(p, plan, io, st);
+            else
+                p.e4m3_rows ? w4a8::launch_bulk<true>(p, plan, io, bulk_cs, st)
+                            : w4a8::launch_bulk<false>(p, plan, io, bulk_cs, st);
+        };
+        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe});
         w8_act_rows_kernel<true>
             <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
-        bulk(p, plan, w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe}, bulk_cs,
-             st);
+        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe});
     } else {
         launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true}, slots, st);
         w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);

@@ -1,0 +1,263 @@
+// Routed experts of a prefill as W4A8 on tile-ordered token rows (moe_w4a8_bulk.cu's inputs and units), with
+// the weights converted by a warpgroup of their own into e4m3 tiles in shared memory, so that the multiplying
+// warpgroups issue wgmmas with both operands there and promote, nothing else (the same operands, products and
+// sums as moe_w4a8_kernel's 128-token tiles: the same bits). Per block (one an SM, persistent over (active
+// expert, 128-row weight tile) units):
+//   warpgroup 2 converts: thread t owns weight row t of the tile, copies its fp4 bytes by cp.async kRing - 1
+//     chunks ahead into a ring of its own, reads its scale words through L1 (the row's largest at the unit's
+//     start, for the row fold), and writes chunk c's 128 e4m3 bytes (in the token rows' k order, swizzled as
+//     wgmma reads them) and its fold factor into the chunk's stage; its first lane also takes the stage's
+//     token tile and scales by bulk copy;
+//   warpgroups 0 and 1 each multiply 64 of the tile's rows by the token tile (wgmma m64n128k32, A and B from
+//     shared memory), wait, promote the chunk's sums into f32 and release the stage.
+// Stages: kStages chunks (token tile, e4m3 weight tile, token scales, row factors) between the two sides;
+// full / empty mbarriers. The converting side is what moe_w4a8_ws.cu's warp-specialised kernel did with the
+// token rows gathered by cp.async and two A slots; here the tokens come with one bulk copy a chunk and every
+// stage carries its own A tile. Off until measured (set_moe_w4a8_bulk_ss).
+
+#include <algorithm>
+
+#include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/moe_w4a8.cuh"
+#include "ops/cuda/smem_limit.h"
+#include "ops/cuda/wgmma.cuh"
+
+namespace di::cuda::w4a8 {
+namespace {
+
+using mma::kChunk;
+using mma::word_of;
+
+constexpr int kRows = 128, kN = 128;  // weight rows and token rows of a tile
+constexpr int kThreads = 384;         // two multiplying warpgroups, then the converting one
+constexpr int kRing = 4;              // a converting thread's raw chunks: kRing - 1 in flight
+constexpr int kTokBytes = kN * kChunk, kABytes = kRows * kChunk;
+constexpr int kStageBytes = kTokBytes + kABytes + kN * 4 + kRows * 4;  // + token scales, row factors
+constexpr int kRawBytes = kRows * kChunk / 2;                          // a ring slot: 64 bytes a row
+constexpr int kStages = 5;
+static_assert(kStageBytes % 1024 == 0);
+
+struct UnitInfo {
+    int32_t e, b0, cnt;  // expert, first plan index, pairs; e < 0: the walk's end
+};
+
+constexpr int64_t kSmemBytes =
+    1024 + int64_t(kStages) * kStageBytes + kRing * kRawBytes + 2 * 16 + 2 * kN * 4 + 8 * (2 * kStages + 4);
+
+template <bool kRowBase>
+__global__ void __launch_bounds__(kThreads, 1)
+    moe_w4a8_bulk_ss_kernel(MoeParams p, MoePlan plan, TiledIo io) {
+    allow_early_next();
+    extern __shared__ __align__(128) uint8_t smem[];
+    const uint32_t s0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
+    uint8_t* const base = smem + (s0 - wg::smem_addr(smem));
+    uint8_t* const ring = base + kStages * kStageBytes;
+    auto* const uinfo = reinterpret_cast<UnitInfo*>(ring + kRing * kRawBytes);  // two slots, 16 bytes each
+    int32_t* const tpairs = reinterpret_cast<int32_t*>(ring + kRing * kRawBytes + 2 * 16);  // [warpgroup][kN]
+    const uint32_t bar0 = wg::smem_addr(tpairs + 2 * kN);
+    auto full = [&](int64_t s) { return bar0 + uint32_t(s) * 8; };  // 4 converting warps + the bytes' arrival
+    auto empty = [&](int64_t s) { return bar0 + uint32_t(kStages + s) * 8; };       // 8 multiplying warps
+    auto ufull = [&](int i) { return bar0 + uint32_t(2 * kStages + i) * 8; };       // 1 arrival
+    auto uempty = [&](int i) { return bar0 + uint32_t(2 * kStages + 2 + i) * 8; };  // 8 multiplying warps
+    // a stage: token tile, A tile, token scales, row factors
+    auto tok_at = [&](int64_t s) { return s0 + uint32_t(s * kStageBytes); };
+    auto a_at = [&](int64_t s) { return s0 + uint32_t(s * kStageBytes + kTokBytes); };
+    auto tsc = [&](int64_t s) {
+        return reinterpret_cast<float*>(base + s * kStageBytes + kTokBytes + kABytes);
+    };
+    auto rfs = [&](int64_t s) { return tsc(s) + kN; };
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) wg::mbar_init(full(s), 5), wg::mbar_init(empty(s), 8);
+        for (int i = 0; i < 2; ++i) wg::mbar_init(ufull(i), 1), wg::mbar_init(uempty(i), 8);
+        wg::fence_mbar_init_cluster();
+    }
+    __syncthreads();
+    const int64_t chunks = io.K / kChunk, groups = io.n_out / kRows;
+    const int64_t n_units = int64_t(*plan.n_active) * groups;
+
+    if (warp >= 8) {
+        // ---- conversion: thread t owns weight row t of the tile ----
+        const int t = tid - 256;
+        const int sw =
+            (t >> 1) & 3;  // raw row t's 16-byte unit i at i ^ sw (conflict-free reads a row a thread)
+        uint8_t* const my_raw = ring + t * 64;
+        int64_t it = 0;
+        for (int64_t u = blockIdx.x, ui = 0;; u += gridDim.x, ++ui) {
+            const int slot = int(ui & 1);
+            if (u >= n_units) {
+                if (t == 0) {
+                    wg::mbar_wait(uempty(slot), uint32_t(((ui >> 1) & 1) ^ 1));
+                    uinfo[slot] = UnitInfo{-1, 0, 0};
+                    wg::mbar_arrive(ufull(slot));
+                }
+                break;
+            }
+            const int a = int(u / groups);
+            const int32_t b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0, pb = io.pbegin[a];
+            const int e = plan.expert[a];
+            if (t == 0) {
+                wg::mbar_wait(uempty(slot), uint32_t(((ui >> 1) & 1) ^ 1));
+                uinfo[slot] =
+                    UnitInfo{e, b0, cnt};  // seen by the multiplying warps once the slot's barrier completes
+                wg::mbar_arrive(ufull(slot));
+            }
+            const int64_t tile0 = (u % groups) * kRows;
+            const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
+            const WeightRef& wr = p.table[3 * e + m];
+            const int64_t row = tile0 - (m == 1 ? p.I : 0) + t;
+            const uint8_t* wrow = static_cast<const uint8_t*>(wr.data) + row * wr.ld;
+            const uint8_t* srow = static_cast<const uint8_t*>(wr.scale) + row * wr.ld_scale;
+            int row_max = 0;
+            if constexpr (kRowBase) {
+                uint32_t m4 = 0;
+                for (int64_t c = 0; c < chunks; c += 4) {  // 16-byte scale rows (bulk_applies)
+                    const uint4 v = __ldg(reinterpret_cast<const uint4*>(srow + 4 * c));
+                    m4 = __vmaxu4(__vmaxu4(m4, __vmaxu4(v.x, v.y)), __vmaxu4(v.z, v.w));
+                }
+                row_max = max(max(int(m4 & 0xffu), int((m4 >> 8) & 0xffu)),
+                              max(int((m4 >> 16) & 0xffu), int(m4 >> 24)));
+            }
+            auto issue_raw = [&](int64_t c) {
+                const uint32_t dst = wg::smem_addr(my_raw + (c % kRing) * kRawBytes);
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    wg::cp_async16(dst + ((i ^ sw) * 16), wrow + c * 64 + i * 16, true);
+            };
+            for (int i0 = 0; i0 < cnt; i0 += kN) {
+#pragma unroll
+                for (int c = 0; c < kRing - 1; ++c) {
+                    if (c < chunks) issue_raw(c);
+                    wg::cp_async_commit();
+                }
+                for (int64_t c = 0; c < chunks; ++c, ++it) {
+                    if (c + kRing - 1 < chunks) issue_raw(c + kRing - 1);
+                    wg::cp_async_commit();
+                    const uint32_t s4 = __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * c));
+                    const int64_t s = it % kStages;
+                    wg::mbar_wait(empty(s), uint32_t(((it / kStages) & 1) ^ 1));
+                    if (t == 0) {
+                        wg::mbar_arrive_expect_tx(full(s), kTokBytes + kN * 4);
+                        const int64_t r0 = pb + i0;  // the token tile's first tiled row
+                        wg::bulk_copy_g2s(tok_at(s), io.act + (c * io.rows + r0) * kChunk, kTokBytes,
+                                          full(s));
+                        wg::bulk_copy_g2s(wg::smem_addr(tsc(s)), io.sc + c * io.rows + r0, kN * 4, full(s));
+                    }
+                    wg::cp_async_wait<kRing - 1>();  // this thread's copies of chunk c landed
+                    const uint8_t* raw = my_raw + (c % kRing) * kRawBytes;
+                    uint4 r[4];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) r[i] = *reinterpret_cast<const uint4*>(raw + ((i ^ sw) * 16));
+                    const int bmax = kRowBase ? row_max
+                                              : max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
+                                                    max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
+                    rfs(s)[t] = __int_as_float((bmax - 6) << 23);  // 2^(bmax - 127 - 6)
+                    uint32_t lo[4][4], hi[4][4];                   // [group q][word w]
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        uint32_t lut0, lut1;
+                        w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
+#pragma unroll
+                        for (int w = 0; w < 4; ++w)
+                            fp4x8_to_e4m3(word_of(r[q], w), lut0, lut1, lo[q][w], hi[q][w]);
+                    }
+                    // w8_index order: bytes 32 w + 4 q .. of the row are lo[q][w], 32 w + 16 + 4 q ..
+                    // hi[q][w]
+                    uint8_t* at = base + s * kStageBytes + kTokBytes + t * 128;
+#pragma unroll
+                    for (int w = 0; w < 4; ++w) {
+                        *reinterpret_cast<uint4*>(at + (((2 * w) ^ (t & 7)) * 16)) =
+                            make_uint4(lo[0][w], lo[1][w], lo[2][w], lo[3][w]);
+                        *reinterpret_cast<uint4*>(at + (((2 * w + 1) ^ (t & 7)) * 16)) =
+                            make_uint4(hi[0][w], hi[1][w], hi[2][w], hi[3][w]);
+                    }
+                    wg::fence_proxy_async();  // the A tile's bytes, for the wgmmas' proxy
+                    __syncwarp();
+                    if (lane == 0) wg::mbar_arrive(full(s));
+                }
+                wg::cp_async_wait<0>();  // the tile's (empty) trailing groups
+            }
+        }
+        return;
+    }
+    // ---- products: warpgroup h multiplies rows 64 h .. 64 h + 63 of the tile ----
+    const int h = warp >> 2, wq = warp & 3, g = lane >> 2, q = lane & 3, ct = tid & 127;
+    const int rloc = 64 * h + 16 * wq + g;  // this thread's rows: rloc, rloc + 8
+    float acc[kN / 2], part[kN / 2];
+    int64_t it = 0;
+    for (int64_t u = blockIdx.x, ui = 0;; u += gridDim.x, ++ui) {
+        const int slot = int(ui & 1);
+        wg::mbar_wait(ufull(slot), uint32_t((ui >> 1) & 1));
+        const UnitInfo inf = uinfo[slot];
+        if (inf.e < 0) break;
+        const int64_t tile0 = (u % groups) * kRows;
+        for (int i0 = 0; i0 < inf.cnt; i0 += kN) {
+            const int32_t my_pair = io.up ? 0 : (i0 + ct < inf.cnt ? plan.pairs[inf.b0 + i0 + ct] : -1);
+#pragma unroll
+            for (int v = 0; v < kN / 2; ++v) acc[v] = 0.0f;
+            float f0 = 1.0f, f1 = 1.0f;  // kRowBase: the rows' fold factors, applied once at the end
+            for (int64_t c = 0; c < chunks; ++c, ++it) {
+                const int64_t s = it % kStages;
+                wg::mbar_wait(full(s), uint32_t((it / kStages) & 1));
+                wg::fence();
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    wg::mma_m64n128k32_e4m3_ss(part, wg::desc_k_major_sw128(a_at(s) + h * 8192 + k * 32),
+                                               wg::desc_k_major_sw128(tok_at(s) + k * 32), k);
+                wg::commit();
+                wg::wait<0>();
+#pragma unroll
+                for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
+                const float* ts = tsc(s);
+                const float rf0 = rfs(s)[rloc], rf1 = rfs(s)[rloc + 8];
+                if (kRowBase) f0 = rf0, f1 = rf1;
+#pragma unroll
+                for (int j = 0; j < kN / 8; ++j) {
+                    const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
+#pragma unroll
+                    for (int v = 0; v < 4; ++v)
+                        acc[4 * j + v] =
+                            fmaf(part[4 * j + v],
+                                 ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : ((v >> 1) ? rf1 : rf0)),
+                                 acc[4 * j + v]);
+                }
+                __syncwarp();
+                if (lane == 0) wg::mbar_arrive(empty(s));
+            }
+            int32_t* const tp = tpairs + h * kN;
+            if (!io.up) {
+                wg::named_sync(1 + h, 128);  // the previous tile's stores have read tp
+                tp[ct] = my_pair;
+                wg::named_sync(1 + h, 128);
+            }
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+                for (int cc = 0; cc < 2; ++cc) {
+                    const int ti = i0 + 8 * j + 2 * q + cc;
+                    if (ti >= inf.cnt) continue;
+                    const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[8 * j + 2 * q + cc]);
+                    float* out = io.out + orow * io.n_out + tile0 + rloc;
+                    out[0] = kRowBase ? acc[4 * j + cc] * f0 : acc[4 * j + cc];
+                    out[8] = kRowBase ? acc[4 * j + 2 + cc] * f1 : acc[4 * j + 2 + cc];
+                }
+        }
+        __syncwarp();
+        if (lane == 0) wg::mbar_arrive(uempty(slot));
+    }
+}
+
+}  // namespace
+
+bool bulk_ss_fits() { return size_t(kSmemBytes) <= smem_optin(); }
+
+template <bool kRowBase>
+void launch_bulk_ss(const MoeParams& p, const MoePlan& plan, const TiledIo& io, cudaStream_t s) {
+    raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<kRowBase>, size_t(kSmemBytes));
+    moe_w4a8_bulk_ss_kernel<kRowBase><<<unsigned(sm_count()), kThreads, size_t(kSmemBytes), s>>>(p, plan, io);
+}
+
+template void launch_bulk_ss<true>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
+template void launch_bulk_ss<false>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
+
+}  // namespace di::cuda::w4a8
