@@ -2,8 +2,8 @@
 # Next first (written 2026-12-06, fifth session): PART=bulkprobe (~6 min; pack: TRACE=0 BINS="bench/model_bench
 #   bench/cuda_kernel_bench tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): where the w4a8
 #   kernels' time goes: their inner loop alone (wgmma_fp8_probe: no memory traffic), the converting-warpgroup
-#   kernel (moe_w4a8_bulk_ss.cu: its bits, its prefill), the bulk kernel with parts left out, then Nsight
-#   Compute on one up launch of it and of the default kernel.
+#   kernel (moe_w4a8_bulk_ss.cu: its bits, its prefill), the bulk kernel with parts left out; then PART=w4a8ncu
+#   (~5 min): Nsight Compute on one up launch of the bulk kernel and of the default.
 #   With it, PART=indexer (~2 min, the same pack): the indexer's walking blocks (q fragments made once a block
 #   of 4 queries instead of once a tile), their test and the 32K / 4K prefill's indexer row; the default if
 #   they pass and win.
@@ -164,10 +164,10 @@ case ${PART:-fp8} in
         --precision native --prompt $n --decode 1 --profile 1 2>&1 | grep -E '^\| (indexer_topk|total) ' | tr '\n' ' ')"
     done; done
     ;;
-  bulkprobe)  # where the w4a8 kernels' time goes (the shapes pack): the bulk kernel (no copy instruction in its
-              # multiplying warps) with parts left out (DEEPINFER_W4A8_BULK_PROBE, timing only: 1 conversion, 2
-              # promotion, 4 wgmmas, 8 weight copies, 16 token copies), the MoE's profile row each; then Nsight
-              # Compute's stall reasons and pipe use on one up launch of each kernel
+  bulkprobe)  # where the w4a8 kernels' time goes (the shapes pack): the inner loop alone, the converting-warpgroup
+              # kernel, the bulk kernel (no copy instruction in its multiplying warps) with parts left out
+              # (DEEPINFER_W4A8_BULK_PROBE, timing only: 1 conversion, 2 promotion, 4 wgmmas, 8 weight copies,
+              # 16 token copies), the MoE's profile row each
     [[ -x $d/bin/wgmma_fp8_probe ]] && timeout 60 $d/bin/wgmma_fp8_probe
     # the converting-warpgroup kernel (DEEPINFER_W4A8_BULK_SS): its bit test, then the prefill against the default
     timeout 60 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*' > "$OUT/bulk_ss_test.log" 2>&1
@@ -181,10 +181,12 @@ case ${PART:-fp8} in
       echo "bulk probe $pr: $(DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr timeout 40 $d/bin/model_bench --preset flash \
         --layers 4 --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| moe ' | head -1)"
     done
+    ;;
+  w4a8ncu)  # Nsight Compute's stall reasons and pipe use on one up launch of the bulk kernel and the default
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     for k in bulk default; do
       [[ $k == bulk ]] && envs=(DEEPINFER_W4A8_BULK=1) || envs=(DEEPINFER_W4A8_BULK=0)
-      env "${envs[@]}" timeout 150 "$ncu" --kernel-name regex:'moe_w4a8_(bulk_)?kernel' --launch-skip 2 --launch-count 1 \
+      env "${envs[@]}" timeout 250 "$ncu" --kernel-name regex:'moe_w4a8_(bulk_)?kernel' --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section InstructionStats $d/bin/model_bench --preset flash --layers 2 --backend cuda --precision native \
         --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/ncu_$k.txt" 2>&1
@@ -250,6 +252,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: indexer | bulkprobe | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0
