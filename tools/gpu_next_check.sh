@@ -5,8 +5,8 @@
 #   kernel (moe_w4a8_bulk_ss.cu: its bits, its prefill), the bulk kernel with parts left out; then PART=w4a8ncu
 #   (~5 min): Nsight Compute on one up launch of the bulk kernel and of the default.
 #   With it, PART=indexer (~2 min, the same pack): the indexer's walking blocks (q fragments made once a block
-#   of 4 queries instead of once a tile), their test and the 32K / 4K prefill's indexer row; the default if
-#   they pass and win.
+#   of 4 queries instead of once a tile), their test and the 32K / 4K prefill's indexer row (the default if
+#   they pass and win), then the batch-256 decode profile with batched calls timed whole.
 # Ran 2026-12-06 (fifth session, H100): PART=bulk: the bulk-copy w4a8 kernel gives the default's bits but is no
 #   faster (docs/benchmarks.md).
 # Ran 2026-12-06 (fifth session, H100): PART=shapes (the profile by shape; docs/benchmarks.md) and PART=mma (8
@@ -163,6 +163,10 @@ case ${PART:-fp8} in
       echo "prefill $n [$w]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
         --precision native --prompt $n --decode 1 --profile 1 2>&1 | grep -E '^\| (indexer_topk|total) ' | tr '\n' ' ')"
     done; done
+    # the batch-256 decode step's profile, batched calls timed whole since 2026-12-06 (fifth session)
+    timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --batch 256 \
+      --prompt 16 --context 4096 --decode 8 --profile shapes > "$OUT/shapes_b256.log" 2>&1
+    echo "profile shapes batch 256 rc $?"; sed -n '/decode steps/,/^| total/p' "$OUT/shapes_b256.log" | head -24
     ;;
   bulkprobe)  # where the w4a8 kernels' time goes (the shapes pack): the inner loop alone, the converting-warpgroup
               # kernel, the bulk kernel (no copy instruction in its multiplying warps) with parts left out

@@ -44,6 +44,36 @@ void ProfileBackend::timed(const std::string& op, Args a, double wbytes, Fn&& ru
     p.flops += flops;
 }
 
+// The bytes of every tensor an op's arguments visit (in and out).
+template <class Args>
+double view_bytes(Args a) {
+    double bytes = 0;
+    a.visit([&](const char*, const TensorView& v, Role) { bytes += double(v.nbytes()); });
+    return bytes;
+}
+
+template <class Fn>
+void ProfileBackend::timed_jobs(const std::vector<JobCost>& jobs, Fn&& run) {
+    if (sync_) subject_.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    if (sync_) subject_.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double flops = 0, bytes = 0;
+    for (const JobCost& j : jobs) flops += j.flops, bytes += j.bytes;
+    for (const JobCost& j : jobs) {
+        const double share = flops > 0   ? j.flops / flops
+                             : bytes > 0 ? j.bytes / bytes
+                                         : 1.0 / double(jobs.size());
+        OpProfile& p = ops_[j.op];
+        p.op = j.op;
+        ++p.calls;
+        p.seconds += seconds * share;
+        p.bytes += j.bytes;
+        p.flops += j.flops;
+    }
+}
+
 std::vector<int32_t> ProfileBackend::host_ids(const TensorView& v) {
     std::vector<int32_t> ids(size_t(v.numel()));
     if (ids.empty()) return ids;
@@ -84,15 +114,58 @@ void ProfileBackend::indexer_topk(const IndexerTopkArgs& a) {
     timed(
         "indexer_topk", a, 0, [&] { subject_.indexer_topk(a); }, true, indexer_flops(a));
 }
-void ProfileBackend::attention(const AttentionArgs& a) {
+ProfileBackend::JobCost ProfileBackend::attention_cost(const AttentionArgs& a) {
     const std::vector<int32_t> picks =
         a.comp_mask == CompMask::kPicks ? host_ids(a.picks) : std::vector<int32_t>{};
-    timed(
-        by_shape_ ? attention_kind_name(a.comp_mask) : "attention", a, 0, [&] { subject_.attention(a); },
-        true, attention_flops(a, picks));
+    return {by_shape_ ? attention_kind_name(a.comp_mask) : "attention", view_bytes(a),
+            attention_flops(a, picks)};
+}
+void ProfileBackend::attention(const AttentionArgs& a) {
+    timed_jobs({attention_cost(a)}, [&] { subject_.attention(a); });
 }
 void ProfileBackend::window_store(const WindowStoreArgs& a) {
     timed("window_store", a, 0, [&] { subject_.window_store(a); });
+}
+void ProfileBackend::linears(std::span<const LinearArgs> jobs) {
+    std::vector<JobCost> cost;
+    for (const LinearArgs& a : jobs)
+        cost.push_back({by_shape_ ? linear_shape_name(a.w) : "linear", weight_bytes(a.w) + view_bytes(a),
+                        linear_flops(a)});
+    timed_jobs(cost, [&] { subject_.linears(jobs); });
+}
+void ProfileBackend::compresses(std::span<const CompressArgs> jobs) {
+    std::vector<JobCost> cost;
+    for (const CompressArgs& a : jobs) cost.push_back({"compress", view_bytes(a), 0});
+    timed_jobs(cost, [&] { subject_.compresses(jobs); });
+}
+void ProfileBackend::indexer_topks(std::span<const IndexerTopkArgs> jobs) {
+    std::vector<JobCost> cost;
+    for (const IndexerTopkArgs& a : jobs) cost.push_back({"indexer_topk", view_bytes(a), indexer_flops(a)});
+    timed_jobs(cost, [&] { subject_.indexer_topks(jobs); });
+}
+void ProfileBackend::attentions(std::span<const AttentionArgs> jobs) {
+    std::vector<JobCost> cost;
+    for (const AttentionArgs& a : jobs) cost.push_back(attention_cost(a));
+    timed_jobs(cost, [&] { subject_.attentions(jobs); });
+}
+void ProfileBackend::window_stores(std::span<const WindowStoreArgs> jobs) {
+    std::vector<JobCost> cost;
+    for (const WindowStoreArgs& a : jobs) cost.push_back({"window_store", view_bytes(a), 0});
+    timed_jobs(cost, [&] { subject_.window_stores(jobs); });
+}
+void ProfileBackend::attentions_stored(std::span<const AttentionArgs> jobs,
+                                       std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope) {
+    std::vector<JobCost> cost;
+    for (const AttentionArgs& a : jobs) cost.push_back(attention_cost(a));
+    for (size_t i = 0; i < stores.size() && i < cost.size(); ++i) cost[i].bytes += view_bytes(stores[i]);
+    if (!cost.empty()) cost[0].bytes += view_bytes(out_rope);  // the rotation of every job's rows
+    timed_jobs(cost, [&] { subject_.attentions_stored(jobs, stores, out_rope); });
+}
+void ProfileBackend::rms_norm_ropes(std::span<const RmsNormArgs> norms, std::span<const RopeArgs> ropes) {
+    std::vector<JobCost> cost;
+    for (const RmsNormArgs& n : norms)
+        cost.push_back({"rms_norm_rope", double(n.weight.nbytes()) + view_bytes(n), 0});
+    timed_jobs(cost, [&] { subject_.rms_norm_ropes(norms, ropes); });
 }
 void ProfileBackend::mhc_pre(const MhcPreArgs& a) {
     timed(

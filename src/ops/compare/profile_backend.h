@@ -5,7 +5,12 @@
 // add a few microseconds per op on a GPU (stated beside the table); the op mix and the large ops' times are
 // what it is for. With `synchronised` false nothing is synchronised and the times are the host's cost of
 // issuing each op (checks, argument set-up, the launch): against the unprofiled step time it shows whether a
-// step waits on the host.
+// step waits on the host. Batched calls (linears, compresses, indexer_topks, attentions, window_stores,
+// attentions_stored, rms_norm_ropes) reach the subject batched, as the engine issues them (one launch for a
+// whole decode batch where the backend batches); their time is one measurement split over the jobs' rows by
+// the jobs' flops (by their bytes where they have none), each job one call. An attention layer's tail
+// (attentions_stored) is timed whole: its window stores and the output's rotation, which a backend may run
+// inside the attention, count in the attention rows.
 #pragma once
 
 #include <chrono>
@@ -67,6 +72,14 @@ class ProfileBackend final : public Backend {
     void argmax(const ArgmaxArgs& a) override;
     void top_candidates(const TopCandidatesArgs& a) override;
     void moe(const MoeArgs& a) override;
+    void linears(std::span<const LinearArgs> jobs) override;
+    void compresses(std::span<const CompressArgs> jobs) override;
+    void indexer_topks(std::span<const IndexerTopkArgs> jobs) override;
+    void attentions(std::span<const AttentionArgs> jobs) override;
+    void window_stores(std::span<const WindowStoreArgs> jobs) override;
+    void attentions_stored(std::span<const AttentionArgs> jobs, std::span<const WindowStoreArgs> stores,
+                           const RopeArgs& out_rope) override;
+    void rms_norm_ropes(std::span<const RmsNormArgs> norms, std::span<const RopeArgs> ropes) override;
     // The fused pairs are timed as one op each (the subject may run them as one launch).
     void rms_norm_rope(const RmsNormArgs& n, const RopeArgs& r) override;
     void mhc_pre_norm(const MhcPreArgs& pre, const RmsNormArgs& n) override;
@@ -90,6 +103,15 @@ class ProfileBackend final : public Backend {
     template <class Args, class Fn>
     void timed(const std::string& op, Args a, double weight_bytes, Fn&& run, bool count_views = true,
                double flops = 0);
+    // One batched call: its time split over the jobs' rows by flops (by bytes where none has flops).
+    struct JobCost {
+        std::string op;
+        double bytes = 0, flops = 0;
+    };
+    template <class Fn>
+    void timed_jobs(const std::vector<JobCost>& jobs, Fn&& run);
+    // The row and the flops of an attention job (its picks read back where it has them).
+    JobCost attention_cost(const AttentionArgs& a);
     // A device i32 tensor's values on the host, row-major (the op is synchronised anyway).
     std::vector<int32_t> host_ids(const TensorView& v);
 
