@@ -394,7 +394,7 @@ int mma_stages = stages_from_env();
 
 // Both on unless the environment says otherwise (H100, 4 layers, batch 256: 17.1 ms a step against 22.2;
 // batch 128: 9.9 against 11.5; docs/benchmarks.md). DEEPINFER_MOE_MMA_TOK4 takes 4 tokens a pass again,
-// DEEPINFER_MOE_MMA_PAIRS sets the pass's limit (at most kMoeGroupedMaxPairs: the earlier chunks).
+// DEEPINFER_MOE_MMA_PAIRS sets the pass's limit (at least kMoeGroupedMaxPairs, the earlier chunks).
 bool tok8_enabled = std::getenv("DEEPINFER_MOE_MMA_TOK4") == nullptr;
 constexpr int64_t kMmaPairsDefault = 2047;  // a batch of up to 341 tokens at k = 6 in one pass
 int64_t max_pairs_from_env() {

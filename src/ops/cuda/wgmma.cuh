@@ -93,14 +93,14 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank)
 __device__ __forceinline__ void bulk_copy_g2s_multicast(uint32_t dst, const void* src, uint32_t bytes,
                                                         uint32_t bar, uint16_t mask) {
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], "
-        "%2, "
-        "[%3], %4;\n" ::"r"(dst),
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
         "l"(src), "r"(bytes), "r"(bar), "h"(mask)
         : "memory");
 }
 
-// A warpgroup's registers a thread, lowered or raised (every warp of the warpgroup executes the same one).
+// A warpgroup's registers a thread, lowered or raised (every warp of the warpgroup executes the same one; an
+// increase waits until decreases elsewhere in the block gave back as many).
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
