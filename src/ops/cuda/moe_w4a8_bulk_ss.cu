@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t s0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const base = smem + (s0 - wg::smem_addr(smem));
     uint8_t* const ring = base + kStages * kStageBytes;
-    auto* const uinfo = reinterpret_cast<UnitInfo*>(ring + kRing * kRawBytes);  // two slots, 16 bytes each
+    auto* const uinfo = reinterpret_cast<UnitInfo*>(ring + kRing * kRawBytes);  // two slots in 32 bytes
     int32_t* const tpairs = reinterpret_cast<int32_t*>(ring + kRing * kRawBytes + 2 * 16);  // [warpgroup][kN]
     const uint32_t bar0 = wg::smem_addr(tpairs + 2 * kN);
     auto full = [&](int64_t s) { return bar0 + uint32_t(s) * 8; };  // 4 converting warps + the bytes' arrival
