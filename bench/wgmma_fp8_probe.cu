@@ -16,6 +16,7 @@
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_w4a8.cuh"
 #include "ops/cuda/wgmma.cuh"
+#include "probe_timing.h"
 
 namespace {
 
@@ -105,22 +106,14 @@ void run(int sms, int iters, float* out) {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     for (int per_sm : {1, 2, 3}) {  // ~170 registers a thread: three warpgroups fill an SM's
         const int blocks = sms * per_sm;
-        kernel<<<blocks, 128, smem>>>(out, 16, 1);  // warm-up
-        cudaEvent_t a, b;
-        cudaEventCreate(&a), cudaEventCreate(&b);
-        cudaEventRecord(a);
-        kernel<<<blocks, 128, smem>>>(out, iters, 2);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, a, b);
+        const float ms =
+            probe_ms(iters, [&](int n, uint32_t seed) { kernel<<<blocks, 128, smem>>>(out, n, seed); });
         const double flop = 2.0 * 64.0 * kN * 128.0 * double(iters) * blocks;
         std::printf(
             "wgmma m64n128k32 e4m3, A from %s, waited every %d chunk(s)%s%s, %d warpgroup(s) an SM: "
             "%.1f TFLOP/s (%.3f ms)\n",
             kSs ? "shared memory" : "registers", kWaitEvery, kPromote ? ", promoted" : "",
             kConvert ? ", next A converted from fp4" : "", per_sm, flop / (ms * 1e-3) / 1e12, ms);
-        cudaEventDestroy(a), cudaEventDestroy(b);
     }
 }
 

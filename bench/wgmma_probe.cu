@@ -12,6 +12,7 @@
 
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/wgmma.cuh"
+#include "probe_timing.h"
 
 namespace {
 
@@ -88,19 +89,12 @@ void run(int sms, int iters, float* out) {
     cudaFuncSetAttribute(probe_kernel<N, kConvert>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     for (int per_sm : {1, 2, 3, 4}) {
         const int blocks = sms * per_sm;
-        probe_kernel<N, kConvert><<<blocks, 128, smem>>>(out, 16, 1);  // warm-up
-        cudaEvent_t a, b;
-        cudaEventCreate(&a), cudaEventCreate(&b);
-        cudaEventRecord(a);
-        probe_kernel<N, kConvert><<<blocks, 128, smem>>>(out, iters, 2);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, a, b);
+        const float ms = probe_ms(iters, [&](int n, uint32_t seed) {
+            probe_kernel<N, kConvert><<<blocks, 128, smem>>>(out, n, seed);
+        });
         const double flop = 2.0 * 64.0 * N * 16.0 * kSteps * double(iters) * blocks;
         std::printf("wgmma m64n%dk16, A from registers%s, %d block(s) an SM: %.1f TFLOP/s (%.3f ms)\n", N,
                     kConvert ? " converted from fp4 each round" : "", per_sm, flop / (ms * 1e-3) / 1e12, ms);
-        cudaEventDestroy(a), cudaEventDestroy(b);
     }
 }
 

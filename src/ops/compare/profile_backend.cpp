@@ -27,23 +27,6 @@ std::string attention_kind_name(CompMask m) {
     return "attention";
 }
 
-template <class Args, class Fn>
-void ProfileBackend::timed(const std::string& op, Args a, double wbytes, Fn&& run, bool count_views,
-                           double flops) {
-    double bytes = wbytes;
-    if (count_views) a.visit([&](const char*, const TensorView& v, Role) { bytes += double(v.nbytes()); });
-    if (sync_) subject_.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    run();
-    if (sync_) subject_.synchronize();
-    OpProfile& p = ops_[op];
-    p.op = op;
-    ++p.calls;
-    p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    p.bytes += bytes;
-    p.flops += flops;
-}
-
 // The bytes of every tensor an op's arguments visit (in and out).
 template <class Args>
 double view_bytes(Args a) {
@@ -72,6 +55,12 @@ void ProfileBackend::timed_jobs(const std::vector<JobCost>& jobs, Fn&& run) {
         p.bytes += j.bytes;
         p.flops += j.flops;
     }
+}
+
+template <class Args, class Fn>
+void ProfileBackend::timed(const std::string& op, Args a, double wbytes, Fn&& run, bool count_views,
+                           double flops) {
+    timed_jobs({{op, wbytes + (count_views ? view_bytes(a) : 0.0), flops}}, run);
 }
 
 std::vector<int32_t> ProfileBackend::host_ids(const TensorView& v) {

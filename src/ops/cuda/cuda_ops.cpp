@@ -1,10 +1,10 @@
 // CudaBackend op methods: check(args) first, then the device check, then the launch with plain params.
 #include <algorithm>
-#include <cstdlib>
 
 #include "ops/cuda/argmax.h"
 #include "ops/cuda/bf16_gemm.h"
 #include "ops/cuda/cuda_backend_impl.h"
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/top_candidates.h"
 
@@ -219,10 +219,7 @@ void CudaBackend::swiglu(const SwigluArgs& a) {
 // until measured): stream_gemv gives a row a warp, so the router's 256-row gate runs on 256 warps (~4 us for
 // its 2 MB in a batch-1 step on the H200).
 int64_t split_few_rows() {
-    static const int64_t rows = [] {
-        const char* v = std::getenv("DEEPINFER_SPLIT_FEW_ROWS");
-        return v == nullptr ? int64_t(0) : std::max<int64_t>(0, std::atoll(v));
-    }();
+    static const int64_t rows = std::max<int64_t>(0, cuda::env_int("DEEPINFER_SPLIT_FEW_ROWS", 0));
     return rows;
 }
 

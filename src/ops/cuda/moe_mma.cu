@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
@@ -386,23 +387,14 @@ int warps_for(int64_t K) {
     return chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
 }
 
-int stages_from_env() {
-    const char* v = std::getenv("DEEPINFER_MOE_MMA_STAGES");
-    return v == nullptr ? 0 : std::atoi(v);
-}
-int mma_stages = stages_from_env();
+int mma_stages = int(env_int("DEEPINFER_MOE_MMA_STAGES", 0));
 
 // Both on unless the environment says otherwise (H100, 4 layers, batch 256: 17.1 ms a step against 22.2;
 // batch 128: 9.9 against 11.5; docs/benchmarks.md). DEEPINFER_MOE_MMA_TOK4 takes 4 tokens a pass again,
 // DEEPINFER_MOE_MMA_PAIRS sets the pass's limit (at least kMoeGroupedMaxPairs, the earlier chunks).
 bool tok8_enabled = std::getenv("DEEPINFER_MOE_MMA_TOK4") == nullptr;
 constexpr int64_t kMmaPairsDefault = 2047;  // a batch of up to 341 tokens at k = 6 in one pass
-int64_t max_pairs_from_env() {
-    const char* v = std::getenv("DEEPINFER_MOE_MMA_PAIRS");
-    const int64_t n = v == nullptr ? kMmaPairsDefault : std::atoll(v);
-    return n > kMoeGroupedMaxPairs ? n : kMoeGroupedMaxPairs;
-}
-int64_t mma_max_pairs = max_pairs_from_env();
+int64_t mma_max_pairs = std::max(env_int("DEEPINFER_MOE_MMA_PAIRS", kMmaPairsDefault), kMoeGroupedMaxPairs);
 
 // Shared memory of a block with S staged chunks a warp, or 0 where it exceeds the SM's.
 template <int NM, int MT, int S>

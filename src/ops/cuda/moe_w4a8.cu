@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
@@ -32,9 +33,12 @@ namespace di::cuda {
 namespace {
 
 using mma::kChunk;
-using mma::word_of;
-using w4a8::fp4x8_to_e4m3;
-using w4a8::w4a8_lut;
+using w4a8::chunk_frags;
+using w4a8::fold_factor;
+using w4a8::max_byte;
+using w4a8::promote_chunk;
+using w4a8::row_scale_max;
+using w4a8::store_tile;
 using w4a8::w8_index;
 using w4a8::W8Io;
 
@@ -139,16 +143,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     int row_max[2] = {0, 0};  // kRowBase: the largest scale byte of rows row and row + 8
     if constexpr (kRowBase)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint8_t* r = sp + int64_t(h * 8) * ld_sc;
-            uint32_t m4 = 0;  // four bytewise maxima: the quad's lanes take every fourth chunk
-            for (int64_t c = q; c < chunks; c += 4)
-                m4 = __vmaxu4(m4, *reinterpret_cast<const uint32_t*>(r + 4 * c));
-            int m = max(max(int(m4 & 0xffu), int((m4 >> 8) & 0xffu)),
-                        max(int((m4 >> 16) & 0xffu), int(m4 >> 24)));
-            m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            row_max[h] = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        }
+        for (int h = 0; h < 2; ++h) row_max[h] = row_scale_max(sp + int64_t(h * 8) * ld_sc, chunks, q);
     if constexpr (kOnce) {  // this warpgroup's 64 rows' scales, 16 bytes a copy; waited for with chunk 0's
         const int64_t units = chunks / 4, first = tile0 - (m == 1 ? p.I : 0);
         const uint8_t* s0 = static_cast<const uint8_t*>(wr.scale) + first * ld_sc;
@@ -220,14 +215,9 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                                 wsc_once +
                                 (tid / kThreads * 64 + 16 * warp + g + 8 * h) * wsc_row_bytes(chunks) + 4 * c)
                           : *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kT + tid) * 4);
-                const int bmax = kRowBase ? row_max[h]
-                                          : max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
-                                                max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
-                uint32_t lut0, lut1;
-                w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
-                rf[h] = __int_as_float((bmax - 6) << 23);  // 2^(bmax - 127 - 6)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) fp4x8_to_e4m3(word_of(r, i), lut0, lut1, af[i][h], af[i][2 + h]);
+                const int bmax = kRowBase ? row_max[h] : max_byte(s4);
+                rf[h] = fold_factor(bmax);
+                chunk_frags(r, s4, bmax, q, af, h);
             }
         };
         float acc[N / 2], part[N / 2];
@@ -238,15 +228,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             const float* ts = kOnce ? tsc_once + c * N
                                     : reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
                                                                      kTokBytes + kWBytes + kWScBytes);
-#pragma unroll
-            for (int j = 0; j < N / 8; ++j) {
-                const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
-#pragma unroll
-                for (int v = 0; v < 4; ++v)
-                    acc[4 * j + v] =
-                        fmaf(part[4 * j + v], ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : rf[v >> 1]),
-                             acc[4 * j + v]);
-            }
+            promote_chunk<N, kRowBase>(acc, part, ts, q, rf[0], rf[1]);
         };
         auto keep_all = [&](uint32_t(&af)[4][4]) {
 #pragma unroll
@@ -314,18 +296,10 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         }
         wg::cp_async_wait<0>();
         // kRowBase: the rows' factors 2^(row max - 127 - 6), exact (row max >= 7: e4m3_fold_kernel)
-        const float f0 = kRowBase ? __int_as_float((row_max[0] - 6) << 23) : 1.0f,
-                    f1 = kRowBase ? __int_as_float((row_max[1] - 6) << 23) : 1.0f;
-#pragma unroll
-        for (int j = 0; j < N / 8; ++j)
-#pragma unroll
-            for (int cc = 0; cc < 2; ++cc) {
-                const int ti = i0 + 8 * j + 2 * q + cc;
-                if (ti >= cnt) continue;
-                float* out = io.out + int64_t(plan.pairs[b0 + ti]) * io.n_out + tile0 + 16 * warp + g;
-                out[0] = kRowBase ? acc[4 * j + cc] * f0 : acc[4 * j + cc];
-                out[8] = kRowBase ? acc[4 * j + 2 + cc] * f1 : acc[4 * j + 2 + cc];
-            }
+        store_tile<N, kRowBase>(
+            acc, kRowBase ? fold_factor(row_max[0]) : 1.0f, kRowBase ? fold_factor(row_max[1]) : 1.0f, i0,
+            cnt, q,
+            [&](int ti) { return io.out + int64_t(plan.pairs[b0 + ti]) * io.n_out + tile0 + 16 * warp + g; });
     }
     if constexpr (kOnce) {
         wg::cp_async_wait<0>();  // the scales' copies, where no tile waited for them (an expert without
@@ -341,15 +315,8 @@ bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 
 // The bulk-copy kernel's cluster size (moe_w4a8_bulk.cu; 0: off, the default: the same bits, measured 9%
 // slower alone and slower still in clusters): DEEPINFER_W4A8_BULK=1|2|4.
-int bulk_from_env() {
-    const char* v = std::getenv("DEEPINFER_W4A8_BULK");
-    return v == nullptr ? 0 : std::atoi(v);
-}
-int bulk_cs = bulk_from_env();
-const int bulk_probe = [] {
-    const char* v = std::getenv("DEEPINFER_W4A8_BULK_PROBE");
-    return v == nullptr ? 0 : std::atoi(v);
-}();
+int bulk_cs = int(env_int("DEEPINFER_W4A8_BULK", 0));
+const int bulk_probe = int(env_int("DEEPINFER_W4A8_BULK_PROBE", 0));
 // The bulk kernel's inputs with the weights converted by their own warpgroup (moe_w4a8_bulk_ss.cu; off until
 // measured on the GPU): DEEPINFER_W4A8_BULK_SS.
 bool bulk_ss = std::getenv("DEEPINFER_W4A8_BULK_SS") != nullptr;

@@ -1,11 +1,13 @@
-// What the two W4A8 MoE kernels share (moe_w4a8.cu: a warpgroup converts and multiplies; moe_w4a8_ws.cu:
-// warpgroups specialised to convert or to multiply): the k order of a chunk's bytes, the fp4 -> e4m3
-// conversion with a group's scale folded in, the launches' operands.
+// What the W4A8 MoE kernels share (moe_w4a8.cu: a warpgroup converts and multiplies; moe_w4a8_ws.cu and
+// moe_w4a8_bulk_ss.cu: warpgroups specialised to convert or to multiply; moe_w4a8_bulk.cu: tile-ordered
+// token rows): the k order of a chunk's bytes, the fp4 -> e4m3 conversion with a group's scale folded in, a
+// chunk's promotion, a tile's stores, the launches' operands.
 #pragma once
 
 #include <cstdint>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
 
 namespace di::cuda::w4a8 {
@@ -38,6 +40,91 @@ __device__ __forceinline__ void fp4x8_to_e4m3(uint32_t w, uint32_t lut0, uint32_
     asm("prmt.b32 %0, %1, %2, 0xFBEA;" : "=r"(s_hi) : "r"(w4), "r"(w));
     lo = __byte_perm(lut0, lut1, mag) | (s_lo & 0x80808080u);
     hi = __byte_perm(lut0, lut1, mag >> 16) | (s_hi & 0x80808080u);
+}
+
+// The largest of a word's four bytes (a chunk's four group scales).
+__device__ __forceinline__ int max_byte(uint32_t w) {
+    return max(max(int(w & 0xffu), int((w >> 8) & 0xffu)), max(int((w >> 16) & 0xffu), int(w >> 24)));
+}
+
+// A weight row's largest scale byte over its `chunks` words at `row` (global or shared memory): the lanes
+// q = 0..3 of a quad take every fourth chunk, then the quad agrees.
+__device__ __forceinline__ int row_scale_max(const uint8_t* row, int64_t chunks, int q) {
+    uint32_t m4 = 0;  // four bytewise maxima
+    for (int64_t c = q; c < chunks; c += 4)
+        m4 = __vmaxu4(m4, *reinterpret_cast<const uint32_t*>(row + 4 * c));
+    int m = max_byte(m4);
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    return max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+}
+
+// 2^(bmax - 127 - 6): what a row's or chunk's sums take back for the fold base bmax (exact: bmax >= 7).
+__device__ __forceinline__ float fold_factor(int bmax) { return __int_as_float((bmax - 6) << 23); }
+
+// A thread's 16 fp4 bytes of one weight row's chunk (group q of its four, scale word s4, fold base bmax) as
+// the e4m3 A fragments af[k-step][h], af[k-step][2 + h] of its row h (0: row, 1: row + 8).
+__device__ __forceinline__ void chunk_frags(const uint4& raw, uint32_t s4, int bmax, int q,
+                                            uint32_t (&af)[4][4], int h) {
+    uint32_t lut0, lut1;
+    w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) fp4x8_to_e4m3(mma::word_of(raw, i), lut0, lut1, af[i][h], af[i][2 + h]);
+}
+
+// One weight row's chunk (r[q]: its group q's 16 fp4 bytes, s4 their scales, bmax the fold base) as 128 e4m3
+// bytes in w8_index order at `row`, row t of a 128-byte-swizzled tile (16-byte unit u at u ^ (t % 8)).
+__device__ __forceinline__ void chunk_row_to_tile(const uint4 (&r)[4], uint32_t s4, int bmax, uint8_t* row,
+                                                  int t) {
+    uint32_t lo[4][4], hi[4][4];  // [group q][word w]
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        uint32_t lut0, lut1;
+        w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) fp4x8_to_e4m3(mma::word_of(r[q], w), lut0, lut1, lo[q][w], hi[q][w]);
+    }
+    // w8_index order: bytes 32 w + 4 q .. of the row are lo[q][w], 32 w + 16 + 4 q .. hi[q][w]
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        *reinterpret_cast<uint4*>(row + (((2 * w) ^ (t & 7)) * 16)) =
+            make_uint4(lo[0][w], lo[1][w], lo[2][w], lo[3][w]);
+        *reinterpret_cast<uint4*>(row + (((2 * w + 1) ^ (t & 7)) * 16)) =
+            make_uint4(hi[0][w], hi[1][w], hi[2][w], hi[3][w]);
+    }
+}
+
+// A chunk's sums (part, from wgmma m64nNk32: part[4j + v] is row g + 8 (v >> 1) of the warp's 16, token
+// column 8j + 2q + (v & 1)) into the f32 sums acc, times the tokens' scales ts[column] and, unless kRowBase,
+// the rows' fold factors rf0, rf1: DeepSeek's promotion every 128.
+template <int N, bool kRowBase>
+__device__ __forceinline__ void promote_chunk(float (&acc)[N / 2], const float (&part)[N / 2],
+                                              const float* ts, int q, float rf0, float rf1) {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+        const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+            acc[4 * j + v] =
+                fmaf(part[4 * j + v], ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : ((v >> 1) ? rf1 : rf0)),
+                     acc[4 * j + v]);
+    }
+}
+
+// A tile's sums to their outputs: token column ti = i0 + 8j + 2q + cc (those below cnt) at out_of(ti), the
+// thread's first row's element (its second 8 further), times the rows' factors f0, f1 where kRowBase.
+template <int N, bool kRowBase, class OutOf>
+__device__ __forceinline__ void store_tile(const float (&acc)[N / 2], float f0, float f1, int i0, int cnt,
+                                           int q, OutOf&& out_of) {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+            const int ti = i0 + 8 * j + 2 * q + cc;
+            if (ti >= cnt) continue;
+            float* out = out_of(ti);
+            out[0] = kRowBase ? acc[4 * j + cc] * f0 : acc[4 * j + cc];
+            out[8] = kRowBase ? acc[4 * j + 2 + cc] * f1 : acc[4 * j + 2 + cc];
+        }
 }
 
 struct W8Io {

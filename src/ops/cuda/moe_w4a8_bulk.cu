@@ -184,15 +184,7 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
             int row_max[2] = {0, 0};  // kRowBase: the rows' largest scale bytes
             if constexpr (kRowBase) {
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    uint32_t m4 = 0;  // the quad's lanes take every fourth chunk, as moe_w4a8_kernel's
-                    for (int64_t c = q; c < chunks; c += 4)
-                        m4 = __vmaxu4(m4, *reinterpret_cast<const uint32_t*>(srow[r] + 4 * c));
-                    int mx = max(max(int(m4 & 0xffu), int((m4 >> 8) & 0xffu)),
-                                 max(int((m4 >> 16) & 0xffu), int(m4 >> 24)));
-                    mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    row_max[r] = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                }
+                for (int r = 0; r < 2; ++r) row_max[r] = row_scale_max(srow[r], chunks, q);
             }
             const int64_t tile0 = tile0_of(u);
             auto convert = [&](int64_t s, int64_t c, uint32_t(&af)[4][4], float(&rf)[2]) {
@@ -201,19 +193,13 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                 for (int r = 0; r < 2; ++r) {
                     const uint4 raw = *reinterpret_cast<const uint4*>(wsm + (rloc + 8 * r) * 64 + q * 16);
                     const uint32_t s4 = *reinterpret_cast<const uint32_t*>(srow[r] + 4 * c);
-                    const int bmax = kRowBase ? row_max[r]
-                                              : max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
-                                                    max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
-                    uint32_t lut0, lut1;
-                    w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
-                    rf[r] = __int_as_float((bmax - 6) << 23);  // 2^(bmax - 127 - 6)
+                    const int bmax = kRowBase ? row_max[r] : max_byte(s4);
+                    rf[r] = fold_factor(bmax);
+                    if (io.probe & 1) {  // timing only: the raw words as they are
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        if (io.probe & 1) {
-                            af[i][r] = word_of(raw, i), af[i][2 + r] = word_of(raw, i) ^ lut0;
-                        } else {
-                            fp4x8_to_e4m3(word_of(raw, i), lut0, lut1, af[i][r], af[i][2 + r]);
-                        }
+                        for (int k = 0; k < 4; ++k) af[k][r] = af[k][2 + r] = word_of(raw, k);
+                    } else {
+                        chunk_frags(raw, s4, bmax, q, af, r);
                     }
                 }
             };
@@ -222,15 +208,7 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                 if (io.probe & 2) return;
                 const float* ts =
                     reinterpret_cast<const float*>(base + s * kStageBytes + kTokBytes + kWBytes);
-#pragma unroll
-                for (int j = 0; j < kN / 8; ++j) {
-                    const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
-#pragma unroll
-                    for (int v = 0; v < 4; ++v)
-                        acc[4 * j + v] =
-                            fmaf(part[4 * j + v], ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : rf[v >> 1]),
-                                 acc[4 * j + v]);
-                }
+                promote_chunk<kN, kRowBase>(acc, part, ts, q, rf[0], rf[1]);
             };
             auto keep_all = [&](uint32_t(&af)[4][4]) {
 #pragma unroll
@@ -290,26 +268,19 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                     if (c + 1 < chunks) step(c + 1, af_b, rf_b, af_a, rf_a);
                 }
                 it += chunks;
-                // kRowBase: the rows' factors 2^(row max - 127 - 6), exact (row max >= 7: e4m3_fold_kernel)
-                const float f0 = kRowBase ? __int_as_float((row_max[0] - 6) << 23) : 1.0f,
-                            f1 = kRowBase ? __int_as_float((row_max[1] - 6) << 23) : 1.0f;
                 int32_t* const tp = tpairs + h * kN;
                 if (!io.up) {
                     wg::named_sync(1 + h, 128);  // the previous tile's stores have read tp
                     tp[ct] = my_pair;
                     wg::named_sync(1 + h, 128);
                 }
-#pragma unroll
-                for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-                    for (int cc = 0; cc < 2; ++cc) {
-                        const int ti = i0 + 8 * j + 2 * q + cc;
-                        if (ti >= inf.cnt) continue;
-                        const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[8 * j + 2 * q + cc]);
-                        float* out = io.out + orow * io.n_out + tile0 + rloc;
-                        out[0] = kRowBase ? acc[4 * j + cc] * f0 : acc[4 * j + cc];
-                        out[8] = kRowBase ? acc[4 * j + 2 + cc] * f1 : acc[4 * j + 2 + cc];
-                    }
+                // kRowBase: the rows' factors, applied once (row max >= 7: e4m3_fold_kernel)
+                store_tile<kN, kRowBase>(
+                    acc, kRowBase ? fold_factor(row_max[0]) : 1.0f, kRowBase ? fold_factor(row_max[1]) : 1.0f,
+                    i0, inf.cnt, q, [&](int ti) {
+                        const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[ti - i0]);
+                        return io.out + orow * io.n_out + tile0 + rloc;
+                    });
             }
             __syncwarp();
             if (lane == 0) wg::mbar_arrive(uempty(slot));  // the unit's scales are read

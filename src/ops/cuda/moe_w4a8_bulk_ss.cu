@@ -26,7 +26,6 @@ namespace di::cuda::w4a8 {
 namespace {
 
 using mma::kChunk;
-using mma::word_of;
 
 constexpr int kRows = 128, kN = 128;  // weight rows and token rows of a tile
 constexpr int kThreads = 384;         // two multiplying warpgroups, then the converting one
@@ -115,8 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const uint4 v = __ldg(reinterpret_cast<const uint4*>(srow + 4 * c));
                     m4 = __vmaxu4(__vmaxu4(m4, __vmaxu4(v.x, v.y)), __vmaxu4(v.z, v.w));
                 }
-                row_max = max(max(int(m4 & 0xffu), int((m4 >> 8) & 0xffu)),
-                              max(int((m4 >> 16) & 0xffu), int(m4 >> 24)));
+                row_max = max_byte(m4);
             }
             auto issue_raw = [&](int64_t c) {
                 const uint32_t dst = wg::smem_addr(my_raw + (c % kRing) * kRawBytes);
@@ -148,29 +146,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                     uint4 r[4];
 #pragma unroll
                     for (int i = 0; i < 4; ++i) r[i] = *reinterpret_cast<const uint4*>(raw + ((i ^ sw) * 16));
-                    const int bmax = kRowBase ? row_max
-                                              : max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
-                                                    max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
-                    rfs(s)[t] = __int_as_float((bmax - 6) << 23);  // 2^(bmax - 127 - 6)
-                    uint32_t lo[4][4], hi[4][4];                   // [group q][word w]
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        uint32_t lut0, lut1;
-                        w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
-#pragma unroll
-                        for (int w = 0; w < 4; ++w)
-                            fp4x8_to_e4m3(word_of(r[q], w), lut0, lut1, lo[q][w], hi[q][w]);
-                    }
-                    // w8_index order: bytes 32 w + 4 q .. of the row are lo[q][w], 32 w + 16 + 4 q ..
-                    // hi[q][w]
-                    uint8_t* at = base + s * kStageBytes + kTokBytes + t * 128;
-#pragma unroll
-                    for (int w = 0; w < 4; ++w) {
-                        *reinterpret_cast<uint4*>(at + (((2 * w) ^ (t & 7)) * 16)) =
-                            make_uint4(lo[0][w], lo[1][w], lo[2][w], lo[3][w]);
-                        *reinterpret_cast<uint4*>(at + (((2 * w + 1) ^ (t & 7)) * 16)) =
-                            make_uint4(hi[0][w], hi[1][w], hi[2][w], hi[3][w]);
-                    }
+                    const int bmax = kRowBase ? row_max : max_byte(s4);
+                    rfs(s)[t] = fold_factor(bmax);
+                    chunk_row_to_tile(r, s4, bmax, base + s * kStageBytes + kTokBytes + t * 128, t);
                     wg::fence_proxy_async();  // the A tile's bytes, for the wgmmas' proxy
                     __syncwarp();
                     if (lane == 0) wg::mbar_arrive(full(s));
@@ -211,16 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const float* ts = tsc(s);
                 const float rf0 = rfs(s)[rloc], rf1 = rfs(s)[rloc + 8];
                 if (kRowBase) f0 = rf0, f1 = rf1;
-#pragma unroll
-                for (int j = 0; j < kN / 8; ++j) {
-                    const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
-#pragma unroll
-                    for (int v = 0; v < 4; ++v)
-                        acc[4 * j + v] =
-                            fmaf(part[4 * j + v],
-                                 ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : ((v >> 1) ? rf1 : rf0)),
-                                 acc[4 * j + v]);
-                }
+                promote_chunk<kN, kRowBase>(acc, part, ts, q, rf0, rf1);
                 __syncwarp();
                 if (lane == 0) wg::mbar_arrive(empty(s));
             }
@@ -230,17 +199,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 tp[ct] = my_pair;
                 wg::named_sync(1 + h, 128);
             }
-#pragma unroll
-            for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-                for (int cc = 0; cc < 2; ++cc) {
-                    const int ti = i0 + 8 * j + 2 * q + cc;
-                    if (ti >= inf.cnt) continue;
-                    const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[8 * j + 2 * q + cc]);
-                    float* out = io.out + orow * io.n_out + tile0 + rloc;
-                    out[0] = kRowBase ? acc[4 * j + cc] * f0 : acc[4 * j + cc];
-                    out[8] = kRowBase ? acc[4 * j + 2 + cc] * f1 : acc[4 * j + 2 + cc];
-                }
+            store_tile<kN, kRowBase>(acc, f0, f1, i0, inf.cnt, q, [&](int ti) {
+                const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[ti - i0]);
+                return io.out + orow * io.n_out + tile0 + rloc;
+            });
         }
         __syncwarp();
         if (lane == 0) wg::mbar_arrive(uempty(slot));

@@ -28,7 +28,6 @@ namespace di::cuda::w4a8 {
 namespace {
 
 using mma::kChunk;
-using mma::word_of;
 
 constexpr int kRows = 128, kN = 128;  // weight rows and token rows of a tile
 constexpr int kThreads = 384;         // warpgroup 0 copies and converts, 1 and 2 multiply
@@ -163,8 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_ws_kernel(MoeParams p, M
             if (kRowBase && n_unit) {
                 n_m4 = __vmaxu4(n_m4, __vmaxu4(pend0, pend1));
                 for (; n_words < chunks; ++n_words) n_m4 = __vmaxu4(n_m4, scale_word(n_words));
-                row_max = max(max(int(n_m4 & 0xffu), int((n_m4 >> 8) & 0xffu)),
-                              max(int((n_m4 >> 16) & 0xffu), int(n_m4 >> 24)));
+                row_max = max_byte(n_m4);
             }
 #pragma unroll
             for (int i = 0; i < kN / 16; ++i)
@@ -225,28 +223,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_ws_kernel(MoeParams p, M
             for (int i = 0; i < 4; ++i)
                 r[i] = *reinterpret_cast<const uint4*>(raw + t * 64 + ((i ^ sw) * 16));
             const uint32_t s4 = *reinterpret_cast<const uint32_t*>(raw + kRawBytes + t * 4);
-            const int bmax = kRowBase ? row_maxes[slot * kRows + t]
-                                      : max(max(int(s4 & 0xffu), int((s4 >> 8) & 0xffu)),
-                                            max(int((s4 >> 16) & 0xffu), int(s4 >> 24)));
+            const int bmax = kRowBase ? row_maxes[slot * kRows + t] : max_byte(s4);
             uint8_t* at = base + kCopySlots * kCopyBytes + aslot * kASlotBytes;
-            reinterpret_cast<float*>(at + kABytes)[t] =
-                __int_as_float((bmax - 6) << 23);  // 2^(bmax - 127 - 6)
-            uint32_t lo[4][4], hi[4][4];           // [group q][word w]
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                uint32_t lut0, lut1;
-                w4a8_lut(int((s4 >> (8 * q)) & 0xffu) - bmax + 6, lut0, lut1);
-#pragma unroll
-                for (int w = 0; w < 4; ++w) fp4x8_to_e4m3(word_of(r[q], w), lut0, lut1, lo[q][w], hi[q][w]);
-            }
-            // w8_index order: bytes 32 w + 4 q .. of the row are lo[q][w], 32 w + 16 + 4 q .. hi[q][w]
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                *reinterpret_cast<uint4*>(at + t * 128 + (((2 * w) ^ (t & 7)) * 16)) =
-                    make_uint4(lo[0][w], lo[1][w], lo[2][w], lo[3][w]);
-                *reinterpret_cast<uint4*>(at + t * 128 + (((2 * w + 1) ^ (t & 7)) * 16)) =
-                    make_uint4(hi[0][w], hi[1][w], hi[2][w], hi[3][w]);
-            }
+            reinterpret_cast<float*>(at + kABytes)[t] = fold_factor(bmax);
+            chunk_row_to_tile(r, s4, bmax, at + t * 128, t);
             wg::fence_proxy_async();  // the tile's and the copies' bytes, for the wgmmas' proxy
             __syncwarp();
             if (lane == 0) wg::mbar_arrive(full(slot));
@@ -293,15 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_ws_kernel(MoeParams p, M
                                                               aslot * kASlotBytes + kABytes);
             const float rf0 = rfs[rloc], rf1 = rfs[rloc + 8];
             if (kRowBase) f0 = rf0, f1 = rf1;
-#pragma unroll
-            for (int j = 0; j < kN / 8; ++j) {
-                const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
-#pragma unroll
-                for (int v = 0; v < 4; ++v)
-                    acc[4 * j + v] = fmaf(
-                        part[4 * j + v], ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : ((v >> 1) ? rf1 : rf0)),
-                        acc[4 * j + v]);
-            }
+            promote_chunk<kN, kRowBase>(acc, part, ts, q, rf0, rf1);
             __syncwarp();
             if (lane == 0) wg::mbar_arrive(copy_free(slot)), wg::mbar_arrive(a_free(aslot));
             tile_end = cs.next(plan);

@@ -75,7 +75,10 @@ void RefBackend::moe(const MoeArgs& a) {
                 DI_CHECK(e >= 0 && e < a.n_experts, "expert id {} outside {}", e, a.n_experts);
                 pairs_of[size_t(e)].push_back(t * k + j);
             }
-        std::vector<float> xq(quant ? size_t(D) : 0), h, w1, w3, w2;
+        // the tokens' rows as the experts take them: quantised once a token, not once a pair
+        std::vector<float> xq(quant ? size_t(n * D) : 0), h, w1, w3, w2;
+        for (int64_t t = 0; quant && t < n; ++t)
+            fp8_block_quant_dequant_row(row_f32(a.x, t), D, xq.data() + t * D);
         auto dequant = [](const QWeight& w, std::vector<float>& out) {
             out.resize(size_t(w.out_dim * w.in_dim));
             for (int64_t r = 0; r < w.out_dim; ++r)
@@ -93,8 +96,7 @@ void RefBackend::moe(const MoeArgs& a) {
             dequant(ew.w1, w1), dequant(ew.w3, w3), dequant(ew.w2, w2);
             h.resize(size_t(I));
             for (const int64_t pr : pairs) {
-                const float* x = row_f32(a.x, pr / k);
-                if (quant) fp8_block_quant_dequant_row(x, D, xq.data()), x = xq.data();
+                const float* x = quant ? xq.data() + (pr / k) * D : row_f32(a.x, pr / k);
                 for (int64_t r = 0; r < I; ++r) {
                     const float* g_row = w1.data() + r * D;
                     const float* u_row = w3.data() + r * D;
