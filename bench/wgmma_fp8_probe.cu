@@ -6,7 +6,7 @@
 // chunk's wgmmas run, as moe_w4a8_kernel and moe_w4a8_bulk_kernel do; and, for the ceiling, the wgmmas
 // waited for once every 8 chunks. At 1 to 3 warpgroups an SM (one a block). What it answers: whether that
 // chain alone (wait every chunk, promote, convert) caps the kernels far below the FP8 rate, and which link
-// does.
+// does. Last, the L2 -> SM read rate of 16-byte copies (what re-reading a token tile per weight tile costs).
 //   wgmma_fp8_probe [iters=4096]   (one line per configuration: TFLOP/s of FP8 products)
 #include <cuda_runtime.h>
 
@@ -99,6 +99,47 @@ __global__ void __launch_bounds__(128) fp8_probe_kernel(float* out, int iters, u
     if (sum == 12345.678f) out[blockIdx.x * 128 + tid] = sum;  // never true: keeps the work
 }
 
+// The L2 -> SM read rate the kernels' token tiles see: every block reads one `bytes`-sized buffer
+// (L2-resident) over and over by 16-byte cp.async into a shared-memory ring, as the W4A8 kernels copy a token
+// tile's chunk.
+__global__ void __launch_bounds__(256)
+    l2_read_kernel(const uint4* src, int64_t units, int iters, float* out) {
+    __shared__ __align__(16) uint4 ring[8][256];
+    const int tid = threadIdx.x;
+    int64_t u = (int64_t(blockIdx.x) * 256 * 8 + tid) % units;
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            wg::cp_async16(wg::smem_addr(&ring[s][tid]), src + u, true);
+            u += 256;
+            if (u >= units) u -= units;
+        }
+        wg::cp_async_commit();
+        wg::cp_async_wait<0>();
+    }
+    if (reinterpret_cast<const float*>(&ring[tid & 7][tid])[0] == 12345.678f) out[tid] = 1.0f;
+}
+
+void run_l2(int sms, int iters, float* out) {
+    for (const int64_t mb : {8, 32}) {
+        const int64_t bytes = mb << 20;
+        uint4* src = nullptr;
+        if (cudaMalloc(&src, bytes) != cudaSuccess) return;
+        cudaMemset(src, 0, bytes);
+        for (int per_sm : {1, 2, 4}) {
+            const int blocks = sms * per_sm;
+            const float ms = probe_ms(
+                iters, [&](int n, uint32_t) { l2_read_kernel<<<blocks, 256>>>(src, bytes / 16, n, out); });
+            const double moved = double(blocks) * iters * 8 * 256 * 16;
+            std::printf(
+                "L2 -> shared memory by 16-byte cp.async, %lld MB buffer, %d x 256 threads an SM: %.2f "
+                "TB/s\n",
+                static_cast<long long>(mb), per_sm, moved / (ms * 1e-3) / 1e12);
+        }
+        cudaFree(src);
+    }
+}
+
 template <bool kConvert, bool kPromote, bool kSs = false, int kWaitEvery = 1>
 void run(int sms, int iters, float* out) {
     const int smem = (kN + 64) * 128 + kN * 4 + 1024;
@@ -138,6 +179,7 @@ int main(int argc, char** argv) {
     run<false, false, true, 8>(sms, iters, out);
     run<false, false, true>(sms, iters, out);
     run<false, true, true>(sms, iters, out);  // A converted by other warps: the multiplying warps' chain
+    run_l2(sms, iters / 4, out);
     const cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         std::fprintf(stderr, "wgmma_fp8_probe: %s\n", cudaGetErrorString(e));
