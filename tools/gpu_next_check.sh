@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, fifth session): PART=bulkprobe (~6 min; pack: TRACE=0 BINS="bench/model_bench
+# Next first (2026-12-06, sixth session, the device scarce): PART=one (~9 min, the pack below): what PART=bulkprobe
+#   and PART=indexer ask, the most valuable first, in one call.
+# Then (written 2026-12-06, fifth session): PART=bulkprobe (~6 min; pack: TRACE=0 BINS="bench/model_bench
 #   bench/cuda_kernel_bench tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): where the w4a8
 #   kernels' time goes: their inner loop alone (wgmma_fp8_probe: no memory traffic), the converting-warpgroup
 #   kernel (moe_w4a8_bulk_ss.cu: its bits, its prefill), the bulk kernel with parts left out; then PART=w4a8ncu
@@ -167,6 +169,32 @@ case ${PART:-fp8} in
     timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --batch 256 \
       --prompt 16 --context 4096 --decode 8 --profile shapes > "$OUT/shapes_b256.log" 2>&1
     echo "profile shapes batch 256 rc $?"; sed -n '/decode steps/,/^| total/p' "$OUT/shapes_b256.log" | head -24
+    ;;
+  one)  # the session's one call where the device is scarce (the shapes pack, ~9 min): the refactored default
+        # w4a8 kernel's and the converting-warpgroup kernel's bits, the inner loop's rates and the L2's read rate,
+        # the converting-warpgroup kernel's prefill against the default, the bulk kernel with parts left out,
+        # the indexer's walking blocks (test, 32K A/B); each step skipped once its time is gone
+    SECONDS=0
+    timeout 60 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:CudaIndexerNative.*:*CudaIndexer.*' \
+      > "$OUT/one_tests.log" 2>&1
+    echo "w4a8 and indexer tests rc $? (${SECONDS}s)"; summary "$OUT/one_tests.log"
+    [[ -x $d/bin/wgmma_fp8_probe ]] && timeout 60 $d/bin/wgmma_fp8_probe
+    prefill() {  # prefill() ENV... : the 4-layer 4K prefill's moe, indexer_topk and total rows
+      env "$@" timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+        --prompt ${N:-4096} --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|indexer_topk|total) ' | tr '\n' ' '
+    }
+    for ss in 0 1 0 1; do
+      envs=(DEEPINFER_W4A8_BULK=0); ((ss)) && envs=(DEEPINFER_W4A8_BULK_SS=1)
+      echo "prefill 4096 [${envs[*]}] (${SECONDS}s): $(prefill "${envs[@]}")"
+    done
+    for w in DEEPINFER_W4A8_BULK=0 DEEPINFER_INDEXER_MMA_WALK=1; do  # (the walk: any value turns it on)
+      ((SECONDS > 430)) && break
+      echo "prefill 32768 [$w] (${SECONDS}s): $(N=32768 prefill "$w")"
+    done
+    for pr in 0 1 2 4 8 16 31; do
+      ((SECONDS > 540)) && break
+      echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
+    done
     ;;
   bulkprobe)  # where the w4a8 kernels' time goes (the shapes pack): the inner loop alone, the converting-warpgroup
               # kernel, the bulk kernel (no copy instruction in its multiplying warps) with parts left out
