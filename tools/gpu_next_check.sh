@@ -187,6 +187,12 @@ case ${PART:-fp8} in
       envs=(DEEPINFER_W4A8_BULK=0); ((ss)) && envs=(DEEPINFER_W4A8_BULK_SS=1)
       echo "prefill 4096 [${envs[*]}] (${SECONDS}s): $(prefill "${envs[@]}")"
     done
+    # transformers bf16 eager on the same shapes, for the prefill's ratio in this call
+    ((SECONDS < 330)) && timeout 200 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 \
+      --decode 2 > "$OUT/hf.log" 2>&1
+    echo "transformers rc $? (${SECONDS}s)"; tail -2 "$OUT/hf.log"
+    echo "prefill 4096 unprofiled (${SECONDS}s): $(timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+      --precision native --prompt 4096 --decode 2 2>&1 | grep -E '^backend')"
     for w in DEEPINFER_W4A8_BULK=0 DEEPINFER_INDEXER_MMA_WALK=1; do  # (the walk: any value turns it on)
       ((SECONDS > 430)) && break
       echo "prefill 32768 [$w] (${SECONDS}s): $(N=32768 prefill "$w")"
