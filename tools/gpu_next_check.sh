@@ -202,6 +202,24 @@ case ${PART:-fp8} in
       echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
     done
     ;;
+  trace)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the indexer's fixed test and the 4K A/B of its walking
+          # blocks, then each MoE kernel's time in a 4-layer 4K prefill (CUPTI): the default, the bulk kernel
+          # whole and with every part left out (31) and the stores too (63)
+    timeout 60 $d/bin/cuda_ops_test --gtest_filter='CudaIndexerNative.*' > "$OUT/indexer.log" 2>&1
+    echo "indexer native tests rc $?"; summary "$OUT/indexer.log"
+    for w in - DEEPINFER_INDEXER_MMA_WALK=1 - DEEPINFER_INDEXER_MMA_WALK=1; do
+      envs=(); [[ $w == - ]] || envs=("$w")
+      echo "prefill 4096 [$w]: $(env "${envs[@]}" timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+        --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (indexer_topk|total) ' | head -2 | tr '\n' ' ')"
+    done
+    for v in default 0 31 63; do
+      envs=(DEEPINFER_W4A8_BULK=0); [[ $v == default ]] || envs=(DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$v)
+      env "${envs[@]}" CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/trace_$v.csv \
+        timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+        --decode 1 --warmup 0 > "$OUT/trace_$v.log" 2>&1
+      echo "== trace [$v] rc $?"; python3 tools/trace_totals.py "$OUT/trace_$v.csv" 12 | cut -c1-150
+    done
+    ;;
   bulkprobe)  # where the w4a8 kernels' time goes (the shapes pack): the inner loop alone, the converting-warpgroup
               # kernel, the bulk kernel (no copy instruction in its multiplying warps) with parts left out
               # (DEEPINFER_W4A8_BULK_PROBE, timing only: 1 conversion, 2 promotion, 4 wgmmas, 8 weight copies,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "gpu_test_util.h"
 #include "ops/cuda/kernels.h"
@@ -380,21 +381,23 @@ TEST(CudaIndexerNative, MmaPicksWithinTheF16Bound) {
         picks.poison();
         const float ws = 1.0f / std::sqrt(float(c.H)), ss = 1.0f / std::sqrt(float(c.dim));
         b.ref->indexer_topk({q.hv(), w.hv(), keys.hv(), picks.hv(), c.pos0, c.rate, ws, ss});
+        const int32_t* const ref_picks = picks.hv().ptr<int32_t>();
+        const std::vector<int32_t> want(ref_picks, ref_picks + c.L * c.k);  // (picks is poisoned below)
         ASSERT_TRUE(b.gpu->force_variant("indexer_topk", "mma"));
         const int64_t ran = b.gpu->dispatch_count("indexer_topk", "mma");
         ops::IndexerTopkArgs a{q.dv(), w.dv(), keys.dv(), picks.dv(), c.pos0, c.rate, ws, ss};
         a.f16 = true;
+        cuda::set_indexer_mma_walk(0);  // blocks of one tile
         b.gpu->indexer_topk(a);
         const auto got = picks.device_as<int32_t>();
-        // the blocks that walk every tile (set_indexer_mma_walk): the same scores, so the same picks
-        cuda::set_indexer_mma_walk(true);
+        // the blocks that walk every tile: the same scores, so the same picks
+        cuda::set_indexer_mma_walk(1);
         picks.poison();
         b.gpu->indexer_topk(a);
-        cuda::set_indexer_mma_walk(false);
+        cuda::set_indexer_mma_walk(2);
         EXPECT_EQ(picks.device_as<int32_t>(), got) << c.name << ": walking blocks";
         ASSERT_TRUE(b.gpu->force_variant("indexer_topk", ""));
         EXPECT_EQ(b.gpu->dispatch_count("indexer_topk", "mma"), ran + 2) << c.name;
-        const int32_t* want = picks.hv().ptr<int32_t>();
         const float* qh = q.hv().ptr<float>();
         const float* kh = keys.hv().ptr<float>();
         const float* wh = w.hv().ptr<float>();
@@ -417,7 +420,7 @@ TEST(CudaIndexerNative, MmaPicksWithinTheF16Bound) {
             std::set<int32_t> g, r;
             for (int64_t i = 0; i < c.k; ++i) {
                 if (got[size_t(t * c.k + i)] >= 0) g.insert(got[size_t(t * c.k + i)]);
-                if (want[t * c.k + i] >= 0) r.insert(want[t * c.k + i]);
+                if (want[size_t(t * c.k + i)] >= 0) r.insert(want[size_t(t * c.k + i)]);
             }
             ASSERT_EQ(g.size(), r.size()) << c.name << " query " << t << ": valid picks";
             double worst_in = INFINITY,

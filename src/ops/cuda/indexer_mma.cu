@@ -10,12 +10,13 @@
 //              from position 0). Two block forms with the same products and sums: a block of 2 queries and
 //              one tile (the default), which makes its queries' q fragments (32 KB of q a query) for every
 //              tile, 67 GB at a 32K prompt; and a block of 4 queries that walks every tile with its fragments
-//              made once, the key tiles double-buffered (set_indexer_mma_walk; off until measured on the
-//              GPU).
+//              made once, the key tiles double-buffered (set_indexer_mma_walk: the default where its blocks
+//              fill the GPU).
 // Precision: q and keys rounded to f16 (2^-11 relative each) before exact products; the top-k then runs on
 // these scores (topk_kernel, indexer.cu). Deterministic; a query's scores do not depend on the others.
 #include <cstdlib>
 
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/wgmma.cuh"
 
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(512)
     }
 }
 
-bool walk_enabled = std::getenv("DEEPINFER_INDEXER_MMA_WALK") != nullptr;
+int walk_mode = int(env_int("DEEPINFER_INDEXER_MMA_WALK", 2));
 
 }  // namespace
 
@@ -207,13 +208,14 @@ void launch_indexer_scores_mma(const IndexerParams& p, float* S, Scratch& scratc
     auto* k16 = static_cast<__half*>(scratch.get(13, size_t(p.T) * (kDim * sizeof(__half) + sizeof(int))));
     int* shift = reinterpret_cast<int*>(k16 + p.T * kDim);
     index_keys_f16_kernel<<<unsigned((p.T + 7) / 8), 256, 0, st>>>(p.keys, p.ld_keys, p.T, k16, shift);
-    if (walk_enabled)
-        score_mma_walk_kernel<<<unsigned((p.L + 3) / 4), 512, 0, st>>>(p, k16, shift, S);
+    const unsigned walk_blocks = unsigned((p.L + 3) / 4);
+    if (walk_mode == 1 || (walk_mode == 2 && walk_blocks >= unsigned(sm_count())))
+        score_mma_walk_kernel<<<walk_blocks, 512, 0, st>>>(p, k16, shift, S);
     else
         score_mma_kernel<<<dim3(unsigned((p.T + kEntries - 1) / kEntries), unsigned((p.L + 1) / 2)), 256, 0,
                            st>>>(p, k16, shift, S);
 }
 
-void set_indexer_mma_walk(bool on) { walk_enabled = on; }
+void set_indexer_mma_walk(int mode) { walk_mode = mode; }
 
 }  // namespace di::cuda

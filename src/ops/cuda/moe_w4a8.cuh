@@ -154,7 +154,7 @@ struct TiledIo {
     int64_t K, n_out;
     bool up;
     // Timing only (wrong results): parts of the bulk kernel left out, bits 1 the conversion, 2 the promotion,
-    // 4 the wgmmas, 8 the weight copies, 16 the token copies (DEEPINFER_W4A8_BULK_PROBE).
+    // 4 the wgmmas, 8 the weight copies, 16 the token copies, 32 the stores (DEEPINFER_W4A8_BULK_PROBE).
     int probe = 0;
 };
 // Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.

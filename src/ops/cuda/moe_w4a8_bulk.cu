@@ -275,12 +275,13 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                     wg::named_sync(1 + h, 128);
                 }
                 // kRowBase: the rows' factors, applied once (row max >= 7: e4m3_fold_kernel)
-                store_tile<kN, kRowBase>(
-                    acc, kRowBase ? fold_factor(row_max[0]) : 1.0f, kRowBase ? fold_factor(row_max[1]) : 1.0f,
-                    i0, inf.cnt, q, [&](int ti) {
-                        const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[ti - i0]);
-                        return io.out + orow * io.n_out + tile0 + rloc;
-                    });
+                if (!(io.probe & 32))
+                    store_tile<kN, kRowBase>(
+                        acc, kRowBase ? fold_factor(row_max[0]) : 1.0f,
+                        kRowBase ? fold_factor(row_max[1]) : 1.0f, i0, inf.cnt, q, [&](int ti) {
+                            const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[ti - i0]);
+                            return io.out + orow * io.n_out + tile0 + rloc;
+                        });
             }
             __syncwarp();
             if (lane == 0) wg::mbar_arrive(uempty(slot));  // the unit's scales are read
