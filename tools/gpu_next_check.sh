@@ -202,6 +202,22 @@ case ${PART:-fp8} in
       echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
     done
     ;;
+  w4probe)  # (a TRACE=1 pack of model_bench and cuda_ops_test) where the default w4a8 kernel's time goes: its up
+            # and down launches in layer 0 (hash-routed: the same pairs whatever the outputs) with parts left
+            # out (DEEPINFER_W4A8_PROBE: 1 conversion, 2 promotion, 4 wgmmas, 8 weight copies, 16 token copies,
+            # 32 stores, 64 the block barrier a chunk; 128 none, the probe form's own cost)
+    timeout 60 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:CudaIndexerNative.*' > "$OUT/tests.log" 2>&1
+    echo "w4a8 and indexer native tests rc $?"; summary "$OUT/tests.log"
+    for v in default 128 1 2 4 8 16 32 64 3 24 5 6 31 63 127 ss; do
+      envs=(DEEPINFER_W4A8_BULK=0)
+      [[ $v == ss ]] && envs=(DEEPINFER_W4A8_BULK_SS=1)
+      [[ $v =~ ^[0-9]+$ ]] && envs=(DEEPINFER_W4A8_PROBE=$v)
+      env "${envs[@]}" CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/tr_$v.csv \
+        timeout 40 $d/bin/model_bench --preset flash --layers 1 --backend cuda --precision native --prompt 4096 \
+        --decode 1 > "$OUT/tr_$v.log" 2>&1
+      echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
+    done
+    ;;
   trace)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the indexer's fixed test and the 4K A/B of its walking
           # blocks, then each MoE kernel's time in a 4-layer 4K prefill (CUPTI): the default, the bulk kernel
           # whole and with every part left out (31) and the stores too (63)

@@ -113,7 +113,9 @@ __global__ void __launch_bounds__(128)
 // token's scale alone and the row's factor multiplies the sums once at the end. kUnits (set_moe_w4a8_units):
 // the token rows' copies addressed by 32-bit 16-byte unit offsets kept for the tile (the 64-bit row x chunk
 // products per copy took ~10 instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
-template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce>
+// kProbe (timing only, wrong results): io.probe's bits leave parts out, as TiledIo::probe's do for the bulk
+// kernel, and 64 the block barrier a chunk.
+template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce, bool kProbe = false>
 __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
     constexpr int kT = kThreads * kWg, kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N, kWg, kOnce);
@@ -181,6 +183,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
 #pragma unroll
             for (int i = 0; i < N / kRowsACopy; ++i) {  // rows past the tokens: zeros (the source mapped,
                                                         // not read)
+                if (kProbe && (io.probe & 16)) break;
                 if constexpr (kUnits) {
                     const uint4* base = reinterpret_cast<const uint4*>(io.act) + int32_t(c) * 8;
                     wg::cp_async16(stage + dst0 + i * kRowsACopy * 128,
@@ -193,8 +196,9 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                wg::cp_async16(stage + kTokBytes + (h * kT + tid) * 16, wp + int64_t(h * 8) * ld + c * 64,
-                               true);
+                if (!kProbe || !(io.probe & 8))
+                    wg::cp_async16(stage + kTokBytes + (h * kT + tid) * 16, wp + int64_t(h * 8) * ld + c * 64,
+                                   true);
                 if constexpr (!kOnce) {  // braced: nvcc 13.0 took a discarded unbraced body's next statements
                     wg::cp_async4(stage + kTokBytes + kWBytes + (h * kT + tid) * 4,
                                   sp + int64_t(h * 8) * ld_sc + c * 4);
@@ -217,7 +221,12 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                           : *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kT + tid) * 4);
                 const int bmax = kRowBase ? row_max[h] : max_byte(s4);
                 rf[h] = fold_factor(bmax);
-                chunk_frags(r, s4, bmax, q, af, h);
+                if (kProbe && (io.probe & 1)) {
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) af[k][h] = af[k][2 + h] = mma::word_of(r, k) ^ s4;
+                } else {
+                    chunk_frags(r, s4, bmax, q, af, h);
+                }
             }
         };
         float acc[N / 2], part[N / 2];
@@ -225,6 +234,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         for (int v = 0; v < N / 2; ++v) acc[v] = 0.0f, part[v] = 0.0f;
         // part[4j + v]: row g + 8 (v >> 1) of the warp's 16, token column 8j + 2q + (v & 1)
         auto promote = [&](int64_t c, const float(&rf)[2]) {
+            if (kProbe && (io.probe & 2)) return;
             const float* ts = kOnce ? tsc_once + c * N
                                     : reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
                                                                      kTokBytes + kWBytes + kWScBytes);
@@ -247,7 +257,8 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                         const float(&rf_prev)[2]) {
             wg::cp_async_wait<kAhead - 1>();
             wg::fence_proxy_async();
-            __syncthreads();  // everyone's copies of chunk c landed; chunk c - 2's stage is free
+            if (!kProbe || !(io.probe & 64))
+                __syncthreads();  // everyone's copies of chunk c landed; chunk c - 2's stage is free
             if (c + kAhead < chunks) issue(c + kAhead);
             wg::cp_async_commit();
             convert(c, af, rf);
@@ -260,6 +271,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
+                if (kProbe && (io.probe & 4)) break;
                 if constexpr (N == 128)
                     wg::mma_m64n128k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
                 else
@@ -296,10 +308,12 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         }
         wg::cp_async_wait<0>();
         // kRowBase: the rows' factors 2^(row max - 127 - 6), exact (row max >= 7: e4m3_fold_kernel)
-        store_tile<N, kRowBase>(
-            acc, kRowBase ? fold_factor(row_max[0]) : 1.0f, kRowBase ? fold_factor(row_max[1]) : 1.0f, i0,
-            cnt, q,
-            [&](int ti) { return io.out + int64_t(plan.pairs[b0 + ti]) * io.n_out + tile0 + 16 * warp + g; });
+        if (!kProbe || !(io.probe & 32))
+            store_tile<N, kRowBase>(acc, kRowBase ? fold_factor(row_max[0]) : 1.0f,
+                                    kRowBase ? fold_factor(row_max[1]) : 1.0f, i0, cnt, q, [&](int ti) {
+                                        return io.out + int64_t(plan.pairs[b0 + ti]) * io.n_out + tile0 +
+                                               16 * warp + g;
+                                    });
     }
     if constexpr (kOnce) {
         wg::cp_async_wait<0>();  // the scales' copies, where no tile waited for them (an expert without
@@ -317,6 +331,8 @@ bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 // slower alone and slower still in clusters): DEEPINFER_W4A8_BULK=1|2|4.
 int bulk_cs = int(env_int("DEEPINFER_W4A8_BULK", 0));
 const int bulk_probe = int(env_int("DEEPINFER_W4A8_BULK_PROBE", 0));
+// The default kernel's timing probes (W8Io::probe; the row-base, scales-once, two-warpgroup form only).
+const int w4a8_probe = int(env_int("DEEPINFER_W4A8_PROBE", 0));
 // The bulk kernel's inputs with the weights converted by their own warpgroup (moe_w4a8_bulk_ss.cu; off until
 // measured on the GPU): DEEPINFER_W4A8_BULK_SS.
 bool bulk_ss = std::getenv("DEEPINFER_W4A8_BULK_SS") != nullptr;
@@ -344,12 +360,12 @@ int64_t smem_bytes(int64_t chunks) {  // + the swizzle's alignment, + the rows, 
 bool wg2_enabled = std::getenv("DEEPINFER_W4A8_WG1") == nullptr;
 
 // slots: the grid's y (the active experts' bound)
-template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce = false>
+template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce = false, bool kProbe = false>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     const int64_t smem = smem_bytes<N, kWg, kOnce>(io.K / kChunk);
-    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce>, size_t(smem));
+    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe>, size_t(smem));
     if (kOnce) ++once_launches;
-    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce>
+    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe>
         <<<dim3(unsigned(io.n_out / (64 * kWg)), slots), kThreads * kWg, size_t(smem), s>>>(p, plan, io);
 }
 
@@ -365,9 +381,12 @@ bool once_applies(const MoeParams& p, const W8Io& io) {
 template <int N, int kWg>
 void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     if constexpr (N == 128) {
-        if (once_applies<N, kWg>(p, io))
+        if (once_applies<N, kWg>(p, io)) {
+            if (kWg == 2 && p.e4m3_rows && io.probe != 0)
+                return launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
             return p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
                                : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
+        }
     }
     if (p.e4m3_rows)
         units_enabled ? launch_kernel<N, kWg, true, true>(p, plan, io, slots, s)
@@ -504,9 +523,9 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
             <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
         bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe});
     } else {
-        launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true}, slots, st);
+        launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe}, slots, st);
         w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);
-        launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false}, slots, st);
+        launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, w4a8_probe}, slots, st);
     }
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }
