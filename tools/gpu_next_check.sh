@@ -202,6 +202,21 @@ case ${PART:-fp8} in
       echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
     done
     ;;
+  prologue)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the w4a8 kernel's prologue without its chain of
+             # round trips (token scales by cp.async, a row's scale loads together): its bits, layer 0's up and
+             # down launches, the 4-layer prefill at 4K and 32K
+    timeout 80 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:CudaIndexerNative.*' > "$OUT/tests.log" 2>&1
+    echo "w4a8 and indexer native tests rc $?"; summary "$OUT/tests.log"
+    CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/tr.csv timeout 40 $d/bin/model_bench \
+      --preset flash --layers 1 --backend cuda --precision native --prompt 4096 --decode 1 > "$OUT/tr.log" 2>&1
+    echo "layer 0 rc $? $(python3 tools/trace_totals.py "$OUT/tr.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-200)"
+    for n in 4096 4096 32768; do
+      echo "prefill $n: $(timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+        --prompt $n --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+      --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|attention|linear|indexer_topk|total) ' | head -6
+    ;;
   w4probe)  # (a TRACE=1 pack of model_bench and cuda_ops_test) where the default w4a8 kernel's time goes: its up
             # and down launches in layer 0 (hash-routed: the same pairs whatever the outputs) with parts left
             # out (DEEPINFER_W4A8_PROBE: 1 conversion, 2 promotion, 4 wgmmas, 8 weight copies, 16 token copies,

@@ -178,6 +178,18 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             src_row[i] = kUnits && r >= 0 ? r * int32_t(chunks) * 8 + c_unit : r;
         }
         const float* sc_src = io.sc + int64_t(max(act_rows[tid % N], 0)) * chunks;  // row 0's past the tokens
+        if constexpr (kOnce) {  // the tile rows' scales chunk-major (rows past the tokens: row 0's), by
+                                // cp.async in a group of their own ahead of the chunks' (waited for with
+                                // chunk 0's copies, read by promote after chunk 1's barrier): loaded one by
+                                // one they were a chain of ~16 round trips a tile with nothing to hide it
+            for (int e = tid; e < N * int(chunks); e += kT) {
+                const int n = e % N;
+                const int64_t c = e / N;
+                wg::cp_async4(wg::smem_addr(tsc_once + c * N + n),
+                              io.sc + int64_t(max(act_rows[n], 0)) * chunks + c);
+            }
+            wg::cp_async_commit();
+        }
         auto issue = [&](int64_t c) {
             const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
@@ -283,15 +295,6 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         for (int c = 0; c < kAhead; ++c) {
             if (c < chunks) issue(c);
             wg::cp_async_commit();
-        }
-        if constexpr (kOnce) {  // the tile rows' scales chunk-major (rows past the tokens: row 0's, as
-                                // above), stored before chunk 0's barrier, read by promote after it (braced:
-                                // nvcc 13.0 dropped the chunk loop after an unbraced discarded body)
-            for (int e = tid; e < N * int(chunks); e += kT) {
-                const int n = e % N;
-                const int64_t c = e / N;
-                tsc_once[c * N + n] = io.sc[int64_t(max(act_rows[n], 0)) * chunks + c];
-            }
         }
 #pragma unroll 1
         for (int64_t c = 0; c < chunks; c += 2) {

@@ -48,11 +48,19 @@ __device__ __forceinline__ int max_byte(uint32_t w) {
 }
 
 // A weight row's largest scale byte over its `chunks` words at `row` (global or shared memory): the lanes
-// q = 0..3 of a quad take every fourth chunk, then the quad agrees.
+// q = 0..3 of a quad take every fourth chunk, then the quad agrees. The loads of 8 words go out together: a
+// block's prologue is a chain of global round trips with nothing else on the SM to hide them.
 __device__ __forceinline__ int row_scale_max(const uint8_t* row, int64_t chunks, int q) {
     uint32_t m4 = 0;  // four bytewise maxima
-    for (int64_t c = q; c < chunks; c += 4)
-        m4 = __vmaxu4(m4, *reinterpret_cast<const uint32_t*>(row + 4 * c));
+    constexpr int kLoads = 8;
+    for (int64_t c0 = q; c0 < chunks; c0 += 4 * kLoads) {
+        uint32_t v[kLoads];
+#pragma unroll
+        for (int i = 0; i < kLoads; ++i)
+            v[i] = c0 + 4 * i < chunks ? *reinterpret_cast<const uint32_t*>(row + 4 * (c0 + 4 * i)) : 0u;
+#pragma unroll
+        for (int i = 0; i < kLoads; ++i) m4 = __vmaxu4(m4, v[i]);
+    }
     int m = max_byte(m4);
     m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
     return max(m, __shfl_xor_sync(0xffffffffu, m, 2));
