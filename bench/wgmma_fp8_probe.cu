@@ -63,11 +63,14 @@ __global__ void __launch_bounds__(128) fp8_probe_kernel(float* out, int iters, u
         wg::fence();
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
+            // Without the promotion a chunk adds onto the last one's sums: where each chunk overwrote them
+            // unread, ptxas dropped those wgmmas (the first run showed rates 5x the tensor cores' peak).
+            const int accumulate = s > 0 || (!kPromote && it > 0) ? 1 : 0;
             if constexpr (kSs) {
                 wg::mma_m64n128k32_e4m3_ss(part, wg::desc_k_major_sw128(base + kN * 128 + s * 32),
-                                           wg::desc_k_major_sw128(base + s * 32), s);
+                                           wg::desc_k_major_sw128(base + s * 32), accumulate);
             } else {
-                wg::mma_m64n128k32_e4m3(part, a[s], wg::desc_k_major_sw128(base + s * 32), s);
+                wg::mma_m64n128k32_e4m3(part, a[s], wg::desc_k_major_sw128(base + s * 32), accumulate);
             }
         }
         wg::commit();
