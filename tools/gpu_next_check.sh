@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# Next first (2026-12-06, sixth session, the device scarce): PART=one (~9 min, the pack below): what PART=bulkprobe
-#   and PART=indexer ask, the most valuable first, in one call.
+# Next first (written 2026-12-06, sixth session): PART=skeleton (~4 min; TRACE=0 BINS="bench/model_bench"
+#   tools/gpu_pack.sh): where the w4a8 kernel's skeleton spends its 40% (stall sampling per SASS instruction
+#   with every part left out, and whole); then bench/wgmma_fp8_probe again (its rows without promotion now
+#   accumulate across chunks).
+# Ran 2026-12-06 (sixth session, H100; docs/benchmarks.md): PART=one (the inner loop's rates, the L2's rate,
+#   the converting-warpgroup kernel, the bulk kernel's probes, transformers: 5.80x), PART=trace (each MoE
+#   kernel's time), PART=w4probe (the default kernel with parts left out), PART=prologue (the prologue's round
+#   trips: -4%); the indexer's walking blocks are the default since.
 # Then (written 2026-12-06, fifth session): PART=bulkprobe (~6 min; pack: TRACE=0 BINS="bench/model_bench
 #   bench/cuda_kernel_bench tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): where the w4a8
 #   kernels' time goes: their inner loop alone (wgmma_fp8_probe: no memory traffic), the converting-warpgroup
@@ -200,6 +206,40 @@ case ${PART:-fp8} in
     for pr in 0 1 2 4 8 16 31; do
       ((SECONDS > 540)) && break
       echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
+    done
+    ;;
+  skeleton)  # (a TRACE=0 pack of model_bench) what the w4a8 kernel's skeleton costs: Nsight Compute's stall
+             # sampling per SASS instruction on layer 0's up launch, with every part left out (probe 127) and
+             # whole; the 25 instructions with the most samples and the stall reasons of each launch
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for v in 127 default; do
+      envs=(DEEPINFER_W4A8_BULK=0); [[ $v == default ]] || envs=(DEEPINFER_W4A8_PROBE=$v)
+      env "${envs[@]}" timeout 200 "$ncu" --kernel-name regex:moe_w4a8_kernel --launch-skip 0 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats --section LaunchStats -f -o "$OUT/skel_$v" \
+        $d/bin/model_bench --preset flash --layers 1 --backend cuda --precision native --prompt 4096 --decode 1 \
+        --warmup 0 --graphs off > "$OUT/skel_$v.log" 2>&1
+      echo "== ncu [$v] rc $?"
+      "$ncu" --import "$OUT/skel_$v.ncu-rep" --page details 2>/dev/null | grep -E "Duration|Stall|Warp Cycles|Issued" | head -20
+      "$ncu" --import "$OUT/skel_$v.ncu-rep" --page source --print-source sass --csv > "$OUT/skel_$v.csv" 2>&1
+      python3 - "$OUT/skel_$v.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+head = next((i for i, r in enumerate(rows) if any("Sampling" in c for c in r)), None)
+if head is None:
+    print("no sampling columns:", rows[:3]); sys.exit()
+h = rows[head]
+col = next(i for i, c in enumerate(h) if "Sampling" in c and "All" in c) if any("All" in c for c in h) else \
+      next(i for i, c in enumerate(h) if "Sampling" in c)
+src = next((i for i, c in enumerate(h) if c.strip() == "Source"), 1)
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+body = [r for r in rows[head + 1:] if len(r) > col]
+total = sum(num(r[col]) for r in body) or 1.0
+print(f"{h[col]}: {total:.0f} samples")
+for r in sorted(body, key=lambda r: -num(r[col]))[:25]:
+    print(f"{100 * num(r[col]) / total:5.1f}%  {r[src][:110]}")
+PY
     done
     ;;
   prologue)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the w4a8 kernel's prologue without its chain of
