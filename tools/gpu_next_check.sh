@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, sixth session): PART=skeleton (~4 min; TRACE=0 BINS="bench/model_bench"
-#   tools/gpu_pack.sh): where the w4a8 kernel's skeleton spends its 40% (stall sampling per SASS instruction
+# Next first (written 2026-12-06, sixth session): PART=skeleton (~5 min; TRACE=0 BINS="bench/model_bench
+#   tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the w4a8 tests (the stores' pair ids now from shared memory,
+#   not yet run), then where the w4a8 kernel's skeleton spends its 40% (stall sampling per SASS instruction
 #   with every part left out, and whole); then bench/wgmma_fp8_probe again (its rows without promotion now
 #   accumulate across chunks).
 # Ran 2026-12-06 (sixth session, H100; docs/benchmarks.md): PART=one (the inner loop's rates, the L2's rate,
@@ -211,6 +212,13 @@ case ${PART:-fp8} in
   skeleton)  # (a TRACE=0 pack of model_bench) what the w4a8 kernel's skeleton costs: Nsight Compute's stall
              # sampling per SASS instruction on layer 0's up launch, with every part left out (probe 127) and
              # whole; the 25 instructions with the most samples and the stall reasons of each launch
+    # first the bits of the default kernel's stores through the tile's pair ids in shared memory (written
+    # after the sixth session's device time; needs cuda_ops_test in the pack too)
+    [[ -x $d/bin/cuda_ops_test ]] && timeout 60 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*_w4a8' > "$OUT/w4a8_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    echo "4 layers, 4K: $(timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+      --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     for v in 127 default; do
       envs=(DEEPINFER_W4A8_BULK=0); [[ $v == default ]] || envs=(DEEPINFER_W4A8_PROBE=$v)

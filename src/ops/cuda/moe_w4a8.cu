@@ -137,7 +137,10 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     const uint32_t smem0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
     int32_t* const act_rows = reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [N], -1: none
-    uint8_t* const wsc_once = reinterpret_cast<uint8_t*>(act_rows + N);  // kOnce: [64 kWg][wsc_row_bytes]
+    // [N]: the tile rows' pairs, the rows of out the stores write (read from shared memory at the tile's end:
+    // from global memory each store waited for its pair id's round trip)
+    int32_t* const out_rows = act_rows + N;
+    uint8_t* const wsc_once = reinterpret_cast<uint8_t*>(out_rows + N);  // kOnce: [64 kWg][wsc_row_bytes]
     float* const tsc_once =
         reinterpret_cast<float*>(wsc_once + 64 * kWg * wsc_row_bytes(chunks));  // [chunks][N]
     // Token rows in a stage: [tile row n][128 bytes], the 16-byte unit c of row n at c ^ (n % 8); this thread
@@ -164,6 +167,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             if (i0 + tid < cnt) {
                 const int32_t pair = plan.pairs[b0 + i0 + tid];
                 act_rows[tid] = io.up ? pair / int32_t(p.k) : pair;
+                out_rows[tid] = pair;
             } else {
                 act_rows[tid] = -1;
             }
@@ -314,7 +318,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         if (!kProbe || !(io.probe & 32))
             store_tile<N, kRowBase>(acc, kRowBase ? fold_factor(row_max[0]) : 1.0f,
                                     kRowBase ? fold_factor(row_max[1]) : 1.0f, i0, cnt, q, [&](int ti) {
-                                        return io.out + int64_t(plan.pairs[b0 + ti]) * io.n_out + tile0 +
+                                        return io.out + int64_t(out_rows[ti - i0]) * io.n_out + tile0 +
                                                16 * warp + g;
                                     });
     }
@@ -354,8 +358,9 @@ bool once_enabled = std::getenv("DEEPINFER_W4A8_SCALES_IN_STAGES") == nullptr;
 std::atomic<int64_t> once_launches{0};  // the rank threads of expert parallelism launch at once
 
 template <int N, int kWg, bool kOnce>
-int64_t smem_bytes(int64_t chunks) {  // + the swizzle's alignment, + the rows, + kOnce's scales
-    return stages(kWg) * stage_bytes(N, kWg, kOnce) + 1024 + N * 4 + (kOnce ? once_bytes(N, kWg, chunks) : 0);
+int64_t smem_bytes(int64_t chunks) {  // + the swizzle's alignment, + the rows and pairs, + kOnce's scales
+    return stages(kWg) * stage_bytes(N, kWg, kOnce) + 1024 + 2 * N * 4 +
+           (kOnce ? once_bytes(N, kWg, chunks) : 0);
 }
 
 // On unless DEEPINFER_W4A8_WG1 is set (H200: 4,096-token chunk 4,266 against 4,288 us, 2,730 4,015 against
