@@ -293,9 +293,11 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
 }
 
 // Token rows in tile order: active expert a's pairs at tiled rows pb(a) .. pb(a) + cnt - 1, pb(a) the sum of
-// the earlier experts' counts rounded up to 8. grid (max active, 8), 256 threads: the rows' 16-byte units
-// spread over the y blocks. up: pair rows from their tokens' quantised rows (xq [n, chunks, 128], xs [n,
-// chunks]); the tiled rows' numbers of the plan's pairs (prow) and the experts' first rows (pbegin).
+// the earlier experts' counts rounded up to 8. grid (max active, 8), 256 threads: a warp a row (rows spread
+// over the y blocks' warps), a lane every 32nd 16-byte unit of it (a grid-stride loop over (row, unit) with a
+// 64-bit division and remainder per unit took ~165 us a layer at 4K). up: pair rows from their tokens'
+// quantised rows (xq [n, chunks, 128], xs [n, chunks]); the tiled rows' numbers of the plan's pairs (prow)
+// and the experts' first rows (pbegin).
 __global__ void __launch_bounds__(256) tile_rows_kernel(MoePlan plan, int32_t k, const uint8_t* xq,
                                                         const float* xs, int64_t chunks, TiledOut t) {
     allow_early_next();
@@ -313,16 +315,20 @@ __global__ void __launch_bounds__(256) tile_rows_kernel(MoePlan plan, int32_t k,
     for (int w = 0; w < 8; ++w) pb += warp_sums[w];
     const int32_t b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
     if (blockIdx.y == 0 && threadIdx.x == 0) t.pbegin[a] = pb;
-    const int64_t units = chunks * 8, total = cnt * units;
-    for (int64_t e = blockIdx.y * 256 + threadIdx.x; e < total; e += gridDim.y * 256) {
-        const int32_t i = int32_t(e / units), r = pb + i;
-        const int64_t v = e % units, c = v >> 3;
-        const int uo = int(v & 7);
+    const int lane = threadIdx.x & 31, units = int(chunks) * 8;
+    const int warps = int(gridDim.y) * 8;
+    for (int i = int(blockIdx.y) * 8 + (threadIdx.x >> 5); i < cnt; i += warps) {
+        const int32_t r = pb + i;
         const int64_t tok = plan.pairs[b0 + i] / k;
-        *reinterpret_cast<uint4*>(t.act + (c * t.rows + r) * kChunk + ((uo ^ (r & 7)) << 4)) =
-            *reinterpret_cast<const uint4*>(xq + (tok * chunks + c) * kChunk + (uo << 4));
-        if (uo == 0) t.sc[c * t.rows + r] = xs[tok * chunks + c];
-        if (v == 0) t.prow[b0 + i] = r;
+        const uint8_t* src = xq + tok * chunks * kChunk;
+        for (int v = lane; v < units; v += 32) {
+            const int64_t c = v >> 3;
+            const int uo = v & 7;
+            *reinterpret_cast<uint4*>(t.act + (c * t.rows + r) * kChunk + ((uo ^ (r & 7)) << 4)) =
+                *reinterpret_cast<const uint4*>(src + int64_t(v) * 16);
+            if (uo == 0) t.sc[c * t.rows + r] = xs[tok * chunks + c];
+        }
+        if (lane == 0) t.prow[b0 + i] = r;
     }
 }
 
