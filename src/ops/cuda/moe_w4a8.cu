@@ -150,10 +150,11 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) row_max[h] = row_scale_max(sp + int64_t(h * 8) * ld_sc, chunks, q);
     if constexpr (kOnce) {  // this warpgroup's 64 rows' scales, 16 bytes a copy; waited for with chunk 0's
-        const int64_t units = chunks / 4, first = tile0 - (m == 1 ? p.I : 0);
+        const int units = int(chunks / 4);  // (32-bit: the division below is in every block's prologue)
+        const int64_t first = tile0 - (m == 1 ? p.I : 0);
         const uint8_t* s0 = static_cast<const uint8_t*>(wr.scale) + first * ld_sc;
         const uint32_t d0 = wg::smem_addr(wsc_once) + uint32_t(tid / kThreads * 64 * wsc_row_bytes(chunks));
-        for (int64_t i = tid % kThreads; i < 64 * units; i += kThreads) {
+        for (int i = tid % kThreads; i < 64 * units; i += kThreads) {
             const int64_t r = i / units, u = i % units;
             wg::cp_async16(d0 + uint32_t(r * wsc_row_bytes(chunks) + u * 16), s0 + r * ld_sc + u * 16, true);
         }
