@@ -391,8 +391,10 @@ template <int N, int kWg>
 void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     if constexpr (N == 128) {
         if (once_applies<N, kWg>(p, io)) {
-            if (kWg == 2 && p.e4m3_rows && io.probe != 0)
-                return launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
+            if constexpr (kWg == 2) {  // (the probe form is instantiated for this form alone)
+                if (p.e4m3_rows && io.probe != 0)
+                    return launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
+            }
             return p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
                                : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
         }
