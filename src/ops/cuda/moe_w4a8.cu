@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/env_switch.h"
 #include "ops/cuda/gemv.cuh"
 #include "ops/cuda/mma_frag.cuh"
@@ -514,9 +515,12 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         const int64_t rows = (pairs + 7 * int64_t(slots) + 128 + 7) / 8 * 8;
         auto* tb = static_cast<uint8_t*>(scratch.get(15, size_t(rows * (p.D + p.I)) +
                                                              size_t(rows * (xc + hc)) * sizeof(float) +
-                                                             size_t(slots + pairs) * sizeof(int32_t)));
+                                                             size_t(slots + pairs + 2) * sizeof(int32_t)));
         float* xts = reinterpret_cast<float*>(tb + rows * (p.D + p.I));
         int32_t* pbegin = reinterpret_cast<int32_t*>(xts + rows * (xc + hc));
+        int32_t* units =
+            pbegin + slots + pairs;  // the converting-warpgroup kernel's counters, up's and down's
+        if (bulk_ss) DI_CUDA_CHECK(cudaMemsetAsync(units, 0, 2 * sizeof(int32_t), st));
         const w4a8::TiledOut xt{tb, xts, rows, pbegin, pbegin + slots};
         const w4a8::TiledOut ht{tb + rows * p.D, xts + rows * xc, rows, pbegin, pbegin + slots};
         w4a8::launch_tile_rows(plan, int32_t(p.k), xq, xs, xc, xt, slots, st);
@@ -529,10 +533,10 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
                 p.e4m3_rows ? w4a8::launch_bulk<true>(p, plan, io, bulk_cs, st)
                             : w4a8::launch_bulk<false>(p, plan, io, bulk_cs, st);
         };
-        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe});
+        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, units});
         w8_act_rows_kernel<true>
             <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
-        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe});
+        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, units + 1});
     } else {
         launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe}, slots, st);
         w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);

@@ -2,7 +2,7 @@
 // the weights converted by a warpgroup of their own into e4m3 tiles in shared memory, so that the multiplying
 // warpgroups issue wgmmas with both operands there and promote, nothing else (the same operands, products and
 // sums as moe_w4a8_kernel's 128-token tiles: the same bits). Per block (one an SM, persistent over (active
-// expert, 128-row weight tile) units):
+// expert, 128-row weight tile) units, each taken from a counter when the block is ready for it):
 //   warpgroup 2 converts: thread t owns weight row t of the tile, copies its fp4 bytes by cp.async kRing - 1
 //     chunks ahead into a ring of its own, reads its scale words through L1 (the row's largest at the unit's
 //     start, for the row fold), and writes chunk c's 128 e4m3 bytes (in the token rows' k order, swizzled as
@@ -37,11 +37,11 @@ constexpr int kStages = 5;
 static_assert(kStageBytes % 1024 == 0);
 
 struct UnitInfo {
-    int32_t e, b0, cnt;  // expert, first plan index, pairs; e < 0: the walk's end
+    int32_t e, b0, cnt, group;  // expert, first plan index, pairs, row group; e < 0: the walk's end
 };
 
-constexpr int64_t kSmemBytes =
-    1024 + int64_t(kStages) * kStageBytes + kRing * kRawBytes + 2 * 16 + 2 * kN * 4 + 8 * (2 * kStages + 4);
+constexpr int64_t kSmemBytes = 1024 + int64_t(kStages) * kStageBytes + kRing * kRawBytes + 2 * 16 +
+                               2 * kN * 4 + 8 * (2 * kStages + 4) + 2 * 4;
 
 template <bool kRowBase>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -54,6 +54,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto* const uinfo = reinterpret_cast<UnitInfo*>(ring + kRing * kRawBytes);  // two slots in 32 bytes
     int32_t* const tpairs = reinterpret_cast<int32_t*>(ring + kRing * kRawBytes + 2 * 16);  // [warpgroup][kN]
     const uint32_t bar0 = wg::smem_addr(tpairs + 2 * kN);
+    // the converting warpgroup's next units, two slots: its first thread takes each from io.units' counter
+    int32_t* const next_u =
+        reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(tpairs + 2 * kN) + 8 * (2 * kStages + 4));
     auto full = [&](int64_t s) { return bar0 + uint32_t(s) * 8; };  // 4 converting warps + the bytes' arrival
     auto empty = [&](int64_t s) { return bar0 + uint32_t(kStages + s) * 8; };       // 8 multiplying warps
     auto ufull = [&](int i) { return bar0 + uint32_t(2 * kStages + i) * 8; };       // 1 arrival
@@ -82,12 +85,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             (t >> 1) & 3;  // raw row t's 16-byte unit i at i ^ sw (conflict-free reads a row a thread)
         uint8_t* const my_raw = ring + t * 64;
         int64_t it = 0;
-        for (int64_t u = blockIdx.x, ui = 0;; u += gridDim.x, ++ui) {
+        for (int64_t ui = 0;; ++ui) {
             const int slot = int(ui & 1);
+            // units in the order blocks ask for them (a block that drew a long unit takes fewer): the routed
+            // layers' experts differ in pairs, and a fixed share of units a block left some SMs the longer
+            if (t == 0) next_u[slot] = atomicAdd(io.units, 1);
+            wg::named_sync(3, 128);
+            const int64_t u = next_u[slot];
             if (u >= n_units) {
                 if (t == 0) {
                     wg::mbar_wait(uempty(slot), uint32_t(((ui >> 1) & 1) ^ 1));
-                    uinfo[slot] = UnitInfo{-1, 0, 0};
+                    uinfo[slot] = UnitInfo{-1, 0, 0, 0};
                     wg::mbar_arrive(ufull(slot));
                 }
                 break;
@@ -97,8 +105,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int e = plan.expert[a];
             if (t == 0) {
                 wg::mbar_wait(uempty(slot), uint32_t(((ui >> 1) & 1) ^ 1));
-                uinfo[slot] =
-                    UnitInfo{e, b0, cnt};  // seen by the multiplying warps once the slot's barrier completes
+                // seen by the multiplying warps once the slot's barrier completes
+                uinfo[slot] = UnitInfo{e, b0, cnt, int32_t(u % groups)};
                 wg::mbar_arrive(ufull(slot));
             }
             const int64_t tile0 = (u % groups) * kRows;
@@ -163,12 +171,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int rloc = 64 * h + 16 * wq + g;  // this thread's rows: rloc, rloc + 8
     float acc[kN / 2], part[kN / 2];
     int64_t it = 0;
-    for (int64_t u = blockIdx.x, ui = 0;; u += gridDim.x, ++ui) {
+    for (int64_t ui = 0;; ++ui) {
         const int slot = int(ui & 1);
         wg::mbar_wait(ufull(slot), uint32_t((ui >> 1) & 1));
         const UnitInfo inf = uinfo[slot];
         if (inf.e < 0) break;
-        const int64_t tile0 = (u % groups) * kRows;
+        const int64_t tile0 = int64_t(inf.group) * kRows;
         for (int i0 = 0; i0 < inf.cnt; i0 += kN) {
             const int32_t my_pair = io.up ? 0 : (i0 + ct < inf.cnt ? plan.pairs[inf.b0 + i0 + ct] : -1);
 #pragma unroll
