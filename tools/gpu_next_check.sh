@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, sixth session): PART=skeleton (~5 min; TRACE=0 BINS="bench/model_bench
-#   tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the w4a8 tests (the stores' pair ids now from shared memory,
+# Next first (written 2026-12-06, sixth session): PART=skeleton (~6 min; TRACE=0 BINS="bench/model_bench
+#   tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): the w4a8 tests (the stores' pair ids now from shared memory,
 #   not yet run), then where the w4a8 kernel's skeleton spends its 40% (stall sampling per SASS instruction
 #   with every part left out, and whole); then bench/wgmma_fp8_probe again (its rows without promotion now
 #   accumulate across chunks).
@@ -254,6 +254,7 @@ for r in sorted(body, key=lambda r: -num(r[col]))[:25]:
     print(f"{100 * num(r[col]) / total:5.1f}%  {r[src][:110]}")
 PY
     done
+    [[ -x $d/bin/wgmma_fp8_probe ]] && timeout 60 $d/bin/wgmma_fp8_probe  # (its unpromoted rows fixed)
     ;;
   prologue)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the w4a8 kernel's prologue without its chain of
              # round trips (token scales by cp.async, a row's scale loads together): its bits, layer 0's up and
