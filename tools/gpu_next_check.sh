@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Next first (written 2026-12-06, sixth session): PART=skeleton (~6 min; TRACE=0 BINS="bench/model_bench
-#   tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): the w4a8 tests (the stores' pair ids now from shared memory,
-#   not yet run), then where the w4a8 kernel's skeleton spends its 40% (stall sampling per SASS instruction
-#   with every part left out, and whole); then bench/wgmma_fp8_probe again (its rows without promotion now
-#   accumulate across chunks).
+#   tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): the w4a8 tests (the stores' pair ids
+#   from shared memory, the converting kernel's units from a counter: not yet run), the MoE with one warpgroup
+#   a block and on the converting kernel, the blocks' phases in cycles (DEEPINFER_W4A8_PROBE bit 256), where
+#   the skeleton spends its 40% (stall sampling per SASS instruction, every part left out and whole), then
+#   bench/wgmma_fp8_probe again (its rows without promotion now accumulate across chunks).
 # Ran 2026-12-06 (sixth session, H100; docs/benchmarks.md): PART=one (the inner loop's rates, the L2's rate,
 #   the converting-warpgroup kernel, the bulk kernel's probes, transformers: 5.80x), PART=trace (each MoE
 #   kernel's time), PART=w4probe (the default kernel with parts left out), PART=prologue (the prologue's round
@@ -223,6 +224,11 @@ case ${PART:-fp8} in
       envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
       echo "4 layers, 4K [$v]: $(env "${envs[@]}" timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
         --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+    done
+    # each block's first tile's phases in cycles (probe bit 256), whole (256) and the skeleton alone (383)
+    for v in 256 383; do
+      echo "clocks [$v]: $(DEEPINFER_W4A8_PROBE=$v timeout 40 $d/bin/model_bench --preset flash --layers 1 --backend cuda \
+        --precision native --prompt 4096 --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 probe clocks' | head -2 | tr '\n' ' ')"
     done
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     for v in 127 default; do

@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/env_switch.h"
@@ -122,6 +124,11 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     constexpr int kT = kThreads * kWg, kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N, kWg, kOnce);
     constexpr int kStages = stages(kWg), kAhead = kStages - 2;  // chunk c - 1's wgmmas read its stage in c
     constexpr int kWBytes = w_bytes(kWg), kWScBytes = wsc_bytes(kWg), kRowsACopy = kT / 8;
+    // kProbe with io.clocks: thread 0's cycle counts of the first tile's phases (prologue, chunks, stores)
+    long long clk[4] = {0, 0, 0, 0};
+    if constexpr (kProbe) {
+        clk[0] = clock64();
+    }
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const int a = blockIdx.y;
@@ -302,6 +309,9 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             if (c < chunks) issue(c);
             wg::cp_async_commit();
         }
+        if constexpr (kProbe) {  // (braced: a #pragma'd loop follows)
+            if (i0 == 0) clk[1] = clock64();
+        }
 #pragma unroll 1
         for (int64_t c = 0; c < chunks; c += 2) {
             step(c, af_a, rf_a, af_b, rf_b);
@@ -316,6 +326,9 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             promote(chunks - 1, rf_b);
         }
         wg::cp_async_wait<0>();
+        if constexpr (kProbe) {
+            if (i0 == 0) clk[2] = clock64();
+        }
         // kRowBase: the rows' factors 2^(row max - 127 - 6), exact (row max >= 7: e4m3_fold_kernel)
         if (!kProbe || !(io.probe & 32))
             store_tile<N, kRowBase>(acc, kRowBase ? fold_factor(row_max[0]) : 1.0f,
@@ -323,6 +336,14 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                                         return io.out + int64_t(out_rows[ti - i0]) * io.n_out + tile0 +
                                                16 * warp + g;
                                     });
+        if constexpr (kProbe) {
+            if (i0 == 0 && tid == 0 && io.clocks != nullptr) {
+                clk[3] = clock64();
+                long long* const o = io.clocks + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * 4;
+                for (int k = 0; k < 3; ++k) o[k] = clk[k + 1] - clk[k];
+                o[3] = 1;  // (a block that ran a tile)
+            }
+        }
     }
     if constexpr (kOnce) {
         wg::cp_async_wait<0>();  // the scales' copies, where no tile waited for them (an expert without
@@ -340,8 +361,31 @@ bool ws_enabled = std::getenv("DEEPINFER_W4A8_WS") != nullptr;
 // slower alone and slower still in clusters): DEEPINFER_W4A8_BULK=1|2|4.
 int bulk_cs = int(env_int("DEEPINFER_W4A8_BULK", 0));
 const int bulk_probe = int(env_int("DEEPINFER_W4A8_BULK_PROBE", 0));
-// The default kernel's timing probes (W8Io::probe; the row-base, scales-once, two-warpgroup form only).
+// The default kernel's timing probes (W8Io::probe; the row-base, scales-once, two-warpgroup form only); bit
+// 256: each launch's blocks' first-tile phases in cycles, printed to stderr (the launch waited for).
 const int w4a8_probe = int(env_int("DEEPINFER_W4A8_PROBE", 0));
+
+// The probe's phase counts of one launch (grid blocks x 4 long longs, W8Io::clocks) as one stderr line.
+void print_probe_clocks(const long long* clocks, int64_t blocks, bool up, cudaStream_t st) {
+    std::vector<long long> h(size_t(blocks) * 4);
+    DI_CUDA_CHECK(
+        cudaMemcpyAsync(h.data(), clocks, h.size() * sizeof(long long), cudaMemcpyDeviceToHost, st));
+    DI_CUDA_CHECK(cudaStreamSynchronize(st));
+    double sum[3] = {0, 0, 0};
+    int64_t ran = 0;
+    for (int64_t b = 0; b < blocks; ++b) {
+        if (h[size_t(b) * 4 + 3] == 0) continue;
+        ++ran;
+        for (int k = 0; k < 3; ++k) sum[k] += double(h[size_t(b) * 4 + k]);
+    }
+    if (ran == 0) return;
+    std::fprintf(
+        stderr,
+        "w4a8 probe clocks (%s): %lld blocks with a tile, cycles a block's first tile: prologue %.0f, "
+        "chunks %.0f, stores %.0f\n",
+        up ? "up" : "down", static_cast<long long>(ran), sum[0] / double(ran), sum[1] / double(ran),
+        sum[2] / double(ran));
+}
 // The bulk kernel's inputs with the weights converted by their own warpgroup (moe_w4a8_bulk_ss.cu; off until
 // measured on the GPU): DEEPINFER_W4A8_BULK_SS.
 bool bulk_ss = std::getenv("DEEPINFER_W4A8_BULK_SS") != nullptr;
@@ -538,9 +582,29 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
             <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
         bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, units + 1});
     } else {
-        launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe}, slots, st);
+        // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
+        long long* clocks = nullptr;
+        const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);
+        if (w4a8_probe & 256) {  // (a buffer of its own: every scratch slot has a user; one GPU)
+            static long long* buf = nullptr;
+            static int64_t cap = 0;
+            if (cap < grid) {
+                DI_CUDA_CHECK(cudaStreamSynchronize(st));
+                if (buf != nullptr) DI_CUDA_CHECK(cudaFree(buf));
+                DI_CUDA_CHECK(cudaMalloc(&buf, size_t(grid) * 4 * sizeof(long long)));
+                cap = grid;
+            }
+            clocks = buf;
+            DI_CUDA_CHECK(cudaMemsetAsync(clocks, 0, size_t(grid) * 4 * sizeof(long long), st));
+        }
+        launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe, clocks}, slots, st);
+        if (clocks != nullptr) {
+            print_probe_clocks(clocks, grid, true, st);
+            DI_CUDA_CHECK(cudaMemsetAsync(clocks, 0, size_t(grid) * 4 * sizeof(long long), st));
+        }
         w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);
-        launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, w4a8_probe}, slots, st);
+        launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, w4a8_probe, clocks}, slots, st);
+        if (clocks != nullptr) print_probe_clocks(clocks, grid, false, st);
     }
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }

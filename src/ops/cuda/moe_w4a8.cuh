@@ -141,8 +141,10 @@ struct W8Io {
     float* out;          // up: [pairs, 2 I]; down: y [pairs, D]
     int64_t K, n_out;    // n_out: 2 I (up: W1's rows then W3's) or D
     bool up;
-    int probe =
-        0;  // timing only (moe_w4a8_kernel's kProbe form, DEEPINFER_W4A8_PROBE): TiledIo::probe's bits
+    // Timing only (moe_w4a8_kernel's kProbe form, DEEPINFER_W4A8_PROBE): TiledIo::probe's bits; with bit 256,
+    // clocks [blocks][4]: each block's first tile's phases in cycles.
+    int probe = 0;
+    long long* clocks = nullptr;
 };
 
 // Rows in tile order (moe_w4a8_bulk.cu): [chunk][rows][128 bytes], the 16-byte unit u of tiled row r at u ^
