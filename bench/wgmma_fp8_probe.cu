@@ -165,15 +165,9 @@ void run(int sms, int iters, float* out) {
 
 int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::atoi(argv[1]) : 4096;
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-        std::fprintf(stderr, "wgmma_fp8_probe: no CUDA device\n");
-        return 1;
-    }
     float* out = nullptr;
-    cudaMalloc(&out, size_t(prop.multiProcessorCount) * 4 * 128 * sizeof(float));
-    std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
-    const int sms = prop.multiProcessorCount;
+    const int sms = probe_device("wgmma_fp8_probe", &out);
+    if (sms == 0) return 1;
     run<false, false, false, 8>(sms, iters, out);  // the ceiling: 32 wgmmas between waits
     run<false, false>(sms, iters, out);
     run<false, true>(sms, iters, out);
@@ -183,11 +177,5 @@ int main(int argc, char** argv) {
     run<false, false, true>(sms, iters, out);
     run<false, true, true>(sms, iters, out);  // A converted by other warps: the multiplying warps' chain
     run_l2(sms, iters / 4, out);
-    const cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "wgmma_fp8_probe: %s\n", cudaGetErrorString(e));
-        return 1;
-    }
-    cudaFree(out);
-    return 0;
+    return probe_done("wgmma_fp8_probe", out);
 }

@@ -102,23 +102,12 @@ void run(int sms, int iters, float* out) {
 
 int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::atoi(argv[1]) : 4096;
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-        std::fprintf(stderr, "wgmma_probe: no CUDA device\n");
-        return 1;
-    }
     float* out = nullptr;
-    cudaMalloc(&out, size_t(prop.multiProcessorCount) * 4 * 128 * sizeof(float));
-    std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
-    run<64, false>(prop.multiProcessorCount, iters, out);
-    run<64, true>(prop.multiProcessorCount, iters, out);
-    run<128, false>(prop.multiProcessorCount, iters, out);
-    run<128, true>(prop.multiProcessorCount, iters, out);
-    const cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "wgmma_probe: %s\n", cudaGetErrorString(e));
-        return 1;
-    }
-    cudaFree(out);
-    return 0;
+    const int sms = probe_device("wgmma_probe", &out);
+    if (sms == 0) return 1;
+    run<64, false>(sms, iters, out);
+    run<64, true>(sms, iters, out);
+    run<128, false>(sms, iters, out);
+    run<128, true>(sms, iters, out);
+    return probe_done("wgmma_probe", out);
 }

@@ -441,7 +441,8 @@ void set_moe_w4a8_ws(bool on);
 // DEEPINFER_W4A8_BULK=1|2|4); its passes so far (a test's check that it ran).
 void set_moe_w4a8_bulk(int cluster);
 // The bulk kernel's inputs with the weights converted by a warpgroup of their own into shared memory, both
-// wgmma operands there (moe_w4a8_bulk_ss.cu; the same sums): off until measured (DEEPINFER_W4A8_BULK_SS).
+// wgmma operands there (moe_w4a8_bulk_ss.cu; the same sums): off, measured slower over 4 layers
+// (DEEPINFER_W4A8_BULK_SS).
 void set_moe_w4a8_bulk_ss(bool on);
 int64_t moe_w4a8_bulk_launches();
 // w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token

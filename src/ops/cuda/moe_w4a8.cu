@@ -265,14 +265,6 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                                                                      kTokBytes + kWBytes + kWScBytes);
             promote_chunk<N, kRowBase>(acc, part, ts, q, rf[0], rf[1]);
         };
-        auto keep_all = [&](uint32_t(&af)[4][4]) {
-#pragma unroll
-            for (int v = 0; v < N / 2; ++v) wg::keep(part[v]);
-#pragma unroll
-            for (int s = 0; s < 4; ++s)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) wg::keep(af[s][v]);
-        };
         uint32_t af_a[4][4], af_b[4][4];
         float rf_a[2], rf_b[2];
         // chunk c: its copies landed, chunk c + kAhead's issued, its weights converted (in the registers
@@ -289,7 +281,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             convert(c, af, rf);
             if (c > 0) {
                 wg::wait<0>();
-                keep_all(af_prev);
+                w4a8::keep_chunk<N>(part, af_prev);
                 promote(c - 1, rf_prev);
             }
             wg::fence();
@@ -319,10 +311,10 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         }
         wg::wait<0>();
         if ((chunks - 1) % 2 == 0) {
-            keep_all(af_a);
+            w4a8::keep_chunk<N>(part, af_a);
             promote(chunks - 1, rf_a);
         } else {
-            keep_all(af_b);
+            w4a8::keep_chunk<N>(part, af_b);
             promote(chunks - 1, rf_b);
         }
         wg::cp_async_wait<0>();
@@ -365,12 +357,29 @@ const int bulk_probe = int(env_int("DEEPINFER_W4A8_BULK_PROBE", 0));
 // 256: each launch's blocks' first-tile phases in cycles, printed to stderr (the launch waited for).
 const int w4a8_probe = int(env_int("DEEPINFER_W4A8_PROBE", 0));
 
-// The probe's phase counts of one launch (grid blocks x 4 long longs, W8Io::clocks) as one stderr line.
-void print_probe_clocks(const long long* clocks, int64_t blocks, bool up, cudaStream_t st) {
+// Probe bit 256: a zeroed buffer for `blocks` blocks' phase counts (W8Io::clocks; its own, as every scratch
+// slot has a user; one GPU), or null where the bit is not set.
+long long* probe_clocks(int64_t blocks, cudaStream_t st) {
+    if (!(w4a8_probe & 256)) return nullptr;
+    static long long* buf = nullptr;
+    static int64_t cap = 0;
+    if (cap < blocks) {
+        DI_CUDA_CHECK(cudaStreamSynchronize(st));
+        if (buf != nullptr) DI_CUDA_CHECK(cudaFree(buf));
+        DI_CUDA_CHECK(cudaMalloc(&buf, size_t(blocks) * 4 * sizeof(long long)));
+        cap = blocks;
+    }
+    DI_CUDA_CHECK(cudaMemsetAsync(buf, 0, size_t(blocks) * 4 * sizeof(long long), st));
+    return buf;
+}
+
+// One launch's phase counts as one stderr line (the launch waited for), the buffer zeroed for the next.
+void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t st) {
     std::vector<long long> h(size_t(blocks) * 4);
     DI_CUDA_CHECK(
         cudaMemcpyAsync(h.data(), clocks, h.size() * sizeof(long long), cudaMemcpyDeviceToHost, st));
     DI_CUDA_CHECK(cudaStreamSynchronize(st));
+    DI_CUDA_CHECK(cudaMemsetAsync(clocks, 0, h.size() * sizeof(long long), st));
     double sum[3] = {0, 0, 0};
     int64_t ran = 0;
     for (int64_t b = 0; b < blocks; ++b) {
@@ -386,8 +395,8 @@ void print_probe_clocks(const long long* clocks, int64_t blocks, bool up, cudaSt
         up ? "up" : "down", static_cast<long long>(ran), sum[0] / double(ran), sum[1] / double(ran),
         sum[2] / double(ran));
 }
-// The bulk kernel's inputs with the weights converted by their own warpgroup (moe_w4a8_bulk_ss.cu; off until
-// measured on the GPU): DEEPINFER_W4A8_BULK_SS.
+// The bulk kernel's inputs with the weights converted by their own warpgroup (moe_w4a8_bulk_ss.cu; off: the
+// same bits, its 4-layer 4K MoE 18.1 against 17.2 ms on an H100): DEEPINFER_W4A8_BULK_SS.
 bool bulk_ss = std::getenv("DEEPINFER_W4A8_BULK_SS") != nullptr;
 std::atomic<int64_t> bulk_launches{0};
 
@@ -583,25 +592,10 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, units + 1});
     } else {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
-        long long* clocks = nullptr;
         const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);
-        if (w4a8_probe & 256) {  // (a buffer of its own: every scratch slot has a user; one GPU)
-            static long long* buf = nullptr;
-            static int64_t cap = 0;
-            if (cap < grid) {
-                DI_CUDA_CHECK(cudaStreamSynchronize(st));
-                if (buf != nullptr) DI_CUDA_CHECK(cudaFree(buf));
-                DI_CUDA_CHECK(cudaMalloc(&buf, size_t(grid) * 4 * sizeof(long long)));
-                cap = grid;
-            }
-            clocks = buf;
-            DI_CUDA_CHECK(cudaMemsetAsync(clocks, 0, size_t(grid) * 4 * sizeof(long long), st));
-        }
+        long long* const clocks = probe_clocks(grid, st);
         launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe, clocks}, slots, st);
-        if (clocks != nullptr) {
-            print_probe_clocks(clocks, grid, true, st);
-            DI_CUDA_CHECK(cudaMemsetAsync(clocks, 0, size_t(grid) * 4 * sizeof(long long), st));
-        }
+        if (clocks != nullptr) print_probe_clocks(clocks, grid, true, st);
         w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);
         launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, w4a8_probe, clocks}, slots, st);
         if (clocks != nullptr) print_probe_clocks(clocks, grid, false, st);

@@ -9,6 +9,7 @@
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
+#include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda::w4a8 {
 
@@ -116,6 +117,18 @@ __device__ __forceinline__ void promote_chunk(float (&acc)[N / 2], const float (
                 fmaf(part[4 * j + v], ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : ((v >> 1) ? rf1 : rf0)),
                      acc[4 * j + v]);
     }
+}
+
+// Chunk c - 1's sums and chunk c's A fragments kept in their registers across the wait for c - 1's wgmmas
+// (empty asm: the compiler may not move or reuse them while the tensor cores may still read or write them).
+template <int N>
+__device__ __forceinline__ void keep_chunk(float (&part)[N / 2], uint32_t (&af)[4][4]) {
+#pragma unroll
+    for (int v = 0; v < N / 2; ++v) wg::keep(part[v]);
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) wg::keep(af[s][v]);
 }
 
 // A tile's sums to their outputs: token column ti = i0 + 8j + 2q + cc (those below cnt) at out_of(ti), the

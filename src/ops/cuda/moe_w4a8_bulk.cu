@@ -210,14 +210,6 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                     reinterpret_cast<const float*>(base + s * kStageBytes + kTokBytes + kWBytes);
                 promote_chunk<kN, kRowBase>(acc, part, ts, q, rf[0], rf[1]);
             };
-            auto keep_all = [&](uint32_t(&af)[4][4]) {
-#pragma unroll
-                for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
-#pragma unroll
-                for (int s = 0; s < 4; ++s)
-#pragma unroll
-                    for (int v = 0; v < 4; ++v) wg::keep(af[s][v]);
-            };
             auto release =
                 [&](int64_t s) {  // this warp is done with stage s: every block's copier may refill
                     __syncwarp();
@@ -248,7 +240,7 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
                     convert(sn, c + 1, af_next, rf_next);
                 }
                 wg::wait<0>();
-                keep_all(af);
+                keep_chunk<kN>(part, af);
                 promote(s, rf);
                 release(s);
             };
