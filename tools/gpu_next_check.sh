@@ -216,7 +216,7 @@ case ${PART:-fp8} in
     # first the bits of the default kernel's stores through the tile's pair ids in shared memory (written
     # after the sixth session's device time; needs cuda_ops_test in the pack too)
     [[ -x $d/bin/cuda_ops_test ]] && timeout 60 $d/bin/cuda_ops_test \
-      --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*_w4a8' > "$OUT/w4a8_tests.log" 2>&1
+      --gtest_filter='CudaActQuant.*:CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*_w4a8' > "$OUT/w4a8_tests.log" 2>&1
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
     # the MoE with one warpgroup a block (two blocks an SM: one's prologue beside the other's chunks, now that
     # the prologue is shorter) and on the converting-warpgroup kernel (its tile_rows_kernel rewritten)
@@ -261,6 +261,9 @@ for r in sorted(body, key=lambda r: -num(r[col]))[:25]:
 PY
     done
     [[ -x $d/bin/wgmma_fp8_probe ]] && timeout 60 $d/bin/wgmma_fp8_probe  # (its unpromoted rows fixed)
+    # the quantiser with four 128-column blocks a warp by 16-byte loads (was 31.1 us at 4,096 x 4,096)
+    [[ -x $d/bin/cuda_kernel_bench ]] && timeout 90 $d/bin/cuda_kernel_bench --only gemm --quick 2>&1 |
+      grep -E "act_quant alone|cublaslt_fp8" | head -24
     ;;
   prologue)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the w4a8 kernel's prologue without its chain of
              # round trips (token scales by cp.async, a row's scale loads together): its bits, layer 0's up and

@@ -41,9 +41,9 @@ std::vector<float> edge_rows(int64_t n, int64_t in) {
     return x;
 }
 
-TEST(CudaActQuant, KernelsMatchTheHostStepsBitForBit) {
-    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    const int64_t n = 7, in = 1280, ldx = in + 4;
+// Every form of the kernels: 16-byte rows with 4, 2 and 1 blocks a warp (20, 10 and 5 blocks), and rows that
+// are not (a stride of odd floats: scalar loads).
+void expect_kernels_match_host(int64_t n, int64_t in, int64_t ldx) {
     Pair x(DType::kF32, {n, ldx}), deq(DType::kF32, {n, in}), q(DType::kU8, {n, in}),
         sx(DType::kF32, {in / 128, n});
     const std::vector<float> rows = edge_rows(n, in);
@@ -78,7 +78,19 @@ TEST(CudaActQuant, KernelsMatchTheHostStepsBitForBit) {
             EXPECT_EQ(scales[size_t(b * n + r)], ops::act_block_scale(amax)) << "row " << r << " block " << b;
         }
     }
-    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(bad, 0) << "n " << n << " in " << in << " ldx " << ldx;
+}
+
+TEST(CudaActQuant, KernelsMatchTheHostStepsBitForBit) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    for (const auto& [n, in, ldx] : {std::tuple<int64_t, int64_t, int64_t>{7, 1280, 1284},
+                                     {9, 2560, 2560},
+                                     {5, 640, 644},
+                                     {7, 1280, 1283},
+                                     {3, 2048, 2049}}) {
+        SCOPED_TRACE("n " + std::to_string(n) + " in " + std::to_string(in) + " ldx " + std::to_string(ldx));
+        expect_kernels_match_host(n, in, ldx);
+    }
 }
 
 struct ActCase {
