@@ -220,7 +220,7 @@ case ${PART:-fp8} in
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
     # the MoE with one warpgroup a block (two blocks an SM: one's prologue beside the other's chunks, now that
     # the prologue is shorter) and on the converting-warpgroup kernel (its tile_rows_kernel rewritten)
-    for v in - DEEPINFER_W4A8_WG1=1 DEEPINFER_W4A8_BULK_SS=1 -; do
+    for v in - DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_WG1=1 DEEPINFER_W4A8_BULK_SS=1 DEEPINFER_W4A8_PERSIST=1 -; do
       envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
       echo "4 layers, 4K [$v]: $(env "${envs[@]}" timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
         --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"

@@ -117,8 +117,13 @@ __global__ void __launch_bounds__(128)
 // the token rows' copies addressed by 32-bit 16-byte unit offsets kept for the tile (the 64-bit row x chunk
 // products per copy took ~10 instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
 // kProbe (timing only, wrong results): io.probe's bits leave parts out, as TiledIo::probe's do for the bulk
-// kernel, and 64 the block barrier a chunk.
-template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce, bool kProbe = false>
+// kernel, and 64 the block barrier a chunk. kPersist (set_moe_w4a8_persist; kRowBase and kOnce only): a grid
+// of one block an SM, each taking the items (active expert, column block) blockIdx.x, + gridDim.x, ...; the
+// next item's plan entries (at its last tile's chunk 0) and its weight rows and first pairs (at the chunk
+// loop's middle) are loaded while this item's chunks run, and the rows' largest scales are read from the
+// scales the item copies to shared memory: an item then starts one round trip (its first copies) after the
+// last ended, where a block of its own started ~6 dependent round trips after its launch.
+template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce, bool kProbe = false, bool kPersist = false>
 __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
     constexpr int kT = kThreads * kWg, kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N, kWg, kOnce);
@@ -129,19 +134,24 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     if constexpr (kProbe) {
         clk[0] = clock64();
     }
+    static_assert(!kPersist || (kRowBase && kOnce));
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
-    const int a = blockIdx.y;
-    if (a >= *plan.n_active) return;
-    const int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
     const int tid = threadIdx.x, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
-    const int64_t tile0 = (int64_t(blockIdx.x) * kWg + tid / kThreads) * 64;  // this warpgroup's first row
-    const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
-    const WeightRef& wr = p.table[3 * e + m];
-    const int64_t row = tile0 - (m == 1 ? p.I : 0) + 16 * warp + g;  // this thread's rows: row, row + 8
-    const uint8_t* wp = static_cast<const uint8_t*>(wr.data) + row * wr.ld + q * 16;
-    const uint8_t* sp = static_cast<const uint8_t*>(wr.scale) + row * wr.ld_scale;
-    const int64_t ld = wr.ld, ld_sc = wr.ld_scale, chunks = io.K / kChunk;
+    const int64_t chunks = io.K / kChunk;
+    // kPersist: the block's items col + cols a (col the column block, a the active expert)
+    const int cols = kPersist ? int(io.n_out / (64 * kWg)) : 1;
+    const int items = kPersist ? *plan.n_active * cols : 0;
+    int item = kPersist ? int(blockIdx.x) : 0;
+    int a = kPersist ? item / cols : int(blockIdx.y);
+    if (kPersist ? item >= items : a >= *plan.n_active) return;
+    int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
+    // kPersist: the next item's plan entries, weight rows (data, scale, ld, ld_scale of its table entry) and
+    // this thread's pair of its first tile (tid < N; -1: none), loaded during this item's chunk loop
+    int n_e = 0, n_b0 = 0, n_cnt = 0, n_pair = -1;
+    bool n_ok = false;  // they were (an item without pairs loads its successor's at its start)
+    const uint8_t *n_data = nullptr, *n_scale = nullptr;
+    int64_t n_ld = 0, n_ld_sc = 0;
     const uint32_t smem0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
     int32_t* const act_rows = reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [N], -1: none
@@ -151,195 +161,264 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     uint8_t* const wsc_once = reinterpret_cast<uint8_t*>(out_rows + N);  // kOnce: [64 kWg][wsc_row_bytes]
     float* const tsc_once =
         reinterpret_cast<float*>(wsc_once + 64 * kWg * wsc_row_bytes(chunks));  // [chunks][N]
-    // Token rows in a stage: [tile row n][128 bytes], the 16-byte unit c of row n at c ^ (n % 8); this thread
-    // copies unit tid % 8 of rows kRowsACopy i + tid / 8 and row tid's scale.
-    int row_max[2] = {0, 0};  // kRowBase: the largest scale byte of rows row and row + 8
-    if constexpr (kRowBase)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) row_max[h] = row_scale_max(sp + int64_t(h * 8) * ld_sc, chunks, q);
-    if constexpr (kOnce) {  // this warpgroup's 64 rows' scales, 16 bytes a copy; waited for with chunk 0's
-        const int units = int(chunks / 4);  // (32-bit: the division below is in every block's prologue)
-        const int64_t first = tile0 - (m == 1 ? p.I : 0);
-        const uint8_t* s0 = static_cast<const uint8_t*>(wr.scale) + first * ld_sc;
-        const uint32_t d0 = wg::smem_addr(wsc_once) + uint32_t(tid / kThreads * 64 * wsc_row_bytes(chunks));
-        for (int i = tid % kThreads; i < 64 * units; i += kThreads) {
-            const int64_t r = i / units, u = i % units;
-            wg::cp_async16(d0 + uint32_t(r * wsc_row_bytes(chunks) + u * 16), s0 + r * ld_sc + u * 16, true);
-        }
-        wg::cp_async_commit();
-    }
     const int c_unit = tid & 7;
     const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
-    for (int i0 = 0; i0 < cnt; i0 += N) {
-        __syncthreads();  // the previous tile's last reads of the stages and rows are done
-        if (tid < N) {
-            if (i0 + tid < cnt) {
-                const int32_t pair = plan.pairs[b0 + i0 + tid];
-                act_rows[tid] = io.up ? pair / int32_t(p.k) : pair;
-                out_rows[tid] = pair;
-            } else {
-                act_rows[tid] = -1;
-            }
-        }
-        __syncthreads();
-        // the tile rows' activation rows (-1: none), or (kUnits) their first 16-byte units row x chunks x 8 +
-        // tid % 8 (-1: none; < 2^31 for the pairs and K a pass takes)
-        int32_t src_row[N / kRowsACopy];
-#pragma unroll
-        for (int i = 0; i < N / kRowsACopy; ++i) {
-            const int32_t r = act_rows[kRowsACopy * i + (tid >> 3)];
-            src_row[i] = kUnits && r >= 0 ? r * int32_t(chunks) * 8 + c_unit : r;
-        }
-        const float* sc_src = io.sc + int64_t(max(act_rows[tid % N], 0)) * chunks;  // row 0's past the tokens
-        if constexpr (kOnce) {  // the tile rows' scales chunk-major (rows past the tokens: row 0's), by
-                                // cp.async in a group of their own ahead of the chunks' (waited for with
-                                // chunk 0's copies, read by promote after chunk 1's barrier): loaded one by
-                                // one they were a chain of ~16 round trips a tile with nothing to hide it
-            for (int e = tid; e < N * int(chunks); e += kT) {
-                const int n = e % N;
-                const int64_t c = e / N;
-                wg::cp_async4(wg::smem_addr(tsc_once + c * N + n),
-                              io.sc + int64_t(max(act_rows[n], 0)) * chunks + c);
-            }
-            wg::cp_async_commit();
-        }
-        auto issue = [&](int64_t c) {
-            const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
-#pragma unroll
-            for (int i = 0; i < N / kRowsACopy; ++i) {  // rows past the tokens: zeros (the source mapped,
-                                                        // not read)
-                if (kProbe && (io.probe & 16)) break;
-                if constexpr (kUnits) {
-                    const uint4* base = reinterpret_cast<const uint4*>(io.act) + int32_t(c) * 8;
-                    wg::cp_async16(stage + dst0 + i * kRowsACopy * 128,
-                                   src_row[i] >= 0 ? base + src_row[i] : base, src_row[i] >= 0);
+    for (bool first_item = true;; first_item = false) {
+        if constexpr (kPersist) {  // (braced: a #pragma'd loop follows)
+            if (!first_item) {
+                __syncthreads();  // every warp's reads of the last item's scales and rows are done
+                if (n_ok) {
+                    e = n_e, b0 = n_b0, cnt = n_cnt;
                 } else {
-                    wg::cp_async16(stage + dst0 + i * kRowsACopy * 128,
-                                   io.act + (int64_t(max(src_row[i], 0)) * chunks + c) * kChunk + c_unit * 16,
-                                   src_row[i] >= 0);
+                    a = item / cols;
+                    e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
                 }
             }
+        }
+        const int col = kPersist ? item % cols : int(blockIdx.x);
+        const int64_t tile0 = (int64_t(col) * kWg + tid / kThreads) * 64;  // this warpgroup's first row
+        const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
+        const bool rows_fetched = kPersist && !first_item && n_ok;
+        n_ok = false;
+        const uint8_t *w_data = n_data, *w_scale = n_scale;
+        int64_t ld = n_ld, ld_sc = n_ld_sc;
+        if (!rows_fetched) {
+            const WeightRef& wr = p.table[3 * e + m];
+            w_data = static_cast<const uint8_t*>(wr.data), w_scale = static_cast<const uint8_t*>(wr.scale);
+            ld = wr.ld, ld_sc = wr.ld_scale;
+        }
+        const int64_t row = tile0 - (m == 1 ? p.I : 0) + 16 * warp + g;  // this thread's rows: row, row + 8
+        const uint8_t* wp = w_data + row * ld + q * 16;
+        const uint8_t* sp = w_scale + row * ld_sc;
+        // Token rows in a stage: [tile row n][128 bytes], the 16-byte unit c of row n at c ^ (n % 8); this
+        // thread copies unit tid % 8 of rows kRowsACopy i + tid / 8 and row tid's scale.
+        // kRowBase: the largest scale byte of rows row and row + 8 (kPersist: from the copies, in step)
+        int row_max[2] = {0, 0};
+        if constexpr (kRowBase && !kPersist)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                if (!kProbe || !(io.probe & 8))
-                    wg::cp_async16(stage + kTokBytes + (h * kT + tid) * 16, wp + int64_t(h * 8) * ld + c * 64,
-                                   true);
-                if constexpr (!kOnce) {  // braced: nvcc 13.0 took a discarded unbraced body's next statements
-                    wg::cp_async4(stage + kTokBytes + kWBytes + (h * kT + tid) * 4,
-                                  sp + int64_t(h * 8) * ld_sc + c * 4);
-                }
+            for (int h = 0; h < 2; ++h) row_max[h] = row_scale_max(sp + int64_t(h * 8) * ld_sc, chunks, q);
+        if constexpr (kOnce) {  // this warpgroup's 64 rows' scales, 16 bytes a copy (waited for with
+                                // chunk 0's)
+            const int units = int(chunks / 4);  // (32-bit: the division below is in every block's prologue)
+            const int64_t first = tile0 - (m == 1 ? p.I : 0);
+            const uint8_t* s0 = w_scale + first * ld_sc;
+            const uint32_t d0 =
+                wg::smem_addr(wsc_once) + uint32_t(tid / kThreads * 64 * wsc_row_bytes(chunks));
+            for (int i = tid % kThreads; i < 64 * units; i += kThreads) {
+                const int64_t r = i / units, u = i % units;
+                wg::cp_async16(d0 + uint32_t(r * wsc_row_bytes(chunks) + u * 16), s0 + r * ld_sc + u * 16,
+                               true);
             }
-            if constexpr (!kOnce) {
-                if (tid < N) wg::cp_async4(stage + kTokBytes + kWBytes + kWScBytes + tid * 4, sc_src + c);
-            }
-        };
-        // Chunk c's weights -> A fragments af[k-step] and the rows' factors 2^(max scale - 6) (rf).
-        auto convert = [&](int64_t c, uint32_t(&af)[4][4], float(&rf)[2]) {
-            const uint8_t* ws = smem_al + (c % kStages) * kStageBytes + kTokBytes;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const uint4 r = *reinterpret_cast<const uint4*>(ws + (h * kT + tid) * 16);
-                const uint32_t s4 =
-                    kOnce ? *reinterpret_cast<const uint32_t*>(
-                                wsc_once +
-                                (tid / kThreads * 64 + 16 * warp + g + 8 * h) * wsc_row_bytes(chunks) + 4 * c)
-                          : *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kT + tid) * 4);
-                const int bmax = kRowBase ? row_max[h] : max_byte(s4);
-                rf[h] = fold_factor(bmax);
-                if (kProbe && (io.probe & 1)) {
-#pragma unroll
-                    for (int k = 0; k < 4; ++k) af[k][h] = af[k][2 + h] = mma::word_of(r, k) ^ s4;
+            wg::cp_async_commit();
+        }
+        const int next_item = item + int(gridDim.x);  // (kPersist)
+        const bool has_next = kPersist && next_item < items;
+        for (int i0 = 0; i0 < cnt; i0 += N) {
+            __syncthreads();  // the previous tile's last reads of the stages and rows are done
+            if (tid < N) {
+                if (i0 + tid < cnt) {
+                    int32_t pair = n_pair;
+                    if (!rows_fetched || i0 > 0) pair = plan.pairs[b0 + i0 + tid];
+                    act_rows[tid] = io.up ? pair / int32_t(p.k) : pair;
+                    out_rows[tid] = pair;
                 } else {
-                    chunk_frags(r, s4, bmax, q, af, h);
+                    act_rows[tid] = -1;
                 }
             }
-        };
-        float acc[N / 2], part[N / 2];
+            __syncthreads();
+            // the tile rows' activation rows (-1: none), or (kUnits) their first 16-byte units row x chunks x
+            // 8 + tid % 8 (-1: none; < 2^31 for the pairs and K a pass takes)
+            int32_t src_row[N / kRowsACopy];
 #pragma unroll
-        for (int v = 0; v < N / 2; ++v) acc[v] = 0.0f, part[v] = 0.0f;
-        // part[4j + v]: row g + 8 (v >> 1) of the warp's 16, token column 8j + 2q + (v & 1)
-        auto promote = [&](int64_t c, const float(&rf)[2]) {
-            if (kProbe && (io.probe & 2)) return;
-            const float* ts = kOnce ? tsc_once + c * N
-                                    : reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
-                                                                     kTokBytes + kWBytes + kWScBytes);
-            promote_chunk<N, kRowBase>(acc, part, ts, q, rf[0], rf[1]);
-        };
-        uint32_t af_a[4][4], af_b[4][4];
-        float rf_a[2], rf_b[2];
-        // chunk c: its copies landed, chunk c + kAhead's issued, its weights converted (in the registers
-        // chunk c - 1's wgmmas do not read), chunk c - 1's sums promoted once its wgmmas are done, its own
-        // wgmmas issued
-        auto step = [&](int64_t c, uint32_t(&af)[4][4], float(&rf)[2], uint32_t(&af_prev)[4][4],
-                        const float(&rf_prev)[2]) {
-            wg::cp_async_wait<kAhead - 1>();
-            wg::fence_proxy_async();
-            if (!kProbe || !(io.probe & 64))
-                __syncthreads();  // everyone's copies of chunk c landed; chunk c - 2's stage is free
-            if (c + kAhead < chunks) issue(c + kAhead);
-            wg::cp_async_commit();
-            convert(c, af, rf);
-            if (c > 0) {
-                wg::wait<0>();
-                w4a8::keep_chunk<N>(part, af_prev);
-                promote(c - 1, rf_prev);
+            for (int i = 0; i < N / kRowsACopy; ++i) {
+                const int32_t r = act_rows[kRowsACopy * i + (tid >> 3)];
+                src_row[i] = kUnits && r >= 0 ? r * int32_t(chunks) * 8 + c_unit : r;
             }
-            wg::fence();
-            const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                if (kProbe && (io.probe & 4)) break;
-                if constexpr (N == 128)
-                    wg::mma_m64n128k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
-                else
-                    wg::mma_m64n64k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
+            const float* sc_src =
+                io.sc + int64_t(max(act_rows[tid % N], 0)) * chunks;  // row 0's past the tokens
+            if constexpr (kOnce) {  // the tile rows' scales chunk-major (rows past the tokens: row 0's), by
+                                    // cp.async in a group of their own ahead of the chunks' (waited for with
+                                    // chunk 0's copies, read by promote after chunk 1's barrier): loaded one
+                                    // by one they were a chain of ~16 round trips a tile with nothing to hide
+                                    // it
+                for (int e = tid; e < N * int(chunks); e += kT) {
+                    const int n = e % N;
+                    const int64_t c = e / N;
+                    wg::cp_async4(wg::smem_addr(tsc_once + c * N + n),
+                                  io.sc + int64_t(max(act_rows[n], 0)) * chunks + c);
+                }
+                wg::cp_async_commit();
             }
-            wg::commit();
-        };
+            auto issue = [&](int64_t c) {
+                const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
-        for (int c = 0; c < kAhead; ++c) {
-            if (c < chunks) issue(c);
-            wg::cp_async_commit();
-        }
-        if constexpr (kProbe) {  // (braced: a #pragma'd loop follows)
-            if (i0 == 0) clk[1] = clock64();
-        }
+                for (int i = 0; i < N / kRowsACopy; ++i) {  // rows past the tokens: zeros (the source mapped,
+                                                            // not read)
+                    if (kProbe && (io.probe & 16)) break;
+                    if constexpr (kUnits) {
+                        const uint4* base = reinterpret_cast<const uint4*>(io.act) + int32_t(c) * 8;
+                        wg::cp_async16(stage + dst0 + i * kRowsACopy * 128,
+                                       src_row[i] >= 0 ? base + src_row[i] : base, src_row[i] >= 0);
+                    } else {
+                        wg::cp_async16(
+                            stage + dst0 + i * kRowsACopy * 128,
+                            io.act + (int64_t(max(src_row[i], 0)) * chunks + c) * kChunk + c_unit * 16,
+                            src_row[i] >= 0);
+                    }
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (!kProbe || !(io.probe & 8))
+                        wg::cp_async16(stage + kTokBytes + (h * kT + tid) * 16,
+                                       wp + int64_t(h * 8) * ld + c * 64, true);
+                    if constexpr (!kOnce) {  // braced: nvcc 13.0 took a discarded unbraced body's next
+                                             // statements
+                        wg::cp_async4(stage + kTokBytes + kWBytes + (h * kT + tid) * 4,
+                                      sp + int64_t(h * 8) * ld_sc + c * 4);
+                    }
+                }
+                if constexpr (!kOnce) {
+                    if (tid < N) wg::cp_async4(stage + kTokBytes + kWBytes + kWScBytes + tid * 4, sc_src + c);
+                }
+            };
+            // Chunk c's weights -> A fragments af[k-step] and the rows' factors 2^(max scale - 6) (rf).
+            auto convert = [&](int64_t c, uint32_t(&af)[4][4], float(&rf)[2]) {
+                const uint8_t* ws = smem_al + (c % kStages) * kStageBytes + kTokBytes;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint4 r = *reinterpret_cast<const uint4*>(ws + (h * kT + tid) * 16);
+                    const uint32_t s4 =
+                        kOnce ? *reinterpret_cast<const uint32_t*>(
+                                    wsc_once +
+                                    (tid / kThreads * 64 + 16 * warp + g + 8 * h) * wsc_row_bytes(chunks) +
+                                    4 * c)
+                              : *reinterpret_cast<const uint32_t*>(ws + kWBytes + (h * kT + tid) * 4);
+                    const int bmax = kRowBase ? row_max[h] : max_byte(s4);
+                    rf[h] = fold_factor(bmax);
+                    if (kProbe && (io.probe & 1)) {
+#pragma unroll
+                        for (int k = 0; k < 4; ++k) af[k][h] = af[k][2 + h] = mma::word_of(r, k) ^ s4;
+                    } else {
+                        chunk_frags(r, s4, bmax, q, af, h);
+                    }
+                }
+            };
+            float acc[N / 2], part[N / 2];
+#pragma unroll
+            for (int v = 0; v < N / 2; ++v) acc[v] = 0.0f, part[v] = 0.0f;
+            // part[4j + v]: row g + 8 (v >> 1) of the warp's 16, token column 8j + 2q + (v & 1)
+            auto promote = [&](int64_t c, const float(&rf)[2]) {
+                if (kProbe && (io.probe & 2)) return;
+                const float* ts = kOnce
+                                      ? tsc_once + c * N
+                                      : reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
+                                                                       kTokBytes + kWBytes + kWScBytes);
+                promote_chunk<N, kRowBase>(acc, part, ts, q, rf[0], rf[1]);
+            };
+            uint32_t af_a[4][4], af_b[4][4];
+            float rf_a[2], rf_b[2];
+            // chunk c: its copies landed, chunk c + kAhead's issued, its weights converted (in the registers
+            // chunk c - 1's wgmmas do not read), chunk c - 1's sums promoted once its wgmmas are done, its
+            // own wgmmas issued
+            auto step = [&](int64_t c, uint32_t(&af)[4][4], float(&rf)[2], uint32_t(&af_prev)[4][4],
+                            const float(&rf_prev)[2]) {
+                wg::cp_async_wait<kAhead - 1>();
+                wg::fence_proxy_async();
+                if (!kProbe || !(io.probe & 64))
+                    __syncthreads();  // everyone's copies of chunk c landed; chunk c - 2's stage is free
+                if (c + kAhead < chunks) issue(c + kAhead);
+                wg::cp_async_commit();
+                if constexpr (kPersist) {  // the rows' largest scales, from the copies chunk 0 waited for
+                    if (c == 0)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                            row_max[h] =
+                                row_scale_max(wsc_once + (tid / kThreads * 64 + 16 * warp + g + 8 * h) *
+                                                             wsc_row_bytes(chunks),
+                                              chunks, q);
+                }
+                convert(c, af, rf);
+                if (c > 0) {
+                    wg::wait<0>();
+                    w4a8::keep_chunk<N>(part, af_prev);
+                    promote(c - 1, rf_prev);
+                }
+                wg::fence();
+                const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    if (kProbe && (io.probe & 4)) break;
+                    if constexpr (N == 128)
+                        wg::mma_m64n128k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
+                    else
+                        wg::mma_m64n64k32_e4m3(part, af[s], wg::desc_k_major_sw128(stage + s * 32), s);
+                }
+                wg::commit();
+            };
+#pragma unroll
+            for (int c = 0; c < kAhead; ++c) {
+                if (c < chunks) issue(c);
+                wg::cp_async_commit();
+            }
+            if constexpr (kProbe) {  // (braced: a #pragma'd loop follows)
+                if (i0 == 0) clk[1] = clock64();
+            }
+            const bool last_tile = i0 + N >= cnt;
 #pragma unroll 1
-        for (int64_t c = 0; c < chunks; c += 2) {
-            step(c, af_a, rf_a, af_b, rf_b);
-            if (c + 1 < chunks) step(c + 1, af_b, rf_b, af_a, rf_a);
-        }
-        wg::wait<0>();
-        if ((chunks - 1) % 2 == 0) {
-            w4a8::keep_chunk<N>(part, af_a);
-            promote(chunks - 1, rf_a);
-        } else {
-            w4a8::keep_chunk<N>(part, af_b);
-            promote(chunks - 1, rf_b);
-        }
-        wg::cp_async_wait<0>();
-        if constexpr (kProbe) {
-            if (i0 == 0) clk[2] = clock64();
-        }
-        // kRowBase: the rows' factors 2^(row max - 127 - 6), exact (row max >= 7: e4m3_fold_kernel)
-        if (!kProbe || !(io.probe & 32))
-            store_tile<N, kRowBase>(acc, kRowBase ? fold_factor(row_max[0]) : 1.0f,
-                                    kRowBase ? fold_factor(row_max[1]) : 1.0f, i0, cnt, q, [&](int ti) {
-                                        return io.out + int64_t(out_rows[ti - i0]) * io.n_out + tile0 +
-                                               16 * warp + g;
-                                    });
-        if constexpr (kProbe) {
-            if (i0 == 0 && tid == 0 && io.clocks != nullptr) {
-                clk[3] = clock64();
-                long long* const o = io.clocks + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * 4;
-                for (int k = 0; k < 3; ++k) o[k] = clk[k + 1] - clk[k];
-                o[3] = 1;  // (a block that ran a tile)
+            for (int64_t c = 0; c < chunks; c += 2) {
+                step(c, af_a, rf_a, af_b, rf_b);
+                if (c + 1 < chunks) step(c + 1, af_b, rf_b, af_a, rf_a);
+                if constexpr (kPersist) {  // the next item's entries, their round trips under this item's
+                                           // chunks
+                    if (has_next && last_tile && c == 0) {
+                        const int na = next_item / cols;
+                        n_e = plan.expert[na], n_b0 = plan.begin[na], n_cnt = plan.begin[na + 1] - n_b0;
+                    }
+                    if (has_next && last_tile && c == (chunks / 2 & ~int64_t(1))) {
+                        const int64_t n_tile0 = (int64_t(next_item % cols) * kWg + tid / kThreads) * 64;
+                        const WeightRef& nw = p.table[3 * n_e + (io.up ? (n_tile0 < p.I ? 0 : 1) : 2)];
+                        n_data = static_cast<const uint8_t*>(nw.data),
+                        n_scale = static_cast<const uint8_t*>(nw.scale);
+                        n_ld = nw.ld, n_ld_sc = nw.ld_scale;
+                        n_pair = tid < N && tid < n_cnt ? plan.pairs[n_b0 + tid] : -1;
+                        n_ok = true;
+                    }
+                }
+            }
+            wg::wait<0>();
+            if ((chunks - 1) % 2 == 0) {
+                w4a8::keep_chunk<N>(part, af_a);
+                promote(chunks - 1, rf_a);
+            } else {
+                w4a8::keep_chunk<N>(part, af_b);
+                promote(chunks - 1, rf_b);
+            }
+            wg::cp_async_wait<0>();
+            if constexpr (kProbe) {
+                if (i0 == 0) clk[2] = clock64();
+            }
+            // kRowBase: the rows' factors 2^(row max - 127 - 6), exact (row max >= 7: e4m3_fold_kernel)
+            if (!kProbe || !(io.probe & 32))
+                store_tile<N, kRowBase>(acc, kRowBase ? fold_factor(row_max[0]) : 1.0f,
+                                        kRowBase ? fold_factor(row_max[1]) : 1.0f, i0, cnt, q, [&](int ti) {
+                                            return io.out + int64_t(out_rows[ti - i0]) * io.n_out + tile0 +
+                                                   16 * warp + g;
+                                        });
+            if constexpr (kProbe) {
+                if (i0 == 0 && tid == 0 && io.clocks != nullptr) {
+                    clk[3] = clock64();
+                    long long* const o = io.clocks + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * 4;
+                    for (int k = 0; k < 3; ++k) o[k] = clk[k + 1] - clk[k];
+                    o[3] = 1;  // (a block that ran a tile)
+                }
             }
         }
-    }
-    if constexpr (kOnce) {
-        wg::cp_async_wait<0>();  // the scales' copies, where no tile waited for them (an expert without
-                                 // pairs)
+        if constexpr (kOnce) {
+            wg::cp_async_wait<0>();  // the scales' copies, where no tile waited for them (an expert without
+                                     // pairs)
+        }
+        if (!has_next) break;
+        item = next_item;
     }
 }
 
@@ -422,14 +501,23 @@ int64_t smem_bytes(int64_t chunks) {  // + the swizzle's alignment, + the rows a
 // 4,083, skewed routing 4,964 against 5,085; docs/benchmarks.md).
 bool wg2_enabled = std::getenv("DEEPINFER_W4A8_WG1") == nullptr;
 
-// slots: the grid's y (the active experts' bound)
-template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce = false, bool kProbe = false>
+// Off unless DEEPINFER_W4A8_PERSIST is set (the kernel's kPersist form; not yet measured).
+bool persist_enabled = std::getenv("DEEPINFER_W4A8_PERSIST") != nullptr;
+std::atomic<int64_t> persist_launches{0};
+
+// slots: the grid's y (the active experts' bound); kPersist: a block an SM (as many as there are items at
+// most)
+template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce = false, bool kProbe = false,
+          bool kPersist = false>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     const int64_t smem = smem_bytes<N, kWg, kOnce>(io.K / kChunk);
-    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe>, size_t(smem));
+    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist>, size_t(smem));
     if (kOnce) ++once_launches;
-    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe>
-        <<<dim3(unsigned(io.n_out / (64 * kWg)), slots), kThreads * kWg, size_t(smem), s>>>(p, plan, io);
+    if (kPersist) ++persist_launches;
+    const unsigned cols = unsigned(io.n_out / (64 * kWg));
+    const dim3 grid = kPersist ? dim3(std::min(unsigned(sm_count()), cols * slots)) : dim3(cols, slots);
+    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist>
+        <<<grid, kThreads * kWg, size_t(smem), s>>>(p, plan, io);
 }
 
 // kOnce where set and the pass allows: 16-byte scale rows (whole 16-byte units: chunks a multiple of 4) and
@@ -445,9 +533,12 @@ template <int N, int kWg>
 void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     if constexpr (N == 128) {
         if (once_applies<N, kWg>(p, io)) {
-            if constexpr (kWg == 2) {  // (the probe form is instantiated for this form alone)
+            if constexpr (kWg ==
+                          2) {  // (the probe and persistent forms are instantiated for this form alone)
                 if (p.e4m3_rows && io.probe != 0)
                     return launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
+                if (p.e4m3_rows && persist_enabled)
+                    return launch_kernel<N, kWg, true, false, true, false, true>(p, plan, io, slots, s);
             }
             return p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
                                : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
@@ -529,6 +620,8 @@ void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
 void set_moe_w4a8_bulk_ss(bool on) { bulk_ss = on; }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
+void set_moe_w4a8_persist(bool on) { persist_enabled = on; }
+int64_t moe_w4a8_persist_launches() { return persist_launches.load(); }
 void set_moe_w4a8_scales_once(bool on) { once_enabled = on; }
 bool moe_w4a8_scales_once() { return once_enabled; }
 int64_t moe_w4a8_scales_once_launches() { return once_launches.load(); }
