@@ -230,10 +230,14 @@ case ${PART:-fp8} in
       echo "clocks [$v]: $(DEEPINFER_W4A8_PROBE=$v timeout 40 $d/bin/model_bench --preset flash --layers 1 --backend cuda \
         --precision native --prompt 4096 --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 probe clocks' | head -2 | tr '\n' ' ')"
     done
+    [[ -x $d/bin/wgmma_fp8_probe ]] && timeout 60 $d/bin/wgmma_fp8_probe  # (its unpromoted rows fixed)
+    # the quantiser with four 128-column blocks a warp by 16-byte loads (was 31.1 us at 4,096 x 4,096)
+    [[ -x $d/bin/cuda_kernel_bench ]] && timeout 90 $d/bin/cuda_kernel_bench --only gemm --quick 2>&1 |
+      grep -E "act_quant alone|cublaslt_fp8" | head -24
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     for v in 127 default; do
       envs=(DEEPINFER_W4A8_BULK=0); [[ $v == default ]] || envs=(DEEPINFER_W4A8_PROBE=$v)
-      env "${envs[@]}" timeout 200 "$ncu" --kernel-name regex:moe_w4a8_kernel --launch-skip 0 --launch-count 1 \
+      env "${envs[@]}" timeout 150 "$ncu" --kernel-name regex:moe_w4a8_kernel --launch-skip 0 --launch-count 1 \
         --section SourceCounters --section WarpStateStats --section LaunchStats -f -o "$OUT/skel_$v" \
         $d/bin/model_bench --preset flash --layers 1 --backend cuda --precision native --prompt 4096 --decode 1 \
         --warmup 0 --graphs off > "$OUT/skel_$v.log" 2>&1
@@ -260,10 +264,6 @@ for r in sorted(body, key=lambda r: -num(r[col]))[:25]:
     print(f"{100 * num(r[col]) / total:5.1f}%  {r[src][:110]}")
 PY
     done
-    [[ -x $d/bin/wgmma_fp8_probe ]] && timeout 60 $d/bin/wgmma_fp8_probe  # (its unpromoted rows fixed)
-    # the quantiser with four 128-column blocks a warp by 16-byte loads (was 31.1 us at 4,096 x 4,096)
-    [[ -x $d/bin/cuda_kernel_bench ]] && timeout 90 $d/bin/cuda_kernel_bench --only gemm --quick 2>&1 |
-      grep -E "act_quant alone|cublaslt_fp8" | head -24
     ;;
   prologue)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the w4a8 kernel's prologue without its chain of
              # round trips (token scales by cp.async, a row's scale loads together): its bits, layer 0's up and
