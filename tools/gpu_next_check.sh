@@ -210,6 +210,22 @@ case ${PART:-fp8} in
       echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
     done
     ;;
+  persist)  # (the skeleton pack) the persistent w4a8 form taking items from a counter: its bits (with and
+             # without unit offsets), then the 4-layer 4K and 32K MoE against the default, each twice
+    [[ -x $d/bin/cuda_ops_test ]] && timeout 90 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*_w4a8' > "$OUT/w4a8_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    for prompt in 4096 32768; do
+      vs=(- DEEPINFER_W4A8_PERSIST=1 "DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_UNITS=1" DEEPINFER_W4A8_UNITS=1 -)
+      [[ $prompt == 4096 ]] || vs=(- DEEPINFER_W4A8_PERSIST=1 "DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_UNITS=1")
+      for v in "${vs[@]}"; do
+        envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || read -ra envs <<< "$v"
+        echo "4 layers, $prompt [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
+          --backend cuda --precision native --prompt $prompt --decode 1 --profile 1 2>&1 |
+          grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+      done
+    done
+    ;;
   skeleton)  # (a TRACE=0 pack of model_bench) what the w4a8 kernel's skeleton costs: Nsight Compute's stall
              # sampling per SASS instruction on layer 0's up launch, with every part left out (probe 127) and
              # whole; the 25 instructions with the most samples and the stall reasons of each launch

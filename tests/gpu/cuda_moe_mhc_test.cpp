@@ -422,21 +422,26 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                     << (chunk_scales ? "chunk" : "row") << " fold, D " << D
                     << ", scales once: max abs err against "
                     << "the reference " << diff(ref.host_f32(), once).max_abs;
-                // the persistent form (row folds with the scales copied once; down's 256 items take two
-                // rounds of the grid, ~150 pairs an expert two tiles an item): the default's bits
-                const int64_t persist_before = cuda::moe_w4a8_persist_launches();
-                cuda::set_moe_w4a8_scales_once(true), cuda::set_moe_w4a8_persist(true);
-                out.poison();
-                b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-                cuda::set_moe_w4a8_scales_once(false), cuda::set_moe_w4a8_persist(false);
-                const std::vector<float> persist = out.device_f32();
-                EXPECT_EQ(cuda::moe_w4a8_persist_launches() - persist_before,
-                          once_runs > 0 && !chunk_scales ? 2 : 0)
-                    << "persistent launches, D " << D;
-                EXPECT_EQ(0, std::memcmp(got[0].data(), persist.data(), persist.size() * sizeof(float)))
-                    << (chunk_scales ? "chunk" : "row") << " fold, D " << D
-                    << ", persistent: max abs err against the reference "
-                    << diff(ref.host_f32(), persist).max_abs;
+                // the persistent form, its token copies by 64-bit addresses and by unit offsets (row folds
+                // with the scales copied once; down's 256 items more than a grid, ~150 pairs an expert two
+                // tiles an item): the default's bits
+                for (const bool units : {false, true}) {
+                    const int64_t persist_before = cuda::moe_w4a8_persist_launches();
+                    cuda::set_moe_w4a8_scales_once(true), cuda::set_moe_w4a8_persist(true);
+                    cuda::set_moe_w4a8_units(units);
+                    out.poison();
+                    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+                    cuda::set_moe_w4a8_scales_once(false), cuda::set_moe_w4a8_persist(false);
+                    cuda::set_moe_w4a8_units(false);
+                    const std::vector<float> persist = out.device_f32();
+                    EXPECT_EQ(cuda::moe_w4a8_persist_launches() - persist_before,
+                              once_runs > 0 && !chunk_scales ? 2 : 0)
+                        << "persistent launches, D " << D;
+                    EXPECT_EQ(0, std::memcmp(got[0].data(), persist.data(), persist.size() * sizeof(float)))
+                        << (chunk_scales ? "chunk" : "row") << " fold, D " << D
+                        << ", persistent, unit offsets " << units << ": max abs err against the reference "
+                        << diff(ref.host_f32(), persist).max_abs;
+                }
                 // the warp-specialised kernel: the default's bits
                 cuda::set_moe_w4a8_ws(true);
                 out.poison();

@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(32 * kPlanWarps) moe_plan_kernel(MoeParams p, 
         for (int w = 0; w < nw; ++w) tot_p += warp_tot[0][w], tot_a += warp_tot[1][w];
         plan.begin[tot_a] = tot_p;
         *plan.n_active = tot_a;
+        if (plan.work != nullptr) plan.work[0] = plan.work[1] = 0;
     }
     __syncthreads();
     for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {  // each warp's first position per expert
@@ -230,8 +231,8 @@ void launch_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s) {
 
 MoePlan moe_plan_buffers(Scratch& scratch, int64_t pairs, unsigned max_active) {
     int32_t* ints =
-        static_cast<int32_t*>(scratch.get(3, size_t(2 + 2 * max_active + pairs) * sizeof(int32_t)));
-    return {ints, ints + 1, ints + 1 + max_active, ints + 2 + 2 * max_active};
+        static_cast<int32_t*>(scratch.get(3, size_t(4 + 2 * max_active + pairs) * sizeof(int32_t)));
+    return {ints, ints + 1, ints + 1 + max_active, ints + 2 + 2 * max_active, ints + 2 + 2 * max_active + pairs};
 }
 
 void launch_moe_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s) {

@@ -118,11 +118,12 @@ __global__ void __launch_bounds__(128)
 // products per copy took ~10 instructions each: ~80 of a chunk's ~426), the same bytes to the same places.
 // kProbe (timing only, wrong results): io.probe's bits leave parts out, as TiledIo::probe's do for the bulk
 // kernel, and 64 the block barrier a chunk. kPersist (set_moe_w4a8_persist; kRowBase and kOnce only): a grid
-// of one block an SM, each taking the items (active expert, column block) blockIdx.x, + gridDim.x, ...; the
-// next item's plan entries (at its last tile's chunk 0) and its weight rows and first pairs (at the chunk
-// loop's middle) are loaded while this item's chunks run, and the rows' largest scales are read from the
-// scales the item copies to shared memory: an item then starts one round trip (its first copies) after the
-// last ended, where a block of its own started ~6 dependent round trips after its launch.
+// of one block an SM, each taking items (active expert, column block) from the pass's counter (plan.work) as
+// it becomes free; the next item is taken at this item's last tile's first chunk, its plan entries loaded at
+// chunk 2 and its weight rows and first pairs at the chunk loop's middle, and the rows' largest scales are
+// read from the scales the item copies to shared memory: an item then starts one round trip (its first
+// copies) after the last ended, where a block of its own started ~6 dependent round trips after its launch
+// (~11,000 cycles of a block's ~61,000 for up's 4,096-token pass on an H100).
 template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce, bool kProbe = false, bool kPersist = false>
 __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
@@ -139,19 +140,6 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int64_t chunks = io.K / kChunk;
-    // kPersist: the block's items col + cols a (col the column block, a the active expert)
-    const int cols = kPersist ? int(io.n_out / (64 * kWg)) : 1;
-    const int items = kPersist ? *plan.n_active * cols : 0;
-    int item = kPersist ? int(blockIdx.x) : 0;
-    int a = kPersist ? item / cols : int(blockIdx.y);
-    if (kPersist ? item >= items : a >= *plan.n_active) return;
-    int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
-    // kPersist: the next item's plan entries, weight rows (data, scale, ld, ld_scale of its table entry) and
-    // this thread's pair of its first tile (tid < N; -1: none), loaded during this item's chunk loop
-    int n_e = 0, n_b0 = 0, n_cnt = 0, n_pair = -1;
-    bool n_ok = false;  // they were (an item without pairs loads its successor's at its start)
-    const uint8_t *n_data = nullptr, *n_scale = nullptr;
-    int64_t n_ld = 0, n_ld_sc = 0;
     const uint32_t smem0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
     int32_t* const act_rows = reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [N], -1: none
@@ -161,6 +149,27 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     uint8_t* const wsc_once = reinterpret_cast<uint8_t*>(out_rows + N);  // kOnce: [64 kWg][wsc_row_bytes]
     float* const tsc_once =
         reinterpret_cast<float*>(wsc_once + 64 * kWg * wsc_row_bytes(chunks));  // [chunks][N]
+    // kPersist: the item thread 0 took from the pass's counter (plan.work: up's, down's), for the block
+    int32_t* const taken = reinterpret_cast<int32_t*>(tsc_once + chunks * N);
+    int32_t* const counter = plan.work + (io.up ? 0 : 1);
+    // kPersist: the block's items col + cols a (col the column block, a the active expert), taken in turn
+    const int cols = kPersist ? int(io.n_out / (64 * kWg)) : 1;
+    const int items = kPersist ? *plan.n_active * cols : 0;
+    int item = 0;
+    if constexpr (kPersist) {
+        if (tid == 0) *taken = atomicAdd(counter, 1);
+        __syncthreads();
+        item = *taken;
+    }
+    int a = kPersist ? item / cols : int(blockIdx.y);
+    if (kPersist ? item >= items : a >= *plan.n_active) return;
+    int e = plan.expert[a], b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0;
+    // kPersist: the next item's plan entries, weight rows (data, scale, ld, ld_scale of its table entry) and
+    // this thread's pair of its first tile (tid < N; -1: none), loaded during this item's chunk loop
+    int n_e = 0, n_b0 = 0, n_cnt = 0, n_pair = -1;
+    bool n_ok = false;  // they were (an item without pairs loads its successor's at its start)
+    const uint8_t *n_data = nullptr, *n_scale = nullptr;
+    int64_t n_ld = 0, n_ld_sc = 0;
     const int c_unit = tid & 7;
     const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
     for (bool first_item = true;; first_item = false) {
@@ -211,8 +220,9 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             }
             wg::cp_async_commit();
         }
-        const int next_item = item + int(gridDim.x);  // (kPersist)
-        const bool has_next = kPersist && next_item < items;
+        // kPersist: the next item, taken at the last tile's first chunks (or after the tiles: none ran)
+        bool took = false;
+        int next_item = items;
         for (int i0 = 0; i0 < cnt; i0 += N) {
             __syncthreads();  // the previous tile's last reads of the stages and rows are done
             if (tid < N) {
@@ -370,11 +380,18 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                 if (c + 1 < chunks) step(c + 1, af_b, rf_b, af_a, rf_a);
                 if constexpr (kPersist) {  // the next item's entries, their round trips under this item's
                                            // chunks
-                    if (has_next && last_tile && c == 0) {
-                        const int na = next_item / cols;
-                        n_e = plan.expert[na], n_b0 = plan.begin[na], n_cnt = plan.begin[na + 1] - n_b0;
+                    if (last_tile && c == 0) {
+                        if (tid == 0) *taken = atomicAdd(counter, 1);  // read after chunk 2's barrier
+                        took = true;
                     }
-                    if (has_next && last_tile && c == (chunks / 2 & ~int64_t(1))) {
+                    if (last_tile && c == 2) {
+                        next_item = *taken;
+                        if (next_item < items) {
+                            const int na = next_item / cols;
+                            n_e = plan.expert[na], n_b0 = plan.begin[na], n_cnt = plan.begin[na + 1] - n_b0;
+                        }
+                    }
+                    if (last_tile && next_item < items && c == max(int64_t(4), chunks / 2 & ~int64_t(1))) {
                         const int64_t n_tile0 = (int64_t(next_item % cols) * kWg + tid / kThreads) * 64;
                         const WeightRef& nw = p.table[3 * n_e + (io.up ? (n_tile0 < p.I ? 0 : 1) : 2)];
                         n_data = static_cast<const uint8_t*>(nw.data),
@@ -417,8 +434,18 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             wg::cp_async_wait<0>();  // the scales' copies, where no tile waited for them (an expert without
                                      // pairs)
         }
-        if (!has_next) break;
-        item = next_item;
+        if constexpr (!kPersist) {
+            break;
+        } else {
+            if (!took) {
+                __syncthreads();  // every thread's read of the last item taken is done
+                if (tid == 0) *taken = atomicAdd(counter, 1);
+                __syncthreads();
+                next_item = *taken;
+            }
+            if (next_item >= items) break;
+            item = next_item;
+        }
     }
 }
 
@@ -494,7 +521,7 @@ std::atomic<int64_t> once_launches{0};  // the rank threads of expert parallelis
 template <int N, int kWg, bool kOnce>
 int64_t smem_bytes(int64_t chunks) {  // + the swizzle's alignment, + the rows and pairs, + kOnce's scales
     return stages(kWg) * stage_bytes(N, kWg, kOnce) + 1024 + 2 * N * 4 +
-           (kOnce ? once_bytes(N, kWg, chunks) : 0);
+           (kOnce ? once_bytes(N, kWg, chunks) + 16 : 0);
 }
 
 // On unless DEEPINFER_W4A8_WG1 is set (H200: 4,096-token chunk 4,266 against 4,288 us, 2,730 4,015 against
@@ -538,7 +565,9 @@ void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned
                 if (p.e4m3_rows && io.probe != 0)
                     return launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
                 if (p.e4m3_rows && persist_enabled)
-                    return launch_kernel<N, kWg, true, false, true, false, true>(p, plan, io, slots, s);
+                    return units_enabled
+                               ? launch_kernel<N, kWg, true, true, true, false, true>(p, plan, io, slots, s)
+                               : launch_kernel<N, kWg, true, false, true, false, true>(p, plan, io, slots, s);
             }
             return p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
                                : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
