@@ -216,8 +216,7 @@ case ${PART:-fp8} in
       --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*_w4a8' > "$OUT/w4a8_tests.log" 2>&1
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
     for prompt in 4096 32768; do
-      vs=(- DEEPINFER_W4A8_PERSIST=1 "DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_UNITS=1" DEEPINFER_W4A8_SPLIT=1
-          "DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_SPLIT=1" -)
+      vs=(- DEEPINFER_W4A8_PERSIST=1 "DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_UNITS=1" DEEPINFER_W4A8_UNITS=1 -)
       [[ $prompt == 4096 ]] || vs=(- DEEPINFER_W4A8_PERSIST=1 "DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_UNITS=1")
       for v in "${vs[@]}"; do
         envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || read -ra envs <<< "$v"

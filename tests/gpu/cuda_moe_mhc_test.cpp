@@ -422,31 +422,25 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                     << (chunk_scales ? "chunk" : "row") << " fold, D " << D
                     << ", scales once: max abs err against "
                     << "the reference " << diff(ref.host_f32(), once).max_abs;
-                // the persistent form (its token copies by 64-bit addresses and by unit offsets), the split
-                // form (a chunk's wgmmas in two groups of 64 tokens) and both (row folds with the scales
-                // copied once; down's 256 items more than a grid, ~150 pairs an expert two tiles an item):
-                // the default's bits
-                for (const auto& [persist, split, units] : {std::tuple{true, false, false},
-                                                            {true, false, true},
-                                                            {false, true, false},
-                                                            {true, true, false}}) {
-                    const int64_t persist_before = cuda::moe_w4a8_persist_launches(),
-                                  split_before = cuda::moe_w4a8_split_launches();
-                    cuda::set_moe_w4a8_scales_once(true), cuda::set_moe_w4a8_persist(persist);
-                    cuda::set_moe_w4a8_split(split), cuda::set_moe_w4a8_units(units);
+                // the persistent form, its token copies by 64-bit addresses and by unit offsets (row folds
+                // with the scales copied once; down's 256 items more than a grid, ~150 pairs an expert two
+                // tiles an item): the default's bits
+                for (const bool units : {false, true}) {
+                    const int64_t persist_before = cuda::moe_w4a8_persist_launches();
+                    cuda::set_moe_w4a8_scales_once(true), cuda::set_moe_w4a8_persist(true);
+                    cuda::set_moe_w4a8_units(units);
                     out.poison();
                     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
                     cuda::set_moe_w4a8_scales_once(false), cuda::set_moe_w4a8_persist(false);
-                    cuda::set_moe_w4a8_split(false), cuda::set_moe_w4a8_units(false);
-                    const std::vector<float> opt = out.device_f32();
-                    const int64_t runs = once_runs > 0 && !chunk_scales ? 2 : 0;
-                    EXPECT_EQ(cuda::moe_w4a8_persist_launches() - persist_before, persist ? runs : 0)
-                        << "D " << D;
-                    EXPECT_EQ(cuda::moe_w4a8_split_launches() - split_before, split ? runs : 0) << "D " << D;
-                    EXPECT_EQ(0, std::memcmp(got[0].data(), opt.data(), opt.size() * sizeof(float)))
-                        << (chunk_scales ? "chunk" : "row") << " fold, D " << D << ", persistent " << persist
-                        << ", split " << split << ", unit offsets " << units
-                        << ": max abs err against the reference " << diff(ref.host_f32(), opt).max_abs;
+                    cuda::set_moe_w4a8_units(false);
+                    const std::vector<float> persist = out.device_f32();
+                    EXPECT_EQ(cuda::moe_w4a8_persist_launches() - persist_before,
+                              once_runs > 0 && !chunk_scales ? 2 : 0)
+                        << "persistent launches, D " << D;
+                    EXPECT_EQ(0, std::memcmp(got[0].data(), persist.data(), persist.size() * sizeof(float)))
+                        << (chunk_scales ? "chunk" : "row") << " fold, D " << D
+                        << ", persistent, unit offsets " << units << ": max abs err against the reference "
+                        << diff(ref.host_f32(), persist).max_abs;
                 }
                 // the warp-specialised kernel: the default's bits
                 cuda::set_moe_w4a8_ws(true);

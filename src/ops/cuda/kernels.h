@@ -454,11 +454,6 @@ void set_moe_w4a8_wg2(bool on);
 // sums): off until measured (DEEPINFER_W4A8_PERSIST). Its launches so far (a test's check that it ran).
 void set_moe_w4a8_persist(bool on);
 int64_t moe_w4a8_persist_launches();
-// w4a8 with a chunk's wgmmas in two groups of 64 token columns, one promoted while the other runs (the same
-// form as the persistent one, and with it where both are set; the same sums): off until measured
-// (DEEPINFER_W4A8_SPLIT). Its launches so far.
-void set_moe_w4a8_split(bool on);
-int64_t moe_w4a8_split_launches();
 // w4a8's scales copied once (a block's weight rows' group scales, a tile's token scales) by 16-byte copies
 // instead of a 4-byte copy a row and chunk into every stage, which took 32 shared-memory wavefronts each (38%
 // of the kernel's on an H100, docs/benchmarks.md); the same bits. On by default (H100: the 4,096-token

@@ -124,14 +124,7 @@ __global__ void __launch_bounds__(128)
 // read from the scales the item copies to shared memory: an item then starts one round trip (its first
 // copies) after the last ended, where a block of its own started ~6 dependent round trips after its launch
 // (~11,000 cycles of a block's ~61,000 for up's 4,096-token pass on an H100).
-// kSplit (set_moe_w4a8_split; N = 128, not kProbe): a chunk's wgmmas in two groups, token columns 0-63 then
-// 64-127 (m64n64k32 each, into sums of their own), so that the tensor cores always hold one group while the
-// warpgroup promotes the other: chunk c's first group is issued once c - 1's first is promoted, its second
-// once c - 1's second is, where the default waits for all of c - 1's wgmmas before promoting any (the wgmma
-// probe: the promotion alone took 30% of the tensor rate with two warpgroups an SM). The same registers
-// (two 32-float sums for one 64), the same products and sums.
-template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce, bool kProbe = false, bool kPersist = false,
-          bool kSplit = false>
+template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce, bool kProbe = false, bool kPersist = false>
 __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
     constexpr int kT = kThreads * kWg, kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N, kWg, kOnce);
@@ -143,7 +136,6 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         clk[0] = clock64();
     }
     static_assert(!kPersist || (kRowBase && kOnce));
-    static_assert(!kSplit || (N == 128 && !kProbe));
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
@@ -322,11 +314,8 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                 }
             };
             float acc[N / 2], part[N / 2];
-            float half_sums[2][32];  // kSplit: a chunk's sums of token columns 0-63 and 64-127
 #pragma unroll
             for (int v = 0; v < N / 2; ++v) acc[v] = 0.0f, part[v] = 0.0f;
-#pragma unroll
-            for (int v = 0; v < 32; ++v) half_sums[0][v] = half_sums[1][v] = 0.0f;
             // part[4j + v]: row g + 8 (v >> 1) of the warp's 16, token column 8j + 2q + (v & 1)
             auto promote = [&](int64_t c, const float(&rf)[2]) {
                 if (kProbe && (io.probe & 2)) return;
@@ -335,20 +324,6 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                                       : reinterpret_cast<const float*>(smem_al + (c % kStages) * kStageBytes +
                                                                        kTokBytes + kWBytes + kWScBytes);
                 promote_chunk<N, kRowBase>(acc, part, ts, q, rf[0], rf[1]);
-            };
-            // kSplit: chunk c's half hf (token columns 64 hf ..) into acc[32 hf ..], as promote_chunk does
-            auto promote_half = [&](int64_t c, int hf, const float(&rf)[2]) {
-                const float* ts = tsc_once + c * N + 64 * hf;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const float2 s2 = *reinterpret_cast<const float2*>(ts + 8 * j + 2 * q);
-#pragma unroll
-                    for (int v = 0; v < 4; ++v)
-                        acc[32 * hf + 4 * j + v] =
-                            fmaf(half_sums[hf][4 * j + v],
-                                 ((v & 1) ? s2.y : s2.x) * (kRowBase ? 1.0f : ((v >> 1) ? rf[1] : rf[0])),
-                                 acc[32 * hf + 4 * j + v]);
-                }
             };
             uint32_t af_a[4][4], af_b[4][4];
             float rf_a[2], rf_b[2];
@@ -373,38 +348,13 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                                               chunks, q);
                 }
                 convert(c, af, rf);
-                const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
-                if constexpr (kSplit) {
-#pragma unroll
-                    for (int hf = 0; hf < 2; ++hf) {
-                        // c - 1's half hf done (its other half, or c's first, in flight; waited at c = 0 too,
-                        // where none is, so that every read of a half's sums follows its wait on each path)
-                        wg::wait<1>();
-                        if (c > 0) {
-#pragma unroll
-                            for (int v = 0; v < 32; ++v) wg::keep(half_sums[hf][v]);
-                            if (hf == 1)
-#pragma unroll
-                                for (int k = 0; k < 4; ++k)
-#pragma unroll
-                                    for (int v = 0; v < 4; ++v) wg::keep(af_prev[k][v]);
-                            promote_half(c - 1, hf, rf_prev);
-                        }
-                        wg::fence();
-#pragma unroll
-                        for (int k = 0; k < 4; ++k)
-                            wg::mma_m64n64k32_e4m3(half_sums[hf], af[k],
-                                                   wg::desc_k_major_sw128(stage + hf * 64 * 128 + k * 32), k);
-                        wg::commit();
-                    }
-                    return;
-                }
                 if (c > 0) {
                     wg::wait<0>();
                     w4a8::keep_chunk<N>(part, af_prev);
                     promote(c - 1, rf_prev);
                 }
                 wg::fence();
+                const uint32_t stage = smem0 + uint32_t(c % kStages) * kStageBytes;
 #pragma unroll
                 for (int s = 0; s < 4; ++s) {
                     if (kProbe && (io.probe & 4)) break;
@@ -452,26 +402,13 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                     }
                 }
             }
-            if constexpr (kSplit) {  // the last chunk's halves
-                const float(&rf_last)[2] = (chunks - 1) % 2 == 0 ? rf_a : rf_b;
-                wg::wait<1>();
-#pragma unroll
-                for (int v = 0; v < 32; ++v) wg::keep(half_sums[0][v]);
-                promote_half(chunks - 1, 0, rf_last);
-                wg::wait<0>();
-#pragma unroll
-                for (int v = 0; v < 32; ++v) wg::keep(half_sums[1][v]);
-                w4a8::keep_chunk<N>(part, (chunks - 1) % 2 == 0 ? af_a : af_b);
-                promote_half(chunks - 1, 1, rf_last);
+            wg::wait<0>();
+            if ((chunks - 1) % 2 == 0) {
+                w4a8::keep_chunk<N>(part, af_a);
+                promote(chunks - 1, rf_a);
             } else {
-                wg::wait<0>();
-                if ((chunks - 1) % 2 == 0) {
-                    w4a8::keep_chunk<N>(part, af_a);
-                    promote(chunks - 1, rf_a);
-                } else {
-                    w4a8::keep_chunk<N>(part, af_b);
-                    promote(chunks - 1, rf_b);
-                }
+                w4a8::keep_chunk<N>(part, af_b);
+                promote(chunks - 1, rf_b);
             }
             wg::cp_async_wait<0>();
             if constexpr (kProbe) {
@@ -594,35 +531,20 @@ bool wg2_enabled = std::getenv("DEEPINFER_W4A8_WG1") == nullptr;
 // Off unless DEEPINFER_W4A8_PERSIST is set (the kernel's kPersist form; not yet measured).
 bool persist_enabled = std::getenv("DEEPINFER_W4A8_PERSIST") != nullptr;
 std::atomic<int64_t> persist_launches{0};
-// Off unless DEEPINFER_W4A8_SPLIT is set (the kernel's kSplit form; not yet measured).
-bool split_enabled = std::getenv("DEEPINFER_W4A8_SPLIT") != nullptr;
-std::atomic<int64_t> split_launches{0};
 
 // slots: the grid's y (the active experts' bound); kPersist: a block an SM (as many as there are items at
 // most)
 template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce = false, bool kProbe = false,
-          bool kPersist = false, bool kSplit = false>
+          bool kPersist = false>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     const int64_t smem = smem_bytes<N, kWg, kOnce>(io.K / kChunk);
-    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist, kSplit>,
-                       size_t(smem));
+    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist>, size_t(smem));
     if (kOnce) ++once_launches;
     if (kPersist) ++persist_launches;
     const unsigned cols = unsigned(io.n_out / (64 * kWg));
     const dim3 grid = kPersist ? dim3(std::min(unsigned(sm_count()), cols * slots)) : dim3(cols, slots);
-    if (kSplit) ++split_launches;
-    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist, kSplit>
+    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist>
         <<<grid, kThreads * kWg, size_t(smem), s>>>(p, plan, io);
-}
-
-// The scales-once, row-fold, two-warpgroup form with the persistent and split options (each a form of its
-// own), unit offsets where set.
-template <bool kPersist, bool kSplit>
-void launch_option(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    if (units_enabled)
-        launch_kernel<128, 2, true, true, true, false, kPersist, kSplit>(p, plan, io, slots, s);
-    else
-        launch_kernel<128, 2, true, false, true, false, kPersist, kSplit>(p, plan, io, slots, s);
 }
 
 // kOnce where set and the pass allows: 16-byte scale rows (whole 16-byte units: chunks a multiple of 4) and
@@ -638,15 +560,14 @@ template <int N, int kWg>
 void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     if constexpr (N == 128) {
         if (once_applies<N, kWg>(p, io)) {
-            if constexpr (kWg == 2) {  // (the probe, persistent and split forms: this form alone)
+            if constexpr (kWg ==
+                          2) {  // (the probe and persistent forms are instantiated for this form alone)
                 if (p.e4m3_rows && io.probe != 0)
                     return launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
-                if (p.e4m3_rows && (persist_enabled || split_enabled)) {
-                    if (persist_enabled)
-                        return split_enabled ? launch_option<true, true>(p, plan, io, slots, s)
-                                             : launch_option<true, false>(p, plan, io, slots, s);
-                    return launch_option<false, true>(p, plan, io, slots, s);
-                }
+                if (p.e4m3_rows && persist_enabled)
+                    return units_enabled
+                               ? launch_kernel<N, kWg, true, true, true, false, true>(p, plan, io, slots, s)
+                               : launch_kernel<N, kWg, true, false, true, false, true>(p, plan, io, slots, s);
             }
             return p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
                                : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
@@ -730,8 +651,6 @@ int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_persist(bool on) { persist_enabled = on; }
 int64_t moe_w4a8_persist_launches() { return persist_launches.load(); }
-void set_moe_w4a8_split(bool on) { split_enabled = on; }
-int64_t moe_w4a8_split_launches() { return split_launches.load(); }
 void set_moe_w4a8_scales_once(bool on) { once_enabled = on; }
 bool moe_w4a8_scales_once() { return once_enabled; }
 int64_t moe_w4a8_scales_once_launches() { return once_launches.load(); }
