@@ -356,7 +356,8 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     // one's addresses with other scales.
     std::vector<Pair> data, scale;
     data.reserve(size_t(12 * E)), scale.reserve(size_t(12 * E));
-    const bool once_default = cuda::moe_w4a8_scales_once();
+    const bool once_default = cuda::moe_w4a8_scales_once(), persist_default = cuda::moe_w4a8_persist();
+    cuda::set_moe_w4a8_persist(false);      // the persistent form where the loop below names it
     cuda::set_moe_w4a8_scales_once(false);  // the other passes with the scales in the stages
     // odd chunk counts (5 and 3), then chunk counts that are multiples of 4 (16 and 4: the scales-once
     // copies, up's rows four 16-byte units each, two a thread, down's one); ~150 pairs an expert, so tiles
@@ -473,7 +474,7 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
             }
             ASSERT_TRUE(b.gpu->force_variant("moe", ""));
         }
-    cuda::set_moe_w4a8_scales_once(once_default);
+    cuda::set_moe_w4a8_scales_once(once_default), cuda::set_moe_w4a8_persist(persist_default);
 }
 
 // mma's options for the native precision's batches (both on by default since their first GPU run): 8 tokens a
