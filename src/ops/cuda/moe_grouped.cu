@@ -232,7 +232,8 @@ void launch_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s) {
 MoePlan moe_plan_buffers(Scratch& scratch, int64_t pairs, unsigned max_active) {
     int32_t* ints =
         static_cast<int32_t*>(scratch.get(3, size_t(4 + 2 * max_active + pairs) * sizeof(int32_t)));
-    return {ints, ints + 1, ints + 1 + max_active, ints + 2 + 2 * max_active, ints + 2 + 2 * max_active + pairs};
+    return {ints, ints + 1, ints + 1 + max_active, ints + 2 + 2 * max_active,
+            ints + 2 + 2 * max_active + pairs};
 }
 
 void launch_moe_plan(const MoeParams& p, const MoePlan& plan, cudaStream_t s) {

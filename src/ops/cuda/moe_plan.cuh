@@ -12,7 +12,7 @@ struct MoePlan {
     int32_t* expert;    // [max_active] expert id of active slot a
     int32_t* begin;     // [max_active + 1] first index into `pairs` of slot a
     int32_t* pairs;     // [n * k] pair ids (t * k + j), grouped by expert
-    int32_t* work;      // [2] zero after the plan kernel: counters a persistent kernel's blocks take items from
+    int32_t* work;  // [2] zero after the plan kernel: counters a persistent kernel's blocks take items from
 };
 
 // Row `row` of expert e's matrices (W1 and W3 for the up products, NM = 2; W2 for the down one, NM = 1) for
