@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, sixth session): PART=skeleton (~6 min; TRACE=0 BINS="bench/model_bench
-#   tests/gpu/cuda_ops_test bench/wgmma_fp8_probe" tools/gpu_pack.sh): the w4a8 tests (the stores' pair ids
-#   from shared memory, the converting kernel's units from a counter: not yet run), the MoE with one warpgroup
-#   a block and on the converting kernel, the blocks' phases in cycles (DEEPINFER_W4A8_PROBE bit 256), where
-#   the skeleton spends its 40% (stall sampling per SASS instruction, every part left out and whole), then
-#   bench/wgmma_fp8_probe again (its rows without promotion now accumulate across chunks).
+# Next first (written 2026-12-06, seventh session): the W4A8 chunk loop (~1,480 cycles a chunk against the
+#   chain's ~920 and the tensor cores' ~512, latency-bound at two warps a scheduler): candidates are the next
+#   item's first copies issued before this item's stores (the persistent form still waits one round trip an
+#   item), the stores staged through shared memory (2,700 cycles a block), up's SwiGLU in its epilogue (W1
+#   and W3 rows in one block: half of g's 403 MB written and read back a layer). Build them with the clocks
+#   probe (DEEPINFER_W4A8_PROBE=256) in the persistent form, then PART=persist's A/B.
+# Ran 2026-12-06 (seventh session, H100; docs/benchmarks.md): PART=skeleton (the blocks' phases in cycles,
+#   the stall reasons, the wgmma probe's accumulating rows, the quantiser's 16-byte form: 29.95 us), then
+#   PART=persist (the persistent form with a counter: the default's bits, MoE -2.2% at 4K, -1.7% at 32K; now
+#   the default).
 # Ran 2026-12-06 (sixth session, H100; docs/benchmarks.md): PART=one (the inner loop's rates, the L2's rate,
 #   the converting-warpgroup kernel, the bulk kernel's probes, transformers: 5.80x), PART=trace (each MoE
 #   kernel's time), PART=w4probe (the default kernel with parts left out), PART=prologue (the prologue's round
