@@ -423,25 +423,30 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                     << (chunk_scales ? "chunk" : "row") << " fold, D " << D
                     << ", scales once: max abs err against "
                     << "the reference " << diff(ref.host_f32(), once).max_abs;
-                // the persistent form, its token copies by 64-bit addresses and by unit offsets (row folds
-                // with the scales copied once; down's 256 items more than a grid, ~150 pairs an expert two
-                // tiles an item): the default's bits
-                for (const bool units : {false, true}) {
-                    const int64_t persist_before = cuda::moe_w4a8_persist_launches();
+                // the persistent form (its token copies by 64-bit addresses and by unit offsets; and with
+                // up's SwiGLU in its epilogue, h written instead of both parts) on row folds with the scales
+                // copied once (down's 256 items more than a grid, ~150 pairs an expert two tiles an item):
+                // the default's bits
+                for (const auto& [units, swiglu_out] :
+                     {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+                    const int64_t persist_before = cuda::moe_w4a8_persist_launches(),
+                                  swi_before = cuda::moe_w4a8_swiglu_out_launches();
                     cuda::set_moe_w4a8_scales_once(true), cuda::set_moe_w4a8_persist(true);
-                    cuda::set_moe_w4a8_units(units);
+                    cuda::set_moe_w4a8_units(units), cuda::set_moe_w4a8_swiglu_out(swiglu_out);
                     out.poison();
                     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
                     cuda::set_moe_w4a8_scales_once(false), cuda::set_moe_w4a8_persist(false);
-                    cuda::set_moe_w4a8_units(false);
+                    cuda::set_moe_w4a8_units(false), cuda::set_moe_w4a8_swiglu_out(false);
                     const std::vector<float> persist = out.device_f32();
-                    EXPECT_EQ(cuda::moe_w4a8_persist_launches() - persist_before,
-                              once_runs > 0 && !chunk_scales ? 2 : 0)
+                    const bool runs = once_runs > 0 && !chunk_scales;
+                    EXPECT_EQ(cuda::moe_w4a8_persist_launches() - persist_before, runs ? 2 : 0)
                         << "persistent launches, D " << D;
+                    EXPECT_EQ(cuda::moe_w4a8_swiglu_out_launches() - swi_before, runs && swiglu_out ? 1 : 0)
+                        << "SwiGLU-out launches, D " << D;
                     EXPECT_EQ(0, std::memcmp(got[0].data(), persist.data(), persist.size() * sizeof(float)))
                         << (chunk_scales ? "chunk" : "row") << " fold, D " << D
-                        << ", persistent, unit offsets " << units << ": max abs err against the reference "
-                        << diff(ref.host_f32(), persist).max_abs;
+                        << ", persistent, unit offsets " << units << ", SwiGLU out " << swiglu_out
+                        << ": max abs err against the reference " << diff(ref.host_f32(), persist).max_abs;
                 }
                 // the warp-specialised kernel: the default's bits
                 cuda::set_moe_w4a8_ws(true);

@@ -456,6 +456,12 @@ void set_moe_w4a8_wg2(bool on);
 void set_moe_w4a8_persist(bool on);
 bool moe_w4a8_persist();
 int64_t moe_w4a8_persist_launches();
+// w4a8's up pass writing h = SwiGLU(W1 part, W3 part) [pairs, I] from its epilogue (a block's two warpgroups
+// take W1's and W3's rows of the same columns) where it runs the persistent form, instead of both parts for
+// the quantiser to combine (the same values, half the bytes): off until measured (DEEPINFER_W4A8_SWIGLU_OUT).
+// Its launches so far.
+void set_moe_w4a8_swiglu_out(bool on);
+int64_t moe_w4a8_swiglu_out_launches();
 // w4a8's scales copied once (a block's weight rows' group scales, a tile's token scales) by 16-byte copies
 // instead of a 4-byte copy a row and chunk into every stage, which took 32 shared-memory wavefronts each (38%
 // of the kernel's on an H100, docs/benchmarks.md); the same bits. On by default (H100: the 4,096-token

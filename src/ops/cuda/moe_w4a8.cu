@@ -124,7 +124,12 @@ __global__ void __launch_bounds__(128)
 // read from the scales the item copies to shared memory: an item then starts one round trip (its first
 // copies) after the last ended, where a block of its own started ~6 dependent round trips after its launch
 // (~11,000 cycles of a block's ~61,000 for up's 4,096-token pass on an H100).
-template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce, bool kProbe = false, bool kPersist = false>
+// kSwiOut (set_moe_w4a8_swiglu_out; the persistent form's up pass): a block's two warpgroups take W1's and
+// W3's rows of the same 64 columns of h, and warpgroup 0 writes h = SwiGLU(W1 part, W3 part) [pairs, I] (W3's
+// sums through shared memory) instead of both parts [pairs, 2 I]: the same values (the same products and the
+// same SwiGLU of them that the quantiser took from g), half the bytes written and read back.
+template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce, bool kProbe = false, bool kPersist = false,
+          bool kSwiOut = false>
 __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     moe_w4a8_kernel(MoeParams p, MoePlan plan, W8Io io) {
     constexpr int kT = kThreads * kWg, kTokBytes = tok_bytes(N), kStageBytes = stage_bytes(N, kWg, kOnce);
@@ -136,10 +141,17 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
         clk[0] = clock64();
     }
     static_assert(!kPersist || (kRowBase && kOnce));
+    static_assert(!kSwiOut || (kPersist && kWg == 2));
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int64_t chunks = io.K / kChunk;
+    // this warpgroup's first row of column block col in up's 2 I rows (kSwiOut: W1's, then W3's, 64 col) or
+    // down's D
+    auto first_row = [&](int col) {
+        return kSwiOut && io.up ? int64_t(col) * 64 + (tid / kThreads == 1 ? p.I : 0)
+                                : (int64_t(col) * kWg + tid / kThreads) * 64;
+    };
     const uint32_t smem0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const smem_al = smem + (smem0 - wg::smem_addr(smem));
     int32_t* const act_rows = reinterpret_cast<int32_t*>(smem_al + kStages * kStageBytes);  // [N], -1: none
@@ -185,7 +197,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             }
         }
         const int col = kPersist ? item % cols : int(blockIdx.x);
-        const int64_t tile0 = (int64_t(col) * kWg + tid / kThreads) * 64;  // this warpgroup's first row
+        const int64_t tile0 = first_row(col);  // this warpgroup's first row
         const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
         const bool rows_fetched = kPersist && !first_item && n_ok;
         n_ok = false;
@@ -392,7 +404,7 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                         }
                     }
                     if (last_tile && next_item < items && c == max(int64_t(4), chunks / 2 & ~int64_t(1))) {
-                        const int64_t n_tile0 = (int64_t(next_item % cols) * kWg + tid / kThreads) * 64;
+                        const int64_t n_tile0 = first_row(next_item % cols);
                         const WeightRef& nw = p.table[3 * n_e + (io.up ? (n_tile0 < p.I ? 0 : 1) : 2)];
                         n_data = static_cast<const uint8_t*>(nw.data),
                         n_scale = static_cast<const uint8_t*>(nw.scale);
@@ -415,12 +427,37 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                 if (i0 == 0) clk[2] = clock64();
             }
             // kRowBase: the rows' factors 2^(row max - 127 - 6), exact (row max >= 7: e4m3_fold_kernel)
-            if (!kProbe || !(io.probe & 32))
+            if constexpr (kSwiOut) {
+                // W3's values (warpgroup 1's) to the same thread of warpgroup 0 through the stages (free once
+                // both warpgroups' wgmmas are done), element-major: [element v][thread]
+                float* const xch = reinterpret_cast<float*>(smem_al);
+                const int t = tid % kThreads;
+                const float f0 = fold_factor(row_max[0]), f1 = fold_factor(row_max[1]);
+                __syncthreads();
+                if (tid >= kThreads)
+#pragma unroll
+                    for (int v = 0; v < N / 2; ++v) xch[v * kThreads + t] = acc[v] * ((v & 2) ? f1 : f0);
+                __syncthreads();
+                if (tid < kThreads)
+#pragma unroll
+                    for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+                        for (int cc = 0; cc < 2; ++cc) {
+                            const int ti = i0 + 8 * j + 2 * q + cc;
+                            if (ti >= cnt) continue;
+                            float* const out =
+                                io.out + int64_t(out_rows[ti - i0]) * p.I + tile0 + 16 * warp + g;
+                            const int v0 = 4 * j + cc, v1 = 4 * j + 2 + cc;
+                            out[0] = swiglu_clamped(acc[v0] * f0, xch[v0 * kThreads + t], p.limit);
+                            out[8] = swiglu_clamped(acc[v1] * f1, xch[v1 * kThreads + t], p.limit);
+                        }
+            } else if (!kProbe || !(io.probe & 32)) {
                 store_tile<N, kRowBase>(acc, kRowBase ? fold_factor(row_max[0]) : 1.0f,
                                         kRowBase ? fold_factor(row_max[1]) : 1.0f, i0, cnt, q, [&](int ti) {
                                             return io.out + int64_t(out_rows[ti - i0]) * io.n_out + tile0 +
                                                    16 * warp + g;
                                         });
+            }
             if constexpr (kProbe) {
                 if (i0 == 0 && tid == 0 && io.clocks != nullptr) {
                     clk[3] = clock64();
@@ -532,19 +569,25 @@ bool wg2_enabled = std::getenv("DEEPINFER_W4A8_WG1") == nullptr;
 // against 16.01 ms over three runs each, 32,768 tokens 122.6 against 120.5; docs/benchmarks.md).
 bool persist_enabled = env_switch("DEEPINFER_W4A8_PERSIST", true);
 std::atomic<int64_t> persist_launches{0};
+// The kSwiOut form for up (the persistent form's SwiGLU in its epilogue): off unless
+// DEEPINFER_W4A8_SWIGLU_OUT is set (not yet measured).
+bool swi_out_enabled = env_switch("DEEPINFER_W4A8_SWIGLU_OUT", false);
+std::atomic<int64_t> swi_out_launches{0};
 
 // slots: the grid's y (the active experts' bound); kPersist: a block an SM (as many as there are items at
 // most)
 template <int N, int kWg, bool kRowBase, bool kUnits, bool kOnce = false, bool kProbe = false,
-          bool kPersist = false>
+          bool kPersist = false, bool kSwiOut = false>
 void launch_kernel(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     const int64_t smem = smem_bytes<N, kWg, kOnce>(io.K / kChunk);
-    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist>, size_t(smem));
+    raise_dynamic_smem(moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist, kSwiOut>,
+                       size_t(smem));
     if (kOnce) ++once_launches;
     if (kPersist) ++persist_launches;
     const unsigned cols = unsigned(io.n_out / (64 * kWg));
     const dim3 grid = kPersist ? dim3(std::min(unsigned(sm_count()), cols * slots)) : dim3(cols, slots);
-    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist>
+    if (kSwiOut) ++swi_out_launches;
+    moe_w4a8_kernel<N, kWg, kRowBase, kUnits, kOnce, kProbe, kPersist, kSwiOut>
         <<<grid, kThreads * kWg, size_t(smem), s>>>(p, plan, io);
 }
 
@@ -592,6 +635,13 @@ void launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned 
 }
 
 bool use_n64(const MoeParams& p, unsigned slots) { return n64_enabled && p.n * p.k <= 64 * int64_t(slots); }
+
+// Whether up's pass (io) runs the persistent two-warpgroup form, so that its SwiGLU can go in its epilogue
+// (kSwiOut, where set): launch_tiles' and launch_wg's choice for it.
+bool swi_out_applies(const MoeParams& p, const W8Io& io, unsigned slots) {
+    return swi_out_enabled && persist_enabled && wg2_enabled && !use_n64(p, slots) && !ws_enabled &&
+           io.n_out % 128 == 0 && p.e4m3_rows && io.probe == 0 && once_applies<128, 2>(p, io);
+}
 
 // 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until
 // measured); 128-row tiles on the warp-specialised kernel where set (set_moe_w4a8_ws: off, slower);
@@ -652,6 +702,8 @@ int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_persist(bool on) { persist_enabled = on; }
 int64_t moe_w4a8_persist_launches() { return persist_launches.load(); }
+void set_moe_w4a8_swiglu_out(bool on) { swi_out_enabled = on; }
+int64_t moe_w4a8_swiglu_out_launches() { return swi_out_launches.load(); }
 void set_moe_w4a8_scales_once(bool on) { once_enabled = on; }
 bool moe_w4a8_scales_once() { return once_enabled; }
 bool moe_w4a8_persist() { return persist_enabled; }
@@ -718,9 +770,18 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
         const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);
         long long* const clocks = probe_clocks(grid, st);
-        launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe, clocks}, slots, st);
-        if (clocks != nullptr) print_probe_clocks(clocks, grid, true, st);
-        w8_act_rows_kernel<true><<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);
+        const W8Io up{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe, clocks};
+        if (swi_out_applies(p, up, slots)) {  // g holds h [pairs, I]: the quantiser without SwiGLU
+            units_enabled
+                ? launch_kernel<128, 2, true, true, true, false, true, true>(p, plan, up, slots, st)
+                : launch_kernel<128, 2, true, false, true, false, true, true>(p, plan, up, slots, st);
+            w8_act_rows_kernel<false><<<unsigned(pairs), 128, 0, st>>>(g, p.I, hc, p.limit, hq, hs, {}, plan);
+        } else {
+            launch_tiles(p, plan, up, slots, st);
+            if (clocks != nullptr) print_probe_clocks(clocks, grid, true, st);
+            w8_act_rows_kernel<true>
+                <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);
+        }
         launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, w4a8_probe, clocks}, slots, st);
         if (clocks != nullptr) print_probe_clocks(clocks, grid, false, st);
     }
