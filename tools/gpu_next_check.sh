@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, seventh session): the W4A8 chunk loop (~1,480 cycles a chunk against the
+# Next first (written 2026-12-06, seventh session, after its device time): PART=swiglu (~3 min; pack:
+#   TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): up's SwiGLU in the
+#   persistent form's epilogue (DEEPINFER_W4A8_SWIGLU_OUT): its bits (CudaMoeW4a8), the native*_w4a8 cases
+#   with the persistent form the default (they last ran with it off), and the 4K / 32K MoE A/B.
+# Then (written 2026-12-06, seventh session): the W4A8 chunk loop (~1,480 cycles a chunk against the
 #   chain's ~920 and the tensor cores' ~512, latency-bound at two warps a scheduler): candidates are the next
 #   item's first copies issued before this item's stores (the persistent form still waits one round trip an
 #   item), the stores staged through shared memory (2,700 cycles a block), up's SwiGLU in its epilogue (W1
@@ -212,6 +216,19 @@ case ${PART:-fp8} in
     for pr in 0 1 2 4 8 16 31; do
       ((SECONDS > 540)) && break
       echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
+    done
+    ;;
+  swiglu)  # (the persist pack) up's SwiGLU in the persistent form's epilogue: bits, then the MoE A/B
+    [[ -x $d/bin/cuda_ops_test ]] && timeout 120 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    for prompt in 4096 32768; do
+      for v in - DEEPINFER_W4A8_SWIGLU_OUT=1 - DEEPINFER_W4A8_SWIGLU_OUT=1; do
+        envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
+        echo "4 layers, $prompt [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
+          --backend cuda --precision native --prompt $prompt --decode 1 --profile 1 2>&1 |
+          grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+      done
     done
     ;;
   persist)  # (the skeleton pack) the persistent w4a8 form taking items from a counter: its bits (with and
