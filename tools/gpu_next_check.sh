@@ -2,7 +2,8 @@
 # Next first (written 2026-12-06, seventh session, after its device time): PART=swiglu (~3 min; pack:
 #   TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): up's SwiGLU in the
 #   persistent form's epilogue (DEEPINFER_W4A8_SWIGLU_OUT): its bits (CudaMoeW4a8), the native*_w4a8 cases
-#   with the persistent form the default (they last ran with it off), and the 4K / 32K MoE A/B.
+#   with the persistent form the default (they last ran with it off), an item's phases in cycles in the
+#   persistent form (DEEPINFER_W4A8_PROBE=256, now per item), and the 4K / 32K MoE A/B.
 # Then (written 2026-12-06, seventh session): the W4A8 chunk loop (~1,480 cycles a chunk against the
 #   chain's ~920 and the tensor cores' ~512, latency-bound at two warps a scheduler): candidates are the next
 #   item's first copies issued before this item's stores (the persistent form still waits one round trip an
@@ -222,6 +223,13 @@ case ${PART:-fp8} in
     [[ -x $d/bin/cuda_ops_test ]] && timeout 120 $d/bin/cuda_ops_test \
       --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    # an item's phases in the persistent form (the clocks now per item, from the last item's end) and in a
+    # block an item
+    for v in DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_PERSIST=0; do
+      echo "clocks [$v]: $(env DEEPINFER_W4A8_PROBE=256 $v timeout 40 $d/bin/model_bench --preset flash --layers 1 \
+        --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 probe clocks' |
+        head -2 | tr '\n' ' ')"
+    done
     for prompt in 4096 32768; do
       for v in - DEEPINFER_W4A8_SWIGLU_OUT=1 - DEEPINFER_W4A8_SWIGLU_OUT=1; do
         envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")

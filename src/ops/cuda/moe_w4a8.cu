@@ -185,6 +185,9 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
     const int c_unit = tid & 7;
     const uint32_t dst0 = uint32_t((tid >> 3) * 128 + ((c_unit ^ ((tid >> 3) & 7)) * 16));
     for (bool first_item = true;; first_item = false) {
+        if constexpr (kProbe && kPersist) {  // an item's prologue from the last item's end
+            if (!first_item) clk[0] = clock64();
+        }
         if constexpr (kPersist) {  // (braced: a #pragma'd loop follows)
             if (!first_item) {
                 __syncthreads();  // every warp's reads of the last item's scales and rows are done
@@ -461,9 +464,10 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
             if constexpr (kProbe) {
                 if (i0 == 0 && tid == 0 && io.clocks != nullptr) {
                     clk[3] = clock64();
+                    // the block's sums over its items' first tiles (kPersist: several), and their count
                     long long* const o = io.clocks + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * 4;
-                    for (int k = 0; k < 3; ++k) o[k] = clk[k + 1] - clk[k];
-                    o[3] = 1;  // (a block that ran a tile)
+                    for (int k = 0; k < 3; ++k) o[k] += clk[k + 1] - clk[k];
+                    o[3] += 1;
                 }
             }
         }
@@ -524,19 +528,17 @@ void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t
     DI_CUDA_CHECK(cudaStreamSynchronize(st));
     DI_CUDA_CHECK(cudaMemsetAsync(clocks, 0, h.size() * sizeof(long long), st));
     double sum[3] = {0, 0, 0};
-    int64_t ran = 0;
+    int64_t ran = 0;  // the first tiles of items measured (a block an item, or the persistent form's)
     for (int64_t b = 0; b < blocks; ++b) {
-        if (h[size_t(b) * 4 + 3] == 0) continue;
-        ++ran;
+        ran += h[size_t(b) * 4 + 3];
         for (int k = 0; k < 3; ++k) sum[k] += double(h[size_t(b) * 4 + k]);
     }
     if (ran == 0) return;
-    std::fprintf(
-        stderr,
-        "w4a8 probe clocks (%s): %lld blocks with a tile, cycles a block's first tile: prologue %.0f, "
-        "chunks %.0f, stores %.0f\n",
-        up ? "up" : "down", static_cast<long long>(ran), sum[0] / double(ran), sum[1] / double(ran),
-        sum[2] / double(ran));
+    std::fprintf(stderr,
+                 "w4a8 probe clocks (%s): %lld items, cycles an item's first tile: prologue %.0f, "
+                 "chunks %.0f, stores %.0f\n",
+                 up ? "up" : "down", static_cast<long long>(ran), sum[0] / double(ran), sum[1] / double(ran),
+                 sum[2] / double(ran));
 }
 // The bulk kernel's inputs with the weights converted by their own warpgroup (moe_w4a8_bulk_ss.cu; off: the
 // same bits, its 4-layer 4K MoE 18.1 against 17.2 ms on an H100): DEEPINFER_W4A8_BULK_SS.
@@ -607,7 +609,9 @@ void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned
             if constexpr (kWg ==
                           2) {  // (the probe and persistent forms are instantiated for this form alone)
                 if (p.e4m3_rows && io.probe != 0)
-                    return launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
+                    return persist_enabled
+                               ? launch_kernel<N, kWg, true, false, true, true, true>(p, plan, io, slots, s)
+                               : launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
                 if (p.e4m3_rows && persist_enabled)
                     return units_enabled
                                ? launch_kernel<N, kWg, true, true, true, false, true>(p, plan, io, slots, s)

@@ -155,7 +155,7 @@ struct W8Io {
     int64_t K, n_out;    // n_out: 2 I (up: W1's rows then W3's) or D
     bool up;
     // Timing only (moe_w4a8_kernel's kProbe form, DEEPINFER_W4A8_PROBE): TiledIo::probe's bits; with bit 256,
-    // clocks [blocks][4]: each block's first tile's phases in cycles.
+    // clocks [blocks][4]: a block's sums of its items' first tiles' phases in cycles, and their count.
     int probe = 0;
     long long* clocks = nullptr;
 };
