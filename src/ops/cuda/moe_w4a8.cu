@@ -442,18 +442,12 @@ __global__ void __launch_bounds__(kThreads* kWg, N == 64 && kWg == 1 ? 3 : 1)
                     for (int v = 0; v < N / 2; ++v) xch[v * kThreads + t] = acc[v] * ((v & 2) ? f1 : f0);
                 __syncthreads();
                 if (tid < kThreads)
-#pragma unroll
-                    for (int j = 0; j < N / 8; ++j)
-#pragma unroll
-                        for (int cc = 0; cc < 2; ++cc) {
-                            const int ti = i0 + 8 * j + 2 * q + cc;
-                            if (ti >= cnt) continue;
-                            float* const out =
-                                io.out + int64_t(out_rows[ti - i0]) * p.I + tile0 + 16 * warp + g;
-                            const int v0 = 4 * j + cc, v1 = 4 * j + 2 + cc;
-                            out[0] = swiglu_clamped(acc[v0] * f0, xch[v0 * kThreads + t], p.limit);
-                            out[8] = swiglu_clamped(acc[v1] * f1, xch[v1 * kThreads + t], p.limit);
-                        }
+                    store_tile<N, kRowBase>(
+                        acc, f0, f1, i0, cnt, q,
+                        [&](int ti) {
+                            return io.out + int64_t(out_rows[ti - i0]) * p.I + tile0 + 16 * warp + g;
+                        },
+                        [&](int v, float w1) { return swiglu_clamped(w1, xch[v * kThreads + t], p.limit); });
             } else if (!kProbe || !(io.probe & 32)) {
                 store_tile<N, kRowBase>(acc, kRowBase ? fold_factor(row_max[0]) : 1.0f,
                                         kRowBase ? fold_factor(row_max[1]) : 1.0f, i0, cnt, q, [&](int ti) {
@@ -602,23 +596,36 @@ bool once_applies(const MoeParams& p, const W8Io& io) {
            size_t(smem_bytes<N, kWg, true>(chunks)) <= smem_optin();
 }
 
+// Each launcher below returns whether the pass wrote h = SwiGLU of up's two parts [pairs, I] (the persistent
+// form's up pass with set_moe_w4a8_swiglu_out) rather than both parts [pairs, 2 I].
 template <int N, int kWg>
-void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+bool launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
     if constexpr (N == 128) {
         if (once_applies<N, kWg>(p, io)) {
-            if constexpr (kWg ==
-                          2) {  // (the probe and persistent forms are instantiated for this form alone)
-                if (p.e4m3_rows && io.probe != 0)
-                    return persist_enabled
-                               ? launch_kernel<N, kWg, true, false, true, true, true>(p, plan, io, slots, s)
-                               : launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
-                if (p.e4m3_rows && persist_enabled)
-                    return units_enabled
-                               ? launch_kernel<N, kWg, true, true, true, false, true>(p, plan, io, slots, s)
-                               : launch_kernel<N, kWg, true, false, true, false, true>(p, plan, io, slots, s);
+            if constexpr (kWg == 2) {  // (the probe, persistent and SwiGLU-out forms: this form alone)
+                if (p.e4m3_rows && io.probe != 0) {
+                    persist_enabled
+                        ? launch_kernel<N, kWg, true, false, true, true, true>(p, plan, io, slots, s)
+                        : launch_kernel<N, kWg, true, false, true, true>(p, plan, io, slots, s);
+                    return false;
+                }
+                if (p.e4m3_rows && persist_enabled) {
+                    const bool swi = io.up && swi_out_enabled;
+                    if (swi)
+                        units_enabled ? launch_kernel<N, kWg, true, true, true, false, true, true>(
+                                            p, plan, io, slots, s)
+                                      : launch_kernel<N, kWg, true, false, true, false, true, true>(
+                                            p, plan, io, slots, s);
+                    else
+                        units_enabled
+                            ? launch_kernel<N, kWg, true, true, true, false, true>(p, plan, io, slots, s)
+                            : launch_kernel<N, kWg, true, false, true, false, true>(p, plan, io, slots, s);
+                    return swi;
+                }
             }
-            return p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
-                               : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
+            p.e4m3_rows ? launch_kernel<N, kWg, true, false, true>(p, plan, io, slots, s)
+                        : launch_kernel<N, kWg, false, false, true>(p, plan, io, slots, s);
+            return false;
         }
     }
     if (p.e4m3_rows)
@@ -627,37 +634,27 @@ void launch_wg(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned
     else
         units_enabled ? launch_kernel<N, kWg, false, true>(p, plan, io, slots, s)
                       : launch_kernel<N, kWg, false, false>(p, plan, io, slots, s);
+    return false;
 }
 
 // Two warpgroups a block where set and the pass's rows come in 128s (up's 2 I, down's D).
 template <int N>
-void launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    if (wg2_enabled && io.n_out % 128 == 0)
-        launch_wg<N, 2>(p, plan, io, slots, s);
-    else
-        launch_wg<N, 1>(p, plan, io, slots, s);
+bool launch_n(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+    return wg2_enabled && io.n_out % 128 == 0 ? launch_wg<N, 2>(p, plan, io, slots, s)
+                                              : launch_wg<N, 1>(p, plan, io, slots, s);
 }
 
 bool use_n64(const MoeParams& p, unsigned slots) { return n64_enabled && p.n * p.k <= 64 * int64_t(slots); }
 
-// Whether up's pass (io) runs the persistent two-warpgroup form, so that its SwiGLU can go in its epilogue
-// (kSwiOut, where set): launch_tiles' and launch_wg's choice for it.
-bool swi_out_applies(const MoeParams& p, const W8Io& io, unsigned slots) {
-    return swi_out_enabled && persist_enabled && wg2_enabled && !use_n64(p, slots) && !ws_enabled &&
-           io.n_out % 128 == 0 && p.e4m3_rows && io.probe == 0 && once_applies<128, 2>(p, io);
-}
-
 // 64-row tiles where an expert averages at most 64 of the pass's pairs (set_moe_w4a8_n64: off until
 // measured); 128-row tiles on the warp-specialised kernel where set (set_moe_w4a8_ws: off, slower);
 // otherwise 128-row tiles.
-void launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
-    if (use_n64(p, slots))
-        launch_n<64>(p, plan, io, slots, s);
-    else if (ws_enabled)
-        p.e4m3_rows ? w4a8::launch_ws<true>(p, plan, io, slots, s)
-                    : w4a8::launch_ws<false>(p, plan, io, slots, s);
-    else
-        launch_n<128>(p, plan, io, slots, s);
+bool launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsigned slots, cudaStream_t s) {
+    if (use_n64(p, slots)) return launch_n<64>(p, plan, io, slots, s);
+    if (!ws_enabled) return launch_n<128>(p, plan, io, slots, s);
+    p.e4m3_rows ? w4a8::launch_ws<true>(p, plan, io, slots, s)
+                : w4a8::launch_ws<false>(p, plan, io, slots, s);
+    return false;
 }
 
 // flag |= 1 where a 128-element chunk's four group scales of a row of matrix blockIdx.x do not fold into
@@ -748,12 +745,9 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         const int64_t rows = (pairs + 7 * int64_t(slots) + 128 + 7) / 8 * 8;
         auto* tb = static_cast<uint8_t*>(scratch.get(15, size_t(rows * (p.D + p.I)) +
                                                              size_t(rows * (xc + hc)) * sizeof(float) +
-                                                             size_t(slots + pairs + 2) * sizeof(int32_t)));
+                                                             size_t(slots + pairs) * sizeof(int32_t)));
         float* xts = reinterpret_cast<float*>(tb + rows * (p.D + p.I));
         int32_t* pbegin = reinterpret_cast<int32_t*>(xts + rows * (xc + hc));
-        int32_t* units =
-            pbegin + slots + pairs;  // the converting-warpgroup kernel's counters, up's and down's
-        if (bulk_ss) DI_CUDA_CHECK(cudaMemsetAsync(units, 0, 2 * sizeof(int32_t), st));
         const w4a8::TiledOut xt{tb, xts, rows, pbegin, pbegin + slots};
         const w4a8::TiledOut ht{tb + rows * p.D, xts + rows * xc, rows, pbegin, pbegin + slots};
         w4a8::launch_tile_rows(plan, int32_t(p.k), xq, xs, xc, xt, slots, st);
@@ -766,26 +760,22 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
                 p.e4m3_rows ? w4a8::launch_bulk<true>(p, plan, io, bulk_cs, st)
                             : w4a8::launch_bulk<false>(p, plan, io, bulk_cs, st);
         };
-        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, units});
+        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe});
         w8_act_rows_kernel<true>
             <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
-        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, units + 1});
+        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe});
     } else {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
         const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);
         long long* const clocks = probe_clocks(grid, st);
-        const W8Io up{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe, clocks};
-        if (swi_out_applies(p, up, slots)) {  // g holds h [pairs, I]: the quantiser without SwiGLU
-            units_enabled
-                ? launch_kernel<128, 2, true, true, true, false, true, true>(p, plan, up, slots, st)
-                : launch_kernel<128, 2, true, false, true, false, true, true>(p, plan, up, slots, st);
+        const bool h_written =
+            launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe, clocks}, slots, st);
+        if (clocks != nullptr) print_probe_clocks(clocks, grid, true, st);
+        if (h_written)  // g holds h [pairs, I]: the quantiser alone
             w8_act_rows_kernel<false><<<unsigned(pairs), 128, 0, st>>>(g, p.I, hc, p.limit, hq, hs, {}, plan);
-        } else {
-            launch_tiles(p, plan, up, slots, st);
-            if (clocks != nullptr) print_probe_clocks(clocks, grid, true, st);
+        else
             w8_act_rows_kernel<true>
                 <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);
-        }
         launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, w4a8_probe, clocks}, slots, st);
         if (clocks != nullptr) print_probe_clocks(clocks, grid, false, st);
     }

@@ -132,10 +132,11 @@ __device__ __forceinline__ void keep_chunk(float (&part)[N / 2], uint32_t (&af)[
 }
 
 // A tile's sums to their outputs: token column ti = i0 + 8j + 2q + cc (those below cnt) at out_of(ti), the
-// thread's first row's element (its second 8 further), times the rows' factors f0, f1 where kRowBase.
-template <int N, bool kRowBase, class OutOf>
+// thread's first row's element (its second 8 further), times the rows' factors f0, f1 where kRowBase, each
+// through value(v, sum) for its element v of acc (the sum itself unless given).
+template <int N, bool kRowBase, class OutOf, class Value>
 __device__ __forceinline__ void store_tile(const float (&acc)[N / 2], float f0, float f1, int i0, int cnt,
-                                           int q, OutOf&& out_of) {
+                                           int q, OutOf&& out_of, Value&& value) {
 #pragma unroll
     for (int j = 0; j < N / 8; ++j)
 #pragma unroll
@@ -143,9 +144,15 @@ __device__ __forceinline__ void store_tile(const float (&acc)[N / 2], float f0, 
             const int ti = i0 + 8 * j + 2 * q + cc;
             if (ti >= cnt) continue;
             float* out = out_of(ti);
-            out[0] = kRowBase ? acc[4 * j + cc] * f0 : acc[4 * j + cc];
-            out[8] = kRowBase ? acc[4 * j + 2 + cc] * f1 : acc[4 * j + 2 + cc];
+            const int v0 = 4 * j + cc, v1 = 4 * j + 2 + cc;
+            out[0] = value(v0, kRowBase ? acc[v0] * f0 : acc[v0]);
+            out[8] = value(v1, kRowBase ? acc[v1] * f1 : acc[v1]);
         }
+}
+template <int N, bool kRowBase, class OutOf>
+__device__ __forceinline__ void store_tile(const float (&acc)[N / 2], float f0, float f1, int i0, int cnt,
+                                           int q, OutOf&& out_of) {
+    store_tile<N, kRowBase>(acc, f0, f1, i0, cnt, q, out_of, [](int, float x) { return x; });
 }
 
 struct W8Io {
@@ -181,7 +188,6 @@ struct TiledIo {
     // Timing only (wrong results): parts of the bulk kernel left out, bits 1 the conversion, 2 the promotion,
     // 4 the wgmmas, 8 the weight copies, 16 the token copies, 32 the stores (DEEPINFER_W4A8_BULK_PROBE).
     int probe = 0;
-    int* units = nullptr;  // the converting-warpgroup kernel's unit counter, zero at its launch
 };
 // Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,

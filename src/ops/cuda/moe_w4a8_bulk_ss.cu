@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto* const uinfo = reinterpret_cast<UnitInfo*>(ring + kRing * kRawBytes);  // two slots in 32 bytes
     int32_t* const tpairs = reinterpret_cast<int32_t*>(ring + kRing * kRawBytes + 2 * 16);  // [warpgroup][kN]
     const uint32_t bar0 = wg::smem_addr(tpairs + 2 * kN);
-    // the converting warpgroup's next units, two slots: its first thread takes each from io.units' counter
+    // the converting warpgroup's next units, two slots: its first thread takes each from the pass's counter
+    // (plan.work: up's, down's; zero after the plan kernel)
     int32_t* const next_u =
         reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(tpairs + 2 * kN) + 8 * (2 * kStages + 4));
     auto full = [&](int64_t s) { return bar0 + uint32_t(s) * 8; };  // 4 converting warps + the bytes' arrival
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int slot = int(ui & 1);
             // units in the order blocks ask for them (a block that drew a long unit takes fewer): the routed
             // layers' experts differ in pairs, and a fixed share of units a block left some SMs the longer
-            if (t == 0) next_u[slot] = atomicAdd(io.units, 1);
+            if (t == 0) next_u[slot] = atomicAdd(plan.work + (io.up ? 0 : 1), 1);
             wg::named_sync(3, 128);
             const int64_t u = next_u[slot];
             if (u >= n_units) {
