@@ -219,6 +219,29 @@ case ${PART:-fp8} in
       echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
     done
     ;;
+  conv2)  # (the persist pack) PART=swiglu's checks with the two-converter form of the converting-warpgroup
+          # kernel (DEEPINFER_W4A8_BULK_SS=2): bits first, then the 4K / 32K MoE A/B, the clocks last
+    [[ -x $d/bin/cuda_ops_test ]] && timeout 150 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    grep -E 'Failure|max abs err|launches' "$OUT/w4a8_tests.log" | head -20
+    for prompt in 4096 32768; do
+      vs=(- DEEPINFER_W4A8_SWIGLU_OUT=1 DEEPINFER_W4A8_BULK_SS=2 DEEPINFER_W4A8_BULK_SS=1 - DEEPINFER_W4A8_BULK_SS=2
+          DEEPINFER_W4A8_SWIGLU_OUT=1)
+      [[ $prompt == 4096 ]] || vs=(- DEEPINFER_W4A8_SWIGLU_OUT=1 DEEPINFER_W4A8_BULK_SS=2)
+      for v in "${vs[@]}"; do
+        envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
+        echo "4 layers, $prompt [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
+          --backend cuda --precision native --prompt $prompt --decode 1 --profile 1 2>&1 |
+          grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+      done
+    done
+    for v in DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_PERSIST=0; do
+      echo "clocks [$v]: $(env DEEPINFER_W4A8_PROBE=256 $v timeout 40 $d/bin/model_bench --preset flash --layers 1 \
+        --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 probe clocks' |
+        head -2 | tr '\n' ' ')"
+    done
+    ;;
   swiglu)  # (the persist pack) up's SwiGLU in the persistent form's epilogue: bits, then the MoE A/B
     [[ -x $d/bin/cuda_ops_test ]] && timeout 120 $d/bin/cuda_ops_test \
       --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1

@@ -458,21 +458,22 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                     << (chunk_scales ? "chunk" : "row") << " fold, warp-specialised: max abs err against the "
                     << "reference " << diff(ref.host_f32(), opt).max_abs;
                 // the bulk-copy kernel alone and in clusters of 2 and 4 (up's 1,024 rows and down's 2,048
-                // take both), and its inputs with the weights converted by their own warpgroup (cluster 0):
-                // the default's bits where the chunk counts allow it
-                for (const int cs : {1, 2, 4, 0}) {
+                // take both), and its inputs with the weights converted by one or two warpgroups of their own
+                // (cluster 0, -1): the default's bits where the chunk counts allow it
+                for (const int cs : {1, 2, 4, 0, -1}) {
                     const int64_t bulk_before = cuda::moe_w4a8_bulk_launches();
-                    cuda::set_moe_w4a8_bulk(cs), cuda::set_moe_w4a8_bulk_ss(cs == 0);
+                    cuda::set_moe_w4a8_bulk(std::max(cs, 0)), cuda::set_moe_w4a8_bulk_ss(cs > 0 ? 0 : 1 - cs);
                     out.poison();
                     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
-                    cuda::set_moe_w4a8_bulk(0), cuda::set_moe_w4a8_bulk_ss(false);
+                    cuda::set_moe_w4a8_bulk(0), cuda::set_moe_w4a8_bulk_ss(0);
                     const std::vector<float> bulk = out.device_f32();
                     EXPECT_EQ(cuda::moe_w4a8_bulk_launches() - bulk_before,
                               D % 512 == 0 && I % 512 == 0 ? 1 : 0)
                         << "bulk passes, D " << D;
                     EXPECT_EQ(0, std::memcmp(got[0].data(), bulk.data(), bulk.size() * sizeof(float)))
                         << (chunk_scales ? "chunk" : "row") << " fold, D " << D
-                        << ", bulk copies in clusters of " << cs << " (0: converting warpgroup): max abs err "
+                        << ", bulk copies in clusters of " << cs
+                        << " (0, -1: 1, 2 converting warpgroups): max abs err "
                         << "against the default " << diff(got[0], bulk).max_abs << ", against the reference "
                         << diff(ref.host_f32(), bulk).max_abs;
                 }

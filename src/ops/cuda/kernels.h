@@ -440,10 +440,10 @@ void set_moe_w4a8_ws(bool on);
 // `cluster` blocks sharing each token tile; the same sums): 0 off, the default (measured slower;
 // DEEPINFER_W4A8_BULK=1|2|4); its passes so far (a test's check that it ran).
 void set_moe_w4a8_bulk(int cluster);
-// The bulk kernel's inputs with the weights converted by a warpgroup of their own into shared memory, both
-// wgmma operands there (moe_w4a8_bulk_ss.cu; the same sums): off, measured slower over 4 layers
-// (DEEPINFER_W4A8_BULK_SS).
-void set_moe_w4a8_bulk_ss(bool on);
+// The bulk kernel's inputs with the weights converted by `conv` warpgroups of their own (1 or 2; 0 off) into
+// shared memory, both wgmma operands there (moe_w4a8_bulk_ss.cu; the same sums): off, one measured no faster
+// over 4 layers (DEEPINFER_W4A8_BULK_SS=1|2).
+void set_moe_w4a8_bulk_ss(int conv);
 int64_t moe_w4a8_bulk_launches();
 // w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it

@@ -534,16 +534,17 @@ void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t
                  up ? "up" : "down", static_cast<long long>(ran), sum[0] / double(ran), sum[1] / double(ran),
                  sum[2] / double(ran));
 }
-// The bulk kernel's inputs with the weights converted by their own warpgroup (moe_w4a8_bulk_ss.cu; off: the
-// same bits, its 4-layer 4K MoE 18.1 against 17.2 ms on an H100): DEEPINFER_W4A8_BULK_SS.
-bool bulk_ss = std::getenv("DEEPINFER_W4A8_BULK_SS") != nullptr;
+// The bulk kernel's inputs with the weights converted by their own warpgroups (moe_w4a8_bulk_ss.cu; off: one
+// converting warpgroup gave the same bits, its 4-layer 4K MoE 16.41 against the default's 16.36 ms on an
+// H100): DEEPINFER_W4A8_BULK_SS=1 or 2 (converting warpgroups; 0 or unset: off).
+int bulk_ss = int(env_int("DEEPINFER_W4A8_BULK_SS", 0));
 std::atomic<int64_t> bulk_launches{0};
 
 // Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
 // kernel's shared memory within the device's at both K. (Its n_out need only be a multiple of 128.)
 bool bulk_applies(const MoeParams& p) {
     if (!p.scales_16b || (p.D / kChunk) % 4 != 0 || (p.I / kChunk) % 4 != 0) return false;
-    return bulk_ss ? w4a8::bulk_ss_fits() : bulk_cs > 0 && w4a8::bulk_fits(std::max(p.D, p.I));
+    return bulk_ss > 0 ? w4a8::bulk_ss_fits(bulk_ss) : bulk_cs > 0 && w4a8::bulk_fits(std::max(p.D, p.I));
 }
 
 // On unless DEEPINFER_W4A8_SCALES_IN_STAGES is set (H100, 4,096 tokens: 3,743 against 4,291 us; 2,730:
@@ -698,7 +699,7 @@ void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
-void set_moe_w4a8_bulk_ss(bool on) { bulk_ss = on; }
+void set_moe_w4a8_bulk_ss(int conv) { bulk_ss = std::clamp(conv, 0, 2); }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_persist(bool on) { persist_enabled = on; }
@@ -753,9 +754,12 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         w4a8::launch_tile_rows(plan, int32_t(p.k), xq, xs, xc, xt, slots, st);
         ++bulk_launches;
         auto bulk = [&](const w4a8::TiledIo& io) {
-            if (bulk_ss)
-                p.e4m3_rows ? w4a8::launch_bulk_ss<true>(p, plan, io, st)
-                            : w4a8::launch_bulk_ss<false>(p, plan, io, st);
+            if (bulk_ss == 2)
+                p.e4m3_rows ? w4a8::launch_bulk_ss<true, 2>(p, plan, io, st)
+                            : w4a8::launch_bulk_ss<false, 2>(p, plan, io, st);
+            else if (bulk_ss == 1)
+                p.e4m3_rows ? w4a8::launch_bulk_ss<true, 1>(p, plan, io, st)
+                            : w4a8::launch_bulk_ss<false, 1>(p, plan, io, st);
             else
                 p.e4m3_rows ? w4a8::launch_bulk<true>(p, plan, io, bulk_cs, st)
                             : w4a8::launch_bulk<false>(p, plan, io, bulk_cs, st);

@@ -199,9 +199,9 @@ int bulk_cluster(int64_t n_out, int want);
 template <bool kRowBase>
 void launch_bulk(const MoeParams& p, const MoePlan& plan, const TiledIo& io, int cluster, cudaStream_t s);
 // The same inputs with the weights converted by a warpgroup of their own into shared memory
-// (moe_w4a8_bulk_ss.cu); whether its shared memory fits the device.
-bool bulk_ss_fits();
-template <bool kRowBase>
+// (moe_w4a8_bulk_ss.cu; kConv of them); whether its shared memory fits the device.
+bool bulk_ss_fits(int conv);
+template <bool kRowBase, int kConv>
 void launch_bulk_ss(const MoeParams& p, const MoePlan& plan, const TiledIo& io, cudaStream_t s);
 
 // The warp-specialised kernel (moe_w4a8_ws.cu) on the same operands and with the same sums as

@@ -14,6 +14,11 @@
 // full / empty mbarriers. The converting side is what moe_w4a8_ws.cu's warp-specialised kernel did with the
 // token rows gathered by cp.async and two A slots; here the tokens come with one bulk copy a chunk and every
 // stage carries its own A tile. Off until measured (set_moe_w4a8_bulk_ss).
+// kConv = 2 (set_moe_w4a8_bulk_ss(2)): two converting warpgroups, warpgroup 2 + j taking the chunks c with
+// c % 2 == j, each with a ring of its own. With one, a converting warp alone on its scheduler spent ~200
+// dependent instructions a chunk, longer than the chunk's wgmmas (its MoE measured as fast as the default
+// kernel's, not faster); two halve a warp's share. 512 threads leave 128 registers a thread at launch: the
+// converting warpgroups give back all but kConvRegs, the multiplying ones take kMulRegs (setmaxnreg).
 
 #include <algorithm>
 
@@ -28,8 +33,12 @@ namespace {
 using mma::kChunk;
 
 constexpr int kRows = 128, kN = 128;  // weight rows and token rows of a tile
-constexpr int kThreads = 384;         // two multiplying warpgroups, then the converting one
-constexpr int kRing = 4;              // a converting thread's raw chunks: kRing - 1 in flight
+// two multiplying warpgroups, then kConv converting ones
+__host__ __device__ constexpr int threads(int conv) { return 256 + 128 * conv; }
+// a converting thread's raw chunks (its warpgroup's): ring(kConv) - 1 in flight
+__host__ __device__ constexpr int ring(int conv) { return conv == 1 ? 4 : 3; }
+constexpr int kConvRegs = 88, kMulRegs = 168;  // kConv = 2: 256 x (88 + 168) = the SM's 64 K registers
+static_assert(256 * (128 - kConvRegs) >= 256 * (kMulRegs - 128));
 constexpr int kTokBytes = kN * kChunk, kABytes = kRows * kChunk;
 constexpr int kStageBytes = kTokBytes + kABytes + kN * 4 + kRows * 4;  // + token scales, row factors
 constexpr int kRawBytes = kRows * kChunk / 2;                          // a ring slot: 64 bytes a row
@@ -40,19 +49,24 @@ struct UnitInfo {
     int32_t e, b0, cnt, group;  // expert, first plan index, pairs, row group; e < 0: the walk's end
 };
 
-constexpr int64_t kSmemBytes = 1024 + int64_t(kStages) * kStageBytes + kRing * kRawBytes + 2 * 16 +
-                               2 * kN * 4 + 8 * (2 * kStages + 4) + 2 * 4;
+__host__ __device__ constexpr int64_t smem_bytes(int conv) {
+    return 1024 + int64_t(kStages) * kStageBytes + conv * ring(conv) * kRawBytes + 2 * 16 + 2 * kN * 4 +
+           8 * (2 * kStages + 4) + 2 * 4;
+}
 
-template <bool kRowBase>
-__global__ void __launch_bounds__(kThreads, 1)
+template <bool kRowBase, int kConv>
+__global__ void __launch_bounds__(threads(kConv), 1)
     moe_w4a8_bulk_ss_kernel(MoeParams p, MoePlan plan, TiledIo io) {
+    constexpr int kRing = ring(kConv);
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t s0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
     uint8_t* const base = smem + (s0 - wg::smem_addr(smem));
-    uint8_t* const ring = base + kStages * kStageBytes;
-    auto* const uinfo = reinterpret_cast<UnitInfo*>(ring + kRing * kRawBytes);  // two slots in 32 bytes
-    int32_t* const tpairs = reinterpret_cast<int32_t*>(ring + kRing * kRawBytes + 2 * 16);  // [warpgroup][kN]
+    uint8_t* const rings = base + kStages * kStageBytes;  // [converting warpgroup][kRing][kRows][64]
+    auto* const uinfo =
+        reinterpret_cast<UnitInfo*>(rings + kConv * kRing * kRawBytes);  // two slots, 32 bytes
+    int32_t* const tpairs =
+        reinterpret_cast<int32_t*>(rings + kConv * kRing * kRawBytes + 2 * 16);  // [warpgroup][kN]
     const uint32_t bar0 = wg::smem_addr(tpairs + 2 * kN);
     // the converting warpgroup's next units, two slots: its first thread takes each from the pass's counter
     // (plan.work: up's, down's; zero after the plan kernel)
@@ -80,21 +94,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t n_units = int64_t(*plan.n_active) * groups;
 
     if (warp >= 8) {
-        // ---- conversion: thread t owns weight row t of the tile ----
-        const int t = tid - 256;
+        // ---- conversion: thread t of converting warpgroup cw owns weight row t of the tile, in chunks
+        // c % kConv == cw ----
+        if constexpr (kConv > 1) wg::setmaxnreg_dec<kConvRegs>();
+        const int t = (tid - 256) % 128, cw = (tid - 256) / 128;
         const int sw =
             (t >> 1) & 3;  // raw row t's 16-byte unit i at i ^ sw (conflict-free reads a row a thread)
-        uint8_t* const my_raw = ring + t * 64;
-        int64_t it = 0;
+        uint8_t* const my_raw = rings + int64_t(cw) * kRing * kRawBytes + t * 64;
+        int64_t it = 0;  // the stages' chunk count, the same in every converting warpgroup
         for (int64_t ui = 0;; ++ui) {
             const int slot = int(ui & 1);
             // units in the order blocks ask for them (a block that drew a long unit takes fewer): the routed
             // layers' experts differ in pairs, and a fixed share of units a block left some SMs the longer
-            if (t == 0) next_u[slot] = atomicAdd(plan.work + (io.up ? 0 : 1), 1);
-            wg::named_sync(3, 128);
+            if (tid == 256) next_u[slot] = atomicAdd(plan.work + (io.up ? 0 : 1), 1);
+            wg::named_sync(3, 128 * kConv);
             const int64_t u = next_u[slot];
             if (u >= n_units) {
-                if (t == 0) {
+                if (tid == 256) {
                     wg::mbar_wait(uempty(slot), uint32_t(((ui >> 1) & 1) ^ 1));
                     uinfo[slot] = UnitInfo{-1, 0, 0, 0};
                     wg::mbar_arrive(ufull(slot));
@@ -104,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int a = int(u / groups);
             const int32_t b0 = plan.begin[a], cnt = plan.begin[a + 1] - b0, pb = io.pbegin[a];
             const int e = plan.expert[a];
-            if (t == 0) {
+            if (tid == 256) {
                 wg::mbar_wait(uempty(slot), uint32_t(((ui >> 1) & 1) ^ 1));
                 // seen by the multiplying warps once the slot's barrier completes
                 uinfo[slot] = UnitInfo{e, b0, cnt, int32_t(u % groups)};
@@ -125,24 +141,28 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
                 row_max = max_byte(m4);
             }
-            auto issue_raw = [&](int64_t c) {
-                const uint32_t dst = wg::smem_addr(my_raw + (c % kRing) * kRawBytes);
+            // this warpgroup's j-th chunk of a tile, c = cw + kConv j, into ring slot j % kRing
+            auto issue_raw = [&](int64_t j) {
+                const int64_t c = cw + kConv * j;
+                const uint32_t dst = wg::smem_addr(my_raw + (j % kRing) * kRawBytes);
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
                     wg::cp_async16(dst + ((i ^ sw) * 16), wrow + c * 64 + i * 16, true);
             };
-            for (int i0 = 0; i0 < cnt; i0 += kN) {
+            const int64_t own = (chunks - cw + kConv - 1) / kConv;  // this warpgroup's chunks of a tile
+            for (int i0 = 0; i0 < cnt; i0 += kN, it += chunks) {
 #pragma unroll
-                for (int c = 0; c < kRing - 1; ++c) {
-                    if (c < chunks) issue_raw(c);
+                for (int j = 0; j < kRing - 1; ++j) {
+                    if (j < own) issue_raw(j);
                     wg::cp_async_commit();
                 }
-                for (int64_t c = 0; c < chunks; ++c, ++it) {
-                    if (c + kRing - 1 < chunks) issue_raw(c + kRing - 1);
+                for (int64_t j = 0; j < own; ++j) {
+                    const int64_t c = cw + kConv * j, ic = it + c;  // ic: the chunk's place in the stages
+                    if (j + kRing - 1 < own) issue_raw(j + kRing - 1);
                     wg::cp_async_commit();
                     const uint32_t s4 = __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * c));
-                    const int64_t s = it % kStages;
-                    wg::mbar_wait(empty(s), uint32_t(((it / kStages) & 1) ^ 1));
+                    const int64_t s = ic % kStages;
+                    wg::mbar_wait(empty(s), uint32_t(((ic / kStages) & 1) ^ 1));
                     if (t == 0) {
                         wg::mbar_arrive_expect_tx(full(s), kTokBytes + kN * 4);
                         const int64_t r0 = pb + i0;  // the token tile's first tiled row
@@ -151,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         wg::bulk_copy_g2s(wg::smem_addr(tsc(s)), io.sc + c * io.rows + r0, kN * 4, full(s));
                     }
                     wg::cp_async_wait<kRing - 1>();  // this thread's copies of chunk c landed
-                    const uint8_t* raw = my_raw + (c % kRing) * kRawBytes;
+                    const uint8_t* raw = my_raw + (j % kRing) * kRawBytes;
                     uint4 r[4];
 #pragma unroll
                     for (int i = 0; i < 4; ++i) r[i] = *reinterpret_cast<const uint4*>(raw + ((i ^ sw) * 16));
@@ -168,6 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
     // ---- products: warpgroup h multiplies rows 64 h .. 64 h + 63 of the tile ----
+    if constexpr (kConv > 1) wg::setmaxnreg_inc<kMulRegs>();
     const int h = warp >> 2, wq = warp & 3, g = lane >> 2, q = lane & 3, ct = tid & 127;
     const int rloc = 64 * h + 16 * wq + g;  // this thread's rows: rloc, rloc + 8
     float acc[kN / 2], part[kN / 2];
@@ -220,15 +241,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-bool bulk_ss_fits() { return size_t(kSmemBytes) <= smem_optin(); }
+bool bulk_ss_fits(int conv) { return size_t(smem_bytes(conv)) <= smem_optin(); }
 
-template <bool kRowBase>
+template <bool kRowBase, int kConv>
 void launch_bulk_ss(const MoeParams& p, const MoePlan& plan, const TiledIo& io, cudaStream_t s) {
-    raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<kRowBase>, size_t(kSmemBytes));
-    moe_w4a8_bulk_ss_kernel<kRowBase><<<unsigned(sm_count()), kThreads, size_t(kSmemBytes), s>>>(p, plan, io);
+    constexpr size_t bytes = size_t(smem_bytes(kConv));
+    raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<kRowBase, kConv>, bytes);
+    moe_w4a8_bulk_ss_kernel<kRowBase, kConv><<<unsigned(sm_count()), threads(kConv), bytes, s>>>(p, plan, io);
 }
 
-template void launch_bulk_ss<true>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
-template void launch_bulk_ss<false>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
+template void launch_bulk_ss<true, 1>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
+template void launch_bulk_ss<false, 1>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
+template void launch_bulk_ss<true, 2>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
+template void launch_bulk_ss<false, 2>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
 
 }  // namespace di::cuda::w4a8
