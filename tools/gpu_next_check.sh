@@ -220,17 +220,19 @@ case ${PART:-fp8} in
     done
     ;;
   conv2)  # (the persist pack) PART=swiglu's checks with the two-converter form of the converting-warpgroup
-          # kernel (DEEPINFER_W4A8_BULK_SS=2): bits first, then the 4K / 32K MoE A/B, the clocks last
+          # kernel (DEEPINFER_W4A8_BULK_SS=2) and its narrow tiles (DEEPINFER_W4A8_SS_NARROW): bits first,
+          # then the 4K / 32K MoE A/B, the clocks last
     [[ -x $d/bin/cuda_ops_test ]] && timeout 150 $d/bin/cuda_ops_test \
       --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
     grep -E 'Failure|max abs err|launches' "$OUT/w4a8_tests.log" | head -20
     for prompt in 4096 32768; do
-      vs=(- DEEPINFER_W4A8_SWIGLU_OUT=1 DEEPINFER_W4A8_BULK_SS=2 DEEPINFER_W4A8_BULK_SS=1 - DEEPINFER_W4A8_BULK_SS=2
-          DEEPINFER_W4A8_SWIGLU_OUT=1)
-      [[ $prompt == 4096 ]] || vs=(- DEEPINFER_W4A8_SWIGLU_OUT=1 DEEPINFER_W4A8_BULK_SS=2)
+      n2="DEEPINFER_W4A8_BULK_SS=2 DEEPINFER_W4A8_SS_NARROW=1"
+      vs=(- DEEPINFER_W4A8_SWIGLU_OUT=1 DEEPINFER_W4A8_BULK_SS=2 "$n2" DEEPINFER_W4A8_BULK_SS=1 - DEEPINFER_W4A8_BULK_SS=2
+          "$n2" DEEPINFER_W4A8_SWIGLU_OUT=1)
+      [[ $prompt == 4096 ]] || vs=(- DEEPINFER_W4A8_SWIGLU_OUT=1 DEEPINFER_W4A8_BULK_SS=2 "$n2")
       for v in "${vs[@]}"; do
-        envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
+        envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || read -ra envs <<< "$v"
         echo "4 layers, $prompt [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
           --backend cuda --precision native --prompt $prompt --decode 1 --profile 1 2>&1 |
           grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"

@@ -361,9 +361,9 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     cuda::set_moe_w4a8_scales_once(false);  // the other passes with the scales in the stages
     // odd chunk counts (5 and 3), then chunk counts that are multiples of 4 (16 and 4: the scales-once
     // copies, up's rows four 16-byte units each, two a thread, down's one); ~150 pairs an expert, so tiles
-    // end inside an expert.
-    for (const auto& [n, D, I] :
-         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{260, 640, 384}, {300, 2048, 512}})
+    // end inside an expert; then ~90 pairs an expert (the converting kernel's narrow tiles: n96 and n128).
+    for (const auto& [n, D, I] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {260, 640, 384}, {300, 2048, 512}, {180, 2048, 512}})
         for (const bool chunk_scales : {false, true}) {
             std::vector<ops::ExpertWeights> ew_h, ew_d;
             auto nib = [] { return uint8_t(2 * (rng()() % 3) | (rng()() % 2) << 3); };
@@ -459,10 +459,12 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                     << "reference " << diff(ref.host_f32(), opt).max_abs;
                 // the bulk-copy kernel alone and in clusters of 2 and 4 (up's 1,024 rows and down's 2,048
                 // take both), and its inputs with the weights converted by one or two warpgroups of their own
-                // (cluster 0, -1): the default's bits where the chunk counts allow it
-                for (const int cs : {1, 2, 4, 0, -1}) {
+                // (cluster 0, -1; -2: two, with the narrow tiles): the default's bits where the chunk counts
+                // allow it
+                for (const int cs : {1, 2, 4, 0, -1, -2}) {
                     const int64_t bulk_before = cuda::moe_w4a8_bulk_launches();
-                    cuda::set_moe_w4a8_bulk(std::max(cs, 0)), cuda::set_moe_w4a8_bulk_ss(cs > 0 ? 0 : 1 - cs);
+                    cuda::set_moe_w4a8_bulk(std::max(cs, 0));
+                    cuda::set_moe_w4a8_bulk_ss(cs > 0 ? 0 : std::min(1 - cs, 2), cs == -2);
                     out.poison();
                     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
                     cuda::set_moe_w4a8_bulk(0), cuda::set_moe_w4a8_bulk_ss(0);

@@ -442,8 +442,9 @@ void set_moe_w4a8_ws(bool on);
 void set_moe_w4a8_bulk(int cluster);
 // The bulk kernel's inputs with the weights converted by `conv` warpgroups of their own (1 or 2; 0 off) into
 // shared memory, both wgmma operands there (moe_w4a8_bulk_ss.cu; the same sums): off, one measured no faster
-// over 4 layers (DEEPINFER_W4A8_BULK_SS=1|2).
-void set_moe_w4a8_bulk_ss(int conv);
+// over 4 layers (DEEPINFER_W4A8_BULK_SS=1|2); `narrow`: tiles of <= 64 / 96 pairs by wgmma n64 / n96
+// (DEEPINFER_W4A8_SS_NARROW).
+void set_moe_w4a8_bulk_ss(int conv, bool narrow = false);
 int64_t moe_w4a8_bulk_launches();
 // w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it

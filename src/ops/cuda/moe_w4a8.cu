@@ -538,6 +538,8 @@ void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t
 // converting warpgroup gave the same bits, its 4-layer 4K MoE 16.41 against the default's 16.36 ms on an
 // H100): DEEPINFER_W4A8_BULK_SS=1 or 2 (converting warpgroups; 0 or unset: off).
 int bulk_ss = int(env_int("DEEPINFER_W4A8_BULK_SS", 0));
+// bulk_ss's tiles of <= 64 / 96 pairs by wgmma n64 / n96 (TiledIo::narrow): off until measured
+bool ss_narrow = std::getenv("DEEPINFER_W4A8_SS_NARROW") != nullptr;
 std::atomic<int64_t> bulk_launches{0};
 
 // Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
@@ -699,7 +701,7 @@ void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
-void set_moe_w4a8_bulk_ss(int conv) { bulk_ss = std::clamp(conv, 0, 2); }
+void set_moe_w4a8_bulk_ss(int conv, bool narrow) { bulk_ss = std::clamp(conv, 0, 2), ss_narrow = narrow; }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_persist(bool on) { persist_enabled = on; }
@@ -764,10 +766,10 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
                 p.e4m3_rows ? w4a8::launch_bulk<true>(p, plan, io, bulk_cs, st)
                             : w4a8::launch_bulk<false>(p, plan, io, bulk_cs, st);
         };
-        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe});
+        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, ss_narrow});
         w8_act_rows_kernel<true>
             <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
-        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe});
+        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, ss_narrow});
     } else {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
         const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);

@@ -188,6 +188,9 @@ struct TiledIo {
     // Timing only (wrong results): parts of the bulk kernel left out, bits 1 the conversion, 2 the promotion,
     // 4 the wgmmas, 8 the weight copies, 16 the token copies, 32 the stores (DEEPINFER_W4A8_BULK_PROBE).
     int probe = 0;
+    // bulk_ss: a tile of at most 64 or 96 pairs multiplied by wgmma n64 or n96 instead of n128 (the same
+    // sums: the columns past the pairs are not stored; DEEPINFER_W4A8_SS_NARROW)
+    bool narrow = false;
 };
 // Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,

@@ -204,14 +204,24 @@ __global__ void __launch_bounds__(threads(kConv), 1)
 #pragma unroll
             for (int v = 0; v < kN / 2; ++v) acc[v] = 0.0f;
             float f0 = 1.0f, f1 = 1.0f;  // kRowBase: the rows' fold factors, applied once at the end
+            // io.narrow: the tile's columns by wgmma n64 / n96 where its pairs fit (acc's columns past them
+            // stay zero and are not stored)
+            const int nt = !io.narrow || inf.cnt - i0 > 96 ? 128 : inf.cnt - i0 > 64 ? 96 : 64;
             for (int64_t c = 0; c < chunks; ++c, ++it) {
                 const int64_t s = it % kStages;
                 wg::mbar_wait(full(s), uint32_t((it / kStages) & 1));
                 wg::fence();
 #pragma unroll
-                for (int k = 0; k < 4; ++k)
-                    wg::mma_m64n128k32_e4m3_ss(part, wg::desc_k_major_sw128(a_at(s) + h * 8192 + k * 32),
-                                               wg::desc_k_major_sw128(tok_at(s) + k * 32), k);
+                for (int k = 0; k < 4; ++k) {
+                    const uint64_t da = wg::desc_k_major_sw128(a_at(s) + h * 8192 + k * 32),
+                                   db = wg::desc_k_major_sw128(tok_at(s) + k * 32);
+                    if (nt == 128)
+                        wg::mma_m64n128k32_e4m3_ss(part, da, db, k);
+                    else if (nt == 96)
+                        wg::mma_m64n96k32_e4m3_ss(reinterpret_cast<float(&)[48]>(part), da, db, k);
+                    else
+                        wg::mma_m64n64k32_e4m3_ss(reinterpret_cast<float(&)[32]>(part), da, db, k);
+                }
                 wg::commit();
                 wg::wait<0>();
 #pragma unroll
@@ -219,7 +229,14 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 const float* ts = tsc(s);
                 const float rf0 = rfs(s)[rloc], rf1 = rfs(s)[rloc + 8];
                 if (kRowBase) f0 = rf0, f1 = rf1;
-                promote_chunk<kN, kRowBase>(acc, part, ts, q, rf0, rf1);
+                if (nt == 128)
+                    promote_chunk<kN, kRowBase>(acc, part, ts, q, rf0, rf1);
+                else if (nt == 96)
+                    promote_chunk<96, kRowBase>(reinterpret_cast<float(&)[48]>(acc),
+                                                reinterpret_cast<const float(&)[48]>(part), ts, q, rf0, rf1);
+                else
+                    promote_chunk<64, kRowBase>(reinterpret_cast<float(&)[32]>(acc),
+                                                reinterpret_cast<const float(&)[32]>(part), ts, q, rf0, rf1);
                 __syncwarp();
                 if (lane == 0) wg::mbar_arrive(empty(s));
             }

@@ -140,8 +140,8 @@ __device__ __forceinline__ uint64_t desc_k_major_sw128(uint32_t addr) {
            (uint64_t(1) << 62);
 }
 
-// The accumulator operands of a wgmma with 32 or 64 f32 registers: their names in the instruction (%0 ..) and
-// their constraints; the A fragment and the B descriptor follow as %N .. %N + 4 and the scale-d flag as
+// The accumulator operands of a wgmma with 32, 48 or 64 f32 registers: their names in the instruction (%0 ..)
+// and their constraints; the A fragment and the B descriptor follow as %N .. %N + 4 and the scale-d flag as
 // %N + 5.
 #define DI_WG_D32_NAMES                                                                                     \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
@@ -151,6 +151,14 @@ __device__ __forceinline__ uint64_t desc_k_major_sw128(uint32_t addr) {
     "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "  \
     "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "  \
     "%62, %63}"
+#define DI_WG_D48_NAMES                                                                                \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "  \
+    "%40, %41, %42, %43, %44, %45, %46, %47}"
+#define DI_WG_D48(d)                                                                                         \
+    DI_WG_D32(d), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), \
+        "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]),           \
+        "+f"(d[46]), "+f"(d[47])
 #define DI_WG_D32(d)                                                                                \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
@@ -231,6 +239,26 @@ __device__ __forceinline__ void mma_m64n128k32_e4m3_ss(float (&d)[64], uint64_t 
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " DI_WG_D64_NAMES ", %64, %65, p, 1, 1;\n}\n"
         : DI_WG_D64(d)
+        : "l"(a), "l"(b), "r"(accumulate)
+        : "memory");
+}
+
+// The same with 64 and with 96 columns (d[32], d[48]: the first 8-column blocks of the 128-column layout).
+__device__ __forceinline__ void mma_m64n64k32_e4m3_ss(float (&d)[32], uint64_t a, uint64_t b,
+                                                      int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " DI_WG_D32_NAMES ", %32, %33, p, 1, 1;\n}\n"
+        : DI_WG_D32(d)
+        : "l"(a), "l"(b), "r"(accumulate)
+        : "memory");
+}
+__device__ __forceinline__ void mma_m64n96k32_e4m3_ss(float (&d)[48], uint64_t a, uint64_t b,
+                                                      int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 " DI_WG_D48_NAMES ", %48, %49, p, 1, 1;\n}\n"
+        : DI_WG_D48(d)
         : "l"(a), "l"(b), "r"(accumulate)
         : "memory");
 }
