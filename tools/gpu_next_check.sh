@@ -219,6 +219,18 @@ case ${PART:-fp8} in
       echo "bulk probe $pr (${SECONDS}s): $(prefill DEEPINFER_W4A8_BULK=1 DEEPINFER_W4A8_BULK_PROBE=$pr)"
     done
     ;;
+  ssdefault)  # (the persist pack) the converting kernel with two converters and narrow tiles as the default:
+              # the w4a8 cases with it, then the 4K MoE against moe_w4a8_kernel (DEEPINFER_W4A8_BULK_SS=0)
+    [[ -x $d/bin/cuda_ops_test ]] && timeout 100 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    for v in - DEEPINFER_W4A8_BULK_SS=0; do
+      envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
+      echo "4 layers, 4096 [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
+        --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 |
+        grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+    done
+    ;;
   conv2)  # (the persist pack) PART=swiglu's checks with the two-converter form of the converting-warpgroup
           # kernel (DEEPINFER_W4A8_BULK_SS=2) and its narrow tiles (DEEPINFER_W4A8_SS_NARROW): bits first,
           # then the 4K / 32K MoE A/B, the clocks last

@@ -357,6 +357,9 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
     std::vector<Pair> data, scale;
     data.reserve(size_t(12 * E)), scale.reserve(size_t(12 * E));
     const bool once_default = cuda::moe_w4a8_scales_once(), persist_default = cuda::moe_w4a8_persist();
+    const int ss_default = cuda::moe_w4a8_bulk_ss();
+    const bool narrow_default = cuda::moe_w4a8_ss_narrow();
+    cuda::set_moe_w4a8_bulk_ss(0);          // moe_w4a8_kernel's forms first, the converting kernel's below
     cuda::set_moe_w4a8_persist(false);      // the persistent form where the loop below names it
     cuda::set_moe_w4a8_scales_once(false);  // the other passes with the scales in the stages
     // odd chunk counts (5 and 3), then chunk counts that are multiples of 4 (16 and 4: the scales-once
@@ -483,6 +486,7 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
             ASSERT_TRUE(b.gpu->force_variant("moe", ""));
         }
     cuda::set_moe_w4a8_scales_once(once_default), cuda::set_moe_w4a8_persist(persist_default);
+    cuda::set_moe_w4a8_bulk_ss(ss_default, narrow_default);
 }
 
 // mma's options for the native precision's batches (both on by default since their first GPU run): 8 tokens a

@@ -441,10 +441,12 @@ void set_moe_w4a8_ws(bool on);
 // DEEPINFER_W4A8_BULK=1|2|4); its passes so far (a test's check that it ran).
 void set_moe_w4a8_bulk(int cluster);
 // The bulk kernel's inputs with the weights converted by `conv` warpgroups of their own (1 or 2; 0 off) into
-// shared memory, both wgmma operands there (moe_w4a8_bulk_ss.cu; the same sums): off, one measured no faster
-// over 4 layers (DEEPINFER_W4A8_BULK_SS=1|2); `narrow`: tiles of <= 64 / 96 pairs by wgmma n64 / n96
-// (DEEPINFER_W4A8_SS_NARROW).
+// shared memory, both wgmma operands there (moe_w4a8_bulk_ss.cu; the same sums); `narrow`: tiles of <= 64 /
+// 96 pairs by wgmma n64 / n96. Two with narrow tiles are the default where the shapes allow
+// (DEEPINFER_W4A8_BULK_SS=0|1|2, DEEPINFER_W4A8_SS_NARROW=0|1); the getters give the present choice.
 void set_moe_w4a8_bulk_ss(int conv, bool narrow = false);
+int moe_w4a8_bulk_ss();
+bool moe_w4a8_ss_narrow();
 int64_t moe_w4a8_bulk_launches();
 // w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it

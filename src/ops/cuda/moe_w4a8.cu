@@ -534,12 +534,14 @@ void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t
                  up ? "up" : "down", static_cast<long long>(ran), sum[0] / double(ran), sum[1] / double(ran),
                  sum[2] / double(ran));
 }
-// The bulk kernel's inputs with the weights converted by their own warpgroups (moe_w4a8_bulk_ss.cu; off: one
-// converting warpgroup gave the same bits, its 4-layer 4K MoE 16.41 against the default's 16.36 ms on an
-// H100): DEEPINFER_W4A8_BULK_SS=1 or 2 (converting warpgroups; 0 or unset: off).
-int bulk_ss = int(env_int("DEEPINFER_W4A8_BULK_SS", 0));
-// bulk_ss's tiles of <= 64 / 96 pairs by wgmma n64 / n96 (TiledIo::narrow): off until measured
-bool ss_narrow = std::getenv("DEEPINFER_W4A8_SS_NARROW") != nullptr;
+// The bulk kernel's inputs with the weights converted by warpgroups of their own (moe_w4a8_bulk_ss.cu), two
+// of them with the narrow tiles: the default where it applies since 2026-12-06 (H100, 4 layers, MoE ms: 4,096
+// tokens 15.28 / 15.21 against the persistent default's 15.94 / 15.98, 32,768 tokens 116.8 / 117.2 against
+// 120.5 / 120.0; two converters without the narrow tiles 16.10 / 123.3, one with them 17.24; the default's
+// bits in CudaMoeW4a8.OptionsMatchTheReference). DEEPINFER_W4A8_BULK_SS=0 runs moe_w4a8_kernel (its options
+// below), 1 one converting warpgroup; DEEPINFER_W4A8_SS_NARROW=0 every tile by n128.
+int bulk_ss = int(env_int("DEEPINFER_W4A8_BULK_SS", 2));
+bool ss_narrow = env_int("DEEPINFER_W4A8_SS_NARROW", 1) != 0;
 std::atomic<int64_t> bulk_launches{0};
 
 // Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
@@ -702,6 +704,8 @@ void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
 void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
 void set_moe_w4a8_bulk_ss(int conv, bool narrow) { bulk_ss = std::clamp(conv, 0, 2), ss_narrow = narrow; }
+int moe_w4a8_bulk_ss() { return bulk_ss; }
+bool moe_w4a8_ss_narrow() { return ss_narrow; }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
 void set_moe_w4a8_persist(bool on) { persist_enabled = on; }
