@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, seventh session, after its device time): PART=swiglu (~3 min; pack:
-#   TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): up's SwiGLU in the
-#   persistent form's epilogue (DEEPINFER_W4A8_SWIGLU_OUT): its bits (CudaMoeW4a8), the native*_w4a8 cases
-#   with the persistent form the default (they last ran with it off), an item's phases in cycles in the
-#   persistent form (DEEPINFER_W4A8_PROBE=256, now per item), and the 4K / 32K MoE A/B.
+# Next first (written 2026-12-06, eighth session): PART=ssdefault (~1.5 min; the persist pack: TRACE=0
+#   BINS="bench/model_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the w4a8 cases with the converting
+#   kernel as the default (its bits were checked as an option before the switch), and the 4K MoE against
+#   moe_w4a8_kernel. Then the converting kernel's multiplying side, now its bound (narrow tiles, a quarter
+#   fewer tensor cycles on most 4K tiles, made it faster): the promotion's share (the probe's SS rows: 1,283
+#   TFLOP/s promoted against ~1,970), tiles sized to the pairs at 8-column steps, the tile-ordered rows'
+#   pass (~165 us a layer) folded into the quantiser. moe_w4a8_kernel's switches below (PERSIST, UNITS,
+#   SWIGLU_OUT, the PROBE clocks) need DEEPINFER_W4A8_BULK_SS=0 since.
+# Ran 2026-12-06 (eighth session, H100; docs/benchmarks.md): PART=conv2 (two converting warpgroups and the
+#   narrow tiles: the default's bits; both together -4.3% at 4K, -2.7% at 32K, now the default; up's SwiGLU
+#   in the persistent epilogue 26% slower, off), the prefill against transformers (6.18x).
 # Then (written 2026-12-06, seventh session): the W4A8 chunk loop (~1,480 cycles a chunk against the
 #   chain's ~920 and the tensor cores' ~512, latency-bound at two warps a scheduler): candidates are the next
 #   item's first copies issued before this item's stores (the persistent form still waits one round trip an
