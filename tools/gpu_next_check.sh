@@ -226,7 +226,8 @@ case ${PART:-fp8} in
     done
     ;;
   ssdefault)  # (the persist pack) the converting kernel with two converters and narrow tiles as the default:
-              # the w4a8 cases with it, then the 4K MoE against moe_w4a8_kernel (DEEPINFER_W4A8_BULK_SS=0)
+              # the w4a8 cases with it, the 4K MoE against moe_w4a8_kernel (DEEPINFER_W4A8_BULK_SS=0), then
+              # its spans in cycles (DEEPINFER_W4A8_PROBE=256)
     [[ -x $d/bin/cuda_ops_test ]] && timeout 100 $d/bin/cuda_ops_test \
       --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
@@ -235,6 +236,12 @@ case ${PART:-fp8} in
       echo "4 layers, 4096 [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
         --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 |
         grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+    done
+    # where the converting kernel's chunks go (layer 0, each side's first thread's spans)
+    for prompt in 4096 32768; do
+      echo "ss clocks $prompt: $(env DEEPINFER_W4A8_PROBE=256 timeout 60 $d/bin/model_bench --preset flash --layers 1 \
+        --backend cuda --precision native --prompt $prompt --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 ss clocks' |
+        head -2 | tr '\n' ' ')"
     done
     ;;
   conv2)  # (the persist pack) PART=swiglu's checks with the two-converter form of the converting-warpgroup
