@@ -13,12 +13,14 @@
 // Stages: kStages chunks (token tile, e4m3 weight tile, token scales, row factors) between the two sides;
 // full / empty mbarriers. The converting side is what moe_w4a8_ws.cu's warp-specialised kernel did with the
 // token rows gathered by cp.async and two A slots; here the tokens come with one bulk copy a chunk and every
-// stage carries its own A tile. Off until measured (set_moe_w4a8_bulk_ss).
+// stage carries its own A tile.
 // kConv = 2 (set_moe_w4a8_bulk_ss(2)): two converting warpgroups, warpgroup 2 + j taking the chunks c with
-// c % 2 == j, each with a ring of its own. With one, a converting warp alone on its scheduler spent ~200
-// dependent instructions a chunk, longer than the chunk's wgmmas (its MoE measured as fast as the default
-// kernel's, not faster); two halve a warp's share. 512 threads leave 128 registers a thread at launch: the
-// converting warpgroups give back all but kConvRegs, the multiplying ones take kMulRegs (setmaxnreg).
+// c % 2 == j, each with a ring of its own. With one, a converting warp alone on its scheduler runs ~175
+// dependent instructions a chunk, longer than the chunk's wgmmas; two halve a warp's share. 512 threads leave
+// 128 registers a thread at launch: the converting warpgroups give back all but kConvRegs, the multiplying
+// ones take kMulRegs (setmaxnreg). With TiledIo::narrow (tiles of <= 64 / 96 pairs by wgmma n64 / n96) this
+// is the default wherever the bulk inputs apply (H100, 4 layers: the MoE 4.3% faster at 4K, 2.7% at 32K than
+// moe_w4a8_kernel; each change alone slower; docs/benchmarks.md).
 
 #include <algorithm>
 
