@@ -478,7 +478,7 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                     EXPECT_EQ(0, std::memcmp(got[0].data(), bulk.data(), bulk.size() * sizeof(float)))
                         << (chunk_scales ? "chunk" : "row") << " fold, D " << D
                         << ", bulk copies in clusters of " << cs
-                        << " (0, -1: 1, 2 converting warpgroups): max abs err "
+                        << " (0, -1: 1, 2 converting warpgroups; -2: narrow tiles): max abs err "
                         << "against the default " << diff(got[0], bulk).max_abs << ", against the reference "
                         << diff(ref.host_f32(), bulk).max_abs;
                 }
