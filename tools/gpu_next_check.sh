@@ -5,7 +5,10 @@
 #   moe_w4a8_kernel. Then the converting kernel's multiplying side, now its bound (narrow tiles, a quarter
 #   fewer tensor cycles on most 4K tiles, made it faster): the promotion's share (the probe's SS rows: 1,283
 #   TFLOP/s promoted against ~1,970), tiles sized to the pairs at 8-column steps, the tile-ordered rows'
-#   pass (~165 us a layer) folded into the quantiser. moe_w4a8_kernel's switches below (PERSIST, UNITS,
+#   pass (~165 us a layer) folded into the quantiser. Its multiplying side is at ptxas's register edge:
+#   clock probes and 8-column widths written into the kernel made ptxas serialise the default form's wgmmas
+#   (C7511) and were taken out; build such forms as kernels of their own (or free registers first) and
+#   check `-Xptxas -v` for C7511 on the kConv = 2 instantiations. moe_w4a8_kernel's switches below (PERSIST, UNITS,
 #   SWIGLU_OUT, the PROBE clocks) need DEEPINFER_W4A8_BULK_SS=0 since.
 # Ran 2026-12-06 (eighth session, H100; docs/benchmarks.md): PART=conv2 (two converting warpgroups and the
 #   narrow tiles: the default's bits; both together -4.3% at 4K, -2.7% at 32K, now the default; up's SwiGLU
@@ -226,8 +229,7 @@ case ${PART:-fp8} in
     done
     ;;
   ssdefault)  # (the persist pack) the converting kernel with two converters and narrow tiles as the default:
-              # the w4a8 cases with it, the 4K MoE against moe_w4a8_kernel (DEEPINFER_W4A8_BULK_SS=0), then
-              # its spans in cycles (DEEPINFER_W4A8_PROBE=256)
+              # the w4a8 cases with it, the 4K MoE against moe_w4a8_kernel (DEEPINFER_W4A8_BULK_SS=0)
     [[ -x $d/bin/cuda_ops_test ]] && timeout 100 $d/bin/cuda_ops_test \
       --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
@@ -236,12 +238,6 @@ case ${PART:-fp8} in
       echo "4 layers, 4096 [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
         --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 |
         grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
-    done
-    # where the converting kernel's chunks go (layer 0, each side's first thread's spans)
-    for prompt in 4096 32768; do
-      echo "ss clocks $prompt: $(env DEEPINFER_W4A8_PROBE=256 timeout 60 $d/bin/model_bench --preset flash --layers 1 \
-        --backend cuda --precision native --prompt $prompt --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 ss clocks' |
-        head -2 | tr '\n' ' ')"
     done
     ;;
   conv2)  # (the persist pack) PART=swiglu's checks with the two-converter form of the converting-warpgroup

@@ -534,27 +534,6 @@ void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t
                  up ? "up" : "down", static_cast<long long>(ran), sum[0] / double(ran), sum[1] / double(ran),
                  sum[2] / double(ran));
 }
-// The converting kernel's spans (TiledIo::clocks) over its blocks: per chunk on each side, the stores per
-// block.
-void print_ss_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t st) {
-    std::vector<long long> h(size_t(blocks) * 8);
-    DI_CUDA_CHECK(
-        cudaMemcpyAsync(h.data(), clocks, h.size() * sizeof(long long), cudaMemcpyDeviceToHost, st));
-    DI_CUDA_CHECK(cudaStreamSynchronize(st));
-    DI_CUDA_CHECK(cudaMemsetAsync(clocks, 0, h.size() * sizeof(long long), st));
-    double sum[8] = {};
-    for (int64_t b = 0; b < blocks; ++b)
-        for (int k = 0; k < 8; ++k) sum[k] += double(h[size_t(b) * 8 + k]);
-    const double chunks = std::max(sum[7], 1.0);  // one converter's; the multiplying side sees twice as many
-    std::fprintf(
-        stderr,
-        "w4a8 ss clocks (%s): %.0f chunks a block; cycles a chunk, multiplying: waiting %.0f, wgmmas "
-        "%.0f, promotion %.0f; converting (its own chunks): waiting %.0f, raw copies %.0f, converting "
-        "%.0f; stores %.0f a block\n",
-        up ? "up" : "down", 2 * chunks / double(blocks), sum[0] / (2 * chunks), sum[1] / (2 * chunks),
-        sum[2] / (2 * chunks), sum[4] / chunks, sum[5] / chunks, sum[6] / chunks, sum[3] / double(blocks));
-}
-
 // The bulk kernel's inputs with the weights converted by warpgroups of their own (moe_w4a8_bulk_ss.cu), two
 // of them with the narrow tiles: the default where it applies since 2026-12-06 (H100, 4 layers, MoE ms: 4,096
 // tokens 15.28 / 15.21 against the persistent default's 15.94 / 15.98, 32,768 tokens 116.8 / 117.2 against
@@ -792,15 +771,10 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
                 p.e4m3_rows ? w4a8::launch_bulk<true>(p, plan, io, bulk_cs, st)
                             : w4a8::launch_bulk<false>(p, plan, io, bulk_cs, st);
         };
-        // (probe bit 256 with two converters: the converting kernel's spans, [block][8], two rows of 4)
-        long long* const clocks = bulk_ss == 2 ? probe_clocks(2 * sm_count(), st) : nullptr;
-        bulk(
-            w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, ss_narrow, clocks});
-        if (clocks != nullptr) print_ss_clocks(clocks, sm_count(), true, st);
+        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, ss_narrow});
         w8_act_rows_kernel<true>
             <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
-        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, ss_narrow, clocks});
-        if (clocks != nullptr) print_ss_clocks(clocks, sm_count(), false, st);
+        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, ss_narrow});
     } else {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
         const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);

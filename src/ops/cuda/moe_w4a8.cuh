@@ -191,10 +191,6 @@ struct TiledIo {
     // bulk_ss: a tile of at most 64 or 96 pairs multiplied by wgmma n64 or n96 instead of n128 (the same
     // sums: the columns past the pairs are not stored; DEEPINFER_W4A8_SS_NARROW)
     bool narrow = false;
-    // bulk_ss, timing only (DEEPINFER_W4A8_PROBE=256): a block's sums of clock64 spans, [block][8]: the first
-    // multiplying thread's cycles waiting for a stage, in its wgmmas, in the promotion, in the stores; the
-    // first converting thread's waiting for a free stage, for its raw copies, converting; its chunks.
-    long long* clocks = nullptr;
 };
 // Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,

@@ -20,7 +20,10 @@
 // 128 registers a thread at launch: the converting warpgroups give back all but kConvRegs, the multiplying
 // ones take kMulRegs (setmaxnreg). With TiledIo::narrow (tiles of <= 64 / 96 pairs by wgmma n64 / n96) this
 // is the default wherever the bulk inputs apply (H100, 4 layers: the MoE 4.3% faster at 4K, 2.7% at 32K than
-// moe_w4a8_kernel; each change alone slower; docs/benchmarks.md).
+// moe_w4a8_kernel; each change alone slower; docs/benchmarks.md). The multiplying side sits at ptxas's
+// register limit: clock probes added to this kernel (a template flag, no code in the default's form but a
+// field in TiledIo) made ptxas serialise the default's wgmmas (C7511, "insufficient register resources");
+// check `-Xptxas -v` for C7511 on the kConv = 2 instantiations after any change here.
 
 #include <algorithm>
 
@@ -56,29 +59,10 @@ __host__ __device__ constexpr int64_t smem_bytes(int conv) {
            8 * (2 * kStages + 4) + 2 * 4;
 }
 
-// kProbe: io.clocks's spans taken (TiledIo::clocks), the same results.
-template <bool kRowBase, int kConv, bool kProbe>
+template <bool kRowBase, int kConv>
 __global__ void __launch_bounds__(threads(kConv), 1)
     moe_w4a8_bulk_ss_kernel(MoeParams p, MoePlan plan, TiledIo io) {
     constexpr int kRing = ring(kConv);
-    long long ck[4] = {0, 0, 0, 0}, t0 = 0, t1 = 0;  // kProbe: this thread's sums of spans, its marks
-    auto mark = [&](long long& t) {
-        if constexpr (kProbe) t = clock64();
-    };
-    auto span = [&](int k, long long from, long long& to) {
-        if constexpr (kProbe) {
-            to = clock64();
-            ck[k] += to - from;
-        }
-    };
-    // the first thread of a side writes its sums at its end (k0: 0 multiplying, 4 converting)
-    auto flush = [&](int k0, int64_t chunks_seen) {
-        if constexpr (kProbe) {
-            long long* const o = io.clocks + int64_t(blockIdx.x) * 8 + k0;
-            for (int k = 0; k < (k0 == 0 ? 4 : 3); ++k) o[k] = ck[k];
-            if (k0 == 4) o[3] = chunks_seen;
-        }
-    };
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t s0 = (wg::smem_addr(smem) + 1023u) & ~1023u;  // the swizzle's 1024-byte alignment
@@ -135,7 +119,6 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                     wg::mbar_wait(uempty(slot), uint32_t(((ui >> 1) & 1) ^ 1));
                     uinfo[slot] = UnitInfo{-1, 0, 0, 0};
                     wg::mbar_arrive(ufull(slot));
-                    flush(4, it / kConv);
                 }
                 break;
             }
@@ -184,9 +167,7 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                     wg::cp_async_commit();
                     const uint32_t s4 = __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * c));
                     const int64_t s = ic % kStages;
-                    mark(t0);
                     wg::mbar_wait(empty(s), uint32_t(((ic / kStages) & 1) ^ 1));
-                    span(0, t0, t1);
                     if (t == 0) {
                         wg::mbar_arrive_expect_tx(full(s), kTokBytes + kN * 4);
                         const int64_t r0 = pb + i0;  // the token tile's first tiled row
@@ -195,7 +176,6 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                         wg::bulk_copy_g2s(wg::smem_addr(tsc(s)), io.sc + c * io.rows + r0, kN * 4, full(s));
                     }
                     wg::cp_async_wait<kRing - 1>();  // this thread's copies of chunk c landed
-                    span(1, t1, t0);
                     const uint8_t* raw = my_raw + (j % kRing) * kRawBytes;
                     uint4 r[4];
 #pragma unroll
@@ -206,7 +186,6 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                     wg::fence_proxy_async();  // the A tile's bytes, for the wgmmas' proxy
                     __syncwarp();
                     if (lane == 0) wg::mbar_arrive(full(s));
-                    span(2, t0, t1);
                 }
                 wg::cp_async_wait<0>();  // the tile's (empty) trailing groups
             }
@@ -223,10 +202,7 @@ __global__ void __launch_bounds__(threads(kConv), 1)
         const int slot = int(ui & 1);
         wg::mbar_wait(ufull(slot), uint32_t((ui >> 1) & 1));
         const UnitInfo inf = uinfo[slot];
-        if (inf.e < 0) {
-            if (tid == 0) flush(0, 0);
-            break;
-        }
+        if (inf.e < 0) break;
         const int64_t tile0 = int64_t(inf.group) * kRows;
         for (int i0 = 0; i0 < inf.cnt; i0 += kN) {
             const int32_t my_pair = io.up ? 0 : (i0 + ct < inf.cnt ? plan.pairs[inf.b0 + i0 + ct] : -1);
@@ -238,9 +214,7 @@ __global__ void __launch_bounds__(threads(kConv), 1)
             const int nt = !io.narrow || inf.cnt - i0 > 96 ? 128 : inf.cnt - i0 > 64 ? 96 : 64;
             for (int64_t c = 0; c < chunks; ++c, ++it) {
                 const int64_t s = it % kStages;
-                mark(t0);
                 wg::mbar_wait(full(s), uint32_t((it / kStages) & 1));
-                span(0, t0, t1);
                 wg::fence();
 #pragma unroll
                 for (int k = 0; k < 4; ++k) {
@@ -257,7 +231,6 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 wg::wait<0>();
 #pragma unroll
                 for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
-                span(1, t1, t0);
                 const float* ts = tsc(s);
                 const float rf0 = rfs(s)[rloc], rf1 = rfs(s)[rloc + 8];
                 if (kRowBase) f0 = rf0, f1 = rf1;
@@ -271,7 +244,6 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                                                 reinterpret_cast<const float(&)[32]>(part), ts, q, rf0, rf1);
                 __syncwarp();
                 if (lane == 0) wg::mbar_arrive(empty(s));
-                span(2, t0, t1);
             }
             int32_t* const tp = tpairs + h * kN;
             if (!io.up) {
@@ -279,12 +251,10 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 tp[ct] = my_pair;
                 wg::named_sync(1 + h, 128);
             }
-            mark(t0);
             store_tile<kN, kRowBase>(acc, f0, f1, i0, inf.cnt, q, [&](int ti) {
                 const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[ti - i0]);
                 return io.out + orow * io.n_out + tile0 + rloc;
             });
-            span(3, t0, t1);
         }
         __syncwarp();
         if (lane == 0) wg::mbar_arrive(uempty(slot));
@@ -298,14 +268,8 @@ bool bulk_ss_fits(int conv) { return size_t(smem_bytes(conv)) <= smem_optin(); }
 template <bool kRowBase, int kConv>
 void launch_bulk_ss(const MoeParams& p, const MoePlan& plan, const TiledIo& io, cudaStream_t s) {
     constexpr size_t bytes = size_t(smem_bytes(kConv));
-    auto launch = [&](auto kernel) {
-        raise_dynamic_smem(kernel, bytes);
-        kernel<<<unsigned(sm_count()), threads(kConv), bytes, s>>>(p, plan, io);
-    };
-    if constexpr (kConv == 2) {  // the clocks' form for the default's two converters only
-        if (io.clocks != nullptr) return launch(moe_w4a8_bulk_ss_kernel<kRowBase, kConv, true>);
-    }
-    launch(moe_w4a8_bulk_ss_kernel<kRowBase, kConv, false>);
+    raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<kRowBase, kConv>, bytes);
+    moe_w4a8_bulk_ss_kernel<kRowBase, kConv><<<unsigned(sm_count()), threads(kConv), bytes, s>>>(p, plan, io);
 }
 
 template void launch_bulk_ss<true, 1>(const MoeParams&, const MoePlan&, const TiledIo&, cudaStream_t);
