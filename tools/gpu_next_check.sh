@@ -6,8 +6,8 @@
 #   fewer tensor cycles on most 4K tiles, made it faster): the promotion's share (the probe's SS rows: 1,283
 #   TFLOP/s promoted against ~1,970), tiles sized to the pairs at 8-column steps, the tile-ordered rows'
 #   pass (~165 us a layer) folded into the quantiser. Its multiplying side is at ptxas's register edge:
-#   clock probes and 8-column widths written into the kernel made ptxas serialise the default form's wgmmas
-#   (C7511) and were taken out; build such forms as kernels of their own (or free registers first) and
+#   clock probes written into the kernel made ptxas serialise the default form's wgmmas (C7511), a form with
+#   8-column widths its own; both were taken out; build such forms as kernels of their own (or free registers first) and
 #   check `-Xptxas -v` for C7511 on the kConv = 2 instantiations. moe_w4a8_kernel's switches below (PERSIST, UNITS,
 #   SWIGLU_OUT, the PROBE clocks) need DEEPINFER_W4A8_BULK_SS=0 since.
 # Ran 2026-12-06 (eighth session, H100; docs/benchmarks.md): PART=conv2 (two converting warpgroups and the
