@@ -537,9 +537,10 @@ void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t
 // The bulk kernel's inputs with the weights converted by warpgroups of their own (moe_w4a8_bulk_ss.cu), two
 // of them with the narrow tiles: the default where it applies since 2026-12-06 (H100, 4 layers, MoE ms: 4,096
 // tokens 15.28 / 15.21 against the persistent default's 15.94 / 15.98, 32,768 tokens 116.8 / 117.2 against
-// 120.5 / 120.0; two converters without the narrow tiles 16.10 / 123.3, one with them 17.24; the default's
-// bits in CudaMoeW4a8.OptionsMatchTheReference). DEEPINFER_W4A8_BULK_SS=0 runs moe_w4a8_kernel (its options
-// below), 1 one converting warpgroup; DEEPINFER_W4A8_SS_NARROW=0 every tile by n128.
+// 120.5 / 120.0; two converters without the narrow tiles 16.10 / 123.3, one with them 17.24 in a build whose
+// one-converter wgmmas ptxas serialised; the default's bits in CudaMoeW4a8.OptionsMatchTheReference).
+// DEEPINFER_W4A8_BULK_SS=0 runs moe_w4a8_kernel (its options below), 1 one converting warpgroup;
+// DEEPINFER_W4A8_SS_NARROW=0 every tile by n128.
 int bulk_ss = int(env_int("DEEPINFER_W4A8_BULK_SS", 2));
 bool ss_narrow = env_int("DEEPINFER_W4A8_SS_NARROW", 1) != 0;
 std::atomic<int64_t> bulk_launches{0};

@@ -20,10 +20,11 @@
 // 128 registers a thread at launch: the converting warpgroups give back all but kConvRegs, the multiplying
 // ones take kMulRegs (setmaxnreg). With TiledIo::narrow (tiles of <= 64 / 96 pairs by wgmma n64 / n96) this
 // is the default wherever the bulk inputs apply (H100, 4 layers: the MoE 4.3% faster at 4K, 2.7% at 32K than
-// moe_w4a8_kernel; each change alone slower; docs/benchmarks.md). The multiplying side sits at ptxas's
+// moe_w4a8_kernel; two converters alone slower; docs/benchmarks.md). The multiplying side sits at ptxas's
 // register limit: clock probes added to this kernel (a template flag, no code in the default's form but a
 // field in TiledIo) made ptxas serialise the default's wgmmas (C7511, "insufficient register resources");
-// check `-Xptxas -v` for C7511 on the kConv = 2 instantiations after any change here.
+// check `-Xptxas -v` for C7511 on the kConv = 2 instantiations after any change here (the kConv = 1 forms
+// have had it since the narrow tiles).
 
 #include <algorithm>
 
