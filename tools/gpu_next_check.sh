@@ -92,6 +92,21 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
+# moe_rows PROMPT V: the 4-layer prefill's moe and total rows with V set ("-": the defaults; else "NAME=VALUE
+# ...")
+moe_rows() {
+  local envs=(DEEPINFER_W4A8_BULK=0); [[ $2 == - ]] || read -ra envs <<< "$2"
+  echo "4 layers, $1 [$2]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
+    --backend cuda --precision native --prompt $1 --decode 1 --profile 1 2>&1 |
+    grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+}
+# w4a8_clocks V: layer 0's moe_w4a8_kernel phases in cycles (DEEPINFER_W4A8_PROBE=256; that kernel's only, so
+# DEEPINFER_W4A8_BULK_SS=0) with V set
+w4a8_clocks() {
+  echo "clocks [$1]: $(env DEEPINFER_W4A8_BULK_SS=0 DEEPINFER_W4A8_PROBE=256 $1 timeout 40 $d/bin/model_bench --preset flash --layers 1 \
+    --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 probe clocks' |
+    head -2 | tr '\n' ' ')"
+}
 case ${PART:-fp8} in
   fused)
     timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaFused.*:CudaBatchedState.*:CudaAttentions.*:CudaSmallOps.*' \
@@ -234,10 +249,7 @@ case ${PART:-fp8} in
       --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/w4a8_tests.log" 2>&1
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
     for v in - DEEPINFER_W4A8_BULK_SS=0; do
-      envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
-      echo "4 layers, 4096 [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
-        --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 |
-        grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+      moe_rows 4096 "$v"
     done
     ;;
   conv2)  # (the persist pack) PART=swiglu's checks with the two-converter form of the converting-warpgroup
@@ -252,17 +264,10 @@ case ${PART:-fp8} in
       vs=(- DEEPINFER_W4A8_BULK_SS=2 "$n2" DEEPINFER_W4A8_SWIGLU_OUT=1 - DEEPINFER_W4A8_BULK_SS=2)
       [[ $prompt == 4096 ]] || vs=(- DEEPINFER_W4A8_BULK_SS=2 DEEPINFER_W4A8_SWIGLU_OUT=1)
       for v in "${vs[@]}"; do
-        envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || read -ra envs <<< "$v"
-        echo "4 layers, $prompt [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
-          --backend cuda --precision native --prompt $prompt --decode 1 --profile 1 2>&1 |
-          grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+        moe_rows $prompt "$v"
       done
     done
-    for v in DEEPINFER_W4A8_PERSIST=1; do
-      echo "clocks [$v]: $(env DEEPINFER_W4A8_PROBE=256 $v timeout 40 $d/bin/model_bench --preset flash --layers 1 \
-        --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 probe clocks' |
-        head -2 | tr '\n' ' ')"
-    done
+    w4a8_clocks DEEPINFER_W4A8_PERSIST=1
     ;;
   swiglu)  # (the persist pack) up's SwiGLU in the persistent form's epilogue: bits, then the MoE A/B
     [[ -x $d/bin/cuda_ops_test ]] && timeout 120 $d/bin/cuda_ops_test \
@@ -270,17 +275,10 @@ case ${PART:-fp8} in
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
     # an item's phases in the persistent form (the clocks now per item, from the last item's end) and in a
     # block an item
-    for v in DEEPINFER_W4A8_PERSIST=1; do
-      echo "clocks [$v]: $(env DEEPINFER_W4A8_PROBE=256 $v timeout 40 $d/bin/model_bench --preset flash --layers 1 \
-        --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 2>&1 | grep -E '^w4a8 probe clocks' |
-        head -2 | tr '\n' ' ')"
-    done
+    w4a8_clocks DEEPINFER_W4A8_PERSIST=1
     for prompt in 4096 32768; do
       for v in - DEEPINFER_W4A8_SWIGLU_OUT=1 - DEEPINFER_W4A8_SWIGLU_OUT=1; do
-        envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
-        echo "4 layers, $prompt [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
-          --backend cuda --precision native --prompt $prompt --decode 1 --profile 1 2>&1 |
-          grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+        moe_rows $prompt "$v"
       done
     done
     ;;
@@ -293,10 +291,7 @@ case ${PART:-fp8} in
       vs=(- DEEPINFER_W4A8_PERSIST=1 "DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_UNITS=1" DEEPINFER_W4A8_UNITS=1 -)
       [[ $prompt == 4096 ]] || vs=(- DEEPINFER_W4A8_PERSIST=1 "DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_UNITS=1")
       for v in "${vs[@]}"; do
-        envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || read -ra envs <<< "$v"
-        echo "4 layers, $prompt [$v]: $(env "${envs[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 \
-          --backend cuda --precision native --prompt $prompt --decode 1 --profile 1 2>&1 |
-          grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+        moe_rows $prompt "$v"
       done
     done
     ;;
@@ -311,9 +306,7 @@ case ${PART:-fp8} in
     # the MoE with one warpgroup a block (two blocks an SM: one's prologue beside the other's chunks, now that
     # the prologue is shorter) and on the converting-warpgroup kernel (its tile_rows_kernel rewritten)
     for v in - DEEPINFER_W4A8_PERSIST=1 DEEPINFER_W4A8_WG1=1 DEEPINFER_W4A8_BULK_SS=1 DEEPINFER_W4A8_PERSIST=1 -; do
-      envs=(DEEPINFER_W4A8_BULK=0); [[ $v == - ]] || envs=("$v")
-      echo "4 layers, 4K [$v]: $(env "${envs[@]}" timeout 40 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
-        --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ')"
+      moe_rows 4096 "$v"
     done
     # each block's first tile's phases in cycles (probe bit 256), whole (256) and the skeleton alone (383)
     for v in 256 383; do
