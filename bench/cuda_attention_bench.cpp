@@ -113,15 +113,16 @@ void bench_attention_prefill(std::vector<GemmRow>& rows, cudaStream_t s, const c
     const A a(L, T, hp);
     const AttentionParams p = a.params(L, T, mask, rate, 0, 0, true);
     BenchScratch scratch;
-    for (auto [vname, v, wgmma] : {std::tuple{"mma64", AttentionVariant::kMma64, false},
-                                   std::tuple{"mma64 wgmma", AttentionVariant::kMma64, true},
-                                   std::tuple{"mma", AttentionVariant::kMma, false}}) {
+    for (auto [vname, v, wgmma] : {std::tuple{"mma64", AttentionVariant::kMma64, 0},
+                                   std::tuple{"mma64 wgmma", AttentionVariant::kMma64, 1},
+                                   std::tuple{"mma64 wgmma2", AttentionVariant::kMma64, 2},
+                                   std::tuple{"mma", AttentionVariant::kMma, 0}}) {
         if (v == AttentionVariant::kMma64 ? !attention_mma64_supported(p) : !attention_mma_supported(p))
             continue;
         set_attention_wgmma(wgmma);
         launch_attention(p, scratch, s, v);  // scratch sized (and shared memory raised) before the capture
         const double us = graph_us(s, 5, [&](int) { launch_attention(p, scratch, s, v); });
-        set_attention_wgmma(false);
+        set_attention_wgmma(0);
         DI_CUDA_CHECK(cudaGetLastError());
         rows.push_back({name, vname, us, 4.0 * A::H * A::hd * keys});
     }

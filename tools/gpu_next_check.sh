@@ -252,6 +252,26 @@ case ${PART:-fp8} in
       moe_rows 4096 "$v"
     done
     ;;
+  attnwgp)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test bench/cuda_kernel_bench") the
+            # pipelined warpgroup attention (attention_wgp.cu, DEEPINFER_ATTN_WGMMA=2): its cases against the
+            # reference, its kernel times against mma64's, then where a 4K and a 32K prefill's time goes now by
+            # shape with and without it; PART=ssdefault first
+    PART=ssdefault OUT=$OUT "$0"
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaAttention.*:CudaAttentions.*' \
+      > "$OUT/attn_tests.log" 2>&1
+    echo "attention tests rc $?"; summary "$OUT/attn_tests.log"
+    timeout 120 $d/bin/cuda_kernel_bench --only attention_prefill > "$OUT/attn_bench.log" 2>&1
+    echo "attention bench rc $?"; grep -E 'mma|TFLOP|BF16' "$OUT/attn_bench.log" | head -20
+    for n in 4096 32768; do
+      for v in 0 2; do
+        DEEPINFER_ATTN_WGMMA=$v timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+          --precision native --prompt $n --decode 1 --profile shapes > "$OUT/shapes_${n}_$v.log" 2>&1
+        echo "profile shapes $n, DEEPINFER_ATTN_WGMMA=$v rc $?"
+        if [[ $v == 0 ]]; then sed -n '/profile of the prefill/,/^| total/p' "$OUT/shapes_${n}_$v.log"
+        else grep -E '^\| (attention|total)' "$OUT/shapes_${n}_$v.log"; fi
+      done
+    done
+    ;;
   conv2)  # (the persist pack) PART=swiglu's checks with the two-converter form of the converting-warpgroup
           # kernel (DEEPINFER_W4A8_BULK_SS=2) and its narrow tiles (DEEPINFER_W4A8_SS_NARROW): bits first,
           # then the 4K / 32K MoE A/B, the clocks last

@@ -64,8 +64,8 @@ TEST_P(CudaAttention, MatchesRef) {
         expect_close(out, ops::cases::kAttentionCuda.value, std::string(c.name) + " " + variant);
     }
     // the native precision's f16 operands; mma64 also on the warpgroup tensor cores (set_attention_wgmma)
-    for (const std::string run : {"mma64", "mma64 wgmma", "mma"}) {
-        const bool wgmma = run == "mma64 wgmma";
+    for (const std::string run : {"mma64", "mma64 wgmma", "mma64 wgmma2", "mma"}) {
+        const int wgmma = run == "mma64 wgmma" ? 1 : run == "mma64 wgmma2" ? 2 : 0;
         const char* variant = run == "mma" ? "mma" : "mma64";
         if (c.hd != 512 || c.H % (run == "mma" ? 16 : 64) != 0) continue;
         out.poison();
@@ -75,7 +75,7 @@ TEST_P(CudaAttention, MatchesRef) {
         const int64_t before = b.gpu->dispatch_count("attention", variant);
         cuda::set_attention_wgmma(wgmma);
         b.gpu->attention(a);
-        cuda::set_attention_wgmma(false);
+        cuda::set_attention_wgmma(0);
         EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << run;
         std::memcpy(out.hv().data, want.data(), want.size() * sizeof(float));
         expect_close(out, ops::cases::kAttentionNativeCuda.value, std::string(c.name) + " " + run + " f16");

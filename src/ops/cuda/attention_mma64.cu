@@ -19,6 +19,7 @@
 
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
@@ -214,7 +215,7 @@ size_t smem_bytes(const AttentionParams& p) {
 
 int64_t ring_rows(const AttentionParams& p) { return p.n_cached > 0 ? p.window - 1 : 0; }
 
-bool wgmma_enabled = std::getenv("DEEPINFER_ATTN_WGMMA") != nullptr;
+int wgmma_mode = int(env_int("DEEPINFER_ATTN_WGMMA", 0));
 
 }  // namespace
 
@@ -239,12 +240,14 @@ void launch_attention_mma64(const AttentionParams& p, Scratch& scratch, Stream s
     key_rows_f16_kernel<<<unsigned((total + 7) / 8), 256, 0, st>>>(p, r, total);
     const size_t smem = smem_bytes(p);
     raise_dynamic_smem(attention_mma64_kernel, smem);
-    if (wgmma_enabled && attention_wg_fits(p))
+    if (wgmma_mode == 2 && attention_wgp_fits(p))
+        launch_attention_wgp(p, r, st);
+    else if (wgmma_mode == 1 && attention_wg_fits(p))
         launch_attention_wg(p, r, st);
     else
         attention_mma64_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, st>>>(p, r);
 }
 
-void set_attention_wgmma(bool on) { wgmma_enabled = on; }
+void set_attention_wgmma(int mode) { wgmma_mode = mode; }
 
 }  // namespace di::cuda

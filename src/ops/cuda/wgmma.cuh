@@ -18,6 +18,11 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
 }
+// The same with zeros where !valid (src is then not read but must be mapped).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
+}
 // An arrival on mbarrier `bar` once this thread's earlier cp.async copies land (the barrier's count includes
 // it).
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
@@ -113,6 +118,11 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // A barrier of `threads` threads (a multiple of 32) named id (1 .. 15: 0 is __syncthreads').
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// An arrival on named barrier id that does not wait (the barrier's other threads bar.sync on it).
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -292,6 +302,17 @@ __device__ __forceinline__ void mma_m64n256k16_bt(float (&d)[128], const uint32_
         ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
         : DI_WG_D128(d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1)
+        : "memory");
+}
+
+// The same with a from shared memory too (K-major: desc_k_major_sw128).
+__device__ __forceinline__ void mma_m64n256k16_ss_bt(float (&d)[128], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " DI_WG_D128_NAMES
+        ", %128, %129, p, 1, 1, 0, 1;\n}\n"
+        : DI_WG_D128(d)
+        : "l"(a), "l"(b), "n"(1)
         : "memory");
 }
 

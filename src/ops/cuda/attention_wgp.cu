@@ -1,0 +1,330 @@
+// Prefill attention of the native precision on the warpgroup tensor cores with a producer and two consumers
+// (set_attention_wgmma(2)): attention_wg.cu's queries and numerics (f16 q with one power-of-two scale, the
+// f16 key rows with their own shifts, f32 sums), without its duplicated scores and with the copies taken out
+// of the multiplying warps. Block (query t, 64 heads), three warpgroups:
+//   producer (warpgroup 2): copies 64-key tiles and their shifts into two buffers (cp.async, completing on an
+//            mbarrier a buffer), tile 2i into buffer 0 and 2i + 1 into buffer 1, each once both consumers
+//            freed it
+//   consumer c (warpgroups 0, 1): the scores of tile 2i + c (wgmma m64n64k16, q and the tile in shared
+//            memory), and head_dim columns 256 c .. + 255 of the output for both tiles of the pair (wgmma
+//            m64n256k16: its own tile's probabilities from registers, the other's from shared memory)
+// Per pair, the running max and the accumulators' scale pass from consumer 0 to 1 and back (named barriers):
+// consumer 0 takes tile 2i with the max and scale of the pair before, consumer 1 tile 2i + 1 with consumer
+// 0's; consumer 0 then rescales its probabilities to consumer 1's and publishes them, consumer 1 publishes
+// its own as they are. So each tile's probabilities meet both halves of the output at one max and one scale,
+// the softmax of tiles taken in order. The softmax sums: consumer 0 holds the sink's and its tiles', consumer
+// 1 its tiles', added at the end. Not bit-identical to attention_wg (the rescaling order differs); its tests
+// compare with the reference at the native tolerance.
+#include "ops/cuda/attention_f16_rows.cuh"
+#include "ops/cuda/attention_keys.cuh"
+#include "ops/cuda/mma_frag.cuh"
+#include "ops/cuda/smem_limit.h"
+#include "ops/cuda/wgmma.cuh"
+
+namespace di::cuda {
+namespace {
+
+using namespace mma;
+
+constexpr int kHeads = 64, kKeys = 64, kThreads = 384;
+constexpr int kConsumerRegs = 224, kProducerRegs = 56;  // 2 x 128 x 224 + 128 x 56 <= 65,536
+constexpr uint32_t kChunkBytes = 64 * 128;              // 64 rows x 64 halves
+constexpr uint32_t kTileBytes = 8 * kChunkBytes;        // 64 rows x 512 halves
+constexpr uint32_t kPBytes = kChunkBytes;               // 64 heads x 64 keys of probabilities
+// named barriers (0 is __syncthreads'): the consumers' q max and q stores, the pair's handoffs, the sums
+enum : int { kBarQMax = 1, kBarQ, kBarMax0, kBarMax1, kBarP0, kBarP1, kBarSums };
+
+// Byte offset of the 16-byte unit u (of 64 along a row of 512 halves) of row r in a swizzled tile.
+__device__ __forceinline__ uint32_t unit_at(int r, int u) {
+    return uint32_t(u >> 3) * kChunkBytes + uint32_t(r) * 128u + uint32_t(((u & 7) ^ (r & 7)) << 4);
+}
+
+// A probability's exponent: 2^14 times 2^(t - shift), never above 2^14 for a key of the tile (t is at most
+// its smallest shift) and clamped for the zero shifts of slots past the last key (their probability is 0).
+__device__ __forceinline__ int p_exp(int t, int shift) { return min(max(14 + t - shift, -126), 14); }
+
+struct Layout {  // byte offsets from the 1024-byte aligned base
+    static constexpr uint32_t q = 0, k = kTileBytes, p = 3 * kTileBytes, shifts = p + 2 * kPBytes,
+                              max = shifts + 2 * kKeys * 4, scale = max + 2 * kHeads * 4, sums = scale + 16,
+                              red = sums + 2 * kHeads * 4, bars = red + 8 * 4, list = bars + 4 * 8;
+};
+
+size_t smem_bytes(const AttentionParams& p) {
+    return 1024 + Layout::list + size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t);
+}
+
+__global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionParams p, F16Rows r) {
+    allow_early_next();
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const uint32_t base = (wg::smem_addr(smem_raw) + 1023u) & ~1023u;  // the swizzle's 1024-byte atoms
+    unsigned char* const smem = smem_raw + (base - wg::smem_addr(smem_raw));
+    int* const shifts = reinterpret_cast<int*>(smem + Layout::shifts);  // [2][kKeys]
+    // each consumer's running max and scale for the other: [2][kHeads], [2] (consumer c writes slot c)
+    float* const max_sh = reinterpret_cast<float*>(smem + Layout::max);
+    int* const scale_sh = reinterpret_cast<int*>(smem + Layout::scale);
+    float* const sums = reinterpret_cast<float*>(smem + Layout::sums);  // [2][kHeads]
+    float* const red = reinterpret_cast<float*>(smem + Layout::red);
+    int32_t* const list = reinterpret_cast<int32_t*>(smem + Layout::list);
+    const uint32_t k_ready = base + Layout::bars, k_free = k_ready + 16;  // [2] each
+    const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kHeads;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+
+    if (tid == 0) {
+        for (int b = 0; b < 2; ++b) wg::mbar_init(k_ready + 8 * b, 128), wg::mbar_init(k_free + 8 * b, 256);
+    }
+    const QueryKeys keys = query_keys(p, t, list);
+    __syncthreads();  // the inits (and the picks)
+    const int64_t lo = keys.lo, n_win = keys.n_win, n_keys = n_win + keys.n_comp;
+    const int64_t n_pairs = (n_keys + 2 * kKeys - 1) / (2 * kKeys);
+
+    if (warp >= 8) {  // the producer
+        wg::setmaxnreg_dec<kProducerRegs>();
+        const int pt = tid - 256, u = pt & 63, r0 = pt >> 6;  // unit u of rows r0 + 2 i
+        for (int64_t i = 0; i < n_pairs; ++i) {
+            for (int b = 0; b < 2; ++b) {
+                wg::mbar_wait(k_free + 8 * b, uint32_t(i & 1) ^ 1u);
+                const uint32_t dst = base + Layout::k + uint32_t(b) * kTileBytes;
+                const int64_t j0 = (2 * i + b) * kKeys;
+#pragma unroll 4
+                for (int e = 0; e < 32; ++e) {
+                    const int row = r0 + 2 * e;
+                    copy_key_unit(p, r, j0 + row, n_keys, lo, n_win, list, u, dst + unit_at(row, u));
+                }
+                if (pt < kKeys) {  // zeros past the last key: the consumers mask those
+                    const int64_t j = j0 + pt;
+                    const int* src = r.shift;
+                    if (j < n_keys) src += f16_row(p, r, j, lo, n_win, list);
+                    wg::cp_async4(base + Layout::shifts + uint32_t(b * kKeys + pt) * 4, src, j < n_keys);
+                }
+                wg::cp_async_arrive_noinc(k_ready + 8 * b);
+            }
+        }
+        return;
+    }
+
+    // the consumers
+    wg::setmaxnreg_inc<kConsumerRegs>();
+    const int c = warp >> 2, hw = 16 * (warp & 3);  // this consumer, the warp's 16 heads
+    float zs;                                       // the scores' scale: p.scale / 2^shq
+    {                                               // q as f16 times 2^shq (shq from the block's max |q|)
+        const int u = tid & 63, r0 = tid >> 6;      // unit u of rows r0 + 4 i
+        const float* qb = p.q + t * p.q_s0 + h0 * p.q_s1 + u * 8;
+        float qmax = 0.0f;
+        for (int i = 0; i < 16; ++i) {
+            const float* src = qb + (r0 + 4 * i) * p.q_s1;
+#pragma unroll
+            for (int e = 0; e < 8; e += 2) {
+                const float2 v = *reinterpret_cast<const float2*>(src + e);
+                qmax = fmaxf(qmax, fmaxf(fabsf(v.x), fabsf(v.y)));
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, o));
+        if (lane == 0) red[warp] = qmax;
+        wg::named_sync(kBarQMax, 256);
+#pragma unroll
+        for (int w = 0; w < 8; ++w) qmax = fmaxf(qmax, red[w]);
+        const int shq = chunk_shift(qmax);
+        const float s = pow2f(shq);
+        for (int i = 0; i < 16; ++i) {
+            const int row = r0 + 4 * i;
+            const float* src = qb + row * p.q_s1;
+            uint32_t w[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 v = *reinterpret_cast<const float2*>(src + 2 * e);
+                w[e] = pack_f16x2(v.x * s, v.y * s);
+            }
+            *reinterpret_cast<uint4*>(smem + Layout::q + unit_at(row, u)) =
+                make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        zs = scalbnf(p.scale, -shq);
+        wg::fence_proxy_async();  // q's stores, seen by the tensor cores' reads
+        wg::named_sync(kBarQ, 256);
+    }
+
+    float o[128];  // head_dim columns 256 c + 8 j + 2q (+1): heads g (o[4j], o[4j + 1]) and g + 8
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    const int row0 = hw + g;  // this thread's heads row0 and row0 + 8
+    float m[2] = {p.sinks[h0 + row0], p.sinks[h0 + row0 + 8]};
+    float l[2] = {c == 0 ? 1.0f : 0.0f, c == 0 ? 1.0f : 0.0f};  // the sink's term, in consumer 0's sum
+    int t_acc = kEmptyRowShift;  // the accumulators' scale 2^(14 + t_acc); the first tile lowers it
+    const uint32_t own = base + Layout::k + uint32_t(c) * kTileBytes,
+                   other = base + Layout::k + uint32_t(c ^ 1) * kTileBytes,
+                   p_other = base + Layout::p + uint32_t(c ^ 1) * kPBytes;
+    const int* const ksh = shifts + c * kKeys;
+
+    for (int64_t i = 0; i < n_pairs; ++i) {
+        const uint32_t par = uint32_t(i & 1);
+        const int64_t j0 = (2 * i + c) * kKeys;  // this consumer's tile's first key slot
+        wg::mbar_wait(k_ready + 8 * c, par);
+        wg::fence_proxy_async();
+        float s[32];  // s[4j + v]: head row0 (+8 for v >= 2), key 8j + 2q + (v & 1)
+        wg::fence();
+#pragma unroll
+        for (int k = 0; k < 32; ++k)
+            wg::mma_m64n64k16_ss(
+                s, wg::desc_k_major_sw128(base + Layout::q + (k >> 2) * kChunkBytes + (k & 3) * 32),
+                wg::desc_k_major_sw128(own + (k >> 2) * kChunkBytes + (k & 3) * 32), k > 0);
+        wg::commit();
+        wg::wait<0>();
+#pragma unroll
+        for (int e = 0; e < 32; ++e) wg::keep(s[e]);
+
+        // the tile's smallest shift over its keys, each key's scale on its score column
+        int t_min = min(j0 + lane < n_keys ? ksh[lane] : kEmptyRowShift,
+                        j0 + lane + 32 < n_keys ? ksh[lane + 32] : kEmptyRowShift);
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) t_min = min(t_min, __shfl_xor_sync(0xffffffffu, t_min, o2));
+        float(&sv)[8][4] = reinterpret_cast<float(&)[8][4]>(s);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int key = 8 * j + 2 * q + (v & 1);
+                sv[j][v] = j0 + key < n_keys ? sv[j][v] * scalbnf(zs, -ksh[key]) : -INFINITY;
+            }
+
+        // the running max and scale this tile starts from: consumer 0 its own (consumer 1's of the pair
+        // before), consumer 1 consumer 0's of this pair
+        float f_pre[2] = {1.0f, 1.0f};
+        int t_in = t_acc;
+        if (c == 1) {
+            wg::named_sync(kBarMax0, 256);
+            const float m0[2] = {max_sh[row0], max_sh[row0 + 8]};
+            t_in = scale_sh[0];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) f_pre[h] = expf(m[h] - m0[h]), l[h] *= f_pre[h], m[h] = m0[h];
+        }
+        float f[2];
+        online_softmax_tile(sv, m, l, f);
+        // the accumulators' scale from here: never up, and at most this tile's smallest shift (so that no
+        // probability exceeds 2^14 in f16)
+        const int t_new = min(t_min, t_in);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) f[h] = scalbnf(f[h] * f_pre[h], t_new - t_acc);
+        t_acc = t_new;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+            o[4 * j] *= f[0], o[4 * j + 1] *= f[0], o[4 * j + 2] *= f[1], o[4 * j + 3] *= f[1];
+        if (q == 0) max_sh[c * kHeads + row0] = m[0], max_sh[c * kHeads + row0 + 8] = m[1];
+        if (tid == 128 * c) scale_sh[c] = t_acc;
+        wg::named_arrive(c == 0 ? kBarMax0 : kBarMax1, 256);
+
+        // p times 2^14 times 2^(t_acc - shift_j) as the A fragments of keys 16 ks .. + 15
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * ks + h;
+                const float p0 = pow2f(p_exp(t_acc, ksh[8 * j + 2 * q])),
+                            p1 = pow2f(p_exp(t_acc, ksh[8 * j + 2 * q + 1]));
+                pa[ks][2 * h] = pack_f16x2(sv[j][0] * p0, sv[j][1] * p1);
+                pa[ks][2 * h + 1] = pack_f16x2(sv[j][2] * p0, sv[j][3] * p1);
+            }
+#pragma unroll
+        for (int e = 0; e < 128; ++e) wg::keep(o[e]);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) wg::keep(pa[ks][e]);
+        wg::fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+            wg::mma_m64n256k16_bt(
+                o, pa[ks],
+                wg::desc_mn_major_sw128(own + uint32_t(c) * 4 * kChunkBytes + ks * 2048, kChunkBytes, 1024));
+        wg::commit();
+
+        // this tile's probabilities for the other consumer, at the max and scale the pair ends with
+        auto store_p = [&](float sc0, float sc1, int t_out) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float p0 = pow2f(p_exp(t_out, ksh[8 * j + 2 * q])),
+                            p1 = pow2f(p_exp(t_out, ksh[8 * j + 2 * q + 1]));
+                const uint32_t at = uint32_t(row0) * 128u + uint32_t((j ^ g) << 4) + 4u * q;
+                *reinterpret_cast<uint32_t*>(smem + Layout::p + c * kPBytes + at) =
+                    pack_f16x2(sv[j][0] * sc0 * p0, sv[j][1] * sc0 * p1);
+                *reinterpret_cast<uint32_t*>(smem + Layout::p + c * kPBytes + at + 8 * 128) =
+                    pack_f16x2(sv[j][2] * sc1 * p0, sv[j][3] * sc1 * p1);
+            }
+            wg::fence_proxy_async();
+        };
+        float g_out[2] = {1.0f, 1.0f};  // consumer 0: its accumulators' factor to consumer 1's max and scale
+        if (c == 0) {
+            wg::named_sync(kBarMax1, 256);
+            const float m1[2] = {max_sh[kHeads + row0], max_sh[kHeads + row0 + 8]};
+            const int t1 = scale_sh[1];
+            const float e0 = expf(m[0] - m1[0]), e1 = expf(m[1] - m1[1]);
+            store_p(e0, e1, t1);
+            wg::named_arrive(kBarP0, 256);
+            l[0] *= e0, l[1] *= e1, m[0] = m1[0], m[1] = m1[1];
+            g_out[0] = scalbnf(e0, t1 - t_acc), g_out[1] = scalbnf(e1, t1 - t_acc);
+            t_acc = t1;
+            wg::wait<0>();
+        } else {
+            store_p(1.0f, 1.0f, t_acc);
+            wg::named_arrive(kBarP1, 256);
+            wg::wait<0>();
+        }
+#pragma unroll
+        for (int e = 0; e < 128; ++e) wg::keep(o[e]);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) wg::keep(pa[ks][e]);
+        wg::mbar_arrive(k_free + 8 * c);  // this consumer's reads of its own tile are done
+
+        // the other tile's probabilities times this consumer's half of its rows (its copies landed: the other
+        // consumer waited for them before its scores)
+        wg::named_sync(c == 0 ? kBarP1 : kBarP0, 256);
+        wg::mbar_wait(k_ready + 8 * (c ^ 1), par);
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+            o[4 * j] *= g_out[0], o[4 * j + 1] *= g_out[0], o[4 * j + 2] *= g_out[1],
+                o[4 * j + 3] *= g_out[1];
+#pragma unroll
+        for (int e = 0; e < 128; ++e) wg::keep(o[e]);
+        wg::fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+            wg::mma_m64n256k16_ss_bt(
+                o, wg::desc_k_major_sw128(p_other + ks * 32),
+                wg::desc_mn_major_sw128(other + uint32_t(c) * 4 * kChunkBytes + ks * 2048, kChunkBytes,
+                                        1024));
+        wg::commit();
+        wg::wait<0>();
+#pragma unroll
+        for (int e = 0; e < 128; ++e) wg::keep(o[e]);
+        wg::mbar_arrive(k_free + 8 * (c ^ 1));
+    }
+
+    // the two consumers' sums (both at the last max), then the output
+    if (q == 0) sums[c * kHeads + row0] = l[0], sums[c * kHeads + row0 + 8] = l[1];
+    wg::named_sync(kBarSums, 256);
+    const float out_scale = scalbnf(1.0f, -(14 + t_acc));
+    const float inv[2] = {out_scale / (sums[row0] + sums[kHeads + row0]),
+                          out_scale / (sums[row0 + 8] + sums[kHeads + row0 + 8])};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float* dst = p.out + t * p.o_s0 + (h0 + row0 + 8 * h) * p.o_s1 + 256 * c + 2 * q;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+            *reinterpret_cast<float2*>(dst + 8 * j) =
+                make_float2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+    }
+}
+
+}  // namespace
+
+bool attention_wgp_fits(const AttentionParams& p) { return smem_bytes(p) <= 227 * 1024; }
+
+void launch_attention_wgp(const AttentionParams& p, const F16Rows& r, cudaStream_t s) {
+    const size_t smem = smem_bytes(p);
+    raise_dynamic_smem(attention_wgp_kernel, smem);
+    attention_wgp_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, s>>>(p, r);
+}
+
+}  // namespace di::cuda
