@@ -271,6 +271,10 @@ case ${PART:-fp8} in
         else grep -E '^\| (attention|total)' "$OUT/shapes_${n}_$v.log"; fi
       done
     done
+    for v in 0 2 0 2; do  # the whole prefill, graphs on
+      echo "prefill 4096, DEEPINFER_ATTN_WGMMA=$v: $(DEEPINFER_ATTN_WGMMA=$v timeout 60 $d/bin/model_bench --preset \
+        flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
     ;;
   conv2)  # (the persist pack) PART=swiglu's checks with the two-converter form of the converting-warpgroup
           # kernel (DEEPINFER_W4A8_BULK_SS=2) and its narrow tiles (DEEPINFER_W4A8_SS_NARROW): bits first,
