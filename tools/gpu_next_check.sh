@@ -252,6 +252,28 @@ case ${PART:-fp8} in
       moe_rows 4096 "$v"
     done
     ;;
+  attnlite)  # (PART=attnwgp's pack) its essentials when little device time is left: the attention cases and
+             # kernel times, the w4a8 cases, the 4K profile with and without the pipelined attention, the 4K
+             # prefill
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaAttention.*:CudaAttentions.*' \
+      > "$OUT/attn_tests.log" 2>&1
+    echo "attention tests rc $?"; summary "$OUT/attn_tests.log"
+    timeout 120 $d/bin/cuda_kernel_bench --only attention_prefill > "$OUT/attn_bench.log" 2>&1
+    echo "attention bench rc $?"; grep -E 'mma|TFLOP|BF16' "$OUT/attn_bench.log" | head -20
+    timeout 100 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
+      > "$OUT/w4a8_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    for v in 0 2; do
+      DEEPINFER_ATTN_WGMMA=$v timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+        --precision native --prompt 4096 --decode 1 --profile shapes > "$OUT/shapes_4096_$v.log" 2>&1
+      echo "profile shapes 4096, DEEPINFER_ATTN_WGMMA=$v rc $?"
+      sed -n '/profile of the prefill/,/^| total/p' "$OUT/shapes_4096_$v.log"
+    done
+    for v in 0 2 0 2; do
+      echo "prefill 4096, DEEPINFER_ATTN_WGMMA=$v: $(DEEPINFER_ATTN_WGMMA=$v timeout 60 $d/bin/model_bench --preset \
+        flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    ;;
   attnwgp)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test bench/cuda_kernel_bench") the
             # pipelined warpgroup attention (attention_wgp.cu, DEEPINFER_ATTN_WGMMA=2): its cases against the
             # reference, its kernel times against mma64's, then where a 4K and a 32K prefill's time goes now by
