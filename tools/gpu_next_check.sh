@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, eighth session): PART=ssdefault (~1.5 min; the persist pack: TRACE=0
+# Next first (written 2026-12-06, ninth session): PART=attnwgp (~6 min; pack: TRACE=0 BINS="bench/model_bench
+#   tests/gpu/cuda_ops_test bench/cuda_kernel_bench" tools/gpu_pack.sh), or PART=attnlite (~3.5 min) when
+#   little device time is left: the pipelined warpgroup attention (attention_wgp.cu, DEEPINFER_ATTN_WGMMA=2,
+#   written without a GPU: a producer warpgroup and two consumers, each tile's scores once) against the
+#   reference and against mma64, and where the 4K / 32K prefill's time goes now. PART=ssdefault is in it.
+# Then (written 2026-12-06, eighth session): PART=ssdefault (~1.5 min; the persist pack: TRACE=0
 #   BINS="bench/model_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the w4a8 cases with the converting
 #   kernel as the default (its bits were checked as an option before the switch), and the 4K MoE against
 #   moe_w4a8_kernel. Then the converting kernel's multiplying side, now its bound (narrow tiles, a quarter
