@@ -43,6 +43,47 @@ __device__ __forceinline__ uint32_t unit_at(int r, int u) {
 // its smallest shift) and clamped for the zero shifts of slots past the last key (their probability is 0).
 __device__ __forceinline__ int p_exp(int t, int shift) { return min(max(14 + t - shift, -126), 14); }
 
+// online_softmax_tile (attention_keys.cuh) with scores already times log2(e) and m in the same units.
+__device__ __forceinline__ void softmax_tile_base2(float (&s)[8][4], float (&m)[2], float (&l)[2],
+                                                   float (&f)[2]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) mx[v >> 1] = fmaxf(mx[v >> 1], s[nt][v]);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float m_new = fmaxf(m[i], mx[i]);
+        f[i] = exp2f(m[i] - m_new);
+        m[i] = m_new;
+    }
+    float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            s[nt][v] = exp2f(s[nt][v] - m[v >> 1]);  // exp2(-inf) = 0 for keys past the end
+            ps[v >> 1] += s[nt][v];
+        }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 1);
+        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 2);
+        l[i] = l[i] * f[i] + ps[i];
+    }
+}
+
+// The accumulators' rows times f (heads g, g + 8), skipped where the whole warp's factors are 1 (the usual
+// case once a query's max and the keys' scale have settled).
+__device__ __forceinline__ void rescale(float (&o)[128], const float (&f)[2]) {
+    if (__all_sync(0xffffffffu, f[0] == 1.0f && f[1] == 1.0f)) return;
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+        o[4 * j] *= f[0], o[4 * j + 1] *= f[0], o[4 * j + 2] *= f[1], o[4 * j + 3] *= f[1];
+}
+
 struct Layout {  // byte offsets from the 1024-byte aligned base
     static constexpr uint32_t q = 0, k = kTileBytes, p = 3 * kTileBytes, shifts = p + 2 * kPBytes,
                               max = shifts + 2 * kKeys * 4, scale = max + 2 * kHeads * 4, sums = scale + 16,
@@ -147,7 +188,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     const int row0 = hw + g;  // this thread's heads row0 and row0 + 8
-    float m[2] = {p.sinks[h0 + row0], p.sinks[h0 + row0 + 8]};
+    // the softmax in base 2: scores times log2(e), each tile's exponentials one ex2 each
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float zs2 = zs * kLog2e;
+    float m[2] = {p.sinks[h0 + row0] * kLog2e, p.sinks[h0 + row0 + 8] * kLog2e};
     float l[2] = {c == 0 ? 1.0f : 0.0f, c == 0 ? 1.0f : 0.0f};  // the sink's term, in consumer 0's sum
     int t_acc = kEmptyRowShift;  // the accumulators' scale 2^(14 + t_acc); the first tile lowers it
     const uint32_t own = base + Layout::k + uint32_t(c) * kTileBytes,
@@ -181,9 +225,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                const int key = 8 * j + 2 * q + (v & 1);
-                sv[j][v] = j0 + key < n_keys ? sv[j][v] * scalbnf(zs, -ksh[key]) : -INFINITY;
+            for (int c2 = 0; c2 < 2; ++c2) {
+                const int key = 8 * j + 2 * q + c2;
+                const float cf = zs2 * pow2f(-ksh[key]);  // shifts lie in [-120, 120]
+                const bool valid = j0 + key < n_keys;
+                sv[j][c2] = valid ? sv[j][c2] * cf : -INFINITY;
+                sv[j][c2 + 2] = valid ? sv[j][c2 + 2] * cf : -INFINITY;
             }
 
         // the running max and scale this tile starts from: consumer 0 its own (consumer 1's of the pair
@@ -195,19 +242,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
             const float m0[2] = {max_sh[row0], max_sh[row0 + 8]};
             t_in = scale_sh[0];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) f_pre[h] = expf(m[h] - m0[h]), l[h] *= f_pre[h], m[h] = m0[h];
+            for (int h = 0; h < 2; ++h) f_pre[h] = exp2f(m[h] - m0[h]), l[h] *= f_pre[h], m[h] = m0[h];
         }
         float f[2];
-        online_softmax_tile(sv, m, l, f);
+        softmax_tile_base2(sv, m, l, f);
         // the accumulators' scale from here: never up, and at most this tile's smallest shift (so that no
         // probability exceeds 2^14 in f16)
         const int t_new = min(t_min, t_in);
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = scalbnf(f[h] * f_pre[h], t_new - t_acc);
         t_acc = t_new;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-            o[4 * j] *= f[0], o[4 * j + 1] *= f[0], o[4 * j + 2] *= f[1], o[4 * j + 3] *= f[1];
+        rescale(o, f);
         if (q == 0) max_sh[c * kHeads + row0] = m[0], max_sh[c * kHeads + row0 + 8] = m[1];
         if (tid == 128 * c) scale_sh[c] = t_acc;
         wg::named_arrive(c == 0 ? kBarMax0 : kBarMax1, 256);
@@ -257,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
             wg::named_sync(kBarMax1, 256);
             const float m1[2] = {max_sh[kHeads + row0], max_sh[kHeads + row0 + 8]};
             const int t1 = scale_sh[1];
-            const float e0 = expf(m[0] - m1[0]), e1 = expf(m[1] - m1[1]);
+            const float e0 = exp2f(m[0] - m1[0]), e1 = exp2f(m[1] - m1[1]);
             store_p(e0, e1, t1);
             wg::named_arrive(kBarP0, 256);
             l[0] *= e0, l[1] *= e1, m[0] = m1[0], m[1] = m1[1];
@@ -281,10 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
         // consumer waited for them before its scores)
         wg::named_sync(c == 0 ? kBarP1 : kBarP0, 256);
         wg::mbar_wait(k_ready + 8 * (c ^ 1), par);
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-            o[4 * j] *= g_out[0], o[4 * j + 1] *= g_out[0], o[4 * j + 2] *= g_out[1],
-                o[4 * j + 3] *= g_out[1];
+        rescale(o, g_out);
 #pragma unroll
         for (int e = 0; e < 128; ++e) wg::keep(o[e]);
         wg::fence();
