@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, ninth session): PART=attnwgp (~6 min; pack: TRACE=0 BINS="bench/model_bench
-#   tests/gpu/cuda_ops_test bench/cuda_kernel_bench" tools/gpu_pack.sh), or PART=attnlite (~3.5 min) when
-#   little device time is left: the pipelined warpgroup attention (attention_wgp.cu, DEEPINFER_ATTN_WGMMA=2,
-#   written without a GPU: a producer warpgroup and two consumers, each tile's scores once) against the
-#   reference and against mma64, and where the 4K / 32K prefill's time goes now. PART=ssdefault is in it.
+# Next first (written 2026-12-06, ninth session): PART=attnlite (~2 min; pack: TRACE=0 BINS="bench/model_bench
+#   tests/gpu/cuda_ops_test bench/cuda_kernel_bench" tools/gpu_pack.sh): the pipelined warpgroup attention
+#   (attention_wgp.cu, DEEPINFER_ATTN_WGMMA=2) in its base-2 form, written after the calls (one ex2 a score,
+#   a column's scale as one multiply, rescales skipped where a warp's factors are 1): its cases against the
+#   reference, its kernel times against mma64. Its first form ran 2026-12-06 (ninth session, H200;
+#   docs/benchmarks.md): correct, -8% sliding, -11% CSA, +8% HCA, +1.0% on the 4K prefill; Nsight Compute:
+#   bound by each consumer warp's scalar chain (an issue every 3.3 cycles, 0.4 eligible warps a scheduler).
+#   PART=attnwgp adds the 32K profile and the MoE rows.
 # Then (written 2026-12-06, eighth session): PART=ssdefault (~1.5 min; the persist pack: TRACE=0
 #   BINS="bench/model_bench tests/gpu/cuda_ops_test" tools/gpu_pack.sh): the w4a8 cases with the converting
 #   kernel as the default (its bits were checked as an option before the switch), and the 4K MoE against
