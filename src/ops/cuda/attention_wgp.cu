@@ -13,8 +13,9 @@
 // 0's; consumer 0 then rescales its probabilities to consumer 1's and publishes them, consumer 1 publishes
 // its own as they are. So each tile's probabilities meet both halves of the output at one max and one scale,
 // the softmax of tiles taken in order. The softmax sums: consumer 0 holds the sink's and its tiles', consumer
-// 1 its tiles', added at the end. Not bit-identical to attention_wg (the rescaling order differs); its tests
-// compare with the reference at the native tolerance.
+// 1 its tiles', added at the end. The softmax runs in base 2 (scores times log2 e, one ex2 a score). Not
+// bit-identical to attention_wg (the rescaling order and the exponentials differ); its tests compare with the
+// reference at the native tolerance.
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/mma_frag.cuh"
