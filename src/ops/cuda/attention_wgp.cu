@@ -284,16 +284,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
                 wg::desc_mn_major_sw128(own + uint32_t(c) * 4 * kChunkBytes + ks * 2048, kChunkBytes, 1024));
         wg::commit();
 
-        // this tile's probabilities for the other consumer, at the max and scale the pair ends with
+        // consumer 0's probabilities for consumer 1, at the max and scale the pair ends with
         auto store_p = [&](float sc0, float sc1, int t_out) {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const float p0 = pow2f(p_exp(t_out, ksh[8 * j + 2 * q])),
                             p1 = pow2f(p_exp(t_out, ksh[8 * j + 2 * q + 1]));
                 const uint32_t at = uint32_t(row0) * 128u + uint32_t((j ^ g) << 4) + 4u * q;
-                *reinterpret_cast<uint32_t*>(smem + Layout::p + c * kPBytes + at) =
+                *reinterpret_cast<uint32_t*>(smem + Layout::p + at) =
                     pack_f16x2(sv[j][0] * sc0 * p0, sv[j][1] * sc0 * p1);
-                *reinterpret_cast<uint32_t*>(smem + Layout::p + c * kPBytes + at + 8 * 128) =
+                *reinterpret_cast<uint32_t*>(smem + Layout::p + at + 8 * 128) =
                     pack_f16x2(sv[j][2] * sc1 * p0, sv[j][3] * sc1 * p1);
             }
             wg::fence_proxy_async();
@@ -310,8 +310,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
             g_out[0] = scalbnf(e0, t1 - t_acc), g_out[1] = scalbnf(e1, t1 - t_acc);
             t_acc = t1;
             wg::wait<0>();
-        } else {
-            store_p(1.0f, 1.0f, t_acc);
+        } else {  // its own probabilities as they are: the A fragments' words
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const uint32_t at = uint32_t(row0) * 128u + uint32_t((j ^ g) << 4) + 4u * q;
+                *reinterpret_cast<uint32_t*>(smem + Layout::p + kPBytes + at) = pa[j >> 1][2 * (j & 1)];
+                *reinterpret_cast<uint32_t*>(smem + Layout::p + kPBytes + at + 8 * 128) =
+                    pa[j >> 1][2 * (j & 1) + 1];
+            }
+            wg::fence_proxy_async();
             wg::named_arrive(kBarP1, 256);
             wg::wait<0>();
         }
