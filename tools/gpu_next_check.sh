@@ -2,7 +2,8 @@
 # Next first (written 2026-12-06, ninth session): PART=attnlite (~2 min; pack: TRACE=0 BINS="bench/model_bench
 #   tests/gpu/cuda_ops_test bench/cuda_kernel_bench" tools/gpu_pack.sh): the pipelined warpgroup attention
 #   (attention_wgp.cu, DEEPINFER_ATTN_WGMMA=2) in its base-2 form, written after the calls (one ex2 a score,
-#   a column's scale as one multiply, rescales skipped where a warp's factors are 1): its cases against the
+#   a column's scale as one multiply, rescales skipped where a warp's factors are 1, consumer 1's
+#   probabilities published as its A fragments' words): its cases against the
 #   reference, its kernel times against mma64. Its first form ran 2026-12-06 (ninth session, H200;
 #   docs/benchmarks.md): correct, -8% sliding, -11% CSA, +8% HCA, +1.0% on the 4K prefill; Nsight Compute:
 #   bound by each consumer warp's scalar chain (an issue every 3.3 cycles, 0.4 eligible warps a scheduler).
