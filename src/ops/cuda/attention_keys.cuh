@@ -78,7 +78,8 @@ __device__ __forceinline__ const float* key_row(const AttentionParams& p, int64_
 // accumulator: the same layout; s[nt][v]: rows g (v < 2) and g + 8, keys 8 nt + 2q + (v & 1); -inf for keys
 // past the end): m moves to the rows' running max, s becomes exp(s - m), l = l f + the tile's sum (over the
 // quad), and f = exp(m_old - m_new) is what the accumulators must be multiplied by.
-template <int NT>
+// kBase2: scores and m already times log2(e), the exponentials base 2 (one ex2 each).
+template <bool kBase2 = false, int NT>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2],
                                                     float (&f)[2]) {
     float mx[2] = {-INFINITY, -INFINITY};
@@ -91,7 +92,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
         const float m_new = fmaxf(m[i], mx[i]);
-        f[i] = expf(m[i] - m_new);
+        f[i] = kBase2 ? exp2f(m[i] - m_new) : expf(m[i] - m_new);
         m[i] = m_new;
     }
     float ps[2] = {0.0f, 0.0f};
@@ -99,7 +100,8 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
-            s[nt][v] = expf(s[nt][v] - m[v >> 1]);  // exp(-inf) = 0 for keys past the end
+            // exp(-inf) = 0 for keys past the end
+            s[nt][v] = kBase2 ? exp2f(s[nt][v] - m[v >> 1]) : expf(s[nt][v] - m[v >> 1]);
             ps[v >> 1] += s[nt][v];
         }
 #pragma unroll

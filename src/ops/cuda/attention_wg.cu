@@ -15,6 +15,7 @@
 // and a query's result does not depend on the other queries.
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
+#include "ops/cuda/attention_wg_tiles.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
@@ -23,16 +24,9 @@ namespace di::cuda {
 namespace {
 
 using namespace mma;
+using wgtile::kChunkBytes, wgtile::kTileBytes, wgtile::unit_at;
 
 constexpr int kHeads = 64, kKeys = 64, kWarps = 8, kThreads = 32 * kWarps, kStages = 2;
-constexpr uint32_t kChunkBytes = 64 * 128;        // 64 rows x 64 halves
-constexpr uint32_t kTileBytes = 8 * kChunkBytes;  // 64 rows x 512 halves
-
-// Byte offset of the 16-byte unit u (of 64 along a row of 512 halves) of row r in a swizzled tile.
-__device__ __forceinline__ uint32_t unit_at(int r, int u) {
-    return uint32_t(u >> 3) * kChunkBytes + uint32_t(r) * 128u + uint32_t(((u & 7) ^ (r & 7)) << 4);
-}
-
 size_t smem_bytes(const AttentionParams& p) {
     return 1024 + 3 * size_t(kTileBytes) + size_t(kStages * kKeys) * sizeof(int) + kWarps * sizeof(float) +
            size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t);
@@ -71,34 +65,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wg_kernel(AttentionPara
     issue(0);
     wg::cp_async_commit();
 
-    // q as f16 times 2^shq (shq from the block's max |q|), into its swizzled tile
-    float zs;  // the scores' scale: p.scale / 2^shq
-    {
-        const float* qb = p.q + t * p.q_s0 + h0 * p.q_s1 + u * 8;
-        float qmax = 0.0f;
-        for (int i = 0; i < 16; ++i) {
-            const float* src = qb + (r0 + 4 * i) * p.q_s1;
-#pragma unroll
-            for (int e = 0; e < 8; e += 2) {
-                const float2 v = *reinterpret_cast<const float2*>(src + e);
-                qmax = fmaxf(qmax, fmaxf(fabsf(v.x), fabsf(v.y)));
-            }
-        }
-        const int shq = chunk_shift(block_max<kWarps>(qmax, red));
-        const float s = pow2f(shq);
-        for (int i = 0; i < 16; ++i) {
-            const int row = r0 + 4 * i;
-            const float* src = qb + row * p.q_s1;
-            uint32_t w[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 v = *reinterpret_cast<const float2*>(src + 2 * e);
-                w[e] = pack_f16x2(v.x * s, v.y * s);
-            }
-            *reinterpret_cast<uint4*>(smem + unit_at(row, u)) = make_uint4(w[0], w[1], w[2], w[3]);
-        }
-        zs = scalbnf(p.scale, -shq);
-    }
+    // q as f16 times 2^shq (shq from the block's max |q|), into its swizzled tile; zs: the scores' scale,
+    // p.scale / 2^shq
+    const float zs =
+        wgtile::q_tile_f16(p, t, h0, tid, smem, [&](float v) { return block_max<kWarps>(v, red); });
 
     float o[128];  // head_dim columns 256 wgi + 8 j + 2q (+1): heads g (o[4j], o[4j + 1]) and g + 8
 #pragma unroll
@@ -190,14 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wg_kernel(AttentionPara
     wg::cp_async_wait<0>();
     const float out_scale = scalbnf(1.0f, -(14 + t_prev));
     const float inv[2] = {out_scale / l[0], out_scale / l[1]};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        float* dst = p.out + t * p.o_s0 + (h0 + hw + g + 8 * i) * p.o_s1 + 256 * wgi + 2 * q;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-            *reinterpret_cast<float2*>(dst + 8 * j) =
-                make_float2(o[4 * j + 2 * i] * inv[i], o[4 * j + 2 * i + 1] * inv[i]);
-    }
+    wgtile::store_out_rows(p, t, h0 + hw + g, 256 * wgi + 2 * q, o, inv);
 }
 
 }  // namespace

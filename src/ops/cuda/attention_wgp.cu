@@ -18,6 +18,7 @@
 // reference at the native tolerance.
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
+#include "ops/cuda/attention_wg_tiles.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
@@ -26,55 +27,17 @@ namespace di::cuda {
 namespace {
 
 using namespace mma;
+using wgtile::kChunkBytes, wgtile::kTileBytes, wgtile::unit_at;
 
 constexpr int kHeads = 64, kKeys = 64, kThreads = 384;
 constexpr int kConsumerRegs = 224, kProducerRegs = 56;  // 2 x 128 x 224 + 128 x 56 <= 65,536
-constexpr uint32_t kChunkBytes = 64 * 128;              // 64 rows x 64 halves
-constexpr uint32_t kTileBytes = 8 * kChunkBytes;        // 64 rows x 512 halves
 constexpr uint32_t kPBytes = kChunkBytes;               // 64 heads x 64 keys of probabilities
 // named barriers (0 is __syncthreads'): the consumers' q max and q stores, the pair's handoffs, the sums
 enum : int { kBarQMax = 1, kBarQ, kBarMax0, kBarMax1, kBarP0, kBarP1, kBarSums };
 
-// Byte offset of the 16-byte unit u (of 64 along a row of 512 halves) of row r in a swizzled tile.
-__device__ __forceinline__ uint32_t unit_at(int r, int u) {
-    return uint32_t(u >> 3) * kChunkBytes + uint32_t(r) * 128u + uint32_t(((u & 7) ^ (r & 7)) << 4);
-}
-
 // A probability's exponent: 2^14 times 2^(t - shift), never above 2^14 for a key of the tile (t is at most
 // its smallest shift) and clamped for the zero shifts of slots past the last key (their probability is 0).
 __device__ __forceinline__ int p_exp(int t, int shift) { return min(max(14 + t - shift, -126), 14); }
-
-// online_softmax_tile (attention_keys.cuh) with scores already times log2(e) and m in the same units.
-__device__ __forceinline__ void softmax_tile_base2(float (&s)[8][4], float (&m)[2], float (&l)[2],
-                                                   float (&f)[2]) {
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) mx[v >> 1] = fmaxf(mx[v >> 1], s[nt][v]);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        const float m_new = fmaxf(m[i], mx[i]);
-        f[i] = exp2f(m[i] - m_new);
-        m[i] = m_new;
-    }
-    float ps[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-            s[nt][v] = exp2f(s[nt][v] - m[v >> 1]);  // exp2(-inf) = 0 for keys past the end
-            ps[v >> 1] += s[nt][v];
-        }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 1);
-        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 2);
-        l[i] = l[i] * f[i] + ps[i];
-    }
-}
 
 // The accumulators' rows times f (heads g, g + 8), skipped where the whole warp's factors are 1 (the usual
 // case once a query's max and the keys' scale have settled).
@@ -147,43 +110,19 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
     // the consumers
     wg::setmaxnreg_inc<kConsumerRegs>();
     const int c = warp >> 2, hw = 16 * (warp & 3);  // this consumer, the warp's 16 heads
-    float zs;                                       // the scores' scale: p.scale / 2^shq
-    {                                               // q as f16 times 2^shq (shq from the block's max |q|)
-        const int u = tid & 63, r0 = tid >> 6;      // unit u of rows r0 + 4 i
-        const float* qb = p.q + t * p.q_s0 + h0 * p.q_s1 + u * 8;
-        float qmax = 0.0f;
-        for (int i = 0; i < 16; ++i) {
-            const float* src = qb + (r0 + 4 * i) * p.q_s1;
+    // q as f16 times 2^shq (shq from the block's max |q|) into its tile; zs: the scores' scale, p.scale /
+    // 2^shq
+    const float zs = wgtile::q_tile_f16(p, t, h0, tid, smem + Layout::q, [&](float v) {
 #pragma unroll
-            for (int e = 0; e < 8; e += 2) {
-                const float2 v = *reinterpret_cast<const float2*>(src + e);
-                qmax = fmaxf(qmax, fmaxf(fabsf(v.x), fabsf(v.y)));
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, o));
-        if (lane == 0) red[warp] = qmax;
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) red[warp] = v;
         wg::named_sync(kBarQMax, 256);
 #pragma unroll
-        for (int w = 0; w < 8; ++w) qmax = fmaxf(qmax, red[w]);
-        const int shq = chunk_shift(qmax);
-        const float s = pow2f(shq);
-        for (int i = 0; i < 16; ++i) {
-            const int row = r0 + 4 * i;
-            const float* src = qb + row * p.q_s1;
-            uint32_t w[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 v = *reinterpret_cast<const float2*>(src + 2 * e);
-                w[e] = pack_f16x2(v.x * s, v.y * s);
-            }
-            *reinterpret_cast<uint4*>(smem + Layout::q + unit_at(row, u)) =
-                make_uint4(w[0], w[1], w[2], w[3]);
-        }
-        zs = scalbnf(p.scale, -shq);
-        wg::fence_proxy_async();  // q's stores, seen by the tensor cores' reads
-        wg::named_sync(kBarQ, 256);
-    }
+        for (int w = 0; w < 8; ++w) v = fmaxf(v, red[w]);
+        return v;
+    });
+    wg::fence_proxy_async();  // q's stores, seen by the tensor cores' reads
+    wg::named_sync(kBarQ, 256);
 
     float o[128];  // head_dim columns 256 c + 8 j + 2q (+1): heads g (o[4j], o[4j + 1]) and g + 8
 #pragma unroll
@@ -214,8 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
                 wg::desc_k_major_sw128(own + (k >> 2) * kChunkBytes + (k & 3) * 32), k > 0);
         wg::commit();
         wg::wait<0>();
-#pragma unroll
-        for (int e = 0; e < 32; ++e) wg::keep(s[e]);
+        wg::keep(s);
 
         // the tile's smallest shift over its keys, each key's scale on its score column
         int t_min = min(j0 + lane < n_keys ? ksh[lane] : kEmptyRowShift,
@@ -246,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
             for (int h = 0; h < 2; ++h) f_pre[h] = exp2f(m[h] - m0[h]), l[h] *= f_pre[h], m[h] = m0[h];
         }
         float f[2];
-        softmax_tile_base2(sv, m, l, f);
+        online_softmax_tile<true>(sv, m, l, f);
         // the accumulators' scale from here: never up, and at most this tile's smallest shift (so that no
         // probability exceeds 2^14 in f16)
         const int t_new = min(t_min, t_in);
@@ -270,12 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
                 pa[ks][2 * h] = pack_f16x2(sv[j][0] * p0, sv[j][1] * p1);
                 pa[ks][2 * h + 1] = pack_f16x2(sv[j][2] * p0, sv[j][3] * p1);
             }
-#pragma unroll
-        for (int e = 0; e < 128; ++e) wg::keep(o[e]);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) wg::keep(pa[ks][e]);
+        wg::keep(o);
+        wg::keep(pa);
         wg::fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -322,12 +256,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
             wg::named_arrive(kBarP1, 256);
             wg::wait<0>();
         }
-#pragma unroll
-        for (int e = 0; e < 128; ++e) wg::keep(o[e]);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) wg::keep(pa[ks][e]);
+        wg::keep(o);
+        wg::keep(pa);
         wg::mbar_arrive(k_free + 8 * c);  // this consumer's reads of its own tile are done
 
         // the other tile's probabilities times this consumer's half of its rows (its copies landed: the other
@@ -335,8 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
         wg::named_sync(c == 0 ? kBarP1 : kBarP0, 256);
         wg::mbar_wait(k_ready + 8 * (c ^ 1), par);
         rescale(o, g_out);
-#pragma unroll
-        for (int e = 0; e < 128; ++e) wg::keep(o[e]);
+        wg::keep(o);
         wg::fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -346,8 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
                                         1024));
         wg::commit();
         wg::wait<0>();
-#pragma unroll
-        for (int e = 0; e < 128; ++e) wg::keep(o[e]);
+        wg::keep(o);
         wg::mbar_arrive(k_free + 8 * (c ^ 1));
     }
 
@@ -357,14 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
     const float out_scale = scalbnf(1.0f, -(14 + t_acc));
     const float inv[2] = {out_scale / (sums[row0] + sums[kHeads + row0]),
                           out_scale / (sums[row0 + 8] + sums[kHeads + row0 + 8])};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float* dst = p.out + t * p.o_s0 + (h0 + row0 + 8 * h) * p.o_s1 + 256 * c + 2 * q;
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-            *reinterpret_cast<float2*>(dst + 8 * j) =
-                make_float2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
-    }
+    wgtile::store_out_rows(p, t, h0 + row0, 256 * c + 2 * q, o, inv);
 }
 
 }  // namespace

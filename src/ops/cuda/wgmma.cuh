@@ -134,6 +134,18 @@ __device__ __forceinline__ void wait() {
 // Keeps a register that an in-flight wgmma reads or writes live and unmoved across this point.
 __device__ __forceinline__ void keep(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void keep(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <int N>
+__device__ __forceinline__ void keep(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) keep(r[i]);
+}
+template <int N, int M>
+__device__ __forceinline__ void keep(uint32_t (&r)[N][M]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < M; ++j) keep(r[i][j]);
+}
 
 // Shared-memory descriptor of a K-major operand without swizzle: core matrices of 8 rows x 16 bytes, each
 // 128 contiguous bytes; lbo = bytes between the two core matrices along K of one wgmma (k16), sbo = bytes
