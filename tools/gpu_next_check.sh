@@ -283,6 +283,22 @@ case ${PART:-fp8} in
         flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
     done
     ;;
+  ssncu)  # (PART=attnwgp's pack) Nsight Compute on one up launch of the converting W4A8 kernel and one launch
+           # of the pipelined attention: speed of light, warp states, the hottest SASS lines and their stalls
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for k in moe_w4a8_bulk_ss attention_wgp; do
+      envs=(DEEPINFER_ATTN_WGMMA=2)
+      timeout 200 env "${envs[@]}" "$ncu" --kernel-name regex:"${k}_kernel" --launch-skip 1 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
+        --section ComputeWorkloadAnalysis -f -o "$OUT/ncu_$k" $d/bin/model_bench --preset flash --layers 2 \
+        --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/ncu_$k.log" 2>&1
+      echo "== ncu $k rc $?"
+      "$ncu" --import "$OUT/ncu_$k.ncu-rep" --page details 2>/dev/null > "$OUT/ncu_$k.txt"
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|Stall|Registers Per|Block Size|Theoretical Occ" "$OUT/ncu_$k.txt" | head -30
+      "$ncu" --import "$OUT/ncu_$k.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_$k.csv" 2>&1
+      python3 tools/ncu_top_lines.py "$OUT/ncu_$k.csv" 30
+    done
+    ;;
   attnwgp)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test bench/cuda_kernel_bench") the
             # pipelined warpgroup attention (attention_wgp.cu, DEEPINFER_ATTN_WGMMA=2): its cases against the
             # reference, its kernel times against mma64's, then where a 4K and a 32K prefill's time goes now by
@@ -540,6 +556,6 @@ PY
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: attnlite | ssncu | attnwgp | ssdefault | indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0

@@ -13,9 +13,12 @@
 // 0's; consumer 0 then rescales its probabilities to consumer 1's and publishes them, consumer 1 publishes
 // its own as they are. So each tile's probabilities meet both halves of the output at one max and one scale,
 // the softmax of tiles taken in order. The softmax sums: consumer 0 holds the sink's and its tiles', consumer
-// 1 its tiles', added at the end. The softmax runs in base 2 (scores times log2 e, one ex2 a score). Not
-// bit-identical to attention_wg (the rescaling order and the exponentials differ); its tests compare with the
-// reference at the native tolerance.
+// 1 its tiles', added at the end. A last pair whose second tile has no keys (HCA layers at short contexts:
+// 160 keys, three tiles): consumer 1 skips that tile's scores and consumer 0 its products (both zeros);
+// consumer 1's own products of its zero probabilities stay (skipping them made ptxas serialise the wgmmas,
+// C7515). The softmax runs in base 2 (scores times log2 e, one ex2 a score). Not bit-identical to
+// attention_wg (the rescaling order and the exponentials differ); its tests compare with the reference at the
+// native tolerance.
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/attention_wg_tiles.cuh"
@@ -144,16 +147,22 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
         const int64_t j0 = (2 * i + c) * kKeys;  // this consumer's tile's first key slot
         wg::mbar_wait(k_ready + 8 * c, par);
         wg::fence_proxy_async();
-        float s[32];  // s[4j + v]: head row0 (+8 for v >= 2), key 8j + 2q + (v & 1)
-        wg::fence();
+        float s[32];                        // s[4j + v]: head row0 (+8 for v >= 2), key 8j + 2q + (v & 1)
+        const bool own_keys = j0 < n_keys;  // false only for consumer 1's tile past a pair's last key
+        if (own_keys) {
+            wg::fence();
 #pragma unroll
-        for (int k = 0; k < 32; ++k)
-            wg::mma_m64n64k16_ss(
-                s, wg::desc_k_major_sw128(base + Layout::q + (k >> 2) * kChunkBytes + (k & 3) * 32),
-                wg::desc_k_major_sw128(own + (k >> 2) * kChunkBytes + (k & 3) * 32), k > 0);
-        wg::commit();
-        wg::wait<0>();
-        wg::keep(s);
+            for (int k = 0; k < 32; ++k)
+                wg::mma_m64n64k16_ss(
+                    s, wg::desc_k_major_sw128(base + Layout::q + (k >> 2) * kChunkBytes + (k & 3) * 32),
+                    wg::desc_k_major_sw128(own + (k >> 2) * kChunkBytes + (k & 3) * 32), k > 0);
+            wg::commit();
+            wg::wait<0>();
+            wg::keep(s);
+        } else {
+#pragma unroll
+            for (int v = 0; v < 32; ++v) s[v] = 0.0f;
+        }
 
         // the tile's smallest shift over its keys, each key's scale on its score column
         int t_min = min(j0 + lane < n_keys ? ksh[lane] : kEmptyRowShift,
@@ -266,16 +275,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
         wg::mbar_wait(k_ready + 8 * (c ^ 1), par);
         rescale(o, g_out);
         wg::keep(o);
-        wg::fence();
+        if ((2 * i + (c ^ 1)) * kKeys < n_keys) {  // the other tile has keys (not consumer 1's last, empty)
+            wg::fence();
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-            wg::mma_m64n256k16_ss_bt(
-                o, wg::desc_k_major_sw128(p_other + ks * 32),
-                wg::desc_mn_major_sw128(other + uint32_t(c) * 4 * kChunkBytes + ks * 2048, kChunkBytes,
-                                        1024));
-        wg::commit();
-        wg::wait<0>();
-        wg::keep(o);
+            for (int ks = 0; ks < 4; ++ks)
+                wg::mma_m64n256k16_ss_bt(
+                    o, wg::desc_k_major_sw128(p_other + ks * 32),
+                    wg::desc_mn_major_sw128(other + uint32_t(c) * 4 * kChunkBytes + ks * 2048, kChunkBytes,
+                                            1024));
+            wg::commit();
+            wg::wait<0>();
+            wg::keep(o);
+        }
         wg::mbar_arrive(k_free + 8 * (c ^ 1));
     }
 
