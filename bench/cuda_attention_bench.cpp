@@ -119,10 +119,10 @@ void bench_attention_prefill(std::vector<GemmRow>& rows, cudaStream_t s, const c
                                    std::tuple{"mma", AttentionVariant::kMma, 0}}) {
         if (v == AttentionVariant::kMma64 ? !attention_mma64_supported(p) : !attention_mma_supported(p))
             continue;
-        set_attention_wgmma(wgmma);
+        const int was = set_attention_wgmma(wgmma);
         launch_attention(p, scratch, s, v);  // scratch sized (and shared memory raised) before the capture
         const double us = graph_us(s, 5, [&](int) { launch_attention(p, scratch, s, v); });
-        set_attention_wgmma(0);
+        set_attention_wgmma(was);
         DI_CUDA_CHECK(cudaGetLastError());
         rows.push_back({name, vname, us, 4.0 * A::H * A::hd * keys});
     }

@@ -283,20 +283,46 @@ case ${PART:-fp8} in
         flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
     done
     ;;
+  ssloop)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test", model_bench_prev
+           # built before the change) the converting W4A8 kernel's multiplying loop with one loop a tile width and
+           # the stages' descriptors by addition, its converters' stage arithmetic in 32 bits; the pipelined
+           # attention as the default: their cases, then the 4K / 32K MoE and the 4K prefill against the build
+           # before, alternating, and Nsight Compute's instruction counts on one launch
+    timeout 60 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaAttention.*:CudaAttentions.*' > "$OUT/attn_tests.log" 2>&1
+    echo "attention tests rc $?"; summary "$OUT/attn_tests.log"
+    timeout 110 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
+      > "$OUT/w4a8_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    for v in "4096 model_bench_prev" "4096 model_bench" "4096 model_bench_prev" "4096 model_bench" \
+      "32768 model_bench_prev" "32768 model_bench"; do
+      read -r n b <<< "$v"
+      echo "$b 4 layers, $n: $(DEEPINFER_ATTN_WGMMA=2 timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda \
+        --precision native --prompt $n --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|attention|total) ' | \
+        awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+    done
+    for v in "model_bench_prev 0" "model_bench_prev 2" "model_bench 2" "model_bench_prev 0" "model_bench_prev 2" "model_bench 2"; do
+      read -r b a <<< "$v"
+      echo "prefill 4096 [$b, DEEPINFER_ATTN_WGMMA=$a]: $(DEEPINFER_ATTN_WGMMA=$a timeout 60 $d/bin/$b --preset flash \
+        --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    NCU_KERNELS=moe_w4a8_bulk_ss PART=ssncu OUT=$OUT "$0" 2>&1 | grep -vE '^ +[0-9.]+%  +[A-Z@]' | head -30
+    ;;
   ssncu)  # (PART=attnwgp's pack) Nsight Compute on one up launch of the converting W4A8 kernel and one launch
            # of the pipelined attention: speed of light, warp states, the hottest SASS lines and their stalls
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    for k in moe_w4a8_bulk_ss attention_wgp; do
+    for k in ${NCU_KERNELS:-moe_w4a8_bulk_ss attention_wgp}; do
       envs=(DEEPINFER_ATTN_WGMMA=2)
       timeout 200 env "${envs[@]}" "$ncu" --kernel-name regex:"${k}_kernel" --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
-        --section ComputeWorkloadAnalysis -f -o "$OUT/ncu_$k" $d/bin/model_bench --preset flash --layers 2 \
+        --section ComputeWorkloadAnalysis --section InstructionStats -f -o "$OUT/ncu_$k" \
+        $d/bin/model_bench --preset flash --layers 2 \
         --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/ncu_$k.log" 2>&1
       echo "== ncu $k rc $?"
       "$ncu" --import "$OUT/ncu_$k.ncu-rep" --page details 2>/dev/null > "$OUT/ncu_$k.txt"
-      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|Stall|Registers Per|Block Size|Theoretical Occ" "$OUT/ncu_$k.txt" | head -30
+      grep -E "Executed Instructions|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|Stall|Registers Per|Block Size|Theoretical Occ" "$OUT/ncu_$k.txt" | head -30
       "$ncu" --import "$OUT/ncu_$k.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_$k.csv" 2>&1
       python3 tools/ncu_top_lines.py "$OUT/ncu_$k.csv" 30
+      rm -f "$OUT/ncu_$k.ncu-rep" "$OUT/ncu_$k.log"  # (a call brings back only so many files)
     done
     ;;
   attnwgp)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test bench/cuda_kernel_bench") the
@@ -556,6 +582,6 @@ PY
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: attnlite | ssncu | attnwgp | ssdefault | indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: ssloop | attnlite | ssncu | attnwgp | ssdefault | indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0

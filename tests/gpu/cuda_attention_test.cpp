@@ -73,9 +73,9 @@ TEST_P(CudaAttention, MatchesRef) {
         ops::AttentionArgs a = make(true);
         a.f16 = true;
         const int64_t before = b.gpu->dispatch_count("attention", variant);
-        cuda::set_attention_wgmma(wgmma);
+        const int was = cuda::set_attention_wgmma(wgmma);
         b.gpu->attention(a);
-        cuda::set_attention_wgmma(0);
+        cuda::set_attention_wgmma(was);
         EXPECT_EQ(b.gpu->dispatch_count("attention", variant), before + 1) << run;
         std::memcpy(out.hv().data, want.data(), want.size() * sizeof(float));
         expect_close(out, ops::cases::kAttentionNativeCuda.value, std::string(c.name) + " " + run + " f16");

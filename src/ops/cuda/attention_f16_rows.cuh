@@ -51,7 +51,8 @@ __device__ __forceinline__ int key_shift(const AttentionParams& p, const F16Rows
 // the rows' conversion; whether it takes the call's shared memory.
 bool attention_wg_fits(const AttentionParams& p);
 void launch_attention_wg(const AttentionParams& p, const F16Rows& r, cudaStream_t s);
-// attention_wgp.cu: the same queries by a producer warpgroup and two consumers (set_attention_wgmma(2)).
+// attention_wgp.cu: the same queries by a producer warpgroup and two consumers (set_attention_wgmma(2), the
+// default).
 bool attention_wgp_fits(const AttentionParams& p);
 void launch_attention_wgp(const AttentionParams& p, const F16Rows& r, cudaStream_t s);
 

@@ -13,9 +13,12 @@
 //              the tile's rows (ldmatrix.trans) into f32 accumulators kept in the scale 2^(14 + T).
 // Precision as `mma` with AttentionParams::f16: q, keys and probabilities rounded to f16 (a key row's scale
 // is its own instead of its tile's: no coarser). Sums in a fixed order: deterministic; a query's result does
-// not depend on the other queries.
+// not depend on the other queries. The key rows' launch is shared; the blocks run attention_wgp.cu's
+// pipelined warpgroup kernel by default (set_attention_wgmma), this file's kernel with
+// DEEPINFER_ATTN_WGMMA=0.
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
@@ -215,7 +218,8 @@ size_t smem_bytes(const AttentionParams& p) {
 
 int64_t ring_rows(const AttentionParams& p) { return p.n_cached > 0 ? p.window - 1 : 0; }
 
-int wgmma_mode = int(env_int("DEEPINFER_ATTN_WGMMA", 0));
+// 2 by default: the pipelined kernel was faster on every layer kind measured (docs/benchmarks.md)
+int wgmma_mode = int(env_int("DEEPINFER_ATTN_WGMMA", 2));
 
 }  // namespace
 
@@ -248,6 +252,6 @@ void launch_attention_mma64(const AttentionParams& p, Scratch& scratch, Stream s
         attention_mma64_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, st>>>(p, r);
 }
 
-void set_attention_wgmma(int mode) { wgmma_mode = mode; }
+int set_attention_wgmma(int mode) { return std::exchange(wgmma_mode, mode); }
 
 }  // namespace di::cuda

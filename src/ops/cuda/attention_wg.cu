@@ -1,6 +1,7 @@
 // Prefill attention of the native precision on the warpgroup tensor cores: the mma64 variant's queries
 // (head_dim 512, 64 heads a block, key rows already f16 with their own shifts: attention_f16_rows.cuh) under
-// set_attention_wgmma, off until measured on the GPU. Block (query t, 64 heads), two warpgroups.
+// set_attention_wgmma(1), off (slower than attention_wgp.cu, the default). Block (query t, 64 heads), two
+// warpgroups.
 //   q:       the query's 64 heads x 512 as f16 with one power-of-two scale, in shared memory K-major with the
 //            128-byte swizzle: 8 chunks of 64 columns, each 64 rows x 128 bytes (the 16-byte unit c of row r
 //            at c ^ (r % 8))

@@ -1,7 +1,7 @@
 // Prefill attention of the native precision on the warpgroup tensor cores with a producer and two consumers
-// (set_attention_wgmma(2)): attention_wg.cu's queries and numerics (f16 q with one power-of-two scale, the
-// f16 key rows with their own shifts, f32 sums), without its duplicated scores and with the copies taken out
-// of the multiplying warps. Block (query t, 64 heads), three warpgroups:
+// (set_attention_wgmma(2), the default): attention_wg.cu's queries and numerics (f16 q with one power-of-two
+// scale, the f16 key rows with their own shifts, f32 sums), without its duplicated scores and with the copies
+// taken out of the multiplying warps. Block (query t, 64 heads), three warpgroups:
 //   producer (warpgroup 2): copies 64-key tiles and their shifts into two buffers (cp.async, completing on an
 //            mbarrier a buffer), tile 2i into buffer 0 and 2i + 1 into buffer 1, each once both consumers
 //            freed it

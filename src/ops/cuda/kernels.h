@@ -216,10 +216,11 @@ struct AttentionParams {
 // operands); kSplitKv: each query's keys split across blocks (flash-decoding), partials merged with the sink
 // in a fixed order; kPerQuery: one block per (query, 8 heads) over all its keys, the fallback.
 enum class AttentionVariant { kMma64, kMma, kSplitKv, kPerQuery };
-// mma64's queries on the warpgroup tensor cores, the same precision: 1 attention_wg.cu (scores and output on
-// wgmma, 64-key tiles), 2 attention_wgp.cu (a producer warpgroup and two consumers, each tile's scores once);
-// 0 (the default) mma64's own kernel. DEEPINFER_ATTN_WGMMA=1|2 in the environment; tests set it here.
-void set_attention_wgmma(int mode);
+// mma64's queries on the warpgroup tensor cores, the same precision: 2 (the default) attention_wgp.cu (a
+// producer warpgroup and two consumers, each tile's scores once), 1 attention_wg.cu (scores and output on
+// wgmma, 64-key tiles), 0 mma64's own kernel. DEEPINFER_ATTN_WGMMA=0|1|2 in the environment; tests set it
+// here. Returns the mode it replaces.
+int set_attention_wgmma(int mode);
 // kMma: head_dim 512, heads a multiple of 16, 16-byte aligned key rows, 8-byte aligned q and out rows;
 // dispatch gives it chunks of at least kAttentionMmaMinQueries queries.
 bool attention_mma_supported(const AttentionParams& p);

@@ -24,9 +24,15 @@
 // register limit: clock probes added to this kernel (a template flag, no code in the default's form but a
 // field in TiledIo) made ptxas serialise the default's wgmmas (C7511, "insufficient register resources");
 // check `-Xptxas -v` for C7511 on the kConv = 2 instantiations after any change here (the kConv = 1 forms
-// have had it since the narrow tiles).
+// have had it since the narrow tiles). The multiplying loop: Nsight Compute on one launch (H100, 2026-12-07)
+// counted ~226 instructions a multiplying warp a chunk, ~115 of them the descriptors' arithmetic, the
+// k-steps' branches on the tile width and moves, with the SM's issue slots 44% busy at ~2,000 cycles a chunk
+// where its wgmmas need ~400-500; so the kRowBase form runs one loop a tile width and both forms add the
+// stage's offset to two descriptors made once (the !kRowBase form keeps one loop over the widths: a loop a
+// width made ptxas serialise its wgmmas, C7511), and the converters count stages in 32 bits.
 
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_w4a8.cuh"
@@ -50,6 +56,17 @@ constexpr int kStageBytes = kTokBytes + kABytes + kN * 4 + kRows * 4;  // + toke
 constexpr int kRawBytes = kRows * kChunk / 2;                          // a ring slot: 64 bytes a row
 constexpr int kStages = 5;
 static_assert(kStageBytes % 1024 == 0);
+
+// wgmma m64nNTk32 e4m3, both operands in shared memory
+template <int NT>
+__device__ __forceinline__ void mma_e4m3_ss(float (&d)[NT / 2], uint64_t a, uint64_t b, int accumulate) {
+    if constexpr (NT == 128)
+        wg::mma_m64n128k32_e4m3_ss(d, a, b, accumulate);
+    else if constexpr (NT == 96)
+        wg::mma_m64n96k32_e4m3_ss(d, a, b, accumulate);
+    else
+        wg::mma_m64n64k32_e4m3_ss(d, a, b, accumulate);
+}
 
 struct UnitInfo {
     int32_t e, b0, cnt, group;  // expert, first plan index, pairs, row group; e < 0: the walk's end
@@ -78,17 +95,19 @@ __global__ void __launch_bounds__(threads(kConv), 1)
     // (plan.work: up's, down's; zero after the plan kernel)
     int32_t* const next_u =
         reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(tpairs + 2 * kN) + 8 * (2 * kStages + 4));
-    auto full = [&](int64_t s) { return bar0 + uint32_t(s) * 8; };  // 4 converting warps + the bytes' arrival
-    auto empty = [&](int64_t s) { return bar0 + uint32_t(kStages + s) * 8; };       // 8 multiplying warps
+    auto full = [&](uint32_t s) {
+        return bar0 + uint32_t(s) * 8;
+    };  // 4 converting warps + the bytes' arrival
+    auto empty = [&](uint32_t s) { return bar0 + uint32_t(kStages + s) * 8; };      // 8 multiplying warps
     auto ufull = [&](int i) { return bar0 + uint32_t(2 * kStages + i) * 8; };       // 1 arrival
     auto uempty = [&](int i) { return bar0 + uint32_t(2 * kStages + 2 + i) * 8; };  // 8 multiplying warps
     // a stage: token tile, A tile, token scales, row factors
-    auto tok_at = [&](int64_t s) { return s0 + uint32_t(s * kStageBytes); };
-    auto a_at = [&](int64_t s) { return s0 + uint32_t(s * kStageBytes + kTokBytes); };
-    auto tsc = [&](int64_t s) {
+    auto tok_at = [&](uint32_t s) { return s0 + uint32_t(s * kStageBytes); };
+    auto a_at = [&](uint32_t s) { return s0 + uint32_t(s * kStageBytes + kTokBytes); };
+    auto tsc = [&](uint32_t s) {
         return reinterpret_cast<float*>(base + s * kStageBytes + kTokBytes + kABytes);
     };
-    auto rfs = [&](int64_t s) { return tsc(s) + kN; };
+    auto rfs = [&](uint32_t s) { return tsc(s) + kN; };
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) wg::mbar_init(full(s), 5), wg::mbar_init(empty(s), 8);
@@ -107,7 +126,9 @@ __global__ void __launch_bounds__(threads(kConv), 1)
         const int sw =
             (t >> 1) & 3;  // raw row t's 16-byte unit i at i ^ sw (conflict-free reads a row a thread)
         uint8_t* const my_raw = rings + int64_t(cw) * kRing * kRawBytes + t * 64;
-        int64_t it = 0;  // the stages' chunk count, the same in every converting warpgroup
+        // the stages' chunk count, the same in every converting warpgroup (32-bit: a block's chunks a launch
+        // are far fewer than 2^31, and the stage's modulo is then a few instructions, not a 64-bit division)
+        uint32_t it = 0;
         for (int64_t ui = 0;; ++ui) {
             const int slot = int(ui & 1);
             // units in the order blocks ask for them (a block that drew a long unit takes fewer): the routed
@@ -148,33 +169,35 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 row_max = max_byte(m4);
             }
             // this warpgroup's j-th chunk of a tile, c = cw + kConv j, into ring slot j % kRing
-            auto issue_raw = [&](int64_t j) {
-                const int64_t c = cw + kConv * j;
+            auto issue_raw = [&](int j) {
+                const int c = cw + kConv * j;
                 const uint32_t dst = wg::smem_addr(my_raw + (j % kRing) * kRawBytes);
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
                     wg::cp_async16(dst + ((i ^ sw) * 16), wrow + c * 64 + i * 16, true);
             };
-            const int64_t own = (chunks - cw + kConv - 1) / kConv;  // this warpgroup's chunks of a tile
-            for (int i0 = 0; i0 < cnt; i0 += kN, it += chunks) {
+            const int own = int((chunks - cw + kConv - 1) / kConv);  // this warpgroup's chunks of a tile
+            for (int i0 = 0; i0 < cnt; i0 += kN, it += uint32_t(chunks)) {
 #pragma unroll
                 for (int j = 0; j < kRing - 1; ++j) {
                     if (j < own) issue_raw(j);
                     wg::cp_async_commit();
                 }
-                for (int64_t j = 0; j < own; ++j) {
-                    const int64_t c = cw + kConv * j, ic = it + c;  // ic: the chunk's place in the stages
+                for (int j = 0; j < own; ++j) {
+                    const int c = cw + kConv * j;
+                    const uint32_t ic = it + uint32_t(c);  // ic: the chunk's place in the stages
                     if (j + kRing - 1 < own) issue_raw(j + kRing - 1);
                     wg::cp_async_commit();
                     const uint32_t s4 = __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * c));
-                    const int64_t s = ic % kStages;
-                    wg::mbar_wait(empty(s), uint32_t(((ic / kStages) & 1) ^ 1));
+                    const uint32_t s = ic % kStages;
+                    wg::mbar_wait(empty(s), ((ic / kStages) & 1u) ^ 1u);
                     if (t == 0) {
                         wg::mbar_arrive_expect_tx(full(s), kTokBytes + kN * 4);
                         const int64_t r0 = pb + i0;  // the token tile's first tiled row
-                        wg::bulk_copy_g2s(tok_at(s), io.act + (c * io.rows + r0) * kChunk, kTokBytes,
+                        wg::bulk_copy_g2s(tok_at(s), io.act + (int64_t(c) * io.rows + r0) * kChunk, kTokBytes,
                                           full(s));
-                        wg::bulk_copy_g2s(wg::smem_addr(tsc(s)), io.sc + c * io.rows + r0, kN * 4, full(s));
+                        wg::bulk_copy_g2s(wg::smem_addr(tsc(s)), io.sc + int64_t(c) * io.rows + r0, kN * 4,
+                                          full(s));
                     }
                     wg::cp_async_wait<kRing - 1>();  // this thread's copies of chunk c landed
                     const uint8_t* raw = my_raw + (j % kRing) * kRawBytes;
@@ -198,7 +221,11 @@ __global__ void __launch_bounds__(threads(kConv), 1)
     const int h = warp >> 2, wq = warp & 3, g = lane >> 2, q = lane & 3, ct = tid & 127;
     const int rloc = 64 * h + 16 * wq + g;  // this thread's rows: rloc, rloc + 8
     float acc[kN / 2], part[kN / 2];
-    int64_t it = 0;
+    // the stages' descriptors: stage 0's plus the stage's offset and k-step's 32 bytes, in 16-byte units
+    // (every address is below 2^18, so the 14-bit field never carries)
+    const uint64_t da0 = wg::desc_k_major_sw128(a_at(0) + h * 8192), db0 = wg::desc_k_major_sw128(tok_at(0));
+    int stage = 0;  // the next chunk's stage and its barriers' phase
+    uint32_t phase = 0;
     for (int64_t ui = 0;; ++ui) {
         const int slot = int(ui & 1);
         wg::mbar_wait(ufull(slot), uint32_t((ui >> 1) & 1));
@@ -210,41 +237,77 @@ __global__ void __launch_bounds__(threads(kConv), 1)
 #pragma unroll
             for (int v = 0; v < kN / 2; ++v) acc[v] = 0.0f;
             float f0 = 1.0f, f1 = 1.0f;  // kRowBase: the rows' fold factors, applied once at the end
-            // io.narrow: the tile's columns by wgmma n64 / n96 where its pairs fit (acc's columns past them
-            // stay zero and are not stored)
-            const int nt = !io.narrow || inf.cnt - i0 > 96 ? 128 : inf.cnt - i0 > 64 ? 96 : 64;
-            for (int64_t c = 0; c < chunks; ++c, ++it) {
-                const int64_t s = it % kStages;
-                wg::mbar_wait(full(s), uint32_t((it / kStages) & 1));
-                wg::fence();
+            // the tile's chunks by wgmma n NT (io.narrow: n64 / n96 where its pairs fit; acc's columns past
+            // them stay zero and are not stored), a loop a width so that no k-step branches on it
+            if constexpr (kRowBase) {
+                auto chunk_loop = [&](auto width) {
+                    constexpr int NT = decltype(width)::value;
+                    float(&a_n)[NT / 2] = reinterpret_cast<float(&)[NT / 2]>(acc);
+                    float(&p_n)[NT / 2] = reinterpret_cast<float(&)[NT / 2]>(part);
+                    for (int64_t c = 0; c < chunks; ++c) {
+                        wg::mbar_wait(full(uint32_t(stage)), phase);
+                        wg::fence();
+                        const uint64_t off = uint64_t(uint32_t(stage) * uint32_t(kStageBytes >> 4));
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const uint64_t da = wg::desc_k_major_sw128(a_at(s) + h * 8192 + k * 32),
-                                   db = wg::desc_k_major_sw128(tok_at(s) + k * 32);
-                    if (nt == 128)
-                        wg::mma_m64n128k32_e4m3_ss(part, da, db, k);
-                    else if (nt == 96)
-                        wg::mma_m64n96k32_e4m3_ss(reinterpret_cast<float(&)[48]>(part), da, db, k);
-                    else
-                        wg::mma_m64n64k32_e4m3_ss(reinterpret_cast<float(&)[32]>(part), da, db, k);
-                }
-                wg::commit();
-                wg::wait<0>();
+                        for (int k = 0; k < 4; ++k)
+                            mma_e4m3_ss<NT>(p_n, da0 + off + 2 * k, db0 + off + 2 * k, k);
+                        wg::commit();
+                        wg::wait<0>();
 #pragma unroll
-                for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
-                const float* ts = tsc(s);
-                const float rf0 = rfs(s)[rloc], rf1 = rfs(s)[rloc + 8];
-                if (kRowBase) f0 = rf0, f1 = rf1;
-                if (nt == 128)
-                    promote_chunk<kN, kRowBase>(acc, part, ts, q, rf0, rf1);
-                else if (nt == 96)
-                    promote_chunk<96, kRowBase>(reinterpret_cast<float(&)[48]>(acc),
-                                                reinterpret_cast<const float(&)[48]>(part), ts, q, rf0, rf1);
+                        for (int v = 0; v < NT / 2; ++v) wg::keep(p_n[v]);
+                        const float rf0 = rfs(stage)[rloc], rf1 = rfs(stage)[rloc + 8];
+                        if (kRowBase) f0 = rf0, f1 = rf1;
+                        promote_chunk<NT, kRowBase>(a_n, p_n, tsc(stage), q, rf0, rf1);
+                        __syncwarp();
+                        if (lane == 0) wg::mbar_arrive(empty(stage));
+                        if (++stage == kStages) stage = 0, phase ^= 1u;
+                    }
+                };
+                const int left = inf.cnt - i0;
+                if (!io.narrow || left > 96)
+                    chunk_loop(std::integral_constant<int, 128>{});
+                else if (left > 64)
+                    chunk_loop(std::integral_constant<int, 96>{});
                 else
-                    promote_chunk<64, kRowBase>(reinterpret_cast<float(&)[32]>(acc),
-                                                reinterpret_cast<const float(&)[32]>(part), ts, q, rf0, rf1);
-                __syncwarp();
-                if (lane == 0) wg::mbar_arrive(empty(s));
+                    chunk_loop(std::integral_constant<int, 64>{});
+            } else {  // one loop over the widths: a loop a width made ptxas serialise this form's wgmmas
+                      // (C7511)
+                const int nt = !io.narrow || inf.cnt - i0 > 96 ? 128 : inf.cnt - i0 > 64 ? 96 : 64;
+                for (int64_t c = 0; c < chunks; ++c) {
+                    wg::mbar_wait(full(uint32_t(stage)), phase);
+                    wg::fence();
+                    const uint64_t off = uint64_t(uint32_t(stage) * uint32_t(kStageBytes >> 4));
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const uint64_t da = da0 + off + 2 * k, db = db0 + off + 2 * k;
+                        if (nt == 128)
+                            wg::mma_m64n128k32_e4m3_ss(part, da, db, k);
+                        else if (nt == 96)
+                            wg::mma_m64n96k32_e4m3_ss(reinterpret_cast<float(&)[48]>(part), da, db, k);
+                        else
+                            wg::mma_m64n64k32_e4m3_ss(reinterpret_cast<float(&)[32]>(part), da, db, k);
+                    }
+                    wg::commit();
+                    wg::wait<0>();
+#pragma unroll
+                    for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
+                    const float* ts = tsc(stage);
+                    const float rf0 = rfs(stage)[rloc], rf1 = rfs(stage)[rloc + 8];
+                    if (kRowBase) f0 = rf0, f1 = rf1;
+                    if (nt == 128)
+                        promote_chunk<kN, kRowBase>(acc, part, ts, q, rf0, rf1);
+                    else if (nt == 96)
+                        promote_chunk<96, kRowBase>(reinterpret_cast<float(&)[48]>(acc),
+                                                    reinterpret_cast<const float(&)[48]>(part), ts, q, rf0,
+                                                    rf1);
+                    else
+                        promote_chunk<64, kRowBase>(reinterpret_cast<float(&)[32]>(acc),
+                                                    reinterpret_cast<const float(&)[32]>(part), ts, q, rf0,
+                                                    rf1);
+                    __syncwarp();
+                    if (lane == 0) wg::mbar_arrive(empty(stage));
+                    if (++stage == kStages) stage = 0, phase ^= 1u;
+                }
             }
             int32_t* const tp = tpairs + h * kN;
             if (!io.up) {
