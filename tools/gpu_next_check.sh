@@ -283,6 +283,11 @@ case ${PART:-fp8} in
         flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
     done
     ;;
+  ssconv)  # (PART=ssloop's pack, model_bench_prev the ssloop build) the converting warps' loads ahead: a chunk's
+           # scale word one chunk ahead, the next unit's scale row and first bytes prefetched during the unit
+           # before; the same cases, A/B and Nsight Compute as PART=ssloop
+    PART=ssloop OUT=$OUT "$0"
+    ;;
   ssloop)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test", model_bench_prev
            # built before the change) the converting W4A8 kernel's multiplying loop with one loop a tile width and
            # the stages' descriptors by addition, its converters' stage arithmetic in 32 bits; the pipelined
@@ -582,6 +587,6 @@ PY
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: ssloop | attnlite | ssncu | attnwgp | ssdefault | indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: ssconv | ssloop | attnlite | ssncu | attnwgp | ssdefault | indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0
