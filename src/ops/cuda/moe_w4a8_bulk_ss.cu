@@ -99,10 +99,9 @@ __global__ void __launch_bounds__(threads(kConv), 1)
     // (plan.work: up's, down's; zero after the plan kernel)
     int32_t* const next_u =
         reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(tpairs + 2 * kN) + 8 * (2 * kStages + 4));
-    auto full = [&](uint32_t s) {
-        return bar0 + uint32_t(s) * 8;
-    };  // 4 converting warps + the bytes' arrival
-    auto empty = [&](uint32_t s) { return bar0 + uint32_t(kStages + s) * 8; };      // 8 multiplying warps
+    // a stage's barriers: full (4 converting warps + the bytes' arrival), empty (8 multiplying warps)
+    auto full = [&](uint32_t s) { return bar0 + s * 8; };
+    auto empty = [&](uint32_t s) { return bar0 + (kStages + s) * 8; };
     auto ufull = [&](int i) { return bar0 + uint32_t(2 * kStages + i) * 8; };       // 1 arrival
     auto uempty = [&](int i) { return bar0 + uint32_t(2 * kStages + 2 + i) * 8; };  // 8 multiplying warps
     // a stage: token tile, A tile, token scales, row factors
