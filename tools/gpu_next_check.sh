@@ -1,5 +1,18 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-06, ninth session): PART=attnlite (~2 min; pack: TRACE=0 BINS="bench/model_bench
+# Next first (written 2026-12-07): the converting warps' loads ahead (branch wip/w4a8-converter-ahead: a
+#   chunk's scale word one chunk ahead; units asked for one ahead, the next unit's scale row and first fp4
+#   bytes prefetched during the unit before; ptxas clean on kConv = 2, not yet run): copy main's model_bench to
+#   build-cuda/bench/model_bench_prev, cherry-pick the branch's moe_w4a8_bulk_ss.cu, build, pack TRACE=0
+#   BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test" tools/gpu_pack.sh, then
+#   PART=ssconvlite (~2 min: the w4a8 cases, the 4K MoE and prefill against main's build) or PART=ssconv
+#   (adds the 32K MoE and Nsight Compute). Then the converting side's ~370 instructions a chunk of its own
+#   (~160 the conversion proper), the pipelined attention's producer loads and handoff, wo_a's eight FP8
+#   GEMMs a layer (~550 TFLOP/s each).
+# Ran 2026-12-07 (H100; docs/benchmarks.md): PART=attnlite and PART=ssncu (the pipelined attention's base-2
+#   form with a keyless last tile skipped: -15% sliding, -6% HCA, -24% CSA, now the default; Nsight Compute
+#   on the W4A8 kernel: its multiplying loop issue-bound), PART=ssloop (the multiplying loop a tile width:
+#   the MoE -7.2% at 4K, -5.9% at 32K; the 4K prefill 120,178 tokens/s, 6.51x transformers).
+# Then (written 2026-12-06, ninth session): PART=attnlite (~2 min; pack: TRACE=0 BINS="bench/model_bench
 #   tests/gpu/cuda_ops_test bench/cuda_kernel_bench" tools/gpu_pack.sh): the pipelined warpgroup attention
 #   (attention_wgp.cu, DEEPINFER_ATTN_WGMMA=2) in its base-2 form, written after the calls (one ex2 a score,
 #   a column's scale as one multiply, rescales skipped where a warp's factors are 1, consumer 1's

@@ -24,16 +24,16 @@
 // register limit: clock probes added to this kernel (a template flag, no code in the default's form but a
 // field in TiledIo) made ptxas serialise the default's wgmmas (C7511, "insufficient register resources");
 // check `-Xptxas -v` for C7511 on the kConv = 2 instantiations after any change here (the kConv = 1 forms
-// have had it since the narrow tiles; the kConv = 1, !kRowBase form also spills 20 bytes). The multiplying
-// loop: Nsight Compute on one launch (H100, 2026-12-07) counted ~226 instructions a multiplying warp a chunk,
-// ~115 of them the descriptors' arithmetic, the k-steps' branches on the tile width and moves, with the SM's
-// issue slots 44% busy at ~1,800 cycles a chunk where its wgmmas need ~400-500; so it runs one loop a tile
-// width and adds the stage's offset to two descriptors made once (~110 instructions, the MoE 7% faster at 4K,
-// docs/benchmarks.md). Then the multiplying warps waited for the converting ones (13 retries of the full
-// barrier's try-wait a chunk), whose exposed loads were a chunk's scale word and a unit's scale row: the
-// first is now loaded one chunk ahead, the second prefetched during the unit before (units asked for one
-// ahead). Which forms ptxas serialises moves with any change to either side (the kernel's registers are
-// allotted as one): the kConv = 2 forms of this version have no C7511.
+// have had it since the narrow tiles). The multiplying loop: Nsight Compute on one launch (H100, 2026-12-07)
+// counted ~226 instructions a multiplying warp a chunk, ~115 of them the descriptors' arithmetic, the
+// k-steps' branches on the tile width and moves, with the SM's issue slots 44% busy at ~1,800 cycles a chunk
+// where its wgmmas need ~400-500; so the kRowBase form runs one loop a tile width and both forms add the
+// stage's offset to two descriptors made once (the !kRowBase form keeps one loop over the widths: a loop a
+// width made ptxas serialise its wgmmas, C7511), and the converters count stages in 32 bits: the MoE 7.2%
+// faster at 4K and 5.9% at 32K (H100, docs/benchmarks.md 2026-12-07). Now the multiplying warps wait for the
+// converting ones (~13 retries of a full barrier's try-wait a chunk), whose exposed loads are a chunk's scale
+// word (loaded just before the stage's wait) and a unit's scale row at its start; a form loading both ahead
+// is on the branch wip/w4a8-converter-ahead, not yet run on a GPU (tools/gpu_next_check.sh PART=ssconvlite).
 
 #include <algorithm>
 #include <type_traits>
@@ -99,9 +99,10 @@ __global__ void __launch_bounds__(threads(kConv), 1)
     // (plan.work: up's, down's; zero after the plan kernel)
     int32_t* const next_u =
         reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(tpairs + 2 * kN) + 8 * (2 * kStages + 4));
-    // a stage's barriers: full (4 converting warps + the bytes' arrival), empty (8 multiplying warps)
-    auto full = [&](uint32_t s) { return bar0 + s * 8; };
-    auto empty = [&](uint32_t s) { return bar0 + (kStages + s) * 8; };
+    auto full = [&](uint32_t s) {
+        return bar0 + uint32_t(s) * 8;
+    };  // 4 converting warps + the bytes' arrival
+    auto empty = [&](uint32_t s) { return bar0 + uint32_t(kStages + s) * 8; };      // 8 multiplying warps
     auto ufull = [&](int i) { return bar0 + uint32_t(2 * kStages + i) * 8; };       // 1 arrival
     auto uempty = [&](int i) { return bar0 + uint32_t(2 * kStages + 2 + i) * 8; };  // 8 multiplying warps
     // a stage: token tile, A tile, token scales, row factors
@@ -132,27 +133,13 @@ __global__ void __launch_bounds__(threads(kConv), 1)
         // the stages' chunk count, the same in every converting warpgroup (32-bit: a block's chunks a launch
         // are far fewer than 2^31, and the stage's modulo is then a few instructions, not a 64-bit division)
         uint32_t it = 0;
-        // unit u's weight matrix and this thread's row of it: its fp4 bytes and its scale words
-        auto row_of = [&](int64_t u, int e, const uint8_t*& wrow, const uint8_t*& srow) {
-            const int64_t tile0 = (u % groups) * kRows;
-            const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
-            const WeightRef& wr = p.table[3 * e + m];
-            const int64_t row = tile0 - (m == 1 ? p.I : 0) + t;
-            wrow = static_cast<const uint8_t*>(wr.data) + row * wr.ld;
-            srow = static_cast<const uint8_t*>(wr.scale) + row * wr.ld_scale;
-        };
-        // units in the order blocks ask for them (a block that drew a long unit takes fewer): the routed
-        // layers' experts differ in pairs, and a fixed share of units a block left some SMs the longer. Each
-        // is asked for one unit ahead (slot ui & 1 holds unit ui's, written during unit ui - 1), so that its
-        // scale row and first fp4 bytes are on their way to the caches before its first chunk: a unit's start
-        // waited ~3% of the kernel's warp samples on those loads (Nsight Compute, 2026-12-07).
-        if (tid == 256) next_u[0] = atomicAdd(plan.work + (io.up ? 0 : 1), 1);
         for (int64_t ui = 0;; ++ui) {
             const int slot = int(ui & 1);
-            // slot ^ 1 was read during unit ui - 1, before any of its chunks: free now
-            if (tid == 256) next_u[slot ^ 1] = atomicAdd(plan.work + (io.up ? 0 : 1), 1);
+            // units in the order blocks ask for them (a block that drew a long unit takes fewer): the routed
+            // layers' experts differ in pairs, and a fixed share of units a block left some SMs the longer
+            if (tid == 256) next_u[slot] = atomicAdd(plan.work + (io.up ? 0 : 1), 1);
             wg::named_sync(3, 128 * kConv);
-            const int64_t u = next_u[slot], u_next = next_u[slot ^ 1];
+            const int64_t u = next_u[slot];
             if (u >= n_units) {
                 if (tid == 256) {
                     wg::mbar_wait(uempty(slot), uint32_t(((ui >> 1) & 1) ^ 1));
@@ -170,14 +157,12 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 uinfo[slot] = UnitInfo{e, b0, cnt, int32_t(u % groups)};
                 wg::mbar_arrive(ufull(slot));
             }
-            const uint8_t *wrow, *srow;
-            row_of(u, e, wrow, srow);
-            if (u_next < n_units) {  // the next unit's scale row into L1, its first own chunk into the L2
-                const uint8_t *wn, *sn;
-                row_of(u_next, plan.expert[int(u_next / groups)], wn, sn);
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(sn));
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(wn + cw * 64));
-            }
+            const int64_t tile0 = (u % groups) * kRows;
+            const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
+            const WeightRef& wr = p.table[3 * e + m];
+            const int64_t row = tile0 - (m == 1 ? p.I : 0) + t;
+            const uint8_t* wrow = static_cast<const uint8_t*>(wr.data) + row * wr.ld;
+            const uint8_t* srow = static_cast<const uint8_t*>(wr.scale) + row * wr.ld_scale;
             int row_max = 0;
             if constexpr (kRowBase) {
                 uint32_t m4 = 0;
@@ -188,9 +173,9 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 row_max = max_byte(m4);
             }
             // this warpgroup's j-th chunk of a tile, c = cw + kConv j, into ring slot j % kRing
-            auto issue_raw = [&](int j, int slot) {
+            auto issue_raw = [&](int j) {
                 const int c = cw + kConv * j;
-                const uint32_t dst = wg::smem_addr(my_raw + slot * kRawBytes);
+                const uint32_t dst = wg::smem_addr(my_raw + (j % kRing) * kRawBytes);
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
                     wg::cp_async16(dst + ((i ^ sw) * 16), wrow + c * 64 + i * 16, true);
@@ -199,21 +184,15 @@ __global__ void __launch_bounds__(threads(kConv), 1)
             for (int i0 = 0; i0 < cnt; i0 += kN, it += uint32_t(chunks)) {
 #pragma unroll
                 for (int j = 0; j < kRing - 1; ++j) {
-                    if (j < own) issue_raw(j, j);
+                    if (j < own) issue_raw(j);
                     wg::cp_async_commit();
                 }
-                // a chunk's scale word loaded one own chunk ahead (its load's latency, behind the stage's
-                // wait, was exposed at every chunk); rd: chunk j's ring slot
-                uint32_t s4_next = own > 0 ? __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * cw)) : 0u;
-                int rd = 0;
                 for (int j = 0; j < own; ++j) {
                     const int c = cw + kConv * j;
                     const uint32_t ic = it + uint32_t(c);  // ic: the chunk's place in the stages
-                    if (j + kRing - 1 < own) issue_raw(j + kRing - 1, rd == 0 ? kRing - 1 : rd - 1);
+                    if (j + kRing - 1 < own) issue_raw(j + kRing - 1);
                     wg::cp_async_commit();
-                    const uint32_t s4 = s4_next;
-                    if (j + 1 < own)
-                        s4_next = __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * (c + kConv)));
+                    const uint32_t s4 = __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * c));
                     const uint32_t s = ic % kStages;
                     wg::mbar_wait(empty(s), ((ic / kStages) & 1u) ^ 1u);
                     if (t == 0) {
@@ -225,8 +204,7 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                                           full(s));
                     }
                     wg::cp_async_wait<kRing - 1>();  // this thread's copies of chunk c landed
-                    const uint8_t* raw = my_raw + rd * kRawBytes;
-                    rd = rd + 1 == kRing ? 0 : rd + 1;
+                    const uint8_t* raw = my_raw + (j % kRing) * kRawBytes;
                     uint4 r[4];
 #pragma unroll
                     for (int i = 0; i < 4; ++i) r[i] = *reinterpret_cast<const uint4*>(raw + ((i ^ sw) * 16));
@@ -265,35 +243,76 @@ __global__ void __launch_bounds__(threads(kConv), 1)
             float f0 = 1.0f, f1 = 1.0f;  // kRowBase: the rows' fold factors, applied once at the end
             // the tile's chunks by wgmma n NT (io.narrow: n64 / n96 where its pairs fit; acc's columns past
             // them stay zero and are not stored), a loop a width so that no k-step branches on it
-            auto chunk_loop = [&](auto width) {
-                constexpr int NT = decltype(width)::value;
-                float(&a_n)[NT / 2] = reinterpret_cast<float(&)[NT / 2]>(acc);
-                float(&p_n)[NT / 2] = reinterpret_cast<float(&)[NT / 2]>(part);
+            if constexpr (kRowBase) {
+                auto chunk_loop = [&](auto width) {
+                    constexpr int NT = decltype(width)::value;
+                    float(&a_n)[NT / 2] = reinterpret_cast<float(&)[NT / 2]>(acc);
+                    float(&p_n)[NT / 2] = reinterpret_cast<float(&)[NT / 2]>(part);
+                    for (int64_t c = 0; c < chunks; ++c) {
+                        wg::mbar_wait(full(uint32_t(stage)), phase);
+                        wg::fence();
+                        const uint64_t off = uint64_t(uint32_t(stage) * uint32_t(kStageBytes >> 4));
+#pragma unroll
+                        for (int k = 0; k < 4; ++k)
+                            mma_e4m3_ss<NT>(p_n, da0 + off + 2 * k, db0 + off + 2 * k, k);
+                        wg::commit();
+                        wg::wait<0>();
+#pragma unroll
+                        for (int v = 0; v < NT / 2; ++v) wg::keep(p_n[v]);
+                        const float rf0 = rfs(stage)[rloc], rf1 = rfs(stage)[rloc + 8];
+                        if (kRowBase) f0 = rf0, f1 = rf1;
+                        promote_chunk<NT, kRowBase>(a_n, p_n, tsc(stage), q, rf0, rf1);
+                        __syncwarp();
+                        if (lane == 0) wg::mbar_arrive(empty(stage));
+                        if (++stage == kStages) stage = 0, phase ^= 1u;
+                    }
+                };
+                const int left = inf.cnt - i0;
+                if (!io.narrow || left > 96)
+                    chunk_loop(std::integral_constant<int, 128>{});
+                else if (left > 64)
+                    chunk_loop(std::integral_constant<int, 96>{});
+                else
+                    chunk_loop(std::integral_constant<int, 64>{});
+            } else {  // one loop over the widths: a loop a width made ptxas serialise this form's wgmmas
+                      // (C7511)
+                const int nt = !io.narrow || inf.cnt - i0 > 96 ? 128 : inf.cnt - i0 > 64 ? 96 : 64;
                 for (int64_t c = 0; c < chunks; ++c) {
                     wg::mbar_wait(full(uint32_t(stage)), phase);
                     wg::fence();
                     const uint64_t off = uint64_t(uint32_t(stage) * uint32_t(kStageBytes >> 4));
 #pragma unroll
-                    for (int k = 0; k < 4; ++k) mma_e4m3_ss<NT>(p_n, da0 + off + 2 * k, db0 + off + 2 * k, k);
+                    for (int k = 0; k < 4; ++k) {
+                        const uint64_t da = da0 + off + 2 * k, db = db0 + off + 2 * k;
+                        if (nt == 128)
+                            wg::mma_m64n128k32_e4m3_ss(part, da, db, k);
+                        else if (nt == 96)
+                            wg::mma_m64n96k32_e4m3_ss(reinterpret_cast<float(&)[48]>(part), da, db, k);
+                        else
+                            wg::mma_m64n64k32_e4m3_ss(reinterpret_cast<float(&)[32]>(part), da, db, k);
+                    }
                     wg::commit();
                     wg::wait<0>();
 #pragma unroll
-                    for (int v = 0; v < NT / 2; ++v) wg::keep(p_n[v]);
+                    for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
+                    const float* ts = tsc(stage);
                     const float rf0 = rfs(stage)[rloc], rf1 = rfs(stage)[rloc + 8];
                     if (kRowBase) f0 = rf0, f1 = rf1;
-                    promote_chunk<NT, kRowBase>(a_n, p_n, tsc(stage), q, rf0, rf1);
+                    if (nt == 128)
+                        promote_chunk<kN, kRowBase>(acc, part, ts, q, rf0, rf1);
+                    else if (nt == 96)
+                        promote_chunk<96, kRowBase>(reinterpret_cast<float(&)[48]>(acc),
+                                                    reinterpret_cast<const float(&)[48]>(part), ts, q, rf0,
+                                                    rf1);
+                    else
+                        promote_chunk<64, kRowBase>(reinterpret_cast<float(&)[32]>(acc),
+                                                    reinterpret_cast<const float(&)[32]>(part), ts, q, rf0,
+                                                    rf1);
                     __syncwarp();
                     if (lane == 0) wg::mbar_arrive(empty(stage));
                     if (++stage == kStages) stage = 0, phase ^= 1u;
                 }
-            };
-            const int left = inf.cnt - i0;
-            if (!io.narrow || left > 96)
-                chunk_loop(std::integral_constant<int, 128>{});
-            else if (left > 64)
-                chunk_loop(std::integral_constant<int, 96>{});
-            else
-                chunk_loop(std::integral_constant<int, 64>{});
+            }
             int32_t* const tp = tpairs + h * kN;
             if (!io.up) {
                 wg::named_sync(1 + h, 128);  // the previous tile's stores have read tp
