@@ -5,7 +5,10 @@
 #   build-cuda/bench/model_bench_prev, cherry-pick the branch's moe_w4a8_bulk_ss.cu, build, pack TRACE=0
 #   BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test" tools/gpu_pack.sh, then
 #   PART=ssconvlite (~2 min: the w4a8 cases, the 4K MoE and prefill against main's build) or PART=ssconv
-#   (adds the 32K MoE and Nsight Compute). Then the converting side's ~370 instructions a chunk of its own
+#   (adds the 32K MoE and Nsight Compute). Packed this way at the end of the session that wrote it
+#   (build-cuda-next-xz, if the machine kept it): carry ["build-cuda-next-xz"], then run `tar xJf
+#   build-cuda-next-xz/carry.tar.xz && mv build-cuda-next-carry build-cuda-carry && PART=ssconvlite
+#   OUT=$OUT tools/gpu_next_check.sh`. Then the converting side's ~370 instructions a chunk of its own
 #   (~160 the conversion proper), the pipelined attention's producer loads and handoff, wo_a's eight FP8
 #   GEMMs a layer (~550 TFLOP/s each).
 # Ran 2026-12-07 (H100; docs/benchmarks.md): PART=attnlite and PART=ssncu (the pipelined attention's base-2
