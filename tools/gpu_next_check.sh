@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-07): the converting warps' loads ahead (branch wip/w4a8-converter-ahead: a
-#   chunk's scale word one chunk ahead; units asked for one ahead, the next unit's scale row and first fp4
-#   bytes prefetched during the unit before; not yet run). Its unit slots have a race (named in the branch's
-#   code: two slots, and a thread's read of one is not ordered before the next write when a tile has few
-#   chunks, as the tests' shapes do); three slots or a second barrier fix it, but made ptxas serialise the
-#   default form's wgmmas (C7511) in that file, so free registers on the converting side first (a conversion
-#   that keeps 8 words live instead of 32 was tried: alone it left both kConv = 2 forms clean, with the fix
-#   not). Then: copy main's model_bench to build-cuda/bench/model_bench_prev, take the branch's
-#   moe_w4a8_bulk_ss.cu, build, pack TRACE=0 BINS="bench/model_bench bench/model_bench_prev
-#   tests/gpu/cuda_ops_test" tools/gpu_pack.sh, and run PART=ssconvlite (~2 min: the w4a8 cases, the 4K MoE
-#   and prefill against main's build) or PART=ssconv (adds the 32K MoE and Nsight Compute). Then the
-#   converting side's ~370 instructions a chunk of its own (~160 the conversion proper), the pipelined
-#   attention's producer loads and handoff, wo_a's eight FP8 GEMMs a layer (~550 TFLOP/s each).
+# Next first (written 2026-12-07): the converting warps' loads ahead (branch wip/w4a8-converter-ahead, not yet
+#   run: a chunk's scale word one chunk ahead; units asked for one ahead, two slots with a second barrier after
+#   the reads, the next unit's scale row and first fp4 bytes prefetched during the unit before). With that
+#   barrier, main's loop a tile width made ptxas serialise the default form's wgmmas (C7511), so the branch
+#   keeps one loop over the widths with the descriptors by addition (ptxas clean on kRowBase, kConv = 2; its
+#   !kRowBase, kConv = 2 form is serialised): a trade to measure. Copy main's model_bench to
+#   build-cuda/bench/model_bench_prev, take the branch's moe_w4a8_bulk_ss.cu, build, pack TRACE=0
+#   BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test" tools/gpu_pack.sh, then
+#   PART=ssconvlite (~2 min: the w4a8 cases, the 4K MoE and prefill against main's build) or PART=ssconv
+#   (adds the 32K MoE and Nsight Compute). Then the converting side's ~370 instructions a chunk of its own
+#   (~160 the conversion proper), the pipelined attention's producer loads and handoff, wo_a's eight FP8
+#   GEMMs a layer (~550 TFLOP/s each).
 # Ran 2026-12-07 (H100; docs/benchmarks.md): PART=attnlite and PART=ssncu (the pipelined attention's base-2
 #   form with a keyless last tile skipped: -15% sliding, -6% HCA, -24% CSA, now the default; Nsight Compute
 #   on the W4A8 kernel: its multiplying loop issue-bound), PART=ssloop (the multiplying loop a tile width:

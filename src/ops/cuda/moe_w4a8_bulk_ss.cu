@@ -33,8 +33,7 @@
 // faster at 4K and 5.9% at 32K (H100, docs/benchmarks.md 2026-12-07). Now the multiplying warps wait for the
 // converting ones (~13 retries of a full barrier's try-wait a chunk), whose exposed loads are a chunk's scale
 // word (loaded just before the stage's wait) and a unit's scale row at its start; a form loading both ahead
-// is on the branch wip/w4a8-converter-ahead, not yet run on a GPU and with a race in its unit slots still to
-// fix (named there; tools/gpu_next_check.sh's header).
+// is on the branch wip/w4a8-converter-ahead, not yet run on a GPU (tools/gpu_next_check.sh's header).
 
 #include <algorithm>
 #include <type_traits>
