@@ -346,8 +346,7 @@ case ${PART:-fp8} in
            # of the pipelined attention: speed of light, warp states, the hottest SASS lines and their stalls
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     for k in ${NCU_KERNELS:-moe_w4a8_bulk_ss attention_wgp}; do
-      envs=(DEEPINFER_ATTN_WGMMA=2)
-      timeout 200 env "${envs[@]}" "$ncu" --kernel-name regex:"${k}_kernel" --launch-skip 1 --launch-count 1 \
+      timeout 200 "$ncu" --kernel-name regex:"${k}_kernel" --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
         --section ComputeWorkloadAnalysis --section InstructionStats -f -o "$OUT/ncu_$k" \
         $d/bin/model_bench --preset flash --layers 2 \
@@ -459,25 +458,7 @@ case ${PART:-fp8} in
       echo "== ncu [$v] rc $?"
       "$ncu" --import "$OUT/skel_$v.ncu-rep" --page details 2>/dev/null | grep -E "Duration|Stall|Warp Cycles|Issued" | head -20
       "$ncu" --import "$OUT/skel_$v.ncu-rep" --page source --print-source sass --csv > "$OUT/skel_$v.csv" 2>&1
-      python3 - "$OUT/skel_$v.csv" <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-head = next((i for i, r in enumerate(rows) if any("Sampling" in c for c in r)), None)
-if head is None:
-    print("no sampling columns:", rows[:3]); sys.exit()
-h = rows[head]
-col = next(i for i, c in enumerate(h) if "Sampling" in c and "All" in c) if any("All" in c for c in h) else \
-      next(i for i, c in enumerate(h) if "Sampling" in c)
-src = next((i for i, c in enumerate(h) if c.strip() == "Source"), 1)
-def num(x):
-    try: return float(x.replace(",", ""))
-    except ValueError: return 0.0
-body = [r for r in rows[head + 1:] if len(r) > col]
-total = sum(num(r[col]) for r in body) or 1.0
-print(f"{h[col]}: {total:.0f} samples")
-for r in sorted(body, key=lambda r: -num(r[col]))[:25]:
-    print(f"{100 * num(r[col]) / total:5.1f}%  {r[src][:110]}")
-PY
+      python3 tools/ncu_top_lines.py "$OUT/skel_$v.csv" 25
     done
     ;;
   prologue)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the w4a8 kernel's prologue without its chain of

@@ -99,10 +99,9 @@ __global__ void __launch_bounds__(threads(kConv), 1)
     // (plan.work: up's, down's; zero after the plan kernel)
     int32_t* const next_u =
         reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(tpairs + 2 * kN) + 8 * (2 * kStages + 4));
-    auto full = [&](uint32_t s) {
-        return bar0 + uint32_t(s) * 8;
-    };  // 4 converting warps + the bytes' arrival
-    auto empty = [&](uint32_t s) { return bar0 + uint32_t(kStages + s) * 8; };      // 8 multiplying warps
+    // a stage's barriers: full (4 converting warps + the bytes' arrival), empty (8 multiplying warps)
+    auto full = [&](uint32_t s) { return bar0 + s * 8; };
+    auto empty = [&](uint32_t s) { return bar0 + (kStages + s) * 8; };
     auto ufull = [&](int i) { return bar0 + uint32_t(2 * kStages + i) * 8; };       // 1 arrival
     auto uempty = [&](int i) { return bar0 + uint32_t(2 * kStages + 2 + i) * 8; };  // 8 multiplying warps
     // a stage: token tile, A tile, token scales, row factors
@@ -257,11 +256,9 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                             mma_e4m3_ss<NT>(p_n, da0 + off + 2 * k, db0 + off + 2 * k, k);
                         wg::commit();
                         wg::wait<0>();
-#pragma unroll
-                        for (int v = 0; v < NT / 2; ++v) wg::keep(p_n[v]);
-                        const float rf0 = rfs(stage)[rloc], rf1 = rfs(stage)[rloc + 8];
-                        if (kRowBase) f0 = rf0, f1 = rf1;
-                        promote_chunk<NT, kRowBase>(a_n, p_n, tsc(stage), q, rf0, rf1);
+                        wg::keep(p_n);
+                        f0 = rfs(stage)[rloc], f1 = rfs(stage)[rloc + 8];  // the rows' fold factors
+                        promote_chunk<NT, true>(a_n, p_n, tsc(stage), q, f0, f1);
                         __syncwarp();
                         if (lane == 0) wg::mbar_arrive(empty(stage));
                         if (++stage == kStages) stage = 0, phase ^= 1u;
@@ -293,21 +290,17 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                     }
                     wg::commit();
                     wg::wait<0>();
-#pragma unroll
-                    for (int v = 0; v < kN / 2; ++v) wg::keep(part[v]);
+                    wg::keep(part);
                     const float* ts = tsc(stage);
                     const float rf0 = rfs(stage)[rloc], rf1 = rfs(stage)[rloc + 8];
-                    if (kRowBase) f0 = rf0, f1 = rf1;
                     if (nt == 128)
-                        promote_chunk<kN, kRowBase>(acc, part, ts, q, rf0, rf1);
+                        promote_chunk<kN, false>(acc, part, ts, q, rf0, rf1);
                     else if (nt == 96)
-                        promote_chunk<96, kRowBase>(reinterpret_cast<float(&)[48]>(acc),
-                                                    reinterpret_cast<const float(&)[48]>(part), ts, q, rf0,
-                                                    rf1);
+                        promote_chunk<96, false>(reinterpret_cast<float(&)[48]>(acc),
+                                                 reinterpret_cast<const float(&)[48]>(part), ts, q, rf0, rf1);
                     else
-                        promote_chunk<64, kRowBase>(reinterpret_cast<float(&)[32]>(acc),
-                                                    reinterpret_cast<const float(&)[32]>(part), ts, q, rf0,
-                                                    rf1);
+                        promote_chunk<64, false>(reinterpret_cast<float(&)[32]>(acc),
+                                                 reinterpret_cast<const float(&)[32]>(part), ts, q, rf0, rf1);
                     __syncwarp();
                     if (lane == 0) wg::mbar_arrive(empty(stage));
                     if (++stage == kStages) stage = 0, phase ^= 1u;
