@@ -313,6 +313,30 @@ case ${PART:-fp8} in
         --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
     done
     ;;
+  ssconv2)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev bench/model_bench_v2
+            # tests/gpu/cuda_ops_test"; model_bench and cuda_ops_test the converter-ahead branch, model_bench_prev
+            # main's build, model_bench_v2 the branch with each chunk published after the next chunk's waits and
+            # the stages counted by addition) the w4a8 cases (the branch), then the three builds' 4K / 32K MoE
+            # and 4K prefill in turn, then Nsight Compute on the branch's and v2's kernel
+    timeout 110 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
+      > "$OUT/w4a8_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
+    for v in "4096 model_bench_prev" "4096 model_bench" "4096 model_bench_v2" "4096 model_bench_prev" \
+      "4096 model_bench" "4096 model_bench_v2" "32768 model_bench_prev" "32768 model_bench" "32768 model_bench_v2"; do
+      read -r n b <<< "$v"
+      echo "$b 4 layers, $n: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+        --prompt $n --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+    done
+    for b in model_bench_prev model_bench model_bench_v2 model_bench_prev model_bench model_bench_v2; do
+      echo "prefill 4096 [$b]: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+        --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    for b in model_bench model_bench_v2; do
+      echo "== ncu $b"
+      NCU_BIN=$b NCU_KERNELS=moe_w4a8_bulk_ss PART=ssncu OUT=$OUT "$0" 2>&1 | grep -vE '^ +[0-9.]+%  +[A-Z@]' | head -30
+      mv "$OUT/ncu_moe_w4a8_bulk_ss.csv" "$OUT/ncu_$b.csv" 2>/dev/null; rm -f "$OUT/ncu_moe_w4a8_bulk_ss.txt"
+    done
+    ;;
   ssconv)  # (PART=ssloop's pack, model_bench_prev the ssloop build) the converting warps' loads ahead: a chunk's
            # scale word one chunk ahead, the next unit's scale row and first bytes prefetched during the unit
            # before; the same cases, A/B and Nsight Compute as PART=ssloop
@@ -349,7 +373,7 @@ case ${PART:-fp8} in
       timeout 200 "$ncu" --kernel-name regex:"${k}_kernel" --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
         --section ComputeWorkloadAnalysis --section InstructionStats -f -o "$OUT/ncu_$k" \
-        $d/bin/model_bench --preset flash --layers 2 \
+        $d/bin/${NCU_BIN:-model_bench} --preset flash --layers 2 \
         --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/ncu_$k.log" 2>&1
       echo "== ncu $k rc $?"
       "$ncu" --import "$OUT/ncu_$k.ncu-rep" --page details 2>/dev/null > "$OUT/ncu_$k.txt"
