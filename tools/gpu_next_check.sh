@@ -516,6 +516,16 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
+  tracemain)  # (a TRACE=1 pack: BINS="bench/model_bench") each kernel's time in a 4-layer 4K and 32K prefill
+              # (CUPTI), all kernels of the step: where the time outside the W4A8 launches goes
+    for n in 4096 32768; do
+      CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/trace_$n.csv \
+        timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt $n \
+        --decode 1 --warmup 0 > "$OUT/trace_$n.log" 2>&1
+      echo "== trace [$n] rc $?"; python3 tools/trace_totals.py "$OUT/trace_$n.csv" 40 | cut -c1-160
+      rm -f "$OUT/trace_$n.log"
+    done
+    ;;
   trace)  # (a TRACE=1 pack of model_bench and cuda_ops_test) the indexer's fixed test and the 4K A/B of its walking
           # blocks, then each MoE kernel's time in a 4-layer 4K prefill (CUPTI): the default, the bulk kernel
           # whole and with every part left out (31) and the stores too (63)
