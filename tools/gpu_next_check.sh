@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-07): the converting warps' loads ahead (branch wip/w4a8-converter-ahead, not yet
-#   run: a chunk's scale word one chunk ahead; units asked for one ahead, two slots with a second barrier after
-#   the reads, the next unit's scale row and first fp4 bytes prefetched during the unit before). With that
-#   barrier, main's loop a tile width made ptxas serialise the default form's wgmmas (C7511), so the branch
-#   keeps one loop over the widths with the descriptors by addition (ptxas clean on kRowBase, kConv = 2; its
-#   !kRowBase, kConv = 2 form is serialised): a trade to measure. Copy main's model_bench to
-#   build-cuda/bench/model_bench_prev, take the branch's moe_w4a8_bulk_ss.cu, build, pack TRACE=0
-#   BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test" tools/gpu_pack.sh, then
-#   PART=ssconvlite (~2 min: the w4a8 cases, the 4K MoE and prefill against main's build) or PART=ssconv
-#   (adds the 32K MoE and Nsight Compute). Then the converting side's ~370 instructions a chunk of its own
-#   (~160 the conversion proper), the pipelined attention's producer loads and handoff, wo_a's eight FP8
-#   GEMMs a layer (~550 TFLOP/s each).
+# Next first (written 2026-12-07, second session): the native precision's prefill mixes on the TF32 tensor
+#   cores (branch wip/mhc-tf32, not yet run: mhc_mix_tf32.cu, MhcPreArgs::tf32 set by the model in native,
+#   its cases in CudaFused.MhcPreNormAndHead against the reference at kMhcTf32Cuda, a native screen case).
+#   `git checkout wip/mhc-tf32`, build model_bench and cuda_ops_test, pack TRACE=0 BINS="bench/model_bench
+#   tests/gpu/cuda_ops_test" tools/gpu_pack.sh, then PART=mhctf32 (~3 min; LITE=1: ~1.5 min): the cases
+#   (their measured errors printed), determinism, the 4K / 32K prefill against DEEPINFER_MHC_TF32=0, the ops by
+#   shape. Merge into main if they pass and it is faster (~100 us a call expected: the FP64 form's ~200 us
+#   against the streams' ~80 us read). Then PART=tracemain on main (a TRACE=1 pack of model_bench alone: each
+#   kernel's time at 4K and 32K, the MoE's launches outside the W4A8 kernel among them), the pipelined
+#   attention's per-block prologue (a block a query: sliding layers do two key tiles a block), the W4A8
+#   kernel's multiplying side (its promotion's scale loads, the wgmma wait a chunk).
+# Ran 2026-12-07 (second session, H100; docs/benchmarks.md): PART=ssconv2 (the converter-ahead branch and a
+#   form with deferred publishes against main: 8-10% slower, the multiplying loop over the widths is the bound
+#   again; not taken).
 # Ran 2026-12-07 (H100; docs/benchmarks.md): PART=attnlite and PART=ssncu (the pipelined attention's base-2
 #   form with a keyless last tile skipped: -15% sliding, -6% HCA, -24% CSA, now the default; Nsight Compute
 #   on the W4A8 kernel: its multiplying loop issue-bound), PART=ssloop (the multiplying loop a tile width:
