@@ -8,8 +8,12 @@
 #   shape. Merge into main if they pass and it is faster (~100 us a call expected: the FP64 form's ~200 us
 #   against the streams' ~80 us read). Then PART=tracemain on main (a TRACE=1 pack of model_bench alone: each
 #   kernel's time at 4K and 32K, the MoE's launches outside the W4A8 kernel among them), the pipelined
-#   attention's per-block prologue (a block a query: sliding layers do two key tiles a block), the W4A8
-#   kernel's multiplying side (its promotion's scale loads, the wgmma wait a chunk).
+#   attention's per-block prologue (a block a query: sliding layers do two key tiles a block, after a 128 KB
+#   f32 q load and its max), the W4A8 kernel's multiplying side: on main's Nsight Compute samples (layer 0's
+#   up, 2026-12-07) its warps wait for the chunk's wgmmas 14% of the time (wait<0> before the promotion, whose
+#   part registers the next chunk reuses) and for full stages 11%, the promotion's scale loads ~6%; two part
+#   sets for the tiles of <= 96 pairs (48 + 48 + 48 of the 168 registers) would let chunk c + 1's wgmmas run
+#   under chunk c's promotion (build it as a kernel of its own: the default form is at ptxas's register edge).
 # Ran 2026-12-07 (second session, H100; docs/benchmarks.md): PART=ssconv2 (the converter-ahead branch and a
 #   form with deferred publishes against main: 8-10% slower, the multiplying loop over the widths is the bound
 #   again; not taken).
