@@ -13,7 +13,9 @@
 #   up, 2026-12-07) its warps wait for the chunk's wgmmas 14% of the time (wait<0> before the promotion, whose
 #   part registers the next chunk reuses) and for full stages 11%, the promotion's scale loads ~6%; two part
 #   sets for the tiles of <= 96 pairs (48 + 48 + 48 of the 168 registers) would let chunk c + 1's wgmmas run
-#   under chunk c's promotion (build it as a kernel of its own: the default form is at ptxas's register edge).
+#   under chunk c's promotion. Written into this kernel for n64 tiles (2026-12-07, second session), it made
+#   ptxas serialise the default form's wgmmas (C7511, C7517) and spill 196-204 bytes: it needs a kernel of
+#   its own whose acc and part arrays are sized to the narrow tiles (units split by their pairs).
 # Ran 2026-12-07 (second session, H100; docs/benchmarks.md): PART=ssconv2 (the converter-ahead branch and a
 #   form with deferred publishes against main: 8-10% slower, the multiplying loop over the widths is the bound
 #   again; not taken).
