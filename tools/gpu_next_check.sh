@@ -307,20 +307,6 @@ case ${PART:-fp8} in
         flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
     done
     ;;
-  ssconvlite)  # PART=ssconv's essentials when little device time is left: the w4a8 cases, the 4K MoE and
-               # prefill against model_bench_prev, alternating
-    timeout 110 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
-      > "$OUT/w4a8_tests.log" 2>&1
-    echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
-    for b in model_bench_prev model_bench model_bench_prev model_bench; do
-      echo "$b 4 layers, 4096: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
-        --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | head -2 | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
-    done
-    for b in model_bench_prev model_bench model_bench_prev model_bench; do
-      echo "prefill 4096 [$b]: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
-        --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
-    done
-    ;;
   ssconv2)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev bench/model_bench_v2
             # tests/gpu/cuda_ops_test"; model_bench and cuda_ops_test the converter-ahead branch, model_bench_prev
             # main's build, model_bench_v2 the branch with each chunk published after the next chunk's waits and
@@ -344,11 +330,6 @@ case ${PART:-fp8} in
       NCU_BIN=$b NCU_KERNELS=moe_w4a8_bulk_ss PART=ssncu OUT=$OUT "$0" 2>&1 | grep -vE '^ +[0-9.]+%  +[A-Z@]' | head -30
       mv "$OUT/ncu_moe_w4a8_bulk_ss.csv" "$OUT/ncu_$b.csv" 2>/dev/null; rm -f "$OUT/ncu_moe_w4a8_bulk_ss.txt"
     done
-    ;;
-  ssconv)  # (PART=ssloop's pack, model_bench_prev the ssloop build) the converting warps' loads ahead: a chunk's
-           # scale word one chunk ahead, the next unit's scale row and first bytes prefetched during the unit
-           # before; the same cases, A/B and Nsight Compute as PART=ssloop
-    PART=ssloop OUT=$OUT "$0"
     ;;
   ssloop)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test", model_bench_prev
            # built before the change) the converting W4A8 kernel's multiplying loop with one loop a tile width and
@@ -640,6 +621,6 @@ case ${PART:-fp8} in
     OUT=$OUT/ncu LAYERS=4 PROMPT=4096 DECODE=1 SKIP=0 COUNT=8 NCU_TIMEOUT=280 \
       KERNELS='moe_w4a8_kernel|attention_mma64|indexer_mma' timeout 290 tools/gpu_ncu_stalls.sh
     ;;
-  *) echo "PART: ssconvlite | ssconv | ssloop | attnlite | ssncu | attnwgp | ssdefault | indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
+  *) echo "PART: ssconv2 | tracemain | ssloop | attnlite | ssncu | attnwgp | ssdefault | indexer | bulkprobe | w4a8ncu | bulk | shapes | mma | once | next | all | probe | fused | fp8 | roofline | spec | moecopy | timeline | ncu"; exit 2 ;;
 esac
 exit 0

@@ -32,8 +32,9 @@
 // width made ptxas serialise its wgmmas, C7511), and the converters count stages in 32 bits: the MoE 7.2%
 // faster at 4K and 5.9% at 32K (H100, docs/benchmarks.md 2026-12-07). Now the multiplying warps wait for the
 // converting ones (~13 retries of a full barrier's try-wait a chunk), whose exposed loads are a chunk's scale
-// word (loaded just before the stage's wait) and a unit's scale row at its start; a form loading both ahead
-// is on the branch wip/w4a8-converter-ahead, not yet run on a GPU (tools/gpu_next_check.sh's header).
+// word (loaded just before the stage's wait) and a unit's scale row at its start. A form loading both ahead
+// (branch wip/w4a8-converter-ahead) needed one multiplying loop over the widths to keep ptxas from
+// serialising its wgmmas, and was 8-10% slower (H100, docs/benchmarks.md 2026-12-07, second session).
 
 #include <algorithm>
 #include <type_traits>
