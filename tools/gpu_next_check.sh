@@ -505,6 +505,29 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
+  mhctf32)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test") the native precision's prefill
+            # mixes on the TF32 tensor cores (mhc_mix_tf32.cu): their cases against the reference (the measured
+            # errors printed), determinism, then the 4K / 32K prefill against DEEPINFER_MHC_TF32=0 (the FP64
+            # form) alternating, then the 4K and 32K prefill's ops by shape
+    timeout 120 $d/bin/cuda_ops_test --gtest_filter='CudaFused.*:CudaMhc.*:CudaDeterminism.*:CudaBatchedState.*' \
+      > "$OUT/mhc_tests.log" 2>&1
+    echo "mhc tests rc $?"; summary "$OUT/mhc_tests.log"; grep -E '^mhc_pre_norm tf32' "$OUT/mhc_tests.log"
+    for v in "4096 0" "4096 1" "4096 0" "4096 1" "32768 0" "32768 1"; do
+      read -r n t <<< "$v"
+      echo "4 layers, $n [DEEPINFER_MHC_TF32=$t]: $(DEEPINFER_MHC_TF32=$t timeout 60 $d/bin/model_bench --preset flash \
+        --layers 4 --backend cuda --precision native --prompt $n --decode 1 --profile 1 2>&1 | \
+        grep -E '^\| (mhc_pre_norm|total) ' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+    done
+    for t in 0 1 0 1; do
+      echo "prefill 4096 [DEEPINFER_MHC_TF32=$t]: $(DEEPINFER_MHC_TF32=$t timeout 60 $d/bin/model_bench --preset flash \
+        --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    for n in 4096 32768; do  # where the prefill's time goes now, by shape
+      timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt $n \
+        --decode 1 --profile shapes > "$OUT/shapes_$n.log" 2>&1
+      echo "== shapes $n rc $?"; grep -E '^\|' "$OUT/shapes_$n.log" | head -32
+    done
+    ;;
   tracemain)  # (a TRACE=1 pack: BINS="bench/model_bench") each kernel's time in a 4-layer 4K and 32K prefill
               # (CUPTI), all kernels of the step: where the time outside the W4A8 launches goes
     for n in 4096 32768; do

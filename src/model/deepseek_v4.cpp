@@ -332,7 +332,8 @@ MhcPreArgs DeepseekV4::mhc_pre_args(const HcWeights& hw, const Step& s) const {
             .comb = s.comb,
             .norm_eps = float(cfg_.rms_norm_eps),
             .hc_eps = float(cfg_.hc_eps),
-            .sinkhorn_iters = int(cfg_.hc_sinkhorn_iters)};
+            .sinkhorn_iters = int(cfg_.hc_sinkhorn_iters),
+            .tf32 = precision_ == Precision::kNative};
 }
 
 LinearArgs DeepseekV4::lin(const TensorView& x, const QWeight& w, const TensorView& y) const {

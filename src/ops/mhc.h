@@ -23,6 +23,9 @@ struct MhcPreArgs {
     float norm_eps = 1e-6f;
     float hc_eps = 1e-6f;
     int sinkhorn_iters = 20;
+    // The native precision's permission: a prefill's mixing products may round their inputs to TF32, as
+    // DeepSeek's own HC pre-norm GEMM does (CUDA at >= 2,048 tokens); ref and cpu compute exactly as always.
+    bool tf32 = false;
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, streams, Role::kIn);

@@ -450,7 +450,7 @@ Result<ScreenReport> screen_model(model::Model& model, const ScreenOptions& o) {
         std::vector<ops::KernelVariant> mhc;
         for (const ops::KernelVariant& v : variants)
             if ((v.op == "mhc_pre" || v.op == "hc_head") && wanted(v.op)) mhc.push_back(v);
-        screen_mhc(be, mhc, m.config(), m.weights(), o.batches, rng, rep.rows);
+        screen_mhc(be, mhc, m.config(), m.weights(), o.batches, rng, rep.rows, o.native);
     }
     screen_rowwise(be, variants, m.config(), m.weights(), o.batches, rng, rep.rows, wanted);
     std::vector<ops::KernelVariant> fused;

@@ -262,7 +262,8 @@ void screen_indexer(ops::Backend& be, const std::vector<ops::KernelVariant>& var
 
 void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                 const model::ModelConfig& cfg, const model::ModelWeights& w,
-                const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows) {
+                const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows,
+                bool native) {
     const int64_t hc = cfg.hc_mult, D = cfg.hidden_dim;
     const float eps = float(cfg.rms_norm_eps), hc_eps = float(cfg.hc_eps);
     auto host = [&](const TensorView& v, std::vector<Buf>& keep) {
@@ -275,6 +276,7 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
         const model::HcWeights& hw = w.layers[0].hc_attn;
         const TensorView fn = host(hw.fn, keep), base = host(hw.base, keep), scale = host(hw.scale, keep);
         const int64_t W = D + hc + hc * hc;  // one output row: x, post, comb side by side
+        bool tf32 = false;                   // the native precision's permission (MhcPreArgs::tf32)
         // views of x, post and comb in the rows of `o` ([n, W])
         auto args = [&](const TensorView& st, const TensorView& f, const TensorView& b, const TensorView& sc,
                         const TensorView& o) {
@@ -293,9 +295,14 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
                                    part(D + hc, {n, hc, hc}),
                                    eps,
                                    hc_eps,
-                                   int(cfg.hc_sinkhorn_iters)};
+                                   int(cfg.hc_sinkhorn_iters),
+                                   tf32};
         };
-        for (int64_t n : batches) {
+        std::vector<std::pair<int64_t, bool>> shapes;  // (tokens, TF32 permission)
+        for (int64_t n : batches) shapes.emplace_back(n, false);
+        if (native) shapes.emplace_back(kNativeMhcRows, true);
+        for (const auto& [n, perm] : shapes) {
+            tf32 = perm;
             Tensor st = host_tensor(DType::kF32, {n, hc, D}), out = host_tensor(DType::kF32, {n, W});
             fill_uniform(st, rng, -1, 1);
             ops::make_ref_backend()->mhc_pre(args(st.view(), fn, base, scale, out.view()));
@@ -312,10 +319,13 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
             parts.segments = {{0, size_t(n * D), size_t(D), size_t(W)},
                               {size_t(D), size_t(n * hc), size_t(hc), size_t(W)},
                               {size_t(D + hc), size_t(n * hc * hc), size_t(hc * hc), size_t(W)}};
-            const std::string shape = fmt::format("hc {} x {}, n={}", hc, D, n);
+            const std::string shape = fmt::format("hc {} x {}, n={}{}", hc, D, n, tf32 ? ", native" : "");
+            // the same reference: TF32 inputs are a permission; no row-0-alone check on it (a row alone takes
+            // the exact sums, so native mHC is batch-invariant only within a prefill's size: docs/kernels.md)
+            if (tf32) parts.floor = kNativeMhcFloor;
             for (const ops::KernelVariant* v : pre_cands)
                 rows.push_back(judge(be, *v, shape, ref, hc * D, y.view(), run, y1.view(),
-                                     n > 1 ? one : nullptr, parts));
+                                     n > 1 && !tf32 ? one : nullptr, parts));
         }
     }
     if (!head_cands.empty()) {

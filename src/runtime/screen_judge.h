@@ -96,9 +96,14 @@ size_t indexer_f16_bad(const std::vector<int32_t>& got, const std::vector<int32_
                        const std::function<double(int64_t, int64_t, double&)>& score);
 // An exact compare of the ids' bits (k picks a query) by indexer_f16_bad.
 Compare indexer_f16_compare(int64_t k, std::function<double(int64_t, int64_t, double&)> score);
+// Native mHC may take a prefill's mixing products on TF32 inputs (MhcPreArgs::tf32; ops/op_cases_rows.h
+// kMhcTf32Cuda); native screens add a 2,048-token case with that permission (CUDA's TF32 form from there).
+inline constexpr double kNativeMhcFloor = 5e-3;
+inline constexpr int64_t kNativeMhcRows = 2048;
 void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,
                 const model::ModelConfig& cfg, const model::ModelWeights& w,
-                const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows);
+                const std::vector<int64_t>& batches, std::mt19937_64& rng, std::vector<ScreenRow>& rows,
+                bool native);
 // The linear case table's screen cases (ops/op_cases.h, kScreen) for every non-fallback linear variant,
 // on weights drawn there (screen_table.cpp).
 void screen_table_linears(ops::Backend& be, const std::vector<ops::KernelVariant>& variants,

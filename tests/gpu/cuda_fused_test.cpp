@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "gpu_test_util.h"
+#include "ops/cuda/kernels.h"
 #include "ops/op_cases_rows.h"
 
 namespace di::gputest {
@@ -123,6 +124,18 @@ TEST(CudaFused, MhcPreNormAndHead) {
                 expect_close(y, kMhcNorm, "mhc_pre_norm.y " + tag);
             expect_close(post, cases::kMhcCuda.value, "mhc_pre_norm.post " + tag),
                 expect_close(comb, cases::kMhcCuda.value, "mhc_pre_norm.comb " + tag);
+        }
+        if (c.n >= cuda::kMhcDmmaMinTokens) {  // a prefill's TF32 mixes (the native precision)
+            for (const Pair* p : {&x, &y, &post, &comb}) poison_device(*p);
+            ops::MhcPreArgs tf = pre(true);
+            tf.tf32 = true;
+            run_forced("mhc_pre_norm", "fused", [&] { b.gpu->mhc_pre_norm(tf, norm(true)); });
+            for (const auto& [p, name] : {std::pair{&x, "x"}, {&y, "y"}, {&post, "post"}, {&comb, "comb"}}) {
+                const Diff d = diff(p->host_f32(), p->device_f32());
+                std::printf("mhc_pre_norm tf32 n %lld: %s relative L2 %.3g, max abs %.3g\n", (long long)c.n,
+                            name, d.rel_l2, d.max_abs);
+                expect_close(*p, cases::kMhcTf32Cuda.value, std::string("mhc_pre_norm tf32 ") + name);
+            }
         }
         // the head: its out normed in place, as the model calls it
         auto head = [&](bool dev) -> ops::HcHeadArgs {

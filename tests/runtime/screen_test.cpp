@@ -327,11 +327,12 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
             EXPECT_EQ(r.verdict, "pass") << r.op << " " << r.shape;
             continue;
         }
-        // Native attention's f16 permission is held to 2e-3, above the planted error, and the indexer's may
-        // swap picks whose scores lie within the f16 bounds, as the planted swap of the top two can (the rule
-        // itself: IndexerF16RuleAcceptsNearTiesOnly); the variant's exact cases fail, which keeps it out of
-        // the list (checked below).
-        if ((r.op == "attention" || r.op == "indexer_topk") && r.shape.find("native") != std::string::npos)
+        // Native attention's f16 permission is held to 2e-3 and native mhc_pre's TF32 one to 5e-3, above the
+        // planted errors, and the indexer's may swap picks whose scores lie within the f16 bounds, as the
+        // planted swap of the top two can (the rule itself: IndexerF16RuleAcceptsNearTiesOnly); the variant's
+        // exact cases fail, which keeps it out of the list (checked below).
+        if ((r.op == "attention" || r.op == "indexer_topk" || r.op == "mhc_pre") &&
+            r.shape.find("native") != std::string::npos)
             continue;
         const std::string want = r.op == "indexer_topk" ? "fail: "
                                  : r.op == "hc_head"    ? "fail: non-finite"

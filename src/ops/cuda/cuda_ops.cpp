@@ -569,6 +569,15 @@ void CudaBackend::top_candidates(const TopCandidatesArgs& a) {
     launched("top_candidates");
 }
 
+namespace {
+// DEEPINFER_MHC_TF32=0 keeps the native precision's prefill mixes on the FP64 form (A/B timing, or the exact
+// sums where a user wants them).
+bool mhc_tf32_enabled() {
+    static const bool on = cuda::env_switch("DEEPINFER_MHC_TF32", true);
+    return on;
+}
+}  // namespace
+
 cuda::MhcParams CudaBackend::mhc_pre_params(const MhcPreArgs& a) {
     check(a);
     device_args(a, "mhc_pre");
@@ -593,7 +602,8 @@ cuda::MhcParams CudaBackend::mhc_pre_params(const MhcPreArgs& a) {
                       .norm_eps = a.norm_eps,
                       .hc_eps = a.hc_eps,
                       .sinkhorn_iters = a.sinkhorn_iters,
-                      .head = false};
+                      .head = false,
+                      .tf32 = a.tf32 && mhc_tf32_enabled()};
     return p;
 }
 

@@ -326,7 +326,8 @@ struct MhcParams {
     int64_t n, hc, D;
     float norm_eps, hc_eps;
     int sinkhorn_iters;
-    bool head;  // hc_head: only pre weights, M = hc
+    bool head;          // hc_head: only pre weights, M = hc
+    bool tf32 = false;  // a prefill's mixes may take TF32 inputs (MhcPreArgs::tf32)
 };
 // kSplitK: columns split over blocks, parallel Sinkhorn; kPerMix: one block per (mix row, token), the
 // fallback.
@@ -342,6 +343,9 @@ inline constexpr int64_t kMhcDmmaMinTokens = 2048;
 bool mhc_mix_dmma_supported(const MhcParams& p, int M);
 int64_t mhc_mix_dmma_splits(const MhcParams& p);
 void launch_mhc_mix_dmma(const MhcParams& p, int M, double* part, Stream s);
+// The same sums where p.tf32 (mhc_mix_tf32.cu: the mixes on the TF32 tensor cores, the squares in f32), the
+// same conditions, splits and part layout.
+void launch_mhc_mix_tf32(const MhcParams& p, int M, double* part, Stream s);
 int mhc_max_hc();
 void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
                      const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,

@@ -529,7 +529,10 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
     auto* part =
         static_cast<double*>(scratch.get(3, part_bytes + (two_step ? size_t(p.n) * 4 * sizeof(float) : 0)));
     if (dmma) {
-        launch_mhc_mix_dmma(p, M, part, s);
+        if (p.tf32)
+            launch_mhc_mix_tf32(p, M, part, s);
+        else
+            launch_mhc_mix_dmma(p, M, part, s);
         if (two_step) {
             float* pre = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(part) + part_bytes);
             mhc_coef_kernel<<<blocks_for(p.n, kCoefWarps), 32 * kCoefWarps, 0, as_stream(s)>>>(p, M, splits,
