@@ -505,6 +505,30 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
+  qprep)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test", branch wip/attn-qprep, which holds
+           # wip/mhc-tf32) the TF32 mixes and attention_wgp's prepared queries: their cases (the measured errors
+           # printed), then the 4K prefill's rows and tokens/s with each off and on, 32K once each way
+    timeout 150 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaFused.*:CudaMhc.*:CudaDeterminism.*:CudaBatchedState.*:CudaAttentions.*:Cases/CudaAttention.*' \
+      > "$OUT/qprep_tests.log" 2>&1
+    echo "tests rc $?"; summary "$OUT/qprep_tests.log"
+    grep -E '^mhc_pre_norm tf32|^attentions_stored q_prep' "$OUT/qprep_tests.log"
+    runs=("4096 0 0" "4096 1 0" "4096 1 1" "4096 0 0" "4096 1 0" "4096 1 1")
+    [[ ${LITE:-0} == 1 ]] || runs+=("32768 0 0" "32768 1 1")
+    for v in "${runs[@]}"; do
+      read -r n t qp <<< "$v"
+      echo "4 layers, $n [TF32=$t QPREP=$qp]: $(DEEPINFER_MHC_TF32=$t DEEPINFER_ATTN_QPREP=$qp timeout 90 \
+        $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt $n --decode 1 \
+        --profile 1 2>&1 | grep -E '^\| (mhc_pre_norm|attention|rms_norm_rope|total) ' |
+        awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+    done
+    for v in "0 0" "1 1" "0 0" "1 1"; do
+      read -r t qp <<< "$v"
+      echo "prefill 4096 [TF32=$t QPREP=$qp]: $(DEEPINFER_MHC_TF32=$t DEEPINFER_ATTN_QPREP=$qp timeout 60 \
+        $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+        --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    ;;
   mhctf32)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test") the native precision's prefill
             # mixes on the TF32 tensor cores (mhc_mix_tf32.cu): their cases against the reference (the measured
             # errors printed), determinism, then the 4K / 32K prefill against DEEPINFER_MHC_TF32=0 (the FP64

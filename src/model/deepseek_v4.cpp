@@ -446,14 +446,19 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     be_->rms_norm({.x = qr, .weight = aw.q_norm, .y = qr, .eps = eps});
     TensorView q = ws_.take(DType::kF32, {n, H * hd});
     be_->linear(lin(qr, aw.wq_b, q));
-    // q per head, unweighted; kv with its weight: two independent pairs, one call (one launch on cuda)
-    RopeArgs qkv_ropes[2] = {rope_proto, rope_proto};
-    qkv_ropes[0].x = as3d(q, n, H, hd);  // [n, H, hd]
+    // q per head, unweighted; kv with its weight: two independent pairs, one call (one launch on cuda),
+    // unless the backend's attention kernels take q's where they load it (then q's go to the attention tail)
+    const bool native = precision_ == Precision::kNative;
+    QueryPrep q_prep{.rope = rope_proto, .eps = eps};
+    q_prep.rope.x = as3d(q, n, H, hd);  // [n, H, hd]
+    RopeArgs qkv_ropes[2] = {q_prep.rope, rope_proto};
     qkv_ropes[1].x = as3d(kv, n, 1, hd);
     const RmsNormArgs qkv_norms[2] = {
         {.x = q.reshape({n * H, hd}), .weight = {}, .y = q.reshape({n * H, hd}), .eps = eps},
         {.x = kv, .weight = aw.kv_norm, .y = kv, .eps = eps}};
-    be_->rms_norm_ropes(qkv_norms, qkv_ropes);
+    const bool q_in_tail = be_->fuses_query_prep(s.len, H, hd, native);
+    const int first = q_in_tail ? 1 : 0;
+    be_->rms_norm_ropes(std::span(qkv_norms).subspan(first), std::span(qkv_ropes).subspan(first));
 
     // The rest of the step-wide projections, then the per-sequence ops between two graph segments.
     const int64_t rate = sliding ? 0 : cfg_.compress_rate(l);
@@ -523,7 +528,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
         a.n_cached = std::min(pos0, cfg_.window - 1);
         a.window = cfg_.window;
         a.scale = float(1.0 / std::sqrt(double(hd)));
-        a.f16 = precision_ == Precision::kNative;
+        a.f16 = native;
         if (n_comp[c] > 0) {
             a.comp = ls.comp.entries.rows(0, n_comp[c]);
             a.comp_mask = csa ? CompMask::kPicks : CompMask::kCausal;
@@ -537,7 +542,8 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     RopeArgs ro = rope_proto;  // inverse rotation of the output at the query positions
     ro.x = o;
     ro.inverse = true;
-    be_->attentions_stored(attn, stores, ro);  // every chunk reads its ring before any store writes one
+    // every chunk reads its ring before any store writes one
+    be_->attentions_stored(attn, stores, ro, q_in_tail ? &q_prep : nullptr);
     begin_segment(s);
 
     // Grouped low-rank output projection: group g's (H/G)*hd channels -> R, then wo_b.

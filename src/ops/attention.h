@@ -8,6 +8,7 @@
 #pragma once
 
 #include "ops/op_common.h"
+#include "ops/rope.h"
 
 namespace di::ops {
 
@@ -55,5 +56,15 @@ struct WindowStoreArgs {
     }
 };
 void check(const WindowStoreArgs& a);
+
+// The queries' preparation an attention layer's tail takes over (Backend::attentions_stored): every head row
+// of q (rope.x, [n, n_heads, head_dim], contiguous: the rows of every job's q) normed as the unweighted
+// rms_norm with eps, then rotated as rope(rope). A backend may apply it in place before the attention or
+// where its kernel loads q, so q's contents after the call are unspecified.
+struct QueryPrep {
+    RopeArgs rope;
+    float eps = 1e-6f;
+};
+void check(const QueryPrep& a);
 
 }  // namespace di::ops

@@ -7,6 +7,14 @@
 
 namespace di::ops {
 
+void Backend::prepare_queries(const QueryPrep& q_prep) {
+    check(q_prep);
+    const TensorView& q = q_prep.rope.x;
+    const TensorView rows = q.reshape({q.shape[0] * q.shape[1], q.shape[2]});
+    const RmsNormArgs norm{.x = rows, .weight = {}, .y = rows, .eps = q_prep.eps};
+    rms_norm_ropes({&norm, 1}, {&q_prep.rope, 1});
+}
+
 void Backend::argmax(const ArgmaxArgs& a) {
     check(a);
     DI_CHECK(a.x.device == Device::kHost && a.ids.device == Device::kHost && a.bad.device == Device::kHost,

@@ -116,15 +116,28 @@ class Backend {
     virtual void window_stores(std::span<const WindowStoreArgs> jobs) {
         for (const WindowStoreArgs& a : jobs) window_store(a);
     }
-    // An attention layer's tail: attentions(jobs), then window_stores(stores) (each sequence's ring after
-    // every job read it), then rope(out_rope), the inverse rotation of the outputs (out_rope.x holds every
-    // job's out rows), which is what this default does; a backend may store and rotate where it writes a
-    // job's output (the three calls' bits).
+    // An attention layer's tail: q_prep's norm and rotation of the queries when given (q_prep->rope.x holds
+    // every job's q rows), attentions(jobs), then window_stores(stores) (each sequence's ring after every job
+    // read it), then rope(out_rope), the inverse rotation of the outputs (out_rope.x holds every job's out
+    // rows), which is what this default does; a backend may prepare q where its kernel loads it, and store
+    // and rotate where it writes a job's output (the calls' bits, up to the sum order of q's norm).
     virtual void attentions_stored(std::span<const AttentionArgs> jobs,
-                                   std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope) {
+                                   std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope,
+                                   const QueryPrep* q_prep) {
+        if (q_prep != nullptr) prepare_queries(*q_prep);
         attentions(jobs);
         window_stores(stores);
         rope(out_rope);
+    }
+    // q_prep as rms_norm_ropes on q's head rows, in place.
+    void prepare_queries(const QueryPrep& q_prep);
+    // Whether attentions_stored applies a QueryPrep inside its attention kernels for chunks of these query
+    // counts (n_heads, head_dim, AttentionArgs::f16): the model then hands q's norm and rotation to the tail
+    // instead of running them beside kv's. A prediction for speed only: attentions_stored prepares q for
+    // every job either way.
+    virtual bool fuses_query_prep(std::span<const int64_t> /*chunk_queries*/, int64_t /*n_heads*/,
+                                  int64_t /*head_dim*/, bool /*f16*/) const {
+        return false;
     }
     virtual void mhc_pre(const MhcPreArgs& a) = 0;
     virtual void mhc_post(const MhcPostArgs& a) = 0;

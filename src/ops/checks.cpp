@@ -114,6 +114,11 @@ void check(const WindowStoreArgs& a) {
              a.kv.describe(), a.ring.describe());
 }
 
+void check(const QueryPrep& a) {
+    check(a.rope);
+    DI_CHECK(a.rope.x.is_contiguous(), "attention q_prep: q {} not contiguous", a.rope.x.describe());
+}
+
 void check(const MhcPreArgs& a) {
     const int64_t hc = a.streams.shape[1], D = a.streams.shape[2];
     DI_CHECK(a.streams.ndim == 3 && a.streams.is_contiguous(), "mhc_pre.streams {}", a.streams.describe());

@@ -233,8 +233,8 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
                          .inv_freq = d ? inv.dv() : inv.hv(),
                          .mscale = 1.25f,
                          .inverse = true};
-        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro);
-        if (where == 2) return b.gpu->attentions_stored(jobs, stores, ro);
+        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro, nullptr);
+        if (where == 2) return b.gpu->attentions_stored(jobs, stores, ro, nullptr);
         b.gpu->attentions(jobs);
         b.gpu->window_stores(stores);
         b.gpu->rope(ro);
@@ -255,6 +255,106 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
         expect_close(ring[i], 0.0, "ring " + std::to_string(i) + " against ref");
     }
     expect_close(o_parts, 1e-5, "output against ref");
+}
+
+// attentions_stored() with a QueryPrep, native precision: the prefill chunks on attention_wgp norm and rotate
+// their queries where they load them and rotate their output where they store it; a decode job and a 3-row
+// chunk get q prepared by their own launch. Against the same call on q prepared beforehand (the parts): the
+// same f16 queries but for the norm's sum order (a 1-ulp difference in a row's scale can move an f16 value by
+// one unit), so within 1e-4; against the reference's default (prepare, attend, store, rotate) at the native
+// tolerance; the rings exact.
+TEST(CudaAttentions, StoredTailPreparesQueries) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    const int64_t H = 64, hd = 512, window = 128, half = 32;
+    const float eps = 1e-6f, mscale = 1.25f;
+    struct Job {
+        int64_t L, pos0, T, rate, k;
+        ops::CompMask mask;
+    };
+    const Job spec[] = {
+        {40, 0, 0, 1, 0, ops::CompMask::kNone},       {24, 300, 2, 128, 0, ops::CompMask::kCausal},
+        {20, 900, 225, 4, 64, ops::CompMask::kPicks}, {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
+        {3, 500, 4, 128, 0, ops::CompMask::kCausal},  {16, 129, 0, 1, 0, ops::CompMask::kNone}};
+    const size_t n = std::size(spec);
+    int64_t rows = 0;
+    std::vector<int64_t> row0;
+    for (const Job& j : spec) row0.push_back(rows), rows += j.L;
+    Pair q(DType::kF32, {rows, H, hd}), q_parts(DType::kF32, {rows, H, hd}),
+        q_fused(DType::kF32, {rows, H, hd});
+    Pair kv(DType::kF32, {rows, hd}), sinks(DType::kF32, {H}), pos(DType::kI32, {rows}),
+        inv(DType::kF32, {half});
+    Pair o_parts(DType::kF32, {rows, H, hd}), o_fused(DType::kF32, {rows, H, hd});
+    fill_uniform(q, -3.0f, 3.0f), fill_uniform(kv), fill_uniform(sinks, -2, 2), fill_uniform(inv, 0.0f, 1.0f);
+    for (Pair* c : {&q_parts, &q_fused}) std::memcpy(c->hv().data, q.hv().data, q.hv().nbytes()), c->upload();
+    std::vector<Pair> ring(n), ring_fused(n), comp(n), picks(n);
+    for (size_t i = 0; i < n; ++i) {
+        const Job& j = spec[i];
+        for (int64_t t = 0; t < j.L; ++t) pos.hv().ptr<int32_t>()[row0[i] + t] = int32_t(j.pos0 + t);
+        ring[i] = Pair(DType::kF32, {window - 1, hd}), ring_fused[i] = Pair(DType::kF32, {window - 1, hd});
+        fill_uniform(ring[i]);
+        std::memcpy(ring_fused[i].hv().data, ring[i].hv().data, ring[i].hv().nbytes());
+        ring_fused[i].upload();
+        comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
+        picks[i] = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)});
+        fill_uniform(comp[i]);
+        for (int64_t e = 0; e < picks[i].hv().numel(); ++e)
+            picks[i].hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
+        picks[i].upload();
+    }
+    pos.upload();
+    // where: 0 the reference (host), 1 the parts (q prepared beforehand), 2 the fused tail
+    auto calls = [&](int where) {
+        const bool d = where > 0;
+        const Pair& o = where == 2 ? o_fused : o_parts;
+        const Pair& qq = where == 0 ? q : where == 1 ? q_parts : q_fused;
+        std::vector<ops::AttentionArgs> jobs;
+        std::vector<ops::WindowStoreArgs> stores;
+        for (size_t i = 0; i < n; ++i) {
+            const Job& j = spec[i];
+            const Pair& r = where == 2 ? ring_fused[i] : ring[i];
+            ops::AttentionArgs a;
+            a.q = (d ? qq.dv() : qq.hv()).rows(row0[i], j.L), a.ring = d ? r.dv() : r.hv();
+            a.kv = (d ? kv.dv() : kv.hv()).rows(row0[i], j.L);
+            if (j.mask != ops::CompMask::kNone) a.comp = d ? comp[i].dv() : comp[i].hv();
+            if (j.mask == ops::CompMask::kPicks) a.picks = d ? picks[i].dv() : picks[i].hv();
+            a.sinks = d ? sinks.dv() : sinks.hv(), a.out = (d ? o.dv() : o.hv()).rows(row0[i], j.L);
+            a.pos0 = j.pos0, a.n_cached = std::min(j.pos0, window - 1), a.window = window,
+            a.comp_mask = j.mask;
+            a.rate = j.rate, a.scale = 1.0f / std::sqrt(float(hd)), a.f16 = true;
+            jobs.push_back(a);
+            stores.push_back({a.kv, a.ring, j.pos0});
+        }
+        const TensorView pv = d ? pos.dv() : pos.hv(), iv = d ? inv.dv() : inv.hv();
+        const ops::RopeArgs ro{
+            .x = d ? o.dv() : o.hv(), .positions = pv, .inv_freq = iv, .mscale = mscale, .inverse = true};
+        const ops::QueryPrep prep{
+            .rope = {.x = d ? qq.dv() : qq.hv(), .positions = pv, .inv_freq = iv, .mscale = mscale},
+            .eps = eps};
+        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro, &prep);
+        if (where == 2) return b.gpu->attentions_stored(jobs, stores, ro, &prep);
+        b.gpu->prepare_queries(prep);
+        b.gpu->attentions_stored(jobs, stores, ro, nullptr);
+    };
+    o_parts.poison(), o_fused.poison();
+    calls(1);
+    const int64_t norms = b.gpu->dispatch_count("rms_norm", "cuda");
+    calls(2);
+    // in the kernel's load for the four chunks on attention_wgp, one launch for the other two jobs
+    EXPECT_EQ(b.gpu->dispatch_count("rms_norm", "cuda") - norms, 5);
+    calls(0);  // the host copies of o_parts and ring now hold the reference
+    const std::vector<float> parts = o_parts.device_f32(), fused = o_fused.device_f32();
+    const Diff df = diff(parts, fused);
+    std::printf("attentions_stored q_prep: fused vs parts rel L2 %.3g max abs %.3g\n", df.rel_l2, df.max_abs);
+    EXPECT_EQ(df.nan, 0);
+    EXPECT_LE(df.rel_l2, 1e-4) << "the fused queries differ from the prepared ones'";
+    for (size_t i = 0; i < n; ++i) {
+        const std::vector<float> a = ring[i].device_f32(), f = ring_fused[i].device_f32();
+        EXPECT_EQ(0, std::memcmp(a.data(), f.data(), a.size() * sizeof(float))) << "ring " << i;
+    }
+    expect_close(o_parts, ops::cases::kAttentionNativeCuda.value, "parts against ref");
+    std::memcpy(o_fused.hv().data, o_parts.hv().data, o_parts.hv().nbytes());  // the reference
+    expect_close(o_fused, ops::cases::kAttentionNativeCuda.value, "fused against ref");
 }
 
 using ops::cases::CompressCase;

@@ -143,12 +143,13 @@ void ProfileBackend::window_stores(std::span<const WindowStoreArgs> jobs) {
     timed_jobs(cost, [&] { subject_.window_stores(jobs); });
 }
 void ProfileBackend::attentions_stored(std::span<const AttentionArgs> jobs,
-                                       std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope) {
+                                       std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope,
+                                       const QueryPrep* q_prep) {
     std::vector<JobCost> cost;
     for (const AttentionArgs& a : jobs) cost.push_back(attention_cost(a));
     for (size_t i = 0; i < stores.size() && i < cost.size(); ++i) cost[i].bytes += view_bytes(stores[i]);
     if (!cost.empty()) cost[0].bytes += view_bytes(out_rope);  // the rotation of every job's rows
-    timed_jobs(cost, [&] { subject_.attentions_stored(jobs, stores, out_rope); });
+    timed_jobs(cost, [&] { subject_.attentions_stored(jobs, stores, out_rope, q_prep); });
 }
 void ProfileBackend::rms_norm_ropes(std::span<const RmsNormArgs> norms, std::span<const RopeArgs> ropes) {
     std::vector<JobCost> cost;

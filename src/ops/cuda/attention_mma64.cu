@@ -254,4 +254,9 @@ void launch_attention_mma64(const AttentionParams& p, Scratch& scratch, Stream s
 
 int set_attention_wgmma(int mode) { return std::exchange(wgmma_mode, mode); }
 
+bool attention_mma64_takes_tail(const AttentionParams& p) {
+    return wgmma_mode == 2 && attention_mma64_supported(p) && attention_wgp_fits(p) &&
+           p.qp_half <= kAttentionTailMaxHalf && p.rope_half <= kAttentionTailMaxHalf;
+}
+
 }  // namespace di::cuda

@@ -19,9 +19,13 @@
 // C7515). The softmax runs in base 2 (scores times log2 e, one ex2 a score). Not bit-identical to
 // attention_wg (the rescaling order and the exponentials differ); its tests compare with the reference at the
 // native tolerance.
+// The layer's tail (AttentionParams::qp_pos, rope_pos; Backend::attentions_stored): the queries normed and
+// rotated where they are loaded (no pass of their own over q, 1 GB a V4-Flash layer at 4,096 tokens) and the
+// output rotated where it is stored, each with rms_norm_rope's and rope's products.
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/attention_wg_tiles.cuh"
+#include "ops/cuda/device_util.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
@@ -54,8 +58,90 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&f)[2]) {
 struct Layout {  // byte offsets from the 1024-byte aligned base
     static constexpr uint32_t q = 0, k = kTileBytes, p = 3 * kTileBytes, shifts = p + 2 * kPBytes,
                               max = shifts + 2 * kKeys * 4, scale = max + 2 * kHeads * 4, sums = scale + 16,
-                              red = sums + 2 * kHeads * 4, bars = red + 8 * 4, list = bars + 4 * 8;
+                              red = sums + 2 * kHeads * 4, bars = red + 8 * 4,
+                              rope = bars + 4 * 8,  // [2][kAttentionTailMaxHalf] RopeCs: q's, the output's
+        list = rope + 2 * kAttentionTailMaxHalf * 8;
+    // the queries' sums of squares (q_tile_prepared: 8 warps x 16 rows of doubles) before the first tile, in
+    // the probabilities' buffers, which the consumers first write after q's barrier
+    static constexpr uint32_t q_sums = p;
 };
+
+// q_tile_f16 with the queries prepared on the way (p.qp_pos): each head row normed as the unweighted rms_norm
+// (the sum of squares in double, in a fixed order) and rotated as rope (cs: the pairs' factors), with
+// rms_norm_rope's products, then times 2^shq, shq chunk_shift of the rows' bound sqrt(hd) * |qp_mscale| (a
+// normed row's values are at most sqrt(hd) in size and a rotation keeps a pair's length), so no pass for the
+// max. A power of two: the f16 values q_tile_f16 gives the prepared rows, but for values it would keep above
+// f16's smallest normal that fall below it here (smaller than the bound by over 2^29).
+__device__ __forceinline__ float q_tile_prepared(const AttentionParams& p, int64_t t, int64_t h0, int i,
+                                                 unsigned char* tile, const RopeCs* cs, double* ss_sh) {
+    const int u = i & 63, r0 = i >> 6, lane = i & 31, warp = i >> 5;
+    const float* qb = p.q + t * p.q_s0 + h0 * p.q_s1 + u * 8;
+    double ss[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        const float* src = qb + (r0 + 4 * k) * p.q_s1;
+        double acc = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+            const float2 v = *reinterpret_cast<const float2*>(src + e);
+            acc += double(v.x) * v.x, acc += double(v.y) * v.y;
+        }
+        ss[k] = acc;
+    }
+#pragma unroll
+    for (int k = 0; k < 16; ++k) ss[k] = warp_sum_d(ss[k]);
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < 16; ++k) ss_sh[warp * 16 + k] = ss[k];
+    }
+    wg::named_sync(kBarQMax, 256);  // row r0 + 4 k: warps 2 r0 and 2 r0 + 1 (units 0 .. 31, 32 .. 63)
+    const int shq = chunk_shift(sqrtf(float(p.hd)) * fabsf(p.qp_mscale));
+    const float s = pow2f(shq);
+    const int64_t off = p.hd - 2 * p.qp_half;
+    for (int k = 0; k < 16; ++k) {
+        const int row = r0 + 4 * k;
+        const double tot = ss_sh[2 * r0 * 16 + k] + ss_sh[(2 * r0 + 1) * 16 + k];
+        const float inv = float(1.0 / sqrt(tot / double(p.hd) + double(p.qp_eps)));
+        const float* src = qb + row * p.q_s1;
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float2 v = *reinterpret_cast<const float2*>(src + 2 * e);
+            float a = v.x * inv, b = v.y * inv;
+            const int64_t c = u * 8 + 2 * e;
+            if (c >= off) {
+                const RopeCs f = cs[(c - off) >> 1];
+                const float a0 = a;
+                a = rope_first(a0, b, f), b = rope_second(a0, b, f);
+            }
+            w[e] = pack_f16x2(a * s, b * s);
+        }
+        *reinterpret_cast<uint4*>(tile + unit_at(row, u)) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    return scalbnf(p.scale, -shq);
+}
+
+// wgtile::store_out_rows with the last 2 * rope_half columns of each head rotated (cs: the pairs' factors)
+// after the scale, as rope rotates the stored rows.
+__device__ __forceinline__ void store_out_rows_rotated(const AttentionParams& p, int64_t t, int64_t h,
+                                                       int col, const float (&o)[128], const float (&inv)[2],
+                                                       const RopeCs* cs) {
+    const int off = int(p.hd - 2 * p.rope_half);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        float* dst = p.out + t * p.o_s0 + (h + 8 * i) * p.o_s1 + col;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            float a = o[4 * j + 2 * i] * inv[i], b = o[4 * j + 2 * i + 1] * inv[i];
+            if (col + 8 * j >= off) {
+                const RopeCs f = cs[(col + 8 * j - off) >> 1];
+                const float a0 = a;
+                a = rope_first(a0, b, f), b = rope_second(a0, b, f);
+            }
+            *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(a, b);
+        }
+    }
+}
 
 size_t smem_bytes(const AttentionParams& p) {
     return 1024 + Layout::list + size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t);
@@ -112,18 +198,27 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
 
     // the consumers
     wg::setmaxnreg_inc<kConsumerRegs>();
-    const int c = warp >> 2, hw = 16 * (warp & 3);  // this consumer, the warp's 16 heads
-    // q as f16 times 2^shq (shq from the block's max |q|) into its tile; zs: the scores' scale, p.scale /
-    // 2^shq
-    const float zs = wgtile::q_tile_f16(p, t, h0, tid, smem + Layout::q, [&](float v) {
+    const int c = warp >> 2, hw = 16 * (warp & 3);                      // this consumer, the warp's 16 heads
+    RopeCs* const cs = reinterpret_cast<RopeCs*>(smem + Layout::rope);  // q's, then the output's
+    if (p.qp_pos != nullptr && tid < p.qp_half)                         // read after q's sums' barrier
+        cs[tid] = rope_cs(float(p.qp_pos[t]) * p.qp_inv_freq[tid], p.qp_mscale, p.qp_inverse);
+    if (p.rope_pos != nullptr && tid >= 128 && tid - 128 < p.rope_half)  // read after the sums' barrier
+        cs[kAttentionTailMaxHalf + tid - 128] =
+            rope_cs(float(p.rope_pos[t]) * p.rope_inv_freq[tid - 128], p.rope_mscale, p.rope_inverse);
+    // q as f16 times 2^shq (shq from the block's max |q|, or the prepared rows' bound) into its tile; zs: the
+    // scores' scale, p.scale / 2^shq
+    const float zs = p.qp_pos != nullptr ? q_tile_prepared(p, t, h0, tid, smem + Layout::q, cs,
+                                                           reinterpret_cast<double*>(smem + Layout::q_sums))
+                                         : wgtile::q_tile_f16(p, t, h0, tid, smem + Layout::q, [&](float v) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-        if (lane == 0) red[warp] = v;
-        wg::named_sync(kBarQMax, 256);
+                                               for (int o = 16; o > 0; o >>= 1)
+                                                   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+                                               if (lane == 0) red[warp] = v;
+                                               wg::named_sync(kBarQMax, 256);
 #pragma unroll
-        for (int w = 0; w < 8; ++w) v = fmaxf(v, red[w]);
-        return v;
-    });
+                                               for (int w = 0; w < 8; ++w) v = fmaxf(v, red[w]);
+                                               return v;
+                                           });
     wg::fence_proxy_async();  // q's stores, seen by the tensor cores' reads
     wg::named_sync(kBarQ, 256);
 
@@ -296,7 +391,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
     const float out_scale = scalbnf(1.0f, -(14 + t_acc));
     const float inv[2] = {out_scale / (sums[row0] + sums[kHeads + row0]),
                           out_scale / (sums[row0 + 8] + sums[kHeads + row0 + 8])};
-    wgtile::store_out_rows(p, t, h0 + row0, 256 * c + 2 * q, o, inv);
+    if (p.rope_pos != nullptr)
+        store_out_rows_rotated(p, t, h0 + row0, 256 * c + 2 * q, o, inv, cs + kAttentionTailMaxHalf);
+    else
+        wgtile::store_out_rows(p, t, h0 + row0, 256 * c + 2 * q, o, inv);
 }
 
 }  // namespace

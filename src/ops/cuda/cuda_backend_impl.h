@@ -137,7 +137,9 @@ class CudaBackend final : public Backend {
     void attentions(std::span<const AttentionArgs> jobs) override;
     void window_stores(std::span<const WindowStoreArgs> jobs) override;
     void attentions_stored(std::span<const AttentionArgs> jobs, std::span<const WindowStoreArgs> stores,
-                           const RopeArgs& out_rope) override;
+                           const RopeArgs& out_rope, const QueryPrep* q_prep) override;
+    bool fuses_query_prep(std::span<const int64_t> chunk_queries, int64_t n_heads, int64_t head_dim,
+                          bool f16) const override;
     void rms_norm(const RmsNormArgs& a) override;
     void rope(const RopeArgs& a) override;
     void compress(const CompressArgs& a) override;

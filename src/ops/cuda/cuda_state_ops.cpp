@@ -1,5 +1,7 @@
 // CudaBackend's ops on per-sequence state (compress, indexer_topk, attention, window_store), one call or the
 // step's sequences at once: check(args) first, then the device check, then the launch with plain params.
+#include <algorithm>
+
 #include "ops/cuda/cuda_backend_impl.h"
 #include "ops/cuda/env_switch.h"
 
@@ -258,41 +260,109 @@ int64_t rows_within(const TensorView& out, const TensorView& x) {
 
 }  // namespace
 
+// DEEPINFER_ATTN_QPREP=0 keeps q's norm and rotation in their own launch (A/B timing of the fused prologue).
+bool query_prep_fused_enabled() {
+    static const bool on = cuda::env_switch("DEEPINFER_ATTN_QPREP", true);
+    return on;
+}
+
+bool CudaBackend::fuses_query_prep(std::span<const int64_t> chunk_queries, int64_t n_heads, int64_t head_dim,
+                                   bool f16) const {
+    if (!query_prep_fused_enabled() || !attention_tail_fused_enabled()) return false;
+    cuda::AttentionParams p{};  // the shape attention_mma64_takes_tail looks at; aligned workspace rows
+    p.H = n_heads, p.hd = head_dim, p.f16 = f16;
+    p.comp_mask = cuda::AttnCompMask::kPicks, p.k = 512;  // the largest picks list V4 takes
+    bool any = false;
+    for (const int64_t L : chunk_queries) {
+        if (L == 0) continue;
+        if (L < cuda::kAttentionMmaMinQueries || !cuda::attention_mma64_takes_tail(p)) return false;
+        any = true;
+    }
+    return any;
+}
+
 // Decode jobs on split_kv store their kv rows and rotate their output in the merge kernel (the bits of
-// window_store and rope: same copies, same products); every other job runs the three parts.
+// window_store and rope: same copies, same products); prefill jobs on attention_wgp rotate their output where
+// they store it and prepare their queries where they load them; every other job runs the parts.
 void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
-                                    std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope) {
+                                    std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope,
+                                    const QueryPrep* q_prep) {
     if (replaying()) return;
     check(out_rope);
     device_args(out_rope, "rope");
+    if (q_prep != nullptr) check(*q_prep), device_args(q_prep->rope, "rope");
     const TensorView& x = out_rope.x;
     const int64_t half = out_rope.inv_freq.numel();
-    // the rotation as the jobs' rows: each job's out is rows r0[i] .. of x
+    // the rotation as the jobs' rows: each job's out is rows r0[i] .. of x (and its q rows rq[i] .. of q's)
     bool tail = attention_tail_fused_enabled() && stores.size() == jobs.size() && x.dtype == DType::kF32 &&
                 x.shape[2] % 2 == 0 && 2 * half <= x.shape[2] && out_rope.positions.is_contiguous() &&
                 out_rope.inv_freq.is_contiguous();
-    std::vector<int64_t> r0(jobs.size(), -1);
+    std::vector<int64_t> r0(jobs.size(), -1), rq(jobs.size(), -1);
     int64_t covered = 0;  // rows of x the jobs write: all of them, or the rotation runs whole
     for (size_t i = 0; tail && i < jobs.size(); ++i) {
         check(stores[i]);
         device_args(stores[i], "window_store");
         r0[i] = rows_within(jobs[i].out, x);
+        if (q_prep != nullptr) rq[i] = rows_within(jobs[i].q, q_prep->rope.x);
         tail = r0[i] >= 0;
         covered += jobs[i].out.shape[0];
     }
     tail = tail && covered == x.shape[0];
+    // q's rows by job, or prepared whole here
+    const bool by_job =
+        q_prep != nullptr && std::all_of(rq.begin(), rq.end(), [](int64_t r) { return r >= 0; });
+    if (q_prep != nullptr && (!tail || !by_job)) prepare_queries(*q_prep), q_prep = nullptr;
     if (!tail) {
         attentions(jobs);
         window_stores(stores);
         return rope(out_rope);
     }
+    const bool qp_fusable = q_prep != nullptr && query_prep_fused_enabled() &&
+                            q_prep->rope.x.dtype == DType::kF32 && q_prep->rope.positions.is_contiguous() &&
+                            q_prep->rope.inv_freq.is_contiguous();
+    std::vector<std::pair<cuda::AttentionParams, int>> calls;
+    std::vector<RmsNormArgs> rest_norms;  // the queries of jobs whose kernel does not prepare them
+    std::vector<RopeArgs> rest_q;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        auto [p, v] = attention_call(jobs[i]);
+        bool prepared = false;
+        if (kAttentionEnum[v] == cuda::AttentionVariant::kMma64) {
+            cuda::AttentionParams f = p;  // the output's rotation, and the queries' preparation
+            f.rope_pos = out_rope.positions.ptr<int32_t>() + r0[i];
+            f.rope_inv_freq = f32(out_rope.inv_freq);
+            f.rope_half = half;
+            f.rope_mscale = out_rope.mscale;
+            f.rope_inverse = out_rope.inverse;
+            if (qp_fusable) {
+                const RopeArgs& qr = q_prep->rope;
+                f.qp_pos = qr.positions.ptr<int32_t>() + rq[i];
+                f.qp_inv_freq = f32(qr.inv_freq);
+                f.qp_half = qr.inv_freq.numel();
+                f.qp_mscale = qr.mscale;
+                f.qp_eps = q_prep->eps;
+                f.qp_inverse = qr.inverse;
+            }
+            if (cuda::attention_mma64_takes_tail(f)) p = f, prepared = f.qp_pos != nullptr;
+        }
+        if (q_prep != nullptr && !prepared) {
+            const TensorView& q = jobs[i].q;
+            RopeArgs r = q_prep->rope;
+            r.x = q;
+            r.positions = q_prep->rope.positions.rows(rq[i], q.shape[0]);
+            rest_q.push_back(r);
+            const TensorView rows = q.reshape({q.shape[0] * q.shape[1], q.shape[2]});
+            rest_norms.push_back({.x = rows, .weight = {}, .y = rows, .eps = q_prep->eps});
+        }
+        calls.emplace_back(p, v);
+    }
+    rms_norm_ropes(rest_norms, rest_q);  // before any job's attention
     std::vector<cuda::AttentionParams> batch;
     std::vector<WindowStoreArgs> rest_stores;
     std::vector<RopeArgs> rest_ropes;
     for (size_t i = 0; i < jobs.size(); ++i) {
         const AttentionArgs& a = jobs[i];
         const WindowStoreArgs& st = stores[i];
-        auto [p, v] = attention_call(a);
+        auto [p, v] = calls[i];
         const bool fuse = p.L == 1 && kAttentionEnum[v] == cuda::AttentionVariant::kSplitKv &&
                           cuda::attention_batch_takes(p) && (batch.empty() || batch[0].hd == p.hd) &&
                           st.kv.data == a.kv.data && ld(st.kv) == p.ld_kv && st.kv.shape[0] == 1 &&
@@ -312,7 +382,12 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         }
         cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
         launched("attention");
+        if (p.qp_pos != nullptr) launched("rms_norm"), launched("rope");  // q's, in the kernel's load
         rest_stores.push_back(st);
+        if (p.rope_pos != nullptr) {  // rotated where the kernel stored it
+            launched("rope");
+            continue;
+        }
         RopeArgs r = out_rope;  // this job's rows of the rotation
         r.x = a.out;
         r.positions = out_rope.positions.rows(r0[i], a.out.shape[0]);

@@ -199,9 +199,10 @@ struct AttentionParams {
     int64_t rate;
     float scale;
     bool f16 = false;  // AttentionArgs::f16
-    // The fused tail (Backend::attentions_stored), split_kv's merge only: with store_ring, kv row t is
-    // copied to ring slot (pos0 + t) % store_len as window_store does; with rope_pos, the output's last
-    // 2 * rope_half columns of every head are rotated at rope_pos[t] as rope does (the same products).
+    // The fused tail (Backend::attentions_stored): split_kv's merge with store_ring copies kv row t to ring
+    // slot (pos0 + t) % store_len as window_store does; split_kv's merge and attention_wgp with rope_pos
+    // rotate the output's last 2 * rope_half columns of every head at rope_pos[t] as rope does (the same
+    // products).
     float* store_ring = nullptr;
     int64_t store_ld = 0, store_len = 0;
     const int32_t* rope_pos = nullptr;
@@ -209,6 +210,14 @@ struct AttentionParams {
     int64_t rope_half = 0;
     float rope_mscale = 1.0f;
     bool rope_inverse = false;
+    // Queries prepared where attention_wgp loads them (attentions_stored's QueryPrep): with qp_pos, each head
+    // row of q is normed as the unweighted rms_norm (qp_eps) and its last 2 * qp_half columns rotated at
+    // qp_pos[t] as rope does (rms_norm_rope's products); q itself stays as it is.
+    const int32_t* qp_pos = nullptr;
+    const float* qp_inv_freq = nullptr;
+    int64_t qp_half = 0;
+    float qp_mscale = 1.0f, qp_eps = 0.0f;
+    bool qp_inverse = false;
 };
 // kMma64: the native precision's prefill queries on the tensor cores with all 64 heads a block and the key
 // rows turned into f16 once per call (attention_mma64.cu); kMma: a prefill's queries on the tensor cores
@@ -221,6 +230,10 @@ enum class AttentionVariant { kMma64, kMma, kSplitKv, kPerQuery };
 // wgmma, 64-key tiles), 0 mma64's own kernel. DEEPINFER_ATTN_WGMMA=0|1|2 in the environment; tests set it
 // here. Returns the mode it replaces.
 int set_attention_wgmma(int mode);
+// Whether kMma64 launches attention_wgp for p, which takes qp_pos and rope_pos (rotations of at most
+// kAttentionTailMaxHalf pairs); launch_attention must not get them otherwise.
+bool attention_mma64_takes_tail(const AttentionParams& p);
+inline constexpr int64_t kAttentionTailMaxHalf = 64;
 // kMma: head_dim 512, heads a multiple of 16, 16-byte aligned key rows, 8-byte aligned q and out rows;
 // dispatch gives it chunks of at least kAttentionMmaMinQueries queries.
 bool attention_mma_supported(const AttentionParams& p);
