@@ -1,21 +1,18 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-07, second session): the native precision's prefill mixes on the TF32 tensor
-#   cores (branch wip/mhc-tf32, not yet run: mhc_mix_tf32.cu, MhcPreArgs::tf32 set by the model in native,
-#   its cases in CudaFused.MhcPreNormAndHead against the reference at kMhcTf32Cuda, a native screen case).
-#   `git checkout wip/mhc-tf32`, build model_bench and cuda_ops_test, pack TRACE=0 BINS="bench/model_bench
-#   tests/gpu/cuda_ops_test" tools/gpu_pack.sh, then PART=mhctf32 (~3 min; LITE=1: ~1.5 min): the cases
-#   (their measured errors printed), determinism, the 4K / 32K prefill against DEEPINFER_MHC_TF32=0, the ops by
-#   shape. Merge into main if they pass and it is faster (~100 us a call expected: the FP64 form's ~200 us
-#   against the streams' ~80 us read). Then PART=tracemain on main (a TRACE=1 pack of model_bench alone: each
-#   kernel's time at 4K and 32K, the MoE's launches outside the W4A8 kernel among them), the pipelined
-#   attention's per-block prologue (a block a query: sliding layers do two key tiles a block, after a 128 KB
-#   f32 q load and its max), the W4A8 kernel's multiplying side: on main's Nsight Compute samples (layer 0's
-#   up, 2026-12-07) its warps wait for the chunk's wgmmas 14% of the time (wait<0> before the promotion, whose
-#   part registers the next chunk reuses) and for full stages 11%, the promotion's scale loads ~6%; two part
-#   sets for the tiles of <= 96 pairs (48 + 48 + 48 of the 168 registers) would let chunk c + 1's wgmmas run
-#   under chunk c's promotion. Written into this kernel for n64 tiles (2026-12-07, second session), it made
-#   ptxas serialise the default form's wgmmas (C7511, C7517) and spill 196-204 bytes: it needs a kernel of
-#   its own whose acc and part arrays are sized to the narrow tiles (units split by their pairs).
+# Next first (written 2026-12-07, third session): the attention tail's queries with one division a row
+#   (attention_wgp: each row's scale computed once and shared, where every thread computed its 16 rows' in
+#   double: 0.6 ms of the 4K prefill's attention) and the attention's output written quantised for wo_a
+#   (branch wip/o-fp8: LinearArgs' pre-quantised x, Backend::act_quant); then PART=tracemain on main (a TRACE=1
+#   pack of model_bench alone: each kernel's time at 4K and 32K), the W4A8 kernel's multiplying side: on
+#   main's Nsight Compute samples (layer 0's up, 2026-12-07) its warps wait for the chunk's wgmmas 14% of the
+#   time (wait<0> before the promotion, whose part registers the next chunk reuses) and for full stages 11%,
+#   the promotion's scale loads ~6%; two part sets for the tiles of <= 96 pairs (48 + 48 + 48 of the 168
+#   registers) would let chunk c + 1's wgmmas run under chunk c's promotion. Written into this kernel for n64
+#   tiles (2026-12-07, second session), it made ptxas serialise the default form's wgmmas (C7511, C7517) and
+#   spill 196-204 bytes: it needs a kernel of its own whose acc and part arrays are sized to the narrow tiles.
+# Ran 2026-12-07 (third session, H100; docs/benchmarks.md): PART=qprep (wip/attn-qprep on wip/mhc-tf32: the
+#   TF32 mixes and the attention's prepared queries, 24 cases passed, the 4K prefill +3.0%; merged, the
+#   defaults).
 # Ran 2026-12-07 (second session, H100; docs/benchmarks.md): PART=ssconv2 (the converter-ahead branch and a
 #   form with deferred publishes against main: 8-10% slower, the multiplying loop over the widths is the bound
 #   again; not taken).

@@ -90,11 +90,13 @@ inline constexpr Tolerance kMhcCuda{
     "times the streams"};
 // mhc_pre with MhcPreArgs::tf32 (the native precision, CUDA from 2,048 tokens) against ref's exact sums.
 inline constexpr Tolerance kMhcTf32Cuda{
-    "relative L2 over each output", 5e-3,
+    "relative L2 over each output", 2e-3,
     "the mixes' 16,384-term products on TF32 inputs (10-bit mantissas, each rounded by 2^-11 of itself at "
     "most) with f32 sums: a mix moves by ~2^-11 of its magnitude, the sigmoids' and the softmax's arguments "
     "(|arg| up to ~7 in the tests) by a few 1e-3, and post, comb and x with them; the transformers bf16 "
-    "model's own noise floor against fp32 is larger (docs/benchmarks.md)"};
+    "model's own noise floor against fp32 is larger (docs/benchmarks.md); measured on an H100 at 2,056 "
+    "tokens: "
+    "2.5e-4 to 2.9e-4"};
 // cpu: per element, 2^-22 (|ref| + 1.1 sum_i |stream_i[c]|) for x and the head output, 2^-22 |ref| for post
 // and comb (tests/ops/cpu_mhc_test.cpp).
 inline constexpr Tolerance kMhcCpu{
