@@ -40,7 +40,7 @@ constexpr int kHeads = 64, kKeys = 64, kThreads = 384;
 constexpr int kConsumerRegs = 224, kProducerRegs = 56;  // 2 x 128 x 224 + 128 x 56 <= 65,536
 constexpr uint32_t kPBytes = kChunkBytes;               // 64 heads x 64 keys of probabilities
 // named barriers (0 is __syncthreads'): the consumers' q max and q stores, the pair's handoffs, the sums
-enum : int { kBarQMax = 1, kBarQ, kBarMax0, kBarMax1, kBarP0, kBarP1, kBarSums };
+enum : int { kBarQMax = 1, kBarQ, kBarMax0, kBarMax1, kBarP0, kBarP1, kBarSums, kBarQInv };
 
 // A probability's exponent: 2^14 times 2^(t - shift), never above 2^14 for a key of the tile (t is at most
 // its smallest shift) and clamped for the zero shifts of slots past the last key (their probability is 0).
@@ -61,9 +61,10 @@ struct Layout {  // byte offsets from the 1024-byte aligned base
                               red = sums + 2 * kHeads * 4, bars = red + 8 * 4,
                               rope = bars + 4 * 8,  // [2][kAttentionTailMaxHalf] RopeCs: q's, the output's
         list = rope + 2 * kAttentionTailMaxHalf * 8;
-    // the queries' sums of squares (q_tile_prepared: 8 warps x 16 rows of doubles) before the first tile, in
-    // the probabilities' buffers, which the consumers first write after q's barrier
-    static constexpr uint32_t q_sums = p;
+    // the queries' sums of squares (q_tile_prepared: 8 warps x 16 rows of doubles) and the rows' scales (64
+    // floats) before the first tile, in the probabilities' buffers, which the consumers first write after q's
+    // barrier
+    static constexpr uint32_t q_sums = p, q_inv = p + 8 * 16 * 8;
 };
 
 // q_tile_f16 with the queries prepared on the way (p.qp_pos): each head row normed as the unweighted rms_norm
@@ -71,9 +72,11 @@ struct Layout {  // byte offsets from the 1024-byte aligned base
 // rms_norm_rope's products, then times 2^shq, shq chunk_shift of the rows' bound sqrt(hd) * |qp_mscale| (a
 // normed row's values are at most sqrt(hd) in size and a rotation keeps a pair's length), so no pass for the
 // max. A power of two: the f16 values q_tile_f16 gives the prepared rows, but for values it would keep above
-// f16's smallest normal that fall below it here (smaller than the bound by over 2^29).
+// f16's smallest normal that fall below it here (smaller than the bound by over 2^29). A row's scale (a
+// double division and square root) is computed once, by thread `row`, and shared through inv_sh.
 __device__ __forceinline__ float q_tile_prepared(const AttentionParams& p, int64_t t, int64_t h0, int i,
-                                                 unsigned char* tile, const RopeCs* cs, double* ss_sh) {
+                                                 unsigned char* tile, const RopeCs* cs, double* ss_sh,
+                                                 float* inv_sh) {
     const int u = i & 63, r0 = i >> 6, lane = i & 31, warp = i >> 5;
     const float* qb = p.q + t * p.q_s0 + h0 * p.q_s1 + u * 8;
     double ss[16];
@@ -94,14 +97,19 @@ __device__ __forceinline__ float q_tile_prepared(const AttentionParams& p, int64
 #pragma unroll
         for (int k = 0; k < 16; ++k) ss_sh[warp * 16 + k] = ss[k];
     }
-    wg::named_sync(kBarQMax, 256);  // row r0 + 4 k: warps 2 r0 and 2 r0 + 1 (units 0 .. 31, 32 .. 63)
+    wg::named_sync(kBarQMax, 256);
+    if (i < 64) {  // row i = r0 + 4 k: warps 2 r0 and 2 r0 + 1 hold its units 0 .. 31, 32 .. 63
+        const int r = i & 3, k = i >> 2;
+        const double tot = ss_sh[2 * r * 16 + k] + ss_sh[(2 * r + 1) * 16 + k];
+        inv_sh[i] = float(1.0 / sqrt(tot / double(p.hd) + double(p.qp_eps)));
+    }
+    wg::named_sync(kBarQInv, 256);
     const int shq = chunk_shift(sqrtf(float(p.hd)) * fabsf(p.qp_mscale));
     const float s = pow2f(shq);
     const int64_t off = p.hd - 2 * p.qp_half;
     for (int k = 0; k < 16; ++k) {
         const int row = r0 + 4 * k;
-        const double tot = ss_sh[2 * r0 * 16 + k] + ss_sh[(2 * r0 + 1) * 16 + k];
-        const float inv = float(1.0 / sqrt(tot / double(p.hd) + double(p.qp_eps)));
+        const float inv = inv_sh[row];
         const float* src = qb + row * p.q_s1;
         uint32_t w[4];
 #pragma unroll
@@ -208,7 +216,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
     // q as f16 times 2^shq (shq from the block's max |q|, or the prepared rows' bound) into its tile; zs: the
     // scores' scale, p.scale / 2^shq
     const float zs = p.qp_pos != nullptr ? q_tile_prepared(p, t, h0, tid, smem + Layout::q, cs,
-                                                           reinterpret_cast<double*>(smem + Layout::q_sums))
+                                                           reinterpret_cast<double*>(smem + Layout::q_sums),
+                                                           reinterpret_cast<float*>(smem + Layout::q_inv))
                                          : wgtile::q_tile_f16(p, t, h0, tid, smem + Layout::q, [&](float v) {
 #pragma unroll
                                                for (int o = 16; o > 0; o >>= 1)
