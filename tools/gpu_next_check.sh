@@ -502,6 +502,29 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
+  ofp8)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test"; model_bench and
+          # cuda_ops_test branch wip/o-fp8, model_bench_prev main's build at 0758e20) the attention's output
+          # quantised where attention_wgp stores it and read by wo_a's groups as codes, and the prepared queries'
+          # row scales computed once: the cases (bits against the parts, the pre-quantised linears' bits), then
+          # the two builds' 4K and 32K rows, the 4K prefill alternating
+    timeout 200 $d/bin/cuda_ops_test --gtest_filter='CudaAttentions.*:CudaActQuant.*:CudaLinearsFp8Act.*:Cases/CudaAttention.*:CudaDeterminism.*:CudaFused.*:Cases/CudaLinearFp8Act.*' \
+      > "$OUT/ofp8_tests.log" 2>&1
+    echo "tests rc $?"; summary "$OUT/ofp8_tests.log"; grep -E '^attentions_stored q_prep' "$OUT/ofp8_tests.log"
+    for v in "4096 model_bench_prev" "4096 model_bench" "4096 model_bench_prev" "4096 model_bench" \
+      "32768 model_bench_prev" "32768 model_bench"; do
+      read -r n b <<< "$v"
+      echo "$b 4 layers, $n: $(timeout 90 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+        --prompt $n --decode 1 --profile 1 2>&1 | grep -E '^\| (attention|linear|act_quant|total) ' |
+        awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+    done
+    for b in model_bench_prev model_bench model_bench_prev model_bench; do
+      echo "prefill 4096 [$b]: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+        --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+      --decode 1 --profile shapes > "$OUT/shapes_4096.log" 2>&1
+    echo "== shapes 4096 rc $?"; grep -E '^\|' "$OUT/shapes_4096.log" | head -24
+    ;;
   qprep)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test", branch wip/attn-qprep, which holds
            # wip/mhc-tf32) the TF32 mixes and attention_wgp's prepared queries: their cases (the measured errors
            # printed), then the 4K prefill's rows and tokens/s with each off and on, 32K once each way

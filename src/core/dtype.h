@@ -63,6 +63,16 @@ inline float round_to_fp8_e4m3(float v) {
     return std::copysign(r, v);
 }
 
+// The code of an e4m3 value (round_to_fp8_e4m3's results; NaN gives 0x7f): fp8_e4m3_to_f32's inverse.
+inline uint8_t fp8_e4m3_bits(float r) {
+    if (std::isnan(r)) return 0x7f;
+    const uint8_t sign = std::signbit(r) ? 0x80 : 0x00;
+    const float a = std::fabs(r);
+    if (a < 0x1p-6f) return uint8_t(sign | uint8_t(a * 512.0f));  // subnormal: m 2^-9
+    const uint32_t b = std::bit_cast<uint32_t>(a);
+    return uint8_t(sign | uint8_t(((b >> 23) - 120u) << 3) | uint8_t((b >> 20) & 7u));
+}
+
 inline float e8m0_to_f32(uint8_t b) { return b == 255 ? NAN : std::ldexp(1.0f, int(b) - 127); }
 
 inline constexpr float kFp4Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,

@@ -456,8 +456,8 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     const RmsNormArgs qkv_norms[2] = {
         {.x = q.reshape({n * H, hd}), .weight = {}, .y = q.reshape({n * H, hd}), .eps = eps},
         {.x = kv, .weight = aw.kv_norm, .y = kv, .eps = eps}};
-    const bool q_in_tail = be_->fuses_query_prep(s.len, H, hd, native);
-    const int first = q_in_tail ? 1 : 0;
+    const bool tail = be_->fuses_attention_tail(s.len, H, hd, native);
+    const int first = tail ? 1 : 0;
     be_->rms_norm_ropes(std::span(qkv_norms).subspan(first), std::span(qkv_ropes).subspan(first));
 
     // The rest of the step-wide projections, then the per-sequence ops between two graph segments.
@@ -481,6 +481,16 @@ void DeepseekV4::attention_layer(int l, Step& s) {
         be_->linear(lin(y, aw.index_weights_proj, iw));
     }
     TensorView o = ws_.take(DType::kF32, {n, H, hd});
+    // Where the tail quantises the output (native, for wo_a's fp8 activation blocks): e4m3 codes and their
+    // scales, block-major ([blocks][n], as cuBLASLt reads them), read by the groups as pre-quantised x.
+    const TensorView o2 = o.reshape({n, H * hd});
+    const bool o_fp8 = tail && lin(o2, aw.wo_a, TensorView{}).act == ActQuant::kFp8Block128;
+    ActQuantArgs o_quant;
+    if (o_fp8) {
+        o_quant = {.x = o2,
+                   .q = ws_.take(DType::kF8E4M3, {n, H * hd}),
+                   .scales = transposed(ws_.take(DType::kF32, {H * hd / kActBlock, n}))};
+    }
     be_->segment_end();
 
     std::vector<int64_t> n_comp(s.chunks.size(), 0), n_index;
@@ -543,16 +553,21 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     ro.x = o;
     ro.inverse = true;
     // every chunk reads its ring before any store writes one
-    be_->attentions_stored(attn, stores, ro, q_in_tail ? &q_prep : nullptr);
+    be_->attentions_stored(attn, stores, ro, tail ? &q_prep : nullptr, o_fp8 ? &o_quant : nullptr);
     begin_segment(s);
 
     // Grouped low-rank output projection: group g's (H/G)*hd channels -> R, then wo_b.
-    TensorView o2 = o.reshape({n, H * hd});
     TensorView u = ws_.take(DType::kF32, {n, G * R});
     const int64_t gw = H * hd / G;
     std::vector<LinearArgs> groups;
     for (int64_t g = 0; g < G; ++g)
-        groups.push_back(lin(columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)));
+        if (o_fp8) {
+            LinearArgs a = lin(columns(o_quant.q, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R));
+            a.x_scales = columns(o_quant.scales, g * gw / kActBlock, gw / kActBlock);
+            groups.push_back(a);
+        } else {
+            groups.push_back(lin(columns(o2, g * gw, gw), aw.wo_a.rows(g * R, R), columns(u, g * R, R)));
+        }
     be_->linears(groups);
     TensorView a = ws_.take(DType::kF32, {n, D});
     be_->linear(lin(u, aw.wo_b, a));

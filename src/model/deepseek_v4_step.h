@@ -3,6 +3,7 @@
 #pragma once
 
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "model/deepseek_v4.h"
@@ -25,11 +26,19 @@ struct DeepseekV4::Step {
     TensorView picks;          // i32 [2, rows]: the greedy ids and the first non-finite indices
 };
 
-// Columns [c0, c0 + width) of a 2-d row-major view.
+// Columns [c0, c0 + width) of a 2-d view.
 inline TensorView columns(const TensorView& v, int64_t c0, int64_t width) {
     TensorView r = v;
-    r.data = static_cast<char*>(v.data) + c0 * int64_t(dtype_size(v.dtype));
+    r.data = static_cast<char*>(v.data) + c0 * v.stride[1] * int64_t(dtype_size(v.dtype));
     r.shape[1] = width;
+    return r;
+}
+
+// A 2-d view's transpose (the same memory, strides swapped).
+inline TensorView transposed(const TensorView& v) {
+    TensorView r = v;
+    std::swap(r.shape[0], r.shape[1]);
+    std::swap(r.stride[0], r.stride[1]);
     return r;
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "ops/op_common.h"
 
 namespace di::ops {
 
@@ -45,5 +46,25 @@ inline void fp8_block_quant_dequant_row(const float* x, int64_t n, float* out) {
 // x [n, in] (any row stride) quantised and dequantised into `store`; returns an f32 view of it. For the
 // backends that run the product on f32 values (ref, cpu, the CUDA GEMVs).
 TensorView fp8_block_quant_dequant(const TensorView& x, std::vector<float>& store);
+
+// The quantiser as an op (Backend::act_quant): a producer's f32 rows quantised once, by the steps above, for
+// the linears that read them (LinearArgs' pre-quantised x): the codes and each 128-column block's scale.
+struct ActQuantArgs {
+    TensorView x;       // f32 [n, in], unit last stride, in a multiple of 128
+    TensorView q;       // e4m3 [n, in], unit last stride
+    TensorView scales;  // f32 [n, in / 128], any strides
+    template <class F>
+    void visit(F&& f) {
+        DI_VISIT(f, x, Role::kIn);
+        DI_VISIT(f, q, Role::kOut);
+        DI_VISIT(f, scales, Role::kOut);
+    }
+};
+void check(const ActQuantArgs& a);
+// act_quant in host memory.
+void fp8_block_quant(const ActQuantArgs& a);
+// Pre-quantised rows (e4m3 q [n, in] and their block scales [n, in / 128]) as f32 values q * s in `store`:
+// the quantiser's dequantised rows, bit for bit. Returns an f32 view of them.
+TensorView fp8_block_dequant(const TensorView& q, const TensorView& scales, std::vector<float>& store);
 
 }  // namespace di::ops

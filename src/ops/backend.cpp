@@ -15,6 +15,12 @@ void Backend::prepare_queries(const QueryPrep& q_prep) {
     rms_norm_ropes({&norm, 1}, {&q_prep.rope, 1});
 }
 
+void Backend::act_quant(const ActQuantArgs& a) {
+    DI_CHECK(a.x.device == Device::kHost && a.q.device == Device::kHost && a.scales.device == Device::kHost,
+             "act_quant: backend {} has device memory and no act_quant of its own", name());
+    fp8_block_quant(a);
+}
+
 void Backend::argmax(const ArgmaxArgs& a) {
     check(a);
     DI_CHECK(a.x.device == Device::kHost && a.ids.device == Device::kHost && a.bad.device == Device::kHost,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/act_quant.h"
 #include "ops/attention.h"
 #include "ops/compressor.h"
 #include "ops/elementwise.h"
@@ -119,24 +120,28 @@ class Backend {
     // An attention layer's tail: q_prep's norm and rotation of the queries when given (q_prep->rope.x holds
     // every job's q rows), attentions(jobs), then window_stores(stores) (each sequence's ring after every job
     // read it), then rope(out_rope), the inverse rotation of the outputs (out_rope.x holds every job's out
-    // rows), which is what this default does; a backend may prepare q where its kernel loads it, and store
-    // and rotate where it writes a job's output (the calls' bits, up to the sum order of q's norm).
+    // rows), then act_quant(out_quant) when given (out_quant->x: out_rope.x's rows), which is what this
+    // default does; a backend may prepare q where its kernel loads it, and store, rotate and quantise where
+    // it writes a job's output (the calls' bits, up to the sum order of q's norm). With out_quant, out's f32
+    // rows are unspecified after the call (a backend may write only the quantised ones).
     virtual void attentions_stored(std::span<const AttentionArgs> jobs,
                                    std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope,
-                                   const QueryPrep* q_prep) {
+                                   const QueryPrep* q_prep, const ActQuantArgs* out_quant) {
         if (q_prep != nullptr) prepare_queries(*q_prep);
         attentions(jobs);
         window_stores(stores);
         rope(out_rope);
+        if (out_quant != nullptr) act_quant(*out_quant);
     }
     // q_prep as rms_norm_ropes on q's head rows, in place.
     void prepare_queries(const QueryPrep& q_prep);
-    // Whether attentions_stored applies a QueryPrep inside its attention kernels for chunks of these query
-    // counts (n_heads, head_dim, AttentionArgs::f16): the model then hands q's norm and rotation to the tail
-    // instead of running them beside kv's. A prediction for speed only: attentions_stored prepares q for
-    // every job either way.
-    virtual bool fuses_query_prep(std::span<const int64_t> /*chunk_queries*/, int64_t /*n_heads*/,
-                                  int64_t /*head_dim*/, bool /*f16*/) const {
+    // Whether attentions_stored applies a QueryPrep and an out_quant inside its attention kernels for chunks
+    // of these query counts (n_heads, head_dim, AttentionArgs::f16): the model then hands q's norm and
+    // rotation to the tail instead of running them beside kv's, and has the output quantised there for the
+    // linears that read it. A prediction for speed only: attentions_stored does both for every job either
+    // way.
+    virtual bool fuses_attention_tail(std::span<const int64_t> /*chunk_queries*/, int64_t /*n_heads*/,
+                                      int64_t /*head_dim*/, bool /*f16*/) const {
         return false;
     }
     virtual void mhc_pre(const MhcPreArgs& a) = 0;
@@ -144,6 +149,9 @@ class Backend {
     virtual void hc_head(const HcHeadArgs& a) = 0;
     virtual void route(const RouteArgs& a) = 0;
     virtual void moe(const MoeArgs& a) = 0;
+    // The native precision's activation quantiser as an op (act_quant.h): a producer's rows quantised once
+    // for the linears that read them. This default is for host memory.
+    virtual void act_quant(const ActQuantArgs& a);
     // The greedy pick of each logits row (elementwise.h). This default is for host memory; a device backend
     // computes the picks where the logits are, so only ids cross to the host.
     virtual void argmax(const ArgmaxArgs& a);

@@ -51,7 +51,17 @@ float QWeight::at(int64_t o, int64_t i) const {
 void check(const LinearArgs& a) {
     check_rows(a.x, 2, "linear.x");
     check_rows(a.y, 2, "linear.y");
-    check_dtype(a.x, DType::kF32, "linear.x");
+    if (a.x.dtype == DType::kF8E4M3) {  // quantised beforehand
+        DI_CHECK(a.act == ActQuant::kFp8Block128, "linear: e4m3 x {} needs the fp8 activation blocks",
+                 a.x.describe());
+        check_dtype(a.x_scales, DType::kF32, "linear.x_scales");
+        DI_CHECK(a.x_scales.ndim == 2 && a.x_scales.shape[0] == a.x.shape[0] &&
+                     a.x_scales.shape[1] * kActBlock == a.x.shape[1],
+                 "linear: x {} x_scales {}", a.x.describe(), a.x_scales.describe());
+    } else {
+        check_dtype(a.x, DType::kF32, "linear.x");
+        DI_CHECK(a.x_scales.empty(), "linear: x_scales {} with f32 x", a.x_scales.describe());
+    }
     check_dtype(a.y, DType::kF32, "linear.y");
     DI_CHECK(a.x.shape[0] == a.y.shape[0], "linear: x rows {} != y rows {}", a.x.shape[0], a.y.shape[0]);
     DI_CHECK(a.x.shape[1] == a.w.in_dim && a.y.shape[1] == a.w.out_dim,

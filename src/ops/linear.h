@@ -39,7 +39,10 @@ std::string_view weight_format_name(const QWeight& w);
 enum class ActQuant : uint8_t { kNone, kFp8Block128 };
 
 struct LinearArgs {
-    TensorView x;  // f32 [n, in], unit last stride, any row stride
+    // f32 [n, in], unit last stride, any row stride; or, with act kFp8Block128, x already quantised: e4m3
+    // codes [n, in] (unit last stride) whose 128-column block b of row r is scaled by x_scales[r][b] (what
+    // the quantiser makes of the f32 rows, so a backend skips its own: ActQuantArgs)
+    TensorView x;
     QWeight w;     // [out, in]
     TensorView y;  // f32 [n, out], unit last stride, any row stride
     ActQuant act = ActQuant::kNone;
@@ -47,9 +50,11 @@ struct LinearArgs {
     // rows (empty: one group). A backend may pick a kernel per group by the group's size, never by the
     // batch's, so a sequence's rows do not depend on what else is in the batch.
     std::span<const int64_t> row_groups{};
+    TensorView x_scales{};  // f32 [n, in / 128], any strides: with e4m3 x only
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, x, Role::kIn);
+        DI_VISIT(f, x_scales, Role::kIn);
         DI_VISIT(f, y, Role::kOut);
     }
 };

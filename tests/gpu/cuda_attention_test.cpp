@@ -233,8 +233,8 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
                          .inv_freq = d ? inv.dv() : inv.hv(),
                          .mscale = 1.25f,
                          .inverse = true};
-        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro, nullptr);
-        if (where == 2) return b.gpu->attentions_stored(jobs, stores, ro, nullptr);
+        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro, nullptr, nullptr);
+        if (where == 2) return b.gpu->attentions_stored(jobs, stores, ro, nullptr, nullptr);
         b.gpu->attentions(jobs);
         b.gpu->window_stores(stores);
         b.gpu->rope(ro);
@@ -262,7 +262,9 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
 // chunk get q prepared by their own launch. Against the same call on q prepared beforehand (the parts): the
 // same f16 queries but for the norm's sum order (a 1-ulp difference in a row's scale can move an f16 value by
 // one unit), so within 1e-4; against the reference's default (prepare, attend, store, rotate) at the native
-// tolerance; the rings exact.
+// tolerance; the rings exact. With an out_quant too, the output's codes and scales (written where
+// attention_wgp stores it, by act_quant for the other two jobs) are act_quant's of the parts' output, bit for
+// bit where the fused output is (measured: it is).
 TEST(CudaAttentions, StoredTailPreparesQueries) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
@@ -281,20 +283,30 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
     std::vector<int64_t> row0;
     for (const Job& j : spec) row0.push_back(rows), rows += j.L;
     Pair q(DType::kF32, {rows, H, hd}), q_parts(DType::kF32, {rows, H, hd}),
-        q_fused(DType::kF32, {rows, H, hd});
+        q_fused(DType::kF32, {rows, H, hd}), q_quant(DType::kF32, {rows, H, hd});
+    // the quantised output: the fused tail's, and act_quant's of the parts' output (block-major scales)
+    Pair o_q(DType::kF32, {rows, H, hd}), oq(DType::kF8E4M3, {rows, H * hd}),
+        osc(DType::kF32, {H * hd / 128, rows});
+    Pair pq(DType::kF8E4M3, {rows, H * hd}), psc(DType::kF32, {H * hd / 128, rows});
+    auto block_major = [](TensorView v) {
+        std::swap(v.shape[0], v.shape[1]), std::swap(v.stride[0], v.stride[1]);
+        return v;
+    };
     Pair kv(DType::kF32, {rows, hd}), sinks(DType::kF32, {H}), pos(DType::kI32, {rows}),
         inv(DType::kF32, {half});
     Pair o_parts(DType::kF32, {rows, H, hd}), o_fused(DType::kF32, {rows, H, hd});
     fill_uniform(q, -3.0f, 3.0f), fill_uniform(kv), fill_uniform(sinks, -2, 2), fill_uniform(inv, 0.0f, 1.0f);
-    for (Pair* c : {&q_parts, &q_fused}) std::memcpy(c->hv().data, q.hv().data, q.hv().nbytes()), c->upload();
-    std::vector<Pair> ring(n), ring_fused(n), comp(n), picks(n);
+    for (Pair* c : {&q_parts, &q_fused, &q_quant})
+        std::memcpy(c->hv().data, q.hv().data, q.hv().nbytes()), c->upload();
+    std::vector<Pair> ring(n), ring_fused(n), ring_quant(n), comp(n), picks(n);
     for (size_t i = 0; i < n; ++i) {
         const Job& j = spec[i];
         for (int64_t t = 0; t < j.L; ++t) pos.hv().ptr<int32_t>()[row0[i] + t] = int32_t(j.pos0 + t);
         ring[i] = Pair(DType::kF32, {window - 1, hd}), ring_fused[i] = Pair(DType::kF32, {window - 1, hd});
+        ring_quant[i] = Pair(DType::kF32, {window - 1, hd});
         fill_uniform(ring[i]);
-        std::memcpy(ring_fused[i].hv().data, ring[i].hv().data, ring[i].hv().nbytes());
-        ring_fused[i].upload();
+        for (Pair* c : {&ring_fused[i], &ring_quant[i]})
+            std::memcpy(c->hv().data, ring[i].hv().data, ring[i].hv().nbytes()), c->upload();
         comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
         picks[i] = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)});
         fill_uniform(comp[i]);
@@ -303,16 +315,17 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
         picks[i].upload();
     }
     pos.upload();
-    // where: 0 the reference (host), 1 the parts (q prepared beforehand), 2 the fused tail
+    // where: 0 the reference (host), 1 the parts (q prepared beforehand), 2 the fused tail, 3 the fused tail
+    // with the output quantised
     auto calls = [&](int where) {
         const bool d = where > 0;
-        const Pair& o = where == 2 ? o_fused : o_parts;
-        const Pair& qq = where == 0 ? q : where == 1 ? q_parts : q_fused;
+        const Pair& o = where == 2 ? o_fused : where == 3 ? o_q : o_parts;
+        const Pair& qq = where == 0 ? q : where == 1 ? q_parts : where == 2 ? q_fused : q_quant;
         std::vector<ops::AttentionArgs> jobs;
         std::vector<ops::WindowStoreArgs> stores;
         for (size_t i = 0; i < n; ++i) {
             const Job& j = spec[i];
-            const Pair& r = where == 2 ? ring_fused[i] : ring[i];
+            const Pair& r = where == 2 ? ring_fused[i] : where == 3 ? ring_quant[i] : ring[i];
             ops::AttentionArgs a;
             a.q = (d ? qq.dv() : qq.hv()).rows(row0[i], j.L), a.ring = d ? r.dv() : r.hv();
             a.kv = (d ? kv.dv() : kv.hv()).rows(row0[i], j.L);
@@ -331,10 +344,13 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
         const ops::QueryPrep prep{
             .rope = {.x = d ? qq.dv() : qq.hv(), .positions = pv, .inv_freq = iv, .mscale = mscale},
             .eps = eps};
-        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro, &prep);
-        if (where == 2) return b.gpu->attentions_stored(jobs, stores, ro, &prep);
+        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro, &prep, nullptr);
+        if (where == 2) return b.gpu->attentions_stored(jobs, stores, ro, &prep, nullptr);
+        const ops::ActQuantArgs quant{
+            .x = o_q.dv().reshape({rows, H * hd}), .q = oq.dv(), .scales = block_major(osc.dv())};
+        if (where == 3) return b.gpu->attentions_stored(jobs, stores, ro, &prep, &quant);
         b.gpu->prepare_queries(prep);
-        b.gpu->attentions_stored(jobs, stores, ro, nullptr);
+        b.gpu->attentions_stored(jobs, stores, ro, nullptr, nullptr);
     };
     o_parts.poison(), o_fused.poison();
     calls(1);
@@ -342,6 +358,22 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
     calls(2);
     // in the kernel's load for the four chunks on attention_wgp, one launch for the other two jobs
     EXPECT_EQ(b.gpu->dispatch_count("rms_norm", "cuda") - norms, 5);
+    oq.poison(), osc.poison(), pq.poison(), psc.poison();
+    const int64_t quants = b.gpu->dispatch_count("act_quant", "cuda");
+    calls(3);
+    // where the four chunks store their output, one launch for each of the other two jobs
+    EXPECT_EQ(b.gpu->dispatch_count("act_quant", "cuda") - quants, 6);
+    b.gpu->act_quant(
+        {.x = o_parts.dv().reshape({rows, H * hd}), .q = pq.dv(), .scales = block_major(psc.dv())});
+    {
+        const std::vector<uint8_t> fused_codes = oq.device_as<uint8_t>(),
+                                   parts_codes = pq.device_as<uint8_t>();
+        const std::vector<float> fused_scales = osc.device_f32(), parts_scales = psc.device_f32();
+        EXPECT_EQ(0, std::memcmp(fused_codes.data(), parts_codes.data(), fused_codes.size())) << "codes";
+        EXPECT_EQ(0,
+                  std::memcmp(fused_scales.data(), parts_scales.data(), fused_scales.size() * sizeof(float)))
+            << "scales";
+    }
     calls(0);  // the host copies of o_parts and ring now hold the reference
     const std::vector<float> parts = o_parts.device_f32(), fused = o_fused.device_f32();
     const Diff df = diff(parts, fused);

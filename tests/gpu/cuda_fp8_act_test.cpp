@@ -403,6 +403,71 @@ TEST(CudaLinearsFp8Act, SharedInputsMatchRef) {
     }
 }
 
+// act_quant() on cuda (block-major scales) gives the host steps' codes and scales; linears() on its codes
+// (LinearArgs' pre-quantised x: columns of the quantised rows, as wo_a's groups read the attention's output)
+// give the bits of the same jobs quantising the f32 rows themselves: at 256 rows cuBLASLt reads the codes as
+// they are, at 6 rows the codes go back to f32 for the kernels of f32 x, which quantise them to the same
+// codes.
+TEST(CudaActQuant, OpAndPrequantisedLinearsEqualQuantisingHere) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto& b = backends();
+    const int64_t wide = 2048, in = 1024, out = 1024;
+    Pair w(DType::kF8E4M3, {out, in}), ws(DType::kE8M0, {out / 128, in / 128});
+    fill_fp8(w), fill_e8m0(ws);
+    for (const int64_t n : {int64_t(256), int64_t(6)}) {
+        SCOPED_TRACE(testing::Message() << "n " << n);
+        Pair x(DType::kF32, {n, wide}), q(DType::kF8E4M3, {n, wide}), st(DType::kF32, {wide / 128, n});
+        const std::vector<float> rows = edge_rows(n, wide);
+        std::copy(rows.begin(), rows.end(), x.hv().ptr<float>());
+        x.upload(), q.poison(), st.poison();
+        auto scales_of = [&](bool dev) {
+            TensorView s = dev ? st.dv() : st.hv();
+            std::swap(s.shape[0], s.shape[1]), std::swap(s.stride[0], s.stride[1]);
+            return s;
+        };
+        b.gpu->act_quant({.x = x.dv(), .q = q.dv(), .scales = scales_of(true)});
+        Tensor hq(host_allocator(), DType::kF8E4M3, {n, wide}),
+            hs(host_allocator(), DType::kF32, {wide / 128, n});
+        TensorView hsv = hs.view();
+        std::swap(hsv.shape[0], hsv.shape[1]), std::swap(hsv.stride[0], hsv.stride[1]);
+        b.ref->act_quant({.x = x.hv(), .q = hq.view(), .scales = hsv});
+        const std::vector<uint8_t> codes = q.device_as<uint8_t>();
+        const std::vector<float> scales = st.device_f32();
+        EXPECT_EQ(0, std::memcmp(codes.data(), hq.view().data, codes.size())) << "codes";
+        EXPECT_EQ(0, std::memcmp(scales.data(), hs.view().data, scales.size() * sizeof(float))) << "scales";
+        Pair y_f32(DType::kF32, {n, 2 * out}), y_q(DType::kF32, {n, 2 * out});
+        y_f32.poison(), y_q.poison();
+        auto jobs = [&](bool codes_in) {
+            std::vector<ops::LinearArgs> v;
+            for (int64_t g = 0; g < 2; ++g) {
+                ops::LinearArgs a;
+                a.w.format = WeightFormat::kFp8Block, a.w.data = w.dv(), a.w.scale = ws.dv();
+                a.w.out_dim = out, a.w.in_dim = in;
+                a.act = ops::ActQuant::kFp8Block128;
+                a.y = (codes_in ? y_q : y_f32).dv();
+                a.y.data = static_cast<float*>(a.y.data) + g * out, a.y.shape[1] = out;
+                if (codes_in) {
+                    a.x = q.dv(), a.x.data = static_cast<uint8_t*>(a.x.data) + g * in, a.x.shape[1] = in;
+                    a.x_scales = scales_of(true);
+                    a.x_scales.data = static_cast<float*>(a.x_scales.data) + g * (in / 128) * n;
+                    a.x_scales.shape[1] = in / 128;
+                } else {
+                    a.x = x.dv(), a.x.data = static_cast<float*>(a.x.data) + g * in, a.x.shape[1] = in;
+                }
+                v.push_back(a);
+            }
+            return v;
+        };
+        for (const ops::LinearArgs& a : jobs(false)) b.gpu->linear(a);  // each alone, as the codes' jobs run
+        const int64_t lt0 = b.gpu->dispatch_count("linear", "cublaslt_fp8");
+        b.gpu->linears(jobs(true));
+        b.gpu->synchronize();
+        if (n == 256) EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt0, 2);
+        const std::vector<float> a = y_f32.device_f32(), c = y_q.device_f32();
+        EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float))) << "linears on the codes";
+    }
+}
+
 // fp8_mma in linears(): a call's jobs of 2 rows (each quantising its own x in the kernel) and of 12 (the
 // quantiser's copy, once for a span of columns of the same rows) give each job the bits it gets alone, and
 // stay within cuBLASLt's 1e-3 of the reference.

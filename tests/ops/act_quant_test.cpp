@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -263,6 +264,78 @@ TEST(LinearFp8Act, RowGroupsAreBatchAndThreadInvariant) {
         const std::vector<float> alone = run(*backends().cpu, r0, g, {});
         EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r0 * out)) << "group at row " << r0;
         r0 += g;
+    }
+}
+
+TEST(Fp8E4m3Bits, InvertsEveryCode) {
+    for (int c = 0; c < 256; ++c) {
+        if ((c & 0x7f) == 0x7f) continue;  // NaN
+        ASSERT_EQ(fp8_e4m3_bits(fp8_e4m3_to_f32(uint8_t(c))), c) << "code " << c;
+    }
+    EXPECT_EQ(fp8_e4m3_bits(std::numeric_limits<float>::quiet_NaN()), 0x7f);
+}
+
+// x [n, in] with blocks of very different sizes (a zero block, one under the amax floor, large ones).
+Tensor varied_rows(int64_t n, int64_t in) {
+    Tensor x(host_allocator(), DType::kF32, {n, in});
+    fill_uniform(x.view(), -1.0f, 1.0f);
+    const float scale[] = {1.0f, 0.0f, 1e-6f, 3e4f, 0.02f, 7.0f};
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t i = 0; i < in; ++i) x.view().ptr<float>()[r * in + i] *= scale[(r + i / 128) % 6];
+    return x;
+}
+
+// The quantiser as an op (Backend::act_quant, the host default, into block-major scales): each code times its
+// block's scale is the row quantiser's dequantised value, and the scale the power of two above amax / 448.
+TEST(ActQuantOp, CodesTimesScalesAreTheQuantisersValues) {
+    const int64_t n = 5, in = 768;
+    Tensor x = varied_rows(n, in);
+    Tensor q(host_allocator(), DType::kF8E4M3, {n, in}), st(host_allocator(), DType::kF32, {in / 128, n});
+    TensorView scales = st.view();
+    std::swap(scales.shape[0], scales.shape[1]), std::swap(scales.stride[0], scales.stride[1]);
+    backends().ref->act_quant({.x = x.view(), .q = q.view(), .scales = scales});
+    std::vector<float> want(static_cast<size_t>(in));
+    for (int64_t r = 0; r < n; ++r) {
+        ops::fp8_block_quant_dequant_row(x.view().ptr<float>() + r * in, in, want.data());
+        for (int64_t i = 0; i < in; ++i) {
+            const float s = st.view().ptr<float>()[(i / 128) * n + r];
+            const float got = fp8_e4m3_to_f32(q.view().ptr<uint8_t>()[r * in + i]) * s;
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[size_t(i)]))
+                << "row " << r << " column " << i;
+        }
+        for (int64_t b = 0; b < in / 128; ++b) {
+            double amax = 0;
+            for (int64_t i = b * 128; i < (b + 1) * 128; ++i)
+                amax = std::max(amax, std::fabs(double(x.view().ptr<float>()[r * in + i])));
+            const double s = std::exp2(std::ceil(std::log2(std::max(amax, 1e-4) / 448.0)));
+            ASSERT_EQ(st.view().ptr<float>()[b * n + r], float(s)) << "row " << r << " block " << b;
+        }
+    }
+}
+
+// A linear on pre-quantised x (LinearArgs' e4m3 codes and scales, here columns of a wider quantised input,
+// as wo_a's groups read the attention's) gives the bits of the same linear quantising the f32 x itself, on
+// ref and cpu.
+TEST(LinearFp8Act, PrequantisedInputEqualsQuantisingHere) {
+    const int64_t n = 6, wide = 1024, in = 512, out = 264, c0 = 256;
+    TestWeight tw = make_weight(ops::WeightFormat::kFp8Block, out, in);
+    Tensor x = varied_rows(n, wide);
+    Tensor q(host_allocator(), DType::kF8E4M3, {n, wide}), st(host_allocator(), DType::kF32, {wide / 128, n});
+    TensorView scales = st.view();
+    std::swap(scales.shape[0], scales.shape[1]), std::swap(scales.stride[0], scales.stride[1]);
+    backends().ref->act_quant({.x = x.view(), .q = q.view(), .scales = scales});
+    for (ops::Backend* be : {backends().ref.get(), static_cast<ops::Backend*>(backends().cpu.get())}) {
+        Tensor want(host_allocator(), DType::kF32, {n, out}), got(host_allocator(), DType::kF32, {n, out});
+        TensorView xs = x.view();
+        xs.data = xs.ptr<float>() + c0, xs.shape[1] = in;
+        be->linear({xs, tw.w, want.view(), ops::ActQuant::kFp8Block128});
+        ops::LinearArgs a{q.view(), tw.w, got.view(), ops::ActQuant::kFp8Block128};
+        a.x.data = q.view().ptr<uint8_t>() + c0, a.x.shape[1] = in;
+        a.x_scales = scales;
+        a.x_scales.data = st.view().ptr<float>() + (c0 / 128) * n, a.x_scales.shape[1] = in / 128;
+        be->linear(a);
+        EXPECT_EQ(0, std::memcmp(want.view().data, got.view().data, size_t(n * out) * sizeof(float)))
+            << be->name();
     }
 }
 

@@ -35,7 +35,7 @@ class RecordingBackend final : public Backend {
     void attention(const AttentionArgs&) override { calls.push_back("attention"); }
     void window_store(const WindowStoreArgs&) override { calls.push_back("window_store"); }
     void attentions_stored(std::span<const AttentionArgs> jobs, std::span<const WindowStoreArgs>,
-                           const RopeArgs&, const QueryPrep*) override {
+                           const RopeArgs&, const QueryPrep*, const ActQuantArgs*) override {
         calls.push_back("attentions_stored " + std::to_string(jobs.size()));
     }
     void mhc_pre(const MhcPreArgs&) override { calls.push_back("mhc_pre"); }
@@ -96,7 +96,7 @@ TEST(ProfileBatch, AnAttentionTailIsTimedWholeOnTheAttentionRows) {
     }
     RopeArgs r;
     r.x = out, r.positions = pos;
-    prof.attentions_stored(jobs, stores, r, nullptr);
+    prof.attentions_stored(jobs, stores, r, nullptr, nullptr);
     ASSERT_EQ(subject.calls, std::vector<std::string>{"attentions_stored 2"});
     const std::vector<OpProfile> t = prof.table();
     const OpProfile* att = row(t, "attention");

@@ -26,6 +26,9 @@ double element(const TensorView& v, int64_t i) {
             return v.ptr<int32_t>()[off];
         case DType::kI64:
             return double(v.ptr<int64_t>()[off]);
+        case DType::kF8E4M3:  // codes: compared exactly
+        case DType::kU8:
+            return v.ptr<uint8_t>()[off];
         default:
             return 0;
     }
@@ -152,6 +155,7 @@ DI_COMPARE_SIMPLE(mhc_post, MhcPostArgs)
 DI_COMPARE_SIMPLE(hc_head, HcHeadArgs)
 DI_COMPARE_SIMPLE(route, RouteArgs)
 DI_COMPARE_SIMPLE(argmax, ArgmaxArgs)
+DI_COMPARE_SIMPLE(act_quant, ActQuantArgs)
 #undef DI_COMPARE_SIMPLE
 
 // Not compared: the sampler reads the candidates on the host and checks nothing of them against a reference

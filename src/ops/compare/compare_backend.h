@@ -61,6 +61,7 @@ class CompareBackend final : public Backend {
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
     void argmax(const ArgmaxArgs& a) override;
+    void act_quant(const ActQuantArgs& a) override;
     void top_candidates(const TopCandidatesArgs& a) override;
     void moe(const MoeArgs& a) override;
 

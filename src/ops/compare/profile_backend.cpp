@@ -90,6 +90,9 @@ void ProfileBackend::linear(const LinearArgs& a) {
         by_shape_ ? linear_shape_name(a.w) : "linear", a, weight_bytes(a.w), [&] { subject_.linear(a); },
         true, linear_flops(a));
 }
+void ProfileBackend::act_quant(const ActQuantArgs& a) {
+    timed("act_quant", a, 0, [&] { subject_.act_quant(a); });
+}
 void ProfileBackend::rms_norm(const RmsNormArgs& a) {
     timed("rms_norm", a, double(a.weight.nbytes()), [&] { subject_.rms_norm(a); });
 }
@@ -144,12 +147,12 @@ void ProfileBackend::window_stores(std::span<const WindowStoreArgs> jobs) {
 }
 void ProfileBackend::attentions_stored(std::span<const AttentionArgs> jobs,
                                        std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope,
-                                       const QueryPrep* q_prep) {
+                                       const QueryPrep* q_prep, const ActQuantArgs* out_quant) {
     std::vector<JobCost> cost;
     for (const AttentionArgs& a : jobs) cost.push_back(attention_cost(a));
     for (size_t i = 0; i < stores.size() && i < cost.size(); ++i) cost[i].bytes += view_bytes(stores[i]);
     if (!cost.empty()) cost[0].bytes += view_bytes(out_rope);  // the rotation of every job's rows
-    timed_jobs(cost, [&] { subject_.attentions_stored(jobs, stores, out_rope, q_prep); });
+    timed_jobs(cost, [&] { subject_.attentions_stored(jobs, stores, out_rope, q_prep, out_quant); });
 }
 void ProfileBackend::rms_norm_ropes(std::span<const RmsNormArgs> norms, std::span<const RopeArgs> ropes) {
     std::vector<JobCost> cost;

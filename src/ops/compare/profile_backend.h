@@ -69,6 +69,7 @@ class ProfileBackend final : public Backend {
     void mhc_post(const MhcPostArgs& a) override;
     void hc_head(const HcHeadArgs& a) override;
     void route(const RouteArgs& a) override;
+    void act_quant(const ActQuantArgs& a) override;
     void argmax(const ArgmaxArgs& a) override;
     void top_candidates(const TopCandidatesArgs& a) override;
     void moe(const MoeArgs& a) override;
@@ -78,10 +79,11 @@ class ProfileBackend final : public Backend {
     void attentions(std::span<const AttentionArgs> jobs) override;
     void window_stores(std::span<const WindowStoreArgs> jobs) override;
     void attentions_stored(std::span<const AttentionArgs> jobs, std::span<const WindowStoreArgs> stores,
-                           const RopeArgs& out_rope, const QueryPrep* q_prep) override;
-    bool fuses_query_prep(std::span<const int64_t> chunk_queries, int64_t n_heads, int64_t head_dim,
-                          bool f16) const override {
-        return subject_.fuses_query_prep(chunk_queries, n_heads, head_dim, f16);
+                           const RopeArgs& out_rope, const QueryPrep* q_prep,
+                           const ActQuantArgs* out_quant) override;
+    bool fuses_attention_tail(std::span<const int64_t> chunk_queries, int64_t n_heads, int64_t head_dim,
+                              bool f16) const override {
+        return subject_.fuses_attention_tail(chunk_queries, n_heads, head_dim, f16);
     }
     void rms_norm_ropes(std::span<const RmsNormArgs> norms, std::span<const RopeArgs> ropes) override;
     // The fused pairs are timed as one op each (the subject may run them as one launch).

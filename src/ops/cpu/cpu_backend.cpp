@@ -77,7 +77,10 @@ void CpuBackend::linear(const LinearArgs& in_args) {
     check(in_args);
     LinearArgs a = in_args;
     if (a.x.shape[0] == 0 || a.w.out_dim == 0) return;
-    if (a.act == ActQuant::kFp8Block128) a.x = quantise_rows(a.x);
+    if (a.x.dtype == DType::kF8E4M3)  // quantised beforehand: the same values as quantised here
+        a.x = fp8_block_dequant(a.x, a.x_scales, xq_);
+    else if (a.act == ActQuant::kFp8Block128)
+        a.x = quantise_rows(a.x);
     if (cpu::amx_supported(a.w))  // AMX tiles (cpu_amx.cpp) for the row groups of enough rows
         return cpu::for_each_kernel_run(a.row_groups, a.x.shape[0], cpu::kAmxMinRows,
                                         [&](int64_t r0, int64_t rows, bool amx) {

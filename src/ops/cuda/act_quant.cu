@@ -88,6 +88,17 @@ __global__ void scales_to_f32_kernel(const void* scale, bool e8m0, int64_t ld, i
     }
 }
 
+__global__ void fp8_rows_to_f32_kernel(const uint8_t* q, int64_t ldq, const float* s, int64_t s0, int64_t s1,
+                                       int64_t n, int64_t in, float* out, int64_t ldo) {
+    allow_early_next();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n * in) return;
+    const int64_t r = i / in, c = i % in;
+    __nv_fp8_e4m3 v;
+    v.__x = q[r * ldq + c];
+    out[r * ldo + c] = float(v) * s[r * s0 + (c / 128) * s1];
+}
+
 __global__ void bf16_rows_to_f32_kernel(const __nv_bfloat16* src, int64_t n, int64_t out, float* y,
                                         int64_t ldy) {
     allow_early_next();
@@ -147,6 +158,13 @@ void launch_scales_to_f32(const void* scale, bool e8m0, int64_t ld, int64_t rows
     if (rows * cols == 0) return;
     scales_to_f32_kernel<<<grid_for(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(s)>>>(
         scale, e8m0, ld, rows, cols, out, ld_out);
+}
+
+void launch_fp8_rows_to_f32(const uint8_t* q, int64_t ldq, const float* s, int64_t s0, int64_t s1, int64_t n,
+                            int64_t in, float* out, int64_t ldo, Stream st) {
+    if (n * in == 0) return;
+    fp8_rows_to_f32_kernel<<<grid_for(n * in, 256), 256, 0, static_cast<cudaStream_t>(st)>>>(
+        q, ldq, s, s0, s1, n, in, out, ldo);
 }
 
 void launch_bf16_rows_to_f32(const uint16_t* src, int64_t n, int64_t out, float* y, int64_t ldy, Stream s) {

@@ -129,6 +129,48 @@ __device__ __forceinline__ float q_tile_prepared(const AttentionParams& p, int64
     return scalbnf(p.scale, -shq);
 }
 
+// The output rows as act_quant's e4m3 codes and block scales (p.oq): the values store_out_rows(_rotated)
+// stores (rotated where cs is given), each 128-column block's max |v| over the four lanes of a head (two quad
+// shuffles), its scale and codes by act_quant.cu's steps, so the bits of act_quant on the stored rows.
+// Consumer c holds blocks 2c (j < 16) and 2c + 1 of heads h and h + 8; o is overwritten.
+__device__ __forceinline__ void store_out_quantised(const AttentionParams& p, int64_t t, int64_t h, int c,
+                                                    int q, float (&o)[128], const float (&inv)[2],
+                                                    const RopeCs* cs) {
+    const int col0 = 256 * c + 2 * q, off = cs != nullptr ? int(p.hd - 2 * p.rope_half) : int(p.hd);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            float a = o[4 * j + 2 * i] * inv[i], b = o[4 * j + 2 * i + 1] * inv[i];
+            if (col0 + 8 * j >= off) {
+                const RopeCs f = cs[(col0 + 8 * j - off) >> 1];
+                const float a0 = a;
+                a = rope_first(a0, b, f), b = rope_second(a0, b, f);
+            }
+            o[4 * j + 2 * i] = a, o[4 * j + 2 * i + 1] = b;
+        }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        uint8_t* const dst = p.oq + t * p.ld_oq + (h + 8 * i) * p.hd + col0;
+#pragma unroll
+        for (int bb = 0; bb < 2; ++bb) {
+            float m = 0.0f;  // fmaxf skips NaN, as act_quant.cu's maximum
+#pragma unroll
+            for (int j = 16 * bb; j < 16 * bb + 16; ++j)
+                m = fmaxf(m, fmaxf(fabsf(o[4 * j + 2 * i]), fabsf(o[4 * j + 2 * i + 1])));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            const float s = act_quant_scale(m);
+#pragma unroll
+            for (int j = 16 * bb; j < 16 * bb + 16; ++j)
+                *reinterpret_cast<uint16_t*>(dst + 8 * j) =
+                    uint16_t(act_quant_e4m3(o[4 * j + 2 * i], s).__x |
+                             uint16_t(act_quant_e4m3(o[4 * j + 2 * i + 1], s).__x) << 8);
+            if (q == 0) p.osx[((h + 8 * i) * p.hd / 128 + 2 * c + bb) * p.ld_osx + t] = s;
+        }
+    }
+}
+
 // wgtile::store_out_rows with the last 2 * rope_half columns of each head rotated (cs: the pairs' factors)
 // after the scale, as rope rotates the stored rows.
 __device__ __forceinline__ void store_out_rows_rotated(const AttentionParams& p, int64_t t, int64_t h,
@@ -400,7 +442,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
     const float out_scale = scalbnf(1.0f, -(14 + t_acc));
     const float inv[2] = {out_scale / (sums[row0] + sums[kHeads + row0]),
                           out_scale / (sums[row0 + 8] + sums[kHeads + row0 + 8])};
-    if (p.rope_pos != nullptr)
+    if (p.oq != nullptr)
+        store_out_quantised(p, t, h0 + row0, c, q, o, inv,
+                            p.rope_pos != nullptr ? cs + kAttentionTailMaxHalf : nullptr);
+    else if (p.rope_pos != nullptr)
         store_out_rows_rotated(p, t, h0 + row0, 256 * c + 2 * q, o, inv, cs + kAttentionTailMaxHalf);
     else
         wgtile::store_out_rows(p, t, h0 + row0, 256 * c + 2 * q, o, inv);

@@ -137,9 +137,10 @@ class CudaBackend final : public Backend {
     void attentions(std::span<const AttentionArgs> jobs) override;
     void window_stores(std::span<const WindowStoreArgs> jobs) override;
     void attentions_stored(std::span<const AttentionArgs> jobs, std::span<const WindowStoreArgs> stores,
-                           const RopeArgs& out_rope, const QueryPrep* q_prep) override;
-    bool fuses_query_prep(std::span<const int64_t> chunk_queries, int64_t n_heads, int64_t head_dim,
-                          bool f16) const override;
+                           const RopeArgs& out_rope, const QueryPrep* q_prep,
+                           const ActQuantArgs* out_quant) override;
+    bool fuses_attention_tail(std::span<const int64_t> chunk_queries, int64_t n_heads, int64_t head_dim,
+                              bool f16) const override;
     void rms_norm(const RmsNormArgs& a) override;
     void rope(const RopeArgs& a) override;
     void compress(const CompressArgs& a) override;
@@ -154,6 +155,7 @@ class CudaBackend final : public Backend {
     void route(const RouteArgs& a) override;
     void moe(const MoeArgs& a) override;
     void argmax(const ArgmaxArgs& a) override;
+    void act_quant(const ActQuantArgs& a) override;
     void top_candidates(const TopCandidatesArgs& a) override;
     // The kernel's GPU tests (cuda_top_candidates_test.cpp, cuda_engine_candidates_test.cpp) pass on the
     // H200.
@@ -210,6 +212,10 @@ class CudaBackend final : public Backend {
     std::pair<cuda::AttentionParams, int> attention_call(const AttentionArgs& a);
     cuda::CompressParams compress_params(const CompressArgs& a);
     std::pair<cuda::IndexerParams, int> indexer_call(const IndexerTopkArgs& a);
+    // linear() after its checks: variant v of choose_linear on f32 x.
+    void linear_chosen(const LinearArgs& a, const WeightRef& w, int v);
+    // linear() on pre-quantised x (LinearArgs' e4m3 codes and scales).
+    void linear_quantised(const LinearArgs& a, const WeightRef& w);
     // One linear on f32 x by a variant other than cublaslt_fp8 (mma needs the scratch).
     void run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                     cuda::LinearVariant v);
@@ -267,8 +273,9 @@ class CudaBackend final : public Backend {
     // Launches per op; atomics because /metrics reads them while the engine runs (every key is set in the
     // constructor).
     static constexpr std::string_view kOps[] = {
-        "embed",     "add",          "swiglu",  "linear",   "rms_norm", "rope",  "compress", "indexer_topk",
-        "attention", "window_store", "mhc_pre", "mhc_post", "hc_head",  "route", "moe",      "argmax"};
+        "embed",    "add",          "swiglu",    "linear",       "rms_norm", "rope",
+        "compress", "indexer_topk", "attention", "window_store", "mhc_pre",  "mhc_post",
+        "hc_head",  "route",        "moe",       "argmax",       "act_quant"};
     std::atomic<int64_t> launches_[std::size(kOps)] = {};
     int device_;
     cuda_impl::CachingAllocator alloc_;

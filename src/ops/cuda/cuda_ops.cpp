@@ -295,7 +295,37 @@ void CudaBackend::linear(const LinearArgs& a) {
     check(a);
     device_args(a, "linear");
     const WeightRef w = weight_ref(a.w, "linear.w");
-    const int v = choose_linear(a, w, false);
+    if (a.x.dtype == DType::kF8E4M3) return linear_quantised(a, w);
+    linear_chosen(a, w, choose_linear(a, w, false));
+}
+
+// cuBLASLt reads the codes and scales as they are where the dispatch picks it for the call and they have its
+// layout (n a multiple of 4, so no padding rows; block-major scales of n rows; 16-byte code rows; 256-byte
+// aligned); otherwise the rows go back to f32 (the quantiser's dequantised values, which the other kernels
+// quantise to the same codes) and the call runs as on f32 x.
+void CudaBackend::linear_quantised(const LinearArgs& a, const WeightRef& w) {
+    const int64_t n = a.x.shape[0], in = w.in_dim;
+    auto* xf = static_cast<float*>(scratch_.get(16, size_t(std::max<int64_t>(n * in, 1)) * sizeof(float)));
+    LinearArgs f = a;  // the call on f32 x, for the dispatch and the kernels that read f32
+    f.x = TensorView::contiguous(xf, DType::kF32, {n, in}, a.x.device);
+    f.x_scales = {};
+    const int v = choose_linear(f, w, false);
+    cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 256 == 0; };
+    if (kLinearEnum[v] == cuda::LinearVariant::kCublasLtFp8 && lt != nullptr && n % 4 == 0 &&
+        a.x_scales.stride[0] == 1 && a.x_scales.stride[1] == n && ld(a.x) % 16 == 0 && aligned(a.x.data) &&
+        aligned(a.x_scales.data) &&
+        lt->supports(n, in, w.out_dim, w.ld, ld(a.y), nullptr, nullptr, ld(a.x))) {
+        const LtInput codes{nullptr, a.x.ptr<uint8_t>(), a.x_scales.ptr<float>(), ld(a.x), n};
+        return linear_lt_fp8(a, w, &codes);
+    }
+    cuda::launch_fp8_rows_to_f32(a.x.ptr<uint8_t>(), ld(a.x), a.x_scales.ptr<float>(), a.x_scales.stride[0],
+                                 a.x_scales.stride[1], n, in, xf, in, stream_);
+    launched("linear");
+    linear_chosen(f, w, v);
+}
+
+void CudaBackend::linear_chosen(const LinearArgs& a, const WeightRef& w, int v) {
     if (kLinearEnum[v] == cuda::LinearVariant::kCublasLtFp8) return linear_lt_fp8(a, w);
     if (kLinearEnum[v] == cuda::LinearVariant::kFp8Mma) return linear_fp8mma(a, w);
     const float* x = f32(a.x);
@@ -428,6 +458,14 @@ std::optional<CudaBackend::LtInput> CudaBackend::lt_shared_input(std::span<const
 
 void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     if (replaying()) return;
+    // pre-quantised inputs one by one (each reads its own codes); the rest together as below
+    if (std::any_of(jobs.begin(), jobs.end(),
+                    [](const LinearArgs& a) { return a.x.dtype == DType::kF8E4M3; })) {
+        std::vector<LinearArgs> rest;
+        for (const LinearArgs& a : jobs) a.x.dtype == DType::kF8E4M3 ? linear(a) : rest.push_back(a);
+        if (!rest.empty()) linears(rest);
+        return;
+    }
     // Jobs split_rows can share a launch with (same format, in_dim and n) go together; the rest run alone.
     std::vector<WeightRef> w(jobs.size());
     std::vector<cuda::SplitJob> sj(jobs.size());
@@ -543,6 +581,21 @@ void CudaBackend::rope(const RopeArgs& a) {
                        .inverse = a.inverse};
     cuda::launch_rope(p, stream_);
     launched("rope");
+}
+
+// The codes' rows of stride in and block-major scales (stride[0] 1), as launch_act_quant_fp8 writes them and
+// cuBLASLt reads them.
+void CudaBackend::act_quant(const ActQuantArgs& a) {
+    if (replaying()) return;
+    check(a);
+    device_args(a, "act_quant");
+    const int64_t n = a.x.shape[0], in = a.x.shape[1];
+    DI_CHECK(n <= 1 || (a.q.stride[0] == in && a.scales.stride[0] == 1),
+             "act_quant: cuda writes code rows of stride {} and block-major scales, got q {} scales {}", in,
+             a.q.describe(), a.scales.describe());
+    cuda::launch_act_quant_fp8(f32(a.x), ld(a.x), n, in, a.q.ptr<uint8_t>(), f32m(a.scales),
+                               a.scales.stride[1], stream_);
+    launched("act_quant");
 }
 
 void CudaBackend::argmax(const ArgmaxArgs& a) {

@@ -266,8 +266,8 @@ bool query_prep_fused_enabled() {
     return on;
 }
 
-bool CudaBackend::fuses_query_prep(std::span<const int64_t> chunk_queries, int64_t n_heads, int64_t head_dim,
-                                   bool f16) const {
+bool CudaBackend::fuses_attention_tail(std::span<const int64_t> chunk_queries, int64_t n_heads,
+                                       int64_t head_dim, bool f16) const {
     if (!query_prep_fused_enabled() || !attention_tail_fused_enabled()) return false;
     cuda::AttentionParams p{};  // the shape attention_mma64_takes_tail looks at; aligned workspace rows
     p.H = n_heads, p.hd = head_dim, p.f16 = f16;
@@ -282,15 +282,23 @@ bool CudaBackend::fuses_query_prep(std::span<const int64_t> chunk_queries, int64
 }
 
 // Decode jobs on split_kv store their kv rows and rotate their output in the merge kernel (the bits of
-// window_store and rope: same copies, same products); prefill jobs on attention_wgp rotate their output where
-// they store it and prepare their queries where they load them; every other job runs the parts.
+// window_store and rope: same copies, same products); prefill jobs on attention_wgp rotate (and quantise)
+// their output where they store it and prepare their queries where they load them; every other job runs the
+// parts.
 void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
                                     std::span<const WindowStoreArgs> stores, const RopeArgs& out_rope,
-                                    const QueryPrep* q_prep) {
+                                    const QueryPrep* q_prep, const ActQuantArgs* out_quant) {
     if (replaying()) return;
     check(out_rope);
     device_args(out_rope, "rope");
     if (q_prep != nullptr) check(*q_prep), device_args(q_prep->rope, "rope");
+    if (out_quant != nullptr) {
+        check(*out_quant);
+        device_args(*out_quant, "act_quant");
+        DI_CHECK(out_quant->x.data == out_rope.x.data && out_quant->x.numel() == out_rope.x.numel(),
+                 "attentions_stored: out_quant.x {} is not the output {}", out_quant->x.describe(),
+                 out_rope.x.describe());
+    }
     const TensorView& x = out_rope.x;
     const int64_t half = out_rope.inv_freq.numel();
     // the rotation as the jobs' rows: each job's out is rows r0[i] .. of x (and its q rows rq[i] .. of q's)
@@ -315,8 +323,13 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
     if (!tail) {
         attentions(jobs);
         window_stores(stores);
-        return rope(out_rope);
+        rope(out_rope);
+        if (out_quant != nullptr) act_quant(*out_quant);
+        return;
     }
+    // the output's codes and scales written where attention_wgp stores it (act_quant's layout)
+    const bool oq_fusable = out_quant != nullptr && out_quant->q.stride[0] == out_quant->x.shape[1] &&
+                            out_quant->scales.stride[0] == 1;
     const bool qp_fusable = q_prep != nullptr && query_prep_fused_enabled() &&
                             q_prep->rope.x.dtype == DType::kF32 && q_prep->rope.positions.is_contiguous() &&
                             q_prep->rope.inv_freq.is_contiguous();
@@ -342,6 +355,12 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
                 f.qp_eps = q_prep->eps;
                 f.qp_inverse = qr.inverse;
             }
+            if (oq_fusable) {
+                f.oq = out_quant->q.ptr<uint8_t>() + r0[i] * out_quant->q.stride[0];
+                f.ld_oq = out_quant->q.stride[0];
+                f.osx = f32m(out_quant->scales) + r0[i];
+                f.ld_osx = out_quant->scales.stride[1];
+            }
             if (cuda::attention_mma64_takes_tail(f)) p = f, prepared = f.qp_pos != nullptr;
         }
         if (q_prep != nullptr && !prepared) {
@@ -359,6 +378,7 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
     std::vector<cuda::AttentionParams> batch;
     std::vector<WindowStoreArgs> rest_stores;
     std::vector<RopeArgs> rest_ropes;
+    std::vector<ActQuantArgs> rest_quant;  // the outputs not quantised where their kernel stored them
     for (size_t i = 0; i < jobs.size(); ++i) {
         const AttentionArgs& a = jobs[i];
         const WindowStoreArgs& st = stores[i];
@@ -383,6 +403,7 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         cuda::launch_attention(p, scratch_, stream_, kAttentionEnum[v]);
         launched("attention");
         if (p.qp_pos != nullptr) launched("rms_norm"), launched("rope");  // q's, in the kernel's load
+        if (p.oq != nullptr) launched("act_quant");
         rest_stores.push_back(st);
         if (p.rope_pos != nullptr) {  // rotated where the kernel stored it
             launched("rope");
@@ -397,6 +418,15 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
     if (!batch.empty()) launched("attention"), launched("window_store"), launched("rope");
     window_stores(rest_stores);  // after every job read its ring
     for (const RopeArgs& r : rest_ropes) rope(r);
+    if (out_quant == nullptr) return;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        if (calls[i].first.oq != nullptr) continue;
+        const int64_t L = jobs[i].out.shape[0];
+        rest_quant.push_back({.x = out_quant->x.rows(r0[i], L),
+                              .q = out_quant->q.rows(r0[i], L),
+                              .scales = out_quant->scales.rows(r0[i], L)});
+    }
+    for (const ActQuantArgs& a : rest_quant) act_quant(a);
 }
 
 }  // namespace di::ops::cuda_impl

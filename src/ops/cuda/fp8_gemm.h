@@ -21,6 +21,10 @@ void launch_act_quant_dequant(const float* x, int64_t ldx, int64_t n, int64_t in
 // stride ld).
 void launch_scales_to_f32(const void* scale, bool e8m0, int64_t ld, int64_t rows, int64_t cols, float* out,
                           int64_t ld_out, Stream s);
+// Pre-quantised rows back in f32: out[r][c] = q[r][c] (e4m3, row stride ldq) * s[r * s0 + (c / 128) * s1]
+// (row stride ldo): the quantiser's dequantised values, bit for bit.
+void launch_fp8_rows_to_f32(const uint8_t* q, int64_t ldq, const float* s, int64_t s0, int64_t s1, int64_t n,
+                            int64_t in, float* out, int64_t ldo, Stream st);
 // y [n, out] f32 (row stride ldy) <- bf16 [n, out] contiguous.
 void launch_bf16_rows_to_f32(const uint16_t* src, int64_t n, int64_t out, float* y, int64_t ldy, Stream s);
 

@@ -10,7 +10,10 @@ void RefBackend::linear(const LinearArgs& in_args) {
     check(in_args);
     std::vector<float> xq;
     LinearArgs a = in_args;
-    if (a.act == ActQuant::kFp8Block128) a.x = fp8_block_quant_dequant(a.x, xq);
+    if (a.x.dtype == DType::kF8E4M3)  // quantised beforehand: the same values as quantised here
+        a.x = fp8_block_dequant(a.x, a.x_scales, xq);
+    else if (a.act == ActQuant::kFp8Block128)
+        a.x = fp8_block_quant_dequant(a.x, xq);
     const int64_t n = a.x.shape[0], in = a.w.in_dim, out = a.w.out_dim;
     std::vector<float> wrow(static_cast<size_t>(in));
     for (int64_t o = 0; o < out; ++o) {
