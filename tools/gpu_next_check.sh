@@ -338,8 +338,9 @@ case ${PART:-fp8} in
     timeout 110 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
       > "$OUT/w4a8_tests.log" 2>&1
     echo "w4a8 tests rc $?"; summary "$OUT/w4a8_tests.log"
-    runs=("4096 model_bench_prev" "4096 model_bench" "4096 model_bench_prev" "4096 model_bench")
-    [[ ${LITE:-0} == 1 ]] || runs+=("32768 model_bench_prev" "32768 model_bench")
+    runs=("4096 model_bench_prev" "4096 model_bench")
+    [[ ${LITE:-0} == 2 ]] || runs+=("4096 model_bench_prev" "4096 model_bench")
+    [[ ${LITE:-0} != 0 ]] || runs+=("32768 model_bench_prev" "32768 model_bench")
     for v in "${runs[@]}"; do
       read -r n b <<< "$v"
       echo "$b 4 layers, $n: $(DEEPINFER_ATTN_WGMMA=2 timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda \
@@ -508,9 +509,11 @@ case ${PART:-fp8} in
           # quantised where attention_wgp stores it and read by wo_a's groups as codes, and the prepared queries'
           # row scales computed once: the cases (bits against the parts, the pre-quantised linears' bits), then
           # the two builds' 4K and 32K rows, the 4K prefill alternating
-    # LITE=1 (~3 min): the new cases only, the 4K rows and prefill
+    # LITE=1 (~3 min): the new cases only, the 4K rows and prefill; LITE=2 (~1.5 min): the tail's and the
+    # quantiser's cases, one 4K profile and two prefills each
     f='CudaAttentions.*:CudaActQuant.*:CudaLinearsFp8Act.*:Cases/CudaAttention.*:CudaDeterminism.*'
-    [[ ${LITE:-0} == 1 ]] || f="$f:CudaFused.*:Cases/CudaLinearFp8Act.*"
+    [[ ${LITE:-0} == 2 ]] && f='CudaAttentions.StoredTail*:CudaActQuant.*'
+    [[ ${LITE:-0} != 0 ]] || f="$f:CudaFused.*:Cases/CudaLinearFp8Act.*"
     timeout 200 $d/bin/cuda_ops_test --gtest_filter="$f" > "$OUT/ofp8_tests.log" 2>&1
     echo "tests rc $?"; summary "$OUT/ofp8_tests.log"; grep -E '^attentions_stored q_prep' "$OUT/ofp8_tests.log"
     for v in "4096 model_bench_prev" "4096 model_bench" "4096 model_bench_prev" "4096 model_bench" \
@@ -524,7 +527,7 @@ case ${PART:-fp8} in
       echo "prefill 4096 [$b]: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
         --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
     done
-    [[ ${LITE:-0} == 1 ]] && exit 0
+    [[ ${LITE:-0} != 0 ]] && exit 0
     timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
       --decode 1 --profile shapes > "$OUT/shapes_4096.log" 2>&1
     echo "== shapes 4096 rc $?"; grep -E '^\|' "$OUT/shapes_4096.log" | head -24
