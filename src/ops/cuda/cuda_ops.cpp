@@ -305,9 +305,10 @@ void CudaBackend::linear(const LinearArgs& a) {
 // quantise to the same codes) and the call runs as on f32 x.
 void CudaBackend::linear_quantised(const LinearArgs& a, const WeightRef& w) {
     const int64_t n = a.x.shape[0], in = w.in_dim;
-    auto* xf = static_cast<float*>(scratch_.get(16, size_t(std::max<int64_t>(n * in, 1)) * sizeof(float)));
-    LinearArgs f = a;  // the call on f32 x, for the dispatch and the kernels that read f32
-    f.x = TensorView::contiguous(xf, DType::kF32, {n, in}, a.x.device);
+    // the call on f32 x: for the dispatch (whose alignment checks see the codes' address, no more aligned
+    // than the scratch buffer the rows go to) and then for the kernels that read f32
+    LinearArgs f = a;
+    f.x = TensorView::contiguous(a.x.data, DType::kF32, {n, in}, a.x.device);
     f.x_scales = {};
     const int v = choose_linear(f, w, false);
     cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
@@ -319,6 +320,8 @@ void CudaBackend::linear_quantised(const LinearArgs& a, const WeightRef& w) {
         const LtInput codes{nullptr, a.x.ptr<uint8_t>(), a.x_scales.ptr<float>(), ld(a.x), n};
         return linear_lt_fp8(a, w, &codes);
     }
+    auto* xf = static_cast<float*>(scratch_.get(16, size_t(std::max<int64_t>(n * in, 1)) * sizeof(float)));
+    f.x.data = xf;
     cuda::launch_fp8_rows_to_f32(a.x.ptr<uint8_t>(), ld(a.x), a.x_scales.ptr<float>(), a.x_scales.stride[0],
                                  a.x_scales.stride[1], n, in, xf, in, stream_);
     launched("linear");
