@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-07, third session): the attention tail's queries with one division a row
-#   (attention_wgp: each row's scale computed once and shared, where every thread computed its 16 rows' in
-#   double: 0.6 ms of the 4K prefill's attention) and the attention's output written quantised for wo_a
-#   (branch wip/o-fp8: LinearArgs' pre-quantised x, Backend::act_quant); then PART=tracemain on main (a TRACE=1
+# Next first (written 2026-12-07, third session, not run: no device call was left): branch wip/o-fp8, the
+#   attention tail's queries with one division a row (attention_wgp: each row's scale computed once and shared,
+#   where every thread computed its 16 rows' in double: 0.6 ms of the 4K prefill's attention) and the
+#   attention's output written quantised for wo_a (LinearArgs' pre-quantised x, Backend::act_quant).
+#   `git checkout wip/o-fp8`, build model_bench and cuda_ops_test, copy main's model_bench (0758e20 or later)
+#   to build-cuda/bench/model_bench_prev, pack TRACE=0 BINS="bench/model_bench bench/model_bench_prev
+#   tests/gpu/cuda_ops_test" tools/gpu_pack.sh, then PART=ofp8 (~4 min; LITE=1 ~3 min, LITE=2 ~1.5 min): the
+#   tail's bits against the parts, the pre-quantised linears' bits, the A/B against main. Merge if they pass
+#   and it is faster. Then PART=tracemain on main (a TRACE=1
 #   pack of model_bench alone: each kernel's time at 4K and 32K), the W4A8 kernel's multiplying side: on
 #   main's Nsight Compute samples (layer 0's up, 2026-12-07) its warps wait for the chunk's wgmmas 14% of the
 #   time (wait<0> before the promotion, whose part registers the next chunk reuses) and for full stages 11%,
