@@ -105,6 +105,44 @@ void attention_case(ops::Backend& be, const std::vector<const ops::KernelVariant
     for (const ops::KernelVariant* v : cands)
         rows.push_back(judge(be, *v, shape + ", native", ref, terms, y.view(), run, y1.view(),
                              L > 1 ? one : nullptr, cmp));
+    if (L < 2) return;
+    // A prefill chunk's layer tail as the model hands it over where the backend fuses it
+    // (Backend::fuses_attention_tail; CUDA's attention_wgp norms and rotates q where it loads it and rotates
+    // the output where it stores it): attentions_stored with a QueryPrep on raw q, against the reference's
+    // default (q's norm and rope, the attention, the output's inverse rope). Each run starts from the raw q
+    // (a backend may prepare q in place) and stores kv into a ring of its own.
+    const int64_t half = std::min<int64_t>(32, hd / 2);
+    Tensor pos = host_tensor(DType::kI32, {L}), inv = host_tensor(DType::kF32, {half});
+    for (int64_t t = 0; t < L; ++t) pos.view().ptr<int32_t>()[t] = int32_t(c.pos0 + t);
+    for (int64_t i = 0; i < half; ++i)
+        inv.view().ptr<float>()[i] = float(std::pow(10000.0, -double(i) / half));
+    const float mscale = 1.25f, eps = 1e-6f;
+    auto tail = [&](ops::Backend& b, const TensorView& qv, const TensorView& rv, const TensorView& kvv,
+                    const TensorView& cv, const TensorView& pv, const TensorView& sv, const TensorView& ov,
+                    const TensorView& store_ring, const TensorView& posv, const TensorView& invv) {
+        const ops::AttentionArgs a = args(qv, rv, kvv, cv, pv, sv, ov);
+        const ops::WindowStoreArgs st{.kv = kvv, .ring = store_ring, .pos0 = c.pos0};
+        const ops::RopeArgs ro{
+            .x = ov, .positions = posv, .inv_freq = invv, .mscale = mscale, .inverse = true};
+        const ops::QueryPrep prep{.rope = {.x = qv, .positions = posv, .inv_freq = invv, .mscale = mscale},
+                                  .eps = eps};
+        b.attentions_stored({&a, 1}, {&st, 1}, ro, &prep, nullptr);
+    };
+    Tensor q_ref = host_tensor(DType::kF32, {L, H, hd}),
+           ring_ref = host_tensor(DType::kF32, {c.window - 1, hd});
+    std::memcpy(q_ref.view().data, q.view().data, q.view().nbytes());
+    tail(*ops::make_ref_backend(), q_ref.view(), ring.view(), kv.view(), entries.view(), pk.view(),
+         sinks.view(), out.view(), ring_ref.view(), pos.view(), inv.view());
+    const std::vector<float> tail_ref = floats_of(out);
+    const Buf posd = on_device(be, pos), invd = on_device(be, inv), q_work = on_device(be, q),
+              ring_work = on_device(be, ring);
+    const RunFn run_tail = [&](const TensorView& o) {
+        be.copy(q_work.v, qd.v);
+        tail(be, q_work.v, rd.v, kd.v, cd.v, pd.v, sd.v, o, ring_work.v, posd.v, invd.v);
+    };
+    for (const ops::KernelVariant* v : cands)
+        rows.push_back(judge(be, *v, shape + ", native, layer tail", tail_ref, terms, y.view(), run_tail,
+                             y1.view(), nullptr, cmp));
 }
 
 }  // namespace

@@ -207,6 +207,18 @@ class PlantedOps final : public test::RefForwarding {
         if (wrong("attention"))
             for (int64_t i = 0; i < a.out.numel(); ++i) a.out.ptr<float>()[i] *= 1.0f + 100 * 0x1p-23f;
     }
+    // The wrong attention also leaves the queries' norm out of a layer tail it is handed (a fused prologue
+    // that loads q as it is): far above the native floor, so the tail rows must catch it.
+    void attentions_stored(std::span<const ops::AttentionArgs> jobs,
+                           std::span<const ops::WindowStoreArgs> stores, const ops::RopeArgs& out_rope,
+                           const ops::QueryPrep* q_prep, const ops::ActQuantArgs* out_quant) override {
+        auto it = active_.find("attention");
+        if (q_prep != nullptr && it != active_.end() && it->second == "wrong") {
+            ref().rope(q_prep->rope);
+            q_prep = nullptr;
+        }
+        Backend::attentions_stored(jobs, stores, out_rope, q_prep, out_quant);
+    }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
         ref().indexer_topk(a);
         if (wrong("indexer_topk") && a.picks.shape[1] > 1)
@@ -321,8 +333,17 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
     ASSERT_TRUE(screened.ok()) << screened.error().message;
     const runtime::ScreenReport& rep = *screened;
     std::map<std::string, int> seen;
+    // native attention's layer tail (attentions_stored with the queries prepared there): the exact variant's
+    // rows, and the wrong variant's, which leaves the norm out there
+    int tail_rows = 0, wrong_tails = 0;
     for (const runtime::ScreenRow& r : rep.rows) {
         ++seen[r.op + "/" + r.variant];
+        const bool tail = r.op == "attention" && r.shape.find("layer tail") != std::string::npos;
+        tail_rows += tail && r.variant == "exact";
+        if (tail && r.variant == "wrong" && r.verdict.rfind("skip", 0) != 0) {
+            EXPECT_EQ(r.verdict.rfind("fail: error", 0), 0u) << r.shape << ": " << r.verdict;
+            ++wrong_tails;
+        }
         if (r.variant == "exact") {
             EXPECT_EQ(r.verdict, "pass") << r.op << " " << r.shape;
             continue;
@@ -340,6 +361,8 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
         EXPECT_NE(r.verdict.rfind("skip", 0), 0u) << r.op << " " << r.shape << ": " << r.verdict;
         EXPECT_EQ(r.verdict.rfind(want, 0), 0u) << r.op << " " << r.shape << ": " << r.verdict;
     }
+    EXPECT_GT(tail_rows, 0) << "no layer-tail rows";
+    EXPECT_GT(wrong_tails, 0) << "no layer-tail row of the wrong variant was judged";
     for (const char* op : PlantedOps::kPlantedOps) {
         EXPECT_GT(seen[std::string(op) + "/wrong"], 0) << op << " was not screened";
         EXPECT_TRUE(rep.allow.allows(op, "exact")) << op;
