@@ -16,19 +16,15 @@
 
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mhc_mix_stage.cuh"
 #include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
 
 namespace di::cuda {
 namespace {
 
-constexpr int kTokens = 32, kWarps = 8, kKT = 128, kStages = 3, kSplits = 4;
-constexpr int kLd = kKT + 4;  // a staged row's stride in floats: rows g and g + 1 4 banks apart
-constexpr int kMaxRows = 24;  // mixes a block computes (hc = 4: 24; the head: 4)
-constexpr int kStageFloats = (kTokens + kMaxRows) * kLd;
-constexpr int kOut = kMaxRows + 1;  // sums a token: squares, then the mixes
-constexpr size_t kSmemBytes = size_t(kStages) * kStageFloats * sizeof(float);
-static_assert(size_t(kWarps) * kTokens * kOut * sizeof(double) <= kSmemBytes);
+using namespace mhc_mix;
+constexpr int kSplits = 4;
 
 __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
     asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
@@ -44,19 +40,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_dmma_kernel(MhcParams 
     const int64_t splits = gridDim.y, sp = blockIdx.y, k0 = sp * all_tiles / splits,
                   tiles = (sp + 1) * all_tiles / splits - k0;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
-    // copies of tile k: token rows (zeros past n) and fn rows (zeros past M), 16 bytes a copy
-    auto issue = [&](int64_t k) {
-        float* s = st + (k % kStages) * kStageFloats;
-        for (int i = tid; i < (kTokens + NT * 8) * (kKT / 4); i += kWarps * 32) {
-            const int r = i / (kKT / 4), c4 = i % (kKT / 4);
-            const bool tok = r < kTokens;
-            const int64_t row = tok ? t0 + r : r - kTokens;
-            const bool valid = tok ? row < p.n : row < M;
-            const float* src =
-                tok ? p.streams + (valid ? row : 0) * width : p.fn + (valid ? row : 0) * p.ld_fn;
-            wg::cp_async16(wg::smem_addr(s + r * kLd + 4 * c4), src + (k0 + k) * kKT + 4 * c4, valid);
-        }
-    };
+    auto issue = [&](int64_t k) { issue_tile<NT>(p, M, st, t0, k0, k, tid); };
     double c[4][NT][2] = {};
     double ss[4] = {};
     for (int k = 0; k < kStages - 1; ++k) {
@@ -102,14 +86,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_dmma_kernel(MhcParams 
                 if (8 * nt + 2 * q + j < M) r[1 + 8 * nt + 2 * q + j] = c[tg][nt][j];
     }
     __syncthreads();
-    for (int i = tid; i < kTokens * (M + 1); i += kWarps * 32) {
-        const int tok = i / (M + 1), m = i % (M + 1);
-        if (t0 + tok >= p.n) continue;
-        double acc = 0;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) acc += red[(w * kTokens + tok) * kOut + m];
-        part[((t0 + tok) * splits + sp) * (M + 1) + m] = acc;
-    }
+    write_parts(p, M, red, part, t0, splits, sp, tid);
 }
 
 }  // namespace
