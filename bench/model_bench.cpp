@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
         backend_name, precision, graphs, batch, warmup, context, batch * n_prompt,
         prefill_chunk > 0 ? fmt::format(" (steps of {})", prefill_chunk) : std::string(), t.prefill_seconds,
         t.prefill_tokens_per_s(), n_decode, t.decode_seconds, t.decode_tokens_per_s(), t.ms_per_step());
+    fmt::print("activation workspace {:.1f} MiB\n", double(model.workspace_bytes()) / 1048576.0);
     const model::StateSize ss = model.state_size();
     fmt::print("state per sequence (f32): fixed {:.1f} KiB + {:.1f} B/token:", double(ss.fixed_bytes) / 1024,
                ss.bytes_per_token);

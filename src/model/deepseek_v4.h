@@ -28,6 +28,7 @@ class DeepseekV4 final : public Model {
     Precision precision() const override { return precision_; }
     void set_precision(Precision p) override { precision_ = p; }
     StateSize state_size() const override { return deepseek_v4_state_size(cfg_); }
+    size_t workspace_bytes() const override { return ws_.held() + vws_.held(); }
     std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
     // Chunks' states must be this family's (DeepseekV4State).
     std::vector<float> forward(std::span<const SeqChunk> chunks) override;

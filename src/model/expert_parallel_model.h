@@ -7,6 +7,7 @@
 // scheduler and server use it as any Model.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -37,6 +38,11 @@ class ExpertParallelModel final : public Model {
     Precision precision() const override { return ranks_[0]->precision(); }
     void set_precision(Precision p) override;
     StateSize state_size() const override;
+    size_t workspace_bytes() const override {  // each rank's on its own device: the largest
+        size_t most = 0;
+        for (const auto& r : ranks_) most = std::max(most, r->workspace_bytes());
+        return most;
+    }
     // A state on the rank with the least state memory in use, or on rank `home`.
     std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
     int state_homes() const override { return int(ranks_.size()); }

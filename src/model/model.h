@@ -113,6 +113,9 @@ class Model {
     virtual Precision precision() const = 0;
     virtual void set_precision(Precision p) = 0;
     virtual StateSize state_size() const = 0;
+    // Bytes the model holds for its steps' activations now (its arenas' blocks; they grow to the largest
+    // step seen), 0 where it does not say.
+    virtual size_t workspace_bytes() const { return 0; }
     virtual std::unique_ptr<SequenceState> new_state(int64_t capacity) = 0;
     // Places a sequence's state can live, each with its own memory (an expert-parallel model's ranks), and
     // a state made in place `home` (< state_homes()): the engine's admission gives each place its share of
