@@ -509,6 +509,30 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
+  rewind)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_model_test"; model_bench
+            # and cuda_model_test wip/o-fp8 with wip/ws-rewind, model_bench_prev main's build at 0758e20) the step
+            # arena rewound after each layer: graph replay against eager and the goldens on the GPU, then the
+            # workspace and the 4K and 32K rows (32K did not fit the H100 on the o-fp8 build alone), the 4K
+            # prefill alternating, and the 16-layer batch-16 step that did not fit the H100 before
+    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 200 $d/bin/cuda_model_test > "$OUT/rewind_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/rewind_model.log"
+    for v in "4096 model_bench_prev" "4096 model_bench" "32768 model_bench_prev" "32768 model_bench"; do
+      read -r n b <<< "$v"
+      timeout 120 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native --prompt $n --decode 1 \
+        --profile 1 > "$OUT/rows_${n}_$b.log" 2>&1
+      echo "$b 4 layers, $n rc $?: $(grep -E '^\| (attention|linear|act_quant|total) ' "$OUT/rows_${n}_$b.log" |
+        head -4 | awk -F'|' '{printf "%s %s ms; ", $2, $4}') $(grep -E '^activation|out of' "$OUT/rows_${n}_$b.log")"
+    done
+    for b in model_bench_prev model_bench model_bench_prev model_bench; do
+      echo "prefill 4096 [$b]: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+        --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|^activation.*|out of.*' | tr '\n' ' ')"
+    done
+    for b in model_bench_prev model_bench; do
+      echo "16 layers batch 16 [$b]: $(timeout 120 $d/bin/$b --preset flash --layers 16 --backend cuda \
+        --precision native --batch 16 --prompt 512 --decode 16 2>&1 |
+        grep -oE 'prefill [0-9]+ tokens in [^;]*|decode .*step|^activation.*|out of.*' | tr '\n' ' ')"
+    done
+    ;;
   ofp8)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test"; model_bench and
           # cuda_ops_test branch wip/o-fp8, model_bench_prev main's build at 0758e20) the attention's output
           # quantised where attention_wgp stores it and read by wo_a's groups as codes, and the prepared queries'
