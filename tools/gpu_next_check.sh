@@ -1,20 +1,16 @@
 #!/usr/bin/env bash
-# Next first (written 2026-12-07, third session, not run: no device call was left): branch wip/o-fp8, the
-#   attention tail's queries with one division a row (attention_wgp: each row's scale computed once and shared,
-#   where every thread computed its 16 rows' in double: 0.6 ms of the 4K prefill's attention) and the
-#   attention's output written quantised for wo_a (LinearArgs' pre-quantised x, Backend::act_quant).
-#   `git checkout wip/o-fp8`, build model_bench and cuda_ops_test, copy main's model_bench (0758e20 or later)
-#   to build-cuda/bench/model_bench_prev, pack TRACE=0 BINS="bench/model_bench bench/model_bench_prev
-#   tests/gpu/cuda_ops_test" tools/gpu_pack.sh, then PART=ofp8 (~4 min; LITE=1 ~3 min, LITE=2 ~1.5 min): the
-#   tail's bits against the parts, the pre-quantised linears' bits, the A/B against main. Merge if they pass
-#   and it is faster. Then PART=tracemain on main (a TRACE=1
-#   pack of model_bench alone: each kernel's time at 4K and 32K), the W4A8 kernel's multiplying side: on
-#   main's Nsight Compute samples (layer 0's up, 2026-12-07) its warps wait for the chunk's wgmmas 14% of the
-#   time (wait<0> before the promotion, whose part registers the next chunk reuses) and for full stages 11%,
-#   the promotion's scale loads ~6%; two part sets for the tiles of <= 96 pairs (48 + 48 + 48 of the 168
-#   registers) would let chunk c + 1's wgmmas run under chunk c's promotion. Written into this kernel for n64
-#   tiles (2026-12-07, second session), it made ptxas serialise the default form's wgmmas (C7511, C7517) and
-#   spill 196-204 bytes: it needs a kernel of its own whose acc and part arrays are sized to the narrow tiles.
+# Ran 2026-12-07 (fourth session, H100; docs/benchmarks.md): PART=ofp8 (wip/o-fp8: the attention's output
+#   quantised for wo_a, the queries' row scales once; the cases pass, 4K prefill +2.6%, but 32K ran out of
+#   memory) and PART=rewind (with the step arena rewound after each layer: cuda_model_test passes, 32K -2.3%,
+#   16 layers at batch 16 fits); both merged into main.
+# Next: PART=tracemain on main (a TRACE=1 pack of model_bench alone: each kernel's time at 4K and 32K), then
+#   the W4A8 kernel's multiplying side: on main's Nsight Compute samples (layer 0's up, 2026-12-07) its warps
+#   wait for the chunk's wgmmas 14% of the time (wait<0> before the promotion, whose part registers the next
+#   chunk reuses) and for full stages 11%, the promotion's scale loads ~6%; two part sets for the tiles of
+#   <= 96 pairs (48 + 48 + 48 of the 168 registers) would let chunk c + 1's wgmmas run under chunk c's
+#   promotion. Written into this kernel for n64 tiles (2026-12-07, second session), it made ptxas serialise the
+#   default form's wgmmas (C7511, C7517) and spill 196-204 bytes: it needs a kernel of its own whose acc and
+#   part arrays are sized to the narrow tiles.
 # Ran 2026-12-07 (third session, H100; docs/benchmarks.md): PART=qprep (wip/attn-qprep on wip/mhc-tf32: the
 #   TF32 mixes and the attention's prepared queries, 24 cases passed, the 4K prefill +3.0%; merged, the
 #   defaults).
