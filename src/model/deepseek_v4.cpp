@@ -164,9 +164,11 @@ TensorView DeepseekV4::run_step(std::span<const SeqChunk> chunks, Step& s) {
         TensorView stream_j = s.streams.reshape({s.n, hc * D});
         be_->embed({.tokens = s.tokens, .table = w_.embed, .out = columns(stream_j, j * D, D)});
     }
-    for (int l = 0; l < int(cfg_.n_layers); ++l) {  // a layer's buffers are free once it is done
-        const Workspace::Mark layer = ws_.mark();
+    // a sub-layer's buffers are free once it is done: it leaves its output in the step's streams
+    const Workspace::Mark layer = ws_.mark();
+    for (int l = 0; l < int(cfg_.n_layers); ++l) {
         attention_layer(l, s);
+        ws_.rewind(layer);
         ffn_layer(l, s);
         ws_.rewind(layer);
     }
