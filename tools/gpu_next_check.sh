@@ -2,8 +2,15 @@
 # Ran 2026-12-07 (fourth session, H100; docs/benchmarks.md): PART=ofp8 (wip/o-fp8: the attention's output
 #   quantised for wo_a, the queries' row scales once; the cases pass, 4K prefill +2.6%, but 32K ran out of
 #   memory) and PART=rewind (with the step arena rewound after each layer: cuda_model_test passes, 32K -2.3%,
-#   16 layers at batch 16 fits); both merged into main.
-# Next: PART=tracemain on main (a TRACE=1 pack of model_bench alone: each kernel's time at 4K and 32K), then
+#   16 layers at batch 16 fits); both merged into main. Then PART=tracemain (each kernel's time on main) and
+#   PART=sublayer (the arena rewound after each sub-layer: cuda_model_test passes; decode at batch 64 and 256),
+#   and the batch-256 decode profile: the decode batch's attention is 36% of the step (split_kv on CUDA-core
+#   FMAs at ~5 TFLOP/s).
+# Next: the decode batch's attention on the tensor cores: attention_wgp's block (a query, 64 heads) is a decode
+#   job's shape, but it runs one launch a job and key_rows_f16_kernel converts every compressed entry of the
+#   job first (1,024 at context 4,096 for 512 picks); a job-table launch over a batch's decode jobs that
+#   converts only the keys it reads (the picks, the window) would move ~6.9 ms of a 17.4 ms batch-256 step
+#   (4 layers) onto the tensor cores. Then:
 #   the W4A8 kernel's multiplying side: on main's Nsight Compute samples (layer 0's up, 2026-12-07) its warps
 #   wait for the chunk's wgmmas 14% of the time (wait<0> before the promotion, whose part registers the next
 #   chunk reuses) and for full stages 11%, the promotion's scale loads ~6%; two part sets for the tiles of
@@ -503,6 +510,22 @@ case ${PART:-fp8} in
         timeout 40 $d/bin/model_bench --preset flash --layers 1 --backend cuda --precision native --prompt 4096 \
         --decode 1 > "$OUT/tr_$v.log" 2>&1
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
+    done
+    ;;
+  sublayer)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_model_test", main with the arena rewound after
+              # each sub-layer) graph replay against eager and the goldens, the 4K and 32K prefills' workspace,
+              # then decode at batch 64 and 256 (4 layers, synthetic context 4,096) and at batch 64 on 16 layers
+    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 200 $d/bin/cuda_model_test > "$OUT/sublayer_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/sublayer_model.log"
+    for n in 4096 32768 4096; do
+      echo "prefill $n: $(timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+        --prompt $n --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|^activation.*|out of.*' | tr '\n' ' ')"
+    done
+    for v in "4 64" "4 256" "16 64"; do
+      read -r L b <<< "$v"
+      echo "decode $L layers batch $b: $(timeout 150 $d/bin/model_bench --preset flash --layers $L --backend cuda \
+        --precision native --batch $b --prompt 16 --context 4096 --decode 8 2>&1 |
+        grep -oE 'decode [0-9]+ steps in [^\n]*|^activation.*|out of.*' | tr '\n' ' ')"
     done
     ;;
   rewind)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_model_test"; model_bench
