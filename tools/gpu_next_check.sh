@@ -512,6 +512,25 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
+  decwgp)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test", branch wip/decode-wgp) a decode
+            # batch's attention on attention_wgp (attention_decode.h): the attention cases, then decode steps
+            # with the batch off (DEEPINFER_ATTN_DECODE_WGP_MIN huge: split_kv), at the default threshold and at 1,
+            # batches 8 to 256, and the batch-256 profile with it
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaAttentions.*:Cases/CudaAttention.*' \
+      > "$OUT/decwgp_tests.log" 2>&1
+    echo "tests rc $?"; summary "$OUT/decwgp_tests.log"; grep -E '^decode batch of' "$OUT/decwgp_tests.log"
+    for b in 256 64 32 16 8; do
+      for m in 1000000000 32 1; do
+        [[ $b -ge 32 && $m == 1 ]] && continue
+        echo "decode batch $b min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 120 $d/bin/model_bench --preset flash \
+          --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context 4096 --decode 8 2>&1 |
+          grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
+      done
+    done
+    DEEPINFER_ATTN_DECODE_WGP_MIN=32 timeout 150 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+      --precision native --batch 256 --prompt 16 --context 4096 --decode 8 --profile shapes > "$OUT/dec256.log" 2>&1
+    echo "== batch-256 profile rc $?"; awk '/profile of 8 decode/{f=1} f' "$OUT/dec256.log" | grep -E '^\|' | head -12
+    ;;
   sublayer)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_model_test", main with the arena rewound after
               # each sub-layer) graph replay against eager and the goldens, the 4K and 32K prefills' workspace,
               # then decode at batch 64 and 256 (4 layers, synthetic context 4,096) and at batch 64 on 16 layers

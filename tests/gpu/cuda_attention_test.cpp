@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "ops/cuda/attention_decode.h"
 #include "ops/cuda/kernels.h"
 #include "ops/op_cases.h"
 
@@ -255,6 +256,120 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
         expect_close(ring[i], 0.0, "ring " + std::to_string(i) + " against ref");
     }
     expect_close(o_parts, 1e-5, "output against ref");
+}
+
+// attentions_stored(), native precision, 40 decode jobs (sliding, HCA, CSA with 512 picks of 1,000 entries):
+// from attention_decode_wgp_min() decode jobs a call runs them on attention_wgp in one launch pair (the
+// output rotated where it is stored, the rings stored after). Its output equals the same jobs forced onto
+// mma64 one at a time and then rotated (the same kernel body) bit for bit, and the reference within the
+// native tolerance; below the threshold split_kv runs them (within the native tolerance too); the rings
+// exact.
+TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    const int64_t H = 64, hd = 512, window = 128, half = 32, n = 40;
+    struct Job {
+        int64_t pos0, T, rate, k;
+        ops::CompMask mask;
+    };
+    const Job kinds[] = {{10, 0, 1, 0, ops::CompMask::kNone},
+                         {1000, 7, 128, 0, ops::CompMask::kCausal},
+                         {4000, 1000, 4, 512, ops::CompMask::kPicks},
+                         {300, 0, 1, 0, ops::CompMask::kNone}};
+    std::vector<Job> spec;
+    for (int64_t i = 0; i < n; ++i) {
+        Job j = kinds[i % 4];
+        j.pos0 += i;
+        spec.push_back(j);
+    }
+    Pair q(DType::kF32, {n, H, hd}), kv(DType::kF32, {n, hd}), sinks(DType::kF32, {H});
+    Pair pos(DType::kI32, {n}), inv(DType::kF32, {half});
+    Pair o_split(DType::kF32, {n, H, hd}), o_wgp(DType::kF32, {n, H, hd}), o_alone(DType::kF32, {n, H, hd});
+    fill_uniform(q, -3.0f, 3.0f), fill_uniform(kv), fill_uniform(sinks, -2, 2), fill_uniform(inv, 0.0f, 1.0f);
+    std::vector<Pair> ring(n), ring_wgp(n), ring_alone(n), comp(n), picks(n);
+    for (int64_t i = 0; i < n; ++i) {
+        const Job& j = spec[size_t(i)];
+        pos.hv().ptr<int32_t>()[i] = int32_t(j.pos0);
+        ring[i] = Pair(DType::kF32, {window - 1, hd}), ring_wgp[i] = Pair(DType::kF32, {window - 1, hd});
+        ring_alone[i] = Pair(DType::kF32, {window - 1, hd});
+        fill_uniform(ring[i]);
+        for (Pair* c : {&ring_wgp[i], &ring_alone[i]})
+            std::memcpy(c->hv().data, ring[i].hv().data, ring[i].hv().nbytes()), c->upload();
+        comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
+        picks[i] = Pair(DType::kI32, {1, std::max<int64_t>(j.k, 1)});
+        fill_uniform(comp[i]);
+        for (int64_t e = 0; e < picks[i].hv().numel(); ++e)
+            picks[i].hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
+        picks[i].upload();
+    }
+    pos.upload();
+    // where: 0 the reference (host), 1 split_kv (the threshold out of reach), 2 the decode batch on
+    // attention_wgp (threshold 1), 3 each job forced onto mma64 alone, then the stores and the rotation
+    auto calls = [&](int where) {
+        const bool d = where > 0;
+        const Pair& o = where == 2 ? o_wgp : where == 3 ? o_alone : o_split;
+        std::vector<ops::AttentionArgs> jobs;
+        std::vector<ops::WindowStoreArgs> stores;
+        for (int64_t i = 0; i < n; ++i) {
+            const Job& j = spec[size_t(i)];
+            const Pair& r = where == 2 ? ring_wgp[i] : where == 3 ? ring_alone[i] : ring[i];
+            ops::AttentionArgs a;
+            a.q = (d ? q.dv() : q.hv()).rows(i, 1), a.ring = d ? r.dv() : r.hv();
+            a.kv = (d ? kv.dv() : kv.hv()).rows(i, 1);
+            if (j.mask != ops::CompMask::kNone) a.comp = d ? comp[i].dv() : comp[i].hv();
+            if (j.mask == ops::CompMask::kPicks) a.picks = d ? picks[i].dv() : picks[i].hv();
+            a.sinks = d ? sinks.dv() : sinks.hv(), a.out = (d ? o.dv() : o.hv()).rows(i, 1);
+            a.pos0 = j.pos0, a.n_cached = std::min(j.pos0, window - 1), a.window = window,
+            a.comp_mask = j.mask;
+            a.rate = j.rate, a.scale = 1.0f / std::sqrt(float(hd)), a.f16 = true;
+            jobs.push_back(a);
+            stores.push_back({a.kv, a.ring, j.pos0});
+        }
+        const ops::RopeArgs ro{.x = d ? o.dv() : o.hv(),
+                               .positions = d ? pos.dv() : pos.hv(),
+                               .inv_freq = d ? inv.dv() : inv.hv(),
+                               .mscale = 1.25f,
+                               .inverse = true};
+        if (where == 0) return b.ref->attentions_stored(jobs, stores, ro, nullptr, nullptr);
+        if (where == 3) {
+            ASSERT_TRUE(b.gpu->force_variant("attention", "mma64"));
+            b.gpu->attentions(jobs);
+            ASSERT_TRUE(b.gpu->force_variant("attention", ""));
+            b.gpu->window_stores(stores);
+            return b.gpu->rope(ro);
+        }
+        const int64_t was = cuda::set_attention_decode_wgp_min(where == 2 ? 1 : int64_t(1) << 40);
+        b.gpu->attentions_stored(jobs, stores, ro, nullptr, nullptr);
+        cuda::set_attention_decode_wgp_min(was);
+    };
+    o_split.poison(), o_wgp.poison(), o_alone.poison();
+    const int64_t launches = cuda::attention_decode_wgp_launches();
+    calls(1);
+    EXPECT_EQ(cuda::attention_decode_wgp_launches(), launches) << "split_kv's call went to the batch";
+    const int64_t mma64 = b.gpu->dispatch_count("attention", "mma64");
+    calls(2);
+    EXPECT_EQ(cuda::attention_decode_wgp_launches(), launches + 1) << "the decode batch did not run";
+    EXPECT_EQ(b.gpu->dispatch_count("attention", "mma64"), mma64 + n);
+    calls(3);
+    {
+        const std::vector<float> w = o_wgp.device_f32(), a = o_alone.device_f32();
+        EXPECT_EQ(0, std::memcmp(w.data(), a.data(), w.size() * sizeof(float)))
+            << "the batch's output differs from each job's own launch";
+    }
+    calls(0);  // the host copies of o_split and ring now hold the reference
+    for (Pair* o : {&o_wgp, &o_alone}) std::memcpy(o->hv().data, o_split.hv().data, o_split.hv().nbytes());
+    const Diff dw = diff(o_split.host_f32(), o_wgp.device_f32()),
+               ds = diff(o_split.host_f32(), o_split.device_f32());
+    std::printf(
+        "decode batch of %lld against ref: attention_wgp rel L2 %.3g max abs %.3g; split_kv %.3g %.3g\n",
+        static_cast<long long>(n), dw.rel_l2, dw.max_abs, ds.rel_l2, ds.max_abs);
+    expect_close(o_wgp, ops::cases::kAttentionNativeCuda.value, "attention_wgp's decode batch against ref");
+    expect_close(o_split, ops::cases::kAttentionNativeCuda.value, "split_kv against ref");
+    for (int64_t i = 0; i < n; ++i) {
+        const std::vector<float> a = ring[i].device_f32(), w = ring_wgp[i].device_f32();
+        EXPECT_EQ(0, std::memcmp(a.data(), w.data(), a.size() * sizeof(float))) << "ring " << i;
+        expect_close(ring[i], 0.0, "ring " + std::to_string(i) + " against ref");
+    }
 }
 
 // attentions_stored() with a QueryPrep, native precision: the prefill chunks on attention_wgp norm and rotate

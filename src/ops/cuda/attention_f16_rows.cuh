@@ -19,6 +19,14 @@ struct F16Rows {
     int64_t ring_rows;
 };
 
+// A decode batch's job (attention_decode.h): its call, its rows, and its rows' count and first block of the
+// batched conversion.
+struct AttentionF16Job {
+    AttentionParams p;
+    F16Rows r;
+    int64_t total, block0;
+};
+
 // Key slot j of a query (window slots j < n_win, then the entries: list holds the picks) -> its row.
 __device__ __forceinline__ int64_t f16_row(const AttentionParams& p, const F16Rows& r, int64_t j, int64_t lo,
                                            int64_t n_win, const int32_t* list) {
@@ -55,5 +63,8 @@ void launch_attention_wg(const AttentionParams& p, const F16Rows& r, cudaStream_
 // default).
 bool attention_wgp_fits(const AttentionParams& p);
 void launch_attention_wgp(const AttentionParams& p, const F16Rows& r, cudaStream_t s);
+// The jobs of a decode batch (one query each; dev the device copy of host) in one launch.
+void launch_attention_wgp_batch(const AttentionF16Job* dev, const AttentionF16Job* host, int64_t count,
+                                cudaStream_t s);
 
 }  // namespace di::cuda

@@ -19,9 +19,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
+#include "ops/cuda/attention_decode.h"
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/env_switch.h"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/smem_limit.h"
@@ -39,16 +42,38 @@ constexpr int kStages = 2;      // tiles in flight
 constexpr int kStageHalves = kKeys * kRow;
 
 // A warp per row: 16 floats a lane (four float4), the row's max, its shift, the f16 row.
-__global__ void __launch_bounds__(256) key_rows_f16_kernel(AttentionParams p, F16Rows r, int64_t total) {
+// Rows 8 block .. + 7 of the call's key rows (a warp a row).
+__device__ __forceinline__ void key_rows_block(const AttentionParams& p, const F16Rows& r, int64_t total,
+                                               int64_t block) {
     allow_early_next();
     const int lane = threadIdx.x & 31;
-    const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+    const int64_t row = block * 8 + (threadIdx.x >> 5);
     if (row >= total) return;
     const float* src = row < r.ring_rows         ? p.ring + row * p.ld_ring
                        : row < r.ring_rows + p.L ? p.kv + (row - r.ring_rows) * p.ld_kv
                                                  : p.comp + (row - r.ring_rows - p.L) * p.ld_comp;
     const int sh = warp_row_to_f16<4>(src, r.rows + row * kHd, lane);
     if (lane == 0) r.shift[row] = sh;
+}
+
+__global__ void __launch_bounds__(256) key_rows_f16_kernel(AttentionParams p, F16Rows r, int64_t total) {
+    key_rows_block(p, r, total, blockIdx.x);
+}
+
+// Every job's rows of a decode batch: block b is block b - block0 of the last job whose block0 <= b.
+__global__ void __launch_bounds__(256)
+    key_rows_f16_batch_kernel(const AttentionF16Job* __restrict__ jobs, int64_t count) {
+    const int64_t b = blockIdx.x;
+    int64_t lo = 0, hi = count - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (jobs[mid].block0 <= b)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const AttentionF16Job& j = jobs[lo];
+    key_rows_block(j.p, j.r, j.total, b - j.block0);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) attention_mma64_kernel(AttentionParams p, F16Rows r) {
@@ -253,6 +278,51 @@ void launch_attention_mma64(const AttentionParams& p, Scratch& scratch, Stream s
 }
 
 int set_attention_wgmma(int mode) { return std::exchange(wgmma_mode, mode); }
+
+namespace {
+int64_t decode_wgp_min = env_int("DEEPINFER_ATTN_DECODE_WGP_MIN", kAttentionDecodeWgpMinJobs);
+int64_t decode_wgp_launches = 0;
+}  // namespace
+
+int64_t set_attention_decode_wgp_min(int64_t jobs) { return std::exchange(decode_wgp_min, jobs); }
+int64_t attention_decode_wgp_min() { return decode_wgp_min; }
+int64_t attention_decode_wgp_launches() { return decode_wgp_launches; }
+
+bool attention_decode_wgp_takes(const AttentionParams& p) {
+    return p.L == 1 && p.f16 && wgmma_mode == 2 && attention_mma64_supported(p) && attention_wgp_fits(p) &&
+           p.qp_pos == nullptr && p.oq == nullptr && p.rope_half <= kAttentionTailMaxHalf;
+}
+
+void launch_attention_decode_wgp(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s) {
+    if (count == 0) return;
+    const cudaStream_t st = as_stream(s);
+    std::vector<AttentionF16Job> jobs(static_cast<size_t>(count));
+    int64_t rows = 0, blocks = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        const AttentionParams& p = ps[i];
+        const int64_t rr = ring_rows(p), n_comp = p.comp_mask == AttnCompMask::kNone ? 0 : p.n_comp;
+        const int64_t total = rr + p.L + n_comp;
+        jobs[size_t(i)] = {p, F16Rows{nullptr, nullptr, rr}, total, blocks};
+        rows += total, blocks += (total + 7) / 8;
+    }
+    // scratch 4: the table (16-byte aligned), every job's f16 rows, then their shifts
+    const size_t table = (size_t(count) * sizeof(AttentionF16Job) + 255) / 256 * 256;
+    auto* base =
+        static_cast<uint8_t*>(scratch.get(4, table + size_t(rows) * (kHd * sizeof(__half) + sizeof(int))));
+    auto* f16 = reinterpret_cast<__half*>(base + table);
+    int* shifts = reinterpret_cast<int*>(f16 + rows * kHd);
+    int64_t at = 0;
+    for (AttentionF16Job& j : jobs) {
+        j.r.rows = f16 + at * kHd, j.r.shift = shifts + at;
+        at += j.total;
+    }
+    auto* dev = reinterpret_cast<AttentionF16Job*>(base);
+    DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs.data(), jobs.size() * sizeof(AttentionF16Job),
+                                  cudaMemcpyHostToDevice, st));  // pageable: staged before the call returns
+    key_rows_f16_batch_kernel<<<unsigned(blocks), 256, 0, st>>>(dev, count);
+    launch_attention_wgp_batch(dev, jobs.data(), count, st);
+    ++decode_wgp_launches;
+}
 
 bool attention_mma64_takes_tail(const AttentionParams& p) {
     return wgmma_mode == 2 && attention_mma64_supported(p) && attention_wgp_fits(p) &&

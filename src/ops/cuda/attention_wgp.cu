@@ -22,6 +22,8 @@
 // The layer's tail (AttentionParams::qp_pos, rope_pos; Backend::attentions_stored): the queries normed and
 // rotated where they are loaded (no pass of their own over q, 1 GB a V4-Flash layer at 4,096 tokens) and the
 // output rotated where it is stored, each with rms_norm_rope's and rope's products.
+#include <algorithm>
+
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/attention_wg_tiles.cuh"
@@ -197,7 +199,9 @@ size_t smem_bytes(const AttentionParams& p) {
     return 1024 + Layout::list + size_t(p.comp_mask == AttnCompMask::kPicks ? 2 * p.k : 0) * sizeof(int32_t);
 }
 
-__global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionParams p, F16Rows r) {
+// Query t and heads h0 .. h0 + 63 of p's call: the body of the call's kernel (a block a query and 64 heads)
+// and of the decode batch's (a block a job and 64 heads).
+__device__ __forceinline__ void wgp_block(const AttentionParams& p, const F16Rows& r, int64_t t, int64_t h0) {
     allow_early_next();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const uint32_t base = (wg::smem_addr(smem_raw) + 1023u) & ~1023u;  // the swizzle's 1024-byte atoms
@@ -210,7 +214,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
     float* const red = reinterpret_cast<float*>(smem + Layout::red);
     int32_t* const list = reinterpret_cast<int32_t*>(smem + Layout::list);
     const uint32_t k_ready = base + Layout::bars, k_free = k_ready + 16;  // [2] each
-    const int64_t t = blockIdx.x, h0 = int64_t(blockIdx.y) * kHeads;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
 
     if (tid == 0) {
@@ -451,6 +454,19 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionPar
         wgtile::store_out_rows(p, t, h0 + row0, 256 * c + 2 * q, o, inv);
 }
 
+__global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionParams p, F16Rows r) {
+    wgp_block(p, r, blockIdx.x, int64_t(blockIdx.y) * kHeads);
+}
+
+// A decode batch: block (job blockIdx.x, heads 64 blockIdx.y ..), one query a job; the jobs' params read
+// from the table, the same body and so the same bits as the job's own launch.
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_wgp_batch_kernel(const AttentionF16Job* __restrict__ jobs) {
+    const AttentionF16Job& j = jobs[blockIdx.x];
+    if (int64_t(blockIdx.y) * kHeads >= j.p.H) return;
+    wgp_block(j.p, j.r, 0, int64_t(blockIdx.y) * kHeads);
+}
+
 }  // namespace
 
 bool attention_wgp_fits(const AttentionParams& p) { return smem_bytes(p) <= 227 * 1024; }
@@ -459,6 +475,17 @@ void launch_attention_wgp(const AttentionParams& p, const F16Rows& r, cudaStream
     const size_t smem = smem_bytes(p);
     raise_dynamic_smem(attention_wgp_kernel, smem);
     attention_wgp_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, s>>>(p, r);
+}
+
+void launch_attention_wgp_batch(const AttentionF16Job* dev, const AttentionF16Job* host, int64_t count,
+                                cudaStream_t s) {
+    size_t smem = 0;
+    int64_t head_blocks = 1;
+    for (int64_t i = 0; i < count; ++i)
+        smem = std::max(smem, smem_bytes(host[i].p)),
+        head_blocks = std::max(head_blocks, host[i].p.H / kHeads);
+    raise_dynamic_smem(attention_wgp_batch_kernel, smem);
+    attention_wgp_batch_kernel<<<dim3(unsigned(count), unsigned(head_blocks)), kThreads, smem, s>>>(dev);
 }
 
 }  // namespace di::cuda

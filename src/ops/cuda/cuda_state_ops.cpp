@@ -2,6 +2,7 @@
 // step's sequences at once: check(args) first, then the device check, then the launch with plain params.
 #include <algorithm>
 
+#include "ops/cuda/attention_decode.h"
 #include "ops/cuda/cuda_backend_impl.h"
 #include "ops/cuda/env_switch.h"
 
@@ -21,7 +22,7 @@ constexpr cuda::IndexerVariant kIndexerEnum[] = {cuda::IndexerVariant::kMma, cud
 constexpr int64_t kIndexerTiledMinEntries = 256;
 // mma against tiled on the H200, 4,096 queries from position 0 over 1,024 entries: 733 us / 2,800.
 constexpr int64_t kIndexerMmaMinQueries = 16;
-constexpr cuda::AttentionVariant kAttentionEnum[] = {
+constexpr cuda::AttentionVariant kAttentionEnum[] = {  // mma64 first: attentions_stored's decode batches
     cuda::AttentionVariant::kMma64, cuda::AttentionVariant::kMma, cuda::AttentionVariant::kSplitKv,
     cuda::AttentionVariant::kPerQuery};
 
@@ -375,7 +376,14 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         calls.emplace_back(p, v);
     }
     rms_norm_ropes(rest_norms, rest_q);  // before any job's attention
-    std::vector<cuda::AttentionParams> batch;
+    // the decode jobs on the warpgroup kernel where the call holds enough of them, all of one kind
+    // (attention_decode.h)
+    int64_t decodes = 0;
+    bool decode_wgp = true;
+    for (const auto& [p, v] : calls)
+        if (p.L == 1) ++decodes, decode_wgp = decode_wgp && cuda::attention_decode_wgp_takes(p);
+    decode_wgp = decode_wgp && decodes >= cuda::attention_decode_wgp_min() && attention_v_.dispatches(0);
+    std::vector<cuda::AttentionParams> batch, wgp;
     std::vector<WindowStoreArgs> rest_stores;
     std::vector<RopeArgs> rest_ropes;
     std::vector<ActQuantArgs> rest_quant;  // the outputs not quantised where their kernel stored them
@@ -383,6 +391,17 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         const AttentionArgs& a = jobs[i];
         const WindowStoreArgs& st = stores[i];
         auto [p, v] = calls[i];
+        if (decode_wgp && p.L == 1) {  // rotated where the kernel stores it; the ring stored after
+            p.rope_pos = out_rope.positions.ptr<int32_t>() + r0[i];
+            p.rope_inv_freq = f32(out_rope.inv_freq);
+            p.rope_half = half;
+            p.rope_mscale = out_rope.mscale;
+            p.rope_inverse = out_rope.inverse;
+            wgp.push_back(p);
+            rest_stores.push_back(st);
+            attention_v_.count_dispatch(v, -1), attention_v_.count_dispatch(0);  // mma64's, not v's
+            continue;
+        }
         const bool fuse = p.L == 1 && kAttentionEnum[v] == cuda::AttentionVariant::kSplitKv &&
                           cuda::attention_batch_takes(p) && (batch.empty() || batch[0].hd == p.hd) &&
                           st.kv.data == a.kv.data && ld(st.kv) == p.ld_kv && st.kv.shape[0] == 1 &&
@@ -414,6 +433,8 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         r.positions = out_rope.positions.rows(r0[i], a.out.shape[0]);
         rest_ropes.push_back(r);
     }
+    cuda::launch_attention_decode_wgp(wgp.data(), int64_t(wgp.size()), scratch_, stream_);
+    if (!wgp.empty()) launched("attention"), launched("rope");
     cuda::launch_attention_batch(batch.data(), int64_t(batch.size()), scratch_, stream_);
     if (!batch.empty()) launched("attention"), launched("window_store"), launched("rope");
     window_stores(rest_stores);  // after every job read its ring

@@ -58,6 +58,8 @@ class OpVariants {
         return pick(takes) == i;
     }
     void count_dispatch(int i, int64_t times = 1) { counts_[size_t(i)] += times; }
+    // Whether the default dispatch may give a call to variant `i` (allowed, and no variant forced).
+    bool dispatches(int i) const { return forced_ < 0 && allowed_[size_t(i)]; }
 
     // "" restores the default dispatch; false for an unknown name.
     bool force(std::string_view name) {
