@@ -6,11 +6,12 @@
 #   PART=sublayer (the arena rewound after each sub-layer: cuda_model_test passes; decode at batch 64 and 256),
 #   and the batch-256 decode profile: the decode batch's attention is 36% of the step (split_kv on CUDA-core
 #   FMAs at ~5 TFLOP/s).
-# Next: the decode batch's attention on the tensor cores: attention_wgp's block (a query, 64 heads) is a decode
-#   job's shape, but it runs one launch a job and key_rows_f16_kernel converts every compressed entry of the
-#   job first (1,024 at context 4,096 for 512 picks); a job-table launch over a batch's decode jobs that
-#   converts only the keys it reads (the picks, the window) would move ~6.9 ms of a 17.4 ms batch-256 step
-#   (4 layers) onto the tensor cores. Then:
+#   Then PART=decwgp and PART=decsmall (wip/decode-wgp: a decode batch's attention on attention_wgp from 8
+#   decode jobs a call; the cases pass, batch 256 16.9 -> 11.8 ms a step, 64 6.7 -> 5.4; merged).
+# Next: the decode batch converts every compressed entry of a job to f16 (1,024 at context 4,096 for 512
+#   picks; key_rows_f16_batch_kernel): converting only the rows a job reads (its picks, its window) would
+#   take most of that launch's bytes away at long contexts; the batch-256 step's routed experts (6.7 of 14.0
+#   ms profiled, 48%) and the head in three BF16 pieces (1.7 ms) are the next largest. Then:
 #   the W4A8 kernel's multiplying side: on main's Nsight Compute samples (layer 0's up, 2026-12-07) its warps
 #   wait for the chunk's wgmmas 14% of the time (wait<0> before the promotion, whose part registers the next
 #   chunk reuses) and for full stages 11%, the promotion's scale loads ~6%; two part sets for the tiles of
@@ -512,9 +513,18 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
+  decsmall)  # (PART=decwgp's pack) the decode batch on attention_wgp at small batches, alternating with split_kv
+    for b in 1 2 4 8 1 2 4 8; do
+      for m in 1000000000 1; do
+        echo "decode batch $b min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 60 $d/bin/model_bench --preset flash \
+          --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context 4096 --decode 16 2>&1 |
+          grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
+      done
+    done
+    ;;
   decwgp)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test", branch wip/decode-wgp) a decode
             # batch's attention on attention_wgp (attention_decode.h): the attention cases, then decode steps
-            # with the batch off (DEEPINFER_ATTN_DECODE_WGP_MIN huge: split_kv), at the default threshold and at 1,
+            # with the batch off (DEEPINFER_ATTN_DECODE_WGP_MIN huge: split_kv), at threshold 32 and at 1,
             # batches 8 to 256, and the batch-256 profile with it
     timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaAttentions.*:Cases/CudaAttention.*' \
       > "$OUT/decwgp_tests.log" 2>&1

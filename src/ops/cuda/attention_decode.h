@@ -13,7 +13,9 @@
 
 namespace di::cuda {
 
-inline constexpr int64_t kAttentionDecodeWgpMinJobs = 32;
+// H100, 4 V4-Flash layers, context 4,096 (docs/benchmarks.md): split_kv against the batch, ms a step, at
+// batch 1 1.3 / 1.4, 4 2.2 / 2.2, 8 2.7 / 2.6, 16 3.4 / 3.2, 64 6.7 / 5.4, 256 16.9 / 11.8.
+inline constexpr int64_t kAttentionDecodeWgpMinJobs = 8;
 
 // Whether the batched kernel takes the call (one query; f16; no prepared queries or quantised output).
 bool attention_decode_wgp_takes(const AttentionParams& p);

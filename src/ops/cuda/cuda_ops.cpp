@@ -127,7 +127,7 @@ CudaBackend::CudaBackend(int device)
           {{"attention", "mma64",
             "native precision (f16 operands), head_dim 512, heads a multiple of 64, 16-byte aligned "
             "key rows, chunks of >= 16 queries, and the decode queries of a call that holds at least "
-            "kAttentionDecodeWgpMinJobs (32) of them (attention_decode.h); key rows turned into f16 with "
+            "kAttentionDecodeWgpMinJobs (8) of them (attention_decode.h); key rows turned into f16 with "
             "one scale each, then a block per query and 64 heads on the tensor cores; a query's bits do "
             "not depend on the other queries, but shorter chunks and smaller decode batches run another "
             "kernel, so not batch-invariant",
