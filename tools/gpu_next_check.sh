@@ -513,6 +513,36 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
+  decwgp2)  # (PART=decwgp's pack, main with the entries' rule) the attention cases, then decode at batch 64 and
+             # 256 at contexts 4,096 and 16,384 with the batch off and on its defaults
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaAttentions.*:Cases/CudaAttention.*' \
+      > "$OUT/decwgp2_tests.log" 2>&1
+    echo "tests rc $?"; summary "$OUT/decwgp2_tests.log"; grep -E '^decode batch of' "$OUT/decwgp2_tests.log"
+    for v in "64 4096" "64 16384" "256 16384"; do
+      read -r b c <<< "$v"
+      for m in 1000000000 8; do
+        echo "decode batch $b context $c min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 120 $d/bin/model_bench \
+          --preset flash --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context $c --decode 8 2>&1 |
+          grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
+      done
+    done
+    ;;
+  final4)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test", main) the
+            # merged session: the whole-model GPU tests, the attention, determinism, state and fused cases, the
+            # 4K prefill and decode at batch 8 and 64 on the defaults
+    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 200 $d/bin/cuda_model_test > "$OUT/final_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/final_model.log"
+    timeout 200 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaAttentions.*:Cases/CudaAttention.*:CudaDeterminism.*:CudaBatchedState.*:CudaFused.*:CudaActQuant.*' \
+      > "$OUT/final_ops.log" 2>&1
+    echo "cuda_ops_test rc $?"; summary "$OUT/final_ops.log"
+    echo "prefill 4096: $(timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+      --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    for b in 8 64; do
+      echo "decode batch $b: $(timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+        --batch $b --prompt 16 --context 4096 --decode 8 2>&1 | grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step')"
+    done
+    ;;
   decsmall)  # (PART=decwgp's pack) the decode batch on attention_wgp at small batches, alternating with split_kv
     for b in 1 2 4 8 1 2 4 8; do
       for m in 1000000000 1; do
@@ -554,7 +584,7 @@ case ${PART:-fp8} in
       read -r L b <<< "$v"
       echo "decode $L layers batch $b: $(timeout 150 $d/bin/model_bench --preset flash --layers $L --backend cuda \
         --precision native --batch $b --prompt 16 --context 4096 --decode 8 2>&1 |
-        grep -oE 'decode [0-9]+ steps in [^\n]*|^activation.*|out of.*' | tr '\n' ' ')"
+        grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|^activation.*|out of.*' | tr '\n' ' ')"
     done
     ;;
   rewind)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_model_test"; model_bench

@@ -258,16 +258,16 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
     expect_close(o_parts, 1e-5, "output against ref");
 }
 
-// attentions_stored(), native precision, 40 decode jobs (sliding, HCA, CSA with 512 picks of 1,000 entries):
-// from attention_decode_wgp_min() decode jobs a call runs them on attention_wgp in one launch pair (the
-// output rotated where it is stored, the rings stored after). Its output equals the same jobs forced onto
-// mma64 one at a time and then rotated (the same kernel body) bit for bit, and the reference within the
-// native tolerance; below the threshold split_kv runs them (within the native tolerance too); the rings
-// exact.
+// attentions_stored(), native precision, 40 decode jobs (sliding, HCA, CSA with 512 picks of 1,000 entries)
+// and a CSA job at a long context: from attention_decode_wgp_min() decode jobs a call runs those it takes on
+// attention_wgp in one launch pair (the output rotated where it is stored, the rings stored after) and the
+// long one on split_kv. The batch's output equals the same jobs forced onto mma64 one at a time and then
+// rotated (the same kernel body) bit for bit, and the reference within the native tolerance; below the
+// threshold split_kv runs them all (within the native tolerance too); the rings exact.
 TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    const int64_t H = 64, hd = 512, window = 128, half = 32, n = 40;
+    const int64_t H = 64, hd = 512, window = 128, half = 32, n = 41, batch = 40;
     struct Job {
         int64_t pos0, T, rate, k;
         ops::CompMask mask;
@@ -277,11 +277,14 @@ TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
                          {4000, 1000, 4, 512, ops::CompMask::kPicks},
                          {300, 0, 1, 0, ops::CompMask::kNone}};
     std::vector<Job> spec;
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < batch; ++i) {
         Job j = kinds[i % 4];
         j.pos0 += i;
         spec.push_back(j);
     }
+    // a CSA query at a 13,000-token context: 3,250 entries for its 512 picks, which the batch would convert
+    // every one of, so split_kv takes it
+    spec.push_back({13000, 3250, 4, 512, ops::CompMask::kPicks});
     Pair q(DType::kF32, {n, H, hd}), kv(DType::kF32, {n, hd}), sinks(DType::kF32, {H});
     Pair pos(DType::kI32, {n}), inv(DType::kF32, {half});
     Pair o_split(DType::kF32, {n, H, hd}), o_wgp(DType::kF32, {n, H, hd}), o_alone(DType::kF32, {n, H, hd});
@@ -346,14 +349,16 @@ TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
     const int64_t launches = cuda::attention_decode_wgp_launches();
     calls(1);
     EXPECT_EQ(cuda::attention_decode_wgp_launches(), launches) << "split_kv's call went to the batch";
-    const int64_t mma64 = b.gpu->dispatch_count("attention", "mma64");
+    const int64_t mma64 = b.gpu->dispatch_count("attention", "mma64"),
+                  split = b.gpu->dispatch_count("attention", "split_kv");
     calls(2);
     EXPECT_EQ(cuda::attention_decode_wgp_launches(), launches + 1) << "the decode batch did not run";
-    EXPECT_EQ(b.gpu->dispatch_count("attention", "mma64"), mma64 + n);
+    EXPECT_EQ(b.gpu->dispatch_count("attention", "mma64"), mma64 + batch);
+    EXPECT_EQ(b.gpu->dispatch_count("attention", "split_kv"), split + 1) << "the long CSA query";
     calls(3);
     {
         const std::vector<float> w = o_wgp.device_f32(), a = o_alone.device_f32();
-        EXPECT_EQ(0, std::memcmp(w.data(), a.data(), w.size() * sizeof(float)))
+        EXPECT_EQ(0, std::memcmp(w.data(), a.data(), size_t(batch * H * hd) * sizeof(float)))
             << "the batch's output differs from each job's own launch";
     }
     calls(0);  // the host copies of o_split and ring now hold the reference

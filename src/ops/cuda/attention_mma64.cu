@@ -289,8 +289,13 @@ int64_t attention_decode_wgp_min() { return decode_wgp_min; }
 int64_t attention_decode_wgp_launches() { return decode_wgp_launches; }
 
 bool attention_decode_wgp_takes(const AttentionParams& p) {
+    // the conversion turns every compressed entry into f16: where a query reads only its picks, at most four
+    // times their count (CSA at rate 4 up to an 8,192-token context with 512 picks). Measured ahead of
+    // split_kv with 1,028 entries converted (docs/benchmarks.md); more grows the conversion's bytes with the
+    // context while split_kv's stay, so longer contexts keep split_kv until only the picks are converted
+    const bool few_entries = p.comp_mask != AttnCompMask::kPicks || p.n_comp <= 4 * p.k;
     return p.L == 1 && p.f16 && wgmma_mode == 2 && attention_mma64_supported(p) && attention_wgp_fits(p) &&
-           p.qp_pos == nullptr && p.oq == nullptr && p.rope_half <= kAttentionTailMaxHalf;
+           p.qp_pos == nullptr && p.oq == nullptr && p.rope_half <= kAttentionTailMaxHalf && few_entries;
 }
 
 void launch_attention_decode_wgp(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s) {

@@ -376,13 +376,11 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         calls.emplace_back(p, v);
     }
     rms_norm_ropes(rest_norms, rest_q);  // before any job's attention
-    // the decode jobs on the warpgroup kernel where the call holds enough of them, all of one kind
+    // the decode jobs the warpgroup kernel takes, on it where the call holds enough of them
     // (attention_decode.h)
     int64_t decodes = 0;
-    bool decode_wgp = true;
-    for (const auto& [p, v] : calls)
-        if (p.L == 1) ++decodes, decode_wgp = decode_wgp && cuda::attention_decode_wgp_takes(p);
-    decode_wgp = decode_wgp && decodes >= cuda::attention_decode_wgp_min() && attention_v_.dispatches(0);
+    for (const auto& [p, v] : calls) decodes += cuda::attention_decode_wgp_takes(p);
+    const bool decode_wgp = decodes >= cuda::attention_decode_wgp_min() && attention_v_.dispatches(0);
     std::vector<cuda::AttentionParams> batch, wgp;
     std::vector<WindowStoreArgs> rest_stores;
     std::vector<RopeArgs> rest_ropes;
@@ -391,7 +389,7 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         const AttentionArgs& a = jobs[i];
         const WindowStoreArgs& st = stores[i];
         auto [p, v] = calls[i];
-        if (decode_wgp && p.L == 1) {  // rotated where the kernel stores it; the ring stored after
+        if (decode_wgp && cuda::attention_decode_wgp_takes(p)) {  // rotated where stored; rings stored after
             p.rope_pos = out_rope.positions.ptr<int32_t>() + r0[i];
             p.rope_inv_freq = f32(out_rope.inv_freq);
             p.rope_half = half;
