@@ -1,9 +1,9 @@
 // Activation arena for one forward step: bump allocation from one device block, reset every step. When a
 // step needs more than the block holds, overflow blocks are used and the next reset() replaces everything
-// by one block of the high-water size, so steady-state decoding allocates nothing. A layer's buffers die
-// with the layer: mark() before it and rewind() after give its memory to the next layer, so the arena holds
-// the step's buffers and one layer's, not every layer's. Reuse is safe because every op of a step runs in
-// one stream order: a later layer's writes follow the earlier layer's reads.
+// by one block of the high-water size, so steady-state decoding allocates nothing. A sub-layer's buffers
+// die with it: mark() before it and rewind() after give its memory to the next one, so the arena holds the
+// step's buffers and one sub-layer's, not every layer's. Reuse is safe because every op of a step runs in
+// one stream order: a later sub-layer's writes follow the earlier one's reads.
 #pragma once
 
 #include <initializer_list>

@@ -17,6 +17,7 @@
 // pipelined warpgroup kernel by default (set_attention_wgmma), this file's kernel with
 // DEEPINFER_ATTN_WGMMA=0.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -41,8 +42,8 @@ constexpr int kSp = kKeys + 8;  // floats per partial-score row: conflict-free f
 constexpr int kStages = 2;      // tiles in flight
 constexpr int kStageHalves = kKeys * kRow;
 
-// A warp per row: 16 floats a lane (four float4), the row's max, its shift, the f16 row.
-// Rows 8 block .. + 7 of the call's key rows (a warp a row).
+// Rows 8 block .. 8 block + 7 of the call's key rows, a warp a row: 16 floats a lane (four float4), the row's
+// max, its shift, the f16 row.
 __device__ __forceinline__ void key_rows_block(const AttentionParams& p, const F16Rows& r, int64_t total,
                                                int64_t block) {
     allow_early_next();
@@ -281,12 +282,12 @@ int set_attention_wgmma(int mode) { return std::exchange(wgmma_mode, mode); }
 
 namespace {
 int64_t decode_wgp_min = env_int("DEEPINFER_ATTN_DECODE_WGP_MIN", kAttentionDecodeWgpMinJobs);
-int64_t decode_wgp_launches = 0;
+std::atomic<int64_t> decode_wgp_launches{0};  // every GPU's thread of an expert-parallel model adds
 }  // namespace
 
 int64_t set_attention_decode_wgp_min(int64_t jobs) { return std::exchange(decode_wgp_min, jobs); }
 int64_t attention_decode_wgp_min() { return decode_wgp_min; }
-int64_t attention_decode_wgp_launches() { return decode_wgp_launches; }
+int64_t attention_decode_wgp_launches() { return decode_wgp_launches.load(); }
 
 bool attention_decode_wgp_takes(const AttentionParams& p) {
     // the conversion turns every compressed entry into f16: where a query reads only its picks, at most four

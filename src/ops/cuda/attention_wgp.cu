@@ -481,9 +481,10 @@ void launch_attention_wgp_batch(const AttentionF16Job* dev, const AttentionF16Jo
                                 cudaStream_t s) {
     size_t smem = 0;
     int64_t head_blocks = 1;
-    for (int64_t i = 0; i < count; ++i)
-        smem = std::max(smem, smem_bytes(host[i].p)),
+    for (int64_t i = 0; i < count; ++i) {
+        smem = std::max(smem, smem_bytes(host[i].p));
         head_blocks = std::max(head_blocks, host[i].p.H / kHeads);
+    }
     raise_dynamic_smem(attention_wgp_batch_kernel, smem);
     attention_wgp_batch_kernel<<<dim3(unsigned(count), unsigned(head_blocks)), kThreads, smem, s>>>(dev);
 }
