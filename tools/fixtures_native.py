@@ -5,8 +5,11 @@
                      s = 2^ceil(log2(max(amax, 1e-4) / 448)) per 128 columns, e4m3 round-to-nearest-even
                      after clamping to +-448) applied to the input of every FP8 linear by forward pre-hooks,
                      and to the routed experts' input and SwiGLU output (their FP8 x FP4 GEMMs) by a forward
-                     that repeats DeepseekV4Experts' eager loop with the two quantisations added:
-                     what `--precision native` computes, by an independent implementation of the model.
+                     that repeats DeepseekV4Experts' eager loop with the two quantisations added, and with
+                     the residual streams kept in bf16 as DeepSeek's inference code keeps them (each decoder
+                     layer's two mHC updates computed in fp32 and rounded to bf16, by a forward that repeats
+                     DeepseekV4DecoderLayer's): what `--precision native` computes, by an independent
+                     implementation of the model.
   logits_bf16.npy    the bf16 model of the same weights (fp32 islands kept, as fixtures_bf16),
                      the reference's own noise floor for this fixture.
 
@@ -64,6 +67,43 @@ def quantised_experts_forward(self, hidden_states, top_k_index, top_k_weights):
     return final
 
 
+def to_bf16_values(x):
+    return x.to(torch.bfloat16).to(x.dtype)
+
+
+def bf16_streams_layer_forward(self, hidden_states, input_ids=None, **kwargs):
+    """DeepseekV4DecoderLayer.forward (transformers 5.17) with the streams rounded to bf16 after each of its
+    two mHC updates (the update itself in the model's fp32)."""
+    dtype = hidden_states.dtype
+    hidden_states = to_bf16_values(hidden_states)  # the embedding's copies: bf16 values already
+    post, comb, collapsed = self.attn_hc(hidden_states)
+    attn_output, _ = self.self_attn(self.input_layernorm(collapsed), **kwargs)
+    hidden_states = to_bf16_values(post.to(dtype).unsqueeze(-1) * attn_output.unsqueeze(-2) + torch.matmul(
+        comb.to(dtype).transpose(-1, -2), hidden_states))
+    post, comb, collapsed = self.ffn_hc(hidden_states)
+    mlp_output = self.mlp(self.post_attention_layernorm(collapsed), input_ids=input_ids)
+    return to_bf16_values(post.to(dtype).unsqueeze(-1) * mlp_output.unsqueeze(-2) + torch.matmul(
+        comb.to(dtype).transpose(-1, -2), hidden_states))
+
+
+def make_native(model):
+    """The model's forward as `--precision native` computes it (the module docstring): hooks and forwards
+    replaced in place. Returns (FP8 linears hooked, expert sets, decoder layers)."""
+    counts = [0, 0, 0]
+    for name, mod in model.named_modules():
+        if name.endswith(FP8_LINEARS):
+            mod.register_forward_pre_hook(lambda m, args: (act_quant_dequant(args[0]),) + tuple(args[1:]))
+            counts[0] += 1
+        kind = type(mod).__name__
+        if kind == "DeepseekV4Experts":
+            mod.forward = types.MethodType(quantised_experts_forward, mod)
+            counts[1] += 1
+        if kind == "DeepseekV4DecoderLayer":
+            mod.forward = types.MethodType(bf16_streams_layer_forward, mod)
+            counts[2] += 1
+    return tuple(counts)
+
+
 def bf16_same_weights(model):
     """The bf16 model of exactly these weights: _from_config in bf16, values loaded, the fp32 islands (mHC,
     sinks, position biases, router bias; section 8.2) given back their fp32 values. Every other weight of
@@ -96,19 +136,10 @@ def main():
     want = np.load(os.path.join(d, "logits.npy"))
     print("fp32 run vs logits.npy: max |d| %.3g" % np.abs(plain - want).max(), flush=True)
     bf16 = fc.full_forward(bf16_same_weights(model), prompt).float().numpy()
-    hooked = 0
-    for name, mod in model.named_modules():
-        if name.endswith(FP8_LINEARS):
-            mod.register_forward_pre_hook(lambda m, args: (act_quant_dequant(args[0]),) + tuple(args[1:]))
-            hooked += 1
-    experts = 0
-    for name, mod in model.named_modules():
-        if type(mod).__name__ == "DeepseekV4Experts":
-            mod.forward = types.MethodType(quantised_experts_forward, mod)
-            experts += 1
+    hooked, experts, layers = make_native(model)
     native = fc.full_forward(model, prompt).numpy()
-    print("hooked %d FP8 linears and %d expert sets; native vs fp32: max |d| / max |logit| %.3g" %
-          (hooked, experts, np.abs(native - plain).max() / np.abs(plain).max()), flush=True)
+    print("hooked %d FP8 linears, %d expert sets, %d layers' streams; native vs fp32: max |d| / max |logit| %.3g" %
+          (hooked, experts, layers, np.abs(native - plain).max() / np.abs(plain).max()), flush=True)
     os.makedirs(out, exist_ok=True)
     np.save(os.path.join(out, "logits_native.npy"), native.astype(np.float32))
     np.save(os.path.join(out, "logits_bf16.npy"), bf16.astype(np.float32))

@@ -6,7 +6,7 @@ slot) pairs: 1,100 tokens x 2 slots) and attention and the compressors see a con
   prompt_long.txt            1,100 token ids (fixtures_common.make_prompt with its own seed)
   long_rows.txt              the positions whose logits are kept: every 8th (7, 15, ...) and the last 32
   logits_long.npy            transformers fp32 at those positions
-  logits_long_native.npy     the fp32 model with DeepSeek's activation quantisation (fixtures_native's hooks)
+  logits_long_native.npy     the fp32 model as `--precision native` computes it (fixtures_native.make_native)
   logits_long_bf16.npy       the bf16 model of the same weights: the noise floor
 
 Only those rows are stored (170 KB a file instead of 1.1 MB): the test tree travels with every GPU call.
@@ -17,8 +17,6 @@ import os
 import sys
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-import types  # noqa: E402
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -43,11 +41,7 @@ def main():
     model = fc.load(d).float()
     plain = fc.full_forward(model, prompt).numpy()[rows]
     bf16 = fc.full_forward(fn.bf16_same_weights(model), prompt).float().numpy()[rows]
-    for name, mod in model.named_modules():
-        if name.endswith(fn.FP8_LINEARS):
-            mod.register_forward_pre_hook(lambda m, args: (fn.act_quant_dequant(args[0]),) + tuple(args[1:]))
-        if type(mod).__name__ == "DeepseekV4Experts":
-            mod.forward = types.MethodType(fn.quantised_experts_forward, mod)
+    fn.make_native(model)
     native = fc.full_forward(model, prompt).numpy()[rows]
     scale = np.abs(plain).max()
     print("%d rows of %d; bf16 vs fp32 %.3g, native vs fp32 %.3g of max |logit|; torch %s" %
