@@ -8,7 +8,18 @@
 #   FMAs at ~5 TFLOP/s).
 #   Then PART=decwgp and PART=decsmall (wip/decode-wgp: a decode batch's attention on attention_wgp from 8
 #   decode jobs a call; the cases pass, batch 256 16.9 -> 11.8 ms a step, 64 6.7 -> 5.4; merged).
-# Next first (written 2026-12-07, fourth session, after the device budget was spent): branch
+# Next first (written 2026-12-07, fifth session: every device start of that session failed, so none of this
+#   has run on a GPU): the native precision's bf16 residual streams (main: the CUDA kernels take them, the model
+#   uses them on cuda only with DEEPINFER_BF16_STREAMS=1) together with wip/decode-picks below. Merge
+#   wip/decode-picks into a branch off main, build model_bench, cuda_ops_test and cuda_model_test, pack
+#   TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test", move
+#   tests/data/tokenizer, v4_tiny_fp32 and v4_tiny_fp32_nested out of the tree for the call (the GPU tests
+#   read v4_tiny_fp8 and v4_tiny_bf16 only; the carry limit), then PART=short (~5 min): the mHC / fused /
+#   small-op cases on bf16 streams, the attention cases, cuda_model_test with bf16 streams, the 4K prefill and
+#   batch-256 decode with DEEPINFER_BF16_STREAMS=0 against 1, decpicks' A/B at 16K. If the bf16 cases pass,
+#   make CudaBackend::bf16_streams true by default (cuda_ops.cpp) and update README / docs/cuda.md; merge
+#   decode-picks if its cases pass and it is no slower at 4K.
+# Then (written 2026-12-07, fourth session, after the device budget was spent): branch
 #   wip/decode-picks, the decode batch converting only the entries a CSA job reads (picks_compact_kernel lists
 #   them as query_keys does, F16Rows::picked maps entry slot c to row c), so the batch takes every decode job
 #   at any context (main keeps split_kv for CSA jobs past 4 x 512 entries). `git checkout wip/decode-picks`,
@@ -530,6 +541,71 @@ case ${PART:-fp8} in
         timeout 40 $d/bin/model_bench --preset flash --layers 1 --backend cuda --precision native --prompt 4096 \
         --decode 1 > "$OUT/tr_$v.log" 2>&1
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
+    done
+    ;;
+  bf16s)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test
+          # tests/gpu/cuda_model_test", tests/data/tokenizer moved out of the tree for the call; model_bench,
+          # cuda_ops_test and cuda_model_test the native precision's bf16 streams, model_bench_prev the same
+          # tree with f32 streams) the mHC, embed, cast and fused cases on both stream types, the model tests
+          # (graph replay, the native long golden against transformers' native run with bf16 streams), then the
+          # 4-layer prefill at 4K (twice) and 32K and the
+          # mHC rows of its 4K profile, and decode at batch 256, f32 streams against bf16
+    timeout 200 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaMhc.*:CudaFused.*:CudaSmallOps.*:CudaDeterminism.*:CudaBatchedState.*' \
+      > "$OUT/bf16s_tests.log" 2>&1
+    echo "op tests rc $?"; summary "$OUT/bf16s_tests.log"; grep -E '^mhc_pre_norm tf32' "$OUT/bf16s_tests.log"
+    DEEPINFER_BF16_STREAMS=1 DEEPINFER_TEST_DATA=$PWD/tests/data timeout 200 $d/bin/cuda_model_test \
+      > "$OUT/bf16s_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/bf16s_model.log"
+    for v in "4096 model_bench_prev" "4096 model_bench" "4096 model_bench_prev" "4096 model_bench" \
+      "32768 model_bench_prev" "32768 model_bench"; do
+      read -r n b <<< "$v"
+      echo "$b prefill $n: $(DEEPINFER_BF16_STREAMS=1 timeout 90 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+        --prompt $n --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|activation workspace[^;]*|out of.*' |
+        tr '\n' ' ')"
+    done
+    for b in model_bench_prev model_bench; do
+      echo "$b 4K profile: $(DEEPINFER_BF16_STREAMS=1 timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+        --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (mhc[a-z_]*|hc_head[a-z_]*|add_mhc_post|total) ' | tr -s ' ' |
+        tr '\n' ' ')"
+    done
+    for v in "256 model_bench_prev" "256 model_bench"; do
+      read -r n b <<< "$v"
+      echo "$b decode batch $n: $(DEEPINFER_BF16_STREAMS=1 timeout 120 $d/bin/$b --preset flash --layers 4 --backend cuda \
+        --precision native --batch $n --prompt 16 --context 4096 --decode 8 2>&1 |
+        grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
+    done
+    ;;
+  both)  # (PART=bf16s's pack, its tree with wip/decode-picks merged) PART=bf16s, then PART=decpicks's cases and
+         # its decode A/B at the contexts where it changes the most
+    PART=bf16s bash "$0"
+    decode_ab decpicks "256 4096" "64 16384" "256 16384" "64 65536"
+    ;;
+  short)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test", main with
+          # wip/decode-picks merged) for a call of ~5 min: the mHC / fused / small-op cases (bf16 streams too)
+          # and the attention cases, cuda_model_test with bf16 streams, the 4K prefill with f32 streams against
+          # bf16 twice (DEEPINFER_BF16_STREAMS), decode at batch 256 with each, and decpicks's A/B at 16K
+    timeout 150 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaMhc.*:CudaFused.*:CudaSmallOps.*:CudaAttentions.*:Cases/CudaAttention.*' \
+      > "$OUT/short_tests.log" 2>&1
+    echo "op tests rc $?"; summary "$OUT/short_tests.log"; grep -E '^mhc_pre_norm tf32|^decode batch of' "$OUT/short_tests.log"
+    DEEPINFER_BF16_STREAMS=1 DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test \
+      > "$OUT/short_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/short_model.log"
+    for s in 0 1 0 1; do
+      echo "bf16 streams $s, prefill 4096: $(DEEPINFER_BF16_STREAMS=$s timeout 60 $d/bin/model_bench --preset flash \
+        --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 |
+        grep -oE 'prefill [0-9]+ tokens in [^;]*|activation workspace[^;]*|out of.*' | tr '\n' ' ')"
+    done
+    for s in 0 1; do
+      echo "bf16 streams $s, decode batch 256: $(DEEPINFER_BF16_STREAMS=$s timeout 60 $d/bin/model_bench --preset flash \
+        --layers 4 --backend cuda --precision native --batch 256 --prompt 16 --context 4096 --decode 8 2>&1 |
+        grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
+    done
+    for m in 1000000000 8; do
+      echo "decpicks decode batch 64 context 16384 min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 60 \
+        $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --batch 64 --prompt 16 \
+        --context 16384 --decode 8 2>&1 | grep -oE '[0-9.]+ ms/step|out of.*')"
     done
     ;;
   decpicks)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test", branch wip/decode-picks) the
