@@ -198,8 +198,8 @@ void DeepseekV4::take_step_buffers(Step& s, const std::vector<int32_t>& tokens,
     step_rows_ = s.len, step_n_ = s.n;
     s.tokens = upload_i32(ws_, *be_, tokens);
     s.positions = upload_i32(ws_, *be_, positions);
-    s.streams = ws_.take(DType::kF32, {s.n, hc, D});
-    s.spare = ws_.take(DType::kF32, {s.n, hc, D});
+    s.streams = ws_.take(stream_dtype(), {s.n, hc, D});
+    s.spare = ws_.take(stream_dtype(), {s.n, hc, D});
     s.x = ws_.take(DType::kF32, {s.n, D});
     s.post = ws_.take(DType::kF32, {s.n, hc});
     s.comb = ws_.take(DType::kF32, {s.n, hc, hc});

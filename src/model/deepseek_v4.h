@@ -82,6 +82,11 @@ class DeepseekV4 final : public Model {
                            const std::vector<int32_t>& positions);
     // The streams collapsed by a hyper head and normed: [s.n, hidden_dim].
     TensorView collapse_streams(const HcWeights& head, const TensorView& norm, const Step& s);
+    // The residual streams' dtype: bf16 in the native precision (DeepSeek's inference code keeps them in the
+    // model dtype, computing each update in f32) where the backend takes them, f32 otherwise.
+    DType stream_dtype() const {
+        return precision_ == Precision::kNative && be_->bf16_streams() ? DType::kBF16 : DType::kF32;
+    }
     // The head's logits [rows.size(), vocab] of those rows of h (groups: their counts by sequence), and the
     // greedy pick of each logits row (i32 [2, rows]: the ids and the first non-finite indices).
     TensorView head_logits(const TensorView& h, std::span<const int64_t> rows,

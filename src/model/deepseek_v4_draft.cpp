@@ -67,8 +67,14 @@ std::vector<int32_t> DeepseekV4::run_draft(std::span<const DraftChunk> chunks, s
     // The main model's streams of the kept rows, before any segment opens: where they lie follows the last
     // step's layout, which the drafter's segment keys do not name.
     TensorView x_main = ws_.take(DType::kF32, {n, hc, D});
-    for (size_t j = 0; j < of.size(); ++j)
-        be_->copy(x_main.rows(s.row0[j], s.len[j]), last_.streams.rows(last_.row0[of[j]], s.len[j]));
+    for (size_t j = 0; j < of.size(); ++j) {
+        const TensorView from = last_.streams.rows(last_.row0[of[j]], s.len[j]);
+        const TensorView to = x_main.rows(s.row0[j], s.len[j]);
+        if (from.dtype == DType::kF32)
+            be_->copy(to, from);
+        else
+            be_->cast({.x = from.reshape({s.len[j] * hc, D}), .out = to.reshape({s.len[j] * hc, D})});
+    }
 
     // Input streams: h_proj(hnorm(X)) per stream, plus e_proj(enorm(embedding of the next token)) in each.
     be_->set_scope("mtp / input");
@@ -77,16 +83,19 @@ std::vector<int32_t> DeepseekV4::run_draft(std::span<const DraftChunk> chunks, s
     be_->embed({.tokens = s.tokens, .table = w_.embed, .out = e});
     be_->rms_norm({.x = e, .weight = mw.enorm, .y = e, .eps = eps});
     be_->linear(lin(e, mw.e_proj, e_proj));
-    const TensorView x_rows = x_main.reshape({n * hc, D}), h_rows = s.streams.reshape({n * hc, D});
+    // the input streams built in f32, then stored in the streams' dtype
+    const TensorView h32 = s.streams.dtype == DType::kF32 ? s.streams : ws_.take(DType::kF32, {n, hc, D});
+    const TensorView x_rows = x_main.reshape({n * hc, D}), h_rows = h32.reshape({n * hc, D});
     be_->rms_norm({.x = x_rows, .weight = mw.hnorm, .y = x_rows, .eps = eps});
     std::vector<int64_t> stream_rows;  // hc rows a token: each sequence's rows a group of their own
     for (const int64_t len : s.len) stream_rows.push_back(len * hc);
     LinearArgs h_proj = lin(x_rows, mw.h_proj, h_rows);
     h_proj.row_groups = stream_rows;
     be_->linear(h_proj);
-    const TensorView wide = s.streams.reshape({n, hc * D});
+    const TensorView wide = h32.reshape({n, hc * D});
     for (int64_t j = 0; j < hc; ++j)
         be_->add({.a = columns(wide, j * D, D), .b = e_proj, .out = columns(wide, j * D, D)});
+    if (h32.data != s.streams.data) be_->cast({.x = h_rows, .out = s.streams.reshape({n * hc, D})});
 
     attention_layer(int(cfg_.n_layers), s);
     ffn_layer(int(cfg_.n_layers), s);

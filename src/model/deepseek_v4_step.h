@@ -19,11 +19,11 @@ struct DeepseekV4::Step {
     std::vector<int64_t> pos0;             // position of each chunk's first token
     TensorView tokens;                     // i32 [n]
     TensorView positions;                  // i32 [n]
-    TensorView streams, spare;             // f32 [n, hc_mult, hidden_dim] residual streams (double-buffered)
-    TensorView x, post, comb;  // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
-    int segment = 0;           // graph segments begun so far
-    bool greedy = false;       // the head segment ends with the greedy pick (forward_greedy)
-    TensorView picks;          // i32 [2, rows]: the greedy ids and the first non-finite indices
+    TensorView streams, spare;  // stream_dtype() [n, hc_mult, hidden_dim] residual streams (double-buffered)
+    TensorView x, post, comb;   // mHC outputs: [n, hidden_dim], [n, hc_mult], [n, hc_mult, hc_mult]
+    int segment = 0;            // graph segments begun so far
+    bool greedy = false;        // the head segment ends with the greedy pick (forward_greedy)
+    TensorView picks;           // i32 [2, rows]: the greedy ids and the first non-finite indices
 };
 
 // Columns [c0, c0 + width) of a 2-d view.

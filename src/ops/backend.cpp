@@ -1,5 +1,5 @@
-// Backend's default argmax and top_candidates, for backends whose memory is the host's (a device backend
-// implements its own).
+// Backend's default cast, act_quant, argmax and top_candidates, for backends whose memory is the host's (a
+// device backend implements its own).
 #include "ops/backend.h"
 
 #include <cstring>
@@ -13,6 +13,20 @@ void Backend::prepare_queries(const QueryPrep& q_prep) {
     const TensorView rows = q.reshape({q.shape[0] * q.shape[1], q.shape[2]});
     const RmsNormArgs norm{.x = rows, .weight = {}, .y = rows, .eps = q_prep.eps};
     rms_norm_ropes({&norm, 1}, {&q_prep.rope, 1});
+}
+
+void Backend::cast(const CastArgs& a) {
+    check(a);
+    DI_CHECK(a.x.device == Device::kHost && a.out.device == Device::kHost,
+             "cast: backend {} has device memory and no cast of its own", name());
+    for (int64_t r = 0; r < a.x.shape[0]; ++r)
+        for (int64_t c = 0; c < a.x.shape[1]; ++c) {
+            const float v = load_float(a.x.data, a.x.dtype, r * a.x.stride[0] + c);
+            if (a.out.dtype == DType::kBF16)
+                a.out.ptr<uint16_t>()[r * a.out.stride[0] + c] = f32_to_bf16(v);
+            else
+                a.out.ptr<float>()[r * a.out.stride[0] + c] = v;
+        }
 }
 
 void Backend::act_quant(const ActQuantArgs& a) {

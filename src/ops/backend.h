@@ -85,6 +85,8 @@ class Backend {
     virtual void set_graphs(bool /*on*/) {}
 
     virtual void embed(const EmbedArgs& a) = 0;
+    // The residual streams' conversions (native precision's bf16 streams); this default is for host memory.
+    virtual void cast(const CastArgs& a);
     virtual void add(const AddArgs& a) = 0;
     virtual void swiglu(const SwigluArgs& a) = 0;
     virtual void linear(const LinearArgs& a) = 0;
@@ -160,6 +162,9 @@ class Backend {
     // Whether top_candidates runs where this backend's logits are, off the host (the engine then samples
     // from candidates by default).
     virtual bool candidates_on_device() const { return false; }
+    // Whether the native precision keeps the residual streams in bf16 here (ops/mhc.h; otherwise f32): a
+    // backend says no while its bf16 kernels await their check.
+    virtual bool bf16_streams() const { return true; }
 
     // Fused pairs: each computes what its two calls in order compute, which is what these defaults do (so
     // ref, cpu and the compare and profile wrappers run and check the parts one by one). A backend may run

@@ -12,14 +12,29 @@ void same_shape(const TensorView& a, const TensorView& b, std::string_view what)
     for (int i = 0; same && i < a.ndim; ++i) same = a.shape[i] == b.shape[i];
     DI_CHECK(same, "{}: shapes {} and {} differ", what, a.describe(), b.describe());
 }
+// The residual streams of both precisions: f32 (exact) or bf16 (native).
+void check_streams(const TensorView& v, std::string_view what) {
+    DI_CHECK(v.ndim == 3 && v.is_contiguous() && (v.dtype == DType::kF32 || v.dtype == DType::kBF16),
+             "{}.streams: expected contiguous f32 or bf16 [n, hc, dim], got {}", what, v.describe());
+}
 }  // namespace
 
 void check(const EmbedArgs& a) {
     check_dtype(a.tokens, DType::kI32, "embed.tokens");
     check_rows(a.out, 2, "embed.out");
+    DI_CHECK(a.out.dtype == DType::kF32 || a.out.dtype == DType::kBF16, "embed.out {}", a.out.describe());
     DI_CHECK(a.table.ndim == 2 && dtype_is_float(a.table.dtype), "embed.table {}", a.table.describe());
     DI_CHECK(a.out.shape[0] == a.tokens.numel() && a.out.shape[1] == a.table.shape[1],
              "embed: out {} table {}", a.out.describe(), a.table.describe());
+}
+
+void check(const CastArgs& a) {
+    check_rows(a.x, 2, "cast.x");
+    check_rows(a.out, 2, "cast.out");
+    same_shape(a.x, a.out, "cast");
+    for (const TensorView* v : {&a.x, &a.out})
+        DI_CHECK(v->dtype == DType::kF32 || v->dtype == DType::kBF16, "cast: {} is not f32 or bf16",
+                 v->describe());
 }
 
 void check(const AddArgs& a) {
@@ -120,20 +135,24 @@ void check(const QueryPrep& a) {
 }
 
 void check(const MhcPreArgs& a) {
+    check_streams(a.streams, "mhc_pre");
     const int64_t hc = a.streams.shape[1], D = a.streams.shape[2];
-    DI_CHECK(a.streams.ndim == 3 && a.streams.is_contiguous(), "mhc_pre.streams {}", a.streams.describe());
     DI_CHECK(a.fn.shape[0] == (2 + hc) * hc && a.fn.shape[1] == hc * D, "mhc_pre.fn {}", a.fn.describe());
     DI_CHECK(a.base.numel() == (2 + hc) * hc && a.scale.numel() == 3, "mhc_pre base/scale");
     DI_CHECK(a.x.shape[1] == D && a.post.shape[1] == hc && a.comb.shape[2] == hc, "mhc_pre outputs");
 }
 
 void check(const MhcPostArgs& a) {
+    check_streams(a.streams, "mhc_post");
     same_shape(a.streams, a.out, "mhc_post streams/out");
+    DI_CHECK(a.out.dtype == a.streams.dtype && a.out.is_contiguous(), "mhc_post.out {}: streams {}",
+             a.out.describe(), a.streams.describe());
     DI_CHECK(a.streams.data != a.out.data, "mhc_post: out aliases streams");
     DI_CHECK(a.a.shape[1] == a.streams.shape[2], "mhc_post.a {}", a.a.describe());
 }
 
 void check(const HcHeadArgs& a) {
+    check_streams(a.streams, "hc_head");
     const int64_t hc = a.streams.shape[1], D = a.streams.shape[2];
     DI_CHECK(a.fn.shape[0] == hc && a.fn.shape[1] == hc * D, "hc_head.fn {}", a.fn.describe());
     DI_CHECK(a.out.shape[1] == D, "hc_head.out {}", a.out.describe());

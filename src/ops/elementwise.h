@@ -17,7 +17,7 @@ namespace di::ops {
 struct EmbedArgs {
     TensorView tokens;  // i32 [n]
     TensorView table;   // f32|bf16|f16 [vocab_size, hidden_dim]
-    TensorView out;     // f32 [n, hidden_dim]
+    TensorView out;     // f32|bf16 [n, hidden_dim] (bf16: the row rounded to nearest even)
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, tokens, Role::kIn);
@@ -26,6 +26,18 @@ struct EmbedArgs {
     }
 };
 void check(const EmbedArgs& a);
+
+// out = x in out's dtype: f32 <-> bf16 (to bf16 rounded to nearest even), or the same dtype copied.
+struct CastArgs {
+    TensorView x;    // f32|bf16 [n, d]
+    TensorView out;  // f32|bf16 [n, d], must not overlap x
+    template <class F>
+    void visit(F&& f) {
+        DI_VISIT(f, x, Role::kIn);
+        DI_VISIT(f, out, Role::kOut);
+    }
+};
+void check(const CastArgs& a);
 
 struct AddArgs {
     TensorView a;    // f32 [n, d]

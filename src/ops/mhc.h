@@ -5,6 +5,8 @@
 //   post: out_k = post_k * a + sum_j comb[j, k] * stream_j            (comb applied transposed)
 //   head: pre_i = sigmoid((fn . n)_i s + b_i) + hc_eps;  out = sum_i pre_i stream_i
 // Sinkhorn: columns first, then (iters - 1) x (rows, columns), each dividing by (sum + hc_eps).
+// Streams are f32 (exact) or bf16 (native, as DeepSeek's inference code keeps them): read as f32, post's
+// f32 result rounded to bf16 (nearest even) where it stores bf16 streams.
 // ref: transformers 5.17 DeepseekV4HyperConnection / DeepseekV4HyperHead.
 #pragma once
 
@@ -13,7 +15,7 @@
 namespace di::ops {
 
 struct MhcPreArgs {
-    TensorView streams;  // f32 [n, hc_mult, hidden_dim]
+    TensorView streams;  // f32|bf16 [n, hc_mult, hidden_dim]
     TensorView fn;       // f32 [(2 + hc_mult) * hc_mult, hc_mult * hidden_dim]
     TensorView base;     // f32 [(2 + hc_mult) * hc_mult]
     TensorView scale;    // f32 [3]
@@ -40,11 +42,11 @@ struct MhcPreArgs {
 void check(const MhcPreArgs& a);
 
 struct MhcPostArgs {
-    TensorView streams;  // f32 [n, hc_mult, hidden_dim] streams before the sub-layer
+    TensorView streams;  // f32|bf16 [n, hc_mult, hidden_dim] streams before the sub-layer
     TensorView a;        // f32 [n, hidden_dim] sub-layer output
     TensorView post;     // f32 [n, hc_mult]
     TensorView comb;     // f32 [n, hc_mult, hc_mult]
-    TensorView out;      // f32 [n, hc_mult, hidden_dim], must not alias streams
+    TensorView out;      // streams' dtype [n, hc_mult, hidden_dim], must not alias streams
     template <class F>
     void visit(F&& f) {
         DI_VISIT(f, streams, Role::kIn);
@@ -57,7 +59,7 @@ struct MhcPostArgs {
 void check(const MhcPostArgs& a);
 
 struct HcHeadArgs {
-    TensorView streams;  // f32 [n, hc_mult, hidden_dim]
+    TensorView streams;  // f32|bf16 [n, hc_mult, hidden_dim]
     TensorView fn;       // f32 [hc_mult, hc_mult * hidden_dim]
     TensorView base;     // f32 [hc_mult]
     TensorView scale;    // f32 [1]

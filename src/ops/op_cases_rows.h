@@ -88,6 +88,12 @@ inline constexpr Tolerance kMhcCuda{
     "norm and mixing sums in double on both sides (the FP64 tensor cores' in another order), Sinkhorn in "
     "double; each f32 output may round the other way, and x and the head output carry post's rounding "
     "times the streams"};
+// mhc_post (and add_mhc_post) storing bf16 streams (the native precision) against ref's rounding of its own
+// sums.
+inline constexpr Tolerance kMhcPostBf16Cuda{
+    "relative L2 over the output", 1e-4,
+    "both sides round their f32 sums to bf16; where those sums differ in the last bit (kMhcCuda) an element "
+    "may round to the other bf16 neighbour, 2^-8 of itself"};
 // mhc_pre with MhcPreArgs::tf32 (the native precision, CUDA from 2,048 tokens) against ref's exact sums.
 inline constexpr Tolerance kMhcTf32Cuda{
     "relative L2 over each output", 2e-3,

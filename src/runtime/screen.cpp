@@ -57,10 +57,9 @@ using Clock = std::chrono::steady_clock;
 
 // The output's bytes as floats (ids keep their bits).
 std::vector<float> to_host_f32(ops::Backend& be, const TensorView& v) {
-    Tensor h = host_tensor(DType::kF32, {v.numel()});
+    Tensor h = host_tensor(v.dtype, {v.numel()});
     be.copy(h.view(), v.reshape({v.numel()}));
-    const float* p = h.view().ptr<float>();
-    return std::vector<float>(p, p + v.numel());
+    return floats_of(h);
 }
 
 void poison(ops::Backend& be, const TensorView& v) {

@@ -42,7 +42,12 @@ std::vector<const ops::KernelVariant*> candidates(const std::vector<ops::KernelV
 
 std::vector<float> floats_of(const Tensor& t) {
     std::vector<float> v(size_t(t.view().numel()));
-    std::memcpy(v.data(), t.view().data, v.size() * sizeof(float));
+    if (t.view().dtype == DType::kBF16) {
+        for (size_t i = 0; i < v.size(); ++i) v[i] = load_float(t.view().data, DType::kBF16, int64_t(i));
+    } else {  // f32, or the 32-bit words of ids, compared exactly
+        DI_CHECK(dtype_size(t.view().dtype) == sizeof(float), "screen: outputs of {}", t.view().describe());
+        std::memcpy(v.data(), t.view().data, v.size() * sizeof(float));
+    }
     return v;
 }
 
@@ -411,6 +416,12 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
             tf32 = perm;
             Tensor st = host_tensor(DType::kF32, {n, hc, D}), out = host_tensor(DType::kF32, {n, W});
             fill_uniform(st, rng, -1, 1);
+            if (perm) {  // the native precision's streams are bf16 (the f32 draws rounded)
+                Tensor st16 = host_tensor(DType::kBF16, {n, hc, D});
+                ops::make_ref_backend()->cast(
+                    {.x = st.view().reshape({n * hc, D}), .out = st16.view().reshape({n * hc, D})});
+                st = std::move(st16);
+            }
             ops::make_ref_backend()->mhc_pre(args(st.view(), fn, base, scale, out.view()));
             const std::vector<float> ref = floats_of(out);
             const Buf sd = on_device(be, st);
@@ -425,7 +436,8 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
             parts.segments = {{0, size_t(n * D), size_t(D), size_t(W)},
                               {size_t(D), size_t(n * hc), size_t(hc), size_t(W)},
                               {size_t(D + hc), size_t(n * hc * hc), size_t(hc * hc), size_t(W)}};
-            const std::string shape = fmt::format("hc {} x {}, n={}{}", hc, D, n, tf32 ? ", native" : "");
+            const std::string shape =
+                fmt::format("hc {} x {}, n={}{}", hc, D, n, tf32 ? ", native, bf16 streams" : "");
             // the same reference: TF32 inputs are a permission; no row-0-alone check on it (a row alone takes
             // the exact sums, so native mHC is batch-invariant only within a prefill's size: docs/kernels.md)
             if (tf32) parts.floor = kNativeMhcFloor;

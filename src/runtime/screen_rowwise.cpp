@@ -137,36 +137,45 @@ void screen_mhc_post(ops::Backend& be, const std::vector<const ops::KernelVarian
                      const model::ModelConfig& cfg, const std::vector<int64_t>& batches, std::mt19937_64& rng,
                      std::vector<ScreenRow>& rows) {
     const int64_t hc = cfg.hc_mult, D = cfg.hidden_dim;
-    for (const int64_t n : batches) {
-        Tensor st = host_tensor(DType::kF32, {n, hc, D}), a = host_tensor(DType::kF32, {n, D}),
-               post = host_tensor(DType::kF32, {n, hc}), comb = host_tensor(DType::kF32, {n, hc, hc}),
-               out = host_tensor(DType::kF32, {n, hc, D});
-        fill_uniform(st, rng, -1, 1), fill_uniform(a, rng, -1, 1), fill_uniform(post, rng, 0, 2),
-            fill_uniform(comb, rng, 0, 1);
-        ops::make_ref_backend()->mhc_post({.streams = st.view(),
-                                           .a = a.view(),
-                                           .post = post.view(),
-                                           .comb = comb.view(),
-                                           .out = out.view()});
-        const std::vector<float> ref = floats_of(out);
-        const Buf sd = on_device(be, st), ad = on_device(be, a), pd = on_device(be, post),
-                  cd = on_device(be, comb);
-        Tensor y(be.allocator(), DType::kF32, {n, hc, D}), y1(be.allocator(), DType::kF32, {1, hc, D});
-        const RunFn run = [&](const TensorView& o) {
-            be.mhc_post({.streams = sd.v, .a = ad.v, .post = pd.v, .comb = cd.v, .out = o});
-        };
-        const RunFn one = [&](const TensorView& o) {
-            be.mhc_post({.streams = sd.v.rows(0, 1),
-                         .a = ad.v.rows(0, 1),
-                         .post = pd.v.rows(0, 1),
-                         .comb = cd.v.rows(0, 1),
-                         .out = o});
-        };
-        const std::string shape = fmt::format("hc {} x {}, n={}", hc, D, n);
-        for (const ops::KernelVariant* v : cands)
-            rows.push_back(
-                judge(be, *v, shape, ref, hc + 1, y.view(), run, y1.view(), n > 1 ? one : nullptr));
-    }
+    // f32 streams (exact) and bf16 ones (native: post's f32 sums rounded to bf16)
+    for (const DType sdt : {DType::kF32, DType::kBF16})
+        for (const int64_t n : batches) {
+            Tensor st = host_tensor(DType::kF32, {n, hc, D}), a = host_tensor(DType::kF32, {n, D}),
+                   post = host_tensor(DType::kF32, {n, hc}), comb = host_tensor(DType::kF32, {n, hc, hc}),
+                   out = host_tensor(sdt, {n, hc, D});
+            fill_uniform(st, rng, -1, 1), fill_uniform(a, rng, -1, 1), fill_uniform(post, rng, 0, 2),
+                fill_uniform(comb, rng, 0, 1);
+            if (sdt != DType::kF32) {
+                Tensor st16 = host_tensor(sdt, {n, hc, D});
+                ops::make_ref_backend()->cast(
+                    {.x = st.view().reshape({n * hc, D}), .out = st16.view().reshape({n * hc, D})});
+                st = std::move(st16);
+            }
+            ops::make_ref_backend()->mhc_post({.streams = st.view(),
+                                               .a = a.view(),
+                                               .post = post.view(),
+                                               .comb = comb.view(),
+                                               .out = out.view()});
+            const std::vector<float> ref = floats_of(out);
+            const Buf sd = on_device(be, st), ad = on_device(be, a), pd = on_device(be, post),
+                      cd = on_device(be, comb);
+            Tensor y(be.allocator(), sdt, {n, hc, D}), y1(be.allocator(), sdt, {1, hc, D});
+            const RunFn run = [&](const TensorView& o) {
+                be.mhc_post({.streams = sd.v, .a = ad.v, .post = pd.v, .comb = cd.v, .out = o});
+            };
+            const RunFn one = [&](const TensorView& o) {
+                be.mhc_post({.streams = sd.v.rows(0, 1),
+                             .a = ad.v.rows(0, 1),
+                             .post = pd.v.rows(0, 1),
+                             .comb = cd.v.rows(0, 1),
+                             .out = o});
+            };
+            const std::string shape =
+                fmt::format("hc {} x {}, n={}{}", hc, D, n, sdt == DType::kF32 ? "" : ", bf16 streams");
+            for (const ops::KernelVariant* v : cands)
+                rows.push_back(
+                    judge(be, *v, shape, ref, hc + 1, y.view(), run, y1.view(), n > 1 ? one : nullptr));
+        }
 }
 
 // A chunk of n tokens ending past a window boundary of each compressor kind (the first CSA and HCA layers'

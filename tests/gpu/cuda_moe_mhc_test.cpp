@@ -537,61 +537,67 @@ TEST(CudaMoeMma, EightTokensAndWiderPassesKeepTheBits) {
     ASSERT_TRUE(b.gpu->force_variant("moe", ""));
 }
 
-// mHC: norm and mixing in double on both sides; each output within ops::cases::kMhcCuda.
+// mHC: norm and mixing in double on both sides; each output within ops::cases::kMhcCuda, on f32 and on bf16
+// streams (the native precision's; post's bf16 output within kMhcPostBf16Cuda).
 TEST(CudaMhc, PrePostHead) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    for (const ops::cases::MhcCase& c : ops::cases::mhc_cases(ops::cases::kCudaTest)) {  // eps 1e-6, 20 iters
-        const int64_t M = (2 + c.hc) * c.hc;
-        Pair st(DType::kF32, {c.n, c.hc, c.D}), fn(DType::kF32, {M, c.hc * c.D}), base(DType::kF32, {M});
-        Pair scale(DType::kF32, {3}), x(DType::kF32, {c.n, c.D}), post(DType::kF32, {c.n, c.hc});
-        Pair comb(DType::kF32, {c.n, c.hc, c.hc}), sub(DType::kF32, {c.n, c.D}),
-            out(DType::kF32, {c.n, c.hc, c.D});
-        Pair hfn(DType::kF32, {c.hc, c.hc * c.D}), hbase(DType::kF32, {c.hc}), hscale(DType::kF32, {1});
-        fill_uniform(st), fill_uniform(fn, -0.05f, 0.05f), fill_uniform(base),
-            fill_uniform(scale, 0.5f, 2.0f);
-        fill_uniform(sub), fill_uniform(hfn, -0.05f, 0.05f), fill_uniform(hbase),
-            fill_uniform(hscale, 0.5f, 2.0f);
-        out.poison();
-        Pair rx(DType::kF32, {c.n, c.D}), rpost(DType::kF32, {c.n, c.hc}),
-            rcomb(DType::kF32, {c.n, c.hc, c.hc});
-        b.ref->mhc_pre(
-            {st.hv(), fn.hv(), base.hv(), scale.hv(), rx.hv(), rpost.hv(), rcomb.hv(), 1e-6f, 1e-6f, 20});
-        const bool split_applies = c.hc * c.D % 4 == 0;  // split_k reads float4s
-        for (const char* variant : {"split_k", "per_mix"}) {
-            if (!split_applies && std::string(variant) == "split_k") continue;
-            x.poison(), post.poison(), comb.poison();
-            std::memcpy(x.hv().data, rx.hv().data,
-                        x.hv().nbytes());  // the reference's values, compared below
+    for (const DType sd : {DType::kF32, DType::kBF16})
+        for (const ops::cases::MhcCase& c :
+             ops::cases::mhc_cases(ops::cases::kCudaTest)) {  // eps 1e-6, 20 iters
+            const int64_t M = (2 + c.hc) * c.hc;
+            Pair st(sd, {c.n, c.hc, c.D}), fn(DType::kF32, {M, c.hc * c.D}), base(DType::kF32, {M});
+            Pair scale(DType::kF32, {3}), x(DType::kF32, {c.n, c.D}), post(DType::kF32, {c.n, c.hc});
+            Pair comb(DType::kF32, {c.n, c.hc, c.hc}), sub(DType::kF32, {c.n, c.D}),
+                out(sd, {c.n, c.hc, c.D});
+            Pair hfn(DType::kF32, {c.hc, c.hc * c.D}), hbase(DType::kF32, {c.hc}), hscale(DType::kF32, {1});
+            fill_uniform(st), fill_uniform(fn, -0.05f, 0.05f), fill_uniform(base),
+                fill_uniform(scale, 0.5f, 2.0f);
+            fill_uniform(sub), fill_uniform(hfn, -0.05f, 0.05f), fill_uniform(hbase),
+                fill_uniform(hscale, 0.5f, 2.0f);
+            out.poison();
+            Pair rx(DType::kF32, {c.n, c.D}), rpost(DType::kF32, {c.n, c.hc}),
+                rcomb(DType::kF32, {c.n, c.hc, c.hc});
+            b.ref->mhc_pre(
+                {st.hv(), fn.hv(), base.hv(), scale.hv(), rx.hv(), rpost.hv(), rcomb.hv(), 1e-6f, 1e-6f, 20});
+            const bool split_applies = c.hc * c.D % 4 == 0;  // split_k reads float4s
+            for (const char* variant : {"split_k", "per_mix"}) {
+                if (!split_applies && std::string(variant) == "split_k") continue;
+                x.poison(), post.poison(), comb.poison();
+                std::memcpy(x.hv().data, rx.hv().data,
+                            x.hv().nbytes());  // the reference's values, compared below
+                std::memcpy(post.hv().data, rpost.hv().data, post.hv().nbytes());
+                std::memcpy(comb.hv().data, rcomb.hv().data, comb.hv().nbytes());
+                ASSERT_TRUE(b.gpu->force_variant("mhc_pre", variant));
+                b.gpu->mhc_pre({st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f,
+                                1e-6f, 20});
+                const std::string tag = std::string(variant) + " n " + std::to_string(c.n) + " hc " +
+                                        std::to_string(c.hc) + " " + std::string(dtype_name(sd));
+                const double tol = ops::cases::kMhcCuda.value;
+                expect_close(x, tol, "mhc_pre.x " + tag), expect_close(post, tol, "mhc_pre.post " + tag);
+                expect_close(comb, tol, "mhc_pre.comb " + tag);
+            }
+            ASSERT_TRUE(b.gpu->force_variant("mhc_pre", ""));
+            // mhc_post on the same (ref-computed) post/comb for both sides
             std::memcpy(post.hv().data, rpost.hv().data, post.hv().nbytes());
             std::memcpy(comb.hv().data, rcomb.hv().data, comb.hv().nbytes());
-            ASSERT_TRUE(b.gpu->force_variant("mhc_pre", variant));
-            b.gpu->mhc_pre(
-                {st.dv(), fn.dv(), base.dv(), scale.dv(), x.dv(), post.dv(), comb.dv(), 1e-6f, 1e-6f, 20});
-            const std::string tag =
-                std::string(variant) + " n " + std::to_string(c.n) + " hc " + std::to_string(c.hc);
-            const double tol = ops::cases::kMhcCuda.value;
-            expect_close(x, tol, "mhc_pre.x " + tag), expect_close(post, tol, "mhc_pre.post " + tag);
-            expect_close(comb, tol, "mhc_pre.comb " + tag);
+            post.upload(), comb.upload();
+            b.ref->mhc_post({st.hv(), sub.hv(), post.hv(), comb.hv(), out.hv()});
+            b.gpu->mhc_post({st.dv(), sub.dv(), post.dv(), comb.dv(), out.dv()});
+            expect_close(out,
+                         sd == DType::kF32 ? ops::cases::kMhcCuda.value : ops::cases::kMhcPostBf16Cuda.value,
+                         "mhc_post " + std::string(dtype_name(sd)));
+            for (const char* variant : {"split_k", "per_mix"}) {
+                if (!split_applies && std::string(variant) == "split_k") continue;
+                x.poison();
+                ASSERT_TRUE(b.gpu->force_variant("hc_head", variant));
+                b.ref->hc_head({st.hv(), hfn.hv(), hbase.hv(), hscale.hv(), x.hv(), 1e-6f, 1e-6f});
+                b.gpu->hc_head({st.dv(), hfn.dv(), hbase.dv(), hscale.dv(), x.dv(), 1e-6f, 1e-6f});
+                expect_close(x, ops::cases::kMhcCuda.value,
+                             std::string("hc_head ") + variant + " " + std::string(dtype_name(sd)));
+            }
+            ASSERT_TRUE(b.gpu->force_variant("hc_head", ""));
         }
-        ASSERT_TRUE(b.gpu->force_variant("mhc_pre", ""));
-        // mhc_post on the same (ref-computed) post/comb for both sides
-        std::memcpy(post.hv().data, rpost.hv().data, post.hv().nbytes());
-        std::memcpy(comb.hv().data, rcomb.hv().data, comb.hv().nbytes());
-        post.upload(), comb.upload();
-        b.ref->mhc_post({st.hv(), sub.hv(), post.hv(), comb.hv(), out.hv()});
-        b.gpu->mhc_post({st.dv(), sub.dv(), post.dv(), comb.dv(), out.dv()});
-        expect_close(out, ops::cases::kMhcCuda.value, "mhc_post");
-        for (const char* variant : {"split_k", "per_mix"}) {
-            if (!split_applies && std::string(variant) == "split_k") continue;
-            x.poison();
-            ASSERT_TRUE(b.gpu->force_variant("hc_head", variant));
-            b.ref->hc_head({st.hv(), hfn.hv(), hbase.hv(), hscale.hv(), x.hv(), 1e-6f, 1e-6f});
-            b.gpu->hc_head({st.dv(), hfn.dv(), hbase.dv(), hscale.dv(), x.dv(), 1e-6f, 1e-6f});
-            expect_close(x, ops::cases::kMhcCuda.value, std::string("hc_head ") + variant);
-        }
-        ASSERT_TRUE(b.gpu->force_variant("hc_head", ""));
-    }
 }
 
 }  // namespace

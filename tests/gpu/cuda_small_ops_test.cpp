@@ -1,4 +1,4 @@
-// embed, add, swiglu, rms_norm, rope, window_store on CUDA vs ref: the case table's row-wise cases and
+// embed, cast, add, swiglu, rms_norm, rope, window_store on CUDA vs ref: the case table's row-wise cases and
 // tolerances (ops/op_cases_rows.h, each with its reason); copy_many against the host's copies.
 #include "gpu_test_util.h"
 #include "ops/op_cases_rows.h"
@@ -14,17 +14,40 @@ namespace cases = ops::cases;
 TEST(CudaSmallOps, Embed) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    for (const cases::EmbedCase& c : cases::embed_cases()) {
-        Pair table(c.table, {c.vocab, c.dim}), tokens(DType::kI32, {c.tokens}),
-            out(DType::kF32, {c.tokens, c.dim});
-        fill_uniform(table);
-        for (int64_t i = 0; i < c.tokens; ++i)
-            tokens.hv().ptr<int32_t>()[i] = int32_t(rng()() % uint64_t(c.vocab));
-        tokens.upload();
-        out.poison();
-        b.ref->embed({tokens.hv(), table.hv(), out.hv()});
-        b.gpu->embed({tokens.dv(), table.dv(), out.dv()});
-        expect_close(out, cases::kCopyExact.value, std::string("embed ") + c.name);
+    for (const DType od : {DType::kF32, DType::kBF16})  // bf16: the native precision's streams
+        for (const cases::EmbedCase& c : cases::embed_cases()) {
+            Pair table(c.table, {c.vocab, c.dim}), tokens(DType::kI32, {c.tokens}),
+                out(od, {c.tokens, c.dim});
+            fill_uniform(table);
+            for (int64_t i = 0; i < c.tokens; ++i)
+                tokens.hv().ptr<int32_t>()[i] = int32_t(rng()() % uint64_t(c.vocab));
+            tokens.upload();
+            out.poison();
+            b.ref->embed({tokens.hv(), table.hv(), out.hv()});
+            b.gpu->embed({tokens.dv(), table.dv(), out.dv()});
+            expect_close(out, cases::kCopyExact.value,
+                         std::string("embed ") + c.name + " " + dtype_name(od).data());
+        }
+}
+
+// cast between f32 and bf16 (rows of a wider tensor, as the drafter's streams): the same rounding as the
+// host's.
+TEST(CudaSmallOps, Cast) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    for (const auto& [from, to] :
+         {std::pair{DType::kF32, DType::kBF16}, {DType::kBF16, DType::kF32}, {DType::kF32, DType::kF32}}) {
+        Pair x(from, {37, 300}), o(to, {37, 300});
+        fill_uniform(x, -1e3f, 1e3f), o.poison();
+        const auto cols = [](TensorView v) {  // columns 7 .. 258 (untouched ones stay poisoned on both sides)
+            v.data = static_cast<char*>(v.data) + 7 * dtype_size(v.dtype);
+            v.shape[1] = 252;
+            return v;
+        };
+        b.ref->cast({cols(x.hv()), cols(o.hv())});
+        b.gpu->cast({cols(x.dv()), cols(o.dv())});
+        expect_close(o, cases::kCopyExact.value,
+                     std::string("cast ") + dtype_name(from).data() + " to " + dtype_name(to).data());
     }
 }
 

@@ -37,15 +37,17 @@ struct Pair {
         std::memset(h.view().data, 0xff, h.view().nbytes());
         upload();
     }
-    std::vector<float> host_f32() const {
-        const float* p = h.view().ptr<float>();
-        return std::vector<float>(p, p + h.view().numel());
-    }
+    // The values as f32 (f32, bf16 or f16 tensors).
+    std::vector<float> host_f32() const { return as_f32(h.view()); }
     std::vector<float> device_f32() const {
         Tensor t(host_allocator(), d.view().dtype, {d.view().numel()});
         backends().gpu->copy(t, d.view().reshape({d.view().numel()}));
-        const float* p = t.view().ptr<float>();
-        return std::vector<float>(p, p + d.view().numel());
+        return as_f32(t.view());
+    }
+    static std::vector<float> as_f32(const TensorView& v) {
+        std::vector<float> out(size_t(v.numel()));
+        for (int64_t i = 0; i < v.numel(); ++i) out[size_t(i)] = load_float(v.data, v.dtype, i);
+        return out;
     }
     template <class T>
     std::vector<T> device_as() const {

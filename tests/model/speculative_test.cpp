@@ -34,7 +34,8 @@ struct Loaded {
 };
 
 // The demo model's shape (window 128, CSA rate 4, HCA rate 128) with a small vocabulary and its MTP block.
-Loaded load(const std::string& backend, int draft_tokens) {
+Loaded load(const std::string& backend, int draft_tokens,
+            model::Precision precision = model::Precision::kExact) {
     demo::RandomModelSpec spec;
     spec.vocab = kVocab;
     spec.mtp = true;
@@ -47,6 +48,7 @@ Loaded load(const std::string& backend, int draft_tokens) {
     auto m = runtime::load_model_in_memory(rm->config_json, rm->checkpoint, *l.backend, 1, draft_tokens);
     EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
     l.model = std::move(m.value());
+    l.model->set_precision(precision);
     return l;
 }
 
@@ -169,13 +171,14 @@ std::set<std::string> run_drafts(model::Model& m, const Plain& plain, bool hca_k
     return seen;
 }
 
-void check_backend(const std::string& backend, float tolerance) {
-    SCOPED_TRACE(backend);
-    Loaded one = load(backend, 1);
+void check_backend(const std::string& backend, float tolerance,
+                   model::Precision precision = model::Precision::kExact) {
+    SCOPED_TRACE(backend + (precision == model::Precision::kNative ? ", native" : ""));
+    Loaded one = load(backend, 1, precision);
     const Plain plain = run_plain(*one.model);
     std::set<std::string> seen;
     for (const bool hca_kept : {false, true}) {
-        Loaded spec = load(backend, 1);
+        Loaded spec = load(backend, 1, precision);
         seen.merge(run_drafts(*spec.model, plain, hca_kept, tolerance));
     }
     for (const char* c :
@@ -189,6 +192,8 @@ void check_backend(const std::string& backend, float tolerance) {
 TEST(Speculative, KeptAndTakenBackDraftsEqualOneTokenSteps) {
     check_backend("ref", 0.0f);   // bit for bit: the reference's rows do not depend on the chunk
     check_backend("cpu", 1e-4f);  // its kernels may pick by row count (a 2-row chunk): rounding only
+    // native: the drafter reads the main model's bf16 streams through f32 and writes its own back as bf16
+    check_backend("ref", 0.0f, model::Precision::kNative);
     // On a GPU machine (a CUDA build with a device): one-row steps run GEMVs, two-row chunks other kernels
     if (runtime::resolve_backend("auto").name == "cuda") check_backend("cuda", 2e-3f);
 }

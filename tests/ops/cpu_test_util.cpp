@@ -113,7 +113,7 @@ void expect_within(const std::vector<float>& want, const std::vector<float>& got
 
 std::vector<float> to_vector(const TensorView& v) {
     std::vector<float> out(size_t(v.numel()));
-    for (int64_t i = 0; i < v.numel(); ++i) out[size_t(i)] = v.ptr<float>()[i];
+    for (int64_t i = 0; i < v.numel(); ++i) out[size_t(i)] = load_float(v.data, v.dtype, i);
     return out;
 }
 

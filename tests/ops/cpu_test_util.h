@@ -56,6 +56,6 @@ inline double float_sum_tol(int64_t len) { return ops::cases::float_sum_bound(le
 void expect_within(const std::vector<float>& want, const std::vector<float>& got,
                    const std::vector<double>& bound, const std::string& what);
 
-std::vector<float> to_vector(const TensorView& v);  // contiguous f32 view
+std::vector<float> to_vector(const TensorView& v);  // contiguous f32 or bf16 view, as f32
 
 }  // namespace di::cputest

@@ -286,10 +286,16 @@ class PlantedOps final : public test::RefForwarding {
         "add_mhc_post", "rms_norm",     "rope",    "swiglu",  "mhc_post",      "compress"};
 
   private:
-    static void off_by_100_ulp(const TensorView& v) {  // rows of a 2-d or 3-d view (strided rows)
+    // rows of a 2-d or 3-d view (strided rows); bf16 (streams) one bf16 ulp off, 2^-8 of each value, as 100
+    // f32 ulp would round away
+    static void off_by_100_ulp(const TensorView& v) {
         const int64_t rows = v.shape[0], per = v.numel() / rows;
         for (int64_t r = 0; r < rows; ++r)
-            for (int64_t i = 0; i < per; ++i) v.ptr<float>()[r * v.stride[0] + i] *= 1.0f + 100 * 0x1p-23f;
+            for (int64_t i = 0; i < per; ++i)
+                if (v.dtype == DType::kBF16)
+                    ++v.ptr<uint16_t>()[r * v.stride[0] + i];
+                else
+                    v.ptr<float>()[r * v.stride[0] + i] *= 1.0f + 100 * 0x1p-23f;
     }
     bool wrong(const std::string& op) {
         auto it = active_.find(op);

@@ -10,7 +10,7 @@
 namespace di::ops {
 namespace {
 
-bool is_float(DType t) { return t == DType::kF32; }
+bool is_float(DType t) { return t == DType::kF32 || t == DType::kBF16; }
 
 // Element i (row-major over the logical shape) of a host view, as double.
 double element(const TensorView& v, int64_t i) {
@@ -22,6 +22,8 @@ double element(const TensorView& v, int64_t i) {
     switch (v.dtype) {
         case DType::kF32:
             return v.ptr<float>()[off];
+        case DType::kBF16:
+            return bf16_to_f32(v.ptr<uint16_t>()[off]);
         case DType::kI32:
             return v.ptr<int32_t>()[off];
         case DType::kI64:
@@ -142,6 +144,7 @@ void CompareBackend::compare(const char* op, const Args& args, Fn&& run) {
         });                                      \
     }
 DI_COMPARE_SIMPLE(embed, EmbedArgs)
+DI_COMPARE_SIMPLE(cast, CastArgs)
 DI_COMPARE_SIMPLE(add, AddArgs)
 DI_COMPARE_SIMPLE(swiglu, SwigluArgs)
 DI_COMPARE_SIMPLE(rms_norm, RmsNormArgs)

@@ -47,6 +47,8 @@ class CompareBackend final : public Backend {
     }
 
     void embed(const EmbedArgs& a) override;
+    bool bf16_streams() const override { return subject_.bf16_streams(); }
+    void cast(const CastArgs& a) override;
     void add(const AddArgs& a) override;
     void swiglu(const SwigluArgs& a) override;
     void linear(const LinearArgs& a) override;

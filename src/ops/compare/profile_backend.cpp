@@ -79,6 +79,9 @@ void ProfileBackend::embed(const EmbedArgs& a) {
     timed(
         "embed", a, bytes, [&] { subject_.embed(a); }, false);
 }
+void ProfileBackend::cast(const CastArgs& a) {
+    timed("cast", a, 0, [&] { subject_.cast(a); });
+}
 void ProfileBackend::add(const AddArgs& a) {
     timed("add", a, 0, [&] { subject_.add(a); });
 }

@@ -56,6 +56,8 @@ class ProfileBackend final : public Backend {
     KernelLimits kernel_limits() const override { return subject_.kernel_limits(); }
 
     void embed(const EmbedArgs& a) override;
+    bool bf16_streams() const override { return subject_.bf16_streams(); }
+    void cast(const CastArgs& a) override;
     void add(const AddArgs& a) override;
     void swiglu(const SwigluArgs& a) override;
     void linear(const LinearArgs& a) override;

@@ -36,9 +36,9 @@ namespace {
 // bf16 planes of x on the AMX tiles: quantised rows are exact in one, f32 rows take three
 int planes_of(ActQuant act) { return act == ActQuant::kFp8Block128 ? 1 : 3; }
 
-constexpr std::string_view kAllOps[] = {"embed",   "add",      "swiglu",       "linear",    "rms_norm",
-                                        "rope",    "compress", "indexer_topk", "attention", "window_store",
-                                        "mhc_pre", "mhc_post", "hc_head",      "route",     "moe"};
+constexpr std::string_view kAllOps[] = {
+    "embed",        "cast",      "add",          "swiglu",  "linear",   "rms_norm", "rope",  "compress",
+    "indexer_topk", "attention", "window_store", "mhc_pre", "mhc_post", "hc_head",  "route", "moe"};
 }  // namespace
 
 std::vector<KernelVariant> CpuBackend::kernel_variants() const {

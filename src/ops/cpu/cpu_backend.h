@@ -61,10 +61,12 @@ struct AmxX {
 
 // Per-thread scratch memory, grown on demand and kept (no allocation once warm).
 struct CpuScratch {
-    std::vector<float> w;      // dequantised weight rows
-    std::vector<float> acc;    // tile results
-    std::vector<float> rows;   // an AMX task's results (moe)
-    std::vector<double> post;  // mhc_post's column sums
+    std::vector<float> w;       // dequantised weight rows
+    std::vector<float> acc;     // tile results
+    std::vector<float> rows;    // an AMX task's results (moe)
+    std::vector<double> post;   // mhc_post's column sums
+    std::vector<float> hc_in;   // a token's bf16 streams as f32 (mhc ops)
+    std::vector<float> hc_out;  // mhc_post's f32 results before their rounding to bf16
     // indexer_topk
     std::vector<float> wt, score;
     std::vector<const float*> qrows;

@@ -3,7 +3,8 @@
 // ((2 + hc) hc rows of hc * hidden), runs as fixed-order 8-lane double dot products, tokens in parallel;
 // everything after it (sigmoids, the Sinkhorn iterations on hc x hc, the collapse) is ref's double arithmetic
 // on a few values. The results equal ref's up to the order of the double sums (~1e-16 relative), i.e. within
-// an ulp of float.
+// an ulp of float. bf16 streams are read through an f32 copy of the token's row, and post's f32 results
+// rounded to bf16 as ref does.
 #include <cmath>
 #include <vector>
 
@@ -15,11 +16,18 @@ namespace {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// mix = fn . (v * inv), inv = rsqrt(mean(v^2) + eps) rounded to float as ref; v * inv in float as ref.
-void hc_mix(const TensorView& streams, int64_t t, const TensorView& fn, float eps, CpuScratch& s,
-            double* mix) {
+// Token t's hc * D stream values as f32: the row itself, or bf16's upcast into `buf`.
+const float* stream_row(const TensorView& streams, int64_t t, std::vector<float>& buf) {
     const int64_t width = streams.shape[1] * streams.shape[2];
-    const float* v = streams.ptr<float>() + t * width;
+    if (streams.dtype == DType::kF32) return streams.ptr<float>() + t * width;
+    buf.resize(size_t(width));
+    const uint16_t* h = streams.ptr<uint16_t>() + t * width;
+    for (int64_t i = 0; i < width; ++i) buf[size_t(i)] = bf16_to_f32(h[i]);
+    return buf.data();
+}
+
+// mix = fn . (v * inv), inv = rsqrt(mean(v^2) + eps) rounded to float as ref; v * inv in float as ref.
+void hc_mix(const float* v, int64_t width, const TensorView& fn, float eps, CpuScratch& s, double* mix) {
     const float inv = float(1.0 / std::sqrt(cpu::sumsq_f64(v, width) / double(width) + double(eps)));
     s.w.resize(size_t(width));
     for (int64_t i = 0; i < width; ++i) s.w[size_t(i)] = v[i] * inv;
@@ -28,10 +36,8 @@ void hc_mix(const TensorView& streams, int64_t t, const TensorView& fn, float ep
     cpu::dot_rows_f64(s.w.data(), s.qrows.data(), fn.shape[0], width, mix);
 }
 
-// out = sum_i pre_i * stream_i (ref's double sum over the hc streams).
-void collapse(const TensorView& streams, int64_t t, const double* pre, float* out) {
-    const int64_t hc = streams.shape[1], D = streams.shape[2];
-    const float* v = streams.ptr<float>() + t * hc * D;
+// out = sum_i pre_i * stream_i (ref's double sum over the hc streams), v a token's streams.
+void collapse(const float* v, int64_t hc, int64_t D, const double* pre, float* out) {
     for (int64_t c = 0; c < D; ++c) {
         double acc = 0;
         for (int64_t i = 0; i < hc; ++i) acc += pre[i] * v[i * D + c];
@@ -40,7 +46,7 @@ void collapse(const TensorView& streams, int64_t t, const double* pre, float* ou
 }
 
 // ref: transformers 5.17 DeepseekV4HyperConnection.forward, after the mix (as ref_mhc.cpp).
-void mhc_pre_token(const MhcPreArgs& a, int64_t t, const double* mix) {
+void mhc_pre_token(const MhcPreArgs& a, int64_t t, const float* v, const double* mix) {
     const int64_t hc = a.streams.shape[1];
     const float* base = a.base.ptr<float>();
     const float* scale = a.scale.ptr<float>();
@@ -74,7 +80,7 @@ void mhc_pre_token(const MhcPreArgs& a, int64_t t, const double* mix) {
     }
     float* comb = a.comb.ptr<float>() + t * a.comb.stride[0];
     for (int64_t i = 0; i < hc * hc; ++i) comb[i] = float(C[i]);
-    collapse(a.streams, t, pre, a.x.ptr<float>() + t * a.x.stride[0]);
+    collapse(v, hc, a.streams.shape[2], pre, a.x.ptr<float>() + t * a.x.stride[0]);
 }
 
 }  // namespace
@@ -89,8 +95,9 @@ void CpuBackend::mhc_pre(const MhcPreArgs& a) {
         CpuScratch& s = scratch_[size_t(worker)];
         double mix[16 * 18];
         for (int64_t t = t0; t < t1; ++t) {
-            hc_mix(a.streams, t, a.fn, a.norm_eps, s, mix);
-            mhc_pre_token(a, t, mix);
+            const float* v = stream_row(a.streams, t, s.hc_in);
+            hc_mix(v, a.fn.shape[1], a.fn, a.norm_eps, s, mix);
+            mhc_pre_token(a, t, v, mix);
         }
     });
 }
@@ -106,10 +113,11 @@ void CpuBackend::hc_head(const HcHeadArgs& a) {
         CpuScratch& s = scratch_[size_t(worker)];
         double mix[16], pre[16];
         for (int64_t t = t0; t < t1; ++t) {
-            hc_mix(a.streams, t, a.fn, a.norm_eps, s, mix);
+            const float* v = stream_row(a.streams, t, s.hc_in);
+            hc_mix(v, a.fn.shape[1], a.fn, a.norm_eps, s, mix);
             for (int64_t i = 0; i < hc; ++i)
                 pre[i] = float(sigmoid(mix[i] * a.scale.ptr<float>()[0] + a.base.ptr<float>()[i]) + a.hc_eps);
-            collapse(a.streams, t, pre, a.out.ptr<float>() + t * a.out.stride[0]);
+            collapse(v, hc, a.streams.shape[2], pre, a.out.ptr<float>() + t * a.out.stride[0]);
         }
     });
 }
@@ -141,13 +149,19 @@ void CpuBackend::mhc_post(const MhcPostArgs& a) {
     const int64_t n = a.streams.shape[0], hc = a.streams.shape[1], D = a.streams.shape[2];
     pool_.parallel_for(
         n, n * hc * hc * D < cpu::kMinParallelMacs ? n : 1, [&](int64_t t0, int64_t t1, int w) {
-            std::vector<double>& acc = scratch_[size_t(w)].post;
-            acc.resize(size_t(D));
-            for (int64_t t = t0; t < t1; ++t)
+            CpuScratch& s = scratch_[size_t(w)];
+            s.post.resize(size_t(D));
+            const bool bf16 = a.out.dtype == DType::kBF16;
+            if (bf16) s.hc_out.resize(size_t(hc * D));
+            for (int64_t t = t0; t < t1; ++t) {
+                float* out = bf16 ? s.hc_out.data() : a.out.ptr<float>() + t * hc * D;
                 post_token(a.post.ptr<float>() + t * a.post.stride[0],
-                           a.comb.ptr<float>() + t * a.comb.stride[0], a.streams.ptr<float>() + t * hc * D,
-                           a.a.ptr<float>() + t * a.a.stride[0], hc, D, acc.data(),
-                           a.out.ptr<float>() + t * hc * D);
+                           a.comb.ptr<float>() + t * a.comb.stride[0], stream_row(a.streams, t, s.hc_in),
+                           a.a.ptr<float>() + t * a.a.stride[0], hc, D, s.post.data(), out);
+                if (bf16)
+                    for (int64_t i = 0; i < hc * D; ++i)
+                        a.out.ptr<uint16_t>()[t * hc * D + i] = f32_to_bf16(out[i]);
+            }
         });
 }
 

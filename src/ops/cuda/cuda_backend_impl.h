@@ -130,6 +130,7 @@ class CudaBackend final : public Backend {
     }
 
     void embed(const EmbedArgs& a) override;
+    void cast(const CastArgs& a) override;
     void add(const AddArgs& a) override;
     void swiglu(const SwigluArgs& a) override;
     void linear(const LinearArgs& a) override;
@@ -160,6 +161,7 @@ class CudaBackend final : public Backend {
     // The kernel's GPU tests (cuda_top_candidates_test.cpp, cuda_engine_candidates_test.cpp) pass on the
     // H200.
     bool candidates_on_device() const override { return true; }
+    bool bf16_streams() const override;
     void moe_combine_pass(const MoeArgs& a);  // MoeArgs::Pass::kCombine
     // cuda_fused_ops.cpp
     void rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) override;
@@ -273,9 +275,9 @@ class CudaBackend final : public Backend {
     // Launches per op; atomics because /metrics reads them while the engine runs (every key is set in the
     // constructor).
     static constexpr std::string_view kOps[] = {
-        "embed",    "add",          "swiglu",    "linear",       "rms_norm", "rope",
-        "compress", "indexer_topk", "attention", "window_store", "mhc_pre",  "mhc_post",
-        "hc_head",  "route",        "moe",       "argmax",       "act_quant"};
+        "embed",    "cast",     "add",          "swiglu",    "linear",       "rms_norm",
+        "rope",     "compress", "indexer_topk", "attention", "window_store", "mhc_pre",
+        "mhc_post", "hc_head",  "route",        "moe",       "argmax",       "act_quant"};
     std::atomic<int64_t> launches_[std::size(kOps)] = {};
     int device_;
     cuda_impl::CachingAllocator alloc_;

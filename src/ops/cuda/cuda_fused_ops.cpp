@@ -139,9 +139,10 @@ void CudaBackend::add_mhc_post(const AddArgs& sum, const MhcPostArgs& post) {
              "mhc_post: streams/out must be contiguous");
     const int64_t hc = post.streams.shape[1];
     DI_CHECK(post.comb.stride[1] == hc && post.comb.stride[2] == 1, "mhc_post.comb {}", post.comb.describe());
-    cuda::launch_add_mhc_post(f32(post.streams), f32(sum.a), ld(sum.a), f32(sum.b), ld(sum.b), f32m(sum.out),
+    cuda::launch_add_mhc_post(post.streams.data, f32(sum.a), ld(sum.a), f32(sum.b), ld(sum.b), f32m(sum.out),
                               ld(sum.out), f32(post.post), ld(post.post), f32(post.comb), ld(post.comb),
-                              f32m(post.out), post.streams.shape[0], hc, post.streams.shape[2], stream_);
+                              post.out.data, post.streams.dtype == DType::kBF16, post.streams.shape[0], hc,
+                              post.streams.shape[2], stream_);
     launched("add"), launched("mhc_post");
 }
 

@@ -192,8 +192,17 @@ void CudaBackend::embed(const EmbedArgs& a) {
     DI_CHECK(a.tokens.is_contiguous() && a.table.stride[1] == 1, "embed: tokens/table layout");
     cuda::launch_embed(a.tokens.ptr<int32_t>(), a.tokens.numel(), a.table.data,
                        fdt(a.table.dtype, "embed.table"), a.table.stride[0], a.table.shape[0],
-                       a.table.shape[1], f32m(a.out), ld(a.out), stream_);
+                       a.table.shape[1], a.out.data, fdt(a.out.dtype, "embed.out"), ld(a.out), stream_);
     launched("embed");
+}
+
+void CudaBackend::cast(const CastArgs& a) {
+    if (replaying()) return;
+    check(a);
+    device_args(a, "cast");
+    cuda::launch_cast(a.x.data, fdt(a.x.dtype, "cast.x"), ld(a.x), a.out.data, fdt(a.out.dtype, "cast.out"),
+                      ld(a.out), a.x.shape[0], a.x.shape[1], stream_);
+    launched("cast");
 }
 
 void CudaBackend::add(const AddArgs& a) {
@@ -636,6 +645,14 @@ bool mhc_tf32_enabled() {
 }
 }  // namespace
 
+// The mHC kernels' bf16 streams (hc_streams.cuh) await their GPU cases (CudaMhc, CudaFused, CudaSmallOps on
+// bf16 streams): until those have passed, the native model keeps f32 streams on this backend unless
+// DEEPINFER_BF16_STREAMS=1.
+bool CudaBackend::bf16_streams() const {
+    static const bool on = cuda::env_switch("DEEPINFER_BF16_STREAMS", false);
+    return on;
+}
+
 cuda::MhcParams CudaBackend::mhc_pre_params(const MhcPreArgs& a) {
     check(a);
     device_args(a, "mhc_pre");
@@ -643,7 +660,7 @@ cuda::MhcParams CudaBackend::mhc_pre_params(const MhcPreArgs& a) {
     DI_CHECK(hc <= cuda::mhc_max_hc(), "mhc_pre: hc_mult {} above {}", hc, cuda::mhc_max_hc());
     DI_CHECK(a.comb.stride[1] == hc && a.comb.stride[2] == 1, "mhc_pre.comb {} rows must be contiguous",
              a.comb.describe());
-    cuda::MhcParams p{.streams = f32(a.streams),
+    cuda::MhcParams p{.streams = a.streams.data,
                       .fn = f32(a.fn),
                       .ld_fn = ld(a.fn),
                       .base = f32(a.base),
@@ -661,7 +678,8 @@ cuda::MhcParams CudaBackend::mhc_pre_params(const MhcPreArgs& a) {
                       .hc_eps = a.hc_eps,
                       .sinkhorn_iters = a.sinkhorn_iters,
                       .head = false,
-                      .tf32 = a.tf32 && mhc_tf32_enabled()};
+                      .tf32 = a.tf32 && mhc_tf32_enabled(),
+                      .bf16 = a.streams.dtype == DType::kBF16};
     return p;
 }
 
@@ -693,8 +711,10 @@ void CudaBackend::mhc_post(const MhcPostArgs& a) {
     DI_CHECK(a.streams.is_contiguous() && a.out.is_contiguous(), "mhc_post: streams/out must be contiguous");
     const int64_t hc = a.streams.shape[1];
     DI_CHECK(a.comb.stride[1] == hc && a.comb.stride[2] == 1, "mhc_post.comb {}", a.comb.describe());
-    cuda::launch_mhc_post(f32(a.streams), f32(a.a), ld(a.a), f32(a.post), ld(a.post), f32(a.comb), ld(a.comb),
-                          f32m(a.out), a.streams.shape[0], hc, a.streams.shape[2], stream_);
+    need_f32_rows(a.a, "mhc_post.a");
+    cuda::launch_mhc_post(a.streams.data, f32(a.a), ld(a.a), f32(a.post), ld(a.post), f32(a.comb), ld(a.comb),
+                          a.out.data, a.streams.dtype == DType::kBF16, a.streams.shape[0], hc,
+                          a.streams.shape[2], stream_);
     launched("mhc_post");
 }
 
@@ -704,7 +724,7 @@ cuda::MhcParams CudaBackend::hc_head_params(const HcHeadArgs& a) {
     const int64_t hc = a.streams.shape[1];
     DI_CHECK(hc <= cuda::mhc_max_hc() && a.streams.is_contiguous(), "hc_head: streams {}",
              a.streams.describe());
-    cuda::MhcParams p{.streams = f32(a.streams),
+    cuda::MhcParams p{.streams = a.streams.data,
                       .fn = f32(a.fn),
                       .ld_fn = ld(a.fn),
                       .base = f32(a.base),
@@ -721,7 +741,8 @@ cuda::MhcParams CudaBackend::hc_head_params(const HcHeadArgs& a) {
                       .norm_eps = a.norm_eps,
                       .hc_eps = a.hc_eps,
                       .sinkhorn_iters = 0,
-                      .head = true};
+                      .head = true,
+                      .bf16 = a.streams.dtype == DType::kBF16};
     return p;
 }
 

@@ -4,8 +4,8 @@
 
 namespace di::ops::cuda_impl {
 
-constexpr std::string_view kSingleOps[] = {"embed",    "add",      "swiglu", "rms_norm",    "rope",
-                                           "compress", "mhc_post", "route",  "window_store"};
+constexpr std::string_view kSingleOps[] = {"embed", "cast",     "add",      "swiglu", "rms_norm",
+                                           "rope",  "compress", "mhc_post", "route",  "window_store"};
 
 std::vector<KernelVariant> CudaBackend::kernel_variants() const {
     std::vector<KernelVariant> v;

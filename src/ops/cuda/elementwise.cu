@@ -6,20 +6,31 @@
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/env_switch.h"
 #include "ops/cuda/fused_kernels.h"
+#include "ops/cuda/hc_streams.cuh"
 #include "ops/cuda/norm_warp.h"
 
 namespace di::cuda {
 namespace {
 
+template <class O>
 __global__ void embed_kernel(const int32_t* tokens, const void* table, Fdt dt, int64_t ld_table,
-                             int64_t vocab, int64_t dim, float* out, int64_t ld_out) {
+                             int64_t vocab, int64_t dim, O* out, int64_t ld_out) {
     allow_early_next();
     const int64_t t = blockIdx.x;
     int32_t id = tokens[t];
     if (id < 0 || id >= vocab) id = 0;  // the host checked ids when it could; never read out of bounds
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < dim;
          c += int64_t(gridDim.y) * blockDim.x)
-        out[t * ld_out + c] = load_f(table, dt, id * ld_table + c);
+        hc::st1(out + t * ld_out + c, load_f(table, dt, id * ld_table + c));
+}
+
+template <class O>
+__global__ void cast_kernel(const void* x, Fdt xdt, int64_t ld_x, O* out, int64_t ld_out, int64_t d) {
+    allow_early_next();
+    const int64_t r = blockIdx.x;
+    for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < d;
+         c += int64_t(gridDim.y) * blockDim.x)
+        hc::st1(out + r * ld_out + c, load_f(x, xdt, r * ld_x + c));
 }
 
 __global__ void add_kernel(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo,
@@ -202,12 +213,14 @@ __global__ void window_stores_kernel(const WindowStoreJob* jobs) {
 
 // out[t, k, c] = post[t, k] a[t, c] + sum_j comb[t, j, k] streams[t, j, c], in double as the reference.
 // With b: a + b in f32 (add_kernel's sum) takes a's place and is written to `sum`.
-__global__ void mhc_post_kernel(const float* streams, const float* a, int64_t ld_a, const float* b,
-                                int64_t ld_b, float* sum, int64_t ld_sum, const float* post, int64_t ld_post,
-                                const float* comb, int64_t ld_comb, float* out, int64_t hc, int64_t D) {
+// S: the streams' type (hc_streams.cuh), out's f32 sum rounded to it.
+template <class S>
+__global__ void mhc_post_kernel(const S* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
+                                float* sum, int64_t ld_sum, const float* post, int64_t ld_post,
+                                const float* comb, int64_t ld_comb, S* out, int64_t hc, int64_t D) {
     allow_early_next();
     const int64_t t = blockIdx.x;
-    const float* st = streams + t * hc * D;
+    const S* st = streams + t * hc * D;
     for (int64_t c = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; c < D;
          c += int64_t(gridDim.y) * blockDim.x) {
         float av = a[t * ld_a + c];
@@ -218,8 +231,9 @@ __global__ void mhc_post_kernel(const float* streams, const float* a, int64_t ld
         const double sub = av;
         for (int64_t k = 0; k < hc; ++k) {
             double acc = double(post[t * ld_post + k]) * sub;
-            for (int64_t j = 0; j < hc; ++j) acc += double(comb[t * ld_comb + j * hc + k]) * st[j * D + c];
-            out[t * hc * D + k * D + c] = float(acc);
+            for (int64_t j = 0; j < hc; ++j)
+                acc += double(comb[t * ld_comb + j * hc + k]) * hc::ld1(st + j * D + c);
+            hc::st1(out + t * hc * D + k * D + c, float(acc));
         }
     }
 }
@@ -233,10 +247,11 @@ dim3 row_grid(int64_t rows, int64_t d, int threads) {
 // double once a block in shared memory rather than once an element: the f32 -> f64 conversions, not the
 // bytes, set the time of the scalar kernel at a prefill's size. The same products and sums in the same order.
 constexpr int kPostThreads = 128;
+template <class S>
 __global__ void __launch_bounds__(kPostThreads)
-    mhc_post4_kernel(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
-                     float* sum, int64_t ld_sum, const float* post, int64_t ld_post, const float* comb,
-                     int64_t ld_comb, float* out, int64_t D) {
+    mhc_post4_kernel(const S* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b, float* sum,
+                     int64_t ld_sum, const float* post, int64_t ld_post, const float* comb, int64_t ld_comb,
+                     S* out, int64_t D) {
     allow_early_next();
     __shared__ double pc[4 + 16];  // post[k], then comb[j * 4 + k]
     const int64_t t = blockIdx.x, c = 4 * (blockIdx.y * int64_t(kPostThreads) + threadIdx.x);
@@ -250,7 +265,7 @@ __global__ void __launch_bounds__(kPostThreads)
         av = *reinterpret_cast<const float4*>(a + t * ld_a + c);
         if (b != nullptr) bv = *reinterpret_cast<const float4*>(b + t * ld_b + c);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) st[j] = *reinterpret_cast<const float4*>(streams + (t * 4 + j) * D + c);
+        for (int j = 0; j < 4; ++j) st[j] = hc::ld4(streams + (t * 4 + j) * D + c);
     }
     __syncthreads();
     if (!live) return;
@@ -270,12 +285,12 @@ __global__ void __launch_bounds__(kPostThreads)
             for (int j = 0; j < 4; ++j) acc += pc[4 + j * 4 + k] * double(sv[j * 4 + e]);
             o[e] = float(acc);
         }
-        *reinterpret_cast<float4*>(out + (t * 4 + k) * D + c) = make_float4(o[0], o[1], o[2], o[3]);
+        hc::st4(out + (t * 4 + k) * D + c, make_float4(o[0], o[1], o[2], o[3]));
     }
 }
 
-bool mhc_post4_ok(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
-                  const float* sum, int64_t ld_sum, const float* out, int64_t hc, int64_t D) {
+bool mhc_post4_ok(const void* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
+                  const float* sum, int64_t ld_sum, const void* out, int64_t hc, int64_t D) {
     const auto al = [](const void* p, int64_t ld) {
         return p == nullptr || (reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0);
     };
@@ -283,26 +298,44 @@ bool mhc_post4_ok(const float* streams, const float* a, int64_t ld_a, const floa
            al(sum, ld_sum);
 }
 
-void launch_post(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b, float* sum,
+void launch_post(const void* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b, float* sum,
                  int64_t ld_sum, const float* post, int64_t ld_post, const float* comb, int64_t ld_comb,
-                 float* out, int64_t n, int64_t hc, int64_t D, cudaStream_t st) {
-    if (mhc_post4_ok(streams, a, ld_a, b, ld_b, sum, ld_sum, out, hc, D)) {
-        const dim3 grid(unsigned(n), unsigned((D / 4 + kPostThreads - 1) / kPostThreads));
-        mhc_post4_kernel<<<grid, kPostThreads, 0, st>>>(streams, a, ld_a, b, ld_b, sum, ld_sum, post, ld_post,
-                                                        comb, ld_comb, out, D);
-        return;
-    }
-    mhc_post_kernel<<<row_grid(n, D, 256), 256, 0, st>>>(streams, a, ld_a, b, ld_b, sum, ld_sum, post,
-                                                         ld_post, comb, ld_comb, out, hc, D);
+                 void* out, bool bf16, int64_t n, int64_t hc, int64_t D, cudaStream_t st) {
+    hc::by_stream_type(bf16, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        const S* in = static_cast<const S*>(streams);
+        S* o = static_cast<S*>(out);
+        if (mhc_post4_ok(streams, a, ld_a, b, ld_b, sum, ld_sum, out, hc, D)) {
+            const dim3 grid(unsigned(n), unsigned((D / 4 + kPostThreads - 1) / kPostThreads));
+            mhc_post4_kernel<S><<<grid, kPostThreads, 0, st>>>(in, a, ld_a, b, ld_b, sum, ld_sum, post,
+                                                               ld_post, comb, ld_comb, o, D);
+            return;
+        }
+        mhc_post_kernel<S><<<row_grid(n, D, 256), 256, 0, st>>>(in, a, ld_a, b, ld_b, sum, ld_sum, post,
+                                                                ld_post, comb, ld_comb, o, hc, D);
+    });
 }
 
 }  // namespace
 
 void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table,
-                  int64_t vocab, int64_t dim, float* out, int64_t ld_out, Stream s) {
+                  int64_t vocab, int64_t dim, void* out, Fdt odt, int64_t ld_out, Stream s) {
     if (n == 0) return;
-    embed_kernel<<<row_grid(n, dim, 256), 256, 0, as_stream(s)>>>(tokens, table, dt, ld_table, vocab, dim,
-                                                                  out, ld_out);
+    hc::by_stream_type(odt == Fdt::kBF16, [&](auto tag) {
+        using O = typename decltype(tag)::type;
+        embed_kernel<O><<<row_grid(n, dim, 256), 256, 0, as_stream(s)>>>(tokens, table, dt, ld_table, vocab,
+                                                                         dim, static_cast<O*>(out), ld_out);
+    });
+}
+
+void launch_cast(const void* x, Fdt xdt, int64_t ld_x, void* out, Fdt odt, int64_t ld_out, int64_t n,
+                 int64_t d, Stream s) {
+    if (n == 0 || d == 0) return;
+    hc::by_stream_type(odt == Fdt::kBF16, [&](auto tag) {
+        using O = typename decltype(tag)::type;
+        cast_kernel<O>
+            <<<row_grid(n, d, 256), 256, 0, as_stream(s)>>>(x, xdt, ld_x, static_cast<O*>(out), ld_out, d);
+    });
 }
 
 void launch_add(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo, int64_t n,
@@ -355,19 +388,19 @@ void launch_window_stores(const WindowStoreJob* jobs, int64_t count, Scratch& sc
     window_stores_kernel<<<dim3(unsigned(rows), unsigned(count)), 256, 0, as_stream(s)>>>(dev);
 }
 
-void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
-                     const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,
-                     Stream s) {
+void launch_mhc_post(const void* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
+                     const float* comb, int64_t ld_comb, void* out, bool bf16, int64_t n, int64_t hc,
+                     int64_t D, Stream s) {
     if (n == 0) return;
-    launch_post(streams, a, ld_a, nullptr, 0, nullptr, 0, post, ld_post, comb, ld_comb, out, n, hc, D,
+    launch_post(streams, a, ld_a, nullptr, 0, nullptr, 0, post, ld_post, comb, ld_comb, out, bf16, n, hc, D,
                 as_stream(s));
 }
 
-void launch_add_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
+void launch_add_mhc_post(const void* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
                          float* sum, int64_t ld_sum, const float* post, int64_t ld_post, const float* comb,
-                         int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s) {
+                         int64_t ld_comb, void* out, bool bf16, int64_t n, int64_t hc, int64_t D, Stream s) {
     if (n == 0) return;
-    launch_post(streams, a, ld_a, b, ld_b, sum, ld_sum, post, ld_post, comb, ld_comb, out, n, hc, D,
+    launch_post(streams, a, ld_a, b, ld_b, sum, ld_sum, post, ld_post, comb, ld_comb, out, bf16, n, hc, D,
                 as_stream(s));
 }
 

@@ -46,8 +46,8 @@ struct NormRopeJobs {
 void launch_mhc_pre_norm(const MhcParams& p, const NormOut& norm, Scratch& scratch, Stream s);
 
 // mhc_post of a + b: the sum in f32 as launch_add, written to `sum` (which may alias a or b) as add does.
-void launch_add_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
+void launch_add_mhc_post(const void* streams, const float* a, int64_t ld_a, const float* b, int64_t ld_b,
                          float* sum, int64_t ld_sum, const float* post, int64_t ld_post, const float* comb,
-                         int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D, Stream s);
+                         int64_t ld_comb, void* out, bool bf16, int64_t n, int64_t hc, int64_t D, Stream s);
 
 }  // namespace di::cuda

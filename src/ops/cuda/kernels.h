@@ -41,7 +41,10 @@ struct WeightRef {
 };
 
 void launch_embed(const int32_t* tokens, int64_t n, const void* table, Fdt dt, int64_t ld_table,
-                  int64_t vocab, int64_t dim, float* out, int64_t ld_out, Stream s);
+                  int64_t vocab, int64_t dim, void* out, Fdt odt, int64_t ld_out, Stream s);
+// out = x converted (f32 or bf16 each; bf16 rounded to nearest even), rows of d elements.
+void launch_cast(const void* x, Fdt xdt, int64_t ld_x, void* out, Fdt odt, int64_t ld_out, int64_t n,
+                 int64_t d, Stream s);
 void launch_add(const float* a, int64_t lda, const float* b, int64_t ldb, float* out, int64_t ldo, int64_t n,
                 int64_t d, Stream s);
 void launch_swiglu(const float* g, int64_t ldg, const float* u, int64_t ldu, float* out, int64_t ldo,
@@ -333,7 +336,7 @@ void launch_indexer_topks(const IndexerParams* jobs, int64_t count, Scratch& scr
                           IndexerVariant v);
 
 struct MhcParams {
-    const float* streams;  // [n, hc, D] contiguous
+    const void* streams;  // [n, hc, D] contiguous, f32 or (bf16) bf16 (hc_streams.cuh)
     const float* fn;
     int64_t ld_fn;       // [M, hc * D]
     const float* base;   // [M]
@@ -349,6 +352,7 @@ struct MhcParams {
     int sinkhorn_iters;
     bool head;          // hc_head: only pre weights, M = hc
     bool tf32 = false;  // a prefill's mixes may take TF32 inputs (MhcPreArgs::tf32)
+    bool bf16 = false;  // the streams' type
 };
 // kSplitK: columns split over blocks, parallel Sinkhorn; kPerMix: one block per (mix row, token), the
 // fallback.
@@ -368,9 +372,10 @@ void launch_mhc_mix_dmma(const MhcParams& p, int M, double* part, Stream s);
 // same conditions, splits and part layout.
 void launch_mhc_mix_tf32(const MhcParams& p, int M, double* part, Stream s);
 int mhc_max_hc();
-void launch_mhc_post(const float* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
-                     const float* comb, int64_t ld_comb, float* out, int64_t n, int64_t hc, int64_t D,
-                     Stream s);
+// streams and out: f32, or bf16 where `bf16` (hc_streams.cuh).
+void launch_mhc_post(const void* streams, const float* a, int64_t ld_a, const float* post, int64_t ld_post,
+                     const float* comb, int64_t ld_comb, void* out, bool bf16, int64_t n, int64_t hc,
+                     int64_t D, Stream s);
 
 struct RouteParams {
     const float* logits;

@@ -14,11 +14,13 @@
 // FP64 tensor cores, four splits); for hc = 4 the finish then runs as a warp a token for pre / post / comb
 // and a bandwidth-bound collapse (mhc_coef_kernel, mhc_collapse_kernel), otherwise the same finish kernel
 // follows. Both deterministic (fixed reduction trees). launch_mhc_pre_norm (fused_kernels.h) runs split_k
-// with the following rms_norm in the finish kernel.
+// with the following rms_norm in the finish kernel. Every kernel reading the streams takes their type S
+// (hc_streams.cuh: f32, or the native precision's bf16) and sums what it reads as f32.
 #include <cstdlib>
 
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/fused_kernels.h"
+#include "ops/cuda/hc_streams.cuh"
 
 namespace di::cuda {
 namespace {
@@ -41,30 +43,32 @@ __device__ __forceinline__ float post_weight(double inv, double mix, double scal
 
 // grid (M, n): block (m, t) computes mix[t, m] = fn[m] . rms(streams[t]); every block recomputes the token's
 // norm (hc * D * 4 bytes, L2-resident) so that a single token still spreads over M blocks.
+template <class S>
 __global__ void __launch_bounds__(256) mhc_mix_kernel(MhcParams p, double* mix_out) {
     allow_early_next();
     __shared__ double red[32];
     const int64_t m = blockIdx.x, t = blockIdx.y, width = p.hc * p.D, M = gridDim.x;
-    const float* v = p.streams + t * width;
+    const S* v = static_cast<const S*>(p.streams) + t * width;
     double ss = 0;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += double(v[i]) * v[i];
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += double(hc::ld1(v + i)) * hc::ld1(v + i);
     ss = block_sum_d(ss, red);
     const float inv = float(1.0 / sqrt(ss / double(width) + double(p.norm_eps)));
     const float* f = p.fn + m * p.ld_fn;
     double acc = 0;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += double(v[i] * inv) * f[i];
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += double(hc::ld1(v + i) * inv) * f[i];
     acc = block_sum_d(acc, red);
     if (threadIdx.x == 0) mix_out[t * M + m] = acc;
 }
 
 // One block per token: pre / post / comb from the mixes, then the collapse.
+template <class S>
 __global__ void __launch_bounds__(256) mhc_finish_kernel(MhcParams p, const double* mix_in) {
     allow_early_next();
     __shared__ double mix[(2 + kMaxHc) * kMaxHc];
     __shared__ float pre[kMaxHc];
     const int64_t t = blockIdx.x, width = p.hc * p.D;
     const int64_t M = p.head ? p.hc : (2 + p.hc) * p.hc;
-    const float* v = p.streams + t * width;
+    const S* v = static_cast<const S*>(p.streams) + t * width;
     for (int64_t m = threadIdx.x; m < M; m += blockDim.x) mix[m] = mix_in[t * M + m];
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -99,7 +103,7 @@ __global__ void __launch_bounds__(256) mhc_finish_kernel(MhcParams p, const doub
     __syncthreads();
     for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) {
         double acc = 0;
-        for (int64_t i = 0; i < p.hc; ++i) acc += double(pre[i]) * v[i * p.D + c];
+        for (int64_t i = 0; i < p.hc; ++i) acc += double(pre[i]) * hc::ld1(v + i * p.D + c);
         p.x[t * p.ld_x + c] = float(acc);
     }
 }
@@ -140,7 +144,7 @@ __device__ __forceinline__ double warp_sum_slots(double (&v)[P], int lane) {
 // of L1 traffic per token and split). Each thread's four columns are summed in f32 and widened once per row:
 // the f32 -> f64 conversion runs at a quarter of the f64 rate, and converting every element cost more than
 // the products (four f32 terms round to ~1e-7 of their magnitudes; the tests hold the result to 1e-6).
-template <int kRows>
+template <int kRows, class S>
 __global__ void __launch_bounds__(kSplitThreads)
     mhc_split_kernel(MhcParams p, int M, int tokens, double* part) {
     constexpr int kSlots = kRows < 16 ? 16 : 32;  // the rows' products and the sum of squares, one spare
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     if (hoisted) load_rows(0);
     const int64_t t0 = int64_t(blockIdx.y) * tokens, t_end = min(p.n, t0 + tokens);
     auto load_v = [&](int64_t t) {
-        return inside && t < t_end ? *reinterpret_cast<const float4*>(p.streams + t * width + col)
+        return inside && t < t_end ? hc::ld4(static_cast<const S*>(p.streams) + t * width + col)
                                    : make_float4(0, 0, 0, 0);
     };
     float4 v_next = load_v(t0);  // one token ahead: few warps an SM (registers), so each hides its own loads
@@ -277,14 +281,15 @@ __device__ __forceinline__ float collapse_norm_inv(double ss, int64_t D, float e
 }
 
 // Columns c = threadIdx.x - 32 + i (blockDim.x - 32) of the token's four streams, and the norm's weights.
-__device__ __forceinline__ void preload_regs(const MhcParams& p, const NormOut& norm, const float* v,
+template <class S>
+__device__ __forceinline__ void preload_regs(const MhcParams& p, const NormOut& norm, const S* v,
                                              float (&sv)[kRegCols][4], float (&wv)[kRegCols]) {
     const int64_t c0 = threadIdx.x - 32, stride = blockDim.x - 32;
 #pragma unroll
     for (int i = 0; i < kRegCols; ++i) {
         const int64_t c = c0 + i * stride;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) sv[i][k] = c < p.D ? __ldg(v + k * p.D + c) : 0.0f;
+        for (int k = 0; k < 4; ++k) sv[i][k] = c < p.D ? hc::ldg1(v + k * p.D + c) : 0.0f;
     }
     if (norm.y == nullptr || norm.w == nullptr) {  // one loop per weight dtype (no branch per load)
 #pragma unroll
@@ -335,6 +340,7 @@ __device__ __forceinline__ void collapse_regs(const MhcParams& p, const NormOut&
 
 // One block per token: the partials in split order, then pre / post / comb and the collapse; with norm.y,
 // the collapse warps then norm x (mhc_pre_norm, hc_head_norm).
+template <class S>
 __global__ void __launch_bounds__(kFinishThreads)
     mhc_split_finish_kernel(MhcParams p, int M, int64_t splits, const double* part, NormOut norm) {
     allow_early_next();
@@ -361,7 +367,7 @@ __global__ void __launch_bounds__(kFinishThreads)
     }
     // hc = 4: each collapse thread's stream values and norm weights are loaded now, their latency hidden
     // behind the partial sums and Sinkhorn
-    const float* v = p.streams + t * width;
+    const S* v = static_cast<const S*>(p.streams) + t * width;
     const bool regs = hc == 4 && p.D <= int64_t(kRegCols) * (blockDim.x - 32);
     float sv[kRegCols][4], wv[kRegCols];
     if (regs && threadIdx.x >= 32) preload_regs(p, norm, v, sv, wv);
@@ -409,7 +415,7 @@ __global__ void __launch_bounds__(kFinishThreads)
         double acc = 0;
 #pragma unroll
         for (int i = 0; i < kMaxHc; ++i)
-            if (i < hc) acc += pr[i] * double(__ldg(v + i * p.D + c));
+            if (i < hc) acc += pr[i] * double(hc::ldg1(v + i * p.D + c));
         const float xv = float(acc);
         p.x[t * p.ld_x + c] = xv;
         ss += double(xv) * xv;
@@ -452,11 +458,12 @@ __global__ void __launch_bounds__(32 * kCoefWarps)
 
 // x = sum_k pre_k stream_k (the finish kernel's sums), then with norm.y its rms_norm; 16 columns a thread
 // (four float4s of each stream, all loaded before the first store).
+template <class S>
 __global__ void __launch_bounds__(512) mhc_collapse_kernel(MhcParams p, const float* pre_in, NormOut norm) {
     allow_early_next();
     __shared__ double red[32];
     const int64_t t = blockIdx.x;
-    const float* v = p.streams + t * 4 * p.D;
+    const S* v = static_cast<const S*>(p.streams) + t * 4 * p.D;
     double pr[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) pr[k] = double(pre_in[t * 4 + k]);
@@ -465,9 +472,7 @@ __global__ void __launch_bounds__(512) mhc_collapse_kernel(MhcParams p, const fl
     for (int i = 0; i < 4; ++i) {
         const int64_t c = 4 * (threadIdx.x + int64_t(i) * blockDim.x);
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-            sv[i][k] =
-                c < p.D ? __ldg(reinterpret_cast<const float4*>(v + k * p.D + c)) : make_float4(0, 0, 0, 0);
+        for (int k = 0; k < 4; ++k) sv[i][k] = c < p.D ? hc::ldg4(v + k * p.D + c) : make_float4(0, 0, 0, 0);
     }
     float xs[4][4];
     double ss = 0;
@@ -538,7 +543,10 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
             mhc_coef_kernel<<<blocks_for(p.n, kCoefWarps), 32 * kCoefWarps, 0, as_stream(s)>>>(p, M, splits,
                                                                                                part, pre);
             const unsigned threads = unsigned((p.D / 16 + 31) / 32 * 32);
-            mhc_collapse_kernel<<<unsigned(p.n), threads, 0, as_stream(s)>>>(p, pre, norm);
+            hc::by_stream_type(p.bf16, [&](auto tag) {
+                mhc_collapse_kernel<typename decltype(tag)::type>
+                    <<<unsigned(p.n), threads, 0, as_stream(s)>>>(p, pre, norm);
+            });
             return;
         }
     } else {
@@ -546,12 +554,18 @@ void launch_split(const MhcParams& p, const NormOut& norm, Scratch& scratch, Str
         // block
         const int tokens = p.n >= 2048 ? 4 * kSplitTokens : kSplitTokens;
         const dim3 grid(unsigned(splits), blocks_for(p.n, tokens));
-        if (M > 8)
-            mhc_split_kernel<24><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
-        else
-            mhc_split_kernel<8><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
+        hc::by_stream_type(p.bf16, [&](auto tag) {
+            using S = typename decltype(tag)::type;
+            if (M > 8)
+                mhc_split_kernel<24, S><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
+            else
+                mhc_split_kernel<8, S><<<grid, kSplitThreads, 0, as_stream(s)>>>(p, M, tokens, part);
+        });
     }
-    mhc_split_finish_kernel<<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, splits, part, norm);
+    hc::by_stream_type(p.bf16, [&](auto tag) {
+        mhc_split_finish_kernel<typename decltype(tag)::type>
+            <<<unsigned(p.n), kFinishThreads, 0, as_stream(s)>>>(p, M, splits, part, norm);
+    });
 }
 }  // namespace
 
@@ -564,8 +578,11 @@ void launch_mhc_pre(const MhcParams& p, Scratch& scratch, Stream s, MhcVariant v
     const int M = int(p.head ? p.hc : (2 + p.hc) * p.hc);
     if (v == MhcVariant::kSplitK) return launch_split(p, NormOut{}, scratch, s);
     double* mix = static_cast<double*>(scratch.get(3, size_t(p.n * M) * sizeof(double)));
-    mhc_mix_kernel<<<dim3(unsigned(M), unsigned(p.n)), 256, 0, as_stream(s)>>>(p, mix);
-    mhc_finish_kernel<<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, mix);
+    hc::by_stream_type(p.bf16, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        mhc_mix_kernel<S><<<dim3(unsigned(M), unsigned(p.n)), 256, 0, as_stream(s)>>>(p, mix);
+        mhc_finish_kernel<S><<<unsigned(p.n), 256, 0, as_stream(s)>>>(p, mix);
+    });
 }
 
 }  // namespace di::cuda

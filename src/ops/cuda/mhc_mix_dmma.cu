@@ -32,7 +32,7 @@ __device__ __forceinline__ void dmma(double (&c)[2], double a, double b) {
                  : "d"(a), "d"(b));
 }
 
-template <int NT>  // n8 groups of mixes: ceil(M / 8)
+template <int NT, class S>  // n8 groups of mixes: ceil(M / 8); S the streams' type
 __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_dmma_kernel(MhcParams p, int M, double* part) {
     allow_early_next();
     extern __shared__ __align__(16) float st[];
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_dmma_kernel(MhcParams 
     const int64_t splits = gridDim.y, sp = blockIdx.y, k0 = sp * all_tiles / splits,
                   tiles = (sp + 1) * all_tiles / splits - k0;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
-    auto issue = [&](int64_t k) { issue_tile<NT>(p, M, st, t0, k0, k, tid); };
+    auto issue = [&](int64_t k) { issue_tile<NT, S>(p, M, st, t0, k0, k, tid); };
     double c[4][NT][2] = {};
     double ss[4] = {};
     for (int k = 0; k < kStages - 1; ++k) {
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_dmma_kernel(MhcParams 
             const int col = 16 * warp + 4 * step + q;
             double a[4], b[NT];
 #pragma unroll
-            for (int tg = 0; tg < 4; ++tg) a[tg] = double(s[(8 * tg + g) * kLd + col]);
+            for (int tg = 0; tg < 4; ++tg) a[tg] = double(staged_token<S>(s, 8 * tg + g, col));
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) b[nt] = double(s[(kTokens + 8 * nt + g) * kLd + col]);
 #pragma unroll
@@ -101,9 +101,12 @@ int64_t mhc_mix_dmma_splits(const MhcParams& p) { return std::min<int64_t>(kSpli
 namespace {
 template <int NT>
 void launch_nt(const MhcParams& p, int M, double* part, cudaStream_t s) {
-    raise_dynamic_smem(mhc_mix_dmma_kernel<NT>, kSmemBytes);
     const dim3 grid(blocks_for(p.n, kTokens), unsigned(mhc_mix_dmma_splits(p)));
-    mhc_mix_dmma_kernel<NT><<<grid, kWarps * 32, kSmemBytes, s>>>(p, M, part);
+    hc::by_stream_type(p.bf16, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        raise_dynamic_smem(mhc_mix_dmma_kernel<NT, S>, kSmemBytes);
+        mhc_mix_dmma_kernel<NT, S><<<grid, kWarps * 32, kSmemBytes, s>>>(p, M, part);
+    });
 }
 }  // namespace
 

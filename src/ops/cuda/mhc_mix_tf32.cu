@@ -36,7 +36,7 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int NT>  // n8 groups of mixes: ceil(M / 8)
+template <int NT, class S>  // n8 groups of mixes: ceil(M / 8); S the streams' type
 __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_tf32_kernel(MhcParams p, int M, double* part) {
     allow_early_next();
     extern __shared__ __align__(16) float st[];
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_tf32_kernel(MhcParams 
     const int64_t splits = gridDim.y, sp = blockIdx.y, k0 = sp * all_tiles / splits,
                   tiles = (sp + 1) * all_tiles / splits - k0;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
-    auto issue = [&](int64_t k) { issue_tile<NT>(p, M, st, t0, k0, k, tid); };
+    auto issue = [&](int64_t k) { issue_tile<NT, S>(p, M, st, t0, k0, k, tid); };
     float c[2][NT][4] = {};
     float ss[2][2] = {};  // [m16 group][row g, g + 8]
     for (int k = 0; k < kStages - 1; ++k) {
@@ -68,8 +68,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_tf32_kernel(MhcParams 
             }
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
-                const float* x = s + (16 * mt + g) * kLd + col;
-                const float v0 = x[0], v1 = x[8 * kLd], v2 = x[4], v3 = x[8 * kLd + 4];
+                const int r = 16 * mt + g;
+                const float v0 = staged_token<S>(s, r, col), v1 = staged_token<S>(s, r + 8, col),
+                            v2 = staged_token<S>(s, r, col + 4), v3 = staged_token<S>(s, r + 8, col + 4);
                 ss[mt][0] = fmaf(v0, v0, fmaf(v2, v2, ss[mt][0]));
                 ss[mt][1] = fmaf(v1, v1, fmaf(v3, v3, ss[mt][1]));
                 const uint32_t a[4] = {tf32(v0), tf32(v1), tf32(v2), tf32(v3)};
@@ -103,9 +104,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) mhc_mix_tf32_kernel(MhcParams 
 
 template <int NT>
 void launch_nt(const MhcParams& p, int M, double* part, cudaStream_t s) {
-    raise_dynamic_smem(mhc_mix_tf32_kernel<NT>, kSmemBytes);
     const dim3 grid(blocks_for(p.n, kTokens), unsigned(mhc_mix_dmma_splits(p)));
-    mhc_mix_tf32_kernel<NT><<<grid, kWarps * 32, kSmemBytes, s>>>(p, M, part);
+    hc::by_stream_type(p.bf16, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        raise_dynamic_smem(mhc_mix_tf32_kernel<NT, S>, kSmemBytes);
+        mhc_mix_tf32_kernel<NT, S><<<grid, kWarps * 32, kSmemBytes, s>>>(p, M, part);
+    });
 }
 
 }  // namespace

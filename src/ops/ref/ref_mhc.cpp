@@ -9,30 +9,36 @@ namespace {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// mix = fn . rms(concat streams of token t), in double.
-std::vector<double> hc_mix(const TensorView& streams, int64_t t, const TensorView& fn, float eps) {
+// Token t's hc * D stream values as f32 (bf16 streams upcast).
+std::vector<float> stream_row(const TensorView& streams, int64_t t) {
     const int64_t width = streams.shape[1] * streams.shape[2];
-    const float* v = streams.ptr<float>() + t * width;
+    std::vector<float> v(static_cast<size_t>(width));
+    for (int64_t i = 0; i < width; ++i) v[size_t(i)] = load_float(streams.data, streams.dtype, t * width + i);
+    return v;
+}
+
+// mix = fn . rms(v), v a token's concatenated streams, in double.
+std::vector<double> hc_mix(const std::vector<float>& v, const TensorView& fn, float eps) {
+    const int64_t width = int64_t(v.size());
     double ss = 0;
-    for (int64_t i = 0; i < width; ++i) ss += double(v[i]) * v[i];
+    for (float x : v) ss += double(x) * x;
     const float inv = float(1.0 / std::sqrt(ss / double(width) + double(eps)));
     std::vector<double> mix(size_t(fn.shape[0]));
     for (int64_t m = 0; m < fn.shape[0]; ++m) {
         const float* f = row_f32(fn, m);
         double acc = 0;
-        for (int64_t i = 0; i < width; ++i) acc += double(v[i] * inv) * f[i];
+        for (int64_t i = 0; i < width; ++i) acc += double(v[size_t(i)] * inv) * f[i];
         mix[size_t(m)] = acc;
     }
     return mix;
 }
 
-// out = sum_i pre_i * stream_i for token t.
-void collapse(const TensorView& streams, int64_t t, const std::vector<double>& pre, float* out) {
-    const int64_t hc = streams.shape[1], D = streams.shape[2];
-    const float* v = streams.ptr<float>() + t * hc * D;
+// out = sum_i pre_i * stream_i for a token's streams v.
+void collapse(const std::vector<float>& v, int64_t D, const std::vector<double>& pre, float* out) {
+    const int64_t hc = int64_t(pre.size());
     for (int64_t c = 0; c < D; ++c) {
         double acc = 0;
-        for (int64_t i = 0; i < hc; ++i) acc += pre[size_t(i)] * v[i * D + c];
+        for (int64_t i = 0; i < hc; ++i) acc += pre[size_t(i)] * v[size_t(i * D + c)];
         out[c] = float(acc);
     }
 }
@@ -46,7 +52,8 @@ void RefBackend::mhc_pre(const MhcPreArgs& a) {
     const float* base = a.base.ptr<float>();
     const float* scale = a.scale.ptr<float>();
     for (int64_t t = 0; t < a.streams.shape[0]; ++t) {
-        const std::vector<double> mix = hc_mix(a.streams, t, a.fn, a.norm_eps);
+        const std::vector<float> v = stream_row(a.streams, t);
+        const std::vector<double> mix = hc_mix(v, a.fn, a.norm_eps);
         std::vector<double> pre(static_cast<size_t>(hc));
         for (int64_t i = 0; i < hc; ++i) {
             pre[size_t(i)] = float(sigmoid(mix[size_t(i)] * scale[0] + base[i]) + a.hc_eps);
@@ -86,7 +93,7 @@ void RefBackend::mhc_pre(const MhcPreArgs& a) {
         }
         float* comb = a.comb.ptr<float>() + t * a.comb.stride[0];
         for (int64_t i = 0; i < hc * hc; ++i) comb[i] = float(C[size_t(i)]);
-        collapse(a.streams, t, pre, row_f32(a.x, t));
+        collapse(v, a.streams.shape[2], pre, row_f32(a.x, t));
     }
 }
 
@@ -97,14 +104,18 @@ void RefBackend::mhc_post(const MhcPostArgs& a) {
     for (int64_t t = 0; t < a.streams.shape[0]; ++t) {
         const float* post = a.post.ptr<float>() + t * a.post.stride[0];
         const float* comb = a.comb.ptr<float>() + t * a.comb.stride[0];
-        const float* x = a.streams.ptr<float>() + t * hc * D;
+        const std::vector<float> x = stream_row(a.streams, t);
         const float* sub = row_f32(a.a, t);
-        float* out = a.out.ptr<float>() + t * hc * D;
+        const bool bf16 = a.out.dtype == DType::kBF16;
         for (int64_t k = 0; k < hc; ++k)
             for (int64_t c = 0; c < D; ++c) {
                 double acc = double(post[k]) * sub[c];
-                for (int64_t j = 0; j < hc; ++j) acc += double(comb[j * hc + k]) * x[j * D + c];
-                out[k * D + c] = float(acc);
+                for (int64_t j = 0; j < hc; ++j) acc += double(comb[j * hc + k]) * x[size_t(j * D + c)];
+                const int64_t i = (t * hc + k) * D + c;
+                if (bf16)
+                    a.out.ptr<uint16_t>()[i] = f32_to_bf16(float(acc));
+                else
+                    a.out.ptr<float>()[i] = float(acc);
             }
     }
 }
@@ -114,12 +125,13 @@ void RefBackend::hc_head(const HcHeadArgs& a) {
     check(a);
     const int64_t hc = a.streams.shape[1];
     for (int64_t t = 0; t < a.streams.shape[0]; ++t) {
-        const std::vector<double> mix = hc_mix(a.streams, t, a.fn, a.norm_eps);
+        const std::vector<float> v = stream_row(a.streams, t);
+        const std::vector<double> mix = hc_mix(v, a.fn, a.norm_eps);
         std::vector<double> pre(static_cast<size_t>(hc));
         for (int64_t i = 0; i < hc; ++i)
             pre[size_t(i)] =
                 float(sigmoid(mix[size_t(i)] * a.scale.ptr<float>()[0] + a.base.ptr<float>()[i]) + a.hc_eps);
-        collapse(a.streams, t, pre, row_f32(a.out, t));
+        collapse(v, a.streams.shape[2], pre, row_f32(a.out, t));
     }
 }
 
