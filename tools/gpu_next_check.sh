@@ -12,9 +12,9 @@
 #   has run on a GPU): the native precision's bf16 residual streams (main: the CUDA kernels take them, the model
 #   uses them on cuda only with DEEPINFER_BF16_STREAMS=1) together with wip/decode-picks below. Merge
 #   wip/decode-picks into a branch off main, build model_bench, cuda_ops_test and cuda_model_test, pack
-#   TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test", move
-#   tests/data/tokenizer, v4_tiny_fp32 and v4_tiny_fp32_nested out of the tree for the call (the GPU tests
-#   read v4_tiny_fp8 and v4_tiny_bf16 only; the carry limit), then PART=short (~5 min): the mHC / fused /
+#   TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test" (built and packed at
+#   the end of that session from wip/bf16-decpicks, main with wip/decode-picks merged: build-cuda-xz), run
+#   tools/gpu_tree_slim.sh out (the carry limit; `back` after the call), then PART=short (~5 min): the mHC / fused /
 #   small-op cases on bf16 streams, the attention cases, cuda_model_test with bf16 streams, the 4K prefill and
 #   batch-256 decode with DEEPINFER_BF16_STREAMS=0 against 1, decpicks' A/B at 16K. If the bf16 cases pass,
 #   make CudaBackend::bf16_streams true by default (cuda_ops.cpp) and update README / docs/cuda.md; merge
