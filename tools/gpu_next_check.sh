@@ -161,6 +161,24 @@ decode_ab() {
     done
   done
 }
+# stream_cases NAME FILTER: cuda_ops_test's FILTER into $OUT/NAME_tests.log, then cuda_model_test with the
+# native model's bf16 streams (DEEPINFER_BF16_STREAMS=1) into $OUT/NAME_model.log.
+stream_cases() {
+  timeout 200 $d/bin/cuda_ops_test --gtest_filter="$2" > "$OUT/$1_tests.log" 2>&1
+  echo "op tests rc $?"; summary "$OUT/$1_tests.log"; grep -E '^mhc_pre_norm tf32' "$OUT/$1_tests.log"
+  DEEPINFER_BF16_STREAMS=1 DEEPINFER_TEST_DATA=$PWD/tests/data timeout 200 $d/bin/cuda_model_test \
+    > "$OUT/$1_model.log" 2>&1
+  echo "cuda_model_test rc $?"; summary "$OUT/$1_model.log"
+}
+# streams_ab WHAT ARGS...: model_bench (4 V4-Flash layers, native) with ARGS, f32 streams then bf16.
+streams_ab() {
+  local what=$1 rates='prefill [0-9]+ tokens in [^;]*|decode [0-9]+ steps in [^;]*|activation workspace[^;]*|out of.*'
+  shift
+  for s in 0 1; do
+    echo "bf16 streams $s, $what: $(DEEPINFER_BF16_STREAMS=$s timeout 120 $d/bin/model_bench --preset flash \
+      --layers 4 --backend cuda --precision native "$@" 2>&1 | grep -oE "$rates" | tr '\n' ' ')"
+  done
+}
 # moe_rows PROMPT V: the 4-layer prefill's moe and total rows with V set ("-": the defaults; else "NAME=VALUE
 # ...")
 moe_rows() {
@@ -543,41 +561,20 @@ case ${PART:-fp8} in
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
     done
     ;;
-  bf16s)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test
-          # tests/gpu/cuda_model_test", tests/data/tokenizer moved out of the tree for the call; model_bench,
-          # cuda_ops_test and cuda_model_test the native precision's bf16 streams, model_bench_prev the same
-          # tree with f32 streams) the mHC, embed, cast and fused cases on both stream types, the model tests
-          # (graph replay, the native long golden against transformers' native run with bf16 streams), then the
-          # 4-layer prefill at 4K (twice) and 32K and the
-          # mHC rows of its 4K profile, and decode at batch 256, f32 streams against bf16
-    timeout 200 $d/bin/cuda_ops_test \
-      --gtest_filter='CudaMhc.*:CudaFused.*:CudaSmallOps.*:CudaDeterminism.*:CudaBatchedState.*' \
-      > "$OUT/bf16s_tests.log" 2>&1
-    echo "op tests rc $?"; summary "$OUT/bf16s_tests.log"; grep -E '^mhc_pre_norm tf32' "$OUT/bf16s_tests.log"
-    DEEPINFER_BF16_STREAMS=1 DEEPINFER_TEST_DATA=$PWD/tests/data timeout 200 $d/bin/cuda_model_test \
-      > "$OUT/bf16s_model.log" 2>&1
-    echo "cuda_model_test rc $?"; summary "$OUT/bf16s_model.log"
-    for v in "4096 model_bench_prev" "4096 model_bench" "4096 model_bench_prev" "4096 model_bench" \
-      "32768 model_bench_prev" "32768 model_bench"; do
-      read -r n b <<< "$v"
-      echo "$b prefill $n: $(DEEPINFER_BF16_STREAMS=1 timeout 90 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
-        --prompt $n --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|activation workspace[^;]*|out of.*' |
-        tr '\n' ' ')"
+  bf16s)  # (PART=short's pack) the mHC, embed, cast and fused cases on both stream types and the determinism
+          # and batched-state cases, the model tests with bf16 streams, then the 4-layer prefill at 4K (twice)
+          # and 32K, the mHC rows of its 4K profile and decode at batch 256, each with f32 streams against bf16
+    stream_cases bf16s 'CudaMhc.*:CudaFused.*:CudaSmallOps.*:CudaDeterminism.*:CudaBatchedState.*'
+    for n in 4096 4096 32768; do streams_ab "prefill $n" --prompt $n --decode 2; done
+    for s in 0 1; do
+      echo "bf16 streams $s, 4K profile: $(DEEPINFER_BF16_STREAMS=$s timeout 60 $d/bin/model_bench --preset flash \
+        --layers 4 --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 |
+        grep -E '^\| (mhc[a-z_]*|hc_head[a-z_]*|add_mhc_post|total) ' | tr -s ' ' | tr '\n' ' ')"
     done
-    for b in model_bench_prev model_bench; do
-      echo "$b 4K profile: $(DEEPINFER_BF16_STREAMS=1 timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
-        --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (mhc[a-z_]*|hc_head[a-z_]*|add_mhc_post|total) ' | tr -s ' ' |
-        tr '\n' ' ')"
-    done
-    for v in "256 model_bench_prev" "256 model_bench"; do
-      read -r n b <<< "$v"
-      echo "$b decode batch $n: $(DEEPINFER_BF16_STREAMS=1 timeout 120 $d/bin/$b --preset flash --layers 4 --backend cuda \
-        --precision native --batch $n --prompt 16 --context 4096 --decode 8 2>&1 |
-        grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
-    done
+    streams_ab "decode batch 256" --batch 256 --prompt 16 --context 4096 --decode 8
     ;;
-  both)  # (PART=bf16s's pack, its tree with wip/decode-picks merged) PART=bf16s, then PART=decpicks's cases and
-         # its decode A/B at the contexts where it changes the most
+  both)  # (PART=short's pack) PART=bf16s, then PART=decpicks's cases and its decode A/B at the contexts where
+         # it changes the most
     PART=bf16s bash "$0"
     decode_ab decpicks "256 4096" "64 16384" "256 16384" "64 65536"
     ;;
@@ -585,23 +582,10 @@ case ${PART:-fp8} in
           # wip/decode-picks merged) for a call of ~5 min: the mHC / fused / small-op cases (bf16 streams too)
           # and the attention cases, cuda_model_test with bf16 streams, the 4K prefill with f32 streams against
           # bf16 twice (DEEPINFER_BF16_STREAMS), decode at batch 256 with each, and decpicks's A/B at 16K
-    timeout 150 $d/bin/cuda_ops_test \
-      --gtest_filter='CudaMhc.*:CudaFused.*:CudaSmallOps.*:CudaAttentions.*:Cases/CudaAttention.*' \
-      > "$OUT/short_tests.log" 2>&1
-    echo "op tests rc $?"; summary "$OUT/short_tests.log"; grep -E '^mhc_pre_norm tf32|^decode batch of' "$OUT/short_tests.log"
-    DEEPINFER_BF16_STREAMS=1 DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test \
-      > "$OUT/short_model.log" 2>&1
-    echo "cuda_model_test rc $?"; summary "$OUT/short_model.log"
-    for s in 0 1 0 1; do
-      echo "bf16 streams $s, prefill 4096: $(DEEPINFER_BF16_STREAMS=$s timeout 60 $d/bin/model_bench --preset flash \
-        --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 |
-        grep -oE 'prefill [0-9]+ tokens in [^;]*|activation workspace[^;]*|out of.*' | tr '\n' ' ')"
-    done
-    for s in 0 1; do
-      echo "bf16 streams $s, decode batch 256: $(DEEPINFER_BF16_STREAMS=$s timeout 60 $d/bin/model_bench --preset flash \
-        --layers 4 --backend cuda --precision native --batch 256 --prompt 16 --context 4096 --decode 8 2>&1 |
-        grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
-    done
+    stream_cases short 'CudaMhc.*:CudaFused.*:CudaSmallOps.*:CudaAttentions.*:Cases/CudaAttention.*'
+    grep -E '^decode batch of' "$OUT/short_tests.log"
+    for n in 1 2; do streams_ab "prefill 4096" --prompt 4096 --decode 2; done
+    streams_ab "decode batch 256" --batch 256 --prompt 16 --context 4096 --decode 8
     for m in 1000000000 8; do
       echo "decpicks decode batch 64 context 16384 min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 60 \
         $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --batch 64 --prompt 16 \

@@ -98,4 +98,12 @@ inline float load_float(const void* p, DType t, int64_t i) {
     }
 }
 
+// Writes v as element i of an f32 or bf16 buffer (bf16 rounded to nearest even).
+inline void store_float(void* p, DType t, int64_t i, float v) {
+    if (t == DType::kBF16)
+        static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+    else
+        static_cast<float*>(p)[i] = v;
+}
+
 }  // namespace di

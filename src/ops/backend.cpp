@@ -20,13 +20,9 @@ void Backend::cast(const CastArgs& a) {
     DI_CHECK(a.x.device == Device::kHost && a.out.device == Device::kHost,
              "cast: backend {} has device memory and no cast of its own", name());
     for (int64_t r = 0; r < a.x.shape[0]; ++r)
-        for (int64_t c = 0; c < a.x.shape[1]; ++c) {
-            const float v = load_float(a.x.data, a.x.dtype, r * a.x.stride[0] + c);
-            if (a.out.dtype == DType::kBF16)
-                a.out.ptr<uint16_t>()[r * a.out.stride[0] + c] = f32_to_bf16(v);
-            else
-                a.out.ptr<float>()[r * a.out.stride[0] + c] = v;
-        }
+        for (int64_t c = 0; c < a.x.shape[1]; ++c)
+            store_float(a.out.data, a.out.dtype, r * a.out.stride[0] + c,
+                        load_float(a.x.data, a.x.dtype, r * a.x.stride[0] + c));
 }
 
 void Backend::act_quant(const ActQuantArgs& a) {

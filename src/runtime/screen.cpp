@@ -45,6 +45,15 @@ Tensor host_tensor(DType t, std::initializer_list<int64_t> shape) {
     return Tensor(host_allocator(), t, shape);
 }
 
+Tensor bf16_streams_of(const Tensor& t) {
+    const TensorView v = t.view();
+    Tensor out = host_tensor(DType::kBF16, {v.shape[0], v.shape[1], v.shape[2]});
+    const int64_t rows = v.shape[0] * v.shape[1];
+    ops::make_ref_backend()->cast(
+        {.x = v.reshape({rows, v.shape[2]}), .out = out.view().reshape({rows, v.shape[2]})});
+    return out;
+}
+
 void fill_uniform(Tensor& t, std::mt19937_64& rng, float lo, float hi) {
     std::uniform_real_distribution<float> u(lo, hi);
     float* p = t.view().ptr<float>();

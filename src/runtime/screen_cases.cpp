@@ -416,12 +416,7 @@ void screen_mhc(ops::Backend& be, const std::vector<ops::KernelVariant>& variant
             tf32 = perm;
             Tensor st = host_tensor(DType::kF32, {n, hc, D}), out = host_tensor(DType::kF32, {n, W});
             fill_uniform(st, rng, -1, 1);
-            if (perm) {  // the native precision's streams are bf16 (the f32 draws rounded)
-                Tensor st16 = host_tensor(DType::kBF16, {n, hc, D});
-                ops::make_ref_backend()->cast(
-                    {.x = st.view().reshape({n * hc, D}), .out = st16.view().reshape({n * hc, D})});
-                st = std::move(st16);
-            }
+            if (perm) st = bf16_streams_of(st);  // the native precision's streams: the f32 draws rounded
             ops::make_ref_backend()->mhc_pre(args(st.view(), fn, base, scale, out.view()));
             const std::vector<float> ref = floats_of(out);
             const Buf sd = on_device(be, st);

@@ -27,6 +27,8 @@ Buf copy_of(ops::Backend& be, Allocator& alloc, const TensorView& src);
 Buf on_device(ops::Backend& be, const Tensor& h);
 Tensor host_tensor(DType t, std::initializer_list<int64_t> shape);
 void fill_uniform(Tensor& t, std::mt19937_64& rng, float lo, float hi);
+// A host f32 tensor [n, hc, dim] of streams as bf16 ones (the native model's; the reference's cast).
+Tensor bf16_streams_of(const Tensor& t);
 // The non-fallback variants of `op` (the candidates a case screens), and a host tensor's values: bf16's as
 // f32, f32's and ids' 32-bit words as they are.
 std::vector<const ops::KernelVariant*> candidates(const std::vector<ops::KernelVariant>& all,

@@ -145,12 +145,7 @@ void screen_mhc_post(ops::Backend& be, const std::vector<const ops::KernelVarian
                    out = host_tensor(sdt, {n, hc, D});
             fill_uniform(st, rng, -1, 1), fill_uniform(a, rng, -1, 1), fill_uniform(post, rng, 0, 2),
                 fill_uniform(comb, rng, 0, 1);
-            if (sdt != DType::kF32) {
-                Tensor st16 = host_tensor(sdt, {n, hc, D});
-                ops::make_ref_backend()->cast(
-                    {.x = st.view().reshape({n * hc, D}), .out = st16.view().reshape({n * hc, D})});
-                st = std::move(st16);
-            }
+            if (sdt != DType::kF32) st = bf16_streams_of(st);
             ops::make_ref_backend()->mhc_post({.streams = st.view(),
                                                .a = a.view(),
                                                .post = post.view(),

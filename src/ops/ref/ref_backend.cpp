@@ -28,13 +28,9 @@ void RefBackend::embed(const EmbedArgs& a) {
     for (int64_t t = 0; t < a.tokens.numel(); ++t) {
         const int32_t id = a.tokens.ptr<int32_t>()[t];
         DI_CHECK(id >= 0 && id < vocab, "token id {} outside vocabulary of {}", id, vocab);
-        for (int64_t c = 0; c < dim; ++c) {
-            const float v = load_float(a.table.data, a.table.dtype, id * a.table.stride[0] + c);
-            if (a.out.dtype == DType::kBF16)
-                a.out.ptr<uint16_t>()[t * a.out.stride[0] + c] = f32_to_bf16(v);
-            else
-                row_f32(a.out, t)[c] = v;
-        }
+        for (int64_t c = 0; c < dim; ++c)
+            store_float(a.out.data, a.out.dtype, t * a.out.stride[0] + c,
+                        load_float(a.table.data, a.table.dtype, id * a.table.stride[0] + c));
     }
 }
 

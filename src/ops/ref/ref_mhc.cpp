@@ -106,16 +106,11 @@ void RefBackend::mhc_post(const MhcPostArgs& a) {
         const float* comb = a.comb.ptr<float>() + t * a.comb.stride[0];
         const std::vector<float> x = stream_row(a.streams, t);
         const float* sub = row_f32(a.a, t);
-        const bool bf16 = a.out.dtype == DType::kBF16;
         for (int64_t k = 0; k < hc; ++k)
             for (int64_t c = 0; c < D; ++c) {
                 double acc = double(post[k]) * sub[c];
                 for (int64_t j = 0; j < hc; ++j) acc += double(comb[j * hc + k]) * x[size_t(j * D + c)];
-                const int64_t i = (t * hc + k) * D + c;
-                if (bf16)
-                    a.out.ptr<uint16_t>()[i] = f32_to_bf16(float(acc));
-                else
-                    a.out.ptr<float>()[i] = float(acc);
+                store_float(a.out.data, a.out.dtype, (t * hc + k) * D + c, float(acc));
             }
     }
 }
