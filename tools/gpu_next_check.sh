@@ -578,6 +578,15 @@ case ${PART:-fp8} in
     PART=bf16s bash "$0"
     decode_ab decpicks "256 4096" "64 16384" "256 16384" "64 65536"
     ;;
+  chunks)  # (PART=short's pack) the serving step's prefill budget (issue 11, item 5): a 16K prompt prefilled
+           # in chunks of 2,048 (cuda's default --prefill-chunk), 4,096, 8,192 and 16,384 tokens, twice each;
+           # the MoE takes W4A8 from 2,731 tokens a chunk (64 pairs an expert), wgmma below
+    for c in 2048 4096 8192 16384 2048 4096; do
+      echo "prefill 16384 chunk $c: $(timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+        --precision native --prompt 16384 --prefill-chunk $c --decode 2 2>&1 |
+        grep -oE 'prefill [0-9]+ tokens in [^;]*|activation workspace[^;]*|out of.*' | tr '\n' ' ')"
+    done
+    ;;
   short)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test", main with
           # wip/decode-picks merged) for a call of ~5 min: the mHC / fused / small-op cases (bf16 streams too)
           # and the attention cases, cuda_model_test with bf16 streams, the 4K prefill with f32 streams against
