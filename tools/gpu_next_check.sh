@@ -8,10 +8,14 @@
 #   FMAs at ~5 TFLOP/s).
 #   Then PART=decwgp and PART=decsmall (wip/decode-wgp: a decode batch's attention on attention_wgp from 8
 #   decode jobs a call; the cases pass, batch 256 16.9 -> 11.8 ms a step, 64 6.7 -> 5.4; merged).
-# Next: the decode batch converts every compressed entry of a job to f16 (1,024 at context 4,096 for 512
-#   picks; key_rows_f16_batch_kernel): converting only the rows a job reads (its picks, its window) would
-#   take most of that launch's bytes away at long contexts; the batch-256 step's routed experts (6.7 of 14.0
-#   ms profiled, 48%) and the head in three BF16 pieces (1.7 ms) are the next largest. Then:
+# Next first (written 2026-12-07, fourth session, after the device budget was spent): branch
+#   wip/decode-picks, the decode batch converting only the entries a CSA job reads (picks_compact_kernel lists
+#   them as query_keys does, F16Rows::picked maps entry slot c to row c), so the batch takes every decode job
+#   at any context (main keeps split_kv for CSA jobs past 4 x 512 entries). `git checkout wip/decode-picks`,
+#   build model_bench and cuda_ops_test, pack TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test", then
+#   PART=decpicks (~3 min; ptxas: no spills, the attention kernels' registers unchanged). Merge if the cases
+#   pass and it is no slower at 4K and faster at 16K and 64K. Then: the batch-256 step's routed experts (6.7 of
+#   14.0 ms profiled, 48%) and the head in three BF16 pieces (1.7 ms). Then:
 #   the W4A8 kernel's multiplying side: on main's Nsight Compute samples (layer 0's up, 2026-12-07) its warps
 #   wait for the chunk's wgmmas 14% of the time (wait<0> before the promotion, whose part registers the next
 #   chunk reuses) and for full stages 11%, the promotion's scale loads ~6%; two part sets for the tiles of
@@ -511,6 +515,22 @@ case ${PART:-fp8} in
         timeout 40 $d/bin/model_bench --preset flash --layers 1 --backend cuda --precision native --prompt 4096 \
         --decode 1 > "$OUT/tr_$v.log" 2>&1
       echo "[$v] rc $? $(python3 tools/trace_totals.py "$OUT/tr_$v.csv" 40 --calls 4 | grep -A1 -E 'moe_w4a8' | tr -s ' ' | tr '\n' ' ' | cut -c1-240)"
+    done
+    ;;
+  decpicks)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test", branch wip/decode-picks) the
+              # decode batch converting only a CSA job's picked entries: the attention cases (the long-context
+              # job now in the batch, its bits equal to its own mma64 launch), then decode at batch 64 and 256
+              # at contexts 4,096, 16,384 and 65,536 with the batch off and on its defaults
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaAttentions.*:Cases/CudaAttention.*' \
+      > "$OUT/decpicks_tests.log" 2>&1
+    echo "tests rc $?"; summary "$OUT/decpicks_tests.log"; grep -E '^decode batch of' "$OUT/decpicks_tests.log"
+    for v in "64 4096" "256 4096" "64 16384" "256 16384" "64 65536"; do
+      read -r b c <<< "$v"
+      for m in 1000000000 8; do
+        echo "decode batch $b context $c min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 120 $d/bin/model_bench \
+          --preset flash --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context $c --decode 8 2>&1 |
+          grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
+      done
     done
     ;;
   decwgp2)  # (PART=decwgp's pack, main with the entries' rule) the attention cases, then decode at batch 64 and
