@@ -57,6 +57,70 @@ struct AttnShape {
     int64_t T, rate, k;  // compressed entries, their rate, picks per query
 };
 
+// A step's decode queries of one shape in one attentions_stored call, native precision (CUDA runs 8 or more
+// together on attention_wgp, fewer on split_kv): 16 jobs, each with its own q and kv row and its own ring to
+// store into, the output rotated back, against the reference's default (attend, store, rotate) job by job.
+void decode_batch_case(ops::Backend& be, const std::vector<const ops::KernelVariant*>& cands,
+                       const AttnShape& c, const std::string& shape, int64_t terms, std::mt19937_64& rng,
+                       std::vector<ScreenRow>& rows) {
+    constexpr int64_t kJobs = 16;
+    const bool picks = c.mask == ops::CompMask::kPicks, comp = c.mask != ops::CompMask::kNone;
+    const int64_t H = c.H, hd = c.hd, T = std::max<int64_t>(c.T, 1), k = std::max<int64_t>(c.k, 1);
+    const int64_t half = std::min<int64_t>(32, hd / 2), ring_rows = c.window - 1;
+    Tensor q = host_tensor(DType::kF32, {kJobs, H, hd}), kv = host_tensor(DType::kF32, {kJobs, hd});
+    Tensor ring = host_tensor(DType::kF32, {ring_rows, hd}), entries = host_tensor(DType::kF32, {T, hd});
+    Tensor sinks = host_tensor(DType::kF32, {H}), pk = host_tensor(DType::kI32, {kJobs, k});
+    Tensor pos = host_tensor(DType::kI32, {kJobs}), inv = host_tensor(DType::kF32, {half});
+    Tensor out = host_tensor(DType::kF32, {kJobs, H, hd}),
+           stores = host_tensor(DType::kF32, {kJobs * ring_rows, hd});
+    for (Tensor* t : {&q, &kv, &ring, &entries}) fill_uniform(*t, rng, -1, 1);
+    fill_uniform(sinks, rng, -2, 2);
+    for (int64_t i = 0; i < kJobs * k; ++i)
+        pk.view().ptr<int32_t>()[i] = int32_t(int64_t(rng() % uint64_t(T + 1)) - 1);
+    for (int64_t j = 0; j < kJobs; ++j) pos.view().ptr<int32_t>()[j] = int32_t(c.pos0);
+    for (int64_t i = 0; i < half; ++i)
+        inv.view().ptr<float>()[i] = float(std::pow(10000.0, -double(i) / half));
+    auto call = [&](ops::Backend& b, const TensorView& qv, const TensorView& rv, const TensorView& kvv,
+                    const TensorView& cv, const TensorView& pv, const TensorView& sv, const TensorView& ov,
+                    const TensorView& store_rings, const TensorView& posv, const TensorView& invv) {
+        std::vector<ops::AttentionArgs> jobs;
+        std::vector<ops::WindowStoreArgs> st;
+        for (int64_t j = 0; j < kJobs; ++j) {
+            ops::AttentionArgs a;
+            a.f16 = true;
+            a.q = qv.rows(j, 1), a.ring = rv, a.kv = kvv.rows(j, 1), a.sinks = sv, a.out = ov.rows(j, 1);
+            if (comp) a.comp = cv.rows(0, c.T);
+            if (picks) a.picks = pv.rows(j, 1);
+            a.pos0 = c.pos0, a.n_cached = c.n_cached, a.window = c.window;
+            a.comp_mask = c.mask;
+            a.rate = c.rate;
+            a.scale = float(1.0 / std::sqrt(double(hd)));
+            jobs.push_back(a);
+            st.push_back({.kv = a.kv, .ring = store_rings.rows(j * ring_rows, ring_rows), .pos0 = c.pos0});
+        }
+        const ops::RopeArgs ro{
+            .x = ov, .positions = posv, .inv_freq = invv, .mscale = 1.25f, .inverse = true};
+        b.attentions_stored(jobs, st, ro, nullptr, nullptr);
+    };
+    call(*ops::make_ref_backend(), q.view(), ring.view(), kv.view(), entries.view(), pk.view(), sinks.view(),
+         out.view(), stores.view(), pos.view(), inv.view());
+    const std::vector<float> ref = floats_of(out);
+    const Buf qd = on_device(be, q), rd = on_device(be, ring), kd = on_device(be, kv),
+              cd = on_device(be, entries);
+    const Buf pd = on_device(be, pk), sd = on_device(be, sinks), posd = on_device(be, pos),
+              invd = on_device(be, inv);
+    const Buf stores_d = on_device(be, stores);
+    Tensor y(be.allocator(), DType::kF32, {kJobs, H, hd}), y1(be.allocator(), DType::kF32, {1, H, hd});
+    const RunFn run = [&](const TensorView& o) {
+        call(be, qd.v, rd.v, kd.v, cd.v, pd.v, sd.v, o, stores_d.v, posd.v, invd.v);
+    };
+    Compare cmp;
+    cmp.floor = kNativeAttentionFloor;
+    for (const ops::KernelVariant* v : cands)
+        rows.push_back(judge(be, *v, shape + fmt::format(", native, decode batch of {}", kJobs), ref, terms,
+                             y.view(), run, y1.view(), nullptr, cmp));
+}
+
 void attention_case(ops::Backend& be, const std::vector<const ops::KernelVariant*>& cands, const AttnShape& c,
                     std::mt19937_64& rng, std::vector<ScreenRow>& rows, bool native) {
     const bool picks = c.mask == ops::CompMask::kPicks, comp = c.mask != ops::CompMask::kNone;
@@ -105,7 +169,10 @@ void attention_case(ops::Backend& be, const std::vector<const ops::KernelVariant
     for (const ops::KernelVariant* v : cands)
         rows.push_back(judge(be, *v, shape + ", native", ref, terms, y.view(), run, y1.view(),
                              L > 1 ? one : nullptr, cmp));
-    if (L < 2) return;
+    if (L == 1) {
+        decode_batch_case(be, cands, c, shape, terms, rng, rows);
+        return;
+    }
     // A prefill chunk's layer tail as the model hands it over where the backend fuses it
     // (Backend::fuses_attention_tail; CUDA's attention_wgp norms and rotates q where it loads it and rotates
     // the output where it stores it): attentions_stored with a QueryPrep on raw q, against the reference's

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -213,11 +214,17 @@ class PlantedOps final : public test::RefForwarding {
                            std::span<const ops::WindowStoreArgs> stores, const ops::RopeArgs& out_rope,
                            const ops::QueryPrep* q_prep, const ops::ActQuantArgs* out_quant) override {
         auto it = active_.find("attention");
-        if (q_prep != nullptr && it != active_.end() && it->second == "wrong") {
+        const bool wrong_here = it != active_.end() && it->second == "wrong";
+        if (q_prep != nullptr && wrong_here) {
             ref().rope(q_prep->rope);
             q_prep = nullptr;
         }
         Backend::attentions_stored(jobs, stores, out_rope, q_prep, out_quant);
+        // and, handed several decode queries, gives the first the second's output (a batched launch reading
+        // the wrong job's row of its table)
+        const bool decodes = jobs.size() > 1 && std::all_of(jobs.begin(), jobs.end(),
+                                                            [](const auto& a) { return a.q.shape[0] == 1; });
+        if (wrong_here && decodes) std::memcpy(jobs[0].out.data, jobs[1].out.data, jobs[0].out.nbytes());
     }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
         ref().indexer_topk(a);
@@ -335,14 +342,17 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
     std::map<std::string, int> seen;
     // native attention's layer tail (attentions_stored with the queries prepared there): the exact variant's
     // rows, and the wrong variant's, which leaves the norm out there
-    int tail_rows = 0, wrong_tails = 0;
+    // and its decode batches (attentions_stored with 16 decode queries), where the wrong variant mixes up two
+    int tail_rows = 0, wrong_tails = 0, batch_rows = 0, wrong_batches = 0;
     for (const runtime::ScreenRow& r : rep.rows) {
         ++seen[r.op + "/" + r.variant];
         const bool tail = r.op == "attention" && r.shape.find("layer tail") != std::string::npos;
+        const bool batch = r.op == "attention" && r.shape.find("decode batch") != std::string::npos;
         tail_rows += tail && r.variant == "exact";
-        if (tail && r.variant == "wrong" && r.verdict.rfind("skip", 0) != 0) {
+        batch_rows += batch && r.variant == "exact";
+        if ((tail || batch) && r.variant == "wrong" && r.verdict.rfind("skip", 0) != 0) {
             EXPECT_EQ(r.verdict.rfind("fail: error", 0), 0u) << r.shape << ": " << r.verdict;
-            ++wrong_tails;
+            ++(tail ? wrong_tails : wrong_batches);
         }
         if (r.variant == "exact") {
             EXPECT_EQ(r.verdict, "pass") << r.op << " " << r.shape;
@@ -363,6 +373,8 @@ TEST(Screen, PlantedStatefulAndMhcVariantsOnTheModelShapes) {
     }
     EXPECT_GT(tail_rows, 0) << "no layer-tail rows";
     EXPECT_GT(wrong_tails, 0) << "no layer-tail row of the wrong variant was judged";
+    EXPECT_GT(batch_rows, 0) << "no decode-batch rows";
+    EXPECT_GT(wrong_batches, 0) << "no decode-batch row of the wrong variant was judged";
     for (const char* op : PlantedOps::kPlantedOps) {
         EXPECT_GT(seen[std::string(op) + "/wrong"], 0) << op << " was not screened";
         EXPECT_TRUE(rep.allow.allows(op, "exact")) << op;
