@@ -115,7 +115,8 @@ int run_bench(const Options& o) {
                                   {"prefill_tokens_per_s", to_json(p)},
                                   {"decode_tokens_per_s", to_json(d)},
                                   {"ms_per_step", to_json(m)},
-                                  {"state", state}};
+                                  {"state", state},
+                                  {"activation_bytes", lm->model->workspace_bytes()}};
         nlohmann::json out = j;
         if (prof) out["profile"] = {{"prefill", to_json(prefill_ops)}, {"decode", to_json(decode_ops)}};
         fmt::print("{}\n", out.dump(2));
@@ -132,7 +133,8 @@ int run_bench(const Options& o) {
     fmt::print("state per sequence: {:.1f} KiB fixed + {:.1f} B/token", double(ss.fixed_bytes) / 1024,
                ss.bytes_per_token);
     for (int64_t n : lengths) fmt::print("; {} tokens {:.2f} MiB", n, double(ss.bytes_for(n)) / 1048576.0);
-    fmt::print("\n");
+    fmt::print("\nactivations: {:.1f} MiB (the step arena, as large as the largest step needed)\n",
+               double(lm->model->workspace_bytes()) / 1048576.0);
     if (prof) {
         fmt::print("\nper-op time of the last run (every op synchronised), prefill of {} tokens:\n{}",
                    o.batch * o.prompt, ops::ProfileBackend::markdown_of(prefill_ops));

@@ -32,6 +32,10 @@ TEST(CliReports, BenchJsonHasEveryRunAndItsSpread) {
     EXPECT_EQ(j["decode_steps"], 3);
     EXPECT_EQ(j["model"]["layers"], fixture_config()["num_hidden_layers"]);
     EXPECT_EQ(j["model"]["hidden"], fixture_config()["hidden_size"]);
+    // the step arena after a 5-token prefill holds at least its residual streams (hc_mult x hidden f32 a
+    // token)
+    EXPECT_GE(j["activation_bytes"].get<int64_t>(), 5 * 4 * fixture_config()["hidden_size"].get<int64_t>() *
+                                                        fixture_config()["hc_mult"].get<int64_t>());
     for (const char* m : {"prefill_tokens_per_s", "decode_tokens_per_s", "ms_per_step"}) {
         const nlohmann::json& s = j[m];
         ASSERT_EQ(s["runs"].size(), 3u) << m;
