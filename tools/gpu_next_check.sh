@@ -135,6 +135,21 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
+# The attention cases into $OUT/$1_tests.log, then decode steps (4 layers, native) at each "batch context" of
+# the rest with the decode batch off (split_kv) and on its default threshold.
+decode_ab() {
+  local name=$1; shift
+  timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaAttentions.*:Cases/CudaAttention.*' > "$OUT/${name}_tests.log" 2>&1
+  echo "tests rc $?"; summary "$OUT/${name}_tests.log"; grep -E '^decode batch of' "$OUT/${name}_tests.log"
+  for v in "$@"; do
+    read -r b c <<< "$v"
+    for m in 1000000000 8; do
+      echo "decode batch $b context $c min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 120 $d/bin/model_bench \
+        --preset flash --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context $c --decode 8 2>&1 |
+        grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
+    done
+  done
+}
 # moe_rows PROMPT V: the 4-layer prefill's moe and total rows with V set ("-": the defaults; else "NAME=VALUE
 # ...")
 moe_rows() {
@@ -521,31 +536,11 @@ case ${PART:-fp8} in
               # decode batch converting only a CSA job's picked entries: the attention cases (the long-context
               # job now in the batch, its bits equal to its own mma64 launch), then decode at batch 64 and 256
               # at contexts 4,096, 16,384 and 65,536 with the batch off and on its defaults
-    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaAttentions.*:Cases/CudaAttention.*' \
-      > "$OUT/decpicks_tests.log" 2>&1
-    echo "tests rc $?"; summary "$OUT/decpicks_tests.log"; grep -E '^decode batch of' "$OUT/decpicks_tests.log"
-    for v in "64 4096" "256 4096" "64 16384" "256 16384" "64 65536"; do
-      read -r b c <<< "$v"
-      for m in 1000000000 8; do
-        echo "decode batch $b context $c min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 120 $d/bin/model_bench \
-          --preset flash --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context $c --decode 8 2>&1 |
-          grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
-      done
-    done
+    decode_ab decpicks "64 4096" "256 4096" "64 16384" "256 16384" "64 65536"
     ;;
   decwgp2)  # (PART=decwgp's pack, main with the entries' rule) the attention cases, then decode at batch 64 and
              # 256 at contexts 4,096 and 16,384 with the batch off and on its defaults
-    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaAttentions.*:Cases/CudaAttention.*' \
-      > "$OUT/decwgp2_tests.log" 2>&1
-    echo "tests rc $?"; summary "$OUT/decwgp2_tests.log"; grep -E '^decode batch of' "$OUT/decwgp2_tests.log"
-    for v in "64 4096" "64 16384" "256 16384"; do
-      read -r b c <<< "$v"
-      for m in 1000000000 8; do
-        echo "decode batch $b context $c min $m: $(DEEPINFER_ATTN_DECODE_WGP_MIN=$m timeout 120 $d/bin/model_bench \
-          --preset flash --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context $c --decode 8 2>&1 |
-          grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
-      done
-    done
+    decode_ab decwgp2 "64 4096" "64 16384" "256 16384"
     ;;
   final4)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test", main) the
             # merged session: the whole-model GPU tests, the attention, determinism, state and fused cases, the

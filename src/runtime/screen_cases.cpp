@@ -57,6 +57,30 @@ struct AttnShape {
     int64_t T, rate, k;  // compressed entries, their rate, picks per query
 };
 
+// The case's call on these views (picks: a row for each query of q), f16 the native precision's permission.
+ops::AttentionArgs case_args(const AttnShape& c, bool f16, const TensorView& q, const TensorView& ring,
+                             const TensorView& kv, const TensorView& comp, const TensorView& picks,
+                             const TensorView& sinks, const TensorView& out) {
+    ops::AttentionArgs a;
+    a.f16 = f16;
+    a.q = q, a.ring = ring, a.kv = kv, a.sinks = sinks, a.out = out;
+    if (c.mask != ops::CompMask::kNone) a.comp = comp.rows(0, c.T);
+    if (c.mask == ops::CompMask::kPicks) a.picks = picks;
+    a.pos0 = c.pos0, a.n_cached = c.n_cached, a.window = c.window;
+    a.comp_mask = c.mask;
+    a.rate = c.rate;
+    a.scale = float(1.0 / std::sqrt(double(q.shape[2])));
+    return a;
+}
+
+// The rotation's inverse frequencies of the layer-tail and decode-batch cases: `half` pairs, base 10,000.
+Tensor tail_inv_freq(int64_t half) {
+    Tensor inv = host_tensor(DType::kF32, {half});
+    for (int64_t i = 0; i < half; ++i)
+        inv.view().ptr<float>()[i] = float(std::pow(10000.0, -double(i) / half));
+    return inv;
+}
+
 // A step's decode queries of one shape in one attentions_stored call, native precision (CUDA runs 8 or more
 // together on attention_wgp, fewer on split_kv): 16 jobs, each with its own q and kv row and its own ring to
 // store into, the output rotated back, against the reference's default (attend, store, rotate) job by job.
@@ -64,13 +88,12 @@ void decode_batch_case(ops::Backend& be, const std::vector<const ops::KernelVari
                        const AttnShape& c, const std::string& shape, int64_t terms, std::mt19937_64& rng,
                        std::vector<ScreenRow>& rows) {
     constexpr int64_t kJobs = 16;
-    const bool picks = c.mask == ops::CompMask::kPicks, comp = c.mask != ops::CompMask::kNone;
     const int64_t H = c.H, hd = c.hd, T = std::max<int64_t>(c.T, 1), k = std::max<int64_t>(c.k, 1);
-    const int64_t half = std::min<int64_t>(32, hd / 2), ring_rows = c.window - 1;
+    const int64_t ring_rows = c.window - 1;
     Tensor q = host_tensor(DType::kF32, {kJobs, H, hd}), kv = host_tensor(DType::kF32, {kJobs, hd});
     Tensor ring = host_tensor(DType::kF32, {ring_rows, hd}), entries = host_tensor(DType::kF32, {T, hd});
     Tensor sinks = host_tensor(DType::kF32, {H}), pk = host_tensor(DType::kI32, {kJobs, k});
-    Tensor pos = host_tensor(DType::kI32, {kJobs}), inv = host_tensor(DType::kF32, {half});
+    Tensor pos = host_tensor(DType::kI32, {kJobs}), inv = tail_inv_freq(std::min<int64_t>(32, hd / 2));
     Tensor out = host_tensor(DType::kF32, {kJobs, H, hd}),
            stores = host_tensor(DType::kF32, {kJobs * ring_rows, hd});
     for (Tensor* t : {&q, &kv, &ring, &entries}) fill_uniform(*t, rng, -1, 1);
@@ -78,24 +101,15 @@ void decode_batch_case(ops::Backend& be, const std::vector<const ops::KernelVari
     for (int64_t i = 0; i < kJobs * k; ++i)
         pk.view().ptr<int32_t>()[i] = int32_t(int64_t(rng() % uint64_t(T + 1)) - 1);
     for (int64_t j = 0; j < kJobs; ++j) pos.view().ptr<int32_t>()[j] = int32_t(c.pos0);
-    for (int64_t i = 0; i < half; ++i)
-        inv.view().ptr<float>()[i] = float(std::pow(10000.0, -double(i) / half));
     auto call = [&](ops::Backend& b, const TensorView& qv, const TensorView& rv, const TensorView& kvv,
                     const TensorView& cv, const TensorView& pv, const TensorView& sv, const TensorView& ov,
                     const TensorView& store_rings, const TensorView& posv, const TensorView& invv) {
         std::vector<ops::AttentionArgs> jobs;
         std::vector<ops::WindowStoreArgs> st;
         for (int64_t j = 0; j < kJobs; ++j) {
-            ops::AttentionArgs a;
-            a.f16 = true;
-            a.q = qv.rows(j, 1), a.ring = rv, a.kv = kvv.rows(j, 1), a.sinks = sv, a.out = ov.rows(j, 1);
-            if (comp) a.comp = cv.rows(0, c.T);
-            if (picks) a.picks = pv.rows(j, 1);
-            a.pos0 = c.pos0, a.n_cached = c.n_cached, a.window = c.window;
-            a.comp_mask = c.mask;
-            a.rate = c.rate;
-            a.scale = float(1.0 / std::sqrt(double(hd)));
-            jobs.push_back(a);
+            jobs.push_back(
+                case_args(c, true, qv.rows(j, 1), rv, kvv.rows(j, 1), cv, pv.rows(j, 1), sv, ov.rows(j, 1)));
+            const ops::AttentionArgs& a = jobs.back();
             st.push_back({.kv = a.kv, .ring = store_rings.rows(j * ring_rows, ring_rows), .pos0 = c.pos0});
         }
         const ops::RopeArgs ro{
@@ -123,7 +137,7 @@ void decode_batch_case(ops::Backend& be, const std::vector<const ops::KernelVari
 
 void attention_case(ops::Backend& be, const std::vector<const ops::KernelVariant*>& cands, const AttnShape& c,
                     std::mt19937_64& rng, std::vector<ScreenRow>& rows, bool native) {
-    const bool picks = c.mask == ops::CompMask::kPicks, comp = c.mask != ops::CompMask::kNone;
+    const bool picks = c.mask == ops::CompMask::kPicks;
     const int64_t L = c.L, H = c.H, hd = c.hd, T = std::max<int64_t>(c.T, 1), k = std::max<int64_t>(c.k, 1);
     Tensor q = host_tensor(DType::kF32, {L, H, hd}), ring = host_tensor(DType::kF32, {c.window - 1, hd});
     Tensor kv = host_tensor(DType::kF32, {L, hd}), entries = host_tensor(DType::kF32, {T, hd});
@@ -135,18 +149,8 @@ void attention_case(ops::Backend& be, const std::vector<const ops::KernelVariant
         pk.view().ptr<int32_t>()[i] = int32_t(int64_t(rng() % uint64_t(T + 1)) - 1);
     bool f16 = false;  // the native precision's permission (AttentionArgs::f16)
     auto args = [&](const TensorView& qv, const TensorView& rv, const TensorView& kvv, const TensorView& cv,
-                    const TensorView& pv, const TensorView& sv, const TensorView& ov) {
-        ops::AttentionArgs a;
-        a.f16 = f16;
-        a.q = qv, a.ring = rv, a.kv = kvv, a.sinks = sv, a.out = ov;
-        if (comp) a.comp = cv.rows(0, c.T);
-        if (picks) a.picks = pv;
-        a.pos0 = c.pos0, a.n_cached = c.n_cached, a.window = c.window;
-        a.comp_mask = c.mask;
-        a.rate = c.rate;
-        a.scale = float(1.0 / std::sqrt(double(hd)));
-        return a;
-    };
+                    const TensorView& pv, const TensorView& sv,
+                    const TensorView& ov) { return case_args(c, f16, qv, rv, kvv, cv, pv, sv, ov); };
     ops::make_ref_backend()->attention(
         args(q.view(), ring.view(), kv.view(), entries.view(), pk.view(), sinks.view(), out.view()));
     const std::vector<float> ref = floats_of(out);
@@ -178,11 +182,8 @@ void attention_case(ops::Backend& be, const std::vector<const ops::KernelVariant
     // the output where it stores it): attentions_stored with a QueryPrep on raw q, against the reference's
     // default (q's norm and rope, the attention, the output's inverse rope). Each run starts from the raw q
     // (a backend may prepare q in place) and stores kv into a ring of its own.
-    const int64_t half = std::min<int64_t>(32, hd / 2);
-    Tensor pos = host_tensor(DType::kI32, {L}), inv = host_tensor(DType::kF32, {half});
+    Tensor pos = host_tensor(DType::kI32, {L}), inv = tail_inv_freq(std::min<int64_t>(32, hd / 2));
     for (int64_t t = 0; t < L; ++t) pos.view().ptr<int32_t>()[t] = int32_t(c.pos0 + t);
-    for (int64_t i = 0; i < half; ++i)
-        inv.view().ptr<float>()[i] = float(std::pow(10000.0, -double(i) / half));
     const float mscale = 1.25f, eps = 1e-6f;
     auto tail = [&](ops::Backend& b, const TensorView& qv, const TensorView& rv, const TensorView& kvv,
                     const TensorView& cv, const TensorView& pv, const TensorView& sv, const TensorView& ov,

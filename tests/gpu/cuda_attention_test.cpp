@@ -22,6 +22,39 @@ const std::vector<AttnCase> kAttn = ops::cases::attention_cases(ops::cases::kCud
 
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 
+// A job of the batched attention tests: L queries from pos0 over T compressed entries at `rate`, k picks a
+// query where mask is kPicks.
+struct AttnJob {
+    int64_t L, pos0, T, rate, k;
+    ops::CompMask mask;
+};
+
+TensorView side(const Pair& p, bool device) { return device ? p.dv() : p.hv(); }
+
+// The job's entries [max(T, 1), hd] (uniform) and picks [L, max(k, 1)] (-1s and repeats, as the op allows),
+// uploaded.
+void fill_entries(const AttnJob& j, int64_t hd, Pair& comp, Pair& picks) {
+    comp = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
+    picks = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)});
+    fill_uniform(comp);
+    for (int64_t e = 0; e < picks.hv().numel(); ++e)
+        picks.hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
+    picks.upload();
+}
+
+// The job's call (its device views where `device`): q, kv and out its rows, the rest its own.
+ops::AttentionArgs job_args(const AttnJob& j, bool device, const TensorView& q, const TensorView& kv,
+                            const TensorView& out, const Pair& ring, const Pair& comp, const Pair& picks,
+                            const Pair& sinks, int64_t window, bool f16) {
+    ops::AttentionArgs a;
+    a.q = q, a.kv = kv, a.out = out, a.ring = side(ring, device), a.sinks = side(sinks, device);
+    if (j.mask != ops::CompMask::kNone) a.comp = side(comp, device);
+    if (j.mask == ops::CompMask::kPicks) a.picks = side(picks, device);
+    a.pos0 = j.pos0, a.n_cached = std::min(j.pos0, window - 1), a.window = window, a.comp_mask = j.mask;
+    a.rate = j.rate, a.scale = 1.0f / std::sqrt(float(q.shape[2])), a.f16 = f16;
+    return a;
+}
+
 // Tolerance: the table's kAttentionCuda (f32 online softmax vs double two-pass, hd 512 dot products in f32)
 TEST_P(CudaAttention, MatchesRef) {
     SKIP_WITHOUT_GPU();
@@ -94,10 +127,7 @@ TEST(CudaAttentions, BatchedEqualsEachAlone) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
     const int64_t H = 64, hd = 512, window = 128;
-    struct Job {
-        int64_t L, pos0, T, rate, k;
-        ops::CompMask mask;
-    };
+    using Job = AttnJob;
     const Job spec[] = {
         {1, 10, 0, 1, 0, ops::CompMask::kNone},          {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
         {1, 4000, 1000, 4, 512, ops::CompMask::kPicks},  {3, 500, 4, 128, 0, ops::CompMask::kCausal},
@@ -109,25 +139,13 @@ TEST(CudaAttentions, BatchedEqualsEachAlone) {
     for (size_t i = 0; i < n; ++i) {
         const Job& j = spec[i];
         q[i] = Pair(DType::kF32, {j.L, H, hd}), ring[i] = Pair(DType::kF32, {window - 1, hd});
-        kv[i] = Pair(DType::kF32, {j.L, hd}), comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
-        picks[i] = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)}),
-        out[i] = Pair(DType::kF32, {j.L, H, hd});
-        fill_uniform(q[i]), fill_uniform(ring[i]), fill_uniform(kv[i]), fill_uniform(comp[i]);
-        for (int64_t e = 0; e < picks[i].hv().numel(); ++e)
-            picks[i].hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
-        picks[i].upload();
+        kv[i] = Pair(DType::kF32, {j.L, hd}), out[i] = Pair(DType::kF32, {j.L, H, hd});
+        fill_uniform(q[i]), fill_uniform(ring[i]), fill_uniform(kv[i]);
+        fill_entries(j, hd, comp[i], picks[i]);
     }
     auto args = [&](size_t i, bool d) {
-        const Job& j = spec[i];
-        ops::AttentionArgs a;
-        a.q = d ? q[i].dv() : q[i].hv(), a.ring = d ? ring[i].dv() : ring[i].hv(),
-        a.kv = d ? kv[i].dv() : kv[i].hv();
-        if (j.mask != ops::CompMask::kNone) a.comp = d ? comp[i].dv() : comp[i].hv();
-        if (j.mask == ops::CompMask::kPicks) a.picks = d ? picks[i].dv() : picks[i].hv();
-        a.sinks = d ? sinks.dv() : sinks.hv(), a.out = d ? out[i].dv() : out[i].hv();
-        a.pos0 = j.pos0, a.n_cached = std::min(j.pos0, window - 1), a.window = window, a.comp_mask = j.mask;
-        a.rate = j.rate, a.scale = 1.0f / std::sqrt(float(hd));
-        return a;
+        return job_args(spec[i], d, side(q[i], d), side(kv[i], d), side(out[i], d), ring[i], comp[i],
+                        picks[i], sinks, window, false);
     };
     std::vector<std::vector<float>> alone(n);
     for (size_t i = 0; i < n; ++i) {
@@ -175,10 +193,7 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
     const int64_t H = 64, hd = 512, window = 128, half = 32;
-    struct Job {
-        int64_t L, pos0, T, rate, k;
-        ops::CompMask mask;
-    };
+    using Job = AttnJob;
     const Job spec[] = {{1, 10, 0, 1, 0, ops::CompMask::kNone},
                         {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
                         {3, 500, 4, 128, 0, ops::CompMask::kCausal},
@@ -200,12 +215,7 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
         fill_uniform(ring[i]);
         std::memcpy(ring_fused[i].hv().data, ring[i].hv().data, ring[i].hv().nbytes());
         ring_fused[i].upload();
-        comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
-        picks[i] = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)});
-        fill_uniform(comp[i]);
-        for (int64_t e = 0; e < picks[i].hv().numel(); ++e)
-            picks[i].hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
-        picks[i].upload();
+        fill_entries(j, hd, comp[i], picks[i]);
     }
     pos.upload();
     // where: 0 the reference (host), 1 the parts, 2 the fused tail
@@ -216,16 +226,10 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
         std::vector<ops::WindowStoreArgs> stores;
         for (size_t i = 0; i < n; ++i) {
             const Job& j = spec[i];
-            const Pair& r = where == 2 ? ring_fused[i] : ring[i];
-            ops::AttentionArgs a;
-            a.q = (d ? q.dv() : q.hv()).rows(row0[i], j.L), a.ring = d ? r.dv() : r.hv();
-            a.kv = (d ? kv.dv() : kv.hv()).rows(row0[i], j.L);
-            if (j.mask != ops::CompMask::kNone) a.comp = d ? comp[i].dv() : comp[i].hv();
-            if (j.mask == ops::CompMask::kPicks) a.picks = d ? picks[i].dv() : picks[i].hv();
-            a.sinks = d ? sinks.dv() : sinks.hv(), a.out = (d ? o.dv() : o.hv()).rows(row0[i], j.L);
-            a.pos0 = j.pos0, a.n_cached = std::min(j.pos0, window - 1), a.window = window,
-            a.comp_mask = j.mask;
-            a.rate = j.rate, a.scale = 1.0f / std::sqrt(float(hd));
+            const ops::AttentionArgs a =
+                job_args(j, d, side(q, d).rows(row0[i], j.L), side(kv, d).rows(row0[i], j.L),
+                         side(o, d).rows(row0[i], j.L), where == 2 ? ring_fused[i] : ring[i], comp[i],
+                         picks[i], sinks, window, false);
             jobs.push_back(a);
             stores.push_back({a.kv, a.ring, j.pos0});
         }
@@ -269,14 +273,11 @@ TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
     const int64_t H = 64, hd = 512, window = 128, half = 32, n = 41, batch = 40;  // and the long one
-    struct Job {
-        int64_t pos0, T, rate, k;
-        ops::CompMask mask;
-    };
-    const Job kinds[] = {{10, 0, 1, 0, ops::CompMask::kNone},
-                         {1000, 7, 128, 0, ops::CompMask::kCausal},
-                         {4000, 1000, 4, 512, ops::CompMask::kPicks},
-                         {300, 0, 1, 0, ops::CompMask::kNone}};
+    using Job = AttnJob;
+    const Job kinds[] = {{1, 10, 0, 1, 0, ops::CompMask::kNone},
+                         {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
+                         {1, 4000, 1000, 4, 512, ops::CompMask::kPicks},
+                         {1, 300, 0, 1, 0, ops::CompMask::kNone}};
     std::vector<Job> spec;
     for (int64_t i = 0; i < batch; ++i) {
         Job j = kinds[i % 4];
@@ -284,7 +285,7 @@ TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
         spec.push_back(j);
     }
     // a CSA query at a 13,000-token context: the batch converts only its picks of the 3,250 entries
-    spec.push_back({13000, 3250, 4, 512, ops::CompMask::kPicks});
+    spec.push_back({1, 13000, 3250, 4, 512, ops::CompMask::kPicks});
     Pair q(DType::kF32, {n, H, hd}), kv(DType::kF32, {n, hd}), sinks(DType::kF32, {H});
     Pair pos(DType::kI32, {n}), inv(DType::kF32, {half});
     Pair o_split(DType::kF32, {n, H, hd}), o_wgp(DType::kF32, {n, H, hd}), o_alone(DType::kF32, {n, H, hd});
@@ -298,12 +299,7 @@ TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
         fill_uniform(ring[i]);
         for (Pair* c : {&ring_wgp[i], &ring_alone[i]})
             std::memcpy(c->hv().data, ring[i].hv().data, ring[i].hv().nbytes()), c->upload();
-        comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
-        picks[i] = Pair(DType::kI32, {1, std::max<int64_t>(j.k, 1)});
-        fill_uniform(comp[i]);
-        for (int64_t e = 0; e < picks[i].hv().numel(); ++e)
-            picks[i].hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
-        picks[i].upload();
+        fill_entries(j, hd, comp[i], picks[i]);
     }
     pos.upload();
     // where: 0 the reference (host), 1 split_kv (the threshold out of reach), 2 the decode batch on
@@ -315,16 +311,12 @@ TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
         std::vector<ops::WindowStoreArgs> stores;
         for (int64_t i = 0; i < n; ++i) {
             const Job& j = spec[size_t(i)];
-            const Pair& r = where == 2 ? ring_wgp[i] : where == 3 ? ring_alone[i] : ring[i];
-            ops::AttentionArgs a;
-            a.q = (d ? q.dv() : q.hv()).rows(i, 1), a.ring = d ? r.dv() : r.hv();
-            a.kv = (d ? kv.dv() : kv.hv()).rows(i, 1);
-            if (j.mask != ops::CompMask::kNone) a.comp = d ? comp[i].dv() : comp[i].hv();
-            if (j.mask == ops::CompMask::kPicks) a.picks = d ? picks[i].dv() : picks[i].hv();
-            a.sinks = d ? sinks.dv() : sinks.hv(), a.out = (d ? o.dv() : o.hv()).rows(i, 1);
-            a.pos0 = j.pos0, a.n_cached = std::min(j.pos0, window - 1), a.window = window,
-            a.comp_mask = j.mask;
-            a.rate = j.rate, a.scale = 1.0f / std::sqrt(float(hd)), a.f16 = true;
+            const ops::AttentionArgs a =
+                job_args(j, d, side(q, d).rows(i, 1), side(kv, d).rows(i, 1), side(o, d).rows(i, 1),
+                         where == 2   ? ring_wgp[i]
+                         : where == 3 ? ring_alone[i]
+                                      : ring[i],
+                         comp[i], picks[i], sinks, window, true);
             jobs.push_back(a);
             stores.push_back({a.kv, a.ring, j.pos0});
         }
@@ -390,10 +382,7 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
     auto& b = backends();
     const int64_t H = 64, hd = 512, window = 128, half = 32;
     const float eps = 1e-6f, mscale = 1.25f;
-    struct Job {
-        int64_t L, pos0, T, rate, k;
-        ops::CompMask mask;
-    };
+    using Job = AttnJob;
     const Job spec[] = {
         {40, 0, 0, 1, 0, ops::CompMask::kNone},       {24, 300, 2, 128, 0, ops::CompMask::kCausal},
         {20, 900, 225, 4, 64, ops::CompMask::kPicks}, {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
@@ -427,12 +416,7 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
         fill_uniform(ring[i]);
         for (Pair* c : {&ring_fused[i], &ring_quant[i]})
             std::memcpy(c->hv().data, ring[i].hv().data, ring[i].hv().nbytes()), c->upload();
-        comp[i] = Pair(DType::kF32, {std::max<int64_t>(j.T, 1), hd});
-        picks[i] = Pair(DType::kI32, {j.L, std::max<int64_t>(j.k, 1)});
-        fill_uniform(comp[i]);
-        for (int64_t e = 0; e < picks[i].hv().numel(); ++e)
-            picks[i].hv().ptr<int32_t>()[e] = int32_t(int64_t(rng()() % uint32_t(j.T + 1)) - 1);
-        picks[i].upload();
+        fill_entries(j, hd, comp[i], picks[i]);
     }
     pos.upload();
     // where: 0 the reference (host), 1 the parts (q prepared beforehand), 2 the fused tail, 3 the fused tail
@@ -445,16 +429,13 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
         std::vector<ops::WindowStoreArgs> stores;
         for (size_t i = 0; i < n; ++i) {
             const Job& j = spec[i];
-            const Pair& r = where == 2 ? ring_fused[i] : where == 3 ? ring_quant[i] : ring[i];
-            ops::AttentionArgs a;
-            a.q = (d ? qq.dv() : qq.hv()).rows(row0[i], j.L), a.ring = d ? r.dv() : r.hv();
-            a.kv = (d ? kv.dv() : kv.hv()).rows(row0[i], j.L);
-            if (j.mask != ops::CompMask::kNone) a.comp = d ? comp[i].dv() : comp[i].hv();
-            if (j.mask == ops::CompMask::kPicks) a.picks = d ? picks[i].dv() : picks[i].hv();
-            a.sinks = d ? sinks.dv() : sinks.hv(), a.out = (d ? o.dv() : o.hv()).rows(row0[i], j.L);
-            a.pos0 = j.pos0, a.n_cached = std::min(j.pos0, window - 1), a.window = window,
-            a.comp_mask = j.mask;
-            a.rate = j.rate, a.scale = 1.0f / std::sqrt(float(hd)), a.f16 = true;
+            const ops::AttentionArgs a =
+                job_args(j, d, side(qq, d).rows(row0[i], j.L), side(kv, d).rows(row0[i], j.L),
+                         side(o, d).rows(row0[i], j.L),
+                         where == 2   ? ring_fused[i]
+                         : where == 3 ? ring_quant[i]
+                                      : ring[i],
+                         comp[i], picks[i], sinks, window, true);
             jobs.push_back(a);
             stores.push_back({a.kv, a.ring, j.pos0});
         }

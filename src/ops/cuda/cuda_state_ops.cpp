@@ -334,6 +334,14 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
     const bool qp_fusable = q_prep != nullptr && query_prep_fused_enabled() &&
                             q_prep->rope.x.dtype == DType::kF32 && q_prep->rope.positions.is_contiguous() &&
                             q_prep->rope.inv_freq.is_contiguous();
+    // the output rotated where job i's kernel stores it (rope's products)
+    const auto rotate_out = [&](cuda::AttentionParams& p, size_t i) {
+        p.rope_pos = out_rope.positions.ptr<int32_t>() + r0[i];
+        p.rope_inv_freq = f32(out_rope.inv_freq);
+        p.rope_half = half;
+        p.rope_mscale = out_rope.mscale;
+        p.rope_inverse = out_rope.inverse;
+    };
     std::vector<std::pair<cuda::AttentionParams, int>> calls;
     std::vector<RmsNormArgs> rest_norms;  // the queries of jobs whose kernel does not prepare them
     std::vector<RopeArgs> rest_q;
@@ -342,11 +350,7 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         bool prepared = false;
         if (kAttentionEnum[v] == cuda::AttentionVariant::kMma64) {
             cuda::AttentionParams f = p;  // the output's rotation, and the queries' preparation
-            f.rope_pos = out_rope.positions.ptr<int32_t>() + r0[i];
-            f.rope_inv_freq = f32(out_rope.inv_freq);
-            f.rope_half = half;
-            f.rope_mscale = out_rope.mscale;
-            f.rope_inverse = out_rope.inverse;
+            rotate_out(f, i);
             if (qp_fusable) {
                 const RopeArgs& qr = q_prep->rope;
                 f.qp_pos = qr.positions.ptr<int32_t>() + rq[i];
@@ -378,9 +382,10 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
     rms_norm_ropes(rest_norms, rest_q);  // before any job's attention
     // the decode jobs the warpgroup kernel takes, on it where the call holds enough of them
     // (attention_decode.h)
-    int64_t decodes = 0;
-    for (const auto& [p, v] : calls) decodes += cuda::attention_decode_wgp_takes(p);
-    const bool decode_wgp = decodes >= cuda::attention_decode_wgp_min() && attention_v_.dispatches(0);
+    std::vector<char> to_wgp(calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) to_wgp[i] = cuda::attention_decode_wgp_takes(calls[i].first);
+    const bool decode_wgp = std::count(to_wgp.begin(), to_wgp.end(), 1) >= cuda::attention_decode_wgp_min() &&
+                            attention_v_.dispatches(0);
     std::vector<cuda::AttentionParams> batch, wgp;
     std::vector<WindowStoreArgs> rest_stores;
     std::vector<RopeArgs> rest_ropes;
@@ -389,12 +394,8 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         const AttentionArgs& a = jobs[i];
         const WindowStoreArgs& st = stores[i];
         auto [p, v] = calls[i];
-        if (decode_wgp && cuda::attention_decode_wgp_takes(p)) {  // rotated where stored; rings stored after
-            p.rope_pos = out_rope.positions.ptr<int32_t>() + r0[i];
-            p.rope_inv_freq = f32(out_rope.inv_freq);
-            p.rope_half = half;
-            p.rope_mscale = out_rope.mscale;
-            p.rope_inverse = out_rope.inverse;
+        if (decode_wgp && to_wgp[i]) {  // the rings stored after every job read its own
+            rotate_out(p, i);
             wgp.push_back(p);
             rest_stores.push_back(st);
             attention_v_.count_dispatch(v, -1), attention_v_.count_dispatch(0);  // mma64's, not v's
@@ -409,11 +410,7 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
             p.store_ring = f32m(st.ring);
             p.store_ld = ld(st.ring);
             p.store_len = st.ring.shape[0];
-            p.rope_pos = out_rope.positions.ptr<int32_t>() + r0[i];
-            p.rope_inv_freq = f32(out_rope.inv_freq);
-            p.rope_half = half;
-            p.rope_mscale = out_rope.mscale;
-            p.rope_inverse = out_rope.inverse;
+            rotate_out(p, i);
             batch.push_back(p);
             continue;
         }
