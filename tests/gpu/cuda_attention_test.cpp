@@ -263,15 +263,16 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
 }
 
 // attentions_stored(), native precision, 40 decode jobs (sliding, HCA, CSA with 512 picks of 1,000 entries)
-// and a CSA job at a long context: from attention_decode_wgp_min() decode jobs a call runs those it takes on
-// attention_wgp in one launch pair (the output rotated where it is stored, the rings stored after) and the
-// long one on split_kv. The batch's output equals the same jobs forced onto mma64 one at a time and then
-// rotated (the same kernel body) bit for bit, and the reference within the native tolerance; below the
-// threshold split_kv runs them all (within the native tolerance too); the rings exact.
+// and a CSA job at a long context (3,250 entries): from attention_decode_wgp_min() decode jobs a call runs
+// them on attention_wgp in three launches (the picked entries listed, the key rows converted, a block a job;
+// the output rotated where it is stored, the rings stored after), a job with picks converting only the
+// entries it reads. The batch's output equals the same jobs forced onto mma64 one at a time (which convert
+// every entry) and then rotated bit for bit, and the reference within the native tolerance; below the
+// threshold split_kv runs them (within the native tolerance too); the rings exact.
 TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
     SKIP_WITHOUT_GPU();
     auto& b = backends();
-    const int64_t H = 64, hd = 512, window = 128, half = 32, n = 41, batch = 40;
+    const int64_t H = 64, hd = 512, window = 128, half = 32, n = 41, batch = 40;  // and the long one
     using Job = AttnJob;
     const Job kinds[] = {{1, 10, 0, 1, 0, ops::CompMask::kNone},
                          {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
@@ -283,8 +284,7 @@ TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
         j.pos0 += i;
         spec.push_back(j);
     }
-    // a CSA query at a 13,000-token context: 3,250 entries for its 512 picks, which the batch would convert
-    // every one of, so split_kv takes it
+    // a CSA query at a 13,000-token context: the batch converts only its picks of the 3,250 entries
     spec.push_back({1, 13000, 3250, 4, 512, ops::CompMask::kPicks});
     Pair q(DType::kF32, {n, H, hd}), kv(DType::kF32, {n, hd}), sinks(DType::kF32, {H});
     Pair pos(DType::kI32, {n}), inv(DType::kF32, {half});
@@ -345,12 +345,12 @@ TEST(CudaAttentions, DecodeBatchOnWarpgroups) {
                   split = b.gpu->dispatch_count("attention", "split_kv");
     calls(2);
     EXPECT_EQ(cuda::attention_decode_wgp_launches(), launches + 1) << "the decode batch did not run";
-    EXPECT_EQ(b.gpu->dispatch_count("attention", "mma64"), mma64 + batch);
-    EXPECT_EQ(b.gpu->dispatch_count("attention", "split_kv"), split + 1) << "the long CSA query";
+    EXPECT_EQ(b.gpu->dispatch_count("attention", "mma64"), mma64 + n);
+    EXPECT_EQ(b.gpu->dispatch_count("attention", "split_kv"), split);
     calls(3);
     {
         const std::vector<float> w = o_wgp.device_f32(), a = o_alone.device_f32();
-        EXPECT_EQ(0, std::memcmp(w.data(), a.data(), size_t(batch * H * hd) * sizeof(float)))
+        EXPECT_EQ(0, std::memcmp(w.data(), a.data(), w.size() * sizeof(float)))
             << "the batch's output differs from each job's own launch";
     }
     calls(0);  // the host copies of o_split and ring now hold the reference

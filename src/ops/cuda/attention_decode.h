@@ -17,10 +17,12 @@ namespace di::cuda {
 // batch 1 1.3 / 1.4, 4 2.2 / 2.2, 8 2.7 / 2.6, 16 3.4 / 3.2, 64 6.7 / 5.4, 256 16.9 / 11.8.
 inline constexpr int64_t kAttentionDecodeWgpMinJobs = 8;
 
-// Whether the batched kernel takes the call (one query; f16; no prepared queries or quantised output; with
-// picks, at most four times as many entries as picks: it converts every entry).
+// Whether the batched kernel takes the call (one query; f16; no prepared queries or quantised output). A job
+// with picks has only the entries it reads converted (a first launch lists them), so its conversion does not
+// grow with the context.
 bool attention_decode_wgp_takes(const AttentionParams& p);
-// The calls (each taken) in one conversion launch and one attention launch (scratch slot 4).
+// The calls (each taken) in one conversion launch and one attention launch, after one that lists the picked
+// entries where a job has picks (scratch slot 4).
 void launch_attention_decode_wgp(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s);
 // The fewest decode jobs a call sends there (DEEPINFER_ATTN_DECODE_WGP_MIN, default the constant; a very
 // large value keeps split_kv); the setter returns the value it replaces. Launches so far (tests).

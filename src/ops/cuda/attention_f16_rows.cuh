@@ -17,6 +17,10 @@ struct F16Rows {
     __half* rows;
     int* shift;
     int64_t ring_rows;
+    // A decode batch's job with picks: its entry rows are only the entries it reads, in the order of
+    // query_keys' list (each valid pick's first occurrence, in pick order), so its entry slot c is row c of
+    // them; picked[c] names the entry (-1 past the last). Null: every entry, in entry order.
+    int32_t* picked = nullptr;
 };
 
 // A decode batch's job (attention_decode.h): its call, its rows, and its rows' count and first block of the
@@ -35,7 +39,8 @@ __device__ __forceinline__ int64_t f16_row(const AttentionParams& p, const F16Ro
         return pp < p.pos0 ? pp % (p.window - 1) : r.ring_rows + (pp - p.pos0);
     }
     const int64_t c = j - n_win;
-    return r.ring_rows + p.L + (p.comp_mask == AttnCompMask::kCausal ? c : int64_t(list[c]));
+    return r.ring_rows + p.L +
+           (p.comp_mask == AttnCompMask::kCausal || r.picked != nullptr ? c : int64_t(list[c]));
 }
 
 // Key slot j's 16-byte unit `unit` copied to shared address dst (cp.async), zeros past the last key (so that

@@ -50,15 +50,27 @@ __device__ __forceinline__ void key_rows_block(const AttentionParams& p, const F
     const int lane = threadIdx.x & 31;
     const int64_t row = block * 8 + (threadIdx.x >> 5);
     if (row >= total) return;
+    int64_t entry = row - r.ring_rows - p.L;
+    if (entry >= 0 && r.picked != nullptr && (entry = r.picked[entry]) < 0) return;  // past the picks
     const float* src = row < r.ring_rows         ? p.ring + row * p.ld_ring
                        : row < r.ring_rows + p.L ? p.kv + (row - r.ring_rows) * p.ld_kv
-                                                 : p.comp + (row - r.ring_rows - p.L) * p.ld_comp;
+                                                 : p.comp + entry * p.ld_comp;
     const int sh = warp_row_to_f16<4>(src, r.rows + row * kHd, lane);
     if (lane == 0) r.shift[row] = sh;
 }
 
 __global__ void __launch_bounds__(256) key_rows_f16_kernel(AttentionParams p, F16Rows r, int64_t total) {
     key_rows_block(p, r, total, blockIdx.x);
+}
+
+// A decode batch's jobs with picks: the entries each reads (query_keys' list), -1 after them. A block a job;
+// 2 k ints of dynamic shared memory.
+__global__ void __launch_bounds__(256) picks_compact_kernel(const AttentionF16Job* __restrict__ jobs) {
+    extern __shared__ int32_t list[];
+    const AttentionF16Job& j = jobs[blockIdx.x];
+    if (j.r.picked == nullptr) return;
+    const int64_t n = query_keys(j.p, 0, list).n_comp;
+    for (int64_t c = threadIdx.x; c < j.p.k; c += blockDim.x) j.r.picked[c] = c < n ? list[c] : -1;
 }
 
 // Every job's rows of a decode batch: block b is block b - block0 of the last job whose block0 <= b.
@@ -290,41 +302,48 @@ int64_t attention_decode_wgp_min() { return decode_wgp_min; }
 int64_t attention_decode_wgp_launches() { return decode_wgp_launches.load(); }
 
 bool attention_decode_wgp_takes(const AttentionParams& p) {
-    // the conversion turns every compressed entry into f16: where a query reads only its picks, at most four
-    // times their count (CSA at rate 4 up to an 8,192-token context with 512 picks). Measured ahead of
-    // split_kv with 1,028 entries converted (docs/benchmarks.md); more grows the conversion's bytes with the
-    // context while split_kv's stay, so longer contexts keep split_kv until only the picks are converted
-    const bool few_entries = p.comp_mask != AttnCompMask::kPicks || p.n_comp <= 4 * p.k;
     return p.L == 1 && p.f16 && wgmma_mode == 2 && attention_mma64_supported(p) && attention_wgp_fits(p) &&
-           p.qp_pos == nullptr && p.oq == nullptr && p.rope_half <= kAttentionTailMaxHalf && few_entries;
+           p.qp_pos == nullptr && p.oq == nullptr && p.rope_half <= kAttentionTailMaxHalf;
 }
 
 void launch_attention_decode_wgp(const AttentionParams* ps, int64_t count, Scratch& scratch, Stream s) {
     if (count == 0) return;
     const cudaStream_t st = as_stream(s);
     std::vector<AttentionF16Job> jobs(static_cast<size_t>(count));
-    int64_t rows = 0, blocks = 0;
+    int64_t rows = 0, blocks = 0, picked = 0, max_k = 0;
     for (int64_t i = 0; i < count; ++i) {
         const AttentionParams& p = ps[i];
-        const int64_t rr = ring_rows(p), n_comp = p.comp_mask == AttnCompMask::kNone ? 0 : p.n_comp;
+        // a job with picks converts only the entries it reads (at most k), the others all of theirs
+        const bool picks = p.comp_mask == AttnCompMask::kPicks;
+        const int64_t rr = ring_rows(p), n_comp = picks                                ? p.k
+                                                  : p.comp_mask == AttnCompMask::kNone ? 0
+                                                                                       : p.n_comp;
         const int64_t total = rr + p.L + n_comp;
         jobs[size_t(i)] = {p, F16Rows{nullptr, nullptr, rr}, total, blocks};
         rows += total, blocks += (total + 7) / 8;
+        if (picks) picked += p.k, max_k = std::max(max_k, p.k);
     }
-    // scratch 4: the table (16-byte aligned), every job's f16 rows, then their shifts
+    // scratch 4: the table (256-byte aligned), every job's f16 rows, their shifts, the picked entries
     const size_t table = (size_t(count) * sizeof(AttentionF16Job) + 255) / 256 * 256;
-    auto* base =
-        static_cast<uint8_t*>(scratch.get(4, table + size_t(rows) * (kHd * sizeof(__half) + sizeof(int))));
+    auto* base = static_cast<uint8_t*>(scratch.get(
+        4, table + size_t(rows) * (kHd * sizeof(__half) + sizeof(int)) + size_t(picked) * sizeof(int32_t)));
     auto* f16 = reinterpret_cast<__half*>(base + table);
     int* shifts = reinterpret_cast<int*>(f16 + rows * kHd);
+    int32_t* sel = shifts + rows;
     int64_t at = 0;
     for (AttentionF16Job& j : jobs) {
         j.r.rows = f16 + at * kHd, j.r.shift = shifts + at;
         at += j.total;
+        if (j.p.comp_mask == AttnCompMask::kPicks) j.r.picked = sel, sel += j.p.k;
     }
     auto* dev = reinterpret_cast<AttentionF16Job*>(base);
     DI_CUDA_CHECK(cudaMemcpyAsync(dev, jobs.data(), jobs.size() * sizeof(AttentionF16Job),
                                   cudaMemcpyHostToDevice, st));  // pageable: staged before the call returns
+    if (picked > 0) {
+        const size_t smem = size_t(2 * max_k) * sizeof(int32_t);
+        raise_dynamic_smem(picks_compact_kernel, smem);
+        picks_compact_kernel<<<unsigned(count), 256, smem, st>>>(dev);
+    }
     key_rows_f16_batch_kernel<<<unsigned(blocks), 256, 0, st>>>(dev, count);
     launch_attention_wgp_batch(dev, jobs.data(), count, st);
     ++decode_wgp_launches;
