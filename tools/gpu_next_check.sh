@@ -578,13 +578,29 @@ case ${PART:-fp8} in
     PART=bf16s bash "$0"
     decode_ab decpicks "256 4096" "64 16384" "256 16384" "64 65536"
     ;;
+  final6)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_model_test", main with bf16 streams on by
+           # default; ~3 min) the whole-model tests, the 4K and 32K prefill, a 16K prompt in chunks with the W4A8
+           # MoE's threshold (pairs an expert, DEEPINFER_W4A8_MIN_PAIRS) lowered
+    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test > "$OUT/final6_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/final6_model.log"
+    for p in 4096 4096 32768; do
+      echo "prefill $p: $(timeout 100 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+        --prompt $p --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens[^;]*|activation workspace[^;]*|out of.*' | tr '\n' ' ')"
+    done
+    for v in "2048 64" "2048 40" "2048 32" "1024 20" "4096 64"; do
+      read -r c m <<< "$v"
+      echo "16K chunk $c min pairs $m: $(DEEPINFER_W4A8_MIN_PAIRS=$m timeout 90 $d/bin/model_bench --preset flash \
+        --layers 4 --backend cuda --precision native --prompt 16384 --prefill-chunk $c --decode 2 2>&1 |
+        grep -oE 'prefill [0-9]+ tokens[^;]*' | tr '\n' ' ')"
+    done
+    ;;
   chunks)  # (PART=short's pack) the serving step's prefill budget (issue 11, item 5): a 16K prompt prefilled
            # in chunks of 2,048 (cuda's default --prefill-chunk), 4,096, 8,192 and 16,384 tokens, twice each;
            # the MoE takes W4A8 from 2,731 tokens a chunk (64 pairs an expert), wgmma below
     for c in 2048 4096 8192 16384 2048 4096; do
       echo "prefill 16384 chunk $c: $(timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
         --precision native --prompt 16384 --prefill-chunk $c --decode 2 2>&1 |
-        grep -oE 'prefill [0-9]+ tokens in [^;]*|activation workspace[^;]*|out of.*' | tr '\n' ' ')"
+        grep -oE 'prefill [0-9]+ tokens[^;]*|activation workspace[^;]*|out of.*' | tr '\n' ' ')"
     done
     ;;
   short)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test", main with

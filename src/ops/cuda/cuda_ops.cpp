@@ -645,11 +645,10 @@ bool mhc_tf32_enabled() {
 }
 }  // namespace
 
-// The mHC kernels' bf16 streams (hc_streams.cuh) await their GPU cases (CudaMhc, CudaFused, CudaSmallOps on
-// bf16 streams): until those have passed, the native model keeps f32 streams on this backend unless
-// DEEPINFER_BF16_STREAMS=1.
+// The native model's residual streams in bf16 (hc_streams.cuh; their cases CudaMhc, CudaFused, CudaSmallOps
+// passed on an H100, 2026-12-07): DEEPINFER_BF16_STREAMS=0 keeps them in f32 (A/B timing).
 bool CudaBackend::bf16_streams() const {
-    static const bool on = cuda::env_switch("DEEPINFER_BF16_STREAMS", false);
+    static const bool on = cuda::env_switch("DEEPINFER_BF16_STREAMS", true);
     return on;
 }
 

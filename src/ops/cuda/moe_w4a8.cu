@@ -723,14 +723,15 @@ int64_t moe_w4a8_scales_once_launches() { return once_launches.load(); }
 // tokens an expert wgmma is faster (H200, 256 experts, k = 6, the screen and the kernel bench: 512 tokens, 12
 // pairs an expert, wgmma 2,455 us against w4a8 3,772; 2,730 tokens, 64, 4,146 against 4,096; 4,096 tokens,
 // 96, 5,809 against 4,333).
-constexpr int64_t kMinPairsAnExpert = 64;
+// DEEPINFER_W4A8_MIN_PAIRS sets it (A/B timing).
+const int64_t w4a8_min_pairs = env_int("DEEPINFER_W4A8_MIN_PAIRS", 64);
 
 bool moe_w4a8_supported(const MoeParams& p, bool forced) {
     const int64_t pairs = p.n * p.k;
     return p.act_fp8 && p.e4m3_ok && p.scales_4b && p.gemv_format == gemv::kFp4 && p.D % kChunk == 0 &&
            p.ld_x % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.I % kChunk == 0 &&
            pairs <= kMoeGemmMaxPairs &&
-           (forced || (pairs >= kMoeGemmMinPairs && pairs >= kMinPairsAnExpert * p.n_experts));
+           (forced || (pairs >= kMoeGemmMinPairs && pairs >= w4a8_min_pairs * p.n_experts));
 }
 
 void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
