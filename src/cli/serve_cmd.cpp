@@ -151,10 +151,10 @@ std::function<int()> setup(CLI::App& app) {
     app.add_option("--max-running", o->engine.max_running, "requests in the batch at once")
         ->capture_default_str();
     app.add_option("--step-tokens", o->engine.step_token_budget,
-                   "token budget per engine step (0: the backend's, 256 on cpu and ref, 2048 on cuda)")
+                   "token budget per engine step (0: the backend's, 256 on cpu and ref, 4096 on cuda)")
         ->capture_default_str();
     app.add_option("--prefill-chunk", o->engine.prefill_chunk,
-                   "prompt tokens per prefill chunk (0: the backend's, 128 on cpu and ref, 2048 on cuda)")
+                   "prompt tokens per prefill chunk (0: the backend's, 128 on cpu and ref, 4096 on cuda)")
         ->capture_default_str();
     app.add_option("--max-waiting", o->engine.max_waiting, "queued requests before answering 429")
         ->capture_default_str();
