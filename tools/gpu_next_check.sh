@@ -8,8 +8,15 @@
 #   FMAs at ~5 TFLOP/s).
 #   Then PART=decwgp and PART=decsmall (wip/decode-wgp: a decode batch's attention on attention_wgp from 8
 #   decode jobs a call; the cases pass, batch 256 16.9 -> 11.8 ms a step, 64 6.7 -> 5.4; merged).
-# Next first (written 2026-12-07, fifth session: every device start of that session failed, so none of this
-#   has run on a GPU): the native precision's bf16 residual streams (main: the CUDA kernels take them, the model
+# Ran 2026-12-07 (sixth session, H100; docs/benchmarks.md): PART=s6 on branch wip/next (the bf16 streams' and
+#   decode picks' cases passed: both on main, bf16 streams the default; the W4A8 branches wip/ss-width-arrays
+#   and wip/ss-ahead2 kept the bits but were slower, not taken), PART=chunks (a 16K prompt: 2,048-token chunks
+#   83.7K tokens/s, 4,096 123.3K: cuda's default chunk and step budget now 4,096).
+# Next first (written 2026-12-07, sixth session, after the device budget was spent): PART=final6 (~3 min;
+#   pack TRACE=0 BINS="bench/model_bench tests/gpu/cuda_model_test" of main): cuda_model_test with bf16 streams
+#   by default, the 4K and 32K prefill on main, and 2,048-token chunks with the W4A8 MoE's threshold lowered
+#   (DEEPINFER_W4A8_MIN_PAIRS=40, 32): if W4A8 beats wgmma at 48 pairs an expert, lower the threshold.
+# Written 2026-12-07, fifth session (ran in the sixth, above): the native precision's bf16 residual streams (main: the CUDA kernels take them, the model
 #   uses them on cuda only with DEEPINFER_BF16_STREAMS=1) together with wip/decode-picks below. Merge
 #   wip/decode-picks into a branch off main, build model_bench, cuda_ops_test and cuda_model_test, pack
 #   TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test" (built and packed at
