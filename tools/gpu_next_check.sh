@@ -590,11 +590,13 @@ case ${PART:-fp8} in
            # MoE's threshold (pairs an expert, DEEPINFER_W4A8_MIN_PAIRS) lowered
     DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test > "$OUT/final6_model.log" 2>&1
     echo "cuda_model_test rc $?"; summary "$OUT/final6_model.log"
-    for p in 4096 4096 32768; do
+    prompts=(4096 4096 32768) chunks=("2048 64" "2048 40" "2048 32" "1024 20" "4096 64")
+    [[ ${FINAL6_QUICK:-0} == 1 ]] && prompts=(4096) chunks=("2048 64" "2048 40" "2048 32")
+    for p in "${prompts[@]}"; do
       echo "prefill $p: $(timeout 100 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
         --prompt $p --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens[^;]*|activation workspace[^;]*|out of.*' | tr '\n' ' ')"
     done
-    for v in "2048 64" "2048 40" "2048 32" "1024 20" "4096 64"; do
+    for v in "${chunks[@]}"; do
       read -r c m <<< "$v"
       echo "16K chunk $c min pairs $m: $(DEEPINFER_W4A8_MIN_PAIRS=$m timeout 90 $d/bin/model_bench --preset flash \
         --layers 4 --backend cuda --precision native --prompt 16384 --prefill-chunk $c --decode 2 2>&1 |
