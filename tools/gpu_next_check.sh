@@ -585,6 +585,17 @@ case ${PART:-fp8} in
     PART=bf16s bash "$0"
     decode_ab decpicks "256 4096" "64 16384" "256 16384" "64 65536"
     ;;
+  ssprobe)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_probe tests/gpu/cuda_model_test", main
+            # and model_bench_probe from wip/ss-probe) what bounds the converting W4A8 kernel: one layer's 4K
+            # MoE profile row (one layer: parts left out change the next layers' routing) with parts left out
+            # (DEEPINFER_W4A8_BULK_PROBE: 1 the conversion, 2 the promotion, 8 the weight copies, 16 the token
+            # copies, 32 the stores), then PART=final6's quick form
+    for v in 0 1 2 8 16 32 9 27 59 0; do
+      echo "probe $v: $(DEEPINFER_W4A8_BULK_PROBE=$v timeout 60 $d/bin/model_bench_probe --preset flash --layers 1 \
+        --backend cuda --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| moe ' | head -1)"
+    done
+    FINAL6_QUICK=1 PART=final6 bash "$0"
+    ;;
   final6)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_model_test", main with bf16 streams on by
            # default; ~3 min) the whole-model tests, the 4K and 32K prefill, a 16K prompt in chunks with the W4A8
            # MoE's threshold (pairs an expert, DEEPINFER_W4A8_MIN_PAIRS) lowered
