@@ -12,10 +12,13 @@
 #   decode picks' cases passed: both on main, bf16 streams the default; the W4A8 branches wip/ss-width-arrays
 #   and wip/ss-ahead2 kept the bits but were slower, not taken), PART=chunks (a 16K prompt: 2,048-token chunks
 #   83.7K tokens/s, 4,096 123.3K: cuda's default chunk and step budget now 4,096).
-# Next first (written 2026-12-07, sixth session, after the device budget was spent): PART=final6 (~3 min;
-#   pack TRACE=0 BINS="bench/model_bench tests/gpu/cuda_model_test" of main): cuda_model_test with bf16 streams
-#   by default, the 4K and 32K prefill on main, and 2,048-token chunks with the W4A8 MoE's threshold lowered
-#   (DEEPINFER_W4A8_MIN_PAIRS=40, 32): if W4A8 beats wgmma at 48 pairs an expert, lower the threshold.
+#   Then PART=ssprobe (the converting W4A8 kernel with parts left out, wip/ss-probe; FINAL6_QUICK=1
+#   PART=final6 on main: cuda_model_test with bf16 streams by default passed; W4A8 ahead of wgmma at 24 and 48
+#   pairs an expert: its threshold now 20).
+# Next (written 2026-12-07, sixth session): the converting W4A8 kernel's wgmmas and barriers alone take ~54% of
+#   its time (PART=ssprobe): the multiplying side's chain, not the converters, is the first thing to shorten
+#   (two part sets for n64 / n96 tiles now fit: each width has arrays of its own on wip/ss-width-arrays, which
+#   ptxas no longer serialises); the fp4 copies and their conversion add ~0.67 of ~2.55 ms a layer.
 # Written 2026-12-07, fifth session (ran in the sixth, above): the native precision's bf16 residual streams (main: the CUDA kernels take them, the model
 #   uses them on cuda only with DEEPINFER_BF16_STREAMS=1) together with wip/decode-picks below. Merge
 #   wip/decode-picks into a branch off main, build model_bench, cuda_ops_test and cuda_model_test, pack

@@ -719,12 +719,13 @@ bool moe_w4a8_scales_once() { return once_enabled; }
 bool moe_w4a8_persist() { return persist_enabled; }
 int64_t moe_w4a8_scales_once_launches() { return once_launches.load(); }
 
-// w4a8 from 64 pairs an expert: its 128-token tiles convert an expert's weights once a tile, so with fewer
-// tokens an expert wgmma is faster (H200, 256 experts, k = 6, the screen and the kernel bench: 512 tokens, 12
-// pairs an expert, wgmma 2,455 us against w4a8 3,772; 2,730 tokens, 64, 4,146 against 4,096; 4,096 tokens,
-// 96, 5,809 against 4,333).
+// w4a8 from 20 pairs an expert: its 128-token tiles convert an expert's weights once a tile, so with few
+// enough tokens an expert wgmma is faster (H200, 2026-12-03, the kernels of then: 512 tokens, 12 pairs an
+// expert, wgmma 2,455 us against w4a8 3,772). With the converting kernel (H100, 2026-12-07, 4 V4-Flash
+// layers, a 16K prompt in chunks): 2,048-token chunks (48 pairs an expert) 86.1K tokens/s on wgmma,
+// 104.3K-104.8K on w4a8; 1,024-token chunks (24) 61.4K / 61.7K against 70.1K / 70.1K. Was 64.
 // DEEPINFER_W4A8_MIN_PAIRS sets it (A/B timing).
-const int64_t w4a8_min_pairs = env_int("DEEPINFER_W4A8_MIN_PAIRS", 64);
+const int64_t w4a8_min_pairs = env_int("DEEPINFER_W4A8_MIN_PAIRS", 20);
 
 bool moe_w4a8_supported(const MoeParams& p, bool forced) {
     const int64_t pairs = p.n * p.k;
