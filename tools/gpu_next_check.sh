@@ -17,7 +17,7 @@
 #   pairs an expert: its threshold now 20).
 # Next (written 2026-12-07, sixth session): the converting W4A8 kernel's wgmmas and barriers alone take ~54% of
 #   its time (PART=ssprobe): the multiplying side's chain, not the converters, is the first thing to shorten
-#   (two part sets for n64 / n96 tiles now fit: each width has arrays of its own on wip/ss-width-arrays, which
+#   (two part sets, 96 registers, for n64 tiles: each width has arrays of its own on wip/ss-width-arrays, which
 #   ptxas no longer serialises); the fp4 copies and their conversion add ~0.67 of ~2.55 ms a layer.
 # Written 2026-12-07, fifth session (ran in the sixth, above): the native precision's bf16 residual streams (main: the CUDA kernels take them, the model
 #   uses them on cuda only with DEEPINFER_BF16_STREAMS=1) together with wip/decode-picks below. Merge
