@@ -16,9 +16,14 @@
 #   PART=final6 on main: cuda_model_test with bf16 streams by default passed; W4A8 ahead of wgmma at 24 and 48
 #   pairs an expert: its threshold now 20).
 # Next (written 2026-12-07, sixth session): the converting W4A8 kernel's wgmmas and barriers alone take ~54% of
-#   its time (PART=ssprobe): the multiplying side's chain, not the converters, is the first thing to shorten
-#   (two part sets, 96 registers, for n64 tiles: each width has arrays of its own on wip/ss-width-arrays, which
-#   ptxas no longer serialises); the fp4 copies and their conversion add ~0.67 of ~2.55 ms a layer.
+#   its time (PART=ssprobe): the multiplying side's chain, not the converters, is the first thing to shorten;
+#   the fp4 copies and their conversion add ~0.67 of ~2.55 ms a layer. A warpgroup cannot promote one part set
+#   while its next wgmmas run (ptxas serialises them, C7514: other instructions reading a wgmma's registers
+#   inside a pipeline stage), so branch wip/ss-pairs (on wip/ss-width-arrays) gives the n64 / n96 tiles two
+#   chunks a wgmma group instead, each into a part set of its own (its kConv = 2 forms spill 44-52 bytes, none
+#   serialised; with pairs for n64 alone they spill nothing). PART=sspairs: build model_bench and
+#   cuda_ops_test from it (model_bench as model_bench_pairs), pack them with main's model_bench, run
+#   CudaMoeW4a8.* and the native MoE cases, then the 4K MoE profile row and the 4K prefill of both, twice.
 # Written 2026-12-07, fifth session (ran in the sixth, above): the native precision's bf16 residual streams (main: the CUDA kernels take them, the model
 #   uses them on cuda only with DEEPINFER_BF16_STREAMS=1) together with wip/decode-picks below. Merge
 #   wip/decode-picks into a branch off main, build model_bench, cuda_ops_test and cuda_model_test, pack
@@ -587,6 +592,19 @@ case ${PART:-fp8} in
          # it changes the most
     PART=bf16s bash "$0"
     decode_ab decpicks "256 4096" "64 16384" "256 16384" "64 65536"
+    ;;
+  sspairs)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_pairs tests/gpu/cuda_ops_test"; model_bench
+            # from main, model_bench_pairs and cuda_ops_test from wip/ss-pairs) the n64 / n96 tiles' chunks two to
+            # a wgmma group: the W4A8 cases (the default's bits), then the 4K MoE and prefill of both, twice
+    timeout 200 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
+      > "$OUT/sspairs_tests.log" 2>&1
+    echo "tests rc $?"; summary "$OUT/sspairs_tests.log"
+    for b in model_bench model_bench_pairs model_bench model_bench_pairs; do
+      echo "$b 4K: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+        --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | head -2 | tr '\n' ' ') $(timeout 60 $d/bin/$b \
+        --preset flash --layers 4 --backend cuda --precision native --prompt 4096 --decode 2 2>&1 |
+        grep -oE 'prefill [0-9]+ tokens[^;]*')"
+    done
     ;;
   ssprobe)  # (pack: TRACE=0 BINS="bench/model_bench bench/model_bench_probe tests/gpu/cuda_model_test", main
             # and model_bench_probe from wip/ss-probe) what bounds the converting W4A8 kernel: one layer's 4K
