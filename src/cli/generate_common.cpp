@@ -72,8 +72,7 @@ void add_graphs_option(CLI::App& app, bool& graphs) {
 void add_precision_option(CLI::App& app, std::string& precision) {
     app.add_option("--precision", precision,
                    "exact (f32 activations) | native (FP8 GEMM inputs per 128-column block and bf16 residual "
-                   "streams, as DeepSeek's own "
-                   "inference code; FP8 tensor cores on cuda)")
+                   "streams, as DeepSeek's own inference code; FP8 tensor cores on cuda)")
         ->check(CLI::IsMember({"exact", "native"}))
         ->capture_default_str();
 }

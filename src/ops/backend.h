@@ -162,8 +162,8 @@ class Backend {
     // Whether top_candidates runs where this backend's logits are, off the host (the engine then samples
     // from candidates by default).
     virtual bool candidates_on_device() const { return false; }
-    // Whether the native precision keeps the residual streams in bf16 here (ops/mhc.h; otherwise f32): a
-    // backend says no while its bf16 kernels await their check.
+    // Whether the native precision keeps the residual streams in bf16 here (ops/mhc.h; otherwise f32): every
+    // backend does by default (cuda's DEEPINFER_BF16_STREAMS=0 keeps f32 for A/B timing).
     virtual bool bf16_streams() const { return true; }
 
     // Fused pairs: each computes what its two calls in order compute, which is what these defaults do (so
