@@ -828,6 +828,40 @@ case ${PART:-fp8} in
       echo "== shapes $n rc $?"; grep -E '^\|' "$OUT/shapes_$n.log" | head -32
     done
     ;;
+  s7a)  # (a TRACE=1 pack: BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench") the
+        # shared bf16x3 split's and the attention's L2 prefetch's cases and the model's; the 4K prefill with each
+        # off (DEEPINFER_BF16X3_SHARE=0, DEEPINFER_ATTN_PREFETCH=0), its profile by shape, each kernel's time,
+        # the 32K prefill, transformers at 4K
+    timeout 240 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaLinears.*:Cases/CudaLinear.*bf16x3*:Cases/CudaAttention.*:CudaAttentions.*' \
+      > "$OUT/s7a_tests.log" 2>&1
+    echo "op tests rc $?"; summary "$OUT/s7a_tests.log"
+    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 200 $d/bin/cuda_model_test > "$OUT/s7a_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/s7a_model.log"
+    for rep in 1 2; do
+      for e in - DEEPINFER_ATTN_PREFETCH=0 DEEPINFER_BF16X3_SHARE=0 "DEEPINFER_ATTN_PREFETCH=0 DEEPINFER_BF16X3_SHARE=0"; do
+        envs=(); [[ $e == - ]] || read -ra envs <<< "$e"
+        echo "$e: $(env "${envs[@]}" timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+          --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+      done
+    done
+    timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+      --decode 1 --profile shapes > "$OUT/s7a_profile.log" 2>&1
+    echo "profile rc $?"; grep -E "^ *(op|moe|attention|linear|mhc|add_mhc|rms|indexer|total|compress)" "$OUT/s7a_profile.log" | head -40
+    if [[ -f $d/lib/libkernel_trace.so ]]; then
+      CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/trace_4096.csv \
+        timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+        --decode 1 --warmup 1 > "$OUT/trace_4096.log" 2>&1
+      echo "== trace rc $?"; python3 tools/trace_totals.py "$OUT/trace_4096.csv" 45 | cut -c1-160
+      xz -9 "$OUT/trace_4096.csv"
+    fi
+    for e in - "DEEPINFER_ATTN_PREFETCH=0 DEEPINFER_BF16X3_SHARE=0"; do
+      envs=(); [[ $e == - ]] || read -ra envs <<< "$e"
+      echo "32K $e: $(env "${envs[@]}" timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+        --precision native --prompt 32768 --decode 1 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+    done
+    timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
+    ;;
   tracemain)  # (a TRACE=1 pack: BINS="bench/model_bench") each kernel's time in a 4-layer 4K and 32K prefill
               # (CUPTI), all kernels of the step: where the time outside the W4A8 launches goes
     for n in 4096 32768; do

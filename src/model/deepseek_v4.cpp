@@ -350,10 +350,10 @@ LinearArgs DeepseekV4::lin(const TensorView& x, const QWeight& w, const TensorVi
 }
 
 DeepseekV4::Projected DeepseekV4::project(const CompressorWeights& cw, Step& s, const TensorView& y,
-                                          int64_t width) {
+                                          int64_t width, std::vector<LinearArgs>& jobs) {
     Projected p{ws_.take(DType::kF32, {s.n, width}), ws_.take(DType::kF32, {s.n, width})};
-    const LinearArgs proj[] = {lin(y, cw.wkv, p.kv), lin(y, cw.wgate, p.gate)};
-    be_->linears(proj);
+    jobs.push_back(lin(y, cw.wkv, p.kv));
+    jobs.push_back(lin(y, cw.wgate, p.gate));
     return p;
 }
 
@@ -469,20 +469,24 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     const int64_t nIH = cfg_.index_heads, ihd = cfg_.index_dim;
     Projected comp, index;
     TensorView qi, iw;
-    if (!sliding) {
-        be_->set_scope(block_scope(l, NL, "compressor"));
-        comp = project(aw.compressor, s, y, csa ? 2 * hd : hd);
+    if (!sliding) {  // y's bf16 projections in one call: the compressor's, and the indexer's where CSA
+        be_->set_scope(block_scope(l, NL, csa ? "compressor and indexer" : "compressor"));
+        std::vector<LinearArgs> from_y_bf16;
+        comp = project(aw.compressor, s, y, csa ? 2 * hd : hd, from_y_bf16);
+        if (csa) {
+            index = project(aw.index_compressor, s, y, 2 * ihd, from_y_bf16);
+            iw = ws_.take(DType::kF32, {n, nIH});
+            from_y_bf16.push_back(lin(y, aw.index_weights_proj, iw));
+        }
+        be_->linears(from_y_bf16);
     }
     if (csa) {
         be_->set_scope(block_scope(l, NL, "indexer"));
-        index = project(aw.index_compressor, s, y, 2 * ihd);
         qi = ws_.take(DType::kF32, {n, nIH * ihd});
         be_->linear(lin(qr, aw.index_wq_b, qi));
         RopeArgs ri = rope_proto;
         ri.x = as3d(qi, n, nIH, ihd);
         be_->rope(ri);
-        iw = ws_.take(DType::kF32, {n, nIH});
-        be_->linear(lin(y, aw.index_weights_proj, iw));
     }
     TensorView o = ws_.take(DType::kF32, {n, H, hd});
     // Where the tail quantises the output (native, for wo_a's fp8 activation blocks): e4m3 codes and their

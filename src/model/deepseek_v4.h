@@ -95,7 +95,10 @@ class DeepseekV4 final : public Model {
     // The drafter over the last step's kept rows (deepseek_v4_draft.cpp): the guesses of the chunks that want
     // one, or with `logits` every kept row's logits [rows, vocab] on the host.
     std::vector<int32_t> run_draft(std::span<const DraftChunk> chunks, std::vector<float>* logits);
-    Projected project(const CompressorWeights& cw, Step& s, const TensorView& y, int64_t width);
+    // A compressor's projections of y: their buffers, and their two linears appended to `jobs` (the callers
+    // give every projection of y to one linears() call, so a backend may read y once for all).
+    Projected project(const CompressorWeights& cw, Step& s, const TensorView& y, int64_t width,
+                      std::vector<ops::LinearArgs>& jobs);
     // Pools and stores compressed entries for every chunk; n_entries[c] = entries after the step.
     void compress_into(const CompressorWeights& cw, const Projected& p, int layer, bool index, Step& s,
                        int64_t rate, bool overlap, int64_t d, const ops::RopeArgs& rope_proto,

@@ -200,3 +200,56 @@ TEST(CudaLinears, GroupedJobsMatchRef) {
 
 }  // namespace
 }  // namespace di::gputest
+
+namespace di::gputest {
+namespace {
+
+// linears() with cublaslt_bf16x3 jobs on one x (as a CSA layer's compressor, indexer compressor and
+// weights_proj read y): x split once for the jobs whose rows go in the same chunks, each job's bits those of
+// linear() alone, and against the reference. 300 rows: every job in one chunk; 22,000 rows (past the
+// 21,845-row chunk of 1,024 outputs): the 1,024-wide pair shares its chunks, the 256-wide pair its one chunk.
+TEST(CudaLinears, Bf16x3SharedInputIsLinearAlone) {
+    if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto& b = backends();
+    const int64_t outs[] = {1024, 1024, 256, 256, 64};
+    for (const int64_t n : {int64_t(300), int64_t(22000)}) {
+        const int64_t in = n > 1000 ? 64 : 512;
+        Pair x(DType::kF32, {n, in + 8});  // strided rows
+        fill_uniform(x);
+        std::vector<Pair> w, y, y1;
+        for (const int64_t out : outs) {
+            w.push_back(Pair(DType::kBF16, {out, in}));
+            fill_uniform(w.back(), -0.1f, 0.1f);
+            y.push_back(Pair(DType::kF32, {n, out}));
+            y1.push_back(Pair(DType::kF32, {n, out}));
+            y.back().poison(), y1.back().poison();
+        }
+        auto job = [&](bool dev, size_t j, Pair& out) {
+            ops::LinearArgs a;
+            a.x = dev ? x.dv() : x.hv();
+            a.x.shape[1] = in;
+            a.y = dev ? out.dv() : out.hv();
+            a.w.format = WeightFormat::kDense;
+            a.w.data = dev ? w[j].dv() : w[j].hv();
+            a.w.out_dim = outs[j], a.w.in_dim = in;
+            return a;
+        };
+        std::vector<ops::LinearArgs> together;
+        for (size_t j = 0; j < w.size(); ++j) together.push_back(job(true, j, y[j]));
+        const int64_t bf0 = b.gpu->dispatch_count("linear", "cublaslt_bf16x3");
+        b.gpu->linears(together);
+        for (size_t j = 0; j < w.size(); ++j) b.gpu->linear(job(true, j, y1[j]));
+        b.gpu->synchronize();
+        EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_bf16x3") - bf0, int64_t(2 * w.size())) << n;
+        for (size_t j = 0; j < w.size(); ++j) {
+            const std::vector<float> shared = y[j].device_f32(), alone = y1[j].device_f32();
+            EXPECT_EQ(0, std::memcmp(shared.data(), alone.data(), shared.size() * sizeof(float)))
+                << "job " << j << ", " << n << " rows";
+            b.ref->linear(job(false, j, y[j]));
+            expect_close(y[j], ops::cases::kLinearCuda.value, "bf16x3 shared");
+        }
+    }
+}
+
+}  // namespace
+}  // namespace di::gputest

@@ -23,11 +23,13 @@
 // rotated where they are loaded (no pass of their own over q, 1 GB a V4-Flash layer at 4,096 tokens) and the
 // output rotated where it is stored, each with rms_norm_rope's and rope's products.
 #include <algorithm>
+#include <cstdint>
 
 #include "ops/cuda/attention_f16_rows.cuh"
 #include "ops/cuda/attention_keys.cuh"
 #include "ops/cuda/attention_wg_tiles.cuh"
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/smem_limit.h"
 #include "ops/cuda/wgmma.cuh"
@@ -200,8 +202,11 @@ size_t smem_bytes(const AttentionParams& p) {
 }
 
 // Query t and heads h0 .. h0 + 63 of p's call: the body of the call's kernel (a block a query and 64 heads)
-// and of the decode batch's (a block a job and 64 heads).
-__device__ __forceinline__ void wgp_block(const AttentionParams& p, const F16Rows& r, int64_t t, int64_t h0) {
+// and of the decode batch's (a block a job and 64 heads). t_ahead (>= 0): the query whose rows (these heads)
+// the producer prefetches into the L2 before its first copy: the block one wave later, so that its q comes
+// from the L2 (a block's q is 128 KB of f32 rows read twice, in the prologue of a block that owns its SM).
+__device__ __forceinline__ void wgp_block(const AttentionParams& p, const F16Rows& r, int64_t t, int64_t h0,
+                                          int64_t t_ahead = -1) {
     allow_early_next();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const uint32_t base = (wg::smem_addr(smem_raw) + 1023u) & ~1023u;  // the swizzle's 1024-byte atoms
@@ -227,6 +232,8 @@ __device__ __forceinline__ void wgp_block(const AttentionParams& p, const F16Row
     if (warp >= 8) {  // the producer
         wg::setmaxnreg_dec<kProducerRegs>();
         const int pt = tid - 256, u = pt & 63, r0 = pt >> 6;  // unit u of rows r0 + 2 i
+        if (t_ahead >= 0 && t_ahead < p.L && pt < kHeads && h0 + pt < p.H)
+            wg::prefetch_l2(p.q + t_ahead * p.q_s0 + (h0 + pt) * p.q_s1, uint32_t(p.hd * 4));
         for (int64_t i = 0; i < n_pairs; ++i) {
             for (int b = 0; b < 2; ++b) {
                 wg::mbar_wait(k_free + 8 * b, uint32_t(i & 1) ^ 1u);
@@ -454,8 +461,8 @@ __device__ __forceinline__ void wgp_block(const AttentionParams& p, const F16Row
         wgtile::store_out_rows(p, t, h0 + row0, 256 * c + 2 * q, o, inv);
 }
 
-__global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionParams p, F16Rows r) {
-    wgp_block(p, r, blockIdx.x, int64_t(blockIdx.y) * kHeads);
+__global__ void __launch_bounds__(kThreads, 1) attention_wgp_kernel(AttentionParams p, F16Rows r, int ahead) {
+    wgp_block(p, r, blockIdx.x, int64_t(blockIdx.y) * kHeads, ahead > 0 ? int64_t(blockIdx.x) + ahead : -1);
 }
 
 // A decode batch: block (job blockIdx.x, heads 64 blockIdx.y ..), one query a job; the jobs' params read
@@ -474,7 +481,12 @@ bool attention_wgp_fits(const AttentionParams& p) { return smem_bytes(p) <= 227 
 void launch_attention_wgp(const AttentionParams& p, const F16Rows& r, cudaStream_t s) {
     const size_t smem = smem_bytes(p);
     raise_dynamic_smem(attention_wgp_kernel, smem);
-    attention_wgp_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, s>>>(p, r);
+    // blocks go out in x order (the queries of head block 0 first), a wave of one block an SM
+    static const bool prefetch = env_switch("DEEPINFER_ATTN_PREFETCH", true);
+    const bool aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_s0 % 4 == 0 && p.q_s1 % 4 == 0 &&
+                         p.hd % 4 == 0;  // cp.async.bulk's 16-byte units
+    const int ahead = prefetch && aligned ? sm_count() : 0;
+    attention_wgp_kernel<<<dim3(unsigned(p.L), unsigned(p.H / kHeads)), kThreads, smem, s>>>(p, r, ahead);
 }
 
 void launch_attention_wgp_batch(const AttentionF16Job* dev, const AttentionF16Job* host, int64_t count,

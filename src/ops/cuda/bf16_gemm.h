@@ -32,6 +32,20 @@ class LtBf16x3Gemm {
     bool run(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t n, int64_t in, int64_t out,
              float* y, int64_t ldy, void* tmp, Stream s);
 
+    // Several weights on the same x (a compressor's wkv and wgate, the indexer's): x split once a chunk of
+    // rows (chunk_rows of the largest out), then each weight's GEMM and sum; each y as run() gives it where
+    // its rows go in the same chunks (n within every chunk, or equal chunks).
+    struct Out {
+        const void* w;
+        int64_t ldw, out;
+        float* y;
+        int64_t ldy;
+    };
+    static size_t tmp_bytes(int64_t n, int64_t in, const Out* outs, size_t count);
+    bool supports(int64_t n, int64_t in, const Out* outs, size_t count);
+    bool run(const float* x, int64_t ldx, int64_t n, int64_t in, const Out* outs, size_t count, void* tmp,
+             Stream s);
+
   private:
     struct Impl;
     explicit LtBf16x3Gemm(Impl* impl) : impl_(impl) {}

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -218,6 +219,10 @@ class CudaBackend final : public Backend {
     void linear_chosen(const LinearArgs& a, const WeightRef& w, int v);
     // linear() on pre-quantised x (LinearArgs' e4m3 codes and scales).
     void linear_quantised(const LinearArgs& a, const WeightRef& w);
+    // linears(): job i and the later cublaslt_bf16x3 jobs (var) on the same x as one split, marked done;
+    // false (nothing run) where it is alone.
+    bool bf16x3_shared(std::span<const LinearArgs> jobs, std::span<const WeightRef> w,
+                       std::span<const int> var, std::vector<bool>& done, size_t i);
     // One linear on f32 x by a variant other than cublaslt_fp8 (mma needs the scratch).
     void run_linear(const float* x, int64_t ldx, const WeightRef& w, float* y, int64_t ldy, int64_t n,
                     cuda::LinearVariant v);

@@ -535,10 +535,15 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         launched("linear");
         batch.count = 0;
     };
+    std::vector<int> var(jobs.size(), -1);
+    for (size_t i = 0; i < jobs.size(); ++i)
+        if (!done[i]) var[i] = choose_linear(jobs[i], w[i], peers[i] > 1);
     for (size_t i = 0; i < jobs.size(); ++i) {
         if (done[i]) continue;
         const int64_t n = jobs[i].x.shape[0];
-        const int v = choose_linear(jobs[i], w[i], peers[i] > 1);
+        const int v = var[i];
+        if (kLinearEnum[v] == cuda::LinearVariant::kCublasLtBf16x3 && bf16x3_shared(jobs, w, var, done, i))
+            continue;
         if (sj[i].quant && kLinearEnum[v] == cuda::LinearVariant::kStreamGemv &&
             cuda::act_quant_in_kernels()) {  // quantised where staged
             cuda::launch_gemv(sj[i].x, sj[i].ldx, w[i], sj[i].y, sj[i].ldy, n, stream_, true);
@@ -562,6 +567,37 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
         batch_n = n;
     }
     flush();
+}
+
+bool CudaBackend::bf16x3_shared(std::span<const LinearArgs> jobs, std::span<const WeightRef> w,
+                                std::span<const int> var, std::vector<bool>& done, size_t i) {
+    const LinearArgs& a = jobs[i];
+    const int64_t n = a.x.shape[0], in = w[i].in_dim;
+    // Jobs whose rows go in the same chunks as alone, so each gets linear()'s bits: all in one chunk, or
+    // chunks of one size.
+    const int64_t ci = cuda::LtBf16x3Gemm::chunk_rows(w[i].out_dim);
+    std::vector<size_t> idx;
+    std::vector<cuda::LtBf16x3Gemm::Out> outs;
+    for (size_t j = i; j < jobs.size(); ++j) {
+        const LinearArgs& b = jobs[j];
+        const int64_t cj = cuda::LtBf16x3Gemm::chunk_rows(w[j].out_dim);
+        if (done[j] || kLinearEnum[var[j]] != cuda::LinearVariant::kCublasLtBf16x3 || b.x.data != a.x.data ||
+            b.x.shape[0] != n || ld(b.x) != ld(a.x) || w[j].in_dim != in ||
+            !((n <= ci && n <= cj) || ci == cj))
+            continue;
+        idx.push_back(j);
+        outs.push_back({.w = w[j].data, .ldw = w[j].ld, .out = w[j].out_dim, .y = f32m(b.y), .ldy = ld(b.y)});
+    }
+    static const bool share = cuda::env_switch("DEEPINFER_BF16X3_SHARE", true);  // off: A/B timing
+    cuda::LtBf16x3Gemm* lt = cuda::LtBf16x3Gemm::instance();
+    if (outs.size() < 2 || !share || !lt->supports(n, in, outs.data(), outs.size())) return false;
+    void* tmp = scratch_.get(7, cuda::LtBf16x3Gemm::tmp_bytes(n, in, outs.data(), outs.size()));
+    DI_CHECK(lt->run(f32(a.x), ld(a.x), n, in, outs.data(), outs.size(), tmp, stream_),
+             "linear: cuBLASLt BF16 matmul failed for n {}, {} weights of {} columns (scope '{}')", n,
+             outs.size(), in, scope_);
+    for (const size_t j : idx) done[j] = true;  // choose() counted each
+    launched("linear");
+    return true;
 }
 
 void CudaBackend::rms_norm(const RmsNormArgs& a) {

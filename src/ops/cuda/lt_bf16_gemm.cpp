@@ -95,11 +95,42 @@ bool LtBf16x3Gemm::supports(int64_t n, int64_t in, int64_t out, const void* w, i
            (n <= chunk || last == 0 || impl_->plan(3 * last, in, out, ldw).ok);
 }
 
+namespace {
+int64_t max_out(const LtBf16x3Gemm::Out* outs, size_t count) {
+    int64_t m = 1;
+    for (size_t i = 0; i < count; ++i) m = std::max(m, outs[i].out);
+    return m;
+}
+}  // namespace
+
+size_t LtBf16x3Gemm::tmp_bytes(int64_t n, int64_t in, const Out* outs, size_t count) {
+    return tmp_bytes(n, in, max_out(outs, count));
+}
+
+bool LtBf16x3Gemm::supports(int64_t n, int64_t in, const Out* outs, size_t count) {
+    if (n <= 0 || in % 8 != 0) return false;
+    const int64_t chunk = chunk_rows(max_out(outs, count)), last = n % chunk;
+    for (size_t i = 0; i < count; ++i) {
+        const Out& o = outs[i];
+        if (o.out % 4 != 0 || o.ldw % 8 != 0 || reinterpret_cast<uintptr_t>(o.w) % 256 != 0) return false;
+        if (!impl_->plan(3 * std::min(n, chunk), in, o.out, o.ldw).ok ||
+            (n > chunk && last != 0 && !impl_->plan(3 * last, in, o.out, o.ldw).ok))
+            return false;
+    }
+    return true;
+}
+
 bool LtBf16x3Gemm::run(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t n, int64_t in,
                        int64_t out, float* y, int64_t ldy, void* tmp, Stream s) {
-    if (!supports(n, in, out, w, ldw)) return false;
+    const Out one[] = {{.w = w, .ldw = ldw, .out = out, .y = y, .ldy = ldy}};
+    return run(x, ldx, n, in, one, 1, tmp, s);
+}
+
+bool LtBf16x3Gemm::run(const float* x, int64_t ldx, int64_t n, int64_t in, const Out* outs, size_t count,
+                       void* tmp, Stream s) {
+    if (count == 0 || !supports(n, in, outs, count)) return false;
     LtLib& lt = *impl_->lt;
-    const int64_t chunk = chunk_rows(out);
+    const int64_t chunk = chunk_rows(max_out(outs, count));
     auto* pieces = static_cast<uint16_t*>(tmp);
     auto* d = reinterpret_cast<float*>(static_cast<uint8_t*>(tmp) +
                                        up256(3 * size_t(std::min(n, chunk)) * size_t(in) * 2));
@@ -107,11 +138,15 @@ bool LtBf16x3Gemm::run(const float* x, int64_t ldx, const void* w, int64_t ldw, 
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = std::min(chunk, n - r0);
         launch_bf16x3_split(x + r0 * ldx, ldx, rows, in, pieces, s);
-        Impl::Plan& p = impl_->plan(3 * rows, in, out, ldw);
-        if (lt.matmul(lt.handle, p.desc, &alpha, w, p.la, pieces, p.lb, &beta, d, p.ld, d, p.ld, &p.algo,
-                      lt.workspace, LtLib::kWorkspace, static_cast<cudaStream_t>(s)) != CUBLAS_STATUS_SUCCESS)
-            return false;
-        launch_bf16x3_sum(d, rows, out, y + r0 * ldy, ldy, s);
+        for (size_t i = 0; i < count; ++i) {
+            const Out& o = outs[i];
+            Impl::Plan& p = impl_->plan(3 * rows, in, o.out, o.ldw);
+            if (lt.matmul(lt.handle, p.desc, &alpha, o.w, p.la, pieces, p.lb, &beta, d, p.ld, d, p.ld,
+                          &p.algo, lt.workspace, LtLib::kWorkspace,
+                          static_cast<cudaStream_t>(s)) != CUBLAS_STATUS_SUCCESS)
+                return false;
+            launch_bf16x3_sum(d, rows, o.out, o.y + r0 * o.ldy, o.ldy, s);
+        }
     }
     return true;
 }
