@@ -844,6 +844,9 @@ case ${PART:-fp8} in
         echo "$e: $(env "${envs[@]}" timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
           --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
       done
+      [[ -x $d/bin/model_bench_prev ]] && echo "prev (tile_rows a load a lane): $(timeout 90 \
+        $d/bin/model_bench_prev --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+        --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
     done
     timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
       --decode 1 --profile shapes > "$OUT/s7a_profile.log" 2>&1

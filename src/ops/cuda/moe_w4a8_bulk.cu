@@ -313,12 +313,29 @@ __global__ void __launch_bounds__(256) tile_rows_kernel(MoePlan plan, int32_t k,
         const int32_t r = pb + i;
         const int64_t tok = plan.pairs[b0 + i] / k;
         const uint8_t* src = xq + tok * chunks * kChunk;
-        for (int v = lane; v < units; v += 32) {
-            const int64_t c = v >> 3;
-            const int uo = v & 7;
-            *reinterpret_cast<uint4*>(t.act + (c * t.rows + r) * kChunk + ((uo ^ (r & 7)) << 4)) =
-                *reinterpret_cast<const uint4*>(src + int64_t(v) * 16);
-            if (uo == 0) t.sc[c * t.rows + r] = xs[tok * chunks + c];
+        // kLoads units a lane loaded before the first is stored (the stores may alias the loads for the
+        // compiler, which would otherwise keep one 16-byte load in flight a lane)
+        constexpr int kLoads = 4;
+        for (int v0 = lane; v0 < units; v0 += 32 * kLoads) {
+            uint4 u[kLoads];
+            float sc[kLoads];
+#pragma unroll
+            for (int i = 0; i < kLoads; ++i) {
+                const int v = v0 + 32 * i;
+                if (v < units) {
+                    u[i] = *reinterpret_cast<const uint4*>(src + int64_t(v) * 16);
+                    sc[i] = (v & 7) == 0 ? xs[tok * chunks + (v >> 3)] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kLoads; ++i) {
+                const int v = v0 + 32 * i;
+                if (v >= units) break;
+                const int64_t c = v >> 3;
+                const int uo = v & 7;
+                *reinterpret_cast<uint4*>(t.act + (c * t.rows + r) * kChunk + ((uo ^ (r & 7)) << 4)) = u[i];
+                if (uo == 0) t.sc[c * t.rows + r] = sc[i];
+            }
         }
         if (lane == 0) t.prow[b0 + i] = r;
     }
