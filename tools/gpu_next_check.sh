@@ -828,6 +828,32 @@ case ${PART:-fp8} in
       echo "== shapes $n rc $?"; grep -E '^\|' "$OUT/shapes_$n.log" | head -32
     done
     ;;
+  s7b)  # s7a within ~450 s: the cases, the 4K prefill by default, with both off, the two other builds and with
+        # up's SwiGLU in the W4A8 epilogue (DEEPINFER_W4A8_SS_SWIGLU=1), the W4A8 options' case, the trace
+    timeout 150 $d/bin/cuda_ops_test \
+      --gtest_filter='CudaLinears.*:Cases/CudaLinear.*bf16x3*:Cases/CudaAttention.*:CudaAttentions.*' \
+      > "$OUT/s7b_tests.log" 2>&1
+    echo "op tests rc $?"; summary "$OUT/s7b_tests.log"
+    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 120 $d/bin/cuda_model_test > "$OUT/s7b_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/s7b_model.log"
+    for rep in 1 2; do
+      for e in - "DEEPINFER_ATTN_PREFETCH=0 DEEPINFER_BF16X3_SHARE=0" prev s4r4 DEEPINFER_W4A8_SS_SWIGLU=1; do
+        b=model_bench envs=(); case $e in -) ;; prev|s4r4) b=model_bench_$e ;; *) read -ra envs <<< "$e" ;; esac
+        echo "$e: $(env "${envs[@]}" timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda \
+          --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+      done
+    done
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.OptionsMatchTheReference' \
+      > "$OUT/s7b_moe.log" 2>&1
+    echo "w4a8 options rc $?"; summary "$OUT/s7b_moe.log"
+    if [[ -f $d/lib/libkernel_trace.so ]]; then
+      CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/trace_4096.csv \
+        timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+        --decode 1 --warmup 0 > "$OUT/trace_4096.log" 2>&1
+      echo "== trace rc $?"; python3 tools/trace_totals.py "$OUT/trace_4096.csv" 40 | cut -c1-160
+      xz -9 "$OUT/trace_4096.csv"
+    fi
+    ;;
   s7a)  # (a TRACE=1 pack: BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench") the
         # shared bf16x3 split's and the attention's L2 prefetch's cases and the model's; the 4K prefill with each
         # off (DEEPINFER_BF16X3_SHARE=0, DEEPINFER_ATTN_PREFETCH=0), its profile by shape, each kernel's time,
@@ -844,9 +870,10 @@ case ${PART:-fp8} in
         echo "$e: $(env "${envs[@]}" timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
           --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
       done
-      [[ -x $d/bin/model_bench_prev ]] && echo "prev (tile_rows a load a lane): $(timeout 90 \
-        $d/bin/model_bench_prev --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
-        --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+      for b in model_bench_prev model_bench_s4r4; do  # tile_rows a load a lane; bulk_ss 4 stages, ring 4
+        [[ -x $d/bin/$b ]] && echo "$b: $(timeout 90 $d/bin/$b --preset flash --layers 4 --backend cuda \
+          --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+      done
     done
     timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
       --decode 1 --profile shapes > "$OUT/s7a_profile.log" 2>&1

@@ -478,6 +478,11 @@ void set_moe_w4a8_bulk(int cluster);
 void set_moe_w4a8_bulk_ss(int conv, bool narrow = false);
 int moe_w4a8_bulk_ss();
 bool moe_w4a8_ss_narrow();
+// The converting kernel's up pass with SwiGLU in its epilogue (two converters, row folds: TiledIo::swi_out):
+// h [pairs, I] written instead of both parts [pairs, 2 I], the same values; off until measured
+// (DEEPINFER_W4A8_SS_SWIGLU=1); its launches so far.
+void set_moe_w4a8_ss_swiglu(bool on);
+int64_t moe_w4a8_ss_swiglu_launches();
 int64_t moe_w4a8_bulk_launches();
 // w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it

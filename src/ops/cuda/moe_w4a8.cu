@@ -543,6 +543,8 @@ void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t
 // DEEPINFER_W4A8_SS_NARROW=0 every tile by n128.
 int bulk_ss = int(env_int("DEEPINFER_W4A8_BULK_SS", 2));
 bool ss_narrow = env_int("DEEPINFER_W4A8_SS_NARROW", 1) != 0;
+bool ss_swiglu = env_switch("DEEPINFER_W4A8_SS_SWIGLU", false);
+std::atomic<int64_t> ss_swiglu_launches{0};
 std::atomic<int64_t> bulk_launches{0};
 
 // Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
@@ -707,6 +709,8 @@ void set_moe_w4a8_ws(bool on) { ws_enabled = on; }
 void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
 void set_moe_w4a8_bulk_ss(int conv, bool narrow) { bulk_ss = std::clamp(conv, 0, 2), ss_narrow = narrow; }
 int moe_w4a8_bulk_ss() { return bulk_ss; }
+void set_moe_w4a8_ss_swiglu(bool on) { ss_swiglu = on; }
+int64_t moe_w4a8_ss_swiglu_launches() { return ss_swiglu_launches.load(); }
 bool moe_w4a8_ss_narrow() { return ss_narrow; }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
@@ -774,9 +778,19 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
                 p.e4m3_rows ? w4a8::launch_bulk<true>(p, plan, io, bulk_cs, st)
                             : w4a8::launch_bulk<false>(p, plan, io, bulk_cs, st);
         };
-        bulk(w4a8::TiledIo{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, ss_narrow});
-        w8_act_rows_kernel<true>
-            <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
+        // up's SwiGLU in the converting kernel's epilogue (its kRowBase form, two converters): g holds h
+        const bool swi = ss_swiglu && bulk_ss == 2 && p.e4m3_rows;
+        w4a8::TiledIo up{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, ss_narrow};
+        up.swi_out = swi, up.limit = p.limit;
+        bulk(up);
+        if (swi) {
+            ++ss_swiglu_launches;
+            w8_act_rows_kernel<false>
+                <<<unsigned(pairs), 128, 0, st>>>(g, p.I, hc, p.limit, nullptr, nullptr, ht, plan);
+        } else {
+            w8_act_rows_kernel<true>
+                <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
+        }
         bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, ss_narrow});
     } else {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)

@@ -191,6 +191,12 @@ struct TiledIo {
     // bulk_ss: a tile of at most 64 or 96 pairs multiplied by wgmma n64 or n96 instead of n128 (the same
     // sums: the columns past the pairs are not stored; DEEPINFER_W4A8_SS_NARROW)
     bool narrow = false;
+    // bulk_ss up pass, kRowBase, two converters: each 128-row tile holds W1's and W3's rows of the same 64
+    // columns of h (rows 16 b .. 16 b + 7 of a tile W1's, the next 8 W3's, so a thread's two rows are one
+    // column's pair) and out takes h = SwiGLU(W1 part, W3 part) [plan index, I]: the values w8_act_rows'
+    // SwiGLU gives from the two parts, half the bytes written and read back (DEEPINFER_W4A8_SS_SWIGLU)
+    bool swi_out = false;
+    float limit = 0.0f;  // swiglu_limit, with swi_out
 };
 // Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,

@@ -73,6 +73,12 @@ __device__ __forceinline__ void mma_e4m3_ss(float (&d)[NT / 2], uint64_t a, uint
         wg::mma_m64n64k32_e4m3_ss(d, a, b, accumulate);
 }
 
+// swiglu_clamped out of line: its double-precision work inlined into the multiplying warps' epilogue made
+// ptxas serialise their wgmmas (C7511)
+__device__ __noinline__ float swiglu_call(float g, float u, float limit) {
+    return swiglu_clamped(g, u, limit);
+}
+
 struct UnitInfo {
     int32_t e, b0, cnt, group;  // expert, first plan index, pairs, row group; e < 0: the walk's end
 };
@@ -82,9 +88,11 @@ __host__ __device__ constexpr int64_t smem_bytes(int conv) {
            8 * (2 * kStages + 4) + 2 * 4;
 }
 
-template <bool kRowBase, int kConv>
+// kSwi (TiledIo::swi_out; kRowBase, the up pass): tiles of W1 and W3 rows a column pair, h stored
+template <bool kRowBase, int kConv, bool kSwi = false>
 __global__ void __launch_bounds__(threads(kConv), 1)
     moe_w4a8_bulk_ss_kernel(MoeParams p, MoePlan plan, TiledIo io) {
+    static_assert(!kSwi || kRowBase);
     constexpr int kRing = ring(kConv);
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
@@ -158,9 +166,11 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 wg::mbar_arrive(ufull(slot));
             }
             const int64_t tile0 = (u % groups) * kRows;
-            const int m = io.up ? (tile0 < p.I ? 0 : 1) : 2;
+            // kSwi: tile row t is W1's (t / 8 even) or W3's row of h's column 64 tile + 8 (t / 16) + t % 8
+            const int m = kSwi ? (t >> 3) & 1 : io.up ? (tile0 < p.I ? 0 : 1) : 2;
             const WeightRef& wr = p.table[3 * e + m];
-            const int64_t row = tile0 - (m == 1 ? p.I : 0) + t;
+            const int64_t row =
+                kSwi ? (u % groups) * (kRows / 2) + 8 * (t >> 4) + (t & 7) : tile0 - (m == 1 ? p.I : 0) + t;
             const uint8_t* wrow = static_cast<const uint8_t*>(wr.data) + row * wr.ld;
             const uint8_t* srow = static_cast<const uint8_t*>(wr.scale) + row * wr.ld_scale;
             int row_max = 0;
@@ -313,10 +323,25 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 tp[ct] = my_pair;
                 wg::named_sync(1 + h, 128);
             }
-            store_tile<kN, kRowBase>(acc, f0, f1, i0, inf.cnt, q, [&](int ti) {
-                const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[ti - i0]);
-                return io.out + orow * io.n_out + tile0 + rloc;
-            });
+            if constexpr (kSwi) {  // rows rloc (W1) and rloc + 8 (W3): h's column 64 group + 8 (rloc / 16) +
+                                   // g
+                float* const h0 =
+                    io.out + inf.b0 * (io.n_out / 2) + (kRows / 2) * inf.group + 8 * (rloc >> 4) + g;
+#pragma unroll
+                for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+                    for (int cc = 0; cc < 2; ++cc) {
+                        const int ti = i0 + 8 * j + 2 * q + cc;
+                        if (ti < inf.cnt)
+                            h0[int64_t(ti) * (io.n_out / 2)] =
+                                swiglu_call(acc[4 * j + cc] * f0, acc[4 * j + 2 + cc] * f1, io.limit);
+                    }
+            } else {
+                store_tile<kN, kRowBase>(acc, f0, f1, i0, inf.cnt, q, [&](int ti) {
+                    const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[ti - i0]);
+                    return io.out + orow * io.n_out + tile0 + rloc;
+                });
+            }
         }
         __syncwarp();
         if (lane == 0) wg::mbar_arrive(uempty(slot));
@@ -330,6 +355,14 @@ bool bulk_ss_fits(int conv) { return size_t(smem_bytes(conv)) <= smem_optin(); }
 template <bool kRowBase, int kConv>
 void launch_bulk_ss(const MoeParams& p, const MoePlan& plan, const TiledIo& io, cudaStream_t s) {
     constexpr size_t bytes = size_t(smem_bytes(kConv));
+    if constexpr (kRowBase && kConv == 2) {
+        if (io.swi_out && io.up) {
+            raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<true, 2, true>, bytes);
+            moe_w4a8_bulk_ss_kernel<true, 2, true>
+                <<<unsigned(sm_count()), threads(2), bytes, s>>>(p, plan, io);
+            return;
+        }
+    }
     raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<kRowBase, kConv>, bytes);
     moe_w4a8_bulk_ss_kernel<kRowBase, kConv><<<unsigned(sm_count()), threads(kConv), bytes, s>>>(p, plan, io);
 }
