@@ -2,6 +2,7 @@
 // warp_gemv, tiled and the default dispatch) on every case of the linear table (ops/op_cases.h) it applies
 // to, odd sizes, strided x; the tolerance and its reason are the table's (kLinearCuda).
 #include "gpu_test_util.h"
+#include "ops/cuda/bf16_gemm.h"
 #include "ops/op_cases.h"
 
 namespace di::gputest {
@@ -212,6 +213,8 @@ TEST(CudaLinears, Bf16x3SharedInputIsLinearAlone) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     auto& b = backends();
     const int64_t outs[] = {1024, 1024, 256, 256, 64};
+    const bool share_default = cuda::bf16x3_share();
+    cuda::set_bf16x3_share(true);
     for (const int64_t n : {int64_t(300), int64_t(22000)}) {
         const int64_t in = n > 1000 ? 64 : 512;
         Pair x(DType::kF32, {n, in + 8});  // strided rows
@@ -249,6 +252,7 @@ TEST(CudaLinears, Bf16x3SharedInputIsLinearAlone) {
             expect_close(y[j], ops::cases::kLinearCuda.value, "bf16x3 shared");
         }
     }
+    cuda::set_bf16x3_share(share_default);
 }
 
 }  // namespace

@@ -18,6 +18,11 @@ void launch_bf16x3_split(const float* x, int64_t ldx, int64_t n, int64_t in, uin
 // d [3][n][out] f32 (the GEMM of the pieces) -> y [n, out] (row stride ldy) = (lo + mid) + hi.
 void launch_bf16x3_sum(const float* d, int64_t n, int64_t out, float* y, int64_t ldy, Stream s);
 
+// Whether linears() splits x once for its cublaslt_bf16x3 jobs on the same x (LtBf16x3Gemm's several-weights
+// run): off until measured on a GPU (DEEPINFER_BF16X3_SHARE=1); the setter is for the tests.
+void set_bf16x3_share(bool on);
+bool bf16x3_share();
+
 class LtBf16x3Gemm {
   public:
     // nullptr when libcublasLt cannot be loaded; `why` then says why.

@@ -588,9 +588,9 @@ bool CudaBackend::bf16x3_shared(std::span<const LinearArgs> jobs, std::span<cons
         idx.push_back(j);
         outs.push_back({.w = w[j].data, .ldw = w[j].ld, .out = w[j].out_dim, .y = f32m(b.y), .ldy = ld(b.y)});
     }
-    static const bool share = cuda::env_switch("DEEPINFER_BF16X3_SHARE", true);  // off: A/B timing
     cuda::LtBf16x3Gemm* lt = cuda::LtBf16x3Gemm::instance();
-    if (outs.size() < 2 || !share || !lt->supports(n, in, outs.data(), outs.size())) return false;
+    if (outs.size() < 2 || !cuda::bf16x3_share() || !lt->supports(n, in, outs.data(), outs.size()))
+        return false;
     void* tmp = scratch_.get(7, cuda::LtBf16x3Gemm::tmp_bytes(n, in, outs.data(), outs.size()));
     DI_CHECK(lt->run(f32(a.x), ld(a.x), n, in, outs.data(), outs.size(), tmp, stream_),
              "linear: cuBLASLt BF16 matmul failed for n {}, {} weights of {} columns (scope '{}')", n,

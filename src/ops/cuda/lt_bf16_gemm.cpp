@@ -5,20 +5,26 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "ops/cuda/bf16_gemm.h"
+#include "ops/cuda/env_switch.h"
 #include "ops/cuda/lt_lib.h"
 
 namespace di::cuda {
 namespace {
 
 constexpr size_t kTmpCap = size_t(256) << 20;
+std::atomic<bool> share{env_switch("DEEPINFER_BF16X3_SHARE", false)};
 size_t up256(size_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace
+
+void set_bf16x3_share(bool on) { share = on; }
+bool bf16x3_share() { return share; }
 
 struct LtBf16x3Gemm::Impl {
     LtLib* lt = nullptr;
