@@ -323,8 +323,8 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 tp[ct] = my_pair;
                 wg::named_sync(1 + h, 128);
             }
-            if constexpr (kSwi) {  // rows rloc (W1) and rloc + 8 (W3): h's column 64 group + 8 (rloc / 16) +
-                                   // g
+            // kSwi: rows rloc (W1's) and rloc + 8 (W3's) are h's column 64 group + 8 (rloc / 16) + g
+            if constexpr (kSwi) {
                 float* const h0 =
                     io.out + inf.b0 * (io.n_out / 2) + (kRows / 2) * inf.group + 8 * (rloc >> 4) + g;
 #pragma unroll
