@@ -19,9 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
-#include <vector>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/env_switch.h"
@@ -498,42 +496,6 @@ const int bulk_probe = int(env_int("DEEPINFER_W4A8_BULK_PROBE", 0));
 // 256: each launch's blocks' first-tile phases in cycles, printed to stderr (the launch waited for).
 const int w4a8_probe = int(env_int("DEEPINFER_W4A8_PROBE", 0));
 
-// Probe bit 256: a zeroed buffer for `blocks` blocks' phase counts (W8Io::clocks; its own, as every scratch
-// slot has a user; one GPU), or null where the bit is not set.
-long long* probe_clocks(int64_t blocks, cudaStream_t st) {
-    if (!(w4a8_probe & 256)) return nullptr;
-    static long long* buf = nullptr;
-    static int64_t cap = 0;
-    if (cap < blocks) {
-        DI_CUDA_CHECK(cudaStreamSynchronize(st));
-        if (buf != nullptr) DI_CUDA_CHECK(cudaFree(buf));
-        DI_CUDA_CHECK(cudaMalloc(&buf, size_t(blocks) * 4 * sizeof(long long)));
-        cap = blocks;
-    }
-    DI_CUDA_CHECK(cudaMemsetAsync(buf, 0, size_t(blocks) * 4 * sizeof(long long), st));
-    return buf;
-}
-
-// One launch's phase counts as one stderr line (the launch waited for), the buffer zeroed for the next.
-void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t st) {
-    std::vector<long long> h(size_t(blocks) * 4);
-    DI_CUDA_CHECK(
-        cudaMemcpyAsync(h.data(), clocks, h.size() * sizeof(long long), cudaMemcpyDeviceToHost, st));
-    DI_CUDA_CHECK(cudaStreamSynchronize(st));
-    DI_CUDA_CHECK(cudaMemsetAsync(clocks, 0, h.size() * sizeof(long long), st));
-    double sum[3] = {0, 0, 0};
-    int64_t ran = 0;  // the first tiles of items measured (a block an item, or the persistent form's)
-    for (int64_t b = 0; b < blocks; ++b) {
-        ran += h[size_t(b) * 4 + 3];
-        for (int k = 0; k < 3; ++k) sum[k] += double(h[size_t(b) * 4 + k]);
-    }
-    if (ran == 0) return;
-    std::fprintf(stderr,
-                 "w4a8 probe clocks (%s): %lld items, cycles an item's first tile: prologue %.0f, "
-                 "chunks %.0f, stores %.0f\n",
-                 up ? "up" : "down", static_cast<long long>(ran), sum[0] / double(ran), sum[1] / double(ran),
-                 sum[2] / double(ran));
-}
 // The bulk kernel's inputs with the weights converted by warpgroups of their own (moe_w4a8_bulk_ss.cu), two
 // of them with the narrow tiles: the default where it applies since 2026-12-06 (H100, 4 layers, MoE ms: 4,096
 // tokens 15.28 / 15.21 against the persistent default's 15.94 / 15.98, 32,768 tokens 116.8 / 117.2 against
@@ -795,17 +757,17 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
     } else {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
         const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);
-        long long* const clocks = probe_clocks(grid, st);
+        long long* const clocks = w4a8::probe_clocks(w4a8_probe, grid, st);
         const bool h_written =
             launch_tiles(p, plan, W8Io{xq, xs, g, p.D, 2 * p.I, true, w4a8_probe, clocks}, slots, st);
-        if (clocks != nullptr) print_probe_clocks(clocks, grid, true, st);
+        if (clocks != nullptr) w4a8::print_probe_clocks(clocks, grid, true, st);
         if (h_written)  // g holds h [pairs, I]: the quantiser alone
             w8_act_rows_kernel<false><<<unsigned(pairs), 128, 0, st>>>(g, p.I, hc, p.limit, hq, hs, {}, plan);
         else
             w8_act_rows_kernel<true>
                 <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, hq, hs, {}, plan);
         launch_tiles(p, plan, W8Io{hq, hs, y, p.I, p.D, false, w4a8_probe, clocks}, slots, st);
-        if (clocks != nullptr) print_probe_clocks(clocks, grid, false, st);
+        if (clocks != nullptr) w4a8::print_probe_clocks(clocks, grid, false, st);
     }
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
 }

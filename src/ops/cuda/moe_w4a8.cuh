@@ -155,6 +155,11 @@ __device__ __forceinline__ void store_tile(const float (&acc)[N / 2], float f0, 
     store_tile<N, kRowBase>(acc, f0, f1, i0, cnt, q, out_of, [](int, float x) { return x; });
 }
 
+// Timing only (moe_w4a8_probe.cu): where `probe` has bit 256, a zeroed buffer for `blocks` blocks' phase
+// counts (W8Io::clocks), else null; one launch's counts printed to stderr (the launch waited for).
+long long* probe_clocks(int probe, int64_t blocks, cudaStream_t st);
+void print_probe_clocks(long long* clocks, int64_t blocks, bool up, cudaStream_t st);
+
 struct W8Io {
     const uint8_t* act;  // up: token rows; down: pair rows (w8_act_rows)
     const float* sc;     // their scales [rows, chunks]
