@@ -220,7 +220,7 @@ class CudaBackend final : public Backend {
     // linear() on pre-quantised x (LinearArgs' e4m3 codes and scales).
     void linear_quantised(const LinearArgs& a, const WeightRef& w);
     // linears(): job i and the later cublaslt_bf16x3 jobs (var) on the same x as one split, marked done;
-    // false (nothing run) where it is alone.
+    // false (nothing run) where it is alone or the sharing is off (cuda::bf16x3_share).
     bool bf16x3_shared(std::span<const LinearArgs> jobs, std::span<const WeightRef> w,
                        std::span<const int> var, std::vector<bool>& done, size_t i);
     // One linear on f32 x by a variant other than cublaslt_fp8 (mma needs the scratch).

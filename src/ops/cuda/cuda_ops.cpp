@@ -570,6 +570,7 @@ void CudaBackend::linears(std::span<const LinearArgs> jobs) {
 
 bool CudaBackend::bf16x3_shared(std::span<const LinearArgs> jobs, std::span<const WeightRef> w,
                                 std::span<const int> var, std::vector<bool>& done, size_t i) {
+    if (!cuda::bf16x3_share()) return false;
     const LinearArgs& a = jobs[i];
     const int64_t n = a.x.shape[0], in = w[i].in_dim;
     // Jobs whose rows go in the same chunks as alone, so each gets linear()'s bits: all in one chunk, or
@@ -588,8 +589,7 @@ bool CudaBackend::bf16x3_shared(std::span<const LinearArgs> jobs, std::span<cons
         outs.push_back({.w = w[j].data, .ldw = w[j].ld, .out = w[j].out_dim, .y = f32m(b.y), .ldy = ld(b.y)});
     }
     cuda::LtBf16x3Gemm* lt = cuda::LtBf16x3Gemm::instance();
-    if (outs.size() < 2 || !cuda::bf16x3_share() || !lt->supports(n, in, outs.data(), outs.size()))
-        return false;
+    if (outs.size() < 2 || !lt->supports(n, in, outs.data(), outs.size())) return false;
     void* tmp = scratch_.get(7, cuda::LtBf16x3Gemm::tmp_bytes(n, in, outs.data(), outs.size()));
     DI_CHECK(lt->run(f32(a.x), ld(a.x), n, in, outs.data(), outs.size(), tmp, stream_),
              "linear: cuBLASLt BF16 matmul failed for n {}, {} weights of {} columns (scope '{}')", n,
