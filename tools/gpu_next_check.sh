@@ -860,6 +860,18 @@ case ${PART:-fp8} in
     echo "32K none: $(P=32768 rate X=0)"; echo "32K all: $(P=32768 rate "${on[@]}")"
     timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
     ;;
+  s7b)  # (pack: BINS="bench/model_bench bench/model_bench_ring4", the second built with moe_w4a8_bulk_ss.cu's
+         # kStages 4 and ring(2) 4; ~2 min) the converting W4A8 kernel with four stages and four raw slots a
+         # converter against main's five and three: the 4K MoE profile row and the 4K prefill, alternating
+    for rep in 1 2; do
+      for b in model_bench model_bench_ring4; do
+        echo "$b moe: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+          --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+        echo "$b prefill: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+          --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+      done
+    done
+    ;;
   tracemain)  # (a TRACE=1 pack: BINS="bench/model_bench") each kernel's time in a 4-layer 4K and 32K prefill
               # (CUPTI), all kernels of the step: where the time outside the W4A8 launches goes
     for n in 4096 32768; do
