@@ -860,6 +860,23 @@ case ${PART:-fp8} in
     echo "32K none: $(P=32768 rate X=0)"; echo "32K all: $(P=32768 rate "${on[@]}")"
     timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
     ;;
+  s7q)  # (pack: s7's binaries and bench/model_bench_ring4; ~5 min) s7 and s7b trimmed for a short budget:
+         # the cases with all four on, cuda_model_test with all on, the 4K prefill with none, each and all once,
+         # then main's W4A8 kernel against four stages / four raw slots once
+    on=(DEEPINFER_BF16X3_SHARE=1 DEEPINFER_ATTN_PREFETCH=1 DEEPINFER_TILE_ROWS_LOADS=4 DEEPINFER_W4A8_SS_SWIGLU=1)
+    env "${on[@]}" timeout 170 $d/bin/cuda_ops_test --gtest_filter='CudaLinears.*:Cases/CudaLinear.*bf16x3*:Cases/CudaAttention.*:CudaAttentions.*:CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
+      > "$OUT/s7_tests.log" 2>&1
+    echo "op tests rc $?"; summary "$OUT/s7_tests.log"
+    env "${on[@]}" DEEPINFER_TEST_DATA=$PWD/tests/data timeout 110 $d/bin/cuda_model_test > "$OUT/s7_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/s7_model.log"
+    rate() { b=${B:-model_bench}; env "$@" timeout 40 $d/bin/$b --preset flash --layers 4 --backend cuda \
+      --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*'; }
+    echo "none: $(rate X=0)"
+    for e in "${on[@]}"; do echo "$e: $(rate "$e")"; done
+    echo "all: $(rate "${on[@]}")"
+    echo "ring4: $(B=model_bench_ring4 rate X=0)"; echo "none: $(rate X=0)"; echo "ring4: $(B=model_bench_ring4 rate X=0)"
+    echo "all: $(rate "${on[@]}")"; echo "ring4 + the first three (its SwiGLU form serialised, C7511): $(B=model_bench_ring4 rate "${on[@]:0:3}")"
+    ;;
   s7b)  # (pack: BINS="bench/model_bench bench/model_bench_ring4", the second built with moe_w4a8_bulk_ss.cu's
          # kStages 4 and ring(2) 4; ~2 min) the converting W4A8 kernel with four stages and four raw slots a
          # converter against main's five and three: the 4K MoE profile row and the 4K prefill, alternating
