@@ -18,7 +18,12 @@
 #   lt_bf16_gemm.cpp, moe_w4a8.cu; env_int in moe_w4a8_bulk.cu). PART=s7b (~2 min): the converting W4A8 kernel
 #   with kStages 4 and ring(2) 4 (model_bench_ring4: moe_w4a8_bulk_ss.cu with those two constants changed,
 #   built and copied beside model_bench; ptxas serialises its SwiGLU form, C7511, not its default form).
-#   PART=s7q (~5 min): both trimmed, for a short device budget.
+#   PART=s7q (~5 min): both trimmed, for a short device budget. model_bench_ring4, built here:
+#     sed -i 's/return conv == 1 ? 4 : 3;/return 4;/; s/^constexpr int kStages = 5;/constexpr int kStages = 4;/' \
+#       src/ops/cuda/moe_w4a8_bulk_ss.cu && make -C build-cuda -j2 model_bench &&
+#     cp build-cuda/bench/model_bench build-cuda/bench/model_bench_ring4 && git checkout src/ops/cuda/moe_w4a8_bulk_ss.cu &&
+#     make -C build-cuda -j2 model_bench
+#   then pack BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench bench/model_bench_ring4".
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
