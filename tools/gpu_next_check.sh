@@ -23,15 +23,20 @@
 #       src/ops/cuda/moe_w4a8_bulk_ss.cu && make -C build-cuda -j2 model_bench &&
 #     cp build-cuda/bench/model_bench build-cuda/bench/model_bench_ring4 && git checkout src/ops/cuda/moe_w4a8_bulk_ss.cu &&
 #     make -C build-cuda -j2 model_bench
-#   then pack BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench bench/model_bench_ring4".
+#   model_bench_s4 the same way with kScaleWordAhead true (moe_w4a8_bulk_ss.cu: a chunk's scale word loaded one
+#   chunk ahead; its default form's SASS with false is main's, with true ptxas reports no C7511):
+#     sed -i 's/^constexpr bool kScaleWordAhead = false;/constexpr bool kScaleWordAhead = true;/' ...
+#   and tests/gpu/cuda_ops_test_s4 (its cases) from the same change; then pack BINS="tests/gpu/cuda_ops_test
+#   tests/gpu/cuda_model_test bench/model_bench bench/model_bench_ring4 bench/model_bench_s4
+#   tests/gpu/cuda_ops_test_s4" (each variant differs from its base in one object: little more packed).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
 case ${PART:-s7} in
-  s7q)  # (pack: s7's binaries and bench/model_bench_ring4; ~5 min) s7 and s7b trimmed for a short budget:
-         # the cases with all four on, cuda_model_test with all on, the 4K prefill with none, each and all once,
-         # then main's W4A8 kernel against four stages / four raw slots once
+  s7q)  # (pack: s7's binaries, bench/model_bench_ring4 and bench/model_bench_s4; ~5 min) s7 and s7b trimmed
+         # for a short budget: the cases with all four on, cuda_model_test with all on, the 4K prefill with
+         # none, each and all once, then main's W4A8 kernel against ring4 and s4
     on=(DEEPINFER_BF16X3_SHARE=1 DEEPINFER_ATTN_PREFETCH=1 DEEPINFER_TILE_ROWS_LOADS=4 DEEPINFER_W4A8_SS_SWIGLU=1)
     env "${on[@]}" timeout 170 $d/bin/cuda_ops_test --gtest_filter='CudaLinears.*:Cases/CudaLinear.*bf16x3*:Cases/CudaAttention.*:CudaAttentions.*:CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
       > "$OUT/s7_tests.log" 2>&1
@@ -45,6 +50,14 @@ case ${PART:-s7} in
     echo "all: $(rate "${on[@]}")"
     echo "ring4: $(B=model_bench_ring4 rate X=0)"; echo "none: $(rate X=0)"; echo "ring4: $(B=model_bench_ring4 rate X=0)"
     echo "all: $(rate "${on[@]}")"; echo "ring4 + the first three (its SwiGLU form serialised, C7511): $(B=model_bench_ring4 rate "${on[@]:0:3}")"
+    if [[ -x $d/bin/cuda_ops_test_s4 ]]; then  # s4's bits: the W4A8 cases of its own build
+      timeout 90 $d/bin/cuda_ops_test_s4 --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
+        > "$OUT/s4_tests.log" 2>&1
+      echo "s4 op tests rc $?"; summary "$OUT/s4_tests.log"
+    fi
+    if [[ -x $d/bin/model_bench_s4 ]]; then
+      echo "s4: $(B=model_bench_s4 rate X=0)"; echo "none: $(rate X=0)"; echo "s4: $(B=model_bench_s4 rate X=0)"
+    fi
     ;;
   s7)  # (pack: BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench", TRACE=1; ~7 min)
         # the four options written in the seventh session and not yet run, each off by default: their cases
@@ -73,11 +86,18 @@ case ${PART:-s7} in
     echo "32K none: $(P=32768 rate X=0)"; echo "32K all: $(P=32768 rate "${on[@]}")"
     timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
     ;;
-  s7b)  # (pack: BINS="bench/model_bench bench/model_bench_ring4", the second built with moe_w4a8_bulk_ss.cu's
-         # kStages 4 and ring(2) 4; ~2 min) the converting W4A8 kernel with four stages and four raw slots a
-         # converter against main's five and three: the 4K MoE profile row and the 4K prefill, alternating
+  s7b)  # (pack: BINS="bench/model_bench bench/model_bench_ring4 bench/model_bench_s4", built as the header
+         # says; ~3 min) the converting W4A8 kernel with four stages and four raw slots a converter (ring4), and
+         # with its scale words one chunk ahead (s4), against main: the 4K MoE profile row and the 4K prefill,
+         # alternating (each build that the pack holds)
+    if [[ -x $d/bin/cuda_ops_test_s4 ]]; then  # s4's bits: the W4A8 cases of its own build
+      timeout 90 $d/bin/cuda_ops_test_s4 --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
+        > "$OUT/s4_tests.log" 2>&1
+      echo "s4 op tests rc $?"; summary "$OUT/s4_tests.log"
+    fi
     for rep in 1 2; do
-      for b in model_bench model_bench_ring4; do
+      for b in model_bench model_bench_ring4 model_bench_s4; do
+        [[ -x $d/bin/$b ]] || continue
         echo "$b moe: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
           --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
         echo "$b prefill: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
