@@ -10,25 +10,14 @@
 # probes, ...; docs/benchmarks.md names them where it reports their runs) are in this file's history: git
 # show 8b6dd44:tools/gpu_next_check.sh.
 #
-# Waiting (written 2026-12-07, seventh session; no device machine could be started in that session or the
-# eighth): PART=s7 (~7-9 min) the four prefill options, each off by default: DEEPINFER_BF16X3_SHARE (y's bf16
-#   projections split once), DEEPINFER_ATTN_PREFETCH (the next wave's queries into the L2),
-#   DEEPINFER_TILE_ROWS_LOADS=4, DEEPINFER_W4A8_SS_SWIGLU (up's SwiGLU in the converting kernel's epilogue):
-#   turn on what passes and is faster (their defaults: env_switch(..., false) in attention_wgp.cu,
-#   lt_bf16_gemm.cpp, moe_w4a8.cu; env_int in moe_w4a8_bulk.cu). PART=s7b (~2 min): the converting W4A8 kernel
-#   with kStages 4 and ring(2) 4 (model_bench_ring4: moe_w4a8_bulk_ss.cu with those two constants changed,
-#   built and copied beside model_bench; ptxas serialises its SwiGLU form, C7511, not its default form).
-#   PART=s7q (~5 min): both trimmed, for a short device budget. model_bench_ring4, built here:
-#     sed -i 's/return conv == 1 ? 4 : 3;/return 4;/; s/^constexpr int kStages = 5;/constexpr int kStages = 4;/' \
-#       src/ops/cuda/moe_w4a8_bulk_ss.cu && make -C build-cuda -j2 model_bench &&
-#     cp build-cuda/bench/model_bench build-cuda/bench/model_bench_ring4 && git checkout src/ops/cuda/moe_w4a8_bulk_ss.cu &&
-#     make -C build-cuda -j2 model_bench
-#   model_bench_s4 the same way with kScaleWordAhead true (moe_w4a8_bulk_ss.cu: a chunk's scale word loaded one
-#   chunk ahead; its default form's SASS with false is main's, with true ptxas reports no C7511):
-#     sed -i 's/^constexpr bool kScaleWordAhead = false;/constexpr bool kScaleWordAhead = true;/' ...
-#   and tests/gpu/cuda_ops_test_s4 (its cases) from the same change; then pack BINS="tests/gpu/cuda_ops_test
-#   tests/gpu/cuda_model_test bench/model_bench bench/model_bench_ring4 bench/model_bench_s4
-#   tests/gpu/cuda_ops_test_s4" (each variant differs from its base in one object: little more packed).
+# Ran 2026-12-07 (eighth session, H100; docs/benchmarks.md): PART=s7q, the seventh session's four options
+#   (DEEPINFER_BF16X3_SHARE, DEEPINFER_ATTN_PREFETCH, DEEPINFER_TILE_ROWS_LOADS=4, DEEPINFER_W4A8_SS_SWIGLU)
+#   with their cases, and two one-object builds of the converting W4A8 kernel (model_bench_ring4: kStages 4
+#   and ring(2) 4; model_bench_s4 / cuda_ops_test_s4: a chunk's scale word loaded one chunk ahead): the
+#   bf16x3 share and four loads a lane are the defaults since, the rest not kept (slower or no change).
+#   The s7 parts stay as the options' A/B (X=0: the defaults); s7b times such builds where a pack holds them
+#   (make one by editing moe_w4a8_bulk_ss.cu, `make -C build-cuda model_bench`, copying the binary to
+#   model_bench_<name>, restoring the file and rebuilding).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
@@ -48,8 +37,10 @@ case ${PART:-s7} in
     echo "none: $(rate X=0)"
     for e in "${on[@]}"; do echo "$e: $(rate "$e")"; done
     echo "all: $(rate "${on[@]}")"
-    echo "ring4: $(B=model_bench_ring4 rate X=0)"; echo "none: $(rate X=0)"; echo "ring4: $(B=model_bench_ring4 rate X=0)"
-    echo "all: $(rate "${on[@]}")"; echo "ring4 + the first three (its SwiGLU form serialised, C7511): $(B=model_bench_ring4 rate "${on[@]:0:3}")"
+    if [[ -x $d/bin/model_bench_ring4 ]]; then
+      echo "ring4: $(B=model_bench_ring4 rate X=0)"; echo "none: $(rate X=0)"; echo "ring4: $(B=model_bench_ring4 rate X=0)"
+      echo "all: $(rate "${on[@]}")"; echo "ring4 + the first three: $(B=model_bench_ring4 rate "${on[@]:0:3}")"
+    fi
     if [[ -x $d/bin/cuda_ops_test_s4 ]]; then  # s4's bits: the W4A8 cases of its own build
       timeout 90 $d/bin/cuda_ops_test_s4 --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
         > "$OUT/s4_tests.log" 2>&1
@@ -87,7 +78,7 @@ case ${PART:-s7} in
     timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
     ;;
   s7b)  # (pack: BINS="bench/model_bench bench/model_bench_ring4 bench/model_bench_s4", built as the header
-         # says; ~3 min) the converting W4A8 kernel with four stages and four raw slots a converter (ring4), and
+         # said; ~3 min) the converting W4A8 kernel with four stages and four raw slots a converter (ring4), and
          # with its scale words one chunk ahead (s4), against main: the 4K MoE profile row and the 4K prefill,
          # alternating (each build that the pack holds)
     if [[ -x $d/bin/cuda_ops_test_s4 ]]; then  # s4's bits: the W4A8 cases of its own build

@@ -18,7 +18,7 @@ namespace di::cuda {
 namespace {
 
 constexpr size_t kTmpCap = size_t(256) << 20;
-std::atomic<bool> share{env_switch("DEEPINFER_BF16X3_SHARE", false)};
+std::atomic<bool> share{env_switch("DEEPINFER_BF16X3_SHARE", true)};
 size_t up256(size_t b) { return (b + 255) / 256 * 256; }
 
 }  // namespace

@@ -292,8 +292,8 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
 // quantised rows (xq [n, chunks, 128], xs [n, chunks]); the tiled rows' numbers of the plan's pairs (prow)
 // and the experts' first rows (pbegin).
 // kLoads: 16-byte units a lane loads before it stores the first (the stores may alias the loads for the
-// compiler, which keeps one load in flight a lane otherwise); 4 is written but not measured yet
-// (DEEPINFER_TILE_ROWS_LOADS=4), 1 the measured loop.
+// compiler, which keeps one load in flight a lane otherwise): 4 by default (H100, 4 V4-Flash layers: the 4K
+// prefill +0.9%; docs/benchmarks.md 2026-12-07, eighth session), DEEPINFER_TILE_ROWS_LOADS=1 one at a time.
 template <int kLoads>
 __global__ void __launch_bounds__(256) tile_rows_kernel(MoePlan plan, int32_t k, const uint8_t* xq,
                                                         const float* xs, int64_t chunks, TiledOut t) {
@@ -366,7 +366,7 @@ int bulk_cluster(int64_t n_out, int want) {
 
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,
                       const TiledOut& t, unsigned slots, cudaStream_t s) {
-    static const bool four = env_int("DEEPINFER_TILE_ROWS_LOADS", 1) == 4;
+    static const bool four = env_int("DEEPINFER_TILE_ROWS_LOADS", 4) == 4;
     if (four)
         tile_rows_kernel<4><<<dim3(slots, 8), 256, 0, s>>>(plan, k, xq, xs, chunks, t);
     else

@@ -60,11 +60,6 @@ constexpr int kTokBytes = kN * kChunk, kABytes = kRows * kChunk;
 constexpr int kStageBytes = kTokBytes + kABytes + kN * 4 + kRows * 4;  // + token scales, row factors
 constexpr int kRawBytes = kRows * kChunk / 2;                          // a ring slot: 64 bytes a row
 constexpr int kStages = 5;
-// A chunk's scale word loaded one of the thread's chunks ahead, its round trip under the chunk before (the
-// converting side's one global load a chunk on the critical path). Off until timed: a build with it true is
-// tools/gpu_next_check.sh's model_bench_s4. Only in the two-converter forms without SwiGLU: in the SwiGLU and
-// one-converter forms it made ptxas serialise the wgmmas (C7511); with false the SASS is the one before it.
-constexpr bool kScaleWordAhead = false;
 static_assert(kStageBytes % 1024 == 0);
 
 // wgmma m64nNTk32 e4m3, both operands in shared memory
@@ -202,18 +197,12 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                     if (j < own) issue_raw(j);
                     wg::cp_async_commit();
                 }
-                constexpr bool kAhead = kScaleWordAhead && !kSwi && kConv == 2;
-                auto scale_word = [&](int c) {
-                    return __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * c));
-                };
-                uint32_t s4_next = kAhead && own > 0 ? scale_word(cw) : 0u;
                 for (int j = 0; j < own; ++j) {
                     const int c = cw + kConv * j;
                     const uint32_t ic = it + uint32_t(c);  // ic: the chunk's place in the stages
                     if (j + kRing - 1 < own) issue_raw(j + kRing - 1);
                     wg::cp_async_commit();
-                    const uint32_t s4 = kAhead ? s4_next : scale_word(c);
-                    if (kAhead && j + 1 < own) s4_next = scale_word(c + kConv);
+                    const uint32_t s4 = __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * c));
                     const uint32_t s = ic % kStages;
                     wg::mbar_wait(empty(s), ((ic / kStages) & 1u) ^ 1u);
                     if (t == 0) {
