@@ -482,7 +482,7 @@ void launch_attention_wgp(const AttentionParams& p, const F16Rows& r, cudaStream
     const size_t smem = smem_bytes(p);
     raise_dynamic_smem(attention_wgp_kernel, smem);
     // blocks go out in x order (the queries of head block 0 first), a wave of one block an SM
-    // off: 1.6% slower on the 4K prefill (H100, docs/benchmarks.md 2026-12-07, eighth session)
+    // off: 1.5% slower on the 4K prefill (H100, docs/benchmarks.md 2026-12-07, eighth session)
     static const bool prefetch = env_switch("DEEPINFER_ATTN_PREFETCH", false);
     const bool aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_s0 % 4 == 0 && p.q_s1 % 4 == 0 &&
                          p.hd % 4 == 0;  // cp.async.bulk's 16-byte units

@@ -19,7 +19,7 @@ void launch_bf16x3_split(const float* x, int64_t ldx, int64_t n, int64_t in, uin
 void launch_bf16x3_sum(const float* d, int64_t n, int64_t out, float* y, int64_t ldy, Stream s);
 
 // Whether linears() splits x once for its cublaslt_bf16x3 jobs on the same x (LtBf16x3Gemm's several-weights
-// run): on by default (H100, 4 V4-Flash layers: the 4K prefill +1.5%; docs/benchmarks.md 2026-12-07, eighth
+// run): on by default (H100, 4 V4-Flash layers: the 4K prefill +1.6%; docs/benchmarks.md 2026-12-07, eighth
 // session), DEEPINFER_BF16X3_SHARE=0 each job alone; the setter is for the tests.
 void set_bf16x3_share(bool on);
 bool bf16x3_share();

@@ -480,7 +480,7 @@ int moe_w4a8_bulk_ss();
 bool moe_w4a8_ss_narrow();
 // The converting kernel's up pass with SwiGLU in its epilogue (two converters, row folds: TiledIo::swi_out):
 // h [pairs, I] written instead of both parts [pairs, 2 I], the same values; off (DEEPINFER_W4A8_SS_SWIGLU=1):
-// the 4K prefill 2.4% slower with it (H100, docs/benchmarks.md 2026-12-07, eighth session); its launches.
+// the 4K prefill 2.3% slower with it (H100, docs/benchmarks.md 2026-12-07, eighth session); its launches.
 void set_moe_w4a8_ss_swiglu(bool on);
 int64_t moe_w4a8_ss_swiglu_launches();
 int64_t moe_w4a8_bulk_launches();

@@ -293,7 +293,7 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
 // and the experts' first rows (pbegin).
 // kLoads: 16-byte units a lane loads before it stores the first (the stores may alias the loads for the
 // compiler, which keeps one load in flight a lane otherwise): 4 by default (H100, 4 V4-Flash layers: the 4K
-// prefill +0.9%; docs/benchmarks.md 2026-12-07, eighth session), DEEPINFER_TILE_ROWS_LOADS=1 one at a time.
+// prefill +1.0%; docs/benchmarks.md 2026-12-07, eighth session), DEEPINFER_TILE_ROWS_LOADS=1 one at a time.
 template <int kLoads>
 __global__ void __launch_bounds__(256) tile_rows_kernel(MoePlan plan, int32_t k, const uint8_t* xq,
                                                         const float* xs, int64_t chunks, TiledOut t) {
