@@ -51,9 +51,9 @@ case ${PART:-s7} in
     fi
     ;;
   s7)  # (pack: BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench", TRACE=1; ~7 min)
-        # the four options written in the seventh session and not yet run, each off by default: their cases
-        # with all on, cuda_model_test with all on, the 4K prefill with none, each and all (twice), the trace
-        # and the 32K prefill with all on and none, transformers at 4K
+        # the seventh session's four options (ran as s7q in the eighth: the first and third the defaults
+        # since, so X=0 is they on): their cases with all on, cuda_model_test with all on, the 4K prefill
+        # with none, each and all (twice), the trace and the 32K prefill with all on and none, transformers
     on=(DEEPINFER_BF16X3_SHARE=1 DEEPINFER_ATTN_PREFETCH=1 DEEPINFER_TILE_ROWS_LOADS=4 DEEPINFER_W4A8_SS_SWIGLU=1)
     env "${on[@]}" timeout 240 $d/bin/cuda_ops_test --gtest_filter='CudaLinears.*:Cases/CudaLinear.*bf16x3*:Cases/CudaAttention.*:CudaAttentions.*:CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
       > "$OUT/s7_tests.log" 2>&1
@@ -77,8 +77,8 @@ case ${PART:-s7} in
     echo "32K none: $(P=32768 rate X=0)"; echo "32K all: $(P=32768 rate "${on[@]}")"
     timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
     ;;
-  s7b)  # (pack: BINS="bench/model_bench bench/model_bench_ring4 bench/model_bench_s4", built as the header
-         # said; ~3 min) the converting W4A8 kernel with four stages and four raw slots a converter (ring4), and
+  s7b)  # (pack: BINS="bench/model_bench bench/model_bench_ring4 bench/model_bench_s4", one-object builds as
+         # the header says; ~3 min) the converting W4A8 kernel with four stages and four raw slots a converter (ring4), and
          # with its scale words one chunk ahead (s4), against main: the 4K MoE profile row and the 4K prefill,
          # alternating (each build that the pack holds)
     if [[ -x $d/bin/cuda_ops_test_s4 ]]; then  # s4's bits: the W4A8 cases of its own build
