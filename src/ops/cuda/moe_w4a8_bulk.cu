@@ -23,7 +23,6 @@
 
 #include <algorithm>
 
-#include "ops/cuda/env_switch.h"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_w4a8.cuh"
 #include "ops/cuda/smem_limit.h"
@@ -291,10 +290,9 @@ __global__ void __cluster_dims__(kCs, 1, 1) __launch_bounds__(kThreads, 1)
 // 64-bit division and remainder per unit took ~165 us a layer at 4K). up: pair rows from their tokens'
 // quantised rows (xq [n, chunks, 128], xs [n, chunks]); the tiled rows' numbers of the plan's pairs (prow)
 // and the experts' first rows (pbegin).
-// kLoads: 16-byte units a lane loads before it stores the first (the stores may alias the loads for the
-// compiler, which keeps one load in flight a lane otherwise): 4 by default (H100, 4 V4-Flash layers: the 4K
-// prefill +1.0%; docs/benchmarks.md 2026-12-07, eighth session), DEEPINFER_TILE_ROWS_LOADS=1 one at a time.
-template <int kLoads>
+// A lane loads kLoads 16-byte units before it stores the first (the stores may alias the loads for the
+// compiler, which keeps one load in flight a lane otherwise; H100, 4 V4-Flash layers: the 4K prefill +1.0%
+// against one at a time, docs/benchmarks.md 2026-12-07, eighth session).
 __global__ void __launch_bounds__(256) tile_rows_kernel(MoePlan plan, int32_t k, const uint8_t* xq,
                                                         const float* xs, int64_t chunks, TiledOut t) {
     allow_early_next();
@@ -318,36 +316,26 @@ __global__ void __launch_bounds__(256) tile_rows_kernel(MoePlan plan, int32_t k,
         const int32_t r = pb + i;
         const int64_t tok = plan.pairs[b0 + i] / k;
         const uint8_t* src = xq + tok * chunks * kChunk;
-        if constexpr (kLoads == 1) {
-            for (int v = lane; v < units; v += 32) {
+        constexpr int kLoads = 4;
+        for (int v0 = lane; v0 < units; v0 += 32 * kLoads) {
+            uint4 u[kLoads];
+            float sc[kLoads];
+#pragma unroll
+            for (int j = 0; j < kLoads; ++j) {
+                const int v = v0 + 32 * j;
+                if (v < units) {
+                    u[j] = *reinterpret_cast<const uint4*>(src + int64_t(v) * 16);
+                    sc[j] = (v & 7) == 0 ? xs[tok * chunks + (v >> 3)] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < kLoads; ++j) {
+                const int v = v0 + 32 * j;
+                if (v >= units) break;
                 const int64_t c = v >> 3;
                 const int uo = v & 7;
-                *reinterpret_cast<uint4*>(t.act + (c * t.rows + r) * kChunk + ((uo ^ (r & 7)) << 4)) =
-                    *reinterpret_cast<const uint4*>(src + int64_t(v) * 16);
-                if (uo == 0) t.sc[c * t.rows + r] = xs[tok * chunks + c];
-            }
-        } else {
-            for (int v0 = lane; v0 < units; v0 += 32 * kLoads) {
-                uint4 u[kLoads];
-                float sc[kLoads];
-#pragma unroll
-                for (int j = 0; j < kLoads; ++j) {
-                    const int v = v0 + 32 * j;
-                    if (v < units) {
-                        u[j] = *reinterpret_cast<const uint4*>(src + int64_t(v) * 16);
-                        sc[j] = (v & 7) == 0 ? xs[tok * chunks + (v >> 3)] : 0.0f;
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < kLoads; ++j) {
-                    const int v = v0 + 32 * j;
-                    if (v >= units) break;
-                    const int64_t c = v >> 3;
-                    const int uo = v & 7;
-                    *reinterpret_cast<uint4*>(t.act + (c * t.rows + r) * kChunk + ((uo ^ (r & 7)) << 4)) =
-                        u[j];
-                    if (uo == 0) t.sc[c * t.rows + r] = sc[j];
-                }
+                *reinterpret_cast<uint4*>(t.act + (c * t.rows + r) * kChunk + ((uo ^ (r & 7)) << 4)) = u[j];
+                if (uo == 0) t.sc[c * t.rows + r] = sc[j];
             }
         }
         if (lane == 0) t.prow[b0 + i] = r;
@@ -366,11 +354,7 @@ int bulk_cluster(int64_t n_out, int want) {
 
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,
                       const TiledOut& t, unsigned slots, cudaStream_t s) {
-    static const bool four = env_int("DEEPINFER_TILE_ROWS_LOADS", 4) == 4;
-    if (four)
-        tile_rows_kernel<4><<<dim3(slots, 8), 256, 0, s>>>(plan, k, xq, xs, chunks, t);
-    else
-        tile_rows_kernel<1><<<dim3(slots, 8), 256, 0, s>>>(plan, k, xq, xs, chunks, t);
+    tile_rows_kernel<<<dim3(slots, 8), 256, 0, s>>>(plan, k, xq, xs, chunks, t);
 }
 
 template <int kCs, bool kRowBase>
