@@ -10,51 +10,23 @@
 # probes, ...; docs/benchmarks.md names them where it reports their runs) are in this file's history: git
 # show 8b6dd44:tools/gpu_next_check.sh.
 #
-# Ran 2026-12-07 (eighth session, H100; docs/benchmarks.md): PART=s7q, the seventh session's four options
-#   (DEEPINFER_BF16X3_SHARE, DEEPINFER_ATTN_PREFETCH, DEEPINFER_TILE_ROWS_LOADS=4, DEEPINFER_W4A8_SS_SWIGLU)
-#   with their cases, and two one-object builds of the converting W4A8 kernel (model_bench_ring4: kStages 4
-#   and ring(2) 4; model_bench_s4 / cuda_ops_test_s4: a chunk's scale word loaded one chunk ahead): the
-#   bf16x3 share and four loads a lane are the defaults since, the rest not kept (slower or no change).
-#   The s7 parts stay as the options' A/B (X=0: the defaults); s7b times such builds where a pack holds them
-#   (make one by editing moe_w4a8_bulk_ss.cu, `make -C build-cuda model_bench`, copying the binary to
-#   model_bench_<name>, restoring the file and rebuilding).
+# Ran 2026-12-07 (eighth session, H100; docs/benchmarks.md): PART=s7q (git show
+#   5464d95:tools/gpu_next_check.sh), the seventh session's four options and two one-object builds of the
+#   converting W4A8 kernel: the bf16x3 share and four loads a lane in tile_rows are the defaults since, the
+#   rest not kept (slower or no change). PART=s7 is the options' A/B; s7b times one-object builds where a pack
+#   holds them (make one by editing moe_w4a8_bulk_ss.cu, `make -C build-cuda model_bench`, copying the binary
+#   to model_bench_<name>, restoring the file and rebuilding).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
 case ${PART:-s7} in
-  s7q)  # (pack: s7's binaries, bench/model_bench_ring4 and bench/model_bench_s4; ~5 min) s7 and s7b trimmed
-         # for a short budget: the cases with all four on, cuda_model_test with all on, the 4K prefill with
-         # none, each and all once, then main's W4A8 kernel against ring4 and s4
-    on=(DEEPINFER_BF16X3_SHARE=1 DEEPINFER_ATTN_PREFETCH=1 DEEPINFER_TILE_ROWS_LOADS=4 DEEPINFER_W4A8_SS_SWIGLU=1)
-    env "${on[@]}" timeout 170 $d/bin/cuda_ops_test --gtest_filter='CudaLinears.*:Cases/CudaLinear.*bf16x3*:Cases/CudaAttention.*:CudaAttentions.*:CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
-      > "$OUT/s7_tests.log" 2>&1
-    echo "op tests rc $?"; summary "$OUT/s7_tests.log"
-    env "${on[@]}" DEEPINFER_TEST_DATA=$PWD/tests/data timeout 110 $d/bin/cuda_model_test > "$OUT/s7_model.log" 2>&1
-    echo "cuda_model_test rc $?"; summary "$OUT/s7_model.log"
-    rate() { b=${B:-model_bench}; env "$@" timeout 40 $d/bin/$b --preset flash --layers 4 --backend cuda \
-      --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*'; }
-    echo "none: $(rate X=0)"
-    for e in "${on[@]}"; do echo "$e: $(rate "$e")"; done
-    echo "all: $(rate "${on[@]}")"
-    if [[ -x $d/bin/model_bench_ring4 ]]; then
-      echo "ring4: $(B=model_bench_ring4 rate X=0)"; echo "none: $(rate X=0)"; echo "ring4: $(B=model_bench_ring4 rate X=0)"
-      echo "all: $(rate "${on[@]}")"; echo "ring4 + the first three: $(B=model_bench_ring4 rate "${on[@]:0:3}")"
-    fi
-    if [[ -x $d/bin/cuda_ops_test_s4 ]]; then  # s4's bits: the W4A8 cases of its own build
-      timeout 90 $d/bin/cuda_ops_test_s4 --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
-        > "$OUT/s4_tests.log" 2>&1
-      echo "s4 op tests rc $?"; summary "$OUT/s4_tests.log"
-    fi
-    if [[ -x $d/bin/model_bench_s4 ]]; then
-      echo "s4: $(B=model_bench_s4 rate X=0)"; echo "none: $(rate X=0)"; echo "s4: $(B=model_bench_s4 rate X=0)"
-    fi
-    ;;
   s7)  # (pack: BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench", TRACE=1; ~7 min)
-        # the seventh session's four options (ran as s7q in the eighth: the first and third the defaults
-        # since, so X=0 is they on): their cases with all on, cuda_model_test with all on, the 4K prefill
-        # with none, each and all (twice), the trace and the 32K prefill with all on and none, transformers
-    on=(DEEPINFER_BF16X3_SHARE=1 DEEPINFER_ATTN_PREFETCH=1 DEEPINFER_TILE_ROWS_LOADS=4 DEEPINFER_W4A8_SS_SWIGLU=1)
+        # the prefill options' A/B, each flipped from its default (ran as s7q in the eighth session: the bf16x3
+        # share and four loads a lane the defaults since; the L2 prefetch and up's SwiGLU in the converting
+        # kernel off): their cases with all flipped, cuda_model_test likewise, the 4K prefill with none, each
+        # and all (twice), the trace and the 32K prefill with all flipped and none, transformers
+    on=(DEEPINFER_BF16X3_SHARE=0 DEEPINFER_ATTN_PREFETCH=1 DEEPINFER_W4A8_SS_SWIGLU=1)
     env "${on[@]}" timeout 240 $d/bin/cuda_ops_test --gtest_filter='CudaLinears.*:Cases/CudaLinear.*bf16x3*:Cases/CudaAttention.*:CudaAttentions.*:CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
       > "$OUT/s7_tests.log" 2>&1
     echo "op tests rc $?"; summary "$OUT/s7_tests.log"
@@ -77,21 +49,20 @@ case ${PART:-s7} in
     echo "32K none: $(P=32768 rate X=0)"; echo "32K all: $(P=32768 rate "${on[@]}")"
     timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
     ;;
-  s7b)  # (pack: BINS="bench/model_bench bench/model_bench_ring4 bench/model_bench_s4", one-object builds as
-         # the header says; ~3 min) the converting W4A8 kernel with four stages and four raw slots a converter (ring4), and
-         # with its scale words one chunk ahead (s4), against main: the 4K MoE profile row and the 4K prefill,
-         # alternating (each build that the pack holds)
-    if [[ -x $d/bin/cuda_ops_test_s4 ]]; then  # s4's bits: the W4A8 cases of its own build
-      timeout 90 $d/bin/cuda_ops_test_s4 --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
-        > "$OUT/s4_tests.log" 2>&1
-      echo "s4 op tests rc $?"; summary "$OUT/s4_tests.log"
-    fi
+  s7b)  # (pack: BINS="bench/model_bench bench/model_bench_<name> ..." [tests/gpu/cuda_ops_test_<name>], one-object
+         # builds as the header says; ~1.5 min a build) each build against main: its W4A8 and native MoE cases
+         # where its cuda_ops_test is packed, then the 4K MoE profile row and the 4K prefill, alternating
+    for t in $d/bin/cuda_ops_test_*; do
+      [[ -x $t ]] || continue
+      timeout 90 $t --gtest_filter='CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' > "$OUT/${t##*/}.log" 2>&1
+      echo "${t##*/} rc $?"; summary "$OUT/${t##*/}.log"
+    done
     for rep in 1 2; do
-      for b in model_bench model_bench_ring4 model_bench_s4; do
-        [[ -x $d/bin/$b ]] || continue
-        echo "$b moe: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+      for b in $d/bin/model_bench $d/bin/model_bench_*; do
+        [[ -x $b ]] || continue
+        echo "${b##*/} moe: $(timeout 60 $b --preset flash --layers 4 --backend cuda --precision native \
           --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
-        echo "$b prefill: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+        echo "${b##*/} prefill: $(timeout 60 $b --preset flash --layers 4 --backend cuda --precision native \
           --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
       done
     done
@@ -254,6 +225,6 @@ case ${PART:-s7} in
     [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
     timeout 60 $d/bin/persistent_layer_probe 8 5 1 0.5 0.25 0
     ;;
-  *) echo "PART: s7q | s7 | s7b | tracemain | shapes | chunks | ssncu | final | mhctf32 | fused | fp8 | roofline | spec | moecopy | timeline | ncu | probe"; exit 2 ;;
+  *) echo "PART: s7 | s7b | tracemain | shapes | chunks | ssncu | final | mhctf32 | fused | fp8 | roofline | spec | moecopy | timeline | ncu | probe"; exit 2 ;;
 esac
 exit 0
