@@ -67,6 +67,59 @@ case ${PART:-s7} in
       done
     done
     ;;
+  now)  # (a TRACE=1 pack: BINS="bench/model_bench bench/cuda_kernel_bench") where a 4-layer 4K prefill's time
+        # goes now, with the rates it is judged by in the same call: its kernels (CUPTI), its ops by shape, the
+        # FP8 GEMM table with the dense cuBLASLt rates, the whole prefill and transformers (~4 min)
+    CUDA_INJECTION64_PATH=$PWD/$d/lib/libkernel_trace.so DEEPINFER_TRACE_OUT=$OUT/trace_4096.csv \
+      timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+      --decode 1 --warmup 0 > "$OUT/trace_4096.log" 2>&1
+    echo "== trace rc $?"; python3 tools/trace_totals.py "$OUT/trace_4096.csv" 45 | cut -c1-170
+    xz -9 "$OUT/trace_4096.csv"
+    timeout 120 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+      --decode 1 --profile shapes > "$OUT/shapes_4096.log" 2>&1
+    echo "profile shapes rc $?"; sed -n '/profile of the prefill/,/^| total/p' "$OUT/shapes_4096.log"
+    timeout 120 $d/bin/cuda_kernel_bench --only gemm --quick > "$OUT/gemm.log" 2>&1
+    echo "gemm rc $?"; grep -E "dense|n=4096|rate" "$OUT/gemm.log" | head -30
+    for rep in 1 2; do
+      echo "prefill 4096: $(timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+        --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*')"
+    done
+    timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
+    ;;
+  s9)  # (a TRACE=1 pack: BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test") the attention's
+        # picks deduplicated by each entry's smallest pick index and q read once: the attention cases, then the
+        # 4K prefill against the build before (model_bench_prev), alternating, and the MoE/attention profile rows
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaAttention.*:CudaAttentions.*:CudaDeterminism.*' \
+      > "$OUT/s9_tests.log" 2>&1
+    echo "attention tests rc $?"; summary "$OUT/s9_tests.log"
+    for rep in 1 2 3; do
+      for b in model_bench_prev model_bench; do
+        echo "$b prefill: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+          --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+      done
+    done
+    for b in model_bench_prev model_bench; do
+      echo "$b: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+        --decode 1 --profile shapes 2>&1 | grep -E '^\| (attention|total)' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+    done
+    ;;
+  attnncu)  # (pack: TRACE=0 BINS="bench/model_bench") Nsight Compute on the 4K prefill's attention launches of
+            # layer 0 (sliding window) and layer 2 (CSA, 512 picks): speed of light, warp states, the hottest
+            # SASS lines and their stalls
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for skip in 2 0; do
+      timeout 240 "$ncu" --kernel-name regex:attention_wgp_kernel --launch-skip $skip --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
+        --section InstructionStats -f -o "$OUT/ncu_attn$skip" $d/bin/model_bench --preset flash --layers 4 \
+        --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/ncu_attn$skip.log" 2>&1
+      echo "== ncu attention launch $skip rc $?"
+      "$ncu" --import "$OUT/ncu_attn$skip.ncu-rep" --page details 2>/dev/null > "$OUT/ncu_attn$skip.txt"
+      grep -E "Executed Instructions|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Warp Cycles Per Issued|Stall|Registers Per" "$OUT/ncu_attn$skip.txt" | head -24
+      "$ncu" --import "$OUT/ncu_attn$skip.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_attn$skip.csv" 2>&1
+      python3 tools/ncu_top_lines.py "$OUT/ncu_attn$skip.csv" 40
+      rm -f "$OUT/ncu_attn$skip.ncu-rep" "$OUT/ncu_attn$skip.log"
+    done
+    ;;
   tracemain)  # (a TRACE=1 pack: BINS="bench/model_bench") each kernel's time in a 4-layer 4K and 32K prefill
               # (CUPTI), all kernels of the step: where the time outside the W4A8 launches goes
     for n in 4096 32768; do
@@ -225,6 +278,6 @@ case ${PART:-s7} in
     [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
     timeout 60 $d/bin/persistent_layer_probe 8 5 1 0.5 0.25 0
     ;;
-  *) echo "PART: s7 | s7b | tracemain | shapes | chunks | ssncu | final | mhctf32 | fused | fp8 | roofline | spec | moecopy | timeline | ncu | probe"; exit 2 ;;
+  *) echo "PART: s7 | s7b | now | s9 | attnncu | tracemain | shapes | chunks | ssncu | final | mhctf32 | fused | fp8 | roofline | spec | moecopy | timeline | ncu | probe"; exit 2 ;;
 esac
 exit 0

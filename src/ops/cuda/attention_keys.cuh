@@ -3,6 +3,8 @@
 // causal entries or the deduplicated picks; and the online softmax step of the tensor-core kernels.
 #pragma once
 
+#include <cstdint>
+
 #include "ops/cuda/device_util.cuh"
 
 namespace di::cuda {
@@ -39,8 +41,13 @@ __device__ __forceinline__ int64_t compact_kept(int32_t* list, const int32_t* ke
 }
 
 // Query t's keys; for picks, `list` (2 k ints of shared memory) ends up holding the first occurrence of each
-// valid pick in pick order (flags and compaction in parallel). Every thread of the block calls it.
-__device__ __forceinline__ QueryKeys query_keys(const AttentionParams& p, int64_t t, int32_t* list) {
+// valid pick in pick order (flags and compaction in parallel). Every thread of the block calls it. `first`
+// (shared memory for first_cap ints, free until the call returns): where it holds n_comp ints, each entry's
+// first pick is found as the smallest index of the picks naming it (atomicMin, three passes); otherwise each
+// pick is compared with every pick before it (O(k^2) dependent shared loads: ~640 for a block's slowest
+// thread at k = 512, ~10 us).
+__device__ __forceinline__ QueryKeys query_keys(const AttentionParams& p, int64_t t, int32_t* list,
+                                                int32_t* first = nullptr, int64_t first_cap = 0) {
     const int64_t pos = p.pos0 + t;
     const int64_t lo = max(pos - p.window + 1, p.pos0 - p.n_cached);
     int64_t n_comp = 0;
@@ -51,11 +58,24 @@ __device__ __forceinline__ QueryKeys query_keys(const AttentionParams& p, int64_
         for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) list[j] = pk[j];
         __syncthreads();
         int32_t* keep = list + p.k;
-        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
-            const int32_t w = list[j];
-            bool ok = w >= 0 && w < p.n_comp;
-            for (int64_t i = 0; i < j && ok; ++i) ok = list[i] != w;
-            keep[j] = ok;
+        if (first != nullptr && p.n_comp <= first_cap) {
+            for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x)
+                if (const int32_t w = list[j]; w >= 0 && w < p.n_comp) first[w] = INT32_MAX;
+            __syncthreads();
+            for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x)
+                if (const int32_t w = list[j]; w >= 0 && w < p.n_comp) atomicMin(first + w, int32_t(j));
+            __syncthreads();
+            for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+                const int32_t w = list[j];
+                keep[j] = w >= 0 && w < p.n_comp && first[w] == int32_t(j);
+            }
+        } else {
+            for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+                const int32_t w = list[j];
+                bool ok = w >= 0 && w < p.n_comp;
+                for (int64_t i = 0; i < j && ok; ++i) ok = list[i] != w;
+                keep[j] = ok;
+            }
         }
         __syncthreads();
         n_comp = compact_kept(list, keep, p.k);

@@ -84,13 +84,14 @@ __device__ __forceinline__ float q_tile_prepared(const AttentionParams& p, int64
     const int u = i & 63, r0 = i >> 6, lane = i & 31, warp = i >> 5;
     const float* qb = p.q + t * p.q_s0 + h0 * p.q_s1 + u * 8;
     double ss[16];
+    float2 qv[16][4];  // the 16 rows' units, kept for the conversion below (no second read of q)
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
         const float* src = qb + (r0 + 4 * k) * p.q_s1;
         double acc = 0;
 #pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-            const float2 v = *reinterpret_cast<const float2*>(src + e);
+        for (int e = 0; e < 4; ++e) {
+            const float2 v = qv[k][e] = *reinterpret_cast<const float2*>(src + 2 * e);
             acc += double(v.x) * v.x, acc += double(v.y) * v.y;
         }
         ss[k] = acc;
@@ -111,14 +112,14 @@ __device__ __forceinline__ float q_tile_prepared(const AttentionParams& p, int64
     const int shq = chunk_shift(sqrtf(float(p.hd)) * fabsf(p.qp_mscale));
     const float s = pow2f(shq);
     const int64_t off = p.hd - 2 * p.qp_half;
+#pragma unroll
     for (int k = 0; k < 16; ++k) {
         const int row = r0 + 4 * k;
         const float inv = inv_sh[row];
-        const float* src = qb + row * p.q_s1;
         uint32_t w[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float2 v = *reinterpret_cast<const float2*>(src + 2 * e);
+            const float2 v = qv[k][e];
             float a = v.x * inv, b = v.y * inv;
             const int64_t c = u * 8 + 2 * e;
             if (c >= off) {
@@ -224,7 +225,10 @@ __device__ __forceinline__ void wgp_block(const AttentionParams& p, const F16Row
     if (tid == 0) {
         for (int b = 0; b < 2; ++b) wg::mbar_init(k_ready + 8 * b, 128), wg::mbar_init(k_free + 8 * b, 256);
     }
-    const QueryKeys keys = query_keys(p, t, list);
+    // the picks' first occurrences found in the key tiles' buffers, which the producer fills after the
+    // barrier
+    const QueryKeys keys = query_keys(p, t, list, reinterpret_cast<int32_t*>(smem + Layout::k),
+                                      2 * kTileBytes / sizeof(int32_t));
     __syncthreads();  // the inits (and the picks)
     const int64_t lo = keys.lo, n_win = keys.n_win, n_keys = n_win + keys.n_comp;
     const int64_t n_pairs = (n_keys + 2 * kKeys - 1) / (2 * kKeys);
