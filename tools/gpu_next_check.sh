@@ -86,10 +86,13 @@ case ${PART:-s7} in
     done
     timeout 150 python3 tools/hf_baseline.py --preset flash --dtype bf16 --prompt 4096 --decode 2 2>&1 | tail -3
     ;;
-  s9)  # (a TRACE=1 pack: BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test") the attention's
-        # picks deduplicated by each entry's smallest pick index and q read once: the attention cases, then the
-        # 4K prefill against the build before (model_bench_prev), alternating, and the MoE/attention profile rows
-    timeout 150 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaAttention.*:CudaAttentions.*:CudaDeterminism.*' \
+  s9)  # (pack: BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test") an attention change
+        # against the build before it (model_bench_prev): the attention, act_quant and fused cases, then the 4K
+        # prefill, alternating, and the attention's profile rows. Ran 2026-12-07 (ninth session, H100) for the
+        # picks deduplicated by each entry's smallest pick index and q read once, then for the producer's rows
+        # found once a lane and the output's codes converted two at a time
+    timeout 150 $d/bin/cuda_ops_test \
+      --gtest_filter='Cases/CudaAttention.*:CudaAttentions.*:CudaDeterminism.*:CudaActQuant.*:CudaFused.*' \
       > "$OUT/s9_tests.log" 2>&1
     echo "attention tests rc $?"; summary "$OUT/s9_tests.log"
     for rep in 1 2 3; do

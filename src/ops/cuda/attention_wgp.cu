@@ -169,8 +169,7 @@ __device__ __forceinline__ void store_out_quantised(const AttentionParams& p, in
 #pragma unroll
             for (int j = 16 * bb; j < 16 * bb + 16; ++j)
                 *reinterpret_cast<uint16_t*>(dst + 8 * j) =
-                    uint16_t(act_quant_e4m3(o[4 * j + 2 * i], s).__x |
-                             uint16_t(act_quant_e4m3(o[4 * j + 2 * i + 1], s).__x) << 8);
+                    act_quant_e4m3x2(o[4 * j + 2 * i], o[4 * j + 2 * i + 1], s);
             if (q == 0) p.osx[((h + 8 * i) * p.hd / 128 + 2 * c + bb) * p.ld_osx + t] = s;
         }
     }
@@ -235,18 +234,27 @@ __device__ __forceinline__ void wgp_block(const AttentionParams& p, const F16Row
 
     if (warp >= 8) {  // the producer
         wg::setmaxnreg_dec<kProducerRegs>();
-        const int pt = tid - 256, u = pt & 63, r0 = pt >> 6;  // unit u of rows r0 + 2 i
+        // warp w copies units u = 32 (w & 1) + lane of rows r0 + 2 e (e < 32), each row's place in r.rows
+        // found once, by lane e (an f16_row a lane and tile, not one a unit; rows fit 32 bits: 2^31 rows of
+        // 1 KB would not fit a GPU); unit_at(row + 8, u) = unit_at(row, u) + 1024
+        const int pt = tid - 256, u = 32 * ((pt >> 5) & 1) + lane, r0 = pt >> 6;
+        const __half* const src_u = r.rows + u * 8;
+        uint32_t dsw[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) dsw[k] = unit_at(r0 + 2 * k, u);
         if (t_ahead >= 0 && t_ahead < p.L && pt < kHeads && h0 + pt < p.H)
             wg::prefetch_l2(p.q + t_ahead * p.q_s0 + (h0 + pt) * p.q_s1, uint32_t(p.hd * 4));
         for (int64_t i = 0; i < n_pairs; ++i) {
             for (int b = 0; b < 2; ++b) {
                 wg::mbar_wait(k_free + 8 * b, uint32_t(i & 1) ^ 1u);
                 const uint32_t dst = base + Layout::k + uint32_t(b) * kTileBytes;
-                const int64_t j0 = (2 * i + b) * kKeys;
+                const int64_t j0 = (2 * i + b) * kKeys, mine = j0 + r0 + 2 * lane;
+                const int my_row = mine < n_keys ? int(f16_row(p, r, mine, lo, n_win, list)) : -1;
 #pragma unroll 4
                 for (int e = 0; e < 32; ++e) {
-                    const int row = r0 + 2 * e;
-                    copy_key_unit(p, r, j0 + row, n_keys, lo, n_win, list, u, dst + unit_at(row, u));
+                    const int fr = __shfl_sync(0xffffffffu, my_row, e);  // row 0 where past the last key:
+                    wg::cp_async16(dst + dsw[e & 3] + 1024u * uint32_t(e >> 2),  // mapped, not read (zeros)
+                                   src_u + int64_t(max(fr, 0)) * kKeyRowHalves, fr >= 0);
                 }
                 if (pt < kKeys) {  // zeros past the last key: the consumers mask those
                     const int64_t j = j0 + pt;

@@ -84,6 +84,14 @@ __device__ __forceinline__ __nv_fp8_e4m3 act_quant_e4m3(float v, float s) {
     t = t > 448.0f ? 448.0f : t < -448.0f ? -448.0f : t;
     return __nv_fp8_e4m3(t);
 }
+// act_quant_e4m3 of a and b as the two bytes of one word (a's the low byte), in one conversion: cvt's
+// satfinite saturates at +-448 and passes NaN, as the explicit clamp does, so the codes are the same.
+__device__ __forceinline__ uint16_t act_quant_e4m3x2(float a, float b, float s) {
+    const float inv = act_quant_inv(s);
+    uint16_t r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b * inv), "f"(a * inv));
+    return r;
+}
 // v quantised and back (act_quant_dequant's value): what the native precision's products see of v.
 __device__ __forceinline__ float act_quant_round_trip(float v, float s) {
     return float(act_quant_e4m3(v, s)) * s;
