@@ -448,12 +448,15 @@ void DeepseekV4::attention_layer(int l, Step& s) {
     const LinearArgs from_y[] = {lin(y, aw.wq_a, qr), lin(y, aw.wkv, kv)};
     be_->linears(from_y);
     be_->rms_norm({.x = qr, .weight = aw.q_norm, .y = qr, .eps = eps});
+    // the native precision's q as wq_b stores it in bf16 (q16), read in f32: by the attention tail where it
+    // loads q, else cast into q before the norm
+    const bool native = precision_ == Precision::kNative;
     TensorView q = ws_.take(DType::kF32, {n, H * hd});
-    be_->linear(lin(qr, aw.wq_b, q));
+    const TensorView q16 = native && be_->bf16_queries() ? ws_.take(DType::kBF16, {n, H * hd}) : TensorView{};
+    be_->linear(lin(qr, aw.wq_b, q16.empty() ? q : q16));
     // q per head, unweighted; kv with its weight: two independent pairs, one call (one launch on cuda),
     // unless the backend's attention kernels take q's where they load it (then q's go to the attention tail)
-    const bool native = precision_ == Precision::kNative;
-    QueryPrep q_prep{.rope = rope_proto, .eps = eps};
+    QueryPrep q_prep{.rope = rope_proto, .eps = eps, .src = q16.empty() ? TensorView{} : as3d(q16, n, H, hd)};
     q_prep.rope.x = as3d(q, n, H, hd);  // [n, H, hd]
     RopeArgs qkv_ropes[2] = {q_prep.rope, rope_proto};
     qkv_ropes[1].x = as3d(kv, n, 1, hd);
@@ -462,6 +465,7 @@ void DeepseekV4::attention_layer(int l, Step& s) {
         {.x = kv, .weight = aw.kv_norm, .y = kv, .eps = eps}};
     const bool tail = be_->fuses_attention_tail(s.len, H, hd, native);
     const int first = tail ? 1 : 0;
+    if (!tail && !q16.empty()) be_->cast({.x = q16, .out = q});
     be_->rms_norm_ropes(std::span(qkv_norms).subspan(first), std::span(qkv_ropes).subspan(first));
 
     // The rest of the step-wide projections, then the per-sequence ops between two graph segments.

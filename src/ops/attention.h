@@ -60,10 +60,13 @@ void check(const WindowStoreArgs& a);
 // The queries' preparation an attention layer's tail takes over (Backend::attentions_stored): every head row
 // of q (rope.x, [n, n_heads, head_dim], contiguous: the rows of every job's q) normed as the unweighted
 // rms_norm with eps, then rotated as rope(rope). A backend may apply it in place before the attention or
-// where its kernel loads q, so q's contents after the call are unspecified.
+// where its kernel loads q, so q's contents after the call are unspecified. With src (bf16, rope.x's shape,
+// contiguous: the queries as their linear stored them), the queries are src's values: a backend casts them
+// into rope.x first, or reads src where its kernel loads q.
 struct QueryPrep {
     RopeArgs rope;
     float eps = 1e-6f;
+    TensorView src{};
 };
 void check(const QueryPrep& a);
 

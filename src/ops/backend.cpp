@@ -11,6 +11,7 @@ void Backend::prepare_queries(const QueryPrep& q_prep) {
     check(q_prep);
     const TensorView& q = q_prep.rope.x;
     const TensorView rows = q.reshape({q.shape[0] * q.shape[1], q.shape[2]});
+    if (!q_prep.src.empty()) cast({.x = q_prep.src.reshape({rows.shape[0], rows.shape[1]}), .out = rows});
     const RmsNormArgs norm{.x = rows, .weight = {}, .y = rows, .eps = q_prep.eps};
     rms_norm_ropes({&norm, 1}, {&q_prep.rope, 1});
 }

@@ -165,6 +165,10 @@ class Backend {
     // Whether the native precision keeps the residual streams in bf16 here (ops/mhc.h; otherwise f32): every
     // backend does by default (cuda's DEEPINFER_BF16_STREAMS=0 keeps f32 for A/B timing).
     virtual bool bf16_streams() const { return true; }
+    // Whether the native precision keeps the attention's queries (wq_b's output) in bf16, as DeepSeek's
+    // inference code stores them (QueryPrep::src; otherwise f32): every backend does by default (cuda's
+    // DEEPINFER_BF16_QUERIES=0 keeps f32 for A/B timing).
+    virtual bool bf16_queries() const { return true; }
 
     // Fused pairs: each computes what its two calls in order compute, which is what these defaults do (so
     // ref, cpu and the compare and profile wrappers run and check the parts one by one). A backend may run

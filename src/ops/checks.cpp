@@ -132,6 +132,10 @@ void check(const WindowStoreArgs& a) {
 void check(const QueryPrep& a) {
     check(a.rope);
     DI_CHECK(a.rope.x.is_contiguous(), "attention q_prep: q {} not contiguous", a.rope.x.describe());
+    if (a.src.empty()) return;
+    check_dtype(a.src, DType::kBF16, "attention q_prep.src");
+    same_shape(a.src, a.rope.x, "attention q_prep src/q");
+    DI_CHECK(a.src.is_contiguous(), "attention q_prep: src {} not contiguous", a.src.describe());
 }
 
 void check(const MhcPreArgs& a) {

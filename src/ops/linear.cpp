@@ -1,5 +1,7 @@
 #include "ops/linear.h"
 
+#include <vector>
+
 #include "ops/act_quant.h"
 
 namespace di::ops {
@@ -62,13 +64,27 @@ void check(const LinearArgs& a) {
         check_dtype(a.x, DType::kF32, "linear.x");
         DI_CHECK(a.x_scales.empty(), "linear: x_scales {} with f32 x", a.x_scales.describe());
     }
-    check_dtype(a.y, DType::kF32, "linear.y");
+    DI_CHECK(a.y.dtype == DType::kF32 || a.y.dtype == DType::kBF16, "linear.y {} is not f32 or bf16",
+             a.y.describe());
     DI_CHECK(a.x.shape[0] == a.y.shape[0], "linear: x rows {} != y rows {}", a.x.shape[0], a.y.shape[0]);
     DI_CHECK(a.x.shape[1] == a.w.in_dim && a.y.shape[1] == a.w.out_dim,
              "linear: x {} y {} vs weight [{}, {}]", a.x.describe(), a.y.describe(), a.w.out_dim, a.w.in_dim);
     DI_CHECK(a.act == ActQuant::kNone || a.w.in_dim % kActBlock == 0,
              "linear: fp8 activation blocks need in_dim a multiple of {}, got {}", kActBlock, a.w.in_dim);
     check_row_groups(a.row_groups, a.x.shape[0], "linear");
+}
+
+bool linear_via_f32(const LinearArgs& a, const std::function<void(const LinearArgs&)>& f32_linear) {
+    if (a.y.dtype != DType::kBF16) return false;
+    const int64_t n = a.y.shape[0], out = a.y.shape[1];
+    std::vector<float> f(size_t(n * out));
+    LinearArgs fa = a;
+    fa.y = TensorView::contiguous(f.data(), DType::kF32, {n, out});
+    f32_linear(fa);
+    auto* y = a.y.ptr<uint16_t>();
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < out; ++c) y[r * a.y.stride[0] + c] = f32_to_bf16(f[size_t(r * out + c)]);
+    return true;
 }
 
 void check_row_groups(std::span<const int64_t> groups, int64_t rows, const char* op) {

@@ -4,6 +4,7 @@
 //   fp4 group:  W[o, i] = fp4(q[o, i]) * scale[o, i / 32]          (two values per byte, low nibble first)
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string_view>
 
@@ -43,8 +44,10 @@ struct LinearArgs {
     // codes [n, in] (unit last stride) whose 128-column block b of row r is scaled by x_scales[r][b] (what
     // the quantiser makes of the f32 rows, so a backend skips its own: ActQuantArgs)
     TensorView x;
-    QWeight w;     // [out, in]
-    TensorView y;  // f32 [n, out], unit last stride, any row stride
+    QWeight w;  // [out, in]
+    // f32 [n, out], unit last stride, any row stride; or bf16: the f32 result rounded to nearest even (the
+    // native precision's q, as DeepSeek's inference code stores it)
+    TensorView y;
     ActQuant act = ActQuant::kNone;
     // The rows' sequences, when the caller knows them: the sizes of consecutive row groups, summing to x's
     // rows (empty: one group). A backend may pick a kernel per group by the group's size, never by the
@@ -59,6 +62,9 @@ struct LinearArgs {
     }
 };
 void check(const LinearArgs& a);
+// For the host backends: a linear with a bf16 y run as `f32_linear` on the same call into a host f32 buffer,
+// then rounded into y. False (nothing run) where y is f32.
+bool linear_via_f32(const LinearArgs& a, const std::function<void(const LinearArgs&)>& f32_linear);
 void check_row_groups(std::span<const int64_t> groups, int64_t rows, const char* op);
 
 }  // namespace di::ops

@@ -57,6 +57,7 @@ class ProfileBackend final : public Backend {
 
     void embed(const EmbedArgs& a) override;
     bool bf16_streams() const override { return subject_.bf16_streams(); }
+    bool bf16_queries() const override { return subject_.bf16_queries(); }
     void cast(const CastArgs& a) override;
     void add(const AddArgs& a) override;
     void swiglu(const SwigluArgs& a) override;

@@ -73,6 +73,11 @@ bool CpuBackend::force_variant(std::string_view op, std::string_view variant) {
 }
 
 void CpuBackend::linear(const LinearArgs& in_args) {
+    if (in_args.y.dtype == DType::kBF16) {  // the f32 call (dispatched as any), rounded
+        check(in_args);
+        linear_via_f32(in_args, [&](const LinearArgs& f) { linear(f); });
+        return;
+    }
     if (!take_fast(cpu_fast_index("linear"))) return ref_->linear(in_args);
     check(in_args);
     LinearArgs a = in_args;

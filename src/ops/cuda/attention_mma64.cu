@@ -350,7 +350,10 @@ void launch_attention_decode_wgp(const AttentionParams* ps, int64_t count, Scrat
 }
 
 bool attention_mma64_takes_tail(const AttentionParams& p) {
-    return wgmma_mode == 2 && attention_mma64_supported(p) && attention_wgp_fits(p) &&
+    const bool qb_aligned =
+        p.qb == nullptr || (reinterpret_cast<uintptr_t>(p.qb) % 16 == 0 && p.q_s0 % 8 == 0 &&
+                            p.q_s1 % 8 == 0);  // 16-byte loads of 8 values
+    return wgmma_mode == 2 && attention_mma64_supported(p) && attention_wgp_fits(p) && qb_aligned &&
            p.qp_half <= kAttentionTailMaxHalf && p.rope_half <= kAttentionTailMaxHalf;
 }
 

@@ -82,18 +82,26 @@ __device__ __forceinline__ float q_tile_prepared(const AttentionParams& p, int64
                                                  unsigned char* tile, const RopeCs* cs, double* ss_sh,
                                                  float* inv_sh) {
     const int u = i & 63, r0 = i >> 6, lane = i & 31, warp = i >> 5;
-    const float* qb = p.q + t * p.q_s0 + h0 * p.q_s1 + u * 8;
+    const int64_t at = t * p.q_s0 + h0 * p.q_s1 + u * 8;
     double ss[16];
     float2 qv[16][4];  // the 16 rows' units, kept for the conversion below (no second read of q)
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
-        const float* src = qb + (r0 + 4 * k) * p.q_s1;
+        const int64_t row = at + (r0 + 4 * k) * p.q_s1;
+        if (p.qb != nullptr) {  // 8 bf16 values, exact in f32
+            const uint4 w = *reinterpret_cast<const uint4*>(p.qb + row);
+            const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                qv[k][e] = make_float2(__uint_as_float(ws[e] << 16), __uint_as_float(ws[e] & 0xffff0000u));
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) qv[k][e] = *reinterpret_cast<const float2*>(p.q + row + 2 * e);
+        }
         double acc = 0;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float2 v = qv[k][e] = *reinterpret_cast<const float2*>(src + 2 * e);
-            acc += double(v.x) * v.x, acc += double(v.y) * v.y;
-        }
+        for (int e = 0; e < 4; ++e)
+            acc += double(qv[k][e].x) * qv[k][e].x, acc += double(qv[k][e].y) * qv[k][e].y;
         ss[k] = acc;
     }
 #pragma unroll

@@ -163,6 +163,7 @@ class CudaBackend final : public Backend {
     // H200.
     bool candidates_on_device() const override { return true; }
     bool bf16_streams() const override;
+    bool bf16_queries() const override;
     void moe_combine_pass(const MoeArgs& a);  // MoeArgs::Pass::kCombine
     // cuda_fused_ops.cpp
     void rms_norm_rope(const RmsNormArgs& norm, const RopeArgs& r) override;
@@ -219,6 +220,9 @@ class CudaBackend final : public Backend {
     void linear_chosen(const LinearArgs& a, const WeightRef& w, int v);
     // linear() on pre-quantised x (LinearArgs' e4m3 codes and scales).
     void linear_quantised(const LinearArgs& a, const WeightRef& w);
+    // A bf16 y: cuBLASLt's FP8 matmul writes it where the dispatch picks that (f32 x); otherwise the f32
+    // result goes to scratch (slot 17), then cast into y.
+    void linear_bf16_out(const LinearArgs& a, const WeightRef& w);
     // linears(): job i and the later cublaslt_bf16x3 jobs (var) on the same x as one split, marked done;
     // false (nothing run) where it is alone or the sharing is off (cuda::bf16x3_share).
     bool bf16x3_shared(std::span<const LinearArgs> jobs, std::span<const WeightRef> w,

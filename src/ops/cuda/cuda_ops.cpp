@@ -305,8 +305,28 @@ void CudaBackend::linear(const LinearArgs& a) {
     check(a);
     device_args(a, "linear");
     const WeightRef w = weight_ref(a.w, "linear.w");
+    if (a.y.dtype == DType::kBF16) return linear_bf16_out(a, w);
     if (a.x.dtype == DType::kF8E4M3) return linear_quantised(a, w);
     linear_chosen(a, w, choose_linear(a, w, false));
+}
+
+void CudaBackend::linear_bf16_out(const LinearArgs& a, const WeightRef& w) {
+    const int64_t n = a.x.shape[0], out = w.out_dim;
+    LinearArgs f = a;  // the same call into f32
+    f.y = TensorView::contiguous(scratch_.get(17, size_t(std::max<int64_t>(n * out, 1)) * sizeof(float)),
+                                 DType::kF32, {n, out}, a.y.device);
+    if (a.x.dtype == DType::kF8E4M3) {
+        linear_quantised(f, w);
+    } else {
+        const int v = choose_linear(f, w, false);
+        cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
+        if (kLinearEnum[v] == cuda::LinearVariant::kCublasLtFp8 &&
+            reinterpret_cast<uintptr_t>(a.y.data) % 256 == 0 &&
+            lt->supports_bf16(n, w.in_dim, out, w.ld, ld(a.y)))
+            return linear_lt_fp8(a, w);
+        linear_chosen(f, w, v);
+    }
+    cast({.x = f.y, .out = a.y});
 }
 
 // cuBLASLt reads the codes and scales as they are where the dispatch picks it for the call and they have its
@@ -407,8 +427,12 @@ void CudaBackend::linear_lt_fp8(const LinearArgs& a, const WeightRef& w, const L
         cuda::launch_scales_to_f32(w.scale, w.scale_e8m0, w.ld_scale, ob, kb, wide, ld_sw, stream_);
         sw = wide;
     }
-    const bool ran = cuda::LtFp8Gemm::instance()->run(in->q, in->sx, w.data, w.ld, sw, n, w.in_dim, w.out_dim,
-                                                      f32m(a.y), ld(a.y), base + sw_bytes, stream_, in->ldq);
+    cuda::LtFp8Gemm* lt = cuda::LtFp8Gemm::instance();
+    const bool ran = a.y.dtype == DType::kBF16
+                         ? lt->run_bf16(in->q, in->sx, w.data, w.ld, sw, n, w.in_dim, w.out_dim,
+                                        a.y.ptr<uint16_t>(), ld(a.y), base + sw_bytes, stream_, in->ldq)
+                         : lt->run(in->q, in->sx, w.data, w.ld, sw, n, w.in_dim, w.out_dim, f32m(a.y),
+                                   ld(a.y), base + sw_bytes, stream_, in->ldq);
     DI_CHECK(ran, "linear: cuBLASLt FP8 matmul failed for n {}, weight [{}, {}] (scope '{}')", n, w.out_dim,
              w.in_dim, scope_);
     launched("linear");
@@ -472,10 +496,13 @@ std::optional<CudaBackend::LtInput> CudaBackend::lt_shared_input(std::span<const
 void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     if (replaying()) return;
     // pre-quantised inputs one by one (each reads its own codes); the rest together as below
-    if (std::any_of(jobs.begin(), jobs.end(),
-                    [](const LinearArgs& a) { return a.x.dtype == DType::kF8E4M3; })) {
+    // pre-quantised inputs and bf16 outputs one by one (linear() takes both); the rest together as below
+    const auto alone = [](const LinearArgs& a) {
+        return a.x.dtype == DType::kF8E4M3 || a.y.dtype == DType::kBF16;
+    };
+    if (std::any_of(jobs.begin(), jobs.end(), alone)) {
         std::vector<LinearArgs> rest;
-        for (const LinearArgs& a : jobs) a.x.dtype == DType::kF8E4M3 ? linear(a) : rest.push_back(a);
+        for (const LinearArgs& a : jobs) alone(a) ? linear(a) : rest.push_back(a);
         if (!rest.empty()) linears(rest);
         return;
     }

@@ -267,6 +267,13 @@ bool query_prep_fused_enabled() {
     return on;
 }
 
+// The native model's queries in bf16 (wq_b writes them so, attention_wgp reads them where it prepares them):
+// DEEPINFER_BF16_QUERIES=0 keeps them in f32 (A/B timing).
+bool CudaBackend::bf16_queries() const {
+    static const bool on = cuda::env_switch("DEEPINFER_BF16_QUERIES", true);
+    return on;
+}
+
 bool CudaBackend::fuses_attention_tail(std::span<const int64_t> chunk_queries, int64_t n_heads,
                                        int64_t head_dim, bool f16) const {
     if (!query_prep_fused_enabled() || !attention_tail_fused_enabled()) return false;
@@ -343,6 +350,7 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         p.rope_inverse = out_rope.inverse;
     };
     std::vector<std::pair<cuda::AttentionParams, int>> calls;
+    std::vector<CastArgs> rest_casts;     // their rows from q_prep's src
     std::vector<RmsNormArgs> rest_norms;  // the queries of jobs whose kernel does not prepare them
     std::vector<RopeArgs> rest_q;
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -351,8 +359,12 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         if (kAttentionEnum[v] == cuda::AttentionVariant::kMma64) {
             cuda::AttentionParams f = p;  // the output's rotation, and the queries' preparation
             rotate_out(f, i);
-            if (qp_fusable) {
+            const TensorView& src = q_prep != nullptr ? q_prep->src : TensorView{};
+            const TensorView& qi = jobs[i].q;
+            if (qp_fusable &&
+                (src.empty() || (qi.stride[0] == src.stride[0] && qi.stride[1] == src.stride[1]))) {
                 const RopeArgs& qr = q_prep->rope;
+                if (!src.empty()) f.qb = src.ptr<uint16_t>() + rq[i] * src.stride[0];  // read instead of q
                 f.qp_pos = qr.positions.ptr<int32_t>() + rq[i];
                 f.qp_inv_freq = f32(qr.inv_freq);
                 f.qp_half = qr.inv_freq.numel();
@@ -370,6 +382,10 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         }
         if (q_prep != nullptr && !prepared) {
             const TensorView& q = jobs[i].q;
+            if (!q_prep->src.empty())  // its rows as the linear stored them, into q first
+                rest_casts.push_back(
+                    {.x = q_prep->src.rows(rq[i], q.shape[0]).reshape({q.shape[0], q.shape[1] * q.shape[2]}),
+                     .out = q.reshape({q.shape[0], q.shape[1] * q.shape[2]})});
             RopeArgs r = q_prep->rope;
             r.x = q;
             r.positions = q_prep->rope.positions.rows(rq[i], q.shape[0]);
@@ -379,6 +395,7 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         }
         calls.emplace_back(p, v);
     }
+    for (const CastArgs& c : rest_casts) cast(c);
     rms_norm_ropes(rest_norms, rest_q);  // before any job's attention
     // the decode jobs the warpgroup kernel takes, on it where the call holds enough of them
     // (attention_decode.h)

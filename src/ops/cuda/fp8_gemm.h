@@ -48,6 +48,11 @@ class LtFp8Gemm {
     // algorithm that writes bf16, widened into y).
     bool run(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n,
              int64_t in, int64_t out, float* y, int64_t ldy, void* tmp, Stream s, int64_t ldq = 0);
+    // run() with y bf16 [n, out] (row stride ldy, a multiple of 8): cuBLASLt's D in bf16, rounded by its
+    // epilogue from the f32 sums; `tmp` (lt_rows(n) * out * 2 bytes) takes D where n is not a multiple of 4.
+    bool run_bf16(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw, int64_t n,
+                  int64_t in, int64_t out, uint16_t* y, int64_t ldy, void* tmp, Stream s, int64_t ldq = 0);
+    bool supports_bf16(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq = 0);
     // Whether the shape has an algorithm, and whether it writes f32 (else bf16, widened); `note`: what the
     // heuristic answered (valid while this object lives).
     bool supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out = nullptr,

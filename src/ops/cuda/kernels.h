@@ -14,17 +14,18 @@ using Stream = void*;  // cudaStream_t
 enum class Fdt : uint8_t { kF32, kBF16, kF16 };
 
 // Device scratch memory handed to launchers that need temporaries; grows, never shrinks.
-inline constexpr int kScratchSlots = 17;  // Scratch::get's slots 0 .. 16
+inline constexpr int kScratchSlots = 18;  // Scratch::get's slots 0 .. 17
 class Scratch {
   public:
     virtual ~Scratch() = default;
-    // A buffer of at least `bytes` for slot `slot` (0..16), valid until the next get of the same slot.
+    // A buffer of at least `bytes` for slot `slot` (0..17), valid until the next get of the same slot.
     // Slots: 0 indexer, 1-3 moe, 3 mhc, 4-5 attention, 6 dequantised fp8 activations, 7 the cuBLASLt
     // variants' temporaries (fp8 weight scales and outputs; bf16x3 pieces and products), 8 activation chunks
     // of the mma variants (moe, linear), 9 window_stores' job table, 10 launch_compresses' job table, 11
     // launch_indexer_topks' job table, 12 launch_rms_norm_ropes' job table, 13 the indexer's f16 keys (kMma),
     // 14 the fp8 GEMMs' quantised inputs, 15 moe_w4a8's tile-ordered rows (the bulk-copy kernel), 16 a
-    // pre-quantised linear input back in f32 (for the kernels that do not read the codes).
+    // pre-quantised linear input back in f32 (for the kernels that do not read the codes), 17 a bf16-output
+    // linear's f32 result before its cast.
     virtual void* get(int slot, size_t bytes) = 0;
 };
 
@@ -222,6 +223,8 @@ struct AttentionParams {
     int64_t qp_half = 0;
     float qp_mscale = 1.0f, qp_eps = 0.0f;
     bool qp_inverse = false;
+    // With qp_pos: q's rows in bf16 (QueryPrep::src, q's strides), read instead of q.
+    const uint16_t* qb = nullptr;
     // The output quantised where attention_wgp stores it (attentions_stored's out_quant): with oq, query t's
     // row of it (head h's columns at h * hd, row stride ld_oq) as act_quant's e4m3 codes and each 128-column
     // block's scale at osx[(h * hd / 128 + b) * ld_osx + t], after the rotation; the f32 out is not written.

@@ -25,18 +25,19 @@ struct LtFp8Gemm::Impl {
         cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
         cublasLtMatmulAlgo_t algo{};
     };
-    using Key =
-        std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // n, in, out, ldw, ldy, ldq
+    using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           bool>;  // n, in, out, ldw, ldy, ldq, bf16 y
     std::map<Key, Plan> plans;
     std::mutex mu;
 
-    // A plan writing f32 if cuBLASLt has one for the shape, else bf16, else none; each with split-K partials
-    // kept out of the output first (the same bits on every run), then with any reduction. `note` records
-    // what the heuristic answered to each try.
-    Plan make_plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq) {
+    // A plan writing f32 if cuBLASLt has one for the shape, else bf16, else none (bf16_y: bf16 only, with
+    // y's row stride); each with split-K partials kept out of the output first (the same bits on every run),
+    // then with any reduction. `note` records what the heuristic answered to each try.
+    Plan make_plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq, bool bf16_y) {
         Plan none;
         for (const bool f32 : {true, false})
             for (const bool no_inplace : {true, false}) {
+                if (f32 && bf16_y) continue;
                 Plan p;
                 lt->desc_create(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
                 const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -53,7 +54,7 @@ struct LtFp8Gemm::Impl {
                 lt->layout_create(&p.la, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(out), ldw);
                 lt->layout_create(&p.lb, CUDA_R_8F_E4M3, uint64_t(in), uint64_t(n), ldq);
                 lt->layout_create(&p.ld, f32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(out), uint64_t(n),
-                                  f32 ? ldy : out);
+                                  f32 || bf16_y ? ldy : out);
                 cublasLtMatmulPreference_t pref = lt->preference(no_inplace);
                 cublasLtMatmulHeuristicResult_t res{};
                 int found = 0;
@@ -73,11 +74,12 @@ struct LtFp8Gemm::Impl {
         return none;
     }
 
-    Plan& plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq) {
+    Plan& plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq,
+               bool bf16_y = false) {
         std::lock_guard lk(mu);
-        const Key k{n, in, out, ldw, ldy, ldq};
+        const Key k{n, in, out, ldw, ldy, ldq, bf16_y};
         auto it = plans.find(k);
-        if (it == plans.end()) it = plans.emplace(k, make_plan(n, in, out, ldw, ldy, ldq)).first;
+        if (it == plans.end()) it = plans.emplace(k, make_plan(n, in, out, ldw, ldy, ldq, bf16_y)).first;
         return it->second;
     }
 };
@@ -93,6 +95,36 @@ LtFp8Gemm* LtFp8Gemm::instance(const char** why) {
     }();
     if (why) *why = reason;
     return one;
+}
+
+bool LtFp8Gemm::supports_bf16(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq) {
+    if (ldq == 0) ldq = in;
+    if (n <= 0 || in % 128 != 0 || out % 128 != 0 || ldw % 16 != 0 || ldy % 8 != 0 || ldq % 16 != 0 ||
+        ldq < in)
+        return false;
+    const int64_t rows = lt_rows(n);
+    return impl_->plan(rows, in, out, ldw, rows == n ? ldy : out, ldq, true).ok;
+}
+
+bool LtFp8Gemm::run_bf16(const uint8_t* q, const float* sx, const void* w, int64_t ldw, const float* sw,
+                         int64_t n, int64_t in, int64_t out, uint16_t* y, int64_t ldy, void* tmp, Stream s,
+                         int64_t ldq) {
+    if (ldq == 0) ldq = in;
+    if (!supports_bf16(n, in, out, ldw, ldy, ldq)) return false;
+    const int64_t rows = lt_rows(n);
+    const bool direct = rows == n;
+    Impl::Plan& p = impl_->plan(rows, in, out, ldw, direct ? ldy : out, ldq, true);
+    LtLib& lt = *impl_->lt;
+    lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw);
+    lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);
+    const float alpha = 1.0f, beta = 0.0f;
+    void* d = direct ? static_cast<void*>(y) : tmp;
+    const cublasStatus_t st =
+        lt.matmul(lt.handle, p.desc, &alpha, w, p.la, q, p.lb, &beta, d, p.ld, d, p.ld, &p.algo, lt.workspace,
+                  LtLib::kWorkspace, static_cast<cudaStream_t>(s));
+    if (st != CUBLAS_STATUS_SUCCESS) return false;
+    return direct || cudaMemcpy2DAsync(y, size_t(ldy) * 2, tmp, size_t(out) * 2, size_t(out) * 2, size_t(n),
+                                       cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)) == cudaSuccess;
 }
 
 bool LtFp8Gemm::supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out,

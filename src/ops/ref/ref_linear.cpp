@@ -8,6 +8,7 @@ namespace di::ops {
 
 void RefBackend::linear(const LinearArgs& in_args) {
     check(in_args);
+    if (linear_via_f32(in_args, [&](const LinearArgs& f) { linear(f); })) return;
     std::vector<float> xq;
     LinearArgs a = in_args;
     if (a.x.dtype == DType::kF8E4M3)  // quantised beforehand: the same values as quantised here
