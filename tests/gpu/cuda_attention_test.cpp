@@ -490,6 +490,77 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
     expect_close(o_fused, ops::cases::kAttentionNativeCuda.value, "fused against ref");
 }
 
+// attentions_stored() with the queries as wq_b stores them in bf16 (QueryPrep::src): attention_wgp reads them
+// where it prepares q, the decode job and the 3-row chunk get them cast into q first. Against the same call
+// on f32 q holding the same values (exact: bf16 widens to f32 exactly): the same bits, output and rings.
+TEST(CudaAttentions, StoredTailReadsBf16Queries) {
+    SKIP_WITHOUT_GPU();
+    auto& b = backends();
+    const int64_t H = 64, hd = 512, window = 128, half = 32;
+    const AttnJob spec[] = {{40, 0, 0, 1, 0, ops::CompMask::kNone},
+                            {24, 300, 2, 128, 0, ops::CompMask::kCausal},
+                            {20, 900, 225, 4, 64, ops::CompMask::kPicks},
+                            {1, 1000, 7, 128, 0, ops::CompMask::kCausal},
+                            {3, 500, 4, 128, 0, ops::CompMask::kCausal}};
+    const size_t n = std::size(spec);
+    int64_t rows = 0;
+    std::vector<int64_t> row0;
+    for (const AttnJob& j : spec) row0.push_back(rows), rows += j.L;
+    Pair q16(DType::kBF16, {rows, H, hd}), q_wide(DType::kF32, {rows, H, hd}),
+        q_scratch(DType::kF32, {rows, H, hd});
+    Pair kv(DType::kF32, {rows, hd}), sinks(DType::kF32, {H}), pos(DType::kI32, {rows}),
+        inv(DType::kF32, {half});
+    Pair o_wide(DType::kF32, {rows, H, hd}), o_src(DType::kF32, {rows, H, hd});
+    fill_uniform(q_wide, -3.0f, 3.0f), fill_uniform(kv), fill_uniform(sinks, -2, 2),
+        fill_uniform(inv, 0.0f, 1.0f);
+    for (int64_t i = 0; i < q16.hv().numel(); ++i) {  // q_wide: the bf16 values, exactly
+        const uint16_t h = f32_to_bf16(q_wide.hv().ptr<float>()[i]);
+        q16.hv().ptr<uint16_t>()[i] = h, q_wide.hv().ptr<float>()[i] = bf16_to_f32(h);
+    }
+    q16.upload(), q_wide.upload(), q_scratch.poison();
+    std::vector<Pair> ring(n), ring_src(n), comp(n), picks(n);
+    for (size_t i = 0; i < n; ++i) {
+        const AttnJob& j = spec[i];
+        for (int64_t t = 0; t < j.L; ++t) pos.hv().ptr<int32_t>()[row0[i] + t] = int32_t(j.pos0 + t);
+        ring[i] = Pair(DType::kF32, {window - 1, hd}), ring_src[i] = Pair(DType::kF32, {window - 1, hd});
+        fill_uniform(ring[i]);
+        std::memcpy(ring_src[i].hv().data, ring[i].hv().data, ring[i].hv().nbytes()), ring_src[i].upload();
+        fill_entries(j, hd, comp[i], picks[i]);
+    }
+    pos.upload();
+    auto call = [&](bool src) {
+        const Pair& qq = src ? q_scratch : q_wide;
+        const Pair& o = src ? o_src : o_wide;
+        std::vector<ops::AttentionArgs> jobs;
+        std::vector<ops::WindowStoreArgs> stores;
+        for (size_t i = 0; i < n; ++i) {
+            const AttnJob& j = spec[i];
+            jobs.push_back(job_args(j, true, qq.dv().rows(row0[i], j.L), kv.dv().rows(row0[i], j.L),
+                                    o.dv().rows(row0[i], j.L), src ? ring_src[i] : ring[i], comp[i], picks[i],
+                                    sinks, window, true));
+            stores.push_back({jobs.back().kv, jobs.back().ring, j.pos0});
+        }
+        const ops::RopeArgs ro{
+            .x = o.dv(), .positions = pos.dv(), .inv_freq = inv.dv(), .mscale = 1.25f, .inverse = true};
+        const ops::QueryPrep prep{
+            .rope = {.x = qq.dv(), .positions = pos.dv(), .inv_freq = inv.dv(), .mscale = 1.25f},
+            .eps = 1e-6f,
+            .src = src ? q16.dv() : TensorView{}};
+        b.gpu->attentions_stored(jobs, stores, ro, &prep, nullptr);
+    };
+    o_wide.poison(), o_src.poison();
+    call(false);
+    const int64_t casts = b.gpu->dispatch_count("cast", "cuda");
+    call(true);
+    EXPECT_EQ(b.gpu->dispatch_count("cast", "cuda") - casts, 2);  // the decode job's and the 3-row chunk's
+    const std::vector<float> w = o_wide.device_f32(), s = o_src.device_f32();
+    EXPECT_EQ(0, std::memcmp(w.data(), s.data(), w.size() * sizeof(float))) << "output";
+    for (size_t i = 0; i < n; ++i) {
+        const std::vector<float> a = ring[i].device_f32(), f = ring_src[i].device_f32();
+        EXPECT_EQ(0, std::memcmp(a.data(), f.data(), a.size() * sizeof(float))) << "ring " << i;
+    }
+}
+
 using ops::cases::CompressCase;
 // The CUDA cases of the compressor table (ops/op_cases.h).
 const std::vector<CompressCase> kCompress = ops::cases::compress_cases(ops::cases::kCudaTest);
