@@ -106,6 +106,32 @@ case ${PART:-s7} in
         --decode 1 --profile shapes 2>&1 | grep -E '^\| (attention|total)' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
     done
     ;;
+  s9q)  # (pack: BINS="bench/model_bench bench/model_bench_prev tests/gpu/cuda_ops_test tests/gpu/cuda_model_test")
+         # the attention producer's rows found once a lane, the output's codes two at a time, and the native q
+         # in bf16 (DEEPINFER_BF16_QUERIES=0: f32): their cases, cuda_model_test, then the 4K prefill against
+         # model_bench_prev (the build before), alternating, the profile's rows, decode at batch 1 and 64
+    timeout 200 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaAttention.*:CudaAttentions.*:CudaDeterminism.*:CudaActQuant.*:CudaFused.*:CudaLinearsFp8Act.*' \
+      > "$OUT/s9q_tests.log" 2>&1
+    echo "op tests rc $?"; summary "$OUT/s9q_tests.log"; grep -E "^linear bf16 y" "$OUT/s9q_tests.log"
+    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test > "$OUT/s9q_model.log" 2>&1
+    echo "cuda_model_test rc $?"; summary "$OUT/s9q_model.log"
+    rate() { env "$@" timeout 60 $d/bin/${B:-model_bench} --preset flash --layers 4 --backend cuda --precision native \
+      --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*'; }
+    for rep in 1 2; do
+      echo "prev: $(B=model_bench_prev rate X=0)"
+      echo "new, f32 q: $(rate DEEPINFER_BF16_QUERIES=0)"
+      echo "new, bf16 q: $(rate X=0)"
+    done
+    echo "new: $(timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+      --decode 1 --profile shapes 2>&1 | grep -E '^\| (attention|linear fp8 1024->32768|total)' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+    for b in 1 64; do
+      for v in 0 1; do
+        echo "decode batch $b, DEEPINFER_BF16_QUERIES=$v: $(DEEPINFER_BF16_QUERIES=$v timeout 90 $d/bin/model_bench --preset flash \
+          --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context 4096 --decode 8 2>&1 |
+          grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step')"
+      done
+    done
+    ;;
   attnncu)  # (pack: TRACE=0 BINS="bench/model_bench") Nsight Compute on the 4K prefill's attention launches of
             # layer 0 (sliding window) and layer 2 (CSA, 512 picks): speed of light, warp states, the hottest
             # SASS lines and their stalls
@@ -281,6 +307,6 @@ case ${PART:-s7} in
     [[ -x $d/bin/grid_sync_probe ]] && timeout 30 $d/bin/grid_sync_probe
     timeout 60 $d/bin/persistent_layer_probe 8 5 1 0.5 0.25 0
     ;;
-  *) echo "PART: s7 | s7b | now | s9 | attnncu | tracemain | shapes | chunks | ssncu | final | mhctf32 | fused | fp8 | roofline | spec | moecopy | timeline | ncu | probe"; exit 2 ;;
+  *) echo "PART: s7 | s7b | now | s9 | s9q | attnncu | tracemain | shapes | chunks | ssncu | final | mhctf32 | fused | fp8 | roofline | spec | moecopy | timeline | ncu | probe"; exit 2 ;;
 esac
 exit 0
