@@ -113,18 +113,19 @@ case ${PART:-s7} in
     timeout 200 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaAttention.MatchesRef/prefill*:CudaAttentions.*:CudaActQuant.*:CudaLinearsFp8Act.*' \
       > "$OUT/s9q_tests.log" 2>&1
     echo "op tests rc $?"; summary "$OUT/s9q_tests.log"; grep -E "^linear bf16 y" "$OUT/s9q_tests.log"
-    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test > "$OUT/s9q_model.log" 2>&1
+    DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test \
+      --gtest_filter="${MODEL_TESTS:-*}" > "$OUT/s9q_model.log" 2>&1
     echo "cuda_model_test rc $?"; summary "$OUT/s9q_model.log"
     rate() { env "$@" timeout 60 $d/bin/${B:-model_bench} --preset flash --layers 4 --backend cuda --precision native \
       --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*'; }
-    for rep in 1 2; do
+    for rep in $(seq ${REPS:-2}); do
       echo "prev: $(B=model_bench_prev rate X=0)"
       echo "new, f32 q: $(rate DEEPINFER_BF16_QUERIES=0)"
       echo "new, bf16 q: $(rate X=0)"
     done
     echo "new: $(timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
       --decode 1 --profile shapes 2>&1 | grep -E '^\| (attention|linear fp8 1024->32768|total)' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
-    for b in 1 64; do
+    for b in ${BATCHES:-1 64}; do
       for v in 0 1; do
         echo "decode batch $b, DEEPINFER_BF16_QUERIES=$v: $(DEEPINFER_BF16_QUERIES=$v timeout 90 $d/bin/model_bench --preset flash \
           --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context 4096 --decode 8 2>&1 |
