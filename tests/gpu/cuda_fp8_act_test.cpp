@@ -468,10 +468,12 @@ TEST(CudaActQuant, OpAndPrequantisedLinearsEqualQuantisingHere) {
     }
 }
 
-// A linear writing bf16 y (the native q): cuBLASLt's FP8 matmul writes its D in bf16 at 256 rows, the other
-// variants (6 rows) the f32 result then cast. Against the same call into f32 y, rounded to nearest even on
-// the host: bit for bit where the f32 path runs (6 rows); within one bf16 unit where cuBLASLt's bf16
-// algorithm may sum in another order (256 rows), and the reference's bf16 y (linear_via_f32) likewise.
+// A linear writing bf16 y (the native q on cuda): cuBLASLt's FP8 matmul writes its D in bf16 at 256 rows, the
+// other variants (6 rows) the f32 result then cast. Against the same call into f32 y, rounded to nearest even
+// on the host: bit for bit where the f32 path runs (6 rows); within one bf16 unit where cuBLASLt's bf16
+// algorithm may sum in another order (256 rows; measured on an H100: every value equal). The reference's bf16
+// y is its own f32 y rounded (tests/ops/cpu_linear_test.cpp), not compared here: where the edge rows cancel,
+// the FP8 tensor cores' sums differ from its double ones by more than a bf16 unit (CudaLinearFp8Act's bound).
 TEST(CudaLinearsFp8Act, Bf16OutputIsTheF32Rounded) {
     if (ops::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     auto& b = backends();
@@ -484,29 +486,25 @@ TEST(CudaLinearsFp8Act, Bf16OutputIsTheF32Rounded) {
         const std::vector<float> rows = edge_rows(n, in);
         std::copy(rows.begin(), rows.end(), x.hv().ptr<float>());
         x.upload(), y.poison(), y16.poison();
-        auto call = [&](bool dev, const TensorView& yv) {
+        auto call = [&](const TensorView& yv) {
             ops::LinearArgs a;
-            a.w.format = WeightFormat::kFp8Block, a.w.data = dev ? w.dv() : w.hv(),
-            a.w.scale = dev ? ws.dv() : ws.hv();
+            a.w.format = WeightFormat::kFp8Block, a.w.data = w.dv(), a.w.scale = ws.dv();
             a.w.out_dim = out, a.w.in_dim = in;
             a.act = ops::ActQuant::kFp8Block128;
-            a.x = dev ? x.dv() : x.hv(), a.y = yv;
+            a.x = x.dv(), a.y = yv;
             return a;
         };
-        b.gpu->linear(call(true, y.dv()));
+        b.gpu->linear(call(y.dv()));
         const int64_t lt0 = b.gpu->dispatch_count("linear", "cublaslt_fp8");
-        b.gpu->linear(call(true, y16.dv()));
+        b.gpu->linear(call(y16.dv()));
         b.gpu->synchronize();
         if (n == 256) EXPECT_EQ(b.gpu->dispatch_count("linear", "cublaslt_fp8") - lt0, 1);
         const std::vector<float> f = y.device_f32(), h = y16.device_f32();
-        b.ref->linear(call(false, y16.hv()));  // the reference's bf16 y, against the f32 path rounded
-        const std::vector<float> r = y16.host_f32();
         int64_t differ = 0;
         for (size_t i = 0; i < f.size(); ++i) {
             const float rounded = bf16_to_f32(f32_to_bf16(f[i])), unit = std::ldexp(std::fabs(rounded), -7);
             differ += h[i] != rounded;
             EXPECT_LE(std::fabs(h[i] - rounded), unit) << i;
-            EXPECT_LE(std::fabs(r[i] - rounded), unit) << i;
         }
         if (n == 6) EXPECT_EQ(differ, 0);
         std::printf("linear bf16 y, %lld rows: %lld of %zu values off the f32 result rounded\n", (long long)n,

@@ -2,6 +2,8 @@
 // f16, fp8 with e8m0 and f32 scales, fp4), V4-Flash shapes, odd sizes, 1 row, an empty batch, strided x and y
 // rows and a row-sliced weight (the grouped output projection). Bound per element, the table's kLinearCpu:
 // float_sum_tol(in) * sum_i |x_i w_i|, computed here in double from QWeight::at.
+#include <cstring>
+
 #include "cpu_test_util.h"
 #include "ops/op_cases.h"
 
@@ -93,6 +95,38 @@ TEST(CpuLinearDequant, OneHotRowsReturnExactWeights) {
             }
         EXPECT_EQ(bad, 0) << "format " << int(f.fmt) << " dtype " << dtype_name(f.dense_dt) << " scale "
                           << dtype_name(f.scale_dt);
+    }
+}
+
+// A bf16 y (the native q where a backend keeps it so): ref and cpu write their own f32 result rounded to the
+// nearest bf16, ties to the even one, found here by comparing the two neighbouring bf16 values in double.
+TEST(CpuLinearBf16Out, IsTheF32ResultRoundedToNearestEven) {
+    const int64_t n = 5, in = 256, out = 136;
+    TestWeight tw = make_weight(WeightFormat::kFp8Block, out, in);
+    Tensor x(host_allocator(), DType::kF32, {n, in});
+    fill_uniform(x, -4.0f, 4.0f);
+    auto nearest = [](float f) {  // by search: the bf16 values just below and above f
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+        float a, b;
+        std::memcpy(&a, &lo, 4), std::memcpy(&b, &hi, 4);
+        const double da = std::fabs(double(f) - a), db = std::fabs(double(f) - b);
+        return da < db || (da == db && ((lo >> 16) & 1u) == 0) ? a : b;
+    };
+    for (ops::Backend* be : {static_cast<ops::Backend*>(backends().ref.get()),
+                             static_cast<ops::Backend*>(backends().cpu.get())}) {
+        SCOPED_TRACE(std::string(be->name()));
+        for (const ops::ActQuant act : {ops::ActQuant::kNone, ops::ActQuant::kFp8Block128}) {
+            Tensor y(host_allocator(), DType::kF32, {n, out}), y16(host_allocator(), DType::kBF16, {n, out});
+            poison(y), poison(y16);
+            ops::LinearArgs a{.x = x.view(), .w = tw.w, .y = y.view(), .act = act};
+            be->linear(a);
+            a.y = y16.view();
+            be->linear(a);
+            const std::vector<float> f = to_vector(y.view()), h = to_vector(y16.view());
+            for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(h[i], nearest(f[i])) << i << " of " << f[i];
+        }
     }
 }
 
