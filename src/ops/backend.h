@@ -168,9 +168,9 @@ class Backend {
     // Whether the native precision keeps the attention's queries (wq_b's output) in bf16, as DeepSeek's
     // inference code stores them (QueryPrep::src; otherwise f32). A storage choice of the backend, as its
     // kernels' operand types are: cuda does (its attention reads them where it prepares q: half the bytes;
-    // DEEPINFER_BF16_QUERIES=0 keeps f32 for A/B timing); ref and cpu keep f32, the precision of the fixtures'
-    // native simulation (tests/model/golden_logits_test.cpp: with bf16 q on the cpu, deepinfer's median
-    // distance to it went from 0.63 to 0.85 of its distance to fp32, past the test's 0.8).
+    // DEEPINFER_BF16_QUERIES=0 keeps f32 for A/B timing); ref and cpu keep f32, the precision of the
+    // fixtures' native simulation (tests/model/golden_logits_test.cpp: with bf16 q on the cpu, deepinfer's
+    // median distance to it went from 0.63 to 0.85 of its distance to fp32, past the test's 0.8).
     virtual bool bf16_queries() const { return false; }
 
     // Fused pairs: each computes what its two calls in order compute, which is what these defaults do (so
