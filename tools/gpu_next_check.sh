@@ -10,6 +10,10 @@
 # probes, ...; docs/benchmarks.md names them where it reports their runs) are in this file's history: git
 # show 8b6dd44:tools/gpu_next_check.sh.
 #
+# Ran 2026-12-07 (ninth session, H100; docs/benchmarks.md): PART=s9 then now, attnncu (twice: the second on
+#   the warm machine), s9q with MODEL_TESTS='CudaGraphs.NativePrecisionReplayEqualsEager:CudaGoldenLong.*:
+#   CudaExpertParallel.ThreeRanksOnOneGpuEqualOneNative' REPS=1 BATCHES=1 (the device budget's last 330 s);
+#   s9q's linear case (CudaLinearsFp8Act.Bf16OutputIsTheF32Rounded) was corrected after it ran.
 # Ran 2026-12-07 (eighth session, H100; docs/benchmarks.md): PART=s7q (git show
 #   5464d95:tools/gpu_next_check.sh), the seventh session's four options and two one-object builds of the
 #   converting W4A8 kernel: the bf16x3 share and four loads a lane in tile_rows are the defaults since, the
