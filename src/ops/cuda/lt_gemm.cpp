@@ -74,6 +74,24 @@ struct LtFp8Gemm::Impl {
         return none;
     }
 
+    // What every shape needs (ldq already defaulted): ldy a multiple of y_unit elements (16 bytes).
+    static bool shape_ok(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq,
+                         int64_t y_unit) {
+        return n > 0 && in % 128 == 0 && out % 128 == 0 && ldw % 16 == 0 && ldy % y_unit == 0 &&
+               ldq % 16 == 0 && ldq >= in;
+    }
+
+    // The plan's matmul into d with this call's scale pointers.
+    bool matmul(Plan& p, const uint8_t* q, const float* sx, const void* w, const float* sw, void* d,
+                Stream s) {
+        lt->desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw);
+        lt->desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);
+        const float alpha = 1.0f, beta = 0.0f;
+        return lt->matmul(lt->handle, p.desc, &alpha, w, p.la, q, p.lb, &beta, d, p.ld, d, p.ld, &p.algo,
+                          lt->workspace, LtLib::kWorkspace,
+                          static_cast<cudaStream_t>(s)) == CUBLAS_STATUS_SUCCESS;
+    }
+
     Plan& plan(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq,
                bool bf16_y = false) {
         std::lock_guard lk(mu);
@@ -99,9 +117,7 @@ LtFp8Gemm* LtFp8Gemm::instance(const char** why) {
 
 bool LtFp8Gemm::supports_bf16(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, int64_t ldq) {
     if (ldq == 0) ldq = in;
-    if (n <= 0 || in % 128 != 0 || out % 128 != 0 || ldw % 16 != 0 || ldy % 8 != 0 || ldq % 16 != 0 ||
-        ldq < in)
-        return false;
+    if (!Impl::shape_ok(n, in, out, ldw, ldy, ldq, 8)) return false;
     const int64_t rows = lt_rows(n);
     return impl_->plan(rows, in, out, ldw, rows == n ? ldy : out, ldq, true).ok;
 }
@@ -114,15 +130,7 @@ bool LtFp8Gemm::run_bf16(const uint8_t* q, const float* sx, const void* w, int64
     const int64_t rows = lt_rows(n);
     const bool direct = rows == n;
     Impl::Plan& p = impl_->plan(rows, in, out, ldw, direct ? ldy : out, ldq, true);
-    LtLib& lt = *impl_->lt;
-    lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw);
-    lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);
-    const float alpha = 1.0f, beta = 0.0f;
-    void* d = direct ? static_cast<void*>(y) : tmp;
-    const cublasStatus_t st =
-        lt.matmul(lt.handle, p.desc, &alpha, w, p.la, q, p.lb, &beta, d, p.ld, d, p.ld, &p.algo, lt.workspace,
-                  LtLib::kWorkspace, static_cast<cudaStream_t>(s));
-    if (st != CUBLAS_STATUS_SUCCESS) return false;
+    if (!impl_->matmul(p, q, sx, w, sw, direct ? static_cast<void*>(y) : tmp, s)) return false;
     return direct || cudaMemcpy2DAsync(y, size_t(ldy) * 2, tmp, size_t(out) * 2, size_t(out) * 2, size_t(n),
                                        cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)) == cudaSuccess;
 }
@@ -130,9 +138,7 @@ bool LtFp8Gemm::run_bf16(const uint8_t* q, const float* sx, const void* w, int64
 bool LtFp8Gemm::supports(int64_t n, int64_t in, int64_t out, int64_t ldw, int64_t ldy, bool* f32_out,
                          const char** note, int64_t ldq) {
     if (ldq == 0) ldq = in;
-    if (n <= 0 || in % 128 != 0 || out % 128 != 0 || ldw % 16 != 0 || ldy % 4 != 0 || ldq % 16 != 0 ||
-        ldq < in)
-        return false;
+    if (!Impl::shape_ok(n, in, out, ldw, ldy, ldq, 4)) return false;
     const int64_t rows = lt_rows(n);
     const Impl::Plan& p = impl_->plan(rows, in, out, ldw, rows == n ? ldy : out, ldq);
     if (f32_out) *f32_out = p.f32_out;
@@ -147,15 +153,7 @@ bool LtFp8Gemm::run(const uint8_t* q, const float* sx, const void* w, int64_t ld
     const int64_t rows = lt_rows(n);
     const bool direct = rows == n;
     Impl::Plan& p = impl_->plan(rows, in, out, ldw, direct ? ldy : out, ldq);
-    LtLib& lt = *impl_->lt;
-    lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw);
-    lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);
-    const float alpha = 1.0f, beta = 0.0f;
-    void* d = direct && p.f32_out ? static_cast<void*>(y) : tmp;
-    const cublasStatus_t st =
-        lt.matmul(lt.handle, p.desc, &alpha, w, p.la, q, p.lb, &beta, d, p.ld, d, p.ld, &p.algo, lt.workspace,
-                  LtLib::kWorkspace, static_cast<cudaStream_t>(s));
-    if (st != CUBLAS_STATUS_SUCCESS) return false;
+    if (!impl_->matmul(p, q, sx, w, sw, direct && p.f32_out ? static_cast<void*>(y) : tmp, s)) return false;
     if (!p.f32_out) {
         launch_bf16_rows_to_f32(static_cast<const uint16_t*>(tmp), n, out, y, ldy, s);
     } else if (!direct) {
