@@ -58,21 +58,20 @@ __device__ __forceinline__ QueryKeys query_keys(const AttentionParams& p, int64_
         for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) list[j] = pk[j];
         __syncthreads();
         int32_t* keep = list + p.k;
+        const auto valid = [&](int32_t w) { return w >= 0 && w < p.n_comp; };
         if (first != nullptr && p.n_comp <= first_cap) {
             for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x)
-                if (const int32_t w = list[j]; w >= 0 && w < p.n_comp) first[w] = INT32_MAX;
+                if (valid(list[j])) first[list[j]] = INT32_MAX;
             __syncthreads();
             for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x)
-                if (const int32_t w = list[j]; w >= 0 && w < p.n_comp) atomicMin(first + w, int32_t(j));
+                if (valid(list[j])) atomicMin(first + list[j], int32_t(j));
             __syncthreads();
-            for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
-                const int32_t w = list[j];
-                keep[j] = w >= 0 && w < p.n_comp && first[w] == int32_t(j);
-            }
+            for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x)
+                keep[j] = valid(list[j]) && first[list[j]] == int32_t(j);
         } else {
             for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
                 const int32_t w = list[j];
-                bool ok = w >= 0 && w < p.n_comp;
+                bool ok = valid(w);
                 for (int64_t i = 0; i < j && ok; ++i) ok = list[i] != w;
                 keep[j] = ok;
             }

@@ -495,8 +495,7 @@ std::optional<CudaBackend::LtInput> CudaBackend::lt_shared_input(std::span<const
 
 void CudaBackend::linears(std::span<const LinearArgs> jobs) {
     if (replaying()) return;
-    // pre-quantised inputs one by one (each reads its own codes); the rest together as below
-    // pre-quantised inputs and bf16 outputs one by one (linear() takes both); the rest together as below
+    // pre-quantised inputs (each reads its own codes) and bf16 outputs one by one; the rest together as below
     const auto alone = [](const LinearArgs& a) {
         return a.x.dtype == DType::kF8E4M3 || a.y.dtype == DType::kBF16;
     };

@@ -359,7 +359,7 @@ void CudaBackend::attentions_stored(std::span<const AttentionArgs> jobs,
         if (kAttentionEnum[v] == cuda::AttentionVariant::kMma64) {
             cuda::AttentionParams f = p;  // the output's rotation, and the queries' preparation
             rotate_out(f, i);
-            const TensorView& src = q_prep != nullptr ? q_prep->src : TensorView{};
+            const TensorView src = q_prep != nullptr ? q_prep->src : TensorView{};
             const TensorView& qi = jobs[i].q;
             if (qp_fusable &&
                 (src.empty() || (qi.stride[0] == src.stride[0] && qi.stride[1] == src.stride[1]))) {
