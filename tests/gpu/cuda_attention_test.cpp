@@ -31,6 +31,15 @@ struct AttnJob {
 
 TensorView side(const Pair& p, bool device) { return device ? p.dv() : p.hv(); }
 
+// Each job's first row when the jobs' queries lie one after another; `rows` their total.
+template <size_t N>
+std::vector<int64_t> row_starts(const AttnJob (&spec)[N], int64_t& rows) {
+    std::vector<int64_t> row0;
+    rows = 0;
+    for (const AttnJob& j : spec) row0.push_back(rows), rows += j.L;
+    return row0;
+}
+
 // The job's entries [max(T, 1), hd] (uniform) and picks [L, max(k, 1)] (-1s and repeats, as the op allows),
 // uploaded.
 void fill_entries(const AttnJob& j, int64_t hd, Pair& comp, Pair& picks) {
@@ -201,8 +210,7 @@ TEST(CudaAttentions, StoredTailEqualsTheParts) {
                         {1, 200, 0, 1, 0, ops::CompMask::kNone}};
     const size_t n = std::size(spec);
     int64_t rows = 0;
-    std::vector<int64_t> row0;
-    for (const Job& j : spec) row0.push_back(rows), rows += j.L;
+    const std::vector<int64_t> row0 = row_starts(spec, rows);
     Pair q(DType::kF32, {rows, H, hd}), kv(DType::kF32, {rows, hd}), sinks(DType::kF32, {H});
     Pair pos(DType::kI32, {rows}), inv(DType::kF32, {half});
     Pair o_parts(DType::kF32, {rows, H, hd}), o_fused(DType::kF32, {rows, H, hd});
@@ -389,8 +397,7 @@ TEST(CudaAttentions, StoredTailPreparesQueries) {
         {3, 500, 4, 128, 0, ops::CompMask::kCausal},  {16, 129, 0, 1, 0, ops::CompMask::kNone}};
     const size_t n = std::size(spec);
     int64_t rows = 0;
-    std::vector<int64_t> row0;
-    for (const Job& j : spec) row0.push_back(rows), rows += j.L;
+    const std::vector<int64_t> row0 = row_starts(spec, rows);
     Pair q(DType::kF32, {rows, H, hd}), q_parts(DType::kF32, {rows, H, hd}),
         q_fused(DType::kF32, {rows, H, hd}), q_quant(DType::kF32, {rows, H, hd});
     // the quantised output: the fused tail's, and act_quant's of the parts' output (block-major scales)
@@ -504,8 +511,7 @@ TEST(CudaAttentions, StoredTailReadsBf16Queries) {
                             {3, 500, 4, 128, 0, ops::CompMask::kCausal}};
     const size_t n = std::size(spec);
     int64_t rows = 0;
-    std::vector<int64_t> row0;
-    for (const AttnJob& j : spec) row0.push_back(rows), rows += j.L;
+    const std::vector<int64_t> row0 = row_starts(spec, rows);
     Pair q16(DType::kBF16, {rows, H, hd}), q_wide(DType::kF32, {rows, H, hd}),
         q_scratch(DType::kF32, {rows, H, hd});
     Pair kv(DType::kF32, {rows, hd}), sinks(DType::kF32, {H}), pos(DType::kI32, {rows}),
