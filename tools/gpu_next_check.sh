@@ -24,6 +24,23 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gpu_next_check}; mkdir -p "$OUT"
 d=build-cuda-carry; [[ -d $d ]] || tar xJf build-cuda-xz/carry.tar.xz; export LD_LIBRARY_PATH=$PWD/$d/lib
 summary() { grep -E "^\[  FAILED|^\[==========\] [0-9]+ tests|^\[  PASSED|Failure" "$1" | head -40; }
+# Nsight Compute on one launch of kernel $1 (launch-skip $2) of a 4K native prefill of $3 V4-Flash layers, saved
+# under name $4: speed of light, warp states, the hottest SASS lines and their stalls
+ncu_launch() {
+  local ncu k=$1 skip=$2 layers=$3 name=$4
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout 240 "$ncu" --kernel-name regex:"${k}_kernel" --launch-skip "$skip" --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
+    --section ComputeWorkloadAnalysis --section InstructionStats -f -o "$OUT/$name" \
+    $d/bin/${NCU_BIN:-model_bench} --preset flash --layers "$layers" \
+    --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/$name.log" 2>&1
+  echo "== ncu $name rc $?"
+  "$ncu" --import "$OUT/$name.ncu-rep" --page details 2>/dev/null > "$OUT/$name.txt"
+  grep -E "Executed Instructions|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|Stall|Registers Per|Block Size|Theoretical Occ" "$OUT/$name.txt" | head -30
+  "$ncu" --import "$OUT/$name.ncu-rep" --page source --print-source sass --csv > "$OUT/$name.csv" 2>&1
+  python3 tools/ncu_top_lines.py "$OUT/$name.csv" 40
+  rm -f "$OUT/$name.ncu-rep" "$OUT/$name.log"  # (a call brings back only so many files)
+}
 case ${PART:-s7} in
   s7)  # (pack: BINS="tests/gpu/cuda_ops_test tests/gpu/cuda_model_test bench/model_bench", TRACE=1; ~7 min)
         # the prefill options' A/B, each flipped from its default (ran as s7q in the eighth session: the bf16x3
@@ -140,19 +157,7 @@ case ${PART:-s7} in
   attnncu)  # (pack: TRACE=0 BINS="bench/model_bench") Nsight Compute on the 4K prefill's attention launches of
             # layer 0 (sliding window) and layer 2 (CSA, 512 picks): speed of light, warp states, the hottest
             # SASS lines and their stalls
-    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    for skip in 2 0; do
-      timeout 240 "$ncu" --kernel-name regex:attention_wgp_kernel --launch-skip $skip --launch-count 1 \
-        --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
-        --section InstructionStats -f -o "$OUT/ncu_attn$skip" $d/bin/model_bench --preset flash --layers 4 \
-        --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/ncu_attn$skip.log" 2>&1
-      echo "== ncu attention launch $skip rc $?"
-      "$ncu" --import "$OUT/ncu_attn$skip.ncu-rep" --page details 2>/dev/null > "$OUT/ncu_attn$skip.txt"
-      grep -E "Executed Instructions|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Warp Cycles Per Issued|Stall|Registers Per" "$OUT/ncu_attn$skip.txt" | head -24
-      "$ncu" --import "$OUT/ncu_attn$skip.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_attn$skip.csv" 2>&1
-      python3 tools/ncu_top_lines.py "$OUT/ncu_attn$skip.csv" 40
-      rm -f "$OUT/ncu_attn$skip.ncu-rep" "$OUT/ncu_attn$skip.log"
-    done
+    for skip in 2 0; do ncu_launch attention_wgp $skip 4 ncu_attn$skip; done
     ;;
   tracemain)  # (a TRACE=1 pack: BINS="bench/model_bench") each kernel's time in a 4-layer 4K and 32K prefill
               # (CUPTI), all kernels of the step: where the time outside the W4A8 launches goes
@@ -196,20 +201,7 @@ case ${PART:-s7} in
   ssncu)  # (pack: TRACE=0 BINS="bench/model_bench") Nsight Compute on one up launch of the converting W4A8
           # kernel and one launch of the pipelined attention: speed of light, warp states, the hottest SASS
           # lines and their stalls
-    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    for k in ${NCU_KERNELS:-moe_w4a8_bulk_ss attention_wgp}; do
-      timeout 200 "$ncu" --kernel-name regex:"${k}_kernel" --launch-skip 1 --launch-count 1 \
-        --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
-        --section ComputeWorkloadAnalysis --section InstructionStats -f -o "$OUT/ncu_$k" \
-        $d/bin/${NCU_BIN:-model_bench} --preset flash --layers 2 \
-        --backend cuda --precision native --prompt 4096 --decode 1 --warmup 0 --graphs off > "$OUT/ncu_$k.log" 2>&1
-      echo "== ncu $k rc $?"
-      "$ncu" --import "$OUT/ncu_$k.ncu-rep" --page details 2>/dev/null > "$OUT/ncu_$k.txt"
-      grep -E "Executed Instructions|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|Stall|Registers Per|Block Size|Theoretical Occ" "$OUT/ncu_$k.txt" | head -30
-      "$ncu" --import "$OUT/ncu_$k.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_$k.csv" 2>&1
-      python3 tools/ncu_top_lines.py "$OUT/ncu_$k.csv" 30
-      rm -f "$OUT/ncu_$k.ncu-rep" "$OUT/ncu_$k.log"  # (a call brings back only so many files)
-    done
+    for k in ${NCU_KERNELS:-moe_w4a8_bulk_ss attention_wgp}; do ncu_launch $k 1 2 ncu_$k; done
     ;;
   final)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test") after a
            # merge: the whole-model GPU tests, the attention, determinism, state and fused cases, the 4K prefill
