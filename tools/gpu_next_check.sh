@@ -10,6 +10,9 @@
 # probes, ...; docs/benchmarks.md names them where it reports their runs) are in this file's history: git
 # show 8b6dd44:tools/gpu_next_check.sh.
 #
+# Ran 2026-12-08 (tenth session, H100; docs/benchmarks.md): PART=s10 (with a build whose token copies were cut
+#   to narrow tiles' rows: no faster, not kept); then no machine was lent: s10b (Nsight Compute on the
+#   converting kernel, batch-256 and -64 decode profiles) and s11 (the TMA form, fence_probe) wait for a call.
 # Ran 2026-12-07 (ninth session, H100; docs/benchmarks.md): PART=s9 then now, attnncu (twice: the second on
 #   the warm machine), s9q with MODEL_TESTS='CudaGraphs.NativePrecisionReplayEqualsEager:CudaGoldenLong.*:
 #   CudaExpertParallel.ThreeRanksOnOneGpuEqualOneNative' REPS=1 BATCHES=1 (the device budget's last 330 s);
@@ -154,6 +157,73 @@ case ${PART:-s7} in
       done
     done
     ;;
+  s10)  # (a TRACE=1 pack: BINS="bench/model_bench bench/model_bench_prev bench/cuda_kernel_bench
+         # tests/gpu/cuda_ops_test") what the ninth session left unrun: the corrected bf16-output linear case,
+         # the 32K prefill, decode at batch 64 and 256 with f32 and bf16 q; a MoE change against
+         # model_bench_prev (its cases, the MoE row, the 4K prefill, alternating); then PART=now's baseline
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaLinearsFp8Act.*:CudaLinears.*:CudaMoeW4a8.*:Cases/CudaMoe.MatchesRef/native*' \
+      > "$OUT/s10_tests.log" 2>&1
+    echo "linear and moe tests rc $?"; summary "$OUT/s10_tests.log"; grep -E "^linear bf16 y" "$OUT/s10_tests.log"
+    for rep in 1 2; do
+      for b in model_bench_prev model_bench; do
+        echo "$b: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native --prompt 4096 \
+          --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' | awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+        echo "$b prefill: $(timeout 60 $d/bin/$b --preset flash --layers 4 --backend cuda --precision native \
+          --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+      done
+    done
+    echo "prefill 32768: $(timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native \
+      --prompt 32768 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+    for b in 64 256; do
+      for v in 0 1; do
+        echo "decode batch $b, DEEPINFER_BF16_QUERIES=$v: $(DEEPINFER_BF16_QUERIES=$v timeout 90 $d/bin/model_bench \
+          --preset flash --layers 4 --backend cuda --precision native --batch $b --prompt 16 --context 4096 \
+          --decode 8 2>&1 | grep -oE 'decode [0-9]+ steps in [0-9.]+ s = [0-9.]+ tokens/s, [0-9.]+ ms/step|out of.*')"
+      done
+    done
+    PART=now bash "$0"
+    ;;
+  s10b)  # (pack: TRACE=0 BINS="bench/model_bench") Nsight Compute on the converting W4A8 kernel's first up
+          # and down launch of a 2-layer 4K prefill (PART=ssncu's), then where a batch-256 and a batch-64 decode
+          # step's time goes by op (4 layers, context 4,096)
+    NCU_KERNELS=moe_w4a8_bulk_ss NCU_SKIPS="0 1" PART=ssncu bash "$0"
+    for b in 256 64; do
+      timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda --precision native --batch $b \
+        --prompt 16 --context 4096 --decode 8 --profile shapes > "$OUT/shapes_b$b.log" 2>&1
+      echo "profile shapes batch $b rc $?"; sed -n '/decode steps/,/^| total/p' "$OUT/shapes_b$b.log"
+    done
+    ;;
+  s11)  # (pack: TRACE=0 BINS="bench/fence_probe bench/model_bench tests/gpu/cuda_ops_test
+         # tests/gpu/cuda_model_test") the converting W4A8 kernel's fp4 rows by TMA (DEEPINFER_W4A8_SS_TMA=1;
+         # written 2026-12-08 with no GPU lent): whether the proxy fence waits for a thread's cp.async copies
+         # (fence_probe, the reason for the form), its cases (OptionsMatchTheReference holds it to the
+         # default's bits and counts its passes; the native MoE cases and the whole-model tests with it on),
+         # then the MoE row and the 4K prefill against the cp.async ring, alternating, the 32K prefill, and
+         # Nsight Compute on its first up launch
+    timeout 60 $d/bin/fence_probe 2>&1 | tee "$OUT/fence_probe.log"
+    timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*' > "$OUT/s11_tests.log" 2>&1
+    echo "w4a8 tests rc $?"; summary "$OUT/s11_tests.log"
+    DEEPINFER_W4A8_SS_TMA=1 timeout 150 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaMoe.MatchesRef/native*' \
+      > "$OUT/s11_cases.log" 2>&1
+    echo "native moe cases with TMA rc $?"; summary "$OUT/s11_cases.log"
+    DEEPINFER_W4A8_SS_TMA=1 DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test \
+      --gtest_filter='CudaGraphs.*:CudaGoldenLong.*' > "$OUT/s11_model.log" 2>&1
+    echo "model tests with TMA rc $?"; summary "$OUT/s11_model.log"
+    for rep in 1 2; do
+      for v in 0 1; do
+        echo "TMA=$v: $(DEEPINFER_W4A8_SS_TMA=$v timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+          --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' |
+          awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
+        echo "TMA=$v prefill: $(DEEPINFER_W4A8_SS_TMA=$v timeout 60 $d/bin/model_bench --preset flash --layers 4 \
+          --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+      done
+    done
+    for v in 0 1; do
+      echo "TMA=$v prefill 32768: $(DEEPINFER_W4A8_SS_TMA=$v timeout 90 $d/bin/model_bench --preset flash --layers 4 \
+        --backend cuda --precision native --prompt 32768 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+    done
+    DEEPINFER_W4A8_SS_TMA=1 NCU_KERNELS=moe_w4a8_bulk_ss NCU_SKIPS=0 PART=ssncu bash "$0"
+    ;;
   attnncu)  # (pack: TRACE=0 BINS="bench/model_bench") Nsight Compute on the 4K prefill's attention launches of
             # layer 0 (sliding window) and layer 2 (CSA, 512 picks): speed of light, warp states, the hottest
             # SASS lines and their stalls
@@ -201,7 +271,10 @@ case ${PART:-s7} in
   ssncu)  # (pack: TRACE=0 BINS="bench/model_bench") Nsight Compute on one up launch of the converting W4A8
           # kernel and one launch of the pipelined attention: speed of light, warp states, the hottest SASS
           # lines and their stalls
-    for k in ${NCU_KERNELS:-moe_w4a8_bulk_ss attention_wgp}; do ncu_launch $k 1 2 ncu_$k; done
+    # (NCU_SKIPS: which launches of each, 0 a 2-layer prefill's first up, 1 its first down)
+    for k in ${NCU_KERNELS:-moe_w4a8_bulk_ss attention_wgp}; do
+      for skip in ${NCU_SKIPS:-1}; do ncu_launch $k $skip 2 ncu_${k}_$skip; done
+    done
     ;;
   final)  # (pack: TRACE=0 BINS="bench/model_bench tests/gpu/cuda_ops_test tests/gpu/cuda_model_test") after a
            # merge: the whole-model GPU tests, the attention, determinism, state and fused cases, the 4K prefill

@@ -463,17 +463,19 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                 // the bulk-copy kernel alone and in clusters of 2 and 4 (up's 1,024 rows and down's 2,048
                 // take both), and its inputs with the weights converted by one or two warpgroups of their own
                 // (cluster 0, -1; -2: two, with the narrow tiles; -3: and up's SwiGLU in the epilogue, row
-                // folds only): the default's bits where the chunk counts allow it
-                for (const int cs : {1, 2, 4, 0, -1, -2, -3}) {
+                // folds only; -4: the fp4 rows by TMA, row folds only, both passes): the default's bits where
+                // the chunk counts allow it
+                for (const int cs : {1, 2, 4, 0, -1, -2, -3, -4}) {
                     const int64_t bulk_before = cuda::moe_w4a8_bulk_launches(),
-                                  swi_before = cuda::moe_w4a8_ss_swiglu_launches();
+                                  swi_before = cuda::moe_w4a8_ss_swiglu_launches(),
+                                  tma_before = cuda::moe_w4a8_ss_tma_launches();
                     cuda::set_moe_w4a8_bulk(std::max(cs, 0));
                     cuda::set_moe_w4a8_bulk_ss(cs > 0 ? 0 : std::min(1 - cs, 2), cs <= -2);
-                    cuda::set_moe_w4a8_ss_swiglu(cs == -3);
+                    cuda::set_moe_w4a8_ss_swiglu(cs == -3), cuda::set_moe_w4a8_ss_tma(cs == -4);
                     out.poison();
                     b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
                     cuda::set_moe_w4a8_bulk(0), cuda::set_moe_w4a8_bulk_ss(0),
-                        cuda::set_moe_w4a8_ss_swiglu(false);
+                        cuda::set_moe_w4a8_ss_swiglu(false), cuda::set_moe_w4a8_ss_tma(false);
                     const std::vector<float> bulk = out.device_f32();
                     EXPECT_EQ(cuda::moe_w4a8_bulk_launches() - bulk_before,
                               D % 512 == 0 && I % 512 == 0 ? 1 : 0)
@@ -481,10 +483,14 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                     EXPECT_EQ(cuda::moe_w4a8_ss_swiglu_launches() - swi_before,
                               cs == -3 && !chunk_scales && D % 512 == 0 && I % 512 == 0 ? 1 : 0)
                         << "SwiGLU-epilogue passes, D " << D;
+                    EXPECT_EQ(cuda::moe_w4a8_ss_tma_launches() - tma_before,
+                              cs == -4 && !chunk_scales && D % 512 == 0 && I % 512 == 0 ? 2 : 0)
+                        << "TMA passes, D " << D;
                     EXPECT_EQ(0, std::memcmp(got[0].data(), bulk.data(), bulk.size() * sizeof(float)))
                         << (chunk_scales ? "chunk" : "row") << " fold, D " << D
                         << ", bulk copies in clusters of " << cs
-                        << " (0, -1: 1, 2 converting warpgroups; -2: narrow tiles; -3: SwiGLU out): max abs "
+                        << " (0, -1: 1, 2 converting warpgroups; -2: narrow tiles; -3: SwiGLU out; -4: TMA): "
+                           "max abs "
                            "err "
                         << "against the default " << diff(got[0], bulk).max_abs << ", against the reference "
                         << diff(ref.host_f32(), bulk).max_abs;

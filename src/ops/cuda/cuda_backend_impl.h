@@ -95,7 +95,7 @@ class CudaBackend final : public Backend {
     ~CudaBackend() override {
         graphs_.reset();
         cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-        for (auto& [k, t] : expert_tables_) alloc_.deallocate(t.device);
+        for (auto& [k, t] : expert_tables_) alloc_.deallocate(t.device), alloc_.deallocate(t.maps);
         cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
     }
 
@@ -209,8 +209,10 @@ class CudaBackend final : public Backend {
         bool scales_16b = false;  // MoeParams::scales_16b
         bool e4m3_ok = false;     // MoeParams::e4m3_ok
         bool e4m3_rows = false;   // MoeParams::e4m3_rows
+        void* maps = nullptr;     // every matrix's TMA map where each has one (MoeParams::maps), else null
     };
     const ExpertTable& expert_table(const MoeArgs& a);
+    void expert_maps(ExpertTable& t);
     // The linear variant for one call; `in_group`: split_rows would share its launch with other jobs.
     int choose_linear(const LinearArgs& a, const WeightRef& w, bool in_group);
     std::pair<cuda::AttentionParams, int> attention_call(const AttentionArgs& a);

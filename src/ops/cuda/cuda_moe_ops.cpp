@@ -2,6 +2,7 @@
 // check(args) first, then the device check, then the launch with plain params.
 #include "ops/cuda/cuda_backend_impl.h"
 #include "ops/cuda/fp8_gemm.h"
+#include "ops/cuda/tensor_map.h"
 
 namespace di::ops::cuda_impl {
 namespace {
@@ -23,6 +24,28 @@ bool placed(const ExpertWeights& w) { return w.w1.data.data != nullptr; }
 // Experts not placed on this device (expert parallelism: another rank holds them) take the first placed
 // expert's entry, which no kernel reads for them (MoeParams::owned_first/end) and which keeps the table's
 // format and mma checks those of the experts that are here.
+// The TMA maps of an fp4 table's matrices (boxes of 64 bytes x 32 rows: moe_w4a8_bulk_ss's converting warps),
+// or none (t.maps null) where any matrix is not fp4 or its layout has no map.
+void CudaBackend::expert_maps(ExpertTable& t) {
+    struct alignas(64) Map {
+        unsigned char bytes[cuda::kTensorMapBytes];
+    };
+    std::vector<Map> maps(t.host.size());
+    bool ok = true;
+    for (size_t i = 0; ok && i < t.host.size(); ++i) {
+        const WeightRef& w = t.host[i];
+        ok = w.format == uint8_t(WeightFormat::kFp4Group) &&
+             cuda::encode_byte_rows_map(&maps[i], w.data, w.out_dim, w.in_dim / 2, w.ld, 64, 32);
+    }
+    alloc_.deallocate(t.maps);
+    t.maps = nullptr;
+    if (!ok) return;
+    const size_t bytes = maps.size() * sizeof(Map);
+    t.maps = alloc_.allocate(bytes);
+    DI_CUDA_CHECK(cudaMemcpyAsync(t.maps, maps.data(), bytes, cudaMemcpyHostToDevice, stream()));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
 const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
     if (auto it = expert_tables_.find(a.experts);
         it != expert_tables_.end() && it->second.host.size() == size_t(3 * a.n_experts)) {
@@ -88,6 +111,7 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
         const cuda::E4m3Fold fold = cuda::fp4_scales_fold_to_e4m3(
             static_cast<const WeightRef*>(t.device), t.host.data(), int64_t(t.host.size()), stream());
         t.e4m3_ok = w13_alike && fold.chunks, t.e4m3_rows = t.e4m3_ok && fold.rows;
+        expert_maps(t);
     }
     return t;
 }
@@ -172,7 +196,8 @@ void CudaBackend::moe(const MoeArgs& a) {
                           .scales_4b = table.scales_4b,
                           .scales_16b = table.scales_16b,
                           .e4m3_ok = table.e4m3_ok,
-                          .e4m3_rows = table.e4m3_rows};
+                          .e4m3_rows = table.e4m3_rows,
+                          .maps = table.maps};
         if (experts_pass)
             p.owned_first = a.expert_first, p.owned_end = a.expert_end,
             p.y_out = a.slots.ptr<float>() + t0 * k * D;

@@ -422,6 +422,9 @@ struct MoeParams {
     bool e4m3_ok = false;  // moe_w4a8 takes the table: fp4 with UE8M0 scales, each row's four group scales of
                            // a 128-element chunk within 2^11 of each other (fp4_scales_fold_to_e4m3)
     bool e4m3_rows = false;  // and all of a row's group scales within 2^11: one fold base a row (fewer ops)
+    // TMA maps of the fp4 matrices' bytes, [3 * n_experts] CUtensorMaps in table's order (tensor_map.h: boxes
+    // of 64 bytes x 32 rows, the 64-byte swizzle), or null where the table has none (moe_w4a8_bulk_ss's kTma)
+    const void* maps = nullptr;
     // Expert parallelism's `experts` pass (ops/moe.h): experts outside [owned_first, owned_end) count as ids
     // outside [0, n_experts) (their pairs take no part), every taking pair's unweighted row goes to y_out
     // ([n * k, D], the slots; the other rows are left as they are) and no combine runs.
@@ -486,6 +489,12 @@ bool moe_w4a8_ss_narrow();
 // the 4K prefill 2.3% slower with it (H100, docs/benchmarks.md 2026-12-07, eighth session); its launches.
 void set_moe_w4a8_ss_swiglu(bool on);
 int64_t moe_w4a8_ss_swiglu_launches();
+// The converting kernel's fp4 rows by TMA (two converters, row folds, not the SwiGLU epilogue; where the
+// expert table has its maps, MoeParams::maps): a box of 32 rows a converting warp and chunk instead of four
+// cp.async a thread, the same bytes in the same places; off until measured (DEEPINFER_W4A8_SS_TMA=1); the
+// passes that took it.
+void set_moe_w4a8_ss_tma(bool on);
+int64_t moe_w4a8_ss_tma_launches();
 int64_t moe_w4a8_bulk_launches();
 // w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it

@@ -507,6 +507,8 @@ int bulk_ss = int(env_int("DEEPINFER_W4A8_BULK_SS", 2));
 bool ss_narrow = env_int("DEEPINFER_W4A8_SS_NARROW", 1) != 0;
 bool ss_swiglu = env_switch("DEEPINFER_W4A8_SS_SWIGLU", false);
 std::atomic<int64_t> ss_swiglu_launches{0};
+bool ss_tma = env_switch("DEEPINFER_W4A8_SS_TMA", false);
+std::atomic<int64_t> ss_tma_launches{0};
 std::atomic<int64_t> bulk_launches{0};
 
 // Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
@@ -672,6 +674,8 @@ void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
 void set_moe_w4a8_bulk_ss(int conv, bool narrow) { bulk_ss = std::clamp(conv, 0, 2), ss_narrow = narrow; }
 int moe_w4a8_bulk_ss() { return bulk_ss; }
 void set_moe_w4a8_ss_swiglu(bool on) { ss_swiglu = on; }
+void set_moe_w4a8_ss_tma(bool on) { ss_tma = on; }
+int64_t moe_w4a8_ss_tma_launches() { return ss_tma_launches.load(); }
 int64_t moe_w4a8_ss_swiglu_launches() { return ss_swiglu_launches.load(); }
 bool moe_w4a8_ss_narrow() { return ss_narrow; }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
@@ -742,8 +746,11 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         };
         // up's SwiGLU in the converting kernel's epilogue (its kRowBase form, two converters): g holds h
         const bool swi = ss_swiglu && bulk_ss == 2 && p.e4m3_rows;
+        // the fp4 rows by TMA where the table has its maps (launch_bulk_ss takes it on that form only)
+        const bool tma = ss_tma && bulk_ss == 2 && p.e4m3_rows && p.maps != nullptr;
         w4a8::TiledIo up{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, ss_narrow};
-        up.swi_out = swi, up.limit = p.limit;
+        up.swi_out = swi, up.limit = p.limit, up.tma = tma && !swi;
+        ss_tma_launches += int(up.tma) + int(tma);
         bulk(up);
         if (swi) {
             ++ss_swiglu_launches;
@@ -753,7 +760,9 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
             w8_act_rows_kernel<true>
                 <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
         }
-        bulk(w4a8::TiledIo{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, ss_narrow});
+        w4a8::TiledIo down{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, ss_narrow};
+        down.tma = tma;
+        bulk(down);
     } else {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
         const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);

@@ -202,6 +202,9 @@ struct TiledIo {
     // SwiGLU gives from the two parts, half the bytes written and read back (DEEPINFER_W4A8_SS_SWIGLU)
     bool swi_out = false;
     float limit = 0.0f;  // swiglu_limit, with swi_out
+    // bulk_ss, kRowBase, two converters, not swi_out: the fp4 rows by TMA through MoeParams::maps where the
+    // table has them (DEEPINFER_W4A8_SS_TMA)
+    bool tma = false;
 };
 // Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,

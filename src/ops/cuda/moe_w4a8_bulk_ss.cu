@@ -79,20 +79,35 @@ __device__ __noinline__ float swiglu_call(float g, float u, float limit) {
     return swiglu_clamped(g, u, limit);
 }
 
+// kTma's ring: a warp's box of 32 fp4 rows (64 bytes a row at byte column x, from row y) issued by its lane
+// 0 onto barrier bar, and the wait for one. Out of line: inlined, either made ptxas serialise the multiplying
+// warps' wgmmas (C7511)
+__device__ __noinline__ void raw_box(uint32_t dst, const void* map, int32_t x, int32_t y, uint32_t bar) {
+    wg::mbar_arrive_expect_tx(bar, 32 * 64);
+    wg::tma_load_2d(dst, map, x, y, bar);
+}
+__device__ __noinline__ void raw_wait(uint32_t bar, uint32_t parity) { wg::mbar_wait(bar, parity); }
+
 struct UnitInfo {
     int32_t e, b0, cnt, group;  // expert, first plan index, pairs, row group; e < 0: the walk's end
 };
 
-__host__ __device__ constexpr int64_t smem_bytes(int conv) {
+// tma: and the ring slots' barriers, one a converting warp and slot
+__host__ __device__ constexpr int64_t smem_bytes(int conv, bool tma = false) {
     return 1024 + int64_t(kStages) * kStageBytes + conv * ring(conv) * kRawBytes + 2 * 16 + 2 * kN * 4 +
-           8 * (2 * kStages + 4) + 2 * 4;
+           8 * (2 * kStages + 4) + 2 * 4 + (tma ? 8 * conv * 4 * ring(conv) : 0);
 }
 
-// kSwi (TiledIo::swi_out; kRowBase, the up pass): tiles of W1 and W3 rows a column pair, h stored
-template <bool kRowBase, int kConv, bool kSwi = false>
+// kSwi (TiledIo::swi_out; kRowBase, the up pass): tiles of W1 and W3 rows a column pair, h stored.
+// kTma (TiledIo::tma): the ring's fp4 bytes come by TMA, a box of a converting warp's 32 rows a chunk (one
+// instruction, issued by its lane 0, completing on the slot's barrier of that warp) instead of four cp.async
+// a thread: a converting thread then has no copy of its own in flight when its proxy fence (MEMBAR.ALL.CTA in
+// the SASS) runs after each chunk's stores, and no copy's addressing to compute.
+template <bool kRowBase, int kConv, bool kSwi = false, bool kTma = false>
 __global__ void __launch_bounds__(threads(kConv), 1)
     moe_w4a8_bulk_ss_kernel(MoeParams p, MoePlan plan, TiledIo io) {
     static_assert(!kSwi || kRowBase);
+    static_assert(!kTma || (kRowBase && !kSwi));  // a TMA box is 32 consecutive rows of one matrix
     constexpr int kRing = ring(kConv);
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
@@ -108,6 +123,8 @@ __global__ void __launch_bounds__(threads(kConv), 1)
     // (plan.work: up's, down's; zero after the plan kernel)
     int32_t* const next_u =
         reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(tpairs + 2 * kN) + 8 * (2 * kStages + 4));
+    // kTma: the ring slots' barriers [converting warpgroup][warp][kRing], after next_u
+    constexpr uint32_t kRawBar = 8 * (2 * kStages + 4) + 8;  // their offset from bar0
     // a stage's barriers: full (4 converting warps + the bytes' arrival), empty (8 multiplying warps)
     auto full = [&](uint32_t s) { return bar0 + s * 8; };
     auto empty = [&](uint32_t s) { return bar0 + (kStages + s) * 8; };
@@ -124,6 +141,8 @@ __global__ void __launch_bounds__(threads(kConv), 1)
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) wg::mbar_init(full(s), 5), wg::mbar_init(empty(s), 8);
         for (int i = 0; i < 2; ++i) wg::mbar_init(ufull(i), 1), wg::mbar_init(uempty(i), 8);
+        if constexpr (kTma)
+            for (int i = 0; i < kConv * 4 * kRing; ++i) wg::mbar_init(bar0 + kRawBar + uint32_t(i) * 8, 1);
         wg::fence_mbar_init_cluster();
     }
     __syncthreads();
@@ -138,6 +157,11 @@ __global__ void __launch_bounds__(threads(kConv), 1)
         const int sw =
             (t >> 1) & 3;  // raw row t's 16-byte unit i at i ^ sw (conflict-free reads a row a thread)
         uint8_t* const my_raw = rings + int64_t(cw) * kRing * kRawBytes + t * 64;
+        // kTma: this warp's barrier of ring slot i, and the warp's chunks so far (their slots and phases)
+        const int cwarp = t >> 5;
+        const uint32_t my_rbar = bar0 + kRawBar + uint32_t((cw * 4 + cwarp) * kRing) * 8;
+        auto raw_full = [&](uint32_t i) { return my_rbar + i * 8; };
+        uint32_t islot = 0, rslot = 0, rphase = 0;  // the next box's slot; the next read's slot and phase
         // the stages' chunk count, the same in every converting warpgroup (32-bit: a block's chunks a launch
         // are far fewer than 2^31, and the stage's modulo is then a few instructions, not a 64-bit division)
         uint32_t it = 0;
@@ -182,26 +206,37 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                 }
                 row_max = max_byte(m4);
             }
-            // this warpgroup's j-th chunk of a tile, c = cw + kConv j, into ring slot j % kRing
+            // this warpgroup's j-th chunk of a tile, c = cw + kConv j, into ring slot j % kRing (kTma: the
+            // ring's slots in turn across tiles and units, the warp's 32 rows by its lane 0)
+            const uint8_t* const map =
+                kTma ? static_cast<const uint8_t*>(p.maps) + (3 * e + m) * 128 : nullptr;
             auto issue_raw = [&](int j) {
                 const int c = cw + kConv * j;
-                const uint32_t dst = wg::smem_addr(my_raw + (j % kRing) * kRawBytes);
+                if constexpr (kTma) {
+                    if (lane == 0)
+                        raw_box(
+                            wg::smem_addr(rings + (cw * kRing + int(islot)) * kRawBytes + cwarp * 32 * 64),
+                            map, c * 64, int32_t(row - t + 32 * cwarp), raw_full(islot));
+                    islot = islot + 1 == kRing ? 0 : islot + 1;
+                } else {
+                    const uint32_t dst = wg::smem_addr(my_raw + (j % kRing) * kRawBytes);
 #pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    wg::cp_async16(dst + ((i ^ sw) * 16), wrow + c * 64 + i * 16, true);
+                    for (int i = 0; i < 4; ++i)
+                        wg::cp_async16(dst + ((i ^ sw) * 16), wrow + c * 64 + i * 16, true);
+                }
             };
             const int own = int((chunks - cw + kConv - 1) / kConv);  // this warpgroup's chunks of a tile
             for (int i0 = 0; i0 < cnt; i0 += kN, it += uint32_t(chunks)) {
 #pragma unroll
                 for (int j = 0; j < kRing - 1; ++j) {
                     if (j < own) issue_raw(j);
-                    wg::cp_async_commit();
+                    if constexpr (!kTma) wg::cp_async_commit();
                 }
                 for (int j = 0; j < own; ++j) {
                     const int c = cw + kConv * j;
                     const uint32_t ic = it + uint32_t(c);  // ic: the chunk's place in the stages
                     if (j + kRing - 1 < own) issue_raw(j + kRing - 1);
-                    wg::cp_async_commit();
+                    if constexpr (!kTma) wg::cp_async_commit();
                     const uint32_t s4 = __ldg(reinterpret_cast<const uint32_t*>(srow + 4 * c));
                     const uint32_t s = ic % kStages;
                     wg::mbar_wait(empty(s), ((ic / kStages) & 1u) ^ 1u);
@@ -213,8 +248,14 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                         wg::bulk_copy_g2s(wg::smem_addr(tsc(s)), io.sc + int64_t(c) * io.rows + r0, kN * 4,
                                           full(s));
                     }
-                    wg::cp_async_wait<kRing - 1>();  // this thread's copies of chunk c landed
-                    const uint8_t* raw = my_raw + (j % kRing) * kRawBytes;
+                    const uint32_t slot = kTma ? rslot : uint32_t(j % kRing);
+                    if constexpr (kTma) {
+                        raw_wait(raw_full(slot), rphase);  // the warp's box
+                        if (++rslot == kRing) rslot = 0, rphase ^= 1u;
+                    } else {
+                        wg::cp_async_wait<kRing - 1>();  // this thread's copies of chunk c landed
+                    }
+                    const uint8_t* raw = my_raw + slot * kRawBytes;
                     uint4 r[4];
 #pragma unroll
                     for (int i = 0; i < 4; ++i) r[i] = *reinterpret_cast<const uint4*>(raw + ((i ^ sw) * 16));
@@ -225,7 +266,7 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                     __syncwarp();
                     if (lane == 0) wg::mbar_arrive(full(s));
                 }
-                wg::cp_async_wait<0>();  // the tile's (empty) trailing groups
+                if constexpr (!kTma) wg::cp_async_wait<0>();  // the tile's (empty) trailing groups
             }
         }
         return;
@@ -350,7 +391,7 @@ __global__ void __launch_bounds__(threads(kConv), 1)
 
 }  // namespace
 
-bool bulk_ss_fits(int conv) { return size_t(smem_bytes(conv)) <= smem_optin(); }
+bool bulk_ss_fits(int conv) { return size_t(smem_bytes(conv, true)) <= smem_optin(); }
 
 template <bool kRowBase, int kConv>
 void launch_bulk_ss(const MoeParams& p, const MoePlan& plan, const TiledIo& io, cudaStream_t s) {
@@ -360,6 +401,13 @@ void launch_bulk_ss(const MoeParams& p, const MoePlan& plan, const TiledIo& io, 
             raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<true, 2, true>, bytes);
             moe_w4a8_bulk_ss_kernel<true, 2, true>
                 <<<unsigned(sm_count()), threads(2), bytes, s>>>(p, plan, io);
+            return;
+        }
+        if (io.tma && p.maps != nullptr) {
+            constexpr size_t tma_bytes = size_t(smem_bytes(2, true));
+            raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<true, 2, false, true>, tma_bytes);
+            moe_w4a8_bulk_ss_kernel<true, 2, false, true>
+                <<<unsigned(sm_count()), threads(2), tma_bytes, s>>>(p, plan, io);
             return;
         }
     }

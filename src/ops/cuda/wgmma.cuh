@@ -77,6 +77,17 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
         "l"(src), "r"(bytes), "r"(bar)
         : "memory");
 }
+// A box of a 2-D tensor map (a CUtensorMap in global memory, tensor_map.h) at column x, row y -> shared
+// memory at dst (laid out and swizzled as the map says), completing as transaction bytes on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int32_t x, int32_t y,
+                                            uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+        "%3}], "
+        "[%4];\n" ::"r"(dst),
+        "l"(map), "r"(x), "r"(y), "r"(bar)
+        : "memory");
+}
 
 // Thread block clusters: this block's rank in its cluster, a barrier of every thread of the cluster (release
 // and acquire: shared-memory writes and mbarrier inits before it are seen by the cluster after it), the
