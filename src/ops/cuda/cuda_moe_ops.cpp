@@ -18,12 +18,6 @@ bool placed(const ExpertWeights& w) { return w.w1.data.data != nullptr; }
 
 }  // namespace
 
-// The experts' WeightRefs live in device memory; rebuilt (one host->device copy) only when they change. The
-// scale checks (mma_ok, e4m3_ok, e4m3_rows) read the scales once: weights at the same addresses are taken to
-// hold the same values (a model's weights do not change while it is loaded).
-// Experts not placed on this device (expert parallelism: another rank holds them) take the first placed
-// expert's entry, which no kernel reads for them (MoeParams::owned_first/end) and which keeps the table's
-// format and mma checks those of the experts that are here.
 // The TMA maps of an fp4 table's matrices (boxes of 64 bytes x 32 rows: moe_w4a8_bulk_ss's converting warps),
 // or none (t.maps null) where any matrix is not fp4 or its layout has no map.
 void CudaBackend::expert_maps(ExpertTable& t) {
@@ -46,6 +40,12 @@ void CudaBackend::expert_maps(ExpertTable& t) {
     DI_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
+// The experts' WeightRefs live in device memory; rebuilt (one host->device copy) only when they change. The
+// scale checks (mma_ok, e4m3_ok, e4m3_rows) read the scales once: weights at the same addresses are taken to
+// hold the same values (a model's weights do not change while it is loaded).
+// Experts not placed on this device (expert parallelism: another rank holds them) take the first placed
+// expert's entry, which no kernel reads for them (MoeParams::owned_first/end) and which keeps the table's
+// format and mma checks those of the experts that are here.
 const CudaBackend::ExpertTable& CudaBackend::expert_table(const MoeArgs& a) {
     if (auto it = expert_tables_.find(a.experts);
         it != expert_tables_.end() && it->second.host.size() == size_t(3 * a.n_experts)) {
