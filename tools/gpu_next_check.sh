@@ -12,7 +12,8 @@
 #
 # Ran 2026-12-08 (tenth session, H100; docs/benchmarks.md): PART=s10 (with a build whose token copies were cut
 #   to narrow tiles' rows: no faster, not kept); then no machine was lent: s10b (Nsight Compute on the
-#   converting kernel, batch-256 and -64 decode profiles) and s11 (the TMA form, fence_probe) wait for a call.
+#   converting kernel, batch-256 and -64 decode profiles) and s11 (the TMA form, the bf16 sums, fence_probe)
+#   wait for a call.
 # Ran 2026-12-07 (ninth session, H100; docs/benchmarks.md): PART=s9 then now, attnncu (twice: the second on
 #   the warm machine), s9q with MODEL_TESTS='CudaGraphs.NativePrecisionReplayEqualsEager:CudaGoldenLong.*:
 #   CudaExpertParallel.ThreeRanksOnOneGpuEqualOneNative' REPS=1 BATCHES=1 (the device budget's last 330 s);
@@ -194,33 +195,37 @@ case ${PART:-s7} in
     done
     ;;
   s11)  # (pack: TRACE=0 BINS="bench/fence_probe bench/model_bench tests/gpu/cuda_ops_test
-         # tests/gpu/cuda_model_test") the converting W4A8 kernel's fp4 rows by TMA (DEEPINFER_W4A8_SS_TMA=1;
-         # written 2026-12-08 with no GPU lent): whether the proxy fence waits for a thread's cp.async copies
-         # (fence_probe, the reason for the form), its cases (OptionsMatchTheReference holds it to the
-         # default's bits and counts its passes; the native MoE cases and the whole-model tests with it on),
-         # then the MoE row and the 4K prefill against the cp.async ring, alternating, the 32K prefill, and
-         # Nsight Compute on its first up launch
+         # tests/gpu/cuda_model_test") the converting W4A8 kernel's two options written 2026-12-08 with no GPU
+         # lent: the fp4 rows by TMA (DEEPINFER_W4A8_SS_TMA=1) and the expert sums stored as bf16
+         # (DEEPINFER_W4A8_BF16_MID=1). Whether the proxy fence waits for a thread's cp.async copies
+         # (fence_probe, the reason for the TMA form); their cases (OptionsMatchTheReference: TMA the default's
+         # bits, bf16 sums within kMoeW4a8Bf16Cuda, both counted; the native MoE cases and the whole-model tests
+         # with both on), then the MoE row and the 4K prefill of none / each / both, alternating, the 32K
+         # prefill, and Nsight Compute on the TMA form's first up launch (~8 min)
     timeout 60 $d/bin/fence_probe 2>&1 | tee "$OUT/fence_probe.log"
     timeout 150 $d/bin/cuda_ops_test --gtest_filter='CudaMoeW4a8.*' > "$OUT/s11_tests.log" 2>&1
-    echo "w4a8 tests rc $?"; summary "$OUT/s11_tests.log"
-    DEEPINFER_W4A8_SS_TMA=1 timeout 150 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaMoe.MatchesRef/native*' \
+    echo "w4a8 tests rc $?"; summary "$OUT/s11_tests.log"; grep -E "^moe bf16 sums" "$OUT/s11_tests.log"
+    both=(DEEPINFER_W4A8_SS_TMA=1 DEEPINFER_W4A8_BF16_MID=1)
+    env "${both[@]}" timeout 120 $d/bin/cuda_ops_test --gtest_filter='Cases/CudaMoe.MatchesRef/native*' \
       > "$OUT/s11_cases.log" 2>&1
-    echo "native moe cases with TMA rc $?"; summary "$OUT/s11_cases.log"
-    DEEPINFER_W4A8_SS_TMA=1 DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test \
+    echo "native moe cases with both rc $?"; summary "$OUT/s11_cases.log"
+    env "${both[@]}" DEEPINFER_TEST_DATA=$PWD/tests/data timeout 150 $d/bin/cuda_model_test \
       --gtest_filter='CudaGraphs.*:CudaGoldenLong.*' > "$OUT/s11_model.log" 2>&1
-    echo "model tests with TMA rc $?"; summary "$OUT/s11_model.log"
+    echo "model tests with both rc $?"; summary "$OUT/s11_model.log"
     for rep in 1 2; do
-      for v in 0 1; do
-        echo "TMA=$v: $(DEEPINFER_W4A8_SS_TMA=$v timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+      for v in X=0 DEEPINFER_W4A8_SS_TMA=1 DEEPINFER_W4A8_BF16_MID=1 "${both[*]}"; do
+        read -ra e <<< "$v"
+        echo "$v: $(env "${e[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
           --precision native --prompt 4096 --decode 1 --profile 1 2>&1 | grep -E '^\| (moe|total) ' |
           awk -F'|' '{printf "%s %s ms; ", $2, $4}')"
-        echo "TMA=$v prefill: $(DEEPINFER_W4A8_SS_TMA=$v timeout 60 $d/bin/model_bench --preset flash --layers 4 \
-          --backend cuda --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+        echo "$v prefill: $(env "${e[@]}" timeout 60 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+          --precision native --prompt 4096 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
       done
     done
-    for v in 0 1; do
-      echo "TMA=$v prefill 32768: $(DEEPINFER_W4A8_SS_TMA=$v timeout 90 $d/bin/model_bench --preset flash --layers 4 \
-        --backend cuda --precision native --prompt 32768 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
+    for v in X=0 "${both[*]}"; do
+      read -ra e <<< "$v"
+      echo "$v prefill 32768: $(env "${e[@]}" timeout 90 $d/bin/model_bench --preset flash --layers 4 --backend cuda \
+        --precision native --prompt 32768 --decode 2 2>&1 | grep -oE 'prefill [0-9]+ tokens in [^;]*|out of.*')"
     done
     DEEPINFER_W4A8_SS_TMA=1 NCU_KERNELS=moe_w4a8_bulk_ss NCU_SKIPS=0 PART=ssncu bash "$0"
     ;;

@@ -153,6 +153,11 @@ inline constexpr Tolerance kMoeW4a8Cuda{"relative L2 over the output", 1e-2,
                                         "f32 sums cross an e4m3 rounding boundary "
                                         "(2^-4 |h_i| each); measured 2.0e-3 .. 7.0e-3 on the native cases, "
                                         "within 1e-3 where the up sums are exact"};
+inline constexpr Tolerance kMoeW4a8Bf16Cuda{
+    "relative L2 over the output", 3e-2,
+    "W4A8 with the expert sums stored as bf16 (set_moe_w4a8_bf16_mid, as DeepSeek's expert GEMMs write "
+    "theirs): a sum's rounding (up to 2^-9 relative) moves ~1-2% of the SwiGLU outputs across an e4m3 "
+    "rounding boundary, each by one step (2^-4 .. 2^-3 |h_i|): ~1e-2 expected; 3x that, not yet measured"};
 inline constexpr Tolerance kMoeCuda{
     "relative L2 over the output", 2e-5,
     "f32 dot products of length hidden and moe_dim against the reference's double ones; mma's hi + lo f16 "

@@ -1,6 +1,7 @@
 // route, moe, mhc_pre, mhc_post and hc_head on CUDA vs ref. Expert ids must match exactly (lower id first on
 // ties); everything else within f32-vs-double accumulation error.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -494,6 +495,32 @@ TEST(CudaMoeW4a8, OptionsMatchTheReference) {
                            "err "
                         << "against the default " << diff(got[0], bulk).max_abs << ", against the reference "
                         << diff(ref.host_f32(), bulk).max_abs;
+                }
+                // the converting kernel's sums stored as bf16, with the cp.async ring and with TMA: h's e4m3
+                // codes come from rounded sums, so not the default's bits; held to the reference, and counted
+                for (const bool tma : {false, true}) {
+                    const int64_t mid_before = cuda::moe_w4a8_bf16_mid_launches();
+                    cuda::set_moe_w4a8_bulk_ss(2, true), cuda::set_moe_w4a8_ss_tma(tma);
+                    cuda::set_moe_w4a8_bf16_mid(true);
+                    out.poison();
+                    b.gpu->moe({x.dv(), ids.dv(), w.dv(), ew_d.data(), E, out.dv(), 10.0f, act});
+                    cuda::set_moe_w4a8_bulk_ss(0), cuda::set_moe_w4a8_ss_tma(false);
+                    cuda::set_moe_w4a8_bf16_mid(false);
+                    const std::vector<float> mid = out.device_f32();
+                    EXPECT_EQ(cuda::moe_w4a8_bf16_mid_launches() - mid_before,
+                              !chunk_scales && D % 512 == 0 && I % 512 == 0 ? 1 : 0)
+                        << "bf16-sum MoE calls, D " << D;
+                    const Diff d = diff(ref.host_f32(), mid);
+                    std::printf(
+                        "moe bf16 sums, %s fold, D %lld, TMA %d: rel L2 %.3g against the reference, %.3g "
+                        "against the default (its own %.3g)\n",
+                        chunk_scales ? "chunk" : "row", static_cast<long long>(D), int(tma), d.rel_l2,
+                        diff(got[0], mid).rel_l2, diff(ref.host_f32(), got[0]).rel_l2);
+                    EXPECT_EQ(d.nan, 0);
+                    EXPECT_LE(d.rel_l2, ops::cases::kMoeW4a8Bf16Cuda.value)
+                        << (chunk_scales ? "chunk" : "row") << " fold, D " << D << ", bf16 sums, TMA " << tma
+                        << ": max abs err " << d.max_abs << "; against the default: rel L2 "
+                        << diff(got[0], mid).rel_l2;
                 }
             }
             ASSERT_TRUE(b.gpu->force_variant("moe", ""));

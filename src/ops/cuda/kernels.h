@@ -495,6 +495,13 @@ int64_t moe_w4a8_ss_swiglu_launches();
 // passes that took it.
 void set_moe_w4a8_ss_tma(bool on);
 int64_t moe_w4a8_ss_tma_launches();
+// The converting kernel's up and down sums stored as bf16 (two converters, row folds, not the SwiGLU
+// epilogue, not expert parallelism's slots, where the combine takes them): rounded to nearest even, as the
+// expert GEMMs of DeepSeek's inference code write theirs, then read in f32 by h's quantiser and the combine;
+// half the bytes of g [pairs, 2 I] and y [pairs, D] written and read back. Off until measured
+// (DEEPINFER_W4A8_BF16_MID=1); the MoE calls that took it.
+void set_moe_w4a8_bf16_mid(bool on);
+int64_t moe_w4a8_bf16_mid_launches();
 int64_t moe_w4a8_bulk_launches();
 // w4a8 with two warpgroups a block, each its own 64 weight rows, sharing the token rows (half the token
 // copies an FLOP; the same sums): on by default, 0.5-2.4% faster on the H200 (DEEPINFER_W4A8_WG1 turns it
@@ -567,6 +574,9 @@ void launch_moe_split(const MoeParams& p, Scratch& scratch, Stream s);
 // out[t] = sum_j w[t, j] * y[t * k + j] in slot order (double accumulation): every variant ends with it, and
 // it is expert parallelism's `combine` pass on the gathered slots.
 void launch_moe_combine(const MoeParams& p, const float* y, Stream s);
+// The same sums from bf16 rows y [n * k, D] (8-byte aligned), where moe_combine_takes_bf16(p).
+bool moe_combine_takes_bf16(const MoeParams& p);
+void launch_moe_combine_bf16(const MoeParams& p, const void* y, Stream s);
 
 // Last launch error as text, or nullptr (checked by the host after each launch).
 const char* last_launch_error();

@@ -5,6 +5,10 @@
 //   y[t, j] = W2_e h[t, j]                 one warp per row of W2
 //   out[t]  = sum_j w[t, j] y[t, j]        in slot order (deterministic)
 // Each (token, slot) reads its expert's weights once: decode is bound by k expert matrices per token.
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/moe_plan.cuh"
 
@@ -191,9 +195,10 @@ __global__ void moe_combine_kernel(MoeParams p, const float* y) {
 
 // The same sums (combine_column's arithmetic, in slot order) four columns a thread for k <= kCombine4MaxK:
 // the slots' experts and weights read first, then every slot's row loaded at once (combine_column's loads
-// wait on each slot's expert id in turn).
+// wait on each slot's expert id in turn). In: y's element type, float or __nv_bfloat16 (read in f32).
 constexpr int kCombine4MaxK = 8;
-__global__ void __launch_bounds__(256) moe_combine4_kernel(MoeParams p, const float* y) {
+template <class In = float>
+__global__ void __launch_bounds__(256) moe_combine4_kernel(MoeParams p, const In* y) {
     allow_early_next();
     const int64_t t = blockIdx.x, c = 4 * (int64_t(blockIdx.y) * blockDim.x + threadIdx.x);
     if (c >= p.D) return;
@@ -204,7 +209,14 @@ __global__ void __launch_bounds__(256) moe_combine4_kernel(MoeParams p, const fl
         const int64_t pair = t * p.k + j;
         const bool has = j < p.k && moe_expert_of(p, pair) >= 0;
         w[j] = j < p.k ? double(p.w[t * p.ld_w + j]) : 0.0;
-        v[j] = has ? *reinterpret_cast<const float4*>(y + pair * p.D + c) : make_float4(0, 0, 0, 0);
+        if constexpr (std::is_same_v<In, float>) {
+            v[j] = has ? *reinterpret_cast<const float4*>(y + pair * p.D + c) : make_float4(0, 0, 0, 0);
+        } else {
+            const uint2 u = has ? *reinterpret_cast<const uint2*>(y + pair * p.D + c) : make_uint2(0, 0);
+            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x)),
+                         b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+            v[j] = make_float4(a.x, a.y, b.x, b.y);
+        }
     }
     double acc[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -283,6 +295,14 @@ void launch_moe(const MoeParams& p, Scratch& scratch, Stream s, MoeVariant v) {
     moe_quantise_h(p, h, pairs, as_stream(s));
     moe_down_kernel<<<dim3(blocks_for(p.D, 8), unsigned(pairs)), 256, 0, as_stream(s)>>>(p, h, y);
     if (p.y_out == nullptr) launch_moe_combine(p, y, s);
+}
+
+bool moe_combine_takes_bf16(const MoeParams& p) { return p.k <= kCombine4MaxK && p.D % 4 == 0; }
+
+void launch_moe_combine_bf16(const MoeParams& p, const void* y, Stream s) {
+    moe_combine4_kernel<__nv_bfloat16>
+        <<<dim3(unsigned(p.n), blocks_for(p.D / 4, 256)), 256, 0, as_stream(s)>>>(
+            p, static_cast<const __nv_bfloat16*>(y));
 }
 
 void launch_moe_combine(const MoeParams& p, const float* y, Stream s) {

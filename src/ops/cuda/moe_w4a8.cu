@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <type_traits>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/env_switch.h"
@@ -70,10 +71,10 @@ __host__ __device__ constexpr int stages(int wgs) { return wgs == 1 ? 4 : 6; }
 // saturation), the bytes in w8_index order: lane l's four elements 4l .. 4l + 3 land in one word. kSwiglu:
 // the row is [W1 part | W3 part] (2 x chunks x 128) and the values swiglu of the two. Rows 16-byte aligned.
 // q [rows, chunks, 128], sc [rows, chunks]; or, where t.act is set, row b (the plan's order) to tiled row
-// t.prow[b] (rows past the plan's pairs skipped).
-template <bool kSwiglu>
+// t.prow[b] (rows past the plan's pairs skipped). In: x's element type, float or __nv_bfloat16 (read in f32).
+template <bool kSwiglu, class In = float>
 __global__ void __launch_bounds__(128)
-    w8_act_rows_kernel(const float* x, int64_t ldx, int64_t chunks, float limit, uint8_t* q, float* sc,
+    w8_act_rows_kernel(const In* x, int64_t ldx, int64_t chunks, float limit, uint8_t* q, float* sc,
                        w4a8::TiledOut t, MoePlan plan) {
     allow_early_next();
     int64_t r_t = 0;  // the tiled row
@@ -81,12 +82,23 @@ __global__ void __launch_bounds__(128)
         if (int(blockIdx.x) >= plan.begin[*plan.n_active]) return;
         r_t = t.prow[blockIdx.x];
     }
-    const float* row = x + int64_t(blockIdx.x) * ldx;
+    const In* row = x + int64_t(blockIdx.x) * ldx;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // four elements in f32 (bf16 rows: one 8-byte load)
+    auto load4 = [](const In* p) {
+        if constexpr (std::is_same_v<In, float>) {
+            return *reinterpret_cast<const float4*>(p);
+        } else {
+            const uint2 w = *reinterpret_cast<const uint2*>(p);
+            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.x)),
+                         b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.y));
+            return make_float4(a.x, a.y, b.x, b.y);
+        }
+    };
     for (int64_t c = warp; c < chunks; c += 4) {
-        float4 v = *reinterpret_cast<const float4*>(row + c * kChunk + 4 * lane);
+        float4 v = load4(row + c * kChunk + 4 * lane);
         if constexpr (kSwiglu) {
-            const float4 u = *reinterpret_cast<const float4*>(row + (chunks + c) * kChunk + 4 * lane);
+            const float4 u = load4(row + (chunks + c) * kChunk + 4 * lane);
             v = make_float4(swiglu_clamped(v.x, u.x, limit), swiglu_clamped(v.y, u.y, limit),
                             swiglu_clamped(v.z, u.z, limit), swiglu_clamped(v.w, u.w, limit));
         }
@@ -509,6 +521,10 @@ bool ss_swiglu = env_switch("DEEPINFER_W4A8_SS_SWIGLU", false);
 std::atomic<int64_t> ss_swiglu_launches{0};
 bool ss_tma = env_switch("DEEPINFER_W4A8_SS_TMA", false);
 std::atomic<int64_t> ss_tma_launches{0};
+// The experts' up and down sums stored as bf16 (TiledIo::bf16_out), read back by h's quantiser and the
+// combine: off until measured (DEEPINFER_W4A8_BF16_MID=1; kernels.h says what it changes).
+bool bf16_mid = env_switch("DEEPINFER_W4A8_BF16_MID", false);
+std::atomic<int64_t> bf16_mid_launches{0};
 std::atomic<int64_t> bulk_launches{0};
 
 // Where set and the pass allows: whole 16-byte scale rows (the unit's scales copied a row at a time), and the
@@ -676,6 +692,8 @@ int moe_w4a8_bulk_ss() { return bulk_ss; }
 void set_moe_w4a8_ss_swiglu(bool on) { ss_swiglu = on; }
 void set_moe_w4a8_ss_tma(bool on) { ss_tma = on; }
 int64_t moe_w4a8_ss_tma_launches() { return ss_tma_launches.load(); }
+void set_moe_w4a8_bf16_mid(bool on) { bf16_mid = on; }
+int64_t moe_w4a8_bf16_mid_launches() { return bf16_mid_launches.load(); }
 int64_t moe_w4a8_ss_swiglu_launches() { return ss_swiglu_launches.load(); }
 bool moe_w4a8_ss_narrow() { return ss_narrow; }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
@@ -748,21 +766,29 @@ void launch_moe_w4a8(const MoeParams& p, Scratch& scratch, Stream s) {
         const bool swi = ss_swiglu && bulk_ss == 2 && p.e4m3_rows;
         // the fp4 rows by TMA where the table has its maps (launch_bulk_ss takes it on that form only)
         const bool tma = ss_tma && bulk_ss == 2 && p.e4m3_rows && p.maps != nullptr;
+        // bf16 sums on that form where the combine reads them here (not expert parallelism's slots)
+        const bool mid16 = bf16_mid && bulk_ss == 2 && p.e4m3_rows && !swi && p.y_out == nullptr &&
+                           moe_combine_takes_bf16(p);
         w4a8::TiledIo up{xt.act, xt.sc, rows, pbegin, g, p.D, 2 * p.I, true, bulk_probe, ss_narrow};
-        up.swi_out = swi, up.limit = p.limit, up.tma = tma && !swi;
+        up.swi_out = swi, up.limit = p.limit, up.tma = tma && !swi, up.bf16_out = mid16;
         ss_tma_launches += int(up.tma) + int(tma);
+        bf16_mid_launches += int(mid16);
         bulk(up);
         if (swi) {
             ++ss_swiglu_launches;
             w8_act_rows_kernel<false>
                 <<<unsigned(pairs), 128, 0, st>>>(g, p.I, hc, p.limit, nullptr, nullptr, ht, plan);
+        } else if (mid16) {
+            w8_act_rows_kernel<true, __nv_bfloat16><<<unsigned(pairs), 128, 0, st>>>(
+                reinterpret_cast<const __nv_bfloat16*>(g), 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
         } else {
             w8_act_rows_kernel<true>
                 <<<unsigned(pairs), 128, 0, st>>>(g, 2 * p.I, hc, p.limit, nullptr, nullptr, ht, plan);
         }
         w4a8::TiledIo down{ht.act, ht.sc, rows, pbegin, y, p.I, p.D, false, bulk_probe, ss_narrow};
-        down.tma = tma;
+        down.tma = tma, down.bf16_out = mid16;
         bulk(down);
+        if (mid16) return launch_moe_combine_bf16(p, y, s);
     } else {
         // (probe bit 256: each launch's phase counts; a grid is at most (max(2 I, D) / 64, slots) blocks)
         const int64_t grid = std::max(2 * p.I, p.D) / 64 * int64_t(slots);

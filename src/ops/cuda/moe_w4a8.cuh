@@ -4,6 +4,8 @@
 // chunk's promotion, a tile's stores, the launches' operands.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "ops/cuda/kernels.h"
@@ -133,7 +135,8 @@ __device__ __forceinline__ void keep_chunk(float (&part)[N / 2], uint32_t (&af)[
 
 // A tile's sums to their outputs: token column ti = i0 + 8j + 2q + cc (those below cnt) at out_of(ti), the
 // thread's first row's element (its second 8 further), times the rows' factors f0, f1 where kRowBase, each
-// through value(v, sum) for its element v of acc (the sum itself unless given).
+// through value(v, sum) for its element v of acc (the sum itself unless given); out_of gives float or
+// __nv_bfloat16 pointers (the value rounded to nearest even).
 template <int N, bool kRowBase, class OutOf, class Value>
 __device__ __forceinline__ void store_tile(const float (&acc)[N / 2], float f0, float f1, int i0, int cnt,
                                            int q, OutOf&& out_of, Value&& value) {
@@ -143,7 +146,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[N / 2], float f0, 
         for (int cc = 0; cc < 2; ++cc) {
             const int ti = i0 + 8 * j + 2 * q + cc;
             if (ti >= cnt) continue;
-            float* out = out_of(ti);
+            auto* const out = out_of(ti);
             const int v0 = 4 * j + cc, v1 = 4 * j + 2 + cc;
             out[0] = value(v0, kRowBase ? acc[v0] * f0 : acc[v0]);
             out[8] = value(v1, kRowBase ? acc[v1] * f1 : acc[v1]);
@@ -205,6 +208,9 @@ struct TiledIo {
     // bulk_ss, kRowBase, two converters, not swi_out: the fp4 rows by TMA through MoeParams::maps where the
     // table has them (DEEPINFER_W4A8_SS_TMA)
     bool tma = false;
+    // bulk_ss, kRowBase, two converters, not swi_out: out holds bf16 values (the f32 sums rounded to nearest
+    // even), as DeepSeek's expert GEMMs write theirs (DEEPINFER_W4A8_BF16_MID)
+    bool bf16_out = false;
 };
 // Up's token rows to tile order (prow and pbegin written too); grid over `slots` active experts.
 void launch_tile_rows(const MoePlan& plan, int32_t k, const uint8_t* xq, const float* xs, int64_t chunks,

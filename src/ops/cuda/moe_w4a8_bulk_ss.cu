@@ -103,11 +103,13 @@ __host__ __device__ constexpr int64_t smem_bytes(int conv, bool tma = false) {
 // instruction, issued by its lane 0, completing on the slot's barrier of that warp) instead of four cp.async
 // a thread: a converting thread then has no copy of its own in flight when its proxy fence (MEMBAR.ALL.CTA in
 // the SASS) runs after each chunk's stores, and no copy's addressing to compute.
-template <bool kRowBase, int kConv, bool kSwi = false, bool kTma = false>
+// kBf16 (TiledIo::bf16_out): the sums stored as bf16, rounded to nearest even.
+template <bool kRowBase, int kConv, bool kSwi = false, bool kTma = false, bool kBf16 = false>
 __global__ void __launch_bounds__(threads(kConv), 1)
     moe_w4a8_bulk_ss_kernel(MoeParams p, MoePlan plan, TiledIo io) {
     static_assert(!kSwi || kRowBase);
     static_assert(!kTma || (kRowBase && !kSwi));  // a TMA box is 32 consecutive rows of one matrix
+    static_assert(!kBf16 || !kSwi);
     constexpr int kRing = ring(kConv);
     allow_early_next();
     extern __shared__ __align__(128) uint8_t smem[];
@@ -378,9 +380,10 @@ __global__ void __launch_bounds__(threads(kConv), 1)
                                 swiglu_call(acc[4 * j + cc] * f0, acc[4 * j + 2 + cc] * f1, io.limit);
                     }
             } else {
+                auto* const out = reinterpret_cast<std::conditional_t<kBf16, __nv_bfloat16, float>*>(io.out);
                 store_tile<kN, kRowBase>(acc, f0, f1, i0, inf.cnt, q, [&](int ti) {
                     const int64_t orow = io.up ? int64_t(inf.b0) + ti : int64_t(tp[ti - i0]);
-                    return io.out + orow * io.n_out + tile0 + rloc;
+                    return out + orow * io.n_out + tile0 + rloc;
                 });
             }
         }
@@ -403,13 +406,16 @@ void launch_bulk_ss(const MoeParams& p, const MoePlan& plan, const TiledIo& io, 
                 <<<unsigned(sm_count()), threads(2), bytes, s>>>(p, plan, io);
             return;
         }
-        if (io.tma && p.maps != nullptr) {
-            constexpr size_t tma_bytes = size_t(smem_bytes(2, true));
-            raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<true, 2, false, true>, tma_bytes);
-            moe_w4a8_bulk_ss_kernel<true, 2, false, true>
-                <<<unsigned(sm_count()), threads(2), tma_bytes, s>>>(p, plan, io);
-            return;
-        }
+        // the row-fold two-converter form's options: the fp4 rows by TMA, bf16 outputs, each and both
+        auto launch = [&](auto kernel, size_t smem) {
+            raise_dynamic_smem(kernel, smem);
+            kernel<<<unsigned(sm_count()), threads(2), smem, s>>>(p, plan, io);
+        };
+        constexpr size_t tma_bytes = size_t(smem_bytes(2, true));
+        const bool tma = io.tma && p.maps != nullptr;
+        if (tma && io.bf16_out) return launch(moe_w4a8_bulk_ss_kernel<true, 2, false, true, true>, tma_bytes);
+        if (tma) return launch(moe_w4a8_bulk_ss_kernel<true, 2, false, true>, tma_bytes);
+        if (io.bf16_out) return launch(moe_w4a8_bulk_ss_kernel<true, 2, false, false, true>, bytes);
     }
     raise_dynamic_smem(moe_w4a8_bulk_ss_kernel<kRowBase, kConv>, bytes);
     moe_w4a8_bulk_ss_kernel<kRowBase, kConv><<<unsigned(sm_count()), threads(kConv), bytes, s>>>(p, plan, io);
