@@ -102,7 +102,7 @@ __host__ __device__ constexpr int64_t smem_bytes(int conv, bool tma = false) {
 // kTma (TiledIo::tma): the ring's fp4 bytes come by TMA, a box of a converting warp's 32 rows a chunk (one
 // instruction, issued by its lane 0, completing on the slot's barrier of that warp) instead of four cp.async
 // a thread: a converting thread then has no copy of its own in flight when its proxy fence (MEMBAR.ALL.CTA in
-// the SASS) runs after each chunk's stores, and no copy's addressing to compute.
+// the SASS) runs after each chunk's stores (bench/fence_probe.cu: whether the fence waits for such copies).
 // kBf16 (TiledIo::bf16_out): the sums stored as bf16, rounded to nearest even.
 template <bool kRowBase, int kConv, bool kSwi = false, bool kTma = false, bool kBf16 = false>
 __global__ void __launch_bounds__(threads(kConv), 1)
