@@ -75,14 +75,22 @@ int main(int argc, char** argv) {
     const int rounds = argc > 1 ? std::atoi(argv[1]) : 64;
     int sms = 0;
     DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    // each round of each block its own 4 KB (a warp reads 32 x 64 bytes of it): no line read twice
-    const int64_t round_units = 4096 / 16;
+    // each round of each block its own 16 KB (a warp reads 32 x 64 bytes of it): no line read twice, and each
+    // mode's quarter of the buffer (135 MB at 132 SMs and 64 rounds) far past the L2
+    const int64_t round_units = 16384 / 16;
     const size_t bytes =
         size_t(rounds) * size_t(sms) * size_t(round_units) * 16 * 4;  // x4 modes' fresh lines
     uint4* src = nullptr;
     long long* d_cycles = nullptr;
     DI_CUDA_CHECK(cudaMalloc(&src, bytes));
     DI_CUDA_CHECK(cudaMemset(src, 1, bytes));
+    {  // the buffer's last lines out of the L2: write 256 MB elsewhere after it
+        void* flush = nullptr;
+        DI_CUDA_CHECK(cudaMalloc(&flush, size_t(256) << 20));
+        DI_CUDA_CHECK(cudaMemset(flush, 2, size_t(256) << 20));
+        DI_CUDA_CHECK(cudaDeviceSynchronize());
+        DI_CUDA_CHECK(cudaFree(flush));
+    }
     DI_CUDA_CHECK(cudaMalloc(&d_cycles, size_t(sms) * sizeof(long long)));
     const int64_t quarter = int64_t(bytes / 16 / 4);
     std::printf("fence_probe: %d blocks x 32 threads, %d rounds, %.1f MB read once\n", sms, rounds,
