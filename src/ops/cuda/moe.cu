@@ -5,11 +5,8 @@
 //   y[t, j] = W2_e h[t, j]                 one warp per row of W2
 //   out[t]  = sum_j w[t, j] y[t, j]        in slot order (deterministic)
 // Each (token, slot) reads its expert's weights once: decode is bound by k expert matrices per token.
-#include <cuda_bf16.h>
-
-#include <type_traits>
-
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/hc_streams.cuh"
 #include "ops/cuda/moe_plan.cuh"
 
 namespace di::cuda {
@@ -209,14 +206,7 @@ __global__ void __launch_bounds__(256) moe_combine4_kernel(MoeParams p, const In
         const int64_t pair = t * p.k + j;
         const bool has = j < p.k && moe_expert_of(p, pair) >= 0;
         w[j] = j < p.k ? double(p.w[t * p.ld_w + j]) : 0.0;
-        if constexpr (std::is_same_v<In, float>) {
-            v[j] = has ? *reinterpret_cast<const float4*>(y + pair * p.D + c) : make_float4(0, 0, 0, 0);
-        } else {
-            const uint2 u = has ? *reinterpret_cast<const uint2*>(y + pair * p.D + c) : make_uint2(0, 0);
-            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x)),
-                         b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-            v[j] = make_float4(a.x, a.y, b.x, b.y);
-        }
+        v[j] = has ? hc::ld4(y + pair * p.D + c) : make_float4(0, 0, 0, 0);
     }
     double acc[4] = {0, 0, 0, 0};
 #pragma unroll

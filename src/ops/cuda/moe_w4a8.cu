@@ -20,11 +20,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <type_traits>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/env_switch.h"
 #include "ops/cuda/gemv.cuh"
+#include "ops/cuda/hc_streams.cuh"
 #include "ops/cuda/mma_frag.cuh"
 #include "ops/cuda/moe_plan.cuh"
 #include "ops/cuda/moe_w4a8.cuh"
@@ -84,21 +84,10 @@ __global__ void __launch_bounds__(128)
     }
     const In* row = x + int64_t(blockIdx.x) * ldx;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // four elements in f32 (bf16 rows: one 8-byte load)
-    auto load4 = [](const In* p) {
-        if constexpr (std::is_same_v<In, float>) {
-            return *reinterpret_cast<const float4*>(p);
-        } else {
-            const uint2 w = *reinterpret_cast<const uint2*>(p);
-            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.x)),
-                         b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.y));
-            return make_float4(a.x, a.y, b.x, b.y);
-        }
-    };
     for (int64_t c = warp; c < chunks; c += 4) {
-        float4 v = load4(row + c * kChunk + 4 * lane);
+        float4 v = hc::ld4(row + c * kChunk + 4 * lane);
         if constexpr (kSwiglu) {
-            const float4 u = load4(row + (chunks + c) * kChunk + 4 * lane);
+            const float4 u = hc::ld4(row + (chunks + c) * kChunk + 4 * lane);
             v = make_float4(swiglu_clamped(v.x, u.x, limit), swiglu_clamped(v.y, u.y, limit),
                             swiglu_clamped(v.z, u.z, limit), swiglu_clamped(v.w, u.w, limit));
         }
@@ -646,42 +635,7 @@ bool launch_tiles(const MoeParams& p, const MoePlan& plan, const W8Io& io, unsig
     return false;
 }
 
-// flag |= 1 where a 128-element chunk's four group scales of a row of matrix blockIdx.x do not fold into
-// e4m3 (more than 11 binades apart, the largest under 2^-120 or NaN), |= 2 where a whole row's do not. A
-// thread per row: run once when the expert table is built.
-__global__ void __launch_bounds__(256) e4m3_fold_kernel(const WeightRef* table, int* flag) {
-    allow_early_next();
-    const WeightRef w = table[blockIdx.x];
-    const auto* sc = static_cast<const uint8_t*>(w.scale);
-    const int64_t chunks = w.in_dim / kChunk;
-    bool chunk_bad = false, row_bad = false;
-    for (int64_t r = threadIdx.x; r < w.out_dim; r += blockDim.x) {
-        int row_lo = 255, row_hi = 0;
-        for (int64_t c = 0; c < chunks; ++c) {
-            const uint8_t* b = sc + r * w.ld_scale + 4 * c;
-            const int lo = min(min(b[0], b[1]), min(b[2], b[3])), hi = max(max(b[0], b[1]), max(b[2], b[3]));
-            chunk_bad |= hi - lo > 11 || hi < 7 || hi == 255;
-            row_lo = min(row_lo, lo), row_hi = max(row_hi, hi);
-        }
-        row_bad |= row_hi - row_lo > 11;
-    }
-    const int bad = (__syncthreads_or(chunk_bad) ? 1 : 0) | (__syncthreads_or(row_bad) ? 2 : 0);
-    if (bad != 0 && threadIdx.x == 0) atomicOr(flag, bad);
-}
-
 }  // namespace
-
-E4m3Fold fp4_scales_fold_to_e4m3(const WeightRef* table_device, const WeightRef* table_host, int64_t count,
-                                 Stream s) {
-    if (count == 0) return {};
-    for (int64_t i = 0; i < count; ++i)
-        if (table_host[i].format != 2 || !table_host[i].scale_e8m0 || table_host[i].in_dim % kChunk != 0)
-            return {};
-    const int bad = device_flag(s, [&](int* flag, cudaStream_t st) {
-        e4m3_fold_kernel<<<unsigned(count), 256, 0, st>>>(table_device, flag);
-    });
-    return {(bad & 1) == 0, bad == 0};
-}
 
 void set_moe_w4a8_units(bool on) { units_enabled = on; }
 void set_moe_w4a8_n64(bool on) { n64_enabled = on; }
@@ -690,11 +644,11 @@ void set_moe_w4a8_bulk(int cluster) { bulk_cs = cluster; }
 void set_moe_w4a8_bulk_ss(int conv, bool narrow) { bulk_ss = std::clamp(conv, 0, 2), ss_narrow = narrow; }
 int moe_w4a8_bulk_ss() { return bulk_ss; }
 void set_moe_w4a8_ss_swiglu(bool on) { ss_swiglu = on; }
+int64_t moe_w4a8_ss_swiglu_launches() { return ss_swiglu_launches.load(); }
 void set_moe_w4a8_ss_tma(bool on) { ss_tma = on; }
 int64_t moe_w4a8_ss_tma_launches() { return ss_tma_launches.load(); }
 void set_moe_w4a8_bf16_mid(bool on) { bf16_mid = on; }
 int64_t moe_w4a8_bf16_mid_launches() { return bf16_mid_launches.load(); }
-int64_t moe_w4a8_ss_swiglu_launches() { return ss_swiglu_launches.load(); }
 bool moe_w4a8_ss_narrow() { return ss_narrow; }
 int64_t moe_w4a8_bulk_launches() { return bulk_launches.load(); }
 void set_moe_w4a8_wg2(bool on) { wg2_enabled = on; }
